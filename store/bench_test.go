@@ -1,0 +1,117 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+)
+
+var benchSizes = []int{4 << 10, 100 << 10}
+
+const benchArena = 256 << 20
+
+// benchKeys returns enough keys to fill about half of the bench arena with
+// values of size bytes, so Puts replace entries in a steady state.
+func benchKeys(size int) [][]byte {
+	n := benchArena / 2 / size
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "imagenet/train/%d", i)
+	}
+	return keys
+}
+
+func BenchmarkPut(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			s := newStore(b, Config{Capacity: benchArena})
+			keys := benchKeys(size)
+			value := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := s.Put(keys[i%len(keys)], value); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func fillBench(b *testing.B, size int, skipVerify bool) (*Store, [][]byte) {
+	s := newStore(b, Config{Capacity: benchArena, SkipVerify: skipVerify})
+	keys := benchKeys(size)
+	value := make([]byte, size)
+	for _, k := range keys {
+		if err := s.Put(k, value); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s, keys
+}
+
+func BenchmarkGet(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, skip := range []bool{false, true} {
+			name := fmt.Sprintf("%dKiB", size>>10)
+			if skip {
+				name += "/SkipVerify"
+			}
+			b.Run(name, func(b *testing.B) { benchGet(b, size, skip) })
+		}
+	}
+}
+
+func benchGet(b *testing.B, size int, skipVerify bool) {
+	s, keys := fillBench(b, size, skipVerify)
+	dst := make([]byte, 0, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		var ok bool
+		if dst, ok = s.Get(dst[:0], keys[i%len(keys)]); !ok {
+			b.Fatal("miss")
+		}
+		i++
+	}
+}
+
+func BenchmarkGetParallel(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			s, keys := fillBench(b, size, false)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				dst := make([]byte, 0, size)
+				i := 0
+				for pb.Next() {
+					var ok bool
+					if dst, ok = s.Get(dst[:0], keys[i%len(keys)]); !ok {
+						b.Error("miss")
+						return
+					}
+					i += 7
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkView(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			s, keys := fillBench(b, size, false)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			i, n := 0, 0
+			for b.Loop() {
+				s.View(keys[i%len(keys)], func(v []byte, _ uint64) { n += len(v) })
+				i++
+			}
+		})
+	}
+}

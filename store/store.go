@@ -1,0 +1,470 @@
+// Package store keeps cached training samples in off-heap memory on one node.
+//
+// A Store is one arena of Capacity bytes, mapped from a memfd (so that it can
+// later be shared with trainer processes) and pre-faulted. Samples are
+// allocated inside the arena by a two-level segregated-fit allocator whose
+// metadata lives in the arena too, and found through a sharded index of
+// map[uint64]uint64 (key hash to arena offset). The Go heap therefore does
+// not grow with the number or size of cached samples.
+//
+// The store never decides what to evict. Put fails with ErrNoSpace when no
+// free block fits; the caller's policy evicts (Delete) and retries, and can
+// ask Fits first, which gives exactly the answer Put's allocation would.
+//
+// Keys and values are copied in and out: callers own the slices they pass
+// and the slices they get back. View lends a value in place, only for the
+// duration of its callback.
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Errors returned by the store; test them with errors.Is.
+var (
+	// ErrTooLarge: the sample is larger than the whole arena could ever hold.
+	ErrTooLarge = errors.New("store: sample too large")
+	// ErrNoSpace: no free block fits the sample now; evict and retry.
+	ErrNoSpace = errors.New("store: no space")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("store: closed")
+	// ErrInvalidConfig: New was given a Config it cannot honour.
+	ErrInvalidConfig = errors.New("store: invalid config")
+)
+
+// Config configures a Store. The zero value of every optional field means
+// its default; New fills defaults on a copy and never writes into the caller's
+// Config.
+type Config struct {
+	// Capacity is the size of the arena in bytes; required, > 0. Entry
+	// headers and alignment are charged against it (see Store.Charge).
+	Capacity int64
+	// Shards is the number of index shards; 0 means 64. A power of two.
+	Shards int
+	// Name names the memfd, as seen in /proc/<pid>/maps; "" means
+	// "shade-store".
+	Name string
+	// SkipVerify turns off the checksum check that Get and View do on
+	// every read by default.
+	SkipVerify bool
+}
+
+const (
+	defaultShards = 64
+	defaultName   = "shade-store"
+)
+
+// Entry layout inside an allocated block, after the allocator's tag and
+// generation words (see alloc.go):
+//
+//	16: xxhash64 of the value
+//	24: value length, uint64
+//	32: key length, uint32 (then 4 reserved bytes)
+//	40: key bytes, then padding to 16
+//	    value bytes, starting 16-byte aligned
+//	end-8: the allocator's closing tag
+//
+// All integers are little-endian.
+const (
+	sumOff     = 16
+	vlenOff    = 24
+	klenOff    = 32
+	headerSize = 40
+	maxKeyLen  = math.MaxUint32
+	// maxValueLen keeps charge arithmetic far from overflow; no arena can
+	// reach it anyway.
+	maxValueLen = 1 << 60
+)
+
+func alignUp(n uint64) uint64 { return (n + align - 1) &^ (align - 1) }
+
+// valueOffset is where the value starts, from the start of the block.
+func valueOffset(keyLen uint64) uint64 { return alignUp(headerSize + keyLen) }
+
+// charge is the block size of an entry, or -1 for negative lengths and
+// math.MaxInt64 for lengths that no arena can hold.
+func charge(keyLen, valueLen int) int64 {
+	switch {
+	case keyLen < 0 || valueLen < 0:
+		return -1
+	case uint64(keyLen) > maxKeyLen || uint64(valueLen) > maxValueLen:
+		return math.MaxInt64
+	}
+	return int64(alignUp(valueOffset(uint64(keyLen)) + uint64(valueLen) + tagSize))
+}
+
+// Store is an off-heap cache of samples. All methods are safe for
+// concurrent use.
+//
+// Lock order, outermost first:
+//
+//  1. life: read-held by Put for its whole duration (it writes into the
+//     arena outside the other locks), write-held by Close.
+//  2. shard.mu: at most one at a time, except Close, which takes them all
+//     in index order.
+//  3. tlsf.mu: innermost; nothing else is taken while it is held.
+//
+// Readers (Get, View, Has) copy out of the arena under their shard's read
+// lock. Delete and replacing Put unlink an offset under the shard's write
+// lock and only then free the block, so no block is ever freed while a
+// reader can still reach it. A new block is filled before it is linked,
+// with no lock but life held.
+type Store struct {
+	cfg    Config
+	mem    []byte // nil once closed
+	fd     int    // -1 without memfd, or once closed
+	alloc  *tlsf
+	shards []shard
+	mask   uint64
+
+	life   sync.RWMutex
+	closed atomic.Bool // set under life and every shard lock
+
+	entries atomic.Int64
+	puts    atomic.Uint64
+	deletes atomic.Uint64
+	corrupt atomic.Uint64
+}
+
+type shard struct {
+	mu     sync.RWMutex
+	m      map[uint64]uint64 // xxhash64(key) -> block offset
+	hits   atomic.Uint64
+	misses atomic.Uint64
+	_      [64]byte // keep neighbouring shards off one cache line
+}
+
+// Stats is a snapshot of a Store's counters and memory. Byte figures are
+// bytes of the arena; UsedBytes + FreeBytes is Capacity rounded down to a
+// multiple of 16.
+type Stats struct {
+	Entries     int    // samples held
+	UsedBytes   int64  // bytes charged to held samples (sum of Charge)
+	FreeBytes   int64  // arena bytes not charged to any sample
+	LargestFree int64  // largest free block that can hold an entry
+	Capacity    int64  // Config.Capacity
+	Puts        uint64 // Put calls that stored a sample
+	Hits        uint64 // Get and View that found the key
+	Misses      uint64 // Get and View that did not
+	Corrupt     uint64 // checksum mismatches found on read (each dropped)
+	Deletes     uint64 // Delete calls that removed a sample
+}
+
+// New maps an arena of cfg.Capacity bytes and returns an empty Store. The
+// caller must Close it to release the memory.
+func New(cfg Config) (*Store, error) { return newStoreWith(cfg, true) }
+
+// newStoreWith is New, with the memfd optional so that tests can take the
+// anonymous fallback.
+func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
+	if cfg.Capacity <= 0 || uint64(cfg.Capacity) > math.MaxInt {
+		return nil, fmt.Errorf("%w: capacity %d bytes", ErrInvalidConfig, cfg.Capacity)
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = defaultShards
+	}
+	if cfg.Shards < 0 || cfg.Shards&(cfg.Shards-1) != 0 {
+		return nil, fmt.Errorf("%w: %d shards is not a power of two", ErrInvalidConfig, cfg.Shards)
+	}
+	if cfg.Name == "" {
+		cfg.Name = defaultName
+	}
+	mem, fd, err := mapArena(cfg.Name, int(cfg.Capacity), useMemfd)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:    cfg,
+		mem:    mem,
+		fd:     fd,
+		alloc:  newTLSF(mem),
+		shards: make([]shard, cfg.Shards),
+		mask:   uint64(cfg.Shards - 1),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[uint64]uint64)
+	}
+	return s, nil
+}
+
+func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }
+
+// Charge returns the bytes an entry with these key and value lengths
+// occupies in the arena, header and alignment included. It is what Put
+// allocates and what Stats.UsedBytes sums. It returns -1 for negative
+// lengths.
+func (s *Store) Charge(keyLen, valueLen int) int64 { return charge(keyLen, valueLen) }
+
+// Fits reports whether a Put of an entry with these lengths would find a
+// free block now. It runs the very search Put runs, so with no other writer
+// in between, Put fails with ErrNoSpace exactly when Fits says false (or
+// ErrTooLarge, for which Fits is false too). Replacing a key does not free
+// its old block until the new one is filled, so Fits does not count it.
+func (s *Store) Fits(keyLen, valueLen int) bool {
+	c := charge(keyLen, valueLen)
+	if c < 0 || uint64(c) > s.alloc.total {
+		return false
+	}
+	return s.alloc.fits(uint64(c))
+}
+
+// Put copies key and value into the arena, with the xxhash64 of value, and
+// makes it the entry for key, freeing the block of any previous entry. Two
+// different keys with equal 64-bit hashes cannot both be held: the later
+// Put replaces the earlier entry.
+//
+// It returns ErrTooLarge if the entry exceeds the whole arena, ErrNoSpace if
+// no free block fits now (any previous entry for key is then kept), and
+// ErrClosed after Close. The caller keeps ownership of key and value.
+func (s *Store) Put(key, value []byte) error {
+	c := charge(len(key), len(value))
+	if uint64(c) > s.alloc.total {
+		return fmt.Errorf("%w: %d-byte key and %d-byte value need %d bytes, arena has %d",
+			ErrTooLarge, len(key), len(value), c, s.alloc.total)
+	}
+	size := uint64(c)
+	h := xxhash.Sum64(key)
+	sum := xxhash.Sum64(value)
+
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	off, err := s.alloc.alloc(size)
+	if err != nil {
+		return err
+	}
+	e := s.mem[off : off+size]
+	binary.LittleEndian.PutUint64(e[sumOff:], sum)
+	binary.LittleEndian.PutUint64(e[vlenOff:], uint64(len(value)))
+	binary.LittleEndian.PutUint32(e[klenOff:], uint32(len(key)))
+	binary.LittleEndian.PutUint32(e[klenOff+4:], 0)
+	copy(e[headerSize:], key)
+	copy(e[valueOffset(uint64(len(key))):], value)
+
+	sh := s.shard(h)
+	sh.mu.Lock()
+	old, had := sh.m[h]
+	sh.m[h] = off
+	sh.mu.Unlock()
+	if had {
+		s.alloc.free(old)
+	} else {
+		s.entries.Add(1)
+	}
+	s.puts.Add(1)
+	return nil
+}
+
+// entry returns the key, value and checksum stored in the block at off, or
+// ok false if the header describes bytes outside the block. The caller holds
+// the block's shard lock.
+func (s *Store) entry(off uint64) (key, value []byte, sum uint64, ok bool) {
+	mem := s.mem
+	tag := binary.LittleEndian.Uint64(mem[off:])
+	size := tag & sizeMask
+	klen := uint64(binary.LittleEndian.Uint32(mem[off+klenOff:]))
+	vlen := binary.LittleEndian.Uint64(mem[off+vlenOff:])
+	vo := valueOffset(klen)
+	if tag&usedBit == 0 || size > uint64(len(mem))-off || vlen > size || vo+vlen+tagSize > size {
+		return nil, nil, 0, false
+	}
+	sum = binary.LittleEndian.Uint64(mem[off+sumOff:])
+	return mem[off+headerSize : off+headerSize+klen : off+headerSize+klen],
+		mem[off+vo : off+vo+vlen : off+vo+vlen], sum, true
+}
+
+// lookup finds key under sh's read lock, held by the caller. found is false
+// for an absent key, a key whose hash is held by a different key, and a
+// corrupt entry; corrupt is true only for the last, which the caller must
+// drop with dropCorrupt after releasing the read lock.
+func (s *Store) lookup(sh *shard, h uint64, key []byte, verify bool) (off uint64, value []byte, sum uint64, found, corrupt bool) {
+	if s.closed.Load() {
+		return 0, nil, 0, false, false
+	}
+	off, ok := sh.m[h]
+	if !ok {
+		return 0, nil, 0, false, false
+	}
+	k, v, sum, ok := s.entry(off)
+	if !ok {
+		return off, nil, 0, false, true
+	}
+	if !bytes.Equal(k, key) {
+		return 0, nil, 0, false, false
+	}
+	if verify && xxhash.Sum64(v) != sum {
+		return off, nil, 0, false, true
+	}
+	return off, v, sum, true, false
+}
+
+// dropCorrupt unlinks and frees the block at off if it is still key's
+// entry. The caller holds no lock.
+func (s *Store) dropCorrupt(sh *shard, h, off uint64) {
+	s.corrupt.Add(1)
+	sh.mu.Lock()
+	cur, ok := sh.m[h]
+	drop := ok && cur == off && !s.closed.Load()
+	if drop {
+		delete(sh.m, h)
+	}
+	sh.mu.Unlock()
+	if drop {
+		s.entries.Add(-1)
+		s.alloc.free(off)
+	}
+}
+
+// Get appends the value held for key to dst and returns the result, like
+// append; the result is the caller's. ok is false if key is absent, the
+// store is closed, or the stored value fails its checksum (the entry is then
+// dropped and counted in Stats.Corrupt).
+func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	off, v, _, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
+	if found {
+		dst = append(dst, v...)
+	}
+	sh.mu.RUnlock()
+	if corrupt {
+		s.dropCorrupt(sh, h, off)
+	}
+	if found {
+		sh.hits.Add(1)
+	} else {
+		sh.misses.Add(1)
+	}
+	return dst, found
+}
+
+// View calls fn with the value held for key, in place in the arena, and its
+// xxhash64, and returns true; or returns false without calling fn, as Get
+// would. value is valid only until fn returns and must not be modified or
+// retained. fn runs under the shard's read lock: it must be quick and must
+// not call the Store.
+func (s *Store) View(key []byte, fn func(value []byte, sum uint64)) bool {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	off, v, sum, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
+	if found {
+		fn(v, sum)
+	}
+	sh.mu.RUnlock()
+	if corrupt {
+		s.dropCorrupt(sh, h, off)
+	}
+	if found {
+		sh.hits.Add(1)
+	} else {
+		sh.misses.Add(1)
+	}
+	return found
+}
+
+// Has reports whether key is held. It compares the stored key but does not
+// verify the checksum, and counts neither a hit nor a miss.
+func (s *Store) Has(key []byte) bool {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	_, _, _, found, _ := s.lookup(sh, h, key, false)
+	sh.mu.RUnlock()
+	return found
+}
+
+// Delete removes key and frees its block. It reports whether key was held;
+// false after Close.
+func (s *Store) Delete(key []byte) bool {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	off, _, _, found, corrupt := s.lookup(sh, h, key, false)
+	ok := found || corrupt
+	if ok {
+		delete(sh.m, h)
+	}
+	sh.mu.Unlock()
+	if !ok {
+		return false
+	}
+	s.entries.Add(-1)
+	s.deletes.Add(1)
+	s.alloc.free(off)
+	return true
+}
+
+// Len returns the number of samples held; 0 after Close.
+func (s *Store) Len() int {
+	if s.closed.Load() {
+		return 0
+	}
+	return int(s.entries.Load())
+}
+
+// Stats returns a snapshot of the store's counters. Memory figures are 0
+// after Close. Counters are read one by one, so a snapshot taken under load
+// need not be consistent across fields.
+func (s *Store) Stats() Stats {
+	used, free, largest := s.alloc.stats()
+	st := Stats{
+		Entries:     s.Len(),
+		UsedBytes:   int64(used),
+		FreeBytes:   int64(free),
+		LargestFree: int64(largest),
+		Capacity:    s.cfg.Capacity,
+		Puts:        s.puts.Load(),
+		Corrupt:     s.corrupt.Load(),
+		Deletes:     s.deletes.Load(),
+	}
+	for i := range s.shards {
+		st.Hits += s.shards[i].hits.Load()
+		st.Misses += s.shards[i].misses.Load()
+	}
+	return st
+}
+
+// Fd returns the memfd backing the arena, for sharing with other processes,
+// or -1 if the arena is anonymous memory or the store is closed. The Store
+// keeps ownership: the caller must not close it.
+func (s *Store) Fd() int {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	return s.fd
+}
+
+// Close unmaps the arena and closes its memfd, after waiting for operations
+// in flight. Later calls return ErrClosed or report absence.
+func (s *Store) Close() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+	}
+	s.alloc.mu.Lock()
+	s.closed.Store(true)
+	err := unmapArena(s.mem, s.fd)
+	s.alloc.mem = nil
+	s.alloc.mu.Unlock()
+	s.mem, s.fd = nil, -1
+	for i := range s.shards {
+		s.shards[i].m = nil
+		s.shards[i].mu.Unlock()
+	}
+	return err
+}
