@@ -1,0 +1,96 @@
+// Package sampling holds Shade's per-sample importance scores and the samplers
+// that turn them into epoch orders: PADS (importance sampling with replacement,
+// SHADE FAST '23, corrected) and plain uniform sampling equivalent to PyTorch's
+// DistributedSampler.
+//
+// The package is a pure leaf: it touches no network, clock or global state.
+// Every random choice comes from an injected *rand.Rand (score tie-breaking) or
+// from a PCG stream derived from (job seed, epoch) (orders), so any process that
+// holds the same inputs computes the same result.
+//
+// # Scores
+//
+// A trainer reports one minibatch at a time as (sample id, loss) pairs.
+// [RankScores] ranks the m losses ascending, ties in random order, and gives the
+// sample at rank k the score
+//
+//	s = ln(10 + 63 p),  p = k/(m-1)  (p = 1 when m = 1),
+//
+// which is SHADE's ln(rank+10) shape made independent of the batch size: scores
+// lie in [ln 10, ln 73] ≈ [2.303, 4.290]. [Table.Report] merges each score into
+// the dataset's table by an exponential moving average,
+//
+//	score[id] = a*s + (1-a)*score[id],
+//
+// with a = [DefaultAlpha] unless configured. A sample never scored takes the
+// running mean of the scored samples as its prior and as its effective score
+// (ln 41.5, the middle of the range, while nothing is scored), so a sample that
+// has not been seen yet is neither favoured nor starved.
+//
+// # Orders
+//
+// [Sampler.Order] produces one epoch's full order of n sample ids. Epoch 0, and
+// every epoch when PADS is off, is a uniform permutation. With PADS on, epoch
+// e >= 1 draws n ids with replacement, sample i with probability
+//
+//	(1-u) * w_i / sum(w) + u/n,  w_i = max(0, score_i + lambda),
+//
+// where u is the uniform floor; samples not drawn in the last K-1 epochs are
+// forced in first (the coverage floor), and the result is shuffled. [Split] and
+// [UniformSlice] cut an order into equal per-rank slices the way
+// DistributedSampler(drop_last=False) does: padded by wrapping around to the
+// front, rank r takes positions r, r+world, r+2*world, ...
+//
+// # Reproducibility
+//
+// An order is a pure function of (Config, epoch, the table's contents, the
+// sampler's coverage state) under the algorithms of [OrderVersion]. Only
+// integer operations and IEEE-754 additions, multiplications, divisions and
+// conversions are used on that path, and every product that feeds an addition
+// is wrapped in an explicit float64(...) conversion, which the Go
+// specification says forbids fusing it into an FMA; hence amd64, arm64 and the
+// rest compute bit-identical weights and alias tables. The running mean is
+// kept as an exact per-exponent integer sum of the float32 scores, so it
+// depends only on which scores the table holds, not on the history that
+// produced them. Bounded integers, coins and shuffles are derived from PCG's
+// Uint64 by this package rather than taken from rand.Rand's methods, so a Go
+// upgrade cannot change an order either. Scores themselves use math.Log, whose
+// last bit may differ between architectures; they are computed once, by the
+// leader, and replicated verbatim (Table.Set, MarshalBinary), so that does not
+// matter.
+//
+// # Concurrency
+//
+// Table and Sampler are not safe for concurrent use; the caller locks. All
+// package-level functions are safe for concurrent use.
+package sampling
+
+import "errors"
+
+// OrderVersion names the algorithms that turn (seed, epoch, table, coverage
+// state) into an order. It changes whenever a change to this package would
+// change any order, so peers can refuse to mix versions.
+const OrderVersion = 1
+
+// Sentinel errors; every error returned by this package wraps one of them.
+var (
+	// ErrIDOutOfRange: a sample id is not below the table's length.
+	ErrIDOutOfRange = errors.New("sampling: id out of range")
+	// ErrLossNotFinite: a reported loss is NaN or infinite.
+	ErrLossNotFinite = errors.New("sampling: loss not finite")
+	// ErrBadBatch: a reported batch is empty or its ids and losses differ in length.
+	ErrBadBatch = errors.New("sampling: bad batch")
+	// ErrBadScore: a score to install is negative, NaN, or too large for a float32.
+	ErrBadScore = errors.New("sampling: bad score")
+	// ErrEpochOutOfSequence: Sampler.Order was asked for an epoch other than the next one.
+	ErrEpochOutOfSequence = errors.New("sampling: epoch out of sequence")
+	// ErrSizeMismatch: a table, sampler or encoding covers a different number of samples.
+	ErrSizeMismatch = errors.New("sampling: size mismatch")
+	// ErrBadConfig: a Config field is out of its documented range.
+	ErrBadConfig = errors.New("sampling: bad config")
+	// ErrBadWorld: a world size below 1.
+	ErrBadWorld = errors.New("sampling: bad world size")
+	// ErrCorrupt: an encoding is truncated, of an unknown version, fails its
+	// checksum or holds values out of range.
+	ErrCorrupt = errors.New("sampling: corrupt encoding")
+)

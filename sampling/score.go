@@ -1,0 +1,322 @@
+package sampling
+
+import (
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+)
+
+// neutralScore is ln(10 + 63*0.5) = ln 41.5, the middle of the score range: the
+// effective score of every sample while nothing is scored. It is a literal, not
+// math.Log(41.5), so that it is the same bits on every architecture.
+const neutralScore = 3.7256934272366529
+
+// RankScores returns the score of each loss within its minibatch, in the same
+// order as losses: the losses are ranked ascending, k = 0..m-1, and rank k gets
+// ln(10 + 63*k/(m-1)) (ln 73 when m = 1). Equal losses take distinct ranks in an
+// order drawn from rng; with distinct losses rng is not consulted, and a nil rng
+// breaks ties by position. NaN sorts below every number (as cmp.Compare orders
+// it); Table.Report refuses NaN before it gets here. The result is a new slice;
+// losses is not modified.
+func RankScores(losses []float64, rng *rand.Rand) []float64 {
+	out := make([]float64, len(losses))
+	for k, i := range rankOrder(losses, rng) {
+		out[i] = rankScore(k, len(losses))
+	}
+	return out
+}
+
+// rankScore is the score of rank k (0-based, ascending loss) among m.
+func rankScore(k, m int) float64 {
+	p := 1.0
+	if m > 1 {
+		p = float64(k) / float64(m-1)
+	}
+	return math.Log(10 + float64(63*p))
+}
+
+// rankOrder returns the positions of losses sorted by ascending loss; each run
+// of equal losses is shuffled with rng (left in position order if rng is nil).
+// Losses compare as cmp.Compare does: NaNs equal each other and below -Inf,
+// -0 equals +0.
+func rankOrder(losses []float64, rng *rand.Rand) []int {
+	keyed := make([]rankKey, len(losses))
+	for i, l := range losses {
+		keyed[i] = rankKey{sortKey(l), i}
+	}
+	slices.SortFunc(keyed, func(a, b rankKey) int {
+		if a.key != b.key {
+			if a.key < b.key {
+				return -1
+			}
+			return 1
+		}
+		return a.pos - b.pos
+	})
+	order := make([]int, len(keyed))
+	for i := 0; i < len(keyed); {
+		j := i + 1
+		for j < len(keyed) && keyed[j].key == keyed[i].key {
+			j++
+		}
+		for k := i; k < j; k++ {
+			order[k] = keyed[k].pos
+		}
+		if run := order[i:j]; len(run) > 1 && rng != nil {
+			rng.Shuffle(len(run), func(x, y int) { run[x], run[y] = run[y], run[x] })
+		}
+		i = j
+	}
+	return order
+}
+
+type rankKey struct {
+	key uint64
+	pos int
+}
+
+// sortKey maps a float64 to an integer in the same order as cmp.Compare: all
+// NaNs to 0, below everything; -0 to the key of +0; otherwise the IEEE bits
+// with the sign flipped, and all bits flipped for negatives.
+func sortKey(x float64) uint64 {
+	if x != x {
+		return 0
+	}
+	if x == 0 {
+		x = 0
+	}
+	b := math.Float64bits(x)
+	if b>>63 != 0 {
+		return ^b
+	}
+	return b | 1<<63
+}
+
+// DefaultAlpha is the merge weight a of the newest score when NewTable is given
+// 0. With a = 0.5 the newest minibatch rank counts for half and older ranks
+// decay geometrically: the rank of one minibatch is a noisy estimate of a
+// sample's importance, so a single report should move it but not decide it,
+// and a sample whose loss has fallen is demoted within two or three epochs.
+const DefaultAlpha = 0.5
+
+// Table is one dataset's importance scores: a dense []float32 indexed by sample
+// id and a bitset of which ids have ever been scored. Scores are finite and
+// non-negative. Memory is about 4.1 bytes per sample.
+//
+// The zero Table has no samples and DefaultAlpha; it is useful as the target of
+// UnmarshalBinary. A Table is not safe for concurrent use: the caller locks,
+// and read-only methods (Score, Scored, Mean, NumScored, Len, MarshalBinary)
+// may share a read lock.
+type Table struct {
+	alpha     float64
+	scores    []float32
+	scored    []uint64 // bit id%64 of word id/64
+	numScored int
+	sum       scoreSum
+	mean      float64 // sum/numScored, valid while numScored > 0
+}
+
+// NewTable returns a table of n samples, none scored, that merges reports with
+// weight alpha on the newest score (0 selects DefaultAlpha). It panics if n is
+// negative or above math.MaxUint32, or alpha is not in [0, 1]: both are
+// programming errors, not input.
+func NewTable(n int, alpha float64) *Table {
+	if n < 0 || uint64(n) > math.MaxUint32 {
+		panic("sampling: NewTable: n out of range")
+	}
+	if !(alpha >= 0 && alpha <= 1) {
+		panic("sampling: NewTable: alpha not in [0, 1]")
+	}
+	return &Table{
+		alpha:  alpha,
+		scores: make([]float32, n),
+		scored: make([]uint64, (n+63)/64),
+	}
+}
+
+// Len is the number of samples; valid ids are 0..Len()-1.
+func (t *Table) Len() int { return len(t.scores) }
+
+// Alpha is the merge weight of the newest score.
+func (t *Table) Alpha() float64 {
+	if t.alpha == 0 {
+		return DefaultAlpha
+	}
+	return t.alpha
+}
+
+// Report merges one trained minibatch: losses[i] is the loss of sample ids[i].
+// Scores are credited to the ids, never to positions. The batch is ranked by
+// RankScores (rng breaks ties; nil breaks them by position) and each sample's
+// score is merged as score = a*s + (1-a)*prior, where prior is the sample's
+// current score, or, for a sample never scored, the running mean as it stood
+// before this batch (so the order of the pairs within a batch does not matter).
+//
+// An id that occurs more than once is ranked once per occurrence, and its
+// merges are applied one after another in ascending rank order, each using the
+// previous result as prior; with distinct losses the outcome is again
+// independent of the order of the pairs.
+//
+// Report is all or nothing: an empty batch, len(ids) != len(losses) (both
+// ErrBadBatch), an id >= Len() (ErrIDOutOfRange) or a NaN or infinite loss
+// (ErrLossNotFinite) fails the whole batch and leaves the table unchanged.
+// Report does not retain ids or losses.
+func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
+	if err := t.checkBatch(ids, losses); err != nil {
+		return err
+	}
+	a := t.Alpha()
+	b := 1 - a
+	prior := t.Mean()
+	order := rankOrder(losses, rng)
+	for k, i := range order {
+		id := ids[i]
+		old := prior
+		if t.Scored(id) {
+			old = float64(t.scores[id])
+			t.sum.add(t.scores[id], -1)
+		} else {
+			t.scored[id/64] |= 1 << (id % 64)
+			t.numScored++
+		}
+		// Both products are rounded before the addition: no FMA.
+		v := float32(float64(a*rankScore(k, len(order))) + float64(b*old))
+		t.scores[id] = v
+		t.sum.add(v, 1)
+	}
+	t.refreshMean()
+	return nil
+}
+
+func (t *Table) checkBatch(ids []uint32, losses []float64) error {
+	if len(ids) == 0 && len(losses) == 0 {
+		return wrapf(ErrBadBatch, "empty batch")
+	}
+	if len(ids) != len(losses) {
+		return wrapf(ErrBadBatch, "%d ids but %d losses", len(ids), len(losses))
+	}
+	for i, id := range ids {
+		if uint64(id) >= uint64(len(t.scores)) {
+			return wrapf(ErrIDOutOfRange, "id %d at position %d, table of %d samples", id, i, len(t.scores))
+		}
+	}
+	for i, l := range losses {
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return wrapf(ErrLossNotFinite, "loss %v of id %d at position %d", l, ids[i], i)
+		}
+	}
+	return nil
+}
+
+// Score is the effective score of a sample: its merged score if it was ever
+// scored, else the running mean (Mean). It panics if id >= Len().
+func (t *Table) Score(id uint32) float64 {
+	if uint64(id) >= uint64(len(t.scores)) {
+		panic("sampling: Table.Score: id out of range")
+	}
+	if t.scored[id/64]&(1<<(id%64)) != 0 {
+		return float64(t.scores[id])
+	}
+	return t.Mean()
+}
+
+// Scored reports whether the sample has a score of its own; false for an id
+// out of range.
+func (t *Table) Scored(id uint32) bool {
+	if uint64(id) >= uint64(len(t.scores)) {
+		return false
+	}
+	return t.scored[id/64]&(1<<(id%64)) != 0
+}
+
+// Mean is the running mean of the scored samples' scores: the effective score
+// of every sample not yet scored. While nothing is scored it is ln 41.5, the
+// middle of the score range. It depends only on the scores the table holds
+// (it is computed from an exact sum), never on the history that produced them.
+func (t *Table) Mean() float64 {
+	if t.numScored == 0 {
+		return neutralScore
+	}
+	return t.mean
+}
+
+// NumScored is the number of samples with a score of their own.
+func (t *Table) NumScored() int { return t.numScored }
+
+// Set installs score as the sample's merged score, verbatim (rounded to
+// float32), and marks it scored; this is how a replica or a new leader
+// receives the leader's merged table one sample at a time. It refuses an id
+// >= Len() (ErrIDOutOfRange) and a score that is NaN, negative or beyond
+// math.MaxFloat32 (ErrBadScore), leaving the table unchanged.
+func (t *Table) Set(id uint32, score float64) error {
+	if uint64(id) >= uint64(len(t.scores)) {
+		return wrapf(ErrIDOutOfRange, "id %d, table of %d samples", id, len(t.scores))
+	}
+	if !(score >= 0 && score <= math.MaxFloat32) {
+		return wrapf(ErrBadScore, "score %v of id %d", score, id)
+	}
+	v := float32(score)
+	if v == 0 {
+		v = 0 // never store -0: the exact sum keys on the bit pattern
+	}
+	if t.Scored(id) {
+		t.sum.add(t.scores[id], -1)
+	} else {
+		t.scored[id/64] |= 1 << (id % 64)
+		t.numScored++
+	}
+	t.scores[id] = v
+	t.sum.add(v, 1)
+	t.refreshMean()
+	return nil
+}
+
+func (t *Table) refreshMean() {
+	if t.numScored > 0 {
+		t.mean = t.sum.value() / float64(t.numScored)
+	} else {
+		t.mean = 0
+	}
+}
+
+// scoreSum is the exact sum of a multiset of non-negative finite float32
+// values: a float32 with biased exponent e and significand m (implicit bit
+// included) is m * 2^(max(e,1)-150), so acc[e] holds the integer sum of the
+// significands of the values with exponent e. A significand is below 2^24 and
+// a table holds at most 2^32 values, so no bucket can overflow. Adding and
+// removing are O(1); value is O(number of distinct exponents in use), a
+// handful for real scores.
+type scoreSum struct {
+	acc [255]int64
+	nz  [4]uint64 // bit e set iff acc[e] != 0
+}
+
+func (s *scoreSum) add(x float32, sign int64) {
+	b := math.Float32bits(x)
+	e := b >> 23 // sign bit is clear: scores are never negative nor -0
+	m := int64(b & (1<<23 - 1))
+	if e != 0 {
+		m |= 1 << 23
+	}
+	s.acc[e] += sign * m
+	if s.acc[e] != 0 {
+		s.nz[e/64] |= 1 << (e % 64)
+	} else {
+		s.nz[e/64] &^= 1 << (e % 64)
+	}
+}
+
+// value rounds the exact sum to float64, adding the buckets from the smallest
+// exponent up, in a fixed order, so the result depends on the multiset only.
+func (s *scoreSum) value() float64 {
+	var total float64
+	for w, word := range s.nz {
+		for word != 0 {
+			e := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			total += math.Ldexp(float64(s.acc[e]), max(e, 1)-150)
+		}
+	}
+	return total
+}

@@ -1,0 +1,54 @@
+package sampling
+
+// Split cuts an epoch's order into world disjoint slices of equal length, as
+// PyTorch's DistributedSampler(drop_last=False) does: the order is padded to a
+// multiple of world by wrapping around to its front (repeatedly when it is
+// shorter than the padding, as when len(order) < world), and rank r takes
+// positions r, r+world, r+2*world, ... of the padded order. Every slice has
+// ceil(len(order)/world) ids; an empty order gives world empty slices. The
+// slices share one new backing array but are capacity-limited, so appending to
+// one never writes into another; order is not retained. world < 1 fails with
+// ErrBadWorld.
+func Split(order []uint32, world int) ([][]uint32, error) {
+	if world < 1 {
+		return nil, wrapf(ErrBadWorld, "world %d", world)
+	}
+	per := (len(order) + world - 1) / world
+	backing := make([]uint32, per*world)
+	out := make([][]uint32, world)
+	for r := range out {
+		out[r] = backing[r*per : (r+1)*per : (r+1)*per]
+		strided(out[r], order, world, r)
+	}
+	return out, nil
+}
+
+// strided fills dst with positions rank, rank+world, ... of order padded by
+// wrap-around.
+func strided(dst, order []uint32, world, rank int) {
+	pos := rank
+	for k := range dst {
+		dst[k] = order[pos%len(order)]
+		pos += world
+	}
+}
+
+// UniformSlice is rank's slice of epoch's uniform order, the equivalent of
+// PyTorch's DistributedSampler(n, world, rank, shuffle=True, seed,
+// drop_last=False) after set_epoch(epoch): a permutation of 0..n-1 drawn from
+// (seed, epoch), padded by wrap-around to a multiple of world, of which rank
+// takes indices[rank::world]; ceil(n/world) ids. It equals
+// Split(order, world)[rank] for the order that a Sampler with PADS off (or any
+// sampler at epoch 0) gives for (seed, epoch), so ranks may compute their own
+// slices without a leader. It returns nil if n or epoch is negative, world < 1
+// or rank is outside [0, world), and an empty slice if n is 0.
+func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
+	if n < 0 || uint64(n) > 1<<32-1 || epoch < 0 || world < 1 || rank < 0 || rank >= world {
+		return nil
+	}
+	dst := make([]uint32, (n+world-1)/world)
+	if n > 0 {
+		strided(dst, permutation(n, seed, epoch), world, rank)
+	}
+	return dst
+}

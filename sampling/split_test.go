@@ -1,0 +1,152 @@
+package sampling
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// distributedSampler is PyTorch's DistributedSampler.__iter__ with
+// drop_last=False, transcribed, applied to a given permutation.
+func distributedSampler(indices []uint32, world, rank int) []uint32 {
+	n := len(indices)
+	numSamples := (n + world - 1) / world
+	totalSize := numSamples * world
+	padding := totalSize - n
+	idx := slices.Clone(indices)
+	if padding <= n {
+		idx = append(idx, indices[:padding]...)
+	} else {
+		reps := (padding + n - 1) / n
+		var rep []uint32
+		for range reps {
+			rep = append(rep, indices...)
+		}
+		idx = append(idx, rep[:padding]...)
+	}
+	var out []uint32
+	for i := rank; i < totalSize; i += world {
+		out = append(out, idx[i])
+	}
+	return out
+}
+
+func TestSplit(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 5, 7, 10, 16, 17, 100, 101, 1000} {
+		for _, world := range []int{1, 2, 3, 4, 7, 8, 16, 33, 1000} {
+			t.Run(fmt.Sprintf("n=%d/world=%d", n, world), func(t *testing.T) {
+				order := make([]uint32, n)
+				for i := range order {
+					order[i] = uint32(i*7919) % 100003 // distinct, not sorted
+				}
+				parts, err := Split(order, world)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(parts) != world {
+					t.Fatalf("%d slices", len(parts))
+				}
+				per := (n + world - 1) / world
+				counts := map[uint32]int{}
+				for r, sl := range parts {
+					if len(sl) != per {
+						t.Fatalf("rank %d has %d ids, want %d", r, len(sl), per)
+					}
+					if cap(sl) != per {
+						t.Fatalf("rank %d capacity %d", r, cap(sl))
+					}
+					if n > 0 && !slices.Equal(sl, distributedSampler(order, world, r)) {
+						t.Fatalf("rank %d differs from DistributedSampler", r)
+					}
+					// Disjoint positions: rank r holds padded positions r + k*world.
+					for k, id := range sl {
+						if id != order[(r+k*world)%n] {
+							t.Fatalf("rank %d position %d", r, k)
+						}
+						counts[id]++
+					}
+				}
+				// The union covers the order; padding repeats from the front.
+				if n > 0 {
+					total := 0
+					for i, id := range order {
+						want := (per*world - i + n - 1) / n // copies of position i in the padded order
+						if counts[id] != want {
+							t.Fatalf("id at position %d appears %d times, want %d", i, counts[id], want)
+						}
+						total += counts[id]
+					}
+					if total != per*world {
+						t.Fatalf("total %d, want %d", total, per*world)
+					}
+				}
+			})
+		}
+	}
+	if _, err := Split([]uint32{1}, 0); !errors.Is(err, ErrBadWorld) {
+		t.Fatalf("world 0: %v", err)
+	}
+	// Appending to one slice never writes into the next.
+	sl, _ := Split([]uint32{0, 1, 2, 3}, 2)
+	_ = append(sl[0], 99)
+	if sl[1][0] != 1 {
+		t.Fatalf("append clobbered rank 1")
+	}
+}
+
+func TestUniformSliceMatchesDistributedSampler(t *testing.T) {
+	for _, n := range []int{0, 1, 3, 10, 64, 1001} {
+		for _, world := range []int{1, 2, 3, 8, 16} {
+			for _, epoch := range []int{0, 1, 7} {
+				const seed = 2024
+				perm := permutation(n, seed, epoch)
+				if !isPermutation(perm, n) {
+					t.Fatalf("n=%d epoch %d: not a permutation", n, epoch)
+				}
+				split, _ := Split(perm, world)
+				s := NewSampler(n, Config{Seed: seed})
+				var order []uint32
+				for e := 0; e <= epoch; e++ {
+					order, _ = s.Order(e, nil)
+				}
+				fromSampler, _ := Split(order, world)
+				seen := make([]int, n)
+				for rank := range world {
+					got := UniformSlice(n, world, rank, seed, epoch)
+					if n > 0 && !slices.Equal(got, distributedSampler(perm, world, rank)) {
+						t.Fatalf("n=%d world=%d rank=%d epoch=%d: differs from DistributedSampler", n, world, rank, epoch)
+					}
+					if !slices.Equal(got, split[rank]) || !slices.Equal(got, fromSampler[rank]) {
+						t.Fatalf("n=%d world=%d rank=%d: differs from Split of the sampler's order", n, world, rank)
+					}
+					if len(got) != (n+world-1)/world || got == nil {
+						t.Fatalf("length %d", len(got))
+					}
+					for _, id := range got {
+						seen[id]++
+					}
+				}
+				for id, c := range seen {
+					if c == 0 {
+						t.Fatalf("n=%d world=%d: sample %d on no rank", n, world, id)
+					}
+				}
+			}
+		}
+	}
+	if !slices.Equal(UniformSlice(100, 1, 0, 1, 0), permutation(100, 1, 0)) {
+		t.Fatalf("world 1 is not the permutation")
+	}
+	if slices.Equal(UniformSlice(100, 1, 0, 1, 0), UniformSlice(100, 1, 0, 1, 1)) {
+		t.Fatalf("epochs 0 and 1 equal")
+	}
+	for _, bad := range [][3]int{{-1, 1, 0}, {5, 0, 0}, {5, 2, 2}, {5, 2, -1}} {
+		if got := UniformSlice(bad[0], bad[1], bad[2], 0, 0); got != nil {
+			t.Fatalf("UniformSlice%v = %v, want nil", bad, got)
+		}
+	}
+	if UniformSlice(5, 1, 0, 0, -1) != nil {
+		t.Fatalf("negative epoch accepted")
+	}
+}
