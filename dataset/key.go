@@ -1,0 +1,104 @@
+package dataset
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+var (
+	// ErrBadKey is wrapped by every ParseKey error.
+	ErrBadKey = errors.New("dataset: bad key")
+	// ErrBadName is wrapped by every ValidName error.
+	ErrBadName = errors.New("dataset: bad name")
+)
+
+// MaxNameLen is the longest dataset name ValidName accepts.
+const MaxNameLen = 64
+
+// MaxIndex is the largest sample index a key may carry.
+const MaxIndex = math.MaxInt32
+
+// ValidName reports whether name may name a dataset: 1 to 64 characters,
+// each an ASCII letter, digit, '.', '_' or '-', and not "." or ".." (a
+// name may become a folder's name). The error wraps ErrBadName.
+func ValidName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrBadName)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %d characters, at most %d allowed", ErrBadName, len(name), MaxNameLen)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: %q", ErrBadName, name)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return fmt.Errorf("%w: %q: byte %d (%q) is not one of A-Z a-z 0-9 . _ -", ErrBadName, name, i, name[i])
+		}
+	}
+	return nil
+}
+
+func nameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '.' || c == '_' || c == '-'
+}
+
+// Key returns the key of sample index of dataset name, "<name>/<index>".
+// It does not validate; ParseKey(Key(n, i)) returns n, i for every valid
+// name and index in [0, MaxIndex].
+func Key(name string, index int) string {
+	return name + "/" + strconv.Itoa(index)
+}
+
+// ParseKey splits a sample key "<dataset>/<index>" into the dataset's name
+// (see ValidName) and the sample index: decimal digits only, no sign, no
+// leading zeros except "0" itself, at most MaxIndex. So each sample has
+// exactly one key. Errors wrap ErrBadKey and quote at most the first 80
+// bytes of key.
+func ParseKey(key string) (dataset string, index int, err error) {
+	slash := strings.IndexByte(key, '/')
+	if slash < 0 {
+		return "", 0, fmt.Errorf("%w: %s: want <dataset>/<index>", ErrBadKey, quoteKey(key))
+	}
+	name, num := key[:slash], key[slash+1:]
+	if err := ValidName(name); err != nil {
+		return "", 0, fmt.Errorf("%w: %s: %w", ErrBadKey, quoteKey(key), err)
+	}
+	index, ok := parseIndex(num)
+	if !ok {
+		return "", 0, fmt.Errorf("%w: %s: index must be a decimal integer in 0..%d without sign or leading zeros", ErrBadKey, quoteKey(key), MaxIndex)
+	}
+	return name, index, nil
+}
+
+func parseIndex(s string) (int, bool) {
+	if s == "" || len(s) > 10 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if v > MaxIndex {
+		return 0, false
+	}
+	return int(v), true
+}
+
+// quoteKey quotes key for an error message, cut to 80 bytes: keys come off
+// the wire and may be huge.
+func quoteKey(key string) string {
+	const limit = 80
+	if len(key) > limit {
+		return strconv.Quote(key[:limit]) + "..."
+	}
+	return strconv.Quote(key)
+}
