@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"math"
+)
+
+// APP is SHADE's importance-aware admission and eviction policy, corrected.
+//
+// Residents sit in a min-heap keyed by (score, frequency, last use tick)
+// ascending, so the top is the least important resident. A ghost table keeps
+// (score, frequency) for every id ever seen, resident or not, so importance
+// and popularity survive eviction.
+//
+// On a Miss for x, x's key is (its ghost score, or the default score if it was
+// never scored; its ghost frequency+1; now). While x does not fit and the top
+// is less important than x, the top is evicted; x is then admitted if it
+// fits, else served uncached. Unlike SHADE's code, every admitted item enters
+// the heap at once and so is evictable, and a score update re-keys a
+// resident at once.
+//
+// The frequency counts every read of an id (hits and misses, admitted or
+// not) and saturates at 2^32-1. Scores are kept as float32.
+type APP struct {
+	ghosts map[ID]ghost
+	heap   idHeap[appKey]
+	now    uint64
+	def    float32
+}
+
+// ghost is what APP remembers of every id it has seen: 8 bytes, so that the
+// table for millions of samples stays small. A NaN score means never scored
+// (SetScore ignores NaN, so it cannot be a real score).
+type ghost struct {
+	score float32
+	freq  uint32
+}
+
+var unscored = float32(math.NaN())
+
+func (g ghost) scored() bool { return g.score == g.score }
+
+// appKey orders residents by importance; the least important is least.
+// APP and LFU (score always 0) share it.
+type appKey struct {
+	score float32
+	freq  uint32
+	last  uint64
+}
+
+func (a appKey) less(b appKey) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	if a.freq != b.freq {
+		return a.freq < b.freq
+	}
+	return a.last < b.last
+}
+
+func appLess(a, b appKey) bool { return a.less(b) }
+
+var (
+	_ Policy = (*APP)(nil)
+	_ Scorer = (*APP)(nil)
+)
+
+// NewAPP returns an empty APP policy. A zero or non-finite
+// opts.DefaultScore means MiddleScore.
+func NewAPP(opts Options) *APP {
+	def := opts.DefaultScore
+	if def == 0 || math.IsNaN(def) || math.IsInf(def, 0) {
+		def = MiddleScore
+	}
+	return &APP{
+		ghosts: make(map[ID]ghost),
+		heap:   newIDHeap(appLess),
+		def:    float32(def),
+	}
+}
+
+// Name returns "app".
+func (a *APP) Name() string { return "app" }
+
+// Hit counts a read of a resident: its frequency and last use go up and it
+// is re-keyed.
+func (a *APP) Hit(id ID) {
+	a.now++
+	g := a.touch(id)
+	if s, ok := a.heap.find(id); ok {
+		k := a.heap.keyOf(s)
+		k.freq, k.last = g.freq, a.now
+		a.heap.setSlot(s, k)
+	}
+}
+
+// Miss implements Policy.Miss; see the type's comment for the rule.
+func (a *APP) Miss(id ID, size int64, room Room) bool {
+	if a.heap.has(id) {
+		a.Hit(id)
+		return true
+	}
+	a.now++
+	g := a.touch(id)
+	if refuse(room, size) {
+		return false
+	}
+	k := appKey{score: a.def, freq: g.freq, last: a.now}
+	if g.scored() {
+		k.score = g.score
+	}
+	for !room.Fits(id, size) && a.heap.len() > 0 && a.heap.top().key.less(k) {
+		victim := a.heap.pop()
+		room.Evict(victim.id)
+	}
+	if !room.Fits(id, size) {
+		return false
+	}
+	a.heap.push(id, k)
+	return true
+}
+
+// touch counts one read of id in its ghost entry and returns the entry.
+func (a *APP) touch(id ID) ghost {
+	g, ok := a.ghosts[id]
+	if !ok {
+		g.score = unscored
+	}
+	if g.freq < math.MaxUint32 {
+		g.freq++
+	}
+	a.ghosts[id] = g
+	return g
+}
+
+// Remove forgets a resident; its ghost entry stays.
+func (a *APP) Remove(id ID) { a.heap.remove(id) }
+
+// Resident reports whether id is in the cache.
+func (a *APP) Resident(id ID) bool { return a.heap.has(id) }
+
+// Len is the number of residents.
+func (a *APP) Len() int { return a.heap.len() }
+
+// Ghosts is the number of ids APP remembers (every id seen or scored).
+func (a *APP) Ghosts() int { return len(a.ghosts) }
+
+// SetScore implements Scorer.
+func (a *APP) SetScore(id ID, score float64) {
+	if math.IsNaN(score) {
+		return
+	}
+	s := float32(score)
+	g, ok := a.ghosts[id]
+	if !ok {
+		g = ghost{}
+	}
+	g.score = s
+	a.ghosts[id] = g
+	if slot, ok := a.heap.find(id); ok {
+		k := a.heap.keyOf(slot)
+		k.score = s
+		a.heap.setSlot(slot, k)
+	}
+}
+
+// SetDefaultScore implements Scorer.
+func (a *APP) SetDefaultScore(score float64) {
+	if math.IsNaN(score) {
+		return
+	}
+	a.def = float32(score)
+}
+
+// DefaultScore is the score given to never-scored ids admitted now.
+func (a *APP) DefaultScore() float64 { return float64(a.def) }

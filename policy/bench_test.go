@@ -1,0 +1,103 @@
+package policy
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// benchIDs returns n random ids over a universe of 10*residents ids.
+func benchIDs(n, residents int) []ID {
+	rng := rand.New(rand.NewPCG(42, 42))
+	ids := make([]ID, n)
+	for i := range ids {
+		ids[i] = ID(rng.IntN(10 * residents))
+	}
+	return ids
+}
+
+// fullAPP returns an APP holding residents unit-size items 0..residents-1,
+// scored randomly, with every id of the universe scored, over a full Budget.
+func fullAPP(residents int) (*APP, *Budget) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	a := NewAPP(Options{})
+	b := NewBudget(int64(residents))
+	for id := range ID(10 * residents) {
+		a.SetScore(id, math.Log(10+63*rng.Float64()))
+	}
+	for id := range ID(residents) {
+		// Admit straight into the heap: a Miss would refuse the unimportant.
+		a.touch(id)
+		a.heap.push(id, appKey{score: a.ghosts[id].score, freq: 1})
+		b.Admit(id, 1)
+	}
+	return a, b
+}
+
+// BenchmarkAPPMiss: misses of random non-resident ids against a full cache,
+// each evicting one resident when the newcomer is more important.
+func BenchmarkAPPMiss(b *testing.B) {
+	for _, residents := range []int{10_000, 100_000} {
+		b.Run(strconv.Itoa(residents), func(b *testing.B) {
+			a, room := fullAPP(residents)
+			ids := benchIDs(1<<16, residents)
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				id := ids[i&(len(ids)-1)]
+				i++
+				if a.Resident(id) {
+					a.Hit(id)
+				} else if a.Miss(id, 1, room) {
+					room.Admit(id, 1)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAPPHit: hits on random residents, each re-keying one heap entry.
+func BenchmarkAPPHit(b *testing.B) {
+	for _, residents := range []int{10_000, 100_000} {
+		b.Run(strconv.Itoa(residents), func(b *testing.B) {
+			a, _ := fullAPP(residents)
+			rng := rand.New(rand.NewPCG(1, 1))
+			ids := make([]ID, 1<<16)
+			for i := range ids {
+				ids[i] = ID(rng.IntN(residents))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				a.Hit(ids[i&(len(ids)-1)])
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkAPPSetScore: score updates of random residents.
+func BenchmarkAPPSetScore(b *testing.B) {
+	a, _ := fullAPP(100_000)
+	rng := rand.New(rand.NewPCG(3, 3))
+	b.ReportAllocs()
+	for b.Loop() {
+		a.SetScore(ID(rng.IntN(100_000)), math.Log(10+63*rng.Float64()))
+	}
+}
+
+// BenchmarkReplay measures a whole replay per policy.
+func BenchmarkReplay(b *testing.B) {
+	tr := randomTrace(5, 200_000, 20_000, true, true)
+	_, ws := WorkingSet(tr)
+	for _, name := range allNames {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				Replay(build(b, name, tr), tr, ws/10)
+			}
+		})
+	}
+}

@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// checkHeap verifies the heap order, the slots and the id index.
+func checkHeap[K any](t *testing.T, h *idHeap[K]) {
+	t.Helper()
+	if len(h.at) != len(h.items) || len(h.slots) != len(h.items)+len(h.free) {
+		t.Fatalf("index has %d ids, heap %d, slots %d with %d free", len(h.at), len(h.items), len(h.slots), len(h.free))
+	}
+	for i, e := range h.items {
+		sl := h.slots[e.slot]
+		if int(sl.pos) != i || h.at[sl.id] != e.slot {
+			t.Fatalf("item %d: slot %d says id %d at %d, index says slot %d", i, e.slot, sl.id, sl.pos, h.at[sl.id])
+		}
+		if i > 0 && h.less(e.key, h.items[(i-1)/2].key) {
+			t.Fatalf("item %d less than its parent", i)
+		}
+	}
+}
+
+func TestIDHeapRandomOps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	h := newIDHeap(func(a, b int) bool { return a < b })
+	ref := map[ID]int{}
+	for step := range 20000 {
+		id := ID(rng.IntN(200))
+		switch op := rng.IntN(4); {
+		case op == 0 && len(h.items) > 0:
+			it := h.pop()
+			for _, k := range ref {
+				if k < it.key {
+					t.Fatalf("step %d: popped %d but %d is in the heap", step, it.key, k)
+				}
+			}
+			if ref[it.id] != it.key {
+				t.Fatalf("step %d: popped %d with key %d, want %d", step, it.id, it.key, ref[it.id])
+			}
+			delete(ref, it.id)
+		case op == 1:
+			if h.remove(id) != hasKey(ref, id) {
+				t.Fatalf("step %d: remove(%d) disagrees", step, id)
+			}
+			delete(ref, id)
+		default:
+			k := rng.IntN(1000)
+			if h.has(id) {
+				h.set(id, k)
+			} else {
+				h.push(id, k)
+			}
+			ref[id] = k
+		}
+		checkHeap(t, &h)
+		if len(ref) != h.len() {
+			t.Fatalf("step %d: %d items, want %d", step, h.len(), len(ref))
+		}
+	}
+}
+
+func hasKey(m map[ID]int, id ID) bool {
+	_, ok := m[id]
+	return ok
+}

@@ -1,0 +1,147 @@
+// Package policy holds the cache's admission and eviction policies behind one
+// small interface, and a trace replayer that compares them.
+//
+// A policy sees only ids, sizes and a Room; it never holds sample bytes and
+// imports no network or storage package. Policies are pure and deterministic:
+// there are no clocks and no random sources, and time is a logical tick that
+// each Hit or Miss advances. Replaying one trace twice gives the same figures.
+//
+// The policies are:
+//
+//   - "app": SHADE's importance-aware policy in its corrected form (see NewAPP);
+//   - "lru", "fifo", "lfu": the classic baselines;
+//   - "minio": CoorDL's MinIO, which fills the cache once and never evicts;
+//   - "min": Belady's offline MIN with bypass, built from the trace by NewMIN.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ID names one cached item. It is opaque to a policy; the node packs the
+// dataset and the sample index into it.
+type ID uint64
+
+// Room is the cache's space as a policy sees it. The node implements it over
+// the off-heap store; Budget implements it for simulations.
+//
+// A policy calls Room only from inside Miss. Evict may call back into the
+// policy's Remove (a no-op: the victim is already forgotten) but never into
+// Hit or Miss.
+type Room interface {
+	// Fits reports whether size more bytes for id can be stored now.
+	Fits(id ID, size int64) bool
+	// Evict removes a resident the policy chose as victim. The policy has
+	// already forgotten it when Evict is called.
+	Evict(id ID)
+}
+
+// Bounded is a Room that knows its total capacity in bytes. Policies look for
+// it with a type assertion and refuse an item larger than the whole room
+// before evicting anything, so one oversized read does not flush the cache.
+// Over a plain Room such an item is found out only after every evictable
+// resident has gone.
+type Bounded interface {
+	Room
+	// Capacity is the room's total size in bytes.
+	Capacity() int64
+}
+
+// Policy decides admission and eviction.
+//
+// Implementations are not safe for concurrent use: the node serializes calls.
+// Hit and Miss each advance the policy's logical clock by one tick.
+type Policy interface {
+	// Name is the policy's name as New accepts it ("app", "lru", ...).
+	Name() string
+	// Hit records a read of a resident item. A Hit for an id that is not
+	// resident only advances the clock (and, for APP, the id's frequency).
+	Hit(id ID)
+	// Miss records a read of a non-resident item of size bytes. It may call
+	// room.Evict for victims, and returns true if id is admitted: id is then
+	// resident and the caller stores it. A Miss for an id that is already
+	// resident counts as a Hit and returns true. A negative size is refused.
+	Miss(id ID, size int64, room Room) bool
+	// Remove forgets id because it left the cache for another reason
+	// (deleted, corrupt, the store refused it). It is a no-op if id is not
+	// resident. Remove does not call the Room.
+	Remove(id ID)
+	// Resident reports whether id is in the cache.
+	Resident(id ID) bool
+	// Len is the number of resident items.
+	Len() int
+}
+
+// Scorer is implemented by importance-aware policies.
+type Scorer interface {
+	// SetScore applies a cluster-wide importance update. A resident is
+	// re-keyed at once; otherwise the ghost entry keeps the score for the
+	// id's next admission. A NaN score is ignored.
+	SetScore(id ID, score float64)
+	// SetDefaultScore sets the score of ids never scored (the node passes
+	// the running mean of its score table). It applies to ids admitted
+	// afterwards; residents keep the score they were admitted with until
+	// SetScore re-keys them. A NaN score is ignored.
+	SetDefaultScore(score float64)
+}
+
+// Options tunes New. The zero value is the default.
+type Options struct {
+	// DefaultScore is the initial score of never-scored ids for importance-
+	// aware policies. Zero means ln(10+63*0.5), the middle of the score range
+	// s = ln(10+63p), p in [0, 1].
+	DefaultScore float64
+}
+
+// MiddleScore is ln(10+63*0.5), the score of percentile 0.5 and the default
+// of Options.DefaultScore.
+const MiddleScore = 3.7256934272366524
+
+// Errors returned by New.
+var (
+	ErrUnknownPolicy = errors.New("policy: unknown policy")
+	ErrNeedsTrace    = errors.New("policy: policy needs the trace")
+	ErrBadOptions    = errors.New("policy: bad options")
+)
+
+// Names lists the policies New builds, in the order a report shows them.
+// Belady's MIN ("min") is not among them: it needs the trace (NewMIN).
+func Names() []string {
+	return []string{"app", "lru", "fifo", "lfu", "minio"}
+}
+
+// New builds the online policy called name: "app", "lru", "fifo", "lfu" or
+// "minio". An unknown name gives an error wrapping ErrUnknownPolicy; "min"
+// gives one wrapping ErrNeedsTrace.
+func New(name string, opts Options) (Policy, error) {
+	if math.IsNaN(opts.DefaultScore) || math.IsInf(opts.DefaultScore, 0) {
+		return nil, fmt.Errorf("%w: default score %v", ErrBadOptions, opts.DefaultScore)
+	}
+	switch name {
+	case "app":
+		return NewAPP(opts), nil
+	case "lru":
+		return NewLRU(), nil
+	case "fifo":
+		return NewFIFO(), nil
+	case "lfu":
+		return NewLFU(), nil
+	case "minio":
+		return NewMinIO(), nil
+	case "min":
+		return nil, fmt.Errorf("%w: %q is offline, build it with NewMIN", ErrNeedsTrace, name)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownPolicy, name)
+}
+
+// refuse reports whether an item of size bytes can never be admitted into
+// room: a negative size, or one larger than a Bounded room's capacity.
+func refuse(room Room, size int64) bool {
+	if size < 0 {
+		return true
+	}
+	b, ok := room.(Bounded)
+	return ok && size > b.Capacity()
+}
