@@ -1,0 +1,260 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/shade-mesh/shade/dataset"
+)
+
+// runDataset runs "shadectl dataset <subcommand> ...".
+func runDataset(args []string, stdout, stderr io.Writer) error {
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "usage: shadectl dataset <subcommand> [flags]")
+		fmt.Fprintln(w, "\nsubcommands:")
+		fmt.Fprintln(w, "  import-idx --dst DIR [--src DIR] [--limit N]  turn Fashion-MNIST's IDX files into DIR/train and DIR/test (PNG ImageFolder trees)")
+		fmt.Fprintln(w, "  index DIR [--json]                            sample count, bytes, version and classes of a dataset folder")
+	}
+	if len(args) == 0 {
+		usage(stderr)
+		return errors.New("missing subcommand")
+	}
+	switch args[0] {
+	case "import-idx":
+		return runDatasetImportIDX(args[1:], stdout, stderr)
+	case "index":
+		return runDatasetIndex(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		usage(stdout)
+		return nil
+	default:
+		usage(stderr)
+		return fmt.Errorf("unknown subcommand %q", args[0])
+	}
+}
+
+func runDatasetImportIDX(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shadectl dataset import-idx", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	src := fs.String("src", dataset.DefaultIDXDir, "folder holding the (gzip'd) IDX files")
+	dst := fs.String("dst", "", "folder to create with train/ and test/ (required)")
+	limit := fs.Int("limit", 0, "import only the first `N` images of each split (0: all)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset import-idx --dst DIR [--src DIR] [--limit N]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("import-idx: unexpected argument %q", pos[0])
+	}
+	if *dst == "" {
+		fs.Usage()
+		return errors.New("import-idx: --dst is required")
+	}
+	abs, err := filepath.Abs(*dst)
+	if err != nil {
+		return err
+	}
+
+	bar := newProgressBar(stderr, "import-idx")
+	start := time.Now()
+	train, test, err := dataset.ImportIDX(dataset.ImportOptions{
+		Src:      *src,
+		Dst:      abs,
+		Limit:    *limit,
+		Progress: bar.update,
+	})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	verb := "imported"
+	if !bar.used() {
+		verb = "already imported" // a complete earlier import: nothing written
+	}
+	fmt.Fprintf(stdout, "%s %d train + %d test images in %s: %s %s\n", verb, train, test,
+		time.Since(start).Round(time.Millisecond), filepath.Join(abs, "train"), filepath.Join(abs, "test"))
+	return nil
+}
+
+// indexReport is the --json output of "dataset index".
+type indexReport struct {
+	Dir        string   `json:"dir"`
+	Samples    int      `json:"samples"`
+	Bytes      int64    `json:"bytes"`
+	Version    string   `json:"version"`
+	Classes    int      `json:"classes"`
+	ClassNames []string `json:"class_names"`
+}
+
+func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shadectl dataset index", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR [--json]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errors.New("index: want exactly one folder")
+	}
+	dir, err := filepath.Abs(pos[0])
+	if err != nil {
+		return err
+	}
+	var progress func(int)
+	tty := isTerminal(stderr)
+	if tty {
+		progress = func(n int) { fmt.Fprintf(stderr, "\rscanning: %d files", n) }
+	}
+	m, err := dataset.Scan(dir, progress)
+	if tty {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err != nil {
+		return err
+	}
+	r := indexReport{
+		Dir:        dir,
+		Samples:    m.Len(),
+		Bytes:      m.TotalBytes(),
+		Version:    m.Version,
+		ClassNames: m.Classes(),
+	}
+	r.Classes = len(r.ClassNames)
+	if r.ClassNames == nil {
+		r.ClassNames = []string{}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(stdout, "dir      %s\n", r.Dir)
+	fmt.Fprintf(stdout, "samples  %d\n", r.Samples)
+	fmt.Fprintf(stdout, "bytes    %d (%s)\n", r.Bytes, humanBytes(r.Bytes))
+	fmt.Fprintf(stdout, "version  %s\n", r.Version)
+	fmt.Fprintf(stdout, "classes  %d\n", r.Classes)
+	return nil
+}
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments ("index DIR --json"), which flag.Parse alone stops at. After a
+// "--", everything is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagError turns --help into success (the flag package has printed the
+// usage) and keeps other parse errors, which it has reported too.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return fmt.Errorf("bad arguments: %w", err)
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws progress on a terminal as one line redrawn with '\r',
+// and elsewhere (a log, a pipe) as a line at every 10%. update must not be
+// called concurrently (ImportIDX serializes its Progress calls).
+type progressBar struct {
+	w       io.Writer
+	label   string
+	tty     bool
+	start   time.Time
+	calls   int
+	lastPct int // last percentage drawn
+	drawn   bool
+}
+
+func newProgressBar(w io.Writer, label string) *progressBar {
+	return &progressBar{w: w, label: label, tty: isTerminal(w), start: time.Now(), lastPct: -1}
+}
+
+func (p *progressBar) update(done, total int) {
+	p.calls++
+	if total <= 0 {
+		return
+	}
+	pct := done * 100 / total
+	if p.tty {
+		if pct == p.lastPct && done != total {
+			return
+		}
+		const width = 30
+		fill := done * width / total
+		fmt.Fprintf(p.w, "\r%s [%s%s] %3d%% %d/%d %s", p.label,
+			strings.Repeat("#", fill), strings.Repeat("-", width-fill), pct, done, total,
+			time.Since(p.start).Round(100*time.Millisecond))
+		p.lastPct, p.drawn = pct, true
+		return
+	}
+	if step := pct / 10 * 10; step > p.lastPct && step > 0 {
+		fmt.Fprintf(p.w, "%s: %3d%% (%d/%d) %s\n", p.label, step, done, total,
+			time.Since(p.start).Round(100*time.Millisecond))
+		p.lastPct = step
+	}
+}
+
+// finish ends the terminal line, if one was drawn.
+func (p *progressBar) finish() {
+	if p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+}
+
+// used reports whether update was ever called.
+func (p *progressBar) used() bool { return p.calls > 0 }
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
