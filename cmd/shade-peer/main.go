@@ -1,0 +1,202 @@
+// Command shade-peer is the Shade daemon: one per GPU node, it caches
+// training samples in off-heap memory and serves them, with importance-
+// sampled epoch orders, to the node's trainers over a Unix socket that
+// speaks the Redis protocol.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+
+	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/sampling"
+	"github.com/shade-mesh/shade/transport"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const envPrefix = "SHADE_"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, log, err := parseConfig(args, os.LookupEnv, stdout, stderr)
+	if errors.Is(err, pflag.ErrHelp) || errors.Is(err, errVersion) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "shade-peer: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		log.Info().Str("signal", s.String()).Msg("draining; a second signal forces exit")
+		cancel()
+		s = <-sigs
+		log.Warn().Str("signal", s.String()).Msg("forced exit")
+		os.Exit(1)
+	}()
+	if err := mesh.Run(ctx, cfg, nil); err != nil {
+		log.Error().Err(err).Msg("shade-peer failed")
+		return 1
+	}
+	return 0
+}
+
+var errVersion = errors.New("version printed")
+
+// parseConfig reads flags, then SHADE_<FLAG> environment variables for the
+// flags not given (a flag wins over its variable).
+func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (mesh.PeerConfig, zerolog.Logger, error) {
+	var (
+		cfg         mesh.PeerConfig
+		nop         = zerolog.Nop()
+		fs          = pflag.NewFlagSet("shade-peer", pflag.ContinueOnError)
+		name        = fs.String("name", "", "stable node name (default: the host name)")
+		socket      = fs.String("socket", "/run/shade/shade.sock", "trainer socket path (Redis protocol); its file is created with mode 0660")
+		datasets    = fs.StringArray("dataset", nil, "serve a dataset: NAME=DIR, repeatable (in the environment: comma-separated)")
+		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB)")
+		pol         = fs.String("policy", "app", "eviction and admission policy: app, lru, fifo, lfu, minio")
+		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
+		seed        = fs.Uint64("seed", 0, "job seed: every epoch's order is a function of seed, epoch and scores")
+		alpha       = fs.Float64("alpha", sampling.DefaultAlpha, "weight of a new importance score against the old one in the merge")
+		lambda      = fs.Float64("lambda", 0, "added to every score to form sampling weights: positive flattens toward uniform, negative sharpens")
+		floor       = fs.Float64("uniform-floor", sampling.DefaultUniformFloor, "share of each epoch's draws that are uniform (0: none)")
+		coverage    = fs.Int("coverage-epochs", sampling.DefaultCoverageEpochs, "every sample is drawn at least once every K epochs (0: no floor)")
+		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
+		idle        = fs.Duration("idle-timeout", 0, "close trainer connections idle this long (0: never)")
+		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		logFormat   = fs.String("log-format", "", "log format: json or console (default: console on a terminal, json otherwise)")
+		showVersion = fs.Bool("version", false, "print the version and exit")
+	)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: shade-peer [flags]\n\n"+
+			"Caches training samples in off-heap memory and serves them, with importance-sampled\n"+
+			"epoch orders, to this node's trainers over a Unix socket speaking the Redis protocol.\n\n"+
+			"Every flag can also be set as SHADE_<FLAG> in the environment (--cache-size as\n"+
+			"SHADE_CACHE_SIZE); a flag on the command line wins.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, nop, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, nop, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	var envErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || envErr != nil {
+			return
+		}
+		v, ok := lookupEnv(envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")))
+		if !ok {
+			return
+		}
+		parts := []string{v}
+		if f.Value.Type() == "stringArray" {
+			parts = strings.Split(v, ",")
+		}
+		for _, p := range parts {
+			if err := f.Value.Set(p); err != nil {
+				envErr = fmt.Errorf("%s%s: %w", envPrefix, strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")), err)
+				return
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, nop, envErr
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "shade-peer %s\n", version)
+		return cfg, nop, errVersion
+	}
+
+	log, err := newLogger(*logLevel, *logFormat, stderr)
+	if err != nil {
+		return cfg, nop, err
+	}
+	size, err := bytesize.Parse(*cacheSize)
+	if err != nil || size <= 0 {
+		return cfg, nop, fmt.Errorf("--cache-size %q: want a positive size such as 2GiB", *cacheSize)
+	}
+	var uniform bool
+	switch strings.ToLower(*pads) {
+	case "on", "true", "1":
+	case "off", "false", "0":
+		uniform = true
+	default:
+		return cfg, nop, fmt.Errorf("--pads %q: want on or off", *pads)
+	}
+	if *alpha <= 0 || *alpha > 1 {
+		return cfg, nop, fmt.Errorf("--alpha %v: want a weight in (0, 1]", *alpha)
+	}
+	if *floor < 0 || *floor > 1 {
+		return cfg, nop, fmt.Errorf("--uniform-floor %v: want a share in [0, 1]", *floor)
+	}
+	cfg.Node = mesh.Config{
+		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
+		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
+		Logger: log,
+	}
+	for _, d := range *datasets {
+		n, dir, ok := strings.Cut(d, "=")
+		if !ok || n == "" || dir == "" {
+			return cfg, nop, fmt.Errorf("--dataset %q: want NAME=DIR", d)
+		}
+		cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n, Dir: dir})
+	}
+	cfg.Socket = transport.SocketConfig{
+		Path: *socket, RequirePass: *requirepass, IdleTimeout: *idle, Logger: log,
+	}
+	return cfg, log, nil
+}
+
+// orNone maps a flag's explicit 0 ("none") to the node Config's negative
+// value, since in a Config zero means the default.
+func orNone(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	if format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "console"
+			}
+		}
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	default:
+		return zerolog.Nop(), fmt.Errorf("--log-format %q: want json or console", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", "shade-peer").Logger(), nil
+}

@@ -1,0 +1,108 @@
+// Package mesh is a Shade node: the datasets it serves, its share of the
+// cache, the admission policy that guards it, and the jobs whose epochs it
+// orders. It is the composition root below the daemon's main: it wires the
+// leaf packages (store, policy, sampling, dataset) together.
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/rs/zerolog"
+
+	"github.com/shade-mesh/shade/dataset"
+)
+
+// Source is a dataset's backing store: the manifest and the samples'
+// bytes. *dataset.Dir implements it.
+type Source interface {
+	Manifest() *dataset.Manifest
+	// Read appends sample i's bytes to dst. It is called concurrently.
+	Read(i int, dst []byte) ([]byte, error)
+}
+
+var _ Source = (*dataset.Dir)(nil)
+
+// DatasetConfig names one dataset the node serves.
+type DatasetConfig struct {
+	// Name is the dataset's name in keys ("<name>/<index>").
+	Name string
+	// Dir is the dataset's directory; ignored when Source is set.
+	Dir string
+	// Source, when set, serves the samples instead of Dir (tests, other
+	// backing stores).
+	Source Source
+}
+
+// Config configures a Node. The zero value of every field means its
+// default; New fills defaults on a copy and never writes into the caller's
+// Config.
+type Config struct {
+	// Name is the node's stable name; "" means the host name.
+	Name string
+	// CacheSize is the off-heap sample memory in bytes; 0 means 1 GiB.
+	CacheSize int64
+	// Policy is the eviction and admission policy: app (default), lru,
+	// fifo, lfu or minio.
+	Policy string
+	// Datasets the node serves.
+	Datasets []DatasetConfig
+
+	// Uniform turns PADS off: every epoch is a uniform permutation, as
+	// PyTorch's DistributedSampler gives.
+	Uniform bool
+	// Seed is the job seed; every epoch's order is a function of the seed,
+	// the epoch and the scores.
+	Seed uint64
+	// Alpha weighs a new score against the old in the merge; 0 means the
+	// sampling package's default.
+	Alpha float64
+	// Lambda is added to every score to form PADS weights: positive
+	// flattens the distribution toward uniform, negative sharpens it.
+	Lambda float64
+	// UniformFloor is the share of draws that are uniform; 0 means the
+	// sampling package's default, a negative value none.
+	UniformFloor float64
+	// CoverageEpochs is the coverage floor K: a sample is drawn at least
+	// once every K epochs. 0 means the sampling package's default; a
+	// negative value turns the floor off.
+	CoverageEpochs int
+
+	// KeepEpochs is how many published orders a job keeps for late ranks;
+	// 0 means 4.
+	KeepEpochs int
+	// SourceReads bounds concurrent source reads of one MGET; 0 means 16.
+	SourceReads int
+	// Logger receives the node's events; the zero Logger is silent.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("mesh: node name: %w", err)
+		}
+		c.Name = h
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 1 << 30
+	}
+	if c.CacheSize < 0 {
+		return c, fmt.Errorf("%w: cache size %d", ErrConfig, c.CacheSize)
+	}
+	if c.Policy == "" {
+		c.Policy = "app"
+	}
+	if c.KeepEpochs == 0 {
+		c.KeepEpochs = 4
+	}
+	if c.SourceReads == 0 {
+		c.SourceReads = 16
+	}
+	return c, nil
+}
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("mesh: invalid config")

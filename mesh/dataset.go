@@ -1,0 +1,196 @@
+package mesh
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shade-mesh/shade/dataset"
+)
+
+// datasetState is one served dataset: its source, its job and its
+// counters.
+type datasetState struct {
+	name     string
+	ordinal  int
+	src      Source
+	manifest *dataset.Manifest
+	len      int
+	job      *job
+
+	resident atomic.Int64 // samples of this dataset in the cache
+
+	// touched marks samples read at least once, to tell cold misses (first
+	// access) from capacity misses (a later access that missed).
+	touchMu sync.Mutex
+	touched []uint64
+
+	statsMu sync.Mutex
+	epochs  []*epochCounters // by epoch, oldest first
+	cur     atomic.Pointer[epochCounters]
+}
+
+func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, error) {
+	if err := dataset.ValidName(dc.Name); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	src := dc.Source
+	if src == nil {
+		if dc.Dir == "" {
+			return nil, fmt.Errorf("%w: dataset %q has no directory", ErrConfig, dc.Name)
+		}
+		d, err := dataset.OpenDir(dc.Dir, nil)
+		if err != nil {
+			return nil, fmt.Errorf("mesh: dataset %q: %w", dc.Name, err)
+		}
+		src = d
+	}
+	m := src.Manifest()
+	ds := &datasetState{
+		name:     dc.Name,
+		ordinal:  ordinal,
+		src:      src,
+		manifest: m,
+		len:      m.Len(),
+		touched:  make([]uint64, (m.Len()+63)/64),
+	}
+	ds.job = newJob(ds, cfg)
+	ds.advance(0)
+	return ds, nil
+}
+
+// countMiss counts a miss of sample idx as cold or capacity.
+func (ds *datasetState) countMiss(idx int) {
+	ds.touchMu.Lock()
+	w, bit := idx/64, uint64(1)<<(idx%64)
+	seen := ds.touched[w]&bit != 0
+	ds.touched[w] |= bit
+	ds.touchMu.Unlock()
+	if seen {
+		ds.current().capacityMisses.Add(1)
+	} else {
+		ds.current().coldMisses.Add(1)
+	}
+}
+
+// epochCounters are one epoch's counters of one dataset on this node.
+// Reads are attributed to the newest epoch whose order was requested.
+type epochCounters struct {
+	epoch                      int
+	hits                       atomic.Int64
+	coldMisses, capacityMisses atomic.Int64
+	evictions, rejected        atomic.Int64
+	sourceReads, sourceBytes   atomic.Int64
+	sourceErrors               atomic.Int64
+}
+
+func (ds *datasetState) current() *epochCounters { return ds.cur.Load() }
+
+// advance makes epoch the one reads are counted against, if it is newer.
+func (ds *datasetState) advance(epoch int) {
+	ds.statsMu.Lock()
+	defer ds.statsMu.Unlock()
+	if c := ds.cur.Load(); c != nil && c.epoch >= epoch {
+		return
+	}
+	c := &epochCounters{epoch: epoch}
+	ds.epochs = append(ds.epochs, c)
+	ds.cur.Store(c)
+}
+
+// EpochStats is a snapshot of one epoch's counters.
+type EpochStats struct {
+	Epoch          int     `json:"epoch"`
+	Hits           int64   `json:"hits"`
+	ColdMisses     int64   `json:"cold_misses"`
+	CapacityMisses int64   `json:"capacity_misses"`
+	Evictions      int64   `json:"evictions"`
+	Rejected       int64   `json:"rejected_admissions"`
+	SourceReads    int64   `json:"source_reads"`
+	SourceBytes    int64   `json:"source_bytes"`
+	SourceErrors   int64   `json:"source_errors"`
+	HitRatio       float64 `json:"hit_ratio"`
+}
+
+func (c *epochCounters) snapshot() EpochStats {
+	s := EpochStats{
+		Epoch:          c.epoch,
+		Hits:           c.hits.Load(),
+		ColdMisses:     c.coldMisses.Load(),
+		CapacityMisses: c.capacityMisses.Load(),
+		Evictions:      c.evictions.Load(),
+		Rejected:       c.rejected.Load(),
+		SourceReads:    c.sourceReads.Load(),
+		SourceBytes:    c.sourceBytes.Load(),
+		SourceErrors:   c.sourceErrors.Load(),
+	}
+	s.HitRatio = ratio(s.Hits, s.Hits+s.ColdMisses+s.CapacityMisses)
+	return s
+}
+
+func (s *EpochStats) add(o EpochStats) {
+	s.Hits += o.Hits
+	s.ColdMisses += o.ColdMisses
+	s.CapacityMisses += o.CapacityMisses
+	s.Evictions += o.Evictions
+	s.Rejected += o.Rejected
+	s.SourceReads += o.SourceReads
+	s.SourceBytes += o.SourceBytes
+	s.SourceErrors += o.SourceErrors
+	s.HitRatio = ratio(s.Hits, s.Hits+s.ColdMisses+s.CapacityMisses)
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// DatasetStats is a snapshot of one dataset's counters on this node.
+type DatasetStats struct {
+	Dataset  string       `json:"dataset"`
+	Version  string       `json:"version"`
+	Samples  int          `json:"samples"`
+	Resident int64        `json:"resident"`
+	Epoch    int          `json:"epoch"`
+	Total    EpochStats   `json:"total"`
+	Epochs   []EpochStats `json:"epochs"`
+}
+
+func (ds *datasetState) stats() DatasetStats {
+	ds.statsMu.Lock()
+	epochs := append([]*epochCounters(nil), ds.epochs...)
+	ds.statsMu.Unlock()
+	out := DatasetStats{
+		Dataset:  ds.name,
+		Version:  ds.manifest.Version,
+		Samples:  ds.len,
+		Resident: ds.resident.Load(),
+		Epoch:    ds.current().epoch,
+		Total:    EpochStats{Epoch: -1},
+	}
+	for _, c := range epochs {
+		s := c.snapshot()
+		out.Epochs = append(out.Epochs, s)
+		out.Total.add(s)
+	}
+	return out
+}
+
+func (n *Node) sampleHits() int64 {
+	var t int64
+	for _, ds := range n.ordered {
+		t += ds.stats().Total.Hits
+	}
+	return t
+}
+
+func (n *Node) sampleMisses() int64 {
+	var t int64
+	for _, ds := range n.ordered {
+		s := ds.stats().Total
+		t += s.ColdMisses + s.CapacityMisses
+	}
+	return t
+}

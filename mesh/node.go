@@ -1,0 +1,491 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/policy"
+	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/transport"
+)
+
+// Errors a Node reports to trainers. Each carries a RESP error code.
+var (
+	ErrUnknownDataset = codedError{"ERR", "mesh: unknown dataset"}
+	ErrBadIndex       = codedError{"ERR", "mesh: bad sample index"}
+	ErrReadOnly       = codedError{"READONLY", "mesh: dataset samples are read-only"}
+	ErrOrderTimeout   = codedError{"TIMEOUT", "mesh: order not published in time"}
+	ErrWorldMismatch  = codedError{"ERR", "mesh: world size differs from the job's"}
+	ErrEpoch          = codedError{"ERR", "mesh: epoch out of sequence"}
+	ErrClosed         = codedError{"ERR", "mesh: node closed"}
+)
+
+// codedError is a sentinel with a RESP error code; compare with errors.Is.
+type codedError struct{ code, msg string }
+
+func (e codedError) Error() string { return e.msg }
+func (e codedError) Code() string  { return e.code }
+
+// freeBit marks policy ids of free-form keys (SET by clients); sample ids
+// carry the dataset's ordinal in bits 32..62 and the index below.
+const freeBit = policy.ID(1) << 63
+
+// Node serves datasets from a byte-bounded off-heap cache. It is safe for
+// concurrent use by many trainer connections.
+type Node struct {
+	cfg      Config
+	store    *store.Store
+	datasets map[string]*datasetState // fixed after New
+	ordered  []*datasetState          // by ordinal
+	flight   singleflight.Group
+
+	// polMu serializes the policy and every mutation of the store, so the
+	// policy's view of what is resident and the store's always agree. Reads
+	// of the store take no node lock.
+	polMu    sync.Mutex
+	pol      policy.Policy
+	scorer   policy.Scorer // pol, if it weighs importance; else nil
+	freeKeys map[policy.ID]string
+
+	freeHits, freeMisses, freeRejected atomic.Int64
+	closed                             atomic.Bool
+}
+
+var _ transport.Backend = (*Node)(nil)
+
+// New opens the datasets, maps the cache and returns a ready node. Close
+// releases the cache memory.
+func New(cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pol, err := policy.New(cfg.Policy, policy.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		datasets: make(map[string]*datasetState),
+		pol:      pol,
+		freeKeys: make(map[policy.ID]string),
+	}
+	n.scorer, _ = pol.(policy.Scorer)
+	for i, dc := range cfg.Datasets {
+		ds, err := openDataset(i, dc, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := n.datasets[ds.name]; dup {
+			return nil, fmt.Errorf("%w: dataset %q named twice", ErrConfig, ds.name)
+		}
+		n.datasets[ds.name] = ds
+		n.ordered = append(n.ordered, ds)
+		cfg.Logger.Info().Str("dataset", ds.name).Int("samples", ds.len).
+			Str("bytes", bytesize.Format(ds.manifest.TotalBytes())).Str("version", ds.manifest.Version).
+			Msg("dataset loaded")
+	}
+	n.store, err = store.New(store.Config{Capacity: cfg.CacheSize, Name: "shade-" + cfg.Name})
+	if err != nil {
+		return nil, fmt.Errorf("mesh: cache: %w", err)
+	}
+	return n, nil
+}
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Close releases the cache. Callers stop serving before they close.
+func (n *Node) Close() error {
+	if n.closed.Swap(true) {
+		return nil
+	}
+	n.polMu.Lock()
+	defer n.polMu.Unlock()
+	return n.store.Close()
+}
+
+// route classifies a key: a sample of a known dataset (ds non-nil), or a
+// free-form key (ds nil). A key naming a known dataset with a malformed
+// index is an error; an index past the end is reported by outOfRange.
+func (n *Node) route(key []byte) (ds *datasetState, idx int, outOfRange bool, err error) {
+	slash := -1
+	for i := len(key) - 1; i >= 0; i-- {
+		if key[i] == '/' {
+			slash = i
+			break
+		}
+	}
+	if slash <= 0 {
+		return nil, 0, false, nil
+	}
+	ds = n.datasets[string(key[:slash])] // no allocation for a map lookup
+	if ds == nil {
+		return nil, 0, false, nil
+	}
+	idx, ok := parseIndex(key[slash+1:])
+	if !ok {
+		return nil, 0, false, fmt.Errorf("%w: '%s' (want %s/<0..%d>)", ErrBadIndex, key, ds.name, ds.len-1)
+	}
+	if idx >= ds.len {
+		return ds, idx, true, nil
+	}
+	return ds, idx, false, nil
+}
+
+// parseIndex reads a canonical decimal index: digits only, no sign, no
+// leading zero, below 2^31.
+func parseIndex(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 10 || (len(b) > 1 && b[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n < 1<<31
+}
+
+func sampleID(ds *datasetState, idx int) policy.ID {
+	return policy.ID(ds.ordinal+1)<<32 | policy.ID(idx)
+}
+
+func freeID(key []byte) policy.ID { return policy.ID(xxhash.Sum64(key)) | freeBit }
+
+// keyOf returns the store key of a policy id. Called with polMu held.
+func (n *Node) keyOf(id policy.ID) (key string, ds *datasetState) {
+	if id&freeBit != 0 {
+		return n.freeKeys[id], nil
+	}
+	ds = n.ordered[int(id>>32)-1]
+	return ds.name + "/" + strconv.Itoa(int(uint32(id))), ds
+}
+
+// room is the policy's view of the store's space for one admission.
+type room struct {
+	n              *Node
+	keyLen, valLen int
+}
+
+func (r *room) Fits(policy.ID, int64) bool { return r.n.store.Fits(r.keyLen, r.valLen) }
+func (r *room) Evict(id policy.ID)         { r.n.evictLocked(id) }
+
+// evictLocked removes a victim chosen by the policy. Called with polMu held.
+func (n *Node) evictLocked(id policy.ID) {
+	key, ds := n.keyOf(id)
+	if key == "" {
+		return
+	}
+	n.store.Delete([]byte(key))
+	if ds == nil {
+		delete(n.freeKeys, id)
+		return
+	}
+	ds.resident.Add(-1)
+	ds.current().evictions.Add(1)
+}
+
+// admit offers a value that was just read to the policy and stores it if
+// admitted. It reports whether the value is now cached.
+func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
+	n.polMu.Lock()
+	defer n.polMu.Unlock()
+	if n.closed.Load() {
+		return false
+	}
+	if n.store.Has(key) {
+		return true // another reader admitted it meanwhile
+	}
+	if n.pol.Resident(id) {
+		n.pol.Remove(id) // the store lost it (corruption): forget it too
+	}
+	charge := n.store.Charge(len(key), len(value))
+	if !n.pol.Miss(id, charge, &room{n: n, keyLen: len(key), valLen: len(value)}) {
+		n.countRejected(ds)
+		return false
+	}
+	if err := n.store.Put(key, value); err != nil {
+		// Fits and Put share one allocator search under polMu, so this is
+		// not expected; undo the admission rather than diverge.
+		n.pol.Remove(id)
+		n.countRejected(ds)
+		n.cfg.Logger.Warn().Err(err).Msg("store refused an admitted sample")
+		return false
+	}
+	if ds != nil {
+		ds.resident.Add(1)
+	}
+	return true
+}
+
+func (n *Node) countRejected(ds *datasetState) {
+	if ds == nil {
+		n.freeRejected.Add(1)
+		return
+	}
+	ds.current().rejected.Add(1)
+}
+
+// hits tells the policy that these resident ids were read.
+func (n *Node) hits(ids ...policy.ID) {
+	n.polMu.Lock()
+	for _, id := range ids {
+		if n.pol.Resident(id) {
+			n.pol.Hit(id)
+		}
+	}
+	n.polMu.Unlock()
+}
+
+// Get implements transport.Backend.
+func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, error) {
+	if n.closed.Load() {
+		return nil, false, ErrClosed
+	}
+	ds, idx, out, err := n.route(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if ds == nil {
+		v, ok := n.store.Get(dst, key)
+		if ok {
+			n.freeHits.Add(1)
+			n.hits(freeID(key))
+		} else {
+			n.freeMisses.Add(1)
+		}
+		return v, ok, nil
+	}
+	if out {
+		return nil, false, nil
+	}
+	if v, ok := n.store.Get(dst, key); ok {
+		ds.current().hits.Add(1)
+		n.hits(sampleID(ds, idx))
+		return v, true, nil
+	}
+	v, err := n.readThrough(ctx, ds, idx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	return append(dst, v...), true, nil
+}
+
+// readThrough reads a missed sample from the source, collapsing concurrent
+// misses for one key into one read, and offers it to the policy. The
+// returned slice is shared between collapsed callers: read only.
+func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte) ([]byte, error) {
+	ds.countMiss(idx)
+	v, err, _ := n.flight.Do(string(key), func() (any, error) {
+		b, err := ds.src.Read(idx, nil)
+		if err != nil {
+			ds.current().sourceErrors.Add(1)
+			return nil, fmt.Errorf("mesh: %s/%d: %w", ds.name, idx, err)
+		}
+		c := ds.current()
+		c.sourceReads.Add(1)
+		c.sourceBytes.Add(int64(len(b)))
+		n.admit(sampleID(ds, idx), key, b, ds)
+		return b, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]byte), nil
+}
+
+// MGet implements transport.Backend: local hits first, then the misses
+// read through in parallel; results in key order.
+func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
+	res := make([]transport.Result, len(keys))
+	if n.closed.Load() {
+		for i := range res {
+			res[i].Err = ErrClosed
+		}
+		return res
+	}
+	type span struct{ start, end int }
+	var (
+		buf    []byte
+		spans  = make([]span, len(keys))
+		hitIDs = make([]policy.ID, 0, len(keys))
+		misses []int
+		dss    = make([]*datasetState, len(keys))
+		idxs   = make([]int, len(keys))
+	)
+	for i, key := range keys {
+		ds, idx, out, err := n.route(key)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		dss[i], idxs[i] = ds, idx
+		if out {
+			continue
+		}
+		start := len(buf)
+		var ok bool
+		buf, ok = n.store.Get(buf, key)
+		if ok {
+			spans[i] = span{start, len(buf)}
+			res[i].Found = true
+			if ds == nil {
+				n.freeHits.Add(1)
+				hitIDs = append(hitIDs, freeID(key))
+			} else {
+				ds.current().hits.Add(1)
+				hitIDs = append(hitIDs, sampleID(ds, idx))
+			}
+			continue
+		}
+		if ds == nil {
+			n.freeMisses.Add(1)
+			continue
+		}
+		misses = append(misses, i)
+	}
+	// buf may have moved while growing: slice it only now.
+	for i := range res {
+		if res[i].Found {
+			res[i].Value = buf[spans[i].start:spans[i].end:spans[i].end]
+		}
+	}
+	if len(hitIDs) > 0 {
+		n.hits(hitIDs...)
+	}
+	if len(misses) == 0 {
+		return res
+	}
+	sem := make(chan struct{}, n.cfg.SourceReads)
+	var wg sync.WaitGroup
+	for _, i := range misses {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			v, err := n.readThrough(ctx, dss[i], idxs[i], keys[i])
+			res[i] = transport.Result{Value: v, Found: err == nil, Err: err}
+		}(i)
+	}
+	wg.Wait()
+	return res
+}
+
+// Set implements transport.Backend for free-form keys. Dataset samples are
+// read-only.
+func (n *Node) Set(key, value []byte) (bool, error) {
+	if n.closed.Load() {
+		return false, ErrClosed
+	}
+	ds, _, _, err := n.route(key)
+	if err != nil {
+		return false, err
+	}
+	if ds != nil {
+		return false, fmt.Errorf("%w: %s", ErrReadOnly, ds.name)
+	}
+	id := freeID(key)
+	n.polMu.Lock()
+	if n.store.Delete(key) || n.pol.Resident(id) {
+		n.pol.Remove(id)
+		delete(n.freeKeys, id)
+	}
+	if n.store.Charge(len(key), len(value)) > n.cfg.CacheSize {
+		n.polMu.Unlock()
+		return false, fmt.Errorf("%w: %d bytes", store.ErrTooLarge, len(value))
+	}
+	n.freeKeys[id] = string(key)
+	n.polMu.Unlock()
+	stored := n.admit(id, key, value, nil)
+	if !stored {
+		n.polMu.Lock()
+		delete(n.freeKeys, id)
+		n.polMu.Unlock()
+	}
+	return stored, nil
+}
+
+// Exists implements transport.Backend: whether the key is cached here.
+func (n *Node) Exists(key []byte) bool {
+	if n.closed.Load() {
+		return false
+	}
+	return n.store.Has(key)
+}
+
+// Delete implements transport.Backend: drops a key from the cache (a
+// dataset sample stays in its dataset and is read through again).
+func (n *Node) Delete(key []byte) bool {
+	if n.closed.Load() {
+		return false
+	}
+	ds, idx, out, err := n.route(key)
+	if err != nil || out {
+		return false
+	}
+	n.polMu.Lock()
+	defer n.polMu.Unlock()
+	if !n.store.Delete(key) {
+		return false
+	}
+	if ds == nil {
+		id := freeID(key)
+		n.pol.Remove(id)
+		delete(n.freeKeys, id)
+		return true
+	}
+	n.pol.Remove(sampleID(ds, idx))
+	ds.resident.Add(-1)
+	return true
+}
+
+// DBSize implements transport.Backend: the number of cached entries.
+func (n *Node) DBSize() int {
+	if n.closed.Load() {
+		return 0
+	}
+	return n.store.Len()
+}
+
+// Manifest implements transport.Backend.
+func (n *Node) Manifest(name string) ([]string, error) {
+	ds, err := n.dataset(name)
+	if err != nil {
+		return nil, err
+	}
+	return ds.manifest.Names, nil
+}
+
+func (n *Node) dataset(name string) (*datasetState, error) {
+	ds := n.datasets[name]
+	if ds == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownDataset, name)
+	}
+	return ds, nil
+}
+
+// Info implements transport.Backend.
+func (n *Node) Info() []string {
+	st := n.store.Stats()
+	return []string{
+		"node:" + n.cfg.Name,
+		"policy:" + n.pol.Name(),
+		"pads:" + strconv.FormatBool(!n.cfg.Uniform),
+		"cache_capacity:" + strconv.FormatInt(st.Capacity, 10),
+		"cache_used:" + strconv.FormatInt(st.UsedBytes, 10),
+		"cache_entries:" + strconv.Itoa(st.Entries),
+		"datasets:" + strconv.Itoa(len(n.ordered)),
+		"keyspace_hits:" + strconv.FormatInt(n.freeHits.Load()+n.sampleHits(), 10),
+		"keyspace_misses:" + strconv.FormatInt(n.freeMisses.Load()+n.sampleMisses(), 10),
+	}
+}

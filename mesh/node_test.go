@@ -1,0 +1,379 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/transport"
+)
+
+// makeDataset writes n files of pseudo-random sizes and bytes in an
+// ImageFolder layout (10 classes) and returns the directory and the files'
+// bytes in manifest order.
+func makeDataset(t testing.TB, n, minSize, maxSize int) (string, [][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	type file struct {
+		rel  string
+		data []byte
+	}
+	files := make([]file, n)
+	for i := range files {
+		class := fmt.Sprintf("class%d", i%10)
+		rel := filepath.Join(class, fmt.Sprintf("%06d.bin", i))
+		data := make([]byte, minSize+rng.IntN(maxSize-minSize+1))
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		if err := os.MkdirAll(filepath.Join(dir, class), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, rel), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[i] = file{filepath.ToSlash(rel), data}
+	}
+	sort.Slice(files, func(a, b int) bool { return files[a].rel < files[b].rel })
+	out := make([][]byte, n)
+	for i, f := range files {
+		out[i] = f.data
+	}
+	return dir, out
+}
+
+// testPeer is one node serving its trainer socket inside the test process.
+type testPeer struct {
+	node *Node
+	sock *transport.SocketServer
+	path string
+}
+
+func startPeer(t testing.TB, cfg Config, sc transport.SocketConfig) *testPeer {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = "test"
+	}
+	node, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Path == "" {
+		sc.Path = filepath.Join(t.TempDir(), "shade.sock")
+	}
+	sock, err := transport.ListenSocket(sc, node)
+	if err != nil {
+		node.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sock.Close()
+		node.Close()
+	})
+	return &testPeer{node: node, sock: sock, path: sc.Path}
+}
+
+func (p *testPeer) client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: p.path, Protocol: 2, ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestGetReturnsTheManifestsFile(t *testing.T) {
+	dir, files := makeDataset(t, 300, 100, 5000)
+	p := startPeer(t, Config{CacheSize: 64 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	c := p.client(t)
+	ctx := context.Background()
+	for _, i := range []int{0, 123, 299} {
+		for pass := 0; pass < 2; pass++ { // a miss read through, then a hit
+			got, err := c.Get(ctx, "ds/"+strconv.Itoa(i)).Bytes()
+			if err != nil {
+				t.Fatalf("GET ds/%d: %v", i, err)
+			}
+			if !bytes.Equal(got, files[i]) {
+				t.Fatalf("GET ds/%d pass %d: %d bytes differ from the file's %d", i, pass, len(got), len(files[i]))
+			}
+		}
+	}
+	keys := make([]string, 256)
+	for i := range keys {
+		keys[i] = "ds/" + strconv.Itoa((i*7)%300)
+	}
+	vals, err := c.MGet(ctx, keys...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		if v.(string) != string(files[(i*7)%300]) {
+			t.Fatalf("MGET position %d (%s) returned the wrong bytes", i, keys[i])
+		}
+	}
+	// Out of range and unknown datasets are nil, as missing keys in Redis.
+	for _, k := range []string{"ds/300", "nope/1", "plain-key"} {
+		if err := c.Get(ctx, k).Err(); !errors.Is(err, redis.Nil) {
+			t.Errorf("GET %s: %v, want nil", k, err)
+		}
+	}
+	var st NodeStats
+	js, err := c.Do(ctx, "SHADE.STATS", "ds").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	tot := st.Datasets[0].Total
+	if tot.Hits == 0 || tot.ColdMisses != 300 && tot.ColdMisses == 0 || tot.SourceReads == 0 {
+		t.Errorf("stats do not show hits and cold misses: %+v", tot)
+	}
+}
+
+func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
+	dir, _ := makeDataset(t, 20, 10, 100)
+	p := startPeer(t, Config{CacheSize: 1 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{MaxKeys: 100})
+	c := p.client(t)
+	ctx := context.Background()
+	bad := [][]any{
+		{"NOSUCHCOMMAND"},
+		{"GET"},
+		{"GET", "ds/abc"},
+		{"GET", "ds/01"},
+		{"GET", "ds/-1"},
+		{"SET", "ds/3", "x"},
+		{"SHADE.REPORT", "ds", "0", "1"},
+		{"SHADE.REPORT", "ds", "x", "1", "0.5"},
+		{"SHADE.REPORT", "ds", "0", "abc", "0.5"},
+		{"SHADE.REPORT", "ds", "0", "1", "nan"},
+		{"SHADE.REPORT", "ds", "0", "1", "inf"},
+		{"SHADE.REPORT", "ds", "0", "20", "0.5"},
+		{"SHADE.REPORT", "nope", "0", "1", "0.5"},
+		{"SHADE.ORDER", "ds", "0", "3", "3"},
+		{"SHADE.ORDER", "ds", "0", "0", "0"},
+		{"SHADE.ORDER", "nope", "0", "0", "1"},
+		{"SHADE.DONE", "ds", "0", "0"}, // no job yet
+		{"SHADE.MANIFEST", "nope"},
+		{"SHADE.STATS", "nope"},
+		manyKeys(101),
+	}
+	for _, args := range bad {
+		if err := c.Do(ctx, args...).Err(); err == nil || errors.Is(err, redis.Nil) {
+			t.Errorf("%v: no error reply (err=%v)", args, err)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("after %v the socket stopped answering: %v", args, err)
+		}
+	}
+	// A refused report leaves the scores as they were.
+	var st NodeStats
+	js, _ := c.Do(ctx, "SHADE.STATS", "ds").Text()
+	json.Unmarshal([]byte(js), &st)
+	if st.Datasets[0].Job.ScoredSamples != 0 {
+		t.Errorf("a refused report changed scores: %+v", st.Datasets[0].Job)
+	}
+}
+
+// manyKeys is an MGET of n keys.
+func manyKeys(n int) []any {
+	out := make([]any, n+1)
+	out[0] = "MGET"
+	for i := 1; i <= n; i++ {
+		out[i] = "ds/0"
+	}
+	return out
+}
+
+func TestCacheAsideAndRequirePass(t *testing.T) {
+	p := startPeer(t, Config{CacheSize: 1 << 20}, transport.SocketConfig{RequirePass: "s3cret"})
+	ctx := context.Background()
+	c := p.client(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+		t.Fatalf("SET before AUTH: %v, want NOAUTH", err)
+	}
+	authed := redis.NewClient(&redis.Options{Network: "unix", Addr: p.path, Password: "s3cret", Protocol: 2})
+	defer authed.Close()
+	if err := authed.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := authed.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET k = %q, %v", v, err)
+	}
+	if n, _ := authed.Exists(ctx, "k", "missing").Result(); n != 1 {
+		t.Errorf("EXISTS = %d, want 1", n)
+	}
+	if n, _ := authed.Del(ctx, "k").Result(); n != 1 {
+		t.Errorf("DEL = %d, want 1", n)
+	}
+	if err := authed.Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
+		t.Errorf("GET after DEL: %v", err)
+	}
+	wrong := redis.NewClient(&redis.Options{Network: "unix", Addr: p.path, Password: "nope", Protocol: 2})
+	defer wrong.Close()
+	if err := wrong.Ping(ctx).Err(); err == nil {
+		t.Error("a wrong password was accepted")
+	}
+	fi, err := os.Stat(p.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 {
+		t.Errorf("socket mode %v, want 0660", fi.Mode().Perm())
+	}
+}
+
+// TestEpochsFollowReportedImportance drives 3 ranks through 3 epochs over
+// the socket, as trainers do, reporting high losses for one tenth of the
+// samples and low for another, and checks that epoch 1 draws the important
+// tenth clearly more often.
+func TestEpochsFollowReportedImportance(t *testing.T) {
+	const n, world, epochs = 9000, 3, 3
+	dir, files := makeDataset(t, n, 50, 400)
+	p := startPeer(t, Config{CacheSize: 256 << 10, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}, Seed: 7}, transport.SocketConfig{})
+	important := func(id int) bool { return id%10 == 0 }
+	dull := func(id int) bool { return id%10 == 5 }
+
+	drawn := make([][]int, epochs) // per epoch, draws per sample
+	for e := range drawn {
+		drawn[e] = make([]int, n)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, world)
+	for rank := 0; rank < world; rank++ {
+		wg.Add(1)
+		go func(rank int) {
+			defer wg.Done()
+			c := p.client(t)
+			ctx := context.Background()
+			for e := 0; e < epochs; e++ {
+				ids, err := c.Do(ctx, "SHADE.ORDER", "ds", e, rank, world, 20000).Int64Slice()
+				if err != nil {
+					errs <- fmt.Errorf("rank %d epoch %d order: %w", rank, e, err)
+					return
+				}
+				if len(ids) != n/world {
+					errs <- fmt.Errorf("rank %d epoch %d: slice of %d, want %d", rank, e, len(ids), n/world)
+					return
+				}
+				mu.Lock()
+				for _, id := range ids {
+					drawn[e][id]++
+				}
+				mu.Unlock()
+				for start := 0; start < len(ids); start += 64 {
+					batch := ids[start:min(start+64, len(ids))]
+					keys := make([]string, len(batch))
+					for i, id := range batch {
+						keys[i] = "ds/" + strconv.FormatInt(id, 10)
+					}
+					vals, err := c.MGet(ctx, keys...).Result()
+					if err != nil {
+						errs <- err
+						return
+					}
+					report := []any{"SHADE.REPORT", "ds", e}
+					for i, id := range batch {
+						if vals[i].(string) != string(files[id]) {
+							errs <- fmt.Errorf("wrong bytes for %s", keys[i])
+							return
+						}
+						loss := 0.5
+						if important(int(id)) {
+							loss = 5
+						} else if dull(int(id)) {
+							loss = 0.01
+						}
+						report = append(report, id, loss)
+					}
+					if err := c.Do(ctx, report...).Err(); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if err := c.Do(ctx, "SHADE.DONE", "ds", e, rank).Err(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(rank)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Epoch 0 is a permutation: every sample once.
+	for id, k := range drawn[0] {
+		if k != 1 {
+			t.Fatalf("epoch 0 drew sample %d %d times; want a permutation", id, k)
+		}
+	}
+	// Under the null hypothesis (importance ignored) hi and lo are equal in
+	// expectation with a standard deviation of about sqrt(hi+lo); demand
+	// four of those, and a 15% margin. Seeds are fixed: no flakiness.
+	var hi, lo int
+	for id, k := range drawn[1] {
+		if important(id) {
+			hi += k
+		} else if dull(id) {
+			lo += k
+		}
+	}
+	t.Logf("epoch 1 draws: important tenth %d, least important tenth %d", hi, lo)
+	if float64(hi-lo) < 4*math.Sqrt(float64(hi+lo)) || float64(hi) < 1.15*float64(lo) {
+		t.Errorf("epoch 1 drew the important tenth %d times and the least important %d: importance not followed", hi, lo)
+	}
+	// Ranks' slices are disjoint positions of one order: the total is n.
+	total := 0
+	for _, k := range drawn[2] {
+		total += k
+	}
+	if total != n {
+		t.Errorf("epoch 2 has %d draws, want %d", total, n)
+	}
+	var st NodeStats
+	js, _ := p.client(t).Do(context.Background(), "SHADE.STATS", "ds").Text()
+	json.Unmarshal([]byte(js), &st)
+	if len(st.Datasets[0].Epochs) != epochs || st.Datasets[0].Job.LatestEpoch != epochs {
+		t.Errorf("stats: %d epochs counted, latest order %d; want %d and %d", len(st.Datasets[0].Epochs), st.Datasets[0].Job.LatestEpoch, epochs, epochs)
+	}
+}
+
+func TestOrderTimesOutWhileRanksTrain(t *testing.T) {
+	dir, _ := makeDataset(t, 30, 10, 20)
+	p := startPeer(t, Config{Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	c := p.client(t)
+	ctx := context.Background()
+	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Do(ctx, "SHADE.DONE", "ds", 0, 0)
+	err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 2, 200).Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "TIMEOUT") || !strings.Contains(err.Error(), "[1]") {
+		t.Fatalf("order for epoch 1 with rank 1 still training: %v; want TIMEOUT naming rank 1", err)
+	}
+	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 3).Err(); err == nil {
+		t.Error("a different world size was accepted without SHADE.RESET")
+	}
+	if err := c.Do(ctx, "SHADE.RESET", "ds").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 3).Err(); err != nil {
+		t.Errorf("after SHADE.RESET: %v", err)
+	}
+}

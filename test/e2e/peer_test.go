@@ -1,0 +1,229 @@
+// Package e2e runs the built shade-peer and shadectl binaries as separate
+// processes and talks to them with real Redis tools and clients.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/dataset"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shade-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/shade-peer", "../../cmd/shadectl")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building binaries:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const fmnistSrc = "/usr/share/datasets/fashion-mnist"
+
+// importFashionMNIST imports the first limit images of each split with
+// shadectl and returns the dataset root.
+func importFashionMNIST(t *testing.T, limit int) string {
+	t.Helper()
+	if _, err := os.Stat(fmnistSrc); err != nil {
+		t.Skipf("Fashion-MNIST not installed (Debian package dataset-fashion-mnist): %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "fmnist")
+	out, err := exec.Command(filepath.Join(binDir, "shadectl"), "dataset", "import-idx",
+		"--src", fmnistSrc, "--dst", dst, "--limit", strconv.Itoa(limit)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("shadectl dataset import-idx: %v\n%s", err, out)
+	}
+	return dst
+}
+
+// peerProc is a running shade-peer process.
+type peerProc struct {
+	cmd    *exec.Cmd
+	socket string
+	log    *bytes.Buffer
+	done   chan error
+}
+
+func startPeer(t *testing.T, args ...string) *peerProc {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "shade.sock")
+	p := &peerProc{socket: sock, log: new(bytes.Buffer), done: make(chan error, 1)}
+	p.cmd = exec.Command(filepath.Join(binDir, "shade-peer"),
+		append([]string{"--name", "e2e", "--socket", sock, "--log-format", "json"}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("shade-peer log:\n%s", p.log.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := redisClient(sock).Ping(context.Background()).Result(); err == nil && c == "PONG" {
+			return p
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("shade-peer exited before serving: %v\n%s", err, p.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shade-peer did not serve %s within 30s\n%s", sock, p.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func redisClient(sock string) *redis.Client {
+	return redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, MaxRetries: -1})
+}
+
+func TestRedisCLIGetReturnsTheFile(t *testing.T) {
+	redisCLI, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not installed (Debian package redis-tools)")
+	}
+	root := importFashionMNIST(t, 300)
+	train := filepath.Join(root, "train")
+	m, err := dataset.Scan(train, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPeer(t, "--dataset", "fmnist-train="+train, "--cache-size", "64MiB")
+
+	want, err := os.ReadFile(filepath.Join(train, m.Names[123]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := 0; pass < 2; pass++ { // read through, then from the cache
+		out, err := exec.Command(redisCLI, "-s", p.socket, "GET", "fmnist-train/123").Output()
+		if err != nil {
+			t.Fatalf("redis-cli: %v", err)
+		}
+		// Piped, redis-cli prints the raw bytes and a newline.
+		if !bytes.Equal(out, append(want, '\n')) {
+			t.Fatalf("pass %d: redis-cli GET fmnist-train/123 printed %d bytes; the 124th file (%s) has %d",
+				pass, len(out), m.Names[123], len(want))
+		}
+	}
+
+	c := redisClient(p.socket)
+	defer c.Close()
+	ctx := context.Background()
+	keys := make([]string, 256)
+	for i := range keys {
+		keys[i] = "fmnist-train/" + strconv.Itoa(255-i)
+	}
+	vals, err := c.MGet(ctx, keys...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		want, _ := os.ReadFile(filepath.Join(train, m.Names[255-i]))
+		if v.(string) != string(want) {
+			t.Fatalf("MGET position %d (%s) is not the file %s", i, keys[i], m.Names[255-i])
+		}
+	}
+	names, err := c.Do(ctx, "SHADE.MANIFEST", "fmnist-train").StringSlice()
+	if err != nil || len(names) != m.Len() || names[123] != m.Names[123] {
+		t.Fatalf("SHADE.MANIFEST: %d names, %v", len(names), err)
+	}
+}
+
+func TestRedisBenchmarkRunsToCompletion(t *testing.T) {
+	bench, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		t.Skip("redis-benchmark not installed (Debian package redis-tools)")
+	}
+	p := startPeer(t, "--cache-size", "256MiB")
+	out, err := exec.Command(bench, "-s", p.socket, "-t", "set,get", "-d", "4096", "-P", "16",
+		"-n", "20000", "-r", "1000", "--csv").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-benchmark: %v\n%s", err, out)
+	}
+	for _, test := range []string{`"SET"`, `"GET"`} {
+		if !bytes.Contains(out, []byte(test)) {
+			t.Errorf("redis-benchmark printed no %s result:\n%s", test, out)
+		}
+	}
+	// The values SET by the benchmark are read back intact.
+	c := redisClient(p.socket)
+	defer c.Close()
+	n, err := c.DBSize(context.Background()).Result()
+	if err != nil || n == 0 {
+		t.Errorf("DBSIZE after the benchmark = %d, %v", n, err)
+	}
+}
+
+func TestSignalsDrainAndExitZero(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			p := startPeer(t, "--cache-size", "16MiB")
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-p.done:
+				if err != nil {
+					t.Fatalf("exit after %v: %v\n%s", sig, err, p.log)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("still running 10s after %v", sig)
+			}
+			if _, err := os.Lstat(p.socket); !os.IsNotExist(err) {
+				t.Errorf("socket file left behind after %v: %v", sig, err)
+			}
+		})
+	}
+}
+
+func TestHelpExplainsEveryFlag(t *testing.T) {
+	out, err := exec.Command(filepath.Join(binDir, "shade-peer"), "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--help: %v\n%s", err, out)
+	}
+	for _, flag := range []string{"--name", "--socket", "--dataset", "--cache-size", "--policy", "--pads",
+		"--log-level", "--log-format", "--requirepass", "SHADE_"} {
+		if !strings.Contains(string(out), flag) {
+			t.Errorf("--help does not mention %s", flag)
+		}
+	}
+	bad := exec.Command(filepath.Join(binDir, "shade-peer"), "--cache-size", "lots")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "--cache-size") {
+		t.Errorf("a bad --cache-size was not refused clearly: %v\n%s", err, out)
+	}
+	env := exec.Command(filepath.Join(binDir, "shade-peer"))
+	env.Env = append(os.Environ(), "SHADE_POLICY=nosuch", "SHADE_SOCKET="+filepath.Join(t.TempDir(), "s.sock"))
+	if out, err := env.CombinedOutput(); err == nil || !strings.Contains(string(out), "nosuch") {
+		t.Errorf("SHADE_POLICY from the environment was not applied: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,412 @@
+package transport
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+)
+
+// handler is one command of the trainer socket. min and max bound the
+// argument count including the command name; max < 0 means no upper bound.
+type handler struct {
+	min, max int
+	run      func(s *SocketServer, conn redcon.Conn, st *connState, args [][]byte)
+}
+
+// commandTable lists every command the socket answers. It is built once per
+// server and never changed.
+func commandTable() map[string]handler {
+	return map[string]handler{
+		"ping":           {1, 2, cmdPing},
+		"echo":           {2, 2, func(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) { c.WriteBulk(a[1]) }},
+		"quit":           {1, 1, cmdQuit},
+		"auth":           {2, 3, cmdAuth},
+		"hello":          {1, -1, cmdHello},
+		"select":         {2, 2, cmdSelect},
+		"client":         {2, -1, cmdClient},
+		"command":        {1, -1, cmdCommand},
+		"config":         {2, -1, cmdConfig},
+		"info":           {1, 2, cmdInfo},
+		"dbsize":         {1, 1, func(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) { c.WriteInt(s.backend.DBSize()) }},
+		"get":            {2, 2, cmdGet},
+		"mget":           {2, -1, cmdMGet},
+		"set":            {3, 3, cmdSet},
+		"exists":         {2, -1, cmdExists},
+		"del":            {2, -1, cmdDel},
+		"unlink":         {2, -1, cmdDel},
+		"shade.manifest": {2, 2, cmdManifest},
+		"shade.report":   {6, -1, cmdReport},
+		"shade.done":     {4, 4, cmdDone},
+		"shade.order":    {5, 6, cmdOrder},
+		"shade.reset":    {2, 2, cmdReset},
+		"shade.stats":    {1, 2, cmdStats},
+	}
+}
+
+func cmdPing(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if len(a) == 2 {
+		c.WriteBulk(a[1])
+		return
+	}
+	c.WriteString("PONG")
+}
+
+func cmdQuit(_ *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
+	c.WriteString("OK")
+	c.Close()
+}
+
+func cmdAuth(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
+	if s.cfg.RequirePass == "" {
+		c.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+		return
+	}
+	pass := a[len(a)-1]
+	if len(a) == 3 && string(a[1]) != "default" {
+		st.authed = false
+		c.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+		return
+	}
+	if subtle.ConstantTimeCompare(pass, []byte(s.cfg.RequirePass)) != 1 {
+		st.authed = false
+		c.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+		return
+	}
+	st.authed = true
+	c.WriteString("OK")
+}
+
+// cmdHello answers only for protocol 2 (or none): the socket speaks RESP2.
+// Clients such as go-redis fall back to RESP2 on this error.
+func cmdHello(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if len(a) > 1 && string(a[1]) != "2" {
+		c.WriteError("NOPROTO unsupported protocol version")
+		return
+	}
+	c.WriteError("ERR unknown command 'HELLO'")
+}
+
+func cmdSelect(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if string(a[1]) != "0" {
+		c.WriteError("ERR DB index is out of range")
+		return
+	}
+	c.WriteString("OK")
+}
+
+// cmdClient accepts the CLIENT subcommands that client libraries send on
+// connect (SETNAME, SETINFO) so they work unmodified.
+func cmdClient(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	switch strings.ToLower(string(a[1])) {
+	case "setname", "setinfo":
+		c.WriteString("OK")
+	case "getname":
+		c.WriteNull()
+	case "id":
+		c.WriteInt(1)
+	default:
+		c.WriteError(fmt.Sprintf("ERR unknown subcommand '%s'", truncate(a[1], 32)))
+	}
+}
+
+// cmdCommand answers COMMAND, COMMAND COUNT and COMMAND DOCS with no
+// documentation, enough for redis-cli and redis-benchmark.
+func cmdCommand(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if len(a) > 1 && strings.EqualFold(string(a[1]), "count") {
+		c.WriteInt(len(s.handlers))
+		return
+	}
+	c.WriteArray(0)
+}
+
+// cmdConfig answers CONFIG GET for the parameters redis-benchmark reads.
+func cmdConfig(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if !strings.EqualFold(string(a[1]), "get") || len(a) != 3 {
+		c.WriteError("ERR CONFIG supports only GET <parameter> on this server")
+		return
+	}
+	switch strings.ToLower(string(a[2])) {
+	case "save":
+		c.WriteArray(2)
+		c.WriteBulkString("save")
+		c.WriteBulkString("")
+	case "appendonly":
+		c.WriteArray(2)
+		c.WriteBulkString("appendonly")
+		c.WriteBulkString("no")
+	default:
+		c.WriteArray(0)
+	}
+}
+
+func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
+	var b strings.Builder
+	b.WriteString("# Server\r\nredis_version:7.0.0\r\nshade_server:shade-peer\r\n")
+	fmt.Fprintf(&b, "uptime_in_seconds:%d\r\n", int(time.Since(s.started).Seconds()))
+	s.mu.Lock()
+	fmt.Fprintf(&b, "\r\n# Clients\r\nconnected_clients:%d\r\ntotal_connections_received:%d\r\n", s.conns, s.total)
+	s.mu.Unlock()
+	b.WriteString("\r\n# Shade\r\n")
+	for _, line := range s.backend.Info() {
+		b.WriteString(line)
+		b.WriteString("\r\n")
+	}
+	fmt.Fprintf(&b, "\r\n# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n", s.backend.DBSize())
+	c.WriteBulkString(b.String())
+}
+
+func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
+	v, found, err := s.backend.Get(s.ctx, a[1], st.buf[:0])
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	if !found {
+		c.WriteNull()
+		return
+	}
+	c.WriteBulk(v)
+	if cap(v) <= 1<<20 {
+		st.buf = v[:0] // keep the scratch buffer for the next GET
+	}
+}
+
+func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	keys := a[1:]
+	if len(keys) > s.cfg.MaxKeys {
+		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(keys), s.cfg.MaxKeys))
+		return
+	}
+	res := s.backend.MGet(s.ctx, keys)
+	c.WriteArray(len(res))
+	for _, r := range res {
+		switch {
+		case r.Err != nil:
+			writeErr(c, r.Err)
+		case !r.Found:
+			c.WriteNull()
+		default:
+			c.WriteBulk(r.Value)
+		}
+	}
+}
+
+func cmdSet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if len(a[2]) > s.cfg.MaxValue {
+		c.WriteError(fmt.Sprintf("ERR value too large: %d bytes, at most %d", len(a[2]), s.cfg.MaxValue))
+		return
+	}
+	if _, err := s.backend.Set(a[1], a[2]); err != nil {
+		writeErr(c, err)
+		return
+	}
+	// A value the admission policy declined is answered OK all the same, as
+	// a cache may drop any entry at any time; SHADE.STATS counts it.
+	c.WriteString("OK")
+}
+
+func cmdExists(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if len(a)-1 > s.cfg.MaxKeys {
+		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(a)-1, s.cfg.MaxKeys))
+		return
+	}
+	n := 0
+	for _, k := range a[1:] {
+		if s.backend.Exists(k) {
+			n++
+		}
+	}
+	c.WriteInt(n)
+}
+
+func cmdDel(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if len(a)-1 > s.cfg.MaxKeys {
+		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(a)-1, s.cfg.MaxKeys))
+		return
+	}
+	n := 0
+	for _, k := range a[1:] {
+		if s.backend.Delete(k) {
+			n++
+		}
+	}
+	c.WriteInt(n)
+}
+
+func cmdManifest(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	names, err := s.backend.Manifest(string(a[1]))
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteArray(len(names))
+	for _, n := range names {
+		c.WriteBulkString(n)
+	}
+}
+
+// ReportArgs is a parsed SHADE.REPORT: dataset, epoch, then id/loss pairs.
+type ReportArgs struct {
+	Dataset string
+	Epoch   int
+	IDs     []uint32
+	Losses  []float64
+}
+
+// ParseReport parses SHADE.REPORT's arguments (after the command name). It
+// checks shape and syntax only; the node checks ids against the dataset and
+// refuses non-finite losses.
+func ParseReport(args [][]byte) (ReportArgs, error) {
+	var r ReportArgs
+	if len(args) < 4 || (len(args)-2)%2 != 0 {
+		return r, fmt.Errorf("SHADE.REPORT needs <dataset> <epoch> and one or more <id> <loss> pairs")
+	}
+	r.Dataset = string(args[0])
+	epoch, err := parseInt(args[1], "epoch")
+	if err != nil {
+		return r, err
+	}
+	r.Epoch = epoch
+	pairs := (len(args) - 2) / 2
+	r.IDs = make([]uint32, pairs)
+	r.Losses = make([]float64, pairs)
+	for i := 0; i < pairs; i++ {
+		id, err := strconv.ParseUint(string(args[2+2*i]), 10, 32)
+		if err != nil {
+			return r, fmt.Errorf("sample id must be a non-negative integer, got '%s'", truncate(args[2+2*i], 32))
+		}
+		loss, err := strconv.ParseFloat(string(args[3+2*i]), 64)
+		if err != nil {
+			return r, fmt.Errorf("loss must be a number, got '%s'", truncate(args[3+2*i], 32))
+		}
+		r.IDs[i] = uint32(id)
+		r.Losses[i] = loss
+	}
+	return r, nil
+}
+
+func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	r, err := ParseReport(a[1:])
+	if err != nil {
+		c.WriteError("ERR " + err.Error())
+		return
+	}
+	if err := s.backend.Report(r.Dataset, r.Epoch, r.IDs, r.Losses); err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteInt(len(r.IDs))
+}
+
+// OrderArgs is a parsed SHADE.ORDER.
+type OrderArgs struct {
+	Dataset            string
+	Epoch, Rank, World int
+	Wait               time.Duration // 0: the server's limit
+}
+
+// ParseOrder parses SHADE.ORDER's arguments (after the command name).
+func ParseOrder(args [][]byte) (OrderArgs, error) {
+	var o OrderArgs
+	if len(args) < 4 || len(args) > 5 {
+		return o, fmt.Errorf("SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms]")
+	}
+	o.Dataset = string(args[0])
+	var err error
+	if o.Epoch, err = parseInt(args[1], "epoch"); err != nil {
+		return o, err
+	}
+	if o.Rank, err = parseInt(args[2], "rank"); err != nil {
+		return o, err
+	}
+	if o.World, err = parseInt(args[3], "world"); err != nil {
+		return o, err
+	}
+	if o.World < 1 || o.Rank >= o.World {
+		return o, fmt.Errorf("rank must be in [0, world) and world at least 1, got rank %d world %d", o.Rank, o.World)
+	}
+	if len(args) == 5 {
+		ms, err := parseInt(args[4], "timeout-ms")
+		if err != nil {
+			return o, err
+		}
+		o.Wait = time.Duration(ms) * time.Millisecond
+	}
+	return o, nil
+}
+
+func cmdOrder(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	o, err := ParseOrder(a[1:])
+	if err != nil {
+		c.WriteError("ERR " + err.Error())
+		return
+	}
+	wait := s.cfg.MaxOrderWait
+	if o.Wait > 0 && o.Wait < wait {
+		wait = o.Wait
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, wait)
+	defer cancel()
+	ids, err := s.backend.Order(ctx, o.Dataset, o.Epoch, o.Rank, o.World)
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteArray(len(ids))
+	for _, id := range ids {
+		c.WriteInt64(int64(id))
+	}
+}
+
+// ParseDone parses SHADE.DONE's arguments (after the command name).
+func ParseDone(args [][]byte) (dataset string, epoch, rank int, err error) {
+	if len(args) != 3 {
+		return "", 0, 0, fmt.Errorf("SHADE.DONE needs <dataset> <epoch> <rank>")
+	}
+	if epoch, err = parseInt(args[1], "epoch"); err != nil {
+		return "", 0, 0, err
+	}
+	if rank, err = parseInt(args[2], "rank"); err != nil {
+		return "", 0, 0, err
+	}
+	return string(args[0]), epoch, rank, nil
+}
+
+func cmdDone(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	ds, epoch, rank, err := ParseDone(a[1:])
+	if err != nil {
+		c.WriteError("ERR " + err.Error())
+		return
+	}
+	if err := s.backend.Done(ds, epoch, rank); err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteString("OK")
+}
+
+func cmdReset(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if err := s.backend.Reset(string(a[1])); err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteString("OK")
+}
+
+func cmdStats(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	ds := ""
+	if len(a) == 2 {
+		ds = string(a[1])
+	}
+	js, err := s.backend.Stats(ds)
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteBulk(js)
+}

@@ -1,0 +1,328 @@
+// Package transport holds Shade's wire protocols: the trainer socket, which
+// speaks the Redis protocol (RESP) on a local Unix socket, and the QUIC peer
+// protocol between nodes.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/redcon"
+)
+
+// Backend is what the trainer socket serves. The node implements it. All
+// methods are called concurrently from many connections and must be safe for
+// that. Byte slices passed in belong to the caller and are valid only during
+// the call; slices returned belong to the receiver.
+type Backend interface {
+	// Get reads key. found is false only where Redis would answer nil: an
+	// unknown free-form key, a sample index out of range, an unknown dataset.
+	Get(ctx context.Context, key []byte, dst []byte) (value []byte, found bool, err error)
+	// MGet reads every key, in parallel where that helps, and returns one
+	// Result per key, in order.
+	MGet(ctx context.Context, keys [][]byte) []Result
+	// Set stores a free-form key (cache-aside use). stored is false when the
+	// admission policy declined it.
+	Set(key, value []byte) (stored bool, err error)
+	Exists(key []byte) bool
+	Delete(key []byte) bool
+	DBSize() int
+	Manifest(dataset string) ([]string, error)
+	Report(dataset string, epoch int, ids []uint32, losses []float64) error
+	Done(dataset string, epoch, rank int) error
+	// Order blocks until epoch's order is published or ctx ends.
+	Order(ctx context.Context, dataset string, epoch, rank, world int) ([]uint32, error)
+	// Reset forgets a dataset's job (its epochs and world), keeping scores.
+	Reset(dataset string) error
+	// Stats returns a JSON document of counters: one dataset, or all for "".
+	Stats(dataset string) ([]byte, error)
+	// Info returns "key:value" lines for the INFO reply's shade section.
+	Info() []string
+}
+
+// Result is one key's outcome in an MGet.
+type Result struct {
+	Value []byte
+	Found bool
+	Err   error
+}
+
+// Coded is implemented by errors that carry a RESP error code other than
+// ERR (for example TIMEOUT or WRONGTYPE); the reply is "<Code> <message>".
+type Coded interface {
+	error
+	Code() string
+}
+
+// SocketConfig configures the trainer socket. The zero value of every field
+// but Path means its default.
+type SocketConfig struct {
+	// Path of the Unix socket file. A stale socket file left by a dead
+	// process is replaced; a live one is an error.
+	Path string
+	// Mode of the socket file; 0 means 0660.
+	Mode fs.FileMode
+	// RequirePass, when set, makes every command but AUTH and QUIT answer
+	// NOAUTH until the connection authenticates.
+	RequirePass string
+	// IdleTimeout closes connections that send nothing for this long; 0
+	// means never (as Redis's "timeout 0").
+	IdleTimeout time.Duration
+	// MaxKeys bounds the keys of one MGET, EXISTS or DEL; 0 means 65536.
+	MaxKeys int
+	// MaxValue bounds the value of one SET in bytes; 0 means 512 MiB.
+	MaxValue int
+	// MaxOrderWait bounds how long SHADE.ORDER blocks; 0 means 10 minutes.
+	MaxOrderWait time.Duration
+	// Logger receives connection-level events; the zero Logger is silent.
+	Logger zerolog.Logger
+}
+
+func (c SocketConfig) withDefaults() SocketConfig {
+	if c.Mode == 0 {
+		c.Mode = 0o660
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = 65536
+	}
+	if c.MaxValue == 0 {
+		c.MaxValue = 512 << 20
+	}
+	if c.MaxOrderWait == 0 {
+		c.MaxOrderWait = 10 * time.Minute
+	}
+	return c
+}
+
+// ErrSocketInUse reports that another live process serves the socket path.
+var ErrSocketInUse = errors.New("transport: socket in use by a live process")
+
+// SocketServer serves the Redis protocol to trainers on a Unix socket.
+type SocketServer struct {
+	cfg      SocketConfig
+	backend  Backend
+	handlers map[string]handler
+	srv      *redcon.Server
+	ln       net.Listener
+	ino      uint64 // inode of our socket file, so Close removes only ours
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
+	started  time.Time
+
+	mu    sync.Mutex
+	conns int
+	total int64
+}
+
+// connState is one connection's private state.
+type connState struct {
+	authed bool
+	buf    []byte // scratch for GET replies, reused
+}
+
+// ListenSocket creates the socket file with cfg.Mode and starts serving in
+// a goroutine that Close stops. The socket is bound under a temporary name,
+// given its mode, then renamed into place, so it is never reachable with
+// looser permissions.
+func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Path == "" {
+		return nil, errors.New("transport: socket path is empty")
+	}
+	if err := clearStaleSocket(cfg.Path); err != nil {
+		return nil, err
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", cfg.Path, os.Getpid())
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen on %s: %w", cfg.Path, err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, cfg.Mode); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("transport: chmod socket: %w", err)
+	}
+	if err := os.Rename(tmp, cfg.Path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("transport: place socket: %w", err)
+	}
+	var ino uint64
+	if fi, err := os.Lstat(cfg.Path); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &SocketServer{
+		cfg: cfg, backend: backend, handlers: commandTable(), ln: ln, ino: ino,
+		ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
+	}
+	s.srv = redcon.NewServerNetwork("unix", cfg.Path, s.handle, s.accept, s.closed)
+	if cfg.IdleTimeout > 0 {
+		s.srv.SetIdleClose(cfg.IdleTimeout)
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil {
+			cfg.Logger.Error().Err(err).Msg("trainer socket stopped")
+		}
+	}()
+	return s, nil
+}
+
+// clearStaleSocket removes a socket file nobody answers on, refuses a live
+// one and anything that is not a socket.
+func clearStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("transport: %w", err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("transport: %s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrSocketInUse, path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("transport: remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// Path returns the socket file's path.
+func (s *SocketServer) Path() string { return s.cfg.Path }
+
+// Connections returns the number of open trainer connections.
+func (s *SocketServer) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// Close stops accepting, closes every connection, cancels blocked
+// SHADE.ORDER calls, waits for the serving goroutine and removes the socket
+// file if it is still ours.
+func (s *SocketServer) Close() error {
+	s.cancel()
+	// Closing the listener ends redcon's accept loop, which then closes every
+	// connection. (redcon's own Close fails if called before Serve began.)
+	err := s.ln.Close()
+	<-s.done
+	if fi, e := os.Lstat(s.cfg.Path); e == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino == s.ino {
+			os.Remove(s.cfg.Path)
+		}
+	}
+	return err
+}
+
+func (s *SocketServer) accept(conn redcon.Conn) bool {
+	conn.SetContext(&connState{authed: s.cfg.RequirePass == ""})
+	s.mu.Lock()
+	s.conns++
+	s.total++
+	s.mu.Unlock()
+	return true
+}
+
+func (s *SocketServer) closed(conn redcon.Conn, err error) {
+	s.mu.Lock()
+	s.conns--
+	s.mu.Unlock()
+	if err != nil {
+		s.cfg.Logger.Debug().Err(err).Msg("trainer connection closed")
+	}
+}
+
+// handle runs one command. redcon calls it from the connection's goroutine,
+// commands of one connection in order, and flushes after a pipeline.
+func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
+	st := conn.Context().(*connState)
+	name := commandName(cmd.Args[0])
+	if !st.authed && name != "auth" && name != "quit" && name != "hello" {
+		conn.WriteError("NOAUTH Authentication required.")
+		return
+	}
+	h, ok := s.handlers[name]
+	if !ok {
+		conn.WriteError(fmt.Sprintf("ERR unknown command '%s'", truncate(cmd.Args[0], 64)))
+		return
+	}
+	argc := len(cmd.Args)
+	if argc < h.min || (h.max >= 0 && argc > h.max) {
+		conn.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
+		return
+	}
+	h.run(s, conn, st, cmd.Args)
+}
+
+// commandName lower-cases an ASCII command name without allocating for the
+// common short names.
+func commandName(b []byte) string {
+	var buf [32]byte
+	if len(b) > len(buf) {
+		return string(b)
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return string(buf[:len(b)])
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// writeErr writes err as a RESP error with its code (ERR by default).
+func writeErr(conn redcon.Conn, err error) {
+	code := "ERR"
+	var c Coded
+	if errors.As(err, &c) {
+		code = c.Code()
+	}
+	conn.WriteError(code + " " + oneLine(err.Error()))
+}
+
+// oneLine keeps an error message on one RESP line.
+func oneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+func parseInt(b []byte, name string) (int, error) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < 0 || n > 1<<31-1 {
+		return 0, fmt.Errorf("%s must be a non-negative integer, got '%s'", name, truncate(b, 32))
+	}
+	return int(n), nil
+}
