@@ -33,6 +33,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./sampling/
 	$(GO) test -run '^$$' -fuzz '^FuzzStore$$' -fuzztime $(FUZZTIME) ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME) ./transport/peer/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckMsgpack$$' -fuzztime $(FUZZTIME) ./transport/peer/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./store/ ./policy/ ./sampling/

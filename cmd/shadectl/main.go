@@ -18,6 +18,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"certs", "make a cluster CA and node certificates: init, issue", runCerts},
 		{"dataset", "prepare datasets: import-idx, index", runDataset},
 		{"sim", "replay an access trace through every cache policy", runSim},
 	}
