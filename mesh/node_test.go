@@ -179,11 +179,15 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 			t.Fatalf("after %v the socket stopped answering: %v", args, err)
 		}
 	}
-	// A refused report leaves the scores as they were.
+	// A report of a single pair is a valid minibatch.
+	if n, err := c.Do(ctx, "SHADE.REPORT", "ds", "0", "3", "0.25").Int(); err != nil || n != 1 {
+		t.Errorf("SHADE.REPORT of one pair: %d, %v", n, err)
+	}
+	// A refused report leaves the scores as they were: one sample scored.
 	var st NodeStats
 	js, _ := c.Do(ctx, "SHADE.STATS", "ds").Text()
 	json.Unmarshal([]byte(js), &st)
-	if st.Datasets[0].Job.ScoredSamples != 0 {
+	if st.Datasets[0].Job.ScoredSamples != 1 {
 		t.Errorf("a refused report changed scores: %+v", st.Datasets[0].Job)
 	}
 }

@@ -40,7 +40,7 @@ func commandTable() map[string]handler {
 		"del":            {2, -1, cmdDel},
 		"unlink":         {2, -1, cmdDel},
 		"shade.manifest": {2, 2, cmdManifest},
-		"shade.report":   {6, -1, cmdReport},
+		"shade.report":   {5, -1, cmdReport},
 		"shade.done":     {4, 4, cmdDone},
 		"shade.order":    {5, 6, cmdOrder},
 		"shade.reset":    {2, 2, cmdReset},

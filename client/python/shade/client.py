@@ -1,0 +1,244 @@
+"""Client of the local shade-peer's trainer socket (Redis protocol, RESP2)."""
+
+import json
+import logging
+import math
+import os
+import time
+
+import redis
+
+from .errors import AuthError, OrderTimeout, PeerUnavailable, RequestError, SampleError
+
+log = logging.getLogger("shade")
+
+# Pairs per SHADE.REPORT command. Larger reports are split; each part is
+# ranked by the peer as its own minibatch, which only matters for batches
+# far bigger than any trainer uses.
+REPORT_CHUNK = 16384
+
+# A blocking SHADE.ORDER is bounded by the peer (10 minutes by default); its
+# connection waits that long plus this margin before calling the peer hung.
+_ORDER_SOCKET_MARGIN = 60.0
+_SERVER_ORDER_LIMIT = 600.0
+
+
+def _as_list(values):
+    """A list of Python scalars from a list, tuple, numpy array or tensor."""
+    if hasattr(values, "detach"):  # torch tensor: no autograd, on the CPU
+        values = values.detach().cpu()
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, (int, float)):
+        return [values]
+    return list(values)
+
+
+class Client:
+    """A connection to this node's shade-peer over its Unix socket.
+
+    Every method blocks until the peer answers. Safe to share between the
+    threads of one process (redis-py's pool gives each thread a connection);
+    after a fork, make a new Client in the child (the torch classes do).
+
+    Reconnection: when the peer cannot be reached (socket file missing,
+    connection refused or reset, the peer restarted mid-command), every
+    command is retried with exponential backoff (50 ms doubling to 1 s) for up
+    to ``retry_for`` seconds, then :class:`PeerUnavailable` is raised naming
+    the socket. All commands are retried, including SHADE.REPORT: if the peer
+    died after merging a report, the report is sent again, and one lost or
+    duplicated minibatch report only nudges importance scores. SHADE.DONE is
+    idempotent. Error replies (bad input) raise :class:`RequestError`
+    subclasses at once, never retried.
+
+    A restarted peer has lost the job (epochs, world, scores): see
+    :class:`shade.torch.ShadeSampler` for how the order then falls back.
+    """
+
+    def __init__(self, socket_path, password=None, timeout=60.0, retry_for=30.0):
+        """``timeout``: seconds to wait for any reply but SHADE.ORDER's
+        (whose wait is bounded by its own timeout_ms and by the peer);
+        ``retry_for``: seconds to keep retrying an unreachable peer."""
+        self.socket_path = os.fspath(socket_path)
+        self.retry_for = float(retry_for)
+        common = dict(
+            unix_socket_path=self.socket_path,
+            password=password,
+            socket_connect_timeout=min(timeout, 5.0) if timeout else 5.0,
+        )
+        self._redis = redis.Redis(socket_timeout=timeout, **common)
+        # SHADE.ORDER blocks until an epoch is published: its own pool, so a
+        # long wait never trips the ordinary commands' read timeout.
+        self._blocking = redis.Redis(
+            socket_timeout=_SERVER_ORDER_LIMIT + _ORDER_SOCKET_MARGIN, **common
+        )
+
+    # -- plumbing -------------------------------------------------------
+
+    def _execute(self, *args, blocking=False):
+        conn = self._blocking if blocking else self._redis
+        deadline = None
+        delay = 0.05
+        while True:
+            try:
+                reply = conn.execute_command(*args)
+                if deadline is not None:
+                    log.warning("shade peer at %s answers again", self.socket_path)
+                return reply
+            except redis.AuthenticationError as e:
+                raise AuthError(f"{args[0]}: peer at {self.socket_path}: {e}", "AUTH") from None
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.retry_for
+                    log.warning(
+                        "shade peer at %s unreachable (%s); retrying %s for up to %.1fs",
+                        self.socket_path, e, args[0], self.retry_for,
+                    )
+                if now >= deadline:
+                    raise PeerUnavailable(
+                        f"no shade-peer answers on {self.socket_path} (retried {args[0]} for "
+                        f"{self.retry_for:.1f}s; is shade-peer running with --socket "
+                        f"{self.socket_path}?): {e}"
+                    ) from e
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 1.0)
+            except redis.ResponseError as e:
+                raise _request_error(e, args) from None
+
+    # -- samples --------------------------------------------------------
+
+    def get(self, dataset, i):
+        """Bytes of sample ``i`` of ``dataset`` (read through on a miss).
+        Raises SampleError for an index out of range or an unknown dataset."""
+        try:
+            value = self._execute("GET", f"{dataset}/{int(i)}")
+        except AuthError:
+            raise
+        except RequestError as e:
+            raise SampleError(f"sample {dataset}/{int(i)}: {e}") from None
+        if value is None:
+            raise SampleError(f"no sample {dataset}/{int(i)} (index out of range or unknown dataset)")
+        return value
+
+    def mget(self, dataset, ids):
+        """Bytes of every sample in ``ids``, in order, in one MGET round trip.
+        Raises SampleError naming the first sample that failed or is missing."""
+        ids = [int(i) for i in _as_list(ids)]
+        if not ids:
+            return []
+        values = self._execute("MGET", *[f"{dataset}/{i}" for i in ids])
+        for i, v in zip(ids, values):
+            if v is None:
+                raise SampleError(f"no sample {dataset}/{i} (index out of range or unknown dataset)")
+            if isinstance(v, Exception):
+                raise SampleError(f"sample {dataset}/{i}: {v}")
+        return values
+
+    def manifest(self, dataset):
+        """Relative paths of the dataset's samples in index order."""
+        return [p.decode() for p in self._execute("SHADE.MANIFEST", dataset)]
+
+    def labels(self, dataset):
+        """Class index of every sample, from the manifest's first path
+        component among the sorted class folder names (as ImageFolder)."""
+        return labels_from_manifest(self.manifest(dataset))
+
+    # -- the job --------------------------------------------------------
+
+    def order(self, dataset, epoch, rank, world, timeout_ms=None):
+        """This rank's slice of the epoch's order (sample ids; may repeat).
+
+        Blocks until the epoch is published: epoch 0 at once, epoch e+1 when
+        all ranks sent done(e). Raises OrderTimeout when ``timeout_ms`` (or
+        the peer's own limit, 10 minutes) passes first."""
+        args = ["SHADE.ORDER", dataset, int(epoch), int(rank), int(world)]
+        if timeout_ms is not None:
+            args.append(max(1, int(timeout_ms)))
+        return [int(x) for x in self._execute(*args, blocking=True)]
+
+    def report(self, dataset, epoch, ids, losses):
+        """Per-sample losses of one trained minibatch, keyed by the ids that
+        were trained. ``ids``/``losses`` may be lists, numpy arrays or
+        tensors. Returns the number of samples merged. NaN/inf losses or ids
+        out of range raise RequestError and nothing of that part is merged."""
+        ids = [int(i) for i in _as_list(ids)]
+        losses = [float(x) for x in _as_list(losses)]
+        if len(ids) != len(losses):
+            raise ValueError(f"report: {len(ids)} ids but {len(losses)} losses")
+        merged = 0
+        for s in range(0, len(ids), REPORT_CHUNK):
+            args = ["SHADE.REPORT", dataset, int(epoch)]
+            for i, loss in zip(ids[s:s + REPORT_CHUNK], losses[s:s + REPORT_CHUNK]):
+                args.append(str(i))
+                args.append(repr(loss))
+            merged += int(self._execute(*args))
+        return merged
+
+    def done(self, dataset, epoch, rank):
+        """This rank finished ``epoch``. Idempotent."""
+        self._execute("SHADE.DONE", dataset, int(epoch), int(rank))
+
+    def reset(self, dataset):
+        """Start a new job on ``dataset`` (epoch 0, any world); scores kept."""
+        self._execute("SHADE.RESET", dataset)
+
+    def stats(self, dataset=None):
+        """SHADE.STATS as a dict (one dataset, or all for None)."""
+        args = ["SHADE.STATS"] + ([dataset] if dataset is not None else [])
+        return json.loads(self._execute(*args))
+
+    def ping(self):
+        return self._execute("PING")
+
+    def close(self):
+        """Close the connections. The client must not be used afterwards."""
+        self._redis.close()
+        self._blocking.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"shade.Client({self.socket_path!r})"
+
+
+def labels_from_manifest(paths):
+    """Class indices of ImageFolder-style paths ("<class>/<file>")."""
+    tops = []
+    for p in paths:
+        top, sep, _ = p.partition("/")
+        if not sep:
+            raise ValueError(f"manifest path {p!r} is not inside a class folder")
+        tops.append(top)
+    index = {c: k for k, c in enumerate(sorted(set(tops)))}
+    return [index[t] for t in tops]
+
+
+def _request_error(e, args):
+    msg = str(e)
+    code = "ERR"
+    if isinstance(e, redis.ReadOnlyError):
+        code = "READONLY"
+    else:
+        head = msg.split(" ", 1)[0]
+        if head in ("TIMEOUT", "WRONGTYPE", "NOPROTO", "WRONGPASS", "NOAUTH"):
+            code = head
+    where = " ".join(str(a) for a in args[:2])
+    cls = {"TIMEOUT": OrderTimeout, "WRONGPASS": AuthError, "NOAUTH": AuthError}.get(code, RequestError)
+    return cls(f"{where}: {msg}", code)
+
+
+def finite_pairs(ids, losses):
+    """(ids, losses, dropped): the pairs whose loss is finite, as lists, and
+    how many were left out."""
+    ids, losses = [int(i) for i in _as_list(ids)], [float(x) for x in _as_list(losses)]
+    if len(ids) != len(losses):
+        raise ValueError(f"{len(ids)} ids but {len(losses)} losses")
+    keep = [k for k, x in enumerate(losses) if math.isfinite(x)]
+    if len(keep) == len(losses):
+        return ids, losses, 0
+    return [ids[k] for k in keep], [losses[k] for k in keep], len(losses) - len(keep)

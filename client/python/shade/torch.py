@@ -1,0 +1,310 @@
+"""PyTorch side of Shade: a map-style dataset read through the local peer,
+a batch sampler driven by the peer's importance-sampled orders (PADS), and
+two helpers for the training loop.
+
+Typical loop (one process per rank)::
+
+    ds = ShadeDataset(sock, "fmnist-train")
+    sampler = ShadeSampler(sock, "fmnist-train", rank, world, batch_size=64)
+    loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y, ids in loader:                  # one MGET per batch
+            loss = F.cross_entropy(model(x), y, reduction="none")
+            report_losses(sampler.client, "fmnist-train", epoch, ids, loss)
+            loss.mean().backward(); opt.step(); opt.zero_grad()
+        epoch_done(sampler.client, "fmnist-train", epoch, rank)
+"""
+
+import io
+import logging
+import math
+import os
+import time
+
+try:
+    import numpy as np
+    import torch
+    import torch.utils.data
+except ImportError as e:  # pragma: no cover
+    raise ImportError(
+        "shade.torch needs PyTorch and numpy (Debian: python3-torch python3-numpy; "
+        "pip: shade[torch])"
+    ) from e
+
+from .client import Client, finite_pairs
+from .errors import OrderTimeout, RequestError
+
+log = logging.getLogger("shade")
+
+__all__ = [
+    "ShadeDataset", "ShadeSampler", "report_losses", "epoch_done",
+    "decode_image", "uniform_slice",
+]
+
+# SHADE.ORDER is asked in slices of this many seconds; between them the
+# sampler checks that the peer still has the job (see ShadeSampler).
+_ORDER_POLL_S = 5.0
+
+
+def _image_array(data):
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        return np.asarray(img, dtype=np.uint8)
+
+
+def _images_tensor(arrays):
+    """uint8 arrays (H x W or H x W x C), one shape -> float N x C x H x W."""
+    t = torch.from_numpy(np.stack(arrays))
+    t = t.unsqueeze(1) if t.dim() == 3 else t.permute(0, 3, 1, 2)
+    return t.float().div_(255.0).contiguous()
+
+
+def decode_image(data):
+    """PNG/JPEG bytes -> float32 tensor C x H x W in [0, 1] (PIL)."""
+    return _images_tensor([_image_array(data)])[0]
+
+
+class _PerProcessClient:
+    """Opens a Client lazily, once per process; never pickled."""
+
+    def _init_client(self, socket_path, password, retry_for):
+        self.socket_path = os.fspath(socket_path)
+        self._password = password
+        self._retry_for = retry_for
+        self._client = None
+        self._pid = None
+
+    @property
+    def client(self):
+        """This process's Client (made after a fork, never shared)."""
+        if self._client is None or self._pid != os.getpid():
+            self._client = Client(self.socket_path, password=self._password,
+                                  retry_for=self._retry_for)
+            self._pid = os.getpid()
+        return self._client
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_pid"] = None
+        return state
+
+
+class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
+    """Map-style dataset of the samples a shade-peer serves.
+
+    ``ds[i]`` returns ``(sample, label, i)`` with one GET. ``ds[[i, j, ...]]``
+    returns stacked ``(samples, labels, ids)`` tensors with ONE MGET: use it
+    with ``DataLoader(ds, sampler=ShadeSampler(...), batch_size=None)``.
+    ``decode`` turns a sample's bytes into an object (default: image ->
+    float tensor C x H x W); ``transform`` is applied to that object. Labels
+    come from the manifest's class folders, fetched once on first use.
+    Works in DataLoader workers: each process opens its own connection
+    lazily; pickling drops the connection. Reads block on the peer
+    (read-through on a miss) and retry across peer restarts.
+    """
+
+    def __init__(self, socket_path, dataset, transform=None, decode=decode_image,
+                 password=None, retry_for=30.0):
+        self._init_client(socket_path, password, retry_for)
+        self.dataset = dataset
+        self.transform = transform
+        self.decode = decode
+        self._labels = None
+
+    @property
+    def labels(self):
+        """int64 tensor of every sample's class index."""
+        if self._labels is None:
+            self._labels = torch.tensor(self.client.labels(self.dataset), dtype=torch.int64)
+        return self._labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def _prepare(self, data):
+        x = self.decode(data)
+        return self.transform(x) if self.transform is not None else x
+
+    def __getitem__(self, index):
+        if isinstance(index, (list, tuple, range, np.ndarray, torch.Tensor)) and \
+                not (hasattr(index, "dim") and index.dim() == 0):
+            return self.batch(index)
+        i = int(index)
+        if not 0 <= i < len(self):
+            raise IndexError(f"{self.dataset}: index {i} outside [0, {len(self)})")
+        return self._prepare(self.client.get(self.dataset, i)), int(self.labels[i]), i
+
+    def batch(self, ids):
+        """(samples, labels, ids) tensors for a list of ids, one MGET."""
+        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+        blobs = self.client.mget(self.dataset, ids.tolist())
+        if self.decode is decode_image and self.transform is None and blobs:
+            # Fast path: decode to arrays, convert the batch to a tensor once.
+            return _images_tensor([_image_array(b) for b in blobs]), self.labels[ids], ids
+        samples = [self._prepare(b) for b in blobs]
+        if samples and isinstance(samples[0], torch.Tensor):
+            samples = torch.stack(samples)
+        return samples, self.labels[ids], ids
+
+
+def uniform_slice(n, rank, world, seed, epoch):
+    """Rank's slice of a uniform shuffle of range(n), exactly as PyTorch's
+    DistributedSampler(shuffle=True, drop_last=False) after set_epoch:
+    randperm seeded with seed + epoch, padded by wrap-around to a multiple of
+    world, indices[rank::world]; ceil(n / world) ids."""
+    g = torch.Generator()
+    g.manual_seed(int(seed) + int(epoch))
+    perm = torch.randperm(n, generator=g).tolist()
+    per = math.ceil(n / world)
+    pad = per * world - n
+    if pad and perm:
+        perm += (perm * math.ceil(pad / n))[:pad]
+    return perm[rank:per * world:world]
+
+
+class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
+    """Batches of sample ids for this rank, from the peer's SHADE.ORDER.
+
+    Iterating yields lists of ``batch_size`` ids (the last one shorter unless
+    ``drop_last``) covering this rank's slice of the current epoch; call
+    ``set_epoch(e)`` before each epoch. The first iteration step blocks until
+    the peer publishes the epoch (after every rank's done for the previous
+    one). Slices of all ranks have equal length, so DDP ranks run the same
+    number of steps. ``order_source`` tells where the last epoch's ids came
+    from: "pads", "uniform" (pads=False) or "fallback".
+
+    Fallback (never an exception in the training loop): if the peer restarted
+    it has lost the job, and the order of an epoch e > 0 would never come.
+    The sampler notices it (a timeout or error reply to SHADE.ORDER while the
+    peer's job is behind epoch e - 1, i.e. SHADE.STATS job.latest_epoch <
+    e - 1), or when no order came within ``order_timeout`` seconds, and then
+    uses the uniform order ``uniform_slice(n, rank, world, seed, epoch)``,
+    identical to DistributedSampler's, with a warning. Ranks that fall back
+    together get disjoint slices of one permutation. ``epoch_done`` ignores
+    the peer's refusal of such an epoch. With ``pads=False`` the peer is not
+    asked for orders at all (uniform shuffle, one warning).
+    """
+
+    def __init__(self, socket_path, dataset, rank, world, batch_size, seed=0,
+                 drop_last=False, pads=True, password=None, order_timeout=600.0,
+                 retry_for=30.0):
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} outside [0, world={world})")
+        if batch_size < 1:
+            raise ValueError(f"batch_size {batch_size} < 1")
+        self._init_client(socket_path, password, retry_for)
+        self.dataset = dataset
+        self.rank, self.world, self.batch_size = int(rank), int(world), int(batch_size)
+        self.seed, self.drop_last, self.pads = int(seed), bool(drop_last), bool(pads)
+        self.order_timeout = float(order_timeout)
+        self.epoch = 0
+        self.order_source = None
+        self._n = None
+        self._warned_off = False
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    @property
+    def num_samples(self):
+        """Samples in the dataset (from SHADE.STATS, fetched once)."""
+        if self._n is None:
+            self._n = int(self.client.stats(self.dataset)["datasets"][0]["samples"])
+        return self._n
+
+    def __len__(self):
+        per = math.ceil(self.num_samples / self.world)
+        return per // self.batch_size if self.drop_last else math.ceil(per / self.batch_size)
+
+    def __iter__(self):
+        ids = self.indices(self.epoch)
+        bs = self.batch_size
+        for s in range(0, len(ids), bs):
+            batch = ids[s:s + bs]
+            if self.drop_last and len(batch) < bs:
+                return
+            yield batch
+
+    def indices(self, epoch):
+        """This rank's ids for ``epoch`` (blocking; see the class doc)."""
+        if not self.pads:
+            if not self._warned_off:
+                log.warning("ShadeSampler(%s): PADS off on the client: uniform order "
+                            "(as DistributedSampler), the peer's order is not used", self.dataset)
+                self._warned_off = True
+            self.order_source = "uniform"
+            return self._uniform(epoch)
+        ids = self._peer_slice(epoch)
+        if ids is None:
+            self.order_source = "fallback"
+            return self._uniform(epoch)
+        self.order_source = "pads"
+        return ids
+
+    def _uniform(self, epoch):
+        return uniform_slice(self.num_samples, self.rank, self.world, self.seed, epoch)
+
+    def _job_lost(self, epoch):
+        """True when the peer's job cannot reach ``epoch`` (it restarted or
+        was reset): its newest order is older than epoch - 1."""
+        job = self.client.stats(self.dataset)["datasets"][0]["job"]
+        return epoch > 0 and int(job["latest_epoch"]) < epoch - 1
+
+    def _peer_slice(self, epoch):
+        c = self.client
+        deadline = time.monotonic() + self.order_timeout
+        if self._job_lost(epoch):
+            return self._fall_back(epoch, "the peer has lost the job (restarted or reset)")
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._fall_back(epoch, f"no order within {self.order_timeout:.0f}s")
+            try:
+                return c.order(self.dataset, epoch, self.rank, self.world,
+                               timeout_ms=1000 * min(left, _ORDER_POLL_S))
+            except OrderTimeout:
+                if self._job_lost(epoch):
+                    return self._fall_back(epoch, "the peer has lost the job (restarted or reset)")
+            except RequestError as e:
+                if self._job_lost(epoch):
+                    return self._fall_back(epoch, f"the peer has lost the job ({e})")
+                raise
+
+    def _fall_back(self, epoch, why):
+        log.warning("ShadeSampler(%s) rank %d epoch %d: %s; using the uniform order "
+                    "(DistributedSampler, seed %d) for this epoch",
+                    self.dataset, self.rank, epoch, why, self.seed)
+        return None
+
+
+def report_losses(client, dataset, epoch, ids, per_sample_losses):
+    """Report one trained minibatch: ``per_sample_losses`` from a criterion
+    with reduction='none', ``ids`` the sample ids that were trained (the
+    ``ids`` a ShadeDataset batch returns). Blocks for one round trip.
+    Non-finite losses are left out; a refusal by the peer is logged, not
+    raised. Returns the number of samples merged."""
+    ids, losses, dropped = finite_pairs(ids, per_sample_losses)
+    if dropped:
+        log.warning("report %s epoch %d: %d non-finite losses left out", dataset, epoch, dropped)
+    if not ids:
+        return 0
+    try:
+        return client.report(dataset, epoch, ids, losses)
+    except RequestError as e:
+        log.warning("report %s epoch %d refused by the peer: %s", dataset, epoch, e)
+        return 0
+
+
+def epoch_done(client, dataset, epoch, rank):
+    """Tell the peer this rank finished ``epoch`` (SHADE.DONE). A refusal
+    (the peer restarted and lost the job) is logged, not raised. Returns
+    True when the peer accepted it."""
+    try:
+        client.done(dataset, epoch, rank)
+        return True
+    except RequestError as e:
+        log.warning("SHADE.DONE %s epoch %d rank %d refused (%s); ignored", dataset, epoch, rank, e)
+        return False
