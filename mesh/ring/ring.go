@@ -1,0 +1,401 @@
+// Package ring assigns keys to owners by consistent hashing with bounded
+// loads (github.com/buraksezer/consistent) over a fixed number of
+// partitions.
+//
+// A Ring is an immutable snapshot of one membership view; lookups are a
+// hash and a table read, safe from any number of goroutines and free of
+// locks. On a membership change derive the next snapshot with Update, which
+// edits the consistent instance behind the lineage (milliseconds for 1,000
+// members) rather than building one with New (O(M²) in consistent: about
+// 2 s for 1,000 members).
+//
+// consistent v0.10.0 panics or errors in several configurations; New and
+// Update guard all of them (see New) and never panic.
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/buraksezer/consistent"
+	"github.com/cespare/xxhash/v2"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultPartitions = 271
+	DefaultReplicas   = 2
+	DefaultLoad       = 1.25
+)
+
+// virtualNodes is how many points each member has on the hash circle
+// (consistent's ReplicationFactor, its default). More points would spread
+// a departed member's partitions more evenly, but consistent's New costs
+// O(M²·virtualNodes). It must stay at least 2 for the guards in New.
+const virtualNodes = 20
+
+// Errors returned by New and Update, wrapped with detail.
+var (
+	ErrConfig = errors.New("ring: invalid config")
+	ErrMember = errors.New("ring: invalid member name")
+	// ErrInternal means consistent failed in a way the guards did not
+	// foresee; it is a bug.
+	ErrInternal = errors.New("ring: consistent hashing failed")
+)
+
+// Config configures a Ring. The zero value of every field means its
+// default; New fills defaults on a copy.
+type Config struct {
+	// Partitions is the fixed partition count keys hash into; 0 means 271.
+	// Every member of one cluster must use the same value.
+	Partitions int
+	// Replicas is R, the number of owners of each key (primary included);
+	// 0 means 2.
+	Replicas int
+	// Load is the bounded-load factor: no member owns more than about
+	// Load times the average number of partitions. 0 means 1.25; values
+	// below 1 are refused. New raises it just enough when rounding would
+	// leave too little room for all partitions.
+	Load float64
+}
+
+// Ring is an immutable owner table. All methods are safe for concurrent use.
+type Ring struct {
+	cfg     Config
+	members []string   // sorted
+	owners  [][]string // per partition: up to R distinct owners, primary first
+	b       *builder   // shared with the rings Update derives; nil when empty
+}
+
+// builder holds the consistent instance a lineage of rings is derived from.
+// consistent builds in O(M²·virtualNodes) (it re-sorts its circle after
+// every member it adds: about 2 s for 1,000 members) but applies one Add or
+// Remove in O(M·virtualNodes·log), so Update edits the instance instead of
+// starting over.
+type builder struct {
+	mu       sync.Mutex
+	c        *consistent.Consistent
+	internal int     // consistent's partition count, >= Partitions
+	load     float64 // effective load factor handed to consistent
+	members  map[string]bool
+}
+
+// member is what consistent places on its circle. consistent hashes
+// virtual node i of a member as String()+decimal(i), so plain names are
+// ambiguous: "node-1" point 10 and "node-11" point 0 are both "node-110"
+// and would collide. The '#' before the number makes the decomposition
+// unique (the number after the last '#' is always the point index).
+type member struct{ name, label string }
+
+func (m member) String() string { return m.label }
+
+func newMember(name string) member { return member{name: name, label: name + "#"} }
+
+type hasher struct{}
+
+func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// New builds the ring of members. Duplicate names are collapsed; an empty
+// name is refused. An empty member list gives a ring whose lookups return
+// nil. New costs O(M²) in consistent; derive later rings with Update.
+//
+// Guards around consistent v0.10.0, which never reach the caller as panics:
+//   - more members than partitions: consistent's capacity per member is
+//     ceil(floor(P/M)·Load), 0 when M > P, and it panics. The table is then
+//     computed over P·2^k ≥ M internal partitions of which the first P are
+//     used; each member still owns at most 2.
+//   - a load factor too low for integer rounding (e.g. 1.0 when M does not
+//     divide P) makes consistent panic; the factor is raised to the
+//     smallest feasible value.
+//   - GetClosestNForPartition errors when N > members; it is asked for
+//     min(R, M).
+//   - anything else consistent panics on is recovered into ErrInternal.
+func New(cfg Config, members []string) (*Ring, error) {
+	cfg, err := fill(cfg)
+	if err != nil {
+		return nil, err
+	}
+	names, err := sortedNames(members)
+	if err != nil {
+		return nil, err
+	}
+	r := &Ring{cfg: cfg, members: names, owners: make([][]string, cfg.Partitions)}
+	if len(names) == 0 {
+		return r, nil
+	}
+	b := &builder{}
+	if err := b.rebuild(cfg, names); err != nil {
+		return nil, err
+	}
+	if err := r.fillOwners(b.c); err != nil {
+		return nil, err
+	}
+	r.b = b
+	return r, nil
+}
+
+// Update returns the ring of members under r's Config; r is unchanged.
+// The result equals New(r.Config(), members), but when few members change
+// it costs O(changes·M) instead of O(M²), by editing the consistent
+// instance r was built from. Update may be called concurrently and on any
+// ring of a lineage; calls on one lineage are serialized.
+func (r *Ring) Update(members []string) (*Ring, error) {
+	names, err := sortedNames(members)
+	if err != nil {
+		return nil, err
+	}
+	if r.b == nil || len(names) == 0 {
+		return New(r.cfg, names)
+	}
+	next := &Ring{cfg: r.cfg, members: names, owners: make([][]string, r.cfg.Partitions), b: r.b}
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.edit(r.cfg, names) {
+		if err := b.rebuild(r.cfg, names); err != nil {
+			return nil, err
+		}
+	}
+	if err := next.fillOwners(b.c); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+func fill(cfg Config) (Config, error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = DefaultReplicas
+	}
+	if cfg.Load == 0 {
+		cfg.Load = DefaultLoad
+	}
+	if cfg.Partitions < 0 {
+		return cfg, fmt.Errorf("%w: partitions %d", ErrConfig, cfg.Partitions)
+	}
+	if cfg.Replicas < 0 {
+		return cfg, fmt.Errorf("%w: replicas %d", ErrConfig, cfg.Replicas)
+	}
+	if math.IsNaN(cfg.Load) || math.IsInf(cfg.Load, 0) || cfg.Load < 1 {
+		return cfg, fmt.Errorf("%w: load factor %v, want >= 1", ErrConfig, cfg.Load)
+	}
+	return cfg, nil
+}
+
+func sortedNames(members []string) ([]string, error) {
+	names := make([]string, 0, len(members))
+	for _, m := range members {
+		if m == "" {
+			return nil, fmt.Errorf("%w: empty name", ErrMember)
+		}
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// shape returns consistent's partition count and load factor for m
+// members: the smallest P·2^k that gives every member room for at least
+// one partition, and the smallest factor >= cfg.Load for which consistent's
+// capacity per member, ceil(floor(internal/m)·factor), covers all of them.
+// Both are pure functions of (cfg, m), so every peer computes the same
+// table from the same members.
+func shape(cfg Config, m int) (internal int, load float64) {
+	internal = cfg.Partitions
+	for internal < m {
+		internal *= 2
+	}
+	return internal, feasibleLoad(internal, m, cfg.Load)
+}
+
+// feasibleLoad requires parts >= members.
+func feasibleLoad(parts, members int, load float64) float64 {
+	q := parts / members
+	need := (parts + members - 1) / members // capacity per member needed
+	if l := float64(need) / float64(q); l > load {
+		load = l
+	}
+	for !fits(parts, members, load) {
+		load = math.Nextafter(load, math.Inf(1)) // float rounding only
+	}
+	return load
+}
+
+// fits reports whether consistent can place parts partitions on members
+// with the load factor. Its scan then always finds room: the member with
+// room has virtualNodes >= 2 points and the scan skips at most one point.
+func fits(parts, members int, load float64) bool {
+	return members > 0 && parts >= members &&
+		int(math.Ceil(float64(parts/members)*load))*members >= parts
+}
+
+// rebuild replaces b's instance by a new one holding names.
+func (b *builder) rebuild(cfg Config, names []string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			b.c = nil
+			err = fmt.Errorf("%w: %v", ErrInternal, p)
+		}
+	}()
+	b.internal, b.load = shape(cfg, len(names))
+	ms := make([]consistent.Member, len(names))
+	b.members = make(map[string]bool, len(names))
+	for i, name := range names {
+		ms[i] = newMember(name)
+		b.members[name] = true
+	}
+	b.c = consistent.New(ms, consistent.Config{
+		Hasher:            hasher{},
+		PartitionCount:    b.internal,
+		ReplicationFactor: virtualNodes,
+		Load:              b.load,
+	})
+	return nil
+}
+
+// edit moves b's instance to names by Add and Remove. It reports false,
+// having changed nothing or left the instance unusable, when a rebuild is
+// needed: consistent's partition count and load factor are fixed at
+// creation, and every intermediate step must fit.
+func (b *builder) edit(cfg Config, names []string) (ok bool) {
+	if b.c == nil {
+		return false
+	}
+	internal, load := shape(cfg, len(names))
+	if internal != b.internal || load != b.load {
+		return false
+	}
+	var add, remove []string
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+		if !b.members[n] {
+			add = append(add, n)
+		}
+	}
+	for n := range b.members {
+		if !want[n] {
+			remove = append(remove, n)
+		}
+	}
+	if 4*(len(add)+len(remove)) > len(names) {
+		return false // many changes: one rebuild is cheaper than many edits
+	}
+	// Add first so the count never drops below the target's; check that
+	// every intermediate count fits before touching the instance.
+	for m := len(b.members) + 1; m <= len(b.members)+len(add); m++ {
+		if !fits(b.internal, m, b.load) {
+			return false
+		}
+	}
+	for m := len(b.members) + len(add) - 1; m >= len(names); m-- {
+		if !fits(b.internal, m, b.load) {
+			return false
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			b.c = nil // half edited: the caller rebuilds
+			ok = false
+		}
+	}()
+	for _, n := range add {
+		b.c.Add(newMember(n))
+		b.members[n] = true
+	}
+	for _, n := range remove {
+		b.c.Remove(newMember(n).label)
+		delete(b.members, n)
+	}
+	return true
+}
+
+// fillOwners reads the owner table of c; the caller holds c.
+func (r *Ring) fillOwners(c *consistent.Consistent) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrInternal, p)
+		}
+	}()
+	n := min(r.cfg.Replicas, len(r.members))
+	byPrimary := make(map[string][]string) // v0.10.0's replicas depend only on the primary
+	for p := range r.cfg.Partitions {
+		primary, ok := c.GetPartitionOwner(p).(member)
+		if !ok {
+			return fmt.Errorf("%w: partition %d has no owner", ErrInternal, p)
+		}
+		if owners, ok := byPrimary[primary.name]; ok {
+			r.owners[p] = owners
+			continue
+		}
+		owners := make([]string, 1, n)
+		owners[0] = primary.name
+		if n > 1 {
+			closest, err := c.GetClosestNForPartition(p, n)
+			if err != nil {
+				return fmt.Errorf("%w: partition %d: %w", ErrInternal, p, err)
+			}
+			for _, cm := range closest {
+				if name := cm.(member).name; !slices.Contains(owners, name) {
+					owners = append(owners, name)
+				}
+			}
+		}
+		byPrimary[primary.name] = owners
+		r.owners[p] = owners
+	}
+	return nil
+}
+
+// Config returns the configuration with defaults filled in.
+func (r *Ring) Config() Config { return r.cfg }
+
+// Partition returns the partition key hashes into: xxhash64(key) mod P.
+func (r *Ring) Partition(key []byte) int {
+	return int(xxhash.Sum64(key) % uint64(r.cfg.Partitions))
+}
+
+// Owners returns the owners of key: up to R distinct member names, primary
+// first, fewer when the ring has fewer members, nil when it has none. The
+// slice is the caller's.
+func (r *Ring) Owners(key []byte) []string {
+	return r.OwnersOfPartition(r.Partition(key))
+}
+
+// AppendOwners appends the owners of key to dst and returns it; it does not
+// allocate when dst has room.
+func (r *Ring) AppendOwners(dst []string, key []byte) []string {
+	return append(dst, r.owners[r.Partition(key)]...)
+}
+
+// OwnersOfPartition returns the owners of partition p as Owners does; nil
+// when p is out of range or the ring is empty.
+func (r *Ring) OwnersOfPartition(p int) []string {
+	if p < 0 || p >= len(r.owners) || len(r.owners[p]) == 0 {
+		return nil
+	}
+	return slices.Clone(r.owners[p])
+}
+
+// Members returns the member names, sorted. The slice is the caller's.
+func (r *Ring) Members() []string { return slices.Clone(r.members) }
+
+// Load returns how many partitions each member owns as primary; every
+// member is present, possibly with 0. The map is the caller's.
+func (r *Ring) Load() map[string]int {
+	load := make(map[string]int, len(r.members))
+	for _, m := range r.members {
+		load[m] = 0
+	}
+	for _, owners := range r.owners {
+		if len(owners) > 0 {
+			load[owners[0]]++
+		}
+	}
+	return load
+}

@@ -1,0 +1,449 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "node-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+func keys(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = []byte("fashion-mnist/" + strconv.Itoa(i))
+	}
+	return out
+}
+
+func mustNew(t testing.TB, cfg Config, members []string) *Ring {
+	t.Helper()
+	r, err := New(cfg, members)
+	if err != nil {
+		t.Fatalf("New(%+v, %d members): %v", cfg, len(members), err)
+	}
+	return r
+}
+
+// checkRing asserts the invariants every ring must hold.
+func checkRing(t *testing.T, r *Ring, members int) {
+	t.Helper()
+	cfg := r.Config()
+	want := min(cfg.Replicas, members)
+	total := 0
+	for p := range cfg.Partitions {
+		owners := r.OwnersOfPartition(p)
+		if len(owners) != want {
+			t.Fatalf("partition %d: %d owners %v, want %d", p, len(owners), owners, want)
+		}
+		seen := map[string]bool{}
+		for _, o := range owners {
+			if seen[o] {
+				t.Fatalf("partition %d: duplicate owner in %v", p, owners)
+			}
+			if _, ok := slices.BinarySearch(r.Members(), o); !ok {
+				t.Fatalf("partition %d: owner %q is not a member", p, o)
+			}
+			seen[o] = true
+		}
+	}
+	for _, n := range r.Load() {
+		total += n
+	}
+	if members > 0 && total != cfg.Partitions {
+		t.Fatalf("load sums to %d, want %d", total, cfg.Partitions)
+	}
+}
+
+func TestShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		members int
+	}{
+		{"defaults 10", Config{}, 10},
+		{"one member", Config{}, 1},
+		{"replicas > members", Config{Replicas: 5}, 3},
+		{"replicas 1", Config{Replicas: 1}, 7},
+		{"more members than partitions, R 3", Config{Partitions: 7, Replicas: 3}, 50},
+		{"one partition", Config{Partitions: 1}, 5},
+		{"load 1.0 uneven", Config{Load: 1}, 10},
+		{"load 1.0 two members five partitions", Config{Partitions: 5, Load: 1}, 2},
+		{"load 1.0 partitions == members", Config{Partitions: 13, Load: 1}, 13},
+		{"load 1.01, 271/100", Config{Load: 1.01}, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustNew(t, tc.cfg, names(tc.members))
+			checkRing(t, r, tc.members)
+			if got := len(r.Owners([]byte("k"))); got != min(r.Config().Replicas, tc.members) {
+				t.Fatalf("Owners: %d owners", got)
+			}
+		})
+	}
+}
+
+// TestThousandMembers: more members than partitions, where consistent
+// alone panics. New is O(M²) in consistent (about 2 s for 1,000 members,
+// 15 s of CPU under the race detector), so the race build takes 400
+// members: still more than the 271 partitions, the same guarded path.
+func TestThousandMembers(t *testing.T) {
+	m := 1000
+	if raceEnabled {
+		m = 400
+	}
+	all := names(m)
+	start := time.Now()
+	r := mustNew(t, Config{Replicas: 3}, all)
+	built := time.Since(start)
+	checkRing(t, r, m)
+	for name, n := range r.Load() {
+		if n > 2 {
+			t.Fatalf("%s owns %d partitions", name, n)
+		}
+	}
+	start = time.Now()
+	r2, err := r.Update(all[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := r2.Update(append(all[1:], "node-new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d members: New %v, two Updates %v", m, built, time.Since(start))
+	checkRing(t, r2, m-1)
+	checkRing(t, r3, m)
+}
+
+// TestUpdateMatchesNew: a lineage of Updates gives exactly New's table,
+// across the edit path and every rebuild trigger (many changes, the load
+// factor or the internal partition count changing with M).
+func TestUpdateMatchesNew(t *testing.T) {
+	for _, cfg := range []Config{{}, {Replicas: 3, Load: 1}, {Partitions: 31}} {
+		all := names(80)
+		steps := [][]string{
+			all[:20],
+			all[1:20],                        // one leaves
+			append(all[1:20], all[40:42]...), // two join
+			all[6:20],                        // many leave: rebuild
+			all[6:45],                        // cross M > P for 31 partitions
+			all[:70],
+			all[:69],
+			{"solo"},
+			nil,
+			all[:3],
+		}
+		r := mustNew(t, cfg, all[:20])
+		for i, members := range steps {
+			next, err := r.Update(members)
+			if err != nil {
+				t.Fatalf("%+v step %d: %v", cfg, i, err)
+			}
+			want := mustNew(t, cfg, members)
+			for p := range want.Config().Partitions {
+				if !slices.Equal(next.OwnersOfPartition(p), want.OwnersOfPartition(p)) {
+					t.Fatalf("%+v step %d partition %d: Update %v, New %v", cfg, i, p,
+						next.OwnersOfPartition(p), want.OwnersOfPartition(p))
+				}
+			}
+			r = next
+		}
+	}
+}
+
+// Updates on rings of one lineage may race; each result stays correct.
+func TestUpdateConcurrent(t *testing.T) {
+	all := names(30)
+	base := mustNew(t, Config{}, all[:20])
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			members := slices.Delete(slices.Clone(all[:20+i%3]), i, i+1)
+			got, err := base.Update(members)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			want, _ := New(Config{}, members)
+			for p := range 271 {
+				if !slices.Equal(got.OwnersOfPartition(p), want.OwnersOfPartition(p)) {
+					t.Errorf("update %d partition %d differs", i, p)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestEmptyRing(t *testing.T) {
+	for _, members := range [][]string{nil, {}} {
+		r := mustNew(t, Config{}, members)
+		if o := r.Owners([]byte("x")); o != nil {
+			t.Fatalf("Owners on empty ring = %v, want nil", o)
+		}
+		if o := r.OwnersOfPartition(0); o != nil {
+			t.Fatalf("OwnersOfPartition on empty ring = %v", o)
+		}
+		if len(r.Members()) != 0 || len(r.Load()) != 0 {
+			t.Fatalf("empty ring has members %v load %v", r.Members(), r.Load())
+		}
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		cfg     Config
+		members []string
+		want    error
+	}{
+		{Config{Partitions: -1}, nil, ErrConfig},
+		{Config{Replicas: -2}, nil, ErrConfig},
+		{Config{Load: 0.5}, nil, ErrConfig},
+		{Config{Load: -1}, nil, ErrConfig},
+		{Config{Load: 1 / zero()}, nil, ErrConfig},
+		{Config{}, []string{"a", ""}, ErrMember},
+	} {
+		if _, err := New(tc.cfg, tc.members); !errors.Is(err, tc.want) {
+			t.Errorf("New(%+v, %q) = %v, want %v", tc.cfg, tc.members, err, tc.want)
+		}
+	}
+}
+
+func zero() float64 { return 0 }
+
+func TestDeterministicAndDeduplicated(t *testing.T) {
+	a := mustNew(t, Config{Replicas: 3}, []string{"c", "a", "b", "a", "d"})
+	b := mustNew(t, Config{Replicas: 3}, []string{"d", "b", "c", "a"})
+	if !slices.Equal(a.Members(), []string{"a", "b", "c", "d"}) {
+		t.Fatalf("Members = %v", a.Members())
+	}
+	for p := range a.Config().Partitions {
+		if !slices.Equal(a.OwnersOfPartition(p), b.OwnersOfPartition(p)) {
+			t.Fatalf("partition %d: %v vs %v: ring depends on input order", p,
+				a.OwnersOfPartition(p), b.OwnersOfPartition(p))
+		}
+	}
+	if o := a.OwnersOfPartition(-1); o != nil {
+		t.Fatal("negative partition has owners")
+	}
+	if o := a.OwnersOfPartition(a.Config().Partitions); o != nil {
+		t.Fatal("partition out of range has owners")
+	}
+	// Returned slices are the caller's.
+	o := a.Owners([]byte("k"))
+	o[0] = "mutated"
+	if a.Owners([]byte("k"))[0] == "mutated" {
+		t.Fatal("Owners exposes internal state")
+	}
+	dst := a.AppendOwners(make([]string, 0, 4), []byte("k"))
+	if !slices.Equal(dst, a.Owners([]byte("k"))) {
+		t.Fatalf("AppendOwners = %v, Owners = %v", dst, a.Owners([]byte("k")))
+	}
+}
+
+// Names like node-1 and node-11 would share virtual points without the
+// separator in member.String.
+func TestVirtualNodeKeysUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for _, n := range names(200) {
+		m := newMember(n)
+		for i := range virtualNodes {
+			k := fmt.Sprintf("%s%d", m.String(), i) // consistent's formula
+			if seen[k] {
+				t.Fatalf("virtual node key %q repeats", k)
+			}
+			seen[k] = true
+		}
+	}
+}
+
+func TestBoundedLoad(t *testing.T) {
+	for _, m := range []int{3, 10, 50, 271} {
+		r := mustNew(t, Config{}, names(m))
+		limit := int(float64(271)/float64(m)*DefaultLoad) + 2
+		for name, n := range r.Load() {
+			if n > limit {
+				t.Errorf("%d members: %s owns %d partitions, bound %d", m, name, n, limit)
+			}
+		}
+	}
+}
+
+func primaries(r *Ring, ks [][]byte) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = r.Owners(k)[0]
+	}
+	return out
+}
+
+// TestRebalanceFigures measures what a membership change moves. Keys are
+// spread uniformly over partitions, so key fractions track partitions.
+func TestRebalanceFigures(t *testing.T) {
+	const n = 10
+	ks := keys(20000)
+	all := names(n)
+	before := mustNew(t, Config{}, all)
+	pBefore := primaries(before, ks)
+
+	worstShare, worstMoved, sumShare := 0.0, 0.0, 0.0
+	for dead := range n {
+		survivors := slices.Delete(slices.Clone(all), dead, dead+1)
+		after := mustNew(t, Config{}, survivors)
+
+		// (a) who takes the dead member's partitions
+		taken := map[string]int{}
+		orphaned := 0
+		for p := range before.Config().Partitions {
+			if before.OwnersOfPartition(p)[0] == all[dead] {
+				orphaned++
+				taken[after.OwnersOfPartition(p)[0]]++
+			}
+		}
+		maxTaken := 0
+		for _, c := range taken {
+			maxTaken = max(maxTaken, c)
+		}
+		share := float64(maxTaken) / float64(orphaned)
+		worstShare = max(worstShare, share)
+		sumShare += share
+
+		// (b) keys whose primary changed
+		moved := 0
+		for i, o := range primaries(after, ks) {
+			if o != pBefore[i] {
+				moved++
+			}
+		}
+		frac := float64(moved) / float64(len(ks))
+		worstMoved = max(worstMoved, frac)
+		t.Logf("leave %s: %d partitions orphaned, spread over %d survivors, max share %.0f%%; keys moved %.1f%% (1/N = %.1f%%)",
+			all[dead], orphaned, len(taken), 100*share, 100*frac, 100.0/n)
+		if share > 0.70 {
+			t.Errorf("leave %s: one survivor takes %.0f%% of its partitions, want <= 70%%", all[dead], 100*share)
+		}
+		if frac >= 2.5/n {
+			t.Errorf("leave %s: %.1f%% of keys changed primary, want < %.1f%%", all[dead], 100*frac, 250.0/n)
+		}
+	}
+	// With consistent's 20 points per member the share is noisy: a departed
+	// member's partitions sit in a few arcs of the circle, and a large arc
+	// goes whole to its successor. The mean over every possible leaver is
+	// the stable figure.
+	meanShare := sumShare / n
+	t.Logf("one of %d leaves: max share mean %.0f%%, worst %.0f%%; worst keys moved %.1f%%",
+		n, 100*meanShare, 100*worstShare, 100*worstMoved)
+	if meanShare > 0.40 {
+		t.Errorf("mean max share %.0f%%, want <= 40%%", 100*meanShare)
+	}
+
+	// A member joins: ideally 1/(N+1) of keys move, all to the newcomer.
+	grown := mustNew(t, Config{}, append(slices.Clone(all), "node-new"))
+	moved, toNew := 0, 0
+	for i, o := range primaries(grown, ks) {
+		if o != pBefore[i] {
+			moved++
+			if o == "node-new" {
+				toNew++
+			}
+		}
+	}
+	frac := float64(moved) / float64(len(ks))
+	t.Logf("join of an 11th member: keys moved %.1f%% (1/N = %.1f%%), %.0f%% of them to the newcomer",
+		100*frac, 100.0/(n+1), 100*float64(toNew)/float64(max(moved, 1)))
+	if frac >= 2.5/(n+1) {
+		t.Errorf("join: %.1f%% of keys moved, want < %.1f%%", 100*frac, 250.0/(n+1))
+	}
+}
+
+// TestReplicaPlacement logs where a departed member's partitions have their
+// replicas: consistent v0.10.0 picks replicas by member-name order, so each
+// primary's partitions all share the same R-1 successors.
+func TestReplicaPlacement(t *testing.T) {
+	r := mustNew(t, Config{Replicas: 2}, names(10))
+	secondaries := map[string]map[string]int{}
+	for p := range r.Config().Partitions {
+		o := r.OwnersOfPartition(p)
+		if secondaries[o[0]] == nil {
+			secondaries[o[0]] = map[string]int{}
+		}
+		secondaries[o[0]][o[1]]++
+	}
+	held := map[string]int{}
+	for _, m := range secondaries {
+		for s, c := range m {
+			held[s] += c
+		}
+	}
+	t.Logf("distinct secondaries per primary: %d (for node-0: %v); secondary partitions held per member: %v",
+		len(secondaries["node-0"]), secondaries["node-0"], held)
+}
+
+func BenchmarkOwners(b *testing.B) {
+	for _, m := range []int{10, 100, 1000} {
+		r := mustNew(b, Config{Replicas: 3}, names(m))
+		key := []byte("fashion-mnist/123456")
+		b.Run(fmt.Sprintf("members=%d", m), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = r.Owners(key)
+			}
+		})
+		b.Run(fmt.Sprintf("append/members=%d", m), func(b *testing.B) {
+			b.ReportAllocs()
+			dst := make([]string, 0, 4)
+			for b.Loop() {
+				dst = r.AppendOwners(dst[:0], key)
+			}
+		})
+	}
+}
+
+func BenchmarkUpdate(b *testing.B) {
+	for _, m := range []int{10, 100, 1000} {
+		ms := names(m + 1)
+		r := mustNew(b, Config{}, ms[:m])
+		b.Run(fmt.Sprintf("members=%d", m), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				// alternate one join and one leave
+				var err error
+				if i%2 == 0 {
+					r, err = r.Update(ms)
+				} else {
+					r, err = r.Update(ms[:m])
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkNew(b *testing.B) {
+	for _, m := range []int{10, 100, 1000} {
+		ms := names(m)
+		b.Run(fmt.Sprintf("members=%d", m), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := New(Config{}, ms); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
