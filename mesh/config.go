@@ -74,6 +74,8 @@ type Config struct {
 	KeepEpochs int
 	// SourceReads bounds concurrent source reads of one MGET; 0 means 16.
 	SourceReads int
+	// Cluster joins the node to a mesh; the zero value runs standalone.
+	Cluster ClusterConfig
 	// Logger receives the node's events; the zero Logger is silent.
 	Logger zerolog.Logger
 }
@@ -101,6 +103,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SourceReads == 0 {
 		c.SourceReads = 16
 	}
+	c.Cluster = c.Cluster.withDefaults()
 	return c, nil
 }
 

@@ -2,10 +2,13 @@ package mesh
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/sampling"
 )
 
 // datasetState is one served dataset: its source, its job and its
@@ -16,7 +19,18 @@ type datasetState struct {
 	src      Source
 	manifest *dataset.Manifest
 	len      int
-	job      *job
+
+	// The job: the score table (the leader's, or a replica of it), the
+	// orders this node holds, and the leader's state while this node leads.
+	tableMu    sync.Mutex
+	table      *sampling.Table
+	tableDirty bool       // changed since the last replication
+	rng        *rand.Rand // breaks ties between equal losses; under tableMu
+	book       *orderBook
+	lead       atomic.Pointer[leaderJob]
+	ring       atomic.Pointer[ring.Ring] // owners among members serving this version
+	reports    atomic.Int64
+	reported   atomic.Int64
 
 	resident atomic.Int64 // samples of this dataset in the cache
 
@@ -54,9 +68,48 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		touched:  make([]uint64, (m.Len()+63)/64),
 	}
-	ds.job = newJob(ds, cfg)
+	ds.table = sampling.NewTable(ds.len, cfg.Alpha)
+	ds.rng = rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal)))
+	ds.book = newOrderBook(cfg.KeepEpochs)
 	ds.advance(0)
 	return ds, nil
+}
+
+func (ds *datasetState) leaderJob() *leaderJob      { return ds.lead.Load() }
+func (ds *datasetState) setLeaderJob(lj *leaderJob) { ds.lead.Store(lj) }
+
+func (ds *datasetState) headTerm() uint64 {
+	_, _, t := ds.book.head()
+	return t
+}
+
+// samplingConfig translates the node's Config, where zero means default,
+// into sampling's, where a negative value does.
+func (ds *datasetState) samplingConfig(cfg Config) sampling.Config {
+	c := sampling.Config{Seed: cfg.Seed, Lambda: cfg.Lambda, PADS: !cfg.Uniform}
+	switch {
+	case cfg.UniformFloor == 0:
+		c.UniformFloor = -1
+	case cfg.UniformFloor > 0:
+		c.UniformFloor = cfg.UniformFloor
+	}
+	switch {
+	case cfg.CoverageEpochs == 0:
+		c.CoverageEpochs = -1
+	case cfg.CoverageEpochs > 0:
+		c.CoverageEpochs = cfg.CoverageEpochs
+	}
+	return c
+}
+
+// countRead counts a read that missed this node's memory: a hit if a peer
+// served it from memory, else a miss.
+func (ds *datasetState) countRead(idx int, fromMemory bool) {
+	if fromMemory {
+		ds.current().peerHits.Add(1)
+		return
+	}
+	ds.countMiss(idx)
 }
 
 // countMiss counts a miss of sample idx as cold or capacity.
@@ -77,7 +130,11 @@ func (ds *datasetState) countMiss(idx int) {
 // Reads are attributed to the newest epoch whose order was requested.
 type epochCounters struct {
 	epoch                      int
-	hits                       atomic.Int64
+	hits                       atomic.Int64 // served from this node's memory
+	peerHits                   atomic.Int64 // served from a peer's memory
+	servedPeers                atomic.Int64 // reads this node answered for peers
+	sourceFallbacks            atomic.Int64 // no owner answered: read the source
+	checksumErrors             atomic.Int64
 	coldMisses, capacityMisses atomic.Int64
 	evictions, rejected        atomic.Int64
 	sourceReads, sourceBytes   atomic.Int64
@@ -102,6 +159,11 @@ func (ds *datasetState) advance(epoch int) {
 type EpochStats struct {
 	Epoch          int     `json:"epoch"`
 	Hits           int64   `json:"hits"`
+	LocalHits      int64   `json:"local_hits"`
+	PeerHits       int64   `json:"peer_hits"`
+	ServedPeers    int64   `json:"served_peers"`
+	SourceFallback int64   `json:"source_fallbacks"`
+	ChecksumErrors int64   `json:"checksum_errors"`
 	ColdMisses     int64   `json:"cold_misses"`
 	CapacityMisses int64   `json:"capacity_misses"`
 	Evictions      int64   `json:"evictions"`
@@ -115,7 +177,12 @@ type EpochStats struct {
 func (c *epochCounters) snapshot() EpochStats {
 	s := EpochStats{
 		Epoch:          c.epoch,
-		Hits:           c.hits.Load(),
+		Hits:           c.hits.Load() + c.peerHits.Load(),
+		LocalHits:      c.hits.Load(),
+		PeerHits:       c.peerHits.Load(),
+		ServedPeers:    c.servedPeers.Load(),
+		SourceFallback: c.sourceFallbacks.Load(),
+		ChecksumErrors: c.checksumErrors.Load(),
 		ColdMisses:     c.coldMisses.Load(),
 		CapacityMisses: c.capacityMisses.Load(),
 		Evictions:      c.evictions.Load(),
@@ -130,6 +197,11 @@ func (c *epochCounters) snapshot() EpochStats {
 
 func (s *EpochStats) add(o EpochStats) {
 	s.Hits += o.Hits
+	s.LocalHits += o.LocalHits
+	s.PeerHits += o.PeerHits
+	s.ServedPeers += o.ServedPeers
+	s.SourceFallback += o.SourceFallback
+	s.ChecksumErrors += o.ChecksumErrors
 	s.ColdMisses += o.ColdMisses
 	s.CapacityMisses += o.CapacityMisses
 	s.Evictions += o.Evictions

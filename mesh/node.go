@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sync/singleflight"
@@ -25,6 +26,7 @@ var (
 	ErrWorldMismatch  = codedError{"ERR", "mesh: world size differs from the job's"}
 	ErrEpoch          = codedError{"ERR", "mesh: epoch out of sequence"}
 	ErrClosed         = codedError{"ERR", "mesh: node closed"}
+	ErrBadReport      = codedError{"ERR", "mesh: bad report"}
 )
 
 // codedError is a sentinel with a RESP error code; compare with errors.Is.
@@ -56,12 +58,36 @@ type Node struct {
 
 	freeHits, freeMisses, freeRejected atomic.Int64
 	closed                             atomic.Bool
+
+	// The mesh: nil for a standalone node.
+	cluster     *cluster
+	leader      atomic.Value // string: the leader's name, "" for none
+	leadingFlag atomic.Bool  // this node leads (takeover complete)
+	takingOver  atomic.Bool
+	term        atomic.Uint64 // this node's term while it leads
+	maxTerm     atomic.Uint64 // the highest term seen
+	kick        chan struct{}
+
+	qmu            sync.Mutex // guards the queues below
+	reportQ        []queuedReport
+	reportSeq      uint64
+	scoreQ         map[string]map[string]map[uint32]struct{} // owner -> dataset -> ids
+	prefetched     map[string]bool
+	reportsDropped atomic.Int64
+	offersInFlight atomic.Int64
+	inflightMu     sync.Mutex
+	inflight       map[string]int64 // fetches in flight per owner
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
 }
 
 var _ transport.Backend = (*Node)(nil)
 
-// New opens the datasets, maps the cache and returns a ready node. Close
-// releases the cache memory.
+// New opens the datasets, maps the cache, joins the mesh if cfg.Cluster
+// says so, and returns a serving node. Close leaves the mesh and releases
+// the cache memory.
 func New(cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -72,11 +98,17 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
 	n := &Node{
-		cfg:      cfg,
-		datasets: make(map[string]*datasetState),
-		pol:      pol,
-		freeKeys: make(map[policy.ID]string),
+		cfg:        cfg,
+		datasets:   make(map[string]*datasetState),
+		pol:        pol,
+		freeKeys:   make(map[policy.ID]string),
+		kick:       make(chan struct{}, 1),
+		scoreQ:     make(map[string]map[string]map[uint32]struct{}),
+		prefetched: make(map[string]bool),
+		inflight:   make(map[string]int64),
 	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.leader.Store("")
 	n.scorer, _ = pol.(policy.Scorer)
 	for i, dc := range cfg.Datasets {
 		ds, err := openDataset(i, dc, cfg)
@@ -96,20 +128,73 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mesh: cache: %w", err)
 	}
+	if cfg.Cluster.GossipAddr == "" {
+		// Standalone: this node owns every sample and leads every job.
+		n.leader.Store(cfg.Name)
+		n.term.Store(1)
+		n.maxTerm.Store(1)
+		for _, ds := range n.ordered {
+			ds.setLeaderJob(n.newLeaderJob(ds))
+		}
+		n.leadingFlag.Store(true)
+		return n, nil
+	}
+	if err := n.startCluster(cfg.Cluster); err != nil {
+		n.cancel()
+		n.store.Close()
+		return nil, err
+	}
+	n.goBackground(n.runLoops)
 	return n, nil
 }
+
+// leaderName is the current leader's name; "" while there is none.
+func (n *Node) leaderName() string { return n.leader.Load().(string) }
+
+// leading reports whether this node acts as the leader now.
+func (n *Node) leading() bool { return n.leadingFlag.Load() }
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// Close releases the cache. Callers stop serving before they close.
+// Close leaves the mesh (others see a graceful leave, not a failure),
+// stops the node's goroutines and releases the cache. Callers stop serving
+// trainers before they close.
 func (n *Node) Close() error {
 	if n.closed.Swap(true) {
 		return nil
 	}
+	if c := n.cluster; c != nil {
+		if err := c.list.Leave(2 * time.Second); err != nil {
+			n.cfg.Logger.Warn().Err(err).Msg("leaving the mesh")
+		}
+	}
+	n.cancel()
+	if c := n.cluster; c != nil {
+		c.list.Close()
+		c.wire.Close()
+	}
+	n.bg.Wait()
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
 	return n.store.Close()
+}
+
+// Kill stops the node abruptly, as a crash would: no leave message, no
+// drain. For tests of failure handling.
+func (n *Node) Kill() {
+	if n.closed.Swap(true) {
+		return
+	}
+	n.cancel()
+	if c := n.cluster; c != nil {
+		c.list.Close()
+		c.wire.Close()
+	}
+	n.bg.Wait()
+	n.polMu.Lock()
+	n.store.Close()
+	n.polMu.Unlock()
 }
 
 // route classifies a key: a sample of a known dataset (ds non-nil), or a
@@ -274,34 +359,12 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 		n.hits(sampleID(ds, idx))
 		return v, true, nil
 	}
-	v, err := n.readThrough(ctx, ds, idx, key)
+	v, mem, err := n.readMissing(ctx, ds, idx, key)
 	if err != nil {
 		return nil, false, err
 	}
+	ds.countRead(idx, mem)
 	return append(dst, v...), true, nil
-}
-
-// readThrough reads a missed sample from the source, collapsing concurrent
-// misses for one key into one read, and offers it to the policy. The
-// returned slice is shared between collapsed callers: read only.
-func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte) ([]byte, error) {
-	ds.countMiss(idx)
-	v, err, _ := n.flight.Do(string(key), func() (any, error) {
-		b, err := ds.src.Read(idx, nil)
-		if err != nil {
-			ds.current().sourceErrors.Add(1)
-			return nil, fmt.Errorf("mesh: %s/%d: %w", ds.name, idx, err)
-		}
-		c := ds.current()
-		c.sourceReads.Add(1)
-		c.sourceBytes.Add(int64(len(b)))
-		n.admit(sampleID(ds, idx), key, b, ds)
-		return b, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]byte), nil
 }
 
 // MGet implements transport.Backend: local hits first, then the misses
@@ -373,7 +436,10 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		wg.Add(1)
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
-			v, err := n.readThrough(ctx, dss[i], idxs[i], keys[i])
+			v, mem, err := n.readMissing(ctx, dss[i], idxs[i], keys[i])
+			if err == nil {
+				dss[i].countRead(idxs[i], mem)
+			}
 			res[i] = transport.Result{Value: v, Found: err == nil, Err: err}
 		}(i)
 	}

@@ -20,8 +20,10 @@ import (
 
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/mesh/member"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport"
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -81,6 +83,21 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		lambda      = fs.Float64("lambda", 0, "added to every score to form sampling weights: positive flattens toward uniform, negative sharpens")
 		floor       = fs.Float64("uniform-floor", sampling.DefaultUniformFloor, "share of each epoch's draws that are uniform (0: none)")
 		coverage    = fs.Int("coverage-epochs", sampling.DefaultCoverageEpochs, "every sample is drawn at least once every K epochs (0: no floor)")
+		gossipAddr  = fs.String("gossip-addr", "", "gossip (memberlist) bind address host:port; empty runs standalone unless --seeds is set (then :7946)")
+		seeds       = fs.StringSlice("seeds", nil, "gossip addresses of other peers, comma-separated (host:port)")
+		gossipKey   = fs.String("gossip-key", "", "base64 key (16, 24 or 32 bytes) that encrypts gossip; every peer needs the same")
+		peerAddr    = fs.String("peer-addr", "", "QUIC listen address for peer traffic (default: the gossip host, port 7947)")
+		tlsCA       = fs.String("tls-ca", "", "cluster CA certificate (PEM), from 'shadectl certs init'")
+		tlsCert     = fs.String("tls-cert", "", "this node's certificate (PEM), from 'shadectl certs issue NAME'")
+		tlsKey      = fs.String("tls-key", "", "this node's private key (PEM)")
+		devTLS      = fs.String("dev-tls-dir", "", "development: make (or reuse) a CA and this node's certificate in DIR; for local clusters")
+		replicas    = fs.Int("replicas", 2, "owners of each sample (R)")
+		expect      = fs.Int("expect", 1, "expected number of peers; a leader publishes orders only while it sees a majority")
+		profile     = fs.String("gossip-profile", "lan", "failure-detection tuning: lan or local (loopback)")
+		joinWait    = fs.Duration("join-wait", 5*time.Second, "how long epoch 0 waits for every rank to ask for it")
+		deadline    = fs.Duration("epoch-deadline", 0, "publish the next epoch this long after the first rank finished, even if others have not (0: wait for all)")
+		prefetch    = fs.Int("prefetch", 1024, "samples of each local rank's slice warmed when an order arrives (0: none)")
+		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		idle        = fs.Duration("idle-timeout", 0, "close trainer connections idle this long (0: never)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -163,10 +180,77 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		}
 		cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n, Dir: dir})
 	}
+	if cfg.Node.Cluster, err = clusterConfig(clusterFlags{
+		gossipAddr: *gossipAddr, seeds: *seeds, gossipKey: *gossipKey, peerAddr: *peerAddr,
+		tlsCA: *tlsCA, tlsCert: *tlsCert, tlsKey: *tlsKey, devTLS: *devTLS, name: cfg.Node.Name,
+		replicas: *replicas, expect: *expect, profile: *profile, joinWait: *joinWait,
+		deadline: *deadline, prefetch: *prefetch, locality: *locality,
+	}); err != nil {
+		return cfg, nop, err
+	}
 	cfg.Socket = transport.SocketConfig{
 		Path: *socket, RequirePass: *requirepass, IdleTimeout: *idle, Logger: log,
 	}
 	return cfg, log, nil
+}
+
+type clusterFlags struct {
+	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality string
+	seeds                                                                                    []string
+	replicas, expect, prefetch                                                               int
+	joinWait, deadline                                                                       time.Duration
+}
+
+// clusterConfig turns the mesh flags into the node's ClusterConfig; no
+// gossip address and no seeds leave the node standalone.
+func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
+	var cc mesh.ClusterConfig
+	if f.gossipAddr == "" && len(f.seeds) == 0 {
+		return cc, nil
+	}
+	if f.gossipAddr == "" {
+		f.gossipAddr = ":7946"
+	}
+	if f.replicas < 1 || f.expect < 1 {
+		return cc, fmt.Errorf("--replicas and --expect must be at least 1")
+	}
+	cc = mesh.ClusterConfig{
+		GossipAddr: f.gossipAddr, Seeds: f.seeds, PeerAddr: f.peerAddr, Replicas: f.replicas, Expect: f.expect,
+		Profile: f.profile, JoinWait: f.joinWait, EpochDeadline: f.deadline, Build: version,
+		Prefetch: f.prefetch, NoLocality: f.locality == "off",
+	}
+	if f.prefetch == 0 {
+		cc.Prefetch = -1
+	}
+	if f.locality != "on" && f.locality != "off" {
+		return cc, fmt.Errorf("--locality %q: want on or off", f.locality)
+	}
+	if f.gossipKey != "" {
+		key, err := member.DecodeKey(f.gossipKey)
+		if err != nil {
+			return cc, fmt.Errorf("--gossip-key: %w", err)
+		}
+		cc.GossipKey = key
+	}
+	var err error
+	switch {
+	case f.devTLS != "":
+		name := f.name
+		if name == "" {
+			if name, err = os.Hostname(); err != nil {
+				return cc, err
+			}
+		}
+		cc.TLS, err = peer.DevTLS(f.devTLS, name)
+	case f.tlsCA != "" && f.tlsCert != "" && f.tlsKey != "":
+		cc.TLS, err = peer.LoadTLS(f.tlsCA, f.tlsCert, f.tlsKey)
+	default:
+		return cc, fmt.Errorf("a mesh needs --tls-ca, --tls-cert and --tls-key (or --dev-tls-dir for a local cluster)")
+	}
+	if err != nil {
+		return cc, fmt.Errorf("TLS: %w", err)
+	}
+	return cc, nil
 }
 
 // orNone maps a flag's explicit 0 ("none") to the node Config's negative

@@ -1,0 +1,311 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// goBackground runs fn in a goroutine the node owns: Close cancels its
+// context and waits for it.
+func (n *Node) goBackground(fn func(ctx context.Context)) {
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		fn(n.ctx)
+	}()
+}
+
+// after runs fn once d has passed, unless the node closes first.
+func (n *Node) after(d time.Duration, fn func()) {
+	n.goBackground(func(ctx context.Context) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			fn()
+		}
+	})
+}
+
+// kickReconcile asks the reconciler to run now (on a leader change).
+func (n *Node) kickReconcile() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maxQueuedReports bounds the minibatches a node holds while no leader
+// answers; the oldest are dropped beyond it (they only nudge scores).
+const maxQueuedReports = 100_000
+
+// queuedReport is a minibatch waiting for the leader, numbered so that a
+// flush removes exactly what it sent.
+type queuedReport struct {
+	seq   uint64
+	batch reportBatch
+}
+
+// queueReport holds a minibatch for the leader.
+func (n *Node) queueReport(b reportBatch) {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	if len(n.reportQ) >= maxQueuedReports {
+		n.reportQ = n.reportQ[1:]
+		n.reportsDropped.Add(1)
+	}
+	n.reportSeq++
+	n.reportQ = append(n.reportQ, queuedReport{seq: n.reportSeq, batch: b})
+}
+
+// queueScores marks samples whose merged scores their owners need.
+func (n *Node) queueScores(ds *datasetState, ids []uint32) {
+	if n.cluster == nil {
+		n.applyLocalScores(ds, ids)
+		return
+	}
+	var local []uint32
+	n.qmu.Lock()
+	for _, id := range ids {
+		for _, owner := range n.owners(ds, id) {
+			if owner == n.cfg.Name {
+				local = append(local, id)
+				continue
+			}
+			byDS := n.scoreQ[owner]
+			if byDS == nil {
+				byDS = make(map[string]map[uint32]struct{})
+				n.scoreQ[owner] = byDS
+			}
+			set := byDS[ds.name]
+			if set == nil {
+				set = make(map[uint32]struct{})
+				byDS[ds.name] = set
+			}
+			set[id] = struct{}{}
+		}
+	}
+	n.qmu.Unlock()
+	n.applyLocalScores(ds, local)
+}
+
+// applyLocalScores re-keys this node's policy with the table's scores.
+func (n *Node) applyLocalScores(ds *datasetState, ids []uint32) {
+	if n.scorer == nil || len(ids) == 0 {
+		return
+	}
+	scores := make([]float64, len(ids))
+	ds.tableMu.Lock()
+	for i, id := range ids {
+		scores[i] = ds.table.Score(id)
+	}
+	mean := ds.table.Mean()
+	ds.tableMu.Unlock()
+	n.setScores(ds, ids, scores, mean)
+}
+
+func (n *Node) setScores(ds *datasetState, ids []uint32, scores []float64, mean float64) {
+	if n.scorer == nil {
+		return
+	}
+	n.polMu.Lock()
+	for i, id := range ids {
+		n.scorer.SetScore(sampleID(ds, int(id)), scores[i])
+	}
+	n.scorer.SetDefaultScore(mean)
+	n.polMu.Unlock()
+}
+
+// applyScores takes the leader's merged scores for samples this node owns.
+func (n *Node) applyScores(req *scoresReq) error {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return err
+	}
+	if len(req.IDs) != len(req.Scores) {
+		return fmt.Errorf("%w: %d ids, %d scores", ErrBadReport, len(req.IDs), len(req.Scores))
+	}
+	for i, id := range req.IDs {
+		if int(id) >= ds.len || !(req.Scores[i] >= 0 && req.Scores[i] < 1e6) {
+			return fmt.Errorf("%w: score %v for sample %d", ErrBadReport, req.Scores[i], id)
+		}
+	}
+	n.setScores(ds, req.IDs, req.Scores, req.Mean)
+	return nil
+}
+
+// applyReplica installs the leader's score table, so this node can lead
+// with it if the leader fails.
+func (n *Node) applyReplica(req *replicateReq) error {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return err
+	}
+	if req.Version != ds.manifest.Version {
+		return fmt.Errorf("mesh: replica of %s version %s; ours is %s", req.Dataset, req.Version, ds.manifest.Version)
+	}
+	if req.Term < n.maxTerm.Load() {
+		return nil // from a leader that has been replaced
+	}
+	n.observeTerm(req.Term)
+	ds.tableMu.Lock()
+	defer ds.tableMu.Unlock()
+	return ds.table.UnmarshalBinary(req.Table)
+}
+
+// runLoops is the node's background work in a mesh: forwarding reports,
+// pushing scores, replicating tables and reconciling with the leader.
+func (n *Node) runLoops(ctx context.Context) {
+	flush := time.NewTicker(25 * time.Millisecond)
+	defer flush.Stop()
+	replicate := time.NewTicker(n.cfg.Cluster.ReplicateEvery)
+	defer replicate.Stop()
+	reconcile := time.NewTicker(2 * time.Second)
+	defer reconcile.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-flush.C:
+			n.flushReports(ctx)
+			n.flushScores(ctx)
+		case <-replicate.C:
+			n.replicateTables(ctx)
+		case <-reconcile.C:
+			n.reconcile(ctx)
+		case <-n.kick:
+			n.reconcile(ctx)
+		}
+	}
+}
+
+// flushReports sends queued minibatches to the leader in one request.
+func (n *Node) flushReports(ctx context.Context) {
+	n.qmu.Lock()
+	if len(n.reportQ) == 0 {
+		n.qmu.Unlock()
+		return
+	}
+	var send []reportBatch
+	pairs := 0
+	var last uint64
+	for _, q := range n.reportQ {
+		if pairs >= 1<<16 {
+			break
+		}
+		send = append(send, q.batch)
+		pairs += len(q.batch.IDs)
+		last = q.seq
+	}
+	n.qmu.Unlock()
+
+	var err error
+	if n.leading() {
+		err = n.leaderReport(send)
+		if err != nil {
+			n.cfg.Logger.Warn().Err(err).Msg("queued report refused")
+		}
+		err = nil
+	} else if leader := n.leaderName(); leader != "" && leader != n.cfg.Name {
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+		err = n.cluster.callName(cctx, leader, methodReport, &reportReq{Batches: send}, nil)
+		cancel()
+	} else {
+		return // no leader yet: keep them
+	}
+	if err != nil {
+		return // keep them for the next try
+	}
+	n.qmu.Lock()
+	i := 0
+	for i < len(n.reportQ) && n.reportQ[i].seq <= last {
+		i++
+	}
+	n.reportQ = n.reportQ[i:]
+	n.qmu.Unlock()
+}
+
+// flushScores sends each owner the merged scores of its queued samples.
+func (n *Node) flushScores(ctx context.Context) {
+	n.qmu.Lock()
+	if len(n.scoreQ) == 0 {
+		n.qmu.Unlock()
+		return
+	}
+	q := n.scoreQ
+	n.scoreQ = make(map[string]map[string]map[uint32]struct{})
+	n.qmu.Unlock()
+	for owner, byDS := range q {
+		for name, set := range byDS {
+			ds, err := n.dataset(name)
+			if err != nil {
+				continue
+			}
+			req := &scoresReq{Dataset: name, IDs: make([]uint32, 0, len(set)), Scores: make([]float64, 0, len(set))}
+			ds.tableMu.Lock()
+			for id := range set {
+				req.IDs = append(req.IDs, id)
+				req.Scores = append(req.Scores, ds.table.Score(id))
+			}
+			req.Mean = ds.table.Mean()
+			ds.tableMu.Unlock()
+			n.goBackground(func(ctx context.Context) {
+				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+				defer cancel()
+				if err := n.cluster.callName(cctx, owner, methodScores, req, nil); err != nil {
+					n.cfg.Logger.Debug().Err(err).Str("owner", owner).Msg("scores not delivered")
+				}
+			})
+		}
+	}
+}
+
+// replicateTables sends changed score tables to every other member.
+func (n *Node) replicateTables(ctx context.Context) {
+	if !n.leading() || n.cluster == nil {
+		return
+	}
+	for _, ds := range n.ordered {
+		ds.tableMu.Lock()
+		if !ds.tableDirty {
+			ds.tableMu.Unlock()
+			continue
+		}
+		b, err := ds.table.MarshalBinary()
+		ds.tableDirty = false
+		ds.tableMu.Unlock()
+		if err != nil {
+			n.cfg.Logger.Error().Err(err).Msg("score table")
+			continue
+		}
+		n.broadcast(methodReplicate, &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b})
+	}
+}
+
+// reconcile repeats to the leader what it may have missed: local ranks
+// that finished the newest epoch. (Waiting ranks announce themselves
+// from their own loop.)
+func (n *Node) reconcile(ctx context.Context) {
+	if n.leading() {
+		return
+	}
+	for _, ds := range n.ordered {
+		ds.book.mu.Lock()
+		p := ds.book.latest
+		var done []int
+		for r := range ds.book.done {
+			done = append(done, r)
+		}
+		ds.book.mu.Unlock()
+		if p == nil || p.Epoch < 0 {
+			continue
+		}
+		for _, r := range done {
+			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+			_ = n.toLeader(cctx, methodDone, &doneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
+			cancel()
+		}
+	}
+}

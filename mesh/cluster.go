@@ -1,0 +1,498 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/mesh/member"
+	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// ClusterConfig joins a node to a mesh. A zero GossipAddr leaves the node
+// standalone: it owns every sample and leads its own jobs. The zero value
+// of every other field means its default.
+type ClusterConfig struct {
+	// GossipAddr is the memberlist bind address, host:port ("" standalone).
+	GossipAddr string
+	// Seeds are other peers' gossip addresses.
+	Seeds []string
+	// GossipKey encrypts gossip (16, 24 or 32 bytes); nil means none.
+	GossipKey []byte
+	// PeerAddr is the QUIC listen address; "" means the gossip host with
+	// port 7947.
+	PeerAddr string
+	// TLS is the node's certificate and the cluster CA; required in a mesh.
+	TLS *peer.TLSConfig
+	// Replicas is R, the owners of each sample; 0 means 2.
+	Replicas int
+	// Partitions of the ring; 0 means 271.
+	Partitions int
+	// Expect is the cluster's expected size; a leader acts only while it
+	// sees a majority of it. 0 means 1.
+	Expect int
+	// Profile tunes failure detection: "lan" (default) or "local".
+	Profile string
+	// FetchTimeout bounds one request to one peer; 0 means 2 s.
+	FetchTimeout time.Duration
+	// RetryEvery is how often waiting ranks and unsent reports retry;
+	// 0 means 250 ms.
+	RetryEvery time.Duration
+	// ReplicateEvery is how often the leader replicates changed score
+	// tables; 0 means 500 ms.
+	ReplicateEvery time.Duration
+	// JoinWait is how long epoch 0 waits for every rank to ask for it;
+	// 0 means 5 s.
+	JoinWait time.Duration
+	// EpochDeadline publishes the next epoch this long after the first
+	// rank finished, even if others have not; 0 means never.
+	EpochDeadline time.Duration
+	// Prefetch is how many samples of each local rank's slice are warmed
+	// when an order arrives; 0 means 1024, negative none.
+	Prefetch int
+	// NoLocality turns off the locality-aware split of orders.
+	NoLocality bool
+	// Build is this node's version, gossiped in its metadata.
+	Build string
+}
+
+func (c ClusterConfig) withDefaults() ClusterConfig {
+	if c.Replicas == 0 {
+		c.Replicas = 2
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 271
+	}
+	if c.Expect == 0 {
+		c.Expect = 1
+	}
+	if c.FetchTimeout == 0 {
+		c.FetchTimeout = 2 * time.Second
+	}
+	if c.RetryEvery == 0 {
+		c.RetryEvery = 250 * time.Millisecond
+	}
+	if c.ReplicateEvery == 0 {
+		c.ReplicateEvery = 500 * time.Millisecond
+	}
+	if c.JoinWait == 0 {
+		c.JoinWait = 5 * time.Second
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 1024
+	}
+	return c
+}
+
+// peerInfo is an alive member as the mesh uses it.
+type peerInfo struct {
+	name     string
+	addr     string            // QUIC host:port
+	datasets map[string]string // name -> version
+	capacity int64
+}
+
+// cluster is a node's view of the mesh: membership, rings, and the wire.
+type cluster struct {
+	cfg  ClusterConfig
+	list *member.List
+	wire *peer.Node
+
+	mu      sync.RWMutex
+	members map[string]peerInfo // alive, by name, self included
+}
+
+func (c *cluster) alive() []peerInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]peerInfo, 0, len(c.members))
+	for _, p := range c.members {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	return out
+}
+
+func (c *cluster) call(ctx context.Context, p peerInfo, m peer.Method, req, out any) error {
+	return c.wire.Call(ctx, p.addr, p.name, m, req, out)
+}
+
+func (c *cluster) callName(ctx context.Context, name string, m peer.Method, req, out any) error {
+	c.mu.RLock()
+	p, ok := c.members[name]
+	c.mu.RUnlock()
+	if !ok {
+		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: " + name + " is not an alive member"}
+	}
+	return c.call(ctx, p, m, req, out)
+}
+
+// startCluster listens for peers, joins the gossip and starts the loop
+// that follows membership.
+func (n *Node) startCluster(cc ClusterConfig) error {
+	if cc.TLS == nil {
+		return fmt.Errorf("%w: a mesh needs TLS certificates from the cluster CA", ErrConfig)
+	}
+	peerAddr := cc.PeerAddr
+	if peerAddr == "" {
+		host, _, err := net.SplitHostPort(cc.GossipAddr)
+		if err != nil {
+			return fmt.Errorf("%w: gossip address %q: %v", ErrConfig, cc.GossipAddr, err)
+		}
+		peerAddr = net.JoinHostPort(host, "7947")
+	}
+	wire, err := peer.Listen(peer.Config{
+		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
+		Logger: n.cfg.Logger.With().Str("part", "peer").Logger(),
+	}, peer.HandlerFunc(n.servePeer))
+	if err != nil {
+		return fmt.Errorf("mesh: peer transport: %w", err)
+	}
+	c := &cluster{cfg: cc, wire: wire, members: make(map[string]peerInfo)}
+	n.cluster = c
+	var sets []string
+	for _, ds := range n.ordered {
+		sets = append(sets, ds.name+"="+ds.manifest.Version)
+	}
+	meta := member.Meta{PeerAddr: wire.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	defer cancel()
+	list, err := member.Join(ctx, member.Config{
+		Name: n.cfg.Name, BindAddr: cc.GossipAddr, Seeds: cc.Seeds, Key: cc.GossipKey, Meta: meta,
+		Profile: cc.Profile, Logger: n.cfg.Logger.With().Str("part", "gossip").Logger(),
+	})
+	if err != nil {
+		wire.Close()
+		return fmt.Errorf("mesh: gossip: %w", err)
+	}
+	c.list = list
+	n.refreshMembers()
+	n.goBackground(n.followMembers)
+	return nil
+}
+
+// followMembers rebuilds the rings and the leader on every membership
+// event, until the node closes.
+func (n *Node) followMembers(ctx context.Context) {
+	events := n.cluster.list.Events()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-events:
+			n.cfg.Logger.Info().Str("member", ev.Member.Name).Str("event", ev.Kind.String()).Msg("membership")
+			n.refreshMembers()
+		}
+	}
+}
+
+// refreshMembers reads the alive members, rebuilds each dataset's ring
+// over the members that serve the same version of it, and elects the
+// leader: the lowest name among the alive members, if they are a majority
+// of the expected cluster.
+func (n *Node) refreshMembers() {
+	c := n.cluster
+	members := c.list.Members()
+	alive := make(map[string]peerInfo, len(members))
+	for _, m := range members {
+		if m.State != member.Alive {
+			continue
+		}
+		p := peerInfo{name: m.Name, addr: dialAddr(m.Meta.PeerAddr, m.Addr), capacity: m.Meta.Capacity, datasets: map[string]string{}}
+		for _, d := range m.Meta.Datasets {
+			if name, version, ok := strings.Cut(d, "="); ok {
+				p.datasets[name] = version
+			}
+		}
+		alive[m.Name] = p
+	}
+	c.mu.Lock()
+	c.members = alive
+	c.mu.Unlock()
+
+	for _, ds := range n.ordered {
+		var names []string
+		for _, p := range alive {
+			if v, ok := p.datasets[ds.name]; ok && v == ds.manifest.Version {
+				names = append(names, p.name)
+			} else if ok {
+				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", v).
+					Str("ours", ds.manifest.Version).Msg("dataset version differs: not sharing it with this peer")
+			}
+		}
+		r, err := ring.New(ring.Config{Partitions: c.cfg.Partitions, Replicas: c.cfg.Replicas}, names)
+		if err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("ring")
+			continue
+		}
+		ds.ring.Store(r)
+	}
+
+	leader := ""
+	if len(alive) >= c.cfg.Expect/2+1 {
+		for name := range alive {
+			if leader == "" || name < leader {
+				leader = name
+			}
+		}
+	}
+	old := n.leaderName()
+	n.leader.Store(leader)
+	if leader != old {
+		n.cfg.Logger.Info().Str("leader", leader).Str("was", old).Int("alive", len(alive)).Msg("leader changed")
+	}
+	switch {
+	case leader == n.cfg.Name && !n.leadingFlag.Load() && !n.takingOver.Swap(true):
+		n.goBackground(func(ctx context.Context) {
+			defer n.takingOver.Store(false)
+			n.takeover(ctx)
+			if n.leaderName() == n.cfg.Name {
+				n.leadingFlag.Store(true)
+			} else {
+				n.stepDown()
+			}
+		})
+	case leader != n.cfg.Name && n.leadingFlag.Load():
+		n.stepDown()
+	}
+	for _, ds := range n.ordered {
+		ds.book.mu.Lock()
+		ds.book.wakeLocked()
+		ds.book.mu.Unlock()
+	}
+	n.kickReconcile()
+}
+
+// stepDown drops the leader's state; the new leader rebuilds it.
+func (n *Node) stepDown() {
+	n.leadingFlag.Store(false)
+	for _, ds := range n.ordered {
+		ds.setLeaderJob(nil)
+	}
+	n.cfg.Logger.Info().Msg("no longer leading")
+}
+
+// dialAddr turns a peer's advertised QUIC address into one to dial: an
+// unspecified host is replaced by the host it gossips from.
+func dialAddr(advertised, gossip string) string {
+	host, port, err := net.SplitHostPort(advertised)
+	if err != nil {
+		return advertised
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if gh, _, err := net.SplitHostPort(gossip); err == nil {
+			host = gh
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// servePeer answers the peer protocol.
+func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body []byte) (any, error) {
+	switch m {
+	case methodFetch:
+		var req fetchReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return n.serveFetch(ctx, &req)
+	case methodOffer:
+		var req offerReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, n.serveOffer(&req)
+	case methodReport:
+		var req reportReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		if !n.leading() {
+			return nil, errNotLeader
+		}
+		if err := n.leaderReport(req.Batches); err != nil {
+			n.cfg.Logger.Warn().Err(err).Str("from", from).Msg("refused part of a forwarded report")
+		}
+		return nil, nil
+	case methodJoin:
+		var req joinReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, n.leaderJoin(&req)
+	case methodDone:
+		var req doneReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, n.leaderDone(&req)
+	case methodReset:
+		var req resetReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, n.leaderReset(&req)
+	case methodPublish:
+		var p publishMsg
+		if err := decode(body, &p); err != nil {
+			return nil, err
+		}
+		if err := n.checkPublish(&p); err != nil {
+			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+		}
+		n.observeTerm(p.Term)
+		ds, _ := n.dataset(p.Dataset)
+		if ds.book.install(&p) {
+			n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
+		}
+		return nil, nil
+	case methodScores:
+		var req scoresReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, n.applyScores(&req)
+	case methodReplicate:
+		var req replicateReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, n.applyReplica(&req)
+	case methodState:
+		var req stateReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		n.observeTerm(req.Term)
+		resp := stateResp{MaxTerm: n.maxTerm.Load()}
+		for _, ds := range n.ordered {
+			resp.Jobs = append(resp.Jobs, ds.book.state(ds.name))
+		}
+		return &resp, nil
+	case methodGetOrder:
+		var req getOrderReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		ds, err := n.dataset(req.Dataset)
+		if err != nil {
+			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+		}
+		p := ds.book.newest()
+		if p == nil {
+			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
+		}
+		return p, nil
+	}
+	return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("unknown method %d", m)}
+}
+
+func decode(body []byte, v any) error {
+	if err := peer.CheckMsgpack(body); err != nil {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
+	if err := msgpack.Unmarshal(body, v); err != nil {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: "mesh: " + err.Error()}
+	}
+	return nil
+}
+
+// toLeader sends a request to the leader, or serves it here if this node
+// leads.
+func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
+	if n.leading() {
+		switch r := req.(type) {
+		case *joinReq:
+			return n.leaderJoin(r)
+		case *doneReq:
+			return n.leaderDone(r)
+		case *resetReq:
+			return n.leaderReset(r)
+		}
+		return fmt.Errorf("mesh: no local handler for method %d", m)
+	}
+	leader := n.leaderName()
+	if leader == "" || n.cluster == nil {
+		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: no leader"}
+	}
+	if leader == n.cfg.Name {
+		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: this node is taking over as leader"}
+	}
+	err := n.cluster.callName(ctx, leader, m, req, nil)
+	if errors.Is(err, ErrWorldMismatch) || peer.CodeOf(err) == codeWorldMismatch {
+		return fmt.Errorf("%w: %s", ErrWorldMismatch, strings.TrimPrefix(err.Error(), "peer: "))
+	}
+	return err
+}
+
+// broadcast sends a message to every other alive member in the
+// background, retrying a few times.
+func (n *Node) broadcast(m peer.Method, msg any) {
+	if n.cluster == nil {
+		return
+	}
+	for _, p := range n.cluster.alive() {
+		if p.name == n.cfg.Name {
+			continue
+		}
+		n.goBackground(func(ctx context.Context) {
+			for attempt := 0; attempt < 5; attempt++ {
+				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+				err := n.cluster.call(cctx, p, m, msg, nil)
+				cancel()
+				if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
+					if err != nil {
+						n.cfg.Logger.Warn().Err(err).Str("peer", p.name).Msg("broadcast refused")
+					}
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
+				}
+			}
+		})
+	}
+}
+
+// observeTerm raises the highest term this node has seen.
+func (n *Node) observeTerm(t uint64) {
+	for {
+		cur := n.maxTerm.Load()
+		if t <= cur || n.maxTerm.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// GossipAddr is the address other peers use as a seed; "" standalone.
+func (n *Node) GossipAddr() string {
+	if n.cluster == nil {
+		return ""
+	}
+	return n.cluster.list.Addr()
+}
+
+// Members returns the names of the alive members this node sees, sorted.
+func (n *Node) Members() []string {
+	if n.cluster == nil {
+		return []string{n.cfg.Name}
+	}
+	var out []string
+	for _, p := range n.cluster.alive() {
+		out = append(out, p.name)
+	}
+	return out
+}
+
+// Leader returns the leader this node follows; "" while there is none.
+func (n *Node) Leader() string { return n.leaderName() }

@@ -1,0 +1,544 @@
+package mesh
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/transport"
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// testMesh is k whole nodes in this process, each with its trainer socket.
+type testMesh struct {
+	peers []*testPeer
+	files [][]byte
+	dir   string
+}
+
+type meshOpts struct {
+	samples, minSize, maxSize int
+	cacheSize                 int64
+	replicas, expect          int
+	tlsDir                    string
+	configure                 func(i int, c *Config)
+}
+
+// startMesh starts k nodes seeded from the first and waits until every
+// node sees all k and they agree on a leader.
+func startMesh(t *testing.T, k int, o meshOpts) *testMesh {
+	t.Helper()
+	if o.samples == 0 {
+		o.samples, o.minSize, o.maxSize = 600, 50, 800
+	}
+	if o.cacheSize == 0 {
+		o.cacheSize = 16 << 20
+	}
+	if o.tlsDir == "" {
+		o.tlsDir = t.TempDir()
+	}
+	if o.expect == 0 {
+		o.expect = k
+	}
+	dir, files := makeDataset(t, o.samples, o.minSize, o.maxSize)
+	m := &testMesh{files: files, dir: dir}
+	for i := 0; i < k; i++ {
+		name := fmt.Sprintf("n%d", i)
+		tlsCfg, err := peer.DevTLS(o.tlsDir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{
+			Name: name, CacheSize: o.cacheSize, Seed: 7,
+			Datasets: []DatasetConfig{{Name: "ds", Dir: dir}},
+			Cluster: ClusterConfig{
+				GossipAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", TLS: tlsCfg, Profile: "local",
+				Replicas: o.replicas, Expect: o.expect, JoinWait: time.Second,
+				RetryEvery: 100 * time.Millisecond, FetchTimeout: time.Second, ReplicateEvery: 200 * time.Millisecond,
+			},
+		}
+		if i > 0 {
+			cfg.Cluster.Seeds = []string{m.peers[0].node.GossipAddr()}
+		}
+		if o.configure != nil {
+			o.configure(i, &cfg)
+		}
+		m.peers = append(m.peers, startPeer(t, cfg, transport.SocketConfig{MaxOrderWait: time.Minute}))
+	}
+	waitFor(t, 15*time.Second, "every node sees the whole mesh and one leader", func() bool {
+		return m.converged(m.alive())
+	})
+	return m
+}
+
+func (m *testMesh) alive() []*testPeer {
+	var out []*testPeer
+	for _, p := range m.peers {
+		if !p.node.closed.Load() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// converged reports whether the given nodes all see exactly each other
+// and name the same leader.
+func (m *testMesh) converged(ps []*testPeer) bool {
+	var want []string
+	for _, p := range ps {
+		want = append(want, p.node.Name())
+	}
+	slices.Sort(want)
+	leader := ps[0].node.Leader()
+	for _, p := range ps {
+		if !slices.Equal(p.node.Members(), want) || p.node.Leader() != leader || leader == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (m *testMesh) byName(name string) *testPeer {
+	for _, p := range m.peers {
+		if p.node.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// readAll MGETs every sample through p's socket and checks every byte.
+func (m *testMesh) readAll(t *testing.T, c *redis.Client) {
+	t.Helper()
+	for start := 0; start < len(m.files); start += 200 {
+		var keys []string
+		for i := start; i < min(start+200, len(m.files)); i++ {
+			keys = append(keys, "ds/"+strconv.Itoa(i))
+		}
+		vals, err := c.MGet(context.Background(), keys...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if s, ok := v.(string); !ok || s != string(m.files[start+i]) {
+				t.Fatalf("%s: wrong bytes", keys[i])
+			}
+		}
+	}
+}
+
+func TestMeshServesIdenticalBytesAndKeepsROwners(t *testing.T) {
+	m := startMesh(t, 5, meshOpts{samples: 1000, replicas: 2})
+	for _, p := range m.peers {
+		m.readAll(t, p.client(t))
+	}
+	// Owners that read from the source offer the sample to co-owners in
+	// the background; wait until every sample is on exactly R nodes.
+	var counts map[int]int
+	waitFor(t, 10*time.Second, "every sample is resident on exactly 2 owners", func() bool {
+		counts = map[int]int{}
+		ok := true
+		for i := range m.files {
+			key := []byte("ds/" + strconv.Itoa(i))
+			c := 0
+			for _, p := range m.peers {
+				if p.node.store.Has(key) {
+					c++
+				}
+			}
+			counts[c]++
+			ok = ok && c == 2
+		}
+		return ok
+	})
+	var local, peerHits, sourceReads int64
+	for _, p := range m.peers {
+		tot := p.node.ordered[0].stats().Total
+		local += tot.LocalHits
+		peerHits += tot.PeerHits
+		sourceReads += tot.SourceReads
+	}
+	t.Logf("after one pass from each of 5 peers: residency %v; local hits %d, peer hits %d, source reads %d", counts, local, peerHits, sourceReads)
+	if sourceReads > int64(len(m.files))*2 {
+		t.Errorf("%d source reads for %d samples: concurrent misses were not collapsed onto owners", sourceReads, len(m.files))
+	}
+}
+
+func TestNonLeaderKilledUnderLoadLosesNoRead(t *testing.T) {
+	m := startMesh(t, 5, meshOpts{samples: 800, replicas: 2})
+	leader := m.peers[0].node.Leader()
+	var victim *testPeer
+	for _, p := range m.peers {
+		if p.node.Name() != leader && victim == nil && p.node.Name() != "n0" {
+			victim = p
+		}
+	}
+	var reads, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range m.peers {
+		if p == victim {
+			continue
+		}
+		c := p.client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(len(p.path)), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				keys := make([]string, 64)
+				idx := make([]int, 64)
+				for i := range keys {
+					idx[i] = rng.IntN(len(m.files))
+					keys[i] = "ds/" + strconv.Itoa(idx[i])
+				}
+				vals, err := c.MGet(context.Background(), keys...).Result()
+				if err != nil {
+					failed.Add(64)
+					t.Errorf("MGET failed: %v", err)
+					continue
+				}
+				for i, v := range vals {
+					reads.Add(1)
+					if s, ok := v.(string); !ok || s != string(m.files[idx[i]]) {
+						failed.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	killed := time.Now()
+	victim.node.Kill()
+	survivors := m.alive()
+	seen := make(map[string]time.Duration)
+	waitFor(t, 5*time.Second, "every survivor marks the killed peer dead", func() bool {
+		for _, p := range survivors {
+			if _, ok := seen[p.node.Name()]; !ok && !slices.Contains(p.node.Members(), victim.node.Name()) {
+				seen[p.node.Name()] = time.Since(killed)
+			}
+		}
+		return len(seen) == len(survivors)
+	})
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	var slowest time.Duration
+	for _, d := range seen {
+		slowest = max(slowest, d)
+	}
+	t.Logf("killed %s: %d reads, %d failed; survivors noticed within %v (%v)", victim.node.Name(), reads.Load(), failed.Load(), slowest, seen)
+	if failed.Load() != 0 {
+		t.Errorf("%d failed or wrong reads", failed.Load())
+	}
+	if slowest > 2*time.Second {
+		t.Errorf("a survivor took %v to mark the dead peer, want within 2s", slowest)
+	}
+}
+
+// trainEpoch runs one epoch of a rank through its node's socket: ORDER,
+// MGET in batches (bytes checked), REPORT with losses given by loss(id).
+func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, rank, world int, loss func(int64) float64) ([]int64, error) {
+	ids, err := c.Do(ctx, "SHADE.ORDER", "ds", epoch, rank, world, 30000).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("rank %d epoch %d order: %w", rank, epoch, err)
+	}
+	for start := 0; start < len(ids); start += 50 {
+		batch := ids[start:min(start+50, len(ids))]
+		keys := make([]string, len(batch))
+		for i, id := range batch {
+			keys[i] = "ds/" + strconv.FormatInt(id, 10)
+		}
+		vals, err := c.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, err
+		}
+		report := []any{"SHADE.REPORT", "ds", epoch}
+		for i, id := range batch {
+			if s, ok := vals[i].(string); !ok || s != string(files[id]) {
+				return nil, fmt.Errorf("wrong bytes for %s", keys[i])
+			}
+			report = append(report, id, loss(id))
+		}
+		if err := c.Do(ctx, report...).Err(); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+func orderDigest(p *publishMsg) string {
+	h := sha256.New()
+	for _, s := range p.Slices {
+		for _, id := range s {
+			h.Write([]byte{byte(id), byte(id >> 8), byte(id >> 16), byte(id >> 24)})
+		}
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)[:8])
+}
+
+func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
+	const world = 3
+	m := startMesh(t, 4, meshOpts{samples: 9000, minSize: 20, maxSize: 60, replicas: 2})
+	leader := m.byName(m.peers[0].node.Leader())
+	var trainers []*testPeer // the ranks train on the three other nodes
+	for _, p := range m.peers {
+		if p != leader {
+			trainers = append(trainers, p)
+		}
+	}
+	important := func(id int64) float64 {
+		switch id % 10 {
+		case 0:
+			return 5
+		case 5:
+			return 0.01
+		}
+		return 0.5
+	}
+	ctx := context.Background()
+	clients := make([]*redis.Client, world)
+	for r := range clients {
+		clients[r] = trainers[r].client(t)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, world)
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			if _, err := trainEpoch(ctx, clients[r], m.files, 0, r, world, important); err != nil {
+				errs <- err
+			}
+		}(r)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Reports are merged by the leader and replicated every 200ms; let one
+	// replication pass, then kill the leader before any rank is done.
+	waitFor(t, 5*time.Second, "the score table is replicated", func() bool {
+		ds := trainers[0].node.ordered[0]
+		ds.tableMu.Lock()
+		defer ds.tableMu.Unlock()
+		return ds.table.NumScored() > 8900
+	})
+	killed := time.Now()
+	leader.node.Kill()
+	for r := 0; r < world; r++ {
+		if err := clients[r].Do(ctx, "SHADE.DONE", "ds", 0, r).Err(); err != nil {
+			t.Fatalf("rank %d DONE: %v", r, err)
+		}
+	}
+	var digests []string
+	waitFor(t, 10*time.Second, "epoch 1 is published on every survivor", func() bool {
+		digests = digests[:0]
+		for _, p := range trainers {
+			pub := p.node.ordered[0].book.newest()
+			if pub == nil || pub.Epoch != 1 {
+				return false
+			}
+			digests = append(digests, orderDigest(pub))
+		}
+		return true
+	})
+	took := time.Since(killed)
+	newLeader := trainers[0].node.Leader()
+	t.Logf("leader %s killed; %s published epoch 1 %v later; digests %v", leader.node.Name(), newLeader, took, digests)
+	if took > 5*time.Second {
+		t.Errorf("epoch 1 published %v after the kill, want within 5s", took)
+	}
+	for _, d := range digests[1:] {
+		if d != digests[0] {
+			t.Fatalf("epoch 1 differs between peers: %v", digests)
+		}
+	}
+	// The scores reported before the kill shape epoch 1.
+	var hi, lo int
+	for _, s := range trainers[0].node.ordered[0].book.newest().Slices {
+		for _, id := range s {
+			switch id % 10 {
+			case 0:
+				hi++
+			case 5:
+				lo++
+			}
+		}
+	}
+	t.Logf("epoch 1 draws: important tenth %d, least important tenth %d", hi, lo)
+	if float64(hi-lo) < 3*math.Sqrt(float64(hi+lo)) {
+		t.Errorf("epoch 1 ignores the scores reported before the kill: %d vs %d", hi, lo)
+	}
+	// Training goes on under the new leader.
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			if _, err := trainEpoch(ctx, clients[r], m.files, 1, r, world, important); err != nil {
+				t.Error(err)
+			}
+		}(r)
+	}
+	wg.Wait()
+}
+
+// localShare trains 3 ranks, one per node, for epochs and returns the
+// share of hits served from the rank's own node's memory.
+func localShare(t *testing.T, noLocality bool) float64 {
+	const world, epochs = 3, 3
+	m := startMesh(t, 3, meshOpts{samples: 1500, minSize: 20, maxSize: 100, replicas: 1, configure: func(i int, c *Config) {
+		c.Cluster.NoLocality = noLocality
+		c.Cluster.Prefetch = -1
+	}})
+	ctx := context.Background()
+	for e := 0; e < epochs; e++ {
+		var wg sync.WaitGroup
+		for r := 0; r < world; r++ {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				c := m.peers[r].client(t)
+				if _, err := trainEpoch(ctx, c, m.files, e, r, world, func(int64) float64 { return 1 }); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.Do(ctx, "SHADE.DONE", "ds", e, r).Err(); err != nil {
+					t.Error(err)
+				}
+			}(r)
+		}
+		wg.Wait()
+	}
+	var local, remote int64
+	for _, p := range m.peers {
+		for _, es := range p.node.ordered[0].stats().Epochs {
+			if es.Epoch > 0 {
+				local += es.LocalHits
+				remote += es.PeerHits
+			}
+		}
+	}
+	return float64(local) / float64(max(1, local+remote))
+}
+
+func TestLocalityAwareSplitServesHitsLocally(t *testing.T) {
+	with := localShare(t, false)
+	without := localShare(t, true)
+	t.Logf("share of hits served from the local peer's memory, 3 nodes, 3 ranks, R=1: locality-aware %.1f%%, plain split %.1f%%", 100*with, 100*without)
+	if with < 0.9 {
+		t.Errorf("locality-aware split served %.1f%% of hits locally, want at least 90%%", 100*with)
+	}
+}
+
+func TestStrangerCertificateCannotFetchOrPublish(t *testing.T) {
+	m := startMesh(t, 2, meshOpts{samples: 100})
+	stranger, err := peer.DevTLS(t.TempDir(), "n9") // another CA
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := peer.Listen(peer.Config{Name: "n9", ListenAddr: "127.0.0.1:0", TLS: stranger}, peer.HandlerFunc(
+		func(context.Context, string, peer.Method, []byte) (any, error) { return nil, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	target := m.peers[1].node
+	addr := target.cluster.wire.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var resp fetchResp
+	if err := w.Call(ctx, addr, target.Name(), methodFetch, &fetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
+		t.Fatal("a peer with a certificate from another CA fetched a sample")
+	}
+	before := target.ordered[0].book.newest()
+	pub := &publishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
+	if err := w.Call(ctx, addr, target.Name(), methodPublish, pub, nil); err == nil {
+		t.Fatal("a peer with a certificate from another CA published an order")
+	}
+	if after := target.ordered[0].book.newest(); after != before {
+		t.Fatal("an order from a stranger was installed")
+	}
+}
+
+func TestTwoMeshesInOneProcessDoNotInterfere(t *testing.T) {
+	a := startMesh(t, 2, meshOpts{samples: 200, minSize: 10, maxSize: 50})
+	b := startMesh(t, 2, meshOpts{samples: 300, minSize: 60, maxSize: 90})
+	for _, p := range append(a.peers, b.peers...) {
+		if got := p.node.Members(); len(got) != 2 {
+			t.Fatalf("%s sees %v; want only its own mesh", p.node.Name(), got)
+		}
+	}
+	a.readAll(t, a.peers[1].client(t))
+	b.readAll(t, b.peers[1].client(t))
+	if v, _ := a.peers[0].client(t).Get(context.Background(), "ds/250").Result(); v != "" {
+		t.Fatal("mesh a served a sample past its dataset's end")
+	}
+}
+
+func TestLocalitySplitKeepsSlicesEqual(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ n, world int }{{10, 3}, {100, 4}, {7, 7}, {5, 8}, {1000, 3}} {
+		order := make([]uint32, tc.n)
+		for i := range order {
+			order[i] = uint32(rng.IntN(tc.n))
+		}
+		nodes := []string{"a", "b", "c"}
+		rankNode := make([]string, tc.world)
+		for r := range rankNode {
+			rankNode[r] = nodes[r%3]
+		}
+		slices, err := localitySplit(order, tc.world, rankNode, func(id uint32) []string { return []string{nodes[id%3]} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := (tc.n + tc.world - 1) / tc.world
+		count := map[uint32]int{}
+		total := 0
+		for _, s := range slices {
+			if len(s) != per {
+				t.Fatalf("n=%d world=%d: slice of %d, want %d", tc.n, tc.world, len(s), per)
+			}
+			for _, id := range s {
+				count[id]++
+				total++
+			}
+		}
+		want := map[uint32]int{}
+		for i := 0; i < per*tc.world; i++ {
+			want[order[i%tc.n]]++
+		}
+		for id, c := range want {
+			if count[id] != c {
+				t.Fatalf("n=%d world=%d: id %d drawn %d times, the order has it %d", tc.n, tc.world, id, count[id], c)
+			}
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// ErrChecksum reports a sample whose bytes did not match the checksum
+// that came with them; the copy is discarded and the read goes elsewhere.
+var ErrChecksum = errors.New("mesh: checksum mismatch")
+
+// owners returns the members that own sample id of ds, primary first. A
+// standalone node owns everything.
+func (n *Node) owners(ds *datasetState, id uint32) []string {
+	r := ds.ring.Load()
+	if n.cluster == nil || r == nil {
+		return []string{n.cfg.Name}
+	}
+	return r.Owners([]byte(keyOfSample(ds, id)))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// readMissing reads a sample this node does not hold. An owner reads it
+// through (its co-owners' memory, then the source) and caches it; any
+// other node asks the owners, then reads the source itself. fromMemory
+// reports whether some node served it from memory.
+func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
+	owners := n.owners(ds, uint32(idx))
+	if len(owners) == 0 || contains(owners, n.cfg.Name) {
+		return n.readThrough(ctx, ds, idx, key, owners)
+	}
+	for _, owner := range n.preferred(owners) {
+		items, err := n.fetchFrom(ctx, owner, ds, []uint32{uint32(idx)}, false)
+		if err == nil && items[0].Found {
+			return items[0].Value, items[0].Hit, nil
+		}
+	}
+	// No owner answered: read the source, without caching what this node
+	// does not own.
+	ds.current().sourceFallbacks.Add(1)
+	v, err = n.readSource(ds, idx)
+	return v, false, err
+}
+
+// readSource reads sample idx from the dataset's source and counts it.
+func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
+	b, err := ds.src.Read(idx, nil)
+	c := ds.current()
+	if err != nil {
+		c.sourceErrors.Add(1)
+		return nil, fmt.Errorf("mesh: %s/%d: %w", ds.name, idx, err)
+	}
+	c.sourceReads.Add(1)
+	c.sourceBytes.Add(int64(len(b)))
+	return b, nil
+}
+
+// readThrough reads a sample this node owns: from a co-owner's memory if
+// one has it, else from the source, and offers it to the policy. Concurrent
+// misses for one key collapse into one read; the result is shared between
+// them: read only.
+func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string) ([]byte, bool, error) {
+	type result struct {
+		v   []byte
+		mem bool
+	}
+	r, err, _ := n.flight.Do(string(key), func() (any, error) {
+		for _, co := range owners {
+			if co == n.cfg.Name || n.cluster == nil {
+				continue
+			}
+			items, err := n.fetchFrom(ctx, co, ds, []uint32{uint32(idx)}, true)
+			if err == nil && items[0].Found {
+				n.admit(sampleID(ds, idx), key, items[0].Value, ds)
+				return result{items[0].Value, true}, nil
+			}
+		}
+		b, err := n.readSource(ds, idx)
+		if err != nil {
+			return nil, err
+		}
+		if n.admit(sampleID(ds, idx), key, b, ds) {
+			n.offer(ds, uint32(idx), b, owners)
+		}
+		return result{b, false}, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	res := r.(result)
+	return res.v, res.mem, nil
+}
+
+// offer hands a sample read from the source to the other owners, so that
+// it becomes resident on all of them. Best effort, in the background.
+func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string) {
+	if n.cluster == nil {
+		return
+	}
+	for _, co := range owners {
+		if co == n.cfg.Name {
+			continue
+		}
+		if n.offersInFlight.Add(1) > 256 {
+			n.offersInFlight.Add(-1)
+			return // the co-owner reads it through itself when asked
+		}
+		req := &offerReq{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: xxhash.Sum64(value), Value: value}
+		n.goBackground(func(ctx context.Context) {
+			defer n.offersInFlight.Add(-1)
+			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+			defer cancel()
+			_ = n.cluster.callName(cctx, co, methodOffer, req, nil)
+		})
+	}
+}
+
+// serveOffer admits a sample a co-owner read from the source.
+func (n *Node) serveOffer(req *offerReq) error {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+	}
+	if req.Version != ds.manifest.Version {
+		return &peer.Error{Code: peer.CodeStale, Msg: "dataset version differs"}
+	}
+	if int(req.ID) >= ds.len {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: "id out of range"}
+	}
+	if xxhash.Sum64(req.Value) != req.Sum {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: ErrChecksum.Error()}
+	}
+	if int64(len(req.Value)) != ds.manifest.Sizes[req.ID] {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: "size differs from the manifest"}
+	}
+	key := []byte(keyOfSample(ds, req.ID))
+	if n.store.Has(key) {
+		return nil
+	}
+	n.admit(sampleID(ds, int(req.ID)), key, req.Value, ds)
+	return nil
+}
+
+// preferred orders owners for a read: fewest requests in flight from this
+// node first, the ring's order breaking ties.
+func (n *Node) preferred(owners []string) []string {
+	out := append([]string(nil), owners...)
+	load := make(map[string]int64, len(out))
+	n.inflightMu.Lock()
+	for _, o := range out {
+		load[o] = n.inflight[o]
+	}
+	n.inflightMu.Unlock()
+	sort.SliceStable(out, func(a, b int) bool { return load[out[a]] < load[out[b]] })
+	return out
+}
+
+// fetchFrom asks one owner for samples and verifies every value against
+// its checksum and the manifest's size. Items that fail verification come
+// back not Found.
+func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, memoryOnly bool) ([]fetchItem, error) {
+	n.inflightMu.Lock()
+	n.inflight[owner]++
+	n.inflightMu.Unlock()
+	defer func() {
+		n.inflightMu.Lock()
+		n.inflight[owner]--
+		n.inflightMu.Unlock()
+	}()
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+	defer cancel()
+	var resp fetchResp
+	req := &fetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: memoryOnly}
+	if err := n.cluster.callName(cctx, owner, methodFetch, req, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Items) != len(ids) {
+		return nil, fmt.Errorf("mesh: %s answered %d items for %d ids", owner, len(resp.Items), len(ids))
+	}
+	for i := range resp.Items {
+		it := &resp.Items[i]
+		if !it.Found {
+			continue
+		}
+		if xxhash.Sum64(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
+			n.cfg.Logger.Warn().Str("owner", owner).Str("key", keyOfSample(ds, ids[i])).Msg("checksum mismatch: copy discarded")
+			ds.current().checksumErrors.Add(1)
+			*it = fetchItem{}
+		}
+	}
+	return resp.Items, nil
+}
+
+// serveFetch answers an owner's part of a read.
+func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error) {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+	}
+	if req.Version != ds.manifest.Version {
+		return nil, &peer.Error{Code: peer.CodeStale, Msg: fmt.Sprintf("dataset %s: version %s asked, %s here", ds.name, req.Version, ds.manifest.Version)}
+	}
+	resp := &fetchResp{Items: make([]fetchItem, len(req.IDs))}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, n.cfg.SourceReads)
+	for i, id := range req.IDs {
+		if int(id) >= ds.len {
+			resp.Items[i].Err = "index out of range"
+			continue
+		}
+		key := []byte(keyOfSample(ds, id))
+		it := &resp.Items[i]
+		if n.store.View(key, func(v []byte, sum uint64) {
+			it.Found, it.Hit, it.Sum = true, true, sum
+			if !req.Warm {
+				it.Value = append([]byte(nil), v...)
+			}
+		}) {
+			n.hits(sampleID(ds, int(id)))
+			ds.current().servedPeers.Add(1)
+			continue
+		}
+		if req.MemoryOnly {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(id uint32, key []byte, it *fetchItem) {
+			defer func() { <-sem; wg.Done() }()
+			var v []byte
+			var err error
+			if owners := n.owners(ds, id); contains(owners, n.cfg.Name) {
+				v, _, err = n.readThrough(ctx, ds, int(id), key, owners)
+			} else {
+				v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
+			}
+			if err != nil {
+				it.Err = err.Error()
+				return
+			}
+			ds.current().servedPeers.Add(1)
+			it.Found, it.Sum = true, xxhash.Sum64(v)
+			if !req.Warm {
+				it.Value = v
+			}
+		}(id, key, it)
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+// prefetchSlice warms the start of a local rank's slice of a new order in
+// its owners' memory, once per rank and epoch, in the background.
+func (n *Node) prefetchSlice(ds *datasetState, p *publishMsg, rank int) {
+	ahead := n.cfg.Cluster.Prefetch
+	if ahead <= 0 || p.Epoch < 0 {
+		return
+	}
+	key := fmt.Sprintf("%s/%d/%d/%d", ds.name, p.Gen, p.Epoch, rank)
+	n.qmu.Lock()
+	if n.prefetched[key] {
+		n.qmu.Unlock()
+		return
+	}
+	if len(n.prefetched) > 4096 {
+		n.prefetched = make(map[string]bool)
+	}
+	n.prefetched[key] = true
+	n.qmu.Unlock()
+	ids := p.Slices[rank]
+	if len(ids) > ahead {
+		ids = ids[:ahead]
+	}
+	n.goBackground(func(ctx context.Context) {
+		byOwner := make(map[string][]uint32)
+		for _, id := range ids {
+			if n.store.Has([]byte(keyOfSample(ds, id))) {
+				continue
+			}
+			owners := n.owners(ds, id)
+			if len(owners) == 0 {
+				continue
+			}
+			if contains(owners, n.cfg.Name) {
+				byOwner[n.cfg.Name] = append(byOwner[n.cfg.Name], id)
+			} else {
+				byOwner[owners[0]] = append(byOwner[owners[0]], id)
+			}
+		}
+		for owner, list := range byOwner {
+			if ctx.Err() != nil {
+				return
+			}
+			if owner == n.cfg.Name {
+				for _, id := range list {
+					key := []byte(keyOfSample(ds, id))
+					if !n.store.Has(key) {
+						n.readThrough(ctx, ds, int(id), key, n.owners(ds, id))
+					}
+				}
+				continue
+			}
+			for start := 0; start < len(list); start += 256 {
+				part := list[start:min(start+256, len(list))]
+				cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
+				_ = n.cluster.callName(cctx, owner, methodFetch, &fetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: part, Warm: true}, nil)
+				cancel()
+			}
+		}
+	})
+}

@@ -1,0 +1,96 @@
+package mesh
+
+import (
+	"encoding/json"
+	"sort"
+)
+
+// JobStats is a snapshot of a dataset's job.
+type JobStats struct {
+	Leader        string  `json:"leader"`
+	Term          uint64  `json:"term"`
+	Generation    uint64  `json:"generation"`
+	World         int     `json:"world"`
+	LatestEpoch   int     `json:"latest_epoch"`
+	Reports       int64   `json:"reports"`
+	ReportedIDs   int64   `json:"reported_samples"`
+	ScoredSamples int     `json:"scored_samples"`
+	MeanScore     float64 `json:"mean_score"`
+	PendingRanks  []int   `json:"pending_ranks"`
+}
+
+func (n *Node) jobStats(ds *datasetState) JobStats {
+	st := JobStats{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.leaderName()}
+	if p := ds.book.newest(); p != nil {
+		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
+	}
+	ds.tableMu.Lock()
+	st.ScoredSamples, st.MeanScore = ds.table.NumScored(), ds.table.Mean()
+	ds.tableMu.Unlock()
+	if lj := ds.leaderJob(); lj != nil {
+		lj.mu.Lock()
+		if lj.world > 0 {
+			st.World = lj.world
+			st.PendingRanks = lj.pendingLocked()
+		}
+		lj.mu.Unlock()
+	}
+	return st
+}
+
+// NodeStats is what SHADE.STATS returns.
+type NodeStats struct {
+	Node          string         `json:"node"`
+	Members       []string       `json:"members"`
+	Policy        string         `json:"policy"`
+	PADS          bool           `json:"pads"`
+	CacheCapacity int64          `json:"cache_capacity"`
+	CacheUsed     int64          `json:"cache_used"`
+	CacheEntries  int            `json:"cache_entries"`
+	FreeKeys      FreeKeyStats   `json:"free_keys"`
+	Datasets      []DatasetEntry `json:"datasets"`
+}
+
+// FreeKeyStats counts cache-aside use of free-form keys.
+type FreeKeyStats struct {
+	Hits     int64 `json:"hits"`
+	Misses   int64 `json:"misses"`
+	Rejected int64 `json:"rejected_admissions"`
+}
+
+// DatasetEntry is one dataset in NodeStats.
+type DatasetEntry struct {
+	DatasetStats
+	Job JobStats `json:"job"`
+}
+
+// Stats implements transport.Backend: a JSON document of NodeStats, with
+// one dataset or all of them.
+func (n *Node) Stats(name string) ([]byte, error) {
+	sel := n.ordered
+	if name != "" {
+		ds, err := n.dataset(name)
+		if err != nil {
+			return nil, err
+		}
+		sel = []*datasetState{ds}
+	}
+	st := n.store.Stats()
+	out := NodeStats{
+		Node: n.cfg.Name, Policy: n.pol.Name(), PADS: !n.cfg.Uniform,
+		CacheCapacity: st.Capacity, CacheUsed: st.UsedBytes, CacheEntries: st.Entries,
+		FreeKeys: FreeKeyStats{Hits: n.freeHits.Load(), Misses: n.freeMisses.Load(), Rejected: n.freeRejected.Load()},
+	}
+	if n.cluster != nil {
+		for _, p := range n.cluster.alive() {
+			out.Members = append(out.Members, p.name)
+		}
+	} else {
+		out.Members = []string{n.cfg.Name}
+	}
+	for _, ds := range sel {
+		out.Datasets = append(out.Datasets, DatasetEntry{DatasetStats: ds.stats(), Job: n.jobStats(ds)})
+	}
+	sort.Slice(out.Datasets, func(a, b int) bool { return out.Datasets[a].Dataset < out.Datasets[b].Dataset })
+	return json.Marshal(out)
+}
