@@ -31,6 +31,7 @@ type datasetState struct {
 	ring       atomic.Pointer[ring.Ring] // owners among members serving this version
 	reports    atomic.Int64
 	reported   atomic.Int64
+	sourceLat  latencyHistogram
 
 	resident atomic.Int64 // samples of this dataset in the cache
 
@@ -228,6 +229,8 @@ type DatasetStats struct {
 	Epoch    int          `json:"epoch"`
 	Total    EpochStats   `json:"total"`
 	Epochs   []EpochStats `json:"epochs"`
+	// SourceLatency is the distribution of source read times.
+	SourceLatency Histogram `json:"source_latency"`
 }
 
 func (ds *datasetState) stats() DatasetStats {
@@ -235,12 +238,13 @@ func (ds *datasetState) stats() DatasetStats {
 	epochs := append([]*epochCounters(nil), ds.epochs...)
 	ds.statsMu.Unlock()
 	out := DatasetStats{
-		Dataset:  ds.name,
-		Version:  ds.manifest.Version,
-		Samples:  ds.len,
-		Resident: ds.resident.Load(),
-		Epoch:    ds.current().epoch,
-		Total:    EpochStats{Epoch: -1},
+		Dataset:       ds.name,
+		Version:       ds.manifest.Version,
+		Samples:       ds.len,
+		Resident:      ds.resident.Load(),
+		Epoch:         ds.current().epoch,
+		Total:         EpochStats{Epoch: -1},
+		SourceLatency: ds.sourceLat.snapshot(),
 	}
 	for _, c := range epochs {
 		s := c.snapshot()
@@ -265,4 +269,40 @@ func (n *Node) sampleMisses() int64 {
 		t += s.ColdMisses + s.CapacityMisses
 	}
 	return t
+}
+
+// latencyBounds are the upper bounds, in seconds, of the source latency
+// histogram's buckets; a last bucket counts the rest.
+var latencyBounds = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+
+// latencyHistogram counts durations into fixed buckets without locks.
+type latencyHistogram struct {
+	counts [len(latencyBounds) + 1]atomic.Int64
+	sumNs  atomic.Int64
+}
+
+func (h *latencyHistogram) observe(seconds float64) {
+	i := 0
+	for i < len(latencyBounds) && seconds > latencyBounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sumNs.Add(int64(seconds * 1e9))
+}
+
+// Histogram is a snapshot of a latency histogram: Counts[i] observations
+// at most Bounds[i] seconds (and above the previous bound); the last count
+// is above every bound. Sum is in seconds.
+type Histogram struct {
+	Bounds []float64 `json:"bounds"`
+	Counts []int64   `json:"counts"`
+	Sum    float64   `json:"sum"`
+}
+
+func (h *latencyHistogram) snapshot() Histogram {
+	out := Histogram{Bounds: latencyBounds[:], Counts: make([]int64, len(h.counts)), Sum: float64(h.sumNs.Load()) / 1e9}
+	for i := range h.counts {
+		out.Counts[i] = h.counts[i].Load()
+	}
+	return out
 }

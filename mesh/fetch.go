@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -59,7 +60,9 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 
 // readSource reads sample idx from the dataset's source and counts it.
 func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
+	start := time.Now()
 	b, err := ds.src.Read(idx, nil)
+	ds.sourceLat.observe(time.Since(start).Seconds())
 	c := ds.current()
 	if err != nil {
 		c.sourceErrors.Add(1)

@@ -3,6 +3,8 @@ package mesh
 import (
 	"encoding/json"
 	"sort"
+
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // JobStats is a snapshot of a dataset's job.
@@ -40,15 +42,20 @@ func (n *Node) jobStats(ds *datasetState) JobStats {
 
 // NodeStats is what SHADE.STATS returns.
 type NodeStats struct {
-	Node          string         `json:"node"`
-	Members       []string       `json:"members"`
-	Policy        string         `json:"policy"`
-	PADS          bool           `json:"pads"`
-	CacheCapacity int64          `json:"cache_capacity"`
-	CacheUsed     int64          `json:"cache_used"`
-	CacheEntries  int            `json:"cache_entries"`
-	FreeKeys      FreeKeyStats   `json:"free_keys"`
-	Datasets      []DatasetEntry `json:"datasets"`
+	Node           string         `json:"node"`
+	Members        []string       `json:"members"`
+	Leader         string         `json:"leader"`
+	Leading        bool           `json:"leading"`
+	Term           uint64         `json:"term"`
+	ReportsQueued  int            `json:"reports_queued"`
+	ReportsDropped int64          `json:"reports_dropped"`
+	Policy         string         `json:"policy"`
+	PADS           bool           `json:"pads"`
+	CacheCapacity  int64          `json:"cache_capacity"`
+	CacheUsed      int64          `json:"cache_used"`
+	CacheEntries   int            `json:"cache_entries"`
+	FreeKeys       FreeKeyStats   `json:"free_keys"`
+	Datasets       []DatasetEntry `json:"datasets"`
 }
 
 // FreeKeyStats counts cache-aside use of free-form keys.
@@ -64,14 +71,29 @@ type DatasetEntry struct {
 	Job JobStats `json:"job"`
 }
 
+// Snapshot returns the node's counters for every dataset: what
+// SHADE.STATS serves, as a value.
+func (n *Node) Snapshot() NodeStats {
+	st, _ := n.snapshot("")
+	return st
+}
+
 // Stats implements transport.Backend: a JSON document of NodeStats, with
 // one dataset or all of them.
 func (n *Node) Stats(name string) ([]byte, error) {
+	st, err := n.snapshot(name)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(st)
+}
+
+func (n *Node) snapshot(name string) (NodeStats, error) {
 	sel := n.ordered
 	if name != "" {
 		ds, err := n.dataset(name)
 		if err != nil {
-			return nil, err
+			return NodeStats{}, err
 		}
 		sel = []*datasetState{ds}
 	}
@@ -92,5 +114,36 @@ func (n *Node) Stats(name string) ([]byte, error) {
 		out.Datasets = append(out.Datasets, DatasetEntry{DatasetStats: ds.stats(), Job: n.jobStats(ds)})
 	}
 	sort.Slice(out.Datasets, func(a, b int) bool { return out.Datasets[a].Dataset < out.Datasets[b].Dataset })
-	return json.Marshal(out)
+	out.Leader = n.leaderName()
+	out.Leading = n.leading()
+	out.Term = n.maxTerm.Load()
+	out.ReportsQueued, out.ReportsDropped = n.queuedReports(), n.reportsDropped.Load()
+	return out, nil
+}
+
+func (n *Node) queuedReports() int {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	return len(n.reportQ)
+}
+
+// PeerStats returns, per peer, the QUIC connection's counters and round
+// trip time; nil for a standalone node.
+func (n *Node) PeerStats() map[string]peer.PeerStats {
+	if n.cluster == nil {
+		return nil
+	}
+	return n.cluster.wire.PeerStats()
+}
+
+// Ready reports whether the node serves its datasets: always for a
+// standalone node; in a mesh once it has joined and follows a leader.
+func (n *Node) Ready() bool {
+	if n.closed.Load() {
+		return false
+	}
+	if n.cluster == nil {
+		return true
+	}
+	return n.leaderName() != "" && len(n.cluster.alive()) > 0
 }
