@@ -1,6 +1,7 @@
 # Shade: a peer-to-peer cache mesh for deep-learning training data.
 #
-#   make demo    the main job: a local peer serving Fashion-MNIST to trainers
+#   make demo    the main job: a local 3-peer mesh serving Fashion-MNIST to a
+#                real PyTorch training run, PADS + APP beside uniform + LRU
 #   make test    every test (installs what the tests need)
 #   make bench   Go benchmarks and the side-by-side comparison with redis-server
 
@@ -10,22 +11,45 @@ DATA     := .data
 FMNIST   := $(DATA)/fashion-mnist
 FUZZTIME ?= 10s
 
-.PHONY: all build test test-go fuzz bench bench-socket deps deps-test demo clean
+PYTHON   := /usr/bin/python3
+DEMO_EPOCHS ?= 3
+
+.PHONY: all build test test-go test-python fuzz bench bench-socket bench-training deps-test deps-demo demo fmnist clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# Debian packages the tests use; installed only where missing.
+# Debian packages, installed only where missing.
+PY_PKGS := python3-redis python3-numpy python3-torch python3-pil python3-matplotlib
 deps-test:
 	@./.ci/deps.sh redis-server redis-tools dataset-fashion-mnist iproute2 \
-		python3-redis python3-numpy python3-pytest python3-msgpack
+		python3-pytest python3-msgpack $(PY_PKGS)
 
-test: deps-test test-go fuzz
+deps-demo:
+	@./.ci/deps.sh redis-tools dataset-fashion-mnist $(PY_PKGS)
+
+test: deps-test test-go test-python fuzz
 
 test-go:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+test-python: build
+	SHADE_BIN_DIR=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q client/python/tests
+
+# The main job: a local mesh of 3 peers serving Fashion-MNIST to 3 PyTorch
+# ranks, PADS + APP, then uniform + LRU, at a cache of 10% of the training
+# set; a live line per epoch, then the table side by side.
+demo: deps-demo build fmnist
+	$(PYTHON) test/train/compare.py --epochs $(DEMO_EPOCHS) --fractions 0.1 \
+		--configs pads+app,uniform+lru --data $(FMNIST) --out $(DATA)/demo
+
+fmnist: $(FMNIST)/.shade-import.json
+
+# The slow benchmark behind test/results/training (about 40 minutes).
+bench-training: deps-demo build fmnist
+	$(PYTHON) test/train/compare.py --epochs 8 --data $(FMNIST) --out test/results/training
 
 # Each fuzz target runs for FUZZTIME (go test allows one target per run).
 fuzz:
@@ -42,7 +66,7 @@ bench:
 bench-socket: build
 	./test/bench/socket_vs_redis.sh
 
-$(FMNIST)/train: | build
+$(FMNIST)/.shade-import.json: | build
 	$(BIN)/shadectl dataset import-idx --dst $(FMNIST)
 
 clean:

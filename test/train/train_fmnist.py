@@ -1,0 +1,219 @@
+#!/usr/bin/python3
+"""Train a small CNN on Fashion-MNIST through Shade, on CPU, with
+torch.distributed (gloo on loopback) across --world rank processes.
+
+Every rank reads its slice of each epoch's importance-sampled order (PADS)
+from its own node's shade-peer (rank r uses --sockets[r % len]), fetches each
+minibatch with one MGET, reports per-sample losses keyed by the ids it
+trained, averages gradients with DDP and sends SHADE.DONE. After each epoch
+rank 0 evaluates on the test set (read once through the peer, or from a
+folder) and prints one line:
+
+    epoch  hit ratio of the epoch (SHADE.STATS summed over the distinct
+    sockets)  bytes read from the source  test accuracy  samples/s  epoch time
+
+The unique-sample hit ratio (distinct ids whose first read hit) is not
+printed: whether a read hit is not visible to the client (GET/MGET replies
+carry only bytes), so it cannot be derived on this side.
+
+Example (one peer, 3 ranks):
+    shadectl dataset import-idx --dst /tmp/fmnist
+    shade-peer --socket /tmp/s.sock --dataset fmnist-train=/tmp/fmnist/train \\
+        --dataset fmnist-test=/tmp/fmnist/test --cache-size 256MiB &
+    PYTHONPATH=client/python /usr/bin/python3 test/train/train_fmnist.py \\
+        --sockets /tmp/s.sock --world 3 --epochs 5 --csv runs.csv --label pads+app
+"""
+
+import argparse
+import csv
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client" / "python"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+import shade  # noqa: E402
+from shade.torch import ShadeDataset, ShadeSampler, decode_image, epoch_done, report_losses  # noqa: E402
+
+
+class Net(nn.Module):
+    """2 conv + 2 fc, about 0.1M parameters: narrow, for 2-core CPUs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.fc1 = nn.Linear(16 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sockets", default=os.environ.get("SHADE_SOCKET", "/run/shade/shade.sock"),
+                   help="comma-separated peer sockets; rank r uses sockets[r %% len]")
+    p.add_argument("--dataset", default="fmnist-train", help="training dataset name on the peers")
+    p.add_argument("--test-dataset", default="fmnist-test",
+                   help="test dataset name on rank 0's peer (read once, kept in memory)")
+    p.add_argument("--test-dir", help="read the test set from this ImageFolder directory instead")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--world", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--no-pads", action="store_true",
+                   help="client-side PADS off: uniform order as DistributedSampler")
+    p.add_argument("--password", default=os.environ.get("SHADE_REQUIREPASS"))
+    p.add_argument("--csv", help="append one row per epoch to this CSV file")
+    p.add_argument("--label", default="", help="configuration label for the CSV (e.g. pads+app)")
+    a = p.parse_args(argv)
+    a.sockets = [s for s in a.sockets.split(",") if s]
+    if not a.sockets or a.world < 1:
+        p.error("need at least one socket and --world >= 1")
+    return a
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load_test(args, client):
+    """Test images and labels as tensors, read once."""
+    if args.test_dir:
+        root = Path(args.test_dir)
+        classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+        paths = sorted(p for c in classes for p in (root / c).iterdir())
+        xs = torch.stack([decode_image(p.read_bytes()) for p in paths])
+        ys = torch.tensor([classes.index(p.parent.name) for p in paths])
+        return xs, ys
+    labels = client.labels(args.test_dataset)
+    xs = []
+    for s in range(0, len(labels), 1000):
+        ids = list(range(s, min(s + 1000, len(labels))))
+        xs += [decode_image(b) for b in client.mget(args.test_dataset, ids)]
+    return torch.stack(xs), torch.tensor(labels)
+
+
+@torch.no_grad()
+def accuracy(model, xs, ys):
+    model.eval()
+    correct = sum(int((model(xs[s:s + 1000]).argmax(1) == ys[s:s + 1000]).sum())
+                  for s in range(0, len(ys), 1000))
+    model.train()
+    return correct / len(ys)
+
+
+def epoch_stats(clients, dataset, epoch):
+    """(hit ratio, source bytes) of one epoch summed over the peers."""
+    hits = reads = src = 0
+    for c in clients:
+        for d in c.stats(dataset)["datasets"]:
+            for e in d["epochs"]:
+                if e["epoch"] == epoch:
+                    hits += e["hits"]
+                    reads += e["hits"] + e["cold_misses"] + e["capacity_misses"]
+                    src += e["source_bytes"]
+    return (hits / reads if reads else 0.0), src
+
+
+def rank_main(rank, args, port):
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=args.world)
+    sock = args.sockets[rank % len(args.sockets)]
+    distinct = list(dict.fromkeys(args.sockets[: args.world]))
+    peers = []
+    if rank == 0:
+        peers = [shade.Client(s, password=args.password) for s in distinct]
+        for c in peers:
+            c.reset(args.dataset)  # a new job: epoch 0, this world
+    dist.barrier()
+
+    ds = ShadeDataset(sock, args.dataset, password=args.password)
+    sampler = ShadeSampler(sock, args.dataset, rank, args.world, args.batch_size,
+                           seed=args.seed, pads=not args.no_pads, password=args.password)
+    loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=args.workers,
+                        persistent_workers=args.workers > 0)
+    client = sampler.client
+    model = DDP(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    if rank == 0:
+        t = time.time()
+        test_x, test_y = load_test(args, peers[0])
+        st = peers[0].stats(args.dataset)
+        d = st["datasets"][0]
+        print(f"# {args.label or 'run'}: dataset {args.dataset} ({d['samples']} samples), "
+              f"world {args.world}, batch {args.batch_size}, lr {args.lr}, peers {len(peers)}, "
+              f"policy {st['policy']}, pads {'off (client)' if args.no_pads else st['pads']}, "
+              f"cache {st['cache_capacity'] / 2**20:.0f} MiB; test set {len(test_y)} images "
+              f"loaded in {time.time() - t:.1f}s; started {time.time() - args.t_start:.1f}s "
+              f"after launch", flush=True)
+
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        dist.barrier()
+        t0 = time.time()
+        n, loss_sum = 0, 0.0
+        for x, y, ids in loader:
+            loss = F.cross_entropy(model(x), y, reduction="none")
+            report_losses(client, args.dataset, epoch, ids, loss)
+            mean = loss.mean()
+            opt.zero_grad()
+            mean.backward()
+            opt.step()
+            n += len(ids)
+            loss_sum += float(loss.detach().sum())
+        epoch_done(client, args.dataset, epoch, rank)
+        totals = torch.tensor([n, loss_sum], dtype=torch.float64)
+        dist.all_reduce(totals)
+        elapsed = time.time() - t0
+        if rank == 0:
+            hit, src = epoch_stats(peers, args.dataset, epoch)
+            acc = accuracy(model.module, test_x, test_y)
+            rate = totals[0].item() / elapsed
+            print(f"epoch {epoch:3d}  hit {hit:6.2%}  source {src / 2**20:7.2f} MiB  "
+                  f"acc {acc:6.2%}  loss {totals[1].item() / totals[0].item():.4f}  "
+                  f"{rate:7.0f} samples/s  {elapsed:6.1f}s  order {sampler.order_source}",
+                  flush=True)
+            if args.csv:
+                new = not Path(args.csv).exists() or Path(args.csv).stat().st_size == 0
+                with open(args.csv, "a", newline="") as f:
+                    w = csv.writer(f)
+                    if new:
+                        w.writerow(["label", "epoch", "hit_ratio", "source_bytes", "accuracy",
+                                    "epoch_time", "samples_per_s"])
+                    w.writerow([args.label, epoch, f"{hit:.6f}", src, f"{acc:.6f}",
+                                f"{elapsed:.3f}", f"{rate:.1f}"])
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.t_start = time.time()
+    mp.spawn(rank_main, args=(args, free_port()), nprocs=args.world, join=True)
+    print(f"# done in {time.time() - args.t_start:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
