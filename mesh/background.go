@@ -113,6 +113,7 @@ func (n *Node) setScores(ds *datasetState, ids []uint32, scores []float64, mean 
 	n.polMu.Lock()
 	for i, id := range ids {
 		n.scorer.SetScore(sampleID(ds, int(id)), scores[i])
+		n.trace.score(sampleID(ds, int(id)), scores[i])
 	}
 	n.scorer.SetDefaultScore(mean)
 	n.polMu.Unlock()

@@ -74,6 +74,10 @@ type Config struct {
 	KeepEpochs int
 	// SourceReads bounds concurrent source reads of one MGET; 0 means 16.
 	SourceReads int
+	// TracePath, when set, records every sample read, score change and
+	// epoch this node's policy sees into that file (policy.ReadTrace's
+	// format), for offline comparison of policies.
+	TracePath string
 	// Cluster joins the node to a mesh; the zero value runs standalone.
 	Cluster ClusterConfig
 	// Logger receives the node's events; the zero Logger is silent.

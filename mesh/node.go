@@ -55,6 +55,7 @@ type Node struct {
 	pol      policy.Policy
 	scorer   policy.Scorer // pol, if it weighs importance; else nil
 	freeKeys map[policy.ID]string
+	trace    *traceWriter // nil unless Config.TracePath
 
 	freeHits, freeMisses, freeRejected atomic.Int64
 	closed                             atomic.Bool
@@ -128,6 +129,15 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mesh: cache: %w", err)
 	}
+	if cfg.TracePath != "" {
+		if n.trace, err = openTrace(cfg.TracePath); err != nil {
+			n.store.Close()
+			return nil, err
+		}
+		for _, ds := range n.ordered {
+			ds.book.trace = n.trace
+		}
+	}
 	if cfg.Cluster.GossipAddr == "" {
 		// Standalone: this node owns every sample and leads every job.
 		n.leader.Store(cfg.Name)
@@ -177,6 +187,9 @@ func (n *Node) Close() error {
 	n.bg.Wait()
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
+	if err := n.trace.Close(); err != nil {
+		n.cfg.Logger.Warn().Err(err).Msg("writing the access trace")
+	}
 	return n.store.Close()
 }
 
@@ -354,6 +367,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 	if out {
 		return nil, false, nil
 	}
+	n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
 	if v, ok := n.store.Get(dst, key); ok {
 		ds.current().hits.Add(1)
 		n.hits(sampleID(ds, idx))
@@ -395,6 +409,9 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		dss[i], idxs[i] = ds, idx
 		if out {
 			continue
+		}
+		if ds != nil {
+			n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
 		}
 		start := len(buf)
 		var ok bool

@@ -19,6 +19,7 @@ type orderBook struct {
 	local   map[int]int         // ranks training on this node: rank -> world
 	done    map[int]bool        // local ranks that finished latest.Epoch
 	keep    int
+	trace   *traceWriter // records installed epochs, if tracing
 }
 
 func newOrderBook(keep int) *orderBook {
@@ -54,6 +55,7 @@ func (b *orderBook) install(p *publishMsg) bool {
 		b.done = make(map[int]bool)
 	}
 	b.latest = p
+	b.trace.epoch(p.Epoch)
 	b.kept[p.Epoch] = p
 	delete(b.kept, p.Epoch-b.keep)
 	b.wakeLocked()

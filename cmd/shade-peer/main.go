@@ -99,6 +99,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		prefetch    = fs.Int("prefetch", 1024, "samples of each local rank's slice warmed when an order arrives (0: none)")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
+		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		idle        = fs.Duration("idle-timeout", 0, "close trainer connections idle this long (0: never)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat   = fs.String("log-format", "", "log format: json or console (default: console on a terminal, json otherwise)")
@@ -171,7 +172,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	cfg.Node = mesh.Config{
 		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
-		Logger: log,
+		TracePath: *tracePath, Logger: log,
 	}
 	for _, d := range *datasets {
 		n, dir, ok := strings.Cut(d, "=")

@@ -1,0 +1,468 @@
+// Package client is the Go client of a node's shade-peer: it reads samples,
+// asks for epoch orders and reports importance losses over the peer's
+// trainer socket, a Unix socket that speaks the Redis protocol (RESP2).
+//
+// It mirrors the Python package in client/python: the same commands, the
+// same reconnection and the same errors. It does not depend on the server's
+// packages; the wire is the contract.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	defaultDialTimeout = 5 * time.Second
+	defaultReadTimeout = 60 * time.Second
+	defaultRetryFor    = 30 * time.Second
+
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+
+	// ReportChunk is the most (id, loss) pairs sent in one SHADE.REPORT.
+	// Larger reports are split; the peer ranks each part as its own
+	// minibatch, which only matters for batches far bigger than any trainer
+	// uses.
+	ReportChunk = 16384
+
+	// serverOrderLimit is how long the peer lets SHADE.ORDER block at most
+	// (its default --max-order-wait).
+	serverOrderLimit = 10 * time.Minute
+)
+
+// Options configures a Client. The zero value of every field but Socket
+// means its default. New reads it and keeps a copy.
+type Options struct {
+	// Socket is the path of the peer's trainer socket (shade-peer --socket).
+	Socket string
+	// Password is sent with AUTH when the peer runs with --requirepass.
+	Password string
+	// DialTimeout bounds one connection attempt; 0 means 5s.
+	DialTimeout time.Duration
+	// ReadTimeout bounds the wait for any reply but SHADE.ORDER's, and the
+	// write of any request; 0 means 60s. SHADE.ORDER waits its own wait
+	// plus ReadTimeout.
+	ReadTimeout time.Duration
+	// RetryFor is how long a command keeps retrying while the peer cannot
+	// be reached, from the first failure; 0 means 30s.
+	RetryFor time.Duration
+	// PoolSize is the most connections of each of the client's two pools
+	// (ordinary commands; blocking SHADE.ORDER); 0 means go-redis's default,
+	// 10 per GOMAXPROCS.
+	PoolSize int
+}
+
+func (o Options) withDefaults() Options {
+	if o.DialTimeout == 0 {
+		o.DialTimeout = defaultDialTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = defaultReadTimeout
+	}
+	if o.RetryFor == 0 {
+		o.RetryFor = defaultRetryFor
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Socket == "":
+		return errors.New("client: Options.Socket is empty")
+	case o.DialTimeout < 0, o.ReadTimeout < 0, o.RetryFor < 0:
+		return fmt.Errorf("client: negative timeout in Options (dial %v, read %v, retry for %v)",
+			o.DialTimeout, o.ReadTimeout, o.RetryFor)
+	case o.PoolSize < 0:
+		return fmt.Errorf("client: negative Options.PoolSize %d", o.PoolSize)
+	}
+	return nil
+}
+
+// Client is a connection pool to one shade-peer's trainer socket. It is
+// safe for concurrent use by many goroutines; each command takes a pooled
+// connection for its round trip.
+//
+// Every method blocks until the peer answers, ctx ends, or the peer stays
+// unreachable for Options.RetryFor. ctx's deadline bounds reads as well as
+// retries; a cancellation without a deadline is noticed between attempts
+// and during backoff, not while a reply is being read.
+//
+// Reconnection: when the peer cannot be reached (socket file missing,
+// connection refused or reset, the peer restarted mid-command, a reply
+// that does not come within the read timeout), the command is retried on a
+// fresh connection with backoff (50ms doubling to 1s) until RetryFor has
+// passed since the first failure; then it fails with ErrUnavailable. Every
+// command is retried, SHADE.REPORT included: a report the dead peer had
+// merged is merged again, and one duplicated minibatch report only nudges
+// importance scores. Error replies are returned at once as *ServerError,
+// never retried. A restarted peer has lost the job (epochs, world, scores).
+type Client struct {
+	socket   string
+	retryFor time.Duration
+	readWait time.Duration
+	rdb      *redis.Client // ordinary commands, read timeout ReadTimeout
+	blocking *redis.Client // SHADE.ORDER: reads bounded per call instead
+}
+
+// New returns a client of the peer at o.Socket. It validates o and does not
+// connect: the first command dials.
+func New(o Options) (*Client, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	base := redis.Options{
+		Network:         "unix",
+		Addr:            o.Socket,
+		Password:        o.Password,
+		Protocol:        2,
+		DialTimeout:     o.DialTimeout,
+		WriteTimeout:    o.ReadTimeout,
+		PoolSize:        o.PoolSize,
+		MaxRetries:      -1, // retries are ours, with our backoff and deadline
+		DialerRetries:   1,
+		DisableIdentity: true,
+		// A ctx deadline shortens reads, so SHADE.ORDER can bound each wait.
+		ContextTimeoutEnabled: true,
+	}
+	ordinary := base
+	ordinary.ReadTimeout = o.ReadTimeout
+	blocking := base
+	blocking.ReadTimeout = -1 // no timeout of its own: Order sets a deadline per call
+	return &Client{
+		socket:   o.Socket,
+		retryFor: o.RetryFor,
+		readWait: o.ReadTimeout,
+		rdb:      redis.NewClient(&ordinary),
+		blocking: redis.NewClient(&blocking),
+	}, nil
+}
+
+// Close closes the client's connections. Commands in flight fail; the
+// client must not be used afterwards.
+func (c *Client) Close() error {
+	return errors.Join(c.rdb.Close(), c.blocking.Close())
+}
+
+// Ping checks that the peer answers (and accepts the password).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.do(ctx, c.rdb, 0, "PING")
+	return err
+}
+
+// Get returns the bytes of sample id of dataset, read through from the
+// source on a cache miss. The slice belongs to the caller. A nil reply
+// (index past the end, unknown dataset) is a *SampleError wrapping
+// ErrNotFound; an error reply for the sample is a *SampleError wrapping the
+// *ServerError (but an authentication failure is the bare *ServerError).
+func (c *Client) Get(ctx context.Context, dataset string, id int) ([]byte, error) {
+	key := sampleKey(dataset, id)
+	v, err := c.do(ctx, c.rdb, 0, "GET", key)
+	var se *ServerError
+	switch {
+	case errors.As(err, &se) && se.Code != "NOAUTH" && se.Code != "WRONGPASS":
+		return nil, &SampleError{Key: key, Err: se}
+	case err != nil:
+		return nil, err
+	case v == nil:
+		return nil, &SampleError{Key: key, Err: ErrNotFound}
+	}
+	s, ok := v.(string)
+	if !ok {
+		return nil, unexpected("GET", v)
+	}
+	return []byte(s), nil
+}
+
+// MGet returns the bytes of every sample in ids, in the order of ids, in one
+// MGET round trip (the peer takes at most 65,536 keys). The slices belong to
+// the caller. If any sample is missing or failed, MGet returns a
+// *SampleError naming the first such key (wrapping ErrNotFound or the
+// *ServerError) and no samples.
+func (c *Client) MGet(ctx context.Context, dataset string, ids []int) ([][]byte, error) {
+	if len(ids) == 0 {
+		return [][]byte{}, nil
+	}
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, "MGET")
+	for _, id := range ids {
+		args = append(args, sampleKey(dataset, id))
+	}
+	v, err := c.do(ctx, c.rdb, 0, args...)
+	if err != nil {
+		return nil, err
+	}
+	elems, ok := v.([]any)
+	if !ok || len(elems) != len(ids) {
+		return nil, unexpected("MGET", v)
+	}
+	out := make([][]byte, len(elems))
+	for i, e := range elems {
+		switch e := e.(type) {
+		case string:
+			out[i] = []byte(e)
+		case nil:
+			return nil, &SampleError{Key: args[1+i].(string), Err: ErrNotFound}
+		case redis.Error:
+			return nil, &SampleError{Key: args[1+i].(string), Err: parseServerError(e.Error())}
+		default:
+			return nil, unexpected("MGET", e)
+		}
+	}
+	return out, nil
+}
+
+// Manifest returns the relative paths of the dataset's samples, in index
+// order. The slice belongs to the caller.
+func (c *Client) Manifest(ctx context.Context, dataset string) ([]string, error) {
+	v, err := c.do(ctx, c.rdb, 0, "SHADE.MANIFEST", dataset)
+	if err != nil {
+		return nil, err
+	}
+	elems, ok := v.([]any)
+	if !ok {
+		return nil, unexpected("SHADE.MANIFEST", v)
+	}
+	out := make([]string, len(elems))
+	for i, e := range elems {
+		if out[i], ok = e.(string); !ok {
+			return nil, unexpected("SHADE.MANIFEST", e)
+		}
+	}
+	return out, nil
+}
+
+// Labels returns the class index of every sample of dataset, as
+// torchvision's ImageFolder numbers them (see LabelsFromManifest).
+func (c *Client) Labels(ctx context.Context, dataset string) ([]int, error) {
+	paths, err := c.Manifest(ctx, dataset)
+	if err != nil {
+		return nil, err
+	}
+	return LabelsFromManifest(paths)
+}
+
+// LabelsFromManifest returns the class index of every ImageFolder-style
+// path "<class>/<file>": the position of its first path component among the
+// sorted distinct class names. A path outside any class folder is an error.
+func LabelsFromManifest(paths []string) ([]int, error) {
+	tops := make([]string, len(paths))
+	for i, p := range paths {
+		top, _, ok := strings.Cut(p, "/")
+		if !ok {
+			return nil, fmt.Errorf("client: manifest path %q is not inside a class folder", p)
+		}
+		tops[i] = top
+	}
+	classes := slices.Clone(tops)
+	slices.Sort(classes)
+	classes = slices.Compact(classes)
+	index := make(map[string]int, len(classes))
+	for k, name := range classes {
+		index[name] = k
+	}
+	labels := make([]int, len(tops))
+	for i, top := range tops {
+		labels[i] = index[top]
+	}
+	return labels, nil
+}
+
+// Order returns this rank's slice of the epoch's order: sample ids, which
+// may repeat. The slice belongs to the caller.
+//
+// It blocks until the epoch is published (epoch 0 on the first request,
+// epoch e+1 once every rank of the world called Done for e) or until wait
+// has passed, then fails with an error matching ErrOrderTimeout (a
+// *ServerError whose message names the ranks still training). wait 0 means
+// the peer's own limit, 10 minutes. Its connection waits wait plus
+// Options.ReadTimeout for the reply, so a long wait never trips the ordinary
+// read timeout.
+func (c *Client) Order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration) ([]int, error) {
+	if wait < 0 {
+		return nil, fmt.Errorf("client: SHADE.ORDER: negative wait %v", wait)
+	}
+	args := []any{"SHADE.ORDER", dataset, epoch, rank, world}
+	serverWait := serverOrderLimit
+	if wait > 0 {
+		args = append(args, max(1, wait.Milliseconds()))
+		serverWait = min(wait, serverOrderLimit)
+	}
+	v, err := c.do(ctx, c.blocking, serverWait+c.readWait, args...)
+	if err != nil {
+		return nil, err
+	}
+	elems, ok := v.([]any)
+	if !ok {
+		return nil, unexpected("SHADE.ORDER", v)
+	}
+	ids := make([]int, len(elems))
+	for i, e := range elems {
+		n, ok := e.(int64)
+		if !ok {
+			return nil, unexpected("SHADE.ORDER", e)
+		}
+		ids[i] = int(n)
+	}
+	return ids, nil
+}
+
+// Report sends the per-sample losses of one trained minibatch of epoch,
+// keyed by the ids that were trained: losses[i] is the loss of ids[i]. More
+// than ReportChunk pairs are sent as several reports. Ids out of range or a
+// non-finite loss make the peer refuse a part with a *ServerError; the
+// parts before it stay merged. Report only reads its arguments.
+func (c *Client) Report(ctx context.Context, dataset string, epoch int, ids []int, losses []float64) error {
+	if len(ids) != len(losses) {
+		return fmt.Errorf("client: SHADE.REPORT: %d ids but %d losses", len(ids), len(losses))
+	}
+	for start := 0; start < len(ids); start += ReportChunk {
+		end := min(start+ReportChunk, len(ids))
+		args := make([]any, 0, 3+2*(end-start))
+		args = append(args, "SHADE.REPORT", dataset, epoch)
+		for i := start; i < end; i++ {
+			args = append(args, ids[i], formatLoss(losses[i]))
+		}
+		if _, err := c.do(ctx, c.rdb, 0, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// formatLoss writes a loss as the peer parses it: the shortest decimal that
+// round-trips; NaN and ±Inf as strconv spells them (the peer refuses those).
+func formatLoss(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// Done tells the peer that rank finished epoch of dataset. It is
+// idempotent.
+func (c *Client) Done(ctx context.Context, dataset string, epoch, rank int) error {
+	_, err := c.do(ctx, c.rdb, 0, "SHADE.DONE", dataset, epoch, rank)
+	return err
+}
+
+// Reset starts a new job on dataset: epoch 0 again, any world size. The
+// importance scores are kept.
+func (c *Client) Reset(ctx context.Context, dataset string) error {
+	_, err := c.do(ctx, c.rdb, 0, "SHADE.RESET", dataset)
+	return err
+}
+
+// Stats returns the peer's counters (SHADE.STATS): the node and one
+// dataset, or every dataset for dataset "". The value belongs to the caller.
+func (c *Client) Stats(ctx context.Context, dataset string) (Stats, error) {
+	args := []any{"SHADE.STATS"}
+	if dataset != "" {
+		args = append(args, dataset)
+	}
+	v, err := c.do(ctx, c.rdb, 0, args...)
+	if err != nil {
+		return Stats{}, err
+	}
+	doc, ok := v.(string)
+	if !ok {
+		return Stats{}, unexpected("SHADE.STATS", v)
+	}
+	var st Stats
+	if err := json.Unmarshal([]byte(doc), &st); err != nil {
+		return Stats{}, fmt.Errorf("client: SHADE.STATS: %w", err)
+	}
+	return st, nil
+}
+
+// do runs one command on rc, retrying connection errors until c.retryFor
+// has passed since the first failure. attempt, when positive, bounds each
+// attempt (the blocking pool has no read timeout of its own). A nil reply
+// is (nil, nil); an error reply is a *ServerError wrapped with the command.
+func (c *Client) do(ctx context.Context, rc *redis.Client, attempt time.Duration, args ...any) (any, error) {
+	var (
+		deadline time.Time // of the retries; set on the first failure
+		delay    = minBackoff
+	)
+	for {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if attempt > 0 {
+			actx, cancel = context.WithTimeout(ctx, attempt)
+		}
+		v, err := rc.Do(actx, args...).Result()
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("client: %s: %w", describe(args), ctxErr)
+		}
+		var re redis.Error
+		if errors.As(err, &re) {
+			return nil, fmt.Errorf("client: %s: %w", describe(args), parseServerError(re.Error()))
+		}
+		if !retryable(err) {
+			return nil, fmt.Errorf("client: %s: %w", describe(args), err)
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(c.retryFor)
+		}
+		left := deadline.Sub(now)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w: no shade-peer answers on %s (retried %s for %v; is shade-peer running with --socket %s?): %w",
+				ErrUnavailable, c.socket, args[0], c.retryFor, c.socket, err)
+		}
+		t := time.NewTimer(min(delay, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("client: %s: %w (peer unreachable: %v)", describe(args), ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(2*delay, maxBackoff)
+	}
+}
+
+// retryable reports whether err means the peer could not be reached or
+// the connection broke: worth a fresh connection. Error replies and a
+// closed client are not.
+func retryable(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	for _, e := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ENOENT, syscall.ECONNREFUSED,
+		syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error // dial failures and read timeouts
+	return errors.As(err, &ne)
+}
+
+// describe names a command for an error: its name and first argument.
+func describe(args []any) string {
+	if len(args) > 1 {
+		return fmt.Sprint(args[0], " ", args[1])
+	}
+	return fmt.Sprint(args[0])
+}
+
+func sampleKey(dataset string, id int) string {
+	return dataset + "/" + strconv.Itoa(id)
+}
+
+func unexpected(cmd string, v any) error {
+	return fmt.Errorf("client: %s: unexpected reply of type %T", cmd, v)
+}

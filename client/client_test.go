@@ -1,0 +1,626 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// peerBin is the shade-peer binary built once for every test.
+var peerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shade-client-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", dir+"/", "../cmd/shade-peer")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building shade-peer:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	peerBin = filepath.Join(dir, "shade-peer")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// toyDataset is a small ImageFolder tree written into a test's temp dir.
+type toyDataset struct {
+	root   string
+	paths  []string // manifest order: classes sorted, files sorted
+	labels []int
+	files  [][]byte // contents, by sample id
+}
+
+func writeDataset(t *testing.T) *toyDataset {
+	t.Helper()
+	d := &toyDataset{root: filepath.Join(t.TempDir(), "toy")}
+	rng := rand.New(rand.NewPCG(1, 2))
+	// Written out of order: the manifest's order is the sorted one.
+	classes := []struct {
+		name  string
+		label int
+		files int
+	}{{"cat", 2, 4}, {"ant", 0, 5}, {"bee", 1, 9}}
+	type sample struct {
+		path  string
+		label int
+		data  []byte
+	}
+	var all []sample
+	for _, c := range classes {
+		if err := os.MkdirAll(filepath.Join(d.root, c.name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for j := range c.files {
+			data := make([]byte, 1+rng.IntN(4000))
+			for k := range data {
+				data[k] = byte(rng.Uint32())
+			}
+			rel := fmt.Sprintf("%s/%03d.bin", c.name, j)
+			if err := os.WriteFile(filepath.Join(d.root, rel), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, sample{rel, c.label, data})
+		}
+	}
+	slices.SortFunc(all, func(a, b sample) int { return strings.Compare(a.path, b.path) })
+	for _, s := range all {
+		d.paths = append(d.paths, s.path)
+		d.labels = append(d.labels, s.label)
+		d.files = append(d.files, s.data)
+	}
+	return d
+}
+
+// peerProc is a running shade-peer process.
+type peerProc struct {
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	exited chan struct{} // closed once the process has been waited for
+	err    error         // Wait's result, after exited
+}
+
+// startPeer runs shade-peer on socket with args and returns once it
+// answers there.
+func startPeer(t *testing.T, socket string, args ...string) *peerProc {
+	t.Helper()
+	p := &peerProc{log: new(bytes.Buffer), exited: make(chan struct{})}
+	p.cmd = exec.Command(peerBin, append([]string{"--name", "client-test", "--socket", socket,
+		"--log-format", "json", "--cache-size", "16MiB"}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("shade-peer log:\n%s", p.log.String())
+		}
+	})
+
+	// The client's own retries are the wait; an early exit cancels it.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c := newClient(t, Options{Socket: socket})
+	var se *ServerError
+	if err := c.Ping(ctx); err != nil && !errors.As(err, &se) { // NOAUTH: it serves
+		select {
+		case <-p.exited:
+			t.Fatalf("shade-peer exited before serving: %v\n%s", p.err, p.log)
+		default:
+		}
+		t.Fatalf("shade-peer does not serve %s: %v", socket, err)
+	}
+	return p
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (p *peerProc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+func newClient(t *testing.T, o Options) *Client {
+	t.Helper()
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func socketPath(t *testing.T) string { return filepath.Join(t.TempDir(), "shade.sock") }
+
+func TestSamplesManifestLabels(t *testing.T) {
+	d := writeDataset(t)
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "toy="+d.root)
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+
+	for pass := range 2 { // read through, then from the cache
+		for id, want := range d.files {
+			got, err := c.Get(ctx, "toy", id)
+			if err != nil {
+				t.Fatalf("pass %d: Get(toy, %d): %v", pass, id, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("pass %d: Get(toy, %d) = %d bytes, want the file %s (%d bytes)",
+					pass, id, len(got), d.paths[id], len(want))
+			}
+		}
+	}
+
+	ids := []int{17, 3, 3, 0, 9, 12, 1}
+	got, err := c.MGet(ctx, "toy", ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ids) {
+		t.Fatalf("MGet returned %d samples for %d ids", len(got), len(ids))
+	}
+	for i, id := range ids {
+		if !bytes.Equal(got[i], d.files[id]) {
+			t.Errorf("MGet position %d is not sample %d", i, id)
+		}
+	}
+	got[1][0]++ // the caller owns each slice: a repeated id is not shared
+	if !bytes.Equal(got[2], d.files[3]) {
+		t.Error("MGet returned one slice for a repeated id")
+	}
+	if got, err := c.MGet(ctx, "toy", nil); err != nil || len(got) != 0 {
+		t.Errorf("MGet of no ids = %v, %v", got, err)
+	}
+
+	n := len(d.files)
+	for _, tc := range []struct {
+		dataset string
+		id      int
+	}{{"toy", n}, {"toy", 1 << 30}, {"nosuch", 0}} {
+		_, err := c.Get(ctx, tc.dataset, tc.id)
+		var se *SampleError
+		key := fmt.Sprintf("%s/%d", tc.dataset, tc.id)
+		if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Key != key {
+			t.Errorf("Get(%s, %d) = %v, want a SampleError for %s wrapping ErrNotFound", tc.dataset, tc.id, err, key)
+		}
+	}
+	_, err = c.MGet(ctx, "toy", []int{0, 1, n, 2})
+	var se *SampleError
+	if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Key != fmt.Sprintf("toy/%d", n) {
+		t.Errorf("MGet with id %d out of range = %v, want a SampleError naming toy/%d", n, err, n)
+	}
+	_, err = c.Get(ctx, "toy", -1) // a malformed index: an error reply for that key
+	var srv *ServerError
+	if !errors.As(err, &se) || se.Key != "toy/-1" || !errors.As(err, &srv) {
+		t.Errorf("Get(toy, -1) = %v, want a SampleError wrapping a ServerError", err)
+	}
+
+	paths, err := c.Manifest(ctx, "toy")
+	if err != nil || !slices.Equal(paths, d.paths) {
+		t.Errorf("Manifest = %q, %v; want %q", paths, err, d.paths)
+	}
+	labels, err := c.Labels(ctx, "toy")
+	if err != nil || !slices.Equal(labels, d.labels) {
+		t.Errorf("Labels = %v, %v; want %v", labels, err, d.labels)
+	}
+
+	st, err := c.Stats(ctx, "toy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Datasets) != 1 || st.Datasets[0].Dataset != "toy" || st.Datasets[0].Samples != n ||
+		st.Datasets[0].Total.Hits == 0 || st.CacheCapacity != 16<<20 {
+		t.Errorf("Stats(toy) = %+v", st)
+	}
+}
+
+func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
+	d := writeDataset(t)
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "toy="+d.root)
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+	n := len(d.files)
+
+	const world, epochs = 2, 2
+	var orders [epochs][world][]int
+	var wg sync.WaitGroup
+	errs := make(chan error, world)
+	for rank := range world {
+		wg.Go(func() {
+			for epoch := range epochs {
+				ids, err := c.Order(ctx, "toy", epoch, rank, world, 20*time.Second)
+				if err != nil {
+					errs <- fmt.Errorf("rank %d: Order(epoch %d): %w", rank, epoch, err)
+					return
+				}
+				orders[epoch][rank] = ids
+				samples, err := c.MGet(ctx, "toy", ids)
+				if err != nil {
+					errs <- fmt.Errorf("rank %d: MGet: %w", rank, err)
+					return
+				}
+				losses := make([]float64, len(ids))
+				for i := range samples {
+					losses[i] = float64(len(samples[i])) / 1000
+				}
+				if err := c.Report(ctx, "toy", epoch, ids, losses); err != nil {
+					errs <- fmt.Errorf("rank %d: Report(epoch %d): %w", rank, epoch, err)
+					return
+				}
+				if err := c.Done(ctx, "toy", epoch, rank); err != nil {
+					errs <- fmt.Errorf("rank %d: Done(epoch %d): %w", rank, epoch, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// Epoch 0 is a permutation cut into equal slices; later epochs draw
+	// with replacement, still n in all.
+	all := slices.Concat(orders[0][0], orders[0][1])
+	slices.Sort(all)
+	for i, id := range all {
+		if id != i {
+			t.Fatalf("epoch 0's slices together are not a permutation of 0..%d: %v", n-1, orders[0])
+		}
+	}
+	for epoch := range epochs {
+		for rank := range world {
+			ids := orders[epoch][rank]
+			if len(ids) != n/world {
+				t.Errorf("epoch %d rank %d: %d ids, want %d", epoch, rank, len(ids), n/world)
+			}
+			for _, id := range ids {
+				if id < 0 || id >= n {
+					t.Errorf("epoch %d rank %d: id %d out of range", epoch, rank, id)
+				}
+			}
+		}
+	}
+
+	st, err := c.Stats(ctx, "toy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := st.Datasets[0].Job
+	if job.World != world || job.LatestEpoch != epochs || job.Reports != world*epochs || job.ReportedIDs != int64(epochs*n) {
+		t.Errorf("job after 2 ranks x 2 epochs: %+v (want world 2, latest epoch 2, 4 reports of %d samples)",
+			job, epochs*n)
+	}
+
+	// A report above ReportChunk pairs goes out in parts.
+	big := 2*ReportChunk + 5
+	ids, losses := make([]int, big), make([]float64, big)
+	for i := range ids {
+		ids[i], losses[i] = i%n, float64(i%7)
+	}
+	if err := c.Report(ctx, "toy", epochs, ids, losses); err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Stats(ctx, "toy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job2 := st.Datasets[0].Job; job2.Reports != job.Reports+3 || job2.ReportedIDs != job.ReportedIDs+int64(big) {
+		t.Errorf("a report of %d pairs: reports %d -> %d, samples %d -> %d; want 3 parts",
+			big, job.Reports, job2.Reports, job.ReportedIDs, job2.ReportedIDs)
+	}
+
+	// Reset: a new job, any world.
+	if err := c.Reset(ctx, "toy"); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := c.Order(ctx, "toy", 0, 0, 1, 20*time.Second); err != nil || len(ids) != n {
+		t.Errorf("after Reset, Order(epoch 0, world 1) = %d ids, %v; want %d", len(ids), err, n)
+	}
+}
+
+func TestOrderTimeoutWhileARankTrains(t *testing.T) {
+	d := writeDataset(t)
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "toy="+d.root)
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+
+	var wg sync.WaitGroup
+	var errs [2]error
+	for rank := range 2 {
+		wg.Go(func() { _, errs[rank] = c.Order(ctx, "toy", 0, rank, 2, 20*time.Second) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Done(ctx, "toy", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	_, err := c.Order(ctx, "toy", 1, 0, 2, 200*time.Millisecond)
+	took := time.Since(start)
+	var se *ServerError
+	if !errors.Is(err, ErrOrderTimeout) || !errors.As(err, &se) || se.Code != "TIMEOUT" {
+		t.Fatalf("Order(epoch 1) with rank 1 still training = %v, want ErrOrderTimeout", err)
+	}
+	if took < 200*time.Millisecond || took > 10*time.Second {
+		t.Errorf("Order with a 200ms wait returned after %v", took)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		t.Errorf("a TIMEOUT reply is not unavailability: %v", err)
+	}
+
+	if err := c.Done(ctx, "toy", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Order(ctx, "toy", 1, 0, 2, 20*time.Second); err != nil {
+		t.Errorf("Order(epoch 1) after both ranks are done: %v", err)
+	}
+}
+
+func TestMGetSurvivesPeerRestart(t *testing.T) {
+	d := writeDataset(t)
+	sock := socketPath(t)
+	args := []string{"--dataset", "toy=" + d.root}
+	p := startPeer(t, sock, args...)
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+
+	ids := make([]int, len(d.files))
+	for i := range ids {
+		ids[i] = len(ids) - 1 - i
+	}
+	var (
+		loops atomic.Int64
+		stop  = make(chan struct{})
+		done  = make(chan error, 1)
+	)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			got, err := c.MGet(ctx, "toy", ids)
+			if err != nil {
+				done <- fmt.Errorf("MGet in loop %d: %w", loops.Load(), err)
+				return
+			}
+			for i, id := range ids {
+				if !bytes.Equal(got[i], d.files[id]) {
+					done <- fmt.Errorf("MGet in loop %d: position %d is not sample %d", loops.Load(), i, id)
+					return
+				}
+			}
+			loops.Add(1)
+		}
+	}()
+	// waitLoops waits until the loop has gone round n more times.
+	waitLoops := func(n int64, what string) {
+		t.Helper()
+		target := loops.Load() + n
+		deadline := time.Now().Add(30 * time.Second)
+		for loops.Load() < target {
+			select {
+			case err := <-done:
+				t.Fatalf("%s: %v", what, err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the MGet loop made no progress in 30s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	waitLoops(20, "before the kill")
+	p.kill()
+	startPeer(t, sock, args...)
+	waitLoops(20, "after the restart")
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnavailableWhenNothingListens(t *testing.T) {
+	sock := socketPath(t)
+	c := newClient(t, Options{Socket: sock, RetryFor: 300 * time.Millisecond})
+	start := time.Now()
+	_, err := c.Get(t.Context(), "toy", 0)
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("Get with no peer = %v, want ErrUnavailable naming %s", err, sock)
+	}
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("ErrUnavailable does not wrap the cause (no socket file): %v", err)
+	}
+	if took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("gave up after %v, want RetryFor (300ms)", took)
+	}
+
+	// A caller's deadline ends the retries first.
+	c = newClient(t, Options{Socket: sock})
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := c.Ping(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Ping past the caller's deadline = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestBadRequestIsAServerErrorNotRetried(t *testing.T) {
+	d := writeDataset(t)
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "toy="+d.root)
+	c := newClient(t, Options{Socket: sock}) // RetryFor 30s: a retry would show
+	ctx := t.Context()
+
+	for _, tc := range []struct {
+		name   string
+		ids    []int
+		losses []float64
+	}{
+		{"NaN loss", []int{0, 1}, []float64{0.5, math.NaN()}},
+		{"infinite loss", []int{0}, []float64{math.Inf(1)}},
+		{"id out of range", []int{len(d.files)}, []float64{1}},
+	} {
+		start := time.Now()
+		err := c.Report(ctx, "toy", 0, tc.ids, tc.losses)
+		var se *ServerError
+		if !errors.As(err, &se) || se.Code != "ERR" || errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s: Report = %v, want a *ServerError", tc.name, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: the error reply took %v: retried?", tc.name, took)
+		}
+	}
+	if err := c.Report(ctx, "toy", 0, []int{0, 1}, []float64{1}); err == nil {
+		t.Error("Report with 2 ids and 1 loss succeeded")
+	}
+	st, err := c.Stats(ctx, "toy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.Datasets[0].Job.Reports; r != 0 {
+		t.Errorf("%d refused reports were counted", r)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Errorf("Ping after error replies: %v", err)
+	}
+}
+
+func TestPassword(t *testing.T) {
+	d := writeDataset(t)
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "toy="+d.root, "--requirepass", "s3cret")
+	ctx := t.Context()
+
+	c := newClient(t, Options{Socket: sock, Password: "s3cret"})
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Get(ctx, "toy", 4); err != nil || !bytes.Equal(got, d.files[4]) {
+		t.Errorf("Get with the password = %d bytes, %v", len(got), err)
+	}
+
+	for _, tc := range []struct{ password, code string }{{"", "NOAUTH"}, {"wrong", "WRONGPASS"}} {
+		c := newClient(t, Options{Socket: sock, Password: tc.password})
+		start := time.Now()
+		_, err := c.Manifest(ctx, "toy")
+		var se *ServerError
+		if !errors.As(err, &se) || se.Code != tc.code {
+			t.Errorf("password %q: Manifest = %v, want a %s reply", tc.password, err, tc.code)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("password %q: the refusal took %v: retried?", tc.password, took)
+		}
+		_, err = c.Get(ctx, "toy", 0)
+		var sample *SampleError
+		if !errors.As(err, &se) || se.Code != tc.code || errors.As(err, &sample) {
+			t.Errorf("password %q: Get = %v, want a bare %s reply", tc.password, err, tc.code)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{Socket: "s", ReadTimeout: -1},
+		{Socket: "s", DialTimeout: -time.Second},
+		{Socket: "s", RetryFor: -1},
+		{Socket: "s", PoolSize: -1},
+	} {
+		if c, err := New(o); err == nil {
+			c.Close()
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+	o := Options{Socket: "/nonexistent/shade.sock"}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o != (Options{Socket: "/nonexistent/shade.sock"}) {
+		t.Errorf("New changed the caller's Options: %+v", o)
+	}
+}
+
+func TestParseServerError(t *testing.T) {
+	for _, tc := range []struct{ reply, code, msg string }{
+		{"ERR mesh: bad report", "ERR", "mesh: bad report"},
+		{"TIMEOUT mesh: order not published in time: epoch 1", "TIMEOUT", "mesh: order not published in time: epoch 1"},
+		{"WRONGPASS invalid username-password pair", "WRONGPASS", "invalid username-password pair"},
+		{"READONLY", "READONLY", ""},
+		{"unknown command 'X'", "ERR", "unknown command 'X'"},
+		{"", "ERR", ""},
+	} {
+		e := parseServerError(tc.reply)
+		if e.Code != tc.code || e.Msg != tc.msg {
+			t.Errorf("parseServerError(%q) = %q %q, want %q %q", tc.reply, e.Code, e.Msg, tc.code, tc.msg)
+		}
+		if got := errors.Is(e, ErrOrderTimeout); got != (tc.code == "TIMEOUT") {
+			t.Errorf("errors.Is(%q, ErrOrderTimeout) = %v", tc.reply, got)
+		}
+	}
+}
+
+func TestLabelsFromManifest(t *testing.T) {
+	got, err := LabelsFromManifest([]string{"b/1", "b/2", "a/x/3", "c/4", "a/5"})
+	if want := []int{1, 1, 0, 2, 0}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("LabelsFromManifest = %v, %v; want %v", got, err, want)
+	}
+	if got, err := LabelsFromManifest(nil); err != nil || len(got) != 0 {
+		t.Errorf("LabelsFromManifest(nil) = %v, %v", got, err)
+	}
+	if _, err := LabelsFromManifest([]string{"a/1", "top.bin"}); err == nil {
+		t.Error("a path outside any class folder was accepted")
+	}
+}
+
+func TestFormatLoss(t *testing.T) {
+	for x, want := range map[float64]string{0.25: "0.25", 1e-300: "1e-300", -3: "-3", math.Inf(1): "+Inf"} {
+		if got := formatLoss(x); got != want {
+			t.Errorf("formatLoss(%v) = %q, want %q", x, got, want)
+		}
+	}
+}

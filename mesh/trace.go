@@ -1,0 +1,84 @@
+package mesh
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/shade-mesh/shade/policy"
+)
+
+// traceWriter records what this node's policy sees, in the text format of
+// policy.ReadTrace, so that policies can be compared offline on the access
+// pattern of a real training run:
+//
+//	e <epoch>        an epoch's order was installed (reads that follow belong to it)
+//	r <id> <size>    a read of sample id (a policy.ID) charging size bytes
+//	s <id> <score>   the sample's merged importance changed
+//
+// Safe for concurrent use; buffered, flushed on Close.
+type traceWriter struct {
+	mu  sync.Mutex
+	f   *os.File
+	w   *bufio.Writer
+	buf []byte
+}
+
+func openTrace(path string) (*traceWriter, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: trace: %w", err)
+	}
+	t := &traceWriter{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+	t.w.WriteString("# shade access trace: e <epoch> | r <id> <size> | s <id> <score>\n")
+	return t, nil
+}
+
+func (t *traceWriter) line(kind byte, a uint64, b string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.buf = append(t.buf[:0], kind, ' ')
+	t.buf = strconv.AppendUint(t.buf, a, 10)
+	if b != "" {
+		t.buf = append(t.buf, ' ')
+		t.buf = append(t.buf, b...)
+	}
+	t.buf = append(t.buf, '\n')
+	t.w.Write(t.buf)
+	t.mu.Unlock()
+}
+
+func (t *traceWriter) read(id policy.ID, size int64) {
+	if t != nil {
+		t.line('r', uint64(id), strconv.FormatInt(size, 10))
+	}
+}
+
+func (t *traceWriter) score(id policy.ID, score float64) {
+	if t != nil {
+		t.line('s', uint64(id), strconv.FormatFloat(score, 'g', -1, 64))
+	}
+}
+
+func (t *traceWriter) epoch(e int) {
+	if t != nil && e >= 0 {
+		t.line('e', uint64(e), "")
+	}
+}
+
+func (t *traceWriter) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.w.Flush(); err != nil {
+		t.f.Close()
+		return err
+	}
+	return t.f.Close()
+}
