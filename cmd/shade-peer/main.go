@@ -205,7 +205,14 @@ type clusterFlags struct {
 // clusterConfig turns the mesh flags into the node's ClusterConfig; no
 // gossip address and no seeds leave the node standalone.
 func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
-	var cc mesh.ClusterConfig
+	// Epoch timing and prefetch apply to a standalone node too.
+	cc := mesh.ClusterConfig{JoinWait: f.joinWait, EpochDeadline: f.deadline, Prefetch: f.prefetch, Build: version}
+	if f.prefetch == 0 {
+		cc.Prefetch = -1
+	}
+	if f.joinWait <= 0 || f.deadline < 0 || f.prefetch < 0 {
+		return cc, fmt.Errorf("--join-wait must be positive; --epoch-deadline and --prefetch not negative")
+	}
 	if f.gossipAddr == "" && len(f.seeds) == 0 {
 		return cc, nil
 	}
@@ -215,14 +222,8 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 	if f.replicas < 1 || f.expect < 1 {
 		return cc, fmt.Errorf("--replicas and --expect must be at least 1")
 	}
-	cc = mesh.ClusterConfig{
-		GossipAddr: f.gossipAddr, Seeds: f.seeds, PeerAddr: f.peerAddr, Replicas: f.replicas, Expect: f.expect,
-		Profile: f.profile, JoinWait: f.joinWait, EpochDeadline: f.deadline, Build: version,
-		Prefetch: f.prefetch, NoLocality: f.locality == "off",
-	}
-	if f.prefetch == 0 {
-		cc.Prefetch = -1
-	}
+	cc.GossipAddr, cc.Seeds, cc.PeerAddr = f.gossipAddr, f.seeds, f.peerAddr
+	cc.Replicas, cc.Expect, cc.Profile, cc.NoLocality = f.replicas, f.expect, f.profile, f.locality == "off"
 	if f.locality != "on" && f.locality != "off" {
 		return cc, fmt.Errorf("--locality %q: want on or off", f.locality)
 	}

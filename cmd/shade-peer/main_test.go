@@ -1,0 +1,41 @@
+package main
+
+import (
+	"io"
+	"testing"
+	"time"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+func TestEpochFlagsApplyToAStandaloneNode(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--prefetch", "0", "--join-wait", "3s", "--epoch-deadline", "1m"}, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cfg.Node.Cluster
+	if cc.GossipAddr != "" {
+		t.Fatalf("no --gossip-addr or --seeds should leave the node standalone, got %q", cc.GossipAddr)
+	}
+	if cc.Prefetch >= 0 || cc.JoinWait != 3*time.Second || cc.EpochDeadline != time.Minute {
+		t.Errorf("standalone cluster config ignores the flags: %+v", cc)
+	}
+}
+
+func TestEnvironmentFillsFlagsNotGiven(t *testing.T) {
+	env := map[string]string{"SHADE_CACHE_SIZE": "2GiB", "SHADE_POLICY": "lru", "SHADE_DATASET": "a=/x,b=/y"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, _, err := parseConfig([]string{"--policy", "fifo"}, lookup, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.CacheSize != 2<<30 || cfg.Node.Policy != "fifo" || len(cfg.Node.Datasets) != 2 {
+		t.Errorf("env not applied or flag not winning: size %d policy %s datasets %v", cfg.Node.CacheSize, cfg.Node.Policy, cfg.Node.Datasets)
+	}
+	for _, bad := range [][]string{{"--pads", "maybe"}, {"--cache-size", "0"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
+		{"--dataset", "noequals"}, {"--seeds", "127.0.0.1:1"}, {"--join-wait", "0s"}, {"extra"}} {
+		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
