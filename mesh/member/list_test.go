@@ -163,9 +163,12 @@ func TestJoinSeesMembersAndMeta(t *testing.T) {
 			}
 		}
 		for _, o := range all {
-			if _, ok := n.rec.first(EventJoin, o.Local().Name); !ok {
-				t.Errorf("%s had no join event for %s", n.Local().Name, o.Local().Name)
-			}
+			// The view can show a member before its event has been
+			// delivered through the queue: wait for the event.
+			waitFor(t, 3*time.Second, n.Local().Name+" gets a join event for "+o.Local().Name, func() bool {
+				_, ok := n.rec.first(EventJoin, o.Local().Name)
+				return ok
+			})
 		}
 	}
 	if l := a.Local(); l.Name != "a" || l.Addr != a.Addr() || l.State != Alive {
