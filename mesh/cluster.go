@@ -215,8 +215,20 @@ func (n *Node) refreshMembers() {
 		alive[m.Name] = p
 	}
 	c.mu.Lock()
+	var joined []string
+	for name := range alive {
+		if _, known := c.members[name]; !known && name != n.cfg.Name {
+			joined = append(joined, name)
+		}
+	}
 	c.members = alive
 	c.mu.Unlock()
+	if n.leading() {
+		// A member that joins (or comes back) may have missed orders.
+		for _, name := range joined {
+			n.sendNewestOrders(name)
+		}
+	}
 
 	for _, ds := range n.ordered {
 		var names []string
@@ -269,6 +281,33 @@ func (n *Node) refreshMembers() {
 		ds.book.mu.Unlock()
 	}
 	n.kickReconcile()
+}
+
+// sendNewestOrders sends a member the newest order of every dataset, in
+// the background; installing is idempotent, so a member that has it
+// already ignores it.
+func (n *Node) sendNewestOrders(name string) {
+	for _, ds := range n.ordered {
+		pub := ds.book.newest()
+		if pub == nil {
+			continue
+		}
+		n.goBackground(func(ctx context.Context) {
+			for attempt := 0; attempt < 5; attempt++ {
+				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+				err := n.cluster.callName(cctx, name, methodPublish, pub, nil)
+				cancel()
+				if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
+				}
+			}
+		})
+	}
 }
 
 // stepDown drops the leader's state; the new leader rebuilds it.

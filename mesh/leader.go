@@ -90,6 +90,11 @@ func (n *Node) leaderJoin(req *joinReq) error {
 	}
 	lj.ranks[req.Rank] = req.Node
 	if lj.latest >= 0 {
+		// The rank's node asks because it lacks an order: it may have
+		// missed the publication (a restart, a partition). Send it again.
+		if req.Node != n.cfg.Name && n.cluster != nil && (req.Gen != lj.gen || req.Have < lj.latest) {
+			n.sendNewestOrders(req.Node)
+		}
 		return nil
 	}
 	if len(lj.missingRanksLocked()) == 0 {

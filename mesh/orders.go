@@ -129,16 +129,16 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 			b.mu.Unlock()
 			return nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, latest)
 		}
-		gen := uint64(0)
+		gen, have := uint64(0), -1
 		if b.latest != nil {
-			gen = b.latest.Gen
+			gen, have = b.latest.Gen, b.latest.Epoch
 		}
 		changed := b.changed
 		b.mu.Unlock()
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
 		if leader := n.leaderName(); leader != "" && leader != joined {
-			err := n.toLeader(ctx, methodJoin, &joinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen})
+			err := n.toLeader(ctx, methodJoin, &joinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			switch {
 			case err == nil:
 				joined = leader

@@ -71,6 +71,7 @@ type joinReq struct {
 	World   int    `msgpack:"w"`
 	Node    string `msgpack:"n"`
 	Gen     uint64 `msgpack:"g"` // the job generation the rank has seen
+	Have    int    `msgpack:"h"` // the newest epoch its node holds, -1 for none
 }
 
 type doneReq struct {

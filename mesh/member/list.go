@@ -40,6 +40,8 @@ type List struct {
 	refused   map[string]bool    // peers whose meta was refused, logged once
 	selfClaim string             // last address seen claiming our name, logged once
 
+	seeds []string // other peers' gossip addresses, re-joined while not alive
+
 	wake chan struct{} // nudges the reclaimer
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -143,16 +145,17 @@ func Join(ctx context.Context, cfg Config) (*List, error) {
 	if l.addr == "" {
 		l.addr = ml.LocalNode().Address()
 	}
-	l.wg.Add(2)
-	go l.ev.pump(l.stop, &l.wg)
-	go l.reclaimer()
-
 	seeds := make([]string, 0, len(cfg.Seeds))
 	for _, s := range cfg.Seeds {
 		if s != "" && s != l.addr && s != cfg.BindAddr {
 			seeds = append(seeds, s)
 		}
 	}
+	l.seeds = seeds
+	l.wg.Add(3)
+	go l.ev.pump(l.stop, &l.wg)
+	go l.reclaimer()
+	go l.reconnector()
 	if len(seeds) == 0 {
 		l.log.Info().Str("addr", l.addr).Str("profile", prof.name).Msg("started a new cluster")
 		return l, nil
@@ -376,6 +379,53 @@ func (l *List) reclaimer() {
 			}
 		}
 	}
+}
+
+// reconnector re-joins, every profile.reconnect, the seeds that are not
+// alive members and the members declared dead in the last ten minutes.
+// memberlist gossips to dead members only briefly, so without this the
+// two sides of a healed partition may stay apart; a join merges their
+// views with one push-pull. Joins run in this goroutine, one at a time.
+func (l *List) reconnector() {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.prof.reconnect)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+		if addrs := l.reconnectTargets(); len(addrs) > 0 {
+			if n, err := l.ml.Join(addrs); n > 0 {
+				l.log.Info().Int("answered", n).Msg("reconnected to peers outside the view")
+			} else if err != nil {
+				l.log.Debug().Err(err).Strs("addrs", addrs).Msg("reconnect attempt failed")
+			}
+		}
+	}
+}
+
+func (l *List) reconnectTargets() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	alive := make(map[string]bool)
+	var dead []string
+	for _, e := range l.members {
+		switch {
+		case e.m.State == Alive:
+			alive[e.m.Addr] = true
+		case e.m.State == Dead && time.Since(e.since) < 10*time.Minute:
+			dead = append(dead, e.m.Addr)
+		}
+	}
+	var out []string
+	for _, a := range append(slices.Clone(l.seeds), dead...) {
+		if a != l.addr && !alive[a] && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // due returns the addresses to pull now and drops settled entries.

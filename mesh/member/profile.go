@@ -23,6 +23,7 @@ type profile struct {
 	tcpTimeout      time.Duration
 	deadKeep        time.Duration // GossipToTheDeadTime: dead members are forgotten after it
 	reclaim         time.Duration // DeadNodeReclaimTime
+	reconnect       time.Duration // how often seeds and dead members are re-joined
 	broadcast       time.Duration // how long UpdateMeta waits for its gossip
 	joinBackoff     time.Duration // longest pause between join attempts
 }
@@ -68,6 +69,7 @@ var profiles = map[string]profile{
 		tcpTimeout:      5 * time.Second,
 		deadKeep:        30 * time.Second,
 		reclaim:         3 * time.Second,
+		reconnect:       5 * time.Second,
 		broadcast:       5 * time.Second,
 		joinBackoff:     2 * time.Second,
 	},
@@ -85,6 +87,7 @@ var profiles = map[string]profile{
 		tcpTimeout:      time.Second,
 		deadKeep:        15 * time.Second,
 		reclaim:         500 * time.Millisecond,
+		reconnect:       time.Second,
 		broadcast:       2 * time.Second,
 		joinBackoff:     500 * time.Millisecond,
 	},

@@ -68,10 +68,17 @@ type peerProc struct {
 
 func startPeer(t *testing.T, args ...string) *peerProc {
 	t.Helper()
+	return startPeerCmd(t, nil, args...)
+}
+
+// startPeerCmd runs shade-peer behind a command prefix (such as ip netns
+// exec NS) and waits until its socket answers.
+func startPeerCmd(t *testing.T, prefix []string, args ...string) *peerProc {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "shade.sock")
 	p := &peerProc{socket: sock, log: new(bytes.Buffer), done: make(chan error, 1)}
-	p.cmd = exec.Command(filepath.Join(binDir, "shade-peer"),
-		append([]string{"--name", "e2e", "--socket", sock, "--log-format", "json"}, args...)...)
+	argv := append(append(prefix, filepath.Join(binDir, "shade-peer"), "--name", "e2e", "--socket", sock, "--log-format", "json"), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
