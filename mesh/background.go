@@ -172,6 +172,7 @@ func (n *Node) runLoops(ctx context.Context) {
 		case <-flush.C:
 			n.flushReports(ctx)
 			n.flushScores(ctx)
+			n.flushOffers(ctx)
 		case <-replicate.C:
 			n.replicateTables(ctx)
 		case <-reconcile.C:

@@ -156,7 +156,7 @@ func TestMeshServesIdenticalBytesAndKeepsROwners(t *testing.T) {
 	// Owners that read from the source offer the sample to co-owners in
 	// the background; wait until every sample is on exactly R nodes.
 	var counts map[int]int
-	waitFor(t, 10*time.Second, "every sample is resident on exactly 2 owners", func() bool {
+	waitFor(t, 30*time.Second, "every sample is resident on exactly 2 owners", func() bool {
 		counts = map[int]int{}
 		ok := true
 		for i := range m.files {
@@ -345,7 +345,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	}
 	// Reports are merged by the leader and replicated every 200ms; let one
 	// replication pass, then kill the leader before any rank is done.
-	waitFor(t, 5*time.Second, "the score table is replicated", func() bool {
+	waitFor(t, 30*time.Second, "the score table is replicated", func() bool {
 		ds := trainers[0].node.ordered[0]
 		ds.tableMu.Lock()
 		defer ds.tableMu.Unlock()

@@ -109,53 +109,100 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 	return res.v, res.mem, nil
 }
 
-// offer hands a sample read from the source to the other owners, so that
-// it becomes resident on all of them. Best effort, in the background.
+// maxOfferBytes bounds the sample bytes queued for co-owners; beyond it
+// an offer is dropped, and the co-owner reads the sample through itself
+// when it is next asked for it.
+const maxOfferBytes = 64 << 20
+
+// offer queues a sample read from the source for the other owners, so
+// that it becomes resident on all of them. The runLoops flush sends the
+// queue in batches.
 func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string) {
 	if n.cluster == nil {
 		return
 	}
+	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: xxhash.Sum64(value), Value: value}
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
 	for _, co := range owners {
 		if co == n.cfg.Name {
 			continue
 		}
-		if n.offersInFlight.Add(1) > 256 {
-			n.offersInFlight.Add(-1)
-			return // the co-owner reads it through itself when asked
+		if n.offerBytes+len(value) > maxOfferBytes {
+			n.offersDropped.Add(1)
+			continue
 		}
-		req := &offerReq{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: xxhash.Sum64(value), Value: value}
-		n.goBackground(func(ctx context.Context) {
-			defer n.offersInFlight.Add(-1)
-			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			defer cancel()
-			_ = n.cluster.callName(cctx, co, methodOffer, req, nil)
-		})
+		n.offerQ[co] = append(n.offerQ[co], item)
+		n.offerBytes += len(value)
 	}
 }
 
-// serveOffer admits a sample a co-owner read from the source.
+// flushOffers sends each co-owner its queued samples, at most 4 MiB a
+// request, one request per co-owner in flight.
+func (n *Node) flushOffers(ctx context.Context) {
+	n.qmu.Lock()
+	for co, items := range n.offerQ {
+		if len(items) == 0 || n.offering[co] {
+			continue
+		}
+		size, k := 0, 0
+		for k < len(items) && (k == 0 || size+len(items[k].Value) <= 4<<20) {
+			size += len(items[k].Value)
+			k++
+		}
+		batch := items[:k:k]
+		n.offerQ[co] = items[k:]
+		n.offerBytes -= size
+		n.offering[co] = true
+		n.goBackground(func(ctx context.Context) {
+			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
+			err := n.cluster.callName(cctx, co, methodOffer, &offerReq{Items: batch}, nil)
+			cancel()
+			if err != nil {
+				n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered")
+			}
+			n.qmu.Lock()
+			delete(n.offering, co)
+			n.qmu.Unlock()
+		})
+	}
+	n.qmu.Unlock()
+}
+
+// serveOffer admits samples a co-owner read from the source. A bad item is
+// skipped; the first such error is returned after the rest are admitted.
 func (n *Node) serveOffer(req *offerReq) error {
-	ds, err := n.dataset(req.Dataset)
+	var first error
+	for i := range req.Items {
+		if err := n.admitOffered(&req.Items[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (n *Node) admitOffered(it *offerItem) error {
+	ds, err := n.dataset(it.Dataset)
 	if err != nil {
 		return &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 	}
-	if req.Version != ds.manifest.Version {
+	if it.Version != ds.manifest.Version {
 		return &peer.Error{Code: peer.CodeStale, Msg: "dataset version differs"}
 	}
-	if int(req.ID) >= ds.len {
+	if int(it.ID) >= ds.len {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "id out of range"}
 	}
-	if xxhash.Sum64(req.Value) != req.Sum {
+	if xxhash.Sum64(it.Value) != it.Sum {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: ErrChecksum.Error()}
 	}
-	if int64(len(req.Value)) != ds.manifest.Sizes[req.ID] {
+	if int64(len(it.Value)) != ds.manifest.Sizes[it.ID] {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "size differs from the manifest"}
 	}
-	key := []byte(keyOfSample(ds, req.ID))
+	key := []byte(keyOfSample(ds, it.ID))
 	if n.store.Has(key) {
 		return nil
 	}
-	n.admit(sampleID(ds, int(req.ID)), key, req.Value, ds)
+	n.admit(sampleID(ds, int(it.ID)), key, it.Value, ds)
 	return nil
 }
 

@@ -75,7 +75,10 @@ type Node struct {
 	scoreQ         map[string]map[string]map[uint32]struct{} // owner -> dataset -> ids
 	prefetched     map[string]bool
 	reportsDropped atomic.Int64
-	offersInFlight atomic.Int64
+	offerQ         map[string][]offerItem // co-owner -> samples to hand it
+	offerBytes     int
+	offering       map[string]bool // co-owners with a request in flight
+	offersDropped  atomic.Int64
 	inflightMu     sync.Mutex
 	inflight       map[string]int64 // fetches in flight per owner
 
@@ -106,6 +109,8 @@ func New(cfg Config) (*Node, error) {
 		kick:       make(chan struct{}, 1),
 		scoreQ:     make(map[string]map[string]map[uint32]struct{}),
 		prefetched: make(map[string]bool),
+		offerQ:     make(map[string][]offerItem),
+		offering:   make(map[string]bool),
 		inflight:   make(map[string]int64),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())

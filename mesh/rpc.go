@@ -43,13 +43,17 @@ type fetchResp struct {
 	Items []fetchItem `msgpack:"i"`
 }
 
-// offerReq hands a co-owner a sample read from the source.
-type offerReq struct {
+// offerItem hands a co-owner a sample read from the source.
+type offerItem struct {
 	Dataset string `msgpack:"d"`
 	Version string `msgpack:"v"`
 	ID      uint32 `msgpack:"i"`
 	Sum     uint64 `msgpack:"s"`
 	Value   []byte `msgpack:"b"`
+}
+
+type offerReq struct {
+	Items []offerItem `msgpack:"o"`
 }
 
 // reportBatch is one trained minibatch: losses keyed by sample id.

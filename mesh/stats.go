@@ -49,6 +49,7 @@ type NodeStats struct {
 	Term           uint64         `json:"term"`
 	ReportsQueued  int            `json:"reports_queued"`
 	ReportsDropped int64          `json:"reports_dropped"`
+	OffersDropped  int64          `json:"offers_dropped"`
 	Policy         string         `json:"policy"`
 	PADS           bool           `json:"pads"`
 	CacheCapacity  int64          `json:"cache_capacity"`
@@ -118,6 +119,7 @@ func (n *Node) snapshot(name string) (NodeStats, error) {
 	out.Leading = n.leading()
 	out.Term = n.maxTerm.Load()
 	out.ReportsQueued, out.ReportsDropped = n.queuedReports(), n.reportsDropped.Load()
+	out.OffersDropped = n.offersDropped.Load()
 	return out, nil
 }
 
