@@ -153,7 +153,11 @@ func (n *Node) applyReplica(req *replicateReq) error {
 	n.observeTerm(req.Term)
 	ds.tableMu.Lock()
 	defer ds.tableMu.Unlock()
-	return ds.table.UnmarshalBinary(req.Table)
+	if err := ds.table.UnmarshalBinary(req.Table); err != nil {
+		return err
+	}
+	ds.tableUnsaved = true
+	return nil
 }
 
 // runLoops is the node's background work in a mesh: forwarding reports,
@@ -264,8 +268,10 @@ func (n *Node) flushScores(ctx context.Context) {
 	}
 }
 
-// replicateTables sends changed score tables to every other member.
+// replicateTables saves changed score tables and, on the leader, sends
+// them to every other member.
 func (n *Node) replicateTables(ctx context.Context) {
+	n.saveScores()
 	if !n.leading() || n.cluster == nil {
 		return
 	}

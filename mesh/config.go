@@ -78,6 +78,13 @@ type Config struct {
 	// epoch this node's policy sees into that file (policy.ReadTrace's
 	// format), for offline comparison of policies.
 	TracePath string
+	// StateDir, when set, keeps each dataset's merged score table there
+	// (saved as it changes, loaded at start), so a restarted job starts
+	// with the importance the last one learned.
+	StateDir string
+	// NoWarm turns off preloading the most important samples when a job
+	// starts and scores are known.
+	NoWarm bool
 	// Cluster joins the node to a mesh; the zero value runs standalone.
 	Cluster ClusterConfig
 	// Logger receives the node's events; the zero Logger is silent.

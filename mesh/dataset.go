@@ -22,16 +22,17 @@ type datasetState struct {
 
 	// The job: the score table (the leader's, or a replica of it), the
 	// orders this node holds, and the leader's state while this node leads.
-	tableMu    sync.Mutex
-	table      *sampling.Table
-	tableDirty bool       // changed since the last replication
-	rng        *rand.Rand // breaks ties between equal losses; under tableMu
-	book       *orderBook
-	lead       atomic.Pointer[leaderJob]
-	ring       atomic.Pointer[ring.Ring] // owners among members serving this version
-	reports    atomic.Int64
-	reported   atomic.Int64
-	sourceLat  latencyHistogram
+	tableMu      sync.Mutex
+	table        *sampling.Table
+	tableDirty   bool       // changed since the last replication
+	tableUnsaved bool       // changed since the last save to StateDir
+	rng          *rand.Rand // breaks ties between equal losses; under tableMu
+	book         *orderBook
+	lead         atomic.Pointer[leaderJob]
+	ring         atomic.Pointer[ring.Ring] // owners among members serving this version
+	reports      atomic.Int64
+	reported     atomic.Int64
+	sourceLat    latencyHistogram
 
 	resident atomic.Int64 // samples of this dataset in the cache
 

@@ -240,6 +240,7 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 		ds.tableMu.Lock()
 		err = ds.table.Report(b.IDs, b.Losses, ds.rng)
 		ds.tableDirty = ds.tableDirty || err == nil
+		ds.tableUnsaved = ds.tableUnsaved || err == nil
 		ds.tableMu.Unlock()
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s epoch %d: %w", b.Dataset, b.Epoch, err))

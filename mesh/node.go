@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -134,6 +135,20 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mesh: cache: %w", err)
 	}
+	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+			n.store.Close()
+			return nil, fmt.Errorf("mesh: state directory: %w", err)
+		}
+		for _, ds := range n.ordered {
+			if err := n.loadScores(ds); err != nil {
+				cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("saved scores unreadable: starting cold")
+			}
+		}
+	}
+	for _, ds := range n.ordered {
+		ds.book.firstEpoch = func() { n.warmOnFirstEpoch(ds) }
+	}
 	if cfg.TracePath != "" {
 		if n.trace, err = openTrace(cfg.TracePath); err != nil {
 			n.store.Close()
@@ -152,6 +167,7 @@ func New(cfg Config) (*Node, error) {
 			ds.setLeaderJob(n.newLeaderJob(ds))
 		}
 		n.leadingFlag.Store(true)
+		n.goBackground(n.runLoops)
 		return n, nil
 	}
 	if err := n.startCluster(cfg.Cluster); err != nil {
@@ -190,6 +206,7 @@ func (n *Node) Close() error {
 		c.wire.Close()
 	}
 	n.bg.Wait()
+	n.saveScores()
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
 	if err := n.trace.Close(); err != nil {

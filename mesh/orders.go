@@ -20,6 +20,9 @@ type orderBook struct {
 	done    map[int]bool        // local ranks that finished latest.Epoch
 	keep    int
 	trace   *traceWriter // records installed epochs, if tracing
+	// firstEpoch, if set, is called (with the book locked: it must not
+	// block) when a job's epoch 0 is installed.
+	firstEpoch func()
 }
 
 func newOrderBook(keep int) *orderBook {
@@ -56,6 +59,9 @@ func (b *orderBook) install(p *publishMsg) bool {
 	}
 	b.latest = p
 	b.trace.epoch(p.Epoch)
+	if p.Epoch == 0 && b.firstEpoch != nil {
+		b.firstEpoch()
+	}
 	b.kept[p.Epoch] = p
 	delete(b.kept, p.Epoch-b.keep)
 	b.wakeLocked()

@@ -1,0 +1,171 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Score tables persist in Config.StateDir as <dataset>.scores: a header
+// line naming the format and the dataset's version, then the table's own
+// checked encoding. A table of another version is ignored.
+const scoresMagic = "shade-scores 1 "
+
+func (n *Node) scoresPath(ds *datasetState) string {
+	return filepath.Join(n.cfg.StateDir, ds.name+".scores")
+}
+
+// loadScores installs a dataset's saved score table, if there is one of
+// the same version.
+func (n *Node) loadScores(ds *datasetState) error {
+	b, err := os.ReadFile(n.scoresPath(ds))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mesh: saved scores: %w", err)
+	}
+	header, body, ok := bytes.Cut(b, []byte("\n"))
+	if !ok || !bytes.HasPrefix(header, []byte(scoresMagic)) {
+		return fmt.Errorf("mesh: saved scores of %s: not a score file", ds.name)
+	}
+	if v := string(header[len(scoresMagic):]); v != ds.manifest.Version {
+		n.cfg.Logger.Warn().Str("dataset", ds.name).Str("saved", v).Str("now", ds.manifest.Version).
+			Msg("saved scores are of another version of the dataset: starting cold")
+		return nil
+	}
+	ds.tableMu.Lock()
+	if err := ds.table.UnmarshalBinary(body); err != nil {
+		ds.tableMu.Unlock()
+		return fmt.Errorf("mesh: saved scores of %s: %w", ds.name, err)
+	}
+	var ids []uint32
+	var scores []float64
+	for i := 0; i < ds.len; i++ {
+		if ds.table.Scored(uint32(i)) {
+			ids = append(ids, uint32(i))
+			scores = append(scores, ds.table.Score(uint32(i)))
+		}
+	}
+	mean := ds.table.Mean()
+	ds.tableMu.Unlock()
+	// The policy judges admissions by these scores from the start.
+	n.setScores(ds, ids, scores, mean)
+	n.cfg.Logger.Info().Str("dataset", ds.name).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
+	return nil
+}
+
+// saveScores writes the tables that changed since the last save, each to
+// a temporary file renamed into place, so a crash leaves the old file or
+// the new one, never a torn one.
+func (n *Node) saveScores() {
+	if n.cfg.StateDir == "" {
+		return
+	}
+	for _, ds := range n.ordered {
+		ds.tableMu.Lock()
+		if !ds.tableUnsaved {
+			ds.tableMu.Unlock()
+			continue
+		}
+		body, err := ds.table.MarshalBinary()
+		ds.tableUnsaved = false
+		ds.tableMu.Unlock()
+		if err == nil {
+			err = writeFileAtomic(n.scoresPath(ds), append([]byte(scoresMagic+ds.manifest.Version+"\n"), body...))
+		}
+		if err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("saving scores")
+		}
+	}
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Warm preloads a dataset into this node's share of the cache, the most
+// important samples first (by the score table), until the cache is full
+// or the policy refuses what remains. It returns how many samples it
+// loaded. Samples this node does not own are left to their owners.
+func (n *Node) Warm(ctx context.Context, name string) (int, error) {
+	ds, err := n.dataset(name)
+	if err != nil {
+		return 0, err
+	}
+	ds.tableMu.Lock()
+	ids := make([]uint32, 0, ds.len)
+	scores := make([]float64, ds.len)
+	for i := 0; i < ds.len; i++ {
+		ids = append(ids, uint32(i))
+		scores[i] = ds.table.Score(uint32(i))
+	}
+	ds.tableMu.Unlock()
+	sort.SliceStable(ids, func(a, b int) bool { return scores[ids[a]] > scores[ids[b]] })
+	loaded, refused := 0, 0
+	capacity := n.store.Stats().Capacity
+	for _, id := range ids {
+		if ctx.Err() != nil || refused >= 64 {
+			break
+		}
+		owners := n.owners(ds, id)
+		if !contains(owners, n.cfg.Name) {
+			continue
+		}
+		key := []byte(keyOfSample(ds, id))
+		if n.store.Has(key) {
+			continue
+		}
+		if _, _, err := n.readThrough(ctx, ds, int(id), key, owners); err != nil {
+			return loaded, err
+		}
+		if n.store.Has(key) {
+			loaded++
+			refused = 0
+		} else {
+			refused++ // full: the policy keeps what it has
+		}
+		if n.store.Stats().UsedBytes >= capacity {
+			break
+		}
+	}
+	n.cfg.Logger.Info().Str("dataset", name).Int("loaded", loaded).Msg("warmed in importance order")
+	return loaded, nil
+}
+
+// warmOnFirstEpoch preloads a dataset when a job's epoch 0 arrives and the
+// node already knows importance (saved scores, or an earlier job).
+func (n *Node) warmOnFirstEpoch(ds *datasetState) {
+	ds.tableMu.Lock()
+	scored := ds.table.NumScored()
+	ds.tableMu.Unlock()
+	if scored == 0 || n.cfg.NoWarm {
+		return
+	}
+	n.goBackground(func(ctx context.Context) {
+		if _, err := n.Warm(ctx, ds.name); err != nil {
+			n.cfg.Logger.Warn().Err(err).Str("dataset", ds.name).Msg("warm start")
+		}
+	})
+}
