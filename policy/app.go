@@ -21,7 +21,7 @@ import (
 // The frequency counts every read of an id (hits and misses, admitted or
 // not) and saturates at 2^32-1. Scores are kept as float32.
 type APP struct {
-	ghosts map[ID]ghost
+	ghosts ghostTable
 	heap   idHeap[appKey]
 	now    uint64
 	def    float32
@@ -38,6 +38,41 @@ type ghost struct {
 var unscored = float32(math.NaN())
 
 func (g ghost) scored() bool { return g.score == g.score }
+
+// ghostTable is APP's (and OrderAware's) memory of every id seen or scored.
+type ghostTable map[ID]ghost
+
+// touch counts one read of id in its ghost entry and returns the entry.
+func (t ghostTable) touch(id ID) ghost {
+	g, ok := t[id]
+	if !ok {
+		g.score = unscored
+	}
+	if g.freq < math.MaxUint32 {
+		g.freq++
+	}
+	t[id] = g
+	return g
+}
+
+// setScore records id's score (not NaN) and returns it as a float32.
+func (t ghostTable) setScore(id ID, score float64) float32 {
+	s := float32(score)
+	g := t[id]
+	g.score = s
+	t[id] = g
+	return s
+}
+
+// key returns the importance key of a read of g's id at tick now, with def
+// standing for a score never set.
+func (g ghost) key(def float32, now uint64) appKey {
+	k := appKey{score: def, freq: g.freq, last: now}
+	if g.scored() {
+		k.score = g.score
+	}
+	return k
+}
 
 // appKey orders residents by importance; the least important is least.
 // APP and LFU (score always 0) share it.
@@ -72,7 +107,7 @@ func NewAPP(opts Options) *APP {
 		def = MiddleScore
 	}
 	return &APP{
-		ghosts: make(map[ID]ghost),
+		ghosts: make(ghostTable),
 		heap:   newIDHeap(appLess),
 		def:    float32(def),
 	}
@@ -104,10 +139,7 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 	if refuse(room, size) {
 		return false
 	}
-	k := appKey{score: a.def, freq: g.freq, last: a.now}
-	if g.scored() {
-		k.score = g.score
-	}
+	k := g.key(a.def, a.now)
 	for !room.Fits(id, size) && a.heap.len() > 0 && a.heap.top().key.less(k) {
 		victim := a.heap.pop()
 		room.Evict(victim.id)
@@ -120,17 +152,7 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 }
 
 // touch counts one read of id in its ghost entry and returns the entry.
-func (a *APP) touch(id ID) ghost {
-	g, ok := a.ghosts[id]
-	if !ok {
-		g.score = unscored
-	}
-	if g.freq < math.MaxUint32 {
-		g.freq++
-	}
-	a.ghosts[id] = g
-	return g
-}
+func (a *APP) touch(id ID) ghost { return a.ghosts.touch(id) }
 
 // Remove forgets a resident; its ghost entry stays.
 func (a *APP) Remove(id ID) { a.heap.remove(id) }
@@ -149,13 +171,7 @@ func (a *APP) SetScore(id ID, score float64) {
 	if math.IsNaN(score) {
 		return
 	}
-	s := float32(score)
-	g, ok := a.ghosts[id]
-	if !ok {
-		g = ghost{}
-	}
-	g.score = s
-	a.ghosts[id] = g
+	s := a.ghosts.setScore(id, score)
 	if slot, ok := a.heap.find(id); ok {
 		k := a.heap.keyOf(slot)
 		k.score = s

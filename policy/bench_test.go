@@ -89,9 +89,46 @@ func BenchmarkAPPSetScore(b *testing.B) {
 	}
 }
 
-// BenchmarkReplay measures a whole replay per policy.
+// BenchmarkOrderAwareRead: reads that follow a published order of 2^16
+// random ids against a full cache of residents unit-size items; every 2^16
+// reads the order is installed again, its O(reads+residents) cost included.
+func BenchmarkOrderAwareRead(b *testing.B) {
+	for _, residents := range []int{10_000, 100_000} {
+		b.Run(strconv.Itoa(residents), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			o := NewOrderAware(Options{})
+			room := NewBudget(int64(residents))
+			for id := range ID(10 * residents) {
+				o.SetScore(id, math.Log(10+63*rng.Float64()))
+			}
+			for id := range ID(residents) {
+				o.Miss(id, 1, room)
+				room.Admit(id, 1)
+			}
+			order := benchIDs(1<<16, residents)
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				if i&(len(order)-1) == 0 {
+					o.BeginEpoch(i>>16, order)
+				}
+				id := order[i&(len(order)-1)]
+				i++
+				if o.Resident(id) {
+					o.Hit(id)
+				} else if o.Miss(id, 1, room) {
+					room.Admit(id, 1)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReplay measures a whole replay per policy, with an order
+// published every 20,000 reads.
 func BenchmarkReplay(b *testing.B) {
-	tr := randomTrace(5, 200_000, 20_000, true, true)
+	tr := withEpochs(randomTrace(5, 200_000, 20_000, true, true), 20_000)
 	_, ws := WorkingSet(tr)
 	for _, name := range allNames {
 		b.Run(name, func(b *testing.B) {

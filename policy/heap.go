@@ -115,6 +115,18 @@ func (h *idHeap[K]) setSlot(s int32, k K) {
 	}
 }
 
+// rekeyAll replaces every key k of an id by f(id, k) and restores the heap
+// order, in O(n).
+func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {
+	for i := range h.items {
+		e := &h.items[i]
+		e.key = f(h.slots[e.slot].id, e.key)
+	}
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
 func (h *idHeap[K]) removeAt(i int) {
 	s := h.items[i].slot
 	delete(h.at, h.slots[s].id)

@@ -9,6 +9,8 @@
 // The policies are:
 //
 //   - "app": SHADE's importance-aware policy in its corrected form (see NewAPP);
+//   - "order": APP's importance weighed with the next use of each item in the
+//     published order of the current epoch (see NewOrderAware);
 //   - "lru", "fifo", "lfu": the classic baselines;
 //   - "minio": CoorDL's MinIO, which fills the cache once and never evicts;
 //   - "min": Belady's offline MIN with bypass, built from the trace by NewMIN.
@@ -57,7 +59,8 @@ type Policy interface {
 	// Name is the policy's name as New accepts it ("app", "lru", ...).
 	Name() string
 	// Hit records a read of a resident item. A Hit for an id that is not
-	// resident only advances the clock (and, for APP, the id's frequency).
+	// resident only advances the clock (and, for APP and OrderAware, the id's
+	// frequency and place in the order).
 	Hit(id ID)
 	// Miss records a read of a non-resident item of size bytes. It may call
 	// room.Evict for victims, and returns true if id is admitted: id is then
@@ -87,6 +90,18 @@ type Scorer interface {
 	SetDefaultScore(score float64)
 }
 
+// Lookahead is implemented by policies that use the published order of the
+// epoch that is starting.
+type Lookahead interface {
+	// BeginEpoch installs epoch's order: the ids of the epoch's reads, in
+	// the order they will be read. The Hit and Miss calls that follow, up
+	// to the next BeginEpoch, are taken to be those reads. A repeated or
+	// older epoch number replaces the order all the same (an order that
+	// was installed again). reads belongs to the caller; the policy keeps
+	// no reference to it.
+	BeginEpoch(epoch int, reads []ID)
+}
+
 // Options tunes New. The zero value is the default.
 type Options struct {
 	// DefaultScore is the initial score of never-scored ids for importance-
@@ -109,11 +124,11 @@ var (
 // Names lists the policies New builds, in the order a report shows them.
 // Belady's MIN ("min") is not among them: it needs the trace (NewMIN).
 func Names() []string {
-	return []string{"app", "lru", "fifo", "lfu", "minio"}
+	return []string{"app", "order", "lru", "fifo", "lfu", "minio"}
 }
 
-// New builds the online policy called name: "app", "lru", "fifo", "lfu" or
-// "minio". An unknown name gives an error wrapping ErrUnknownPolicy; "min"
+// New builds the online policy called name: "app", "order", "lru", "fifo",
+// "lfu" or "minio". An unknown name gives an error wrapping ErrUnknownPolicy; "min"
 // gives one wrapping ErrNeedsTrace.
 func New(name string, opts Options) (Policy, error) {
 	if math.IsNaN(opts.DefaultScore) || math.IsInf(opts.DefaultScore, 0) {
@@ -122,6 +137,8 @@ func New(name string, opts Options) (Policy, error) {
 	switch name {
 	case "app":
 		return NewAPP(opts), nil
+	case "order":
+		return NewOrderAware(opts), nil
 	case "lru":
 		return NewLRU(), nil
 	case "fifo":

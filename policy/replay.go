@@ -60,14 +60,22 @@ func (b *Budget) Stored(id ID) bool {
 // Evictions is the number of ids Evict removed.
 func (b *Budget) Evictions() int64 { return b.evictions }
 
-// Access is one event of a trace: a read of ID of Size bytes, or, when
-// HasScore is set, an importance update of ID to Score (no read; Size unused).
+// Access is one event of a trace: a read of ID of Size bytes; or, when
+// HasScore is set, an importance update of ID to Score (no read; Size
+// unused); or, when IsEpoch is set, the installation of epoch Epoch's order
+// (no read; ID, Size and Score unused): the reads that follow, up to the
+// next epoch event, are that order. IsEpoch wins over HasScore.
 type Access struct {
 	ID       ID
 	Size     int64
 	Score    float64
 	HasScore bool
+	Epoch    int
+	IsEpoch  bool
 }
+
+// IsRead reports whether a is a read (neither a score nor an epoch event).
+func (a Access) IsRead() bool { return !a.HasScore && !a.IsEpoch }
 
 // Result is what one replay of a trace through a policy measured.
 type Result struct {
@@ -86,13 +94,24 @@ type Result struct {
 // a Miss, and an admitted item is stored. Score events go to a Scorer policy,
 // which also gets SetDefaultScore with the running mean of the score table
 // (the latest score of every id scored so far) after each one, as the node
-// does; other policies ignore score events. p should be fresh.
+// does. At an epoch event a Lookahead policy gets BeginEpoch with the ids of
+// the reads that follow, up to the next epoch event: the published order.
+// Other policies ignore score and epoch events. p should be fresh.
 func Replay(p Policy, trace []Access, capacity int64) Result {
 	b := NewBudget(capacity)
 	r := Result{Policy: p.Name(), Capacity: capacity}
 	scorer, _ := p.(Scorer)
+	ahead, _ := p.(Lookahead)
 	var table scoreTable
-	for _, a := range trace {
+	var order []ID
+	for i, a := range trace {
+		if a.IsEpoch {
+			if ahead != nil {
+				order = epochOrder(order[:0], trace[i+1:])
+				ahead.BeginEpoch(a.Epoch, order)
+			}
+			continue
+		}
 		if a.HasScore {
 			if scorer != nil {
 				scorer.SetScore(a.ID, a.Score)
@@ -122,6 +141,20 @@ func Replay(p Policy, trace []Access, capacity int64) Result {
 	return r
 }
 
+// epochOrder appends to dst the ids of rest's reads up to its first epoch
+// event, and returns it.
+func epochOrder(dst []ID, rest []Access) []ID {
+	for _, a := range rest {
+		if a.IsEpoch {
+			break
+		}
+		if !a.HasScore {
+			dst = append(dst, a.ID)
+		}
+	}
+	return dst
+}
+
 // scoreTable keeps the latest score of each id and their running mean.
 type scoreTable struct {
 	scores map[ID]float64
@@ -141,12 +174,12 @@ func (t *scoreTable) set(id ID, s float64) (float64, bool) {
 	return t.sum / float64(len(t.scores)), true
 }
 
-// Reads returns the ids of trace's reads in order, score events left out:
-// the trace NewMIN wants.
+// Reads returns the ids of trace's reads in order, score and epoch events
+// left out: the trace NewMIN wants.
 func Reads(trace []Access) []ID {
 	ids := make([]ID, 0, len(trace))
 	for _, a := range trace {
-		if !a.HasScore {
+		if a.IsRead() {
 			ids = append(ids, a.ID)
 		}
 	}
@@ -158,7 +191,7 @@ func Reads(trace []Access) []ID {
 func WorkingSet(trace []Access) (ids int, bytes int64) {
 	sizes := make(map[ID]int64)
 	for _, a := range trace {
-		if a.HasScore {
+		if !a.IsRead() {
 			continue
 		}
 		if s, ok := sizes[a.ID]; !ok || a.Size > s {

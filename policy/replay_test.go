@@ -8,7 +8,7 @@ import (
 )
 
 // allNames is every policy, MIN included.
-var allNames = []string{"app", "lru", "fifo", "lfu", "minio", "min"}
+var allNames = []string{"app", "order", "lru", "fifo", "lfu", "minio", "min"}
 
 // build returns a fresh policy; MIN is built from trace's reads.
 func build(t testing.TB, name string, trace []Access) Policy {
@@ -36,7 +36,9 @@ func mustTrace(t testing.TB, text string) []Access {
 // read (from 1), p<n> MIN's trace position (from 0), an APP key is written
 // (score, freq, last tick) with d the default score, an LFU key (freq, last)
 // and a MIN key next-use position (∞: never read again). Sets list residents
-// in eviction order, victim first.
+// in eviction order, victim first. None of these traces publishes an order
+// (no epoch event), and OrderAware without an order decides as APP: its
+// figures are APP's. Cases with orders are in order_test.go.
 var replayCases = []struct {
 	name     string
 	capacity int64
@@ -62,9 +64,9 @@ var replayCases = []struct {
 		name:     "loop",
 		capacity: 2,
 		trace:    "r 1 1\nr 2 1\nr 3 1\nr 1 1\nr 2 1\nr 3 1\nr 1 1\nr 2 1\nr 3 1\n",
-		hits:     map[string]int64{"app": 0, "lru": 0, "fifo": 0, "lfu": 0, "minio": 4, "min": 4},
-		rejected: map[string]int64{"app": 0, "lru": 0, "minio": 3, "min": 3},
-		evictions: map[string]int64{"app": 7, "lru": 7, "fifo": 7, "lfu": 7,
+		hits:     map[string]int64{"app": 0, "order": 0, "lru": 0, "fifo": 0, "lfu": 0, "minio": 4, "min": 4},
+		rejected: map[string]int64{"app": 0, "order": 0, "lru": 0, "minio": 3, "min": 3},
+		evictions: map[string]int64{"app": 7, "order": 7, "lru": 7, "fifo": 7, "lfu": 7,
 			"minio": 0, "min": 0},
 	},
 	{
@@ -106,9 +108,9 @@ r 3 1   # evicts 1
 r 3 1
 r 1 1   # rejected by APP
 `,
-		hits:      map[string]int64{"app": 3, "lru": 3, "fifo": 2, "lfu": 3, "minio": 3, "min": 5},
-		rejected:  map[string]int64{"app": 3, "lru": 0, "min": 1},
-		evictions: map[string]int64{"app": 1, "lru": 4, "fifo": 5, "min": 1},
+		hits:      map[string]int64{"app": 3, "order": 3, "lru": 3, "fifo": 2, "lfu": 3, "minio": 3, "min": 5},
+		rejected:  map[string]int64{"app": 3, "order": 3, "lru": 0, "min": 1},
+		evictions: map[string]int64{"app": 1, "order": 1, "lru": 4, "fifo": 5, "min": 1},
 	},
 	{
 		// Variable sizes, capacity 10. Reads (id:size): 1:6 2:4 3:5 1:6 2:4
@@ -126,9 +128,9 @@ r 1 1   # rejected by APP
 		name:      "variable sizes",
 		capacity:  10,
 		trace:     "r 1 6\nr 2 4\nr 3 5\nr 1 6\nr 2 4\nr 3 5\nr 2 4\n",
-		hits:      map[string]int64{"app": 1, "lru": 1, "fifo": 1, "lfu": 1, "minio": 3, "min": 3},
-		rejected:  map[string]int64{"app": 0, "lru": 0, "minio": 2, "min": 2},
-		evictions: map[string]int64{"app": 4, "lru": 4, "fifo": 4, "lfu": 4, "minio": 0, "min": 0},
+		hits:      map[string]int64{"app": 1, "order": 1, "lru": 1, "fifo": 1, "lfu": 1, "minio": 3, "min": 3},
+		rejected:  map[string]int64{"app": 0, "order": 0, "lru": 0, "minio": 2, "min": 2},
+		evictions: map[string]int64{"app": 4, "order": 4, "lru": 4, "fifo": 4, "lfu": 4, "minio": 0, "min": 0},
 	},
 	{
 		// An item larger than the whole cache (9:5 in 4 bytes) is refused by
@@ -137,9 +139,9 @@ r 1 1   # rejected by APP
 		name:      "larger than the cache",
 		capacity:  4,
 		trace:     "r 1 2\nr 2 2\nr 9 5\nr 1 2\nr 2 2\n",
-		hits:      map[string]int64{"app": 2, "lru": 2, "fifo": 2, "lfu": 2, "minio": 2, "min": 2},
-		rejected:  map[string]int64{"app": 1, "lru": 1, "fifo": 1, "lfu": 1, "minio": 1, "min": 1},
-		evictions: map[string]int64{"app": 0, "lru": 0, "fifo": 0, "lfu": 0, "minio": 0, "min": 0},
+		hits:      map[string]int64{"app": 2, "order": 2, "lru": 2, "fifo": 2, "lfu": 2, "minio": 2, "min": 2},
+		rejected:  map[string]int64{"app": 1, "order": 1, "lru": 1, "fifo": 1, "lfu": 1, "minio": 1, "min": 1},
+		evictions: map[string]int64{"app": 0, "order": 0, "lru": 0, "fifo": 0, "lfu": 0, "minio": 0, "min": 0},
 	},
 	{
 		// Important hot set {1,2} (score 4) against a scan of unimportant
@@ -153,8 +155,8 @@ r 1 1   # rejected by APP
 		name:     "importance beats recency",
 		capacity: 2,
 		trace:    "s 1 4\ns 2 4\ns 3 1\ns 4 1\ns 5 1\nr 1 1\nr 2 1\nr 3 1\nr 1 1\nr 4 1\nr 2 1\nr 5 1\nr 1 1\nr 2 1\n",
-		hits:     map[string]int64{"app": 4, "lru": 0, "fifo": 0, "lfu": 0, "minio": 4, "min": 4},
-		rejected: map[string]int64{"app": 3, "min": 3},
+		hits:     map[string]int64{"app": 4, "order": 4, "lru": 0, "fifo": 0, "lfu": 0, "minio": 4, "min": 4},
+		rejected: map[string]int64{"app": 3, "order": 3, "min": 3},
 	},
 	{
 		// Never-scored ids take the running mean of the score table.
@@ -173,8 +175,8 @@ r 1 1   # rejected by APP
 		name:     "default is the running mean",
 		capacity: 2,
 		trace:    "s 1 2\nr 1 1\nr 2 1\ns 3 5\nr 3 1\nr 4 1\nr 1 1\nr 4 1\n",
-		hits:     map[string]int64{"app": 1, "lru": 1, "fifo": 1, "lfu": 1, "minio": 1, "min": 2},
-		rejected: map[string]int64{"app": 1, "min": 1},
+		hits:     map[string]int64{"app": 1, "order": 1, "lru": 1, "fifo": 1, "lfu": 1, "minio": 1, "min": 2},
+		rejected: map[string]int64{"app": 1, "order": 1, "min": 1},
 	},
 	{
 		// LFU keeps the frequent item where LRU drops it. Capacity 2, reads
@@ -186,7 +188,7 @@ r 1 1   # rejected by APP
 		name:     "frequency",
 		capacity: 2,
 		trace:    "r 1 1\nr 1 1\nr 1 1\nr 2 1\nr 3 1\nr 1 1\n",
-		hits:     map[string]int64{"app": 3, "lru": 2, "fifo": 2, "lfu": 3, "minio": 3, "min": 3},
+		hits:     map[string]int64{"app": 3, "order": 3, "lru": 2, "fifo": 2, "lfu": 3, "minio": 3, "min": 3},
 	},
 }
 

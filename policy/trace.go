@@ -19,10 +19,13 @@ const maxTraceLine = 64 << 10
 // ReadTrace parses a trace in the text format WriteTrace writes, one event a
 // line:
 //
+//	e <epoch>        an epoch's order was installed; the reads that follow,
+//	                 up to the next e line, belong to it (decimal int >= 0)
 //	r <id> <size>    a read of id (decimal uint64) of size bytes (>= 0)
 //	s <id> <score>   an importance update of id to score (a finite float)
 //
-// Fields are separated by spaces or tabs; '#' starts a comment that runs to
+// An e line may repeat an epoch number (the order was installed again); the
+// last e line before a read decides which order it belongs to. Fields are separated by spaces or tabs; '#' starts a comment that runs to
 // the end of the line; blank lines are skipped. An error about the text wraps
 // ErrBadTrace and names the line (counted from 1).
 func ReadTrace(r io.Reader) ([]Access, error) {
@@ -42,6 +45,13 @@ func ReadTrace(r io.Reader) ([]Access, error) {
 		}
 		a, err := parseEvent(f)
 		if err != nil {
+			// A reader that fails mid-line leaves a cut last line: report
+			// the reader's error, not the cut.
+			if !sc.Scan() {
+				if rerr := sc.Err(); rerr != nil && !errors.Is(rerr, bufio.ErrTooLong) {
+					return nil, fmt.Errorf("policy: reading trace after line %d: %w", line-1, rerr)
+				}
+			}
 			return nil, fmt.Errorf("%w: line %d: %v", ErrBadTrace, line, err)
 		}
 		trace = append(trace, a)
@@ -56,8 +66,18 @@ func ReadTrace(r io.Reader) ([]Access, error) {
 }
 
 func parseEvent(f []string) (Access, error) {
+	if f[0] == "e" {
+		if len(f) != 2 {
+			return Access{}, fmt.Errorf("event \"e\" wants 1 field, got %d", len(f)-1)
+		}
+		e, err := strconv.ParseInt(f[1], 10, 0)
+		if err != nil || e < 0 {
+			return Access{}, fmt.Errorf("bad epoch %q (want an integer >= 0)", f[1])
+		}
+		return Access{Epoch: int(e), IsEpoch: true}, nil
+	}
 	if f[0] != "r" && f[0] != "s" {
-		return Access{}, fmt.Errorf("unknown event %q (want r or s)", f[0])
+		return Access{}, fmt.Errorf("unknown event %q (want e, r or s)", f[0])
 	}
 	if len(f) != 3 {
 		return Access{}, fmt.Errorf("event %q wants 2 fields, got %d", f[0], len(f)-1)
@@ -82,10 +102,16 @@ func parseEvent(f []string) (Access, error) {
 
 // WriteTrace writes trace in the format ReadTrace reads. Scores are written
 // with the fewest digits that read back exactly. An event ReadTrace would
-// refuse (a negative size, a score that is not finite) is an error wrapping
-// ErrBadTrace, and then nothing is written.
+// refuse (a negative size or epoch, a score that is not finite) is an error
+// wrapping ErrBadTrace, and then nothing is written.
 func WriteTrace(w io.Writer, trace []Access) error {
 	for i, a := range trace {
+		if a.IsEpoch {
+			if a.Epoch < 0 {
+				return fmt.Errorf("%w: event %d: negative epoch %d", ErrBadTrace, i, a.Epoch)
+			}
+			continue
+		}
 		if a.HasScore && (math.IsNaN(a.Score) || math.IsInf(a.Score, 0)) {
 			return fmt.Errorf("%w: event %d: score %v is not finite", ErrBadTrace, i, a.Score)
 		}
@@ -97,12 +123,16 @@ func WriteTrace(w io.Writer, trace []Access) error {
 	buf := make([]byte, 0, 64)
 	for _, a := range trace {
 		buf = buf[:0]
-		if a.HasScore {
+		switch {
+		case a.IsEpoch:
+			buf = append(buf, "e "...)
+			buf = strconv.AppendInt(buf, int64(a.Epoch), 10)
+		case a.HasScore:
 			buf = append(buf, "s "...)
 			buf = strconv.AppendUint(buf, uint64(a.ID), 10)
 			buf = append(buf, ' ')
 			buf = strconv.AppendFloat(buf, a.Score, 'g', -1, 64)
-		} else {
+		default:
 			buf = append(buf, "r "...)
 			buf = strconv.AppendUint(buf, uint64(a.ID), 10)
 			buf = append(buf, ' ')

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"compress/gzip"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,21 +19,25 @@ import (
 
 const (
 	simDefaultSizes    = "0.05,0.1,0.2,0.5"
-	simDefaultPolicies = "app,lru,fifo,lfu,minio,min"
+	simDefaultPolicies = "app,order,min,lru,fifo,lfu,minio"
 )
 
-// runSim replays an access trace (policy.ReadTrace's format) through cache
-// policies at several cache sizes and prints a table of hit ratios: one row
-// per size, one column per policy, and app/lru where both ran.
+// runSim replays an access trace (policy.ReadTrace's format, plain or
+// gzip'd) through cache policies at several cache sizes and prints a table
+// of hit ratios: one row per size, one column per policy, then app/lru where
+// both ran and "gap closed", (order-app)/(min-app), where all three ran.
+// Every policy, MIN included, is replayed by policy.Replay over a Budget of
+// the same capacity charging each read the size the trace gives it.
 func runSim(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shadectl sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	tracePath := fs.String("trace", "", "access trace `file` (\"r <id> <size>\" and \"s <id> <score>\" lines); required")
+	tracePath := fs.String("trace", "", "access trace `file`, plain or gzip'd (\"e <epoch>\", \"r <id> <size>\" and \"s <id> <score>\" lines); required")
 	sizesFlag := fs.String("sizes", simDefaultSizes, "cache sizes as fractions of the trace's working set bytes, comma separated")
 	policiesFlag := fs.String("policies", simDefaultPolicies, "policies to compare, comma separated")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: shadectl sim --trace FILE [--sizes 0.05,0.1] [--policies app,lru,min]")
-		fmt.Fprintln(stderr, "\nReplays a trace through cache policies and prints hit ratios.")
+		fmt.Fprintln(stderr, "usage: shadectl sim --trace FILE[.gz] [--sizes 0.05,0.1] [--policies app,order,min]")
+		fmt.Fprintln(stderr, "\nReplays a trace through cache policies and prints hit ratios, and the share")
+		fmt.Fprintln(stderr, "of the gap between app and min that order closes: (order-app)/(min-app).")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -56,22 +62,23 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	f, err := os.Open(*tracePath)
+	trace, err := readSimTrace(*tracePath)
 	if err != nil {
 		return err
-	}
-	trace, err := policy.ReadTrace(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", *tracePath, err)
 	}
 	ids, ws := policy.WorkingSet(trace)
 	reads := policy.Reads(trace)
 	if len(reads) == 0 {
 		return fmt.Errorf("%s: the trace has no reads", *tracePath)
 	}
-	fmt.Fprintf(stdout, "trace %s: %d reads of %d samples, %d score updates, working set %d bytes\n\n",
-		*tracePath, len(reads), ids, len(trace)-len(reads), ws)
+	epochs := 0
+	for _, a := range trace {
+		if a.IsEpoch {
+			epochs++
+		}
+	}
+	fmt.Fprintf(stdout, "trace %s: %d reads of %d samples, %d score updates, %d epoch orders, working set %d bytes\n\n",
+		*tracePath, len(reads), ids, len(trace)-len(reads)-epochs, epochs, ws)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "size\tbytes\t")
@@ -81,6 +88,10 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	withRatio := slices.Contains(names, "app") && slices.Contains(names, "lru")
 	if withRatio {
 		fmt.Fprint(tw, "app/lru\t")
+	}
+	withGap := slices.Contains(names, "app") && slices.Contains(names, "order") && slices.Contains(names, "min")
+	if withGap {
+		fmt.Fprint(tw, "gap closed\t")
 	}
 	fmt.Fprintln(tw)
 	for _, frac := range fracs {
@@ -104,9 +115,37 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if withRatio {
 			fmt.Fprintf(tw, "%s\t", simRatio(ratios["app"], ratios["lru"]))
 		}
+		if withGap {
+			fmt.Fprintf(tw, "%s\t", simGapClosed(ratios["app"], ratios["order"], ratios["min"]))
+		}
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// readSimTrace reads the trace at path, gunzipping it if it starts with
+// gzip's magic bytes.
+func readSimTrace(path string) ([]policy.Access, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading gzip: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	trace, err := policy.ReadTrace(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return trace, nil
 }
 
 // parseSimSizes parses a comma list of positive fractions.
@@ -143,6 +182,16 @@ func parseSimPolicies(s string) ([]string, error) {
 // simFraction writes 0.05 as "5%".
 func simFraction(f float64) string {
 	return strconv.FormatFloat(math.Round(f*1e6)/1e4, 'f', -1, 64) + "%"
+}
+
+// simGapClosed writes the share of the gap between app's hit ratio and
+// min's that order's closes, (order-app)/(min-app), as a percentage; "-"
+// when there is no gap.
+func simGapClosed(app, order, min float64) string {
+	if !(min > app) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*(order-app)/(min-app))
 }
 
 // simRatio writes app's hit ratio over lru's: "2.50x", "inf" when only

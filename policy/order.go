@@ -1,0 +1,225 @@
+package policy
+
+import (
+	"math"
+)
+
+// OrderAware is APP made to read ahead: the leader publishes each epoch's
+// order before the epoch runs, so the policy knows, for every item, where
+// in the current epoch it is read next. It is APP's admission loop over a
+// different key: Belady's next use first, importance second.
+//
+// Each resident has a key (next use, importance). Next use is the position
+// in the current epoch's order of the item's next read, or "never" if the
+// order holds no further read of it; importance is APP's (score, frequency,
+// last use tick), with the same ghost table. A resident is a better victim
+// than another if its next use is later, or, at the same next use (in
+// practice: both never again this epoch), if it is less important. On a
+// Miss for x, x gets the same kind of key; while x does not fit and the best
+// victim is a better victim than x would be, that victim is evicted; x is
+// then admitted if it fits, else served uncached. So:
+//
+//   - while x is read again this epoch, residents that are never read again
+//     this epoch go first, least important first, then residents whose next
+//     read comes after x's, furthest first (Belady within the epoch);
+//   - x is not admitted if every resident that would have to go is read
+//     again before x is (MIN's bypass);
+//   - when x is never read again this epoch either, it may only displace
+//     residents that are never read again and less important than x: this
+//     is APP's admission gate, and without any order (no BeginEpoch yet)
+//     OrderAware makes exactly APP's decisions.
+//
+// Why importance orders the residents that are never read again: the next
+// epoch's order is not known, and PADS draws it with replacement from
+// weights score+lambda, so the probability that an item is drawn next epoch,
+// 1-(1-w/W)^N, and the expected number of its draws both increase with its
+// score alone. Ranking these residents by score is thus ranking them by
+// expected reuse value, without knowing lambda, W or N; frequency and last
+// use break ties as in APP. Any resident read again this epoch is kept over
+// one that is not: its reuse is certain and comes first, whereas the
+// other's is only probable and comes after the epoch's end.
+//
+// Reads are matched to the order by id, not by position: the Hit or Miss for
+// x consumes x's earliest unconsumed place in the order, whatever place the
+// call has in the sequence, so ranks interleaving their slices differently
+// from the published order lose nothing. A read of an id the order does not
+// hold (or holds no more) counts as never read again this epoch. A place
+// that is never read (a rank that skipped it) keeps its id's next use there
+// until the next BeginEpoch, so such an item is kept longer than it should
+// be, for at most the rest of the epoch.
+//
+// Time and space: Hit, Miss, SetScore and Remove take O(log n) for n
+// residents (one heap re-key or pop per eviction); BeginEpoch takes O(L+n)
+// for an order of L reads and keeps 4 bytes a read plus a map entry an
+// id. An order longer than 2^31-1 reads is cut there; reads past the cut
+// count as never read again.
+type OrderAware struct {
+	ghosts ghostTable
+	heap   idHeap[orderKey]
+	now    uint64
+	def    float32
+	epoch  int
+
+	// The current order as chains of places: next[p] is the place of the
+	// next read of the id read at place p, or -1; cursor[id] is id's
+	// earliest unconsumed place. An id with none left has no entry.
+	next   []int32
+	cursor map[ID]int32
+}
+
+// orderKey is what OrderAware keeps of a resident.
+type orderKey struct {
+	next int64 // place of the next read in the current order, or never
+	imp  appKey
+}
+
+// evictsBefore reports whether a resident keyed a is a better victim than one
+// keyed b: read again later, or at the same time (never) and less important.
+func evictsBefore(a, b orderKey) bool {
+	if a.next != b.next {
+		return a.next > b.next
+	}
+	return a.imp.less(b.imp)
+}
+
+var (
+	_ Policy    = (*OrderAware)(nil)
+	_ Scorer    = (*OrderAware)(nil)
+	_ Lookahead = (*OrderAware)(nil)
+)
+
+// NewOrderAware returns an empty order-aware policy with no order: until
+// the first BeginEpoch it behaves as APP. A zero or non-finite
+// opts.DefaultScore means MiddleScore.
+func NewOrderAware(opts Options) *OrderAware {
+	def := opts.DefaultScore
+	if def == 0 || math.IsNaN(def) || math.IsInf(def, 0) {
+		def = MiddleScore
+	}
+	return &OrderAware{
+		ghosts: make(ghostTable),
+		heap:   newIDHeap(evictsBefore),
+		def:    float32(def),
+		epoch:  -1,
+		cursor: make(map[ID]int32),
+	}
+}
+
+// Name returns "order".
+func (o *OrderAware) Name() string { return "order" }
+
+// BeginEpoch implements Lookahead: it replaces the order and re-keys every
+// resident by its first place in the new one.
+func (o *OrderAware) BeginEpoch(epoch int, reads []ID) {
+	o.epoch = epoch
+	if len(reads) > math.MaxInt32 {
+		reads = reads[:math.MaxInt32]
+	}
+	clear(o.cursor)
+	if cap(o.next) < len(reads) {
+		o.next = make([]int32, len(reads))
+	}
+	o.next = o.next[:len(reads)]
+	for i := len(reads) - 1; i >= 0; i-- {
+		if p, ok := o.cursor[reads[i]]; ok {
+			o.next[i] = p
+		} else {
+			o.next[i] = -1
+		}
+		o.cursor[reads[i]] = int32(i)
+	}
+	o.heap.rekeyAll(func(id ID, k orderKey) orderKey {
+		k.next = never
+		if p, ok := o.cursor[id]; ok {
+			k.next = int64(p)
+		}
+		return k
+	})
+}
+
+// Epoch is the number of the epoch whose order is installed, or -1 before
+// the first BeginEpoch.
+func (o *OrderAware) Epoch() int { return o.epoch }
+
+// consume takes id's earliest unconsumed place in the order and returns the
+// place of its next read after that one, or never.
+func (o *OrderAware) consume(id ID) int64 {
+	p, ok := o.cursor[id]
+	if !ok {
+		return never
+	}
+	n := o.next[p]
+	if n < 0 {
+		delete(o.cursor, id)
+		return never
+	}
+	o.cursor[id] = n
+	return int64(n)
+}
+
+// Hit records a read: the id's frequency and last use go up, its place in
+// the order is consumed, and a resident is re-keyed by its next read.
+func (o *OrderAware) Hit(id ID) {
+	o.now++
+	g := o.ghosts.touch(id)
+	n := o.consume(id)
+	if s, ok := o.heap.find(id); ok {
+		k := o.heap.keyOf(s)
+		k.next = n
+		k.imp.freq, k.imp.last = g.freq, o.now
+		o.heap.setSlot(s, k)
+	}
+}
+
+// Miss implements Policy.Miss; see the type's comment for the rule.
+func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
+	if o.heap.has(id) {
+		o.Hit(id)
+		return true
+	}
+	o.now++
+	g := o.ghosts.touch(id)
+	k := orderKey{next: o.consume(id), imp: g.key(o.def, o.now)}
+	if refuse(room, size) {
+		return false
+	}
+	for !room.Fits(id, size) && o.heap.len() > 0 && evictsBefore(o.heap.top().key, k) {
+		room.Evict(o.heap.pop().id)
+	}
+	if !room.Fits(id, size) {
+		return false
+	}
+	o.heap.push(id, k)
+	return true
+}
+
+// Remove forgets a resident; its ghost entry and its places in the order
+// stay.
+func (o *OrderAware) Remove(id ID) { o.heap.remove(id) }
+
+// Resident reports whether id is in the cache.
+func (o *OrderAware) Resident(id ID) bool { return o.heap.has(id) }
+
+// Len is the number of residents.
+func (o *OrderAware) Len() int { return o.heap.len() }
+
+// SetScore implements Scorer.
+func (o *OrderAware) SetScore(id ID, score float64) {
+	if math.IsNaN(score) {
+		return
+	}
+	s := o.ghosts.setScore(id, score)
+	if slot, ok := o.heap.find(id); ok {
+		k := o.heap.keyOf(slot)
+		k.imp.score = s
+		o.heap.setSlot(slot, k)
+	}
+}
+
+// SetDefaultScore implements Scorer.
+func (o *OrderAware) SetDefaultScore(score float64) {
+	if math.IsNaN(score) {
+		return
+	}
+	o.def = float32(score)
+}

@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// Hand-checked replays of traces that publish orders. Notation as for
+// replayCases; an OrderAware key is written [next place, APP key] with ∞ for
+// never read again in the current order. Places count from 0 in each
+// order. Only the policies named in hits are run.
+var orderCases = []struct {
+	name      string
+	capacity  int64
+	trace     string
+	hits      map[string]int64
+	rejected  map[string]int64
+	evictions map[string]int64
+}{
+	{
+		// Unit sizes, capacity 2, one order: 1 2 3 1 2 3, places 1@0,3
+		// 2@1,4 3@2,5.
+		// order: t1 1 [3,(d,1,1)], t2 2 [4,(d,1,2)]; t3 3 [5,(d,1,3)]: the
+		//   best victim 2 is read at 4, before 3: bypass, rejected. t4 hit 1
+		//   → [∞,(d,2,4)], t5 hit 2 → [∞,(d,2,5)]. t6 3 [∞,(d,2,6)]: 1 and
+		//   2 are never read again and less important (older): evict 1,
+		//   admit 3. Hits 2, rejected 1, 1 eviction.
+		// APP ("loop" in replayCases): each newcomer evicts the item read
+		//   next: 0 hits, 4 evictions. LRU: 0.
+		// MIN: p2 3(5) vs 2(4): bypass; p3, p4 hit; p5 3(∞) vs ∞: bypass.
+		//   Hits 2, rejected 2, no eviction.
+		name:      "bypass in the order",
+		capacity:  2,
+		trace:     "e 0\nr 1 1\nr 2 1\nr 3 1\nr 1 1\nr 2 1\nr 3 1\n",
+		hits:      map[string]int64{"order": 2, "app": 0, "lru": 0, "min": 2},
+		rejected:  map[string]int64{"order": 1, "app": 0, "min": 2},
+		evictions: map[string]int64{"order": 1, "app": 4, "min": 0},
+	},
+	{
+		// The next read beats importance. Capacity 1; scores 1=5, 2=1;
+		// order 1 2 2 2 1, places 1@0,4 2@1,2,3.
+		// order: t1 1 [4,(5,1,1)]; t2 2 [2,(1,1,2)]: 1 is read later (4):
+		//   evict it, admit 2. t3 hit 2 → [3,..], t4 hit 2 → [∞,(1,3,4)].
+		//   t5 1 [∞,(5,2,5)]: 2 is never read again and less important:
+		//   evict, admit 1. Hits 2, 2 evictions, none rejected.
+		// APP: 2 (score 1) never displaces 1 (score 5): t2 t3 t4 rejected,
+		//   t5 hits. Hits 1, rejected 3.
+		// MIN: p1 2(2) evicts 1(4); p2, p3 hit; p4 1(∞) vs 2(∞): bypass.
+		//   Hits 2, rejected 1, 1 eviction.
+		name:      "next read beats importance",
+		capacity:  1,
+		trace:     "s 1 5\ns 2 1\ne 0\nr 1 1\nr 2 1\nr 2 1\nr 2 1\nr 1 1\n",
+		hits:      map[string]int64{"order": 2, "app": 1, "min": 2},
+		rejected:  map[string]int64{"order": 0, "app": 3, "min": 1},
+		evictions: map[string]int64{"order": 2, "app": 0, "min": 1},
+	},
+	{
+		// APP's gate between items never read again. Capacity 1; scores
+		// 1=5, 2=1; orders [2 1], then [1 2].
+		// order: t1 2 [∞,(1,1,1)]; t2 1 [∞,(5,1,2)]: more important than 2,
+		//   evict 2, admit 1. "e 1": 1 is re-keyed to [0,..]. t3 hit 1 →
+		//   [∞,(5,2,3)]. t4 2 [∞,(1,2,4)]: 1 is more important: rejected.
+		//   Hits 1, 1 eviction, rejected 1.
+		// APP decides the same. MIN: reads 2 1 1 2, p0→3 p1→2 p2,p3→∞;
+		//   p1 1(2) evicts 2(3), p2 hits, p3 2(∞) vs 1(∞): bypass. Same.
+		// LRU: t2 evicts 2, t3 hits, t4 evicts 1: hits 1, 2 evictions.
+		name:      "importance decides among the never read again",
+		capacity:  1,
+		trace:     "s 1 5\ns 2 1\ne 0\nr 2 1\nr 1 1\ne 1\nr 1 1\nr 2 1\n",
+		hits:      map[string]int64{"order": 1, "app": 1, "min": 1, "lru": 1},
+		rejected:  map[string]int64{"order": 1, "app": 1, "min": 1, "lru": 0},
+		evictions: map[string]int64{"order": 1, "app": 1, "min": 1, "lru": 2},
+	},
+	{
+		// A new order re-keys residents. Capacity 2; scores 1=5, 2=5, 3=1;
+		// orders [1 2], then [3 2 3].
+		// order: t1 1, t2 2 admitted into free space, both [∞,..]. "e 1":
+		//   1 stays [∞,(5,1,1)], 2 becomes [1,(5,1,2)]. t3 3 [2,(1,1,3)]:
+		//   1 is never read again: evicted although more important; 3
+		//   admitted. t4 hit 2, t5 hit 3. Hits 2, 1 eviction.
+		// APP: 3 (score 1) never displaces 1 or 2: t3 t5 rejected, t4 hits.
+		//   Hits 1.
+		// MIN: reads 1 2 3 2 3, p0→∞ p1→3 p2→4; p2 3(4) evicts 1(∞); p3, p4
+		//   hit: 2. LRU: t3 evicts 1, then 2 hits: 2.
+		name:      "an order re-keys residents",
+		capacity:  2,
+		trace:     "s 1 5\ns 2 5\ns 3 1\ne 0\nr 1 1\nr 2 1\ne 1\nr 3 1\nr 2 1\nr 3 1\n",
+		hits:      map[string]int64{"order": 2, "app": 1, "min": 2, "lru": 2},
+		rejected:  map[string]int64{"order": 0, "app": 2, "min": 0},
+		evictions: map[string]int64{"order": 1, "app": 0, "min": 1},
+	},
+	{
+		// An order installed again under the same epoch number replaces
+		// the first. Capacity 1, no scores; orders [1], then [2 1].
+		// order: t1 1 [∞,(d,1,1)]. The second "e 1" re-keys 1 to [1,..].
+		//   t2 2 [∞,(d,1,2)]: 1 is read first: rejected. t3 hits 1: 1 hit.
+		//   (Had the first order stayed, 1 would be [∞,(d,1,1)], older than
+		//   2: evicted at t2, and t3 would miss.)
+		// APP: t2 2 (d,1,2) evicts 1 (d,1,1); t3 1 (d,2,3) evicts 2: 0.
+		// MIN: reads 1 2 1: p1 2(∞) bypassed, p2 hits: 1.
+		name:     "re-installed order",
+		capacity: 1,
+		trace:    "e 1\nr 1 1\ne 1\nr 2 1\nr 1 1\n",
+		hits:     map[string]int64{"order": 1, "app": 0, "min": 1},
+		rejected: map[string]int64{"order": 1, "app": 0, "min": 1},
+	},
+	{
+		// Variable sizes: like MIN, the greedy loop may evict and then find
+		// that the item still does not fit. Capacity 10, no scores; order
+		// (id:size) 1:5 2:5 3:8 1:5 3:8 2:5, places 1@0,3 2@1,5 3@2,4.
+		// order: t1 1 [3,..], t2 2 [5,..]: used 10. t3 3 [4,(d,1,3)]: evict
+		//   2 (read at 5, after 4): free 5 of 8; the next victim 1 is read
+		//   at 3, before 3: stop, rejected. t4 hit 1 → [∞,(d,2,4)]. t5 3
+		//   [∞,(d,2,5)]: 1 is never read again and older: evict, free 10,
+		//   admit 3. t6 2 [∞,(d,2,6)]: free 2: evict 3 [∞,(d,2,5)], admit.
+		//   Hits 1, rejected 1, 3 evictions.
+		// MIN: p0→3 p1→5 p2→4 p3,p4,p5→∞. p2 evicts 2(5), then 1(3) < 4:
+		//   rejected. p3 hits. p4 3(∞) vs 1(∞): bypass. p5 2 fits in the 5
+		//   free bytes. Hits 1, rejected 2, 1 eviction.
+		// APP: t3 3(d,1,3) evicts 1 and 2; t4 1(d,2,4) evicts 3; t5 3(d,2,5)
+		//   evicts 1; t6 2(d,2,6) evicts 3. Hits 0, 5 evictions.
+		name:      "variable sizes",
+		capacity:  10,
+		trace:     "e 0\nr 1 5\nr 2 5\nr 3 8\nr 1 5\nr 3 8\nr 2 5\n",
+		hits:      map[string]int64{"order": 1, "app": 0, "min": 1},
+		rejected:  map[string]int64{"order": 1, "app": 0, "min": 2},
+		evictions: map[string]int64{"order": 3, "app": 5, "min": 1},
+	},
+}
+
+func TestOrderAwareHandChecked(t *testing.T) {
+	for _, c := range orderCases {
+		tr := mustTrace(t, c.trace)
+		for name, want := range c.hits {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				p := build(t, name, tr)
+				r := Replay(p, tr, c.capacity)
+				if r.Hits != want {
+					t.Errorf("hits = %d, want %d (%+v)", r.Hits, want, r)
+				}
+				if w, ok := c.rejected[name]; ok && r.Rejected != w {
+					t.Errorf("rejected = %d, want %d (%+v)", r.Rejected, w, r)
+				}
+				if w, ok := c.evictions[name]; ok && r.Evictions != w {
+					t.Errorf("evictions = %d, want %d (%+v)", r.Evictions, w, r)
+				}
+				if r.Hits+r.Admitted+r.Rejected != r.Reads {
+					t.Errorf("hits+admitted+rejected != reads: %+v", r)
+				}
+			})
+		}
+	}
+}
+
+// nextOf returns the next-read place of a resident of o.
+func nextOf(t *testing.T, o *OrderAware, id ID) int64 {
+	t.Helper()
+	k, ok := o.heap.key(id)
+	if !ok {
+		t.Fatalf("%d not resident", id)
+	}
+	return k.next
+}
+
+// TestOrderAwareResync drives reads that do not follow the published order:
+// each read consumes its id's earliest unconsumed place, whatever its turn.
+func TestOrderAwareResync(t *testing.T) {
+	o := NewOrderAware(Options{})
+	room := &recRoom{Budget: NewBudget(10)}
+	if o.Epoch() != -1 {
+		t.Fatalf("epoch before any order %d", o.Epoch())
+	}
+	order := []ID{1, 2, 3, 1, 2, 1}
+	o.BeginEpoch(4, order)
+	order[0], order[3] = 7, 7 // the caller's slice is its own again
+	if o.Epoch() != 4 {
+		t.Fatalf("epoch %d", o.Epoch())
+	}
+	miss(o, 2, 1, room) // out of turn: consumes place 1, next 4
+	miss(o, 1, 1, room) // consumes place 0, next 3
+	miss(o, 9, 1, room) // not in the order: never
+	for id, want := range map[ID]int64{2: 4, 1: 3, 9: never} {
+		if got := nextOf(t, o, id); got != want {
+			t.Errorf("after the first reads, %d next %d, want %d", id, got, want)
+		}
+	}
+	o.Hit(1) // place 3, next 5
+	o.Hit(1) // place 5, next never
+	o.Hit(1) // beyond the order: never
+	o.Hit(2) // place 4: never
+	if got := nextOf(t, o, 1); got != never {
+		t.Errorf("1 next %d after its last place", got)
+	}
+	if got := nextOf(t, o, 2); got != never {
+		t.Errorf("2 next %d after its last place", got)
+	}
+	o.BeginEpoch(5, []ID{9, 2, 9})
+	for id, want := range map[ID]int64{9: 0, 2: 1, 1: never} {
+		if got := nextOf(t, o, id); got != want {
+			t.Errorf("in the new order, %d next %d, want %d", id, got, want)
+		}
+	}
+	o.BeginEpoch(6, nil)
+	if got := nextOf(t, o, 9); got != never {
+		t.Errorf("in an empty order, 9 next %d", got)
+	}
+}
+
+// TestOrderAwareBeforeAnyOrderIsAPP: without an order every next read is
+// never, and OrderAware decides exactly as APP.
+func TestOrderAwareBeforeAnyOrderIsAPP(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		tr := randomTrace(seed, 5000, 300, seed%2 == 0, true)
+		_, ws := WorkingSet(tr)
+		for _, frac := range []float64{0.01, 0.05, 0.2} {
+			capacity := int64(frac * float64(ws))
+			a := Replay(NewAPP(Options{}), tr, capacity)
+			o := Replay(NewOrderAware(Options{}), tr, capacity)
+			a.Policy, o.Policy = "", ""
+			if a != o {
+				t.Errorf("seed %d, %v: app %+v, order %+v", seed, frac, a, o)
+			}
+		}
+	}
+}
+
+// TestOrderAwareOneOrderIsMIN: with equal sizes and one order that holds
+// every read, OrderAware keeps exactly MIN's items read again (it differs
+// only in which dead items it holds), so it counts MIN's hits.
+func TestOrderAwareOneOrderIsMIN(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		tr := withEpochs(randomTrace(seed, 4000, 300, false, true), 1<<30)
+		for _, capacity := range []int64{1, 7, 30, 100} {
+			o := Replay(NewOrderAware(Options{}), tr, capacity)
+			m := Replay(NewMIN(Reads(tr)), tr, capacity)
+			if o.Hits != m.Hits {
+				t.Errorf("seed %d capacity %d: order %d hits, MIN %d", seed, capacity, o.Hits, m.Hits)
+			}
+		}
+	}
+}
+
+// misinformed is an OrderAware given a wrong order: the true one shuffled,
+// with some reads dropped and unknown ids added.
+type misinformed struct {
+	*OrderAware
+	rng *rand.Rand
+}
+
+func (m misinformed) BeginEpoch(epoch int, reads []ID) {
+	wrong := slices.Clone(reads)
+	m.rng.Shuffle(len(wrong), func(i, j int) { wrong[i], wrong[j] = wrong[j], wrong[i] })
+	wrong = wrong[:len(wrong)*3/4]
+	for range len(reads) / 10 {
+		wrong = append(wrong, ID(1_000_000+m.rng.IntN(100)))
+	}
+	m.OrderAware.BeginEpoch(epoch, wrong)
+}
+
+// TestOrderAwareWrongOrder: reads that diverge from the published order
+// must not break the room's accounting or the policy's bookkeeping.
+func TestOrderAwareWrongOrder(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		tr := withEpochs(randomTrace(seed, 5000, 400, true, true), 600)
+		_, ws := WorkingSet(tr)
+		for _, frac := range []float64{0.02, 0.1, 0.3} {
+			t.Run(fmt.Sprintf("seed%d/%v", seed, frac), func(t *testing.T) {
+				p := misinformed{NewOrderAware(Options{}), rand.New(rand.NewPCG(seed, 1))}
+				checkedReplay(t, p, tr, int64(frac*float64(ws)))
+			})
+		}
+	}
+}
+
+// TestReplayPassesOrders: a Lookahead policy gets, at each epoch event, the
+// ids of the reads up to the next epoch event.
+func TestReplayPassesOrders(t *testing.T) {
+	tr := mustTrace(t, "r 5 1\ne 0\nr 1 1\ns 1 2\nr 2 1\ne 0\ne 1\nr 3 1\nr 1 1\ne 2\n")
+	rec := &orderRecorder{Policy: NewLRU()}
+	if r := Replay(rec, tr, 10); r.Reads != 5 {
+		t.Fatalf("reads %d", r.Reads)
+	}
+	want := []string{"0:[1 2]", "0:[]", "1:[3 1]", "2:[]"}
+	if !slices.Equal(rec.got, want) {
+		t.Fatalf("orders %q, want %q", rec.got, want)
+	}
+}
+
+type orderRecorder struct {
+	Policy
+	got []string
+}
+
+func (r *orderRecorder) BeginEpoch(epoch int, reads []ID) {
+	r.got = append(r.got, fmt.Sprintf("%d:%v", epoch, reads))
+}
