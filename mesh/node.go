@@ -147,7 +147,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	for _, ds := range n.ordered {
-		ds.book.firstEpoch = func() { n.warmOnFirstEpoch(ds) }
+		ds.book.installed = func(p *publishMsg) { n.orderInstalled(ds, p) }
 	}
 	if cfg.TracePath != "" {
 		if n.trace, err = openTrace(cfg.TracePath); err != nil {

@@ -20,9 +20,9 @@ type orderBook struct {
 	done    map[int]bool        // local ranks that finished latest.Epoch
 	keep    int
 	trace   *traceWriter // records installed epochs, if tracing
-	// firstEpoch, if set, is called (with the book locked: it must not
-	// block) when a job's epoch 0 is installed.
-	firstEpoch func()
+	// installed, if set, is called with each order the book installs,
+	// with the book locked: it must not block or call back into the book.
+	installed func(p *publishMsg)
 }
 
 func newOrderBook(keep int) *orderBook {
@@ -59,8 +59,8 @@ func (b *orderBook) install(p *publishMsg) bool {
 	}
 	b.latest = p
 	b.trace.epoch(p.Epoch)
-	if p.Epoch == 0 && b.firstEpoch != nil {
-		b.firstEpoch()
+	if b.installed != nil {
+		b.installed(p)
 	}
 	b.kept[p.Epoch] = p
 	delete(b.kept, p.Epoch-b.keep)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/shade-mesh/shade/policy"
 )
 
 // Score tables persist in Config.StateDir as <dataset>.scores: a header
@@ -152,6 +154,41 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 	}
 	n.cfg.Logger.Info().Str("dataset", name).Int("loaded", loaded).Msg("warmed in importance order")
 	return loaded, nil
+}
+
+// orderInstalled reacts to a new order: a job's epoch 0 warms the cache if
+// importance is known, and a policy that looks ahead (the order policy)
+// learns the reads this node will serve in the epoch. Called with the
+// order book locked: the work runs in the background.
+func (n *Node) orderInstalled(ds *datasetState, p *publishMsg) {
+	if p.Epoch == 0 {
+		n.warmOnFirstEpoch(ds)
+	}
+	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
+		n.goBackground(func(context.Context) { n.lookahead(ds, p) })
+	}
+}
+
+// lookahead gives the policy the epoch's reads of samples this node owns,
+// in the order they are expected: the ranks read their slices side by
+// side, so position k of every slice comes before position k+1 of any.
+func (n *Node) lookahead(ds *datasetState, p *publishMsg) {
+	la, _ := n.pol.(policy.Lookahead)
+	longest := 0
+	for _, s := range p.Slices {
+		longest = max(longest, len(s))
+	}
+	reads := make([]policy.ID, 0, longest*len(p.Slices))
+	for k := 0; k < longest; k++ {
+		for _, s := range p.Slices {
+			if k < len(s) && (n.cluster == nil || contains(n.owners(ds, s[k]), n.cfg.Name)) {
+				reads = append(reads, sampleID(ds, int(s[k])))
+			}
+		}
+	}
+	n.polMu.Lock()
+	la.BeginEpoch(p.Epoch, reads)
+	n.polMu.Unlock()
 }
 
 // warmOnFirstEpoch preloads a dataset when a job's epoch 0 arrives and the
