@@ -156,6 +156,11 @@ func TestMeshServesIdenticalBytesAndKeepsROwners(t *testing.T) {
 	// Owners that read from the source offer the sample to co-owners in
 	// the background; wait until every sample is on exactly R nodes.
 	var counts map[int]int
+	defer func() {
+		if t.Failed() {
+			t.Logf("residency (copies: samples) at the end: %v", counts)
+		}
+	}()
 	waitFor(t, 30*time.Second, "every sample is resident on exactly 2 owners", func() bool {
 		counts = map[int]int{}
 		ok := true

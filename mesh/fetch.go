@@ -158,12 +158,24 @@ func (n *Node) flushOffers(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
 			err := n.cluster.callName(cctx, co, methodOffer, &offerReq{Items: batch}, nil)
 			cancel()
-			if err != nil {
-				n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered")
-			}
 			n.qmu.Lock()
+			defer n.qmu.Unlock()
 			delete(n.offering, co)
-			n.qmu.Unlock()
+			if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
+				return
+			}
+			// Not delivered (a timeout, a peer restarting): queue the batch
+			// again, up to three tries and within the byte bound.
+			n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered; retrying")
+			for _, it := range batch {
+				if it.tries < 2 && n.offerBytes+len(it.Value) <= maxOfferBytes {
+					it.tries++
+					n.offerQ[co] = append(n.offerQ[co], it)
+					n.offerBytes += len(it.Value)
+				} else {
+					n.offersDropped.Add(1)
+				}
+			}
 		})
 	}
 	n.qmu.Unlock()

@@ -50,6 +50,7 @@ type offerItem struct {
 	ID      uint32 `msgpack:"i"`
 	Sum     uint64 `msgpack:"s"`
 	Value   []byte `msgpack:"b"`
+	tries   int    // deliveries attempted; not sent
 }
 
 type offerReq struct {
