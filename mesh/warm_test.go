@@ -63,6 +63,10 @@ func TestWarmStartLoadsScoresAndPreloadsTheImportant(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the 40 most important samples are cached", func() bool { return important() == 40 })
 	t.Logf("warmed %d entries, the 40 most important among them", second.node.store.Len())
+	// SHADE.WARM does the same on request; what is cached stays.
+	if n, err := second.client(t).Do(ctx, "SHADE.WARM", "ds").Int(); err != nil || n != 0 && important() != 40 {
+		t.Errorf("SHADE.WARM: %d, %v", n, err)
+	}
 }
 
 func TestUnusableSavedScoresStartCold(t *testing.T) {

@@ -44,6 +44,7 @@ func commandTable() map[string]handler {
 		"shade.done":     {4, 4, cmdDone},
 		"shade.order":    {5, 6, cmdOrder},
 		"shade.reset":    {2, 2, cmdReset},
+		"shade.warm":     {2, 2, cmdWarm},
 		"shade.stats":    {1, 2, cmdStats},
 	}
 }
@@ -396,6 +397,15 @@ func cmdReset(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		return
 	}
 	c.WriteString("OK")
+}
+
+func cmdWarm(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	n, err := s.backend.Warm(s.ctx, string(a[1]))
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteInt(n)
 }
 
 func cmdStats(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {

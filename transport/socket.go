@@ -43,6 +43,9 @@ type Backend interface {
 	Order(ctx context.Context, dataset string, epoch, rank, world int) ([]uint32, error)
 	// Reset forgets a dataset's job (its epochs and world), keeping scores.
 	Reset(dataset string) error
+	// Warm preloads a dataset into the cache, most important samples
+	// first, and returns how many it loaded. It blocks until done.
+	Warm(ctx context.Context, dataset string) (int, error)
 	// Stats returns a JSON document of counters: one dataset, or all for "".
 	Stats(dataset string) ([]byte, error)
 	// Info returns "key:value" lines for the INFO reply's shade section.
