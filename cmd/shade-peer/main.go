@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/shade-mesh/shade/admin"
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -56,27 +57,58 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Warn().Str("signal", s.String()).Msg("forced exit")
 		os.Exit(1)
 	}()
-	if err := mesh.Run(ctx, cfg, nil); err != nil {
+	var adm *admin.Server
+	var admErr error
+	err = mesh.Run(ctx, cfg.PeerConfig, func(node *mesh.Node) {
+		s, err := admin.Listen(cfg.Admin, node)
+		switch {
+		case err == nil:
+			adm = s
+		case cfg.adminChosen:
+			admErr = err
+			cancel()
+		default:
+			// Several peers on one host (deploy/local/mesh.sh) share the
+			// default port; only a chosen address is worth failing for.
+			log.Warn().Err(err).Msg("no admin listener: the default --admin-addr is taken (set --admin-addr, or off)")
+		}
+	})
+	if err := adm.Close(); err != nil {
+		log.Warn().Err(err).Msg("closing the admin listener")
+	}
+	if err == nil {
+		err = admErr
+	}
+	if err != nil {
 		log.Error().Err(err).Msg("shade-peer failed")
 		return 1
 	}
 	return 0
 }
 
+// daemonConfig is the node's PeerConfig and the admin listener's Config.
+type daemonConfig struct {
+	mesh.PeerConfig
+	Admin admin.Config
+	// adminChosen: --admin-addr is not the default, so failing to listen
+	// on it stops the daemon.
+	adminChosen bool
+}
+
 var errVersion = errors.New("version printed")
 
 // parseConfig reads flags, then SHADE_<FLAG> environment variables for the
 // flags not given (a flag wins over its variable).
-func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (mesh.PeerConfig, zerolog.Logger, error) {
+func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) (daemonConfig, zerolog.Logger, error) {
 	var (
-		cfg         mesh.PeerConfig
+		cfg         daemonConfig
 		nop         = zerolog.Nop()
 		fs          = pflag.NewFlagSet("shade-peer", pflag.ContinueOnError)
 		name        = fs.String("name", "", "stable node name (default: the host name)")
 		socket      = fs.String("socket", "/run/shade/shade.sock", "trainer socket path (Redis protocol); its file is created with mode 0660")
 		datasets    = fs.StringArray("dataset", nil, "serve a dataset: NAME=DIR, repeatable (in the environment: comma-separated)")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB)")
-		pol         = fs.String("policy", "app", "eviction and admission policy: app, lru, fifo, lfu, minio")
+		pol         = fs.String("policy", "app", "eviction and admission policy: app, order (APP that also evicts by next use in the published order), lru, fifo, lfu, minio")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
 		seed        = fs.Uint64("seed", 0, "job seed: every epoch's order is a function of seed, epoch and scores")
 		alpha       = fs.Float64("alpha", sampling.DefaultAlpha, "weight of a new importance score against the old one in the merge")
@@ -101,6 +133,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		idle        = fs.Duration("idle-timeout", 0, "close trainer connections idle this long (0: never)")
+		adminAddr   = fs.String("admin-addr", admin.DefaultAddr, "admin HTTP listener host:port: /metrics, /healthz, /readyz, /debug/pprof/ (off: none)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat   = fs.String("log-format", "", "log format: json or console (default: console on a terminal, json otherwise)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
@@ -192,6 +225,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	cfg.Socket = transport.SocketConfig{
 		Path: *socket, RequirePass: *requirepass, IdleTimeout: *idle, Logger: log,
 	}
+	cfg.Admin = admin.Config{Addr: *adminAddr, Logger: log}
+	cfg.adminChosen = *adminAddr != admin.DefaultAddr
 	return cfg, log, nil
 }
 

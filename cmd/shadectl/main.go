@@ -20,7 +20,10 @@ func commands() []command {
 	return []command{
 		{"certs", "make a cluster CA and node certificates: init, issue", runCerts},
 		{"dataset", "prepare datasets: import-idx, index", runDataset},
+		{"members", "list the mesh's members as a peer sees them", runMembers},
+		{"ring", "show which peers own a key", runRing},
 		{"sim", "replay an access trace through every cache policy", runSim},
+		{"status", "members, leader, ring shares, cache and hit ratios of peers", runStatus},
 	}
 }
 

@@ -6,7 +6,8 @@
 #   deploy/local/mesh.sh status DIR
 #
 # Peer i is named n<i>, listens on DIR/n<i>.sock for trainers, gossips on
-# 127.0.0.1:$((BASE+2*i)) and speaks QUIC on the next port; all share a
+# 127.0.0.1:$((BASE+2*i)) and speaks QUIC on the next port, serves
+# /metrics, /healthz and /readyz on 127.0.0.1:$((BASE+100+i)); all share a
 # development CA in DIR/tls. Logs go to DIR/n<i>.log, PIDs to DIR/n<i>.pid.
 # Environment: SHADE_BIN (default bin), SHADE_BASE_PORT (default 17946).
 set -euo pipefail
@@ -24,6 +25,7 @@ start() {
 		local gossip=$((BASE + 2 * i)) quic=$((BASE + 2 * i + 1))
 		"$BIN/shade-peer" --name "n$i" --socket "$dir/n$i.sock" \
 			--gossip-addr "127.0.0.1:$gossip" --peer-addr "127.0.0.1:$quic" --seeds "127.0.0.1:$BASE" \
+			--admin-addr "127.0.0.1:$((BASE + 100 + i))" \
 			--dev-tls-dir "$dir/tls" --gossip-profile local --expect "$n" --log-format json "$@" \
 			>"$dir/n$i.log" 2>&1 &
 		echo $! >"$dir/n$i.pid"

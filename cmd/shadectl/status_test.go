@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shade-mesh/shade/admin/admintest"
+	"github.com/shade-mesh/shade/mesh/ring"
+)
+
+func runCmd(t *testing.T, run func([]string, io.Writer, io.Writer) error, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// readTwice reads samples [0, n) of p twice: n misses read from the
+// source, then n local hits.
+func readTwice(t *testing.T, p *admintest.Peer, n int) {
+	t.Helper()
+	c := p.Client(t)
+	for i := range n {
+		for range 2 {
+			if got, err := c.Get(context.Background(), p.Key(i)).Bytes(); err != nil || !bytes.Equal(got, p.Files[i]) {
+				t.Fatalf("GET %s: %d bytes, %v", p.Key(i), len(got), err)
+			}
+		}
+	}
+}
+
+func TestStatusOfAStandaloneNode(t *testing.T) {
+	p := admintest.Start(t, admintest.Config{Node: "node-a", Dataset: "toy", Samples: 40, CacheSize: 8 << 20})
+	readTwice(t, p, 10)
+
+	stdout, stderr, err := runCmd(t, runStatus, "--socket", p.Socket, "--json")
+	if err != nil {
+		t.Fatalf("status --json: %v\n%s", err, stderr)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("status --json does not parse: %v\n%s", err, stdout)
+	}
+	if rep.Partitions != 271 || rep.Replicas != 2 || len(rep.Peers) != 1 || len(rep.Members) != 1 {
+		t.Fatalf("report: %+v", rep)
+	}
+	ps := rep.Peers[0]
+	if ps.Node != "node-a" || ps.Socket != p.Socket || !slices.Equal(ps.Members, []string{"node-a"}) ||
+		ps.OwnedPartitions != 271 || ps.CacheCapacity != 8<<20 || ps.CacheEntries != 10 || ps.Error != "" {
+		t.Errorf("peer: %+v", ps)
+	}
+	if len(ps.Datasets) != 1 {
+		t.Fatalf("datasets: %+v", ps.Datasets)
+	}
+	d := ps.Datasets[0]
+	if d.Dataset != "toy" || d.Samples != 40 || d.Resident != 10 || d.Reads != 20 || d.Local != 10 || d.Peer != 0 ||
+		d.Source != 10 || d.EpochHitRatio != 0.5 || d.TotalHitRatio != 0.5 || d.Epoch != -1 {
+		t.Errorf("dataset: %+v", d)
+	}
+	if m := rep.Members[0]; m.Name != "node-a" || !slices.Equal(m.AliveIn, []string{"node-a"}) || m.Partitions["node-a"] != 271 {
+		t.Errorf("member: %+v", m)
+	}
+
+	stdout, _, err = runCmd(t, runStatus, "--socket", p.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"PEER    SOCKET", "node-a  " + p.Socket, "271 (100.0%)", "alive 271 (100.0%)",
+		"HIT RATIO (EPOCH)", "toy", "50.0%", "10/40",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, stdout)
+		}
+	}
+	t.Logf("status:\n%s", stdout)
+}
+
+func TestStatusOfSeveralPeersReportsTheUnreachable(t *testing.T) {
+	a := admintest.Start(t, admintest.Config{Node: "node-a"})
+	b := admintest.Start(t, admintest.Config{Node: "node-b"})
+	gone := filepath.Join(t.TempDir(), "gone.sock")
+	sockets := strings.Join([]string{a.Socket, b.Socket, gone}, ",")
+
+	stdout, _, err := runCmd(t, runStatus, "--sockets", sockets, "--json")
+	if err == nil || !strings.Contains(err.Error(), "1 of 3 peers did not answer") {
+		t.Fatalf("status of a missing peer: %v", err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("status --json does not parse: %v\n%s", err, stdout)
+	}
+	if len(rep.Peers) != 3 || rep.Peers[2].Error == "" || rep.Peers[2].Socket != gone || rep.Peers[1].Node != "node-b" {
+		t.Fatalf("peers: %+v", rep.Peers)
+	}
+	// Two standalone nodes: each sees only itself.
+	if len(rep.Members) != 2 || !slices.Equal(rep.Members[1].AliveIn, []string{"node-b"}) {
+		t.Fatalf("members: %+v", rep.Members)
+	}
+
+	stdout, _, err = runCmd(t, runStatus, "--sockets", sockets)
+	if err == nil {
+		t.Fatal("no error for a missing peer")
+	}
+	for _, want := range []string{"unreachable", "NODE-A", "NODE-B", "not alive"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestMembersAndRingOfAStandaloneNode(t *testing.T) {
+	p := admintest.Start(t, admintest.Config{Node: "node-a"})
+	stdout, _, err := runCmd(t, runMembers, "--socket", p.Socket, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mr membersReport
+	if err := json.Unmarshal([]byte(stdout), &mr); err != nil {
+		t.Fatalf("members --json: %v\n%s", err, stdout)
+	}
+	if mr.Node != "node-a" || len(mr.Members) != 1 || mr.Members[0].Name != "node-a" || mr.Members[0].State != "alive" ||
+		mr.Members[0].Partitions != 271 || mr.Members[0].Share != 1 {
+		t.Errorf("members: %+v", mr)
+	}
+	if stdout, _, err = runCmd(t, runMembers, "--socket", p.Socket); err != nil || !strings.Contains(stdout, "node-a  alive") {
+		t.Errorf("members: %v\n%s", err, stdout)
+	}
+
+	// Flags after the key, as "dataset index DIR --json" allows.
+	stdout, _, err = runCmd(t, runRing, "toy/7", "toy/8", "--socket", p.Socket, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr ringReport
+	if err := json.Unmarshal([]byte(stdout), &rr); err != nil {
+		t.Fatalf("ring --json: %v\n%s", err, stdout)
+	}
+	r, _ := ring.New(ring.Config{}, []string{"node-a"})
+	if len(rr.Keys) != 2 || rr.Keys[0].Key != "toy/7" || !slices.Equal(rr.Keys[0].Owners, []string{"node-a"}) ||
+		rr.Keys[1].Partition != r.Partition([]byte("toy/8")) {
+		t.Errorf("ring: %+v", rr)
+	}
+	if _, _, err := runCmd(t, runRing, "--socket", p.Socket); err == nil {
+		t.Error("ring without a key succeeded")
+	}
+	if _, _, err := runCmd(t, runRing, "--socket", p.Socket, "--replicas", "0", "k"); err == nil {
+		t.Error("--replicas 0 accepted")
+	}
+	if _, _, err := runCmd(t, runMembers, "--socket", filepath.Join(t.TempDir(), "none.sock")); err == nil {
+		t.Error("members of a missing socket succeeded")
+	}
+}
+
+func TestStatusWithAPassword(t *testing.T) {
+	p := admintest.Start(t, admintest.Config{RequirePass: "s3cret"})
+	if _, _, err := runCmd(t, runStatus, "--socket", p.Socket, "--password", "wrong"); err == nil {
+		t.Error("status with a wrong password succeeded")
+	}
+	t.Setenv("SHADE_REQUIREPASS", "s3cret")
+	if stdout, stderr, err := runCmd(t, runMembers, "--socket", p.Socket); err != nil || !strings.Contains(stdout, "node-a") {
+		t.Errorf("members with $SHADE_REQUIREPASS: %v %s\n%s", err, stderr, stdout)
+	}
+}
+
+// In a mesh, the ring shadectl computes is the one the daemons route by: a
+// sample read through the member that does not own it is cached by an
+// owner and not by the reader.
+func TestRingMatchesTheMeshsRouting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node mesh")
+	}
+	peers := admintest.StartMesh(t, 3, admintest.Config{Node: "n", Samples: 60, Replicas: 2})
+	bySock := map[string]*admintest.Peer{}
+	var sockets []string
+	for _, p := range peers {
+		bySock[p.Node.Name()] = p
+		sockets = append(sockets, p.Socket)
+	}
+
+	var keys []string
+	for i := range 30 {
+		keys = append(keys, peers[0].Key(i))
+	}
+	stdout, stderr, err := runCmd(t, runRing, append([]string{"--socket", peers[1].Socket, "--json"}, keys...)...)
+	if err != nil {
+		t.Fatalf("ring: %v\n%s", err, stderr)
+	}
+	var rr ringReport
+	if err := json.Unmarshal([]byte(stdout), &rr); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rr.Members, []string{"n-0", "n-1", "n-2"}) {
+		t.Fatalf("ring members %v", rr.Members)
+	}
+	ctx := context.Background()
+	for _, k := range rr.Keys {
+		if len(k.Owners) != 2 {
+			t.Fatalf("%s: owners %v", k.Key, k.Owners)
+		}
+		var reader *admintest.Peer
+		for _, p := range peers {
+			if !slices.Contains(k.Owners, p.Node.Name()) {
+				reader = p
+			}
+		}
+		c := reader.Client(t)
+		if _, err := c.Get(ctx, k.Key).Bytes(); err != nil {
+			t.Fatalf("GET %s via %s: %v", k.Key, reader.Node.Name(), err)
+		}
+		if n, _ := c.Exists(ctx, k.Key).Result(); n != 0 {
+			t.Errorf("%s: cached by %s, which does not own it (owners %v)", k.Key, reader.Node.Name(), k.Owners)
+		}
+		var cached int64
+		for _, o := range k.Owners {
+			n, err := bySock[o].Client(t).Exists(ctx, k.Key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cached += n
+		}
+		if cached == 0 {
+			t.Errorf("%s: read via %s, cached by neither owner %v", k.Key, reader.Node.Name(), k.Owners)
+		}
+	}
+
+	stdout, stderr, err = runCmd(t, runStatus, "--sockets", strings.Join(sockets, ","), "--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, stderr)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	owned := 0
+	for _, p := range rep.Peers {
+		if len(p.Members) != 3 || p.Leader == "" || p.Leader != rep.Peers[0].Leader {
+			t.Errorf("peer %s: members %v, leader %q", p.Node, p.Members, p.Leader)
+		}
+		owned += p.OwnedPartitions
+	}
+	if owned != 271 {
+		t.Errorf("ring shares sum to %d partitions, want 271", owned)
+	}
+	for _, m := range rep.Members {
+		if len(m.AliveIn) != 3 {
+			t.Errorf("member %s alive in %v", m.Name, m.AliveIn)
+		}
+	}
+	stdout, _, err = runCmd(t, runStatus, "--sockets", strings.Join(sockets, ","))
+	if err != nil || !strings.Contains(stdout, "N-2") || strings.Contains(stdout, "not alive") {
+		t.Errorf("status: %v\n%s", err, stdout)
+	}
+	t.Logf("status:\n%s", stdout)
+	stdout, _, _ = runCmd(t, runMembers, "--socket", peers[2].Socket)
+	t.Logf("members:\n%s", stdout)
+	stdout, _, _ = runCmd(t, runRing, "--socket", peers[2].Socket, keys[0], keys[1])
+	t.Logf("ring:\n%s", stdout)
+}
