@@ -71,3 +71,10 @@ $(FMNIST)/.shade-import.json: | build
 
 clean:
 	rm -rf $(BIN)
+
+# Chaos (test/chaos): SIGKILL and restart peers of a local 5-peer mesh for
+# 120 s under readers and a training job, then the real PyTorch job under the
+# same kills. `make test` runs the same suite at 30 s (without PyTorch).
+.PHONY: chaos
+chaos:
+	CHAOS_DURATION=120s $(GO) test -run TestChaos -v -count=1 -timeout 10m ./test/chaos/

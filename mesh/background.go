@@ -157,6 +157,7 @@ func (n *Node) applyReplica(req *replicateReq) error {
 		return err
 	}
 	ds.tableUnsaved = true
+	ds.tableTerm = req.Term
 	return nil
 }
 
@@ -293,12 +294,10 @@ func (n *Node) replicateTables(ctx context.Context) {
 }
 
 // reconcile repeats to the leader what it may have missed: local ranks
-// that finished the newest epoch. (Waiting ranks announce themselves
-// from their own loop.)
+// that finished the newest epoch (also on the leader's own node, where a
+// DONE may have arrived while it was taking over). Waiting ranks announce
+// themselves from their own loop.
 func (n *Node) reconcile(ctx context.Context) {
-	if n.leading() {
-		return
-	}
 	for _, ds := range n.ordered {
 		ds.book.mu.Lock()
 		p := ds.book.latest

@@ -414,8 +414,26 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		resp := stateResp{MaxTerm: n.maxTerm.Load()}
 		for _, ds := range n.ordered {
 			resp.Jobs = append(resp.Jobs, ds.book.state(ds.name))
+			resp.Tables = append(resp.Tables, ds.tableInfo())
 		}
 		return &resp, nil
+	case methodGetTable:
+		var req getTableReq
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		ds, err := n.dataset(req.Dataset)
+		if err != nil {
+			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+		}
+		ds.tableMu.Lock()
+		b, err := ds.table.MarshalBinary()
+		term := ds.tableTerm
+		ds.tableMu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
 	case methodGetOrder:
 		var req getOrderReq
 		if err := decode(body, &req); err != nil {

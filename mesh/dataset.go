@@ -26,6 +26,7 @@ type datasetState struct {
 	table        *sampling.Table
 	tableDirty   bool       // changed since the last replication
 	tableUnsaved bool       // changed since the last save to StateDir
+	tableTerm    uint64     // term of the leader whose merges the table holds
 	rng          *rand.Rand // breaks ties between equal losses; under tableMu
 	book         *orderBook
 	lead         atomic.Pointer[leaderJob]
@@ -306,4 +307,11 @@ func (h *latencyHistogram) snapshot() Histogram {
 		out.Counts[i] = h.counts[i].Load()
 	}
 	return out
+}
+
+// tableInfo describes this node's copy of the score table.
+func (ds *datasetState) tableInfo() tableInfo {
+	ds.tableMu.Lock()
+	defer ds.tableMu.Unlock()
+	return tableInfo{Dataset: ds.name, Term: ds.tableTerm, Scored: ds.table.NumScored()}
 }

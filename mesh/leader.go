@@ -239,8 +239,9 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 		}
 		ds.tableMu.Lock()
 		err = ds.table.Report(b.IDs, b.Losses, ds.rng)
-		ds.tableDirty = ds.tableDirty || err == nil
-		ds.tableUnsaved = ds.tableUnsaved || err == nil
+		if err == nil {
+			ds.tableDirty, ds.tableUnsaved, ds.tableTerm = true, true, n.term.Load()
+		}
 		ds.tableMu.Unlock()
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s epoch %d: %w", b.Dataset, b.Epoch, err))
@@ -348,6 +349,9 @@ func (n *Node) takeover(ctx context.Context) {
 	}
 	sort.Strings(names)
 	for _, ds := range n.ordered {
+		n.adoptBestTable(ctx, ds, names, states)
+	}
+	for _, ds := range n.ordered {
 		// Adopt the newest order anyone holds.
 		gen, epoch, t := ds.book.head()
 		var from string
@@ -432,6 +436,47 @@ func (n *Node) takeover(ctx context.Context) {
 		lj.mu.Unlock()
 	}
 	n.cfg.Logger.Info().Uint64("term", term).Int("peers", len(states)).Msg("leading")
+}
+
+// adoptBestTable replaces this node's score table with a peer's copy if
+// that copy is better (a later leader's, or knowing more samples), so a
+// node that restarts empty and takes over does not lose the cluster's
+// importance, nor overwrite the replicas with its empty table.
+func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []string, states map[string]*stateResp) {
+	own := ds.tableInfo()
+	best, from := own, ""
+	for _, name := range names {
+		for _, ti := range states[name].Tables {
+			if ti.Dataset == ds.name && ti.better(best) {
+				best, from = ti, name
+			}
+		}
+	}
+	if from == "" {
+		return
+	}
+	var resp replicateReq
+	cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Cluster.FetchTimeout)
+	defer cancel()
+	if err := n.cluster.callName(cctx, from, methodGetTable, &getTableReq{Dataset: ds.name}, &resp); err != nil {
+		n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: better score table not fetched")
+		return
+	}
+	if resp.Version != ds.manifest.Version {
+		return
+	}
+	ds.tableMu.Lock()
+	err := ds.table.UnmarshalBinary(resp.Table)
+	if err == nil {
+		ds.tableDirty, ds.tableUnsaved, ds.tableTerm = true, true, resp.Term
+	}
+	ds.tableMu.Unlock()
+	if err != nil {
+		n.cfg.Logger.Warn().Err(err).Str("peer", from).Msg("takeover: score table refused")
+		return
+	}
+	n.cfg.Logger.Info().Str("dataset", ds.name).Str("from", from).Int("scored", best.Scored).Int("had", own.Scored).
+		Msg("takeover: adopted the best score table")
 }
 
 // checkPublish validates an order received from a peer before it is used.

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // orderBook is what every node knows of one dataset's job: the orders the
@@ -139,12 +141,21 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 		if b.latest != nil {
 			gen, have = b.latest.Gen, b.latest.Epoch
 		}
+		// A rank that asks for epoch e+1 has finished epoch e: count it as
+		// its SHADE.DONE, so a DONE lost with a failed leader is repeated.
+		impliedDone := have >= 0 && epoch == have+1
+		if impliedDone {
+			b.done[rank] = true
+		}
 		changed := b.changed
 		b.mu.Unlock()
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
 		if leader := n.leaderName(); leader != "" && leader != joined {
 			err := n.toLeader(ctx, methodJoin, &joinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
+			if err == nil && impliedDone {
+				err = n.toLeader(ctx, methodDone, &doneReq{Dataset: name, Gen: gen, Epoch: have, Rank: rank, Node: n.cfg.Name})
+			}
 			switch {
 			case err == nil:
 				joined = leader
@@ -185,6 +196,11 @@ func (n *Node) Done(name string, epoch, rank int) error {
 		return err
 	}
 	b := ds.book
+	if gen, have, _ := b.head(); have < epoch {
+		// A peer that just restarted may not hold the order yet: ask the
+		// leader for its newest before refusing.
+		n.catchUp(ds, gen, have)
+	}
 	b.mu.Lock()
 	if b.latest == nil || b.latest.Epoch < 0 {
 		b.mu.Unlock()
@@ -242,15 +258,43 @@ func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) er
 }
 
 // Reset implements transport.Backend: the dataset's job starts over at
-// epoch 0 with any world size; the importance table is kept.
+// epoch 0 with any world size; the importance table is kept. During a
+// leader failover it waits for the new leader, up to 30 seconds.
 func (n *Node) Reset(name string) error {
 	if _, err := n.dataset(name); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Cluster.FetchTimeout)
-	defer cancel()
-	if err := n.toLeader(ctx, methodReset, &resetReq{Dataset: name}); err != nil {
-		return fmt.Errorf("mesh: reset %s: %w", name, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
+		err := n.toLeader(ctx, methodReset, &resetReq{Dataset: name})
+		cancel()
+		code := peer.CodeOf(err)
+		if err == nil || code == peer.CodeBadRequest || code == peer.CodeNotFound || time.Now().After(deadline) || n.ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("mesh: reset %s: %w", name, err)
+			}
+			return nil
+		}
+		time.Sleep(n.cfg.Cluster.RetryEvery)
 	}
-	return nil
+}
+
+// catchUp asks the leader for its newest order of a dataset and installs
+// it if it is newer than what this node holds (gen, have). Best effort.
+func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
+	leader := n.leaderName()
+	if n.cluster == nil || leader == "" || leader == n.cfg.Name {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
+	defer cancel()
+	var p publishMsg
+	if err := n.cluster.callName(ctx, leader, methodGetOrder, &getOrderReq{Dataset: ds.name}, &p); err != nil {
+		return
+	}
+	if n.checkPublish(&p) == nil && p.newer(&publishMsg{Gen: gen, Epoch: have}) {
+		n.observeTerm(p.Term)
+		ds.book.install(&p)
+	}
 }

@@ -18,6 +18,7 @@ const (
 	methodState     peer.Method = 9  // a new leader asks a peer what it knows
 	methodGetOrder  peer.Method = 10 // a new leader fetches a newer order
 	methodReset     peer.Method = 11 // a job starts over, to the leader
+	methodGetTable  peer.Method = 12 // a new leader fetches a better score table
 )
 
 // fetchReq asks an owner for samples of one dataset.
@@ -158,10 +159,32 @@ type rankWorld struct {
 }
 
 type stateResp struct {
-	MaxTerm uint64     `msgpack:"t"`
-	Jobs    []jobState `msgpack:"j"`
+	MaxTerm uint64      `msgpack:"t"`
+	Jobs    []jobState  `msgpack:"j"`
+	Tables  []tableInfo `msgpack:"s"`
+}
+
+// tableInfo says how much a peer's copy of a score table knows: the term
+// of the leader that wrote it and how many samples it has scored.
+type tableInfo struct {
+	Dataset string `msgpack:"d"`
+	Term    uint64 `msgpack:"t"`
+	Scored  int    `msgpack:"n"`
+}
+
+// better reports whether a table described by t supersedes one by o: a
+// later leader's, or the same leader's knowing more.
+func (t tableInfo) better(o tableInfo) bool {
+	if t.Term != o.Term {
+		return t.Term > o.Term
+	}
+	return t.Scored > o.Scored
 }
 
 type getOrderReq struct {
+	Dataset string `msgpack:"d"`
+}
+
+type getTableReq struct {
 	Dataset string `msgpack:"d"`
 }

@@ -190,7 +190,7 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
 
     def __init__(self, socket_path, dataset, rank, world, batch_size, seed=0,
                  drop_last=False, pads=True, password=None, order_timeout=600.0,
-                 retry_for=30.0):
+                 retry_for=30.0, lost_grace=5.0):
         if world < 1 or not 0 <= rank < world:
             raise ValueError(f"rank {rank} outside [0, world={world})")
         if batch_size < 1:
@@ -200,6 +200,11 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
         self.rank, self.world, self.batch_size = int(rank), int(world), int(batch_size)
         self.seed, self.drop_last, self.pads = int(seed), bool(drop_last), bool(pads)
         self.order_timeout = float(order_timeout)
+        # A peer that restarted inside a mesh gets the job's newest order
+        # back from the leader as soon as a rank asks: there, only a job
+        # still missing after this many seconds of asking is lost.
+        self.lost_grace = float(lost_grace)
+        self._in_mesh = False
         self.epoch = 0
         self.order_source = None
         self._n = None
@@ -250,27 +255,53 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
     def _job_lost(self, epoch):
         """True when the peer's job cannot reach ``epoch`` (it restarted or
         was reset): its newest order is older than epoch - 1."""
-        job = self.client.stats(self.dataset)["datasets"][0]["job"]
+        st = self.client.stats(self.dataset)
+        self._in_mesh = len(st.get("members") or []) > 1
+        job = st["datasets"][0]["job"]
         return epoch > 0 and int(job["latest_epoch"]) < epoch - 1
 
     def _peer_slice(self, epoch):
         c = self.client
         deadline = time.monotonic() + self.order_timeout
-        if self._job_lost(epoch):
-            return self._fall_back(epoch, "the peer has lost the job (restarted or reset)")
+        lost_since = None  # when the job first looked lost
+
+        def lost(why):
+            """True (after warning) once the job has looked lost for the
+            whole grace period."""
+            nonlocal lost_since
+            if not self._job_lost(epoch):
+                lost_since = None
+                return False
+            now = time.monotonic()
+            lost_since = lost_since or now
+            # A standalone peer that lost the job lost it for good: every
+            # rank sees that at once and falls back alike. In a mesh the
+            # leader still has it and the restarted peer catches up.
+            if not self._in_mesh or now - lost_since >= self.lost_grace:
+                self._fall_back(epoch, why)
+                return True
+            return False
+
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return self._fall_back(epoch, f"no order within {self.order_timeout:.0f}s")
+            # While the job looks lost, ask in short waits: each ask makes
+            # the peer announce the rank to the leader, which re-sends it.
+            if lost_since is None and lost("the peer has lost the job (restarted or reset)"):
+                return None
+            wait = 0.2 if lost_since is not None else _ORDER_POLL_S
             try:
                 return c.order(self.dataset, epoch, self.rank, self.world,
-                               timeout_ms=1000 * min(left, _ORDER_POLL_S))
+                               timeout_ms=1000 * min(left, wait))
             except OrderTimeout:
-                if self._job_lost(epoch):
-                    return self._fall_back(epoch, "the peer has lost the job (restarted or reset)")
+                if lost("the peer has lost the job (restarted or reset)"):
+                    return None
             except RequestError as e:
                 if self._job_lost(epoch):
-                    return self._fall_back(epoch, f"the peer has lost the job ({e})")
+                    if lost(f"the peer has lost the job ({e})"):
+                        return None
+                    continue
                 raise
 
     def _fall_back(self, epoch, why):

@@ -1,0 +1,541 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// freePort returns a port free for both TCP and UDP on 127.0.0.1 (gossip
+// uses both; QUIC uses UDP).
+func freePort(t *testing.T) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// writeDataset writes n small files of random bytes in an ImageFolder
+// layout (10 class folders) and returns the directory and every file's
+// bytes in manifest order (sorted relative paths).
+func writeDataset(t *testing.T, n int, seed uint64) (string, [][]byte) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ds")
+	rng := rand.New(rand.NewPCG(seed, 11))
+	type file struct {
+		rel  string
+		data []byte
+	}
+	files := make([]file, n)
+	for c := 0; c < 10; c++ {
+		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprintf("class%d", c)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range files {
+		data := make([]byte, 100+rng.IntN(1000))
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		rel := fmt.Sprintf("class%d/%05d.bin", i%10, i)
+		if err := os.WriteFile(filepath.Join(dir, rel), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[i] = file{rel, data}
+	}
+	sort.Slice(files, func(a, b int) bool { return files[a].rel < files[b].rel })
+	out := make([][]byte, n)
+	for i, f := range files {
+		out[i] = f.data
+	}
+	return dir, out
+}
+
+// peerProc is one named peer across its incarnations: it is restarted
+// with the same name, socket, ports and flags.
+type peerProc struct {
+	name, socket, logPath string
+	gossip                string
+	args                  []string
+
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	exited      chan struct{} // closed when the current process exits
+	alive       bool          // serving: answered PING, not killed since
+	gen         uint64        // raised on every kill and every readiness
+	incarnation int
+	readyAt     time.Time
+	killing     bool // the test is killing it: its exit is expected
+
+	unexpected chan<- string // where unexpected exits are reported
+}
+
+// state returns whether the peer serves and its generation: a call made
+// between two equal generations of a serving peer was made to a live peer.
+func (p *peerProc) state() (alive bool, gen uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alive, p.gen
+}
+
+// genName names the peer with its generation now, for traces.
+func (p *peerProc) genName() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("%s gen %d", p.name, p.gen)
+}
+
+func (p *peerProc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil || !p.alive {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// start starts a new incarnation and waits until its socket answers PING.
+func (p *peerProc) start(ctx context.Context) error {
+	flags := os.O_CREATE | os.O_APPEND | os.O_WRONLY
+	if p.incarnation == 0 {
+		flags |= os.O_TRUNC // a kept CHAOS_LOG_DIR starts afresh
+	}
+	f, err := os.OpenFile(p.logPath, flags, 0o644)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.incarnation++
+	inc := p.incarnation
+	p.mu.Unlock()
+	fmt.Fprintf(f, "=== chaos: %s incarnation %d started %s\n", p.name, inc, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(filepath.Join(binDir, "shade-peer"), p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.exited, p.killing = cmd, exited, false
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		expected := p.killing
+		p.alive = false
+		p.gen++
+		p.mu.Unlock()
+		close(exited)
+		if !expected {
+			p.unexpected <- fmt.Sprintf("%s (incarnation %d, pid %d) exited on its own: %v", p.name, inc, cmd.Process.Pid, err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	c := newClient(p.socket)
+	defer c.Close()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		pong, err := c.Ping(pctx).Result()
+		cancel()
+		if err == nil && pong == "PONG" {
+			break
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited before serving; log %s", p.name, p.logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not serve %s within 30s", p.name, p.socket)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.mu.Lock()
+	p.alive = true
+	p.gen++
+	p.readyAt = time.Now()
+	p.mu.Unlock()
+	return nil
+}
+
+// kill sends SIGKILL and waits for the process to be gone. The peer is
+// marked down before the signal, so every call it breaks sees a new
+// generation.
+func (p *peerProc) kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.alive = false
+	p.gen++
+	p.killing = true
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// logTail returns the last n lines of the peer's log.
+func (p *peerProc) logTail(n int) string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// callTimeout bounds one command, as the Python client's default timeout
+// does: a slower reply from a live peer is a failure. (The test machines
+// are small and shared; a few seconds are not the product's fault.)
+const callTimeout = 60 * time.Second
+
+// newClient is a go-redis client on a peer socket that never retries on
+// its own: the test decides what a connection error means.
+func newClient(sock string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Network: "unix", Addr: sock, Protocol: 2, MaxRetries: -1, DisableIdentity: true,
+		DialTimeout: 2 * time.Second, ReadTimeout: callTimeout, WriteTimeout: 5 * time.Second,
+		PoolSize: 4,
+	})
+}
+
+// clients keeps one client per peer generation, so that no connection of
+// a killed incarnation is ever reused. Not safe for concurrent use.
+type clients struct {
+	byPeer map[*peerProc]genClient
+}
+
+type genClient struct {
+	gen uint64
+	c   *redis.Client
+}
+
+func newClients() *clients { return &clients{byPeer: make(map[*peerProc]genClient)} }
+
+func (cs *clients) get(p *peerProc, gen uint64) *redis.Client {
+	gc, ok := cs.byPeer[p]
+	if ok && gc.gen == gen {
+		return gc.c
+	}
+	if ok {
+		gc.c.Close()
+	}
+	gc = genClient{gen, newClient(p.socket)}
+	cs.byPeer[p] = gc
+	return gc.c
+}
+
+func (cs *clients) close() {
+	for _, gc := range cs.byPeer {
+		gc.c.Close()
+	}
+}
+
+// isReply tells a Redis error reply (the peer answered) from a connection
+// or timeout error.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// peerStats is the part of SHADE.STATS the chaos test reads.
+type peerStats struct {
+	Node    string   `json:"node"`
+	Members []string `json:"members"`
+	Leader  string   `json:"leader"`
+	Leading bool     `json:"leading"`
+	Term    uint64   `json:"term"`
+	// Datasets' jobs: the leader's score table size.
+	Datasets []struct {
+		Job struct {
+			ScoredSamples int `json:"scored_samples"`
+			LatestEpoch   int `json:"latest_epoch"`
+		} `json:"job"`
+	} `json:"datasets"`
+}
+
+func statsOf(ctx context.Context, c *redis.Client) (peerStats, error) {
+	var st peerStats
+	js, err := c.Do(ctx, "SHADE.STATS").Text()
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal([]byte(js), &st)
+}
+
+// mesh is the peers of one test.
+type mesh struct {
+	peers      []*peerProc
+	files      [][]byte
+	dataset    string
+	cacheSize  int64
+	unexpected chan string
+}
+
+// startMesh starts k peers named n0..n(k-1) serving dataset dsName from
+// dir; every peer lists every other as a seed, so that any of them can
+// come back alone.
+func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir string, cacheSize int64, extra ...string) *mesh {
+	t.Helper()
+	tlsDir := t.TempDir()
+	sockDir, err := os.MkdirTemp("", "shade-chaos-sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	m := &mesh{dataset: dsName, cacheSize: cacheSize, unexpected: make(chan string, 64)}
+	gossip := make([]string, k)
+	quic := make([]string, k)
+	for i := range gossip {
+		gossip[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		quic[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	}
+	for i := 0; i < k; i++ {
+		name := fmt.Sprintf("n%d", i)
+		var seeds []string
+		for j, g := range gossip {
+			if j != i {
+				seeds = append(seeds, g)
+			}
+		}
+		p := &peerProc{
+			name: name, socket: filepath.Join(sockDir, name+".sock"), logPath: filepath.Join(logDir, name+".log"),
+			gossip: gossip[i], unexpected: m.unexpected,
+		}
+		p.args = append([]string{"--name", name, "--socket", p.socket, "--dataset", dsName + "=" + dir,
+			"--cache-size", strconv.FormatInt(cacheSize, 10) + "B",
+			"--gossip-addr", gossip[i], "--peer-addr", quic[i], "--seeds", strings.Join(seeds, ","),
+			"--dev-tls-dir", tlsDir, "--gossip-profile", "local", "--expect", strconv.Itoa(k), "--replicas", "2",
+			"--join-wait", "2s", "--log-format", "json"}, extra...)
+		if peerHasFlag("--admin-addr") {
+			p.args = append(p.args, "--admin-addr", "off") // five peers on one host
+		}
+		m.peers = append(m.peers, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range m.peers {
+			p.kill()
+		}
+	})
+	// All start at once: each joins through whichever seeds answer.
+	var wg sync.WaitGroup
+	errs := make(chan error, k)
+	for _, p := range m.peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.start(ctx); err != nil {
+				errs <- fmt.Errorf("%v\n%s", err, p.logTail(20))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := m.waitConverged(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// alivePeers returns the peers that serve now.
+func (m *mesh) alivePeers() []*peerProc {
+	var out []*peerProc
+	for _, p := range m.peers {
+		if a, _ := p.state(); a {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (m *mesh) byName(name string) *peerProc {
+	for _, p := range m.peers {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// waitConverged waits until every serving peer reports exactly the serving
+// peers as members, and returns how long that took.
+func (m *mesh) waitConverged(ctx context.Context, d time.Duration) (time.Duration, error) {
+	start := time.Now()
+	cs := newClients()
+	defer cs.close()
+	var last string
+	for {
+		alive := m.alivePeers()
+		var want []string
+		for _, p := range alive {
+			want = append(want, p.name)
+		}
+		ok := true
+		var views []string
+		for _, p := range alive {
+			a, gen := p.state()
+			if !a {
+				ok = false
+				break
+			}
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := statsOf(sctx, cs.get(p, gen))
+			cancel()
+			if err != nil {
+				ok = false
+				views = append(views, fmt.Sprintf("%s: %v", p.name, err))
+				continue
+			}
+			views = append(views, fmt.Sprintf("%s sees %v", p.name, st.Members))
+			if !slices.Equal(st.Members, want) {
+				ok = false
+			}
+		}
+		if ok {
+			return time.Since(start), nil
+		}
+		last = strings.Join(views, "; ")
+		if time.Since(start) > d || ctx.Err() != nil {
+			return time.Since(start), fmt.Errorf("members did not converge on %v within %v: %s", want, d, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leaderName asks the serving peers whom they follow; "" if none answers.
+func (m *mesh) leaderName(ctx context.Context) string {
+	cs := newClients()
+	defer cs.close()
+	for _, p := range m.alivePeers() {
+		_, gen := p.state()
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := statsOf(sctx, cs.get(p, gen))
+		cancel()
+		if err == nil && st.Leader != "" {
+			return st.Leader
+		}
+	}
+	return ""
+}
+
+// vmRSS reads a process's resident set size in bytes from /proc.
+func vmRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// logEvent is one JSON line of a peer's log.
+type logEvent struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+	Dataset string `json:"dataset"`
+	Epoch   *int   `json:"epoch"`
+	Term    uint64 `json:"term"`
+	Time    string `json:"time"`
+}
+
+// publishedOrders counts, per epoch, the "order published" lines in the
+// peers' logs: a leader logs each epoch it draws and broadcasts.
+func (m *mesh) publishedOrders() (map[int][]string, error) {
+	out := make(map[int][]string)
+	for _, p := range m.peers {
+		b, err := os.ReadFile(p.logPath)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if !bytes.Contains(line, []byte(`"order published"`)) {
+				continue
+			}
+			var ev logEvent
+			if json.Unmarshal(line, &ev) != nil || ev.Epoch == nil || ev.Dataset != m.dataset {
+				continue
+			}
+			out[*ev.Epoch] = append(out[*ev.Epoch], fmt.Sprintf("%s term %d at %s", p.name, ev.Term, ev.Time))
+		}
+	}
+	return out, nil
+}
+
+// panics returns log lines that show a panic or a fatal error.
+func (m *mesh) panics() []string {
+	var out []string
+	for _, p := range m.peers {
+		b, err := os.ReadFile(p.logPath)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") ||
+				strings.HasPrefix(line, "WARNING: DATA RACE") || strings.Contains(line, `"level":"fatal"`) ||
+				strings.Contains(line, `"level":"panic"`) {
+				out = append(out, p.name+": "+line)
+			}
+		}
+	}
+	return out
+}
+
+var helpOnce struct {
+	sync.Once
+	text string
+}
+
+// peerHasFlag tells whether the built shade-peer knows a flag.
+func peerHasFlag(flag string) bool {
+	helpOnce.Do(func() {
+		out, _ := exec.Command(filepath.Join(binDir, "shade-peer"), "--help").CombinedOutput()
+		helpOnce.text = string(out)
+	})
+	return strings.Contains(helpOnce.text, flag+" ")
+}
