@@ -132,6 +132,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
+		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")
+		warm        = fs.String("warm", "on", "when a job starts and scores are known, preload the most important samples: on or off")
 		idle        = fs.Duration("idle-timeout", 0, "close trainer connections idle this long (0: never)")
 		adminAddr   = fs.String("admin-addr", admin.DefaultAddr, "admin HTTP listener host:port: /metrics, /healthz, /readyz, /debug/pprof/ (off: none)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -188,6 +190,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if err != nil || size <= 0 {
 		return cfg, nop, fmt.Errorf("--cache-size %q: want a positive size such as 2GiB", *cacheSize)
 	}
+	if *warm != "on" && *warm != "off" {
+		return cfg, nop, fmt.Errorf("--warm %q: want on or off", *warm)
+	}
 	var uniform bool
 	switch strings.ToLower(*pads) {
 	case "on", "true", "1":
@@ -205,7 +210,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	cfg.Node = mesh.Config{
 		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
-		TracePath: *tracePath, Logger: log,
+		TracePath: *tracePath, StateDir: *stateDir, NoWarm: *warm == "off", Logger: log,
 	}
 	for _, d := range *datasets {
 		n, dir, ok := strings.Cut(d, "=")
