@@ -292,21 +292,7 @@ func (n *Node) sendNewestOrders(name string) {
 		if pub == nil {
 			continue
 		}
-		n.goBackground(func(ctx context.Context) {
-			for attempt := 0; attempt < 5; attempt++ {
-				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-				err := n.cluster.callName(cctx, name, methodPublish, pub, nil)
-				cancel()
-				if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
-					return
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
-				}
-			}
-		})
+		n.sendInBackground(name, methodPublish, pub)
 	}
 }
 
@@ -497,28 +483,34 @@ func (n *Node) broadcast(m peer.Method, msg any) {
 		return
 	}
 	for _, p := range n.cluster.alive() {
-		if p.name == n.cfg.Name {
-			continue
+		if p.name != n.cfg.Name {
+			n.sendInBackground(p.name, m, msg)
 		}
-		n.goBackground(func(ctx context.Context) {
-			for attempt := 0; attempt < 5; attempt++ {
-				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-				err := n.cluster.call(cctx, p, m, msg, nil)
-				cancel()
-				if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
-					if err != nil {
-						n.cfg.Logger.Warn().Err(err).Str("peer", p.name).Msg("broadcast refused")
-					}
-					return
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
-				}
-			}
-		})
 	}
+}
+
+// sendInBackground sends one message to a member, retrying up to five
+// times with a growing pause unless the member refuses it as bad.
+func (n *Node) sendInBackground(name string, m peer.Method, msg any) {
+	n.goBackground(func(ctx context.Context) {
+		for attempt := 0; attempt < 5; attempt++ {
+			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+			err := n.cluster.callName(cctx, name, m, msg, nil)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			if peer.CodeOf(err) == peer.CodeBadRequest {
+				n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
+			}
+		}
+	})
 }
 
 // observeTerm raises the highest term this node has seen.
