@@ -59,6 +59,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzStore$$' -fuzztime $(FUZZTIME) ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME) ./transport/peer/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckMsgpack$$' -fuzztime $(FUZZTIME) ./transport/peer/
+	$(GO) test -run '^$$' -fuzz '^FuzzMetaUnmarshal$$' -fuzztime $(FUZZTIME) ./mesh/member/
+	$(GO) test -run '^$$' -fuzz '^FuzzTableUnmarshal$$' -fuzztime $(FUZZTIME) ./sampling/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./store/ ./policy/ ./sampling/
