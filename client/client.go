@@ -360,6 +360,25 @@ func (c *Client) Reset(ctx context.Context, dataset string) error {
 	return err
 }
 
+// Warm asks the peer to preload a dataset into its share of the cache,
+// the most important samples first (SHADE.WARM), and returns how many it
+// loaded. It blocks until the peer is done or ctx ends.
+func (c *Client) Warm(ctx context.Context, dataset string) (int, error) {
+	wait := 10 * time.Minute // the peer reads the dataset: allow for a slow source
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl)
+	}
+	v, err := c.do(ctx, c.blocking, wait, "SHADE.WARM", dataset)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("client: SHADE.WARM answered %T", v)
+	}
+	return int(n), nil
+}
+
 // Stats returns the peer's counters (SHADE.STATS): the node and one
 // dataset, or every dataset for dataset "". The value belongs to the caller.
 func (c *Client) Stats(ctx context.Context, dataset string) (Stats, error) {

@@ -24,6 +24,7 @@ func commands() []command {
 		{"ring", "show which peers own a key", runRing},
 		{"sim", "replay an access trace through every cache policy", runSim},
 		{"status", "members, leader, ring shares, cache and hit ratios of peers", runStatus},
+		{"warm", "preload a dataset into peers' caches, most important first", runWarm},
 	}
 }
 
