@@ -14,7 +14,7 @@ FUZZTIME ?= 10s
 PYTHON   := /usr/bin/python3
 DEMO_EPOCHS ?= 3
 
-.PHONY: all build test test-go test-python fuzz bench bench-socket bench-training deps-test deps-demo demo fmnist clean
+.PHONY: docs all build test test-go test-python fuzz bench bench-socket bench-training deps-test deps-demo demo fmnist clean
 
 all: build
 
@@ -70,6 +70,10 @@ bench-socket: build
 
 $(FMNIST)/.shade-import.json: | build
 	$(BIN)/shadectl dataset import-idx --dst $(FMNIST)
+
+# The configuration reference, generated from the daemon's flags.
+docs: build
+	$(BIN)/shade-peer --flags-markdown > docs/configuration.md
 
 clean:
 	rm -rf $(BIN)

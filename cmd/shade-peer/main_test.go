@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"io"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,6 +40,27 @@ func TestEnvironmentFillsFlagsNotGiven(t *testing.T) {
 		{"--dataset", "noequals"}, {"--seeds", "127.0.0.1:1"}, {"--join-wait", "0s"}, {"extra"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestConfigurationReferenceIsCurrent keeps docs/configuration.md equal to
+// what --flags-markdown prints (regenerate with `make docs`).
+func TestConfigurationReferenceIsCurrent(t *testing.T) {
+	var out bytes.Buffer
+	if _, _, err := parseConfig([]string{"--flags-markdown"}, noEnv, &out, io.Discard); !errors.Is(err, errVersion) {
+		t.Fatalf("--flags-markdown: %v", err)
+	}
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(doc, out.Bytes()) {
+		t.Errorf("docs/configuration.md is stale: run make docs")
+	}
+	for _, flag := range []string{"--cache-size", "--seeds", "--state-dir", "--admin-addr", "SHADE_GOSSIP_KEY"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("the reference does not mention %s", flag)
 		}
 	}
 }
