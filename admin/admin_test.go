@@ -163,6 +163,13 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 		{"shade_reports_queued", nil, 0},
 		{"shade_reports_dropped_total", nil, 0},
 		{"shade_node_info", map[string]string{"node": "node-a", "policy": "app", "pads": "true"}, 1},
+		// Nothing is scored yet: every sample has the middle score,
+		// ln(41.5), in decile 7 of ln 10..ln 73.
+		{"shade_decile_reads_total", with("decile", "7"), 20},
+		{"shade_decile_hits_total", with("decile", "7"), 10},
+		{"shade_hit_ratio_by_decile", with("decile", "7"), 0.5},
+		{"shade_decile_reads_total", with("decile", "0"), 0},
+		{"shade_order_lag_epochs", ds, 0},
 	} {
 		if got := value(t, fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

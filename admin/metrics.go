@@ -26,6 +26,7 @@ type collector struct {
 	sourceLatency, checksumErrors                   *prometheus.Desc
 	servedPeers, sourceFallbacks                    *prometheus.Desc
 	datasetInfo, samples, resident, hitRatio, epoch *prometheus.Desc
+	decileReads, decileHits, decileRatio, orderLag  *prometheus.Desc
 
 	// Per dataset: the job.
 	jobWorld, pendingRanks, pendingRank, reports, reportedSamples *prometheus.Desc
@@ -74,6 +75,10 @@ func newCollector(src Source) *collector {
 		datasetInfo:     d("dataset_info", "Always 1; the version label is the hash of the dataset's file names and sizes (every peer must serve the same).", ds, "version"),
 		samples:         d("dataset_samples", "Samples in the dataset.", ds),
 		resident:        d("resident_samples", "Samples of the dataset in this node's cache.", ds),
+		decileReads:     d("decile_reads_total", "Sample reads by the importance decile of the sample read (0 least important, by its score within ln 10..ln 73 at the time of the read).", ds, "decile"),
+		decileHits:      d("decile_hits_total", "Sample reads served from memory (this node's or a peer's), by importance decile.", ds, "decile"),
+		decileRatio:     d("hit_ratio_by_decile", "Hit ratio of the reads of each importance decile since start: hits / reads, 0 before any read.", ds, "decile"),
+		orderLag:        d("order_lag_epochs", "Epochs between the newest order published and the newest epoch this node's ranks have asked for.", ds),
 		hitRatio:        d("hit_ratio", "Hit ratio on this node of the newest epoch that reads are counted against: hits / (hits + misses), 0 before any read.", ds),
 		epoch:           d("epoch", "Newest epoch whose order was published for the dataset's job; -1 before the first SHADE.ORDER.", ds),
 
@@ -108,6 +113,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.reads, c.hits, c.misses, c.evictions, c.rejected, c.sourceReads, c.sourceBytes, c.sourceErrors,
 		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks,
 		c.datasetInfo, c.samples, c.resident, c.hitRatio, c.epoch,
+		c.decileReads, c.decileHits, c.decileRatio, c.orderLag,
 		c.jobWorld, c.pendingRanks, c.pendingRank, c.reports, c.reportedSamples, c.scoredSamples, c.meanScore,
 		c.leaderTerm, c.isLeader, c.members, c.reportsQueued, c.reportsDropped,
 		c.peerConnected, c.peerRTT, c.peerRequests, c.peerErrors, c.peerServed, c.peerBytes, c.peerLastCall,
@@ -167,6 +173,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.hitRatio, ratio, name)
 		gauge(c.epoch, float64(e.Job.LatestEpoch), name)
+		gauge(c.orderLag, float64(max(0, e.Job.LatestEpoch-e.Epoch)), name)
+		for d := range e.DecileReads {
+			dec := strconv.Itoa(d)
+			counter(c.decileReads, float64(e.DecileReads[d]), name, dec)
+			counter(c.decileHits, float64(e.DecileHits[d]), name, dec)
+			var r float64
+			if e.DecileReads[d] > 0 {
+				r = float64(e.DecileHits[d]) / float64(e.DecileReads[d])
+			}
+			gauge(c.decileRatio, r, name, dec)
+		}
 
 		j := e.Job
 		gauge(c.jobWorld, float64(j.World), name)

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type datasetState struct {
 	reports      atomic.Int64
 	reported     atomic.Int64
 	sourceLat    latencyHistogram
+	// Reads and hits by importance decile: the sample's score at the time
+	// of the read, in tenths of the score range ln(10)..ln(73).
+	decileReads, decileHits [10]atomic.Int64
 
 	resident atomic.Int64 // samples of this dataset in the cache
 
@@ -233,6 +237,10 @@ type DatasetStats struct {
 	Epochs   []EpochStats `json:"epochs"`
 	// SourceLatency is the distribution of source read times.
 	SourceLatency Histogram `json:"source_latency"`
+	// DecileReads and DecileHits count reads and hits by the importance
+	// decile of the sample read (0 least important).
+	DecileReads []int64 `json:"decile_reads"`
+	DecileHits  []int64 `json:"decile_hits"`
 }
 
 func (ds *datasetState) stats() DatasetStats {
@@ -247,6 +255,11 @@ func (ds *datasetState) stats() DatasetStats {
 		Epoch:         ds.current().epoch,
 		Total:         EpochStats{Epoch: -1},
 		SourceLatency: ds.sourceLat.snapshot(),
+		DecileReads:   make([]int64, 10),
+		DecileHits:    make([]int64, 10),
+	}
+	for d := range ds.decileReads {
+		out.DecileReads[d], out.DecileHits[d] = ds.decileReads[d].Load(), ds.decileHits[d].Load()
 	}
 	for _, c := range epochs {
 		s := c.snapshot()
@@ -314,4 +327,28 @@ func (ds *datasetState) tableInfo() tableInfo {
 	ds.tableMu.Lock()
 	defer ds.tableMu.Unlock()
 	return tableInfo{Dataset: ds.name, Term: ds.tableTerm, Scored: ds.table.NumScored()}
+}
+
+// scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
+var scoreLow, scoreHigh = math.Log(10), math.Log(73)
+
+// countDeciles counts reads (and hits) of samples by importance decile.
+// hit reports, per index, whether that read was served from memory.
+func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
+	var deciles [64]int
+	for start := 0; start < len(idxs); start += len(deciles) {
+		part := idxs[start:min(start+len(deciles), len(idxs))]
+		ds.tableMu.Lock()
+		for i, idx := range part {
+			d := int(10 * (ds.table.Score(uint32(idx)) - scoreLow) / (scoreHigh - scoreLow))
+			deciles[i] = max(0, min(9, d))
+		}
+		ds.tableMu.Unlock()
+		for i := range part {
+			ds.decileReads[deciles[i]].Add(1)
+			if hit(start + i) {
+				ds.decileHits[deciles[i]].Add(1)
+			}
+		}
+	}
 }

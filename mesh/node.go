@@ -393,6 +393,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 	if v, ok := n.store.Get(dst, key); ok {
 		ds.current().hits.Add(1)
 		n.hits(sampleID(ds, idx))
+		ds.countDeciles([]int{idx}, func(int) bool { return true })
 		return v, true, nil
 	}
 	v, mem, err := n.readMissing(ctx, ds, idx, key)
@@ -400,6 +401,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 		return nil, false, err
 	}
 	ds.countRead(idx, mem)
+	ds.countDeciles([]int{idx}, func(int) bool { return mem })
 	return append(dst, v...), true, nil
 }
 
@@ -421,6 +423,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		misses []int
 		dss    = make([]*datasetState, len(keys))
 		idxs   = make([]int, len(keys))
+		mem    = make([]bool, len(keys)) // served from memory, here or a peer's
 	)
 	for i, key := range keys {
 		ds, idx, out, err := n.route(key)
@@ -441,6 +444,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		if ok {
 			spans[i] = span{start, len(buf)}
 			res[i].Found = true
+			mem[i] = true
 			if ds == nil {
 				n.freeHits.Add(1)
 				hitIDs = append(hitIDs, freeID(key))
@@ -466,6 +470,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		n.hits(hitIDs...)
 	}
 	if len(misses) == 0 {
+		n.countMGetDeciles(dss, idxs, res, mem)
 		return res
 	}
 	sem := make(chan struct{}, n.cfg.SourceReads)
@@ -475,15 +480,34 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		wg.Add(1)
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
-			v, mem, err := n.readMissing(ctx, dss[i], idxs[i], keys[i])
+			v, fromMem, err := n.readMissing(ctx, dss[i], idxs[i], keys[i])
 			if err == nil {
-				dss[i].countRead(idxs[i], mem)
+				dss[i].countRead(idxs[i], fromMem)
+				mem[i] = fromMem
 			}
 			res[i] = transport.Result{Value: v, Found: err == nil, Err: err}
 		}(i)
 	}
 	wg.Wait()
+	n.countMGetDeciles(dss, idxs, res, mem)
 	return res
+}
+
+// countMGetDeciles counts an MGET's sample reads by importance decile.
+func (n *Node) countMGetDeciles(dss []*datasetState, idxs []int, res []transport.Result, mem []bool) {
+	byDS := make(map[*datasetState][]int)
+	for i, ds := range dss {
+		if ds != nil && res[i].Err == nil && res[i].Found {
+			byDS[ds] = append(byDS[ds], i)
+		}
+	}
+	for ds, pos := range byDS {
+		sample := make([]int, len(pos))
+		for j, i := range pos {
+			sample[j] = idxs[i]
+		}
+		ds.countDeciles(sample, func(j int) bool { return mem[pos[j]] })
+	}
 }
 
 // Set implements transport.Backend for free-form keys. Dataset samples are
