@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -99,5 +100,31 @@ func TestInfoLogsCarryNoBytesKeysOrSecrets(t *testing.T) {
 	}
 	if !strings.Contains(out, "dataset loaded") {
 		t.Errorf("no info logs were written at all: %q", out)
+	}
+}
+
+func TestWorldWritableSocketDirectoryIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(dir, 0o777)
+	os.Chmod(dir, 0o777) // past the umask
+	node, err := New(Config{Name: "w", CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if s, err := transport.ListenSocket(transport.SocketConfig{Path: filepath.Join(dir, "s.sock")}, node); !errors.Is(err, transport.ErrSocketDir) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("a socket in a world-writable directory: %v; want ErrSocketDir", err)
+	}
+	fresh := filepath.Join(t.TempDir(), "new", "dir")
+	s, err := transport.ListenSocket(transport.SocketConfig{Path: filepath.Join(fresh, "s.sock")}, node)
+	if err != nil {
+		t.Fatalf("a missing socket directory is not created: %v", err)
+	}
+	s.Close()
+	if fi, _ := os.Stat(fresh); fi.Mode().Perm()&0o007 != 0 {
+		t.Errorf("created socket directory has mode %v; others must have no access", fi.Mode().Perm())
 	}
 }

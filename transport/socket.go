@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -142,6 +143,9 @@ func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("transport: socket path is empty")
 	}
+	if err := checkSocketDir(filepath.Dir(cfg.Path)); err != nil {
+		return nil, err
+	}
 	if err := clearStaleSocket(cfg.Path); err != nil {
 		return nil, err
 	}
@@ -185,6 +189,27 @@ func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
 		}
 	}()
 	return s, nil
+}
+
+// ErrSocketDir reports a socket directory that others could write into
+// (and so replace the socket with their own).
+var ErrSocketDir = errors.New("transport: unsafe socket directory")
+
+// checkSocketDir creates the socket's directory (mode 0750) if missing and
+// refuses one that every user may write to.
+func checkSocketDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("transport: socket directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("transport: socket directory: %w", err)
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return fmt.Errorf("%w: %s is world-writable (mode %v); use a directory only the peer and its trainers can write, such as /run/shade",
+			ErrSocketDir, dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // clearStaleSocket removes a socket file nobody answers on, refuses a live
