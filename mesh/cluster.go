@@ -60,6 +60,10 @@ type ClusterConfig struct {
 	Prefetch int
 	// NoLocality turns off the locality-aware split of orders.
 	NoLocality bool
+	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
+	// peers, cached samples to their next owners); 0 means 10 s, negative
+	// none.
+	DrainTimeout time.Duration
 	// Build is this node's version, gossiped in its metadata.
 	Build string
 }
@@ -88,6 +92,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 1024
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
 	}
 	return c
 }

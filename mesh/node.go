@@ -196,6 +196,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	if c := n.cluster; c != nil {
+		n.handOver(n.cfg.Cluster.DrainTimeout)
 		if err := c.list.Leave(2 * time.Second); err != nil {
 			n.cfg.Logger.Warn().Err(err).Msg("leaving the mesh")
 		}

@@ -130,6 +130,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		deadline    = fs.Duration("epoch-deadline", 0, "publish the next epoch this long after the first rank finished, even if others have not (0: wait for all)")
 		prefetch    = fs.Int("prefetch", 1024, "samples of each local rank's slice warmed when an order arrives (0: none)")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
+		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")
@@ -228,7 +229,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		gossipAddr: *gossipAddr, seeds: *seeds, gossipKey: *gossipKey, peerAddr: *peerAddr,
 		tlsCA: *tlsCA, tlsCert: *tlsCert, tlsKey: *tlsKey, devTLS: *devTLS, name: cfg.Node.Name,
 		replicas: *replicas, expect: *expect, profile: *profile, joinWait: *joinWait,
-		deadline: *deadline, prefetch: *prefetch, locality: *locality,
+		deadline: *deadline, prefetch: *prefetch, locality: *locality, drain: *drain,
 	}); err != nil {
 		return cfg, nop, err
 	}
@@ -244,7 +245,7 @@ type clusterFlags struct {
 	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality string
 	seeds                                                                                    []string
 	replicas, expect, prefetch                                                               int
-	joinWait, deadline                                                                       time.Duration
+	joinWait, deadline, drain                                                                time.Duration
 }
 
 // clusterConfig turns the mesh flags into the node's ClusterConfig; no
@@ -269,6 +270,10 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 	}
 	cc.GossipAddr, cc.Seeds, cc.PeerAddr = f.gossipAddr, f.seeds, f.peerAddr
 	cc.Replicas, cc.Expect, cc.Profile, cc.NoLocality = f.replicas, f.expect, f.profile, f.locality == "off"
+	cc.DrainTimeout = f.drain
+	if f.drain == 0 {
+		cc.DrainTimeout = -1
+	}
 	if f.locality != "on" && f.locality != "off" {
 		return cc, fmt.Errorf("--locality %q: want on or off", f.locality)
 	}

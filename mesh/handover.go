@@ -1,0 +1,100 @@
+package mesh
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/ring"
+)
+
+// handOver runs before a graceful leave: a leader replicates its score
+// tables to every peer at once (so the next leader loses no report), and
+// every node offers the samples it caches to their owners in the ring
+// without it, so the mesh keeps them resident. It gives up at the deadline;
+// what was not handed over is read through again later.
+func (n *Node) handOver(timeout time.Duration) {
+	if n.cluster == nil || timeout <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, timeout)
+	defer cancel()
+	if n.leading() {
+		n.replicateNow(ctx)
+	}
+	offered := 0
+	for _, ds := range n.ordered {
+		r := ds.ring.Load()
+		if r == nil {
+			continue
+		}
+		var others []string
+		for _, m := range r.Members() {
+			if m != n.cfg.Name {
+				others = append(others, m)
+			}
+		}
+		if len(others) == 0 {
+			continue
+		}
+		after, err := ring.New(r.Config(), others)
+		if err != nil {
+			continue
+		}
+		for id := 0; id < ds.len && ctx.Err() == nil; id++ {
+			key := keyOfSample(ds, uint32(id))
+			v, ok := n.store.Get(nil, []byte(key))
+			if !ok {
+				continue
+			}
+			n.offer(ds, uint32(id), v, after.Owners([]byte(key)))
+			offered++
+			for n.offerBacklog() > maxOfferBytes/2 && ctx.Err() == nil {
+				n.flushOffers(ctx)
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	for n.offerBacklog() > 0 && ctx.Err() == nil {
+		n.flushOffers(ctx)
+		time.Sleep(5 * time.Millisecond)
+	}
+	n.cfg.Logger.Info().Int("samples", offered).Bool("complete", ctx.Err() == nil).Msg("handed cached samples over before leaving")
+}
+
+// offerBacklog is the bytes queued or in flight to co-owners.
+func (n *Node) offerBacklog() int {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	if len(n.offering) > 0 {
+		return n.offerBytes + 1
+	}
+	return n.offerBytes
+}
+
+// replicateNow sends every score table to every other member and waits.
+func (n *Node) replicateNow(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, ds := range n.ordered {
+		ds.tableMu.Lock()
+		b, err := ds.table.MarshalBinary()
+		ds.tableMu.Unlock()
+		if err != nil {
+			continue
+		}
+		req := &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		for _, p := range n.cluster.alive() {
+			if p.name == n.cfg.Name {
+				continue
+			}
+			wg.Add(1)
+			go func(p peerInfo) {
+				defer wg.Done()
+				if err := n.cluster.call(ctx, p, methodReplicate, req, nil); err != nil {
+					n.cfg.Logger.Warn().Err(err).Str("peer", p.name).Msg("replicating before leaving")
+				}
+			}(p)
+		}
+	}
+	wg.Wait()
+}
