@@ -65,6 +65,7 @@ func startMesh(t *testing.T, k int, o meshOpts) *testMesh {
 				GossipAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", TLS: tlsCfg, Profile: "local",
 				Replicas: o.replicas, Expect: o.expect, JoinWait: time.Second,
 				RetryEvery: 100 * time.Millisecond, FetchTimeout: time.Second, ReplicateEvery: 200 * time.Millisecond,
+				DrainTimeout: 2 * time.Second, // bounds the hand-over at each test's cleanup
 			},
 		}
 		if i > 0 {
