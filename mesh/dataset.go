@@ -332,6 +332,22 @@ func (ds *datasetState) tableInfo() tableInfo {
 // scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
 var scoreLow, scoreHigh = math.Log(10), math.Log(73)
 
+// decileOf is the importance decile of a score, 0 (least) to 9.
+func decileOf(score float64) int {
+	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
+}
+
+// countDecile counts one read (and hit) by the sample's importance decile.
+func (ds *datasetState) countDecile(idx int, hit bool) {
+	ds.tableMu.Lock()
+	d := decileOf(ds.table.Score(uint32(idx)))
+	ds.tableMu.Unlock()
+	ds.decileReads[d].Add(1)
+	if hit {
+		ds.decileHits[d].Add(1)
+	}
+}
+
 // countDeciles counts reads (and hits) of samples by importance decile.
 // hit reports, per index, whether that read was served from memory.
 func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
@@ -340,8 +356,7 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 		part := idxs[start:min(start+len(deciles), len(idxs))]
 		ds.tableMu.Lock()
 		for i, idx := range part {
-			d := int(10 * (ds.table.Score(uint32(idx)) - scoreLow) / (scoreHigh - scoreLow))
-			deciles[i] = max(0, min(9, d))
+			deciles[i] = decileOf(ds.table.Score(uint32(idx)))
 		}
 		ds.tableMu.Unlock()
 		for i := range part {

@@ -390,11 +390,11 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 	if out {
 		return nil, false, nil
 	}
-	n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
+	n.traceRead(ds, idx, key)
 	if v, ok := n.store.Get(dst, key); ok {
 		ds.current().hits.Add(1)
 		n.hits(sampleID(ds, idx))
-		ds.countDeciles([]int{idx}, func(int) bool { return true })
+		ds.countDecile(idx, true)
 		return v, true, nil
 	}
 	v, mem, err := n.readMissing(ctx, ds, idx, key)
@@ -402,7 +402,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 		return nil, false, err
 	}
 	ds.countRead(idx, mem)
-	ds.countDeciles([]int{idx}, func(int) bool { return mem })
+	ds.countDecile(idx, mem)
 	return append(dst, v...), true, nil
 }
 
@@ -437,7 +437,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 			continue
 		}
 		if ds != nil {
-			n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
+			n.traceRead(ds, idx, key)
 		}
 		start := len(buf)
 		var ok bool
@@ -492,6 +492,14 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 	wg.Wait()
 	n.countMGetDeciles(dss, idxs, res, mem)
 	return res
+}
+
+// traceRead records a sample read if tracing is on; nothing is computed
+// otherwise.
+func (n *Node) traceRead(ds *datasetState, idx int, key []byte) {
+	if n.trace != nil {
+		n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
+	}
 }
 
 // countMGetDeciles counts an MGET's sample reads by importance decile.
