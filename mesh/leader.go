@@ -64,16 +64,26 @@ func (n *Node) newLeaderJob(ds *datasetState) *leaderJob {
 	return &leaderJob{latest: -1, done: make(map[int]bool), sampler: sampling.NewSampler(ds.len, ds.samplingConfig(n.cfg))}
 }
 
-// leaderJoin records where a rank trains; epoch 0 is published once every
-// rank has joined, or JoinWait after the first did.
-func (n *Node) leaderJoin(req *joinReq) error {
-	ds, err := n.dataset(req.Dataset)
+// jobToLead returns a dataset and its leader state, or errNotLeader on a
+// node that does not lead now.
+func (n *Node) jobToLead(name string) (*datasetState, *leaderJob, error) {
+	ds, err := n.dataset(name)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	lj := ds.leaderJob()
 	if lj == nil {
-		return errNotLeader
+		return nil, nil, errNotLeader
+	}
+	return ds, lj, nil
+}
+
+// leaderJoin records where a rank trains; epoch 0 is published once every
+// rank has joined, or JoinWait after the first did.
+func (n *Node) leaderJoin(req *joinReq) error {
+	ds, lj, err := n.jobToLead(req.Dataset)
+	if err != nil {
+		return err
 	}
 	lj.mu.Lock()
 	defer lj.mu.Unlock()
@@ -123,13 +133,9 @@ func (n *Node) publishFirst(ds *datasetState, lj *leaderJob) {
 // leaderDone records that a rank finished an epoch and publishes the next
 // once all have (or EpochDeadline after the first did, if set).
 func (n *Node) leaderDone(req *doneReq) error {
-	ds, err := n.dataset(req.Dataset)
+	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
-	}
-	lj := ds.leaderJob()
-	if lj == nil {
-		return errNotLeader
 	}
 	lj.mu.Lock()
 	defer lj.mu.Unlock()
@@ -204,13 +210,9 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 
 // leaderReset starts a new job generation for a dataset.
 func (n *Node) leaderReset(req *resetReq) error {
-	ds, err := n.dataset(req.Dataset)
+	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
-	}
-	lj := ds.leaderJob()
-	if lj == nil {
-		return errNotLeader
 	}
 	lj.mu.Lock()
 	defer lj.mu.Unlock()
