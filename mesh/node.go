@@ -470,9 +470,17 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 	if len(hitIDs) > 0 {
 		n.hits(hitIDs...)
 	}
+	n.readMisses(ctx, keys, misses, dss, idxs, res, mem)
+	n.countMGetDeciles(dss, idxs, res, mem)
+	return res
+}
+
+// readMisses reads the samples at positions misses of keys, which this
+// node does not hold, in parallel (at most SourceReads at once), into res;
+// mem[i] records whether a peer served sample i from memory.
+func (n *Node) readMisses(ctx context.Context, keys [][]byte, misses []int, dss []*datasetState, idxs []int, res []transport.Result, mem []bool) {
 	if len(misses) == 0 {
-		n.countMGetDeciles(dss, idxs, res, mem)
-		return res
+		return
 	}
 	sem := make(chan struct{}, n.cfg.SourceReads)
 	var wg sync.WaitGroup
@@ -490,8 +498,6 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		}(i)
 	}
 	wg.Wait()
-	n.countMGetDeciles(dss, idxs, res, mem)
-	return res
 }
 
 // traceRead records a sample read if tracing is on; nothing is computed
