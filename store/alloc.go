@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -53,14 +54,15 @@ type tlsf struct {
 	mem    []byte // nil once closed
 	total  uint64 // managed bytes: len(mem) rounded down to align
 	used   uint64 // bytes in allocated blocks
-	gen    uint64 // last generation handed out
+	gen    uint64 // generations handed out so far
+	genKey uint64 // keys the generation sequence (see bumpGen)
 	flBits uint64
 	slBits [flCount]uint32
 	heads  [flCount][slCount]uint64
 }
 
 func newTLSF(mem []byte) *tlsf {
-	a := &tlsf{mem: mem, total: uint64(len(mem)) & sizeMask}
+	a := &tlsf{mem: mem, total: uint64(len(mem)) & sizeMask, genKey: rand.Uint64()}
 	for i := range a.heads {
 		for j := range a.heads[i] {
 			a.heads[i][j] = nilOff
@@ -90,18 +92,40 @@ func (a *tlsf) setTags(off, size uint64, used bool) {
 }
 
 // bumpGen gives the block at off a generation never used before in this
-// arena: odd while allocated, even once free. A reader in another process
-// loads it atomically before and after a copy and keeps the copy only if
-// both loads agree and are odd; it must still verify the checksum, because
-// once a freed block is merged into a neighbour its generation word is
-// ordinary free space that a later entry may overwrite with any bytes.
+// arena: odd while allocated, even once free, below 2^63 (so that it fits a
+// RESP integer). A reader in another process loads it atomically before
+// and after a copy and keeps the copy only if both loads equal the
+// generation it was told.
+//
+// Generations are the sequence 1, 2, 3... passed through a bijection keyed
+// by a random number drawn when the arena is made, so they never repeat yet
+// cannot be predicted. That matters because once a freed block is merged
+// into a neighbour its generation word is ordinary space that a later
+// entry may fill with any sample bytes: those bytes equal the generation a
+// reader holds with probability 2^-62, not because a sample happens to hold
+// small integers.
 func (a *tlsf) bumpGen(off uint64, used bool) {
-	a.gen += 2
-	g := a.gen
+	a.gen++
+	g := mix62(a.gen, a.genKey) << 1
 	if used {
 		g |= 1
 	}
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&a.mem[off+genOff])), g)
+}
+
+// mix62 is a bijection of the 62-bit numbers keyed by k: xor with the key,
+// then multiplications by odd constants (invertible modulo 2^62) and
+// xor-shifts (invertible), as in splitmix64.
+func mix62(x, k uint64) uint64 {
+	const mask = 1<<62 - 1
+	x = (x ^ k) & mask
+	x = (x * 0x9e3779b97f4a7c15) & mask
+	x ^= x >> 30
+	x = (x * 0xbf58476d1ce4e5b9) & mask
+	x ^= x >> 27
+	x = (x * 0x94d049bb133111eb) & mask
+	x ^= x >> 31
+	return x
 }
 
 // mapIndex returns the size class (first level, second level) of a block of

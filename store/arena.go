@@ -24,6 +24,13 @@ func mapArena(name string, size int, useMemfd bool) ([]byte, int, error) {
 		}
 		return mem, -1, nil
 	}
+	// Only this process writes the arena: readers get read-only
+	// descriptors (Store.SharedFd), and mode 0400 stops them reopening one
+	// for writing through /proc/<pid>/fd.
+	if err := unix.Fchmod(fd, 0o400); err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("store: fchmod memfd %q: %w", name, err)
+	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return nil, -1, fmt.Errorf("store: ftruncate memfd %q to %d bytes: %w", name, size, err)

@@ -23,9 +23,12 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"math/rand/v2"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
 )
 
 // Errors returned by the store; test them with errors.Is.
@@ -38,6 +41,11 @@ var (
 	ErrClosed = errors.New("store: closed")
 	// ErrInvalidConfig: New was given a Config it cannot honour.
 	ErrInvalidConfig = errors.New("store: invalid config")
+	// ErrChecksum: a value copied out of a shared arena does not match
+	// its checksum.
+	ErrChecksum = errors.New("store: checksum mismatch")
+	// ErrNotShared: the arena is anonymous memory, which cannot be shared.
+	ErrNotShared = errors.New("store: arena not shareable (no memfd)")
 )
 
 // Config configures a Store. The zero value of every optional field means
@@ -122,6 +130,7 @@ type Store struct {
 	mem    []byte // nil once closed
 	fd     int    // -1 without memfd, or once closed
 	alloc  *tlsf
+	id     uint64
 	shards []shard
 	mask   uint64
 
@@ -186,6 +195,7 @@ func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
 		mem:    mem,
 		fd:     fd,
 		alloc:  newTLSF(mem),
+		id:     rand.Uint64() >> 1,
 		shards: make([]shard, cfg.Shards),
 		mask:   uint64(cfg.Shards - 1),
 	}
@@ -374,6 +384,54 @@ func (s *Store) View(key []byte, fn func(value []byte, sum uint64)) bool {
 	return found
 }
 
+// Location says where a value lies in the arena, for a reader that maps
+// the arena's memfd (see SharedFd) and copies the value out itself. All
+// offsets are from the start of the arena.
+type Location struct {
+	Gen    uint64 // the block's generation when located: odd, < 2^63
+	GenOff uint64 // where the block's generation word lies (8 bytes, aligned)
+	Off    uint64 // where the value starts
+	Len    uint64 // value length
+	Sum    uint64 // xxhash64 of the value
+}
+
+// Locate finds key as Get would (checksum verified unless SkipVerify) and
+// returns where its value lies instead of a copy, counting a hit or miss.
+//
+// The block can be freed as soon as Locate returns. A reader of the mapping
+// therefore loads the 8-byte word at GenOff (atomically, little-endian)
+// before and after copying Len bytes from Off, and keeps the copy only if
+// both loads equal Gen: the allocator changes a block's generation before
+// the block can be reused, and no block ever gets a generation twice (see
+// bumpGen). The guarantee relies on stores becoming visible in program
+// order, as on amd64.
+func (s *Store) Locate(key []byte) (Location, bool) {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	off, v, sum, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
+	var loc Location
+	if found {
+		loc = Location{
+			Gen:    atomic.LoadUint64((*uint64)(unsafe.Pointer(&s.mem[off+genOff]))),
+			GenOff: off + genOff,
+			Off:    uint64(uintptr(unsafe.Pointer(unsafe.SliceData(v))) - uintptr(unsafe.Pointer(unsafe.SliceData(s.mem)))),
+			Len:    uint64(len(v)),
+			Sum:    sum,
+		}
+	}
+	sh.mu.RUnlock()
+	if corrupt {
+		s.dropCorrupt(sh, h, off)
+	}
+	if found {
+		sh.hits.Add(1)
+	} else {
+		sh.misses.Add(1)
+	}
+	return loc, found
+}
+
 // Has reports whether key is held. It compares the stored key but does not
 // verify the checksum, and counts neither a hit nor a miss.
 func (s *Store) Has(key []byte) bool {
@@ -443,6 +501,35 @@ func (s *Store) Fd() int {
 	s.life.RLock()
 	defer s.life.RUnlock()
 	return s.fd
+}
+
+// ID identifies this arena among all arenas of all processes (a random
+// number drawn by New, below 2^63), so that a reader can tell that a
+// Location refers to the mapping it holds.
+func (s *Store) ID() uint64 { return s.id }
+
+// Size returns the length of the arena's mapping in bytes.
+func (s *Store) Size() int64 { return s.cfg.Capacity }
+
+// SharedFd returns a new read-only descriptor of the arena's memfd, for
+// passing to a reader in another process, which must close it. Such a
+// descriptor cannot be mapped writable, and the memfd's mode (0400) keeps
+// it from being reopened for writing through /proc. It fails where the
+// arena is anonymous memory (ErrNotShared) or the store is closed.
+func (s *Store) SharedFd() (int, error) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return -1, ErrClosed
+	}
+	if s.fd < 0 {
+		return -1, ErrNotShared
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", s.fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("store: reopen memfd read-only: %w", err)
+	}
+	return fd, nil
 }
 
 // Close unmaps the arena and closes its memfd, after waiting for operations
