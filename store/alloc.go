@@ -2,8 +2,8 @@ package store
 
 import (
 	"encoding/binary"
-	"math/rand/v2"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"unsafe"

@@ -22,8 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
