@@ -46,6 +46,8 @@ func commandTable() map[string]handler {
 		"shade.reset":    {2, 2, cmdReset},
 		"shade.warm":     {2, 2, cmdWarm},
 		"shade.stats":    {1, 2, cmdStats},
+		"shade.map":      {1, 1, cmdMap},
+		"shade.locate":   {2, -1, cmdLocate},
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/redcon"
+
+	"github.com/shade-mesh/shade/store"
 )
 
 // Backend is what the trainer socket serves. The node implements it. All
@@ -51,13 +53,25 @@ type Backend interface {
 	Stats(dataset string) ([]byte, error)
 	// Info returns "key:value" lines for the INFO reply's shade section.
 	Info() []string
+	// SharedArena returns a new read-only descriptor of the memory that
+	// holds the cached samples (the caller closes it), the memory's size
+	// and its ID, for SHADE.MAP; an error where it cannot be shared.
+	SharedArena() (fd int, size int64, id uint64, err error)
+	// Locate is MGet for a trainer that maps the shared memory: a sample
+	// held in it is answered by where it lies (Result.Located), any other
+	// by value. id is the ID of the memory the locations refer to.
+	Locate(ctx context.Context, keys [][]byte) (id uint64, res []Result)
 }
 
-// Result is one key's outcome in an MGet.
+// Result is one key's outcome in an MGet or a Locate.
 type Result struct {
 	Value []byte
 	Found bool
 	Err   error
+	// Located: Found, and the value lies at Loc in the shared memory
+	// (Locate only); Value is then nil.
+	Located bool
+	Loc     store.Location
 }
 
 // Coded is implemented by errors that carry a RESP error code other than
@@ -131,6 +145,9 @@ type SocketServer struct {
 // connState is one connection's private state.
 type connState struct {
 	authed bool
+	// fresh: the command being run is the first of its pipeline, so no
+	// reply is waiting in redcon's buffer (SHADE.MAP writes its own).
+	fresh  bool
 	buf    []byte // scratch for GET replies, reused
 }
 
@@ -264,7 +281,7 @@ func (s *SocketServer) Close() error {
 }
 
 func (s *SocketServer) accept(conn redcon.Conn) bool {
-	conn.SetContext(&connState{authed: s.cfg.RequirePass == ""})
+	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true})
 	s.mu.Lock()
 	s.conns++
 	s.total++
@@ -285,6 +302,7 @@ func (s *SocketServer) closed(conn redcon.Conn, err error) {
 // commands of one connection in order, and flushes after a pipeline.
 func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 	st := conn.Context().(*connState)
+	defer func() { st.fresh = len(conn.PeekPipeline()) == 0 }()
 	name := commandName(cmd.Args[0])
 	if !st.authed && name != "auth" && name != "quit" && name != "hello" {
 		conn.WriteError("NOAUTH Authentication required.")
