@@ -147,8 +147,8 @@ type connState struct {
 	authed bool
 	// fresh: the command being run is the first of its pipeline, so no
 	// reply is waiting in redcon's buffer (SHADE.MAP writes its own).
-	fresh  bool
-	buf    []byte // scratch for GET replies, reused
+	fresh bool
+	buf   []byte // scratch for GET replies, reused
 }
 
 // ListenSocket creates the socket file with cfg.Mode and starts serving in
