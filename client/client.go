@@ -58,6 +58,12 @@ type Options struct {
 	// RetryFor is how long a command keeps retrying while the peer cannot
 	// be reached, from the first failure; 0 means 30s.
 	RetryFor time.Duration
+	// NoSharedMemory turns off the zero-copy path. By default the client
+	// maps the peer's cache memory (SHADE.MAP; the socket is local, so the
+	// peer is on this node) and copies samples held there straight out of
+	// it, validating each copy, instead of receiving them over the socket.
+	// Where the peer cannot share its memory, the client uses MGET.
+	NoSharedMemory bool
 	// PoolSize is the most connections of each of the client's two pools
 	// (ordinary commands; blocking SHADE.ORDER); 0 means go-redis's default,
 	// 10 per GOMAXPROCS.
@@ -114,6 +120,7 @@ type Client struct {
 	readWait time.Duration
 	rdb      *redis.Client // ordinary commands, read timeout ReadTimeout
 	blocking *redis.Client // SHADE.ORDER: reads bounded per call instead
+	shm      *shared
 }
 
 // New returns a client of the peer at o.Socket. It validates o and does not
@@ -147,14 +154,25 @@ func New(o Options) (*Client, error) {
 		readWait: o.ReadTimeout,
 		rdb:      redis.NewClient(&ordinary),
 		blocking: redis.NewClient(&blocking),
+		shm: &shared{
+			off:      o.NoSharedMemory || !sharedSupported,
+			socket:   o.Socket,
+			password: o.Password,
+			timeout:  o.DialTimeout,
+		},
 	}, nil
 }
 
 // Close closes the client's connections. Commands in flight fail; the
 // client must not be used afterwards.
 func (c *Client) Close() error {
+	c.shm.close()
 	return errors.Join(c.rdb.Close(), c.blocking.Close())
 }
+
+// SharedMemory reports whether the client reads samples held by the peer
+// straight from its memory (mapping it now if it has not yet).
+func (c *Client) SharedMemory() bool { return c.shm.mapping() != nil }
 
 // Ping checks that the peer answers (and accepts the password).
 func (c *Client) Ping(ctx context.Context) error {
@@ -168,6 +186,13 @@ func (c *Client) Ping(ctx context.Context) error {
 // ErrNotFound; an error reply for the sample is a *SampleError wrapping the
 // *ServerError (but an authentication failure is the bare *ServerError).
 func (c *Client) Get(ctx context.Context, dataset string, id int) ([]byte, error) {
+	if c.shm.mapping() != nil {
+		v, err := c.MGet(ctx, dataset, []int{id})
+		if err != nil {
+			return nil, err
+		}
+		return v[0], nil
+	}
 	key := sampleKey(dataset, id)
 	v, err := c.do(ctx, c.rdb, 0, "GET", key)
 	var se *ServerError
@@ -191,21 +216,40 @@ func (c *Client) Get(ctx context.Context, dataset string, id int) ([]byte, error
 // the caller. If any sample is missing or failed, MGet returns a
 // *SampleError naming the first such key (wrapping ErrNotFound or the
 // *ServerError) and no samples.
+//
+// Samples the peer holds are copied straight out of its memory where it
+// can be shared (see Options.NoSharedMemory); the result is the same.
 func (c *Client) MGet(ctx context.Context, dataset string, ids []int) ([][]byte, error) {
 	if len(ids) == 0 {
 		return [][]byte{}, nil
 	}
-	args := make([]any, 0, 1+len(ids))
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = sampleKey(dataset, id)
+	}
+	if m := c.shm.mapping(); m != nil {
+		out, err := c.locate(ctx, m, keys)
+		if !errors.Is(err, errStale) {
+			return out, err
+		}
+		c.shm.drop(m) // the peer restarted: map its new memory next time
+	}
+	return c.mgetKeys(ctx, keys)
+}
+
+// mgetKeys is MGet of keys over the socket.
+func (c *Client) mgetKeys(ctx context.Context, keys []string) ([][]byte, error) {
+	args := make([]any, 0, 1+len(keys))
 	args = append(args, "MGET")
-	for _, id := range ids {
-		args = append(args, sampleKey(dataset, id))
+	for _, k := range keys {
+		args = append(args, k)
 	}
 	v, err := c.do(ctx, c.rdb, 0, args...)
 	if err != nil {
 		return nil, err
 	}
 	elems, ok := v.([]any)
-	if !ok || len(elems) != len(ids) {
+	if !ok || len(elems) != len(keys) {
 		return nil, unexpected("MGET", v)
 	}
 	out := make([][]byte, len(elems))

@@ -1,0 +1,275 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
+
+	"github.com/shade-mesh/shade/store"
+)
+
+// shared is the client's view of the peer's cache memory, mapped through
+// SHADE.MAP, and the state of the zero-copy path.
+type shared struct {
+	mu       sync.RWMutex   // write-held to replace m; read-held while copying
+	m        *store.Mapping // nil: not mapped (yet, or any more)
+	off      bool           // disabled, or the peer cannot share its memory
+	retryAt  time.Time      // earliest next SHADE.MAP after a failure
+	password string
+	socket   string
+	timeout  time.Duration
+
+	copied atomic.Int64 // samples copied out of the peer's memory
+	moved  atomic.Int64 // located samples that moved before their copy
+}
+
+// sharedSupported: the copy validation relies on stores becoming visible
+// in program order (store.Location), which amd64 guarantees.
+const sharedSupported = runtime.GOARCH == "amd64"
+
+// mapRetry is how long the client waits before asking again for the memory
+// after SHADE.MAP failed (a peer restarting, a peer that cannot share).
+const mapRetry = 5 * time.Second
+
+// mapping returns the current mapping, mapping the memory first if the
+// path is on and it is not mapped yet. nil means: use plain MGET.
+func (s *shared) mapping() *store.Mapping {
+	s.mu.RLock()
+	m, off, retryAt := s.m, s.off, s.retryAt
+	s.mu.RUnlock()
+	if m != nil || off || time.Now().Before(retryAt) {
+		return m
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil && !s.off && !time.Now().Before(s.retryAt) {
+		m, err := mapPeerMemory(s.socket, s.password, s.timeout)
+		if err != nil {
+			var se *ServerError
+			if errors.As(err, &se) && se.Code != "NOAUTH" {
+				s.off = true // the peer cannot share: plain MGET for good
+			}
+			s.retryAt = time.Now().Add(mapRetry)
+			return nil
+		}
+		s.m = m
+	}
+	return s.m
+}
+
+// drop unmaps m if it is still the current mapping (the peer restarted
+// with new memory); the next call maps again.
+func (s *shared) drop(m *store.Mapping) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == m {
+		s.m.Close()
+		s.m = nil
+	}
+}
+
+func (s *shared) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m != nil {
+		s.m.Close()
+		s.m = nil
+	}
+	s.off = true
+}
+
+// mapPeerMemory runs SHADE.MAP on a connection of its own and maps the
+// descriptor that comes with the reply.
+func mapPeerMemory(socket, password string, timeout time.Duration) (*store.Mapping, error) {
+	conn, err := net.DialTimeout("unix", socket, timeout)
+	if err != nil {
+		return nil, err
+	}
+	uc := conn.(*net.UnixConn)
+	defer uc.Close()
+	uc.SetDeadline(time.Now().Add(timeout))
+	rd := bufio.NewReader(uc)
+	if password != "" {
+		fmt.Fprintf(uc, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password)
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		if len(line) > 0 && line[0] == '-' {
+			return nil, parseServerError(trimCRLF(line[1:]))
+		}
+	}
+	if _, err := uc.Write([]byte("*1\r\n$9\r\nSHADE.MAP\r\n")); err != nil {
+		return nil, err
+	}
+	// The reply is a few dozen bytes; the descriptor rides with its first.
+	buf := make([]byte, 256)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, msg := range msgs {
+			if got, err := unix.ParseUnixRights(&msg); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	reply := buf[:n]
+	if n > 0 && reply[0] == '-' {
+		return nil, parseServerError(trimCRLF(string(reply[1:])))
+	}
+	// The whole reply may not have come in the first read.
+	for !complete(reply) && len(reply) < len(buf) {
+		m, err := uc.Read(buf[len(reply):])
+		if err != nil {
+			return nil, err
+		}
+		reply = buf[:len(reply)+m]
+	}
+	size, id, err := parseMapReply(reply)
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 {
+		return nil, fmt.Errorf("client: SHADE.MAP: %d descriptors came with the reply, want 1", len(fds))
+	}
+	return store.MapShared(fds[0], size, id)
+}
+
+func trimCRLF(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// complete reports whether b holds a whole "*2\r\n:<n>\r\n:<n>\r\n".
+func complete(b []byte) bool {
+	lines := 0
+	for _, c := range b {
+		if c == '\n' {
+			lines++
+		}
+	}
+	return lines >= 3
+}
+
+func parseMapReply(b []byte) (size int64, id uint64, err error) {
+	var s, i int64
+	if _, err := fmt.Sscanf(string(b), "*2\r\n:%d\r\n:%d\r\n", &s, &i); err != nil || s <= 0 || i < 0 {
+		return 0, 0, fmt.Errorf("client: SHADE.MAP: malformed reply %q", b)
+	}
+	return s, uint64(i), nil
+}
+
+// locate reads samples through SHADE.LOCATE and the mapping m: held
+// samples are copied out of the peer's memory, the rest come by value.
+// Samples that moved while being copied are read again with MGET. It
+// returns errStale if the peer's memory is no longer the one mapped.
+func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([][]byte, error) {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, "SHADE.LOCATE")
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	v, err := c.do(ctx, c.rdb, 0, args...)
+	if err != nil {
+		return nil, err
+	}
+	elems, ok := v.([]any)
+	if !ok || len(elems) != len(keys)+1 {
+		return nil, unexpected("SHADE.LOCATE", v)
+	}
+	if id, ok := elems[0].(int64); !ok || uint64(id) != m.ID() {
+		return nil, errStale
+	}
+	out := make([][]byte, len(keys))
+	var moved []int
+	c.shm.mu.RLock()
+	if c.shm.m != m { // another call found the memory stale and unmapped it
+		c.shm.mu.RUnlock()
+		return nil, errStale
+	}
+	for i, e := range elems[1:] {
+		switch e := e.(type) {
+		case []any:
+			loc, err := parseLocation(e)
+			if err != nil {
+				c.shm.mu.RUnlock()
+				return nil, err
+			}
+			b, err := m.Copy(make([]byte, 0, loc.Len), loc)
+			if errors.Is(err, store.ErrMoved) {
+				c.shm.moved.Add(1)
+				moved = append(moved, i)
+				continue
+			}
+			if err != nil {
+				c.shm.mu.RUnlock()
+				return nil, &SampleError{Key: keys[i], Err: err}
+			}
+			c.shm.copied.Add(1)
+			out[i] = b
+		case string:
+			out[i] = []byte(e)
+		case nil:
+			c.shm.mu.RUnlock()
+			return nil, &SampleError{Key: keys[i], Err: ErrNotFound}
+		case redis.Error:
+			c.shm.mu.RUnlock()
+			return nil, &SampleError{Key: keys[i], Err: parseServerError(e.Error())}
+		default:
+			c.shm.mu.RUnlock()
+			return nil, unexpected("SHADE.LOCATE", e)
+		}
+	}
+	c.shm.mu.RUnlock()
+	if len(moved) > 0 {
+		again := make([]string, len(moved))
+		for j, i := range moved {
+			again[j] = keys[i]
+		}
+		vals, err := c.mgetKeys(ctx, again)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range moved {
+			out[i] = vals[j]
+		}
+	}
+	return out, nil
+}
+
+var errStale = errors.New("client: the peer's memory is not the one mapped")
+
+func parseLocation(e []any) (store.Location, error) {
+	if len(e) != 5 {
+		return store.Location{}, fmt.Errorf("client: SHADE.LOCATE: location of %d fields, want 5", len(e))
+	}
+	var f [5]uint64
+	for i, x := range e {
+		n, ok := x.(int64)
+		if !ok {
+			return store.Location{}, fmt.Errorf("client: SHADE.LOCATE: location field %d is %T", i, x)
+		}
+		f[i] = uint64(n)
+	}
+	return store.Location{Gen: f[0], GenOff: f[1], Off: f[2], Len: f[3], Sum: f[4]}, nil
+}

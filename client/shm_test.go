@@ -1,0 +1,134 @@
+package client
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// TestSharedMemoryServesHits: a client on the peer's node maps its memory
+// and copies held samples out of it; the bytes are the files'.
+func TestSharedMemoryServesHits(t *testing.T) {
+	if !sharedSupported {
+		t.Skip("zero-copy reads need amd64")
+	}
+	d := writeDataset(t)
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "toy="+d.root)
+	ctx := t.Context()
+	c := newClient(t, Options{Socket: sock})
+	if !c.SharedMemory() {
+		t.Fatal("the client did not map the peer's memory")
+	}
+	ids := make([]int, len(d.files))
+	for i := range ids {
+		ids[i] = i
+	}
+	for pass := range 2 { // the first reads through, the second hits
+		got, err := c.MGet(ctx, "toy", ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ids {
+			if !bytes.Equal(got[i], d.files[i]) {
+				t.Fatalf("pass %d: sample %d differs", pass, i)
+			}
+		}
+	}
+	if got, err := c.Get(ctx, "toy", 3); err != nil || !bytes.Equal(got, d.files[3]) {
+		t.Fatalf("Get = %d bytes, %v", len(got), err)
+	}
+	if n := c.shm.copied.Load(); n < int64(len(ids)) {
+		t.Fatalf("%d samples copied from shared memory, want at least %d", n, len(ids))
+	}
+
+	plain := newClient(t, Options{Socket: sock, NoSharedMemory: true})
+	if plain.SharedMemory() {
+		t.Fatal("NoSharedMemory client mapped the memory")
+	}
+	got, err := plain.MGet(ctx, "toy", ids)
+	if err != nil || !bytes.Equal(got[5], d.files[5]) || plain.shm.copied.Load() != 0 {
+		t.Fatalf("plain MGet: %v, copied %d", err, plain.shm.copied.Load())
+	}
+}
+
+// TestSharedMemoryUnderEviction: readers copy samples out of the peer's
+// memory while their own misses evict other samples from a cache far
+// smaller than the dataset. Every byte is checked against the files.
+func TestSharedMemoryUnderEviction(t *testing.T) {
+	if !sharedSupported {
+		t.Skip("zero-copy reads need amd64")
+	}
+	root := filepath.Join(t.TempDir(), "ds")
+	const n = 240
+	files := make([][]byte, n)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range files {
+		files[i] = make([]byte, 1024+rng.IntN(6000))
+		for k := range files[i] {
+			files[i][k] = byte(rng.Uint32())
+		}
+		dir := filepath.Join(root, fmt.Sprint(i%3))
+		os.MkdirAll(dir, 0o755)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%04d", i)), files[i], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Manifest order: class folders sorted, files sorted within them.
+	var order [][]byte
+	for c := range 3 {
+		for i := c; i < n; i += 3 {
+			order = append(order, files[i])
+		}
+	}
+	sock := socketPath(t)
+	startPeer(t, sock, "--dataset", "ds="+root, "--cache-size", "160KiB", "--policy", "lru")
+	ctx := t.Context()
+	c := newClient(t, Options{Socket: sock})
+	if !c.SharedMemory() {
+		t.Fatal("the client did not map the peer's memory")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 9))
+			ids := make([]int, 16)
+			for loop := range 150 {
+				for j := range ids {
+					ids[j] = r.IntN(40) // a hot set that mostly fits ...
+					if j%4 == 0 {
+						ids[j] = r.IntN(n) // ... and misses that evict it
+					}
+				}
+				got, err := c.MGet(ctx, "ds", ids)
+				if err != nil {
+					errs <- fmt.Errorf("loop %d: %w", loop, err)
+					return
+				}
+				for j, id := range ids {
+					if !bytes.Equal(got[j], order[id]) {
+						errs <- fmt.Errorf("loop %d: sample %d: wrong bytes", loop, id)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	copied, moved := c.shm.copied.Load(), c.shm.moved.Load()
+	t.Logf("copied from shared memory %d, moved before their copy (read again) %d", copied, moved)
+	if copied == 0 {
+		t.Fatal("no sample was copied from shared memory")
+	}
+}
