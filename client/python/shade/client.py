@@ -4,10 +4,12 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 
 import redis
 
+from . import shm
 from .errors import AuthError, OrderTimeout, PeerUnavailable, RequestError, SampleError
 
 log = logging.getLogger("shade")
@@ -21,6 +23,9 @@ REPORT_CHUNK = 16384
 # connection waits that long plus this margin before calling the peer hung.
 _ORDER_SOCKET_MARGIN = 60.0
 _SERVER_ORDER_LIMIT = 600.0
+
+# Seconds before SHADE.MAP is tried again after it failed.
+_MAP_RETRY = 5.0
 
 
 def _as_list(values):
@@ -55,12 +60,26 @@ class Client:
     :class:`shade.torch.ShadeSampler` for how the order then falls back.
     """
 
-    def __init__(self, socket_path, password=None, timeout=60.0, retry_for=30.0):
+    def __init__(self, socket_path, password=None, timeout=60.0, retry_for=30.0,
+                 shared_memory=True):
         """``timeout``: seconds to wait for any reply but SHADE.ORDER's
         (whose wait is bounded by its own timeout_ms and by the peer);
-        ``retry_for``: seconds to keep retrying an unreachable peer."""
+        ``retry_for``: seconds to keep retrying an unreachable peer;
+        ``shared_memory``: copy samples the peer holds straight out of its
+        memory (mapped through SHADE.MAP, see :mod:`shade.shm`) instead of
+        receiving them over the socket, where the peer can share it."""
         self.socket_path = os.fspath(socket_path)
         self.retry_for = float(retry_for)
+        self._password = password
+        self._map_timeout = min(timeout, 5.0) if timeout else 5.0
+        self._shm_on = bool(shared_memory) and shm.SUPPORTED
+        self._mapping = None
+        self._map_retry_at = 0.0
+        self._map_lock = threading.Lock()
+        #: samples copied out of the peer's memory, and located samples that
+        #: moved before their copy (read again over the socket)
+        self.shared_copies = 0
+        self.shared_moved = 0
         common = dict(
             unix_socket_path=self.socket_path,
             password=password,
@@ -122,17 +141,78 @@ class Client:
         return value
 
     def mget(self, dataset, ids):
-        """Bytes of every sample in ``ids``, in order, in one MGET round trip.
-        Raises SampleError naming the first sample that failed or is missing."""
+        """Bytes of every sample in ``ids``, in order, in one round trip
+        (SHADE.LOCATE and copies from the peer's memory where it is mapped,
+        MGET otherwise). Raises SampleError naming the first sample that
+        failed or is missing."""
         ids = [int(i) for i in _as_list(ids)]
         if not ids:
             return []
-        values = self._execute("MGET", *[f"{dataset}/{i}" for i in ids])
+        keys = [f"{dataset}/{i}" for i in ids]
+        values = None
+        m = self._shared()
+        if m is not None:
+            values = self._locate(m, keys)
+        if values is None:
+            values = self._execute("MGET", *keys)
         for i, v in zip(ids, values):
             if v is None:
                 raise SampleError(f"no sample {dataset}/{i} (index out of range or unknown dataset)")
             if isinstance(v, Exception):
                 raise SampleError(f"sample {dataset}/{i}: {v}")
+        return values
+
+    # -- shared memory ---------------------------------------------------
+
+    @property
+    def shared_memory(self):
+        """Whether samples the peer holds are read from its memory (mapping
+        it now if that has not been tried yet)."""
+        return self._shared() is not None
+
+    def _shared(self):
+        m = self._mapping
+        if m is not None or not self._shm_on or time.monotonic() < self._map_retry_at:
+            return m
+        with self._map_lock:
+            if self._mapping is None and self._shm_on and time.monotonic() >= self._map_retry_at:
+                try:
+                    self._mapping = shm.map_peer_memory(self.socket_path, self._password,
+                                                        self._map_timeout)
+                except shm.MapError as e:
+                    if e.refused and e.code != "NOAUTH":
+                        self._shm_on = False  # the peer cannot share: MGET for good
+                        log.info("shade peer at %s does not share its memory (%s); using MGET",
+                                 self.socket_path, e)
+                    self._map_retry_at = time.monotonic() + _MAP_RETRY
+                except (OSError, ValueError) as e:
+                    log.debug("SHADE.MAP on %s failed: %s", self.socket_path, e)
+                    self._map_retry_at = time.monotonic() + _MAP_RETRY
+            return self._mapping
+
+    def _locate(self, m, keys):
+        """Values of keys through SHADE.LOCATE and the mapping m, or None if
+        the peer's memory is no longer the one mapped (it restarted)."""
+        reply = self._execute("SHADE.LOCATE", *keys)
+        if not reply or reply[0] != m.id:
+            with self._map_lock:
+                if self._mapping is m:
+                    self._mapping = None  # map the new memory next time
+            return None
+        values = reply[1:]
+        moved = []
+        for k, v in enumerate(values):
+            if isinstance(v, list):
+                try:
+                    values[k] = m.copy(v)
+                    self.shared_copies += 1
+                except shm.Moved:
+                    moved.append(k)
+        if moved:
+            self.shared_moved += len(moved)
+            again = self._execute("MGET", *[keys[k] for k in moved])
+            for k, v in zip(moved, again):
+                values[k] = v
         return values
 
     def manifest(self, dataset):

@@ -1,0 +1,148 @@
+"""Zero-copy reads from the peer's shared memory, checked byte for byte."""
+
+import random
+import threading
+
+import pytest
+
+from conftest import TRAIN
+
+import shade
+from shade import shm
+
+pytestmark = pytest.mark.skipif(not shm.SUPPORTED, reason="zero-copy reads need x86-64")
+
+
+def _files(fmnist, client):
+    return [(fmnist / "train" / p).read_bytes() for p in client.manifest(TRAIN)]
+
+
+def test_mget_copies_held_samples_from_shared_memory(client, fmnist):
+    files = _files(fmnist, client)
+    ids = list(range(0, 200, 3))
+    assert client.shared_memory
+    for _ in range(2):  # the first pass reads through, the second hits
+        assert client.mget(TRAIN, ids) == [files[i] for i in ids]
+    assert client.shared_copies >= len(ids)
+
+    plain = shade.Client(client.socket_path, shared_memory=False)
+    try:
+        assert not plain.shared_memory
+        assert plain.mget(TRAIN, ids) == [files[i] for i in ids]
+        assert plain.shared_copies == 0
+    finally:
+        plain.close()
+
+
+def test_no_wrong_byte_while_evicting(make_peer, fmnist):
+    """Readers copy out of a cache far smaller than what they read, whose
+    misses evict what others are copying."""
+    # About 45 of the 200 samples (450 bytes each) fit.
+    p = make_peer("evict", "--cache-size", "24KiB", "--policy", "lru").start()
+    c = shade.Client(p.sock, retry_for=10)
+    try:
+        assert c.shared_memory
+        files = _files(fmnist, c)
+        errors = []
+
+        def reader(seed):
+            rng = random.Random(seed)
+            try:
+                for _ in range(120):
+                    ids = [rng.randrange(30) if k % 4 else rng.randrange(200) for k in range(16)]
+                    got = c.mget(TRAIN, ids)
+                    for i, v in zip(ids, got):
+                        if v != files[i]:
+                            errors.append(f"sample {i}: wrong bytes")
+                            return
+            except Exception as e:  # reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors[:3]
+        assert c.shared_copies > 0
+        print(f"copied {c.shared_copies}, moved and read again {c.shared_moved}")
+
+        # The race made certain: locate, evict everything, then copy.
+        keys = [f"{TRAIN}/{i}" for i in range(10)]
+        c.mget(TRAIN, range(10))
+        reply = c._execute("SHADE.LOCATE", *keys)
+        located = [v for v in reply[1:] if isinstance(v, list)]
+        assert located, "nothing of a batch just read is held"
+        c.mget(TRAIN, range(100, 200))  # LRU evicts the batch
+        m = c._mapping
+        with pytest.raises(shm.Moved):
+            for loc in located:
+                m.copy(loc)
+        # Evicted between SHADE.LOCATE and the copies: read again.
+        other = shade.Client(p.sock, shared_memory=False)
+        orig, calls = m.copy, []
+
+        def copy_after_eviction(loc):
+            if not calls:
+                other.mget(TRAIN, range(100, 200))
+            calls.append(loc)
+            return orig(loc)
+
+        c.mget(TRAIN, range(10))
+        moved = c.shared_moved
+        m.copy = copy_after_eviction
+        try:
+            assert c.mget(TRAIN, range(10)) == files[:10]
+        finally:
+            del m.copy
+            other.close()
+        assert calls and c.shared_moved >= moved + len(calls)
+    finally:
+        c.close()
+
+
+def test_mapping_follows_a_restarted_peer(make_peer, fmnist):
+    p = make_peer("restart").start()
+    c = shade.Client(p.sock, retry_for=10)
+    try:
+        files = _files(fmnist, c)
+        ids = list(range(20))
+        c.mget(TRAIN, ids)
+        assert c.mget(TRAIN, ids) == files[:20]
+        old = c._mapping
+        assert old is not None
+        p.kill()
+        p.start()
+        assert c.mget(TRAIN, ids) == files[:20]  # over MGET: the mapping is stale
+        c.mget(TRAIN, ids)
+        assert c.mget(TRAIN, ids) == files[:20]
+        assert c._mapping is not None and c._mapping.id != old.id
+    finally:
+        c.close()
+
+
+def test_password_and_refusal(make_peer, fmnist):
+    p = make_peer("pw", "--requirepass", "s3cret").start()
+    good = shade.Client(p.sock, password="s3cret", retry_for=2)
+    try:
+        assert good.shared_memory
+        files = _files(fmnist, good)
+        good.mget(TRAIN, [1, 2])
+        assert good.mget(TRAIN, [1, 2]) == files[1:3]
+    finally:
+        good.close()
+    with pytest.raises(shm.MapError) as e:
+        shm.map_peer_memory(p.sock)
+    assert e.value.code == "NOAUTH"
+
+
+def test_map_must_lead_its_pipeline(peer):
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(peer.sock)
+        s.sendall(b"*1\r\n$4\r\nPING\r\n*1\r\n$9\r\nSHADE.MAP\r\n*1\r\n$4\r\nPING\r\n")
+        data = b""
+        while data.count(b"\r\n") < 3:
+            data += s.recv(4096)
+        assert data.startswith(b"+PONG\r\n-ERR SHADE.MAP must be the first command")
+        assert data.endswith(b"+PONG\r\n")
