@@ -55,8 +55,9 @@ type ClusterConfig struct {
 	// EpochDeadline publishes the next epoch this long after the first
 	// rank finished, even if others have not; 0 means never.
 	EpochDeadline time.Duration
-	// Prefetch is how many samples of each local rank's slice are warmed
-	// when an order arrives; 0 means 1024, negative none.
+	// Prefetch is how many samples ahead of each local rank's reads in its
+	// slice of the order are kept read ahead (see Config.PrefetchMemory);
+	// 0 means 1024, negative none.
 	Prefetch int
 	// NoLocality turns off the locality-aware split of orders.
 	NoLocality bool

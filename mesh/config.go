@@ -72,8 +72,17 @@ type Config struct {
 	// KeepEpochs is how many published orders a job keeps for late ranks;
 	// 0 means 4.
 	KeepEpochs int
-	// SourceReads bounds concurrent source reads of one MGET; 0 means 16.
+	// SourceReads bounds concurrent source reads of one MGET, and the
+	// fetches in flight of each rank's read-ahead; 0 means 16.
 	SourceReads int
+	// SourceThrottle slows every dataset's source down like a remote
+	// object store (latency, a shared byte rate, bounded connections); the
+	// zero value leaves sources as they are.
+	SourceThrottle dataset.ThrottleConfig
+	// PrefetchMemory bounds the off-heap bytes of samples read ahead of the
+	// local ranks (ClusterConfig.Prefetch), beside CacheSize; 0 means
+	// 64 MiB.
+	PrefetchMemory int64
 	// TracePath, when set, records every sample read, score change and
 	// epoch this node's policy sees into that file (policy.ReadTrace's
 	// format), for offline comparison of policies.
@@ -113,6 +122,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SourceReads == 0 {
 		c.SourceReads = 16
+	}
+	if c.PrefetchMemory == 0 {
+		c.PrefetchMemory = 64 << 20
+	}
+	if c.PrefetchMemory < 0 {
+		return c, fmt.Errorf("%w: prefetch memory %d", ErrConfig, c.PrefetchMemory)
 	}
 	c.Cluster = c.Cluster.withDefaults()
 	return c, nil

@@ -66,6 +66,9 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		}
 		src = d
 	}
+	if cfg.SourceThrottle.Enabled() {
+		src = dataset.Throttle(src, cfg.SourceThrottle, nil)
+	}
 	m := src.Manifest()
 	ds := &datasetState{
 		name:     dc.Name,
@@ -146,6 +149,7 @@ type epochCounters struct {
 	evictions, rejected        atomic.Int64
 	sourceReads, sourceBytes   atomic.Int64
 	sourceErrors               atomic.Int64
+	prefetchHits               atomic.Int64 // misses served from the read-ahead buffer
 }
 
 func (ds *datasetState) current() *epochCounters { return ds.cur.Load() }
@@ -163,6 +167,12 @@ func (ds *datasetState) advance(epoch int) {
 }
 
 // EpochStats is a snapshot of one epoch's counters.
+//
+// PrefetchHits counts reads that missed every node's memory but found
+// their sample read ahead from the source: misses that did not wait for
+// it. They count as misses too, so the hit ratio stays the policy's own.
+// (A sample read ahead from a peer's memory counts as a peer hit, as it
+// would have without read-ahead.)
 type EpochStats struct {
 	Epoch          int     `json:"epoch"`
 	Hits           int64   `json:"hits"`
@@ -178,6 +188,7 @@ type EpochStats struct {
 	SourceReads    int64   `json:"source_reads"`
 	SourceBytes    int64   `json:"source_bytes"`
 	SourceErrors   int64   `json:"source_errors"`
+	PrefetchHits   int64   `json:"prefetch_hits"`
 	HitRatio       float64 `json:"hit_ratio"`
 }
 
@@ -197,6 +208,7 @@ func (c *epochCounters) snapshot() EpochStats {
 		SourceReads:    c.sourceReads.Load(),
 		SourceBytes:    c.sourceBytes.Load(),
 		SourceErrors:   c.sourceErrors.Load(),
+		PrefetchHits:   c.prefetchHits.Load(),
 	}
 	s.HitRatio = ratio(s.Hits, s.Hits+s.ColdMisses+s.CapacityMisses)
 	return s
@@ -216,6 +228,7 @@ func (s *EpochStats) add(o EpochStats) {
 	s.SourceReads += o.SourceReads
 	s.SourceBytes += o.SourceBytes
 	s.SourceErrors += o.SourceErrors
+	s.PrefetchHits += o.PrefetchHits
 	s.HitRatio = ratio(s.Hits, s.Hits+s.ColdMisses+s.CapacityMisses)
 }
 

@@ -40,9 +40,23 @@ func contains(list []string, s string) bool {
 // through (its co-owners' memory, then the source) and caches it; any
 // other node asks the owners, then reads the source itself. fromMemory
 // reports whether some node served it from memory.
+//
+// A sample the read-ahead holds (see readAhead) is taken from there; an
+// owner then offers it to its policy as a read-through would.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
+	n.observeRead(ds, idx)
 	owners := n.owners(ds, uint32(idx))
-	if len(owners) == 0 || contains(owners, n.cfg.Name) {
+	own := len(owners) == 0 || contains(owners, n.cfg.Name)
+	if v, mem, ok := n.takeReadAhead(ctx, ds, idx); ok {
+		if !mem {
+			ds.current().prefetchHits.Add(1) // else a peer hit, as without read-ahead
+		}
+		if own && n.admit(sampleID(ds, idx), key, v, ds) && !mem {
+			n.offer(ds, uint32(idx), v, owners)
+		}
+		return v, mem, nil
+	}
+	if own {
 		return n.readThrough(ctx, ds, idx, key, owners)
 	}
 	for _, owner := range n.preferred(owners) {
@@ -326,63 +340,8 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 	return resp, nil
 }
 
-// prefetchSlice warms the start of a local rank's slice of a new order in
-// its owners' memory, once per rank and epoch, in the background.
+// prefetchSlice starts the read-ahead of a local rank's slice of a new
+// order (see readAhead); calls for a slice already followed do nothing.
 func (n *Node) prefetchSlice(ds *datasetState, p *publishMsg, rank int) {
-	ahead := n.cfg.Cluster.Prefetch
-	if ahead <= 0 || p.Epoch < 0 {
-		return
-	}
-	key := fmt.Sprintf("%s/%d/%d/%d", ds.name, p.Gen, p.Epoch, rank)
-	n.qmu.Lock()
-	if n.prefetched[key] {
-		n.qmu.Unlock()
-		return
-	}
-	if len(n.prefetched) > 4096 {
-		n.prefetched = make(map[string]bool)
-	}
-	n.prefetched[key] = true
-	n.qmu.Unlock()
-	ids := p.Slices[rank]
-	if len(ids) > ahead {
-		ids = ids[:ahead]
-	}
-	n.goBackground(func(ctx context.Context) {
-		byOwner := make(map[string][]uint32)
-		for _, id := range ids {
-			if n.store.Has([]byte(keyOfSample(ds, id))) {
-				continue
-			}
-			owners := n.owners(ds, id)
-			if len(owners) == 0 {
-				continue
-			}
-			if contains(owners, n.cfg.Name) {
-				byOwner[n.cfg.Name] = append(byOwner[n.cfg.Name], id)
-			} else {
-				byOwner[owners[0]] = append(byOwner[owners[0]], id)
-			}
-		}
-		for owner, list := range byOwner {
-			if ctx.Err() != nil {
-				return
-			}
-			if owner == n.cfg.Name {
-				for _, id := range list {
-					key := []byte(keyOfSample(ds, id))
-					if !n.store.Has(key) {
-						n.readThrough(ctx, ds, int(id), key, n.owners(ds, id))
-					}
-				}
-				continue
-			}
-			for start := 0; start < len(list); start += 256 {
-				part := list[start:min(start+256, len(list))]
-				cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
-				_ = n.cluster.callName(cctx, owner, methodFetch, &fetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: part, Warm: true}, nil)
-				cancel()
-			}
-		}
-	})
+	n.followOrder(ds, p, rank)
 }

@@ -74,7 +74,7 @@ type Node struct {
 	reportQ        []queuedReport
 	reportSeq      uint64
 	scoreQ         map[string]map[string]map[uint32]struct{} // owner -> dataset -> ids
-	prefetched     map[string]bool
+	readAhead      readAhead                                 // samples fetched ahead of local ranks' reads
 	reportsDropped atomic.Int64
 	offerQ         map[string][]offerItem // co-owner -> samples to hand it
 	offerBytes     int
@@ -103,16 +103,15 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
 	n := &Node{
-		cfg:        cfg,
-		datasets:   make(map[string]*datasetState),
-		pol:        pol,
-		freeKeys:   make(map[policy.ID]string),
-		kick:       make(chan struct{}, 1),
-		scoreQ:     make(map[string]map[string]map[uint32]struct{}),
-		prefetched: make(map[string]bool),
-		offerQ:     make(map[string][]offerItem),
-		offering:   make(map[string]bool),
-		inflight:   make(map[string]int64),
+		cfg:      cfg,
+		datasets: make(map[string]*datasetState),
+		pol:      pol,
+		freeKeys: make(map[policy.ID]string),
+		kick:     make(chan struct{}, 1),
+		scoreQ:   make(map[string]map[string]map[uint32]struct{}),
+		offerQ:   make(map[string][]offerItem),
+		offering: make(map[string]bool),
+		inflight: make(map[string]int64),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.leader.Store("")

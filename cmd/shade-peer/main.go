@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shade-mesh/shade/admin"
+	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -128,7 +129,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		profile     = fs.String("gossip-profile", "lan", "failure-detection tuning: lan or local (loopback)")
 		joinWait    = fs.Duration("join-wait", 5*time.Second, "how long epoch 0 waits for every rank to ask for it")
 		deadline    = fs.Duration("epoch-deadline", 0, "publish the next epoch this long after the first rank finished, even if others have not (0: wait for all)")
-		prefetch    = fs.Int("prefetch", 1024, "samples of each local rank's slice warmed when an order arrives (0: none)")
+		prefetch    = fs.Int("prefetch", 1024, "samples kept read ahead of each local rank's reads in its slice of the epoch's order (0: no read-ahead)")
+		prefetchMem = fs.String("prefetch-memory", "64MiB", "off-heap memory for samples read ahead, beside --cache-size")
+		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
@@ -196,6 +199,14 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if err != nil || size <= 0 {
 		return cfg, nop, fmt.Errorf("--cache-size %q: want a positive size such as 2GiB", *cacheSize)
 	}
+	raMem, err := bytesize.Parse(*prefetchMem)
+	if err != nil || raMem <= 0 {
+		return cfg, nop, fmt.Errorf("--prefetch-memory %q: want a positive size such as 64MiB", *prefetchMem)
+	}
+	shape, err := dataset.ParseThrottle(*throttle)
+	if err != nil {
+		return cfg, nop, fmt.Errorf("--source-throttle %q: %w", *throttle, err)
+	}
 	if *warm != "on" && *warm != "off" {
 		return cfg, nop, fmt.Errorf("--warm %q: want on or off", *warm)
 	}
@@ -217,6 +228,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
 		TracePath: *tracePath, StateDir: *stateDir, NoWarm: *warm == "off", Logger: log,
+		PrefetchMemory: raMem, SourceThrottle: shape,
 	}
 	for _, d := range *datasets {
 		n, dir, ok := strings.Cut(d, "=")

@@ -64,3 +64,29 @@ func TestConfigurationReferenceIsCurrent(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceThrottleAndPrefetchMemory(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--source-throttle", "rate=20MiB/s,latency=10ms,concurrency=16", "--prefetch-memory", "32MiB"}, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th := cfg.Node.SourceThrottle; th.Rate != 20<<20 || th.Latency != 10*time.Millisecond || th.Concurrency != 16 {
+		t.Errorf("--source-throttle parsed as %+v", th)
+	}
+	if cfg.Node.PrefetchMemory != 32<<20 {
+		t.Errorf("--prefetch-memory parsed as %d", cfg.Node.PrefetchMemory)
+	}
+	env := map[string]string{"SHADE_SOURCE_THROTTLE": "latency=5ms"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if cfg, _, err = parseConfig(nil, lookup, io.Discard, io.Discard); err != nil || cfg.Node.SourceThrottle.Latency != 5*time.Millisecond {
+		t.Errorf("SHADE_SOURCE_THROTTLE: %+v, %v", cfg.Node.SourceThrottle, err)
+	}
+	if cfg, _, err = parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.SourceThrottle.Enabled() {
+		t.Errorf("no --source-throttle: %+v, %v", cfg.Node.SourceThrottle, err)
+	}
+	for _, bad := range [][]string{{"--source-throttle", "rate=fast"}, {"--source-throttle", "10ms"}, {"--prefetch-memory", "0"}} {
+		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

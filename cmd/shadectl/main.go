@@ -22,6 +22,7 @@ func commands() []command {
 		{"dataset", "prepare datasets: import-idx, index", runDataset},
 		{"members", "list the mesh's members as a peer sees them", runMembers},
 		{"ring", "show which peers own a key", runRing},
+		{"scale", "simulate a large mesh in one process: moves on churn, load spread, leader cost", runScale},
 		{"sim", "replay an access trace through every cache policy", runSim},
 		{"status", "members, leader, ring shares, cache and hit ratios of peers", runStatus},
 		{"warm", "preload a dataset into peers' caches, most important first", runWarm},

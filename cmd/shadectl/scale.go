@@ -1,0 +1,327 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shade-mesh/shade/mesh/ring"
+)
+
+// scaleOptions are shadectl scale's flags.
+type scaleOptions struct {
+	peers, samples, replicas, partitions int
+	load                                 float64
+	world, batch, trials                 int
+	seed                                 uint64
+	dataset                              string
+	rankRate                             float64
+	linkGbps                             float64
+	encodes                              int
+	only                                 string
+	cpuProfile                           string
+}
+
+// runScale simulates a large mesh in one process, with no network: the
+// ring a node builds from its members (mesh/ring), the samples that move
+// when one peer joins or leaves, the load spread after a failure, and the
+// leader's work for one epoch (merging every rank's reports, sending the
+// merged scores, replicating the table, drawing, splitting and encoding
+// the next order). Each figure is printed beside its ideal or budget and
+// the ratio.
+func runScale(args []string, stdout, stderr io.Writer) error {
+	var o scaleOptions
+	fs := pflag.NewFlagSet("shadectl scale", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.peers, "peers", 1000, "peers in the mesh")
+	fs.IntVar(&o.samples, "samples", 1_280_000, "samples in the dataset (1.28 M: ImageNet-1k's training set)")
+	fs.IntVar(&o.replicas, "replicas", ring.DefaultReplicas, "owners of each sample (R), as shade-peer --replicas")
+	fs.IntVar(&o.partitions, "partitions", ring.DefaultPartitions, "ring partitions (a node uses the default)")
+	fs.Float64Var(&o.load, "load", ring.DefaultLoad, "bounded-load factor of the ring (a node uses the default)")
+	fs.IntVar(&o.world, "world", 8, "ranks of the training job")
+	fs.IntVar(&o.batch, "batch", 256, "minibatch size of each report")
+	fs.IntVar(&o.trials, "trials", 5, "peers that join, and peers that leave, one at a time")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the leavers' choice, the losses and the job")
+	fs.StringVar(&o.dataset, "dataset", "imagenet", "dataset name in sample keys")
+	fs.Float64Var(&o.rankRate, "rank-rate", 2500, "samples per second one rank trains (2500: ResNet-50 on one A100, mixed precision); the epoch budget is samples/(world*rank-rate)")
+	fs.Float64Var(&o.linkGbps, "link-gbps", 25, "the leader's network link, Gbit/s, for the egress budget")
+	fs.IntVar(&o.encodes, "encodes", 8, "frames of each broadcast encoded to measure one; the cost is scaled to every peer")
+	fs.StringVar(&o.only, "only", "all", "what to simulate: ring, leader or all")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: shadectl scale [--peers 1000] [--samples 1280000] [--replicas 2] [--world 8] [--trials 5]")
+		fmt.Fprintln(stderr, "\nSimulates a mesh in one process, without network, through the node's own ring and")
+		fmt.Fprintln(stderr, "sampling code: the share of samples that move when one peer joins or leaves (ideal")
+		fmt.Fprintln(stderr, "1/N), the load spread over peers before and after a failure, and the leader's work")
+		fmt.Fprintln(stderr, "for one epoch, each beside its ideal or budget and the ratio.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("bad arguments: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case o.peers < 2:
+		return fmt.Errorf("--peers %d: want at least 2", o.peers)
+	case o.samples < 1 || o.samples > 1<<31:
+		return fmt.Errorf("--samples %d out of range", o.samples)
+	case o.replicas < 1, o.world < 1, o.batch < 1, o.trials < 1, o.encodes < 1:
+		return errors.New("--replicas, --world, --batch, --trials and --encodes must be positive")
+	case o.rankRate <= 0 || o.linkGbps <= 0:
+		return errors.New("--rank-rate and --link-gbps must be positive")
+	case !slices.Contains([]string{"ring", "leader", "all"}, o.only):
+		return fmt.Errorf("--only %q: want ring, leader or all", o.only)
+	}
+	progress := func(format string, args ...any) { fmt.Fprintf(stderr, "scale: "+format+"\n", args...) }
+	cfg := ring.Config{Partitions: o.partitions, Replicas: o.replicas, Load: o.load}
+
+	fmt.Fprintf(stdout, "shadectl scale: %d peers, %d samples of %q, R=%d, %d partitions, load factor %g; %s, GOMAXPROCS %d\n",
+		o.peers, o.samples, o.dataset, o.replicas, o.partitions, o.load, runtime.Version(), runtime.GOMAXPROCS(0))
+
+	var base *ring.Ring
+	if o.only != "leader" {
+		res, err := simulateRing(cfg, o.peers, o.samples, o.trials, o.dataset, o.seed, progress)
+		if err != nil {
+			return err
+		}
+		printRing(stdout, res)
+		base = res.Ring
+	}
+	if o.only == "ring" {
+		return nil
+	}
+	if base == nil {
+		names := make([]string, o.peers)
+		for i := range names {
+			names[i] = scalePeerName(i)
+		}
+		var err error
+		if base, err = ring.New(cfg, names); err != nil {
+			return err
+		}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes}
+	res, err := simulateMerge(job, base, progress)
+	if err != nil {
+		return err
+	}
+	printMerge(stdout, res, o)
+	return nil
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.3f%%", 100*f) }
+
+func ratio(measured, ideal float64) string {
+	if ideal == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", measured/ideal)
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(100 * time.Nanosecond)
+}
+
+func printRing(w io.Writer, res *ringResult) {
+	cfg := res.Config
+	fmt.Fprintf(w, "\n== ring: mesh/ring (buraksezer/consistent), built from %d member names as a node builds it\n", res.Peers)
+	var upd []time.Duration
+	for _, c := range append(slices.Clone(res.Joins), res.Leaves...) {
+		upd = append(upd, c.Update)
+	}
+	fmt.Fprintf(w, "ring.New of %d peers: %s; ring.Update by one peer: mean %s, worst %s (%d updates)\n",
+		res.Peers, round(res.Build), round(meanDur(upd)), round(slices.Max(upd)), len(upd))
+	if res.Peers > cfg.Partitions {
+		fmt.Fprintf(w, "note: %d peers > %d partitions: at most %d peers can be primary of anything\n",
+			res.Peers, cfg.Partitions, cfg.Partitions)
+	}
+
+	fmt.Fprintf(w, "\nsamples moved (%d samples, keys \"<dataset>/<index>\"; mean and worst of %d trials each)\n", res.Samples, len(res.Joins))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "event\tfigure\tmean\tworst\tideal\tmean/ideal\tworst/ideal\t")
+	type fig struct {
+		name  string
+		get   func(churn) float64
+		ideal float64
+	}
+	for _, ev := range []struct {
+		name string
+		cs   []churn
+		n    int
+	}{{"join", res.Joins, res.Peers + 1}, {"leave", res.Leaves, res.Peers}} {
+		r := float64(min(cfg.Replicas, ev.n))
+		for _, f := range []fig{
+			{"primary moved", func(c churn) float64 { return c.Primary }, 1 / float64(ev.n)},
+			{"copies moved", func(c churn) float64 { return c.Copies }, 1 / float64(ev.n)},
+			{"owner set changed", func(c churn) float64 { return c.Owners }, r / float64(ev.n)},
+		} {
+			var sum, worst float64
+			for _, c := range ev.cs {
+				v := f.get(c)
+				sum += v
+				worst = max(worst, v)
+			}
+			mean := sum / float64(len(ev.cs))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ev.name, f.name, pct(mean), pct(worst), pct(f.ideal),
+				ratio(mean, f.ideal), ratio(worst, f.ideal))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "ideal: 1/N of primaries and of copies (N = %d after a join, %d before a leave); R/N of owner sets\n",
+		res.Peers+1, res.Peers)
+
+	fmt.Fprintf(w, "\nload per peer, relative to the mean (ideal 1.00 for max, p99; 0.00 for stddev; 0 empty peers)\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "view\tcounted\tpeers\tmean\tmax/mean\tp99/mean\tstddev/mean\tempty\t")
+	row := func(view, counted string, s spread) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t\n", view, counted, s.Peers, s.Mean, s.Max, s.P99, s.StdDev, s.Empty)
+	}
+	row("all peers", "copies (R owners)", res.Before)
+	row("all peers", "primaries", res.BeforePrimary)
+	worst := 0
+	for i, c := range res.Leaves {
+		if c.After.Max > res.Leaves[worst].After.Max {
+			worst = i
+		}
+	}
+	if len(res.Leaves) > 0 {
+		c := res.Leaves[worst]
+		row("after "+c.Peer+" failed", "copies (R owners)", c.After)
+		row("after "+c.Peer+" failed", "primaries", c.AfterPrimary)
+	}
+	tw.Flush()
+	if len(res.Leaves) > 0 {
+		fmt.Fprintln(w, "(after a failure: the trial with the highest max/mean)")
+	}
+
+	fmt.Fprintln(w, "\nwhere a failed peer's copies go (ideal: over many survivors, largest share near 1/(N-1))")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "failed\tcopies held\tpartitions\tsurvivors receiving\tlargest share\tcopies moved\tupdate\t")
+	for _, c := range res.Leaves {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", c.Peer, c.Held, c.Partitions, c.Recipients, pct(c.Largest), pct(c.Copies), round(c.Update))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nwhat a joining peer takes")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "joined\tcopies held\tpartitions\tcopies moved\tprimary moved\tupdate\t")
+	for _, c := range res.Joins {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t\n", c.Peer, c.Held, c.Partitions, pct(c.Copies), pct(c.Primary), round(c.Update))
+	}
+	tw.Flush()
+}
+
+func meanDur(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
+	fmt.Fprintf(w, "\n== leader: one epoch of %d samples, world %d, minibatches of %d, %d peers\n", res.Samples, res.World, res.Batch, res.Peers)
+	fmt.Fprintf(w, "budget: one epoch at %d ranks x %.0f samples/s = %.0f samples/s: %s\n",
+		res.World, o.rankRate, res.Throughput, round(res.Epoch))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step\tmeasured\tx\tper epoch\tallocs\talloc bytes\tframes\twire bytes\t")
+	var total time.Duration
+	var wire float64
+	for _, s := range res.Steps {
+		times := "1"
+		if s.Times != 1 {
+			times = fmt.Sprintf("%.0f", s.Times)
+		}
+		frames, bytes := "-", "-"
+		if s.Messages > 0 {
+			frames = fmt.Sprintf("%.0f", s.Messages)
+			bytes = scaleBytes(s.WireBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), times, round(s.perEpoch()),
+			int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times), frames, bytes)
+		total += s.perEpoch()
+		wire += s.WireBytes
+	}
+	tw.Flush()
+	for _, s := range res.Steps {
+		if s.Note != "" {
+			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
+		}
+	}
+	fmt.Fprintf(w, "  (split without locality, sampling.Split: %s)\n", round(res.PlainSplit))
+
+	link := o.linkGbps * 1e9 / 8 // bytes per second
+	sum := func(keep func(*mergeStep) bool) (cpu time.Duration, wire float64) {
+		for _, s := range res.Steps {
+			if keep(s) {
+				cpu += s.perEpoch()
+				wire += s.WireBytes
+			}
+		}
+		return cpu, wire
+	}
+	reportCPU, _ := sum(func(s *mergeStep) bool { return !s.Between && !strings.HasPrefix(s.Name, "replicate") })
+	repCPU, repWire := sum(func(s *mergeStep) bool { return strings.HasPrefix(s.Name, "replicate") })
+	pubCPU, pubWire := sum(func(s *mergeStep) bool { return s.Between })
+	epoch := res.Epoch.Seconds()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "figure\tmeasured\tbudget\tratio\t")
+	fmt.Fprintf(tw, "reports: samples/s the leader absorbs (decode, merge, queue, send scores)\t%.0f/s\t%.0f/s (the job)\t%s\t\n",
+		float64(res.Samples)/reportCPU.Seconds(), res.Throughput, ratio(float64(res.Samples)/reportCPU.Seconds(), res.Throughput))
+	fmt.Fprintf(tw, "leader CPU per epoch, all steps\t%s\t%s (the epoch)\t%s\t\n", round(total), round(res.Epoch), ratio(total.Seconds(), epoch))
+	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", round(repCPU), ratio(repCPU.Seconds(), epoch))
+	fmt.Fprintf(tw, "  of which the next order (ranks wait)\t%s\t\t%s\t\n", round(pubCPU), ratio(pubCPU.Seconds(), epoch))
+	fmt.Fprintf(tw, "leader egress per epoch\t%s\t%s (%.0f Gbit/s)\t%s\t\n", scaleBytes(wire), scaleBytes(link*epoch), o.linkGbps, ratio(wire, link*epoch))
+	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", scaleBytes(repWire), ratio(repWire, link*epoch))
+	fmt.Fprintf(tw, "  of which the next order\t%s\t\t%s\t\n", scaleBytes(pubWire), ratio(pubWire, link*epoch))
+	fmt.Fprintf(tw, "next order on the link (ranks wait)\t%s\t%s (the epoch)\t%s\t\n",
+		round(time.Duration(pubWire/link*float64(time.Second))), round(res.Epoch), ratio(pubWire/link, epoch))
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nwhat-if, measured here, not what a node does now:")
+	once := pubCPU - res.step("publish: encode frames").perEpoch() + res.PublishOnce
+	fmt.Fprintf(w, "  order encoded once, framed for each peer (msgpack.RawMessage): next order %s CPU instead of %s (%s of the epoch)\n",
+		round(once), round(pubCPU), ratio(once.Seconds(), epoch))
+	rounds := res.Epoch.Seconds() / replicateEvery.Seconds()
+	for _, k := range []int{2} {
+		b := rounds * float64(k) * float64(res.TableFrame)
+		fmt.Fprintf(w, "  table replicated to %d standby peers, not all %d: %s per epoch (%s of the link) instead of %s\n",
+			k, res.Peers-1, scaleBytes(b), ratio(b, link*epoch), scaleBytes(repWire))
+	}
+	fmt.Fprintf(w, "leader heap in use after the epoch: %s; %d of %d samples scored\n", scaleBytes(float64(res.HeapInuse)), res.Scored, res.Samples)
+}

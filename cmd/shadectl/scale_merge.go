@@ -1,0 +1,568 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/sampling"
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// The peer-protocol messages the leader receives and sends, field for field
+// and tag for tag as package mesh declares them (reportReq, scoresReq,
+// replicateReq, publishMsg), so that their encoded sizes and the cost of
+// encoding them are a node's.
+type (
+	wireReportBatch struct {
+		Dataset string    `msgpack:"d"`
+		Epoch   int       `msgpack:"e"`
+		IDs     []uint32  `msgpack:"i"`
+		Losses  []float64 `msgpack:"l"`
+	}
+	wireReportReq struct {
+		Batches []wireReportBatch `msgpack:"b"`
+	}
+	wireScores struct {
+		Dataset string    `msgpack:"d"`
+		IDs     []uint32  `msgpack:"i"`
+		Scores  []float64 `msgpack:"s"`
+		Mean    float64   `msgpack:"m"`
+	}
+	wireReplicate struct {
+		Dataset string `msgpack:"d"`
+		Version string `msgpack:"v"`
+		Term    uint64 `msgpack:"t"`
+		Table   []byte `msgpack:"b"`
+	}
+	wirePublish struct {
+		Dataset string     `msgpack:"d"`
+		Version string     `msgpack:"v"`
+		Gen     uint64     `msgpack:"g"`
+		Epoch   int        `msgpack:"e"`
+		Term    uint64     `msgpack:"t"`
+		World   int        `msgpack:"w"`
+		Slices  [][]uint32 `msgpack:"s"`
+		Sampler []byte     `msgpack:"c"`
+		Ranks   []string   `msgpack:"r"`
+	}
+)
+
+// frameHeader is the peer protocol's length prefix and method.
+const frameHeader = 6
+
+// encodeFrame encodes v as a peer-protocol frame into dst's storage, as
+// the transport does for every call: a pooled msgpack encoder with its
+// default options, after a header.
+func encodeFrame(dst []byte, v any) ([]byte, error) {
+	w := bytes.NewBuffer(dst[:0])
+	w.Write(make([]byte, frameHeader))
+	enc := msgpack.GetEncoder()
+	enc.Reset(w)
+	err := enc.Encode(v)
+	msgpack.PutEncoder(enc)
+	return w.Bytes(), err
+}
+
+// decodeFrame decodes a frame's body as the leader's node does: the
+// transport checks the msgpack structure, the mesh checks it again and
+// unmarshals.
+func decodeFrame(frame []byte, v any) error {
+	body := frame[frameHeader:]
+	if err := peer.CheckMsgpack(body); err != nil {
+		return err
+	}
+	if err := peer.CheckMsgpack(body); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(body, v)
+}
+
+// Intervals of the node's background loops (mesh.runLoops): queued scores
+// go to their owners every 25 ms, the leader replicates its changed score
+// table to every member every 500 ms (ClusterConfig.ReplicateEvery's
+// default), and each node forwards its queued reports every 25 ms.
+const (
+	scoreFlushEvery = 25 * time.Millisecond
+	replicateEvery  = 500 * time.Millisecond
+)
+
+// meter accumulates the wall time and heap allocations of a step.
+type meter struct {
+	Dur           time.Duration
+	Allocs, Bytes uint64
+}
+
+func (m *meter) run(fn func() error) error {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	start := time.Now()
+	err := fn()
+	m.Dur += time.Since(start)
+	runtime.ReadMemStats(&b)
+	m.Allocs += b.Mallocs - a.Mallocs
+	m.Bytes += b.TotalAlloc - a.TotalAlloc
+	return err
+}
+
+// mergeStep is one step of the leader's work for an epoch.
+type mergeStep struct {
+	Name string
+	meter
+	// Times is how often the measured work repeats per epoch: the step's
+	// cost per epoch is meter times Times (1 when measured whole).
+	Times float64
+	// Messages and WireBytes are what the step sends per epoch, in frames
+	// and bytes (each copy to each peer counted).
+	Messages  float64
+	WireBytes float64
+	// Between marks the steps between the last DONE of an epoch and the
+	// next order: the ranks wait for them.
+	Between bool
+	Note    string
+}
+
+func (s mergeStep) perEpoch() time.Duration { return time.Duration(float64(s.Dur) * s.Times) }
+
+// mergeResult is the leader half of shadectl scale.
+type mergeResult struct {
+	Samples, World, Batch, Peers int
+	Epoch                        time.Duration // the budget: one epoch at the assumed throughput
+	Throughput                   float64       // samples/s, all ranks together
+	Steps                        []*mergeStep
+	Scored                       int
+	HeapInuse                    uint64
+	PlainSplit                   time.Duration // sampling.Split of the same order, for comparison
+	// PublishOnce is what the order's broadcast would cost encoded once
+	// rather than once per peer (msgpack.RawMessage framed for each peer).
+	PublishOnce time.Duration
+	// TableFrame is the size of one replication frame.
+	TableFrame int
+	// Slices are the ranks' parts of the next epoch's order.
+	Slices [][]uint32
+}
+
+// step returns the step of that name, nil if there is none.
+func (r *mergeResult) step(name string) *mergeStep {
+	for _, s := range r.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// scaleJob is the leader's setup for one simulated job.
+type scaleJob struct {
+	dataset  string
+	samples  int
+	world    int
+	batch    int
+	rankRate float64 // samples per second one rank trains
+	seed     uint64
+	// encodes is how many copies of a broadcast are encoded to measure
+	// one; the cost is extrapolated to every peer.
+	encodes int
+}
+
+// simulateMerge runs the leader's work for one epoch of a job of world
+// ranks over r's members: it merges the minibatch reports of epoch 0
+// (losses drawn at random, arriving as the ranks' nodes forward them),
+// queues and sends the merged scores to the samples' owners, replicates
+// the score table, and draws, splits and encodes epoch 1's PADS order.
+// The leader is the member with the lowest name, as a mesh elects it.
+func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*mergeResult, error) {
+	members := r.Members()
+	leader := members[0]
+	peers := len(members)
+	throughput := float64(job.world) * job.rankRate
+	res := &mergeResult{
+		Samples: job.samples, World: job.world, Batch: job.batch, Peers: peers,
+		Throughput: throughput,
+		Epoch:      time.Duration(float64(job.samples) / throughput * float64(time.Second)),
+	}
+	rng := rand.New(rand.NewPCG(job.seed, 0x1ead))
+
+	// The job: ranks on distinct peers where there are enough.
+	rankNode := make([]string, job.world)
+	perm := rng.Perm(peers)
+	for rank := range rankNode {
+		rankNode[rank] = members[perm[rank%peers]]
+	}
+	table := sampling.NewTable(job.samples, 0)
+	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1})
+	order, err := sampler.Order(0, table)
+	if err != nil {
+		return nil, err
+	}
+	slices0, err := sampling.Split(order, job.world)
+	if err != nil {
+		return nil, err
+	}
+
+	// What the ranks' nodes send: each forwards the minibatches its ranks
+	// reported in one 25 ms window as one request; requests from all
+	// nodes interleave. Reports from ranks on the leader's own node are
+	// merged without crossing the wire.
+	perRequest := max(1, int(job.rankRate*scoreFlushEvery.Seconds())/job.batch)
+	type request struct {
+		frame   []byte
+		batches []wireReportBatch // local: not encoded
+	}
+	var requests []request
+	pos := make([]int, job.world)
+	for left := true; left; {
+		left = false
+		for rank, slice := range slices0 {
+			var req wireReportReq
+			for range perRequest {
+				if pos[rank] >= len(slice) {
+					break
+				}
+				end := min(pos[rank]+job.batch, len(slice))
+				b := wireReportBatch{Dataset: job.dataset, Epoch: 0, IDs: slice[pos[rank]:end], Losses: make([]float64, end-pos[rank])}
+				for i := range b.Losses {
+					b.Losses[i] = rng.ExpFloat64()
+				}
+				req.Batches = append(req.Batches, b)
+				pos[rank] = end
+			}
+			if len(req.Batches) == 0 {
+				continue
+			}
+			left = true
+			if rankNode[rank] == leader {
+				requests = append(requests, request{batches: req.Batches})
+				continue
+			}
+			frame, err := encodeFrame(nil, &req)
+			if err != nil {
+				return nil, err
+			}
+			requests = append(requests, request{frame: frame})
+		}
+	}
+	progress("leader %s: %d report requests of epoch 0 from %d ranks", leader, len(requests), job.world)
+
+	step := func(name string, times float64, between bool, note string) *mergeStep {
+		s := &mergeStep{Name: name, Times: times, Between: between, Note: note}
+		res.Steps = append(res.Steps, s)
+		return s
+	}
+	decodeStep := step("decode reports", 1, false, "msgpack check x2 + unmarshal, as the node serves a report")
+	var wireIn float64
+	batches := make([][]wireReportBatch, len(requests))
+	if err := decodeStep.run(func() error {
+		for i, q := range requests {
+			if q.frame == nil {
+				batches[i] = q.batches
+				continue
+			}
+			var err error
+			if batches[i], err = decodeReports(q.frame); err != nil {
+				return err
+			}
+			wireIn += float64(len(q.frame))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	decodeStep.Note += fmt.Sprintf("; %d requests, %s in", len(requests), scaleBytes(wireIn))
+	requests = nil
+
+	// The leader's work per request: merge (Table.Report) and queue the new
+	// scores for the samples' owners; every 25 ms of training the queued
+	// scores go out, one message per owner. Merging is measured over all
+	// requests at once; queueing and sending in 25 ms windows.
+	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report", job.batch))
+	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (ring.Owners of its key) + per-owner set, as mesh.queueScores")
+	flushStep := step("send scores to owners", 1, false, "")
+	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
+	flushSamples := max(1, int(throughput*scoreFlushEvery.Seconds()))
+	q := newScoreQueue(r, leader)
+	flush := func() error {
+		msgs, bytes, err := q.flush(table)
+		flushStep.Messages += float64(msgs)
+		flushStep.WireBytes += float64(bytes)
+		return err
+	}
+	if err := mergeStepM.run(func() error { return mergeReports(table, batches, tieRng) }); err != nil {
+		return nil, err
+	}
+	pending := 0
+	for _, bs := range batches {
+		for _, b := range bs {
+			_ = queueStep.run(func() error { q.add(b.Dataset, b.IDs); return nil })
+			pending += len(b.IDs)
+			if pending >= flushSamples {
+				pending = 0
+				if err := flushStep.run(flush); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := flushStep.run(flush); err != nil {
+		return nil, err
+	}
+	flushStep.Note = fmt.Sprintf("every 25 ms (%d samples trained): one scores message per owner, as mesh.flushScores", flushSamples)
+	batches = nil
+	res.Scored = table.NumScored()
+	progress("merged %d samples (%d scored)", job.samples, res.Scored)
+
+	// Replication: while the table changes, every 500 ms the leader
+	// encodes it and sends it to every other member, one frame each.
+	rounds := float64(res.Epoch) / float64(replicateEvery)
+	marshalStep := step("replicate: marshal table", rounds, false, fmt.Sprintf("Table.MarshalBinary, every 500 ms: %.0f rounds per epoch", rounds))
+	var tb []byte
+	if err := marshalStep.run(func() (err error) { tb, err = table.MarshalBinary(); return err }); err != nil {
+		return nil, err
+	}
+	encodes := min(job.encodes, peers-1)
+	repStep := step("replicate: encode frames", rounds*float64(peers-1)/float64(max(encodes, 1)), false,
+		fmt.Sprintf("one frame per member: %d per round, %d measured", peers-1, encodes))
+	rep := &wireReplicate{Dataset: job.dataset, Version: "v1", Term: 1, Table: tb}
+	var frame []byte
+	if err := repStep.run(func() (err error) { frame, err = encodeBroadcast(rep, encodes); return err }); err != nil {
+		return nil, err
+	}
+	repStep.Messages = rounds * float64(peers-1)
+	repStep.WireBytes = repStep.Messages * float64(len(frame))
+	res.TableFrame = len(frame)
+
+	// The next epoch's order.
+	orderStep := step("draw order (PADS)", 1, true, "sampling.Sampler.Order, epoch 1")
+	var next []uint32
+	if err := orderStep.run(func() (err error) { next, err = sampler.Order(1, table); return err }); err != nil {
+		return nil, err
+	}
+	splitStep := step("split (locality)", 1, true, "owner lookup per drawn sample, as mesh.localitySplit")
+	var parts [][]uint32
+	if err := splitStep.run(func() (err error) {
+		parts, err = localitySplit(next, job.world, rankNode, func(id uint32) []string {
+			return r.Owners([]byte(job.dataset + "/" + strconv.FormatUint(uint64(id), 10)))
+		})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if _, err := sampling.Split(next, job.world); err != nil {
+		return nil, err
+	}
+	res.PlainSplit = time.Since(start)
+	stateStep := step("sampler state", 1, true, "sampling.Sampler.MarshalBinary, carried in the order")
+	var state []byte
+	if err := stateStep.run(func() (err error) { state, err = sampler.MarshalBinary(); return err }); err != nil {
+		return nil, err
+	}
+	pubStep := step("publish: encode frames", float64(peers-1)/float64(max(encodes, 1)), true,
+		fmt.Sprintf("one frame per member: %d, %d measured", peers-1, encodes))
+	pub := &wirePublish{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
+		Slices: parts, Sampler: state, Ranks: rankNode}
+	if err := pubStep.run(func() (err error) { frame, err = encodeBroadcast(pub, encodes); return err }); err != nil {
+		return nil, err
+	}
+	pubStep.Messages = float64(peers - 1)
+	pubStep.WireBytes = pubStep.Messages * float64(len(frame))
+	if res.PublishOnce, err = encodeOnce(pub, encodes, peers-1); err != nil {
+		return nil, err
+	}
+	res.Slices = parts
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.HeapInuse = ms.HeapInuse
+	progress("order of epoch 1 drawn, split and encoded")
+	return res, nil
+}
+
+// decodeReports decodes one forwarded report request as the leader's node
+// serves it.
+func decodeReports(frame []byte) ([]wireReportBatch, error) {
+	var req wireReportReq
+	if err := decodeFrame(frame, &req); err != nil {
+		return nil, err
+	}
+	return req.Batches, nil
+}
+
+// mergeReports merges minibatches into the table as the leader does,
+// request by request.
+func mergeReports(table *sampling.Table, requests [][]wireReportBatch, rng *rand.Rand) error {
+	for _, bs := range requests {
+		for _, b := range bs {
+			if err := table.Report(b.IDs, b.Losses, rng); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scoreQueue is the leader's queue of merged scores for the samples'
+// owners, with the node's data structures (mesh.queueScores and
+// flushScores): per owner, per dataset, a set of sample ids.
+type scoreQueue struct {
+	r      *ring.Ring
+	leader string
+	q      map[string]map[string]map[uint32]struct{}
+	local  []uint32 // the leader's own share
+	frame  []byte
+}
+
+func newScoreQueue(r *ring.Ring, leader string) *scoreQueue {
+	return &scoreQueue{r: r, leader: leader, q: make(map[string]map[string]map[uint32]struct{})}
+}
+
+// add queues the samples of one merged minibatch for their owners.
+func (q *scoreQueue) add(dataset string, ids []uint32) {
+	for _, id := range ids {
+		for _, owner := range q.r.Owners([]byte(dataset + "/" + strconv.FormatUint(uint64(id), 10))) {
+			if owner == q.leader {
+				q.local = append(q.local, id)
+				continue
+			}
+			byDS := q.q[owner]
+			if byDS == nil {
+				byDS = make(map[string]map[uint32]struct{})
+				q.q[owner] = byDS
+			}
+			set := byDS[dataset]
+			if set == nil {
+				set = make(map[uint32]struct{})
+				byDS[dataset] = set
+			}
+			set[id] = struct{}{}
+		}
+	}
+}
+
+// flush encodes one scores message per owner and dataset, as the leader
+// sends them, and empties the queue; it returns the frames and bytes.
+func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error) {
+	for _, byDS := range q.q {
+		for name, set := range byDS {
+			req := &wireScores{Dataset: name, IDs: make([]uint32, 0, len(set)), Scores: make([]float64, 0, len(set))}
+			for id := range set {
+				req.IDs = append(req.IDs, id)
+				req.Scores = append(req.Scores, table.Score(id))
+			}
+			req.Mean = table.Mean()
+			if q.frame, err = encodeFrame(q.frame, req); err != nil {
+				return frames, bytes, err
+			}
+			frames++
+			bytes += len(q.frame)
+		}
+	}
+	q.q = make(map[string]map[string]map[uint32]struct{})
+	// The leader's own share: its policy takes the scores from the table.
+	scores := make([]float64, len(q.local))
+	for i, id := range q.local {
+		scores[i] = table.Score(id)
+	}
+	q.local = q.local[:0]
+	return frames, bytes, nil
+}
+
+// encodeBroadcast encodes n frames of v, as a broadcast does for each peer
+// (mesh.broadcast: one call, so one encode, per member), and returns the
+// last.
+func encodeBroadcast(v any, n int) (frame []byte, err error) {
+	for range n {
+		if frame, err = encodeFrame(frame, v); err != nil {
+			return nil, err
+		}
+	}
+	return frame, nil
+}
+
+// encodeOnce measures a broadcast of v to peers encoded once and framed
+// for each peer from the encoded bytes (msgpack.RawMessage): one encode
+// plus peers frame copies, the copies measured over n and scaled.
+func encodeOnce(v any, n, peers int) (time.Duration, error) {
+	start := time.Now()
+	body, err := msgpack.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	encode := time.Since(start)
+	raw := msgpack.RawMessage(body)
+	var frame []byte
+	start = time.Now()
+	for range n {
+		if frame, err = encodeFrame(frame, raw); err != nil {
+			return 0, err
+		}
+	}
+	return encode + time.Duration(float64(time.Since(start))*float64(peers)/float64(n)), nil
+}
+
+// localitySplit is mesh's split of an epoch's order among ranks, line for
+// line: equal slices, each drawn sample to a rank on one of its owners
+// where one has room, the order's sequence kept.
+func localitySplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) ([][]uint32, error) {
+	if world < 1 {
+		return nil, fmt.Errorf("world %d", world)
+	}
+	per := (len(order) + world - 1) / world
+	padded := order
+	for len(padded) < per*world {
+		padded = append(padded[:len(padded):len(padded)], order[:min(len(order), per*world-len(padded))]...)
+	}
+	ranksOn := make(map[string][]int)
+	for r, node := range rankNode {
+		if node != "" {
+			ranksOn[node] = append(ranksOn[node], r)
+		}
+	}
+	slices := make([][]uint32, world)
+	for r := range slices {
+		slices[r] = make([]uint32, 0, per)
+	}
+	var leftover []uint32
+	for _, id := range padded {
+		best := -1
+		for _, owner := range ownersOf(id) {
+			for _, r := range ranksOn[owner] {
+				if len(slices[r]) < per && (best < 0 || len(slices[r]) < len(slices[best])) {
+					best = r
+				}
+			}
+		}
+		if best < 0 {
+			leftover = append(leftover, id)
+			continue
+		}
+		slices[best] = append(slices[best], id)
+	}
+	r := 0
+	for _, id := range leftover {
+		for len(slices[r]) == per {
+			r++
+		}
+		slices[r] = append(slices[r], id)
+	}
+	return slices, nil
+}
+
+// scaleBytes formats a byte count with a binary unit.
+func scaleBytes(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", b)
+	}
+	return fmt.Sprintf("%.1f %s", b, units[i])
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/ring"
+)
+
+// Small sizes: 50 peers, 100k samples, R = 2, the node's 271 partitions.
+const (
+	testPeers   = 50
+	testSamples = 100_000
+	testDataset = "imagenet"
+)
+
+// moveFactor bounds a moved fraction against its ideal 1/N. consistent
+// moves whole partitions (about 5 per peer at 50 peers) and its bounded
+// load cascades a few more, and a departed primary's replacement brings
+// its own successor as replica: up to 2.6x was seen at these sizes.
+const moveFactor = 4
+
+func TestScaleSampleKeyIsTheNodes(t *testing.T) {
+	for _, id := range []uint32{0, 1, 9, 10, 1_279_999, 1<<32 - 1} {
+		if got, want := string(scaleSampleKey(nil, testDataset, id)), dataset.Key(testDataset, int(id)); got != want {
+			t.Fatalf("key of %d = %q, want %q", id, got, want)
+		}
+	}
+}
+
+func TestScaleRingMoves(t *testing.T) {
+	res, err := simulateRing(ring.Config{}, testPeers, testSamples, 3, testDataset, 1, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.Partitions != ring.DefaultPartitions || res.Config.Replicas != ring.DefaultReplicas {
+		t.Fatalf("config %+v, want the node's defaults", res.Config)
+	}
+	if len(res.Joins) != 3 || len(res.Leaves) != 3 {
+		t.Fatalf("%d joins, %d leaves, want 3 each", len(res.Joins), len(res.Leaves))
+	}
+	for _, c := range res.Joins {
+		ideal := 1.0 / (testPeers + 1)
+		if c.Copies > moveFactor*ideal || c.Primary > moveFactor*ideal {
+			t.Errorf("join of %s moved %.4f of copies, %.4f of primaries; ideal %.4f, bound %dx", c.Peer, c.Copies, c.Primary, ideal, moveFactor)
+		}
+		if c.Held == 0 || c.Copies == 0 {
+			t.Errorf("join of %s: holds %d copies, moved %.4f: a joiner takes a share", c.Peer, c.Held, c.Copies)
+		}
+	}
+	for _, c := range res.Leaves {
+		ideal := 1.0 / testPeers
+		if c.Copies > moveFactor*ideal || c.Primary > moveFactor*ideal {
+			t.Errorf("leave of %s moved %.4f of copies, %.4f of primaries; ideal %.4f, bound %dx", c.Peer, c.Copies, c.Primary, ideal, moveFactor)
+		}
+		// Every copy the departed peer held has a new holder.
+		if c.Held == 0 || c.Recipients == 0 || c.Largest <= 0 || c.Largest > 1 {
+			t.Errorf("leave of %s: held %d, %d recipients, largest share %v", c.Peer, c.Held, c.Recipients, c.Largest)
+		}
+		if c.After.Peers != testPeers-1 || c.After.Empty != 0 {
+			t.Errorf("after %s left: %+v", c.Peer, c.After)
+		}
+	}
+	if res.Before.Peers != testPeers || res.Before.Max < 1 || res.Before.Mean != float64(ring.DefaultReplicas*testSamples)/testPeers {
+		t.Errorf("spread before: %+v", res.Before)
+	}
+}
+
+// TestScaleRingOwners checks the rings the simulation compares: every
+// sample has R distinct owners, a departed peer owns none, and the ring
+// Update derives equals the one New builds.
+func TestScaleRingOwners(t *testing.T) {
+	names := make([]string, testPeers)
+	for i := range names {
+		names[i] = scalePeerName(i)
+	}
+	base, err := ring.New(ring.Config{}, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := names[17]
+	rest := slices.Delete(slices.Clone(names), 17, 18)
+	left, err := base.Update(rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := ring.New(ring.Config{}, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte(nil)
+	for id := range uint32(testSamples) {
+		key = scaleSampleKey(key[:0], testDataset, id)
+		for _, r := range []*ring.Ring{base, left} {
+			owners := r.Owners(key)
+			if len(owners) != ring.DefaultReplicas || owners[0] == owners[1] {
+				t.Fatalf("sample %d: owners %v, want %d distinct", id, owners, ring.DefaultReplicas)
+			}
+		}
+		if owners := left.Owners(key); slices.Contains(owners, gone) {
+			t.Fatalf("sample %d still owned by departed %s: %v", id, gone, owners)
+		}
+		if a, b := left.Owners(key), fresh.Owners(key); !slices.Equal(a, b) {
+			t.Fatalf("sample %d: Update gives %v, New %v", id, a, b)
+		}
+	}
+	counts := partitionSamples(base, testDataset, testSamples)
+	if c := compareRings(base, base, counts, "", false); c.Primary != 0 || c.Owners != 0 || c.Copies != 0 {
+		t.Fatalf("a ring against itself moved %+v", c)
+	}
+	sum := 0
+	for _, n := range counts {
+		sum += n
+	}
+	if sum != testSamples {
+		t.Fatalf("partition counts sum to %d, want %d", sum, testSamples)
+	}
+}
+
+func TestScaleMerge(t *testing.T) {
+	names := make([]string, 20)
+	for i := range names {
+		names[i] = scalePeerName(i)
+	}
+	r, err := ring.New(ring.Config{}, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const world = 4
+	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2}
+	res, err := simulateMerge(job, r, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Scored != testSamples {
+		t.Fatalf("%d samples scored after an epoch of reports, want %d", res.Scored, testSamples)
+	}
+	if len(res.Slices) != world {
+		t.Fatalf("%d slices, want %d", len(res.Slices), world)
+	}
+	total := 0
+	for rank, s := range res.Slices {
+		if len(s) != testSamples/world {
+			t.Fatalf("slice %d has %d ids, want %d", rank, len(s), testSamples/world)
+		}
+		for _, id := range s {
+			if id >= testSamples {
+				t.Fatalf("id %d out of range", id)
+			}
+		}
+		total += len(s)
+	}
+	if total != testSamples {
+		t.Fatalf("order of %d ids, want %d", total, testSamples)
+	}
+	for _, name := range []string{"decode reports", "merge (Table.Report)", "queue scores for owners", "send scores to owners",
+		"replicate: encode frames", "draw order (PADS)", "split (locality)", "publish: encode frames"} {
+		s := res.step(name)
+		if s == nil || s.Dur <= 0 {
+			t.Fatalf("step %q missing or not measured: %+v", name, s)
+		}
+	}
+	if s := res.step("publish: encode frames"); s.Messages != 19 || s.WireBytes < 19*4*testSamples {
+		t.Fatalf("publish: %v frames, %v bytes; want 19 frames of at least 4 bytes per id", s.Messages, s.WireBytes)
+	}
+	// Every scored sample's new score goes to its owners but the leader.
+	if s := res.step("send scores to owners"); s.Messages == 0 || s.WireBytes < float64(testSamples) {
+		t.Fatalf("scores: %v frames, %v bytes", s.Messages, s.WireBytes)
+	}
+}
+
+func TestScaleLocalitySplit(t *testing.T) {
+	// Samples 0..99: even ids owned by node a, odd by b; ranks 0, 1 on a,
+	// rank 2 on c.
+	order := make([]uint32, 100)
+	for i := range order {
+		order[i] = uint32(i)
+	}
+	owners := func(id uint32) []string {
+		if id%2 == 0 {
+			return []string{"a"}
+		}
+		return []string{"b"}
+	}
+	parts, err := localitySplit(order, 3, []string{"a", "a", "c"}, owners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []uint32
+	for r, p := range parts {
+		if len(p) != 34 {
+			t.Fatalf("slice %d has %d ids, want 34", r, len(p))
+		}
+		all = append(all, p...)
+	}
+	// The order padded by wrap-around to 102: 0..99, then 0 and 1.
+	want := append(slices.Clone(order), 0, 1)
+	slices.Sort(want)
+	slices.Sort(all)
+	if !slices.Equal(all, want) {
+		t.Fatalf("ids %v, want %v", all, want)
+	}
+	// a's ranks have room for all 51 even ids: none goes to rank 2 on c.
+	for _, id := range parts[2] {
+		if id%2 == 0 {
+			t.Fatalf("rank 2 on c got %d, owned by a, where a's ranks had room", id)
+		}
+	}
+}
+
+func TestScaleCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := runScale([]string{"--peers", "30", "--samples", "20000", "--trials", "2", "--world", "2", "--encodes", "1"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("%v\nstderr: %s", err, errOut.String())
+	}
+	for _, want := range []string{"30 peers, 20000 samples", "primary moved", "copies moved", "max/mean",
+		"survivors receiving", "leader CPU per epoch", "leader egress per epoch", "mean/ideal"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"extra"}} {
+		if err := runScale(args, &out, &errOut); err == nil {
+			t.Errorf("runScale(%q) succeeded", args)
+		}
+	}
+}
