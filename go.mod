@@ -61,3 +61,6 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// A patched copy of redcon v1.6.2: see third_party/redcon/PATCHES.md.
+replace github.com/tidwall/redcon => ./third_party/redcon
