@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 
 	"github.com/shade-mesh/shade/store"
@@ -180,9 +180,9 @@ func parseMapReply(b []byte) (size int64, id uint64, err error) {
 }
 
 // locate reads samples through SHADE.LOCATE and the mapping m: held
-// samples are copied out of the peer's memory, the rest come by value.
-// Samples that moved while being copied are read again with MGET. It
-// returns errStale if the peer's memory is no longer the one mapped.
+// samples are copied out of the peer's memory; the others, and those that
+// moved while being copied, are read with one MGET. It returns errStale if
+// the peer's memory is no longer the one mapped.
 func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([][]byte, error) {
 	args := make([]any, 0, 1+len(keys))
 	args = append(args, "SHADE.LOCATE")
@@ -194,63 +194,54 @@ func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([
 		return nil, err
 	}
 	elems, ok := v.([]any)
-	if !ok || len(elems) != len(keys)+1 {
+	if !ok || len(elems) != 2 {
 		return nil, unexpected("SHADE.LOCATE", v)
 	}
-	if id, ok := elems[0].(int64); !ok || uint64(id) != m.ID() {
+	id, ok1 := elems[0].(int64)
+	blob, ok2 := elems[1].(string)
+	if !ok1 || !ok2 || len(blob) != locationSize*len(keys) {
+		return nil, fmt.Errorf("client: SHADE.LOCATE: malformed reply for %d keys", len(keys))
+	}
+	if uint64(id) != m.ID() {
 		return nil, errStale
 	}
 	out := make([][]byte, len(keys))
-	var moved []int
+	var rest []int // not held, or moved: read with MGET
 	c.shm.mu.RLock()
 	if c.shm.m != m { // another call found the memory stale and unmapped it
 		c.shm.mu.RUnlock()
 		return nil, errStale
 	}
-	for i, e := range elems[1:] {
-		switch e := e.(type) {
-		case []any:
-			loc, err := parseLocation(e)
-			if err != nil {
-				c.shm.mu.RUnlock()
-				return nil, err
-			}
-			b, err := m.Copy(make([]byte, 0, loc.Len), loc)
-			if errors.Is(err, store.ErrMoved) {
-				c.shm.moved.Add(1)
-				moved = append(moved, i)
-				continue
-			}
-			if err != nil {
-				c.shm.mu.RUnlock()
-				return nil, &SampleError{Key: keys[i], Err: err}
-			}
-			c.shm.copied.Add(1)
-			out[i] = b
-		case string:
-			out[i] = []byte(e)
-		case nil:
-			c.shm.mu.RUnlock()
-			return nil, &SampleError{Key: keys[i], Err: ErrNotFound}
-		case redis.Error:
-			c.shm.mu.RUnlock()
-			return nil, &SampleError{Key: keys[i], Err: parseServerError(e.Error())}
-		default:
-			c.shm.mu.RUnlock()
-			return nil, unexpected("SHADE.LOCATE", e)
+	for i := range keys {
+		loc := parseLocation(blob[i*locationSize:])
+		if loc.Gen == 0 {
+			rest = append(rest, i)
+			continue
 		}
+		b, err := m.Copy(make([]byte, 0, loc.Len), loc)
+		if errors.Is(err, store.ErrMoved) {
+			c.shm.moved.Add(1)
+			rest = append(rest, i)
+			continue
+		}
+		if err != nil {
+			c.shm.mu.RUnlock()
+			return nil, &SampleError{Key: keys[i], Err: err}
+		}
+		c.shm.copied.Add(1)
+		out[i] = b
 	}
 	c.shm.mu.RUnlock()
-	if len(moved) > 0 {
-		again := make([]string, len(moved))
-		for j, i := range moved {
+	if len(rest) > 0 {
+		again := make([]string, len(rest))
+		for j, i := range rest {
 			again[j] = keys[i]
 		}
 		vals, err := c.mgetKeys(ctx, again)
 		if err != nil {
 			return nil, err
 		}
-		for j, i := range moved {
+		for j, i := range rest {
 			out[i] = vals[j]
 		}
 	}
@@ -259,17 +250,11 @@ func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([
 
 var errStale = errors.New("client: the peer's memory is not the one mapped")
 
-func parseLocation(e []any) (store.Location, error) {
-	if len(e) != 5 {
-		return store.Location{}, fmt.Errorf("client: SHADE.LOCATE: location of %d fields, want 5", len(e))
-	}
-	var f [5]uint64
-	for i, x := range e {
-		n, ok := x.(int64)
-		if !ok {
-			return store.Location{}, fmt.Errorf("client: SHADE.LOCATE: location field %d is %T", i, x)
-		}
-		f[i] = uint64(n)
-	}
-	return store.Location{Gen: f[0], GenOff: f[1], Off: f[2], Len: f[3], Sum: f[4]}, nil
+// locationSize is the bytes of one key's location in a SHADE.LOCATE reply:
+// gen, gen_offset, offset, length, xxhash64, little-endian uint64 each.
+const locationSize = 40
+
+func parseLocation(b string) store.Location {
+	u := func(k int) uint64 { return binary.LittleEndian.Uint64([]byte(b[8*k : 8*k+8])) }
+	return store.Location{Gen: u(0), GenOff: u(1), Off: u(2), Len: u(3), Sum: u(4)}
 }

@@ -1,10 +1,8 @@
 package mesh
 
 import (
-	"context"
-
 	"github.com/shade-mesh/shade/policy"
-	"github.com/shade-mesh/shade/transport"
+	"github.com/shade-mesh/shade/store"
 )
 
 // SharedArena implements transport.Backend: a read-only descriptor of the
@@ -20,59 +18,38 @@ func (n *Node) SharedArena() (fd int, size int64, id uint64, err error) {
 	return fd, n.store.Size(), n.store.ID(), nil
 }
 
-// Locate implements transport.Backend. It is MGet, except that a sample
-// held here is answered by where it lies in the cache's memory; the reads
-// are counted as MGet counts them.
-func (n *Node) Locate(ctx context.Context, keys [][]byte) (uint64, []transport.Result) {
-	res := make([]transport.Result, len(keys))
+// Locate implements transport.Backend: where each held sample lies in the
+// cache's memory. A sample found is a read, counted and traced as a hit of
+// GET would be; the others are not counted here, because the trainer reads
+// them next with MGET, which reads them through and counts them.
+func (n *Node) Locate(keys [][]byte) (uint64, []store.Location) {
+	locs := make([]store.Location, len(keys))
 	if n.closed.Load() {
-		for i := range res {
-			res[i].Err = ErrClosed
-		}
-		return n.store.ID(), res
+		return n.store.ID(), locs
 	}
-	var (
-		hitIDs = make([]policy.ID, 0, len(keys))
-		misses []int
-		dss    = make([]*datasetState, len(keys))
-		idxs   = make([]int, len(keys))
-		mem    = make([]bool, len(keys))
-	)
+	hitIDs := make([]policy.ID, 0, len(keys))
 	for i, key := range keys {
 		ds, idx, out, err := n.route(key)
-		if err != nil {
-			res[i].Err = err
+		if err != nil || out {
 			continue
 		}
-		dss[i], idxs[i] = ds, idx
-		if out {
+		loc, ok := n.store.Locate(key)
+		if !ok {
 			continue
 		}
-		if ds != nil {
-			n.traceRead(ds, idx, key)
-		}
-		if loc, ok := n.store.Locate(key); ok {
-			res[i] = transport.Result{Found: true, Located: true, Loc: loc}
-			mem[i] = true
-			if ds == nil {
-				n.freeHits.Add(1)
-				hitIDs = append(hitIDs, freeID(key))
-			} else {
-				ds.current().hits.Add(1)
-				hitIDs = append(hitIDs, sampleID(ds, idx))
-			}
-			continue
-		}
+		locs[i] = loc
 		if ds == nil {
-			n.freeMisses.Add(1)
+			n.freeHits.Add(1)
+			hitIDs = append(hitIDs, freeID(key))
 			continue
 		}
-		misses = append(misses, i)
+		n.traceRead(ds, idx, key)
+		ds.current().hits.Add(1)
+		ds.countDecile(idx, true)
+		hitIDs = append(hitIDs, sampleID(ds, idx))
 	}
 	if len(hitIDs) > 0 {
 		n.hits(hitIDs...)
 	}
-	n.readMisses(ctx, keys, misses, dss, idxs, res, mem)
-	n.countMGetDeciles(dss, idxs, res, mem)
-	return n.store.ID(), res
+	return n.store.ID(), locs
 }

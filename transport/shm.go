@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 
@@ -11,20 +12,20 @@ import (
 // The zero-copy path. A trainer on this node sends SHADE.MAP on a
 // connection of its own; the reply, an array [size, id], carries a
 // read-only descriptor of the memory that holds the cached samples as
-// SCM_RIGHTS ancillary data, which the trainer maps. SHADE.LOCATE key...
-// then answers [id, entry...], one entry per key:
+// SCM_RIGHTS ancillary data, which the trainer maps.
 //
-//   - a sample held in that memory: an array of five integers [gen,
-//     gen_offset, offset, length, xxhash64 (as a signed 64-bit integer)].
-//     The trainer loads the 8-byte little-endian word at gen_offset, copies
-//     length bytes at offset, loads the word again, and keeps the copy only
-//     if both loads equal gen (see store.Location); otherwise the sample
-//     moved and it asks again (GET or MGET).
-//   - any other sample: its bytes, as MGET would answer.
-//   - nil for an unknown key, an error reply for a failed read.
-//
-// id names the memory; a trainer whose mapping has another id (the peer
-// restarted) maps again.
+// SHADE.LOCATE key [key ...] then answers an array [id, locations]: id
+// names the memory (a trainer whose mapping has another id maps again: the
+// peer restarted), and locations is a bulk string of LocationSize bytes per
+// key, five little-endian uint64 each: gen, gen_offset, offset, length,
+// xxhash64. gen 0 means the sample is not held here; the trainer reads
+// those with MGET. For the others it loads the 8-byte word at gen_offset,
+// copies length bytes at offset, loads the word again, and keeps the copy
+// only if both loads equal gen (see store.Location); otherwise the sample
+// moved, and it too is read with MGET.
+
+// LocationSize is the bytes of one key's location in a SHADE.LOCATE reply.
+const LocationSize = 40
 
 func cmdMap(s *SocketServer, c redcon.Conn, st *connState, _ [][]byte) {
 	if !st.fresh {
@@ -61,25 +62,16 @@ func cmdLocate(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(keys), s.cfg.MaxKeys))
 		return
 	}
-	id, res := s.backend.Locate(s.ctx, keys)
-	c.WriteArray(len(res) + 1)
-	c.WriteInt64(int64(id))
-	for _, r := range res {
-		switch {
-		case r.Err != nil:
-			writeErr(c, r.Err)
-		case !r.Found:
-			c.WriteNull()
-		case r.Located:
-			l := r.Loc
-			c.WriteArray(5)
-			c.WriteInt64(int64(l.Gen))
-			c.WriteInt64(int64(l.GenOff))
-			c.WriteInt64(int64(l.Off))
-			c.WriteInt64(int64(l.Len))
-			c.WriteInt64(int64(l.Sum))
-		default:
-			c.WriteBulk(r.Value)
-		}
+	id, locs := s.backend.Locate(keys)
+	b := make([]byte, 0, LocationSize*len(locs))
+	for _, l := range locs {
+		b = binary.LittleEndian.AppendUint64(b, l.Gen)
+		b = binary.LittleEndian.AppendUint64(b, l.GenOff)
+		b = binary.LittleEndian.AppendUint64(b, l.Off)
+		b = binary.LittleEndian.AppendUint64(b, l.Len)
+		b = binary.LittleEndian.AppendUint64(b, l.Sum)
 	}
+	c.WriteArray(2)
+	c.WriteInt64(int64(id))
+	c.WriteBulk(b)
 }

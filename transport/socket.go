@@ -57,21 +57,18 @@ type Backend interface {
 	// holds the cached samples (the caller closes it), the memory's size
 	// and its ID, for SHADE.MAP; an error where it cannot be shared.
 	SharedArena() (fd int, size int64, id uint64, err error)
-	// Locate is MGet for a trainer that maps the shared memory: a sample
-	// held in it is answered by where it lies (Result.Located), any other
-	// by value. id is the ID of the memory the locations refer to.
-	Locate(ctx context.Context, keys [][]byte) (id uint64, res []Result)
+	// Locate finds the samples held in the shared memory, for a trainer
+	// that maps it: locs[i] is where the value of keys[i] lies, or zero
+	// (Gen 0) where it is not held; the trainer reads those with MGET. id
+	// is the ID of the memory the locations refer to.
+	Locate(keys [][]byte) (id uint64, locs []store.Location)
 }
 
-// Result is one key's outcome in an MGet or a Locate.
+// Result is one key's outcome in an MGet.
 type Result struct {
 	Value []byte
 	Found bool
 	Err   error
-	// Located: Found, and the value lies at Loc in the shared memory
-	// (Locate only); Value is then nil.
-	Located bool
-	Loc     store.Location
 }
 
 // Coded is implemented by errors that carry a RESP error code other than

@@ -191,27 +191,38 @@ class Client:
             return self._mapping
 
     def _locate(self, m, keys):
-        """Values of keys through SHADE.LOCATE and the mapping m, or None if
-        the peer's memory is no longer the one mapped (it restarted)."""
+        """Values of keys: those the peer holds copied out of the mapping m,
+        the rest (and any that moved during the copy) read with one MGET;
+        None if the peer's memory is no longer the one mapped (it
+        restarted)."""
         reply = self._execute("SHADE.LOCATE", *keys)
-        if not reply or reply[0] != m.id:
+        if not isinstance(reply, list) or len(reply) != 2 or reply[0] != m.id:
             with self._map_lock:
                 if self._mapping is m:
                     self._mapping = None  # map the new memory next time
             return None
-        values = reply[1:]
-        moved = []
-        for k, v in enumerate(values):
-            if isinstance(v, list):
-                try:
-                    values[k] = m.copy(v)
-                    self.shared_copies += 1
-                except shm.Moved:
-                    moved.append(k)
-        if moved:
-            self.shared_moved += len(moved)
-            again = self._execute("MGET", *[keys[k] for k in moved])
-            for k, v in zip(moved, again):
+        locs = reply[1]
+        if len(locs) != shm.LOCATION_SIZE * len(keys):
+            raise RequestError(f"SHADE.LOCATE: {len(locs)}-byte reply for {len(keys)} keys")
+        words = memoryview(locs).cast("Q")
+        values = [None] * len(keys)
+        rest = []
+        moved = 0
+        for k in range(len(keys)):
+            w = words[5 * k:5 * k + 4]
+            if w[0] == 0:
+                rest.append(k)
+                continue
+            try:
+                values[k] = m.copy(w)
+            except shm.Moved:
+                moved += 1
+                rest.append(k)
+        self.shared_copies += len(keys) - len(rest)
+        self.shared_moved += moved
+        if rest:
+            again = self._execute("MGET", *[keys[k] for k in rest])
+            for k, v in zip(rest, again):
                 values[k] = v
         return values
 

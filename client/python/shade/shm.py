@@ -3,13 +3,14 @@ of its memory.
 
 SHADE.MAP, sent alone on a connection of its own, answers [size, id] with a
 read-only descriptor of the peer's cache memory attached (SCM_RIGHTS); the
-client maps it. SHADE.LOCATE key... then answers [id, entry...]: for a held
-sample an array [gen, gen_offset, offset, length, xxhash64], for any other
-its bytes (as MGET), nil or an error. A held sample is copied between two
-loads of the 8-byte generation word at gen_offset and kept only if both equal
-gen: the peer changes a block's generation before it can reuse the block, and
-never gives a block a generation it used before, so an eviction racing the
-copy is always caught and the sample is read again over the socket.
+client maps it. SHADE.LOCATE key... then answers [id, locations], where
+locations holds five little-endian uint64 per key: gen, gen_offset, offset,
+length, xxhash64, with gen 0 for a sample not held (read with MGET). A held
+sample is copied between two loads of the 8-byte generation word at
+gen_offset and kept only if both equal gen: the peer changes a block's
+generation before it can reuse the block, and never gives a block a
+generation it used before, so an eviction racing the copy is always caught
+and the sample is read again with MGET.
 
 The check relies on stores becoming visible in program order and on aligned
 8-byte loads being atomic, as on x86-64; elsewhere the client uses MGET.
@@ -21,6 +22,9 @@ import platform
 import socket
 
 SUPPORTED = platform.machine() in ("x86_64", "AMD64")
+
+#: bytes of one key's location in a SHADE.LOCATE reply
+LOCATION_SIZE = 40
 
 
 class MapError(Exception):
@@ -48,12 +52,11 @@ class Mapping:
         self._words = memoryview(self._mm).cast("Q")
 
     def copy(self, loc):
-        """The bytes at a location [gen, gen_offset, offset, length, sum];
+        """The bytes at a location (gen, gen_offset, offset, length, ...);
         raises Moved if the block changed during the copy."""
         gen, gen_off, off, length = loc[0], loc[1], loc[2], loc[3]
-        if gen_off % 8 or not 0 <= gen_off <= self.size - 8 or off < 0 or length < 0 \
-                or off + length > self.size:
-            raise ValueError(f"location {loc!r} outside a {self.size}-byte mapping")
+        if gen_off % 8 or gen_off > self.size - 8 or off + length > self.size:
+            raise ValueError(f"location {list(loc)!r} outside a {self.size}-byte mapping")
         word = gen_off // 8
         if self._words[word] != gen:
             raise Moved()
