@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -248,7 +249,17 @@ func (n *Node) refreshMembers() {
 					Str("ours", ds.manifest.Version).Msg("dataset version differs: not sharing it with this peer")
 			}
 		}
-		r, err := ring.New(ring.Config{Partitions: c.cfg.Partitions, Replicas: c.cfg.Replicas}, names)
+		cur := ds.ring.Load()
+		if cur != nil && slices.Equal(cur.Members(), sortedCopy(names)) {
+			continue // this dataset's members did not change
+		}
+		var r *ring.Ring
+		var err error
+		if cur != nil {
+			r, err = cur.Update(names) // O(changes x members), not New's O(members^2)
+		} else {
+			r, err = ring.New(ring.Config{Partitions: c.cfg.Partitions, Replicas: c.cfg.Replicas}, names)
+		}
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("ring")
 			continue
@@ -490,6 +501,11 @@ func (n *Node) broadcast(m peer.Method, msg any) {
 	if n.cluster == nil {
 		return
 	}
+	// Encode once for every member: an epoch's order of a large dataset is
+	// megabytes, and encoding it per member cost more than the epoch.
+	if raw, err := msgpack.Marshal(msg); err == nil {
+		msg = msgpack.RawMessage(raw)
+	}
 	for _, p := range n.cluster.alive() {
 		if p.name != n.cfg.Name {
 			n.sendInBackground(p.name, m, msg)
@@ -553,3 +569,10 @@ func (n *Node) Members() []string {
 
 // Leader returns the leader this node follows; "" while there is none.
 func (n *Node) Leader() string { return n.leaderName() }
+
+// sortedCopy returns names sorted, as ring.Ring.Members returns them.
+func sortedCopy(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return out
+}
