@@ -269,27 +269,53 @@ func (n *Node) flushScores(ctx context.Context) {
 	}
 }
 
+// tableStandbys is how many members get every change of a score table:
+// the next in line to lead, so that a takeover loses at most one
+// replication interval of merged losses.
+const tableStandbys = 2
+
 // replicateTables saves changed score tables and, on the leader, sends
-// them to every other member.
+// them on: every change to the standbys (the members that lead next), and
+// to every other member as often as ReplicateBudget allows. A table of a
+// large dataset is megabytes, and a thousand members each getting it twice
+// a second would take more than the leader's link.
 func (n *Node) replicateTables(ctx context.Context) {
 	n.saveScores()
 	if !n.leading() || n.cluster == nil {
 		return
 	}
+	var others []string
+	for _, p := range n.cluster.alive() { // sorted by name: the next leaders first
+		if p.name != n.cfg.Name {
+			others = append(others, p.name)
+		}
+	}
+	standbys := others[:min(len(others), tableStandbys)]
 	for _, ds := range n.ordered {
 		ds.tableMu.Lock()
-		if !ds.tableDirty {
+		now := time.Now()
+		toAll := ds.tableBehind && now.Sub(ds.tableAllAt) >= ds.tableSpread
+		if !ds.tableDirty && !toAll {
 			ds.tableMu.Unlock()
 			continue
 		}
 		b, err := ds.table.MarshalBinary()
 		ds.tableDirty = false
+		if toAll {
+			ds.tableBehind, ds.tableAllAt = false, now
+			ds.tableSpread = time.Duration(float64(len(b)*len(others)) / float64(n.cfg.Cluster.ReplicateBudget) * float64(time.Second))
+		}
 		ds.tableMu.Unlock()
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Msg("score table")
 			continue
 		}
-		n.broadcast(methodReplicate, &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b})
+		req := &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		if toAll {
+			n.sendEach(others, methodReplicate, req)
+		} else {
+			n.sendEach(standbys, methodReplicate, req)
+		}
 	}
 }
 

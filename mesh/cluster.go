@@ -48,8 +48,12 @@ type ClusterConfig struct {
 	// 0 means 250 ms.
 	RetryEvery time.Duration
 	// ReplicateEvery is how often the leader replicates changed score
-	// tables; 0 means 500 ms.
+	// tables to the standbys (the members that lead next); 0 means 500 ms.
 	ReplicateEvery time.Duration
+	// ReplicateBudget bounds, in bytes per second, the leader's sending of
+	// changed score tables to every other member (standbys aside); 0 means
+	// 64 MiB/s. A small mesh gets them every ReplicateEvery.
+	ReplicateBudget int64
 	// JoinWait is how long epoch 0 waits for every rank to ask for it;
 	// 0 means 5 s.
 	JoinWait time.Duration
@@ -88,6 +92,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	}
 	if c.ReplicateEvery == 0 {
 		c.ReplicateEvery = 500 * time.Millisecond
+	}
+	if c.ReplicateBudget == 0 {
+		c.ReplicateBudget = 64 << 20
 	}
 	if c.JoinWait == 0 {
 		c.JoinWait = 5 * time.Second
@@ -501,15 +508,27 @@ func (n *Node) broadcast(m peer.Method, msg any) {
 	if n.cluster == nil {
 		return
 	}
-	// Encode once for every member: an epoch's order of a large dataset is
-	// megabytes, and encoding it per member cost more than the epoch.
+	var names []string
+	for _, p := range n.cluster.alive() {
+		if p.name != n.cfg.Name {
+			names = append(names, p.name)
+		}
+	}
+	n.sendEach(names, m, msg)
+}
+
+// sendEach sends msg to every named member in the background, encoded once
+// for all: an epoch's order or a score table of a large dataset is
+// megabytes, and encoding it per member cost more than the epoch.
+func (n *Node) sendEach(names []string, m peer.Method, msg any) {
+	if len(names) == 0 {
+		return
+	}
 	if raw, err := msgpack.Marshal(msg); err == nil {
 		msg = msgpack.RawMessage(raw)
 	}
-	for _, p := range n.cluster.alive() {
-		if p.name != n.cfg.Name {
-			n.sendInBackground(p.name, m, msg)
-		}
+	for _, name := range names {
+		n.sendInBackground(name, m, msg)
 	}
 }
 

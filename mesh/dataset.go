@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/ring"
@@ -25,10 +26,13 @@ type datasetState struct {
 	// orders this node holds, and the leader's state while this node leads.
 	tableMu      sync.Mutex
 	table        *sampling.Table
-	tableDirty   bool       // changed since the last replication
-	tableUnsaved bool       // changed since the last save to StateDir
-	tableTerm    uint64     // term of the leader whose merges the table holds
-	rng          *rand.Rand // breaks ties between equal losses; under tableMu
+	tableDirty   bool          // changed since the last replication to the standbys
+	tableBehind  bool          // changed since the last replication to every member
+	tableAllAt   time.Time     // when the table last went to every member
+	tableSpread  time.Duration // the wait before the next round to every member
+	tableUnsaved bool          // changed since the last save to StateDir
+	tableTerm    uint64        // term of the leader whose merges the table holds
+	rng          *rand.Rand    // breaks ties between equal losses; under tableMu
 	book         *orderBook
 	lead         atomic.Pointer[leaderJob]
 	ring         atomic.Pointer[ring.Ring] // owners among members serving this version

@@ -242,7 +242,7 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 		ds.tableMu.Lock()
 		err = ds.table.Report(b.IDs, b.Losses, ds.rng)
 		if err == nil {
-			ds.tableDirty, ds.tableUnsaved, ds.tableTerm = true, true, n.term.Load()
+			ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, n.term.Load()
 		}
 		ds.tableMu.Unlock()
 		if err != nil {
@@ -470,7 +470,7 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 	ds.tableMu.Lock()
 	err := ds.table.UnmarshalBinary(resp.Table)
 	if err == nil {
-		ds.tableDirty, ds.tableUnsaved, ds.tableTerm = true, true, resp.Term
+		ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, resp.Term
 	}
 	ds.tableMu.Unlock()
 	if err != nil {

@@ -134,6 +134,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
+		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 8 per peer (e.g. 8191 for 1,000)")
+		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")
@@ -242,6 +244,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		tlsCA: *tlsCA, tlsCert: *tlsCert, tlsKey: *tlsKey, devTLS: *devTLS, name: cfg.Node.Name,
 		replicas: *replicas, expect: *expect, profile: *profile, joinWait: *joinWait,
 		deadline: *deadline, prefetch: *prefetch, locality: *locality, drain: *drain,
+		partitions: *partitions, repBudget: *repBudget,
 	}); err != nil {
 		return cfg, nop, err
 	}
@@ -254,10 +257,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 }
 
 type clusterFlags struct {
-	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality string
-	seeds                                                                                    []string
-	replicas, expect, prefetch                                                               int
-	joinWait, deadline, drain                                                                time.Duration
+	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality, repBudget string
+	seeds                                                                                               []string
+	replicas, expect, prefetch, partitions                                                              int
+	joinWait, deadline, drain                                                                           time.Duration
 }
 
 // clusterConfig turns the mesh flags into the node's ClusterConfig; no
@@ -271,6 +274,14 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 	if f.joinWait <= 0 || f.deadline < 0 || f.prefetch < 0 {
 		return cc, fmt.Errorf("--join-wait must be positive; --epoch-deadline and --prefetch not negative")
 	}
+	if f.partitions < 1 {
+		return cc, fmt.Errorf("--ring-partitions %d: want at least 1", f.partitions)
+	}
+	budget, err := bytesize.Parse(f.repBudget)
+	if err != nil || budget <= 0 {
+		return cc, fmt.Errorf("--replicate-budget %q: want a positive size per second, such as 64MiB", f.repBudget)
+	}
+	cc.Partitions, cc.ReplicateBudget = f.partitions, budget
 	if f.gossipAddr == "" && len(f.seeds) == 0 {
 		return cc, nil
 	}
@@ -296,7 +307,6 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 		}
 		cc.GossipKey = key
 	}
-	var err error
 	switch {
 	case f.devTLS != "":
 		name := f.name

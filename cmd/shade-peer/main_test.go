@@ -90,3 +90,18 @@ func TestSourceThrottleAndPrefetchMemory(t *testing.T) {
 		}
 	}
 }
+
+func TestRingPartitionsAndReplicateBudget(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--ring-partitions", "8191", "--replicate-budget", "16MiB"}, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 {
+		t.Errorf("parsed as partitions %d, budget %d", c.Partitions, c.ReplicateBudget)
+	}
+	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}} {
+		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

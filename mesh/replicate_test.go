@@ -1,0 +1,49 @@
+package mesh
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTablesReachStandbysEveryRoundOthersWithinBudget: the leader sends
+// every change of a score table to the two members next in line to lead,
+// and to the rest only as often as ReplicateBudget allows.
+func TestTablesReachStandbysEveryRoundOthersWithinBudget(t *testing.T) {
+	var budget int64 = 1 // byte per second: after the first, no full round for ages
+	m := startMesh(t, 4, meshOpts{configure: func(_ int, c *Config) { c.Cluster.ReplicateBudget = budget }})
+	leader := m.byName(m.peers[0].node.Leader())
+	if leader.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", leader.node.Name())
+	}
+	scored := func(name string) int { return m.byName(name).node.ordered[0].tableInfo().Scored }
+	report := func(from, to int) {
+		ids := make([]uint32, 0, to-from)
+		losses := make([]float64, 0, to-from)
+		for i := from; i < to; i++ {
+			ids, losses = append(ids, uint32(i)), append(losses, float64(i%7)+0.5)
+		}
+		if err := leader.node.Report("ds", 0, ids, losses); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The first change goes to everyone (no full round has been sent yet).
+	report(0, 100)
+	waitFor(t, 5*time.Second, "the first table on every member", func() bool {
+		return scored("n1") == 100 && scored("n2") == 100 && scored("n3") == 100
+	})
+	// Later changes reach the standbys n1 and n2 within a few rounds; n3
+	// waits for the budget.
+	report(100, 300)
+	waitFor(t, 5*time.Second, "the change on the standbys", func() bool {
+		return scored("n1") == 300 && scored("n2") == 300
+	})
+	time.Sleep(4 * 200 * time.Millisecond)
+	if got := scored("n3"); got != 100 {
+		t.Fatalf("n3 holds %d scored samples: the budget did not hold back the full round", got)
+	}
+
+	// A graceful stop of the leader hands its table to everyone.
+	leader.node.Close()
+	waitFor(t, 5*time.Second, "the leader's table on n3 after its hand-over", func() bool { return scored("n3") == 300 })
+}
