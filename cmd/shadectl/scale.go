@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh/ring"
 )
 
@@ -26,6 +27,7 @@ type scaleOptions struct {
 	dataset                              string
 	rankRate                             float64
 	linkGbps                             float64
+	budget                               string
 	encodes                              int
 	only                                 string
 	cpuProfile                           string
@@ -54,6 +56,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.dataset, "dataset", "imagenet", "dataset name in sample keys")
 	fs.Float64Var(&o.rankRate, "rank-rate", 2500, "samples per second one rank trains (2500: ResNet-50 on one A100, mixed precision); the epoch budget is samples/(world*rank-rate)")
 	fs.Float64Var(&o.linkGbps, "link-gbps", 25, "the leader's network link, Gbit/s, for the egress budget")
+	fs.StringVar(&o.budget, "replicate-budget", "64MiB", "per second: the leader's score-table replication budget, as shade-peer --replicate-budget")
 	fs.IntVar(&o.encodes, "encodes", 8, "frames of each broadcast encoded to measure one; the cost is scaled to every peer")
 	fs.StringVar(&o.only, "only", "all", "what to simulate: ring, leader or all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
@@ -86,6 +89,10 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--rank-rate and --link-gbps must be positive")
 	case !slices.Contains([]string{"ring", "leader", "all"}, o.only):
 		return fmt.Errorf("--only %q: want ring, leader or all", o.only)
+	}
+	budget, err := bytesize.Parse(o.budget)
+	if err != nil || budget <= 0 {
+		return fmt.Errorf("--replicate-budget %q: want a positive size per second", o.budget)
 	}
 	progress := func(format string, args ...any) { fmt.Fprintf(stderr, "scale: "+format+"\n", args...) }
 	cfg := ring.Config{Partitions: o.partitions, Replicas: o.replicas, Load: o.load}
@@ -126,7 +133,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes}
+	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes, budget: float64(budget)}
 	res, err := simulateMerge(job, base, progress)
 	if err != nil {
 		return err
@@ -313,15 +320,5 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		round(time.Duration(pubWire/link*float64(time.Second))), round(res.Epoch), ratio(pubWire/link, epoch))
 	tw.Flush()
 
-	fmt.Fprintln(w, "\nwhat-if, measured here, not what a node does now:")
-	once := pubCPU - res.step("publish: encode frames").perEpoch() + res.PublishOnce
-	fmt.Fprintf(w, "  order encoded once, framed for each peer (msgpack.RawMessage): next order %s CPU instead of %s (%s of the epoch)\n",
-		round(once), round(pubCPU), ratio(once.Seconds(), epoch))
-	rounds := res.Epoch.Seconds() / replicateEvery.Seconds()
-	for _, k := range []int{2} {
-		b := rounds * float64(k) * float64(res.TableFrame)
-		fmt.Fprintf(w, "  table replicated to %d standby peers, not all %d: %s per epoch (%s of the link) instead of %s\n",
-			k, res.Peers-1, scaleBytes(b), ratio(b, link*epoch), scaleBytes(repWire))
-	}
 	fmt.Fprintf(w, "leader heap in use after the epoch: %s; %d of %d samples scored\n", scaleBytes(float64(res.HeapInuse)), res.Scored, res.Samples)
 }

@@ -91,6 +91,7 @@ func decodeFrame(frame []byte, v any) error {
 const (
 	scoreFlushEvery = 25 * time.Millisecond
 	replicateEvery  = 500 * time.Millisecond
+	tableStandbys   = 2 // members that get every change of a table (mesh.tableStandbys)
 )
 
 // meter accumulates the wall time and heap allocations of a step.
@@ -139,9 +140,6 @@ type mergeResult struct {
 	Scored                       int
 	HeapInuse                    uint64
 	PlainSplit                   time.Duration // sampling.Split of the same order, for comparison
-	// PublishOnce is what the order's broadcast would cost encoded once
-	// rather than once per peer (msgpack.RawMessage framed for each peer).
-	PublishOnce time.Duration
 	// TableFrame is the size of one replication frame.
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
@@ -166,6 +164,9 @@ type scaleJob struct {
 	batch    int
 	rankRate float64 // samples per second one rank trains
 	seed     uint64
+	// budget is the leader's replication budget, bytes per second
+	// (shade-peer --replicate-budget).
+	budget float64
 	// encodes is how many copies of a broadcast are encoded to measure
 	// one; the cost is extrapolated to every peer.
 	encodes int
@@ -317,8 +318,10 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	res.Scored = table.NumScored()
 	progress("merged %d samples (%d scored)", job.samples, res.Scored)
 
-	// Replication: while the table changes, every 500 ms the leader
-	// encodes it and sends it to every other member, one frame each.
+	// Replication, as mesh.replicateTables: while the table changes, every
+	// 500 ms the leader encodes it once and sends it to the two standbys
+	// (the next in line to lead), and to every other member as often as
+	// the replication budget allows.
 	rounds := float64(res.Epoch) / float64(replicateEvery)
 	marshalStep := step("replicate: marshal table", rounds, false, fmt.Sprintf("Table.MarshalBinary, every 500 ms: %.0f rounds per epoch", rounds))
 	var tb []byte
@@ -326,14 +329,25 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	encodes := min(job.encodes, peers-1)
-	repStep := step("replicate: encode frames", rounds*float64(peers-1)/float64(max(encodes, 1)), false,
-		fmt.Sprintf("one frame per member: %d per round, %d measured", peers-1, encodes))
 	rep := &wireReplicate{Dataset: job.dataset, Version: "v1", Term: 1, Table: tb}
-	var frame []byte
-	if err := repStep.run(func() (err error) { frame, err = encodeBroadcast(rep, encodes); return err }); err != nil {
+	repOnce := step("replicate: encode message", rounds, false, "msgpack, once a round (mesh.sendEach)")
+	var raw msgpack.RawMessage
+	if err := repOnce.run(func() (err error) { raw, err = msgpack.Marshal(rep); return err }); err != nil {
 		return nil, err
 	}
-	repStep.Messages = rounds * float64(peers-1)
+	// Frames per epoch: the standbys every round; everyone else in full
+	// rounds spaced so that a round's bytes fit the budget.
+	standbys := min(tableStandbys, peers-1)
+	others := peers - 1 - standbys
+	full := min(rounds, res.Epoch.Seconds()*job.budget/float64(len(raw)*(peers-1)))
+	frames := rounds*float64(standbys) + full*float64(others)
+	repStep := step("replicate: frame per member", frames/float64(max(encodes, 1)), false,
+		fmt.Sprintf("%d standbys every round, the other %d in %.1f full rounds (budget %s/s)", standbys, others, full, scaleBytes(job.budget)))
+	var frame []byte
+	if err := repStep.run(func() (err error) { frame, err = encodeBroadcast(raw, encodes); return err }); err != nil {
+		return nil, err
+	}
+	repStep.Messages = frames
 	repStep.WireBytes = repStep.Messages * float64(len(frame))
 	res.TableFrame = len(frame)
 
@@ -363,18 +377,19 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if err := stateStep.run(func() (err error) { state, err = sampler.MarshalBinary(); return err }); err != nil {
 		return nil, err
 	}
-	pubStep := step("publish: encode frames", float64(peers-1)/float64(max(encodes, 1)), true,
-		fmt.Sprintf("one frame per member: %d, %d measured", peers-1, encodes))
 	pub := &wirePublish{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
 		Slices: parts, Sampler: state, Ranks: rankNode}
-	if err := pubStep.run(func() (err error) { frame, err = encodeBroadcast(pub, encodes); return err }); err != nil {
+	pubOnce := step("publish: encode message", 1, true, "msgpack, once for every member (mesh.broadcast)")
+	if err := pubOnce.run(func() (err error) { raw, err = msgpack.Marshal(pub); return err }); err != nil {
+		return nil, err
+	}
+	pubStep := step("publish: frame per member", float64(peers-1)/float64(max(encodes, 1)), true,
+		fmt.Sprintf("the encoded order framed once per member: %d, %d measured", peers-1, encodes))
+	if err := pubStep.run(func() (err error) { frame, err = encodeBroadcast(raw, encodes); return err }); err != nil {
 		return nil, err
 	}
 	pubStep.Messages = float64(peers - 1)
 	pubStep.WireBytes = pubStep.Messages * float64(len(frame))
-	if res.PublishOnce, err = encodeOnce(pub, encodes, peers-1); err != nil {
-		return nil, err
-	}
 	res.Slices = parts
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -472,37 +487,16 @@ func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error)
 	return frames, bytes, nil
 }
 
-// encodeBroadcast encodes n frames of v, as a broadcast does for each peer
-// (mesh.broadcast: one call, so one encode, per member), and returns the
-// last.
-func encodeBroadcast(v any, n int) (frame []byte, err error) {
+// encodeBroadcast frames an encoded message n times, as a broadcast does
+// for each member (mesh.broadcast encodes once, then each call frames the
+// msgpack.RawMessage), and returns the last frame.
+func encodeBroadcast(raw msgpack.RawMessage, n int) (frame []byte, err error) {
 	for range n {
-		if frame, err = encodeFrame(frame, v); err != nil {
+		if frame, err = encodeFrame(frame, raw); err != nil {
 			return nil, err
 		}
 	}
 	return frame, nil
-}
-
-// encodeOnce measures a broadcast of v to peers encoded once and framed
-// for each peer from the encoded bytes (msgpack.RawMessage): one encode
-// plus peers frame copies, the copies measured over n and scaled.
-func encodeOnce(v any, n, peers int) (time.Duration, error) {
-	start := time.Now()
-	body, err := msgpack.Marshal(v)
-	if err != nil {
-		return 0, err
-	}
-	encode := time.Since(start)
-	raw := msgpack.RawMessage(body)
-	var frame []byte
-	start = time.Now()
-	for range n {
-		if frame, err = encodeFrame(frame, raw); err != nil {
-			return 0, err
-		}
-	}
-	return encode + time.Duration(float64(time.Since(start))*float64(peers)/float64(n)), nil
 }
 
 // localitySplit is mesh's split of an epoch's order among ranks, line for

@@ -157,13 +157,14 @@ func TestScaleMerge(t *testing.T) {
 		t.Fatalf("order of %d ids, want %d", total, testSamples)
 	}
 	for _, name := range []string{"decode reports", "merge (Table.Report)", "queue scores for owners", "send scores to owners",
-		"replicate: encode frames", "draw order (PADS)", "split (locality)", "publish: encode frames"} {
+		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "split (locality)",
+		"publish: encode message", "publish: frame per member"} {
 		s := res.step(name)
 		if s == nil || s.Dur <= 0 {
 			t.Fatalf("step %q missing or not measured: %+v", name, s)
 		}
 	}
-	if s := res.step("publish: encode frames"); s.Messages != 19 || s.WireBytes < 19*4*testSamples {
+	if s := res.step("publish: frame per member"); s.Messages != 19 || s.WireBytes < 19*4*testSamples {
 		t.Fatalf("publish: %v frames, %v bytes; want 19 frames of at least 4 bytes per id", s.Messages, s.WireBytes)
 	}
 	// Every scored sample's new score goes to its owners but the leader.

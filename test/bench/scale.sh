@@ -30,7 +30,7 @@ echo "### 3. the ring with 8192 partitions (a node has 271)"
 echo "\$ shadectl scale ${common[*]} --partitions 8192 --only ring"
 "$BIN/shadectl" scale "${common[@]}" --partitions 8192 --only ring 2>/dev/null
 echo
-echo "### 4. CPU profile of run 1's leader epoch (each broadcast encoded 8 times, not once per peer)"
+echo "### 4. CPU profile of run 1's leader epoch (each broadcast encoded once and framed 8 times, not once per peer)"
 go tool pprof -top -nodecount=30 "$BIN/shadectl" "$dir/leader.prof" 2>/dev/null | sed -n '/^Duration/p;/flat%/,$p'
 echo
 go tool pprof -top -cum -nodecount=40 "$BIN/shadectl" "$dir/leader.prof" 2>/dev/null | sed -n '/flat%/,$p' | grep -E 'main\.|sampling\.|ring\.|msgpack/v5\.\(\*Encoder\)\.Encode$|CheckMsgpack|Unmarshal|consistent|flat%'
