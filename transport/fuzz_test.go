@@ -63,6 +63,9 @@ func FuzzParseCommands(f *testing.F) {
 	f.Add([]byte("\x07ds/1\x00ds/40\x00ds/01\x00x"))
 	f.Add([]byte("\x0b*2\r\n$3\r\nGET\r\n$-5\r\n"))
 	f.Add([]byte("\x0d*99999999999\r\n"))
+	// Bulk lengths near 2^63 once overflowed the parser and panicked.
+	f.Add([]byte("\x0b*2\r\n$3\r\nGET\r\n$9223372036854775807\r\n"))
+	f.Add([]byte("\x0b*2\r\n$3\r\nGET\r\n$9223372036854775806\r\nab\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return

@@ -27,6 +27,24 @@ var (
 
 const maxBufferCap = 262144
 
+// shade: limits of the patched reader and writer (see PATCHES.md).
+const (
+	// maxBulkLen bounds one bulk argument, as Redis's proto-max-bulk-len
+	// does by default. A longer length is a protocol error (upstream
+	// overflowed on lengths near 2^63 and panicked).
+	maxBulkLen = 512 << 20
+	// maxReadKeep: a drained read buffer up to this size is kept for the
+	// next pipeline; a larger one is given back.
+	maxReadKeep = 1 << 20
+	// maxReadPregrow bounds how far the read buffer grows ahead of the
+	// bytes that have arrived, on the word of a bulk length alone.
+	maxReadPregrow = 4 << 20
+	// maxWriteKeep: a write buffer up to this size is kept after Flush
+	// (upstream dropped any above maxBufferCap, so every pipeline of large
+	// replies reallocated it).
+	maxWriteKeep = 1 << 20
+)
+
 type errProtocol struct {
 	msg string
 }
@@ -372,6 +390,9 @@ func serve(s *Server) error {
 			wr:   NewWriter(lnconn),
 			rd:   NewReader(lnconn),
 		}
+		// shade: the loop in handle runs a whole pipeline before it reads
+		// again, so its commands may alias the read buffer (see lend).
+		c.rd.lend = true
 		s.mu.Lock()
 		c.idleClose = s.idleClose
 		s.conns[c] = true
@@ -435,6 +456,13 @@ func handle(s *Server, c *conn) {
 					c.cmds = c.cmds[1:]
 				}
 				s.handler(c, cmd)
+				// shade: write out a large reply buffer between commands
+				// rather than let a pipeline of large values grow it.
+				if !c.detached && !c.closed && len(c.wr.b) >= maxBufferCap {
+					if err := c.wr.Flush(); err != nil {
+						return err
+					}
+				}
 			}
 			if c.detached {
 				// client has been detached
@@ -520,9 +548,29 @@ type DetachedConn interface {
 // until Flush() is called.
 func (c *conn) Detach() DetachedConn {
 	c.detached = true
-	cmds := c.cmds
+	// shade: the rest of the pipeline aliases the read buffer, which the
+	// detached connection reads into again: copy it, and copy from now on.
+	cmds := copyCommands(c.cmds)
 	c.cmds = nil
+	c.rd.lend = false
 	return &detachedConn{conn: c, cmds: cmds}
+}
+
+// copyCommands returns cmds with Raw and Args copied out of the read
+// buffer (shade).
+func copyCommands(cmds []Command) []Command {
+	if len(cmds) == 0 {
+		return nil
+	}
+	out := make([]Command, len(cmds))
+	for i, cmd := range cmds {
+		raw := append([]byte(nil), cmd.Raw...)
+		out[i] = Command{Raw: raw, Args: make([][]byte, len(cmd.Args))}
+		for j, arg := range cmd.Args {
+			out[i].Args[j] = append([]byte(nil), arg...)
+		}
+	}
+	return out
 }
 
 type detachedConn struct {
@@ -660,7 +708,7 @@ func (w *Writer) Flush() error {
 		return w.err
 	}
 	_, w.err = w.w.Write(w.b)
-	if cap(w.b) > maxBufferCap || w.err != nil {
+	if cap(w.b) > maxWriteKeep || w.err != nil { // shade: was maxBufferCap
 		w.b = nil
 	} else {
 		w.b = w.b[:0]
@@ -743,6 +791,18 @@ type Reader struct {
 	start int
 	end   int
 	cmds  []Command
+
+	// shade: with lend set, readCommands returns commands whose Raw and
+	// Args alias buf, in a slice and Args backed by the reused list and
+	// args, instead of copies. They stay valid until the next read, so
+	// only a caller that is done with a batch before it reads the next
+	// may set it (the server's connection loop does).
+	lend bool
+	list []Command
+	args [][]byte
+	// shade: need is the length of the incomplete command at start, once
+	// its header has told; 0 while unknown.
+	need int
 }
 
 // NewReader returns a command reader which will read RESP or telnet commands.
@@ -778,12 +838,22 @@ func parseInt(b []byte) (int, bool) {
 
 func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	var cmds []Command
-	b := rd.buf[rd.start:rd.end]
-	if rd.end-rd.start == 0 && len(rd.buf) > 4096 {
-		rd.buf = rd.buf[:4096]
-		rd.start = 0
-		rd.end = 0
+	// shade: a drained buffer is rewound and kept whole (upstream cut it
+	// back to 4 KiB, so that the next pipeline of large commands grew it
+	// again by reallocation); only one past maxReadKeep is given back.
+	if rd.rd != nil && rd.end == rd.start {
+		rd.start, rd.end = 0, 0
+		if len(rd.buf) > maxReadKeep {
+			rd.buf = make([]byte, 4096)
+		}
 	}
+	if rd.lend {
+		cmds = rd.list[:0]
+		rd.args = rd.args[:0]
+	}
+	rd.need = 0
+	need := 0
+	b := rd.buf[rd.start:rd.end]
 	if len(b) > 0 {
 		// we have data, yay!
 		// but is this enough data for a complete command? or multiple?
@@ -896,7 +966,13 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 					for j := 0; j < count; j++ {
 						// read bulk length
 						i++
-						if i < len(b) {
+						if i >= len(b) {
+							// shade: not ready. Upstream went on
+							// counting j up to count, a long spin for
+							// a count such as *99999999999.
+							break outer2
+						}
+						{
 							if b[i] != '$' {
 								return nil, &errProtocol{"expected '$', got '" +
 									string(b[i]) + "'"}
@@ -908,11 +984,12 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 										return nil, errInvalidBulkLength
 									}
 									size, ok := parseInt(b[si+1 : i-1])
-									if !ok || size < 0 {
+									if !ok || size < 0 || size > maxBulkLen { // shade: bounded
 										return nil, errInvalidBulkLength
 									}
 									if i+size+2 >= len(b) {
 										// not ready
+										need = i + size + 3 // shade
 										break outer2
 									}
 									if b[i+size+2] != '\n' ||
@@ -929,7 +1006,7 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 					}
 					if len(marks) == count*2 {
 						var cmd Command
-						if rd.rd != nil {
+						if rd.rd != nil && !rd.lend { // shade: no copy when lending
 							// make a raw copy of the entire command when
 							// there's a underlying reader.
 							cmd.Raw = append([]byte(nil), b[:i+1]...)
@@ -937,7 +1014,11 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 							// just assign the slice
 							cmd.Raw = b[:i+1]
 						}
-						cmd.Args = make([][]byte, len(marks)/2)
+						if rd.lend {
+							cmd.Args = rd.lendArgs(len(marks) / 2)
+						} else {
+							cmd.Args = make([][]byte, len(marks)/2)
+						}
 						// slice up the raw command into the args based on
 						// the recorded marks.
 						for h := 0; h < len(marks); h += 2 {
@@ -957,6 +1038,9 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	done:
 		rd.start = rd.end - len(b)
 	}
+	if rd.lend {
+		rd.list = cmds[:0]
+	}
 	if leftover != nil {
 		*leftover = rd.end - rd.start
 	}
@@ -966,24 +1050,67 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	if rd.rd == nil {
 		return nil, errIncompleteCommand
 	}
-	if rd.end == len(rd.buf) {
-		// at the end of the buffer.
-		if rd.start == rd.end {
-			// rewind the to the beginning
-			rd.start, rd.end = 0, 0
-		} else {
-			// must grow the buffer
-			newbuf := make([]byte, len(rd.buf)*2)
-			copy(newbuf, rd.buf)
-			rd.buf = newbuf
-		}
-	}
+	rd.need = need
+	rd.makeRoom()
 	n, err := rd.rd.Read(rd.buf[rd.end:])
 	if err != nil {
 		return nil, err
 	}
 	rd.end += n
 	return rd.readCommands(leftover)
+}
+
+// makeRoom makes room after end for more of the incomplete command at
+// start (shade). It moves the command to the front of the buffer when the
+// rest will not fit where it lies, and grows the buffer only when it will
+// not fit at all. Upstream doubled the buffer whenever it was full, copying
+// everything, and never moved the command.
+func (rd *Reader) makeRoom() {
+	pending := rd.end - rd.start
+	want := pending + 1
+	if rd.need > want {
+		// A bulk length is trusted only so far ahead of the bytes that
+		// have arrived.
+		want = rd.need
+		if want > pending+maxReadPregrow {
+			want = pending + maxReadPregrow
+		}
+	}
+	if rd.start+want <= len(rd.buf) {
+		return
+	}
+	if want > len(rd.buf) {
+		// Room for twice what is wanted, so that moving the tail of a
+		// pipeline to the front copies little.
+		size := 2 * len(rd.buf)
+		for size < 2*want {
+			size *= 2
+		}
+		newbuf := make([]byte, size)
+		copy(newbuf, rd.buf[rd.start:rd.end])
+		rd.buf = newbuf
+	} else {
+		copy(rd.buf, rd.buf[rd.start:rd.end])
+	}
+	rd.start, rd.end = 0, pending
+}
+
+// lendArgs returns n argument slots from the reused args slab (shade).
+func (rd *Reader) lendArgs(n int) [][]byte {
+	if cap(rd.args)-len(rd.args) < n {
+		// Commands already returned keep the old slab.
+		size := 2 * cap(rd.args)
+		if size < len(rd.args)+n {
+			size = len(rd.args) + n
+		}
+		if size < 64 {
+			size = 64
+		}
+		rd.args = make([][]byte, 0, size)
+	}
+	k := len(rd.args)
+	rd.args = rd.args[:k+n]
+	return rd.args[k : k+n : k+n]
 }
 
 // ReadCommands reads the next pipeline commands.

@@ -1,0 +1,296 @@
+package redcon
+
+// Tests of the shade patches (see PATCHES.md).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func respCommand(args ...[]byte) []byte {
+	b := AppendArray(nil, len(args))
+	for _, a := range args {
+		b = AppendBulk(b, a)
+	}
+	return b
+}
+
+// chunkWriter writes its input in pieces of random length, as a socket
+// may deliver it.
+func chunkWriter(w io.WriteCloser, data []byte, rng *rand.Rand) {
+	defer w.Close()
+	for len(data) > 0 {
+		n := 1 + rng.Intn(300<<10)
+		if n > len(data) {
+			n = len(data)
+		}
+		if _, err := w.Write(data[:n]); err != nil {
+			return
+		}
+		data = data[n:]
+	}
+}
+
+// TestLendingReader reads pipelines of commands with values from empty to
+// 300 KiB, arriving in random pieces, the way the server loop does: a
+// whole batch is checked before the next read. Lent commands must stay
+// intact for the whole batch, and the buffer must stay bounded.
+func TestLendingReader(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	var want [][][]byte
+	var stream []byte
+	for i := 0; i < 3000; i++ {
+		size := rng.Intn(5 << 10)
+		switch rng.Intn(10) {
+		case 0:
+			size = rng.Intn(300 << 10)
+		case 1:
+			size = 100 << 10
+		}
+		val := make([]byte, size)
+		rng.Read(val)
+		args := [][]byte{[]byte("SET"), []byte("key:" + strconv.Itoa(i)), val}
+		want = append(want, args)
+		stream = append(stream, respCommand(args...)...)
+	}
+	pr, pw := io.Pipe()
+	go chunkWriter(pw, stream, rand.New(rand.NewSource(2)))
+	rd := NewReader(pr)
+	rd.lend = true
+	got := 0
+	for got < len(want) {
+		cmds, err := rd.readCommands(nil)
+		if err != nil {
+			t.Fatalf("after %d commands: %v", got, err)
+		}
+		for _, cmd := range cmds {
+			if len(cmd.Args) != 3 {
+				t.Fatalf("command %d: %d args", got, len(cmd.Args))
+			}
+			for j := range cmd.Args {
+				if !bytes.Equal(cmd.Args[j], want[got][j]) {
+					t.Fatalf("command %d arg %d differs", got, j)
+				}
+			}
+			if !bytes.Equal(cmd.Raw, respCommand(want[got]...)) {
+				t.Fatalf("command %d: raw differs", got)
+			}
+			got++
+		}
+		if len(rd.buf) > 4*maxReadKeep {
+			t.Fatalf("read buffer grew to %d bytes", len(rd.buf))
+		}
+	}
+	if _, err := rd.readCommands(nil); err != io.EOF {
+		t.Fatalf("after the last command: %v, want EOF", err)
+	}
+}
+
+// TestLendingReaderKeepsItsBuffer: a drained buffer is reused, not cut back
+// and regrown, so a steady stream of large pipelines allocates nothing.
+func TestLendingReaderKeepsItsBuffer(t *testing.T) {
+	val := bytes.Repeat([]byte("v"), 100<<10)
+	var pipeline []byte
+	for i := 0; i < 16; i++ {
+		pipeline = append(pipeline, respCommand([]byte("SET"), []byte("k"), val)...)
+	}
+	var src bytes.Reader
+	rd := NewReader(&src)
+	rd.lend = true
+	batch := func() {
+		src.Reset(pipeline)
+		for n := 0; n < 16; {
+			cmds, err := rd.readCommands(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(cmds)
+		}
+	}
+	batch()
+	if allocs := testing.AllocsPerRun(20, batch); allocs > 0 {
+		t.Fatalf("%v allocations per pipeline of 16 100 KiB commands, want 0", allocs)
+	}
+}
+
+// TestBulkLengthBounds: a bulk length past maxBulkLen is a protocol error
+// (a length near 2^63 overflowed and panicked), and a huge multibulk count
+// waits for its data instead of spinning.
+func TestBulkLengthBounds(t *testing.T) {
+	for _, in := range []string{
+		"*2\r\n$3\r\nGET\r\n$9223372036854775807\r\n",
+		"*2\r\n$3\r\nGET\r\n$9223372036854775806\r\nxx\r\n",
+		"*1\r\n$" + strconv.Itoa(maxBulkLen+1) + "\r\n",
+	} {
+		_, err := NewReader(bytes.NewReader([]byte(in))).ReadCommand()
+		if err != errInvalidBulkLength {
+			t.Errorf("%q: %v, want %v", in, err, errInvalidBulkLength)
+		}
+	}
+	start := time.Now()
+	_, err := NewReader(bytes.NewReader([]byte("*99999999999\r\n$1\r\n"))).ReadCommand()
+	if err != io.EOF {
+		t.Errorf("huge count: %v, want EOF", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("huge count took %v", d)
+	}
+}
+
+// serveUnix runs a server with handler on a socket in a temporary folder.
+func serveUnix(t *testing.T, handler func(conn Conn, cmd Command)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServerNetwork("unix", path, handler, nil, nil)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(ln) }()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return path
+}
+
+// TestServerLargePipelines: pipelines of large arguments in and large
+// replies out (flushed between commands) arrive whole and in order.
+func TestServerLargePipelines(t *testing.T) {
+	path := serveUnix(t, func(conn Conn, cmd Command) {
+		// ECHO n: a reply of n bytes, each the low byte of n.
+		n, _ := strconv.Atoi(string(cmd.Args[1]))
+		if len(cmd.Args) == 3 && len(cmd.Args[2]) != n {
+			conn.WriteError("ERR length")
+			return
+		}
+		conn.WriteBulk(bytes.Repeat([]byte{byte(n)}, n))
+	})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rng := rand.New(rand.NewSource(3))
+	br := bufio.NewReader(c)
+	for round := 0; round < 20; round++ {
+		var sizes []int
+		var out []byte
+		for i := 0; i < 16; i++ {
+			n := rng.Intn(200 << 10)
+			sizes = append(sizes, n)
+			args := [][]byte{[]byte("ECHO"), []byte(strconv.Itoa(n))}
+			if rng.Intn(2) == 0 {
+				args = append(args, bytes.Repeat([]byte{'x'}, n))
+			}
+			out = append(out, respCommand(args...)...)
+		}
+		errc := make(chan error, 1)
+		go func() { _, err := c.Write(out); errc <- err }()
+		for i, n := range sizes {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if line != "$"+strconv.Itoa(n)+"\r\n" {
+				t.Fatalf("round %d reply %d: %q, want a bulk of %d", round, i, line, n)
+			}
+			body := make([]byte, n+2)
+			if _, err := io.ReadFull(br, body); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(body[:n], bytes.Repeat([]byte{byte(n)}, n)) {
+				t.Fatalf("round %d reply %d: wrong bytes", round, i)
+			}
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDetachKeepsThePipeline: commands pipelined behind the one that
+// detaches are handed to the detached connection intact, although the
+// reader goes on reading into its buffer.
+func TestDetachKeepsThePipeline(t *testing.T) {
+	path := serveUnix(t, func(conn Conn, cmd Command) {
+		if string(cmd.Args[0]) != "DETACH" {
+			conn.WriteError("ERR attached")
+			return
+		}
+		dc := conn.Detach()
+		go func() {
+			defer dc.Close()
+			for {
+				// Hold one command while reading the next, so that
+				// the reader refills its buffer under the held one.
+				a, err := dc.ReadCommand()
+				if err != nil {
+					return
+				}
+				b, err := dc.ReadCommand()
+				if err != nil {
+					return
+				}
+				dc.WriteBulk(a.Args[1])
+				dc.WriteBulk(b.Args[1])
+				if err := dc.Flush(); err != nil {
+					return
+				}
+			}
+		}()
+	})
+	// Small commands first, in varying number, so that the detached
+	// connection holds a lent command across a read in some runs.
+	for small := 0; small < 6; small++ {
+		var out []byte
+		var want [][]byte
+		out = append(out, respCommand([]byte("DETACH"))...)
+		for i := 0; i < small; i++ {
+			want = append(want, []byte("small"))
+			out = append(out, respCommand([]byte("ECHO"), want[i])...)
+		}
+		for i := 0; i < 40; i++ {
+			v := bytes.Repeat([]byte{byte('a' + i%26)}, 1000*(i+1))
+			want = append(want, v)
+			out = append(out, respCommand([]byte("ECHO"), v)...)
+		}
+		checkEchoes(t, path, out, want)
+	}
+}
+
+func checkEchoes(t *testing.T, path string, out []byte, want [][]byte) {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go c.Write(out)
+	br := bufio.NewReader(c)
+	for i, v := range want {
+		if i%2 == 0 && i == len(want)-1 {
+			break // the detached loop answers in pairs
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line != fmt.Sprintf("$%d\r\n", len(v)) {
+			t.Fatalf("reply %d: %q", i, line)
+		}
+		body := make([]byte, len(v)+2)
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(body[:len(v)], v) {
+			t.Fatalf("reply %d: wrong bytes", i)
+		}
+	}
+}
