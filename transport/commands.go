@@ -163,19 +163,16 @@ func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
 	c.WriteBulkString(b.String())
 }
 
+// cmdGet copies the value once, from where the backend holds it straight
+// into the reply.
 func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
-	v, found, err := s.backend.Get(s.ctx, a[1], st.buf[:0])
+	found, err := s.backend.GetView(s.ctx, a[1], st.writeBulk)
 	if err != nil {
 		writeErr(c, err)
 		return
 	}
 	if !found {
 		c.WriteNull()
-		return
-	}
-	c.WriteBulk(v)
-	if cap(v) <= 1<<20 {
-		st.buf = v[:0] // keep the scratch buffer for the next GET
 	}
 }
 

@@ -30,6 +30,11 @@ type Backend interface {
 	// Get reads key. found is false only where Redis would answer nil: an
 	// unknown free-form key, a sample index out of range, an unknown dataset.
 	Get(ctx context.Context, key []byte, dst []byte) (value []byte, found bool, err error)
+	// GetView reads key as Get does, but lends the value to fn instead of
+	// copying it: value is valid only until fn returns, and fn must copy
+	// what it keeps, return quickly and not call the backend. fn is called
+	// once if found and err is nil, and not at all otherwise.
+	GetView(ctx context.Context, key []byte, fn func(value []byte)) (found bool, err error)
 	// MGet reads every key, in parallel where that helps, and returns one
 	// Result per key, in order.
 	MGet(ctx context.Context, keys [][]byte) []Result
@@ -145,7 +150,9 @@ type connState struct {
 	// fresh: the command being run is the first of its pipeline, so no
 	// reply is waiting in redcon's buffer (SHADE.MAP writes its own).
 	fresh bool
-	buf   []byte // scratch for GET replies, reused
+	// writeBulk is the connection's WriteBulk, made once, so that GET
+	// hands the backend a function without allocating one per command.
+	writeBulk func([]byte)
 }
 
 // ListenSocket creates the socket file with cfg.Mode and starts serving in
@@ -278,7 +285,7 @@ func (s *SocketServer) Close() error {
 }
 
 func (s *SocketServer) accept(conn redcon.Conn) bool {
-	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true})
+	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true, writeBulk: conn.WriteBulk})
 	s.mu.Lock()
 	s.conns++
 	s.total++
@@ -300,30 +307,31 @@ func (s *SocketServer) closed(conn redcon.Conn, err error) {
 func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 	st := conn.Context().(*connState)
 	defer func() { st.fresh = len(conn.PeekPipeline()) == 0 }()
-	name := commandName(cmd.Args[0])
-	if !st.authed && name != "auth" && name != "quit" && name != "hello" {
+	var lower [32]byte
+	name := commandName(&lower, cmd.Args[0])
+	if !st.authed && string(name) != "auth" && string(name) != "quit" && string(name) != "hello" {
 		conn.WriteError("NOAUTH Authentication required.")
 		return
 	}
-	h, ok := s.handlers[name]
+	h, ok := s.handlers[string(name)]
 	if !ok {
 		conn.WriteError(fmt.Sprintf("ERR unknown command '%s'", truncate(cmd.Args[0], 64)))
 		return
 	}
 	argc := len(cmd.Args)
 	if argc < h.min || (h.max >= 0 && argc > h.max) {
-		conn.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
+		conn.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", string(name)))
 		return
 	}
 	h.run(s, conn, st, cmd.Args)
 }
 
-// commandName lower-cases an ASCII command name without allocating for the
-// common short names.
-func commandName(b []byte) string {
-	var buf [32]byte
+// commandName lower-cases an ASCII command name into buf and returns it, or
+// returns b itself if it is longer than any command. The caller compares
+// and looks it up as string(name), which does not allocate.
+func commandName(buf *[32]byte, b []byte) []byte {
 	if len(b) > len(buf) {
-		return string(b)
+		return b
 	}
 	for i, c := range b {
 		if 'A' <= c && c <= 'Z' {
@@ -331,7 +339,7 @@ func commandName(b []byte) string {
 		}
 		buf[i] = c
 	}
-	return string(buf[:len(b)])
+	return buf[:len(b)]
 }
 
 func truncate(b []byte, n int) string {
