@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -62,27 +63,38 @@ func (n *Node) queueReport(b reportBatch) {
 
 // queueScores marks samples whose merged scores their owners need.
 func (n *Node) queueScores(ds *datasetState, ids []uint32) {
-	if n.cluster == nil {
-		n.applyLocalScores(ds, ids)
+	r := ds.ring.Load()
+	if n.cluster == nil || r == nil {
+		n.applyLocalScores(ds, ids) // every sample is this node's
 		return
 	}
-	var local []uint32
+	var (
+		local  []uint32
+		key    = make([]byte, 0, len(ds.name)+11)
+		owners []string
+		sets   = make(map[string]map[uint32]struct{}) // owner -> its queued ids of ds
+	)
 	n.qmu.Lock()
 	for _, id := range ids {
-		for _, owner := range n.owners(ds, id) {
+		key = strconv.AppendUint(append(append(key[:0], ds.name...), '/'), uint64(id), 10)
+		owners = r.AppendOwners(owners[:0], key)
+		for _, owner := range owners {
 			if owner == n.cfg.Name {
 				local = append(local, id)
 				continue
 			}
-			byDS := n.scoreQ[owner]
-			if byDS == nil {
-				byDS = make(map[string]map[uint32]struct{})
-				n.scoreQ[owner] = byDS
-			}
-			set := byDS[ds.name]
+			set := sets[owner]
 			if set == nil {
-				set = make(map[uint32]struct{})
-				byDS[ds.name] = set
+				byDS := n.scoreQ[owner]
+				if byDS == nil {
+					byDS = make(map[string]map[uint32]struct{})
+					n.scoreQ[owner] = byDS
+				}
+				if set = byDS[ds.name]; set == nil {
+					set = make(map[uint32]struct{})
+					byDS[ds.name] = set
+				}
+				sets[owner] = set
 			}
 			set[id] = struct{}{}
 		}

@@ -436,23 +436,35 @@ func newScoreQueue(r *ring.Ring, leader string) *scoreQueue {
 	return &scoreQueue{r: r, leader: leader, q: make(map[string]map[string]map[uint32]struct{})}
 }
 
-// add queues the samples of one merged minibatch for their owners.
+// add queues the samples of one merged minibatch for their owners, as
+// mesh.queueScores: one reused key buffer, Ring.AppendOwners, and each
+// owner's set looked up once per minibatch.
 func (q *scoreQueue) add(dataset string, ids []uint32) {
+	var (
+		key    = make([]byte, 0, len(dataset)+11)
+		owners []string
+		sets   = make(map[string]map[uint32]struct{})
+	)
 	for _, id := range ids {
-		for _, owner := range q.r.Owners([]byte(dataset + "/" + strconv.FormatUint(uint64(id), 10))) {
+		key = strconv.AppendUint(append(append(key[:0], dataset...), '/'), uint64(id), 10)
+		owners = q.r.AppendOwners(owners[:0], key)
+		for _, owner := range owners {
 			if owner == q.leader {
 				q.local = append(q.local, id)
 				continue
 			}
-			byDS := q.q[owner]
-			if byDS == nil {
-				byDS = make(map[string]map[uint32]struct{})
-				q.q[owner] = byDS
-			}
-			set := byDS[dataset]
+			set := sets[owner]
 			if set == nil {
-				set = make(map[uint32]struct{})
-				byDS[dataset] = set
+				byDS := q.q[owner]
+				if byDS == nil {
+					byDS = make(map[string]map[uint32]struct{})
+					q.q[owner] = byDS
+				}
+				if set = byDS[dataset]; set == nil {
+					set = make(map[uint32]struct{})
+					byDS[dataset] = set
+				}
+				sets[owner] = set
 			}
 			set[id] = struct{}{}
 		}
