@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # Side by side: redis-benchmark against shade-peer and against redis-server,
 # both on a Unix socket, in one run, with the ratio. Usage:
-#   test/bench/socket_vs_redis.sh [requests] [pipeline]
+#   test/bench/socket_vs_redis.sh [requests] [pipeline] [rounds]
+#
+# Every test (SET, then GET, of 4 KiB and 100 KiB values) runs `rounds`
+# times, alternating which server goes first, and the table shows the
+# median of each server's rounds: on a small shared machine a burst of
+# other work then shifts both sides alike instead of one. Before the GETs
+# it checks that both servers hold every key at the full value size, so
+# that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
+# otherwise the current tree is built into a temporary folder.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-200000}
 P=${2:-16}
-BIN=${BIN:-bin}
-[ -x "$BIN/shade-peer" ] || go build -o "$BIN/" ./cmd/...
+ROUNDS=${3:-3}
+KEYS=1000
 command -v redis-benchmark >/dev/null || ./.ci/deps.sh redis-server redis-tools
 
 dir=$(mktemp -d)
@@ -15,10 +23,16 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
 trap cleanup EXIT
 
+if [ -z "${BIN:-}" ]; then
+	BIN=$dir/bin
+	go build -o "$BIN/" ./cmd/shade-peer
+fi
+
 redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 660 --save "" --appendonly no \
 	--daemonize no --logfile "$dir/redis.log" &
 pids+=($!)
-"$BIN/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size 4GiB --log-level warn 2>"$dir/shade.log" &
+"$BIN/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size 4GiB --admin-addr off \
+	--log-level warn 2>"$dir/shade.log" &
 pids+=($!)
 for s in redis.sock shade.sock; do
 	for _ in $(seq 100); do [ -S "$dir/$s" ] && break; sleep 0.1; done
@@ -26,15 +40,42 @@ for s in redis.sock shade.sock; do
 done
 
 rps() { # socket size test -> requests per second
-	redis-benchmark -s "$1" -t "$3" -d "$2" -P "$P" -n "$N" -c 8 -r 1000 --csv 2>/dev/null |
+	redis-benchmark -s "$1" -t "$3" -d "$2" -P "$P" -n "$N" -c 8 -r "$KEYS" --csv 2>/dev/null |
 		awk -F'"' -v t="$(echo "$3" | tr a-z A-Z)" '$2==t {print $4}'
 }
-printf '%-6s %-9s %14s %14s %8s\n' test value redis-server shade-peer ratio
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# held socket size: fail unless every benchmark key is held at full size.
+held() {
+	local n len
+	n=$(redis-cli -s "$1" dbsize)
+	# --raw prints the value and a newline.
+	len=$(($(redis-cli -s "$1" --raw get key:000000000042 | wc -c) - 1))
+	if [ "$n" -lt "$KEYS" ] || [ "$len" -ne "$2" ]; then
+		echo "$1: $n keys, key:000000000042 is $len bytes, want $KEYS keys of $2 bytes" >&2
+		exit 1
+	fi
+}
+
+echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)"
+printf '%-6s %-9s %14s %14s %8s   %s\n' test value redis-server shade-peer ratio "rounds (redis/shade)"
 for size in 4096 102400; do
 	for t in set get; do
-		r=$(rps "$dir/redis.sock" $size $t)
-		s=$(rps "$dir/shade.sock" $size $t)
-		printf '%-6s %-9s %14.0f %14.0f %8.2f\n' $t $size "$r" "$s" "$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')"
+		[ "$t" = get ] && { held "$dir/redis.sock" $size; held "$dir/shade.sock" $size; }
+		rs=() ss=()
+		for round in $(seq "$ROUNDS"); do
+			if [ $((round % 2)) -eq 1 ]; then
+				rs+=("$(rps "$dir/redis.sock" $size $t)")
+				ss+=("$(rps "$dir/shade.sock" $size $t)")
+			else
+				ss+=("$(rps "$dir/shade.sock" $size $t)")
+				rs+=("$(rps "$dir/redis.sock" $size $t)")
+			fi
+		done
+		r=$(printf '%s\n' "${rs[@]}" | median)
+		s=$(printf '%s\n' "${ss[@]}" | median)
+		detail=$(paste -d/ <(printf '%.0f\n' "${rs[@]}") <(printf '%.0f\n' "${ss[@]}") | paste -sd' ')
+		printf '%-6s %-9s %14.0f %14.0f %8.2f   %s\n' $t $size "$r" "$s" "$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" "$detail"
 	done
 done
-echo "(redis-benchmark -s <socket> -P $P -n $N -c 8 -r 1000; rps = requests per second; ratio = shade-peer / redis-server)"
+echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c 8 -r $KEYS --csv; medians of $ROUNDS rounds;"
+echo " rps = requests per second; ratio = shade-peer / redis-server)"
