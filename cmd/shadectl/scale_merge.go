@@ -283,7 +283,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// scores go out, one message per owner. Merging is measured over all
 	// requests at once; queueing and sending in 25 ms windows.
 	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report", job.batch))
-	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (ring.Owners of its key) + per-owner set, as mesh.queueScores")
+	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (Ring.AppendOwners of its key) + per-owner set, as mesh.queueScores")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
 	flushSamples := max(1, int(throughput*scoreFlushEvery.Seconds()))
