@@ -230,21 +230,14 @@ func (n *Node) refreshMembers() {
 		}
 		alive[m.Name] = p
 	}
-	c.mu.Lock()
+	c.mu.RLock()
 	var joined []string
 	for name := range alive {
 		if _, known := c.members[name]; !known && name != n.cfg.Name {
 			joined = append(joined, name)
 		}
 	}
-	c.members = alive
-	c.mu.Unlock()
-	if n.leading() {
-		// A member that joins (or comes back) may have missed orders.
-		for _, name := range joined {
-			n.sendNewestOrders(name)
-		}
-	}
+	c.mu.RUnlock()
 
 	for _, ds := range n.ordered {
 		var names []string
@@ -272,6 +265,17 @@ func (n *Node) refreshMembers() {
 			continue
 		}
 		ds.ring.Store(r)
+	}
+	// The members are published after the rings, so that whoever sees a
+	// member (Members, callName) finds it in the rings too.
+	c.mu.Lock()
+	c.members = alive
+	c.mu.Unlock()
+	if n.leading() {
+		// A member that joins (or comes back) may have missed orders.
+		for _, name := range joined {
+			n.sendNewestOrders(name)
+		}
 	}
 
 	leader := ""

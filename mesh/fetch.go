@@ -52,7 +52,7 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 			ds.current().prefetchHits.Add(1) // else a peer hit, as without read-ahead
 		}
 		if own && n.admit(sampleID(ds, idx), key, v, ds) && !mem {
-			n.offer(ds, uint32(idx), v, owners)
+			n.offer(ds, uint32(idx), v, owners, false)
 		}
 		return v, mem, nil
 	}
@@ -112,7 +112,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			return nil, err
 		}
 		if n.admit(sampleID(ds, idx), key, b, ds) {
-			n.offer(ds, uint32(idx), b, owners)
+			n.offer(ds, uint32(idx), b, owners, false)
 		}
 		return result{b, false}, nil
 	})
@@ -130,12 +130,13 @@ const maxOfferBytes = 64 << 20
 
 // offer queues a sample read from the source for the other owners, so
 // that it becomes resident on all of them. The runLoops flush sends the
-// queue in batches.
-func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string) {
+// queue in batches. leaving marks the hand-over of a member about to
+// leave (see offerItem.Leaving).
+func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string, leaving bool) {
 	if n.cluster == nil {
 		return
 	}
-	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: xxhash.Sum64(value), Value: value}
+	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: xxhash.Sum64(value), Value: value, Leaving: leaving}
 	n.qmu.Lock()
 	defer n.qmu.Unlock()
 	for _, co := range owners {
@@ -223,6 +224,11 @@ func (n *Node) admitOffered(it *offerItem) error {
 	}
 	if int64(len(it.Value)) != ds.manifest.Sizes[it.ID] {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "size differs from the manifest"}
+	}
+	if !it.Leaving && !contains(n.owners(ds, it.ID), n.cfg.Name) {
+		// Offered under a ring one of us has not rebuilt yet: keeping it
+		// would leave a copy no owner accounts for.
+		return nil
 	}
 	key := []byte(keyOfSample(ds, it.ID))
 	if n.store.Has(key) {

@@ -47,7 +47,7 @@ func (n *Node) handOver(timeout time.Duration) {
 			if !ok {
 				continue
 			}
-			n.offer(ds, uint32(id), v, after.Owners([]byte(key)))
+			n.offer(ds, uint32(id), v, after.Owners([]byte(key)), true)
 			offered++
 			for n.offerBacklog() > maxOfferBytes/2 && ctx.Err() == nil {
 				n.flushOffers(ctx)

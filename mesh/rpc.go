@@ -51,7 +51,11 @@ type offerItem struct {
 	ID      uint32 `msgpack:"i"`
 	Sum     uint64 `msgpack:"s"`
 	Value   []byte `msgpack:"b"`
-	tries   int    // deliveries attempted; not sent
+	// Leaving: sent by a member handing its cache over before it leaves,
+	// to the owners of the ring without it, which the receiver may not
+	// have rebuilt yet.
+	Leaving bool `msgpack:"l,omitempty"`
+	tries   int  // deliveries attempted; not sent
 }
 
 type offerReq struct {
