@@ -189,7 +189,7 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 	if n.cfg.Cluster.NoLocality || n.cluster == nil {
 		slices, err = sampling.Split(order, lj.world)
 	} else {
-		slices, err = localitySplit(order, lj.world, lj.ranks, func(id uint32) []string { return n.owners(ds, id) })
+		slices, err = sampling.LocalitySplit(order, lj.world, lj.ranks, func(id uint32) []string { return n.owners(ds, id) })
 	}
 	if err != nil {
 		return fmt.Errorf("mesh: split epoch %d of %s: %w", epoch, ds.name, err)
@@ -252,55 +252,6 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 		n.queueScores(ds, b.IDs)
 	}
 	return firstErr
-}
-
-// localitySplit cuts an epoch's order into world slices of equal length,
-// giving each drawn sample to a rank on one of its owners where one has
-// room, so that the rank's reads hit its own node's memory. The multiset
-// of the epoch is unchanged; each slice keeps the order's sequence.
-func localitySplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) ([][]uint32, error) {
-	if world < 1 {
-		return nil, fmt.Errorf("mesh: world %d", world)
-	}
-	per := (len(order) + world - 1) / world
-	padded := order
-	for len(padded) < per*world { // wrap around, as DistributedSampler pads
-		padded = append(padded[:len(padded):len(padded)], order[:min(len(order), per*world-len(padded))]...)
-	}
-	ranksOn := make(map[string][]int)
-	for r, node := range rankNode {
-		if node != "" {
-			ranksOn[node] = append(ranksOn[node], r)
-		}
-	}
-	slices := make([][]uint32, world)
-	for r := range slices {
-		slices[r] = make([]uint32, 0, per)
-	}
-	var leftover []uint32
-	for _, id := range padded {
-		best := -1
-		for _, owner := range ownersOf(id) {
-			for _, r := range ranksOn[owner] {
-				if len(slices[r]) < per && (best < 0 || len(slices[r]) < len(slices[best])) {
-					best = r
-				}
-			}
-		}
-		if best < 0 {
-			leftover = append(leftover, id)
-			continue
-		}
-		slices[best] = append(slices[best], id)
-	}
-	r := 0
-	for _, id := range leftover {
-		for len(slices[r]) == per {
-			r++
-		}
-		slices[r] = append(slices[r], id)
-	}
-	return slices, nil
 }
 
 // takeover makes this node the leader: it learns what every peer knows,

@@ -1,5 +1,7 @@
 package sampling
 
+import "fmt"
+
 // Split cuts an epoch's order into world disjoint slices of equal length, as
 // PyTorch's DistributedSampler(drop_last=False) does: the order is padded to a
 // multiple of world by wrapping around to its front (repeatedly when it is
@@ -51,4 +53,55 @@ func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
 		strided(dst, permutation(n, seed, epoch), world, rank)
 	}
 	return dst
+}
+
+// LocalitySplit cuts an epoch's order into world slices of equal length,
+// giving each drawn sample to a rank on one of its owners where one has
+// room, so that the rank's reads hit its own node's memory. The multiset
+// of the epoch is unchanged; each slice keeps the order's sequence.
+// rankNode[r] names the node rank r trains on ("" if unknown); ownersOf
+// gives a sample's owners. world < 1 fails with ErrBadWorld.
+func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) ([][]uint32, error) {
+	if world < 1 {
+		return nil, fmt.Errorf("%w: %d", ErrBadWorld, world)
+	}
+	per := (len(order) + world - 1) / world
+	padded := order
+	for len(padded) < per*world { // wrap around, as DistributedSampler pads
+		padded = append(padded[:len(padded):len(padded)], order[:min(len(order), per*world-len(padded))]...)
+	}
+	ranksOn := make(map[string][]int)
+	for r, node := range rankNode {
+		if node != "" {
+			ranksOn[node] = append(ranksOn[node], r)
+		}
+	}
+	slices := make([][]uint32, world)
+	for r := range slices {
+		slices[r] = make([]uint32, 0, per)
+	}
+	var leftover []uint32
+	for _, id := range padded {
+		best := -1
+		for _, owner := range ownersOf(id) {
+			for _, r := range ranksOn[owner] {
+				if len(slices[r]) < per && (best < 0 || len(slices[r]) < len(slices[best])) {
+					best = r
+				}
+			}
+		}
+		if best < 0 {
+			leftover = append(leftover, id)
+			continue
+		}
+		slices[best] = append(slices[best], id)
+	}
+	r := 0
+	for _, id := range leftover {
+		for len(slices[r]) == per {
+			r++
+		}
+		slices[r] = append(slices[r], id)
+	}
+	return slices, nil
 }

@@ -3,6 +3,7 @@ package sampling
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -148,5 +149,45 @@ func TestUniformSliceMatchesDistributedSampler(t *testing.T) {
 	}
 	if UniformSlice(5, 1, 0, 0, -1) != nil {
 		t.Fatalf("negative epoch accepted")
+	}
+}
+
+func TestLocalitySplitKeepsSlicesEqual(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ n, world int }{{10, 3}, {100, 4}, {7, 7}, {5, 8}, {1000, 3}} {
+		order := make([]uint32, tc.n)
+		for i := range order {
+			order[i] = uint32(rng.IntN(tc.n))
+		}
+		nodes := []string{"a", "b", "c"}
+		rankNode := make([]string, tc.world)
+		for r := range rankNode {
+			rankNode[r] = nodes[r%3]
+		}
+		slices, err := LocalitySplit(order, tc.world, rankNode, func(id uint32) []string { return []string{nodes[id%3]} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := (tc.n + tc.world - 1) / tc.world
+		count := map[uint32]int{}
+		total := 0
+		for _, s := range slices {
+			if len(s) != per {
+				t.Fatalf("n=%d world=%d: slice of %d, want %d", tc.n, tc.world, len(s), per)
+			}
+			for _, id := range s {
+				count[id]++
+				total++
+			}
+		}
+		want := map[uint32]int{}
+		for i := 0; i < per*tc.world; i++ {
+			want[order[i%tc.n]]++
+		}
+		for id, c := range want {
+			if count[id] != c {
+				t.Fatalf("n=%d world=%d: id %d drawn %d times, the order has it %d", tc.n, tc.world, id, count[id], c)
+			}
+		}
 	}
 }

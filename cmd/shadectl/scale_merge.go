@@ -357,10 +357,10 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if err := orderStep.run(func() (err error) { next, err = sampler.Order(1, table); return err }); err != nil {
 		return nil, err
 	}
-	splitStep := step("split (locality)", 1, true, "owner lookup per drawn sample, as mesh.localitySplit")
+	splitStep := step("split (locality)", 1, true, "owner lookup per drawn sample: sampling.LocalitySplit, as the leader runs it")
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
-		parts, err = localitySplit(next, job.world, rankNode, func(id uint32) []string {
+		parts, err = sampling.LocalitySplit(next, job.world, rankNode, func(id uint32) []string {
 			return r.Owners([]byte(job.dataset + "/" + strconv.FormatUint(uint64(id), 10)))
 		})
 		return err
@@ -509,54 +509,6 @@ func encodeBroadcast(raw msgpack.RawMessage, n int) (frame []byte, err error) {
 		}
 	}
 	return frame, nil
-}
-
-// localitySplit is mesh's split of an epoch's order among ranks, line for
-// line: equal slices, each drawn sample to a rank on one of its owners
-// where one has room, the order's sequence kept.
-func localitySplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) ([][]uint32, error) {
-	if world < 1 {
-		return nil, fmt.Errorf("world %d", world)
-	}
-	per := (len(order) + world - 1) / world
-	padded := order
-	for len(padded) < per*world {
-		padded = append(padded[:len(padded):len(padded)], order[:min(len(order), per*world-len(padded))]...)
-	}
-	ranksOn := make(map[string][]int)
-	for r, node := range rankNode {
-		if node != "" {
-			ranksOn[node] = append(ranksOn[node], r)
-		}
-	}
-	slices := make([][]uint32, world)
-	for r := range slices {
-		slices[r] = make([]uint32, 0, per)
-	}
-	var leftover []uint32
-	for _, id := range padded {
-		best := -1
-		for _, owner := range ownersOf(id) {
-			for _, r := range ranksOn[owner] {
-				if len(slices[r]) < per && (best < 0 || len(slices[r]) < len(slices[best])) {
-					best = r
-				}
-			}
-		}
-		if best < 0 {
-			leftover = append(leftover, id)
-			continue
-		}
-		slices[best] = append(slices[best], id)
-	}
-	r := 0
-	for _, id := range leftover {
-		for len(slices[r]) == per {
-			r++
-		}
-		slices[r] = append(slices[r], id)
-	}
-	return slices, nil
 }
 
 // scaleBytes formats a byte count with a binary unit.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/sampling"
 )
 
 // Small sizes: 50 peers, 100k samples, R = 2, the node's 271 partitions.
@@ -186,7 +187,7 @@ func TestScaleLocalitySplit(t *testing.T) {
 		}
 		return []string{"b"}
 	}
-	parts, err := localitySplit(order, 3, []string{"a", "a", "c"}, owners)
+	parts, err := sampling.LocalitySplit(order, 3, []string{"a", "a", "c"}, owners)
 	if err != nil {
 		t.Fatal(err)
 	}
