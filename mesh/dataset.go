@@ -141,7 +141,9 @@ func (ds *datasetState) countMiss(idx int) {
 }
 
 // epochCounters are one epoch's counters of one dataset on this node.
-// Reads are attributed to the newest epoch whose order was requested.
+// Reads are attributed to the newest epoch whose order was requested (so
+// the read-ahead of an epoch published but not yet asked for counts in the
+// one before).
 type epochCounters struct {
 	epoch                      int
 	hits                       atomic.Int64 // served from this node's memory

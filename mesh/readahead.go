@@ -14,20 +14,21 @@ import (
 // readAhead keeps the samples that the ranks training on this node will
 // read next in memory before they ask for them.
 //
-// When a rank asks for its slice of an epoch's order (SHADE.ORDER), the
-// node starts a cursor on that slice. The rank's reads that miss the cache
-// tell the cursor where the rank is (reads of resident samples need no
-// help, and a run of them long enough to matter does not happen while the
-// read-ahead is needed). A worker per cursor keeps the next Prefetch
-// samples of the slice that are not resident in a buffer of their own,
-// off-heap and bounded in bytes (PrefetchMemory): in batches from their
-// owners over QUIC, or read through from the source with bounded
-// parallelism. A read that finds its sample there takes the bytes and goes
-// on as a read-through would: the policy decides on admission then, so the
-// cache's hit ratio is the policy's own and the read just does not wait
-// for the source. A read that finds its sample being fetched waits for
-// that fetch rather than start another; a read that finds nothing reads as
-// usual, so reads never wait for the read-ahead's queue.
+// When an order is installed, and when a rank asks for its slice of one
+// (SHADE.ORDER), the node starts a cursor on the slice of each rank that
+// trains on it. The rank's reads that miss the cache tell the cursor where
+// the rank is (reads of resident samples need no help, and a run of them
+// long enough to matter does not happen while the read-ahead is needed).
+// A worker per cursor keeps the next Prefetch samples of the slice that
+// are not resident in a buffer of their own, off-heap and bounded in bytes
+// (PrefetchMemory): in batches from their owners over QUIC, or read
+// through from the source with bounded parallelism. A read that finds its
+// sample there takes the bytes and goes on as a read-through would: the
+// policy decides on admission then, so the cache's hit ratio is the
+// policy's own and the read just does not wait for the source. A read
+// that finds its sample being fetched waits for that fetch rather than
+// start another; a read that finds nothing reads as usual, so reads never
+// wait for the read-ahead's queue.
 //
 // A cursor stops at the end of its slice, when its rank asks for a newer
 // epoch, when a newer order of the dataset is installed, and when the node
@@ -35,6 +36,8 @@ import (
 // from the buffer, read or not.
 //
 // The zero value is ready: maps and the buffer are made on first use.
+// Lock order: an order book's lock, then readAhead.mu, then the stores'
+// and a dataset's counters' locks.
 type readAhead struct {
 	fetched atomic.Int64 // samples put into the buffer
 	unused  atomic.Int64 // samples dropped from it without being read
@@ -87,8 +90,10 @@ const (
 	raBehind = 256
 	// raChunk is the most ids one fetch from an owner asks for.
 	raChunk = 32
-	// raBatchBytes bounds the sample bytes one fetch from an owner asks for.
-	raBatchBytes = 8 << 20
+	// raBatchBytes bounds the sample bytes one fetch from an owner asks
+	// for, so that a reply fits the frame buffers the peer transport keeps
+	// for reuse (8 MiB); larger frames are grown afresh on both ends.
+	raBatchBytes = 4 << 20
 	// raRecheck is how often an idle worker looks for a newer order.
 	raRecheck = 500 * time.Millisecond
 )
@@ -139,6 +144,19 @@ func (n *Node) followOrder(ds *datasetState, p *publishMsg, rank int) {
 		defer cancel()
 		n.runCursor(ctx, c)
 	})
+}
+
+// followPublished starts the read-ahead of the slices of a newly
+// installed order whose ranks train on this node, before they ask for
+// them: between epochs the ranks evaluate and wait for each other, and
+// the start of their next slice can be in memory when they begin. Called
+// with the order book locked; it does not touch the book.
+func (n *Node) followPublished(ds *datasetState, p *publishMsg) {
+	for rank, node := range p.Ranks {
+		if node == n.cfg.Name {
+			n.followOrder(ds, p, rank)
+		}
+	}
 }
 
 // initReadAheadLocked makes the maps and the buffer on first use, and the
@@ -326,8 +344,11 @@ func (n *Node) runCursor(ctx context.Context, c *rankCursor) {
 	var fetches sync.WaitGroup
 	defer fetches.Wait()
 	for ctx.Err() == nil {
+		// The book's lock is taken before the read-ahead's when an order
+		// is installed (followPublished): never the other way round.
+		g, e, _ := c.key.ds.book.head()
 		ra.mu.Lock()
-		if g, e, _ := c.key.ds.book.head(); orderAfter(g, e, c.gen, c.epoch) {
+		if orderAfter(g, e, c.gen, c.epoch) {
 			n.stopCursorLocked(c)
 		}
 		if c.done {

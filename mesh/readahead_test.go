@@ -185,8 +185,9 @@ func TestReadAheadServesMoreReadsFromMemory(t *testing.T) {
 	}
 }
 
-// TestReadAheadStopsForANewerEpoch checks that a cursor on an old epoch
-// ends once the rank asks for the next one, and that its samples are let go.
+// TestReadAheadStopsForANewerEpoch checks that the read-ahead of the next
+// epoch starts when it is published, that the cursor on the old epoch
+// ends, and that its samples are let go.
 func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 	dir, files := makeDataset(t, 400, 50, 50)
 	p := startPeer(t, Config{
@@ -205,10 +206,18 @@ func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 	if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Epoch 1 is published once the only rank is done: the read-ahead
+	// starts on its slice before the rank asks for it.
+	ra := &p.node.readAhead
+	waitFor(t, 5*time.Second, "a cursor on epoch 1 before the rank asks", func() bool {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		cur := ra.cursors[cursorKey{p.node.ordered[0], 0}]
+		return cur != nil && cur.epoch == 1 && cur.next > 0
+	})
 	if _, err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000).Int64Slice(); err != nil {
 		t.Fatal(err)
 	}
-	ra := &p.node.readAhead
 	ra.mu.Lock()
 	cur := ra.cursors[cursorKey{p.node.ordered[0], 0}]
 	epoch, n := cur.epoch, len(ra.cursors)

@@ -157,13 +157,15 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 }
 
 // orderInstalled reacts to a new order: a job's epoch 0 warms the cache if
-// importance is known, and a policy that looks ahead (the order policy)
-// learns the reads this node will serve in the epoch. Called with the
+// importance is known, a policy that looks ahead (the order policy)
+// learns the reads this node will serve in the epoch, and the read-ahead
+// starts on the slices of the ranks that train here. Called with the
 // order book locked: the work runs in the background.
 func (n *Node) orderInstalled(ds *datasetState, p *publishMsg) {
 	if p.Epoch == 0 {
 		n.warmOnFirstEpoch(ds)
 	}
+	n.followPublished(ds, p)
 	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
 		n.goBackground(func(context.Context) { n.lookahead(ds, p) })
 	}
