@@ -11,6 +11,8 @@ folder) and prints one line:
 
     epoch  hit ratio of the epoch (SHADE.STATS summed over the distinct
     sockets)  bytes read from the source  test accuracy  samples/s  epoch time
+    data wait (seconds the training loop waited for its next minibatch,
+    and that time as a share of the epoch, both averaged over the ranks)
 
 The unique-sample hit ratio (distinct ids whose first read hit) is not
 printed: whether a read hit is not visible to the client (GET/MGET replies
@@ -121,8 +123,9 @@ def accuracy(model, xs, ys):
 
 
 def epoch_stats(clients, dataset, epoch):
-    """(hit ratio, source bytes) of one epoch summed over the peers."""
-    hits = reads = src = 0
+    """(hit ratio, source bytes, share of reads served from the read-ahead)
+    of one epoch summed over the peers."""
+    hits = reads = src = ahead = 0
     for c in clients:
         for d in c.stats(dataset)["datasets"]:
             for e in d["epochs"]:
@@ -130,7 +133,8 @@ def epoch_stats(clients, dataset, epoch):
                     hits += e["hits"]
                     reads += e["hits"] + e["cold_misses"] + e["capacity_misses"]
                     src += e["source_bytes"]
-    return (hits / reads if reads else 0.0), src
+                    ahead += e.get("prefetch_hits", 0)
+    return (hits / reads if reads else 0.0), src, (ahead / reads if reads else 0.0)
 
 
 def rank_main(rank, args, port):
@@ -173,8 +177,17 @@ def rank_main(rank, args, port):
         sampler.set_epoch(epoch)
         dist.barrier()
         t0 = time.time()
-        n, loss_sum = 0, 0.0
-        for x, y, ids in loader:
+        n, loss_sum, wait = 0, 0.0, 0.0
+        batches = iter(loader)
+        while True:
+            # Data wait: the time the loop spends waiting for its next
+            # minibatch (the order, the MGET, decoding), not training.
+            tw = time.perf_counter()
+            batch = next(batches, None)
+            wait += time.perf_counter() - tw
+            if batch is None:
+                break
+            x, y, ids = batch
             loss = F.cross_entropy(model(x), y, reduction="none")
             report_losses(client, args.dataset, epoch, ids, loss)
             mean = loss.mean()
@@ -184,16 +197,19 @@ def rank_main(rank, args, port):
             n += len(ids)
             loss_sum += float(loss.detach().sum())
         epoch_done(client, args.dataset, epoch, rank)
-        totals = torch.tensor([n, loss_sum], dtype=torch.float64)
+        busy = time.time() - t0  # this rank's epoch, before waiting for the others
+        totals = torch.tensor([n, loss_sum, wait, wait / busy], dtype=torch.float64)
         dist.all_reduce(totals)
         elapsed = time.time() - t0
         if rank == 0:
-            hit, src = epoch_stats(peers, args.dataset, epoch)
+            hit, src, ahead = epoch_stats(peers, args.dataset, epoch)
             acc = accuracy(model.module, test_x, test_y)
             rate = totals[0].item() / elapsed
+            data_wait, wait_frac = totals[2].item() / args.world, totals[3].item() / args.world
             print(f"epoch {epoch:3d}  hit {hit:6.2%}  source {src / 2**20:7.2f} MiB  "
                   f"acc {acc:6.2%}  loss {totals[1].item() / totals[0].item():.4f}  "
-                  f"{rate:7.0f} samples/s  {elapsed:6.1f}s  order {sampler.order_source}",
+                  f"{rate:7.0f} samples/s  {elapsed:6.1f}s  data wait {data_wait:5.2f}s "
+                  f"{wait_frac:6.1%}  order {sampler.order_source}",
                   flush=True)
             if args.csv:
                 new = not Path(args.csv).exists() or Path(args.csv).stat().st_size == 0
@@ -201,9 +217,11 @@ def rank_main(rank, args, port):
                     w = csv.writer(f)
                     if new:
                         w.writerow(["label", "epoch", "hit_ratio", "source_bytes", "accuracy",
-                                    "epoch_time", "samples_per_s"])
+                                    "epoch_time", "samples_per_s", "data_wait", "data_wait_fraction",
+                                    "prefetch_hit_ratio"])
                     w.writerow([args.label, epoch, f"{hit:.6f}", src, f"{acc:.6f}",
-                                f"{elapsed:.3f}", f"{rate:.1f}"])
+                                f"{elapsed:.3f}", f"{rate:.1f}", f"{data_wait:.3f}", f"{wait_frac:.4f}",
+                                f"{ahead:.6f}"])
     dist.barrier()
     dist.destroy_process_group()
 
