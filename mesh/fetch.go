@@ -44,7 +44,6 @@ func contains(list []string, s string) bool {
 // A sample the read-ahead holds (see readAhead) is taken from there; an
 // owner then offers it to its policy as a read-through would.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
-	n.observeRead(ds, idx)
 	owners := n.owners(ds, uint32(idx))
 	own := len(owners) == 0 || contains(owners, n.cfg.Name)
 	if v, mem, ok := n.takeReadAhead(ctx, ds, idx); ok {

@@ -48,6 +48,7 @@ type readAhead struct {
 	entries map[policy.ID]*raEntry
 	cursors map[cursorKey]*rankCursor
 	bytes   int64         // charged bytes of entries, held or being fetched
+	full    bool          // a worker found no room for its next entry
 	changed chan struct{} // closed and replaced when cursors move or room frees
 	workers sync.WaitGroup
 }
@@ -250,8 +251,9 @@ func (n *Node) releaseLocked(c *rankCursor, k int) {
 		}
 	}
 	c.held = c.held[k:]
-	if k > 0 {
-		ra.wakeLocked()
+	if k > 0 && ra.full {
+		ra.full = false
+		ra.wakeLocked() // a worker may be waiting for room
 	}
 }
 
@@ -266,16 +268,11 @@ func (c *rankCursor) find(id uint32, from int) int {
 	return -1
 }
 
-// observeRead moves the cursor of the local rank that is reading sample idx
+// observeLocked moves the cursor of the local rank that is reading sample idx
 // of ds, if any: the cursor whose position is nearest an occurrence of idx
 // in its slice, within raBehind behind it and its window ahead.
-func (n *Node) observeRead(ds *datasetState, idx int) {
-	if n.cfg.Cluster.Prefetch <= 0 {
-		return
-	}
+func (n *Node) observeLocked(ds *datasetState, idx int) {
 	ra := &n.readAhead
-	ra.mu.Lock()
-	defer ra.mu.Unlock()
 	if len(ra.cursors) == 0 {
 		return
 	}
@@ -304,16 +301,25 @@ func (n *Node) observeRead(ds *datasetState, idx int) {
 		k++
 	}
 	n.releaseLocked(best, k)
-	ra.wakeLocked()
+	// Wake the worker once a whole request's worth of the window is free,
+	// not on every read: fetches go out in batches.
+	if best.pos+n.cfg.Cluster.Prefetch-best.next >= raChunk || best.pos >= len(best.slice) {
+		ra.wakeLocked()
+	}
 }
 
-// takeReadAhead returns sample idx of ds from the read-ahead buffer, and
-// whether those bytes came from a node's memory. If the sample is being
+// takeReadAhead tells the read-ahead that sample idx of ds is being read
+// (see observeLocked) and returns it from the buffer, with whether those
+// bytes came from a node's memory. If the sample is being
 // fetched it waits for that fetch (or ctx); if it is not there at all it
 // returns at once. The bytes are the caller's.
 func (n *Node) takeReadAhead(ctx context.Context, ds *datasetState, idx int) (v []byte, fromMemory, ok bool) {
+	if n.cfg.Cluster.Prefetch <= 0 {
+		return nil, false, false
+	}
 	ra := &n.readAhead
 	ra.mu.Lock()
+	n.observeLocked(ds, idx)
 	e := ra.entries[sampleID(ds, idx)]
 	buf := ra.buf
 	ra.mu.Unlock()
@@ -400,6 +406,7 @@ func (n *Node) pickLocked(c *rankCursor) []pending {
 			}
 			charge := ra.buf.Charge(len(key), int(ds.manifest.Sizes[id]))
 			if ra.bytes+charge > n.cfg.PrefetchMemory {
+				ra.full = true
 				break // full: wait until entries are read and passed
 			}
 			e = &raEntry{key: key, charge: charge, ready: make(chan struct{})}
