@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# QUIC batch fetch between two peers against TCP on the same machine, side
+# by side in one run: BenchmarkBatchFetch (transport/peer) moves batches of
+# samples (default 256 and 32 samples of 100 KiB; 32 x 100 KiB is about
+# what one read-ahead request of the mesh asks an owner for) between two
+# nodes on loopback over
+#   quic             the peer transport: QUIC, mutual TLS 1.3, frames, msgpack
+#   tcp-tls-msgpack  the same frames and msgpack over TLS 1.3 on TCP
+#   tcp-msgpack      the same frames and msgpack over plain TCP
+#   tcp-raw          the samples' bytes alone over plain TCP
+# and prints the median MB/s of -count runs, the CPU both ends spent per
+# batch, and each figure against QUIC's; then a CPU profile of the QUIC case
+# split by where the time goes. Usage:
+#   test/bench/quic_vs_tcp.sh [iterations-per-run] [runs]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+N=${1:-20}
+COUNT=${2:-3}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $COUNT runs of $N batches each"
+go test -c -o "$out/peer.test" ./transport/peer/
+for samples in 256 32; do
+	BENCH_FETCH_SAMPLES=$samples "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch' \
+		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt"
+done
+/usr/bin/python3 - "$out/bench.txt" <<'EOF'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"BenchmarkBatchFetch/([\w-]+)/(\S+?)-\d+\s+\d+\s+\d+ ns/op\s+([\d.]+) MB/s\s+([\d.]+) MB/cpu-s\s+([\d.]+) cpu-ms/op", line)
+    if m:
+        runs.setdefault((m[2], m[1]), []).append((float(m[3]), float(m[4]), float(m[5])))
+variants = ["quic", "tcp-tls-msgpack", "tcp-msgpack", "tcp-raw"]
+print(f'{"batch":<12}{"transport":<17}{"MB/s":>9}{"x quic":>8}{"cpu-ms/batch":>14}{"MB/cpu-s":>10}{"x quic":>8}')
+for batch in sorted({k[0] for k in runs}, key=lambda b: -int(b.split("x")[0])):
+    q = runs[(batch, "quic")]
+    qs, qc = statistics.median(r[0] for r in q), statistics.median(r[1] for r in q)
+    for v in variants:
+        rs = runs.get((batch, v))
+        if not rs:
+            continue
+        s, c, ms = (statistics.median(r[i] for r in rs) for i in range(3))
+        print(f"{batch:<12}{v:<17}{s:9.0f}{s / qs:7.1f}x{ms:14.1f}{c:10.0f}{c / qc:7.1f}x")
+EOF
+echo
+echo "# where QUIC's CPU goes (256 x 100 KiB batches; cumulative shares of both ends' samples, overlapping)"
+BENCH_FETCH_SAMPLES=256 "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch/quic' -test.benchtime "${N}x" \
+	-test.cpuprofile "$out/quic.prof" >/dev/null
+go tool pprof -top -cum -nodecount=2000 "$out/peer.test" "$out/quic.prof" 2>/dev/null | /usr/bin/python3 -c '
+import re, sys
+areas = [
+    ("UDP send (sendmsg with GSO)", r"quic-go\.\(\*sconn\)\.Write$"),
+    ("UDP receive (recvmmsg)", r"quic-go\.\(\*oobConn\)\.ReadPacket$"),
+    ("AEAD seal (AES-GCM, per packet)", r"handshake\.\(\*xorNonceAEAD\)\.Seal$"),
+    ("AEAD open (AES-GCM, per packet)", r"handshake\.\(\*xorNonceAEAD\)\.Open$"),
+    ("packing packets", r"quic-go\.\(\*packetPacker\)\.AppendPacket$"),
+    ("handling received packets", r"quic-go\.\(\*Conn\)\.handlePackets$"),
+    ("msgpack encode into the frame", r"peer\.appendFrame$"),
+    ("frame read into the buffer", r"peer\.readFrame$"),
+    ("msgpack decode", r"msgpack/v5\.Unmarshal$"),
+    ("checksums (xxhash)", r"xxhash\.Sum64$"),
+    ("growing buffers (growslice)", r"runtime\.growslice$"),
+    ("garbage collection", r"runtime\.gcBgMarkWorker$"),
+]
+lines = sys.stdin.read().splitlines()
+for name, pat in areas:
+    for l in lines:
+        f = l.split()
+        if len(f) >= 6 and re.search(pat, f[-1]):
+            print(f"  {f[4]:>7}  {name}")
+            break
+'

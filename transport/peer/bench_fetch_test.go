@@ -1,0 +1,325 @@
+package peer
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The batch fetch benchmark moves what a mesh fetch of many samples moves:
+// a request naming ids and a reply of the samples' bytes with a checksum
+// each, in the mesh's msgpack shapes (the mesh package's fetchReq and
+// fetchResp), between two nodes on loopback. Beside the real transport
+// (QUIC with mutual TLS) it sends the same batches over TCP, raw and with
+// the same framing and msgpack, with and without TLS 1.3, so the gap is
+// split into its parts. BENCH_FETCH_SAMPLES and BENCH_FETCH_SIZE change the
+// batch (default 256 samples of 100 KiB).
+
+const mBatch Method = 20
+
+type benchFetchReq struct {
+	Dataset string   `msgpack:"d"`
+	Version string   `msgpack:"v"`
+	IDs     []uint32 `msgpack:"i"`
+}
+
+type benchFetchItem struct {
+	Found bool   `msgpack:"f"`
+	Hit   bool   `msgpack:"h"`
+	Sum   uint64 `msgpack:"s"`
+	Value []byte `msgpack:"b"`
+	Err   string `msgpack:"e"`
+}
+
+type benchFetchResp struct {
+	Items []benchFetchItem `msgpack:"i"`
+}
+
+// cpuTime is the CPU time (user and system) this process has used: both
+// ends of every benchmark run in it.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measureCPU reports the CPU both ends spent per batch, and the bytes moved
+// per CPU second: figures that a busy machine disturbs less than MB/s.
+func measureCPU(b *testing.B, batchBytes int64) func() {
+	start := cpuTime()
+	return func() {
+		cpu := cpuTime() - start
+		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64(batchBytes)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// benchSamples are the samples a server holds, and their checksums.
+type benchSamples struct {
+	values [][]byte
+	sums   []uint64
+	raw    []byte // every value, back to back: the raw TCP reply body
+}
+
+func newBenchSamples(n, size int) *benchSamples {
+	s := &benchSamples{}
+	for i := range n {
+		v := make([]byte, size)
+		for j := range v {
+			v[j] = byte(i*31 + j)
+		}
+		s.values = append(s.values, v)
+		s.sums = append(s.sums, xxhash.Sum64(v))
+		s.raw = append(s.raw, v...)
+	}
+	return s
+}
+
+// reply is what a mesh owner answers: a copy of each value out of its
+// memory, with the value's checksum.
+func (s *benchSamples) reply(req *benchFetchReq) *benchFetchResp {
+	resp := &benchFetchResp{Items: make([]benchFetchItem, len(req.IDs))}
+	for i, id := range req.IDs {
+		v := s.values[int(id)%len(s.values)]
+		resp.Items[i] = benchFetchItem{Found: true, Hit: true, Sum: s.sums[int(id)%len(s.sums)], Value: append([]byte(nil), v...)}
+	}
+	return resp
+}
+
+// verify checks a reply as the mesh's fetchFrom does.
+func verify(b *testing.B, req *benchFetchReq, resp *benchFetchResp) {
+	if len(resp.Items) != len(req.IDs) {
+		b.Fatalf("%d items for %d ids", len(resp.Items), len(req.IDs))
+	}
+	for _, it := range resp.Items {
+		if !it.Found || xxhash.Sum64(it.Value) != it.Sum {
+			b.Fatal("bad item")
+		}
+	}
+}
+
+func BenchmarkBatchFetch(b *testing.B) {
+	n := envInt("BENCH_FETCH_SAMPLES", 256)
+	size := envInt("BENCH_FETCH_SIZE", 100<<10)
+	samples := newBenchSamples(n, size)
+	req := &benchFetchReq{Dataset: "ds", Version: "v1"}
+	for i := range n {
+		req.IDs = append(req.IDs, uint32(i))
+	}
+	batchBytes := int64(n * size)
+	dir := b.TempDir()
+	name := fmt.Sprintf("%dx%dKiB", n, size>>10)
+
+	b.Run("quic/"+name, func(b *testing.B) {
+		srv := testNode(b, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
+			var r benchFetchReq
+			if err := msgpack.Unmarshal(body, &r); err != nil {
+				return nil, err
+			}
+			return samples.reply(&r), nil
+		}))
+		cli := testNode(b, dir, "node-a", newTestHandler())
+		ctx := context.Background()
+		var resp benchFetchResp
+		if err := cli.Call(ctx, srv.Addr(), "node-b", mBatch, req, &resp); err != nil {
+			b.Fatal(err) // the connection, dialled once
+		}
+		b.SetBytes(batchBytes)
+		defer measureCPU(b, batchBytes)()
+		for b.Loop() {
+			var resp benchFetchResp
+			if err := cli.Call(ctx, srv.Addr(), "node-b", mBatch, req, &resp); err != nil {
+				b.Fatal(err)
+			}
+			verify(b, req, &resp)
+		}
+	})
+
+	serverTLS, clientTLS := benchTLS(b, dir)
+	for _, v := range []struct {
+		name    string
+		msgpack bool
+		tls     bool
+	}{
+		{"tcp-raw", false, false},
+		{"tcp-msgpack", true, false},
+		{"tcp-tls-msgpack", true, true},
+	} {
+		b.Run(v.name+"/"+name, func(b *testing.B) {
+			var st, ct *tls.Config
+			if v.tls {
+				st, ct = serverTLS, clientTLS
+			}
+			addr := tcpBatchServer(b, samples, v.msgpack, st)
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ct != nil {
+				conn = tls.Client(conn, ct)
+			}
+			defer conn.Close()
+			rw := bufio.NewReadWriter(bufio.NewReaderSize(conn, 64<<10), bufio.NewWriter(conn))
+			var buf []byte
+			b.SetBytes(batchBytes)
+			defer measureCPU(b, batchBytes)()
+			for b.Loop() {
+				if v.msgpack {
+					buf = tcpMsgpackCall(b, rw, req, buf)
+				} else {
+					buf = tcpRawCall(b, rw, req, buf, len(samples.raw))
+				}
+			}
+		})
+	}
+}
+
+// benchTLS is the nodes' mutual TLS 1.3, over TCP.
+func benchTLS(b *testing.B, dir string) (server, client *tls.Config) {
+	sc, err := DevTLS(dir, "node-b")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := DevTLS(dir, "node-a")
+	if err != nil {
+		b.Fatal(err)
+	}
+	server, client = sc.serverConfig(), cc.clientConfig("node-b")
+	server.NextProtos, client.NextProtos = []string{"bench"}, []string{"bench"}
+	return server, client
+}
+
+// tcpBatchServer answers batch requests on a loopback TCP listener until
+// the benchmark ends: with the peer protocol's frames and msgpack, or (raw)
+// with every sample's bytes in one length-prefixed frame.
+func tcpBatchServer(b *testing.B, s *benchSamples, useMsgpack bool, tc *tls.Config) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	b.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if tc != nil {
+				conn = tls.Server(conn, tc)
+			}
+			wg.Go(func() {
+				defer conn.Close()
+				r := bufio.NewReaderSize(conn, 64<<10)
+				var in, out []byte
+				for {
+					_, body, err := readFrame(r, DefaultMaxFrame, in)
+					keep(&in, body)
+					if err != nil {
+						return
+					}
+					if useMsgpack {
+						var req benchFetchReq
+						if err := msgpack.Unmarshal(body, &req); err != nil {
+							return
+						}
+						frame, err := appendFrame(out[:0], uint16(CodeOK), s.reply(&req))
+						keep(&out, frame)
+						if err != nil {
+							return
+						}
+						if _, err := conn.Write(frame); err != nil {
+							return
+						}
+						continue
+					}
+					var hdr [headerLen]byte
+					binary.BigEndian.PutUint32(hdr[:], uint32(len(s.raw)+2))
+					if _, err := conn.Write(hdr[:]); err != nil {
+						return
+					}
+					if _, err := conn.Write(s.raw); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// tcpMsgpackCall sends req in a frame and reads, checks and decodes the
+// reply as Node.Call does.
+func tcpMsgpackCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []byte) []byte {
+	frame, err := appendFrame(buf[:0], uint16(mBatch), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rw.Write(frame); err != nil {
+		b.Fatal(err)
+	}
+	if err := rw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	_, body, err := readFrame(rw, DefaultMaxFrame, frame)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := CheckMsgpack(body); err != nil {
+		b.Fatal(err)
+	}
+	var resp benchFetchResp
+	if err := msgpack.Unmarshal(body, &resp); err != nil {
+		b.Fatal(err)
+	}
+	verify(b, req, &resp)
+	return body
+}
+
+// tcpRawCall sends req in a frame and reads the raw reply into buf.
+func tcpRawCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []byte, want int) []byte {
+	frame, err := appendFrame(buf[:0], uint16(mBatch), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rw.Write(frame); err != nil {
+		b.Fatal(err)
+	}
+	if err := rw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	var hdr [headerLen]byte
+	if _, err := io.ReadFull(rw, hdr[:]); err != nil {
+		b.Fatal(err)
+	}
+	if got := int(binary.BigEndian.Uint32(hdr[:])) - 2; got != want {
+		b.Fatalf("raw reply of %d bytes, want %d", got, want)
+	}
+	if cap(frame) < want {
+		frame = make([]byte, want)
+	}
+	if _, err := io.ReadFull(rw, frame[:want]); err != nil {
+		b.Fatal(err)
+	}
+	return frame[:0]
+}
