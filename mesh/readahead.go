@@ -116,7 +116,9 @@ func (n *Node) followOrder(ds *datasetState, p *publishMsg, rank int) {
 	ra := &n.readAhead
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
-	if !n.initReadAheadLocked() {
+	// Once the node is closing, the goroutine that releases the buffer
+	// stops every cursor under this lock: start none after it.
+	if n.ctx.Err() != nil || !n.initReadAheadLocked() {
 		return
 	}
 	key := cursorKey{ds, rank}
