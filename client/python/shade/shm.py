@@ -48,8 +48,10 @@ class Mapping:
         self.size = size
         self.id = ident
         self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        # Native 8-byte items: one aligned load per generation read.
-        self._words = memoryview(self._mm).cast("Q")
+        # Native 8-byte items: one aligned load per generation read. Every
+        # generation word lies in the whole words at the start (the cache
+        # size need not be a multiple of 8).
+        self._words = memoryview(self._mm)[:size - size % 8].cast("Q")
 
     def copy(self, loc):
         """The bytes at a location (gen, gen_offset, offset, length, ...);

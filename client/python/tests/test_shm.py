@@ -147,3 +147,16 @@ def test_map_must_lead_its_pipeline(peer):
             data += s.recv(4096)
         assert data.startswith(b"+PONG\r\n-ERR SHADE.MAP must be the first command")
         assert data.endswith(b"+PONG\r\n")
+
+
+def test_cache_size_not_a_multiple_of_8(make_peer, fmnist):
+    p = make_peer("odd", "--cache-size", "1000003").start()
+    c = shade.Client(p.sock, retry_for=10)
+    try:
+        assert c.shared_memory
+        files = _files(fmnist, c)
+        c.mget(TRAIN, range(10))
+        assert c.mget(TRAIN, range(10)) == files[:10]
+        assert c.shared_copies >= 10
+    finally:
+        c.close()
