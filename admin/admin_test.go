@@ -202,16 +202,23 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 		t.Errorf("after one more hit: local reads %v, want 11", got)
 	}
 
-	// A one-rank job: epoch 0 is published, and the node warms the rank's
-	// slice (the whole dataset) in the background: source reads that no
-	// trainer asked for, so no misses.
+	// A one-rank job: epoch 0 is published, and the node reads the rank's
+	// slice (the whole dataset) ahead in the background, into the
+	// read-ahead buffer: source reads that no trainer asked for, so no
+	// misses, and nothing more resident until the rank reads.
 	if _, err := c.Do(ctx, "SHADE.ORDER", "toy", 0, 0, 1).Result(); err != nil {
 		t.Fatal(err)
 	}
-	admintest.WaitFor(t, 20*time.Second, "the prefetch makes all 40 samples resident", func() bool {
+	admintest.WaitFor(t, 20*time.Second, "the read-ahead holds the 30 samples not cached", func() bool {
 		fams = scrape(t, s)
-		return value(t, fams, "shade_resident_samples", ds) == 40
+		return value(t, fams, "shade_readahead_fetched_total", nil) == 30
 	})
+	if got := value(t, fams, "shade_resident_samples", ds); got != 10 {
+		t.Errorf("resident samples after the read-ahead: %v, want 10", got)
+	}
+	if got := value(t, fams, "shade_readahead_bytes", nil); got <= 0 {
+		t.Errorf("shade_readahead_bytes = %v with 30 samples held", got)
+	}
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -227,6 +234,26 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 		if got := value(t, fams, c.name, c.labels); got != c.want {
 			t.Errorf("after SHADE.ORDER: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	// The rank reads a sample read ahead: served without waiting for the
+	// source, and admitted by the policy then.
+	order, err := c.Do(ctx, "SHADE.ORDER", "toy", 0, 0, 1).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ahead int64 = -1
+	for _, id := range order {
+		if id >= 10 { // samples 0..9 were read, hence cached, above
+			ahead = id
+			break
+		}
+	}
+	if _, err := c.Get(ctx, p.Key(int(ahead))).Bytes(); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, s)
+	if got := value(t, fams, "shade_prefetch_hits_total", ds); got != 1 {
+		t.Errorf("after reading sample %d: prefetch hits %v, want 1", ahead, got)
 	}
 }
 

@@ -24,7 +24,7 @@ type collector struct {
 	reads, hits, misses, evictions, rejected        *prometheus.Desc
 	sourceReads, sourceBytes, sourceErrors          *prometheus.Desc
 	sourceLatency, checksumErrors                   *prometheus.Desc
-	servedPeers, sourceFallbacks                    *prometheus.Desc
+	servedPeers, sourceFallbacks, prefetchHits      *prometheus.Desc
 	datasetInfo, samples, resident, hitRatio, epoch *prometheus.Desc
 	decileReads, decileHits, decileRatio, orderLag  *prometheus.Desc
 
@@ -34,6 +34,9 @@ type collector struct {
 
 	// Mesh.
 	leaderTerm, isLeader, members, reportsQueued, reportsDropped *prometheus.Desc
+
+	// Read-ahead of the local ranks' slices.
+	readAheadFetched, readAheadUnused, readAheadBytes *prometheus.Desc
 
 	// Per peer, over QUIC.
 	peerConnected, peerRTT, peerRequests, peerErrors, peerServed, peerBytes, peerLastCall *prometheus.Desc
@@ -63,24 +66,28 @@ func newCollector(src Source) *collector {
 		misses: d("misses_total",
 			"Sample reads that no node served from memory, by kind: cold (first read of the sample on this node) or capacity (read before, since evicted or never admitted).",
 			ds, "kind"),
-		evictions:       d("evictions_total", "Samples this node evicted from its cache.", ds),
-		rejected:        d("rejected_admissions_total", "Samples read from the source that the admission policy did not cache.", ds),
-		sourceReads:     d("source_reads_total", "Reads of the dataset's backing store (the directory).", ds),
-		sourceBytes:     d("source_read_bytes_total", "Bytes read from the dataset's backing store.", ds),
-		sourceErrors:    d("source_errors_total", "Failed reads of the dataset's backing store (a file missing or changed).", ds),
-		sourceLatency:   d("source_read_duration_seconds", "Duration of reads of the dataset's backing store, in seconds.", ds),
-		checksumErrors:  d("checksum_errors_total", "Samples from a peer whose bytes did not match their checksum (discarded and read elsewhere).", ds),
-		servedPeers:     d("served_peers_total", "Sample reads this node answered for other peers.", ds),
-		sourceFallbacks: d("source_fallbacks_total", "Reads of samples this node does not own for which no owner answered, so this node read the source.", ds),
-		datasetInfo:     d("dataset_info", "Always 1; the version label is the hash of the dataset's file names and sizes (every peer must serve the same).", ds, "version"),
-		samples:         d("dataset_samples", "Samples in the dataset.", ds),
-		resident:        d("resident_samples", "Samples of the dataset in this node's cache.", ds),
-		decileReads:     d("decile_reads_total", "Sample reads by the importance decile of the sample read (0 least important, by its score within ln 10..ln 73 at the time of the read).", ds, "decile"),
-		decileHits:      d("decile_hits_total", "Sample reads served from memory (this node's or a peer's), by importance decile.", ds, "decile"),
-		decileRatio:     d("hit_ratio_by_decile", "Hit ratio of the reads of each importance decile since start: hits / reads, 0 before any read.", ds, "decile"),
-		orderLag:        d("order_lag_epochs", "Epochs between the newest order published and the newest epoch this node's ranks have asked for.", ds),
-		hitRatio:        d("hit_ratio", "Hit ratio on this node of the newest epoch that reads are counted against: hits / (hits + misses), 0 before any read.", ds),
-		epoch:           d("epoch", "Newest epoch whose order was published for the dataset's job; -1 before the first SHADE.ORDER.", ds),
+		evictions:        d("evictions_total", "Samples this node evicted from its cache.", ds),
+		rejected:         d("rejected_admissions_total", "Samples read from the source that the admission policy did not cache.", ds),
+		sourceReads:      d("source_reads_total", "Reads of the dataset's backing store (the directory).", ds),
+		sourceBytes:      d("source_read_bytes_total", "Bytes read from the dataset's backing store.", ds),
+		sourceErrors:     d("source_errors_total", "Failed reads of the dataset's backing store (a file missing or changed).", ds),
+		sourceLatency:    d("source_read_duration_seconds", "Duration of reads of the dataset's backing store, in seconds.", ds),
+		checksumErrors:   d("checksum_errors_total", "Samples from a peer whose bytes did not match their checksum (discarded and read elsewhere).", ds),
+		servedPeers:      d("served_peers_total", "Sample reads this node answered for other peers.", ds),
+		sourceFallbacks:  d("source_fallbacks_total", "Reads of samples this node does not own for which no owner answered, so this node read the source.", ds),
+		prefetchHits:     d("prefetch_hits_total", "Reads that missed every node's memory but found their sample already read ahead, so did not wait for the source.", ds),
+		readAheadFetched: d("readahead_fetched_total", "Samples read ahead of the local ranks' reads into the read-ahead buffer."),
+		readAheadUnused:  d("readahead_unused_total", "Samples read ahead and dropped without being read (the rank passed them, or a newer order came)."),
+		readAheadBytes:   d("readahead_bytes", "Bytes the read-ahead buffer holds or is fetching now (bounded by --prefetch-memory)."),
+		datasetInfo:      d("dataset_info", "Always 1; the version label is the hash of the dataset's file names and sizes (every peer must serve the same).", ds, "version"),
+		samples:          d("dataset_samples", "Samples in the dataset.", ds),
+		resident:         d("resident_samples", "Samples of the dataset in this node's cache.", ds),
+		decileReads:      d("decile_reads_total", "Sample reads by the importance decile of the sample read (0 least important, by its score within ln 10..ln 73 at the time of the read).", ds, "decile"),
+		decileHits:       d("decile_hits_total", "Sample reads served from memory (this node's or a peer's), by importance decile.", ds, "decile"),
+		decileRatio:      d("hit_ratio_by_decile", "Hit ratio of the reads of each importance decile since start: hits / reads, 0 before any read.", ds, "decile"),
+		orderLag:         d("order_lag_epochs", "Epochs between the newest order published and the newest epoch this node's ranks have asked for.", ds),
+		hitRatio:         d("hit_ratio", "Hit ratio on this node of the newest epoch that reads are counted against: hits / (hits + misses), 0 before any read.", ds),
+		epoch:            d("epoch", "Newest epoch whose order was published for the dataset's job; -1 before the first SHADE.ORDER.", ds),
 
 		jobWorld:        d("job_world", "Ranks in the dataset's job (fixed by its first SHADE.ORDER); 0 before it.", ds),
 		pendingRanks:    d("pending_ranks", "Ranks the leader still waits on (SHADE.DONE not received) before it publishes the next epoch; reported by the leader only.", ds),
@@ -111,7 +118,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.nodeInfo, c.cacheCapacity, c.cacheUsed, c.cacheEntries, c.freeKeyReads, c.freeKeyRejected,
 		c.reads, c.hits, c.misses, c.evictions, c.rejected, c.sourceReads, c.sourceBytes, c.sourceErrors,
-		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks,
+		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks, c.prefetchHits,
+		c.readAheadFetched, c.readAheadUnused, c.readAheadBytes,
 		c.datasetInfo, c.samples, c.resident, c.hitRatio, c.epoch,
 		c.decileReads, c.decileHits, c.decileRatio, c.orderLag,
 		c.jobWorld, c.pendingRanks, c.pendingRank, c.reports, c.reportedSamples, c.scoredSamples, c.meanScore,
@@ -145,6 +153,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.members, float64(len(st.Members)))
 	gauge(c.reportsQueued, float64(st.ReportsQueued))
 	counter(c.reportsDropped, float64(st.ReportsDropped))
+	counter(c.readAheadFetched, float64(st.ReadAhead.Fetched))
+	counter(c.readAheadUnused, float64(st.ReadAhead.Unused))
+	gauge(c.readAheadBytes, float64(st.ReadAhead.Bytes))
 
 	for _, e := range st.Datasets {
 		name, t := e.Dataset, e.Total
@@ -162,6 +173,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.checksumErrors, float64(t.ChecksumErrors), name)
 		counter(c.servedPeers, float64(t.ServedPeers), name)
 		counter(c.sourceFallbacks, float64(t.SourceFallback), name)
+		counter(c.prefetchHits, float64(t.PrefetchHits), name)
 		c.histogram(ch, c.sourceLatency, e.SourceLatency, name)
 
 		gauge(c.datasetInfo, 1, name, e.Version)

@@ -16,7 +16,15 @@ type Stats struct {
 	CacheUsed      int64          `json:"cache_used"`     // bytes
 	CacheEntries   int            `json:"cache_entries"`
 	FreeKeys       FreeKeyStats   `json:"free_keys"`
+	ReadAhead      ReadAheadStats `json:"read_ahead"`
 	Datasets       []DatasetStats `json:"datasets"` // sorted by name
+}
+
+// ReadAheadStats describes the samples the node reads ahead of its ranks.
+type ReadAheadStats struct {
+	Fetched int64 `json:"fetched"` // samples put into the read-ahead buffer
+	Unused  int64 `json:"unused"`  // of those, dropped without being read
+	Bytes   int64 `json:"bytes"`   // bytes held or being fetched now
 }
 
 // FreeKeyStats counts cache-aside use of free-form keys (SET/GET of keys
@@ -56,7 +64,8 @@ type EpochStats struct {
 	SourceReads    int64   `json:"source_reads"`
 	SourceBytes    int64   `json:"source_bytes"`
 	SourceErrors   int64   `json:"source_errors"`
-	HitRatio       float64 `json:"hit_ratio"` // hits / (hits + misses); 0 with no reads
+	PrefetchHits   int64   `json:"prefetch_hits"` // misses served from the read-ahead
+	HitRatio       float64 `json:"hit_ratio"`     // hits / (hits + misses); 0 with no reads
 }
 
 // Histogram is a latency distribution: Counts[i] observations at most

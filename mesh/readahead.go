@@ -565,3 +565,11 @@ func (n *Node) fillAhead(e *raEntry, v []byte, mem, ok bool) {
 	}
 	close(e.ready)
 }
+
+// stats returns the read-ahead's counters and the bytes it holds now.
+func (ra *readAhead) stats() ReadAheadStats {
+	ra.mu.Lock()
+	b := ra.bytes
+	ra.mu.Unlock()
+	return ReadAheadStats{Fetched: ra.fetched.Load(), Unused: ra.unused.Load(), Bytes: b}
+}

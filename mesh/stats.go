@@ -56,7 +56,15 @@ type NodeStats struct {
 	CacheUsed      int64          `json:"cache_used"`
 	CacheEntries   int            `json:"cache_entries"`
 	FreeKeys       FreeKeyStats   `json:"free_keys"`
+	ReadAhead      ReadAheadStats `json:"read_ahead"`
 	Datasets       []DatasetEntry `json:"datasets"`
+}
+
+// ReadAheadStats describes the samples read ahead of the local ranks.
+type ReadAheadStats struct {
+	Fetched int64 `json:"fetched"` // samples put into the read-ahead buffer
+	Unused  int64 `json:"unused"`  // of those, dropped without being read
+	Bytes   int64 `json:"bytes"`   // bytes held or being fetched now
 }
 
 // FreeKeyStats counts cache-aside use of free-form keys.
@@ -120,6 +128,7 @@ func (n *Node) snapshot(name string) (NodeStats, error) {
 	out.Term = n.maxTerm.Load()
 	out.ReportsQueued, out.ReportsDropped = n.queuedReports(), n.reportsDropped.Load()
 	out.OffersDropped = n.offersDropped.Load()
+	out.ReadAhead = n.readAhead.stats()
 	return out, nil
 }
 
