@@ -6,7 +6,9 @@
 # Every test (SET, then GET, of 4 KiB and 100 KiB values) runs `rounds`
 # times, alternating which server goes first, and the table shows the
 # median of each server's rounds: on a small shared machine a burst of
-# other work then shifts both sides alike instead of one. Before the GETs
+# other work then shifts both sides alike instead of one. It also shows the
+# CPU time each server spent per request (user + system, from /proc), which
+# other processes' load disturbs less than throughput. Before the GETs
 # it checks that both servers hold every key at the full value size, so
 # that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
 # otherwise the current tree is built into a temporary folder.
@@ -31,17 +33,25 @@ fi
 redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 660 --save "" --appendonly no \
 	--daemonize no --logfile "$dir/redis.log" &
 pids+=($!)
+redis_pid=$!
 "$BIN/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size 4GiB --admin-addr off \
 	--log-level warn 2>"$dir/shade.log" &
 pids+=($!)
+shade_pid=$!
 for s in redis.sock shade.sock; do
 	for _ in $(seq 100); do [ -S "$dir/$s" ] && break; sleep 0.1; done
 	[ -S "$dir/$s" ] || { echo "no socket $s"; cat "$dir"/*.log; exit 1; }
 done
 
-rps() { # socket size test -> requests per second
-	redis-benchmark -s "$1" -t "$3" -d "$2" -P "$P" -n "$N" -c 8 -r "$KEYS" --csv 2>/dev/null |
-		awk -F'"' -v t="$(echo "$3" | tr a-z A-Z)" '$2==t {print $4}'
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+run() { # socket pid size test -> "requests-per-second cpu-microseconds-per-request"
+	local t0 r t1
+	t0=$(ticks "$2")
+	r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c 8 -r "$KEYS" --csv 2>/dev/null |
+		awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
+	t1=$(ticks "$2")
+	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$N" 'BEGIN {print (b - a) * 1e6 / hz / n}')"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # held socket size: fail unless every benchmark key is held at full size.
@@ -57,25 +67,28 @@ held() {
 }
 
 echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)"
-printf '%-6s %-9s %14s %14s %8s   %s\n' test value redis-server shade-peer ratio "rounds (redis/shade)"
+printf '%-6s %-7s %13s %13s %6s %12s %12s   %s\n' test value "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "rounds (redis/shade rps)"
 for size in 4096 102400; do
 	for t in set get; do
 		[ "$t" = get ] && { held "$dir/redis.sock" $size; held "$dir/shade.sock" $size; }
-		rs=() ss=()
+		rs=() ss=() rc=() sc=()
 		for round in $(seq "$ROUNDS"); do
 			if [ $((round % 2)) -eq 1 ]; then
-				rs+=("$(rps "$dir/redis.sock" $size $t)")
-				ss+=("$(rps "$dir/shade.sock" $size $t)")
+				read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t)
+				read -r c d < <(run "$dir/shade.sock" $shade_pid $size $t)
 			else
-				ss+=("$(rps "$dir/shade.sock" $size $t)")
-				rs+=("$(rps "$dir/redis.sock" $size $t)")
+				read -r c d < <(run "$dir/shade.sock" $shade_pid $size $t)
+				read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t)
 			fi
+			rs+=("$a") rc+=("$b") ss+=("$c") sc+=("$d")
 		done
 		r=$(printf '%s\n' "${rs[@]}" | median)
 		s=$(printf '%s\n' "${ss[@]}" | median)
 		detail=$(paste -d/ <(printf '%.0f\n' "${rs[@]}") <(printf '%.0f\n' "${ss[@]}") | paste -sd' ')
-		printf '%-6s %-9s %14.0f %14.0f %8.2f   %s\n' $t $size "$r" "$s" "$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" "$detail"
+		printf '%-6s %-7s %13.0f %13.0f %6.2f %12.2f %12.2f   %s\n' $t $size "$r" "$s" \
+			"$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" \
+			"$(printf '%s\n' "${rc[@]}" | median)" "$(printf '%s\n' "${sc[@]}" | median)" "$detail"
 	done
 done
 echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c 8 -r $KEYS --csv; medians of $ROUNDS rounds;"
-echo " rps = requests per second; ratio = shade-peer / redis-server)"
+echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request)"
