@@ -837,6 +837,10 @@ func parseInt(b []byte) (int, bool) {
 }
 
 func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
+	// shade: a loop (goto top after each read) where upstream recursed,
+	// one level per read, so that a command trickling in a byte at a time
+	// could not grow the stack without bound.
+top:
 	var cmds []Command
 	// shade: a drained buffer is rewound and kept whole (upstream cut it
 	// back to 4 KiB, so that the next pipeline of large commands grew it
@@ -851,7 +855,6 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 		cmds = rd.list[:0]
 		rd.args = rd.args[:0]
 	}
-	rd.need = 0
 	need := 0
 	b := rd.buf[rd.start:rd.end]
 	if len(b) > 0 {
@@ -1038,6 +1041,7 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	done:
 		rd.start = rd.end - len(b)
 	}
+	rd.need = need
 	if rd.lend {
 		rd.list = cmds[:0]
 	}
@@ -1050,14 +1054,13 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	if rd.rd == nil {
 		return nil, errIncompleteCommand
 	}
-	rd.need = need
 	rd.makeRoom()
 	n, err := rd.rd.Read(rd.buf[rd.end:])
 	if err != nil {
 		return nil, err
 	}
 	rd.end += n
-	return rd.readCommands(leftover)
+	goto top
 }
 
 // makeRoom makes room after end for more of the incomplete command at

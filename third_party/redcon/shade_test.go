@@ -294,3 +294,99 @@ func checkEchoes(t *testing.T, path string, out []byte, want [][]byte) {
 		}
 	}
 }
+
+// chunkReader returns its data in pieces of the given sizes, in turn.
+type chunkReader struct {
+	data  []byte
+	sizes []byte
+	i     int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := 1
+	if len(r.sizes) > 0 {
+		n = 1 + int(r.sizes[r.i%len(r.sizes)])*64
+		r.i++
+	}
+	if n > len(p) {
+		n = len(p)
+	}
+	if n > len(r.data) {
+		n = len(r.data)
+	}
+	copy(p, r.data[:n])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// FuzzLendingReader: the server loop's lending reader parses any input,
+// delivered in any pieces, into the commands and the error that the copying
+// reader finds in the whole input at once. (A reader drops the commands it
+// parsed in the same read as a protocol error, so the lending reader, fed
+// in pieces, may return more of them before the error; never other ones.)
+func FuzzLendingReader(f *testing.F) {
+	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n"), []byte{0, 3, 1})
+	f.Add([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n*1\r\n$4\r\nPING\r\n"), []byte{})
+	f.Add([]byte("*1\r\n$99999999999999999999\r\n"), []byte{2})
+	f.Add([]byte("*99999999999\r\n$1\r\na\r\n"), []byte{0})
+	f.Fuzz(func(t *testing.T, in, sizes []byte) {
+		var want [][][]byte
+		wantErr := error(io.EOF)
+		ref := NewReader(bytes.NewReader(in))
+		for {
+			cmd, err := ref.ReadCommand()
+			if err != nil {
+				wantErr = err
+				break
+			}
+			want = append(want, cmd.Args)
+		}
+		rd := NewReader(&chunkReader{data: in, sizes: sizes})
+		rd.lend = true
+		got := 0
+		for {
+			cmds, err := rd.readCommands(nil)
+			if err != nil {
+				if got < len(want) || (wantErr == io.EOF && got != len(want)) || err.Error() != wantErr.Error() {
+					t.Fatalf("after %d of %d commands: %v, want %v", got, len(want), err, wantErr)
+				}
+				return
+			}
+			for _, cmd := range cmds {
+				if got >= len(want) {
+					if wantErr == io.EOF {
+						t.Fatalf("more commands than the copying reader")
+					}
+					got++ // dropped by the copying reader with the error
+					continue
+				}
+				if len(cmd.Args) != len(want[got]) {
+					t.Fatalf("command %d: %d args, want %d", got, len(cmd.Args), len(want[got]))
+				}
+				for j := range cmd.Args {
+					if !bytes.Equal(cmd.Args[j], want[got][j]) {
+						t.Fatalf("command %d arg %d: %q, want %q", got, j, cmd.Args[j], want[got][j])
+					}
+				}
+				got++
+			}
+		}
+	})
+}
+
+// TestTrickledCommand: a large command arriving a byte at a time. The
+// reader loops where upstream recursed once per read, which for a value of
+// this size outgrew the goroutine stack limit and killed the process.
+func TestTrickledCommand(t *testing.T) {
+	val := bytes.Repeat([]byte("t"), 8<<20)
+	in := respCommand([]byte("SET"), []byte("k"), val)
+	rd := NewReader(&chunkReader{data: in}) // one byte per read
+	rd.lend = true
+	cmds, err := rd.readCommands(nil)
+	if err != nil || len(cmds) != 1 || !bytes.Equal(cmds[0].Args[2], val) {
+		t.Fatalf("%d commands, %v", len(cmds), err)
+	}
+}
