@@ -251,7 +251,8 @@ func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([
 var errStale = errors.New("client: the peer's memory is not the one mapped")
 
 // locationSize is the bytes of one key's location in a SHADE.LOCATE reply:
-// gen, gen_offset, offset, length, xxhash64, little-endian uint64 each.
+// gen, gen_offset, offset, length, checksum (CRC-32C), little-endian
+// uint64 each.
 const locationSize = 40
 
 func parseLocation(b string) store.Location {

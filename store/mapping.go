@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,7 +57,7 @@ func (m *Mapping) Copy(dst []byte, loc Location) ([]byte, error) {
 
 // copy is Copy, with the checksum check optional so that tests can show
 // that the generation check alone keeps out every wrong byte (as a reader
-// without xxhash, like the Python client, relies on).
+// without CRC-32C at hand, like the Python client, relies on).
 func (m *Mapping) copy(dst []byte, loc Location, verify bool) ([]byte, error) {
 	size := uint64(len(m.mem))
 	if loc.GenOff%8 != 0 || loc.GenOff > size-8 || loc.Off > size || loc.Len > size-loc.Off {
@@ -73,7 +72,7 @@ func (m *Mapping) copy(dst []byte, loc Location, verify bool) ([]byte, error) {
 	if atomic.LoadUint64(gen) != loc.Gen {
 		return dst[:start], ErrMoved
 	}
-	if verify && xxhash.Sum64(dst[start:]) != loc.Sum {
+	if verify && Checksum(dst[start:]) != loc.Sum {
 		return dst[:start], fmt.Errorf("%w: shared value at %d (%d bytes)", ErrChecksum, loc.Off, loc.Len)
 	}
 	return dst, nil

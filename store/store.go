@@ -73,7 +73,7 @@ const (
 // Entry layout inside an allocated block, after the allocator's tag and
 // generation words (see alloc.go):
 //
-//	16: xxhash64 of the value
+//	16: Checksum of the value (CRC-32C)
 //	24: value length, uint64
 //	32: key length, uint32 (then 4 reserved bytes)
 //	40: key bytes, then padding to 16
@@ -226,7 +226,7 @@ func (s *Store) Fits(keyLen, valueLen int) bool {
 	return s.alloc.fits(uint64(c))
 }
 
-// Put copies key and value into the arena, with the xxhash64 of value, and
+// Put copies key and value into the arena, with the Checksum of value, and
 // makes it the entry for key, freeing the block of any previous entry. Two
 // different keys with equal 64-bit hashes cannot both be held: the later
 // Put replaces the earlier entry.
@@ -242,7 +242,7 @@ func (s *Store) Put(key, value []byte) error {
 	}
 	size := uint64(c)
 	h := xxhash.Sum64(key)
-	sum := xxhash.Sum64(value)
+	sum := Checksum(value)
 
 	s.life.RLock()
 	defer s.life.RUnlock()
@@ -312,7 +312,7 @@ func (s *Store) lookup(sh *shard, h uint64, key []byte, verify bool) (off uint64
 	if !bytes.Equal(k, key) {
 		return 0, nil, 0, false, false
 	}
-	if verify && xxhash.Sum64(v) != sum {
+	if verify && Checksum(v) != sum {
 		return off, nil, 0, false, true
 	}
 	return off, v, sum, true, false
@@ -360,7 +360,7 @@ func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
 }
 
 // View calls fn with the value held for key, in place in the arena, and its
-// xxhash64, and returns true; or returns false without calling fn, as Get
+// Checksum, and returns true; or returns false without calling fn, as Get
 // would. value is valid only until fn returns and must not be modified or
 // retained. fn runs under the shard's read lock: it must be quick and must
 // not call the Store.
@@ -392,7 +392,7 @@ type Location struct {
 	GenOff uint64 // where the block's generation word lies (8 bytes, aligned)
 	Off    uint64 // where the value starts
 	Len    uint64 // value length
-	Sum    uint64 // xxhash64 of the value
+	Sum    uint64 // Checksum of the value
 }
 
 // Locate finds key as Get would (checksum verified unless SkipVerify) and

@@ -18,11 +18,12 @@ import (
 // names the memory (a trainer whose mapping has another id maps again: the
 // peer restarted), and locations is a bulk string of LocationSize bytes per
 // key, five little-endian uint64 each: gen, gen_offset, offset, length,
-// xxhash64. gen 0 means the sample is not held here; the trainer reads
-// those with MGET. For the others it loads the 8-byte word at gen_offset,
-// copies length bytes at offset, loads the word again, and keeps the copy
-// only if both loads equal gen (see store.Location); otherwise the sample
-// moved, and it too is read with MGET.
+// checksum (store.Checksum, CRC-32C). gen 0 means the sample is not held
+// here; the trainer reads those with MGET. For the others it loads the
+// 8-byte word at gen_offset, copies length bytes at offset, loads the word
+// again, and keeps the copy only if both loads equal gen (see
+// store.Location); otherwise the sample moved, and it too is read with
+// MGET.
 
 // LocationSize is the bytes of one key's location in a SHADE.LOCATE reply.
 const LocationSize = 40

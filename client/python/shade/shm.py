@@ -5,7 +5,7 @@ SHADE.MAP, sent alone on a connection of its own, answers [size, id] with a
 read-only descriptor of the peer's cache memory attached (SCM_RIGHTS); the
 client maps it. SHADE.LOCATE key... then answers [id, locations], where
 locations holds five little-endian uint64 per key: gen, gen_offset, offset,
-length, xxhash64, with gen 0 for a sample not held (read with MGET). A held
+length, CRC-32C checksum, with gen 0 for a sample not held (read with MGET). A held
 sample is copied between two loads of the 8-byte generation word at
 gen_offset and kept only if both equal gen: the peer changes a block's
 generation before it can reuse the block, and never gives a block a
