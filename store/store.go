@@ -340,23 +340,8 @@ func (s *Store) dropCorrupt(sh *shard, h, off uint64) {
 // store is closed, or the stored value fails its checksum (the entry is then
 // dropped and counted in Stats.Corrupt).
 func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
-	h := xxhash.Sum64(key)
-	sh := s.shard(h)
-	sh.mu.RLock()
-	off, v, _, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
-	if found {
-		dst = append(dst, v...)
-	}
-	sh.mu.RUnlock()
-	if corrupt {
-		s.dropCorrupt(sh, h, off)
-	}
-	if found {
-		sh.hits.Add(1)
-	} else {
-		sh.misses.Add(1)
-	}
-	return dst, found
+	ok = s.read(key, func(_ uint64, v []byte, _ uint64) { dst = append(dst, v...) })
+	return dst, ok
 }
 
 // View calls fn with the value held for key, in place in the arena, and its
@@ -365,12 +350,20 @@ func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
 // retained. fn runs under the shard's read lock: it must be quick and must
 // not call the Store.
 func (s *Store) View(key []byte, fn func(value []byte, sum uint64)) bool {
+	return s.read(key, func(_ uint64, v []byte, sum uint64) { fn(v, sum) })
+}
+
+// read finds key (checksum verified unless SkipVerify), calls fn with the
+// entry's block offset, value and checksum under the shard's read lock,
+// drops a corrupt entry, and counts a hit or a miss. It reports whether fn
+// was called.
+func (s *Store) read(key []byte, fn func(off uint64, value []byte, sum uint64)) bool {
 	h := xxhash.Sum64(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	off, v, sum, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
 	if found {
-		fn(v, sum)
+		fn(off, v, sum)
 	}
 	sh.mu.RUnlock()
 	if corrupt {
@@ -406,12 +399,8 @@ type Location struct {
 // bumpGen). The guarantee relies on stores becoming visible in program
 // order, as on amd64.
 func (s *Store) Locate(key []byte) (Location, bool) {
-	h := xxhash.Sum64(key)
-	sh := s.shard(h)
-	sh.mu.RLock()
-	off, v, sum, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
 	var loc Location
-	if found {
+	ok := s.read(key, func(off uint64, v []byte, sum uint64) {
 		loc = Location{
 			Gen:    atomic.LoadUint64((*uint64)(unsafe.Pointer(&s.mem[off+genOff]))),
 			GenOff: off + genOff,
@@ -419,17 +408,8 @@ func (s *Store) Locate(key []byte) (Location, bool) {
 			Len:    uint64(len(v)),
 			Sum:    sum,
 		}
-	}
-	sh.mu.RUnlock()
-	if corrupt {
-		s.dropCorrupt(sh, h, off)
-	}
-	if found {
-		sh.hits.Add(1)
-	} else {
-		sh.misses.Add(1)
-	}
-	return loc, found
+	})
+	return loc, ok
 }
 
 // Has reports whether key is held. It compares the stored key but does not
