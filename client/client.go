@@ -239,11 +239,7 @@ func (c *Client) MGet(ctx context.Context, dataset string, ids []int) ([][]byte,
 
 // mgetKeys is MGet of keys over the socket.
 func (c *Client) mgetKeys(ctx context.Context, keys []string) ([][]byte, error) {
-	args := make([]any, 0, 1+len(keys))
-	args = append(args, "MGET")
-	for _, k := range keys {
-		args = append(args, k)
-	}
+	args := command("MGET", keys)
 	v, err := c.do(ctx, c.rdb, 0, args...)
 	if err != nil {
 		return nil, err
@@ -512,6 +508,16 @@ func retryable(err error) bool {
 	}
 	var ne net.Error // dial failures and read timeouts
 	return errors.As(err, &ne)
+}
+
+// command is a command's arguments: its name, then keys.
+func command(name string, keys []string) []any {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, name)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	return args
 }
 
 // describe names a command for an error: its name and first argument.

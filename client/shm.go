@@ -184,12 +184,7 @@ func parseMapReply(b []byte) (size int64, id uint64, err error) {
 // moved while being copied, are read with one MGET. It returns errStale if
 // the peer's memory is no longer the one mapped.
 func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([][]byte, error) {
-	args := make([]any, 0, 1+len(keys))
-	args = append(args, "SHADE.LOCATE")
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	v, err := c.do(ctx, c.rdb, 0, args...)
+	v, err := c.do(ctx, c.rdb, 0, command("SHADE.LOCATE", keys)...)
 	if err != nil {
 		return nil, err
 	}
