@@ -425,23 +425,26 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 		idxs   = make([]int, len(keys))
 		mem    = make([]bool, len(keys)) // served from memory, here or a peer's
 	)
-	// Size the copy buffer for the whole batch at once: growing it by
-	// append would copy a batch of large samples several times over.
+	// Route every key first, to size the copy buffer for the whole batch
+	// at once: growing it by append would copy a batch of large samples
+	// several times over.
+	outs := make([]bool, len(keys))
 	want := 0
-	for _, key := range keys {
-		if ds, idx, out, err := n.route(key); err == nil && ds != nil && !out {
-			want += int(ds.manifest.Sizes[idx])
-		}
-	}
-	buf = make([]byte, 0, want)
 	for i, key := range keys {
 		ds, idx, out, err := n.route(key)
 		if err != nil {
 			res[i].Err = err
 			continue
 		}
-		dss[i], idxs[i] = ds, idx
-		if out {
+		dss[i], idxs[i], outs[i] = ds, idx, out
+		if ds != nil && !out {
+			want += int(ds.manifest.Sizes[idx])
+		}
+	}
+	buf = make([]byte, 0, want)
+	for i, key := range keys {
+		ds, idx := dss[i], idxs[i]
+		if res[i].Err != nil || outs[i] {
 			continue
 		}
 		if ds != nil {
