@@ -144,7 +144,9 @@ func TestSharedReadersUnderEviction(t *testing.T) {
 			defer readers.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 2))
 			var dst []byte
-			for range 8000 {
+			// 8,000 reads, and more (up to ten times that) until some
+			// copy has met a writer.
+			for i := 0; i < 80000 && (i < 8000 || moved.Load() == 0); i++ {
 				k := r.IntN(keys)
 				loc, ok := s.Locate(keyOf(k))
 				if !ok {
