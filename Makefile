@@ -33,7 +33,6 @@ test: deps-test test-go test-python fuzz
 
 test-go:
 	$(GO) test -race -count=1 -timeout 30m ./...
-	cd third_party/redcon && $(GO) test -race -count=1 .
 
 test-python: build
 	SHADE_BIN_DIR=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q client/python/tests

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidwall/redcon"
+	"github.com/shade-mesh/shade/internal/redcon"
 )
 
 // handler is one command of the trainer socket. min and max bound the

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/tidwall/redcon"
+	"github.com/shade-mesh/shade/internal/redcon"
 	"golang.org/x/sys/unix"
 )
 

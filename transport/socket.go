@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/tidwall/redcon"
+	"github.com/shade-mesh/shade/internal/redcon"
 
 	"github.com/shade-mesh/shade/store"
 )
