@@ -172,7 +172,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	wire, err := peer.Listen(peer.Config{
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
 		MaxRequestMemory: cc.MaxPeerMemory,
-		Logger: n.cfg.Logger.With().Str("part", "peer").Logger(),
+		Logger:           n.cfg.Logger.With().Str("part", "peer").Logger(),
 	}, peer.HandlerFunc(n.servePeer))
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)
