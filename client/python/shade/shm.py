@@ -14,6 +14,12 @@ and the sample is read again with MGET.
 
 The check relies on stores becoming visible in program order and on aligned
 8-byte loads being atomic, as on x86-64; elsewhere the client uses MGET.
+
+The reference for this protocol (the exchange, the 40-byte location record,
+the mapping and its copy check, the CRC-32C checksum) is the Go package
+protocol/shm, file protocol/shm/shm.go in the Shade repository; this module
+follows it. It checks generations only, not the checksum (the Go reader's
+Mapping.CopyUnverified).
 """
 
 import mmap
@@ -23,7 +29,7 @@ import socket
 
 SUPPORTED = platform.machine() in ("x86_64", "AMD64")
 
-#: bytes of one key's location in a SHADE.LOCATE reply
+#: bytes of one key's location in a SHADE.LOCATE reply (shm.LocationSize)
 LOCATION_SIZE = 40
 
 
