@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
 const (
@@ -529,7 +531,7 @@ func describe(args []any) string {
 }
 
 func sampleKey(dataset string, id int) string {
-	return dataset + "/" + strconv.Itoa(id)
+	return samplekey.Format(dataset, id)
 }
 
 func unexpected(cmd string, v any) error {

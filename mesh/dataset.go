@@ -10,6 +10,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -56,7 +57,7 @@ type datasetState struct {
 }
 
 func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, error) {
-	if err := dataset.ValidName(dc.Name); err != nil {
+	if err := samplekey.ValidName(dc.Name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	src := dc.Source

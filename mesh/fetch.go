@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -78,7 +79,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	c := ds.current()
 	if err != nil {
 		c.sourceErrors.Add(1)
-		return nil, fmt.Errorf("mesh: %s/%d: %w", ds.name, idx, err)
+		return nil, fmt.Errorf("mesh: %s: %w", samplekey.Format(ds.name, idx), err)
 	}
 	c.sourceReads.Add(1)
 	c.sourceBytes.Add(int64(len(b)))
