@@ -36,6 +36,13 @@ _SERVER_ORDER_LIMIT = 600.0
 _MAP_RETRY = 5.0
 
 
+def sample_key(dataset: str, i: int) -> str:
+    """The key of sample ``i`` of ``dataset``, ``"<dataset>/<i>"``, as the
+    Go reference builds it (protocol/samplekey.Format). Not validated: the
+    peer answers a bad key with an error."""
+    return f"{dataset}/{int(i)}"
+
+
 def _as_list(values: Values) -> List[Any]:
     """A list of Python scalars from a list, tuple, numpy array or tensor."""
     if hasattr(values, "detach"):  # torch tensor: no autograd, on the CPU
@@ -143,14 +150,15 @@ class Client:
     def get(self, dataset: str, i: int) -> bytes:
         """Bytes of sample ``i`` of ``dataset`` (read through on a miss).
         Raises SampleError for an index out of range or an unknown dataset."""
+        key = sample_key(dataset, i)
         try:
-            value = self._execute("GET", f"{dataset}/{int(i)}")
+            value = self._execute("GET", key)
         except AuthError:
             raise
         except RequestError as e:
-            raise SampleError(f"sample {dataset}/{int(i)}: {e}") from None
+            raise SampleError(f"sample {key}: {e}") from None
         if value is None:
-            raise SampleError(f"no sample {dataset}/{int(i)} (index out of range or unknown dataset)")
+            raise SampleError(f"no sample {key} (index out of range or unknown dataset)")
         return value
 
     def mget(self, dataset: str, ids: Values) -> List[bytes]:
@@ -161,18 +169,18 @@ class Client:
         ids = [int(i) for i in _as_list(ids)]
         if not ids:
             return []
-        keys = [f"{dataset}/{i}" for i in ids]
+        keys = [sample_key(dataset, i) for i in ids]
         values = None
         m = self._shared()
         if m is not None:
             values = self._locate(m, keys)
         if values is None:
             values = self._execute("MGET", *keys)
-        for i, v in zip(ids, values):
+        for key, v in zip(keys, values):
             if v is None:
-                raise SampleError(f"no sample {dataset}/{i} (index out of range or unknown dataset)")
+                raise SampleError(f"no sample {key} (index out of range or unknown dataset)")
             if isinstance(v, Exception):
-                raise SampleError(f"sample {dataset}/{i}: {v}")
+                raise SampleError(f"sample {key}: {v}")
         return values
 
     # -- shared memory ---------------------------------------------------
