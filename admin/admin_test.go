@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/shade-mesh/shade/admin/admintest"
-	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -345,32 +345,32 @@ func TestListenErrors(t *testing.T) {
 
 // fakeSource serves a fixed snapshot, as a node of a mesh would.
 type fakeSource struct {
-	stats mesh.NodeStats
+	stats stats.Node
 	peers map[string]peer.PeerStats
 	ready atomic.Bool
 }
 
-func (f *fakeSource) Snapshot() mesh.NodeStats             { return f.stats }
+func (f *fakeSource) Snapshot() stats.Node                 { return f.stats }
 func (f *fakeSource) PeerStats() map[string]peer.PeerStats { return f.peers }
 func (f *fakeSource) Ready() bool                          { return f.ready.Load() }
 
 func TestMeshMetrics(t *testing.T) {
 	f := &fakeSource{
-		stats: mesh.NodeStats{
+		stats: stats.Node{
 			Node: "n1", Members: []string{"n0", "n1", "n2"}, Leader: "n0", Term: 7, Policy: "lru",
 			ReportsQueued: 3, ReportsDropped: 2,
-			Datasets: []mesh.DatasetEntry{{
-				DatasetStats: mesh.DatasetStats{
+			Datasets: []stats.Dataset{{
+				DatasetCounters: stats.DatasetCounters{
 					Dataset: "fm", Version: "v1", Samples: 100, Resident: 20, Epoch: 2,
-					Total:  mesh.EpochStats{Hits: 60, LocalHits: 40, PeerHits: 20, ColdMisses: 30, CapacityMisses: 10, Evictions: 5},
-					Epochs: []mesh.EpochStats{{Epoch: 0, HitRatio: 0.1}, {Epoch: 2, HitRatio: 0.75}},
-					SourceLatency: mesh.Histogram{
+					Total:  stats.Epoch{Hits: 60, LocalHits: 40, PeerHits: 20, ColdMisses: 30, CapacityMisses: 10, Evictions: 5},
+					Epochs: []stats.Epoch{{Epoch: 0, HitRatio: 0.1}, {Epoch: 2, HitRatio: 0.75}},
+					SourceLatency: stats.Histogram{
 						Bounds: []float64{0.001, 0.01, 0.1},
 						Counts: []int64{5, 3, 1, 2},
 						Sum:    0.5,
 					},
 				},
-				Job: mesh.JobStats{LatestEpoch: 2, World: 4, PendingRanks: []int{1, 3}, ScoredSamples: 80},
+				Job: stats.Job{LatestEpoch: 2, World: 4, PendingRanks: []int{1, 3}, ScoredSamples: 80},
 			}},
 		},
 		peers: map[string]peer.PeerStats{

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
 // peerBin is the shade-peer binary built once for every test.
@@ -211,7 +213,7 @@ func TestSamplesManifestLabels(t *testing.T) {
 	}{{"toy", n}, {"toy", 1 << 30}, {"nosuch", 0}} {
 		_, err := c.Get(ctx, tc.dataset, tc.id)
 		var se *SampleError
-		key := fmt.Sprintf("%s/%d", tc.dataset, tc.id)
+		key := samplekey.Format(tc.dataset, tc.id)
 		if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Key != key {
 			t.Errorf("Get(%s, %d) = %v, want a SampleError for %s wrapping ErrNotFound", tc.dataset, tc.id, err, key)
 		}

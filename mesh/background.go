@@ -3,8 +3,9 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
 // goBackground runs fn in a goroutine the node owns: Close cancels its
@@ -76,7 +77,7 @@ func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 	)
 	n.qmu.Lock()
 	for _, id := range ids {
-		key = strconv.AppendUint(append(append(key[:0], ds.name...), '/'), uint64(id), 10)
+		key = samplekey.Append(key[:0], ds.name, int(id))
 		owners = r.AppendOwners(owners[:0], key)
 		for _, owner := range owners {
 			if owner == n.cfg.Name {

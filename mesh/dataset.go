@@ -10,6 +10,8 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -56,7 +58,7 @@ type datasetState struct {
 }
 
 func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, error) {
-	if err := dataset.ValidName(dc.Name); err != nil {
+	if err := samplekey.ValidName(dc.Name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	src := dc.Source
@@ -172,34 +174,8 @@ func (ds *datasetState) advance(epoch int) {
 	ds.cur.Store(c)
 }
 
-// EpochStats is a snapshot of one epoch's counters.
-//
-// PrefetchHits counts reads that missed every node's memory but found
-// their sample read ahead from the source: misses that did not wait for
-// it. They count as misses too, so the hit ratio stays the policy's own.
-// (A sample read ahead from a peer's memory counts as a peer hit, as it
-// would have without read-ahead.)
-type EpochStats struct {
-	Epoch          int     `json:"epoch"`
-	Hits           int64   `json:"hits"`
-	LocalHits      int64   `json:"local_hits"`
-	PeerHits       int64   `json:"peer_hits"`
-	ServedPeers    int64   `json:"served_peers"`
-	SourceFallback int64   `json:"source_fallbacks"`
-	ChecksumErrors int64   `json:"checksum_errors"`
-	ColdMisses     int64   `json:"cold_misses"`
-	CapacityMisses int64   `json:"capacity_misses"`
-	Evictions      int64   `json:"evictions"`
-	Rejected       int64   `json:"rejected_admissions"`
-	SourceReads    int64   `json:"source_reads"`
-	SourceBytes    int64   `json:"source_bytes"`
-	SourceErrors   int64   `json:"source_errors"`
-	PrefetchHits   int64   `json:"prefetch_hits"`
-	HitRatio       float64 `json:"hit_ratio"`
-}
-
-func (c *epochCounters) snapshot() EpochStats {
-	s := EpochStats{
+func (c *epochCounters) snapshot() stats.Epoch {
+	s := stats.Epoch{
 		Epoch:          c.epoch,
 		Hits:           c.hits.Load() + c.peerHits.Load(),
 		LocalHits:      c.hits.Load(),
@@ -220,7 +196,8 @@ func (c *epochCounters) snapshot() EpochStats {
 	return s
 }
 
-func (s *EpochStats) add(o EpochStats) {
+// addEpoch adds the counters of o to s.
+func addEpoch(s *stats.Epoch, o stats.Epoch) {
 	s.Hits += o.Hits
 	s.LocalHits += o.LocalHits
 	s.PeerHits += o.PeerHits
@@ -245,34 +222,17 @@ func ratio(a, b int64) float64 {
 	return float64(a) / float64(b)
 }
 
-// DatasetStats is a snapshot of one dataset's counters on this node.
-type DatasetStats struct {
-	Dataset  string       `json:"dataset"`
-	Version  string       `json:"version"`
-	Samples  int          `json:"samples"`
-	Resident int64        `json:"resident"`
-	Epoch    int          `json:"epoch"`
-	Total    EpochStats   `json:"total"`
-	Epochs   []EpochStats `json:"epochs"`
-	// SourceLatency is the distribution of source read times.
-	SourceLatency Histogram `json:"source_latency"`
-	// DecileReads and DecileHits count reads and hits by the importance
-	// decile of the sample read (0 least important).
-	DecileReads []int64 `json:"decile_reads"`
-	DecileHits  []int64 `json:"decile_hits"`
-}
-
-func (ds *datasetState) stats() DatasetStats {
+func (ds *datasetState) stats() stats.DatasetCounters {
 	ds.statsMu.Lock()
 	epochs := append([]*epochCounters(nil), ds.epochs...)
 	ds.statsMu.Unlock()
-	out := DatasetStats{
+	out := stats.DatasetCounters{
 		Dataset:       ds.name,
 		Version:       ds.manifest.Version,
 		Samples:       ds.len,
 		Resident:      ds.resident.Load(),
 		Epoch:         ds.current().epoch,
-		Total:         EpochStats{Epoch: -1},
+		Total:         stats.Epoch{Epoch: -1},
 		SourceLatency: ds.sourceLat.snapshot(),
 		DecileReads:   make([]int64, 10),
 		DecileHits:    make([]int64, 10),
@@ -283,7 +243,7 @@ func (ds *datasetState) stats() DatasetStats {
 	for _, c := range epochs {
 		s := c.snapshot()
 		out.Epochs = append(out.Epochs, s)
-		out.Total.add(s)
+		addEpoch(&out.Total, s)
 	}
 	return out
 }
@@ -324,17 +284,8 @@ func (h *latencyHistogram) observe(seconds float64) {
 	h.sumNs.Add(int64(seconds * 1e9))
 }
 
-// Histogram is a snapshot of a latency histogram: Counts[i] observations
-// at most Bounds[i] seconds (and above the previous bound); the last count
-// is above every bound. Sum is in seconds.
-type Histogram struct {
-	Bounds []float64 `json:"bounds"`
-	Counts []int64   `json:"counts"`
-	Sum    float64   `json:"sum"`
-}
-
-func (h *latencyHistogram) snapshot() Histogram {
-	out := Histogram{Bounds: latencyBounds[:], Counts: make([]int64, len(h.counts)), Sum: float64(h.sumNs.Load()) / 1e9}
+func (h *latencyHistogram) snapshot() stats.Histogram {
+	out := stats.Histogram{Bounds: latencyBounds[:], Counts: make([]int64, len(h.counts)), Sum: float64(h.sumNs.Load()) / 1e9}
 	for i := range h.counts {
 		out.Counts[i] = h.counts[i].Load()
 	}

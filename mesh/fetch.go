@@ -8,7 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -78,7 +79,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	c := ds.current()
 	if err != nil {
 		c.sourceErrors.Add(1)
-		return nil, fmt.Errorf("mesh: %s/%d: %w", ds.name, idx, err)
+		return nil, fmt.Errorf("mesh: %s: %w", samplekey.Format(ds.name, idx), err)
 	}
 	c.sourceReads.Add(1)
 	c.sourceBytes.Add(int64(len(b)))
@@ -134,7 +135,7 @@ func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string,
 	if n.cluster == nil {
 		return
 	}
-	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: store.Checksum(value), Value: value, Leaving: leaving}
+	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: shm.Checksum(value), Value: value, Leaving: leaving}
 	n.qmu.Lock()
 	defer n.qmu.Unlock()
 	for _, co := range owners {
@@ -217,7 +218,7 @@ func (n *Node) admitOffered(it *offerItem) error {
 	if int(it.ID) >= ds.len {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "id out of range"}
 	}
-	if store.Checksum(it.Value) != it.Sum {
+	if shm.Checksum(it.Value) != it.Sum {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: ErrChecksum.Error()}
 	}
 	if int64(len(it.Value)) != ds.manifest.Sizes[it.ID] {
@@ -277,7 +278,7 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 		if !it.Found {
 			continue
 		}
-		if store.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
+		if shm.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
 			n.cfg.Logger.Warn().Str("owner", owner).Str("key", keyOfSample(ds, ids[i])).Msg("checksum mismatch: copy discarded")
 			ds.current().checksumErrors.Add(1)
 			*it = fetchItem{}
@@ -348,7 +349,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 				return
 			}
 			ds.current().servedPeers.Add(1)
-			it.Found, it.Sum = true, store.Checksum(v)
+			it.Found, it.Sum = true, shm.Checksum(v)
 			if !req.Warm {
 				it.Value = v
 			}

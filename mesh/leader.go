@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -465,5 +465,5 @@ func (n *Node) checkPublish(p *publishMsg) error {
 
 // keyOfSample is the store key of a sample.
 func keyOfSample(ds *datasetState, id uint32) string {
-	return ds.name + "/" + strconv.FormatUint(uint64(id), 10)
+	return samplekey.Format(ds.name, int(id))
 }

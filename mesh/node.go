@@ -14,6 +14,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/policy"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/store"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -236,21 +237,15 @@ func (n *Node) Kill() {
 // free-form key (ds nil). A key naming a known dataset with a malformed
 // index is an error; an index past the end is reported by outOfRange.
 func (n *Node) route(key []byte) (ds *datasetState, idx int, outOfRange bool, err error) {
-	slash := -1
-	for i := len(key) - 1; i >= 0; i-- {
-		if key[i] == '/' {
-			slash = i
-			break
-		}
-	}
-	if slash <= 0 {
+	name, num, ok := samplekey.Split(key)
+	if !ok {
 		return nil, 0, false, nil
 	}
-	ds = n.datasets[string(key[:slash])] // no allocation for a map lookup
+	ds = n.datasets[string(name)] // no allocation for a map lookup
 	if ds == nil {
 		return nil, 0, false, nil
 	}
-	idx, ok := parseIndex(key[slash+1:])
+	idx, ok = samplekey.ParseIndex(num)
 	if !ok {
 		return nil, 0, false, fmt.Errorf("%w: '%s' (want %s/<0..%d>)", ErrBadIndex, key, ds.name, ds.len-1)
 	}
@@ -258,22 +253,6 @@ func (n *Node) route(key []byte) (ds *datasetState, idx int, outOfRange bool, er
 		return ds, idx, true, nil
 	}
 	return ds, idx, false, nil
-}
-
-// parseIndex reads a canonical decimal index: digits only, no sign, no
-// leading zero, below 2^31.
-func parseIndex(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 10 || (len(b) > 1 && b[0] == '0') {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, n < 1<<31
 }
 
 func sampleID(ds *datasetState, idx int) policy.ID {
@@ -288,7 +267,7 @@ func (n *Node) keyOf(id policy.ID) (key string, ds *datasetState) {
 		return n.freeKeys[id], nil
 	}
 	ds = n.ordered[int(id>>32)-1]
-	return ds.name + "/" + strconv.Itoa(int(uint32(id))), ds
+	return samplekey.Format(ds.name, int(uint32(id))), ds
 }
 
 // room is the policy's view of the store's space for one admission.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -130,7 +131,7 @@ func TestGetReturnsTheManifestsFile(t *testing.T) {
 			t.Errorf("GET %s: %v, want nil", k, err)
 		}
 	}
-	var st NodeStats
+	var st stats.Node
 	js, err := c.Do(ctx, "SHADE.STATS", "ds").Text()
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 		t.Errorf("SHADE.REPORT of one pair: %d, %v", n, err)
 	}
 	// A refused report leaves the scores as they were: one sample scored.
-	var st NodeStats
+	var st stats.Node
 	js, _ := c.Do(ctx, "SHADE.STATS", "ds").Text()
 	json.Unmarshal([]byte(js), &st)
 	if st.Datasets[0].Job.ScoredSamples != 1 {
@@ -350,7 +351,7 @@ func TestEpochsFollowReportedImportance(t *testing.T) {
 	if total != n {
 		t.Errorf("epoch 2 has %d draws, want %d", total, n)
 	}
-	var st NodeStats
+	var st stats.Node
 	js, _ := p.client(t).Do(context.Background(), "SHADE.STATS", "ds").Text()
 	json.Unmarshal([]byte(js), &st)
 	if len(st.Datasets[0].Epochs) != epochs || st.Datasets[0].Job.LatestEpoch != epochs {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/policy"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/store"
 )
 
@@ -567,9 +568,9 @@ func (n *Node) fillAhead(e *raEntry, v []byte, mem, ok bool) {
 }
 
 // stats returns the read-ahead's counters and the bytes it holds now.
-func (ra *readAhead) stats() ReadAheadStats {
+func (ra *readAhead) stats() stats.ReadAhead {
 	ra.mu.Lock()
 	b := ra.bytes
 	ra.mu.Unlock()
-	return ReadAheadStats{Fetched: ra.fetched.Load(), Unused: ra.unused.Load(), Bytes: b}
+	return stats.ReadAhead{Fetched: ra.fetched.Load(), Unused: ra.unused.Load(), Bytes: b}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -132,7 +133,7 @@ func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) {
 // memoryShare trains one rank on node 0 of a 2-node mesh (so part of its
 // slice is owned by node 1) over a throttled source, with some compute per
 // minibatch, and returns the share of its reads served from memory.
-func memoryShare(t *testing.T, prefetch int) (share float64, st EpochStats) {
+func memoryShare(t *testing.T, prefetch int) (share float64, st stats.Epoch) {
 	const samples, batch = 1500, 50
 	m := startMesh(t, 2, meshOpts{samples: samples, minSize: 200, maxSize: 200, replicas: 1,
 		cacheSize: samples * 200 / 10, // 20% of the data over the mesh
@@ -166,7 +167,7 @@ func memoryShare(t *testing.T, prefetch int) (share float64, st EpochStats) {
 		}
 	}
 	for _, es := range m.peers[0].node.ordered[0].stats().Epochs {
-		st.add(es)
+		addEpoch(&st, es)
 	}
 	reads := st.Hits + st.ColdMisses + st.CapacityMisses
 	return float64(st.Hits+st.PrefetchHits) / float64(max(1, reads)), st

@@ -35,7 +35,7 @@ type fetchReq struct {
 type fetchItem struct {
 	Found bool   `msgpack:"f"`
 	Hit   bool   `msgpack:"h"` // served from the owner's memory
-	Sum   uint64 `msgpack:"s"` // store.Checksum of Value
+	Sum   uint64 `msgpack:"s"` // shm.Checksum of Value
 	Value []byte `msgpack:"b"`
 	Err   string `msgpack:"e"`
 }

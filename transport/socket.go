@@ -21,7 +21,7 @@ import (
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/redcon"
 
-	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // Backend is what the trainer socket serves. The node implements it. All
@@ -73,7 +73,7 @@ type Backend interface {
 	// that maps it: locs[i] is where the value of keys[i] lies, or zero
 	// (Gen 0) where it is not held; the trainer reads those with MGET. id
 	// is the ID of the memory the locations refer to.
-	Locate(keys [][]byte) (id uint64, locs []store.Location)
+	Locate(keys [][]byte) (id uint64, locs []shm.Location)
 }
 
 // Result is one key's outcome in an MGet.

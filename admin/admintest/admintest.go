@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/transport"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -190,7 +190,7 @@ func (p *Peer) Client(t testing.TB) *redis.Client {
 }
 
 // Key returns the key of sample i.
-func (p *Peer) Key(i int) string { return p.Dataset + "/" + strconv.Itoa(i) }
+func (p *Peer) Key(i int) string { return samplekey.Format(p.Dataset, i) }
 
 // WaitFor polls cond until it holds, failing the test after d.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {

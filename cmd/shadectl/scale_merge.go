@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -361,7 +361,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
 		parts, err = sampling.LocalitySplit(next, job.world, rankNode, func(id uint32) []string {
-			return r.Owners([]byte(job.dataset + "/" + strconv.FormatUint(uint64(id), 10)))
+			return r.Owners(samplekey.Append(nil, job.dataset, int(id)))
 		})
 		return err
 	}); err != nil {
@@ -446,7 +446,7 @@ func (q *scoreQueue) add(dataset string, ids []uint32) {
 		sets   = make(map[string]map[uint32]struct{})
 	)
 	for _, id := range ids {
-		key = strconv.AppendUint(append(append(key[:0], dataset...), '/'), uint64(id), 10)
+		key = samplekey.Append(key[:0], dataset, int(id))
 		owners = q.r.AppendOwners(owners[:0], key)
 		for _, owner := range owners {
 			if owner == q.leader {

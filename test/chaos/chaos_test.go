@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
 // What TestChaos counts, and what fails it.
@@ -144,7 +146,7 @@ func (tl *tally) checkValues(who string, p *peerProc, gen uint64, files [][]byte
 func keysOf(ds string, ids []int64) []string {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
-		keys[i] = ds + "/" + strconv.FormatInt(id, 10)
+		keys[i] = samplekey.Format(ds, int(id))
 	}
 	return keys
 }
