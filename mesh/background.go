@@ -3,7 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"time"
 )
 
@@ -46,11 +46,11 @@ const maxQueuedReports = 100_000
 // flush removes exactly what it sent.
 type queuedReport struct {
 	seq   uint64
-	batch reportBatch
+	batch wire.ReportBatch
 }
 
 // queueReport holds a minibatch for the leader.
-func (n *Node) queueReport(b reportBatch) {
+func (n *Node) queueReport(b wire.ReportBatch) {
 	n.qmu.Lock()
 	defer n.qmu.Unlock()
 	if len(n.reportQ) >= maxQueuedReports {
@@ -68,37 +68,8 @@ func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 		n.applyLocalScores(ds, ids) // every sample is this node's
 		return
 	}
-	var (
-		local  []uint32
-		key    = make([]byte, 0, len(ds.name)+11)
-		owners []string
-		sets   = make(map[string]map[uint32]struct{}) // owner -> its queued ids of ds
-	)
 	n.qmu.Lock()
-	for _, id := range ids {
-		key = strconv.AppendUint(append(append(key[:0], ds.name...), '/'), uint64(id), 10)
-		owners = r.AppendOwners(owners[:0], key)
-		for _, owner := range owners {
-			if owner == n.cfg.Name {
-				local = append(local, id)
-				continue
-			}
-			set := sets[owner]
-			if set == nil {
-				byDS := n.scoreQ[owner]
-				if byDS == nil {
-					byDS = make(map[string]map[uint32]struct{})
-					n.scoreQ[owner] = byDS
-				}
-				if set = byDS[ds.name]; set == nil {
-					set = make(map[uint32]struct{})
-					byDS[ds.name] = set
-				}
-				sets[owner] = set
-			}
-			set[id] = struct{}{}
-		}
-	}
+	local := n.scoreQ.Add(r, n.cfg.Name, ds.name, ids, nil)
 	n.qmu.Unlock()
 	n.applyLocalScores(ds, local)
 }
@@ -132,7 +103,7 @@ func (n *Node) setScores(ds *datasetState, ids []uint32, scores []float64, mean 
 }
 
 // applyScores takes the leader's merged scores for samples this node owns.
-func (n *Node) applyScores(req *scoresReq) error {
+func (n *Node) applyScores(req *wire.ScoresReq) error {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return err
@@ -151,7 +122,7 @@ func (n *Node) applyScores(req *scoresReq) error {
 
 // applyReplica installs the leader's score table, so this node can lead
 // with it if the leader fails.
-func (n *Node) applyReplica(req *replicateReq) error {
+func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return err
@@ -176,7 +147,7 @@ func (n *Node) applyReplica(req *replicateReq) error {
 // runLoops is the node's background work in a mesh: forwarding reports,
 // pushing scores, replicating tables and reconciling with the leader.
 func (n *Node) runLoops(ctx context.Context) {
-	flush := time.NewTicker(25 * time.Millisecond)
+	flush := time.NewTicker(wire.FlushEvery)
 	defer flush.Stop()
 	replicate := time.NewTicker(n.cfg.Cluster.ReplicateEvery)
 	defer replicate.Stop()
@@ -207,7 +178,7 @@ func (n *Node) flushReports(ctx context.Context) {
 		n.qmu.Unlock()
 		return
 	}
-	var send []reportBatch
+	var send []wire.ReportBatch
 	pairs := 0
 	var last uint64
 	for _, q := range n.reportQ {
@@ -229,7 +200,7 @@ func (n *Node) flushReports(ctx context.Context) {
 		err = nil
 	} else if leader := n.leaderName(); leader != "" && leader != n.cfg.Name {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-		err = n.cluster.callName(cctx, leader, methodReport, &reportReq{Batches: send}, nil)
+		err = n.cluster.callName(cctx, leader, wire.MethodReport, &wire.ReportReq{Batches: send}, nil)
 		cancel()
 	} else {
 		return // no leader yet: keep them
@@ -249,12 +220,11 @@ func (n *Node) flushReports(ctx context.Context) {
 // flushScores sends each owner the merged scores of its queued samples.
 func (n *Node) flushScores(ctx context.Context) {
 	n.qmu.Lock()
-	if len(n.scoreQ) == 0 {
+	if n.scoreQ.Len() == 0 {
 		n.qmu.Unlock()
 		return
 	}
-	q := n.scoreQ
-	n.scoreQ = make(map[string]map[string]map[uint32]struct{})
+	q := n.scoreQ.Take()
 	n.qmu.Unlock()
 	for owner, byDS := range q {
 		for name, set := range byDS {
@@ -262,29 +232,19 @@ func (n *Node) flushScores(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			req := &scoresReq{Dataset: name, IDs: make([]uint32, 0, len(set)), Scores: make([]float64, 0, len(set))}
 			ds.tableMu.Lock()
-			for id := range set {
-				req.IDs = append(req.IDs, id)
-				req.Scores = append(req.Scores, ds.table.Score(id))
-			}
-			req.Mean = ds.table.Mean()
+			req := wire.ScoresFor(name, set, ds.table)
 			ds.tableMu.Unlock()
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()
-				if err := n.cluster.callName(cctx, owner, methodScores, req, nil); err != nil {
+				if err := n.cluster.callName(cctx, owner, wire.MethodScores, req, nil); err != nil {
 					n.cfg.Logger.Debug().Err(err).Str("owner", owner).Msg("scores not delivered")
 				}
 			})
 		}
 	}
 }
-
-// tableStandbys is how many members get every change of a score table:
-// the next in line to lead, so that a takeover loses at most one
-// replication interval of merged losses.
-const tableStandbys = 2
 
 // replicateTables saves changed score tables and, on the leader, sends
 // them on: every change to the standbys (the members that lead next), and
@@ -302,7 +262,7 @@ func (n *Node) replicateTables(ctx context.Context) {
 			others = append(others, p.name)
 		}
 	}
-	standbys := others[:min(len(others), tableStandbys)]
+	standbys := others[:min(len(others), wire.TableStandbys)]
 	for _, ds := range n.ordered {
 		ds.tableMu.Lock()
 		now := time.Now()
@@ -322,11 +282,11 @@ func (n *Node) replicateTables(ctx context.Context) {
 			n.cfg.Logger.Error().Err(err).Msg("score table")
 			continue
 		}
-		req := &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
 		if toAll {
-			n.sendEach(others, methodReplicate, req)
+			n.sendEach(others, wire.MethodReplicate, req)
 		} else {
-			n.sendEach(standbys, methodReplicate, req)
+			n.sendEach(standbys, wire.MethodReplicate, req)
 		}
 	}
 }
@@ -349,7 +309,7 @@ func (n *Node) reconcile(ctx context.Context) {
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, methodDone, &doneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
+			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
 			cancel()
 		}
 	}

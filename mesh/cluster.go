@@ -15,6 +15,7 @@ import (
 
 	"github.com/shade-mesh/shade/mesh/member"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -91,7 +92,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 		c.RetryEvery = 250 * time.Millisecond
 	}
 	if c.ReplicateEvery == 0 {
-		c.ReplicateEvery = 500 * time.Millisecond
+		c.ReplicateEvery = wire.ReplicateEvery
 	}
 	if c.ReplicateBudget == 0 {
 		c.ReplicateBudget = 64 << 20
@@ -165,20 +166,20 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		}
 		peerAddr = net.JoinHostPort(host, "7947")
 	}
-	wire, err := peer.Listen(peer.Config{
+	pn, err := peer.Listen(peer.Config{
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
 		Logger: n.cfg.Logger.With().Str("part", "peer").Logger(),
 	}, peer.HandlerFunc(n.servePeer))
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)
 	}
-	c := &cluster{cfg: cc, wire: wire, members: make(map[string]peerInfo)}
+	c := &cluster{cfg: cc, wire: pn, members: make(map[string]peerInfo)}
 	n.cluster = c
 	var sets []string
 	for _, ds := range n.ordered {
 		sets = append(sets, ds.name+"="+ds.manifest.Version)
 	}
-	meta := member.Meta{PeerAddr: wire.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
+	meta := member.Meta{PeerAddr: pn.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
 	list, err := member.Join(ctx, member.Config{
@@ -186,7 +187,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		Profile: cc.Profile, Logger: n.cfg.Logger.With().Str("part", "gossip").Logger(),
 	})
 	if err != nil {
-		wire.Close()
+		pn.Close()
 		return fmt.Errorf("mesh: gossip: %w", err)
 	}
 	c.list = list
@@ -322,7 +323,7 @@ func (n *Node) sendNewestOrders(name string) {
 		if pub == nil {
 			continue
 		}
-		n.sendInBackground(name, methodPublish, pub)
+		n.sendInBackground(name, wire.MethodPublish, pub)
 	}
 }
 
@@ -353,20 +354,20 @@ func dialAddr(advertised, gossip string) string {
 // servePeer answers the peer protocol.
 func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body []byte) (any, error) {
 	switch m {
-	case methodFetch:
-		var req fetchReq
+	case wire.MethodFetch:
+		var req wire.FetchReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return n.serveFetch(ctx, &req)
-	case methodOffer:
-		var req offerReq
+	case wire.MethodOffer:
+		var req wire.OfferReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.serveOffer(&req)
-	case methodReport:
-		var req reportReq
+	case wire.MethodReport:
+		var req wire.ReportReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
@@ -377,26 +378,26 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 			n.cfg.Logger.Warn().Err(err).Str("from", from).Msg("refused part of a forwarded report")
 		}
 		return nil, nil
-	case methodJoin:
-		var req joinReq
+	case wire.MethodJoin:
+		var req wire.JoinReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.leaderJoin(&req)
-	case methodDone:
-		var req doneReq
+	case wire.MethodDone:
+		var req wire.DoneReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.leaderDone(&req)
-	case methodReset:
-		var req resetReq
+	case wire.MethodReset:
+		var req wire.ResetReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.leaderReset(&req)
-	case methodPublish:
-		var p publishMsg
+	case wire.MethodPublish:
+		var p wire.PublishMsg
 		if err := decode(body, &p); err != nil {
 			return nil, err
 		}
@@ -409,32 +410,32 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 			n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
 		}
 		return nil, nil
-	case methodScores:
-		var req scoresReq
+	case wire.MethodScores:
+		var req wire.ScoresReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.applyScores(&req)
-	case methodReplicate:
-		var req replicateReq
+	case wire.MethodReplicate:
+		var req wire.ReplicateReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.applyReplica(&req)
-	case methodState:
-		var req stateReq
+	case wire.MethodState:
+		var req wire.StateReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		n.observeTerm(req.Term)
-		resp := stateResp{MaxTerm: n.maxTerm.Load()}
+		resp := wire.StateResp{MaxTerm: n.maxTerm.Load()}
 		for _, ds := range n.ordered {
 			resp.Jobs = append(resp.Jobs, ds.book.state(ds.name))
 			resp.Tables = append(resp.Tables, ds.tableInfo())
 		}
 		return &resp, nil
-	case methodGetTable:
-		var req getTableReq
+	case wire.MethodGetTable:
+		var req wire.GetTableReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
@@ -449,9 +450,9 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err != nil {
 			return nil, err
 		}
-		return &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
-	case methodGetOrder:
-		var req getOrderReq
+		return &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
+	case wire.MethodGetOrder:
+		var req wire.GetOrderReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
@@ -483,11 +484,11 @@ func decode(body []byte, v any) error {
 func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 	if n.leading() {
 		switch r := req.(type) {
-		case *joinReq:
+		case *wire.JoinReq:
 			return n.leaderJoin(r)
-		case *doneReq:
+		case *wire.DoneReq:
 			return n.leaderDone(r)
-		case *resetReq:
+		case *wire.ResetReq:
 			return n.leaderReset(r)
 		}
 		return fmt.Errorf("mesh: no local handler for method %d", m)

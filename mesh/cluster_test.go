@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -299,7 +300,7 @@ func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, ran
 	return ids, nil
 }
 
-func orderDigest(p *publishMsg) string {
+func orderDigest(p *wire.PublishMsg) string {
 	h := sha256.New()
 	for _, s := range p.Slices {
 		for _, id := range s {
@@ -480,13 +481,13 @@ func TestStrangerCertificateCannotFetchOrPublish(t *testing.T) {
 	addr := target.cluster.wire.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var resp fetchResp
-	if err := w.Call(ctx, addr, target.Name(), methodFetch, &fetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
+	var resp wire.FetchResp
+	if err := w.Call(ctx, addr, target.Name(), wire.MethodFetch, &wire.FetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
 		t.Fatal("a peer with a certificate from another CA fetched a sample")
 	}
 	before := target.ordered[0].book.newest()
-	pub := &publishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
-	if err := w.Call(ctx, addr, target.Name(), methodPublish, pub, nil); err == nil {
+	pub := &wire.PublishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
+	if err := w.Call(ctx, addr, target.Name(), wire.MethodPublish, pub, nil); err == nil {
 		t.Fatal("a peer with a certificate from another CA published an order")
 	}
 	if after := target.ordered[0].book.newest(); after != before {

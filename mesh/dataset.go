@@ -10,6 +10,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -341,11 +342,11 @@ func (h *latencyHistogram) snapshot() Histogram {
 	return out
 }
 
-// tableInfo describes this node's copy of the score table.
-func (ds *datasetState) tableInfo() tableInfo {
+// wire.TableInfo describes this node's copy of the score table.
+func (ds *datasetState) tableInfo() wire.TableInfo {
 	ds.tableMu.Lock()
 	defer ds.tableMu.Unlock()
-	return tableInfo{Dataset: ds.name, Term: ds.tableTerm, Scored: ds.table.NumScored()}
+	return wire.TableInfo{Dataset: ds.name, Term: ds.tableTerm, Scored: ds.table.NumScored()}
 }
 
 // scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/store"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -129,12 +130,12 @@ const maxOfferBytes = 64 << 20
 // offer queues a sample read from the source for the other owners, so
 // that it becomes resident on all of them. The runLoops flush sends the
 // queue in batches. leaving marks the hand-over of a member about to
-// leave (see offerItem.Leaving).
+// leave (see wire.OfferItem.Leaving).
 func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string, leaving bool) {
 	if n.cluster == nil {
 		return
 	}
-	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: store.Checksum(value), Value: value, Leaving: leaving}
+	item := wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: store.Checksum(value), Value: value, Leaving: leaving}
 	n.qmu.Lock()
 	defer n.qmu.Unlock()
 	for _, co := range owners {
@@ -169,7 +170,7 @@ func (n *Node) flushOffers(ctx context.Context) {
 		n.offering[co] = true
 		n.goBackground(func(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, co, methodOffer, &offerReq{Items: batch}, nil)
+			err := n.cluster.callName(cctx, co, wire.MethodOffer, &wire.OfferReq{Items: batch}, nil)
 			cancel()
 			n.qmu.Lock()
 			defer n.qmu.Unlock()
@@ -181,8 +182,8 @@ func (n *Node) flushOffers(ctx context.Context) {
 			// again, up to three tries and within the byte bound.
 			n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered; retrying")
 			for _, it := range batch {
-				if it.tries < 2 && n.offerBytes+len(it.Value) <= maxOfferBytes {
-					it.tries++
+				if it.Tries < 2 && n.offerBytes+len(it.Value) <= maxOfferBytes {
+					it.Tries++
 					n.offerQ[co] = append(n.offerQ[co], it)
 					n.offerBytes += len(it.Value)
 				} else {
@@ -196,7 +197,7 @@ func (n *Node) flushOffers(ctx context.Context) {
 
 // serveOffer admits samples a co-owner read from the source. A bad item is
 // skipped; the first such error is returned after the rest are admitted.
-func (n *Node) serveOffer(req *offerReq) error {
+func (n *Node) serveOffer(req *wire.OfferReq) error {
 	var first error
 	for i := range req.Items {
 		if err := n.admitOffered(&req.Items[i]); err != nil && first == nil {
@@ -206,7 +207,7 @@ func (n *Node) serveOffer(req *offerReq) error {
 	return first
 }
 
-func (n *Node) admitOffered(it *offerItem) error {
+func (n *Node) admitOffered(it *wire.OfferItem) error {
 	ds, err := n.dataset(it.Dataset)
 	if err != nil {
 		return &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
@@ -253,7 +254,7 @@ func (n *Node) preferred(owners []string) []string {
 // fetchFrom asks one owner for samples and verifies every value against
 // its checksum and the manifest's size. Items that fail verification come
 // back not Found.
-func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, memoryOnly bool) ([]fetchItem, error) {
+func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, memoryOnly bool) ([]wire.FetchItem, error) {
 	n.inflightMu.Lock()
 	n.inflight[owner]++
 	n.inflightMu.Unlock()
@@ -264,9 +265,9 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 	}()
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	var resp fetchResp
-	req := &fetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: memoryOnly}
-	if err := n.cluster.callName(cctx, owner, methodFetch, req, &resp); err != nil {
+	var resp wire.FetchResp
+	req := &wire.FetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: memoryOnly}
+	if err := n.cluster.callName(cctx, owner, wire.MethodFetch, req, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Items) != len(ids) {
@@ -280,14 +281,14 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 		if store.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
 			n.cfg.Logger.Warn().Str("owner", owner).Str("key", keyOfSample(ds, ids[i])).Msg("checksum mismatch: copy discarded")
 			ds.current().checksumErrors.Add(1)
-			*it = fetchItem{}
+			*it = wire.FetchItem{}
 		}
 	}
 	return resp.Items, nil
 }
 
 // serveFetch answers an owner's part of a read.
-func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error) {
+func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchResp, error) {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
@@ -295,7 +296,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 	if req.Version != ds.manifest.Version {
 		return nil, &peer.Error{Code: peer.CodeStale, Msg: fmt.Sprintf("dataset %s: version %s asked, %s here", ds.name, req.Version, ds.manifest.Version)}
 	}
-	resp := &fetchResp{Items: make([]fetchItem, len(req.IDs))}
+	resp := &wire.FetchResp{Items: make([]wire.FetchItem, len(req.IDs))}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
 	for i, id := range req.IDs {
@@ -320,7 +321,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func(id uint32, key []byte, it *fetchItem) {
+		go func(id uint32, key []byte, it *wire.FetchItem) {
 			defer func() { <-sem; wg.Done() }()
 			var v []byte
 			var err error
@@ -346,6 +347,6 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
 // order (see readAhead); calls for a slice already followed do nothing.
-func (n *Node) prefetchSlice(ds *datasetState, p *publishMsg, rank int) {
+func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
 	n.followOrder(ds, p, rank)
 }

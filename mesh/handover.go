@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // handOver runs before a graceful leave: a leader replicates its score
@@ -82,7 +83,7 @@ func (n *Node) replicateNow(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		req := &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
 		for _, p := range n.cluster.alive() {
 			if p.name == n.cfg.Name {
 				continue
@@ -90,7 +91,7 @@ func (n *Node) replicateNow(ctx context.Context) {
 			wg.Add(1)
 			go func(p peerInfo) {
 				defer wg.Done()
-				if err := n.cluster.call(ctx, p, methodReplicate, req, nil); err != nil {
+				if err := n.cluster.call(ctx, p, wire.MethodReplicate, req, nil); err != nil {
 					n.cfg.Logger.Warn().Err(err).Str("peer", p.name).Msg("replicating before leaving")
 				}
 			}(p)

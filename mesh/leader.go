@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -80,7 +81,7 @@ func (n *Node) jobToLead(name string) (*datasetState, *leaderJob, error) {
 
 // leaderJoin records where a rank trains; epoch 0 is published once every
 // rank has joined, or JoinWait after the first did.
-func (n *Node) leaderJoin(req *joinReq) error {
+func (n *Node) leaderJoin(req *wire.JoinReq) error {
 	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
@@ -132,7 +133,7 @@ func (n *Node) publishFirst(ds *datasetState, lj *leaderJob) {
 
 // leaderDone records that a rank finished an epoch and publishes the next
 // once all have (or EpochDeadline after the first did, if set).
-func (n *Node) leaderDone(req *doneReq) error {
+func (n *Node) leaderDone(req *wire.DoneReq) error {
 	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
@@ -194,7 +195,7 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 	if err != nil {
 		return fmt.Errorf("mesh: split epoch %d of %s: %w", epoch, ds.name, err)
 	}
-	pub := &publishMsg{
+	pub := &wire.PublishMsg{
 		Dataset: ds.name, Version: ds.manifest.Version, Gen: lj.gen, Epoch: epoch, Term: n.term.Load(),
 		World: lj.world, Slices: slices, Sampler: state, Ranks: append([]string(nil), lj.ranks...),
 	}
@@ -204,12 +205,12 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 	ds.book.install(pub)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Int("epoch", epoch).Uint64("term", pub.Term).
 		Int("world", lj.world).Int("scored", scored).Msg("order published")
-	n.broadcast(methodPublish, pub)
+	n.broadcast(wire.MethodPublish, pub)
 	return nil
 }
 
 // leaderReset starts a new job generation for a dataset.
-func (n *Node) leaderReset(req *resetReq) error {
+func (n *Node) leaderReset(req *wire.ResetReq) error {
 	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
@@ -223,15 +224,15 @@ func (n *Node) leaderReset(req *resetReq) error {
 	lj.firstJoin, lj.firstDone = time.Time{}, time.Time{}
 	// An empty order of the new generation tells every peer the old job
 	// is over.
-	pub := &publishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.term.Load()}
+	pub := &wire.PublishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.term.Load()}
 	ds.book.install(pub)
-	n.broadcast(methodPublish, pub)
+	n.broadcast(wire.MethodPublish, pub)
 	return nil
 }
 
 // leaderReport merges minibatch losses into the cluster-wide table and
 // queues the new scores for the samples' owners.
-func (n *Node) leaderReport(batches []reportBatch) error {
+func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 	var firstErr error
 	for _, b := range batches {
 		ds, err := n.dataset(b.Dataset)
@@ -259,7 +260,7 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 // re-publishes, so that no epoch is lost or published twice.
 func (n *Node) takeover(ctx context.Context) {
 	members := n.cluster.alive()
-	states := make(map[string]*stateResp)
+	states := make(map[string]*wire.StateResp)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range members {
@@ -269,10 +270,10 @@ func (n *Node) takeover(ctx context.Context) {
 		wg.Add(1)
 		go func(m peerInfo) {
 			defer wg.Done()
-			var resp stateResp
+			var resp wire.StateResp
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			defer cancel()
-			if err := n.cluster.call(cctx, m, methodState, &stateReq{Term: n.maxTerm.Load()}, &resp); err != nil {
+			if err := n.cluster.call(cctx, m, wire.MethodState, &wire.StateReq{Term: n.maxTerm.Load()}, &resp); err != nil {
 				n.cfg.Logger.Warn().Err(err).Str("peer", m.name).Msg("takeover: peer state unknown")
 				return
 			}
@@ -313,16 +314,16 @@ func (n *Node) takeover(ctx context.Context) {
 				if js.Dataset != ds.name {
 					continue
 				}
-				cand := &publishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
-				if cand.newer(&publishMsg{Gen: gen, Epoch: epoch, Term: t}) {
+				cand := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
+				if cand.Newer(&wire.PublishMsg{Gen: gen, Epoch: epoch, Term: t}) {
 					gen, epoch, t, from = js.Gen, js.Epoch, js.Term, name
 				}
 			}
 		}
 		if from != "" {
-			var pub publishMsg
+			var pub wire.PublishMsg
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, from, methodGetOrder, &getOrderReq{Dataset: ds.name}, &pub)
+			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &pub)
 			cancel()
 			if err == nil && n.checkPublish(&pub) == nil {
 				ds.book.install(&pub)
@@ -342,7 +343,7 @@ func (n *Node) takeover(ctx context.Context) {
 				}
 			}
 		}
-		merge := func(node string, js jobState) {
+		merge := func(node string, js wire.JobState) {
 			if js.Gen != lj.gen || js.Epoch != lj.latest {
 				return
 			}
@@ -373,7 +374,7 @@ func (n *Node) takeover(ctx context.Context) {
 		lj.mu.Lock()
 		ds.setLeaderJob(lj)
 		if pub != nil {
-			n.broadcast(methodPublish, pub)
+			n.broadcast(wire.MethodPublish, pub)
 		}
 		switch {
 		case lj.world > 0 && lj.latest >= 0 && len(lj.done) == lj.world:
@@ -395,12 +396,12 @@ func (n *Node) takeover(ctx context.Context) {
 // that copy is better (a later leader's, or knowing more samples), so a
 // node that restarts empty and takes over does not lose the cluster's
 // importance, nor overwrite the replicas with its empty table.
-func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []string, states map[string]*stateResp) {
+func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []string, states map[string]*wire.StateResp) {
 	own := ds.tableInfo()
 	best, from := own, ""
 	for _, name := range names {
 		for _, ti := range states[name].Tables {
-			if ti.Dataset == ds.name && ti.better(best) {
+			if ti.Dataset == ds.name && ti.Better(best) {
 				best, from = ti, name
 			}
 		}
@@ -408,10 +409,10 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 	if from == "" {
 		return
 	}
-	var resp replicateReq
+	var resp wire.ReplicateReq
 	cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	if err := n.cluster.callName(cctx, from, methodGetTable, &getTableReq{Dataset: ds.name}, &resp); err != nil {
+	if err := n.cluster.callName(cctx, from, wire.MethodGetTable, &wire.GetTableReq{Dataset: ds.name}, &resp); err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: better score table not fetched")
 		return
 	}
@@ -433,7 +434,7 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 }
 
 // checkPublish validates an order received from a peer before it is used.
-func (n *Node) checkPublish(p *publishMsg) error {
+func (n *Node) checkPublish(p *wire.PublishMsg) error {
 	ds, err := n.dataset(p.Dataset)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/store"
 	"github.com/shade-mesh/shade/transport"
@@ -73,10 +74,10 @@ type Node struct {
 	qmu            sync.Mutex // guards the queues below
 	reportQ        []queuedReport
 	reportSeq      uint64
-	scoreQ         map[string]map[string]map[uint32]struct{} // owner -> dataset -> ids
-	readAhead      readAhead                                 // samples fetched ahead of local ranks' reads
+	scoreQ         wire.ScoreQueue
+	readAhead      readAhead // samples fetched ahead of local ranks' reads
 	reportsDropped atomic.Int64
-	offerQ         map[string][]offerItem // co-owner -> samples to hand it
+	offerQ         map[string][]wire.OfferItem // co-owner -> samples to hand it
 	offerBytes     int
 	offering       map[string]bool // co-owners with a request in flight
 	offersDropped  atomic.Int64
@@ -108,8 +109,7 @@ func New(cfg Config) (*Node, error) {
 		pol:      pol,
 		freeKeys: make(map[policy.ID]string),
 		kick:     make(chan struct{}, 1),
-		scoreQ:   make(map[string]map[string]map[uint32]struct{}),
-		offerQ:   make(map[string][]offerItem),
+		offerQ:   make(map[string][]wire.OfferItem),
 		offering: make(map[string]bool),
 		inflight: make(map[string]int64),
 	}
@@ -146,7 +146,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	for _, ds := range n.ordered {
-		ds.book.installed = func(p *publishMsg) { n.orderInstalled(ds, p) }
+		ds.book.installed = func(p *wire.PublishMsg) { n.orderInstalled(ds, p) }
 	}
 	if cfg.TracePath != "" {
 		if n.trace, err = openTrace(cfg.TracePath); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -15,21 +16,21 @@ import (
 // own state lives in leaderJob.
 type orderBook struct {
 	mu      sync.Mutex
-	latest  *publishMsg         // newest installed order
-	kept    map[int]*publishMsg // recent epochs of latest's generation
-	changed chan struct{}       // closed and replaced on every change
-	local   map[int]int         // ranks training on this node: rank -> world
-	done    map[int]bool        // local ranks that finished latest.Epoch
+	latest  *wire.PublishMsg         // newest installed order
+	kept    map[int]*wire.PublishMsg // recent epochs of latest's generation
+	changed chan struct{}            // closed and replaced on every change
+	local   map[int]int              // ranks training on this node: rank -> world
+	done    map[int]bool             // local ranks that finished latest.Epoch
 	keep    int
 	trace   *traceWriter // records installed epochs, if tracing
 	// installed, if set, is called with each order the book installs,
 	// with the book locked: it must not block or call back into the book.
-	installed func(p *publishMsg)
+	installed func(p *wire.PublishMsg)
 }
 
 func newOrderBook(keep int) *orderBook {
 	return &orderBook{
-		kept:    make(map[int]*publishMsg),
+		kept:    make(map[int]*wire.PublishMsg),
 		changed: make(chan struct{}),
 		local:   make(map[int]int),
 		done:    make(map[int]bool),
@@ -44,14 +45,14 @@ func (b *orderBook) wakeLocked() {
 }
 
 // install keeps p if it is newer than what the book holds.
-func (b *orderBook) install(p *publishMsg) bool {
+func (b *orderBook) install(p *wire.PublishMsg) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !p.newer(b.latest) {
+	if !p.Newer(b.latest) {
 		return false
 	}
 	if b.latest == nil || p.Gen != b.latest.Gen {
-		b.kept = make(map[int]*publishMsg)
+		b.kept = make(map[int]*wire.PublishMsg)
 		if b.latest != nil {
 			b.local = make(map[int]int) // a new job: its ranks announce themselves again
 		}
@@ -80,22 +81,22 @@ func (b *orderBook) head() (gen uint64, epoch int, term uint64) {
 	return b.latest.Gen, b.latest.Epoch, b.latest.Term
 }
 
-func (b *orderBook) newest() *publishMsg {
+func (b *orderBook) newest() *wire.PublishMsg {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.latest
 }
 
 // state reports what this node knows, for a new leader.
-func (b *orderBook) state(ds string) jobState {
+func (b *orderBook) state(ds string) wire.JobState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	js := jobState{Dataset: ds, Epoch: -1}
+	js := wire.JobState{Dataset: ds, Epoch: -1}
 	if b.latest != nil {
 		js.Gen, js.Epoch, js.Term = b.latest.Gen, b.latest.Epoch, b.latest.Term
 	}
 	for r, w := range b.local {
-		js.Ranks = append(js.Ranks, rankWorld{r, w})
+		js.Ranks = append(js.Ranks, wire.RankWorld{Rank: r, World: w})
 	}
 	for r := range b.done {
 		js.Done = append(js.Done, r)
@@ -152,9 +153,9 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
 		if leader := n.leaderName(); leader != "" && leader != joined {
-			err := n.toLeader(ctx, methodJoin, &joinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
+			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
-				err = n.toLeader(ctx, methodDone, &doneReq{Dataset: name, Gen: gen, Epoch: have, Rank: rank, Node: n.cfg.Name})
+				err = n.toLeader(ctx, wire.MethodDone, &wire.DoneReq{Dataset: name, Gen: gen, Epoch: have, Rank: rank, Node: n.cfg.Name})
 			}
 			switch {
 			case err == nil:
@@ -224,7 +225,7 @@ func (n *Node) Done(name string, epoch, rank int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Cluster.FetchTimeout)
 	defer cancel()
 	// A failed send is repeated by the reconciler; the trainer goes on.
-	_ = n.toLeader(ctx, methodDone, &doneReq{Dataset: name, Gen: p.Gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name})
+	_ = n.toLeader(ctx, wire.MethodDone, &wire.DoneReq{Dataset: name, Gen: p.Gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name})
 	return nil
 }
 
@@ -247,11 +248,11 @@ func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) er
 			return fmt.Errorf("%w: loss %v for sample %d is not finite", ErrBadReport, losses[i], id)
 		}
 	}
-	batch := reportBatch{Dataset: name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: append([]float64(nil), losses...)}
+	batch := wire.ReportBatch{Dataset: name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: append([]float64(nil), losses...)}
 	ds.reports.Add(1)
 	ds.reported.Add(int64(len(ids)))
 	if n.leading() {
-		return n.leaderReport([]reportBatch{batch})
+		return n.leaderReport([]wire.ReportBatch{batch})
 	}
 	n.queueReport(batch)
 	return nil
@@ -267,7 +268,7 @@ func (n *Node) Reset(name string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
-		err := n.toLeader(ctx, methodReset, &resetReq{Dataset: name})
+		err := n.toLeader(ctx, wire.MethodReset, &wire.ResetReq{Dataset: name})
 		cancel()
 		code := peer.CodeOf(err)
 		if err == nil || code == peer.CodeBadRequest || code == peer.CodeNotFound || time.Now().After(deadline) || n.ctx.Err() != nil {
@@ -289,11 +290,11 @@ func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	var p publishMsg
-	if err := n.cluster.callName(ctx, leader, methodGetOrder, &getOrderReq{Dataset: ds.name}, &p); err != nil {
+	var p wire.PublishMsg
+	if err := n.cluster.callName(ctx, leader, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &p); err != nil {
 		return
 	}
-	if n.checkPublish(&p) == nil && p.newer(&publishMsg{Gen: gen, Epoch: have}) {
+	if n.checkPublish(&p) == nil && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
 		n.observeTerm(p.Term)
 		ds.book.install(&p)
 	}

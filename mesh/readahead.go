@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/store"
 )
@@ -109,7 +110,7 @@ func orderAfter(gen uint64, epoch int, ogen uint64, oepoch int) bool {
 // followOrder starts the read-ahead of rank's slice of order p, unless a
 // cursor already follows that slice or a newer one. It never blocks on
 // fetches.
-func (n *Node) followOrder(ds *datasetState, p *publishMsg, rank int) {
+func (n *Node) followOrder(ds *datasetState, p *wire.PublishMsg, rank int) {
 	if n.cfg.Cluster.Prefetch <= 0 || p.Epoch < 0 || rank < 0 || rank >= len(p.Slices) || len(p.Slices[rank]) == 0 {
 		return
 	}
@@ -154,7 +155,7 @@ func (n *Node) followOrder(ds *datasetState, p *publishMsg, rank int) {
 // them: between epochs the ranks evaluate and wait for each other, and
 // the start of their next slice can be in memory when they begin. Called
 // with the order book locked; it does not touch the book.
-func (n *Node) followPublished(ds *datasetState, p *publishMsg) {
+func (n *Node) followPublished(ds *datasetState, p *wire.PublishMsg) {
 	for rank, node := range p.Ranks {
 		if node == n.cfg.Name {
 			n.followOrder(ds, p, rank)

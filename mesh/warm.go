@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 )
 
@@ -161,7 +162,7 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 // learns the reads this node will serve in the epoch, and the read-ahead
 // starts on the slices of the ranks that train here. Called with the
 // order book locked: the work runs in the background.
-func (n *Node) orderInstalled(ds *datasetState, p *publishMsg) {
+func (n *Node) orderInstalled(ds *datasetState, p *wire.PublishMsg) {
 	if p.Epoch == 0 {
 		n.warmOnFirstEpoch(ds)
 	}
@@ -174,7 +175,7 @@ func (n *Node) orderInstalled(ds *datasetState, p *publishMsg) {
 // lookahead gives the policy the epoch's reads of samples this node owns,
 // in the order they are expected: the ranks read their slices side by
 // side, so position k of every slice comes before position k+1 of any.
-func (n *Node) lookahead(ds *datasetState, p *publishMsg) {
+func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 	la, _ := n.pol.(policy.Lookahead)
 	longest := 0
 	for _, s := range p.Slices {
