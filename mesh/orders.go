@@ -190,8 +190,10 @@ func (n *Node) waitingFor(ds *datasetState, epoch int) string {
 }
 
 // Done implements transport.Backend: rank finished epoch. The node
-// remembers it (and repeats it to a new leader) and tells the leader.
-func (n *Node) Done(name string, epoch, rank int) error {
+// remembers it (and repeats it to a new leader) and tells the leader,
+// waiting at most Cluster.FetchTimeout and no longer than ctx allows; a
+// send that fails is repeated by the reconciler and not reported.
+func (n *Node) Done(ctx context.Context, name string, epoch, rank int) error {
 	ds, err := n.dataset(name)
 	if err != nil {
 		return err
@@ -222,7 +224,7 @@ func (n *Node) Done(name string, epoch, rank int) error {
 	}
 	b.done[rank] = true
 	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Cluster.FetchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
 	// A failed send is repeated by the reconciler; the trainer goes on.
 	_ = n.toLeader(ctx, wire.MethodDone, &wire.DoneReq{Dataset: name, Gen: p.Gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name})
