@@ -30,13 +30,9 @@ func encodeFrame(dst []byte, v any) ([]byte, error) {
 }
 
 // decodeFrame decodes a frame's body as the leader's node does: the
-// transport checks the msgpack structure, the mesh checks it again and
-// unmarshals.
+// transport checks the msgpack structure, the mesh unmarshals.
 func decodeFrame(frame []byte, v any) error {
 	body := frame[wire.FrameHeader:]
-	if err := peer.CheckMsgpack(body); err != nil {
-		return err
-	}
 	if err := peer.CheckMsgpack(body); err != nil {
 		return err
 	}
@@ -205,7 +201,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		res.Steps = append(res.Steps, s)
 		return s
 	}
-	decodeStep := step("decode reports", 1, false, "msgpack check x2 + unmarshal, as the node serves a report")
+	decodeStep := step("decode reports", 1, false, "msgpack check + unmarshal, as the node serves a report")
 	var wireIn float64
 	batches := make([][]wire.ReportBatch, len(requests))
 	if err := decodeStep.run(func() error {
