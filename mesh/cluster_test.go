@@ -242,7 +242,7 @@ func TestNonLeaderKilledUnderLoadLosesNoRead(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Now()
-	victim.node.Kill()
+	victim.node.kill()
 	survivors := m.alive()
 	seen := make(map[string]time.Duration)
 	waitFor(t, 5*time.Second, "every survivor marks the killed peer dead", func() bool {
@@ -359,7 +359,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 		return ds.table.NumScored() > 8900
 	})
 	killed := time.Now()
-	leader.node.Kill()
+	leader.node.kill()
 	for r := 0; r < world; r++ {
 		if err := clients[r].Do(ctx, "SHADE.DONE", "ds", 0, r).Err(); err != nil {
 			t.Fatalf("rank %d DONE: %v", r, err)

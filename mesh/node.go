@@ -215,23 +215,6 @@ func (n *Node) Close() error {
 	return n.store.Close()
 }
 
-// Kill stops the node abruptly, as a crash would: no leave message, no
-// drain. For tests of failure handling.
-func (n *Node) Kill() {
-	if n.closed.Swap(true) {
-		return
-	}
-	n.cancel()
-	if c := n.cluster; c != nil {
-		c.list.Close()
-		c.wire.Close()
-	}
-	n.bg.Wait()
-	n.polMu.Lock()
-	n.store.Close()
-	n.polMu.Unlock()
-}
-
 // route classifies a key: a sample of a known dataset (ds non-nil), or a
 // free-form key (ds nil). A key naming a known dataset with a malformed
 // index is an error; an index past the end is reported by outOfRange.
