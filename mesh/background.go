@@ -38,29 +38,6 @@ func (n *Node) kickReconcile() {
 	}
 }
 
-// maxQueuedReports bounds the minibatches a node holds while no leader
-// answers; the oldest are dropped beyond it (they only nudge scores).
-const maxQueuedReports = 100_000
-
-// queuedReport is a minibatch waiting for the leader, numbered so that a
-// flush removes exactly what it sent.
-type queuedReport struct {
-	seq   uint64
-	batch wire.ReportBatch
-}
-
-// queueReport holds a minibatch for the leader.
-func (n *Node) queueReport(b wire.ReportBatch) {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	if len(n.reportQ) >= maxQueuedReports {
-		n.reportQ = n.reportQ[1:]
-		n.reportsDropped.Add(1)
-	}
-	n.reportSeq++
-	n.reportQ = append(n.reportQ, queuedReport{seq: n.reportSeq, batch: b})
-}
-
 // queueScores marks samples whose merged scores their owners need.
 func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 	r := ds.ring.Load()
@@ -68,9 +45,7 @@ func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 		n.applyLocalScores(ds, ids) // every sample is this node's
 		return
 	}
-	n.qmu.Lock()
-	local := n.scoreQ.Add(r, n.cfg.Name, ds.name, ids, nil)
-	n.qmu.Unlock()
+	local := n.out.queueScores(r, n.cfg.Name, ds.name, ids)
 	n.applyLocalScores(ds, local)
 }
 
@@ -130,10 +105,10 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 	if req.Version != ds.manifest.Version {
 		return fmt.Errorf("mesh: replica of %s version %s; ours is %s", req.Dataset, req.Version, ds.manifest.Version)
 	}
-	if req.Term < n.maxTerm.Load() {
+	if req.Term < n.lead.highest() {
 		return nil // from a leader that has been replaced
 	}
-	n.observeTerm(req.Term)
+	n.lead.observe(req.Term)
 	ds.tableMu.Lock()
 	defer ds.tableMu.Unlock()
 	if err := ds.table.UnmarshalBinary(req.Table); err != nil {
@@ -173,32 +148,19 @@ func (n *Node) runLoops(ctx context.Context) {
 
 // flushReports sends queued minibatches to the leader in one request.
 func (n *Node) flushReports(ctx context.Context) {
-	n.qmu.Lock()
-	if len(n.reportQ) == 0 {
-		n.qmu.Unlock()
+	send, last, ok := n.out.peekReports()
+	if !ok {
 		return
 	}
-	var send []wire.ReportBatch
-	pairs := 0
-	var last uint64
-	for _, q := range n.reportQ {
-		if pairs >= 1<<16 {
-			break
-		}
-		send = append(send, q.batch)
-		pairs += len(q.batch.IDs)
-		last = q.seq
-	}
-	n.qmu.Unlock()
 
 	var err error
-	if n.leading() {
+	if n.lead.leading() {
 		err = n.leaderReport(send)
 		if err != nil {
 			n.cfg.Logger.Warn().Err(err).Msg("queued report refused")
 		}
 		err = nil
-	} else if leader := n.leaderName(); leader != "" && leader != n.cfg.Name {
+	} else if leader := n.lead.leader(); leader != "" && leader != n.cfg.Name {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 		err = n.cluster.callName(cctx, leader, wire.MethodReport, &wire.ReportReq{Batches: send}, nil)
 		cancel()
@@ -208,24 +170,12 @@ func (n *Node) flushReports(ctx context.Context) {
 	if err != nil {
 		return // keep them for the next try
 	}
-	n.qmu.Lock()
-	i := 0
-	for i < len(n.reportQ) && n.reportQ[i].seq <= last {
-		i++
-	}
-	n.reportQ = n.reportQ[i:]
-	n.qmu.Unlock()
+	n.out.sentReports(last)
 }
 
 // flushScores sends each owner the merged scores of its queued samples.
 func (n *Node) flushScores(ctx context.Context) {
-	n.qmu.Lock()
-	if n.scoreQ.Len() == 0 {
-		n.qmu.Unlock()
-		return
-	}
-	q := n.scoreQ.Take()
-	n.qmu.Unlock()
+	q := n.out.takeScores()
 	for owner, byDS := range q {
 		for name, set := range byDS {
 			ds, err := n.dataset(name)
@@ -253,7 +203,7 @@ func (n *Node) flushScores(ctx context.Context) {
 // a second would take more than the leader's link.
 func (n *Node) replicateTables(ctx context.Context) {
 	n.saveScores()
-	if !n.leading() || n.cluster == nil {
+	if !n.lead.leading() || n.cluster == nil {
 		return
 	}
 	var others []string
@@ -282,7 +232,7 @@ func (n *Node) replicateTables(ctx context.Context) {
 			n.cfg.Logger.Error().Err(err).Msg("score table")
 			continue
 		}
-		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
 		if toAll {
 			n.sendEach(others, wire.MethodReplicate, req)
 		} else {

@@ -272,7 +272,7 @@ func (n *Node) refreshMembers() {
 	c.mu.Lock()
 	c.members = alive
 	c.mu.Unlock()
-	if n.leading() {
+	if n.lead.leading() {
 		// A member that joins (or comes back) may have missed orders.
 		for _, name := range joined {
 			n.sendNewestOrders(name)
@@ -287,23 +287,22 @@ func (n *Node) refreshMembers() {
 			}
 		}
 	}
-	old := n.leaderName()
-	n.leader.Store(leader)
+	old := n.lead.setLeader(leader)
 	if leader != old {
 		n.cfg.Logger.Info().Str("leader", leader).Str("was", old).Int("alive", len(alive)).Msg("leader changed")
 	}
 	switch {
-	case leader == n.cfg.Name && !n.leadingFlag.Load() && !n.takingOver.Swap(true):
+	case leader == n.cfg.Name && !n.lead.leading() && n.lead.startTakeover():
 		n.goBackground(func(ctx context.Context) {
-			defer n.takingOver.Store(false)
+			defer n.lead.endTakeover()
 			n.takeover(ctx)
-			if n.leaderName() == n.cfg.Name {
-				n.leadingFlag.Store(true)
+			if n.lead.leader() == n.cfg.Name {
+				n.lead.setLeading(true)
 			} else {
 				n.stepDown()
 			}
 		})
-	case leader != n.cfg.Name && n.leadingFlag.Load():
+	case leader != n.cfg.Name && n.lead.leading():
 		n.stepDown()
 	}
 	for _, ds := range n.ordered {
@@ -329,7 +328,7 @@ func (n *Node) sendNewestOrders(name string) {
 
 // stepDown drops the leader's state; the new leader rebuilds it.
 func (n *Node) stepDown() {
-	n.leadingFlag.Store(false)
+	n.lead.setLeading(false)
 	for _, ds := range n.ordered {
 		ds.setLeaderJob(nil)
 	}
@@ -371,7 +370,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		if !n.leading() {
+		if !n.lead.leading() {
 			return nil, errNotLeader
 		}
 		if err := n.leaderReport(req.Batches); err != nil {
@@ -404,7 +403,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err := n.checkPublish(&p); err != nil {
 			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 		}
-		n.observeTerm(p.Term)
+		n.lead.observe(p.Term)
 		ds, _ := n.dataset(p.Dataset)
 		if ds.book.install(&p) {
 			n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
@@ -427,8 +426,8 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		n.observeTerm(req.Term)
-		resp := wire.StateResp{MaxTerm: n.maxTerm.Load()}
+		n.lead.observe(req.Term)
+		resp := wire.StateResp{MaxTerm: n.lead.highest()}
 		for _, ds := range n.ordered {
 			resp.Jobs = append(resp.Jobs, ds.book.state(ds.name))
 			resp.Tables = append(resp.Tables, ds.tableInfo())
@@ -482,7 +481,7 @@ func decode(body []byte, v any) error {
 // toLeader sends a request to the leader, or serves it here if this node
 // leads.
 func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
-	if n.leading() {
+	if n.lead.leading() {
 		switch r := req.(type) {
 		case *wire.JoinReq:
 			return n.leaderJoin(r)
@@ -493,7 +492,7 @@ func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 		}
 		return fmt.Errorf("mesh: no local handler for method %d", m)
 	}
-	leader := n.leaderName()
+	leader := n.lead.leader()
 	if leader == "" || n.cluster == nil {
 		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: no leader"}
 	}
@@ -561,16 +560,6 @@ func (n *Node) sendInBackground(name string, m peer.Method, msg any) {
 	})
 }
 
-// observeTerm raises the highest term this node has seen.
-func (n *Node) observeTerm(t uint64) {
-	for {
-		cur := n.maxTerm.Load()
-		if t <= cur || n.maxTerm.CompareAndSwap(cur, t) {
-			return
-		}
-	}
-}
-
 // GossipAddr is the address other peers use as a seed; "" standalone.
 func (n *Node) GossipAddr() string {
 	if n.cluster == nil {
@@ -592,7 +581,7 @@ func (n *Node) Members() []string {
 }
 
 // Leader returns the leader this node follows; "" while there is none.
-func (n *Node) Leader() string { return n.leaderName() }
+func (n *Node) Leader() string { return n.lead.leader() }
 
 // sortedCopy returns names sorted, as ring.Ring.Members returns them.
 func sortedCopy(names []string) []string {

@@ -122,11 +122,6 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 	return res.v, res.mem, nil
 }
 
-// maxOfferBytes bounds the sample bytes queued for co-owners; beyond it
-// an offer is dropped, and the co-owner reads the sample through itself
-// when it is next asked for it.
-const maxOfferBytes = 64 << 20
-
 // offer queues a sample read from the source for the other owners, so
 // that it becomes resident on all of them. The runLoops flush sends the
 // queue in batches. leaving marks the hand-over of a member about to
@@ -136,63 +131,27 @@ func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string,
 		return
 	}
 	item := wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: store.Checksum(value), Value: value, Leaving: leaving}
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	for _, co := range owners {
-		if co == n.cfg.Name {
-			continue
-		}
-		if n.offerBytes+len(value) > maxOfferBytes {
-			n.offersDropped.Add(1)
-			continue
-		}
-		n.offerQ[co] = append(n.offerQ[co], item)
-		n.offerBytes += len(value)
-	}
+	n.out.queueOffer(item, owners, n.cfg.Name)
 }
 
-// flushOffers sends each co-owner its queued samples, at most 4 MiB a
-// request, one request per co-owner in flight.
+// flushOffers sends each co-owner its queued samples, at most
+// maxOfferRequest bytes a request, one request per co-owner in flight.
 func (n *Node) flushOffers(ctx context.Context) {
-	n.qmu.Lock()
-	for co, items := range n.offerQ {
-		if len(items) == 0 || n.offering[co] {
-			continue
-		}
-		size, k := 0, 0
-		for k < len(items) && (k == 0 || size+len(items[k].Value) <= 4<<20) {
-			size += len(items[k].Value)
-			k++
-		}
-		batch := items[:k:k]
-		n.offerQ[co] = items[k:]
-		n.offerBytes -= size
-		n.offering[co] = true
+	for co, batch := range n.out.takeOffers() {
 		n.goBackground(func(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
 			err := n.cluster.callName(cctx, co, wire.MethodOffer, &wire.OfferReq{Items: batch}, nil)
 			cancel()
-			n.qmu.Lock()
-			defer n.qmu.Unlock()
-			delete(n.offering, co)
 			if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
+				n.out.offered(co, batch, false)
 				return
 			}
 			// Not delivered (a timeout, a peer restarting): queue the batch
 			// again, up to three tries and within the byte bound.
 			n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered; retrying")
-			for _, it := range batch {
-				if it.Tries < 2 && n.offerBytes+len(it.Value) <= maxOfferBytes {
-					it.Tries++
-					n.offerQ[co] = append(n.offerQ[co], it)
-					n.offerBytes += len(it.Value)
-				} else {
-					n.offersDropped.Add(1)
-				}
-			}
+			n.out.offered(co, batch, true)
 		})
 	}
-	n.qmu.Unlock()
 }
 
 // serveOffer admits samples a co-owner read from the source. A bad item is

@@ -20,7 +20,7 @@ func (n *Node) handOver(timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, timeout)
 	defer cancel()
-	if n.leading() {
+	if n.lead.leading() {
 		n.replicateNow(ctx)
 	}
 	offered := 0
@@ -50,27 +50,17 @@ func (n *Node) handOver(timeout time.Duration) {
 			}
 			n.offer(ds, uint32(id), v, after.Owners([]byte(key)), true)
 			offered++
-			for n.offerBacklog() > maxOfferBytes/2 && ctx.Err() == nil {
+			for n.out.offerBacklog() > maxOfferBytes/2 && ctx.Err() == nil {
 				n.flushOffers(ctx)
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
 	}
-	for n.offerBacklog() > 0 && ctx.Err() == nil {
+	for n.out.offerBacklog() > 0 && ctx.Err() == nil {
 		n.flushOffers(ctx)
 		time.Sleep(5 * time.Millisecond)
 	}
 	n.cfg.Logger.Info().Int("samples", offered).Bool("complete", ctx.Err() == nil).Msg("handed cached samples over before leaving")
-}
-
-// offerBacklog is the bytes queued or in flight to co-owners.
-func (n *Node) offerBacklog() int {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	if len(n.offering) > 0 {
-		return n.offerBytes + 1
-	}
-	return n.offerBytes
 }
 
 // replicateNow sends every score table to every other member and waits.
@@ -83,7 +73,7 @@ func (n *Node) replicateNow(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
 		for _, p := range n.cluster.alive() {
 			if p.name == n.cfg.Name {
 				continue

@@ -196,7 +196,7 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 		return fmt.Errorf("mesh: split epoch %d of %s: %w", epoch, ds.name, err)
 	}
 	pub := &wire.PublishMsg{
-		Dataset: ds.name, Version: ds.manifest.Version, Gen: lj.gen, Epoch: epoch, Term: n.term.Load(),
+		Dataset: ds.name, Version: ds.manifest.Version, Gen: lj.gen, Epoch: epoch, Term: n.lead.ownTerm(),
 		World: lj.world, Slices: slices, Sampler: state, Ranks: append([]string(nil), lj.ranks...),
 	}
 	lj.latest = epoch
@@ -224,7 +224,7 @@ func (n *Node) leaderReset(req *wire.ResetReq) error {
 	lj.firstJoin, lj.firstDone = time.Time{}, time.Time{}
 	// An empty order of the new generation tells every peer the old job
 	// is over.
-	pub := &wire.PublishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.term.Load()}
+	pub := &wire.PublishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.lead.ownTerm()}
 	ds.book.install(pub)
 	n.broadcast(wire.MethodPublish, pub)
 	return nil
@@ -243,7 +243,7 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 		ds.tableMu.Lock()
 		err = ds.table.Report(b.IDs, b.Losses, ds.rng)
 		if err == nil {
-			ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, n.term.Load()
+			ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, n.lead.ownTerm()
 		}
 		ds.tableMu.Unlock()
 		if err != nil {
@@ -273,7 +273,7 @@ func (n *Node) takeover(ctx context.Context) {
 			var resp wire.StateResp
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			defer cancel()
-			if err := n.cluster.call(cctx, m, wire.MethodState, &wire.StateReq{Term: n.maxTerm.Load()}, &resp); err != nil {
+			if err := n.cluster.call(cctx, m, wire.MethodState, &wire.StateReq{Term: n.lead.highest()}, &resp); err != nil {
 				n.cfg.Logger.Warn().Err(err).Str("peer", m.name).Msg("takeover: peer state unknown")
 				return
 			}
@@ -286,7 +286,7 @@ func (n *Node) takeover(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	maxTerm := n.maxTerm.Load()
+	maxTerm := n.lead.highest()
 	for _, s := range states {
 		maxTerm = max(maxTerm, s.MaxTerm)
 	}
@@ -294,8 +294,7 @@ func (n *Node) takeover(ctx context.Context) {
 		maxTerm = max(maxTerm, ds.headTerm())
 	}
 	term := maxTerm + 1
-	n.observeTerm(term)
-	n.term.Store(term)
+	n.lead.lead(term)
 
 	names := make([]string, 0, len(states))
 	for name := range states {

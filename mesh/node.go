@@ -63,26 +63,14 @@ type Node struct {
 	closed                             atomic.Bool
 
 	// The mesh: nil for a standalone node.
-	cluster     *cluster
-	leader      atomic.Value // string: the leader's name, "" for none
-	leadingFlag atomic.Bool  // this node leads (takeover complete)
-	takingOver  atomic.Bool
-	term        atomic.Uint64 // this node's term while it leads
-	maxTerm     atomic.Uint64 // the highest term seen
-	kick        chan struct{}
+	cluster *cluster
+	lead    leadership
+	kick    chan struct{}
 
-	qmu            sync.Mutex // guards the queues below
-	reportQ        []queuedReport
-	reportSeq      uint64
-	scoreQ         wire.ScoreQueue
-	readAhead      readAhead // samples fetched ahead of local ranks' reads
-	reportsDropped atomic.Int64
-	offerQ         map[string][]wire.OfferItem // co-owner -> samples to hand it
-	offerBytes     int
-	offering       map[string]bool // co-owners with a request in flight
-	offersDropped  atomic.Int64
-	inflightMu     sync.Mutex
-	inflight       map[string]int64 // fetches in flight per owner
+	out        outbox    // reports, scores and offers yet to send
+	readAhead  readAhead // samples fetched ahead of local ranks' reads
+	inflightMu sync.Mutex
+	inflight   map[string]int64 // fetches in flight per owner
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -109,12 +97,9 @@ func New(cfg Config) (*Node, error) {
 		pol:      pol,
 		freeKeys: make(map[policy.ID]string),
 		kick:     make(chan struct{}, 1),
-		offerQ:   make(map[string][]wire.OfferItem),
-		offering: make(map[string]bool),
 		inflight: make(map[string]int64),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.leader.Store("")
 	n.scorer, _ = pol.(policy.Scorer)
 	for i, dc := range cfg.Datasets {
 		ds, err := openDataset(i, dc, cfg)
@@ -159,13 +144,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Cluster.GossipAddr == "" {
 		// Standalone: this node owns every sample and leads every job.
-		n.leader.Store(cfg.Name)
-		n.term.Store(1)
-		n.maxTerm.Store(1)
+		n.lead.setLeader(cfg.Name)
+		n.lead.lead(1)
 		for _, ds := range n.ordered {
 			ds.setLeaderJob(n.newLeaderJob(ds))
 		}
-		n.leadingFlag.Store(true)
+		n.lead.setLeading(true)
 		n.goBackground(n.runLoops)
 		return n, nil
 	}
@@ -177,12 +161,6 @@ func New(cfg Config) (*Node, error) {
 	n.goBackground(n.runLoops)
 	return n, nil
 }
-
-// leaderName is the current leader's name; "" while there is none.
-func (n *Node) leaderName() string { return n.leader.Load().(string) }
-
-// leading reports whether this node acts as the leader now.
-func (n *Node) leading() bool { return n.leadingFlag.Load() }
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }

@@ -152,7 +152,7 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 		b.mu.Unlock()
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
-		if leader := n.leaderName(); leader != "" && leader != joined {
+		if leader := n.lead.leader(); leader != "" && leader != joined {
 			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
 				err = n.toLeader(ctx, wire.MethodDone, &wire.DoneReq{Dataset: name, Gen: gen, Epoch: have, Rank: rank, Node: n.cfg.Name})
@@ -175,7 +175,7 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 
 // waitingFor explains, for a timeout, what an order is waiting on.
 func (n *Node) waitingFor(ds *datasetState, epoch int) string {
-	if n.leaderName() == "" {
+	if n.lead.leader() == "" {
 		return "no leader: this peer does not see a majority of the mesh"
 	}
 	if lj := ds.leaderJob(); lj != nil {
@@ -186,7 +186,7 @@ func (n *Node) waitingFor(ds *datasetState, epoch int) string {
 		}
 		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", lj.latest, lj.pendingLocked())
 	}
-	return fmt.Sprintf("waiting for leader %s to publish it", n.leaderName())
+	return fmt.Sprintf("waiting for leader %s to publish it", n.lead.leader())
 }
 
 // Done implements transport.Backend: rank finished epoch. The node
@@ -253,10 +253,10 @@ func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) er
 	batch := wire.ReportBatch{Dataset: name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: append([]float64(nil), losses...)}
 	ds.reports.Add(1)
 	ds.reported.Add(int64(len(ids)))
-	if n.leading() {
+	if n.lead.leading() {
 		return n.leaderReport([]wire.ReportBatch{batch})
 	}
-	n.queueReport(batch)
+	n.out.queueReport(batch)
 	return nil
 }
 
@@ -286,7 +286,7 @@ func (n *Node) Reset(name string) error {
 // catchUp asks the leader for its newest order of a dataset and installs
 // it if it is newer than what this node holds (gen, have). Best effort.
 func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
-	leader := n.leaderName()
+	leader := n.lead.leader()
 	if n.cluster == nil || leader == "" || leader == n.cfg.Name {
 		return
 	}
@@ -297,7 +297,7 @@ func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
 		return
 	}
 	if n.checkPublish(&p) == nil && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
-		n.observeTerm(p.Term)
+		n.lead.observe(p.Term)
 		ds.book.install(&p)
 	}
 }

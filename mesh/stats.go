@@ -22,7 +22,7 @@ type JobStats struct {
 }
 
 func (n *Node) jobStats(ds *datasetState) JobStats {
-	st := JobStats{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.leaderName()}
+	st := JobStats{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.lead.leader()}
 	if p := ds.book.newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
@@ -123,19 +123,13 @@ func (n *Node) snapshot(name string) (NodeStats, error) {
 		out.Datasets = append(out.Datasets, DatasetEntry{DatasetStats: ds.stats(), Job: n.jobStats(ds)})
 	}
 	sort.Slice(out.Datasets, func(a, b int) bool { return out.Datasets[a].Dataset < out.Datasets[b].Dataset })
-	out.Leader = n.leaderName()
-	out.Leading = n.leading()
-	out.Term = n.maxTerm.Load()
-	out.ReportsQueued, out.ReportsDropped = n.queuedReports(), n.reportsDropped.Load()
-	out.OffersDropped = n.offersDropped.Load()
+	out.Leader = n.lead.leader()
+	out.Leading = n.lead.leading()
+	out.Term = n.lead.highest()
+	out.ReportsQueued, out.ReportsDropped = n.out.queuedReports(), n.out.reportsDropped.Load()
+	out.OffersDropped = n.out.offersDropped.Load()
 	out.ReadAhead = n.readAhead.stats()
 	return out, nil
-}
-
-func (n *Node) queuedReports() int {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	return len(n.reportQ)
 }
 
 // PeerStats returns, per peer, the QUIC connection's counters and round
@@ -156,5 +150,5 @@ func (n *Node) Ready() bool {
 	if n.cluster == nil {
 		return true
 	}
-	return n.leaderName() != "" && len(n.cluster.alive()) > 0
+	return n.lead.leader() != "" && len(n.cluster.alive()) > 0
 }
