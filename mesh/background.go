@@ -54,13 +54,7 @@ func (n *Node) applyLocalScores(ds *datasetState, ids []uint32) {
 	if n.scorer == nil || len(ids) == 0 {
 		return
 	}
-	scores := make([]float64, len(ids))
-	ds.tableMu.Lock()
-	for i, id := range ids {
-		scores[i] = ds.table.Score(id)
-	}
-	mean := ds.table.Mean()
-	ds.tableMu.Unlock()
+	scores, mean := ds.scores.scoresOf(ids)
 	n.setScores(ds, ids, scores, mean)
 }
 
@@ -109,14 +103,7 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 		return nil // from a leader that has been replaced
 	}
 	n.lead.observe(req.Term)
-	ds.tableMu.Lock()
-	defer ds.tableMu.Unlock()
-	if err := ds.table.UnmarshalBinary(req.Table); err != nil {
-		return err
-	}
-	ds.tableUnsaved = true
-	ds.tableTerm = req.Term
-	return nil
+	return ds.scores.replace(req.Table, req.Term)
 }
 
 // runLoops is the node's background work in a mesh: forwarding reports,
@@ -182,9 +169,7 @@ func (n *Node) flushScores(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			ds.tableMu.Lock()
-			req := wire.ScoresFor(name, set, ds.table)
-			ds.tableMu.Unlock()
+			req := ds.scores.scoresFor(name, set)
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()
@@ -214,20 +199,10 @@ func (n *Node) replicateTables(ctx context.Context) {
 	}
 	standbys := others[:min(len(others), wire.TableStandbys)]
 	for _, ds := range n.ordered {
-		ds.tableMu.Lock()
-		now := time.Now()
-		toAll := ds.tableBehind && now.Sub(ds.tableAllAt) >= ds.tableSpread
-		if !ds.tableDirty && !toAll {
-			ds.tableMu.Unlock()
+		b, toAll, due, err := ds.scores.dueReplication(time.Now(), len(others), n.cfg.Cluster.ReplicateBudget)
+		if !due {
 			continue
 		}
-		b, err := ds.table.MarshalBinary()
-		ds.tableDirty = false
-		if toAll {
-			ds.tableBehind, ds.tableAllAt = false, now
-			ds.tableSpread = time.Duration(float64(len(b)*len(others)) / float64(n.cfg.Cluster.ReplicateBudget) * float64(time.Second))
-		}
-		ds.tableMu.Unlock()
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Msg("score table")
 			continue

@@ -442,10 +442,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err != nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 		}
-		ds.tableMu.Lock()
-		b, err := ds.table.MarshalBinary()
-		term := ds.tableTerm
-		ds.tableMu.Unlock()
+		b, term, err := ds.scores.marshal()
 		if err != nil {
 			return nil, err
 		}

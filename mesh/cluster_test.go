@@ -354,9 +354,8 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	// replication pass, then kill the leader before any rank is done.
 	waitFor(t, 30*time.Second, "the score table is replicated", func() bool {
 		ds := trainers[0].node.ordered[0]
-		ds.tableMu.Lock()
-		defer ds.tableMu.Unlock()
-		return ds.table.NumScored() > 8900
+		scored, _ := ds.scores.summary()
+		return scored > 8900
 	})
 	killed := time.Now()
 	leader.node.kill()

@@ -67,9 +67,7 @@ func (n *Node) handOver(timeout time.Duration) {
 func (n *Node) replicateNow(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, ds := range n.ordered {
-		ds.tableMu.Lock()
-		b, err := ds.table.MarshalBinary()
-		ds.tableMu.Unlock()
+		b, _, err := ds.scores.marshal()
 		if err != nil {
 			continue
 		}

@@ -175,10 +175,7 @@ func (n *Node) leaderDone(req *wire.DoneReq) error {
 // publishLocked draws epoch's order, splits it among the ranks preferring
 // each sample's owners, installs it here and sends it to every peer.
 func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
-	ds.tableMu.Lock()
-	order, err := lj.sampler.Order(epoch, ds.table)
-	scored := ds.table.NumScored()
-	ds.tableMu.Unlock()
+	order, scored, err := ds.scores.order(lj.sampler, epoch)
 	if err != nil {
 		return fmt.Errorf("mesh: order for epoch %d of %s: %w", epoch, ds.name, err)
 	}
@@ -240,12 +237,7 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 			firstErr = errors.Join(firstErr, err)
 			continue
 		}
-		ds.tableMu.Lock()
-		err = ds.table.Report(b.IDs, b.Losses, ds.rng)
-		if err == nil {
-			ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, n.lead.ownTerm()
-		}
-		ds.tableMu.Unlock()
+		err = ds.scores.report(b.IDs, b.Losses, n.lead.ownTerm())
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s epoch %d: %w", b.Dataset, b.Epoch, err))
 			continue
@@ -418,12 +410,7 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 	if resp.Version != ds.manifest.Version {
 		return
 	}
-	ds.tableMu.Lock()
-	err := ds.table.UnmarshalBinary(resp.Table)
-	if err == nil {
-		ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, resp.Term
-	}
-	ds.tableMu.Unlock()
+	err := ds.scores.adopt(resp.Table, resp.Term)
 	if err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Msg("takeover: score table refused")
 		return

@@ -26,9 +26,7 @@ func (n *Node) jobStats(ds *datasetState) JobStats {
 	if p := ds.book.newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
-	ds.tableMu.Lock()
-	st.ScoredSamples, st.MeanScore = ds.table.NumScored(), ds.table.Mean()
-	ds.tableMu.Unlock()
+	st.ScoredSamples, st.MeanScore = ds.scores.summary()
 	if lj := ds.leaderJob(); lj != nil {
 		lj.mu.Lock()
 		if lj.world > 0 {

@@ -42,21 +42,10 @@ func (n *Node) loadScores(ds *datasetState) error {
 			Msg("saved scores are of another version of the dataset: starting cold")
 		return nil
 	}
-	ds.tableMu.Lock()
-	if err := ds.table.UnmarshalBinary(body); err != nil {
-		ds.tableMu.Unlock()
+	ids, scores, mean, err := ds.scores.loadSaved(body, ds.len)
+	if err != nil {
 		return fmt.Errorf("mesh: saved scores of %s: %w", ds.name, err)
 	}
-	var ids []uint32
-	var scores []float64
-	for i := 0; i < ds.len; i++ {
-		if ds.table.Scored(uint32(i)) {
-			ids = append(ids, uint32(i))
-			scores = append(scores, ds.table.Score(uint32(i)))
-		}
-	}
-	mean := ds.table.Mean()
-	ds.tableMu.Unlock()
 	// The policy judges admissions by these scores from the start.
 	n.setScores(ds, ids, scores, mean)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
@@ -71,14 +60,10 @@ func (n *Node) saveScores() {
 		return
 	}
 	for _, ds := range n.ordered {
-		ds.tableMu.Lock()
-		if !ds.tableUnsaved {
-			ds.tableMu.Unlock()
+		body, ok, err := ds.scores.unsavedTable()
+		if !ok {
 			continue
 		}
-		body, err := ds.table.MarshalBinary()
-		ds.tableUnsaved = false
-		ds.tableMu.Unlock()
 		if err == nil {
 			err = writeFileAtomic(n.scoresPath(ds), append([]byte(scoresMagic+ds.manifest.Version+"\n"), body...))
 		}
@@ -117,14 +102,11 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ds.tableMu.Lock()
+	scores := ds.scores.all(ds.len)
 	ids := make([]uint32, 0, ds.len)
-	scores := make([]float64, ds.len)
 	for i := 0; i < ds.len; i++ {
 		ids = append(ids, uint32(i))
-		scores[i] = ds.table.Score(uint32(i))
 	}
-	ds.tableMu.Unlock()
 	sort.SliceStable(ids, func(a, b int) bool { return scores[ids[a]] > scores[ids[b]] })
 	loaded, refused := 0, 0
 	capacity := n.store.Stats().Capacity
@@ -197,9 +179,7 @@ func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 // warmOnFirstEpoch preloads a dataset when a job's epoch 0 arrives and the
 // node already knows importance (saved scores, or an earlier job).
 func (n *Node) warmOnFirstEpoch(ds *datasetState) {
-	ds.tableMu.Lock()
-	scored := ds.table.NumScored()
-	ds.tableMu.Unlock()
+	scored, _ := ds.scores.summary()
 	if scored == 0 || n.cfg.NoWarm {
 		return
 	}

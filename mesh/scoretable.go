@@ -1,0 +1,187 @@
+package mesh
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/sampling"
+)
+
+// scoreTable is a node's copy of one dataset's merged score table (the
+// leader's own, or a replica of it) and what its replication and saving
+// still owe. Its methods are safe for concurrent use.
+type scoreTable struct {
+	// mu guards every field below, and every use of table and rng.
+	mu      sync.Mutex
+	table   *sampling.Table
+	rng     *rand.Rand    // breaks ties between equal losses
+	dirty   bool          // changed since the last replication to the standbys
+	behind  bool          // changed since the last replication to every member
+	allAt   time.Time     // when the table last went to every member
+	spread  time.Duration // the wait before the next round to every member
+	unsaved bool          // changed since the last save to StateDir
+	term    uint64        // term of the leader whose merges the table holds
+}
+
+// newScoreTable returns an empty table of n samples merging with weight
+// alpha (see sampling.NewTable), breaking ties with rng.
+func newScoreTable(n int, alpha float64, rng *rand.Rand) *scoreTable {
+	return &scoreTable{table: sampling.NewTable(n, alpha), rng: rng}
+}
+
+// report merges one minibatch's losses as the leader of term.
+func (s *scoreTable) report(ids []uint32, losses []float64, term uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.table.Report(ids, losses, s.rng)
+	if err == nil {
+		s.dirty, s.behind, s.unsaved, s.term = true, true, true, term
+	}
+	return err
+}
+
+// replace takes a replica the leader of term sent.
+func (s *scoreTable) replace(b []byte, term uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.table.UnmarshalBinary(b); err != nil {
+		return err
+	}
+	s.unsaved = true
+	s.term = term
+	return nil
+}
+
+// adopt takes a better table a new leader fetched, written by the leader
+// of term, to replicate on as its own.
+func (s *scoreTable) adopt(b []byte, term uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.table.UnmarshalBinary(b)
+	if err == nil {
+		s.dirty, s.behind, s.unsaved, s.term = true, true, true, term
+	}
+	return err
+}
+
+// loadSaved takes a table saved to StateDir and returns its scored
+// samples among the first n, their scores and the running mean.
+func (s *scoreTable) loadSaved(b []byte, n int) (ids []uint32, scores []float64, mean float64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.table.UnmarshalBinary(b); err != nil {
+		return nil, nil, 0, err
+	}
+	for i := 0; i < n; i++ {
+		if s.table.Scored(uint32(i)) {
+			ids = append(ids, uint32(i))
+			scores = append(scores, s.table.Score(uint32(i)))
+		}
+	}
+	return ids, scores, s.table.Mean(), nil
+}
+
+// unsavedTable returns the table to save if it changed since the last
+// save, and marks it saved; ok is false if nothing changed.
+func (s *scoreTable) unsavedTable() (b []byte, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unsaved {
+		return nil, false, nil
+	}
+	b, err = s.table.MarshalBinary()
+	s.unsaved = false
+	return b, true, err
+}
+
+// dueReplication returns the table to replicate now, if it is due: to
+// every member (toAll) once the wait since the last such round has
+// passed, else to the standbys if it changed. others is the number of
+// members besides this node and budget the bytes per second a round to
+// all of them may take; due is false if nothing is to be sent.
+func (s *scoreTable) dueReplication(now time.Time, others int, budget int64) (b []byte, toAll, due bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	toAll = s.behind && now.Sub(s.allAt) >= s.spread
+	if !s.dirty && !toAll {
+		return nil, false, false, nil
+	}
+	b, err = s.table.MarshalBinary()
+	s.dirty = false
+	if toAll {
+		s.behind, s.allAt = false, now
+		s.spread = time.Duration(float64(len(b)*others) / float64(budget) * float64(time.Second))
+	}
+	return b, toAll, true, err
+}
+
+// marshal returns the table and the term of the leader that wrote it.
+func (s *scoreTable) marshal() ([]byte, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.table.MarshalBinary()
+	return b, s.term, err
+}
+
+// info describes this copy of dataset's table.
+func (s *scoreTable) info(dataset string) wire.TableInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return wire.TableInfo{Dataset: dataset, Term: s.term, Scored: s.table.NumScored()}
+}
+
+// scoresOf returns the scores of ids and the running mean.
+func (s *scoreTable) scoresOf(ids []uint32) (scores []float64, mean float64) {
+	scores = make([]float64, len(ids))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		scores[i] = s.table.Score(id)
+	}
+	return scores, s.table.Mean()
+}
+
+// all returns the scores of the first n samples, indexed by sample.
+func (s *scoreTable) all(n int) []float64 {
+	scores := make([]float64, n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range scores {
+		scores[i] = s.table.Score(uint32(i))
+	}
+	return scores
+}
+
+// scoresFor builds the scores message of one owner's queued samples.
+func (s *scoreTable) scoresFor(dataset string, ids map[uint32]struct{}) *wire.ScoresReq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return wire.ScoresFor(dataset, ids, s.table)
+}
+
+// deciles sets out[i] to the importance decile of sample idxs[i].
+func (s *scoreTable) deciles(idxs []int, out []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, idx := range idxs {
+		out[i] = decileOf(s.table.Score(uint32(idx)))
+	}
+}
+
+// order draws epoch's order from the table with sampler and returns it
+// with the number of samples scored.
+func (s *scoreTable) order(sampler *sampling.Sampler, epoch int) ([]uint32, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	order, err := sampler.Order(epoch, s.table)
+	return order, s.table.NumScored(), err
+}
+
+// summary returns the number of samples scored and the running mean.
+func (s *scoreTable) summary() (scored int, mean float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.table.NumScored(), s.table.Mean()
+}
