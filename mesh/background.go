@@ -222,13 +222,7 @@ func (n *Node) replicateTables(ctx context.Context) {
 // themselves from their own loop.
 func (n *Node) reconcile(ctx context.Context) {
 	for _, ds := range n.ordered {
-		ds.book.mu.Lock()
-		p := ds.book.latest
-		var done []int
-		for r := range ds.book.done {
-			done = append(done, r)
-		}
-		ds.book.mu.Unlock()
+		p, done := ds.book.Finished()
 		if p == nil || p.Epoch < 0 {
 			continue
 		}

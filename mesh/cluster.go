@@ -306,9 +306,7 @@ func (n *Node) refreshMembers() {
 		n.stepDown()
 	}
 	for _, ds := range n.ordered {
-		ds.book.mu.Lock()
-		ds.book.wakeLocked()
-		ds.book.mu.Unlock()
+		ds.book.Wake()
 	}
 	n.kickReconcile()
 }
@@ -318,7 +316,7 @@ func (n *Node) refreshMembers() {
 // already ignores it.
 func (n *Node) sendNewestOrders(name string) {
 	for _, ds := range n.ordered {
-		pub := ds.book.newest()
+		pub := ds.book.Newest()
 		if pub == nil {
 			continue
 		}
@@ -405,7 +403,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		}
 		n.lead.observe(p.Term)
 		ds, _ := n.dataset(p.Dataset)
-		if ds.book.install(&p) {
+		if ds.book.Install(&p) {
 			n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
 		}
 		return nil, nil
@@ -429,7 +427,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		n.lead.observe(req.Term)
 		resp := wire.StateResp{MaxTerm: n.lead.highest()}
 		for _, ds := range n.ordered {
-			resp.Jobs = append(resp.Jobs, ds.book.state(ds.name))
+			resp.Jobs = append(resp.Jobs, ds.book.State(ds.name))
 			resp.Tables = append(resp.Tables, ds.tableInfo())
 		}
 		return &resp, nil
@@ -456,7 +454,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err != nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 		}
-		p := ds.book.newest()
+		p := ds.book.Newest()
 		if p == nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
 		}

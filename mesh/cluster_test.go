@@ -368,7 +368,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	waitFor(t, 10*time.Second, "epoch 1 is published on every survivor", func() bool {
 		digests = digests[:0]
 		for _, p := range trainers {
-			pub := p.node.ordered[0].book.newest()
+			pub := p.node.ordered[0].book.Newest()
 			if pub == nil || pub.Epoch != 1 {
 				return false
 			}
@@ -389,7 +389,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	}
 	// The scores reported before the kill shape epoch 1.
 	var hi, lo int
-	for _, s := range trainers[0].node.ordered[0].book.newest().Slices {
+	for _, s := range trainers[0].node.ordered[0].book.Newest().Slices {
 		for _, id := range s {
 			switch id % 10 {
 			case 0:
@@ -484,12 +484,12 @@ func TestStrangerCertificateCannotFetchOrPublish(t *testing.T) {
 	if err := w.Call(ctx, addr, target.Name(), wire.MethodFetch, &wire.FetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
 		t.Fatal("a peer with a certificate from another CA fetched a sample")
 	}
-	before := target.ordered[0].book.newest()
+	before := target.ordered[0].book.Newest()
 	pub := &wire.PublishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
 	if err := w.Call(ctx, addr, target.Name(), wire.MethodPublish, pub, nil); err == nil {
 		t.Fatal("a peer with a certificate from another CA published an order")
 	}
-	if after := target.ordered[0].book.newest(); after != before {
+	if after := target.ordered[0].book.Newest(); after != before {
 		t.Fatal("an order from a stranger was installed")
 	}
 }

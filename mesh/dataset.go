@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
@@ -25,7 +26,7 @@ type datasetState struct {
 	// The job: the score table (the leader's, or a replica of it), the
 	// orders this node holds, and the leader's state while this node leads.
 	scores    *scoreTable
-	book      *orderBook
+	book      *orders.Book
 	lead      atomic.Pointer[leaderJob]
 	ring      atomic.Pointer[ring.Ring] // owners among members serving this version
 	reports   atomic.Int64
@@ -75,7 +76,7 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		touched:  make([]uint64, (m.Len()+63)/64),
 	}
 	ds.scores = newScoreTable(ds.len, cfg.Alpha, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
-	ds.book = newOrderBook(cfg.KeepEpochs)
+	ds.book = orders.New(cfg.KeepEpochs)
 	ds.advance(0)
 	return ds, nil
 }
@@ -84,7 +85,7 @@ func (ds *datasetState) leaderJob() *leaderJob      { return ds.lead.Load() }
 func (ds *datasetState) setLeaderJob(lj *leaderJob) { ds.lead.Store(lj) }
 
 func (ds *datasetState) headTerm() uint64 {
-	_, _, t := ds.book.head()
+	_, _, t := ds.book.Head()
 	return t
 }
 

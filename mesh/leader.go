@@ -199,7 +199,7 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 	lj.latest = epoch
 	lj.done = make(map[int]bool)
 	lj.firstDone = time.Time{}
-	ds.book.install(pub)
+	ds.book.Install(pub)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Int("epoch", epoch).Uint64("term", pub.Term).
 		Int("world", lj.world).Int("scored", scored).Msg("order published")
 	n.broadcast(wire.MethodPublish, pub)
@@ -222,7 +222,7 @@ func (n *Node) leaderReset(req *wire.ResetReq) error {
 	// An empty order of the new generation tells every peer the old job
 	// is over.
 	pub := &wire.PublishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.lead.ownTerm()}
-	ds.book.install(pub)
+	ds.book.Install(pub)
 	n.broadcast(wire.MethodPublish, pub)
 	return nil
 }
@@ -298,7 +298,7 @@ func (n *Node) takeover(ctx context.Context) {
 	}
 	for _, ds := range n.ordered {
 		// Adopt the newest order anyone holds.
-		gen, epoch, t := ds.book.head()
+		gen, epoch, t := ds.book.Head()
 		var from string
 		for _, name := range names {
 			for _, js := range states[name].Jobs {
@@ -317,13 +317,13 @@ func (n *Node) takeover(ctx context.Context) {
 			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &pub)
 			cancel()
 			if err == nil && n.checkPublish(&pub) == nil {
-				ds.book.install(&pub)
+				ds.book.Install(&pub)
 			} else {
 				n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: newer order not fetched")
 			}
 		}
 		lj := n.newLeaderJob(ds)
-		pub := ds.book.newest()
+		pub := ds.book.Newest()
 		if pub != nil {
 			lj.gen, lj.world, lj.latest = pub.Gen, pub.World, pub.Epoch
 			lj.ranks = make([]string, pub.World)
@@ -354,7 +354,7 @@ func (n *Node) takeover(ctx context.Context) {
 				}
 			}
 		}
-		merge(n.cfg.Name, ds.book.state(ds.name))
+		merge(n.cfg.Name, ds.book.State(ds.name))
 		for _, name := range names {
 			for _, js := range states[name].Jobs {
 				if js.Dataset == ds.name {

@@ -131,15 +131,15 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	for _, ds := range n.ordered {
-		ds.book.installed = func(p *wire.PublishMsg) { n.orderInstalled(ds, p) }
+		ds.book.OnInstall(func(p *wire.PublishMsg) {
+			n.trace.epoch(p.Epoch)
+			n.orderInstalled(ds, p)
+		})
 	}
 	if cfg.TracePath != "" {
 		if n.trace, err = openTrace(cfg.TracePath); err != nil {
 			n.store.Close()
 			return nil, err
-		}
-		for _, ds := range n.ordered {
-			ds.book.trace = n.trace
 		}
 	}
 	if cfg.Cluster.GossipAddr == "" {

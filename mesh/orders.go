@@ -4,105 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
-
-// orderBook is what every node knows of one dataset's job: the orders the
-// leader published, and the ranks that train on this node. The leader's
-// own state lives in leaderJob.
-type orderBook struct {
-	mu      sync.Mutex
-	latest  *wire.PublishMsg         // newest installed order
-	kept    map[int]*wire.PublishMsg // recent epochs of latest's generation
-	changed chan struct{}            // closed and replaced on every change
-	local   map[int]int              // ranks training on this node: rank -> world
-	done    map[int]bool             // local ranks that finished latest.Epoch
-	keep    int
-	trace   *traceWriter // records installed epochs, if tracing
-	// installed, if set, is called with each order the book installs,
-	// with the book locked: it must not block or call back into the book.
-	installed func(p *wire.PublishMsg)
-}
-
-func newOrderBook(keep int) *orderBook {
-	return &orderBook{
-		kept:    make(map[int]*wire.PublishMsg),
-		changed: make(chan struct{}),
-		local:   make(map[int]int),
-		done:    make(map[int]bool),
-		keep:    keep,
-	}
-}
-
-// wakeLocked tells waiters to look again.
-func (b *orderBook) wakeLocked() {
-	close(b.changed)
-	b.changed = make(chan struct{})
-}
-
-// install keeps p if it is newer than what the book holds.
-func (b *orderBook) install(p *wire.PublishMsg) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !p.Newer(b.latest) {
-		return false
-	}
-	if b.latest == nil || p.Gen != b.latest.Gen {
-		b.kept = make(map[int]*wire.PublishMsg)
-		if b.latest != nil {
-			b.local = make(map[int]int) // a new job: its ranks announce themselves again
-		}
-	}
-	if b.latest == nil || p.Epoch != b.latest.Epoch || p.Gen != b.latest.Gen {
-		b.done = make(map[int]bool)
-	}
-	b.latest = p
-	b.trace.epoch(p.Epoch)
-	if b.installed != nil {
-		b.installed(p)
-	}
-	b.kept[p.Epoch] = p
-	delete(b.kept, p.Epoch-b.keep)
-	b.wakeLocked()
-	return true
-}
-
-// head returns the newest order's generation and epoch (-1 for none).
-func (b *orderBook) head() (gen uint64, epoch int, term uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.latest == nil {
-		return 0, -1, 0
-	}
-	return b.latest.Gen, b.latest.Epoch, b.latest.Term
-}
-
-func (b *orderBook) newest() *wire.PublishMsg {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.latest
-}
-
-// state reports what this node knows, for a new leader.
-func (b *orderBook) state(ds string) wire.JobState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	js := wire.JobState{Dataset: ds, Epoch: -1}
-	if b.latest != nil {
-		js.Gen, js.Epoch, js.Term = b.latest.Gen, b.latest.Epoch, b.latest.Term
-	}
-	for r, w := range b.local {
-		js.Ranks = append(js.Ranks, wire.RankWorld{Rank: r, World: w})
-	}
-	for r := range b.done {
-		js.Done = append(js.Done, r)
-	}
-	return js
-}
 
 // Order implements transport.Backend: rank's slice of epoch's order. It
 // announces the rank to the leader and waits until the order is
@@ -116,40 +23,21 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("%w: rank %d of world %d", ErrWorldMismatch, rank, world)
 	}
-	b := ds.book
 	var joined string // the leader this rank announced itself to
 	for {
-		b.mu.Lock()
-		if b.latest != nil && b.latest.World > 0 && b.latest.World != world {
-			w := b.latest.World
-			b.mu.Unlock()
+		a := ds.book.Ask(epoch, rank, world)
+		switch {
+		case a.World != 0:
 			return nil, fmt.Errorf("%w: the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
-				ErrWorldMismatch, name, w, world, name)
-		}
-		b.local[rank] = world
-		if p := b.kept[epoch]; p != nil {
-			b.mu.Unlock()
+				ErrWorldMismatch, name, a.World, world, name)
+		case a.Order != nil:
 			ds.advance(epoch)
-			n.prefetchSlice(ds, p, rank)
-			return p.Slices[rank], nil
+			n.prefetchSlice(ds, a.Order, rank)
+			return a.Order.Slices[rank], nil
+		case a.Gone:
+			return nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, a.Have)
 		}
-		if b.latest != nil && epoch <= b.latest.Epoch {
-			latest := b.latest.Epoch
-			b.mu.Unlock()
-			return nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, latest)
-		}
-		gen, have := uint64(0), -1
-		if b.latest != nil {
-			gen, have = b.latest.Gen, b.latest.Epoch
-		}
-		// A rank that asks for epoch e+1 has finished epoch e: count it as
-		// its SHADE.DONE, so a DONE lost with a failed leader is repeated.
-		impliedDone := have >= 0 && epoch == have+1
-		if impliedDone {
-			b.done[rank] = true
-		}
-		changed := b.changed
-		b.mu.Unlock()
+		gen, have, impliedDone, changed := a.Gen, a.Have, a.ImpliedDone, a.Changed
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
 		if leader := n.lead.leader(); leader != "" && leader != joined {
@@ -198,32 +86,22 @@ func (n *Node) Done(ctx context.Context, name string, epoch, rank int) error {
 	if err != nil {
 		return err
 	}
-	b := ds.book
-	if gen, have, _ := b.head(); have < epoch {
+	if gen, have, _ := ds.book.Head(); have < epoch {
 		// A peer that just restarted may not hold the order yet: ask the
 		// leader for its newest before refusing.
 		n.catchUp(ds, gen, have)
 	}
-	b.mu.Lock()
-	if b.latest == nil || b.latest.Epoch < 0 {
-		b.mu.Unlock()
+	p, res := ds.book.MarkDone(epoch, rank)
+	switch res {
+	case orders.NoOrder:
 		return fmt.Errorf("%w: no order of %s yet (SHADE.ORDER starts a job)", ErrEpoch, name)
-	}
-	p := b.latest
-	if rank < 0 || rank >= p.World {
-		b.mu.Unlock()
+	case orders.BadRank:
 		return fmt.Errorf("%w: rank %d of world %d", ErrWorldMismatch, rank, p.World)
-	}
-	if epoch > p.Epoch {
-		b.mu.Unlock()
+	case orders.Ahead:
 		return fmt.Errorf("%w: SHADE.DONE for epoch %d of %s, whose newest order is epoch %d", ErrEpoch, epoch, name, p.Epoch)
-	}
-	if epoch < p.Epoch {
-		b.mu.Unlock()
+	case orders.Late:
 		return nil // late or repeated: the job has moved on
 	}
-	b.done[rank] = true
-	b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
 	// A failed send is repeated by the reconciler; the trainer goes on.
@@ -298,6 +176,6 @@ func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
 	}
 	if n.checkPublish(&p) == nil && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
 		n.lead.observe(p.Term)
-		ds.book.install(&p)
+		ds.book.Install(&p)
 	}
 }

@@ -355,7 +355,7 @@ func (n *Node) runCursor(ctx context.Context, c *rankCursor) {
 	for ctx.Err() == nil {
 		// The book's lock is taken before the read-ahead's when an order
 		// is installed (followPublished): never the other way round.
-		g, e, _ := c.key.ds.book.head()
+		g, e, _ := c.key.ds.book.Head()
 		ra.mu.Lock()
 		if orderAfter(g, e, c.gen, c.epoch) {
 			n.stopCursorLocked(c)

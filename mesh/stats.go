@@ -23,7 +23,7 @@ type JobStats struct {
 
 func (n *Node) jobStats(ds *datasetState) JobStats {
 	st := JobStats{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.lead.leader()}
-	if p := ds.book.newest(); p != nil {
+	if p := ds.book.Newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
 	st.ScoredSamples, st.MeanScore = ds.scores.summary()
