@@ -9,6 +9,7 @@ func (n *Node) kill() {
 		return
 	}
 	n.cancel()
+	n.readAhead.Close()
 	if c := n.cluster; c != nil {
 		c.list.Close()
 		c.wire.Close()

@@ -46,7 +46,7 @@ func contains(list []string, s string) bool {
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
 	owners := n.owners(ds, uint32(idx))
 	own := len(owners) == 0 || contains(owners, n.cfg.Name)
-	if v, mem, ok := n.takeReadAhead(ctx, ds, idx); ok {
+	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
 		if !mem {
 			ds.current().prefetchHits.Add(1) // else a peer hit, as without read-ahead
 		}
@@ -307,5 +307,5 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
 // order (see readAhead); calls for a slice already followed do nothing.
 func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
-	n.followOrder(ds, p, rank)
+	n.readAhead.Follow(ds, p, rank)
 }

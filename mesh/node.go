@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/store"
@@ -67,8 +68,8 @@ type Node struct {
 	lead    leadership
 	kick    chan struct{}
 
-	out        outbox    // reports, scores and offers yet to send
-	readAhead  readAhead // samples fetched ahead of local ranks' reads
+	out        outbox               // reports, scores and offers yet to send
+	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
 	inflightMu sync.Mutex
 	inflight   map[string]int64 // fetches in flight per owner
 
@@ -100,6 +101,10 @@ func New(cfg Config) (*Node, error) {
 		inflight: make(map[string]int64),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.readAhead = readahead.New(readahead.Config{
+		Self: cfg.Name, Prefetch: cfg.Cluster.Prefetch, Memory: cfg.PrefetchMemory, SourceReads: cfg.SourceReads,
+		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger,
+	}, raHost{n})
 	n.scorer, _ = pol.(policy.Scorer)
 	for i, dc := range cfg.Datasets {
 		ds, err := openDataset(i, dc, cfg)
@@ -179,6 +184,7 @@ func (n *Node) Close() error {
 		}
 	}
 	n.cancel()
+	n.readAhead.Close()
 	if c := n.cluster; c != nil {
 		c.list.Close()
 		c.wire.Close()

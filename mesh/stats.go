@@ -126,7 +126,8 @@ func (n *Node) snapshot(name string) (NodeStats, error) {
 	out.Term = n.lead.highest()
 	out.ReportsQueued, out.ReportsDropped = n.out.queuedReports(), n.out.reportsDropped.Load()
 	out.OffersDropped = n.out.offersDropped.Load()
-	out.ReadAhead = n.readAhead.stats()
+	ra := n.readAhead.Stats()
+	out.ReadAhead = ReadAheadStats{Fetched: ra.Fetched, Unused: ra.Unused, Bytes: ra.Bytes}
 	return out, nil
 }
 

@@ -148,7 +148,7 @@ func (n *Node) orderInstalled(ds *datasetState, p *wire.PublishMsg) {
 	if p.Epoch == 0 {
 		n.warmOnFirstEpoch(ds)
 	}
-	n.followPublished(ds, p)
+	n.readAhead.FollowPublished(ds, p)
 	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
 		n.goBackground(func(context.Context) { n.lookahead(ds, p) })
 	}
