@@ -45,7 +45,7 @@ func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 		n.applyLocalScores(ds, ids) // every sample is this node's
 		return
 	}
-	local := n.out.queueScores(r, n.cfg.Name, ds.name, ids)
+	local := n.out.QueueScores(r, n.cfg.Name, ds.name, ids)
 	n.applyLocalScores(ds, local)
 }
 
@@ -54,7 +54,7 @@ func (n *Node) applyLocalScores(ds *datasetState, ids []uint32) {
 	if n.scorer == nil || len(ids) == 0 {
 		return
 	}
-	scores, mean := ds.scores.scoresOf(ids)
+	scores, mean := ds.scores.ScoresOf(ids)
 	n.setScores(ds, ids, scores, mean)
 }
 
@@ -103,7 +103,7 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 		return nil // from a leader that has been replaced
 	}
 	n.lead.observe(req.Term)
-	return ds.scores.replace(req.Table, req.Term)
+	return ds.scores.Replace(req.Table, req.Term)
 }
 
 // runLoops is the node's background work in a mesh: forwarding reports,
@@ -135,7 +135,7 @@ func (n *Node) runLoops(ctx context.Context) {
 
 // flushReports sends queued minibatches to the leader in one request.
 func (n *Node) flushReports(ctx context.Context) {
-	send, last, ok := n.out.peekReports()
+	send, last, ok := n.out.PeekReports()
 	if !ok {
 		return
 	}
@@ -157,19 +157,19 @@ func (n *Node) flushReports(ctx context.Context) {
 	if err != nil {
 		return // keep them for the next try
 	}
-	n.out.sentReports(last)
+	n.out.SentReports(last)
 }
 
 // flushScores sends each owner the merged scores of its queued samples.
 func (n *Node) flushScores(ctx context.Context) {
-	q := n.out.takeScores()
+	q := n.out.TakeScores()
 	for owner, byDS := range q {
 		for name, set := range byDS {
 			ds, err := n.dataset(name)
 			if err != nil {
 				continue
 			}
-			req := ds.scores.scoresFor(name, set)
+			req := ds.scores.ScoresFor(name, set)
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()
@@ -199,7 +199,7 @@ func (n *Node) replicateTables(ctx context.Context) {
 	}
 	standbys := others[:min(len(others), wire.TableStandbys)]
 	for _, ds := range n.ordered {
-		b, toAll, due, err := ds.scores.dueReplication(time.Now(), len(others), n.cfg.Cluster.ReplicateBudget)
+		b, toAll, due, err := ds.scores.DueReplication(time.Now(), len(others), n.cfg.Cluster.ReplicateBudget)
 		if !due {
 			continue
 		}

@@ -440,7 +440,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err != nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 		}
-		b, term, err := ds.scores.marshal()
+		b, term, err := ds.scores.Marshal()
 		if err != nil {
 			return nil, err
 		}

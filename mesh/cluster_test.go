@@ -354,7 +354,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	// replication pass, then kill the leader before any rank is done.
 	waitFor(t, 30*time.Second, "the score table is replicated", func() bool {
 		ds := trainers[0].node.ordered[0]
-		scored, _ := ds.scores.summary()
+		scored, _ := ds.scores.Summary()
 		return scored > 8900
 	})
 	killed := time.Now()

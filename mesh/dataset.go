@@ -2,7 +2,6 @@ package mesh
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/scores"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
 )
@@ -25,7 +25,7 @@ type datasetState struct {
 
 	// The job: the score table (the leader's, or a replica of it), the
 	// orders this node holds, and the leader's state while this node leads.
-	scores    *scoreTable
+	scores    *scores.Table
 	book      *orders.Book
 	lead      atomic.Pointer[leaderJob]
 	ring      atomic.Pointer[ring.Ring] // owners among members serving this version
@@ -75,7 +75,7 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		touched:  make([]uint64, (m.Len()+63)/64),
 	}
-	ds.scores = newScoreTable(ds.len, cfg.Alpha, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
+	ds.scores = scores.New(ds.len, cfg.Alpha, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
 	ds.book = orders.New(cfg.KeepEpochs)
 	ds.advance(0)
 	return ds, nil
@@ -334,20 +334,12 @@ func (h *latencyHistogram) snapshot() Histogram {
 }
 
 // tableInfo describes this node's copy of the score table.
-func (ds *datasetState) tableInfo() wire.TableInfo { return ds.scores.info(ds.name) }
-
-// scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
-var scoreLow, scoreHigh = math.Log(10), math.Log(73)
-
-// decileOf is the importance decile of a score, 0 (least) to 9.
-func decileOf(score float64) int {
-	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
-}
+func (ds *datasetState) tableInfo() wire.TableInfo { return ds.scores.Info(ds.name) }
 
 // countDecile counts one read (and hit) by the sample's importance decile.
 func (ds *datasetState) countDecile(idx int, hit bool) {
 	var d [1]int
-	ds.scores.deciles([]int{idx}, d[:])
+	ds.scores.Deciles([]int{idx}, d[:])
 	ds.decileReads[d[0]].Add(1)
 	if hit {
 		ds.decileHits[d[0]].Add(1)
@@ -360,7 +352,7 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 	var deciles [64]int
 	for start := 0; start < len(idxs); start += len(deciles) {
 		part := idxs[start:min(start+len(deciles), len(idxs))]
-		ds.scores.deciles(part, deciles[:])
+		ds.scores.Deciles(part, deciles[:])
 		for i := range part {
 			ds.decileReads[deciles[i]].Add(1)
 			if hit(start + i) {

@@ -131,25 +131,25 @@ func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string,
 		return
 	}
 	item := wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: store.Checksum(value), Value: value, Leaving: leaving}
-	n.out.queueOffer(item, owners, n.cfg.Name)
+	n.out.QueueOffer(item, owners, n.cfg.Name)
 }
 
 // flushOffers sends each co-owner its queued samples, at most
-// maxOfferRequest bytes a request, one request per co-owner in flight.
+// outbox.MaxOfferRequest bytes a request, one request per co-owner in flight.
 func (n *Node) flushOffers(ctx context.Context) {
-	for co, batch := range n.out.takeOffers() {
+	for co, batch := range n.out.TakeOffers() {
 		n.goBackground(func(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
 			err := n.cluster.callName(cctx, co, wire.MethodOffer, &wire.OfferReq{Items: batch}, nil)
 			cancel()
 			if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
-				n.out.offered(co, batch, false)
+				n.out.Offered(co, batch, false)
 				return
 			}
 			// Not delivered (a timeout, a peer restarting): queue the batch
 			// again, up to three tries and within the byte bound.
 			n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered; retrying")
-			n.out.offered(co, batch, true)
+			n.out.Offered(co, batch, true)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 )
@@ -50,13 +51,13 @@ func (n *Node) handOver(timeout time.Duration) {
 			}
 			n.offer(ds, uint32(id), v, after.Owners([]byte(key)), true)
 			offered++
-			for n.out.offerBacklog() > maxOfferBytes/2 && ctx.Err() == nil {
+			for n.out.OfferBacklog() > outbox.MaxOfferBytes/2 && ctx.Err() == nil {
 				n.flushOffers(ctx)
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
 	}
-	for n.out.offerBacklog() > 0 && ctx.Err() == nil {
+	for n.out.OfferBacklog() > 0 && ctx.Err() == nil {
 		n.flushOffers(ctx)
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -67,7 +68,7 @@ func (n *Node) handOver(timeout time.Duration) {
 func (n *Node) replicateNow(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, ds := range n.ordered {
-		b, _, err := ds.scores.marshal()
+		b, _, err := ds.scores.Marshal()
 		if err != nil {
 			continue
 		}

@@ -175,7 +175,7 @@ func (n *Node) leaderDone(req *wire.DoneReq) error {
 // publishLocked draws epoch's order, splits it among the ranks preferring
 // each sample's owners, installs it here and sends it to every peer.
 func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
-	order, scored, err := ds.scores.order(lj.sampler, epoch)
+	order, scored, err := ds.scores.Order(lj.sampler, epoch)
 	if err != nil {
 		return fmt.Errorf("mesh: order for epoch %d of %s: %w", epoch, ds.name, err)
 	}
@@ -237,7 +237,7 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 			firstErr = errors.Join(firstErr, err)
 			continue
 		}
-		err = ds.scores.report(b.IDs, b.Losses, n.lead.ownTerm())
+		err = ds.scores.Report(b.IDs, b.Losses, n.lead.ownTerm())
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s epoch %d: %w", b.Dataset, b.Epoch, err))
 			continue
@@ -410,7 +410,7 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 	if resp.Version != ds.manifest.Version {
 		return
 	}
-	err := ds.scores.adopt(resp.Table, resp.Term)
+	err := ds.scores.Adopt(resp.Table, resp.Term)
 	if err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Msg("takeover: score table refused")
 		return

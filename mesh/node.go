@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
@@ -68,7 +69,7 @@ type Node struct {
 	lead    leadership
 	kick    chan struct{}
 
-	out        outbox               // reports, scores and offers yet to send
+	out        outbox.Outbox        // reports, scores and offers yet to send
 	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
 	inflightMu sync.Mutex
 	inflight   map[string]int64 // fetches in flight per owner

@@ -134,7 +134,7 @@ func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) er
 	if n.lead.leading() {
 		return n.leaderReport([]wire.ReportBatch{batch})
 	}
-	n.out.queueReport(batch)
+	n.out.QueueReport(batch)
 	return nil
 }
 

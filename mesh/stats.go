@@ -26,7 +26,7 @@ func (n *Node) jobStats(ds *datasetState) JobStats {
 	if p := ds.book.Newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
-	st.ScoredSamples, st.MeanScore = ds.scores.summary()
+	st.ScoredSamples, st.MeanScore = ds.scores.Summary()
 	if lj := ds.leaderJob(); lj != nil {
 		lj.mu.Lock()
 		if lj.world > 0 {
@@ -124,8 +124,8 @@ func (n *Node) snapshot(name string) (NodeStats, error) {
 	out.Leader = n.lead.leader()
 	out.Leading = n.lead.leading()
 	out.Term = n.lead.highest()
-	out.ReportsQueued, out.ReportsDropped = n.out.queuedReports(), n.out.reportsDropped.Load()
-	out.OffersDropped = n.out.offersDropped.Load()
+	out.ReportsQueued, out.ReportsDropped = n.out.QueuedReports(), n.out.ReportsDropped()
+	out.OffersDropped = n.out.OffersDropped()
 	ra := n.readAhead.Stats()
 	out.ReadAhead = ReadAheadStats{Fetched: ra.Fetched, Unused: ra.Unused, Bytes: ra.Bytes}
 	return out, nil

@@ -42,7 +42,7 @@ func (n *Node) loadScores(ds *datasetState) error {
 			Msg("saved scores are of another version of the dataset: starting cold")
 		return nil
 	}
-	ids, scores, mean, err := ds.scores.loadSaved(body, ds.len)
+	ids, scores, mean, err := ds.scores.LoadSaved(body, ds.len)
 	if err != nil {
 		return fmt.Errorf("mesh: saved scores of %s: %w", ds.name, err)
 	}
@@ -60,7 +60,7 @@ func (n *Node) saveScores() {
 		return
 	}
 	for _, ds := range n.ordered {
-		body, ok, err := ds.scores.unsavedTable()
+		body, ok, err := ds.scores.UnsavedTable()
 		if !ok {
 			continue
 		}
@@ -102,7 +102,7 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	scores := ds.scores.all(ds.len)
+	scores := ds.scores.All(ds.len)
 	ids := make([]uint32, 0, ds.len)
 	for i := 0; i < ds.len; i++ {
 		ids = append(ids, uint32(i))
@@ -179,7 +179,7 @@ func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 // warmOnFirstEpoch preloads a dataset when a job's epoch 0 arrives and the
 // node already knows importance (saved scores, or an earlier job).
 func (n *Node) warmOnFirstEpoch(ds *datasetState) {
-	scored, _ := ds.scores.summary()
+	scored, _ := ds.scores.Summary()
 	if scored == 0 || n.cfg.NoWarm {
 		return
 	}

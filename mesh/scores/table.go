@@ -1,6 +1,11 @@
-package mesh
+// Package scores holds a node's copy of one dataset's merged score table
+// (the leader's own, or a replica of it) and what its replication and
+// saving still owe, behind one lock. It imports sampling and mesh/wire
+// and must not import mesh or any network package.
+package scores
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -9,10 +14,9 @@ import (
 	"github.com/shade-mesh/shade/sampling"
 )
 
-// scoreTable is a node's copy of one dataset's merged score table (the
-// leader's own, or a replica of it) and what its replication and saving
-// still owe. Its methods are safe for concurrent use.
-type scoreTable struct {
+// Table is a node's copy of one dataset's merged score table and its
+// replication state. Its methods are safe for concurrent use.
+type Table struct {
 	// mu guards every field below, and every use of table and rng.
 	mu      sync.Mutex
 	table   *sampling.Table
@@ -25,14 +29,18 @@ type scoreTable struct {
 	term    uint64        // term of the leader whose merges the table holds
 }
 
-// newScoreTable returns an empty table of n samples merging with weight
-// alpha (see sampling.NewTable), breaking ties with rng.
-func newScoreTable(n int, alpha float64, rng *rand.Rand) *scoreTable {
-	return &scoreTable{table: sampling.NewTable(n, alpha), rng: rng}
+// New returns an empty table of n samples merging with weight alpha (see
+// sampling.NewTable), breaking ties with rng.
+func New(n int, alpha float64, rng *rand.Rand) *Table {
+	return &Table{table: sampling.NewTable(n, alpha), rng: rng}
 }
 
-// report merges one minibatch's losses as the leader of term.
-func (s *scoreTable) report(ids []uint32, losses []float64, term uint64) error {
+// Sampling returns the underlying table, for tests: the caller must not
+// use it while anything else may.
+func (s *Table) Sampling() *sampling.Table { return s.table }
+
+// Report merges one minibatch's losses as the leader of term.
+func (s *Table) Report(ids []uint32, losses []float64, term uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.table.Report(ids, losses, s.rng)
@@ -42,8 +50,8 @@ func (s *scoreTable) report(ids []uint32, losses []float64, term uint64) error {
 	return err
 }
 
-// replace takes a replica the leader of term sent.
-func (s *scoreTable) replace(b []byte, term uint64) error {
+// Replace takes a replica the leader of term sent.
+func (s *Table) Replace(b []byte, term uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.table.UnmarshalBinary(b); err != nil {
@@ -54,9 +62,9 @@ func (s *scoreTable) replace(b []byte, term uint64) error {
 	return nil
 }
 
-// adopt takes a better table a new leader fetched, written by the leader
+// Adopt takes a better table a new leader fetched, written by the leader
 // of term, to replicate on as its own.
-func (s *scoreTable) adopt(b []byte, term uint64) error {
+func (s *Table) Adopt(b []byte, term uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.table.UnmarshalBinary(b)
@@ -66,9 +74,9 @@ func (s *scoreTable) adopt(b []byte, term uint64) error {
 	return err
 }
 
-// loadSaved takes a table saved to StateDir and returns its scored
+// LoadSaved takes a table saved to StateDir and returns its scored
 // samples among the first n, their scores and the running mean.
-func (s *scoreTable) loadSaved(b []byte, n int) (ids []uint32, scores []float64, mean float64, err error) {
+func (s *Table) LoadSaved(b []byte, n int) (ids []uint32, scores []float64, mean float64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.table.UnmarshalBinary(b); err != nil {
@@ -83,9 +91,9 @@ func (s *scoreTable) loadSaved(b []byte, n int) (ids []uint32, scores []float64,
 	return ids, scores, s.table.Mean(), nil
 }
 
-// unsavedTable returns the table to save if it changed since the last
+// UnsavedTable returns the table to save if it changed since the last
 // save, and marks it saved; ok is false if nothing changed.
-func (s *scoreTable) unsavedTable() (b []byte, ok bool, err error) {
+func (s *Table) UnsavedTable() (b []byte, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.unsaved {
@@ -96,12 +104,12 @@ func (s *scoreTable) unsavedTable() (b []byte, ok bool, err error) {
 	return b, true, err
 }
 
-// dueReplication returns the table to replicate now, if it is due: to
+// DueReplication returns the table to replicate now, if it is due: to
 // every member (toAll) once the wait since the last such round has
 // passed, else to the standbys if it changed. others is the number of
 // members besides this node and budget the bytes per second a round to
 // all of them may take; due is false if nothing is to be sent.
-func (s *scoreTable) dueReplication(now time.Time, others int, budget int64) (b []byte, toAll, due bool, err error) {
+func (s *Table) DueReplication(now time.Time, others int, budget int64) (b []byte, toAll, due bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	toAll = s.behind && now.Sub(s.allAt) >= s.spread
@@ -117,23 +125,23 @@ func (s *scoreTable) dueReplication(now time.Time, others int, budget int64) (b 
 	return b, toAll, true, err
 }
 
-// marshal returns the table and the term of the leader that wrote it.
-func (s *scoreTable) marshal() ([]byte, uint64, error) {
+// Marshal returns the table and the term of the leader that wrote it.
+func (s *Table) Marshal() ([]byte, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, err := s.table.MarshalBinary()
 	return b, s.term, err
 }
 
-// info describes this copy of dataset's table.
-func (s *scoreTable) info(dataset string) wire.TableInfo {
+// Info describes this copy of dataset's table.
+func (s *Table) Info(dataset string) wire.TableInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return wire.TableInfo{Dataset: dataset, Term: s.term, Scored: s.table.NumScored()}
 }
 
-// scoresOf returns the scores of ids and the running mean.
-func (s *scoreTable) scoresOf(ids []uint32) (scores []float64, mean float64) {
+// ScoresOf returns the scores of ids and the running mean.
+func (s *Table) ScoresOf(ids []uint32) (scores []float64, mean float64) {
 	scores = make([]float64, len(ids))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,8 +151,8 @@ func (s *scoreTable) scoresOf(ids []uint32) (scores []float64, mean float64) {
 	return scores, s.table.Mean()
 }
 
-// all returns the scores of the first n samples, indexed by sample.
-func (s *scoreTable) all(n int) []float64 {
+// All returns the scores of the first n samples, indexed by sample.
+func (s *Table) All(n int) []float64 {
 	scores := make([]float64, n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -154,34 +162,42 @@ func (s *scoreTable) all(n int) []float64 {
 	return scores
 }
 
-// scoresFor builds the scores message of one owner's queued samples.
-func (s *scoreTable) scoresFor(dataset string, ids map[uint32]struct{}) *wire.ScoresReq {
+// ScoresFor builds the scores message of one owner's queued samples.
+func (s *Table) ScoresFor(dataset string, ids map[uint32]struct{}) *wire.ScoresReq {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return wire.ScoresFor(dataset, ids, s.table)
 }
 
-// deciles sets out[i] to the importance decile of sample idxs[i].
-func (s *scoreTable) deciles(idxs []int, out []int) {
+// Deciles sets out[i] to the importance decile of sample idxs[i].
+func (s *Table) Deciles(idxs []int, out []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, idx := range idxs {
-		out[i] = decileOf(s.table.Score(uint32(idx)))
+		out[i] = Decile(s.table.Score(uint32(idx)))
 	}
 }
 
-// order draws epoch's order from the table with sampler and returns it
+// Order draws epoch's order from the table with sampler and returns it
 // with the number of samples scored.
-func (s *scoreTable) order(sampler *sampling.Sampler, epoch int) ([]uint32, int, error) {
+func (s *Table) Order(sampler *sampling.Sampler, epoch int) ([]uint32, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	order, err := sampler.Order(epoch, s.table)
 	return order, s.table.NumScored(), err
 }
 
-// summary returns the number of samples scored and the running mean.
-func (s *scoreTable) summary() (scored int, mean float64) {
+// Summary returns the number of samples scored and the running mean.
+func (s *Table) Summary() (scored int, mean float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.table.NumScored(), s.table.Mean()
+}
+
+// scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
+var scoreLow, scoreHigh = math.Log(10), math.Log(73)
+
+// Decile is the importance decile of a score, 0 (least) to 9.
+func Decile(score float64) int {
+	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
 }
