@@ -3,8 +3,9 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"github.com/shade-mesh/shade/mesh/wire"
 	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // goBackground runs fn in a goroutine the node owns: Close cancels its
@@ -65,7 +66,7 @@ func (n *Node) setScores(ds *datasetState, ids []uint32, scores []float64, mean 
 	n.polMu.Lock()
 	for i, id := range ids {
 		n.scorer.SetScore(sampleID(ds, int(id)), scores[i])
-		n.trace.score(sampleID(ds, int(id)), scores[i])
+		n.trace.Score(sampleID(ds, int(id)), scores[i])
 	}
 	n.scorer.SetDefaultScore(mean)
 	n.polMu.Unlock()

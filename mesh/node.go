@@ -15,6 +15,7 @@ import (
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/readahead"
+	"github.com/shade-mesh/shade/mesh/trace"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/store"
@@ -45,6 +46,12 @@ const freeBit = policy.ID(1) << 63
 
 // Node serves datasets from a byte-bounded off-heap cache. It is safe for
 // concurrent use by many trainer connections.
+//
+// A Node composes parts that each own their state and lock: the cache and
+// its policy (under polMu, here), leadership (who leads, the terms), the
+// outbox (package outbox: what is yet to send), the read-ahead (package
+// readahead), and per dataset its score table (package scores) and order
+// book (package orders). The peer protocol's messages are package wire's.
 type Node struct {
 	cfg      Config
 	store    *store.Store
@@ -59,7 +66,7 @@ type Node struct {
 	pol      policy.Policy
 	scorer   policy.Scorer // pol, if it weighs importance; else nil
 	freeKeys map[policy.ID]string
-	trace    *traceWriter // nil unless Config.TracePath
+	trace    *trace.Writer // nil unless Config.TracePath
 
 	freeHits, freeMisses, freeRejected atomic.Int64
 	closed                             atomic.Bool
@@ -138,12 +145,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	for _, ds := range n.ordered {
 		ds.book.OnInstall(func(p *wire.PublishMsg) {
-			n.trace.epoch(p.Epoch)
+			n.trace.Epoch(p.Epoch)
 			n.orderInstalled(ds, p)
 		})
 	}
 	if cfg.TracePath != "" {
-		if n.trace, err = openTrace(cfg.TracePath); err != nil {
+		if n.trace, err = trace.Open(cfg.TracePath); err != nil {
 			n.store.Close()
 			return nil, err
 		}
@@ -483,7 +490,7 @@ func (n *Node) readMisses(ctx context.Context, keys [][]byte, misses []int, dss 
 // otherwise.
 func (n *Node) traceRead(ds *datasetState, idx int, key []byte) {
 	if n.trace != nil {
-		n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
+		n.trace.Read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 // owners places sample keys by a fixed table.
 type owners map[string][]string
 
-func (o owners) AppendOwners(dst []string, key []byte) []string { return append(dst, o[string(key)]...) }
+func (o owners) AppendOwners(dst []string, key []byte) []string {
+	return append(dst, o[string(key)]...)
+}
 
 func TestScoreQueue(t *testing.T) {
 	r := owners{"ds/1": {"a", "me"}, "ds/2": {"b"}, "ds/3": {"a", "b"}}
