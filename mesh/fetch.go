@@ -41,7 +41,7 @@ func contains(list []string, s string) bool {
 // other node asks the owners, then reads the source itself. fromMemory
 // reports whether some node served it from memory.
 //
-// A sample the read-ahead holds (see readAhead) is taken from there; an
+// A sample the read-ahead holds (see package readahead) is taken from there; an
 // owner then offers it to its policy as a read-through would.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
 	owners := n.owners(ds, uint32(idx))
@@ -305,7 +305,7 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 }
 
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
-// order (see readAhead); calls for a slice already followed do nothing.
+// order (see package readahead); calls for a slice already followed do nothing.
 func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
 	n.readAhead.Follow(ds, p, rank)
 }

@@ -1,24 +1,20 @@
 package mesh
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/shade-mesh/shade/mesh/scores"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 )
 
-// Score tables persist in Config.StateDir as <dataset>.scores: a header
-// line naming the format and the dataset's version, then the table's own
-// checked encoding. A table of another version is ignored.
-const scoresMagic = "shade-scores 1 "
-
+// Score tables persist in Config.StateDir as <dataset>.scores, in the
+// format of package scores (scores.Magic). A table of another version is
+// ignored.
 func (n *Node) scoresPath(ds *datasetState) string {
 	return filepath.Join(n.cfg.StateDir, ds.name+".scores")
 }
@@ -26,71 +22,35 @@ func (n *Node) scoresPath(ds *datasetState) string {
 // loadScores installs a dataset's saved score table, if there is one of
 // the same version.
 func (n *Node) loadScores(ds *datasetState) error {
-	b, err := os.ReadFile(n.scoresPath(ds))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("mesh: saved scores: %w", err)
-	}
-	header, body, ok := bytes.Cut(b, []byte("\n"))
-	if !ok || !bytes.HasPrefix(header, []byte(scoresMagic)) {
-		return fmt.Errorf("mesh: saved scores of %s: not a score file", ds.name)
-	}
-	if v := string(header[len(scoresMagic):]); v != ds.manifest.Version {
-		n.cfg.Logger.Warn().Str("dataset", ds.name).Str("saved", v).Str("now", ds.manifest.Version).
+	ids, sc, mean, ok, err := ds.scores.Load(n.scoresPath(ds), ds.manifest.Version, ds.len)
+	var other *scores.VersionError
+	switch {
+	case errors.As(err, &other):
+		n.cfg.Logger.Warn().Str("dataset", ds.name).Str("saved", other.Saved).Str("now", ds.manifest.Version).
 			Msg("saved scores are of another version of the dataset: starting cold")
 		return nil
-	}
-	ids, scores, mean, err := ds.scores.LoadSaved(body, ds.len)
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("mesh: saved scores of %s: %w", ds.name, err)
+	case !ok:
+		return nil
 	}
 	// The policy judges admissions by these scores from the start.
-	n.setScores(ds, ids, scores, mean)
+	n.setScores(ds, ids, sc, mean)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
 	return nil
 }
 
-// saveScores writes the tables that changed since the last save, each to
-// a temporary file renamed into place, so a crash leaves the old file or
-// the new one, never a torn one.
+// saveScores writes the tables that changed since the last save (see
+// scores.Table.Save).
 func (n *Node) saveScores() {
 	if n.cfg.StateDir == "" {
 		return
 	}
 	for _, ds := range n.ordered {
-		body, ok, err := ds.scores.UnsavedTable()
-		if !ok {
-			continue
-		}
-		if err == nil {
-			err = writeFileAtomic(n.scoresPath(ds), append([]byte(scoresMagic+ds.manifest.Version+"\n"), body...))
-		}
-		if err != nil {
+		if err := ds.scores.Save(n.scoresPath(ds), ds.manifest.Version); err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("saving scores")
 		}
 	}
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // Warm preloads a dataset into this node's share of the cache, the most

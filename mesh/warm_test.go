@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/scores"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -73,7 +74,7 @@ func TestUnusableSavedScoresStartCold(t *testing.T) {
 	dir, _ := makeDataset(t, 50, 10, 20)
 	for name, content := range map[string]string{
 		"garbage":       "not a score file",
-		"other version": scoresMagic + "0123456789abcdef\nxxxx",
+		"other version": scores.Magic + "0123456789abcdef\nxxxx",
 		"torn table":    "", // filled below with the right version
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -83,7 +84,7 @@ func TestUnusableSavedScoresStartCold(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				content = scoresMagic + n.ordered[0].manifest.Version + "\n\x01\x02"
+				content = scores.Magic + n.ordered[0].manifest.Version + "\n\x01\x02"
 				n.Close()
 			}
 			os.WriteFile(filepath.Join(state, "ds.scores"), []byte(content), 0o640)

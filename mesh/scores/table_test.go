@@ -1,8 +1,11 @@
 package scores
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -47,5 +50,32 @@ func TestDecile(t *testing.T) {
 		if got := Decile(c.score); got != c.want {
 			t.Errorf("Decile(%v) = %d, want %d", c.score, got, c.want)
 		}
+	}
+}
+
+func TestSaveLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ds.scores")
+	s := New(10, 0.5, rand.New(rand.NewPCG(1, 2)))
+	if _, _, _, ok, err := s.Load(path, "v1", 10); ok || err != nil {
+		t.Fatalf("no file: ok %v err %v", ok, err)
+	}
+	if err := s.Report([]uint32{3, 4}, []float64{1, 2}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(path, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	r := New(10, 0.5, nil)
+	var other *VersionError
+	if _, _, _, _, err := r.Load(path, "v2", 10); !errors.As(err, &other) || other.Saved != "v1" {
+		t.Fatalf("another version: %v", err)
+	}
+	ids, _, _, ok, err := r.Load(path, "v1", 10)
+	if !ok || err != nil || len(ids) != 2 {
+		t.Fatalf("load: %v %v %v", ids, ok, err)
+	}
+	os.WriteFile(path, []byte("garbage"), 0o600)
+	if _, _, _, _, err := r.Load(path, "v1", 10); !errors.Is(err, ErrNotScoreFile) {
+		t.Fatalf("garbage: %v", err)
 	}
 }
