@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -241,7 +242,7 @@ func TestNonLeaderKilledUnderLoadLosesNoRead(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Now()
-	victim.node.Kill()
+	victim.node.kill()
 	survivors := m.alive()
 	seen := make(map[string]time.Duration)
 	waitFor(t, 5*time.Second, "every survivor marks the killed peer dead", func() bool {
@@ -299,7 +300,7 @@ func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, ran
 	return ids, nil
 }
 
-func orderDigest(p *publishMsg) string {
+func orderDigest(p *wire.PublishMsg) string {
 	h := sha256.New()
 	for _, s := range p.Slices {
 		for _, id := range s {
@@ -353,12 +354,11 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	// replication pass, then kill the leader before any rank is done.
 	waitFor(t, 30*time.Second, "the score table is replicated", func() bool {
 		ds := trainers[0].node.ordered[0]
-		ds.tableMu.Lock()
-		defer ds.tableMu.Unlock()
-		return ds.table.NumScored() > 8900
+		scored, _ := ds.scores.Summary()
+		return scored > 8900
 	})
 	killed := time.Now()
-	leader.node.Kill()
+	leader.node.kill()
 	for r := 0; r < world; r++ {
 		if err := clients[r].Do(ctx, "SHADE.DONE", "ds", 0, r).Err(); err != nil {
 			t.Fatalf("rank %d DONE: %v", r, err)
@@ -368,7 +368,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	waitFor(t, 10*time.Second, "epoch 1 is published on every survivor", func() bool {
 		digests = digests[:0]
 		for _, p := range trainers {
-			pub := p.node.ordered[0].book.newest()
+			pub := p.node.ordered[0].book.Newest()
 			if pub == nil || pub.Epoch != 1 {
 				return false
 			}
@@ -389,7 +389,7 @@ func TestLeaderKilledMidEpochNextOrderWithin5s(t *testing.T) {
 	}
 	// The scores reported before the kill shape epoch 1.
 	var hi, lo int
-	for _, s := range trainers[0].node.ordered[0].book.newest().Slices {
+	for _, s := range trainers[0].node.ordered[0].book.Newest().Slices {
 		for _, id := range s {
 			switch id % 10 {
 			case 0:
@@ -480,16 +480,16 @@ func TestStrangerCertificateCannotFetchOrPublish(t *testing.T) {
 	addr := target.cluster.wire.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var resp fetchResp
-	if err := w.Call(ctx, addr, target.Name(), methodFetch, &fetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
+	var resp wire.FetchResp
+	if err := w.Call(ctx, addr, target.Name(), wire.MethodFetch, &wire.FetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
 		t.Fatal("a peer with a certificate from another CA fetched a sample")
 	}
-	before := target.ordered[0].book.newest()
-	pub := &publishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
-	if err := w.Call(ctx, addr, target.Name(), methodPublish, pub, nil); err == nil {
+	before := target.ordered[0].book.Newest()
+	pub := &wire.PublishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
+	if err := w.Call(ctx, addr, target.Name(), wire.MethodPublish, pub, nil); err == nil {
 		t.Fatal("a peer with a certificate from another CA published an order")
 	}
-	if after := target.ordered[0].book.newest(); after != before {
+	if after := target.ordered[0].book.Newest(); after != before {
 		t.Fatal("an order from a stranger was installed")
 	}
 }

@@ -2,14 +2,15 @@ package mesh
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/scores"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/sampling"
@@ -26,21 +27,13 @@ type datasetState struct {
 
 	// The job: the score table (the leader's, or a replica of it), the
 	// orders this node holds, and the leader's state while this node leads.
-	tableMu      sync.Mutex
-	table        *sampling.Table
-	tableDirty   bool          // changed since the last replication to the standbys
-	tableBehind  bool          // changed since the last replication to every member
-	tableAllAt   time.Time     // when the table last went to every member
-	tableSpread  time.Duration // the wait before the next round to every member
-	tableUnsaved bool          // changed since the last save to StateDir
-	tableTerm    uint64        // term of the leader whose merges the table holds
-	rng          *rand.Rand    // breaks ties between equal losses; under tableMu
-	book         *orderBook
-	lead         atomic.Pointer[leaderJob]
-	ring         atomic.Pointer[ring.Ring] // owners among members serving this version
-	reports      atomic.Int64
-	reported     atomic.Int64
-	sourceLat    latencyHistogram
+	scores    *scores.Table
+	book      *orders.Book
+	lead      atomic.Pointer[leaderJob]
+	ring      atomic.Pointer[ring.Ring] // owners among members serving this version
+	reports   atomic.Int64
+	reported  atomic.Int64
+	sourceLat latencyHistogram
 	// Reads and hits by importance decile: the sample's score at the time
 	// of the read, in tenths of the score range ln(10)..ln(73).
 	decileReads, decileHits [10]atomic.Int64
@@ -84,9 +77,8 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		touched:  make([]uint64, (m.Len()+63)/64),
 	}
-	ds.table = sampling.NewTable(ds.len, cfg.Alpha)
-	ds.rng = rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal)))
-	ds.book = newOrderBook(cfg.KeepEpochs)
+	ds.scores = scores.New(ds.len, cfg.Alpha, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
+	ds.book = orders.New(cfg.KeepEpochs)
 	ds.advance(0)
 	return ds, nil
 }
@@ -95,7 +87,7 @@ func (ds *datasetState) leaderJob() *leaderJob      { return ds.lead.Load() }
 func (ds *datasetState) setLeaderJob(lj *leaderJob) { ds.lead.Store(lj) }
 
 func (ds *datasetState) headTerm() uint64 {
-	_, _, t := ds.book.head()
+	_, _, t := ds.book.Head()
 	return t
 }
 
@@ -293,28 +285,15 @@ func (h *latencyHistogram) snapshot() stats.Histogram {
 }
 
 // tableInfo describes this node's copy of the score table.
-func (ds *datasetState) tableInfo() tableInfo {
-	ds.tableMu.Lock()
-	defer ds.tableMu.Unlock()
-	return tableInfo{Dataset: ds.name, Term: ds.tableTerm, Scored: ds.table.NumScored()}
-}
-
-// scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
-var scoreLow, scoreHigh = math.Log(10), math.Log(73)
-
-// decileOf is the importance decile of a score, 0 (least) to 9.
-func decileOf(score float64) int {
-	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
-}
+func (ds *datasetState) tableInfo() wire.TableInfo { return ds.scores.Info(ds.name) }
 
 // countDecile counts one read (and hit) by the sample's importance decile.
 func (ds *datasetState) countDecile(idx int, hit bool) {
-	ds.tableMu.Lock()
-	d := decileOf(ds.table.Score(uint32(idx)))
-	ds.tableMu.Unlock()
-	ds.decileReads[d].Add(1)
+	var d [1]int
+	ds.scores.Deciles([]int{idx}, d[:])
+	ds.decileReads[d[0]].Add(1)
 	if hit {
-		ds.decileHits[d].Add(1)
+		ds.decileHits[d[0]].Add(1)
 	}
 }
 
@@ -324,11 +303,7 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 	var deciles [64]int
 	for start := 0; start < len(idxs); start += len(deciles) {
 		part := idxs[start:min(start+len(deciles), len(idxs))]
-		ds.tableMu.Lock()
-		for i, idx := range part {
-			deciles[i] = decileOf(ds.table.Score(uint32(idx)))
-		}
-		ds.tableMu.Unlock()
+		ds.scores.Deciles(part, deciles[:])
 		for i := range part {
 			ds.decileReads[deciles[i]].Add(1)
 			if hit(start + i) {

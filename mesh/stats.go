@@ -9,13 +9,11 @@ import (
 )
 
 func (n *Node) jobStats(ds *datasetState) stats.Job {
-	st := stats.Job{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.leaderName()}
-	if p := ds.book.newest(); p != nil {
+	st := stats.Job{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.lead.leader()}
+	if p := ds.book.Newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
-	ds.tableMu.Lock()
-	st.ScoredSamples, st.MeanScore = ds.table.NumScored(), ds.table.Mean()
-	ds.tableMu.Unlock()
+	st.ScoredSamples, st.MeanScore = ds.scores.Summary()
 	if lj := ds.leaderJob(); lj != nil {
 		lj.mu.Lock()
 		if lj.world > 0 {
@@ -70,19 +68,14 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 		out.Datasets = append(out.Datasets, stats.Dataset{DatasetCounters: ds.stats(), Job: n.jobStats(ds)})
 	}
 	sort.Slice(out.Datasets, func(a, b int) bool { return out.Datasets[a].Dataset < out.Datasets[b].Dataset })
-	out.Leader = n.leaderName()
-	out.Leading = n.leading()
-	out.Term = n.maxTerm.Load()
-	out.ReportsQueued, out.ReportsDropped = n.queuedReports(), n.reportsDropped.Load()
-	out.OffersDropped = n.offersDropped.Load()
-	out.ReadAhead = n.readAhead.stats()
+	out.Leader = n.lead.leader()
+	out.Leading = n.lead.leading()
+	out.Term = n.lead.highest()
+	out.ReportsQueued, out.ReportsDropped = n.out.QueuedReports(), n.out.ReportsDropped()
+	out.OffersDropped = n.out.OffersDropped()
+	ra := n.readAhead.Stats()
+	out.ReadAhead = stats.ReadAhead{Fetched: ra.Fetched, Unused: ra.Unused, Bytes: ra.Bytes}
 	return out, nil
-}
-
-func (n *Node) queuedReports() int {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	return len(n.reportQ)
 }
 
 // PeerStats returns, per peer, the QUIC connection's counters and round
@@ -103,5 +96,5 @@ func (n *Node) Ready() bool {
 	if n.cluster == nil {
 		return true
 	}
-	return n.leaderName() != "" && len(n.cluster.alive()) > 0
+	return n.lead.leader() != "" && len(n.cluster.alive()) > 0
 }

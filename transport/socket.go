@@ -48,7 +48,9 @@ type Backend interface {
 	DBSize() int
 	Manifest(dataset string) ([]string, error)
 	Report(dataset string, epoch int, ids []uint32, losses []float64) error
-	Done(dataset string, epoch, rank int) error
+	// Done records that rank finished epoch and tells the leader; ctx
+	// bounds the telling.
+	Done(ctx context.Context, dataset string, epoch, rank int) error
 	// Order blocks until epoch's order is published or ctx ends.
 	Order(ctx context.Context, dataset string, epoch, rank, world int) ([]uint32, error)
 	// Reset forgets a dataset's job (its epochs and world), keeping scores.
