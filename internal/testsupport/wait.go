@@ -1,0 +1,45 @@
+package testsupport
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// PollInterval is how often the waits below test their condition.
+const PollInterval = 20 * time.Millisecond
+
+// WaitFor tests cond every PollInterval until it holds and returns how
+// long that took; after d it fails the test with "timed out after d
+// waiting until <what>". d is a generous bound, not a figure under test:
+// log the returned duration where it is of interest.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	took, err := Poll(context.Background(), d, cond)
+	if err != nil {
+		tb.Fatalf("timed out after %v waiting until %s", d, what)
+	}
+	return took
+}
+
+// Poll tests cond every PollInterval until it holds, ctx ends or d has
+// passed, and returns how long it waited. It is WaitFor for goroutines
+// that must not call tb.Fatal: the error says which of ctx or d ended it.
+func Poll(ctx context.Context, d time.Duration, cond func() bool) (time.Duration, error) {
+	start := time.Now()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-deadline.C:
+			return time.Since(start), fmt.Errorf("testsupport: condition not met within %v", d)
+		case <-tick.C:
+		}
+	}
+	return time.Since(start), nil
+}
