@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shade-mesh/shade/admin"
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -91,14 +92,20 @@ type daemonHelp struct {
 	text  string
 }
 
-// buildDaemon builds shade-peer and reads its --help.
-func buildDaemon(t *testing.T) daemonHelp {
+// bins holds the shade-peer built once for every test.
+var bins *testsupport.Binaries
+
+func TestMain(m *testing.M) {
+	bins = testsupport.MustBuild(testsupport.BuildOptions{Commands: []string{"shade-peer"}})
+	code := m.Run()
+	bins.Close()
+	os.Exit(code)
+}
+
+// daemonHelpOf reads the built shade-peer's --help.
+func daemonHelpOf(t *testing.T) daemonHelp {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "shade-peer")
-	build := exec.Command("go", "build", "-o", bin, "github.com/shade-mesh/shade/cmd/shade-peer")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build shade-peer: %v\n%s", err, out)
-	}
+	bin := bins.Path("shade-peer")
 	out, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("shade-peer --help: %v\n%s", err, out)
@@ -215,7 +222,7 @@ func settings(t *testing.T, m manifests) map[string]string {
 // built from this tree.
 func TestManifests(t *testing.T) {
 	m := load(t)
-	h := buildDaemon(t)
+	h := daemonHelpOf(t)
 	for _, c := range []struct {
 		name string
 		test func(*testing.T, manifests, daemonHelp)
