@@ -73,7 +73,7 @@ func TestChaosTraining(t *testing.T) {
 	defer cancel()
 
 	root := filepath.Join(t.TempDir(), "fmnist")
-	if out, err := exec.CommandContext(ctx, filepath.Join(binDir, "shadectl"), "dataset", "import-idx",
+	if out, err := exec.CommandContext(ctx, bins.Path("shadectl"), "dataset", "import-idx",
 		"--src", fmnist, "--dst", root, "--limit", "3000").CombinedOutput(); err != nil {
 		t.Fatalf("shadectl dataset import-idx: %v\n%s", err, out)
 	}
