@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -27,34 +26,8 @@ import (
 // bytes in manifest order.
 func makeDataset(t testing.TB, n, minSize, maxSize int) (string, [][]byte) {
 	t.Helper()
-	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(1, 2))
-	type file struct {
-		rel  string
-		data []byte
-	}
-	files := make([]file, n)
-	for i := range files {
-		class := fmt.Sprintf("class%d", i%10)
-		rel := filepath.Join(class, fmt.Sprintf("%06d.bin", i))
-		data := make([]byte, minSize+rng.IntN(maxSize-minSize+1))
-		for j := range data {
-			data[j] = byte(rng.Uint32())
-		}
-		if err := os.MkdirAll(filepath.Join(dir, class), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, rel), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		files[i] = file{filepath.ToSlash(rel), data}
-	}
-	sort.Slice(files, func(a, b int) bool { return files[a].rel < files[b].rel })
-	out := make([][]byte, n)
-	for i, f := range files {
-		out[i] = f.data
-	}
-	return dir, out
+	d := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, MinSize: minSize, MaxSize: maxSize, Seed: 1})
+	return d.Dir, d.Files
 }
 
 // testPeer is one node serving its trainer socket inside the test process.

@@ -3,6 +3,7 @@ package testsupport
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -42,4 +43,31 @@ func Poll(ctx context.Context, d time.Duration, cond func() bool) (time.Duration
 		}
 	}
 	return time.Since(start), nil
+}
+
+// Member is what SameView needs of an in-process node.
+type Member interface {
+	Name() string
+	Members() []string // sorted names of the members it sees alive
+	Leader() string    // "" while it follows none
+}
+
+// SameView reports whether the nodes all see exactly each other and name
+// one leader.
+func SameView[M Member](nodes []M) bool {
+	if len(nodes) == 0 {
+		return true
+	}
+	want := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		want = append(want, n.Name())
+	}
+	slices.Sort(want)
+	leader := nodes[0].Leader()
+	for _, n := range nodes {
+		if leader == "" || n.Leader() != leader || !slices.Equal(n.Members(), want) {
+			return false
+		}
+	}
+	return true
 }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -172,21 +171,14 @@ func start(tb testing.TB, cfg mesh.Config, sc transport.SocketConfig, dataset st
 // Converged reports whether the given peers all serve, see exactly each
 // other and name one leader.
 func Converged(ps []*Peer) bool {
-	if len(ps) == 0 {
-		return true
-	}
-	var want []string
-	for _, p := range ps {
-		want = append(want, p.Node.Name())
-	}
-	slices.Sort(want)
-	leader := ps[0].Node.Leader()
-	for _, p := range ps {
-		if !p.Node.Ready() || p.Node.Leader() != leader || leader == "" || !slices.Equal(p.Node.Members(), want) {
+	nodes := make([]*mesh.Node, len(ps))
+	for i, p := range ps {
+		if !p.Node.Ready() {
 			return false
 		}
+		nodes[i] = p.Node
 	}
-	return true
+	return testsupport.SameView(nodes)
 }
 
 // WaitConverged waits (at most d) until Converged(ps), and returns how
