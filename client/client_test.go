@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,10 +22,7 @@ import (
 var bins *testsupport.Binaries
 
 func TestMain(m *testing.M) {
-	bins = testsupport.MustBuild(testsupport.BuildOptions{Commands: []string{"shade-peer"}})
-	code := m.Run()
-	bins.Close()
-	os.Exit(code)
+	testsupport.Main(m, testsupport.BuildOptions{Commands: []string{"shade-peer"}}, &bins)
 }
 
 // writeDataset writes a small ImageFolder tree whose classes are named out
@@ -49,6 +45,15 @@ func startPeer(t *testing.T, socket string, args ...string) *testsupport.Peer {
 	})
 }
 
+// startToy serves writeDataset's dataset as "toy" from a peer started
+// with args on a new socket, and returns the dataset and the socket.
+func startToy(t *testing.T, args ...string) (*testsupport.Dataset, string) {
+	t.Helper()
+	d, sock := writeDataset(t), socketPath(t)
+	startPeer(t, sock, append([]string{"--dataset", "toy=" + d.Dir}, args...)...)
+	return d, sock
+}
+
 func newClient(t *testing.T, o Options) *Client {
 	t.Helper()
 	c, err := New(o)
@@ -62,9 +67,7 @@ func newClient(t *testing.T, o Options) *Client {
 func socketPath(t *testing.T) string { return filepath.Join(t.TempDir(), "shade.sock") }
 
 func TestSamplesManifestLabels(t *testing.T) {
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.Dir)
+	d, sock := startToy(t)
 	c := newClient(t, Options{Socket: sock})
 	ctx := t.Context()
 
@@ -145,9 +148,7 @@ func TestSamplesManifestLabels(t *testing.T) {
 }
 
 func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.Dir)
+	d, sock := startToy(t)
 	c := newClient(t, Options{Socket: sock})
 	ctx := t.Context()
 	n := len(d.Files)
@@ -252,9 +253,7 @@ func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
 }
 
 func TestOrderTimeoutWhileARankTrains(t *testing.T) {
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.Dir)
+	_, sock := startToy(t)
 	c := newClient(t, Options{Socket: sock})
 	ctx := t.Context()
 
@@ -384,9 +383,7 @@ func TestUnavailableWhenNothingListens(t *testing.T) {
 }
 
 func TestBadRequestIsAServerErrorNotRetried(t *testing.T) {
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.Dir)
+	d, sock := startToy(t)
 	c := newClient(t, Options{Socket: sock}) // RetryFor 30s: a retry would show
 	ctx := t.Context()
 
@@ -423,9 +420,7 @@ func TestBadRequestIsAServerErrorNotRetried(t *testing.T) {
 }
 
 func TestPassword(t *testing.T) {
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.Dir, "--requirepass", "s3cret")
+	d, sock := startToy(t, "--requirepass", "s3cret")
 	ctx := t.Context()
 
 	c := newClient(t, Options{Socket: sock, Password: "s3cret"})

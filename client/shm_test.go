@@ -16,9 +16,7 @@ func TestSharedMemoryServesHits(t *testing.T) {
 	if !sharedSupported {
 		t.Skip("zero-copy reads need amd64")
 	}
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.Dir)
+	d, sock := startToy(t)
 	ctx := t.Context()
 	c := newClient(t, Options{Socket: sock})
 	if !c.SharedMemory() {

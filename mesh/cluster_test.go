@@ -254,10 +254,7 @@ func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, ran
 	}
 	for start := 0; start < len(ids); start += 50 {
 		batch := ids[start:min(start+50, len(ids))]
-		keys := make([]string, len(batch))
-		for i, id := range batch {
-			keys[i] = "ds/" + strconv.FormatInt(id, 10)
-		}
+		keys := testsupport.Keys("ds", batch)
 		vals, err := c.MGet(ctx, keys...).Result()
 		if err != nil {
 			return nil, err
@@ -274,6 +271,31 @@ func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, ran
 		}
 	}
 	return ids, nil
+}
+
+// trainEpochs trains epochs 0 .. epochs-1 with world ranks at once, rank
+// r through clientOf(r); every rank ends each epoch with SHADE.DONE.
+func trainEpochs(t *testing.T, epochs, world int, files [][]byte, clientOf func(r int) *redis.Client, loss func(int64) float64) {
+	t.Helper()
+	ctx := context.Background()
+	for e := 0; e < epochs; e++ {
+		var wg sync.WaitGroup
+		for r := 0; r < world; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := clientOf(r)
+				if _, err := trainEpoch(ctx, c, files, e, r, world, loss); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.Do(ctx, "SHADE.DONE", "ds", e, r).Err(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
 }
 
 func orderDigest(p *publishMsg) string {
@@ -398,25 +420,8 @@ func localShare(t *testing.T, noLocality bool) float64 {
 		c.Cluster.NoLocality = noLocality
 		c.Cluster.Prefetch = -1
 	}})
-	ctx := context.Background()
-	for e := 0; e < epochs; e++ {
-		var wg sync.WaitGroup
-		for r := 0; r < world; r++ {
-			wg.Add(1)
-			go func(r int) {
-				defer wg.Done()
-				c := m.peers[r].client(t)
-				if _, err := trainEpoch(ctx, c, m.files, e, r, world, func(int64) float64 { return 1 }); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := c.Do(ctx, "SHADE.DONE", "ds", e, r).Err(); err != nil {
-					t.Error(err)
-				}
-			}(r)
-		}
-		wg.Wait()
-	}
+	trainEpochs(t, epochs, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
+		func(int64) float64 { return 1 })
 	var local, remote int64
 	for _, p := range m.peers {
 		for _, es := range p.node.ordered[0].stats().Epochs {

@@ -254,10 +254,7 @@ func TestEpochsFollowReportedImportance(t *testing.T) {
 				mu.Unlock()
 				for start := 0; start < len(ids); start += 64 {
 					batch := ids[start:min(start+64, len(ids))]
-					keys := make([]string, len(batch))
-					for i, id := range batch {
-						keys[i] = "ds/" + strconv.FormatInt(id, 10)
-					}
+					keys := testsupport.Keys("ds", batch)
 					vals, err := c.MGet(ctx, keys...).Result()
 					if err != nil {
 						errs <- err

@@ -96,10 +96,7 @@ type daemonHelp struct {
 var bins *testsupport.Binaries
 
 func TestMain(m *testing.M) {
-	bins = testsupport.MustBuild(testsupport.BuildOptions{Commands: []string{"shade-peer"}})
-	code := m.Run()
-	bins.Close()
-	os.Exit(code)
+	testsupport.Main(m, testsupport.BuildOptions{Commands: []string{"shade-peer"}}, &bins)
 }
 
 // daemonHelpOf reads the built shade-peer's --help.

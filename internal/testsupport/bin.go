@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 )
 
 // BinDirEnv names the environment variable that points at binaries built
@@ -88,4 +89,15 @@ func (b *Binaries) Close() error {
 		return nil
 	}
 	return os.RemoveAll(b.Dir)
+}
+
+// Main is a whole TestMain: it builds the binaries (MustBuild), stores
+// them in *bins, runs the tests, removes what it built and exits with the
+// tests' status.
+func Main(m *testing.M, o BuildOptions, bins **Binaries) {
+	b := MustBuild(o)
+	*bins = b
+	code := m.Run()
+	b.Close()
+	os.Exit(code)
 }

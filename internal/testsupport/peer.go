@@ -45,7 +45,7 @@ type Peer struct {
 	Socket string
 
 	cmd    *exec.Cmd
-	buf    *lockedBuffer // nil when PeerOptions.Log was given
+	buf    *Buffer       // nil when PeerOptions.Log was given
 	exited chan struct{} // closed once the process has been waited for
 	err    error         // the exit status; read after exited is closed
 }
@@ -97,7 +97,7 @@ func Launch(ctx context.Context, o PeerOptions) (*Peer, error) {
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	out := o.Log
 	if out == nil {
-		p.buf = new(lockedBuffer)
+		p.buf = new(Buffer)
 		out = p.buf
 	}
 	p.cmd.Stdout, p.cmd.Stderr = out, out
@@ -218,20 +218,22 @@ func (p *Peer) Log() string {
 	return p.buf.String()
 }
 
-// lockedBuffer is a bytes.Buffer safe for one writer and concurrent
-// readers.
-type lockedBuffer struct {
+// Buffer is a bytes.Buffer safe for concurrent use: a process's stdout
+// and stderr written while a test reads them.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (l *Buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// String returns what was written so far.
+func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

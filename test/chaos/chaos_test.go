@@ -926,14 +926,8 @@ func TestChaos(t *testing.T) {
 	if len(mo.rssViolations) > 0 {
 		fail("peer memory over its bound:\n  %s", strings.Join(mo.rssViolations, "\n  "))
 	}
-drain:
-	for {
-		select {
-		case msg := <-m.unexpected:
-			fail("%s", msg)
-		default:
-			break drain
-		}
+	for _, msg := range m.unexpectedExits() {
+		fail("%s", msg)
 	}
 	if p := m.panics(); len(p) > 0 {
 		fail("panics or races in the peer logs:\n  %s", strings.Join(p, "\n  "))

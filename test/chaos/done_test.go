@@ -19,14 +19,7 @@ import (
 // will not say it again; the job must still reach the next epoch once the
 // others are done (within 5 s of the kill, DESIGN.md §8, plus the restart).
 func TestChaosLeaderKilledAfterRankDone(t *testing.T) {
-	if _, set := os.LookupEnv("CHAOS_DURATION"); !set && testing.Short() {
-		t.Skip("chaos test skipped with -short (set CHAOS_DURATION to run it)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: 3000, MinSize: 100, MaxSize: 1099, Seed: 7})
-	m := startMesh(t, ctx, numPeers, "ds", ds.Dir, t.TempDir(), 8<<20)
-	m.files = ds.Files
+	ctx, m := startFailoverMesh(t, 3000, 7)
 	leader := m.leaderName(ctx)
 	if leader != "n0" {
 		t.Fatalf("leader %q, want n0 (the lowest name)", leader)
@@ -119,13 +112,7 @@ func TestChaosLeaderKilledAfterRankDone(t *testing.T) {
 // (as SHADE.ORDER waits for one), not fail the job with an error reply
 // that no client retries.
 func TestChaosResetDuringFailover(t *testing.T) {
-	if _, set := os.LookupEnv("CHAOS_DURATION"); !set && testing.Short() {
-		t.Skip("chaos test skipped with -short (set CHAOS_DURATION to run it)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: 500, MinSize: 100, MaxSize: 1099, Seed: 8})
-	m := startMesh(t, ctx, numPeers, "ds", ds.Dir, t.TempDir(), 8<<20)
+	ctx, m := startFailoverMesh(t, 500, 8)
 	if leader := m.leaderName(ctx); leader != "n0" {
 		t.Fatalf("leader %q, want n0", leader)
 	}
@@ -142,4 +129,20 @@ func TestChaosResetDuringFailover(t *testing.T) {
 			took.Round(time.Millisecond), err)
 	}
 	t.Logf("SHADE.RESET through n2 right after the leader's SIGKILL: OK after %v", took.Round(time.Millisecond))
+}
+
+// startFailoverMesh starts numPeers peers serving a dataset of n samples
+// (seeded by seed) within a context that ends after 2 minutes. Like the
+// chaos test it skips under -short unless CHAOS_DURATION is set.
+func startFailoverMesh(t *testing.T, n int, seed uint64) (context.Context, *mesh) {
+	t.Helper()
+	if _, set := os.LookupEnv("CHAOS_DURATION"); !set && testing.Short() {
+		t.Skip("chaos test skipped with -short (set CHAOS_DURATION to run it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, MinSize: 100, MaxSize: 1099, Seed: seed})
+	m := startMesh(t, ctx, numPeers, "ds", ds.Dir, t.TempDir(), 8<<20)
+	m.files = ds.Files
+	return ctx, m
 }

@@ -40,12 +40,9 @@ import (
 var bins *testsupport.Binaries
 
 func TestMain(m *testing.M) {
-	bins = testsupport.MustBuild(testsupport.BuildOptions{Race: os.Getenv("CHAOS_PEER_RACE") == "1"})
 	// Dial failures to a killed peer are expected; the tests count them.
 	redis.SetLogger(quietLogger{})
-	code := m.Run()
-	bins.Close()
-	os.Exit(code)
+	testsupport.Main(m, testsupport.BuildOptions{Race: os.Getenv("CHAOS_PEER_RACE") == "1"}, &bins)
 }
 
 type quietLogger struct{}

@@ -351,6 +351,19 @@ func (m *mesh) waitConverged(ctx context.Context, d time.Duration) (time.Duratio
 	return took, nil
 }
 
+// unexpectedExits drains the reports of peers that exited on their own.
+func (m *mesh) unexpectedExits() []string {
+	var out []string
+	for {
+		select {
+		case msg := <-m.unexpected:
+			out = append(out, msg)
+		default:
+			return out
+		}
+	}
+}
+
 // leaderName asks the serving peers whom they follow; "" if none answers.
 func (m *mesh) leaderName(ctx context.Context) string {
 	cs := newClients()

@@ -24,12 +24,7 @@ import (
 // bins are shade-peer and shadectl, built once for every test here.
 var bins *testsupport.Binaries
 
-func TestMain(m *testing.M) {
-	bins = testsupport.MustBuild(testsupport.BuildOptions{})
-	code := m.Run()
-	bins.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsupport.Main(m, testsupport.BuildOptions{}, &bins) }
 
 const fmnistSrc = "/usr/share/datasets/fashion-mnist"
 
