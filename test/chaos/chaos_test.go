@@ -166,7 +166,8 @@ func reader(ctx context.Context, m *mesh, tl *tally, id int, seed uint64) {
 		for ctx.Err() == nil {
 			alive := m.alivePeers()
 			if len(alive) == 0 {
-				time.Sleep(50 * time.Millisecond)
+				// Every peer is down at once: wait for one to serve.
+				testsupport.Poll(ctx, peerDownMax, func() bool { return len(m.alivePeers()) > 0 })
 				continue
 			}
 			p := alive[rng.IntN(len(alive))]
@@ -330,7 +331,7 @@ func (rk *rankRun) call(ctx context.Context, nkeys int, args ...any) (*redis.Cmd
 			if time.Since(downSince) > peerDownMax {
 				return nil, 0, fmt.Errorf("peer %s not serving for %v", rk.p.name, peerDownMax)
 			}
-			time.Sleep(50 * time.Millisecond)
+			testsupport.Poll(ctx, peerDownMax, func() bool { up, _ := rk.p.state(); return up })
 			continue
 		}
 		downSince = time.Time{}
