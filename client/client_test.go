@@ -155,40 +155,30 @@ func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
 
 	const world, epochs = 2, 2
 	var orders [epochs][world][]int
-	var wg sync.WaitGroup
-	errs := make(chan error, world)
-	for rank := range world {
-		wg.Go(func() {
-			for epoch := range epochs {
-				ids, err := c.Order(ctx, "toy", epoch, rank, world, 20*time.Second)
-				if err != nil {
-					errs <- fmt.Errorf("rank %d: Order(epoch %d): %w", rank, epoch, err)
-					return
-				}
-				orders[epoch][rank] = ids
-				samples, err := c.MGet(ctx, "toy", ids)
-				if err != nil {
-					errs <- fmt.Errorf("rank %d: MGet: %w", rank, err)
-					return
-				}
-				losses := make([]float64, len(ids))
-				for i := range samples {
-					losses[i] = float64(len(samples[i])) / 1000
-				}
-				if err := c.Report(ctx, "toy", epoch, ids, losses); err != nil {
-					errs <- fmt.Errorf("rank %d: Report(epoch %d): %w", rank, epoch, err)
-					return
-				}
-				if err := c.Done(ctx, "toy", epoch, rank); err != nil {
-					errs <- fmt.Errorf("rank %d: Done(epoch %d): %w", rank, epoch, err)
-					return
-				}
+	if err := testsupport.Parallel(world, func(rank int) error {
+		for epoch := range epochs {
+			ids, err := c.Order(ctx, "toy", epoch, rank, world, 20*time.Second)
+			if err != nil {
+				return fmt.Errorf("rank %d: Order(epoch %d): %w", rank, epoch, err)
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			orders[epoch][rank] = ids
+			samples, err := c.MGet(ctx, "toy", ids)
+			if err != nil {
+				return fmt.Errorf("rank %d: MGet: %w", rank, err)
+			}
+			losses := make([]float64, len(ids))
+			for i := range samples {
+				losses[i] = float64(len(samples[i])) / 1000
+			}
+			if err := c.Report(ctx, "toy", epoch, ids, losses); err != nil {
+				return fmt.Errorf("rank %d: Report(epoch %d): %w", rank, epoch, err)
+			}
+			if err := c.Done(ctx, "toy", epoch, rank); err != nil {
+				return fmt.Errorf("rank %d: Done(epoch %d): %w", rank, epoch, err)
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
@@ -72,38 +71,28 @@ func TestSharedMemoryUnderEviction(t *testing.T) {
 	if !c.SharedMemory() {
 		t.Fatal("the client did not map the peer's memory")
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(g), 9))
-			ids := make([]int, 16)
-			for loop := range 150 {
-				for j := range ids {
-					ids[j] = r.IntN(40) // a hot set that mostly fits ...
-					if j%4 == 0 {
-						ids[j] = r.IntN(n) // ... and misses that evict it
-					}
-				}
-				got, err := c.MGet(ctx, "ds", ids)
-				if err != nil {
-					errs <- fmt.Errorf("loop %d: %w", loop, err)
-					return
-				}
-				for j, id := range ids {
-					if err := ds.Check(id, got[j]); err != nil {
-						errs <- fmt.Errorf("loop %d: %w", loop, err)
-						return
-					}
+	if err := testsupport.Parallel(4, func(g int) error {
+		r := rand.New(rand.NewPCG(uint64(g), 9))
+		ids := make([]int, 16)
+		for loop := range 150 {
+			for j := range ids {
+				ids[j] = r.IntN(40) // a hot set that mostly fits ...
+				if j%4 == 0 {
+					ids[j] = r.IntN(n) // ... and misses that evict it
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			got, err := c.MGet(ctx, "ds", ids)
+			if err != nil {
+				return fmt.Errorf("loop %d: %w", loop, err)
+			}
+			for j, id := range ids {
+				if err := ds.Check(id, got[j]); err != nil {
+					return fmt.Errorf("loop %d: %w", loop, err)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	copied, moved := c.shm.copied.Load(), c.shm.moved.Load()

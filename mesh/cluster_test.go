@@ -332,20 +332,10 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 	for r := range clients {
 		clients[r] = trainers[r].client(t)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, world)
-	for r := 0; r < world; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			if _, err := trainEpoch(ctx, clients[r], m.files, 0, r, world, important); err != nil {
-				errs <- err
-			}
-		}(r)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := testsupport.Parallel(world, func(r int) error {
+		_, err := trainEpoch(ctx, clients[r], m.files, 0, r, world, important)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// Reports are merged by the leader and replicated every 200ms; let one
@@ -400,16 +390,12 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 		t.Errorf("epoch 1 ignores the scores reported before the kill: %d vs %d", hi, lo)
 	}
 	// Training goes on under the new leader.
-	for r := 0; r < world; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			if _, err := trainEpoch(ctx, clients[r], m.files, 1, r, world, important); err != nil {
-				t.Error(err)
-			}
-		}(r)
+	if err := testsupport.Parallel(world, func(r int) error {
+		_, err := trainEpoch(ctx, clients[r], m.files, 1, r, world, important)
+		return err
+	}); err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
 }
 
 // localShare trains 3 ranks, one per node, for epochs and returns the

@@ -229,66 +229,52 @@ func TestEpochsFollowReportedImportance(t *testing.T) {
 		drawn[e] = make([]int, n)
 	}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	errs := make(chan error, world)
-	for rank := 0; rank < world; rank++ {
-		wg.Add(1)
-		go func(rank int) {
-			defer wg.Done()
-			c := p.client(t)
-			ctx := context.Background()
-			for e := 0; e < epochs; e++ {
-				ids, err := c.Do(ctx, "SHADE.ORDER", "ds", e, rank, world, 20000).Int64Slice()
+	if err := testsupport.Parallel(world, func(rank int) error {
+		c := p.client(t)
+		ctx := context.Background()
+		for e := 0; e < epochs; e++ {
+			ids, err := c.Do(ctx, "SHADE.ORDER", "ds", e, rank, world, 20000).Int64Slice()
+			if err != nil {
+				return fmt.Errorf("rank %d epoch %d order: %w", rank, e, err)
+			}
+			if len(ids) != n/world {
+				return fmt.Errorf("rank %d epoch %d: slice of %d, want %d", rank, e, len(ids), n/world)
+			}
+			mu.Lock()
+			for _, id := range ids {
+				drawn[e][id]++
+			}
+			mu.Unlock()
+			for start := 0; start < len(ids); start += 64 {
+				batch := ids[start:min(start+64, len(ids))]
+				keys := testsupport.Keys("ds", batch)
+				vals, err := c.MGet(ctx, keys...).Result()
 				if err != nil {
-					errs <- fmt.Errorf("rank %d epoch %d order: %w", rank, e, err)
-					return
+					return err
 				}
-				if len(ids) != n/world {
-					errs <- fmt.Errorf("rank %d epoch %d: slice of %d, want %d", rank, e, len(ids), n/world)
-					return
-				}
-				mu.Lock()
-				for _, id := range ids {
-					drawn[e][id]++
-				}
-				mu.Unlock()
-				for start := 0; start < len(ids); start += 64 {
-					batch := ids[start:min(start+64, len(ids))]
-					keys := testsupport.Keys("ds", batch)
-					vals, err := c.MGet(ctx, keys...).Result()
-					if err != nil {
-						errs <- err
-						return
+				report := []any{"SHADE.REPORT", "ds", e}
+				for i, id := range batch {
+					if vals[i].(string) != string(files[id]) {
+						return fmt.Errorf("wrong bytes for %s", keys[i])
 					}
-					report := []any{"SHADE.REPORT", "ds", e}
-					for i, id := range batch {
-						if vals[i].(string) != string(files[id]) {
-							errs <- fmt.Errorf("wrong bytes for %s", keys[i])
-							return
-						}
-						loss := 0.5
-						if important(int(id)) {
-							loss = 5
-						} else if dull(int(id)) {
-							loss = 0.01
-						}
-						report = append(report, id, loss)
+					loss := 0.5
+					if important(int(id)) {
+						loss = 5
+					} else if dull(int(id)) {
+						loss = 0.01
 					}
-					if err := c.Do(ctx, report...).Err(); err != nil {
-						errs <- err
-						return
-					}
+					report = append(report, id, loss)
 				}
-				if err := c.Do(ctx, "SHADE.DONE", "ds", e, rank).Err(); err != nil {
-					errs <- err
-					return
+				if err := c.Do(ctx, report...).Err(); err != nil {
+					return err
 				}
 			}
-		}(rank)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			if err := c.Do(ctx, "SHADE.DONE", "ds", e, rank).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// Epoch 0 is a permutation: every sample once.

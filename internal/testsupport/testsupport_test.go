@@ -2,9 +2,11 @@ package testsupport
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,5 +63,22 @@ func TestWaitSocketSeesAnEarlyExit(t *testing.T) {
 	err := WaitSocket(context.Background(), filepath.Join(t.TempDir(), "none.sock"), exited)
 	if err != ErrExited {
 		t.Errorf("WaitSocket = %v, want ErrExited", err)
+	}
+}
+
+func TestParallelJoinsErrors(t *testing.T) {
+	seen := make([]bool, 5)
+	err := Parallel(5, func(i int) error {
+		seen[i] = true
+		if i%2 == 1 {
+			return errors.New("odd")
+		}
+		return nil
+	})
+	if !slices.Equal(seen, []bool{true, true, true, true, true}) || err == nil || strings.Count(err.Error(), "odd") != 2 {
+		t.Errorf("Parallel: ran %v, error %v", seen, err)
+	}
+	if err := Parallel(3, func(int) error { return nil }); err != nil {
+		t.Errorf("Parallel of successes = %v", err)
 	}
 }

@@ -2,8 +2,10 @@ package testsupport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -70,4 +72,21 @@ func SameView[M Member](nodes []M) bool {
 		}
 	}
 	return true
+}
+
+// Parallel runs f(0) .. f(n-1), each in its own goroutine, waits for them
+// all and returns their errors joined (nil if none failed). f must not
+// call the testing.TB's Fatal methods.
+func Parallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

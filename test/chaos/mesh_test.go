@@ -266,20 +266,13 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 		}
 	})
 	// All start at once: each joins through whichever seeds answer.
-	var wg sync.WaitGroup
-	errs := make(chan error, k)
-	for _, p := range m.peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.start(ctx); err != nil {
-				errs <- fmt.Errorf("%v\n%s", err, p.logTail(20))
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := testsupport.Parallel(len(m.peers), func(i int) error {
+		p := m.peers[i]
+		if err := p.start(ctx); err != nil {
+			return fmt.Errorf("%v\n%s", err, p.logTail(20))
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.waitConverged(ctx, 20*time.Second); err != nil {

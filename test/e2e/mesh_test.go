@@ -243,42 +243,30 @@ func TestMeshLeaderKilledMidEpoch(t *testing.T) {
 		clients[r] = redisClient(trainers[r].Socket)
 		defer clients[r].Close()
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, world)
-	for r := 0; r < world; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			ids, err := clients[r].Do(ctx, "SHADE.ORDER", "ds", 0, r, world, 30000).Int64Slice()
+	if err := testsupport.Parallel(world, func(r int) error {
+		ids, err := clients[r].Do(ctx, "SHADE.ORDER", "ds", 0, r, world, 30000).Int64Slice()
+		if err != nil {
+			return err
+		}
+		for start := 0; start < len(ids); start += 100 {
+			batch := ids[start:min(start+100, len(ids))]
+			report := []any{"SHADE.REPORT", "ds", 0}
+			for _, id := range batch {
+				report = append(report, id, float64(id%7))
+			}
+			vals, err := clients[r].MGet(ctx, testsupport.Keys("ds", batch)...).Result()
 			if err != nil {
-				errs <- err
-				return
+				return err
 			}
-			for start := 0; start < len(ids); start += 100 {
-				batch := ids[start:min(start+100, len(ids))]
-				report := []any{"SHADE.REPORT", "ds", 0}
-				for _, id := range batch {
-					report = append(report, id, float64(id%7))
-				}
-				vals, err := clients[r].MGet(ctx, testsupport.Keys("ds", batch)...).Result()
-				if err != nil {
-					errs <- err
-					return
-				}
-				if err := testsupport.CheckValues(m.ds, batch, vals); err != nil {
-					errs <- err
-					return
-				}
-				if err := clients[r].Do(ctx, report...).Err(); err != nil {
-					errs <- err
-					return
-				}
+			if err := testsupport.CheckValues(m.ds, batch, vals); err != nil {
+				return err
 			}
-		}(r)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			if err := clients[r].Do(ctx, report...).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// The leader replicates the merged scores in the background: kill it
