@@ -39,6 +39,9 @@ type Config struct {
 	// "" or "off" disables the listener; the daemon's flag defaults to
 	// DefaultAddr.
 	Addr string
+	// Clients, when set, adds the trainer socket's client-memory and
+	// refusal metrics.
+	Clients ClientSource
 	// Logger receives the listener's events; the zero Logger is silent.
 	Logger zerolog.Logger
 }
@@ -88,7 +91,7 @@ func Listen(cfg Config, src Source) (*Server, error) {
 	if src == nil {
 		return nil, errors.New("admin: nil source")
 	}
-	h, err := newHandler(src, cfg.Logger)
+	h, err := newHandler(src, cfg.Clients, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -150,10 +153,11 @@ func (s *Server) Close() error {
 
 // newHandler builds the mux: a private registry holding the node's
 // collector and the Go runtime and process collectors.
-func newHandler(src Source, log zerolog.Logger) (http.Handler, error) {
+func newHandler(src Source, clients ClientSource, log zerolog.Logger) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{
 		newCollector(src),
+		newBoundsCollector(clients, src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

@@ -35,6 +35,10 @@ type ClusterConfig struct {
 	TLS *peer.TLSConfig
 	// Replicas is R, the owners of each sample; 0 means 2.
 	Replicas int
+	// MaxPeerMemory bounds the bytes the requests this node serves for
+	// other peers hold at once (peer.Config.MaxRequestMemory); 0 means
+	// its default, 256 MiB.
+	MaxPeerMemory int64
 	// Partitions of the ring; 0 means 271.
 	Partitions int
 	// Expect is the cluster's expected size; a leader acts only while it
@@ -167,7 +171,8 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	}
 	wire, err := peer.Listen(peer.Config{
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
-		Logger: n.cfg.Logger.With().Str("part", "peer").Logger(),
+		MaxRequestMemory: cc.MaxPeerMemory,
+		Logger:           n.cfg.Logger.With().Str("part", "peer").Logger(),
 	}, peer.HandlerFunc(n.servePeer))
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)

@@ -69,6 +69,11 @@ type Config struct {
 	// negative value turns the floor off.
 	CoverageEpochs int
 
+	// MaxWorld bounds a job's world size (ranks), from trainers and from
+	// peers alike; 0 means 4096. A larger one is refused with
+	// ErrWorldMismatch and leaves the job as it was.
+	MaxWorld int
+
 	// KeepEpochs is how many published orders a job keeps for late ranks;
 	// 0 means 4.
 	KeepEpochs int
@@ -119,6 +124,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeepEpochs == 0 {
 		c.KeepEpochs = 4
+	}
+	if c.MaxWorld == 0 {
+		c.MaxWorld = 4096
+	}
+	if c.MaxWorld < 0 {
+		return c, fmt.Errorf("%w: max world %d", ErrConfig, c.MaxWorld)
 	}
 	if c.SourceReads == 0 {
 		c.SourceReads = 16

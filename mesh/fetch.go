@@ -287,6 +287,10 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 }
 
 // serveFetch answers an owner's part of a read.
+// fetchReplyBytes bounds the sample bytes of one fetch reply, below the
+// peer transport's frame limit.
+const fetchReplyBytes = peer.DefaultMaxFrame - peer.DefaultMaxFrame/8
+
 func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error) {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
@@ -298,10 +302,20 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 	resp := &fetchResp{Items: make([]fetchItem, len(req.IDs))}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
+	// The reply must fit in one frame: samples past fetchReplyBytes are
+	// answered with an error (the caller reads them elsewhere) instead of
+	// being read into memory.
+	room := int64(fetchReplyBytes)
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
 			resp.Items[i].Err = "index out of range"
 			continue
+		}
+		if !req.Warm {
+			if room -= ds.manifest.Sizes[id]; room < 0 {
+				resp.Items[i].Err = "over the reply limit of one fetch"
+				continue
+			}
 		}
 		key := []byte(keyOfSample(ds, id))
 		it := &resp.Items[i]

@@ -45,3 +45,19 @@ func (n *Node) GetView(ctx context.Context, key []byte, fn func(value []byte)) (
 	fn(v)
 	return true, nil
 }
+
+// ValueSize implements transport.Backend: the bytes of key's value as far
+// as the node knows without reading it: a sample's size in its manifest, a
+// free-form value's stored length, 0 for anything else.
+func (n *Node) ValueSize(key []byte) int {
+	ds, idx, out, err := n.route(key)
+	switch {
+	case err != nil || out:
+		return 0
+	case ds == nil:
+		l, _ := n.store.ValueLen(key)
+		return l
+	default:
+		return int(ds.manifest.Sizes[idx])
+	}
+}

@@ -87,8 +87,8 @@ func (n *Node) leaderJoin(req *joinReq) error {
 	}
 	lj.mu.Lock()
 	defer lj.mu.Unlock()
-	if req.World < 1 || req.Rank < 0 || req.Rank >= req.World {
-		return &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("rank %d of world %d", req.Rank, req.World)}
+	if req.World < 1 || req.Rank < 0 || req.Rank >= req.World || req.World > n.cfg.MaxWorld {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("rank %d of world %d (at most %d ranks)", req.Rank, req.World, n.cfg.MaxWorld)}
 	}
 	if lj.world == 0 {
 		lj.world = req.World
@@ -347,6 +347,9 @@ func (n *Node) takeover(ctx context.Context) {
 				return
 			}
 			for _, rw := range js.Ranks {
+				if rw.World < 1 || rw.World > n.cfg.MaxWorld {
+					continue
+				}
 				if lj.world == 0 {
 					lj.world, lj.ranks = rw.World, make([]string, rw.World)
 				}
@@ -444,7 +447,7 @@ func (n *Node) checkPublish(p *publishMsg) error {
 	if p.Epoch < 0 {
 		return nil
 	}
-	if p.World < 1 || len(p.Slices) != p.World {
+	if p.World < 1 || p.World > n.cfg.MaxWorld || len(p.Slices) != p.World || len(p.Ranks) > p.World {
 		return fmt.Errorf("mesh: order for %s epoch %d has %d slices for world %d", p.Dataset, p.Epoch, len(p.Slices), p.World)
 	}
 	for r, s := range p.Slices {

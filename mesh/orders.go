@@ -115,6 +115,9 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("%w: rank %d of world %d", ErrWorldMismatch, rank, world)
 	}
+	if world > n.cfg.MaxWorld {
+		return nil, fmt.Errorf("%w: world %d is over the limit of %d ranks", ErrWorldMismatch, world, n.cfg.MaxWorld)
+	}
 	b := ds.book
 	var joined string // the leader this rank announced itself to
 	for {

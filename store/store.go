@@ -423,6 +423,17 @@ func (s *Store) Has(key []byte) bool {
 	return found
 }
 
+// ValueLen returns the length of the value held for key and true, or 0
+// and false. Like Has it neither verifies the checksum nor counts.
+func (s *Store) ValueLen(key []byte) (int, bool) {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	_, v, _, found, _ := s.lookup(sh, h, key, false)
+	sh.mu.RUnlock()
+	return len(v), found
+}
+
 // Delete removes key and frees its block. It reports whether key was held;
 // false after Close.
 func (s *Store) Delete(key []byte) bool {

@@ -176,14 +176,69 @@ func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	}
 }
 
+// tooManyKeys answers a command with more keys than MaxKeys, and reports
+// whether it did.
+func tooManyKeys(s *SocketServer, c redcon.Conn, n int) bool {
+	if n <= s.cfg.MaxKeys {
+		return false
+	}
+	s.refused.add(refusedKeys)
+	c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command (--max-keys)", n, s.cfg.MaxKeys))
+	return true
+}
+
+// cmdMGet answers a batch in parts of about replyPart bytes of values, so
+// that neither the backend's buffer nor the reply is ever the whole batch:
+// each part first takes room in the clients' budget for its values twice
+// (read, then copied into the reply), and is written out before the next
+// is read. A part that finds no room within maxReplyWait answers its keys
+// with errors; the array stays whole and no value is ever wrong.
 func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	keys := a[1:]
-	if len(keys) > s.cfg.MaxKeys {
-		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(keys), s.cfg.MaxKeys))
+	if tooManyKeys(s, c, len(keys)) {
 		return
 	}
-	res := s.backend.MGet(s.ctx, keys)
-	c.WriteArray(len(res))
+	c.WriteArray(len(keys))
+	limit := s.clients.Limit()
+	for start := 0; start < len(keys); {
+		end, bytes := start, int64(0)
+		for end < len(keys) {
+			n := int64(s.backend.ValueSize(keys[end]))
+			if end > start && bytes+n > replyPart {
+				break
+			}
+			bytes += n
+			end++
+		}
+		need := min(2*bytes, limit)
+		ctx, cancel := context.WithTimeout(s.ctx, maxReplyWait)
+		err := s.clients.Reserve(ctx, need)
+		cancel()
+		if err != nil {
+			for range keys[start:end] {
+				c.WriteError("ERR client memory limit reached (--max-client-memory): no room for this value now; retry")
+			}
+			for range end - start {
+				s.refused.add(refusedReplyMemory)
+			}
+		} else {
+			writeResults(c, s.backend.MGet(s.ctx, keys[start:end]))
+		}
+		var ferr error
+		if end < len(keys) {
+			ferr = c.Flush()
+		}
+		if err == nil {
+			s.clients.Release(need)
+		}
+		if ferr != nil {
+			return // the connection is closed
+		}
+		start = end
+	}
+}
+
+func writeResults(c redcon.Conn, res []Result) {
 	for _, r := range res {
 		switch {
 		case r.Err != nil:
@@ -196,11 +251,9 @@ func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	}
 }
 
+// cmdSet stores a free-form value. A value over MaxValue never gets here:
+// the connection is refused as the value is announced.
 func cmdSet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	if len(a[2]) > s.cfg.MaxValue {
-		c.WriteError(fmt.Sprintf("ERR value too large: %d bytes, at most %d", len(a[2]), s.cfg.MaxValue))
-		return
-	}
 	if _, err := s.backend.Set(a[1], a[2]); err != nil {
 		writeErr(c, err)
 		return
@@ -211,8 +264,7 @@ func cmdSet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 }
 
 func cmdExists(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	if len(a)-1 > s.cfg.MaxKeys {
-		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(a)-1, s.cfg.MaxKeys))
+	if tooManyKeys(s, c, len(a)-1) {
 		return
 	}
 	n := 0
@@ -225,8 +277,7 @@ func cmdExists(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 }
 
 func cmdDel(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	if len(a)-1 > s.cfg.MaxKeys {
-		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(a)-1, s.cfg.MaxKeys))
+	if tooManyKeys(s, c, len(a)-1) {
 		return
 	}
 	n := 0
@@ -291,6 +342,11 @@ func ParseReport(args [][]byte) (ReportArgs, error) {
 }
 
 func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	if pairs := (len(a) - 3) / 2; pairs > s.cfg.MaxKeys {
+		s.refused.add(refusedKeys)
+		c.WriteError(fmt.Sprintf("ERR too many id/loss pairs: %d, at most %d in one report (--max-keys)", pairs, s.cfg.MaxKeys))
+		return
+	}
 	r, err := ParseReport(a[1:])
 	if err != nil {
 		c.WriteError("ERR " + err.Error())
@@ -344,6 +400,11 @@ func cmdOrder(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	o, err := ParseOrder(a[1:])
 	if err != nil {
 		c.WriteError("ERR " + err.Error())
+		return
+	}
+	if o.World > s.cfg.MaxWorld {
+		s.refused.add(refusedWorld)
+		c.WriteError(fmt.Sprintf("ERR world %d is over the limit of %d ranks (--max-world)", o.World, s.cfg.MaxWorld))
 		return
 	}
 	wait := s.cfg.MaxOrderWait

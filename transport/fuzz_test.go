@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -30,7 +31,10 @@ func startFuzzPeer(t testing.TB) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "s.sock")
-	sock, err := transport.ListenSocket(transport.SocketConfig{Path: path, MaxOrderWait: 20 * time.Millisecond, MaxKeys: 64}, node)
+	sock, err := transport.ListenSocket(transport.SocketConfig{
+		Path: path, MaxOrderWait: 20 * time.Millisecond, MaxKeys: 64,
+		MaxValue: 1 << 20, MaxClientMemory: 16 << 20, WriteTimeout: time.Second,
+	}, node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +70,26 @@ func FuzzParseCommands(f *testing.F) {
 	// Bulk lengths near 2^63 once overflowed the parser and panicked.
 	f.Add([]byte("\x0b*2\r\n$3\r\nGET\r\n$9223372036854775807\r\n"))
 	f.Add([]byte("\x0b*2\r\n$3\r\nGET\r\n$9223372036854775806\r\nab\r\n"))
+	// A world this large once made the node allocate gigabytes.
+	f.Add([]byte("\x01ds\x000\x000\x002147483647"))
+	f.Add([]byte("\x01ds\x002147483647\x002147483646\x002147483647\x002147483647"))
+	f.Add([]byte("\x0bAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return
 		}
+		// No input may make the node allocate more than fuzzAllocBound
+		// while it handles it (counting every goroutine's allocations,
+		// so the bound is loose, but a size taken from the input would
+		// blow through it).
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		defer func() {
+			runtime.ReadMemStats(&after)
+			if d := after.TotalAlloc - before.TotalAlloc; d > fuzzAllocBound {
+				t.Fatalf("handling %q allocated %d bytes, more than %d", in, d, fuzzAllocBound)
+			}
+		}()
 		conn, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatalf("daemon not answering: %v", err)
@@ -107,6 +127,11 @@ func FuzzParseCommands(f *testing.F) {
 		}
 	})
 }
+
+// fuzzAllocBound bounds what the node may allocate for one fuzzed input:
+// well above its input bounds (MaxValue 1 MiB, 64 keys), far below what an
+// allocation sized by a fuzzed number would take.
+const fuzzAllocBound = 64 << 20
 
 func assertServing(t *testing.T, path string) {
 	t.Helper()

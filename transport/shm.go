@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net"
 
 	"github.com/shade-mesh/shade/internal/redcon"
@@ -59,8 +58,7 @@ func cmdMap(s *SocketServer, c redcon.Conn, st *connState, _ [][]byte) {
 
 func cmdLocate(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	keys := a[1:]
-	if len(keys) > s.cfg.MaxKeys {
-		c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command", len(keys), s.cfg.MaxKeys))
+	if tooManyKeys(s, c, len(keys)) {
 		return
 	}
 	id, locs := s.backend.Locate(keys)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/redcon"
 
 	"github.com/shade-mesh/shade/store"
@@ -54,6 +56,11 @@ type Backend interface {
 	// Warm preloads a dataset into the cache, most important samples
 	// first, and returns how many it loaded. It blocks until done.
 	Warm(ctx context.Context, dataset string) (int, error)
+	// ValueSize returns about how many bytes key's value has without
+	// reading it (a sample's size in its manifest, a free-form value's
+	// stored length), or 0 when unknown. It must not block: MGET asks it
+	// for every key to answer a long batch in parts.
+	ValueSize(key []byte) int
 	// Stats returns a JSON document of counters: one dataset, or all for "".
 	Stats(dataset string) ([]byte, error)
 	// Info returns "key:value" lines for the INFO reply's shade section.
@@ -97,15 +104,49 @@ type SocketConfig struct {
 	// IdleTimeout closes connections that send nothing for this long; 0
 	// means never (as Redis's "timeout 0").
 	IdleTimeout time.Duration
-	// MaxKeys bounds the keys of one MGET, EXISTS or DEL; 0 means 65536.
+	// MaxKeys bounds the keys of one MGET, EXISTS, DEL or SHADE.LOCATE,
+	// and the id/loss pairs of one SHADE.REPORT; 0 means 65536.
 	MaxKeys int
-	// MaxValue bounds the value of one SET in bytes; 0 means 512 MiB.
+	// MaxValue bounds one bulk argument (a SET's value, a key) in bytes;
+	// a longer one is refused as it is announced, before it is read, and
+	// the connection closed. 0 means DefaultMaxValue.
 	MaxValue int
+	// MaxClientMemory bounds the bytes held for all connections together:
+	// their input buffers and their replies waiting to be written. A
+	// connection whose input would go past it gets an error and is
+	// closed; an MGET waits for room for each part of its reply (up to
+	// MaxReplyWait) and answers the keys it found none for with errors.
+	// 0 means DefaultMaxClientMemory.
+	MaxClientMemory int64
+	// MaxWorld bounds the world size SHADE.ORDER accepts; 0 means
+	// DefaultMaxWorld.
+	MaxWorld int
+	// WriteTimeout closes a connection whose replies could not be written
+	// for this long (a client that stopped reading); 0 means 60 seconds.
+	WriteTimeout time.Duration
 	// MaxOrderWait bounds how long SHADE.ORDER blocks; 0 means 10 minutes.
 	MaxOrderWait time.Duration
 	// Logger receives connection-level events; the zero Logger is silent.
 	Logger zerolog.Logger
 }
+
+// Defaults of the input bounds.
+const (
+	DefaultMaxValue        = 64 << 20
+	DefaultMaxClientMemory = 256 << 20
+	DefaultMaxWorld        = 4096
+	// MaxInline is the longest inline (telnet-style) command line, as
+	// Redis's limit.
+	MaxInline = 64 << 10
+	// maxValueLimit is the largest MaxValue may be: Redis's
+	// proto-max-bulk-len.
+	maxValueLimit = 512 << 20
+	// replyPart is how many bytes of values one part of an MGET reply
+	// holds at most (one value may be larger); maxReplyWait is how long
+	// a part waits for room in the clients' budget.
+	replyPart    = 4 << 20
+	maxReplyWait = 5 * time.Second
+)
 
 func (c SocketConfig) withDefaults() SocketConfig {
 	if c.Mode == 0 {
@@ -115,12 +156,39 @@ func (c SocketConfig) withDefaults() SocketConfig {
 		c.MaxKeys = 65536
 	}
 	if c.MaxValue == 0 {
-		c.MaxValue = 512 << 20
+		c.MaxValue = DefaultMaxValue
+	}
+	if c.MaxClientMemory == 0 {
+		c.MaxClientMemory = DefaultMaxClientMemory
+	}
+	if c.MaxWorld == 0 {
+		c.MaxWorld = DefaultMaxWorld
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 60 * time.Second
 	}
 	if c.MaxOrderWait == 0 {
 		c.MaxOrderWait = 10 * time.Minute
 	}
 	return c
+}
+
+// Validate reports a bound that cannot work.
+func (c SocketConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.MaxValue < 0 || c.MaxValue > maxValueLimit:
+		return fmt.Errorf("transport: max value %d bytes: must be between 1 and %d (512 MiB)", c.MaxValue, maxValueLimit)
+	case c.MaxClientMemory < 0:
+		return fmt.Errorf("transport: max client memory %d bytes: must be positive", c.MaxClientMemory)
+	case c.MaxClientMemory < 2*int64(c.MaxValue) && c.MaxClientMemory < 1<<30:
+		return fmt.Errorf("transport: max client memory (%d bytes) must hold at least two values of the max value (%d bytes)", c.MaxClientMemory, c.MaxValue)
+	case c.MaxWorld < 1 || c.MaxWorld > 1<<20:
+		return fmt.Errorf("transport: max world %d: must be between 1 and 1048576", c.MaxWorld)
+	case c.MaxKeys < 1:
+		return fmt.Errorf("transport: max keys %d: must be positive", c.MaxKeys)
+	}
+	return nil
 }
 
 // ErrSocketInUse reports that another live process serves the socket path.
@@ -138,6 +206,9 @@ type SocketServer struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	started  time.Time
+	clients  *budget.Budget // input and replies held for all connections
+	refused  refusals
+	connWG   sync.WaitGroup // one per connection, done when redcon closes it
 
 	mu    sync.Mutex
 	conns int
@@ -163,6 +234,9 @@ func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Path == "" {
 		return nil, errors.New("transport: socket path is empty")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if err := checkSocketDir(filepath.Dir(cfg.Path)); err != nil {
 		return nil, err
@@ -198,8 +272,16 @@ func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
 	s := &SocketServer{
 		cfg: cfg, backend: backend, handlers: commandTable(), ln: ln, ino: ino,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
+		clients: budget.New(cfg.MaxClientMemory),
 	}
 	s.srv = redcon.NewServerNetwork("unix", cfg.Path, s.handle, s.accept, s.closed)
+	s.srv.SetLimits(redcon.Limits{
+		MaxInline:    MaxInline,
+		MaxBulk:      cfg.MaxValue,
+		MaxArgs:      2*cfg.MaxKeys + 8,
+		Budget:       s.clients,
+		WriteTimeout: cfg.WriteTimeout,
+	})
 	if cfg.IdleTimeout > 0 {
 		s.srv.SetIdleClose(cfg.IdleTimeout)
 	}
@@ -268,14 +350,15 @@ func (s *SocketServer) Connections() int {
 }
 
 // Close stops accepting, closes every connection, cancels blocked
-// SHADE.ORDER calls, waits for the serving goroutine and removes the socket
-// file if it is still ours.
+// SHADE.ORDER calls, waits for the serving goroutine and every
+// connection's goroutine, and removes the socket file if it is still ours.
 func (s *SocketServer) Close() error {
 	s.cancel()
 	// Closing the listener ends redcon's accept loop, which then closes every
 	// connection. (redcon's own Close fails if called before Serve began.)
 	err := s.ln.Close()
 	<-s.done
+	s.connWG.Wait()
 	if fi, e := os.Lstat(s.cfg.Path); e == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino == s.ino {
 			os.Remove(s.cfg.Path)
@@ -286,6 +369,7 @@ func (s *SocketServer) Close() error {
 
 func (s *SocketServer) accept(conn redcon.Conn) bool {
 	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true, writeBulk: conn.WriteBulk})
+	s.connWG.Add(1)
 	s.mu.Lock()
 	s.conns++
 	s.total++
@@ -294,12 +378,19 @@ func (s *SocketServer) accept(conn redcon.Conn) bool {
 }
 
 func (s *SocketServer) closed(conn redcon.Conn, err error) {
+	defer s.connWG.Done()
 	s.mu.Lock()
 	s.conns--
 	s.mu.Unlock()
-	if err != nil {
-		s.cfg.Logger.Debug().Err(err).Msg("trainer connection closed")
+	if err == nil {
+		return
 	}
+	if r := refusalOf(err); r != refusedNone {
+		s.refused.add(r)
+		s.cfg.Logger.Warn().Err(err).Str("bound", r.String()).Msg("trainer connection closed: over a bound")
+		return
+	}
+	s.cfg.Logger.Debug().Err(err).Msg("trainer connection closed")
 }
 
 // handle runs one command. redcon calls it from the connection's goroutine,

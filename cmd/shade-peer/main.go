@@ -60,8 +60,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}()
 	var adm *admin.Server
 	var admErr error
-	err = mesh.Run(ctx, cfg.PeerConfig, func(node *mesh.Node) {
-		s, err := admin.Listen(cfg.Admin, node)
+	err = mesh.Run(ctx, cfg.PeerConfig, func(node *mesh.Node, sock *transport.SocketServer) {
+		acfg := cfg.Admin
+		acfg.Clients = sock
+		s, err := admin.Listen(acfg, node)
 		switch {
 		case err == nil:
 			adm = s
@@ -141,6 +143,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")
 		warm        = fs.String("warm", "on", "when a job starts and scores are known, preload the most important samples: on or off")
 		idle        = fs.Duration("idle-timeout", 0, "close trainer connections idle this long (0: never)")
+		maxValue    = fs.String("max-value", "64MiB", "largest bulk argument a trainer may send (a SET's value, a key); a longer one is refused as it is announced and the connection closed (at most 512MiB)")
+		maxClients  = fs.String("max-client-memory", "256MiB", "input and replies the trainer socket may hold for all connections together; a connection whose input would go past it is closed")
+		maxKeys     = fs.Int("max-keys", 65536, "most keys in one MGET, EXISTS, DEL or SHADE.LOCATE, and id/loss pairs in one SHADE.REPORT")
+		maxWorld    = fs.Int("max-world", 4096, "largest world size (ranks) a job may have")
+		writeTO     = fs.Duration("client-write-timeout", time.Minute, "close a trainer connection whose replies could not be written for this long (a client that stopped reading)")
+		maxPeerMem  = fs.String("max-peer-memory", "256MiB", "bytes the requests this peer serves for other peers may hold at once; a request past it is refused and retried elsewhere")
 		adminAddr   = fs.String("admin-addr", admin.DefaultAddr, "admin HTTP listener host:port: /metrics, /healthz, /readyz, /debug/pprof/ (off: none)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat   = fs.String("log-format", "", "log format: json or console (default: console on a terminal, json otherwise)")
@@ -205,6 +213,19 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if err != nil || raMem <= 0 {
 		return cfg, nop, fmt.Errorf("--prefetch-memory %q: want a positive size such as 64MiB", *prefetchMem)
 	}
+	sizes := map[string]*int64{}
+	for _, f := range []struct {
+		flag, val string
+	}{{"max-value", *maxValue}, {"max-client-memory", *maxClients}, {"max-peer-memory", *maxPeerMem}} {
+		v, err := bytesize.Parse(f.val)
+		if err != nil || v <= 0 {
+			return cfg, nop, fmt.Errorf("--%s %q: want a positive size such as 64MiB", f.flag, f.val)
+		}
+		sizes[f.flag] = &v
+	}
+	if *maxWorld < 1 || *maxKeys < 1 || *writeTO <= 0 {
+		return cfg, nop, fmt.Errorf("--max-world, --max-keys and --client-write-timeout must be positive")
+	}
 	shape, err := dataset.ParseThrottle(*throttle)
 	if err != nil {
 		return cfg, nop, fmt.Errorf("--source-throttle %q: %w", *throttle, err)
@@ -250,7 +271,14 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	}
 	cfg.Socket = transport.SocketConfig{
 		Path: *socket, RequirePass: *requirepass, IdleTimeout: *idle, Logger: log,
+		MaxValue: int(*sizes["max-value"]), MaxClientMemory: *sizes["max-client-memory"],
+		MaxKeys: *maxKeys, MaxWorld: *maxWorld, WriteTimeout: *writeTO,
 	}
+	if err := cfg.Socket.Validate(); err != nil {
+		return cfg, nop, err
+	}
+	cfg.Node.MaxWorld = *maxWorld
+	cfg.Node.Cluster.MaxPeerMemory = *sizes["max-peer-memory"]
 	cfg.Admin = admin.Config{Addr: *adminAddr, Logger: log}
 	cfg.adminChosen = *adminAddr != admin.DefaultAddr
 	return cfg, log, nil

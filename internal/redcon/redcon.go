@@ -14,16 +14,96 @@ import (
 
 	"github.com/tidwall/btree"
 	"github.com/tidwall/match"
+
+	"github.com/shade-mesh/shade/internal/budget"
 )
 
 var (
-	errUnbalancedQuotes       = &errProtocol{"unbalanced quotes in request"}
-	errInvalidBulkLength      = &errProtocol{"invalid bulk length"}
-	errInvalidMultiBulkLength = &errProtocol{"invalid multibulk length"}
+	errUnbalancedQuotes       = &errProtocol{msg: "unbalanced quotes in request"}
+	errInvalidBulkLength      = &errProtocol{msg: "invalid bulk length"}
+	errInvalidMultiBulkLength = &errProtocol{msg: "invalid multibulk length"}
 	errDetached               = errors.New("detached")
 	errIncompleteCommand      = errors.New("incomplete command")
 	errTooMuchData            = errors.New("too much data")
+	// shade: input bounds (see Limits).
+	errInlineTooBig     = &errProtocol{msg: "too big inline request", limit: LimitInline}
+	errMultiBulkTooBig  = &errProtocol{msg: "too big mbulk count string", limit: LimitInline}
+	errBulkCountTooBig  = &errProtocol{msg: "too big bulk count string", limit: LimitInline}
+	errTooManyArgs      = &errProtocol{msg: "invalid multibulk length: too many arguments", limit: LimitArgs}
+	errClientMemoryFull = &errProtocol{msg: "client memory limit reached: the server holds as much client input and output as it may; closing the connection", limit: LimitClientMemory}
 )
+
+// The bounds of Limits, as LimitOf names them (shade).
+const (
+	LimitInline       = "inline"
+	LimitBulk         = "bulk"
+	LimitArgs         = "args"
+	LimitClientMemory = "client-memory"
+)
+
+// LimitOf returns the bound of Limits that err (as passed to the closed
+// callback) reports going past, or "" for any other error (shade).
+func LimitOf(err error) string {
+	if e, ok := err.(*errProtocol); ok {
+		return e.limit
+	}
+	return ""
+}
+
+// ErrClientMemory is the error a connection is closed with when its input
+// would take the server's client memory past Limits.Budget (shade).
+var ErrClientMemory error = errClientMemoryFull
+
+// IsProtocolError reports whether err, as passed to the closed callback,
+// is a protocol error the client caused (shade).
+func IsProtocolError(err error) bool {
+	_, ok := err.(*errProtocol)
+	return ok
+}
+
+// Limits bound what clients can make a server hold (shade). The zero value
+// of each field means its default.
+type Limits struct {
+	// MaxInline bounds an inline (telnet-style) command line in bytes, and
+	// the count line of a multibulk command; default 64 KiB, as Redis.
+	MaxInline int
+	// MaxBulk bounds one bulk argument in bytes; default 512 MiB, Redis's
+	// proto-max-bulk-len.
+	MaxBulk int
+	// MaxArgs bounds the arguments of one command; default 1,048,576.
+	MaxArgs int
+	// Budget, when set, is shared by every connection of the server and
+	// charged with each connection's read buffer, argument slabs and write
+	// buffer. A connection whose input would take it past the limit gets
+	// ErrClientMemory and is closed; write buffers already filled are
+	// counted even past the limit, and written out at once while it is
+	// exceeded.
+	Budget *budget.Budget
+	// WriteTimeout closes a connection whose replies cannot be written
+	// for this long (a client that stops reading); 0 means never.
+	WriteTimeout time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxInline <= 0 {
+		l.MaxInline = 64 << 10
+	}
+	if l.MaxBulk <= 0 || l.MaxBulk > maxBulkLen {
+		l.MaxBulk = maxBulkLen
+	}
+	if l.MaxArgs <= 0 {
+		l.MaxArgs = 1 << 20
+	}
+	return l
+}
+
+// SetLimits sets the bounds on what clients can make the server hold
+// (shade). Call it before Serve.
+func (s *Server) SetLimits(l Limits) {
+	s.mu.Lock()
+	s.limits = l.withDefaults()
+	s.mu.Unlock()
+}
 
 const maxBufferCap = 262144
 
@@ -38,7 +118,7 @@ const (
 	maxReadKeep = 1 << 20
 	// maxReadPregrow bounds how far the read buffer grows ahead of the
 	// bytes that have arrived, on the word of a bulk length alone.
-	maxReadPregrow = 4 << 20
+	maxReadPregrow = 256 << 10
 	// maxWriteKeep: a write buffer up to this size is kept after Flush
 	// (upstream dropped any above maxBufferCap, so every pipeline of large
 	// replies reallocated it).
@@ -46,7 +126,8 @@ const (
 )
 
 type errProtocol struct {
-	msg string
+	msg   string
+	limit string // shade: the bound of Limits it reports, or ""
 }
 
 func (err *errProtocol) Error() string {
@@ -57,6 +138,9 @@ func (err *errProtocol) Error() string {
 type Conn interface {
 	// RemoteAddr returns the remote address of the client connection.
 	RemoteAddr() string
+	// Flush writes out the replies written so far (shade); an error closes
+	// the connection. Handlers call it between the parts of a long reply.
+	Flush() error
 	// Close closes the connection.
 	Close() error
 	// WriteError writes an error to the client.
@@ -239,7 +323,7 @@ func (s *TLSServer) ListenAndServe() error {
 	return s.ListenServeAndSignal(nil)
 }
 
-func newServer() *Server {
+func newServer() *Server { // shade: limits default in serve
 	s := &Server{
 		conns: make(map[*conn]bool),
 	}
@@ -394,6 +478,12 @@ func serve(s *Server) error {
 		// again, so its commands may alias the read buffer (see lend).
 		c.rd.lend = true
 		s.mu.Lock()
+		lim := s.limits.withDefaults()
+		c.rd.limits = lim
+		c.rd.share = budget.NewShare(lim.Budget)
+		c.rd.share.Force(int64(len(c.rd.buf)))
+		c.wshare = budget.NewShare(lim.Budget)
+		c.writeTimeout = lim.WriteTimeout
 		c.idleClose = s.idleClose
 		s.conns[c] = true
 		s.mu.Unlock()
@@ -415,6 +505,9 @@ func handle(s *Server, c *conn) {
 		if err != errDetached {
 			// do not close the connection when a detach is detected.
 			c.conn.Close()
+			// shade: give the connection's buffers back to the budget.
+			c.rd.share.Close()
+			c.wshare.Close()
 		}
 		func() {
 			// remove the conn from the server
@@ -443,7 +536,7 @@ func handle(s *Server, c *conn) {
 					// All protocol errors should attempt a response to
 					// the client. Ignore write errors.
 					c.wr.WriteError("ERR " + err.Error())
-					c.wr.Flush()
+					c.flush()
 				}
 				return err
 			}
@@ -457,10 +550,14 @@ func handle(s *Server, c *conn) {
 				}
 				s.handler(c, cmd)
 				// shade: write out a large reply buffer between commands
-				// rather than let a pipeline of large values grow it.
-				if !c.detached && !c.closed && len(c.wr.b) >= maxBufferCap {
-					if err := c.wr.Flush(); err != nil {
-						return err
+				// rather than let a pipeline of large values grow it, and
+				// any reply at once while the clients' budget is spent.
+				if !c.detached && !c.closed {
+					c.wshare.Set(int64(cap(c.wr.b)))
+					if len(c.wr.b) >= maxBufferCap || (len(c.wr.b) > 0 && c.overBudget()) {
+						if err := c.flush(); err != nil {
+							return err
+						}
 					}
 				}
 			}
@@ -471,7 +568,7 @@ func handle(s *Server, c *conn) {
 			if c.closed {
 				return nil
 			}
-			if err := c.wr.Flush(); err != nil {
+			if err := c.flush(); err != nil {
 				return err
 			}
 		}
@@ -489,10 +586,47 @@ type conn struct {
 	closed    bool
 	cmds      []Command
 	idleClose time.Duration
+
+	// shade: the write buffer's part of the clients' budget, and how long
+	// a flush may block on a client that does not read.
+	wshare       *budget.Share
+	writeTimeout time.Duration
+}
+
+// flush writes the reply buffer out within the write timeout, and then
+// gives its memory back to the budget if the budget is spent (shade).
+func (c *conn) flush() error {
+	if c.writeTimeout > 0 && len(c.wr.b) > 0 {
+		c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	}
+	err := c.wr.Flush()
+	if c.overBudget() {
+		c.wr.b = nil
+	}
+	c.wshare.Set(int64(cap(c.wr.b)))
+	return err
+}
+
+// overBudget reports whether the clients' budget is spent (shade).
+func (c *conn) overBudget() bool {
+	b := c.rd.limits.Budget
+	return b != nil && b.Limit() > 0 && b.Used() >= b.Limit()
+}
+
+// Flush writes out the replies written so far (shade), within the write
+// timeout; a handler that writes a long reply in parts calls it between
+// parts so that the reply need not be held whole.
+func (c *conn) Flush() error {
+	err := c.flush()
+	if err != nil {
+		c.closed = true
+		c.conn.Close()
+	}
+	return err
 }
 
 func (c *conn) Close() error {
-	c.wr.Flush()
+	c.flush()
 	c.closed = true
 	return c.conn.Close()
 }
@@ -621,6 +755,7 @@ type Server struct {
 	ln        net.Listener
 	done      bool
 	idleClose time.Duration
+	limits    Limits // shade
 
 	// AcceptError is an optional function used to handle Accept errors.
 	AcceptError func(err error)
@@ -803,13 +938,21 @@ type Reader struct {
 	// shade: need is the length of the incomplete command at start, once
 	// its header has told; 0 while unknown.
 	need int
+	// shade: the bounds on input, the reused marks of a multibulk parse,
+	// and this reader's part of the clients' budget (its buffer, and its
+	// slabs as slabBytes).
+	limits    Limits
+	marks     []int
+	share     *budget.Share
+	slabBytes int64
 }
 
 // NewReader returns a command reader which will read RESP or telnet commands.
 func NewReader(rd io.Reader) *Reader {
 	return &Reader{
-		rd:  bufio.NewReader(rd),
-		buf: make([]byte, 4096),
+		rd:     bufio.NewReader(rd),
+		buf:    make([]byte, 4096),
+		limits: Limits{}.withDefaults(),
 	}
 }
 
@@ -840,6 +983,9 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	// shade: a loop (goto top after each read) where upstream recursed,
 	// one level per read, so that a command trickling in a byte at a time
 	// could not grow the stack without bound.
+	if rd.limits.MaxInline == 0 { // shade: a Reader made without NewReader
+		rd.limits = rd.limits.withDefaults()
+	}
 top:
 	var cmds []Command
 	// shade: a drained buffer is rewound and kept whole (upstream cut it
@@ -847,7 +993,8 @@ top:
 	// again by reallocation); only one past maxReadKeep is given back.
 	if rd.rd != nil && rd.end == rd.start {
 		rd.start, rd.end = 0, 0
-		if len(rd.buf) > maxReadKeep {
+		if len(rd.buf) > maxReadKeep || (len(rd.buf) > 4096 && rd.overBudget()) {
+			rd.share.Shrink(int64(len(rd.buf) - 4096))
 			rd.buf = make([]byte, 4096)
 		}
 	}
@@ -864,6 +1011,10 @@ top:
 		switch b[0] {
 		default:
 			// just a plain text command
+			// shade: a line is bounded, as Redis bounds it.
+			if nl := indexNewline(b, rd.limits.MaxInline); nl < 0 && len(b) > rd.limits.MaxInline {
+				return nil, errInlineTooBig
+			}
 			for i := 0; i < len(b); i++ {
 				if b[i] == '\n' {
 					var line []byte
@@ -954,7 +1105,10 @@ top:
 			}
 		case '*':
 			// resp formatted command
-			marks := make([]int, 0, 16)
+			marks := rd.marks[:0] // shade: reused
+			if nl := indexNewline(b, rd.limits.MaxInline); nl < 0 && len(b) > rd.limits.MaxInline {
+				return nil, errMultiBulkTooBig
+			}
 		outer2:
 			for i := 1; i < len(b); i++ {
 				if b[i] == '\n' {
@@ -962,8 +1116,11 @@ top:
 						return nil, errInvalidMultiBulkLength
 					}
 					count, ok := parseInt(b[1 : i-1])
-					if !ok || count <= 0 {
+					if !ok || count <= 0 || i > 24 { // shade: bounded
 						return nil, errInvalidMultiBulkLength
+					}
+					if count > rd.limits.MaxArgs { // shade
+						return nil, errTooManyArgs
 					}
 					marks = marks[:0]
 					for j := 0; j < count; j++ {
@@ -977,11 +1134,14 @@ top:
 						}
 						{
 							if b[i] != '$' {
-								return nil, &errProtocol{"expected '$', got '" +
+								return nil, &errProtocol{msg: "expected '$', got '" +
 									string(b[i]) + "'"}
 							}
 							si := i
 							for ; i < len(b); i++ {
+								if i-si > 24 { // shade: no length has more digits
+									return nil, errBulkCountTooBig
+								}
 								if b[i] == '\n' {
 									if b[i-1] != '\r' {
 										return nil, errInvalidBulkLength
@@ -989,6 +1149,9 @@ top:
 									size, ok := parseInt(b[si+1 : i-1])
 									if !ok || size < 0 || size > maxBulkLen { // shade: bounded
 										return nil, errInvalidBulkLength
+									}
+									if size > rd.limits.MaxBulk { // shade
+										return nil, &errProtocol{msg: fmt.Sprintf("bulk argument of %d bytes is over the limit of %d", size, rd.limits.MaxBulk), limit: LimitBulk}
 									}
 									if i+size+2 >= len(b) {
 										// not ready
@@ -1001,6 +1164,7 @@ top:
 									}
 									i++
 									marks = append(marks, i, i+size)
+									rd.marks = marks // shade: keep what it grew to
 									i += size + 1
 									break
 								}
@@ -1045,6 +1209,16 @@ top:
 	if rd.lend {
 		rd.list = cmds[:0]
 	}
+	// shade: the slabs are counted (they cannot be refused: they are
+	// bounded by the bytes in the buffer, which were).
+	if slabs := int64(cap(rd.args))*24 + int64(cap(rd.marks))*8 + int64(cap(rd.list))*56; slabs != rd.slabBytes {
+		if slabs > rd.slabBytes {
+			rd.share.Force(slabs - rd.slabBytes)
+		} else {
+			rd.share.Shrink(rd.slabBytes - slabs)
+		}
+		rd.slabBytes = slabs
+	}
 	if leftover != nil {
 		*leftover = rd.end - rd.start
 	}
@@ -1054,7 +1228,9 @@ top:
 	if rd.rd == nil {
 		return nil, errIncompleteCommand
 	}
-	rd.makeRoom()
+	if err := rd.makeRoom(); err != nil {
+		return nil, err
+	}
 	n, err := rd.rd.Read(rd.buf[rd.end:])
 	if err != nil {
 		return nil, err
@@ -1068,7 +1244,10 @@ top:
 // rest will not fit where it lies, and grows the buffer only when it will
 // not fit at all. Upstream doubled the buffer whenever it was full, copying
 // everything, and never moved the command.
-func (rd *Reader) makeRoom() {
+//
+// shade: growth is charged to the reader's share of the clients' budget
+// first; ErrClientMemory when it does not fit.
+func (rd *Reader) makeRoom() error {
 	pending := rd.end - rd.start
 	want := pending + 1
 	if rd.need > want {
@@ -1080,7 +1259,7 @@ func (rd *Reader) makeRoom() {
 		}
 	}
 	if rd.start+want <= len(rd.buf) {
-		return
+		return nil
 	}
 	if want > len(rd.buf) {
 		// Room for twice what is wanted, so that moving the tail of a
@@ -1089,6 +1268,9 @@ func (rd *Reader) makeRoom() {
 		for size < 2*want {
 			size *= 2
 		}
+		if !rd.share.Grow(int64(size - len(rd.buf))) {
+			return errClientMemoryFull
+		}
 		newbuf := make([]byte, size)
 		copy(newbuf, rd.buf[rd.start:rd.end])
 		rd.buf = newbuf
@@ -1096,6 +1278,27 @@ func (rd *Reader) makeRoom() {
 		copy(rd.buf, rd.buf[rd.start:rd.end])
 	}
 	rd.start, rd.end = 0, pending
+	return nil
+}
+
+// overBudget reports whether the clients' budget is spent (shade).
+func (rd *Reader) overBudget() bool {
+	b := rd.limits.Budget
+	return b != nil && b.Limit() > 0 && b.Used() >= b.Limit()
+}
+
+// indexNewline returns the index of the first '\n' among the first limit+1
+// bytes of b, or -1 (shade).
+func indexNewline(b []byte, limit int) int {
+	if len(b) > limit+1 {
+		b = b[:limit+1]
+	}
+	for i, c := range b {
+		if c == '\n' {
+			return i
+		}
+	}
+	return -1
 }
 
 // lendArgs returns n argument slots from the reused args slab (shade).

@@ -209,7 +209,7 @@ const (
 	Telnet
 )
 
-var errInvalidMessage = &errProtocol{"invalid message"}
+var errInvalidMessage = &errProtocol{msg: "invalid message"}
 
 // ReadNextCommand reads the next command from the provided packet. It's
 // possible that the packet contains multiple commands, or zero commands
@@ -252,7 +252,7 @@ func ReadNextCommand(packet []byte, argsbuf [][]byte) (
 					}
 					if packet[i] != '$' {
 						return false, args[:0], Redis, packet,
-							&errProtocol{"expected '$', got '" +
+							&errProtocol{msg: "expected '$', got '" +
 								string(packet[i]) + "'"}
 					}
 					for s := i + 1; i < len(packet); i++ {

@@ -12,7 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/shade-mesh/shade/internal/budget"
 )
 
 func respCommand(args ...[]byte) []byte {
@@ -135,13 +136,15 @@ func TestBulkLengthBounds(t *testing.T) {
 			t.Errorf("%q: %v, want %v", in, err, errInvalidBulkLength)
 		}
 	}
-	start := time.Now()
+	// A count past MaxArgs is refused as it is read; one within it waits
+	// for its data instead of spinning through the count.
 	_, err := NewReader(bytes.NewReader([]byte("*99999999999\r\n$1\r\n"))).ReadCommand()
-	if err != io.EOF {
-		t.Errorf("huge count: %v, want EOF", err)
+	if err != errTooManyArgs {
+		t.Errorf("huge count: %v, want %v", err, errTooManyArgs)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("huge count took %v", d)
+	_, err = NewReader(bytes.NewReader([]byte("*1048576\r\n$1\r\n"))).ReadCommand()
+	if err != io.EOF {
+		t.Errorf("count at the limit: %v, want EOF", err)
 	}
 }
 
@@ -388,5 +391,97 @@ func TestTrickledCommand(t *testing.T) {
 	cmds, err := rd.readCommands(nil)
 	if err != nil || len(cmds) != 1 || !bytes.Equal(cmds[0].Args[2], val) {
 		t.Fatalf("%d commands, %v", len(cmds), err)
+	}
+}
+
+// TestInputBounds: a line without its newline, a count line without its
+// newline, a bulk length past MaxBulk and too many arguments are refused
+// as they arrive, before the buffer grows past the bound.
+func TestInputBounds(t *testing.T) {
+	lim := Limits{MaxInline: 1024, MaxBulk: 4096, MaxArgs: 8}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"endless inline", bytes.Repeat([]byte("a"), 4096), errInlineTooBig},
+		{"endless count", append([]byte("*"), bytes.Repeat([]byte("1"), 4096)...), errMultiBulkTooBig},
+		{"endless bulk length", append([]byte("*1\r\n$"), bytes.Repeat([]byte("1"), 4096)...), errBulkCountTooBig},
+		{"too many arguments", []byte("*9\r\n$1\r\na\r\n"), errTooManyArgs},
+	} {
+		rd := NewReader(bytes.NewReader(tc.in))
+		rd.limits = lim.withDefaults()
+		_, err := rd.ReadCommand()
+		if err != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		if LimitOf(err) == "" {
+			t.Errorf("%s: LimitOf(%v) names no bound", tc.name, err)
+		}
+		if len(rd.buf) > 8*lim.MaxInline {
+			t.Errorf("%s: buffer grew to %d bytes", tc.name, len(rd.buf))
+		}
+	}
+	rd := NewReader(bytes.NewReader([]byte("*1\r\n$4097\r\n")))
+	rd.limits = lim.withDefaults()
+	if _, err := rd.ReadCommand(); LimitOf(err) != LimitBulk {
+		t.Errorf("bulk over MaxBulk: %v, want a %s refusal", err, LimitBulk)
+	}
+	// A line within the bound is read as before.
+	rd = NewReader(bytes.NewReader([]byte("PING hello\r\n")))
+	rd.limits = lim.withDefaults()
+	if cmd, err := rd.ReadCommand(); err != nil || string(cmd.Args[1]) != "hello" {
+		t.Errorf("inline PING: %v %q", err, cmd.Args)
+	}
+}
+
+// TestClientMemoryBudget: a connection whose input would take the shared
+// budget past its limit gets an error and is closed; what every
+// connection held goes back to the budget when it closes, and a new
+// connection is served.
+func TestClientMemoryBudget(t *testing.T) {
+	b := budget.New(1 << 20)
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 16)
+	s := NewServerNetwork("unix", path, func(conn Conn, cmd Command) { conn.WriteString("OK") }, nil,
+		func(_ Conn, err error) { closed <- err })
+	s.SetLimits(Limits{Budget: b})
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(ln) }()
+	defer func() { ln.Close(); <-done }()
+
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Announce 8 MiB and send 2 MiB of it: past the 1 MiB budget.
+	go func() {
+		c.Write([]byte("*2\r\n$3\r\nSET\r\n$8388608\r\n"))
+		c.Write(make([]byte, 2<<20))
+	}()
+	reply, _ := io.ReadAll(c)
+	if !bytes.Contains(reply, []byte("client memory limit")) {
+		t.Errorf("reply %q, want the client memory error", reply)
+	}
+	if err := <-closed; LimitOf(err) != LimitClientMemory {
+		t.Errorf("closed with %v, want a %s refusal", err, LimitClientMemory)
+	}
+	if b.Used() != 0 {
+		t.Errorf("budget holds %d bytes after the only connection closed", b.Used())
+	}
+	c2, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.Write([]byte("PING\r\n"))
+	line, err := bufio.NewReader(c2).ReadString('\n')
+	if err != nil || line != "+OK\r\n" {
+		t.Errorf("a new connection: %q %v", line, err)
 	}
 }

@@ -237,7 +237,7 @@ func tcpBatchServer(b *testing.B, s *benchSamples, useMsgpack bool, tc *tls.Conf
 				r := bufio.NewReaderSize(conn, 64<<10)
 				var in, out []byte
 				for {
-					_, body, err := readFrame(r, DefaultMaxFrame, in)
+					_, body, err := readFrame(r, DefaultMaxFrame, in, nil)
 					keep(&in, body)
 					if err != nil {
 						return
@@ -285,7 +285,7 @@ func tcpMsgpackCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf 
 	if err := rw.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	_, body, err := readFrame(rw, DefaultMaxFrame, frame)
+	_, body, err := readFrame(rw, DefaultMaxFrame, frame, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

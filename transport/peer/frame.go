@@ -44,12 +44,14 @@ func putHeader(b []byte, tag uint16) {
 // was empty). Memory grows with the bytes that arrive, not with the length
 // claimed. The body is not checked: see CheckMsgpack.
 func DecodeFrame(r io.Reader, limit int) (tag uint16, body []byte, err error) {
-	return readFrame(r, limit, nil)
+	return readFrame(r, limit, nil, nil)
 }
 
 // readFrame is DecodeFrame reading the body into buf's storage, which it
-// grows (and then returns) when buf is too small.
-func readFrame(r io.Reader, limit int, buf []byte) (tag uint16, body []byte, err error) {
+// grows (and then returns) when buf is too small. admit, if not nil, is
+// asked for the body's length before any of it is read; when it refuses,
+// readFrame returns ErrBusy without reading the body.
+func readFrame(r io.Reader, limit int, buf []byte, admit func(n int) bool) (tag uint16, body []byte, err error) {
 	var hdr [headerLen]byte
 	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
 		return 0, buf[:0], err
@@ -60,6 +62,9 @@ func readFrame(r io.Reader, limit int, buf []byte) (tag uint16, body []byte, err
 	}
 	if n < 2 {
 		return 0, buf[:0], fmt.Errorf("%w: length %d", ErrBadFrame, n)
+	}
+	if admit != nil && !admit(int(n)) {
+		return 0, buf[:0], fmt.Errorf("%w: no room for a frame of %d bytes", ErrBusy, n)
 	}
 	if _, err := io.ReadFull(r, hdr[4:]); err != nil {
 		return 0, buf[:0], unexpected(err)
@@ -97,6 +102,21 @@ func unexpected(err error) error {
 // before msgpack.Unmarshal on bytes from the network: msgpack/v5 sizes slices
 // and maps from their headers. Errors wrap ErrBadFrame.
 func CheckMsgpack(b []byte) error {
+	_, err := MsgpackCost(b)
+	return err
+}
+
+// decodedValueCost is what one decoded msgpack value may take in memory
+// beside its payload bytes: a slice, string or interface header.
+const decodedValueCost = 24
+
+// MsgpackCost checks b as CheckMsgpack does and returns a bound on the
+// memory that decoding it may take: its bytes, plus decodedValueCost for
+// every value it holds. A frame of many tiny values (empty arrays, say)
+// decodes to many times its size; the bound lets a server charge that
+// before it decodes.
+func MsgpackCost(b []byte) (int64, error) {
+	values := int64(0)
 	// pending[d] counts the values still expected at nesting level d; need
 	// is their sum, each of which takes one byte at least.
 	var pending [maxDepth + 1]uint64
@@ -108,17 +128,18 @@ func CheckMsgpack(b []byte) error {
 		for pending[d] == 0 {
 			if d == 0 {
 				if p != len(b) {
-					return fmt.Errorf("%w: %d bytes after the msgpack value", ErrBadFrame, len(b)-p)
+					return 0, fmt.Errorf("%w: %d bytes after the msgpack value", ErrBadFrame, len(b)-p)
 				}
-				return nil
+				return int64(len(b)) + decodedValueCost*values, nil
 			}
 			d--
 		}
 		if p >= len(b) {
-			return fmt.Errorf("%w: msgpack truncated at byte %d", ErrBadFrame, p)
+			return 0, fmt.Errorf("%w: msgpack truncated at byte %d", ErrBadFrame, p)
 		}
 		pending[d]--
 		need--
+		values++
 		c := b[p]
 		p++
 		var skip uint64 // payload bytes after the header
@@ -136,7 +157,7 @@ func CheckMsgpack(b []byte) error {
 			switch c {
 			case 0xc0, 0xc2, 0xc3: // nil, false, true
 			case 0xc1:
-				return fmt.Errorf("%w: msgpack code 0xc1 at byte %d", ErrBadFrame, p-1)
+				return 0, fmt.Errorf("%w: msgpack code 0xc1 at byte %d", ErrBadFrame, p-1)
 			case 0xc4, 0xd9: // bin8, str8
 				skip = 1
 			case 0xc5, 0xda: // bin16, str16
@@ -169,7 +190,7 @@ func CheckMsgpack(b []byte) error {
 			// A length of skip bytes, then (ext) a type byte, then that many
 			// bytes.
 			if skip > rest {
-				return truncated(p)
+				return 0, truncated(p)
 			}
 			l := readUint(b[p:], int(skip))
 			p += int(skip)
@@ -183,7 +204,7 @@ func CheckMsgpack(b []byte) error {
 				w = 4
 			}
 			if uint64(w) > rest {
-				return truncated(p)
+				return 0, truncated(p)
 			}
 			elems = readUint(b[p:], w)
 			p += w
@@ -193,22 +214,22 @@ func CheckMsgpack(b []byte) error {
 		}
 		rest = uint64(len(b) - p)
 		if skip > rest {
-			return fmt.Errorf("%w: msgpack length %d at byte %d exceeds the %d bytes left", ErrBadFrame, skip, p, rest)
+			return 0, fmt.Errorf("%w: msgpack length %d at byte %d exceeds the %d bytes left", ErrBadFrame, skip, p, rest)
 		}
 		p += int(skip)
 		if container && elems > 0 {
 			if d == maxDepth {
-				return fmt.Errorf("%w: msgpack nests deeper than %d", ErrBadFrame, maxDepth)
+				return 0, fmt.Errorf("%w: msgpack nests deeper than %d", ErrBadFrame, maxDepth)
 			}
 			need += elems
 			if need > uint64(len(b)-p) {
-				return fmt.Errorf("%w: msgpack declares %d more values at byte %d, only %d bytes left", ErrBadFrame, need, p, len(b)-p)
+				return 0, fmt.Errorf("%w: msgpack declares %d more values at byte %d, only %d bytes left", ErrBadFrame, need, p, len(b)-p)
 			}
 			d++
 			pending[d] = elems
 		}
 		if need > uint64(len(b)-p) {
-			return truncated(p)
+			return 0, truncated(p)
 		}
 	}
 }

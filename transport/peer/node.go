@@ -14,6 +14,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/rs/zerolog"
+
+	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -49,6 +51,12 @@ type Node struct {
 	ln    *quic.Listener
 	qconf *quic.Config
 	bufs  sync.Pool // *[]byte frame buffers
+
+	// requests holds the bytes of the requests being served (frames, their
+	// decoding, their replies) within Config.MaxRequestMemory; busy counts
+	// the requests refused for want of room.
+	requests *budget.Budget
+	busy     atomic.Uint64
 
 	mu     sync.Mutex
 	closed bool
@@ -124,15 +132,16 @@ func Listen(cfg Config, h Handler) (*Node, error) {
 		return nil, fmt.Errorf("peer: %w", err)
 	}
 	n := &Node{
-		cfg:   cfg,
-		log:   cfg.Logger.With().Str("node", cfg.Name).Logger(),
-		h:     h,
-		udp:   udp,
-		tr:    tr,
-		ln:    ln,
-		qconf: qconf,
-		peers: make(map[string]*peerState),
-		conns: make(map[*peerConn]struct{}),
+		requests: budget.New(cfg.MaxRequestMemory),
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("node", cfg.Name).Logger(),
+		h:        h,
+		udp:      udp,
+		tr:       tr,
+		ln:       ln,
+		qconf:    qconf,
+		peers:    make(map[string]*peerState),
+		conns:    make(map[*peerConn]struct{}),
 	}
 	n.wg.Add(1)
 	go n.acceptLoop()
@@ -320,12 +329,39 @@ func (n *Node) serveStream(c *peerConn, str *quic.Stream) {
 	defer n.putBuf(buf)
 
 	str.SetReadDeadline(time.Now().Add(n.cfg.RequestTimeout))
-	tag, body, err := readFrame(str, n.cfg.MaxFrame, *buf)
+	var held int64 // bytes of the request budget this request holds
+	defer func() { n.requests.Release(held) }()
+	admit := func(size int) bool {
+		if !n.requests.TryReserve(int64(size)) {
+			return false
+		}
+		held = int64(size)
+		return true
+	}
+	tag, body, err := readFrame(str, n.cfg.MaxFrame, *buf, admit)
 	keep(buf, body)
 	if err == nil {
 		err = expectEOF(str)
 	}
+	if err == nil && tag != 0 {
+		// Charge what decoding may take beyond the frame, before the
+		// handler decodes it.
+		cost, cerr := MsgpackCost(body)
+		switch {
+		case cerr != nil:
+			err = cerr
+		case !n.requests.TryReserve(cost - held):
+			err = fmt.Errorf("%w: decoding %d bytes of msgpack may take %d", ErrBusy, len(body), cost)
+		default:
+			held = max(cost, held)
+		}
+	}
 	switch {
+	case errors.Is(err, ErrBusy):
+		n.busy.Add(1)
+		str.CancelRead(streamTooLarge)
+		n.writeReply(str, p, nil, &Error{Code: CodeUnavailable, Msg: err.Error()})
+		return
 	case errors.Is(err, ErrFrameTooLarge):
 		// Refused before reading (or allocating) the body: stop the sender
 		// and tell it why.
@@ -350,11 +386,7 @@ func (n *Node) serveStream(c *peerConn, str *quic.Stream) {
 	case tag == 0:
 		err = &Error{Code: CodeBadRequest, Msg: "method 0 is reserved"}
 	default:
-		if err = CheckMsgpack(body); err != nil {
-			err = &Error{Code: CodeBadRequest, Msg: err.Error()}
-			break
-		}
-		// The send side's context ends when the caller stops reading (it
+		// The body was checked by MsgpackCost above. The send side's context ends when the caller stops reading (it
 		// gave up) or the connection closes.
 		ctx, cancel := context.WithTimeout(str.Context(), n.cfg.RequestTimeout)
 		resp, err = n.serve(ctx, c.name, Method(tag), body)
@@ -383,6 +415,8 @@ func (n *Node) writeReply(str *quic.Stream, p *peerState, resp any, herr error) 
 	defer n.putBuf(buf)
 	frame, err := n.replyFrame((*buf)[:0], resp, herr)
 	keep(buf, frame)
+	n.requests.Force(int64(len(frame)))
+	defer n.requests.Release(int64(len(frame)))
 	if err != nil {
 		n.log.Error().Err(err).Msg("peer: encode reply")
 		str.CancelWrite(streamCancelled)
@@ -578,7 +612,7 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	// large) replies before it stops the stream.
 	rbuf := n.getBuf()
 	defer n.putBuf(rbuf)
-	code, body, err := readFrame(str, n.cfg.MaxFrame, *rbuf)
+	code, body, err := readFrame(str, n.cfg.MaxFrame, *rbuf, nil)
 	keep(rbuf, body)
 	if err == nil {
 		err = expectEOF(str)
@@ -703,4 +737,11 @@ func (w *sliceWriter) WriteByte(c byte) error {
 func (w *sliceWriter) WriteString(s string) (int, error) {
 	w.b = append(w.b, s...)
 	return len(s), nil
+}
+
+// RequestMemory returns the bytes the requests being served hold now, the
+// bound (Config.MaxRequestMemory), and how many requests were refused for
+// want of room since the node started.
+func (n *Node) RequestMemory() (used, limit int64, refused uint64) {
+	return n.requests.Used(), n.requests.Limit(), n.busy.Load()
 }

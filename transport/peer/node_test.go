@@ -675,3 +675,51 @@ func BenchmarkCall(b *testing.B) {
 		})
 	}
 }
+
+// TestRequestMemoryBounded: a request that does not fit in the node's
+// request memory, by its frame or by what decoding it would take (a frame
+// of many empty arrays decodes to many times its size), is refused with
+// CodeUnavailable before the handler sees it, nothing stays held, and
+// the node goes on serving.
+func TestRequestMemoryBounded(t *testing.T) {
+	dir := t.TempDir()
+	hb := newTestHandler()
+	a := testNode(t, dir, "node-a", newTestHandler())
+	b := testNode(t, dir, "node-b", hb, func(c *Config) { c.MaxRequestMemory = 64 << 10 })
+	frame := func(tag uint16, body []byte) []byte {
+		var buf bytes.Buffer
+		EncodeFrame(&buf, tag, body)
+		return buf.Bytes()
+	}
+	// 20,000 empty arrays in one array: 20 KiB of frame, about 480 KiB
+	// decoded.
+	bomb := append([]byte{0xdc, 0x4e, 0x20}, bytes.Repeat([]byte{0x90}, 20000)...)
+	if cost, err := MsgpackCost(bomb); err != nil || cost < 20000*decodedValueCost {
+		t.Fatalf("MsgpackCost of %d empty arrays: %d, %v", 20000, cost, err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  []byte
+	}{
+		{"frame over the memory", frame(uint16(mEcho), append([]byte{0xc6, 0, 1, 0, 0}, make([]byte, 64<<10)...))},
+		{"decoding over the memory", frame(uint16(mEcho), bomb)},
+	} {
+		if code, msg := rawExchange(t, a, b, tc.req); code != CodeUnavailable {
+			t.Errorf("%s: code %v (%s), want %v", tc.name, code, msg, CodeUnavailable)
+		}
+	}
+	if hb.calls.Load() != 0 {
+		t.Fatalf("handler ran %d times for refused requests", hb.calls.Load())
+	}
+	waitFor(t, "the refused requests' memory to go back", func() bool {
+		used, _, _ := b.RequestMemory()
+		return used == 0
+	})
+	if _, limit, refused := b.RequestMemory(); limit != 64<<10 || refused != 2 {
+		t.Fatalf("RequestMemory: limit %d refused %d, want %d and 2", limit, refused, 64<<10)
+	}
+	var got echoMsg
+	if err := a.Call(ctxT(t), b.Addr(), "node-b", mEcho, echoMsg{N: 1}, &got); err != nil || got.N != 2 {
+		t.Fatalf("call after refusals: %v", err)
+	}
+}

@@ -31,10 +31,11 @@ const ALPN = "shade/1"
 
 // Defaults for the zero values of Config.
 const (
-	DefaultListenAddr     = ":7947"
-	DefaultMaxFrame       = 64 << 20
-	DefaultRequestTimeout = 10 * time.Second
-	DefaultIdleTimeout    = 5 * time.Second
+	DefaultListenAddr       = ":7947"
+	DefaultMaxFrame         = 64 << 20
+	DefaultMaxRequestMemory = 256 << 20
+	DefaultRequestTimeout   = 10 * time.Second
+	DefaultIdleTimeout      = 5 * time.Second
 )
 
 // Method numbers a request. The mesh defines its methods (1..999); 0 is
@@ -145,6 +146,9 @@ var (
 	ErrFrameTooLarge = errors.New("peer: frame too large")
 	ErrClosed        = errors.New("peer: closed")
 	ErrBadFrame      = errors.New("peer: malformed frame")
+	// ErrBusy reports a request refused because the requests this node
+	// holds already take Config.MaxRequestMemory.
+	ErrBusy = errors.New("peer: request memory full")
 	// ErrWrongPeer: the node at an address is not the node the caller
 	// named.
 	ErrWrongPeer = errors.New("peer: wrong peer")
@@ -193,6 +197,12 @@ type Config struct {
 	// MaxFrame is the largest frame, in bytes after the length prefix, that
 	// this node sends or accepts. Default 64 MiB.
 	MaxFrame int
+	// MaxRequestMemory bounds the bytes that the requests this node serves
+	// may hold at once, all peers together: each request's frame and a
+	// bound on what decoding it takes (see MsgpackCost), and its reply
+	// while it is sent. A request that does not fit is refused with
+	// CodeUnavailable before its body is read. Default 256 MiB.
+	MaxRequestMemory int64
 	// RequestTimeout bounds a Call whose ctx has no deadline, and each
 	// request this node serves. Default 10 s.
 	RequestTimeout time.Duration
@@ -209,6 +219,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = DefaultMaxFrame
+	}
+	if c.MaxRequestMemory <= 0 {
+		c.MaxRequestMemory = DefaultMaxRequestMemory
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
