@@ -56,18 +56,14 @@ func load(t *testing.T) manifests {
 		}
 		var obj any
 		switch head.APIVersion + " " + head.Kind {
-		case "apps/v1 DaemonSet":
-			m.daemonSet = &appsv1.DaemonSet{}
-			obj = m.daemonSet
+		case "apps/v1 DaemonSet": // decoding allocates each object
+			obj = &m.daemonSet
 		case "v1 Service":
-			m.service = &corev1.Service{}
-			obj = m.service
+			obj = &m.service
 		case "v1 Secret":
-			m.secret = &corev1.Secret{}
-			obj = m.secret
+			obj = &m.secret
 		case "v1 ConfigMap":
-			m.configMap = &corev1.ConfigMap{}
-			obj = m.configMap
+			obj = &m.configMap
 		case "v1 Namespace":
 			ns := &corev1.Namespace{}
 			m.namespaces = append(m.namespaces, ns)
