@@ -16,7 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/shade-mesh/shade/admin/admintest"
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/meshtest"
 	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -109,7 +110,7 @@ next:
 }
 
 func TestMetricsOfAStandaloneNode(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{Node: "node-a", Dataset: "toy", Samples: 40, CacheSize: 8 << 20})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	s := listen(t, p.Node)
 	c := p.Client(t)
 	ctx := context.Background()
@@ -120,11 +121,11 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	for i := range 10 {
 		for pass := range 2 {
 			got, err := c.Get(ctx, p.Key(i)).Bytes()
-			if err != nil || string(got) != string(p.Files[i]) {
+			if err != nil || string(got) != string(p.Data.Files[i]) {
 				t.Fatalf("GET %s pass %d: %d bytes, %v", p.Key(i), pass, len(got), err)
 			}
 		}
-		bytesRead += int64(len(p.Files[i]))
+		bytesRead += int64(len(p.Data.Files[i]))
 	}
 
 	fams := scrape(t, s)
@@ -209,7 +210,7 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	if _, err := c.Do(ctx, "SHADE.ORDER", "toy", 0, 0, 1).Result(); err != nil {
 		t.Fatal(err)
 	}
-	admintest.WaitFor(t, 20*time.Second, "the read-ahead holds the 30 samples not cached", func() bool {
+	testsupport.WaitFor(t, 20*time.Second, "the read-ahead holds the 30 samples not cached", func() bool {
 		fams = scrape(t, s)
 		return value(t, fams, "shade_readahead_fetched_total", nil) == 30
 	})
@@ -258,7 +259,7 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 }
 
 func TestProbesAndProfiler(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	s := listen(t, p.Node)
 	base := "http://" + s.Addr()
 	for _, c := range []struct {
@@ -297,7 +298,7 @@ func trim(s string) string {
 }
 
 func TestCloseStopsServing(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	s, err := Listen(Config{Addr: "127.0.0.1:0"}, p.Node)
 	if err != nil {
 		t.Fatal(err)

@@ -65,11 +65,7 @@ func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) {
 		Cluster:        ClusterConfig{Prefetch: window, JoinWait: 100 * time.Millisecond},
 	}, transport.SocketConfig{})
 	ctx := context.Background()
-	c := p.client(t)
-	slice, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, 30000).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, slice := firstSlice(t, p)
 	if len(slice) != samples {
 		t.Fatalf("slice of %d samples, want %d", len(slice), samples)
 	}
@@ -175,11 +171,7 @@ func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 		Cluster: ClusterConfig{Prefetch: 64, JoinWait: 100 * time.Millisecond},
 	}, transport.SocketConfig{})
 	ctx := context.Background()
-	c := p.client(t)
-	slice, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, 30000).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, slice := firstSlice(t, p)
 	if err := readBatch(ctx, c, files, slice[:100]); err != nil {
 		t.Fatal(err)
 	}
@@ -206,4 +198,16 @@ func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 		_, entries := ra.Len()
 		return entries <= 64
 	})
+}
+
+// firstSlice asks p for epoch 0 of a one-rank job on "ds" and returns the
+// client it asked with and the rank's slice.
+func firstSlice(t *testing.T, p *testPeer) (*redis.Client, []int64) {
+	t.Helper()
+	c := p.client(t)
+	slice, err := c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 1, 30000).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, slice
 }

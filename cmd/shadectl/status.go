@@ -51,7 +51,7 @@ func (f *clusterFlags) register(fs *flag.FlagSet, many bool) {
 	fs.StringVar(&f.password, "password", os.Getenv("SHADE_REQUIREPASS"), "the peers' --requirepass (default $SHADE_REQUIREPASS)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for each peer")
 	fs.IntVar(&f.replicas, "replicas", ring.DefaultReplicas, "owners of each sample (R), as the daemons' --replicas")
-	fs.IntVar(&f.partitions, "partitions", ring.DefaultPartitions, "ring partitions, as the daemons' (fixed at 271 in shade-peer)")
+	fs.IntVar(&f.partitions, "partitions", ring.DefaultPartitions, "ring partitions: the daemons' --ring-partitions (every peer of a mesh uses the same)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object")
 }
 
