@@ -43,7 +43,7 @@ const (
 	ReportChunk = 16384
 
 	// serverOrderLimit is how long the peer lets SHADE.ORDER block at most
-	// (its default --max-order-wait).
+	// (the trainer socket's fixed limit; transport.SocketConfig.MaxOrderWait).
 	serverOrderLimit = 10 * time.Minute
 )
 
