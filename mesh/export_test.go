@@ -8,13 +8,7 @@ func (n *Node) kill() {
 	if n.closed.Swap(true) {
 		return
 	}
-	n.cancel()
-	n.readAhead.Close()
-	if c := n.cluster; c != nil {
-		c.list.Close()
-		c.wire.Close()
-	}
-	n.bg.Wait()
+	n.stop()
 	n.polMu.Lock()
 	n.store.Close()
 	n.polMu.Unlock()

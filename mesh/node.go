@@ -192,13 +192,7 @@ func (n *Node) Close() error {
 			n.cfg.Logger.Warn().Err(err).Msg("leaving the mesh")
 		}
 	}
-	n.cancel()
-	n.readAhead.Close()
-	if c := n.cluster; c != nil {
-		c.list.Close()
-		c.wire.Close()
-	}
-	n.bg.Wait()
+	n.stop()
 	n.saveScores()
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
@@ -206,6 +200,18 @@ func (n *Node) Close() error {
 		n.cfg.Logger.Warn().Err(err).Msg("writing the access trace")
 	}
 	return n.store.Close()
+}
+
+// stop ends the node's work: its context, the read-ahead, the membership
+// and the peer transport, then waits for every background goroutine.
+func (n *Node) stop() {
+	n.cancel()
+	n.readAhead.Close()
+	if c := n.cluster; c != nil {
+		c.list.Close()
+		c.wire.Close()
+	}
+	n.bg.Wait()
 }
 
 // route classifies a key: a sample of a known dataset (ds non-nil), or a
