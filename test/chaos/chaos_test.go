@@ -16,6 +16,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 // What TestChaos counts, and what fails it.
@@ -610,7 +611,7 @@ func (mo *monitor) run(ctx context.Context) {
 		now := time.Now()
 		mo.rounds++
 		type view struct {
-			st  peerStats
+			st  stats.Node
 			err error
 		}
 		views := map[string]view{}

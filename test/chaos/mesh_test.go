@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 // peerProc is one named peer across its incarnations: it is restarted
@@ -186,24 +187,8 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
-// peerStats is the part of SHADE.STATS the chaos test reads.
-type peerStats struct {
-	Node    string   `json:"node"`
-	Members []string `json:"members"`
-	Leader  string   `json:"leader"`
-	Leading bool     `json:"leading"`
-	Term    uint64   `json:"term"`
-	// Datasets' jobs: the leader's score table size.
-	Datasets []struct {
-		Job struct {
-			ScoredSamples int `json:"scored_samples"`
-			LatestEpoch   int `json:"latest_epoch"`
-		} `json:"job"`
-	} `json:"datasets"`
-}
-
-func statsOf(ctx context.Context, c *redis.Client) (peerStats, error) {
-	var st peerStats
+func statsOf(ctx context.Context, c *redis.Client) (stats.Node, error) {
+	var st stats.Node
 	js, err := c.Do(ctx, "SHADE.STATS").Text()
 	if err != nil {
 		return st, err

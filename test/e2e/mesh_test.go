@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 // procMesh is k shade-peer processes on loopback.
@@ -47,25 +48,8 @@ func startProcMesh(t *testing.T, k, samples int, extra ...string) *procMesh {
 	return m
 }
 
-type stats struct {
-	Members  []string `json:"members"`
-	Datasets []struct {
-		Total struct {
-			Hits        int64 `json:"hits"`
-			LocalHits   int64 `json:"local_hits"`
-			PeerHits    int64 `json:"peer_hits"`
-			SourceReads int64 `json:"source_reads"`
-		} `json:"total"`
-		Job struct {
-			Leader        string `json:"leader"`
-			LatestEpoch   int    `json:"latest_epoch"`
-			ScoredSamples int    `json:"scored_samples"`
-		} `json:"job"`
-	} `json:"datasets"`
-}
-
-func peerStats(sock string) (stats, error) {
-	var st stats
+func peerStats(sock string) (stats.Node, error) {
+	var st stats.Node
 	c := redisClient(sock)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
