@@ -84,8 +84,15 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 	return ds, nil
 }
 
-func (ds *datasetState) leaderJob() *leader.Job      { return ds.lead.Load() }
-func (ds *datasetState) setLeaderJob(lj *leader.Job) { ds.lead.Store(lj) }
+func (ds *datasetState) leaderJob() *leader.Job { return ds.lead.Load() }
+
+// setLeaderJob makes lj (nil for none) the dataset's leader state and
+// retires the one it replaces, so that its timers publish nothing.
+func (ds *datasetState) setLeaderJob(lj *leader.Job) {
+	if old := ds.lead.Swap(lj); old != nil && old != lj {
+		old.Retire()
+	}
+}
 
 func (ds *datasetState) headTerm() uint64 {
 	_, _, t := ds.book.Head()

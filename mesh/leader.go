@@ -26,10 +26,12 @@ var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the lea
 
 // jobConfig is the leader.Config of a dataset's job on this node: its
 // orders are drawn from the node's score table, split preferring the
-// samples' owners in a mesh, installed here and broadcast.
+// samples' owners in a mesh, installed here and broadcast; its timers run
+// on the node's background goroutines.
 func (n *Node) jobConfig(ds *datasetState) leader.Config {
 	cfg := leader.Config{
 		Dataset: ds.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: ds.scores, Term: n.lead.ownTerm,
+		JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, ds.samplingConfig(n.cfg)) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			ds.book.Install(p)
@@ -46,18 +48,17 @@ func (n *Node) jobConfig(ds *datasetState) leader.Config {
 	return cfg
 }
 
-// jobToLead returns a dataset and its leader state, or errNotLeader on a
-// node that does not lead now.
-func (n *Node) jobToLead(name string) (*datasetState, *leader.Job, error) {
+// jobToLead returns a dataset's leader state, or errNotLeader on a node
+// that does not lead now.
+func (n *Node) jobToLead(name string) (*leader.Job, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	lj := ds.leaderJob()
-	if lj == nil {
-		return nil, nil, errNotLeader
+	if lj := ds.leaderJob(); lj != nil {
+		return lj, nil
 	}
-	return ds, lj, nil
+	return nil, errNotLeader
 }
 
 // refused turns a job's refusal into the coded error the asking node gets.
@@ -74,62 +75,30 @@ func refused(err error) error {
 // leaderJoin records where a rank trains; epoch 0 is published once every
 // rank has joined, or JoinWait after the first did.
 func (n *Node) leaderJoin(req *wire.JoinReq) error {
-	ds, lj, err := n.jobToLead(req.Dataset)
+	lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
 	}
-	j, err := lj.Join(req.Rank, req.World, req.Node, req.Gen, req.Have)
-	if j.Behind && req.Node != n.cfg.Name && n.cluster != nil {
+	behind, err := lj.Join(req.Rank, req.World, req.Node, req.Gen, req.Have)
+	if behind && req.Node != n.cfg.Name && n.cluster != nil {
 		n.sendNewestOrders(req.Node)
 	}
-	if j.Wait {
-		n.afterJoinWait(ds, lj)
-	}
 	return refused(err)
-}
-
-// afterJoinWait publishes epoch 0 JoinWait from now, for the ranks that
-// joined by then, if lj still leads the job.
-func (n *Node) afterJoinWait(ds *datasetState, lj *leader.Job) {
-	n.after(n.cfg.Cluster.JoinWait, func() {
-		if ds.leaderJob() != lj {
-			return
-		}
-		if err := lj.JoinWaitOver(); err != nil {
-			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("publishing epoch 0")
-		}
-	})
 }
 
 // leaderDone records that a rank finished an epoch and publishes the next
 // once all have (or EpochDeadline after the first did, if set).
 func (n *Node) leaderDone(req *wire.DoneReq) error {
-	ds, lj, err := n.jobToLead(req.Dataset)
+	lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
 	}
-	first, err := lj.Done(req.Gen, req.Epoch, req.Rank, req.Node)
-	if d := n.cfg.Cluster.EpochDeadline; first && d > 0 {
-		n.after(d, func() {
-			if ds.leaderJob() != lj {
-				return
-			}
-			pending, err := lj.DeadlinePassed(req.Epoch)
-			if pending != nil {
-				n.cfg.Logger.Warn().Str("dataset", ds.name).Int("epoch", req.Epoch).Ints("pending", pending).
-					Msg("epoch deadline passed: publishing the next order without the pending ranks")
-			}
-			if err != nil {
-				n.cfg.Logger.Error().Err(err).Msg("publishing after the deadline")
-			}
-		})
-	}
-	return refused(err)
+	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node))
 }
 
 // leaderReset starts a new job generation for a dataset.
 func (n *Node) leaderReset(req *wire.ResetReq) error {
-	_, lj, err := n.jobToLead(req.Dataset)
+	lj, err := n.jobToLead(req.Dataset)
 	if err == nil {
 		lj.Reset()
 	}
@@ -219,8 +188,8 @@ func (n *Node) takeover(ctx context.Context) {
 		if pub != nil {
 			n.broadcast(wire.MethodPublish, pub)
 		}
-		if wait, _ := lj.Resume(); wait {
-			n.afterJoinWait(ds, lj)
+		if err := lj.Resume(); err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("takeover: publishing")
 		}
 	}
 	n.cfg.Logger.Info().Uint64("term", term).Int("peers", len(states)).Msg("leading")

@@ -4,17 +4,21 @@
 // split among the ranks, how a new leader rebuilds a job from what the
 // peers report, and whether an order received from a peer is sound.
 //
-// It sends nothing and arms no timer: package mesh gathers the peers'
-// states, runs the join wait and the epoch deadline, and installs and
-// broadcasts the orders a Job hands to Config.Publish. leader imports only
-// mesh/wire and sampling; it must not import mesh, memberlist (mesh/member),
-// QUIC (transport/peer), store or any other network package.
+// It sends nothing and starts no goroutine: package mesh gathers the
+// peers' states, runs the timers a Job asks of Config.After, and installs
+// and broadcasts the orders a Job hands to Config.Publish. leader imports
+// only mesh/wire, sampling and zerolog; it must not import mesh,
+// memberlist (mesh/member), QUIC (transport/peer), store or any other
+// network package.
 package leader
 
 import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
@@ -51,7 +55,7 @@ type Scores interface {
 }
 
 // Config is what a Job needs of its dataset and its node. Every field but
-// Owners is required.
+// Owners, EpochDeadline and Logger is required.
 type Config struct {
 	Dataset, Version string
 	// MaxWorld bounds the world size of a job.
@@ -72,6 +76,19 @@ type Config struct {
 	// lock held, in the order it decides on orders: it must not block nor
 	// call back into the Job, and it owns p.
 	Publish func(p *wire.PublishMsg, scored int)
+	// JoinWait is how long epoch 0 waits for every rank to join, from the
+	// first; then it is published for the ranks that joined.
+	JoinWait time.Duration
+	// EpochDeadline publishes the next epoch this long after the first
+	// rank finished the newest, without the ranks that have not; 0 means
+	// never.
+	EpochDeadline time.Duration
+	// After calls fn once d has passed, on a goroutine the caller owns; it
+	// may drop fn if the node closes first. It must not block: a Job calls
+	// it with its lock held.
+	After func(d time.Duration, fn func())
+	// Logger receives the timers' publications and errors.
+	Logger zerolog.Logger
 }
 
 // Job is the leader's state of one dataset's job: who trains where, which
@@ -92,8 +109,9 @@ type Job struct {
 	ranks    []string // rank -> node, "" until known; len(ranks) == world
 	done     map[int]bool
 	sampler  *sampling.Sampler
-	waiting  bool // the caller runs the join wait of epoch 0
-	deadline bool // the caller runs the deadline of epoch latest
+	waiting  bool // the join wait of epoch 0 is armed
+	deadline bool // the deadline of epoch latest is armed (or none is set)
+	retired  bool // no longer the dataset's job: timers publish nothing
 }
 
 // New returns the job of generation 0, with no rank and no order.
@@ -101,101 +119,107 @@ func New(cfg Config) *Job {
 	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), sampler: cfg.NewSampler()}
 }
 
-// Joined says what a Join leaves its caller to do.
-type Joined struct {
-	// Behind: epoch 0 is published, and the rank's node, which holds
-	// generation gen up to epoch have, lacks the newest order: it may have
-	// missed the publication (a restart, a partition). Send it again.
-	Behind bool
-	// Wait: the first rank joined and others are missing. Call
-	// JoinWaitOver once the join wait has passed.
-	Wait bool
-}
-
 // Join records that rank of world trains on node, which holds generation
 // gen of the job up to epoch have. Epoch 0 is published once every rank
-// has joined. It refuses, with ErrBadRequest, a rank outside world or a
+// has joined, or JoinWait after the first did. It reports behind when
+// epoch 0 is published and node lacks the newest order: it may have
+// missed the publication (a restart, a partition), and the caller sends
+// it again. It refuses, with ErrBadRequest, a rank outside world or a
 // world over MaxWorld and, with ErrWorldMismatch, a world other than the
 // job's; an error from drawing epoch 0 is returned as is.
-func (j *Job) Join(rank, world int, node string, gen uint64, have int) (Joined, error) {
+func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if world < 1 || rank < 0 || rank >= world || world > j.cfg.MaxWorld {
-		return Joined{}, refuse(ErrBadRequest, "rank %d of world %d (at most %d ranks)", rank, world, j.cfg.MaxWorld)
+		return false, refuse(ErrBadRequest, "rank %d of world %d (at most %d ranks)", rank, world, j.cfg.MaxWorld)
 	}
 	if j.world == 0 {
 		j.world = world
 		j.ranks = make([]string, world)
 	}
 	if j.world != world {
-		return Joined{}, refuse(ErrWorldMismatch, "the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
+		return false, refuse(ErrWorldMismatch, "the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
 			j.cfg.Dataset, j.world, world, j.cfg.Dataset)
 	}
 	j.ranks[rank] = node
 	if j.latest >= 0 {
-		return Joined{Behind: gen != j.gen || have < j.latest}, nil
+		return gen != j.gen || have < j.latest, nil
 	}
 	if len(j.missingLocked()) == 0 {
-		return Joined{}, j.publishLocked(0)
+		return false, j.publishLocked(0)
 	}
-	if !j.waiting {
-		j.waiting = true
-		return Joined{Wait: true}, nil
-	}
-	return Joined{}, nil
+	j.armJoinWaitLocked()
+	return false, nil
 }
 
-// JoinWaitOver publishes epoch 0 for the ranks that joined so far, unless
-// it is published already or none joined.
-func (j *Job) JoinWaitOver() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.latest >= 0 || j.world == 0 {
-		return nil
+// armJoinWaitLocked publishes epoch 0 JoinWait from now, for the ranks
+// that joined by then, unless it is armed already.
+func (j *Job) armJoinWaitLocked() {
+	if j.waiting {
+		return
 	}
-	return j.publishLocked(0)
+	j.waiting = true
+	j.cfg.After(j.cfg.JoinWait, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.retired || j.latest >= 0 || j.world == 0 {
+			return
+		}
+		if err := j.publishLocked(0); err != nil {
+			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing epoch 0")
+		}
+	})
 }
 
 // Done records that rank, which trains on node, finished epoch of
-// generation gen. The next epoch is published once every rank has. It
-// reports first when rank is the first to finish the newest epoch: the
-// caller with an epoch deadline calls DeadlinePassed(epoch) once it has
-// passed. A done of an older generation or epoch is ignored; one for an
-// epoch not yet published, or a rank outside the world, is refused with
-// ErrBadRequest.
-func (j *Job) Done(gen uint64, epoch, rank int, node string) (first bool, err error) {
+// generation gen. The next epoch is published once every rank has, or
+// EpochDeadline after the first did (if set). A done of an older
+// generation or epoch is ignored; one for an epoch not yet published, or
+// a rank outside the world, is refused with ErrBadRequest.
+func (j *Job) Done(gen uint64, epoch, rank int, node string) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if gen != j.gen || epoch < j.latest {
-		return false, nil // an old job or epoch: nothing to do
+		return nil // an old job or epoch: nothing to do
 	}
 	if epoch > j.latest || rank < 0 || rank >= j.world {
-		return false, refuse(ErrBadRequest, "done for epoch %d rank %d; newest epoch is %d of world %d", epoch, rank, j.latest, j.world)
+		return refuse(ErrBadRequest, "done for epoch %d rank %d; newest epoch is %d of world %d", epoch, rank, j.latest, j.world)
 	}
 	j.done[rank] = true
 	if j.ranks[rank] == "" {
 		j.ranks[rank] = node
 	}
 	if len(j.done) == j.world {
-		return false, j.publishLocked(j.latest + 1)
+		return j.publishLocked(j.latest + 1)
 	}
-	if !j.deadline {
+	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline {
 		j.deadline = true
-		return true, nil
+		j.cfg.After(d, func() { j.deadlinePassed(epoch) })
 	}
-	return false, nil
+	return nil
 }
 
-// DeadlinePassed publishes the epoch after epoch without the ranks that
-// have not finished it, if epoch is still the newest. It returns those
-// ranks, nil if nothing was due.
-func (j *Job) DeadlinePassed(epoch int) (pending []int, err error) {
+// deadlinePassed publishes the epoch after epoch without the ranks that
+// have not finished it, if epoch is still the newest.
+func (j *Job) deadlinePassed(epoch int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.latest != epoch {
-		return nil, nil
+	if j.retired || j.latest != epoch {
+		return
 	}
-	return j.pendingLocked(), j.publishLocked(epoch + 1)
+	j.cfg.Logger.Warn().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Ints("pending", j.pendingLocked()).
+		Msg("epoch deadline passed: publishing the next order without the pending ranks")
+	if err := j.publishLocked(epoch + 1); err != nil {
+		j.cfg.Logger.Error().Err(err).Msg("publishing after the deadline")
+	}
+}
+
+// Retire stops the job's timers from publishing: it is no longer its
+// dataset's (the node stepped down, or a takeover rebuilt the job).
+func (j *Job) Retire() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.retired = true
 }
 
 // Reset starts a new generation of the job, with no rank and a fresh

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
@@ -20,10 +21,17 @@ func (n identity) Order(_ *sampling.Sampler, _ int) ([]uint32, int, error) {
 	return order, 3, nil
 }
 
-// harness is a Job with the orders it published.
+// harness is a Job with the orders it published and the timers it armed,
+// which fire when the test says.
 type harness struct {
-	job  *Job
-	pubs []*wire.PublishMsg
+	job    *Job
+	pubs   []*wire.PublishMsg
+	timers []timer
+}
+
+type timer struct {
+	d  time.Duration
+	fn func()
 }
 
 func newHarness(t *testing.T) *harness {
@@ -39,6 +47,26 @@ func (h *harness) config() Config {
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(8, sampling.DefaultConfig()) },
 		Term:       func() uint64 { return 7 },
 		Publish:    func(p *wire.PublishMsg, _ int) { h.pubs = append(h.pubs, p) },
+		JoinWait:   time.Second, EpochDeadline: time.Minute,
+		After: func(d time.Duration, fn func()) { h.timers = append(h.timers, timer{d, fn}) },
+	}
+}
+
+// fire runs the timers armed so far, the oldest first, after checking
+// their durations.
+func (h *harness) fire(t *testing.T, want ...time.Duration) {
+	t.Helper()
+	armed := h.timers
+	h.timers = nil
+	var got []time.Duration
+	for _, tm := range armed {
+		got = append(got, tm.d)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("timers armed: %v, want %v", got, want)
+	}
+	for _, tm := range armed {
+		tm.fn()
 	}
 }
 
@@ -53,15 +81,14 @@ func (h *harness) last(t *testing.T) *wire.PublishMsg {
 
 func TestJoinPublishesEpochZeroOnceAllJoined(t *testing.T) {
 	h := newHarness(t)
-	j, err := h.job.Join(1, 2, "b", 0, -1)
-	if err != nil || !j.Wait || j.Behind {
-		t.Fatalf("first join: %+v, %v; want Wait", j, err)
+	if behind, err := h.job.Join(1, 2, "b", 0, -1); err != nil || behind || len(h.timers) != 1 {
+		t.Fatalf("first join: behind %v, %v, %d timers; want the join wait", behind, err, len(h.timers))
 	}
 	if st := h.job.Status(); st.World != 2 || st.Latest != -1 || !slices.Equal(st.Missing, []int{0}) {
 		t.Fatalf("status after one join: %+v", st)
 	}
-	if j, err := h.job.Join(1, 2, "b", 0, -1); err != nil || j.Wait || len(h.pubs) != 0 {
-		t.Fatalf("repeated join: %+v, %v, %d published; want nothing to do", j, err, len(h.pubs))
+	if _, err := h.job.Join(1, 2, "b", 0, -1); err != nil || len(h.timers) != 1 || len(h.pubs) != 0 {
+		t.Fatalf("repeated join: %v, %d timers, %d published; want nothing to do", err, len(h.timers), len(h.pubs))
 	}
 	if _, err := h.job.Join(0, 2, "a", 0, -1); err != nil {
 		t.Fatal(err)
@@ -72,28 +99,23 @@ func TestJoinPublishesEpochZeroOnceAllJoined(t *testing.T) {
 		t.Fatalf("epoch 0: %+v", p)
 	}
 	// A node that asks again without the order is behind; one with it is not.
-	if j, _ := h.job.Join(0, 2, "a", 0, -1); !j.Behind {
+	if behind, _ := h.job.Join(0, 2, "a", 0, -1); !behind {
 		t.Error("a rank without epoch 0 is not behind")
 	}
-	if j, _ := h.job.Join(0, 2, "a", 0, 0); j.Behind {
+	if behind, _ := h.job.Join(0, 2, "a", 0, 0); behind {
 		t.Error("a rank holding epoch 0 is behind")
 	}
-	if err := h.job.JoinWaitOver(); err != nil || len(h.pubs) != 1 {
-		t.Fatalf("join wait after epoch 0: %v, %d published; want none more", err, len(h.pubs))
+	if h.fire(t, time.Second); len(h.pubs) != 1 {
+		t.Fatalf("join wait after epoch 0: %d published; want none more", len(h.pubs))
 	}
 }
 
 func TestJoinWaitPublishesForTheRanksSoFar(t *testing.T) {
 	h := newHarness(t)
-	if err := h.job.JoinWaitOver(); err != nil || len(h.pubs) != 0 {
-		t.Fatalf("join wait with no rank: %v, %d published", err, len(h.pubs))
-	}
 	if _, err := h.job.Join(2, 3, "c", 0, -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.job.JoinWaitOver(); err != nil {
-		t.Fatal(err)
-	}
+	h.fire(t, time.Second)
 	if p := h.last(t); p.Epoch != 0 || p.World != 3 || !slices.Equal(p.Ranks, []string{"", "", "c"}) {
 		t.Fatalf("epoch 0 after the wait: %+v", p)
 	}
@@ -128,33 +150,36 @@ func TestDonePublishesTheNextEpoch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.job.Done(0, 1, 0, "a"); !errors.Is(err, ErrBadRequest) {
+	h.fire(t, time.Second) // the join wait, over after epoch 0
+	if err := h.job.Done(0, 1, 0, "a"); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("done for an epoch not published: %v", err)
 	}
-	if _, err := h.job.Done(0, 0, 2, "a"); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 0, 2, "a"); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("done for a rank outside the world: %v", err)
 	}
-	if first, err := h.job.Done(1, 0, 0, "a"); first || err != nil {
-		t.Errorf("done of another generation: %v, %v; want ignored", first, err)
+	if err := h.job.Done(1, 0, 0, "a"); err != nil || len(h.timers) != 0 {
+		t.Errorf("done of another generation: %v, %d timers; want ignored", err, len(h.timers))
 	}
-	first, err := h.job.Done(0, 0, 1, "b")
-	if !first || err != nil {
-		t.Fatalf("first done: %v, %v", first, err)
+	if err := h.job.Done(0, 0, 1, "b"); err != nil || len(h.timers) != 1 {
+		t.Fatalf("first done: %v, %d timers; want the deadline", err, len(h.timers))
 	}
 	if st := h.job.Status(); st.Latest != 0 || !slices.Equal(st.Pending, []int{0}) {
 		t.Fatalf("status: %+v", st)
 	}
-	if first, _ := h.job.Done(0, 0, 1, "b"); first {
-		t.Error("a second done of the same epoch is first")
+	if h.job.Done(0, 0, 1, "b"); len(h.timers) != 1 {
+		t.Error("a second done of the same epoch armed another deadline")
 	}
-	if _, err := h.job.Done(0, 0, 0, "a"); err != nil {
+	if err := h.job.Done(0, 0, 0, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if p := h.last(t); p.Epoch != 1 || len(h.pubs) != 2 {
 		t.Fatalf("after every rank finished: epoch %d, %d published", p.Epoch, len(h.pubs))
 	}
-	if first, err := h.job.Done(0, 0, 0, "a"); first || err != nil || len(h.pubs) != 2 {
-		t.Errorf("late done: %v, %v, %d published", first, err, len(h.pubs))
+	if err := h.job.Done(0, 0, 0, "a"); err != nil || len(h.pubs) != 2 {
+		t.Errorf("late done: %v, %d published", err, len(h.pubs))
+	}
+	if h.fire(t, time.Minute); len(h.pubs) != 2 {
+		t.Errorf("the deadline of an epoch that every rank finished published")
 	}
 }
 
@@ -165,15 +190,36 @@ func TestDeadlinePublishesWithoutThePending(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.job.Done(0, 0, 1, "n"); err != nil {
+	h.fire(t, time.Second)
+	if err := h.job.Done(0, 0, 1, "n"); err != nil {
 		t.Fatal(err)
 	}
-	pending, err := h.job.DeadlinePassed(0)
-	if err != nil || !slices.Equal(pending, []int{0, 2}) || h.last(t).Epoch != 1 {
-		t.Fatalf("deadline: pending %v, %v, newest epoch %d", pending, err, h.last(t).Epoch)
+	if h.fire(t, time.Minute); len(h.pubs) != 2 || h.last(t).Epoch != 1 {
+		t.Fatalf("deadline: %d published", len(h.pubs))
 	}
-	if pending, err := h.job.DeadlinePassed(0); pending != nil || err != nil || len(h.pubs) != 2 {
-		t.Fatalf("a stale deadline: %v, %v, %d published", pending, err, len(h.pubs))
+	// A retired job's timers publish nothing.
+	if err := h.job.Done(0, 1, 1, "n"); err != nil {
+		t.Fatal(err)
+	}
+	h.job.Retire()
+	if h.fire(t, time.Minute); len(h.pubs) != 2 {
+		t.Fatalf("a retired job's deadline published epoch %d", h.last(t).Epoch)
+	}
+}
+
+func TestNoDeadline(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.EpochDeadline = 0
+	h.job = New(cfg)
+	for r := range 2 {
+		if _, err := h.job.Join(r, 2, "n", 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.fire(t, time.Second)
+	if err := h.job.Done(0, 0, 1, "n"); err != nil || len(h.timers) != 0 {
+		t.Fatalf("done without a deadline: %v, %d timers", err, len(h.timers))
 	}
 }
 
@@ -194,8 +240,8 @@ func TestReset(t *testing.T) {
 	if _, err := h.job.Join(0, 2, "a", 1, -1); err != nil {
 		t.Fatalf("another world after reset: %v", err)
 	}
-	if first, err := h.job.Done(0, 0, 0, "a"); first || err != nil {
-		t.Errorf("done of the old generation: %v, %v", first, err)
+	if err := h.job.Done(0, 0, 0, "a"); err != nil {
+		t.Errorf("done of the old generation: %v", err)
 	}
 	if _, err := h.job.Join(1, 2, "b", 1, -1); err != nil {
 		t.Fatal(err)

@@ -118,23 +118,19 @@ func (j *Job) merge(node string, js wire.JobState) {
 }
 
 // Resume publishes what a rebuilt job has due: the next epoch if every
-// rank finished the newest, epoch 0 if every rank has joined. It reports
-// wait when ranks joined but not all: the caller calls JoinWaitOver once
-// the join wait has passed.
-func (j *Job) Resume() (wait bool, err error) {
+// rank finished the newest, epoch 0 if every rank has joined, or epoch 0
+// JoinWait from now if some ranks have.
+func (j *Job) Resume() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	switch {
 	case j.world > 0 && j.latest >= 0 && len(j.done) == j.world:
-		return false, j.publishLocked(j.latest + 1)
+		return j.publishLocked(j.latest + 1)
 	case j.world > 0 && j.latest < 0:
 		if len(j.missingLocked()) == 0 {
-			return false, j.publishLocked(0)
+			return j.publishLocked(0)
 		}
-		if !j.waiting {
-			j.waiting = true
-			return true, nil
-		}
+		j.armJoinWaitLocked()
 	}
-	return false, nil
+	return nil
 }
