@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/scores"
@@ -29,7 +30,7 @@ type datasetState struct {
 	// orders this node holds, and the leader's state while this node leads.
 	scores    *scores.Table
 	book      *orders.Book
-	lead      atomic.Pointer[leaderJob]
+	lead      atomic.Pointer[leader.Job]
 	ring      atomic.Pointer[ring.Ring] // owners among members serving this version
 	reports   atomic.Int64
 	reported  atomic.Int64
@@ -83,8 +84,15 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 	return ds, nil
 }
 
-func (ds *datasetState) leaderJob() *leaderJob      { return ds.lead.Load() }
-func (ds *datasetState) setLeaderJob(lj *leaderJob) { ds.lead.Store(lj) }
+func (ds *datasetState) leaderJob() *leader.Job { return ds.lead.Load() }
+
+// setLeaderJob makes lj (nil for none) the dataset's leader state and
+// retires the one it replaces, so that its timers publish nothing.
+func (ds *datasetState) setLeaderJob(lj *leader.Job) {
+	if old := ds.lead.Swap(lj); old != nil && old != lj {
+		old.Retire()
+	}
+}
 
 func (ds *datasetState) headTerm() uint64 {
 	_, _, t := ds.book.Head()

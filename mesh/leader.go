@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
-	"time"
 
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
@@ -25,206 +24,85 @@ func isWorldMismatch(err error) bool {
 // errNotLeader answers requests meant for the leader on any other node.
 var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the leader"}
 
-// leaderJob is the leader's state of one dataset's job: who trains, which
-// ranks finished the newest epoch, and the sampler that draws the next.
-// Only the leader has one; a new leader rebuilds it from the newest order
-// (which carries the sampler's state) and from what the peers report.
-type leaderJob struct {
-	mu        sync.Mutex
-	gen       uint64
-	world     int      // 0 until a rank joins
-	latest    int      // newest published epoch, -1 for none
-	ranks     []string // rank -> node, "" until known
-	done      map[int]bool
-	sampler   *sampling.Sampler
-	firstJoin time.Time
-	firstDone time.Time
-}
-
-func (lj *leaderJob) pendingLocked() []int {
-	var out []int
-	for r := 0; r < lj.world; r++ {
-		if !lj.done[r] {
-			out = append(out, r)
-		}
+// jobConfig is the leader.Config of a dataset's job on this node: its
+// orders are drawn from the node's score table, split preferring the
+// samples' owners in a mesh, installed here and broadcast; its timers run
+// on the node's background goroutines.
+func (n *Node) jobConfig(ds *datasetState) leader.Config {
+	cfg := leader.Config{
+		Dataset: ds.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: ds.scores, Term: n.lead.ownTerm,
+		JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
+		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, ds.samplingConfig(n.cfg)) },
+		Publish: func(p *wire.PublishMsg, scored int) {
+			ds.book.Install(p)
+			if p.Epoch >= 0 {
+				n.cfg.Logger.Info().Str("dataset", ds.name).Int("epoch", p.Epoch).Uint64("term", p.Term).
+					Int("world", p.World).Int("scored", scored).Msg("order published")
+			}
+			n.broadcast(wire.MethodPublish, p)
+		},
 	}
-	return out
-}
-
-func (lj *leaderJob) missingRanksLocked() []int {
-	var out []int
-	for r, node := range lj.ranks {
-		if node == "" {
-			out = append(out, r)
-		}
+	if !n.cfg.Cluster.NoLocality && n.cluster != nil {
+		cfg.Owners = func(id uint32) []string { return n.owners(ds, id) }
 	}
-	return out
+	return cfg
 }
 
-func (n *Node) newLeaderJob(ds *datasetState) *leaderJob {
-	return &leaderJob{latest: -1, done: make(map[int]bool), sampler: sampling.NewSampler(ds.len, ds.samplingConfig(n.cfg))}
-}
-
-// jobToLead returns a dataset and its leader state, or errNotLeader on a
-// node that does not lead now.
-func (n *Node) jobToLead(name string) (*datasetState, *leaderJob, error) {
+// jobToLead returns a dataset's leader state, or errNotLeader on a node
+// that does not lead now.
+func (n *Node) jobToLead(name string) (*leader.Job, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	lj := ds.leaderJob()
-	if lj == nil {
-		return nil, nil, errNotLeader
+	if lj := ds.leaderJob(); lj != nil {
+		return lj, nil
 	}
-	return ds, lj, nil
+	return nil, errNotLeader
+}
+
+// refused turns a job's refusal into the coded error the asking node gets.
+func refused(err error) error {
+	switch {
+	case errors.Is(err, leader.ErrWorldMismatch):
+		return &peer.Error{Code: codeWorldMismatch, Msg: err.Error()}
+	case errors.Is(err, leader.ErrBadRequest):
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
+	return err
 }
 
 // leaderJoin records where a rank trains; epoch 0 is published once every
 // rank has joined, or JoinWait after the first did.
 func (n *Node) leaderJoin(req *wire.JoinReq) error {
-	ds, lj, err := n.jobToLead(req.Dataset)
+	lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
 	}
-	lj.mu.Lock()
-	defer lj.mu.Unlock()
-	if req.World < 1 || req.Rank < 0 || req.Rank >= req.World || req.World > n.cfg.MaxWorld {
-		return &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("rank %d of world %d (at most %d ranks)", req.Rank, req.World, n.cfg.MaxWorld)}
+	behind, err := lj.Join(req.Rank, req.World, req.Node, req.Gen, req.Have)
+	if behind && req.Node != n.cfg.Name && n.cluster != nil {
+		n.sendNewestOrders(req.Node)
 	}
-	if lj.world == 0 {
-		lj.world = req.World
-		lj.ranks = make([]string, req.World)
-	}
-	if lj.world != req.World {
-		return &peer.Error{Code: codeWorldMismatch, Msg: fmt.Sprintf(
-			"the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)", req.Dataset, lj.world, req.World, req.Dataset)}
-	}
-	lj.ranks[req.Rank] = req.Node
-	if lj.latest >= 0 {
-		// The rank's node asks because it lacks an order: it may have
-		// missed the publication (a restart, a partition). Send it again.
-		if req.Node != n.cfg.Name && n.cluster != nil && (req.Gen != lj.gen || req.Have < lj.latest) {
-			n.sendNewestOrders(req.Node)
-		}
-		return nil
-	}
-	if len(lj.missingRanksLocked()) == 0 {
-		return n.publishLocked(ds, lj, 0)
-	}
-	if lj.firstJoin.IsZero() {
-		lj.firstJoin = time.Now()
-		n.after(n.cfg.Cluster.JoinWait, func() { n.publishFirst(ds, lj) })
-	}
-	return nil
-}
-
-// publishFirst publishes epoch 0 when the join wait is over, for the ranks
-// that joined so far.
-func (n *Node) publishFirst(ds *datasetState, lj *leaderJob) {
-	lj.mu.Lock()
-	defer lj.mu.Unlock()
-	if ds.leaderJob() != lj || lj.latest >= 0 || lj.world == 0 {
-		return
-	}
-	if err := n.publishLocked(ds, lj, 0); err != nil {
-		n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("publishing epoch 0")
-	}
+	return refused(err)
 }
 
 // leaderDone records that a rank finished an epoch and publishes the next
 // once all have (or EpochDeadline after the first did, if set).
 func (n *Node) leaderDone(req *wire.DoneReq) error {
-	ds, lj, err := n.jobToLead(req.Dataset)
+	lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
 	}
-	lj.mu.Lock()
-	defer lj.mu.Unlock()
-	if req.Gen != lj.gen || req.Epoch < lj.latest {
-		return nil // an old job or epoch: nothing to do
-	}
-	if req.Epoch > lj.latest || req.Rank < 0 || req.Rank >= lj.world {
-		return &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("done for epoch %d rank %d; newest epoch is %d of world %d",
-			req.Epoch, req.Rank, lj.latest, lj.world)}
-	}
-	lj.done[req.Rank] = true
-	if lj.ranks[req.Rank] == "" {
-		lj.ranks[req.Rank] = req.Node
-	}
-	if len(lj.done) == lj.world {
-		return n.publishLocked(ds, lj, lj.latest+1)
-	}
-	if d := n.cfg.Cluster.EpochDeadline; d > 0 && lj.firstDone.IsZero() {
-		lj.firstDone = time.Now()
-		epoch := lj.latest
-		n.after(d, func() {
-			lj.mu.Lock()
-			defer lj.mu.Unlock()
-			if ds.leaderJob() == lj && lj.latest == epoch {
-				n.cfg.Logger.Warn().Str("dataset", ds.name).Int("epoch", epoch).Ints("pending", lj.pendingLocked()).
-					Msg("epoch deadline passed: publishing the next order without the pending ranks")
-				if err := n.publishLocked(ds, lj, epoch+1); err != nil {
-					n.cfg.Logger.Error().Err(err).Msg("publishing after the deadline")
-				}
-			}
-		})
-	}
-	return nil
-}
-
-// publishLocked draws epoch's order, splits it among the ranks preferring
-// each sample's owners, installs it here and sends it to every peer.
-func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
-	order, scored, err := ds.scores.Order(lj.sampler, epoch)
-	if err != nil {
-		return fmt.Errorf("mesh: order for epoch %d of %s: %w", epoch, ds.name, err)
-	}
-	state, err := lj.sampler.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("mesh: sampler state: %w", err)
-	}
-	var slices [][]uint32
-	if n.cfg.Cluster.NoLocality || n.cluster == nil {
-		slices, err = sampling.Split(order, lj.world)
-	} else {
-		slices, err = sampling.LocalitySplit(order, lj.world, lj.ranks, func(id uint32) []string { return n.owners(ds, id) })
-	}
-	if err != nil {
-		return fmt.Errorf("mesh: split epoch %d of %s: %w", epoch, ds.name, err)
-	}
-	pub := &wire.PublishMsg{
-		Dataset: ds.name, Version: ds.manifest.Version, Gen: lj.gen, Epoch: epoch, Term: n.lead.ownTerm(),
-		World: lj.world, Slices: slices, Sampler: state, Ranks: append([]string(nil), lj.ranks...),
-	}
-	lj.latest = epoch
-	lj.done = make(map[int]bool)
-	lj.firstDone = time.Time{}
-	ds.book.Install(pub)
-	n.cfg.Logger.Info().Str("dataset", ds.name).Int("epoch", epoch).Uint64("term", pub.Term).
-		Int("world", lj.world).Int("scored", scored).Msg("order published")
-	n.broadcast(wire.MethodPublish, pub)
-	return nil
+	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node))
 }
 
 // leaderReset starts a new job generation for a dataset.
 func (n *Node) leaderReset(req *wire.ResetReq) error {
-	ds, lj, err := n.jobToLead(req.Dataset)
-	if err != nil {
-		return err
+	lj, err := n.jobToLead(req.Dataset)
+	if err == nil {
+		lj.Reset()
 	}
-	lj.mu.Lock()
-	defer lj.mu.Unlock()
-	gen := lj.gen + 1
-	lj.gen, lj.world, lj.latest, lj.ranks = gen, 0, -1, nil
-	lj.done = make(map[int]bool)
-	lj.sampler = sampling.NewSampler(ds.len, ds.samplingConfig(n.cfg))
-	lj.firstJoin, lj.firstDone = time.Time{}, time.Time{}
-	// An empty order of the new generation tells every peer the old job
-	// is over.
-	pub := &wire.PublishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.lead.ownTerm()}
-	ds.book.Install(pub)
-	n.broadcast(wire.MethodPublish, pub)
-	return nil
+	return err
 }
 
 // leaderReport merges minibatch losses into the cluster-wide table and
@@ -252,7 +130,7 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 // re-publishes, so that no epoch is lost or published twice.
 func (n *Node) takeover(ctx context.Context) {
 	members := n.cluster.alive()
-	states := make(map[string]*wire.StateResp)
+	states := make(leader.States)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range members {
@@ -278,40 +156,19 @@ func (n *Node) takeover(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	maxTerm := n.lead.highest()
-	for _, s := range states {
-		maxTerm = max(maxTerm, s.MaxTerm)
-	}
+	maxTerm := states.MaxTerm(n.lead.highest())
 	for _, ds := range n.ordered {
 		maxTerm = max(maxTerm, ds.headTerm())
 	}
 	term := maxTerm + 1
 	n.lead.lead(term)
 
-	names := make([]string, 0, len(states))
-	for name := range states {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	for _, ds := range n.ordered {
-		n.adoptBestTable(ctx, ds, names, states)
+		n.adoptBestTable(ctx, ds, states)
 	}
 	for _, ds := range n.ordered {
 		// Adopt the newest order anyone holds.
-		gen, epoch, t := ds.book.Head()
-		var from string
-		for _, name := range names {
-			for _, js := range states[name].Jobs {
-				if js.Dataset != ds.name {
-					continue
-				}
-				cand := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
-				if cand.Newer(&wire.PublishMsg{Gen: gen, Epoch: epoch, Term: t}) {
-					gen, epoch, t, from = js.Gen, js.Epoch, js.Term, name
-				}
-			}
-		}
-		if from != "" {
+		if from := states.NewestOrder(ds.book.State(ds.name)); from != "" {
 			var pub wire.PublishMsg
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &pub)
@@ -322,66 +179,18 @@ func (n *Node) takeover(ctx context.Context) {
 				n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: newer order not fetched")
 			}
 		}
-		lj := n.newLeaderJob(ds)
 		pub := ds.book.Newest()
-		if pub != nil {
-			lj.gen, lj.world, lj.latest = pub.Gen, pub.World, pub.Epoch
-			lj.ranks = make([]string, pub.World)
-			copy(lj.ranks, pub.Ranks)
-			if pub.Epoch >= 0 {
-				if err := lj.sampler.UnmarshalBinary(pub.Sampler); err != nil {
-					n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("takeover: sampler state refused")
-				}
-			}
+		lj, err := leader.Rebuild(n.jobConfig(ds), pub, n.cfg.Name, ds.book.State(ds.name), states)
+		if err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("takeover: sampler state refused")
 		}
-		merge := func(node string, js wire.JobState) {
-			if js.Gen != lj.gen || js.Epoch != lj.latest {
-				return
-			}
-			for _, rw := range js.Ranks {
-				if rw.World < 1 || rw.World > n.cfg.MaxWorld {
-					continue
-				}
-				if lj.world == 0 {
-					lj.world, lj.ranks = rw.World, make([]string, rw.World)
-				}
-				if rw.World == lj.world && rw.Rank < lj.world {
-					lj.ranks[rw.Rank] = node
-				}
-			}
-			if lj.latest >= 0 {
-				for _, r := range js.Done {
-					if r >= 0 && r < lj.world {
-						lj.done[r] = true
-					}
-				}
-			}
-		}
-		merge(n.cfg.Name, ds.book.State(ds.name))
-		for _, name := range names {
-			for _, js := range states[name].Jobs {
-				if js.Dataset == ds.name {
-					merge(name, js)
-				}
-			}
-		}
-		lj.mu.Lock()
 		ds.setLeaderJob(lj)
 		if pub != nil {
 			n.broadcast(wire.MethodPublish, pub)
 		}
-		switch {
-		case lj.world > 0 && lj.latest >= 0 && len(lj.done) == lj.world:
-			_ = n.publishLocked(ds, lj, lj.latest+1)
-		case lj.world > 0 && lj.latest < 0:
-			if len(lj.missingRanksLocked()) == 0 {
-				_ = n.publishLocked(ds, lj, 0)
-			} else {
-				lj.firstJoin = time.Now()
-				n.after(n.cfg.Cluster.JoinWait, func() { n.publishFirst(ds, lj) })
-			}
+		if err := lj.Resume(); err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("takeover: publishing")
 		}
-		lj.mu.Unlock()
 	}
 	n.cfg.Logger.Info().Uint64("term", term).Int("peers", len(states)).Msg("leading")
 }
@@ -390,16 +199,9 @@ func (n *Node) takeover(ctx context.Context) {
 // that copy is better (a later leader's, or knowing more samples), so a
 // node that restarts empty and takes over does not lose the cluster's
 // importance, nor overwrite the replicas with its empty table.
-func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []string, states map[string]*wire.StateResp) {
+func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, states leader.States) {
 	own := ds.tableInfo()
-	best, from := own, ""
-	for _, name := range names {
-		for _, ti := range states[name].Tables {
-			if ti.Dataset == ds.name && ti.Better(best) {
-				best, from = ti, name
-			}
-		}
-	}
+	best, from := states.BestTable(ds.name, own)
 	if from == "" {
 		return
 	}
@@ -428,26 +230,7 @@ func (n *Node) checkPublish(p *wire.PublishMsg) error {
 	if err != nil {
 		return err
 	}
-	if p.Version != ds.manifest.Version {
-		return fmt.Errorf("mesh: order for %s version %s; this node has version %s", p.Dataset, p.Version, ds.manifest.Version)
-	}
-	if p.Epoch < 0 {
-		return nil
-	}
-	if p.World < 1 || p.World > n.cfg.MaxWorld || len(p.Slices) != p.World || len(p.Ranks) > p.World {
-		return fmt.Errorf("mesh: order for %s epoch %d has %d slices for world %d", p.Dataset, p.Epoch, len(p.Slices), p.World)
-	}
-	for r, s := range p.Slices {
-		if len(s) != len(p.Slices[0]) {
-			return fmt.Errorf("mesh: order for %s epoch %d: slice %d has %d ids, slice 0 %d", p.Dataset, p.Epoch, r, len(s), len(p.Slices[0]))
-		}
-		for _, id := range s {
-			if int(id) >= ds.len {
-				return fmt.Errorf("mesh: order for %s epoch %d: id %d out of range", p.Dataset, p.Epoch, id)
-			}
-		}
-	}
-	return nil
+	return leader.Check(p, ds.manifest.Version, ds.len, n.cfg.MaxWorld)
 }
 
 // keyOfSample is the store key of a sample.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/mesh/trace"
@@ -161,7 +162,7 @@ func New(cfg Config) (*Node, error) {
 		n.lead.setLeader(cfg.Name)
 		n.lead.lead(1)
 		for _, ds := range n.ordered {
-			ds.setLeaderJob(n.newLeaderJob(ds))
+			ds.setLeaderJob(leader.New(n.jobConfig(ds)))
 		}
 		n.lead.setLeading(true)
 		n.goBackground(n.runLoops)

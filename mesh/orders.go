@@ -70,12 +70,11 @@ func (n *Node) waitingFor(ds *datasetState, epoch int) string {
 		return "no leader: this peer does not see a majority of the mesh"
 	}
 	if lj := ds.leaderJob(); lj != nil {
-		lj.mu.Lock()
-		defer lj.mu.Unlock()
-		if lj.latest < 0 {
-			return fmt.Sprintf("waiting for ranks %v to ask for epoch 0", lj.missingRanksLocked())
+		st := lj.Status()
+		if st.Latest < 0 {
+			return fmt.Sprintf("waiting for ranks %v to ask for epoch 0", st.Missing)
 		}
-		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", lj.latest, lj.pendingLocked())
+		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", st.Latest, st.Pending)
 	}
 	return fmt.Sprintf("waiting for leader %s to publish it", n.lead.leader())
 }

@@ -15,12 +15,9 @@ func (n *Node) jobStats(ds *datasetState) stats.Job {
 	}
 	st.ScoredSamples, st.MeanScore = ds.scores.Summary()
 	if lj := ds.leaderJob(); lj != nil {
-		lj.mu.Lock()
-		if lj.world > 0 {
-			st.World = lj.world
-			st.PendingRanks = lj.pendingLocked()
+		if js := lj.Status(); js.World > 0 {
+			st.World, st.PendingRanks = js.World, js.Pending
 		}
-		lj.mu.Unlock()
 	}
 	return st
 }

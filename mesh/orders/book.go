@@ -4,8 +4,8 @@
 // finished the newest epoch. Waiters learn of every change through a
 // channel, so no one polls.
 //
-// It owns no network and no leader state: the leader's own bookkeeping
-// stays in package mesh. orders imports only mesh/wire; it must not import
+// It owns no network and no leader state: the leader's own bookkeeping is
+// package mesh/leader's. orders imports only mesh/wire; it must not import
 // mesh, store, policy or any network package.
 package orders
 

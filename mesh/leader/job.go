@@ -1,0 +1,343 @@
+// Package leader holds the leader's state of each dataset's job and its
+// decisions: the node each rank trains on, which ranks finished the newest
+// epoch, when the next epoch's order is due, how an order is drawn and
+// split among the ranks, how a new leader rebuilds a job from what the
+// peers report, and whether an order received from a peer is sound.
+//
+// It sends nothing and starts no goroutine: package mesh gathers the
+// peers' states, runs the timers a Job asks of Config.After, and installs
+// and broadcasts the orders a Job hands to Config.Publish. leader imports
+// only mesh/wire, sampling and zerolog; it must not import mesh,
+// memberlist (mesh/member), QUIC (transport/peer), store or any other
+// network package.
+package leader
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/sampling"
+)
+
+var (
+	// ErrBadRequest refuses a join or done that no job could take: a rank
+	// outside its world, a world over Config.MaxWorld, a done for an epoch
+	// not yet published.
+	ErrBadRequest = errors.New("leader: bad request")
+	// ErrWorldMismatch refuses a join with a world other than the job's.
+	ErrWorldMismatch = errors.New("leader: world size differs from the job's")
+)
+
+// refusal is a request a Job refuses. errors.Is matches its kind; its text
+// is the explanation alone, without a prefix, since mesh sends it to the
+// asking node as the message of a coded wire error.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return e.kind }
+
+func refuse(kind error, format string, args ...any) error {
+	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// Scores draws an epoch's order from a dataset's score table with a
+// sampler, and says how many samples had a score; *scores.Table is one.
+type Scores interface {
+	Order(s *sampling.Sampler, epoch int) (order []uint32, scored int, err error)
+}
+
+// Config is what a Job needs of its dataset and its node. Every field but
+// Owners, EpochDeadline and Logger is required.
+type Config struct {
+	Dataset, Version string
+	// MaxWorld bounds the world size of a job.
+	MaxWorld int
+	// NewSampler returns a sampler in its initial state, for a new job
+	// generation.
+	NewSampler func() *sampling.Sampler
+	Scores     Scores
+	// Owners lists the nodes that own a sample: each rank is given the
+	// samples its node owns where it can (sampling.LocalitySplit). nil
+	// splits orders without regard to owners (sampling.Split).
+	Owners func(id uint32) []string
+	// Term returns the leader's term, stamped on every order.
+	Term func() uint64
+	// Publish installs an order on this node and sends it to every peer;
+	// scored is how many samples had a score when it was drawn (0 for the
+	// empty order of a reset, whose Epoch is -1). A Job calls it with its
+	// lock held, in the order it decides on orders: it must not block nor
+	// call back into the Job, and it owns p.
+	Publish func(p *wire.PublishMsg, scored int)
+	// JoinWait is how long epoch 0 waits for every rank to join, from the
+	// first; then it is published for the ranks that joined.
+	JoinWait time.Duration
+	// EpochDeadline publishes the next epoch this long after the first
+	// rank finished the newest, without the ranks that have not; 0 means
+	// never.
+	EpochDeadline time.Duration
+	// After calls fn once d has passed, on a goroutine the caller owns; it
+	// may drop fn if the node closes first. It must not block: a Job calls
+	// it with its lock held.
+	After func(d time.Duration, fn func())
+	// Logger receives the timers' publications and errors.
+	Logger zerolog.Logger
+}
+
+// Job is the leader's state of one dataset's job: who trains where, which
+// ranks finished the newest epoch, and the sampler that draws the next.
+// Only the leader has one; a new leader rebuilds it with Rebuild from the
+// newest order (which carries the sampler's state) and what the peers
+// report. Its methods are safe for concurrent use and block only while
+// another holds the lock or Config.Publish runs.
+type Job struct {
+	cfg Config
+
+	// mu guards every field below; it is held while an order is drawn
+	// and handed to Config.Publish, so that no epoch is published twice.
+	mu       sync.Mutex
+	gen      uint64
+	world    int      // 0 until a rank joins
+	latest   int      // newest published epoch, -1 for none
+	ranks    []string // rank -> node, "" until known; len(ranks) == world
+	done     map[int]bool
+	sampler  *sampling.Sampler
+	waiting  bool // the join wait of epoch 0 is armed
+	deadline bool // the deadline of epoch latest is armed (or none is set)
+	retired  bool // no longer the dataset's job: timers publish nothing
+}
+
+// New returns the job of generation 0, with no rank and no order.
+func New(cfg Config) *Job {
+	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), sampler: cfg.NewSampler()}
+}
+
+// Join records that rank of world trains on node, which holds generation
+// gen of the job up to epoch have. Epoch 0 is published once every rank
+// has joined, or JoinWait after the first did. It reports behind when
+// epoch 0 is published and node lacks the newest order: it may have
+// missed the publication (a restart, a partition), and the caller sends
+// it again. It refuses, with ErrBadRequest, a rank outside world or a
+// world over MaxWorld and, with ErrWorldMismatch, a world other than the
+// job's; an error from drawing epoch 0 is returned as is.
+func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind bool, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if world < 1 || rank < 0 || rank >= world || world > j.cfg.MaxWorld {
+		return false, refuse(ErrBadRequest, "rank %d of world %d (at most %d ranks)", rank, world, j.cfg.MaxWorld)
+	}
+	if j.world == 0 {
+		j.world = world
+		j.ranks = make([]string, world)
+	}
+	if j.world != world {
+		return false, refuse(ErrWorldMismatch, "the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
+			j.cfg.Dataset, j.world, world, j.cfg.Dataset)
+	}
+	j.ranks[rank] = node
+	if j.latest >= 0 {
+		return gen != j.gen || have < j.latest, nil
+	}
+	if len(j.missingLocked()) == 0 {
+		return false, j.publishLocked(0)
+	}
+	j.armJoinWaitLocked()
+	return false, nil
+}
+
+// armJoinWaitLocked publishes epoch 0 JoinWait from now, for the ranks
+// that joined by then, unless it is armed already.
+func (j *Job) armJoinWaitLocked() {
+	if j.waiting {
+		return
+	}
+	j.waiting = true
+	j.cfg.After(j.cfg.JoinWait, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.retired || j.latest >= 0 || j.world == 0 {
+			return
+		}
+		if err := j.publishLocked(0); err != nil {
+			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing epoch 0")
+		}
+	})
+}
+
+// Done records that rank, which trains on node, finished epoch of
+// generation gen. The next epoch is published once every rank has, or
+// EpochDeadline after the first did (if set). A done of an older
+// generation or epoch is ignored; one for an epoch not yet published, or
+// a rank outside the world, is refused with ErrBadRequest.
+func (j *Job) Done(gen uint64, epoch, rank int, node string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if gen != j.gen || epoch < j.latest {
+		return nil // an old job or epoch: nothing to do
+	}
+	if epoch > j.latest || rank < 0 || rank >= j.world {
+		return refuse(ErrBadRequest, "done for epoch %d rank %d; newest epoch is %d of world %d", epoch, rank, j.latest, j.world)
+	}
+	j.done[rank] = true
+	if j.ranks[rank] == "" {
+		j.ranks[rank] = node
+	}
+	if len(j.done) == j.world {
+		return j.publishLocked(j.latest + 1)
+	}
+	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline {
+		j.deadline = true
+		j.cfg.After(d, func() { j.deadlinePassed(epoch) })
+	}
+	return nil
+}
+
+// deadlinePassed publishes the epoch after epoch without the ranks that
+// have not finished it, if epoch is still the newest.
+func (j *Job) deadlinePassed(epoch int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.retired || j.latest != epoch {
+		return
+	}
+	j.cfg.Logger.Warn().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Ints("pending", j.pendingLocked()).
+		Msg("epoch deadline passed: publishing the next order without the pending ranks")
+	if err := j.publishLocked(epoch + 1); err != nil {
+		j.cfg.Logger.Error().Err(err).Msg("publishing after the deadline")
+	}
+}
+
+// Retire stops the job's timers from publishing: it is no longer its
+// dataset's (the node stepped down, or a takeover rebuilt the job).
+func (j *Job) Retire() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.retired = true
+}
+
+// Reset starts a new generation of the job, with no rank and a fresh
+// sampler, and publishes its empty order (Epoch -1), which tells every
+// peer that the old job is over.
+func (j *Job) Reset() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.gen++
+	j.world, j.latest, j.ranks = 0, -1, nil
+	j.done = make(map[int]bool)
+	j.sampler = j.cfg.NewSampler()
+	j.waiting, j.deadline = false, false
+	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term()}, 0)
+}
+
+// Status is a Job's progress, as a value.
+type Status struct {
+	World  int // 0 until a rank joins
+	Latest int // newest published epoch, -1 for none
+	// Pending lists the ranks that have not finished Latest; Missing the
+	// ranks whose node is not known yet.
+	Pending, Missing []int
+}
+
+// Status returns the job's progress now.
+func (j *Job) Status() Status {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return Status{World: j.world, Latest: j.latest, Pending: j.pendingLocked(), Missing: j.missingLocked()}
+}
+
+func (j *Job) pendingLocked() []int {
+	var out []int
+	for r := 0; r < j.world; r++ {
+		if !j.done[r] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (j *Job) missingLocked() []int {
+	var out []int
+	for r, node := range j.ranks {
+		if node == "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// publishLocked draws epoch's order, splits it among the ranks and hands
+// it to Config.Publish.
+func (j *Job) publishLocked(epoch int) error {
+	slices, state, scored, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.cfg.Owners)
+	if err != nil {
+		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
+	}
+	pub := &wire.PublishMsg{
+		Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(),
+		World: j.world, Slices: slices, Sampler: state, Ranks: append([]string(nil), j.ranks...),
+	}
+	j.latest = epoch
+	j.done = make(map[int]bool)
+	j.deadline = false
+	j.cfg.Publish(pub, scored)
+	return nil
+}
+
+// Draw draws epoch's order from table with sampler and splits it among
+// the ranks, one slice per rank; ranks names the node each trains on. With
+// owners, each rank is given the samples its node owns where it can;
+// without, the order is split with sampling.Split. It returns the slices,
+// the sampler's state after the draw and how many samples had a score.
+// It advances sampler, which the caller must not share meanwhile.
+func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, owners func(id uint32) []string) (slices [][]uint32, state []byte, scored int, err error) {
+	order, scored, err := table.Order(sampler, epoch)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("leader: order: %w", err)
+	}
+	if state, err = sampler.MarshalBinary(); err != nil {
+		return nil, nil, 0, fmt.Errorf("leader: sampler state: %w", err)
+	}
+	if owners == nil {
+		slices, err = sampling.Split(order, len(ranks))
+	} else {
+		slices, err = sampling.LocalitySplit(order, len(ranks), ranks, owners)
+	}
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("leader: split: %w", err)
+	}
+	return slices, state, scored, nil
+}
+
+// Check validates an order received from a peer before it is used: its
+// dataset version, and for an epoch's order a world of 1 to maxWorld
+// ranks with one slice each, slices of equal length, no more rank nodes
+// than ranks, and ids below samples.
+func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
+	if p.Version != version {
+		return fmt.Errorf("leader: order for %s version %s; this node has version %s", p.Dataset, p.Version, version)
+	}
+	if p.Epoch < 0 {
+		return nil
+	}
+	if p.World < 1 || p.World > maxWorld || len(p.Slices) != p.World || len(p.Ranks) > p.World {
+		return fmt.Errorf("leader: order for %s epoch %d has %d slices for world %d", p.Dataset, p.Epoch, len(p.Slices), p.World)
+	}
+	for r, s := range p.Slices {
+		if len(s) != len(p.Slices[0]) {
+			return fmt.Errorf("leader: order for %s epoch %d: slice %d has %d ids, slice 0 %d", p.Dataset, p.Epoch, r, len(s), len(p.Slices[0]))
+		}
+		for _, id := range s {
+			if int(id) >= samples {
+				return fmt.Errorf("leader: order for %s epoch %d: id %d out of range", p.Dataset, p.Epoch, id)
+			}
+		}
+	}
+	return nil
+}

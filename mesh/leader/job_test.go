@@ -1,0 +1,299 @@
+package leader
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/sampling"
+)
+
+// identity is a score table whose every order is 0..n-1.
+type identity int
+
+func (n identity) Order(_ *sampling.Sampler, _ int) ([]uint32, int, error) {
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(i)
+	}
+	return order, 3, nil
+}
+
+// harness is a Job with the orders it published and the timers it armed,
+// which fire when the test says.
+type harness struct {
+	job    *Job
+	pubs   []*wire.PublishMsg
+	timers []timer
+}
+
+type timer struct {
+	d  time.Duration
+	fn func()
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{}
+	h.job = New(h.config())
+	return h
+}
+
+func (h *harness) config() Config {
+	return Config{
+		Dataset: "ds", Version: "v1", MaxWorld: 4, Scores: identity(8),
+		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(8, sampling.DefaultConfig()) },
+		Term:       func() uint64 { return 7 },
+		Publish:    func(p *wire.PublishMsg, _ int) { h.pubs = append(h.pubs, p) },
+		JoinWait:   time.Second, EpochDeadline: time.Minute,
+		After: func(d time.Duration, fn func()) { h.timers = append(h.timers, timer{d, fn}) },
+	}
+}
+
+// fire runs the timers armed so far, the oldest first, after checking
+// their durations.
+func (h *harness) fire(t *testing.T, want ...time.Duration) {
+	t.Helper()
+	armed := h.timers
+	h.timers = nil
+	var got []time.Duration
+	for _, tm := range armed {
+		got = append(got, tm.d)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("timers armed: %v, want %v", got, want)
+	}
+	for _, tm := range armed {
+		tm.fn()
+	}
+}
+
+// last is the newest published order; it fails the test if there is none.
+func (h *harness) last(t *testing.T) *wire.PublishMsg {
+	t.Helper()
+	if len(h.pubs) == 0 {
+		t.Fatal("nothing published")
+	}
+	return h.pubs[len(h.pubs)-1]
+}
+
+func TestJoinPublishesEpochZeroOnceAllJoined(t *testing.T) {
+	h := newHarness(t)
+	if behind, err := h.job.Join(1, 2, "b", 0, -1); err != nil || behind || len(h.timers) != 1 {
+		t.Fatalf("first join: behind %v, %v, %d timers; want the join wait", behind, err, len(h.timers))
+	}
+	if st := h.job.Status(); st.World != 2 || st.Latest != -1 || !slices.Equal(st.Missing, []int{0}) {
+		t.Fatalf("status after one join: %+v", st)
+	}
+	if _, err := h.job.Join(1, 2, "b", 0, -1); err != nil || len(h.timers) != 1 || len(h.pubs) != 0 {
+		t.Fatalf("repeated join: %v, %d timers, %d published; want nothing to do", err, len(h.timers), len(h.pubs))
+	}
+	if _, err := h.job.Join(0, 2, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	p := h.last(t)
+	if p.Epoch != 0 || p.World != 2 || p.Term != 7 || p.Dataset != "ds" || p.Version != "v1" ||
+		!slices.Equal(p.Ranks, []string{"a", "b"}) || len(p.Slices) != 2 || len(p.Slices[0]) != 4 || len(p.Sampler) == 0 {
+		t.Fatalf("epoch 0: %+v", p)
+	}
+	// A node that asks again without the order is behind; one with it is not.
+	if behind, _ := h.job.Join(0, 2, "a", 0, -1); !behind {
+		t.Error("a rank without epoch 0 is not behind")
+	}
+	if behind, _ := h.job.Join(0, 2, "a", 0, 0); behind {
+		t.Error("a rank holding epoch 0 is behind")
+	}
+	if h.fire(t, time.Second); len(h.pubs) != 1 {
+		t.Fatalf("join wait after epoch 0: %d published; want none more", len(h.pubs))
+	}
+}
+
+func TestJoinWaitPublishesForTheRanksSoFar(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.job.Join(2, 3, "c", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	h.fire(t, time.Second)
+	if p := h.last(t); p.Epoch != 0 || p.World != 3 || !slices.Equal(p.Ranks, []string{"", "", "c"}) {
+		t.Fatalf("epoch 0 after the wait: %+v", p)
+	}
+}
+
+func TestJoinRefusals(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []struct{ rank, world int }{{0, 0}, {-1, 2}, {2, 2}, {0, 5}} {
+		if _, err := h.job.Join(c.rank, c.world, "a", 0, -1); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("rank %d of world %d (MaxWorld 4): %v, want ErrBadRequest", c.rank, c.world, err)
+		}
+	}
+	if st := h.job.Status(); st.World != 0 {
+		t.Fatalf("a refused join set the world: %+v", st)
+	}
+	if _, err := h.job.Join(0, 4, "a", 0, -1); err != nil {
+		t.Fatalf("world at MaxWorld: %v", err)
+	}
+	_, err := h.job.Join(0, 2, "a", 0, -1)
+	if !errors.Is(err, ErrWorldMismatch) || errors.Is(err, ErrBadRequest) {
+		t.Fatalf("another world: %v, want ErrWorldMismatch", err)
+	}
+	if want := "the job on ds has world 4, asked 2 (SHADE.RESET ds starts a new job)"; err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+func TestDonePublishesTheNextEpoch(t *testing.T) {
+	h := newHarness(t)
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.fire(t, time.Second) // the join wait, over after epoch 0
+	if err := h.job.Done(0, 1, 0, "a"); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("done for an epoch not published: %v", err)
+	}
+	if err := h.job.Done(0, 0, 2, "a"); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("done for a rank outside the world: %v", err)
+	}
+	if err := h.job.Done(1, 0, 0, "a"); err != nil || len(h.timers) != 0 {
+		t.Errorf("done of another generation: %v, %d timers; want ignored", err, len(h.timers))
+	}
+	if err := h.job.Done(0, 0, 1, "b"); err != nil || len(h.timers) != 1 {
+		t.Fatalf("first done: %v, %d timers; want the deadline", err, len(h.timers))
+	}
+	if st := h.job.Status(); st.Latest != 0 || !slices.Equal(st.Pending, []int{0}) {
+		t.Fatalf("status: %+v", st)
+	}
+	if h.job.Done(0, 0, 1, "b"); len(h.timers) != 1 {
+		t.Error("a second done of the same epoch armed another deadline")
+	}
+	if err := h.job.Done(0, 0, 0, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Epoch != 1 || len(h.pubs) != 2 {
+		t.Fatalf("after every rank finished: epoch %d, %d published", p.Epoch, len(h.pubs))
+	}
+	if err := h.job.Done(0, 0, 0, "a"); err != nil || len(h.pubs) != 2 {
+		t.Errorf("late done: %v, %d published", err, len(h.pubs))
+	}
+	if h.fire(t, time.Minute); len(h.pubs) != 2 {
+		t.Errorf("the deadline of an epoch that every rank finished published")
+	}
+}
+
+func TestDeadlinePublishesWithoutThePending(t *testing.T) {
+	h := newHarness(t)
+	for r := range 3 {
+		if _, err := h.job.Join(r, 3, "n", 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.fire(t, time.Second)
+	if err := h.job.Done(0, 0, 1, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if h.fire(t, time.Minute); len(h.pubs) != 2 || h.last(t).Epoch != 1 {
+		t.Fatalf("deadline: %d published", len(h.pubs))
+	}
+	// A retired job's timers publish nothing.
+	if err := h.job.Done(0, 1, 1, "n"); err != nil {
+		t.Fatal(err)
+	}
+	h.job.Retire()
+	if h.fire(t, time.Minute); len(h.pubs) != 2 {
+		t.Fatalf("a retired job's deadline published epoch %d", h.last(t).Epoch)
+	}
+}
+
+func TestNoDeadline(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.EpochDeadline = 0
+	h.job = New(cfg)
+	for r := range 2 {
+		if _, err := h.job.Join(r, 2, "n", 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.fire(t, time.Second)
+	if err := h.job.Done(0, 0, 1, "n"); err != nil || len(h.timers) != 0 {
+		t.Fatalf("done without a deadline: %v, %d timers", err, len(h.timers))
+	}
+}
+
+func TestReset(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	h.job.Reset()
+	p := h.last(t)
+	if p.Gen != 1 || p.Epoch != -1 || p.World != 0 || p.Term != 7 || p.Dataset != "ds" {
+		t.Fatalf("reset's order: %+v", p)
+	}
+	if st := h.job.Status(); st.World != 0 || st.Latest != -1 || st.Pending != nil || st.Missing != nil {
+		t.Fatalf("status after reset: %+v", st)
+	}
+	// Any world may join the new generation; dones of the old are ignored.
+	if _, err := h.job.Join(0, 2, "a", 1, -1); err != nil {
+		t.Fatalf("another world after reset: %v", err)
+	}
+	if err := h.job.Done(0, 0, 0, "a"); err != nil {
+		t.Errorf("done of the old generation: %v", err)
+	}
+	if _, err := h.job.Join(1, 2, "b", 1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Gen != 1 || p.Epoch != 0 || p.World != 2 {
+		t.Fatalf("epoch 0 of the new generation: %+v", p)
+	}
+}
+
+func TestDrawSplitsPreferringOwners(t *testing.T) {
+	s := sampling.NewSampler(8, sampling.DefaultConfig())
+	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }
+	parts, state, scored, err := Draw(s, identity(8), 0, []string{"b", "a"}, owners)
+	if err != nil || scored != 3 || len(state) == 0 || len(parts) != 2 {
+		t.Fatalf("Draw: %d slices, %d bytes of state, %d scored, %v", len(parts), len(state), scored, err)
+	}
+	for r, want := range []uint32{1, 0} { // b owns the odd ids, a the even
+		for _, id := range parts[r] {
+			if id%2 != want {
+				t.Errorf("rank %d (on %s) got id %d", r, []string{"b", "a"}[r], id)
+			}
+		}
+	}
+	if _, _, _, err := Draw(s, identity(8), 0, nil, nil); err == nil {
+		t.Error("Draw for no rank succeeded")
+	}
+}
+
+func TestCheck(t *testing.T) {
+	ok := func() *wire.PublishMsg {
+		return &wire.PublishMsg{Dataset: "ds", Version: "v1", Epoch: 0, World: 2, Slices: [][]uint32{{0, 1}, {2, 3}}, Ranks: []string{"a", "b"}}
+	}
+	if err := Check(ok(), "v1", 4, 2); err != nil {
+		t.Fatalf("a sound order: %v", err)
+	}
+	for name, spoil := range map[string]func(p *wire.PublishMsg){
+		"version":        func(p *wire.PublishMsg) { p.Version = "v2" },
+		"world over max": func(p *wire.PublishMsg) { p.World, p.Slices = 3, append(p.Slices, []uint32{0, 1}) },
+		"no world":       func(p *wire.PublishMsg) { p.World, p.Slices, p.Ranks = 0, nil, nil },
+		"slices":         func(p *wire.PublishMsg) { p.Slices = p.Slices[:1] },
+		"ranks":          func(p *wire.PublishMsg) { p.Ranks = append(p.Ranks, "c") },
+		"unequal":        func(p *wire.PublishMsg) { p.Slices[1] = p.Slices[1][:1] },
+		"id":             func(p *wire.PublishMsg) { p.Slices[1][0] = 4 },
+	} {
+		p := ok()
+		spoil(p)
+		if Check(p, "v1", 4, 2) == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	reset := &wire.PublishMsg{Dataset: "ds", Version: "v1", Epoch: -1}
+	if err := Check(reset, "v1", 4, 2); err != nil {
+		t.Errorf("a reset's empty order: %v", err)
+	}
+}

@@ -1,0 +1,136 @@
+package leader
+
+import (
+	"sort"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
+
+// States are what the other members answered a new leader's StateReq, by
+// member name. Where two members tie, the lower name wins.
+type States map[string]*wire.StateResp
+
+func (s States) names() []string {
+	names := make([]string, 0, len(s))
+	for name := range s {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// NewestOrder returns the member that holds the newest order of own's
+// dataset, if it is newer than the one this node holds (own, what this
+// node knows of the job); "" if none is.
+func (s States) NewestOrder(own wire.JobState) (from string) {
+	gen, epoch, term := own.Gen, own.Epoch, own.Term
+	for _, name := range s.names() {
+		for _, js := range s[name].Jobs {
+			if js.Dataset != own.Dataset {
+				continue
+			}
+			cand := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
+			if cand.Newer(&wire.PublishMsg{Gen: gen, Epoch: epoch, Term: term}) {
+				gen, epoch, term, from = js.Gen, js.Epoch, js.Term, name
+			}
+		}
+	}
+	return from
+}
+
+// BestTable returns the best score table of dataset that a member holds,
+// if it is better than own (wire.TableInfo.Better), and that member; own
+// and "" if none is.
+func (s States) BestTable(dataset string, own wire.TableInfo) (best wire.TableInfo, from string) {
+	best = own
+	for _, name := range s.names() {
+		for _, ti := range s[name].Tables {
+			if ti.Dataset == dataset && ti.Better(best) {
+				best, from = ti, name
+			}
+		}
+	}
+	return best, from
+}
+
+// MaxTerm is the highest term any member has seen, at least floor.
+func (s States) MaxTerm(floor uint64) uint64 {
+	for _, st := range s {
+		floor = max(floor, st.MaxTerm)
+	}
+	return floor
+}
+
+// Rebuild makes a new leader's job from the newest order this node holds
+// (nil for none), what this node (self) knows of the job (own) and what
+// the other members report: the generation, epoch, world and rank nodes
+// of the newest order, the sampler's state after it, and, from every node
+// that holds that same order, where its ranks train and which finished.
+// A member's world out of 1..MaxWorld is skipped. The job is usable even
+// if it returns an error: the newest order's sampler state was refused
+// and the sampler starts afresh.
+func Rebuild(cfg Config, newest *wire.PublishMsg, self string, own wire.JobState, peers States) (*Job, error) {
+	j := New(cfg)
+	var err error
+	if newest != nil {
+		j.gen, j.world, j.latest = newest.Gen, newest.World, newest.Epoch
+		j.ranks = make([]string, newest.World)
+		copy(j.ranks, newest.Ranks)
+		if newest.Epoch >= 0 {
+			err = j.sampler.UnmarshalBinary(newest.Sampler)
+		}
+	}
+	j.merge(self, own)
+	for _, name := range peers.names() {
+		for _, js := range peers[name].Jobs {
+			if js.Dataset == cfg.Dataset {
+				j.merge(name, js)
+			}
+		}
+	}
+	return j, err
+}
+
+// merge adds what node reports of the job, if it holds the job's newest
+// order. Only Rebuild calls it, before the job is shared.
+func (j *Job) merge(node string, js wire.JobState) {
+	if js.Gen != j.gen || js.Epoch != j.latest {
+		return
+	}
+	for _, rw := range js.Ranks {
+		if rw.World < 1 || rw.World > j.cfg.MaxWorld {
+			continue
+		}
+		if j.world == 0 {
+			j.world, j.ranks = rw.World, make([]string, rw.World)
+		}
+		if rw.World == j.world && rw.Rank >= 0 && rw.Rank < j.world {
+			j.ranks[rw.Rank] = node
+		}
+	}
+	if j.latest >= 0 {
+		for _, r := range js.Done {
+			if r >= 0 && r < j.world {
+				j.done[r] = true
+			}
+		}
+	}
+}
+
+// Resume publishes what a rebuilt job has due: the next epoch if every
+// rank finished the newest, epoch 0 if every rank has joined, or epoch 0
+// JoinWait from now if some ranks have.
+func (j *Job) Resume() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case j.world > 0 && j.latest >= 0 && len(j.done) == j.world:
+		return j.publishLocked(j.latest + 1)
+	case j.world > 0 && j.latest < 0:
+		if len(j.missingLocked()) == 0 {
+			return j.publishLocked(0)
+		}
+		j.armJoinWaitLocked()
+	}
+	return nil
+}
