@@ -174,7 +174,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
 		MaxRequestMemory: cc.MaxPeerMemory,
 		Logger:           n.cfg.Logger.With().Str("part", "peer").Logger(),
-	}, peer.HandlerFunc(n.servePeer))
+	}, peerDispatch(n.peerHandlers()))
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)
 	}
@@ -353,119 +353,120 @@ func dialAddr(advertised, gossip string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// servePeer answers the peer protocol.
-func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body []byte) (any, error) {
-	switch m {
-	case wire.MethodFetch:
-		var req wire.FetchReq
+// peerHandler serves one method of the peer protocol: body is the
+// request, already checked by the transport (see peer.Handler).
+type peerHandler func(ctx context.Context, from string, body []byte) (any, error)
+
+// serve adapts a handler of one request type to peerHandler: it decodes
+// the body into a new Req and calls fn with it.
+func serve[Req any](fn func(ctx context.Context, from string, req *Req) (any, error)) peerHandler {
+	return func(ctx context.Context, from string, body []byte) (any, error) {
+		var req Req
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		return n.serveFetch(ctx, &req)
-	case wire.MethodOffer:
-		var req wire.OfferReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, n.serveOffer(&req)
-	case wire.MethodReport:
-		var req wire.ReportReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		if !n.lead.leading() {
-			return nil, errNotLeader
-		}
-		if err := n.leaderReport(req.Batches); err != nil {
-			n.cfg.Logger.Warn().Err(err).Str("from", from).Msg("refused part of a forwarded report")
-		}
-		return nil, nil
-	case wire.MethodJoin:
-		var req wire.JoinReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, n.leaderJoin(&req)
-	case wire.MethodDone:
-		var req wire.DoneReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, n.leaderDone(&req)
-	case wire.MethodReset:
-		var req wire.ResetReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, n.leaderReset(&req)
-	case wire.MethodPublish:
-		var p wire.PublishMsg
-		if err := decode(body, &p); err != nil {
-			return nil, err
-		}
-		if err := n.checkPublish(&p); err != nil {
-			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
-		}
-		n.lead.observe(p.Term)
-		ds, _ := n.dataset(p.Dataset)
-		if ds.book.Install(&p) {
-			n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
-		}
-		return nil, nil
-	case wire.MethodScores:
-		var req wire.ScoresReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, n.applyScores(&req)
-	case wire.MethodReplicate:
-		var req wire.ReplicateReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, n.applyReplica(&req)
-	case wire.MethodState:
-		var req wire.StateReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		n.lead.observe(req.Term)
-		resp := wire.StateResp{MaxTerm: n.lead.highest()}
-		for _, ds := range n.ordered {
-			resp.Jobs = append(resp.Jobs, ds.book.State(ds.name))
-			resp.Tables = append(resp.Tables, ds.tableInfo())
-		}
-		return &resp, nil
-	case wire.MethodGetTable:
-		var req wire.GetTableReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		ds, err := n.dataset(req.Dataset)
-		if err != nil {
-			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
-		}
-		b, term, err := ds.scores.Marshal()
-		if err != nil {
-			return nil, err
-		}
-		return &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
-	case wire.MethodGetOrder:
-		var req wire.GetOrderReq
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		ds, err := n.dataset(req.Dataset)
-		if err != nil {
-			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
-		}
-		p := ds.book.Newest()
-		if p == nil {
-			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
-		}
-		return p, nil
+		return fn(ctx, from, &req)
 	}
-	return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("unknown method %d", m)}
+}
+
+// noReply adapts a handler that answers only with an error.
+func noReply[Req any](fn func(req *Req) error) peerHandler {
+	return serve(func(_ context.Context, _ string, req *Req) (any, error) { return nil, fn(req) })
+}
+
+// peerHandlers is the node's side of the peer protocol, one handler per
+// method of package wire, built once when the node joins a mesh.
+func (n *Node) peerHandlers() map[peer.Method]peerHandler {
+	return map[peer.Method]peerHandler{
+		wire.MethodFetch: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
+			return n.serveFetch(ctx, req)
+		}),
+		wire.MethodOffer:     noReply(n.serveOffer),
+		wire.MethodReport:    serve(n.serveReport),
+		wire.MethodJoin:      noReply(n.leaderJoin),
+		wire.MethodDone:      noReply(n.leaderDone),
+		wire.MethodReset:     noReply(n.leaderReset),
+		wire.MethodPublish:   serve(n.servePublish),
+		wire.MethodScores:    noReply(n.applyScores),
+		wire.MethodReplicate: noReply(n.applyReplica),
+		wire.MethodState:     serve(n.serveState),
+		wire.MethodGetTable:  serve(n.serveGetTable),
+		wire.MethodGetOrder:  serve(n.serveGetOrder),
+	}
+}
+
+// peerDispatch implements peer.Handler over handlers: each method's
+// handler, or CodeBadRequest for a method it does not know.
+func peerDispatch(handlers map[peer.Method]peerHandler) peer.HandlerFunc {
+	return func(ctx context.Context, from string, m peer.Method, body []byte) (any, error) {
+		h, ok := handlers[m]
+		if !ok {
+			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("unknown method %d", m)}
+		}
+		return h(ctx, from, body)
+	}
+}
+
+// serveReport merges minibatch losses forwarded by a peer, on the leader.
+func (n *Node) serveReport(_ context.Context, from string, req *wire.ReportReq) (any, error) {
+	if !n.lead.leading() {
+		return nil, errNotLeader
+	}
+	if err := n.leaderReport(req.Batches); err != nil {
+		n.cfg.Logger.Warn().Err(err).Str("from", from).Msg("refused part of a forwarded report")
+	}
+	return nil, nil
+}
+
+// servePublish installs an order the leader published, once checked.
+func (n *Node) servePublish(_ context.Context, from string, p *wire.PublishMsg) (any, error) {
+	if err := n.checkPublish(p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
+	n.lead.observe(p.Term)
+	ds, _ := n.dataset(p.Dataset)
+	if ds.book.Install(p) {
+		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
+	}
+	return nil, nil
+}
+
+// serveState tells a new leader what this node knows of every job and
+// score table.
+func (n *Node) serveState(_ context.Context, _ string, req *wire.StateReq) (any, error) {
+	n.lead.observe(req.Term)
+	resp := wire.StateResp{MaxTerm: n.lead.highest()}
+	for _, ds := range n.ordered {
+		resp.Jobs = append(resp.Jobs, ds.book.State(ds.name))
+		resp.Tables = append(resp.Tables, ds.tableInfo())
+	}
+	return &resp, nil
+}
+
+// serveGetTable sends a new leader this node's copy of a score table.
+func (n *Node) serveGetTable(_ context.Context, _ string, req *wire.GetTableReq) (any, error) {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+	}
+	b, term, err := ds.scores.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
+}
+
+// serveGetOrder sends a new leader the newest order this node holds.
+func (n *Node) serveGetOrder(_ context.Context, _ string, req *wire.GetOrderReq) (any, error) {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+	}
+	p := ds.book.Newest()
+	if p == nil {
+		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
+	}
+	return p, nil
 }
 
 // decode unmarshals a request body handed to servePeer. The transport has
