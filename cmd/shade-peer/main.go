@@ -20,6 +20,7 @@ import (
 
 	"github.com/shade-mesh/shade/admin"
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -32,6 +33,8 @@ import (
 var version = "dev"
 
 const envPrefix = "SHADE_"
+
+var _ mesh.Source = (*s3source.Source)(nil)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -58,6 +61,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Warn().Str("signal", s.String()).Msg("forced exit")
 		os.Exit(1)
 	}()
+	if err := openS3(ctx, &cfg, log); err != nil {
+		log.Error().Err(err).Msg("shade-peer failed")
+		fmt.Fprintf(stderr, "shade-peer: %v\n", err)
+		return 1
+	}
 	var adm *admin.Server
 	var admErr error
 	err = mesh.Run(ctx, cfg.PeerConfig, func(node *mesh.Node, sock *transport.SocketServer) {
@@ -96,6 +104,34 @@ type daemonConfig struct {
 	// adminChosen: --admin-addr is not the default, so failing to listen
 	// on it stops the daemon.
 	adminChosen bool
+	// s3 are the datasets in object stores, opened (listed) by openS3
+	// before the node starts: Node.Datasets[s3[k].index] gets the Source.
+	s3 []s3Dataset
+}
+
+// s3Dataset is an s3:// dataset of the command line, not yet opened.
+type s3Dataset struct {
+	index int
+	cfg   s3source.Config
+}
+
+// openS3 lists (or loads from the state directory) every s3:// dataset and
+// sets it as its DatasetConfig's Source.
+func openS3(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) error {
+	for _, d := range cfg.s3 {
+		dc := &cfg.Node.Datasets[d.index]
+		start := time.Now()
+		src, err := s3source.Open(ctx, d.cfg)
+		if err != nil {
+			return fmt.Errorf("--dataset %s=%s: %w", dc.Name, d.cfg.URL, err)
+		}
+		m := src.Manifest()
+		log.Info().Str("dataset", dc.Name).Str("url", d.cfg.URL).Int("samples", m.Len()).
+			Int64("bytes", m.TotalBytes()).Str("version", m.Version).Dur("took", time.Since(start)).
+			Msg("opened dataset in object store")
+		dc.Source = src
+	}
+	return nil
 }
 
 var errVersion = errors.New("version printed")
@@ -109,7 +145,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		fs          = pflag.NewFlagSet("shade-peer", pflag.ContinueOnError)
 		name        = fs.String("name", "", "stable node name (default: the host name)")
 		socket      = fs.String("socket", "/run/shade/shade.sock", "trainer socket path (Redis protocol); its file is created with mode 0660")
-		datasets    = fs.StringArray("dataset", nil, "serve a dataset: NAME=DIR, repeatable (in the environment: comma-separated)")
+		datasets    = fs.StringArray("dataset", nil, "serve a dataset: NAME=DIR, or NAME=s3://BUCKET/PREFIX for the objects under a bucket prefix (see --s3-endpoint); repeatable (in the environment: comma-separated)")
+		s3Endpoint  = fs.String("s3-endpoint", "", "URL of the S3-compatible store of s3:// datasets, http(s)://HOST[:PORT] (default: AWS S3); credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or the shared AWS credentials and config files")
+		s3Region    = fs.String("s3-region", "", "region of the s3:// datasets' buckets (default: found by the client, or us-east-1)")
+		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
+		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets again even when --state-dir holds their listing")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB)")
 		pol         = fs.String("policy", "app", "eviction and admission policy: app, order (APP that also evicts by next use in the published order), lru, fifo, lfu, minio")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
@@ -257,6 +297,17 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		n, dir, ok := strings.Cut(d, "=")
 		if !ok || n == "" || dir == "" {
 			return cfg, nop, fmt.Errorf("--dataset %q: want NAME=DIR", d)
+		}
+		if s3source.IsURL(dir) {
+			if _, err := s3source.ParseURL(dir); err != nil {
+				return cfg, nop, fmt.Errorf("--dataset %q: %w", d, err)
+			}
+			cfg.s3 = append(cfg.s3, s3Dataset{index: len(cfg.Node.Datasets), cfg: s3source.Config{
+				URL: dir, Endpoint: *s3Endpoint, Region: *s3Region, PathStyle: *s3PathStyle,
+				StateDir: *stateDir, Relist: *s3Relist,
+			}})
+			cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n})
+			continue
 		}
 		cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n, Dir: dir})
 	}

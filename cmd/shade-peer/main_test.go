@@ -105,3 +105,24 @@ func TestRingPartitionsAndReplicateBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestS3DatasetFlags(t *testing.T) {
+	env := map[string]string{"SHADE_S3_REGION": "eu-west-1", "SHADE_S3_PATH_STYLE": "true"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, _, err := parseConfig([]string{"--dataset", "local=/x", "--dataset", "remote=s3://bucket/train",
+		"--s3-endpoint", "http://127.0.0.1:7070", "--state-dir", "/var/lib/shade"}, lookup, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Node.Datasets) != 2 || cfg.Node.Datasets[0].Dir != "/x" || cfg.Node.Datasets[1].Dir != "" || len(cfg.s3) != 1 {
+		t.Fatalf("datasets %+v, s3 %+v", cfg.Node.Datasets, cfg.s3)
+	}
+	got := cfg.s3[0]
+	if got.index != 1 || got.cfg.URL != "s3://bucket/train" || got.cfg.Endpoint != "http://127.0.0.1:7070" ||
+		got.cfg.Region != "eu-west-1" || !got.cfg.PathStyle || got.cfg.StateDir != "/var/lib/shade" || got.cfg.Relist {
+		t.Errorf("s3 dataset config %+v", got)
+	}
+	if _, _, err := parseConfig([]string{"--dataset", "x=s3://"}, noEnv, io.Discard, io.Discard); err == nil {
+		t.Error("an s3:// URL without a bucket accepted")
+	}
+}
