@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/s3source"
 )
 
 // runDataset runs "shadectl dataset <subcommand> ...".
@@ -21,6 +23,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "\nsubcommands:")
 		fmt.Fprintln(w, "  import-idx --dst DIR [--src DIR] [--limit N]  turn Fashion-MNIST's IDX files into DIR/train and DIR/test (PNG ImageFolder trees)")
 		fmt.Fprintln(w, "  index DIR [--json]                            sample count, bytes, version and classes of a dataset folder")
+		fmt.Fprintln(w, "  upload DIR s3://BUCKET/PREFIX [--s3-endpoint URL] [--s3-region R] [--s3-path-style]")
+		fmt.Fprintln(w, "                                                put a dataset folder's samples into a bucket prefix, for --dataset NAME=s3://...")
 	}
 	if len(args) == 0 {
 		usage(stderr)
@@ -31,6 +35,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		return runDatasetImportIDX(args[1:], stdout, stderr)
 	case "index":
 		return runDatasetIndex(args[1:], stdout, stderr)
+	case "upload":
+		return runDatasetUpload(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return nil
@@ -84,6 +90,44 @@ func runDatasetImportIDX(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s %d train + %d test images in %s: %s %s\n", verb, train, test,
 		time.Since(start).Round(time.Millisecond), filepath.Join(abs, "train"), filepath.Join(abs, "test"))
+	return nil
+}
+
+func runDatasetUpload(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shadectl dataset upload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("s3-endpoint", os.Getenv("SHADE_S3_ENDPOINT"), "URL of the S3-compatible store, http(s)://HOST[:PORT] (default: $SHADE_S3_ENDPOINT, else AWS S3); credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the shared AWS files")
+	region := fs.String("s3-region", os.Getenv("SHADE_S3_REGION"), "the bucket's region (default: $SHADE_S3_REGION)")
+	pathStyle := fs.Bool("s3-path-style", os.Getenv("SHADE_S3_PATH_STYLE") == "true", "address buckets as ENDPOINT/BUCKET (default: $SHADE_S3_PATH_STYLE)")
+	inFlight := fs.Int("parallel", 16, "objects sent at once")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset upload DIR s3://BUCKET/PREFIX [flags]")
+		fmt.Fprintln(fs.Output(), "Puts every sample of DIR (as 'dataset index' counts them) under the prefix, keyed by its")
+		fmt.Fprintln(fs.Output(), "path relative to DIR; creates the bucket if needed; skips objects already there at the same size.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return errors.New("upload: want a folder and an s3:// URL")
+	}
+	dir, err := filepath.Abs(pos[0])
+	if err != nil {
+		return err
+	}
+	cfg := s3source.Config{URL: pos[1], Endpoint: *endpoint, Region: *region, PathStyle: *pathStyle, MaxInFlight: *inFlight}
+	bar := newProgressBar(stderr, "upload")
+	start := time.Now()
+	rep, err := s3source.Upload(context.Background(), cfg, dir, bar.update)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "uploaded %d samples (%s), %d already there, to %s in %s\n", rep.Uploaded, humanBytes(rep.Bytes),
+		rep.Skipped, pos[1], time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
