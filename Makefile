@@ -25,6 +25,7 @@ PY_PKGS := python3-redis python3-numpy python3-torch python3-pil python3-matplot
 deps-test:
 	@./.ci/deps.sh redis-server redis-tools dataset-fashion-mnist iproute2 \
 		python3-pytest python3-msgpack $(PY_PKGS)
+	@./.ci/versitygw.sh >/dev/null   # the S3 server of the S3 tests, built once per machine
 
 deps-demo:
 	@./.ci/deps.sh redis-tools dataset-fashion-mnist $(PY_PKGS)
