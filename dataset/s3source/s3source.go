@@ -376,6 +376,55 @@ func (s *Source) ReadRange(i int, off, n int64, dst []byte) ([]byte, error) {
 	return dst, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, err)
 }
 
+// Stream returns the whole object of sample i as a stream, conditional on
+// its listed ETag (a changed object fails with an error wrapping
+// dataset.ErrChanged on the first Read). It holds one of the MaxInFlight
+// slots until closed, and has no timeout: the caller bounds it with ctx.
+// For tools that scan objects once (a tar shard's headers).
+func (s *Source) Stream(ctx context.Context, i int) (io.ReadCloser, error) {
+	if i < 0 || i >= len(s.objects) {
+		return nil, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	}
+	o := s.objects[i]
+	var opts minio.GetObjectOptions
+	if o.ETag != "" {
+		if err := opts.SetMatchETag(o.ETag); err != nil {
+			return nil, err
+		}
+	}
+	s.slots <- struct{}{}
+	obj, err := s.client.GetObject(ctx, s.loc.Bucket, o.Key, opts)
+	if err != nil {
+		<-s.slots
+		return nil, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, s.readError(o, err))
+	}
+	return &stream{obj: obj, s: s, o: o}, nil
+}
+
+type stream struct {
+	obj    *minio.Object
+	s      *Source
+	o      object
+	closed bool
+}
+
+func (st *stream) Read(p []byte) (int, error) {
+	n, err := st.obj.Read(p)
+	if err != nil && err != io.EOF {
+		err = st.s.readError(st.o, err)
+	}
+	return n, err
+}
+
+func (st *stream) Close() error {
+	if st.closed {
+		return nil
+	}
+	st.closed = true
+	defer func() { <-st.s.slots }()
+	return st.obj.Close()
+}
+
 // get is one attempt: a conditional GET of n bytes of o from off.
 func (s *Source) get(o object, off, n int64, dst []byte) ([]byte, error) {
 	s.slots <- struct{}{}
