@@ -114,15 +114,26 @@ func TestS3DatasetFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Node.Datasets) != 2 || cfg.Node.Datasets[0].Dir != "/x" || cfg.Node.Datasets[1].Dir != "" || len(cfg.s3) != 1 {
-		t.Fatalf("datasets %+v, s3 %+v", cfg.Node.Datasets, cfg.s3)
+	if len(cfg.Node.Datasets) != 2 || cfg.Node.Datasets[0].Dir != "/x" || cfg.Node.Datasets[1].Dir != "" || len(cfg.opened) != 1 {
+		t.Fatalf("datasets %+v, opened %+v", cfg.Node.Datasets, cfg.opened)
 	}
-	got := cfg.s3[0]
-	if got.index != 1 || got.cfg.URL != "s3://bucket/train" || got.cfg.Endpoint != "http://127.0.0.1:7070" ||
-		got.cfg.Region != "eu-west-1" || !got.cfg.PathStyle || got.cfg.StateDir != "/var/lib/shade" || got.cfg.Relist {
-		t.Errorf("s3 dataset config %+v", got)
+	got := cfg.opened[0]
+	if got.index != 1 || got.s3 == nil || got.s3.URL != "s3://bucket/train" || got.s3.Endpoint != "http://127.0.0.1:7070" ||
+		got.s3.Region != "eu-west-1" || !got.s3.PathStyle || got.s3.StateDir != "/var/lib/shade" || got.s3.Relist {
+		t.Errorf("s3 dataset config %+v", got.s3)
 	}
-	if _, _, err := parseConfig([]string{"--dataset", "x=s3://"}, noEnv, io.Discard, io.Discard); err == nil {
-		t.Error("an s3:// URL without a bucket accepted")
+	cfg, _, err = parseConfig([]string{"--dataset", "a=shards:/data/wds", "--dataset", "b=shards:s3://bucket/wds",
+		"--s3-path-style"}, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.opened) != 2 || cfg.opened[0].shards == nil || cfg.opened[0].shards.Location != "/data/wds" ||
+		cfg.opened[1].shards == nil || cfg.opened[1].shards.Location != "s3://bucket/wds" || !cfg.opened[1].shards.S3.PathStyle {
+		t.Errorf("shards datasets %+v", cfg.opened)
+	}
+	for _, bad := range []string{"x=s3://", "x=shards:", "x=shards:s3://"} {
+		if _, _, err := parseConfig([]string{"--dataset", bad}, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("--dataset %s accepted", bad)
+		}
 	}
 }

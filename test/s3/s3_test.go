@@ -5,6 +5,7 @@
 package s3
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/s3test"
 )
@@ -243,6 +245,75 @@ func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
 	for key, c := range gets {
 		if c > 1 {
 			t.Errorf("%s fetched %d times from the store, want at most once", key, c)
+		}
+	}
+}
+
+// TestPeerServesShardsFromBucket serves WebDataset tar shards from the
+// bucket through a standalone peer: every sample is the msgpack map of its
+// members, and each is one ranged GET of its shard.
+func TestPeerServesShardsFromBucket(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-wds")
+	type sampleWant struct {
+		key     string
+		members map[string][]byte
+	}
+	var want []sampleWant
+	rng := rand.New(rand.NewPCG(9, 10))
+	for s := range 3 {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for j := range 100 {
+			key := fmt.Sprintf("s%05d", s*100+j)
+			m := map[string][]byte{"png": make([]byte, 50+rng.IntN(2000)), "cls": []byte(strconv.Itoa(j % 10))}
+			for i := range m["png"] {
+				m["png"][i] = byte(rng.Uint32())
+			}
+			for _, ext := range []string{"png", "cls"} {
+				tw.WriteHeader(&tar.Header{Name: key + "." + ext, Mode: 0o644, Size: int64(len(m[ext])), Typeflag: tar.TypeReg})
+				tw.Write(m[ext])
+			}
+			want = append(want, sampleWant{key, m})
+		}
+		tw.Close()
+		g.Put(t, "shade-wds", fmt.Sprintf("wds/train-%03d.tar", s), buf.Bytes())
+	}
+	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
+		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
+	p := startPeer(t, env, "--name", "wds", "--dataset", "wds=shards:s3://shade-wds/wds",
+		"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB")
+	c := client(p.socket)
+	defer c.Close()
+	names, err := c.Do(context.Background(), "SHADE.MANIFEST", "wds").StringSlice()
+	if err != nil || len(names) != len(want) || names[0] != want[0].key {
+		t.Fatalf("manifest: %d names (%v), want %d", len(names), err, len(want))
+	}
+	keys := make([]string, len(want))
+	for i := range keys {
+		keys[i] = "wds/" + strconv.Itoa(i)
+	}
+	for pass := range 2 {
+		vals, err := c.MGet(context.Background(), keys...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			s, _ := v.(string)
+			var got map[string][]byte
+			if err := msgpack.Unmarshal([]byte(s), &got); err != nil {
+				t.Fatalf("pass %d, sample %d: %v", pass, i, err)
+			}
+			if len(got) != 2 || !bytes.Equal(got["png"], want[i].members["png"]) || !bytes.Equal(got["cls"], want[i].members["cls"]) {
+				t.Fatalf("pass %d, sample %d (%s): wrong members", pass, i, want[i].key)
+			}
+		}
+	}
+	gets := g.GetCounts(t, "shade-wds")
+	t.Logf("GETs per shard (1 to index + 1 ranged GET per sample): %v", gets)
+	for s := range 3 {
+		if n := gets[fmt.Sprintf("wds/train-%03d.tar", s)]; n != 1+100 {
+			t.Errorf("shard %d: %d GETs, want 101", s, n)
 		}
 	}
 }
