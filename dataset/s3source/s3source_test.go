@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
@@ -252,7 +253,7 @@ type throttling struct {
 }
 
 func (tr *throttling) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodGet && strings.Count(r.URL.Path, "/") >= 2 && tr.n.Add(-1) >= 0 {
+	if isObjectGet(r) && tr.n.Add(-1) >= 0 {
 		body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`
 		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
 			Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body)),
@@ -285,4 +286,91 @@ func TestThrottledReadsAreRetried(t *testing.T) {
 	if _, err := few.Read(1, nil); !errors.Is(err, s3source.ErrRead) || !strings.Contains(err.Error(), "reduce your request rate") {
 		t.Fatalf("3 SlowDowns with 2 retries: %v, want ErrRead", err)
 	}
+}
+
+// gate counts the object GETs in flight and can hold the first few until
+// their request's context ends (a store that stops answering).
+type gate struct {
+	inFlight, peak atomic.Int64
+	hang           atomic.Int64
+	delay          chan struct{} // closed: GETs go through at once
+	next           http.RoundTripper
+}
+
+func (gt *gate) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !isObjectGet(r) {
+		return gt.next.RoundTrip(r)
+	}
+	n := gt.inFlight.Add(1)
+	defer gt.inFlight.Add(-1)
+	for p := gt.peak.Load(); n > p && !gt.peak.CompareAndSwap(p, n); p = gt.peak.Load() {
+	}
+	if gt.hang.Add(-1) >= 0 {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	select {
+	case <-gt.delay:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return gt.next.RoundTrip(r)
+}
+
+func TestInFlightBoundAndRequestTimeout(t *testing.T) {
+	g := s3test.Start(t)
+	_, data := fill(t, g, "shade-ds", "p/", 64)
+	gt := &gate{next: http.DefaultTransport, delay: make(chan struct{})}
+	cfg := config(g, "s3://shade-ds/p")
+	cfg.Transport, cfg.MaxInFlight = gt, 4
+	cfg.RequestTimeout = 300 * time.Millisecond
+	src, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 64 concurrent reads: hold the GETs until 4 are waiting, then let
+	// them go; never more than 4 at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := src.Read(i, nil)
+			if err == nil && !bytes.Equal(got, data[i]) {
+				err = fmt.Errorf("sample %d: wrong bytes", i)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gt.inFlight.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(gt.delay)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if p := gt.peak.Load(); p != 4 {
+		t.Fatalf("peak GETs in flight %d, want MaxInFlight 4", p)
+	}
+	// A GET that never answers times out and is tried again.
+	gt.hang.Store(1)
+	start := time.Now()
+	got, err := src.Read(7, nil)
+	if err != nil || !bytes.Equal(got, data[7]) {
+		t.Fatalf("after a hung request: %v", err)
+	}
+	t.Logf("read after one hung request in %v (timeout 300ms)", time.Since(start).Round(time.Millisecond))
+}
+
+// isObjectGet reports whether r is a GET of an object (path-style
+// /BUCKET/KEY), not a listing (/BUCKET/?list-type=2).
+func isObjectGet(r *http.Request) bool {
+	parts := strings.SplitN(r.URL.Path, "/", 3)
+	return r.Method == http.MethodGet && len(parts) == 3 && parts[2] != ""
 }
