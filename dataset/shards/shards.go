@@ -319,8 +319,24 @@ func indexShard(ctx context.Context, st store, si int, shardName string, seen ma
 	if c := magic(head); c != "" {
 		return fmt.Errorf("%w: %s is %s-compressed", ErrCompressed, shardName, c)
 	}
-	cr := &countingReader{r: io.MultiReader(bytes.NewReader(head), rc)}
-	tr := tar.NewReader(cr)
+	// offset gives the position of the member data after tr.Next: a file
+	// is read through directly, so tar seeks over member data rather than
+	// reading it; a stream is counted.
+	var (
+		tr     *tar.Reader
+		offset func() int64
+	)
+	if f, ok := rc.(io.ReadSeeker); ok {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("shards: %s: %w", shardName, err)
+		}
+		tr = tar.NewReader(f)
+		offset = func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
+	} else {
+		cr := &countingReader{r: io.MultiReader(bytes.NewReader(head), rc)}
+		tr = tar.NewReader(cr)
+		offset = func() int64 { return cr.n }
+	}
 	first := len(*samples)
 	for {
 		hdr, err := tr.Next()
@@ -340,7 +356,7 @@ func indexShard(ctx context.Context, st store, si int, shardName string, seen ma
 		}
 		key, ext, _ := strings.Cut(base, ".")
 		key = dir + key
-		off := cr.n
+		off := offset()
 		last := len(*samples) - 1
 		if last >= first && (*samples)[last].Key == key {
 			s := &(*samples)[last]
