@@ -166,13 +166,24 @@ func members(sock string) []string {
 	return st.Members
 }
 
-func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
-	const n, k = 3000, 3
+// bucketMesh is k shade-peer processes over a bucket of n objects.
+type bucketMesh struct {
+	g     *s3test.Gateway
+	peers []*peer
+	files [][]byte
+}
+
+const meshBucket = "shade-e2e"
+
+// startBucketMesh uploads n small objects with shadectl into a fresh
+// gateway and starts k peers serving them as dataset "ds" (R = 2).
+func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
+	t.Helper()
 	g := s3test.Start(t)
 	dir, files := writeDataset(t, n)
 	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
 		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
-	url := "s3://shade-e2e/fmnist/train"
+	url := "s3://" + meshBucket + "/fmnist/train"
 	up := exec.Command(filepath.Join(binDir, "shadectl"), "dataset", "upload", dir, url,
 		"--s3-endpoint", g.Endpoint, "--s3-path-style")
 	up.Env = append(os.Environ(), env...)
@@ -185,7 +196,7 @@ func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
 	t.Logf("%s", bytes.TrimSpace(out))
 
 	tls := t.TempDir()
-	var peers []*peer
+	m := &bucketMesh{g: g, files: files}
 	var names []string
 	seed := ""
 	for i := range k {
@@ -194,14 +205,14 @@ func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
 		if i == 0 {
 			seed = gossip
 		}
-		peers = append(peers, startPeer(t, env, "--name", name, "--dataset", "ds="+url,
+		m.peers = append(m.peers, startPeer(t, env, "--name", name, "--dataset", "ds="+url,
 			"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB",
 			"--gossip-addr", gossip, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--seeds", seed,
-			"--dev-tls-dir", tls, "--gossip-profile", "local", "--expect", strconv.Itoa(k)))
+			"--dev-tls-dir", tls, "--gossip-profile", "local", "--expect", strconv.Itoa(k), "--replicas", "2"))
 		names = append(names, name)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for _, p := range peers {
+	for _, p := range m.peers {
 		for !slices.Equal(members(p.socket), names) {
 			if time.Now().After(deadline) {
 				t.Fatalf("peers did not converge on members %v: %v", names, members(p.socket))
@@ -209,42 +220,102 @@ func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	return m
+}
 
-	ctx := context.Background()
-	for pass := range 2 {
-		for pi, p := range peers {
-			c := client(p.socket)
-			for start := 0; start < n; start += 250 {
-				keys := make([]string, 0, 250)
-				for i := start; i < min(start+250, n); i++ {
-					keys = append(keys, "ds/"+strconv.Itoa(i))
-				}
-				vals, err := c.MGet(ctx, keys...).Result()
-				if err != nil {
-					t.Fatalf("pass %d, peer %d: %v", pass, pi, err)
-				}
-				for i, v := range vals {
-					if s, ok := v.(string); !ok || s != string(files[start+i]) {
-						t.Fatalf("pass %d: %s via peer %d: wrong bytes", pass, keys[i], pi)
-					}
-				}
+// readAll reads every sample through peer pi in MGETs of 250 and checks
+// the bytes; safe to run on several peers at once.
+func (m *bucketMesh) readAll(pass, pi int) error {
+	c := client(m.peers[pi].socket)
+	defer c.Close()
+	for start := 0; start < len(m.files); start += 250 {
+		keys := make([]string, 0, 250)
+		for i := start; i < min(start+250, len(m.files)); i++ {
+			keys = append(keys, "ds/"+strconv.Itoa(i))
+		}
+		vals, err := c.MGet(context.Background(), keys...).Result()
+		if err != nil {
+			return fmt.Errorf("pass %d, peer %d: %w", pass, pi, err)
+		}
+		for i, v := range vals {
+			if s, ok := v.(string); !ok || s != string(m.files[start+i]) {
+				return fmt.Errorf("pass %d: %s via peer %d: wrong bytes", pass, keys[i], pi)
 			}
-			c.Close()
 		}
 	}
+	return nil
+}
 
-	gets := g.GetCounts(t, "shade-e2e")
+// getHistogram returns, from the gateway's access log, how many objects
+// were fetched how many times, and fails t unless every object was.
+func (m *bucketMesh) getHistogram(t *testing.T) (map[int]int, map[string]int) {
+	t.Helper()
+	gets := m.g.GetCounts(t, meshBucket)
 	hist := map[int]int{}
 	for _, c := range gets {
 		hist[c]++
 	}
-	t.Logf("objects by GETs from the store after 2 passes through %d peers: %v (GETs: objects)", k, hist)
-	if len(gets) != n {
-		t.Errorf("%d objects read from the store, want all %d", len(gets), n)
+	if len(gets) != len(m.files) {
+		t.Errorf("%d objects read from the store, want all %d", len(gets), len(m.files))
 	}
+	return hist, gets
+}
+
+// TestMeshOverBucketReadsEachObjectOnce reads every sample through each of
+// 3 peers in turn, twice: each object is fetched from the store once.
+func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
+	m := startBucketMesh(t, 3000, 3)
+	for pass := range 2 {
+		for pi := range m.peers {
+			if err := m.readAll(pass, pi); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hist, gets := m.getHistogram(t)
+	t.Logf("objects by GETs from the store after 2 passes through 3 peers in turn: %v (GETs: objects)", hist)
 	for key, c := range gets {
 		if c > 1 {
 			t.Errorf("%s fetched %d times from the store, want at most once", key, c)
+		}
+	}
+}
+
+// TestMeshOverBucketConcurrentColdReads reads every sample through all 3
+// peers at once, twice. DESIGN.md §8 targets one store read per sample per
+// mesh; today that holds for reads in turn (above) but not for concurrent
+// cold reads: a sample's R = 2 owners can miss at the same moment and each
+// read the store (misses collapse within a peer, not across co-owners), and
+// now and then a third peer reads it too. On 3,000 objects about 90% are
+// fetched twice and a few three times. This test holds what is met (bytes
+// exact, at most one fetch per peer, nothing fetched again while cached)
+// and logs the distance from the target; the fix belongs to the mesh's
+// read path.
+func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
+	m := startBucketMesh(t, 3000, 3)
+	var after1 map[string]int
+	for pass := range 2 {
+		errs := make(chan error, len(m.peers))
+		for pi := range m.peers {
+			go func() { errs <- m.readAll(pass, pi) }()
+		}
+		for range m.peers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if pass == 0 {
+			after1 = m.g.GetCounts(t, meshBucket)
+		}
+	}
+	hist, gets := m.getHistogram(t)
+	t.Logf("objects by GETs from the store after 2 concurrent passes through 3 peers: %v (GETs: objects; the target is all at 1)", hist)
+	for key, c := range gets {
+		if c > len(m.peers) {
+			t.Errorf("%s fetched %d times from the store by %d peers", key, c, len(m.peers))
+		}
+		if c != after1[key] {
+			t.Errorf("%s fetched again on the second pass (%d, then %d), while cached", key, after1[key], c)
 		}
 	}
 }
