@@ -183,6 +183,8 @@ func (g *Gateway) start(bin string) error {
 	g.cmd = exec.Command(bin, "--access", g.AccessKey, "--secret", g.SecretKey, "--port", addr,
 		"--access-log", g.LogPath, "posix", g.Root)
 	g.cmd.Stdout, g.cmd.Stderr = g.out, g.out
+	// Killed with the test process too, should it die before Cleanup.
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := g.cmd.Start(); err != nil {
 		return err
 	}

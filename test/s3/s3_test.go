@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,6 +116,7 @@ func startPeer(t *testing.T, env []string, args ...string) *peer {
 		"--admin-addr", "off"}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
