@@ -179,6 +179,9 @@ func NewClient(cfg Config) (*minio.Client, error) {
 			MaxIdleConnsPerHost: cfg.MaxInFlight,
 			IdleConnTimeout:     90 * time.Second,
 			TLSHandshakeTimeout: 10 * time.Second,
+			// Bounds every request's wait for an answer, the listing's
+			// pages included (their context is Open's).
+			ResponseHeaderTimeout: cfg.RequestTimeout,
 		}
 	}
 	return minio.New(u.Host, &minio.Options{
@@ -260,7 +263,9 @@ func (s *Source) URL() string { return s.cfg.URL }
 
 // list lists the prefix, sorted by key.
 func (s *Source) list(ctx context.Context) ([]object, error) {
-	ok, err := s.client.BucketExists(ctx, s.loc.Bucket)
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ok, err := s.client.BucketExists(bctx, s.loc.Bucket)
+	cancel()
 	if err != nil {
 		return nil, s.openError(err)
 	}

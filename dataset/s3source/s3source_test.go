@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -373,4 +374,31 @@ func TestInFlightBoundAndRequestTimeout(t *testing.T) {
 func isObjectGet(r *http.Request) bool {
 	parts := strings.SplitN(r.URL.Path, "/", 3)
 	return r.Method == http.MethodGet && len(parts) == 3 && parts[2] != ""
+}
+
+// TestSilentEndpointFailsOpen: an endpoint that accepts connections but
+// never answers fails Open within the request timeout.
+func TestSilentEndpointFailsOpen(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered, until the listener closes
+		}
+	}()
+	cfg := s3source.Config{URL: "s3://shade-ds/p", Endpoint: "http://" + l.Addr().String(), PathStyle: true,
+		AccessKeyID: "a", SecretAccessKey: "b", RequestTimeout: 300 * time.Millisecond}
+	start := time.Now()
+	_, err = s3source.Open(context.Background(), cfg)
+	if !errors.Is(err, s3source.ErrOpen) || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("silent endpoint: %v", err)
+	}
+	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
 }
