@@ -293,12 +293,18 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // buildIndex reads every shard's tar headers and groups members into
 // samples.
 func buildIndex(ctx context.Context, st store) ([]sample, error) {
-	names, _ := st.shards()
+	names, sizes := st.shards()
 	var samples []sample
 	seen := map[string]bool{}
 	for si, shardName := range names {
+		first := len(samples)
 		if err := indexShard(ctx, st, si, shardName, seen, &samples); err != nil {
 			return nil, err
+		}
+		for _, smp := range samples[first:] {
+			if smp.End > sizes[si] {
+				return nil, fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, shardName, smp.Key, smp.End, sizes[si])
+			}
 		}
 	}
 	return samples, nil
@@ -353,6 +359,9 @@ func indexShard(ctx context.Context, st store, si int, shardName string, seen ma
 		dir, base := path.Split(name)
 		if base == "" || strings.HasPrefix(base, ".") {
 			continue
+		}
+		if hdr.Size >= 1<<32 {
+			return fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, hdr.Size)
 		}
 		key, ext, _ := strings.Cut(base, ".")
 		key = dir + key

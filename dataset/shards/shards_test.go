@@ -27,7 +27,7 @@ type file struct {
 }
 
 // writeTar writes a tar of the files to path.
-func writeTar(t *testing.T, path string, files []file) []byte {
+func writeTar(t testing.TB, path string, files []file) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -160,6 +160,14 @@ func TestCompressedAndBadLayoutsRefused(t *testing.T) {
 	writeTar(t, filepath.Join(dir, "s.tar"), []file{{"a.jpg", []byte("1")}, {"b.jpg", []byte("2")}, {"a.cls", []byte("3")}})
 	if _, err := shards.Open(context.Background(), shards.Config{Location: dir}); !errors.Is(err, shards.ErrLayout) {
 		t.Fatalf("members apart: %v", err)
+	}
+	dir = t.TempDir()
+	whole := writeTar(t, "", []file{{"a.jpg", bytes.Repeat([]byte("1"), 5000)}, {"b.jpg", []byte("2")}})
+	os.WriteFile(filepath.Join(dir, "s.tar"), whole[:2048], 0o644)
+	if _, err := shards.Open(context.Background(), shards.Config{Location: dir}); err == nil {
+		t.Fatal("a truncated shard accepted")
+	} else {
+		t.Log(err)
 	}
 	if _, err := shards.Open(context.Background(), shards.Config{Location: t.TempDir()}); !errors.Is(err, dataset.ErrEmpty) {
 		t.Fatalf("no shards: %v", err)
