@@ -53,6 +53,14 @@ func TestDatasetUpload(t *testing.T) {
 		}
 	}
 	out.Reset()
+	if err := runDatasetIndex([]string{"s3://shade-up/fm/train", "--json", "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"samples": 50`) || !strings.Contains(out.String(), `"classes": 5`) ||
+		!strings.Contains(out.String(), src.Manifest().Version) {
+		t.Fatalf("index of the bucket: %s", out.String())
+	}
+	out.Reset()
 	if err := runDatasetUpload(args, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
