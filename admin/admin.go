@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -54,7 +55,7 @@ func (c Config) Disabled() bool { return c.Addr == "" || c.Addr == "off" }
 // probe, and must not block for long.
 type Source interface {
 	// Snapshot returns the node's counters (what SHADE.STATS serves).
-	Snapshot() mesh.NodeStats
+	Snapshot() stats.Node
 	// PeerStats returns the QUIC counters per peer address; nil when
 	// standalone.
 	PeerStats() map[string]peer.PeerStats

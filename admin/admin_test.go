@@ -16,8 +16,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/shade-mesh/shade/admin/admintest"
-	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/meshtest"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -109,7 +110,7 @@ next:
 }
 
 func TestMetricsOfAStandaloneNode(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{Node: "node-a", Dataset: "toy", Samples: 40, CacheSize: 8 << 20})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	s := listen(t, p.Node)
 	c := p.Client(t)
 	ctx := context.Background()
@@ -120,11 +121,11 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	for i := range 10 {
 		for pass := range 2 {
 			got, err := c.Get(ctx, p.Key(i)).Bytes()
-			if err != nil || string(got) != string(p.Files[i]) {
+			if err != nil || string(got) != string(p.Data.Files[i]) {
 				t.Fatalf("GET %s pass %d: %d bytes, %v", p.Key(i), pass, len(got), err)
 			}
 		}
-		bytesRead += int64(len(p.Files[i]))
+		bytesRead += int64(len(p.Data.Files[i]))
 	}
 
 	fams := scrape(t, s)
@@ -209,7 +210,7 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	if _, err := c.Do(ctx, "SHADE.ORDER", "toy", 0, 0, 1).Result(); err != nil {
 		t.Fatal(err)
 	}
-	admintest.WaitFor(t, 20*time.Second, "the read-ahead holds the 30 samples not cached", func() bool {
+	testsupport.WaitFor(t, 20*time.Second, "the read-ahead holds the 30 samples not cached", func() bool {
 		fams = scrape(t, s)
 		return value(t, fams, "shade_readahead_fetched_total", nil) == 30
 	})
@@ -258,7 +259,7 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 }
 
 func TestProbesAndProfiler(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	s := listen(t, p.Node)
 	base := "http://" + s.Addr()
 	for _, c := range []struct {
@@ -297,7 +298,7 @@ func trim(s string) string {
 }
 
 func TestCloseStopsServing(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	s, err := Listen(Config{Addr: "127.0.0.1:0"}, p.Node)
 	if err != nil {
 		t.Fatal(err)
@@ -345,32 +346,32 @@ func TestListenErrors(t *testing.T) {
 
 // fakeSource serves a fixed snapshot, as a node of a mesh would.
 type fakeSource struct {
-	stats mesh.NodeStats
+	stats stats.Node
 	peers map[string]peer.PeerStats
 	ready atomic.Bool
 }
 
-func (f *fakeSource) Snapshot() mesh.NodeStats             { return f.stats }
+func (f *fakeSource) Snapshot() stats.Node                 { return f.stats }
 func (f *fakeSource) PeerStats() map[string]peer.PeerStats { return f.peers }
 func (f *fakeSource) Ready() bool                          { return f.ready.Load() }
 
 func TestMeshMetrics(t *testing.T) {
 	f := &fakeSource{
-		stats: mesh.NodeStats{
+		stats: stats.Node{
 			Node: "n1", Members: []string{"n0", "n1", "n2"}, Leader: "n0", Term: 7, Policy: "lru",
 			ReportsQueued: 3, ReportsDropped: 2,
-			Datasets: []mesh.DatasetEntry{{
-				DatasetStats: mesh.DatasetStats{
+			Datasets: []stats.Dataset{{
+				DatasetCounters: stats.DatasetCounters{
 					Dataset: "fm", Version: "v1", Samples: 100, Resident: 20, Epoch: 2,
-					Total:  mesh.EpochStats{Hits: 60, LocalHits: 40, PeerHits: 20, ColdMisses: 30, CapacityMisses: 10, Evictions: 5},
-					Epochs: []mesh.EpochStats{{Epoch: 0, HitRatio: 0.1}, {Epoch: 2, HitRatio: 0.75}},
-					SourceLatency: mesh.Histogram{
+					Total:  stats.Epoch{Hits: 60, LocalHits: 40, PeerHits: 20, ColdMisses: 30, CapacityMisses: 10, Evictions: 5},
+					Epochs: []stats.Epoch{{Epoch: 0, HitRatio: 0.1}, {Epoch: 2, HitRatio: 0.75}},
+					SourceLatency: stats.Histogram{
 						Bounds: []float64{0.001, 0.01, 0.1},
 						Counts: []int64{5, 3, 1, 2},
 						Sum:    0.5,
 					},
 				},
-				Job: mesh.JobStats{LatestEpoch: 2, World: 4, PendingRanks: []int{1, 3}, ScoredSamples: 80},
+				Job: stats.Job{LatestEpoch: 2, World: 4, PendingRanks: []int{1, 3}, ScoredSamples: 80},
 			}},
 		},
 		peers: map[string]peer.PeerStats{

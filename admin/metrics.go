@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 // collector turns a node's snapshot into Prometheus metrics at scrape time
@@ -235,7 +235,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // histogram sends a const histogram of h: mesh's counts are per bucket,
 // Prometheus's are cumulative, and the last count (above every bound) is
 // only in the total.
-func (c *collector) histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, h mesh.Histogram, labels ...string) {
+func (c *collector) histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, h stats.Histogram, labels ...string) {
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	var cum uint64
 	for i, n := range h.Counts {

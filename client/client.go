@@ -4,7 +4,9 @@
 //
 // It mirrors the Python package in client/python: the same commands, the
 // same reconnection and the same errors. It does not depend on the server's
-// packages; the wire is the contract.
+// packages; the wire is the contract, and the leaf packages under protocol
+// that the peer uses too define it: protocol/samplekey (sample keys),
+// protocol/shm (the zero-copy path) and protocol/stats (SHADE.STATS).
 package client
 
 import (
@@ -21,6 +23,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 const (
@@ -38,7 +43,7 @@ const (
 	ReportChunk = 16384
 
 	// serverOrderLimit is how long the peer lets SHADE.ORDER block at most
-	// (its default --max-order-wait).
+	// (the trainer socket's fixed limit; transport.SocketConfig.MaxOrderWait).
 	serverOrderLimit = 10 * time.Minute
 )
 
@@ -420,23 +425,25 @@ func (c *Client) Warm(ctx context.Context, dataset string) (int, error) {
 }
 
 // Stats returns the peer's counters (SHADE.STATS): the node and one
-// dataset, or every dataset for dataset "". The value belongs to the caller.
-func (c *Client) Stats(ctx context.Context, dataset string) (Stats, error) {
+// dataset, or every dataset for dataset "". The document's types are
+// package protocol/stats, the ones the peer fills; fields that a newer
+// peer adds are ignored. The value belongs to the caller.
+func (c *Client) Stats(ctx context.Context, dataset string) (stats.Node, error) {
 	args := []any{"SHADE.STATS"}
 	if dataset != "" {
 		args = append(args, dataset)
 	}
 	v, err := c.do(ctx, c.rdb, 0, args...)
 	if err != nil {
-		return Stats{}, err
+		return stats.Node{}, err
 	}
 	doc, ok := v.(string)
 	if !ok {
-		return Stats{}, unexpected("SHADE.STATS", v)
+		return stats.Node{}, unexpected("SHADE.STATS", v)
 	}
-	var st Stats
+	var st stats.Node
 	if err := json.Unmarshal([]byte(doc), &st); err != nil {
-		return Stats{}, fmt.Errorf("client: SHADE.STATS: %w", err)
+		return stats.Node{}, fmt.Errorf("client: SHADE.STATS: %w", err)
 	}
 	return st, nil
 }
@@ -529,7 +536,7 @@ func describe(args []any) string {
 }
 
 func sampleKey(dataset string, id int) string {
-	return dataset + "/" + strconv.Itoa(id)
+	return samplekey.Format(dataset, id)
 }
 
 func unexpected(cmd string, v any) error {

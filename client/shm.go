@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -14,16 +13,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // shared is the client's view of the peer's cache memory, mapped through
 // SHADE.MAP, and the state of the zero-copy path.
 type shared struct {
-	mu       sync.RWMutex   // write-held to replace m; read-held while copying
-	m        *store.Mapping // nil: not mapped (yet, or any more)
-	off      bool           // disabled, or the peer cannot share its memory
-	retryAt  time.Time      // earliest next SHADE.MAP after a failure
+	mu       sync.RWMutex // write-held to replace m; read-held while copying
+	m        *shm.Mapping // nil: not mapped (yet, or any more)
+	off      bool         // disabled, or the peer cannot share its memory
+	retryAt  time.Time    // earliest next SHADE.MAP after a failure
 	password string
 	socket   string
 	timeout  time.Duration
@@ -33,7 +32,7 @@ type shared struct {
 }
 
 // sharedSupported: the copy validation relies on stores becoming visible
-// in program order (store.Location), which amd64 guarantees.
+// in program order (shm.Location), which amd64 guarantees.
 const sharedSupported = runtime.GOARCH == "amd64"
 
 // mapRetry is how long the client waits before asking again for the memory
@@ -42,7 +41,7 @@ const mapRetry = 5 * time.Second
 
 // mapping returns the current mapping, mapping the memory first if the
 // path is on and it is not mapped yet. nil means: use plain MGET.
-func (s *shared) mapping() *store.Mapping {
+func (s *shared) mapping() *shm.Mapping {
 	s.mu.RLock()
 	m, off, retryAt := s.m, s.off, s.retryAt
 	s.mu.RUnlock()
@@ -68,7 +67,7 @@ func (s *shared) mapping() *store.Mapping {
 
 // drop unmaps m if it is still the current mapping (the peer restarted
 // with new memory); the next call maps again.
-func (s *shared) drop(m *store.Mapping) {
+func (s *shared) drop(m *shm.Mapping) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == m {
@@ -89,7 +88,7 @@ func (s *shared) close() {
 
 // mapPeerMemory runs SHADE.MAP on a connection of its own and maps the
 // descriptor that comes with the reply.
-func mapPeerMemory(socket, password string, timeout time.Duration) (*store.Mapping, error) {
+func mapPeerMemory(socket, password string, timeout time.Duration) (*shm.Mapping, error) {
 	conn, err := net.DialTimeout("unix", socket, timeout)
 	if err != nil {
 		return nil, err
@@ -150,7 +149,7 @@ func mapPeerMemory(socket, password string, timeout time.Duration) (*store.Mappi
 	if len(fds) != 1 {
 		return nil, fmt.Errorf("client: SHADE.MAP: %d descriptors came with the reply, want 1", len(fds))
 	}
-	return store.MapShared(fds[0], size, id)
+	return shm.MapShared(fds[0], size, id)
 }
 
 func trimCRLF(s string) string {
@@ -183,7 +182,7 @@ func parseMapReply(b []byte) (size int64, id uint64, err error) {
 // samples are copied out of the peer's memory; the others, and those that
 // moved while being copied, are read with one MGET. It returns errStale if
 // the peer's memory is no longer the one mapped.
-func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([][]byte, error) {
+func (c *Client) locate(ctx context.Context, m *shm.Mapping, keys []string) ([][]byte, error) {
 	v, err := c.do(ctx, c.rdb, 0, command("SHADE.LOCATE", keys)...)
 	if err != nil {
 		return nil, err
@@ -194,12 +193,13 @@ func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([
 	}
 	id, ok1 := elems[0].(int64)
 	blob, ok2 := elems[1].(string)
-	if !ok1 || !ok2 || len(blob) != locationSize*len(keys) {
+	if !ok1 || !ok2 || len(blob) != shm.LocationSize*len(keys) {
 		return nil, fmt.Errorf("client: SHADE.LOCATE: malformed reply for %d keys", len(keys))
 	}
 	if uint64(id) != m.ID() {
 		return nil, errStale
 	}
+	locs := []byte(blob)
 	out := make([][]byte, len(keys))
 	var rest []int // not held, or moved: read with MGET
 	c.shm.mu.RLock()
@@ -208,13 +208,13 @@ func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([
 		return nil, errStale
 	}
 	for i := range keys {
-		loc := parseLocation(blob[i*locationSize:])
+		loc := shm.DecodeLocation(locs[i*shm.LocationSize:])
 		if loc.Gen == 0 {
 			rest = append(rest, i)
 			continue
 		}
 		b, err := m.Copy(make([]byte, 0, loc.Len), loc)
-		if errors.Is(err, store.ErrMoved) {
+		if errors.Is(err, shm.ErrMoved) {
 			c.shm.moved.Add(1)
 			rest = append(rest, i)
 			continue
@@ -244,13 +244,3 @@ func (c *Client) locate(ctx context.Context, m *store.Mapping, keys []string) ([
 }
 
 var errStale = errors.New("client: the peer's memory is not the one mapped")
-
-// locationSize is the bytes of one key's location in a SHADE.LOCATE reply:
-// gen, gen_offset, offset, length, checksum (CRC-32C), little-endian
-// uint64 each.
-const locationSize = 40
-
-func parseLocation(b string) store.Location {
-	u := func(k int) uint64 { return binary.LittleEndian.Uint64([]byte(b[8*k : 8*k+8])) }
-	return store.Location{Gen: u(0), GenOff: u(1), Off: u(2), Len: u(3), Sum: u(4)}
-}

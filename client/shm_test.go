@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // TestSharedMemoryServesHits: a client on the peer's node maps its memory
@@ -16,15 +15,13 @@ func TestSharedMemoryServesHits(t *testing.T) {
 	if !sharedSupported {
 		t.Skip("zero-copy reads need amd64")
 	}
-	d := writeDataset(t)
-	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "toy="+d.root)
+	d, sock := startToy(t)
 	ctx := t.Context()
 	c := newClient(t, Options{Socket: sock})
 	if !c.SharedMemory() {
 		t.Fatal("the client did not map the peer's memory")
 	}
-	ids := make([]int, len(d.files))
+	ids := make([]int, len(d.Files))
 	for i := range ids {
 		ids[i] = i
 	}
@@ -34,12 +31,12 @@ func TestSharedMemoryServesHits(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range ids {
-			if !bytes.Equal(got[i], d.files[i]) {
+			if !bytes.Equal(got[i], d.Files[i]) {
 				t.Fatalf("pass %d: sample %d differs", pass, i)
 			}
 		}
 	}
-	if got, err := c.Get(ctx, "toy", 3); err != nil || !bytes.Equal(got, d.files[3]) {
+	if got, err := c.Get(ctx, "toy", 3); err != nil || !bytes.Equal(got, d.Files[3]) {
 		t.Fatalf("Get = %d bytes, %v", len(got), err)
 	}
 	if n := c.shm.copied.Load(); n < int64(len(ids)) {
@@ -51,7 +48,7 @@ func TestSharedMemoryServesHits(t *testing.T) {
 		t.Fatal("NoSharedMemory client mapped the memory")
 	}
 	got, err := plain.MGet(ctx, "toy", ids)
-	if err != nil || !bytes.Equal(got[5], d.files[5]) || plain.shm.copied.Load() != 0 {
+	if err != nil || !bytes.Equal(got[5], d.Files[5]) || plain.shm.copied.Load() != 0 {
 		t.Fatalf("plain MGet: %v, copied %d", err, plain.shm.copied.Load())
 	}
 }
@@ -63,67 +60,39 @@ func TestSharedMemoryUnderEviction(t *testing.T) {
 	if !sharedSupported {
 		t.Skip("zero-copy reads need amd64")
 	}
-	root := filepath.Join(t.TempDir(), "ds")
 	const n = 240
-	files := make([][]byte, n)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range files {
-		files[i] = make([]byte, 1024+rng.IntN(6000))
-		for k := range files[i] {
-			files[i][k] = byte(rng.Uint32())
-		}
-		dir := filepath.Join(root, fmt.Sprint(i%3))
-		os.MkdirAll(dir, 0o755)
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%04d", i)), files[i], 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Manifest order: class folders sorted, files sorted within them.
-	var order [][]byte
-	for c := range 3 {
-		for i := c; i < n; i += 3 {
-			order = append(order, files[i])
-		}
-	}
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{
+		Classes: []string{"0", "1", "2"}, Samples: n, MinSize: 1024, MaxSize: 7023, Seed: 3,
+	})
 	sock := socketPath(t)
-	startPeer(t, sock, "--dataset", "ds="+root, "--cache-size", "160KiB", "--policy", "lru")
+	startPeer(t, sock, "--dataset", "ds="+ds.Dir, "--cache-size", "160KiB", "--policy", "lru")
 	ctx := t.Context()
 	c := newClient(t, Options{Socket: sock})
 	if !c.SharedMemory() {
 		t.Fatal("the client did not map the peer's memory")
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(g), 9))
-			ids := make([]int, 16)
-			for loop := range 150 {
-				for j := range ids {
-					ids[j] = r.IntN(40) // a hot set that mostly fits ...
-					if j%4 == 0 {
-						ids[j] = r.IntN(n) // ... and misses that evict it
-					}
-				}
-				got, err := c.MGet(ctx, "ds", ids)
-				if err != nil {
-					errs <- fmt.Errorf("loop %d: %w", loop, err)
-					return
-				}
-				for j, id := range ids {
-					if !bytes.Equal(got[j], order[id]) {
-						errs <- fmt.Errorf("loop %d: sample %d: wrong bytes", loop, id)
-						return
-					}
+	if err := testsupport.Parallel(4, func(g int) error {
+		r := rand.New(rand.NewPCG(uint64(g), 9))
+		ids := make([]int, 16)
+		for loop := range 150 {
+			for j := range ids {
+				ids[j] = r.IntN(40) // a hot set that mostly fits ...
+				if j%4 == 0 {
+					ids[j] = r.IntN(n) // ... and misses that evict it
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			got, err := c.MGet(ctx, "ds", ids)
+			if err != nil {
+				return fmt.Errorf("loop %d: %w", loop, err)
+			}
+			for j, id := range ids {
+				if err := ds.Check(id, got[j]); err != nil {
+					return fmt.Errorf("loop %d: %w", loop, err)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	copied, moved := c.shm.copied.Load(), c.shm.moved.Load()

@@ -3,8 +3,9 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // goBackground runs fn in a goroutine the node owns: Close cancels its
@@ -38,29 +39,6 @@ func (n *Node) kickReconcile() {
 	}
 }
 
-// maxQueuedReports bounds the minibatches a node holds while no leader
-// answers; the oldest are dropped beyond it (they only nudge scores).
-const maxQueuedReports = 100_000
-
-// queuedReport is a minibatch waiting for the leader, numbered so that a
-// flush removes exactly what it sent.
-type queuedReport struct {
-	seq   uint64
-	batch reportBatch
-}
-
-// queueReport holds a minibatch for the leader.
-func (n *Node) queueReport(b reportBatch) {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	if len(n.reportQ) >= maxQueuedReports {
-		n.reportQ = n.reportQ[1:]
-		n.reportsDropped.Add(1)
-	}
-	n.reportSeq++
-	n.reportQ = append(n.reportQ, queuedReport{seq: n.reportSeq, batch: b})
-}
-
 // queueScores marks samples whose merged scores their owners need.
 func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 	r := ds.ring.Load()
@@ -68,38 +46,7 @@ func (n *Node) queueScores(ds *datasetState, ids []uint32) {
 		n.applyLocalScores(ds, ids) // every sample is this node's
 		return
 	}
-	var (
-		local  []uint32
-		key    = make([]byte, 0, len(ds.name)+11)
-		owners []string
-		sets   = make(map[string]map[uint32]struct{}) // owner -> its queued ids of ds
-	)
-	n.qmu.Lock()
-	for _, id := range ids {
-		key = strconv.AppendUint(append(append(key[:0], ds.name...), '/'), uint64(id), 10)
-		owners = r.AppendOwners(owners[:0], key)
-		for _, owner := range owners {
-			if owner == n.cfg.Name {
-				local = append(local, id)
-				continue
-			}
-			set := sets[owner]
-			if set == nil {
-				byDS := n.scoreQ[owner]
-				if byDS == nil {
-					byDS = make(map[string]map[uint32]struct{})
-					n.scoreQ[owner] = byDS
-				}
-				if set = byDS[ds.name]; set == nil {
-					set = make(map[uint32]struct{})
-					byDS[ds.name] = set
-				}
-				sets[owner] = set
-			}
-			set[id] = struct{}{}
-		}
-	}
-	n.qmu.Unlock()
+	local := n.out.QueueScores(r, n.cfg.Name, ds.name, ids)
 	n.applyLocalScores(ds, local)
 }
 
@@ -108,13 +55,7 @@ func (n *Node) applyLocalScores(ds *datasetState, ids []uint32) {
 	if n.scorer == nil || len(ids) == 0 {
 		return
 	}
-	scores := make([]float64, len(ids))
-	ds.tableMu.Lock()
-	for i, id := range ids {
-		scores[i] = ds.table.Score(id)
-	}
-	mean := ds.table.Mean()
-	ds.tableMu.Unlock()
+	scores, mean := ds.scores.ScoresOf(ids)
 	n.setScores(ds, ids, scores, mean)
 }
 
@@ -125,14 +66,14 @@ func (n *Node) setScores(ds *datasetState, ids []uint32, scores []float64, mean 
 	n.polMu.Lock()
 	for i, id := range ids {
 		n.scorer.SetScore(sampleID(ds, int(id)), scores[i])
-		n.trace.score(sampleID(ds, int(id)), scores[i])
+		n.trace.Score(sampleID(ds, int(id)), scores[i])
 	}
 	n.scorer.SetDefaultScore(mean)
 	n.polMu.Unlock()
 }
 
 // applyScores takes the leader's merged scores for samples this node owns.
-func (n *Node) applyScores(req *scoresReq) error {
+func (n *Node) applyScores(req *wire.ScoresReq) error {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return err
@@ -151,7 +92,7 @@ func (n *Node) applyScores(req *scoresReq) error {
 
 // applyReplica installs the leader's score table, so this node can lead
 // with it if the leader fails.
-func (n *Node) applyReplica(req *replicateReq) error {
+func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return err
@@ -159,24 +100,17 @@ func (n *Node) applyReplica(req *replicateReq) error {
 	if req.Version != ds.manifest.Version {
 		return fmt.Errorf("mesh: replica of %s version %s; ours is %s", req.Dataset, req.Version, ds.manifest.Version)
 	}
-	if req.Term < n.maxTerm.Load() {
+	if req.Term < n.lead.highest() {
 		return nil // from a leader that has been replaced
 	}
-	n.observeTerm(req.Term)
-	ds.tableMu.Lock()
-	defer ds.tableMu.Unlock()
-	if err := ds.table.UnmarshalBinary(req.Table); err != nil {
-		return err
-	}
-	ds.tableUnsaved = true
-	ds.tableTerm = req.Term
-	return nil
+	n.lead.observe(req.Term)
+	return ds.scores.Replace(req.Table, req.Term)
 }
 
 // runLoops is the node's background work in a mesh: forwarding reports,
 // pushing scores, replicating tables and reconciling with the leader.
 func (n *Node) runLoops(ctx context.Context) {
-	flush := time.NewTicker(25 * time.Millisecond)
+	flush := time.NewTicker(wire.FlushEvery)
 	defer flush.Stop()
 	replicate := time.NewTicker(n.cfg.Cluster.ReplicateEvery)
 	defer replicate.Stop()
@@ -202,34 +136,21 @@ func (n *Node) runLoops(ctx context.Context) {
 
 // flushReports sends queued minibatches to the leader in one request.
 func (n *Node) flushReports(ctx context.Context) {
-	n.qmu.Lock()
-	if len(n.reportQ) == 0 {
-		n.qmu.Unlock()
+	send, last, ok := n.out.PeekReports()
+	if !ok {
 		return
 	}
-	var send []reportBatch
-	pairs := 0
-	var last uint64
-	for _, q := range n.reportQ {
-		if pairs >= 1<<16 {
-			break
-		}
-		send = append(send, q.batch)
-		pairs += len(q.batch.IDs)
-		last = q.seq
-	}
-	n.qmu.Unlock()
 
 	var err error
-	if n.leading() {
+	if n.lead.leading() {
 		err = n.leaderReport(send)
 		if err != nil {
 			n.cfg.Logger.Warn().Err(err).Msg("queued report refused")
 		}
 		err = nil
-	} else if leader := n.leaderName(); leader != "" && leader != n.cfg.Name {
+	} else if leader := n.lead.leader(); leader != "" && leader != n.cfg.Name {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-		err = n.cluster.callName(cctx, leader, methodReport, &reportReq{Batches: send}, nil)
+		err = n.cluster.callName(cctx, leader, wire.MethodReport, &wire.ReportReq{Batches: send}, nil)
 		cancel()
 	} else {
 		return // no leader yet: keep them
@@ -237,54 +158,29 @@ func (n *Node) flushReports(ctx context.Context) {
 	if err != nil {
 		return // keep them for the next try
 	}
-	n.qmu.Lock()
-	i := 0
-	for i < len(n.reportQ) && n.reportQ[i].seq <= last {
-		i++
-	}
-	n.reportQ = n.reportQ[i:]
-	n.qmu.Unlock()
+	n.out.SentReports(last)
 }
 
 // flushScores sends each owner the merged scores of its queued samples.
 func (n *Node) flushScores(ctx context.Context) {
-	n.qmu.Lock()
-	if len(n.scoreQ) == 0 {
-		n.qmu.Unlock()
-		return
-	}
-	q := n.scoreQ
-	n.scoreQ = make(map[string]map[string]map[uint32]struct{})
-	n.qmu.Unlock()
+	q := n.out.TakeScores()
 	for owner, byDS := range q {
 		for name, set := range byDS {
 			ds, err := n.dataset(name)
 			if err != nil {
 				continue
 			}
-			req := &scoresReq{Dataset: name, IDs: make([]uint32, 0, len(set)), Scores: make([]float64, 0, len(set))}
-			ds.tableMu.Lock()
-			for id := range set {
-				req.IDs = append(req.IDs, id)
-				req.Scores = append(req.Scores, ds.table.Score(id))
-			}
-			req.Mean = ds.table.Mean()
-			ds.tableMu.Unlock()
+			req := ds.scores.ScoresFor(name, set)
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()
-				if err := n.cluster.callName(cctx, owner, methodScores, req, nil); err != nil {
+				if err := n.cluster.callName(cctx, owner, wire.MethodScores, req, nil); err != nil {
 					n.cfg.Logger.Debug().Err(err).Str("owner", owner).Msg("scores not delivered")
 				}
 			})
 		}
 	}
 }
-
-// tableStandbys is how many members get every change of a score table:
-// the next in line to lead, so that a takeover loses at most one
-// replication interval of merged losses.
-const tableStandbys = 2
 
 // replicateTables saves changed score tables and, on the leader, sends
 // them on: every change to the standbys (the members that lead next), and
@@ -293,7 +189,7 @@ const tableStandbys = 2
 // a second would take more than the leader's link.
 func (n *Node) replicateTables(ctx context.Context) {
 	n.saveScores()
-	if !n.leading() || n.cluster == nil {
+	if !n.lead.leading() || n.cluster == nil {
 		return
 	}
 	var others []string
@@ -302,31 +198,21 @@ func (n *Node) replicateTables(ctx context.Context) {
 			others = append(others, p.name)
 		}
 	}
-	standbys := others[:min(len(others), tableStandbys)]
+	standbys := others[:min(len(others), wire.TableStandbys)]
 	for _, ds := range n.ordered {
-		ds.tableMu.Lock()
-		now := time.Now()
-		toAll := ds.tableBehind && now.Sub(ds.tableAllAt) >= ds.tableSpread
-		if !ds.tableDirty && !toAll {
-			ds.tableMu.Unlock()
+		b, toAll, due, err := ds.scores.DueReplication(time.Now(), len(others), n.cfg.Cluster.ReplicateBudget)
+		if !due {
 			continue
 		}
-		b, err := ds.table.MarshalBinary()
-		ds.tableDirty = false
-		if toAll {
-			ds.tableBehind, ds.tableAllAt = false, now
-			ds.tableSpread = time.Duration(float64(len(b)*len(others)) / float64(n.cfg.Cluster.ReplicateBudget) * float64(time.Second))
-		}
-		ds.tableMu.Unlock()
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Msg("score table")
 			continue
 		}
-		req := &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
 		if toAll {
-			n.sendEach(others, methodReplicate, req)
+			n.sendEach(others, wire.MethodReplicate, req)
 		} else {
-			n.sendEach(standbys, methodReplicate, req)
+			n.sendEach(standbys, wire.MethodReplicate, req)
 		}
 	}
 }
@@ -337,19 +223,13 @@ func (n *Node) replicateTables(ctx context.Context) {
 // themselves from their own loop.
 func (n *Node) reconcile(ctx context.Context) {
 	for _, ds := range n.ordered {
-		ds.book.mu.Lock()
-		p := ds.book.latest
-		var done []int
-		for r := range ds.book.done {
-			done = append(done, r)
-		}
-		ds.book.mu.Unlock()
+		p, done := ds.book.Finished()
 		if p == nil || p.Epoch < 0 {
 			continue
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, methodDone, &doneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
+			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
 			cancel()
 		}
 	}

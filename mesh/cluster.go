@@ -15,6 +15,7 @@ import (
 
 	"github.com/shade-mesh/shade/mesh/member"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -95,7 +96,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 		c.RetryEvery = 250 * time.Millisecond
 	}
 	if c.ReplicateEvery == 0 {
-		c.ReplicateEvery = 500 * time.Millisecond
+		c.ReplicateEvery = wire.ReplicateEvery
 	}
 	if c.ReplicateBudget == 0 {
 		c.ReplicateBudget = 64 << 20
@@ -169,7 +170,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		}
 		peerAddr = net.JoinHostPort(host, "7947")
 	}
-	wire, err := peer.Listen(peer.Config{
+	pn, err := peer.Listen(peer.Config{
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
 		MaxRequestMemory: cc.MaxPeerMemory,
 		Logger:           n.cfg.Logger.With().Str("part", "peer").Logger(),
@@ -177,13 +178,13 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)
 	}
-	c := &cluster{cfg: cc, wire: wire, members: make(map[string]peerInfo)}
+	c := &cluster{cfg: cc, wire: pn, members: make(map[string]peerInfo)}
 	n.cluster = c
 	var sets []string
 	for _, ds := range n.ordered {
 		sets = append(sets, ds.name+"="+ds.manifest.Version)
 	}
-	meta := member.Meta{PeerAddr: wire.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
+	meta := member.Meta{PeerAddr: pn.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
 	list, err := member.Join(ctx, member.Config{
@@ -191,7 +192,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		Profile: cc.Profile, Logger: n.cfg.Logger.With().Str("part", "gossip").Logger(),
 	})
 	if err != nil {
-		wire.Close()
+		pn.Close()
 		return fmt.Errorf("mesh: gossip: %w", err)
 	}
 	c.list = list
@@ -276,7 +277,7 @@ func (n *Node) refreshMembers() {
 	c.mu.Lock()
 	c.members = alive
 	c.mu.Unlock()
-	if n.leading() {
+	if n.lead.leading() {
 		// A member that joins (or comes back) may have missed orders.
 		for _, name := range joined {
 			n.sendNewestOrders(name)
@@ -291,29 +292,26 @@ func (n *Node) refreshMembers() {
 			}
 		}
 	}
-	old := n.leaderName()
-	n.leader.Store(leader)
+	old := n.lead.setLeader(leader)
 	if leader != old {
 		n.cfg.Logger.Info().Str("leader", leader).Str("was", old).Int("alive", len(alive)).Msg("leader changed")
 	}
 	switch {
-	case leader == n.cfg.Name && !n.leadingFlag.Load() && !n.takingOver.Swap(true):
+	case leader == n.cfg.Name && !n.lead.leading() && n.lead.startTakeover():
 		n.goBackground(func(ctx context.Context) {
-			defer n.takingOver.Store(false)
+			defer n.lead.endTakeover()
 			n.takeover(ctx)
-			if n.leaderName() == n.cfg.Name {
-				n.leadingFlag.Store(true)
+			if n.lead.leader() == n.cfg.Name {
+				n.lead.setLeading(true)
 			} else {
 				n.stepDown()
 			}
 		})
-	case leader != n.cfg.Name && n.leadingFlag.Load():
+	case leader != n.cfg.Name && n.lead.leading():
 		n.stepDown()
 	}
 	for _, ds := range n.ordered {
-		ds.book.mu.Lock()
-		ds.book.wakeLocked()
-		ds.book.mu.Unlock()
+		ds.book.Wake()
 	}
 	n.kickReconcile()
 }
@@ -323,17 +321,17 @@ func (n *Node) refreshMembers() {
 // already ignores it.
 func (n *Node) sendNewestOrders(name string) {
 	for _, ds := range n.ordered {
-		pub := ds.book.newest()
+		pub := ds.book.Newest()
 		if pub == nil {
 			continue
 		}
-		n.sendInBackground(name, methodPublish, pub)
+		n.sendInBackground(name, wire.MethodPublish, pub)
 	}
 }
 
 // stepDown drops the leader's state; the new leader rebuilds it.
 func (n *Node) stepDown() {
-	n.leadingFlag.Store(false)
+	n.lead.setLeading(false)
 	for _, ds := range n.ordered {
 		ds.setLeaderJob(nil)
 	}
@@ -358,88 +356,88 @@ func dialAddr(advertised, gossip string) string {
 // servePeer answers the peer protocol.
 func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body []byte) (any, error) {
 	switch m {
-	case methodFetch:
-		var req fetchReq
+	case wire.MethodFetch:
+		var req wire.FetchReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return n.serveFetch(ctx, &req)
-	case methodOffer:
-		var req offerReq
+	case wire.MethodOffer:
+		var req wire.OfferReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.serveOffer(&req)
-	case methodReport:
-		var req reportReq
+	case wire.MethodReport:
+		var req wire.ReportReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		if !n.leading() {
+		if !n.lead.leading() {
 			return nil, errNotLeader
 		}
 		if err := n.leaderReport(req.Batches); err != nil {
 			n.cfg.Logger.Warn().Err(err).Str("from", from).Msg("refused part of a forwarded report")
 		}
 		return nil, nil
-	case methodJoin:
-		var req joinReq
+	case wire.MethodJoin:
+		var req wire.JoinReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.leaderJoin(&req)
-	case methodDone:
-		var req doneReq
+	case wire.MethodDone:
+		var req wire.DoneReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.leaderDone(&req)
-	case methodReset:
-		var req resetReq
+	case wire.MethodReset:
+		var req wire.ResetReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.leaderReset(&req)
-	case methodPublish:
-		var p publishMsg
+	case wire.MethodPublish:
+		var p wire.PublishMsg
 		if err := decode(body, &p); err != nil {
 			return nil, err
 		}
 		if err := n.checkPublish(&p); err != nil {
 			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 		}
-		n.observeTerm(p.Term)
+		n.lead.observe(p.Term)
 		ds, _ := n.dataset(p.Dataset)
-		if ds.book.install(&p) {
+		if ds.book.Install(&p) {
 			n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
 		}
 		return nil, nil
-	case methodScores:
-		var req scoresReq
+	case wire.MethodScores:
+		var req wire.ScoresReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.applyScores(&req)
-	case methodReplicate:
-		var req replicateReq
+	case wire.MethodReplicate:
+		var req wire.ReplicateReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
 		return nil, n.applyReplica(&req)
-	case methodState:
-		var req stateReq
+	case wire.MethodState:
+		var req wire.StateReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		n.observeTerm(req.Term)
-		resp := stateResp{MaxTerm: n.maxTerm.Load()}
+		n.lead.observe(req.Term)
+		resp := wire.StateResp{MaxTerm: n.lead.highest()}
 		for _, ds := range n.ordered {
-			resp.Jobs = append(resp.Jobs, ds.book.state(ds.name))
+			resp.Jobs = append(resp.Jobs, ds.book.State(ds.name))
 			resp.Tables = append(resp.Tables, ds.tableInfo())
 		}
 		return &resp, nil
-	case methodGetTable:
-		var req getTableReq
+	case wire.MethodGetTable:
+		var req wire.GetTableReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
@@ -447,16 +445,13 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err != nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 		}
-		ds.tableMu.Lock()
-		b, err := ds.table.MarshalBinary()
-		term := ds.tableTerm
-		ds.tableMu.Unlock()
+		b, term, err := ds.scores.Marshal()
 		if err != nil {
 			return nil, err
 		}
-		return &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
-	case methodGetOrder:
-		var req getOrderReq
+		return &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
+	case wire.MethodGetOrder:
+		var req wire.GetOrderReq
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
@@ -464,7 +459,7 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 		if err != nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 		}
-		p := ds.book.newest()
+		p := ds.book.Newest()
 		if p == nil {
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
 		}
@@ -473,10 +468,10 @@ func (n *Node) servePeer(ctx context.Context, from string, m peer.Method, body [
 	return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("unknown method %d", m)}
 }
 
+// decode unmarshals a request body handed to servePeer. The transport has
+// checked it with peer.CheckMsgpack already (see peer.Handler), so it is
+// not walked again here.
 func decode(body []byte, v any) error {
-	if err := peer.CheckMsgpack(body); err != nil {
-		return &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
-	}
 	if err := msgpack.Unmarshal(body, v); err != nil {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "mesh: " + err.Error()}
 	}
@@ -486,18 +481,18 @@ func decode(body []byte, v any) error {
 // toLeader sends a request to the leader, or serves it here if this node
 // leads.
 func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
-	if n.leading() {
+	if n.lead.leading() {
 		switch r := req.(type) {
-		case *joinReq:
+		case *wire.JoinReq:
 			return n.leaderJoin(r)
-		case *doneReq:
+		case *wire.DoneReq:
 			return n.leaderDone(r)
-		case *resetReq:
+		case *wire.ResetReq:
 			return n.leaderReset(r)
 		}
 		return fmt.Errorf("mesh: no local handler for method %d", m)
 	}
-	leader := n.leaderName()
+	leader := n.lead.leader()
 	if leader == "" || n.cluster == nil {
 		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: no leader"}
 	}
@@ -565,16 +560,6 @@ func (n *Node) sendInBackground(name string, m peer.Method, msg any) {
 	})
 }
 
-// observeTerm raises the highest term this node has seen.
-func (n *Node) observeTerm(t uint64) {
-	for {
-		cur := n.maxTerm.Load()
-		if t <= cur || n.maxTerm.CompareAndSwap(cur, t) {
-			return
-		}
-	}
-}
-
 // GossipAddr is the address other peers use as a seed; "" standalone.
 func (n *Node) GossipAddr() string {
 	if n.cluster == nil {
@@ -596,7 +581,7 @@ func (n *Node) Members() []string {
 }
 
 // Leader returns the leader this node follows; "" while there is none.
-func (n *Node) Leader() string { return n.leaderName() }
+func (n *Node) Leader() string { return n.lead.leader() }
 
 // sortedCopy returns names sorted, as ring.Ring.Members returns them.
 func sortedCopy(names []string) []string {

@@ -2,14 +2,17 @@ package mesh
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/scores"
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -24,21 +27,13 @@ type datasetState struct {
 
 	// The job: the score table (the leader's, or a replica of it), the
 	// orders this node holds, and the leader's state while this node leads.
-	tableMu      sync.Mutex
-	table        *sampling.Table
-	tableDirty   bool          // changed since the last replication to the standbys
-	tableBehind  bool          // changed since the last replication to every member
-	tableAllAt   time.Time     // when the table last went to every member
-	tableSpread  time.Duration // the wait before the next round to every member
-	tableUnsaved bool          // changed since the last save to StateDir
-	tableTerm    uint64        // term of the leader whose merges the table holds
-	rng          *rand.Rand    // breaks ties between equal losses; under tableMu
-	book         *orderBook
-	lead         atomic.Pointer[leaderJob]
-	ring         atomic.Pointer[ring.Ring] // owners among members serving this version
-	reports      atomic.Int64
-	reported     atomic.Int64
-	sourceLat    latencyHistogram
+	scores    *scores.Table
+	book      *orders.Book
+	lead      atomic.Pointer[leaderJob]
+	ring      atomic.Pointer[ring.Ring] // owners among members serving this version
+	reports   atomic.Int64
+	reported  atomic.Int64
+	sourceLat latencyHistogram
 	// Reads and hits by importance decile: the sample's score at the time
 	// of the read, in tenths of the score range ln(10)..ln(73).
 	decileReads, decileHits [10]atomic.Int64
@@ -56,7 +51,7 @@ type datasetState struct {
 }
 
 func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, error) {
-	if err := dataset.ValidName(dc.Name); err != nil {
+	if err := samplekey.ValidName(dc.Name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	src := dc.Source
@@ -82,9 +77,8 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		touched:  make([]uint64, (m.Len()+63)/64),
 	}
-	ds.table = sampling.NewTable(ds.len, cfg.Alpha)
-	ds.rng = rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal)))
-	ds.book = newOrderBook(cfg.KeepEpochs)
+	ds.scores = scores.New(ds.len, cfg.Alpha, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
+	ds.book = orders.New(cfg.KeepEpochs)
 	ds.advance(0)
 	return ds, nil
 }
@@ -93,7 +87,7 @@ func (ds *datasetState) leaderJob() *leaderJob      { return ds.lead.Load() }
 func (ds *datasetState) setLeaderJob(lj *leaderJob) { ds.lead.Store(lj) }
 
 func (ds *datasetState) headTerm() uint64 {
-	_, _, t := ds.book.head()
+	_, _, t := ds.book.Head()
 	return t
 }
 
@@ -172,34 +166,8 @@ func (ds *datasetState) advance(epoch int) {
 	ds.cur.Store(c)
 }
 
-// EpochStats is a snapshot of one epoch's counters.
-//
-// PrefetchHits counts reads that missed every node's memory but found
-// their sample read ahead from the source: misses that did not wait for
-// it. They count as misses too, so the hit ratio stays the policy's own.
-// (A sample read ahead from a peer's memory counts as a peer hit, as it
-// would have without read-ahead.)
-type EpochStats struct {
-	Epoch          int     `json:"epoch"`
-	Hits           int64   `json:"hits"`
-	LocalHits      int64   `json:"local_hits"`
-	PeerHits       int64   `json:"peer_hits"`
-	ServedPeers    int64   `json:"served_peers"`
-	SourceFallback int64   `json:"source_fallbacks"`
-	ChecksumErrors int64   `json:"checksum_errors"`
-	ColdMisses     int64   `json:"cold_misses"`
-	CapacityMisses int64   `json:"capacity_misses"`
-	Evictions      int64   `json:"evictions"`
-	Rejected       int64   `json:"rejected_admissions"`
-	SourceReads    int64   `json:"source_reads"`
-	SourceBytes    int64   `json:"source_bytes"`
-	SourceErrors   int64   `json:"source_errors"`
-	PrefetchHits   int64   `json:"prefetch_hits"`
-	HitRatio       float64 `json:"hit_ratio"`
-}
-
-func (c *epochCounters) snapshot() EpochStats {
-	s := EpochStats{
+func (c *epochCounters) snapshot() stats.Epoch {
+	s := stats.Epoch{
 		Epoch:          c.epoch,
 		Hits:           c.hits.Load() + c.peerHits.Load(),
 		LocalHits:      c.hits.Load(),
@@ -220,7 +188,8 @@ func (c *epochCounters) snapshot() EpochStats {
 	return s
 }
 
-func (s *EpochStats) add(o EpochStats) {
+// addEpoch adds the counters of o to s.
+func addEpoch(s *stats.Epoch, o stats.Epoch) {
 	s.Hits += o.Hits
 	s.LocalHits += o.LocalHits
 	s.PeerHits += o.PeerHits
@@ -245,34 +214,17 @@ func ratio(a, b int64) float64 {
 	return float64(a) / float64(b)
 }
 
-// DatasetStats is a snapshot of one dataset's counters on this node.
-type DatasetStats struct {
-	Dataset  string       `json:"dataset"`
-	Version  string       `json:"version"`
-	Samples  int          `json:"samples"`
-	Resident int64        `json:"resident"`
-	Epoch    int          `json:"epoch"`
-	Total    EpochStats   `json:"total"`
-	Epochs   []EpochStats `json:"epochs"`
-	// SourceLatency is the distribution of source read times.
-	SourceLatency Histogram `json:"source_latency"`
-	// DecileReads and DecileHits count reads and hits by the importance
-	// decile of the sample read (0 least important).
-	DecileReads []int64 `json:"decile_reads"`
-	DecileHits  []int64 `json:"decile_hits"`
-}
-
-func (ds *datasetState) stats() DatasetStats {
+func (ds *datasetState) stats() stats.DatasetCounters {
 	ds.statsMu.Lock()
 	epochs := append([]*epochCounters(nil), ds.epochs...)
 	ds.statsMu.Unlock()
-	out := DatasetStats{
+	out := stats.DatasetCounters{
 		Dataset:       ds.name,
 		Version:       ds.manifest.Version,
 		Samples:       ds.len,
 		Resident:      ds.resident.Load(),
 		Epoch:         ds.current().epoch,
-		Total:         EpochStats{Epoch: -1},
+		Total:         stats.Epoch{Epoch: -1},
 		SourceLatency: ds.sourceLat.snapshot(),
 		DecileReads:   make([]int64, 10),
 		DecileHits:    make([]int64, 10),
@@ -283,7 +235,7 @@ func (ds *datasetState) stats() DatasetStats {
 	for _, c := range epochs {
 		s := c.snapshot()
 		out.Epochs = append(out.Epochs, s)
-		out.Total.add(s)
+		addEpoch(&out.Total, s)
 	}
 	return out
 }
@@ -324,17 +276,8 @@ func (h *latencyHistogram) observe(seconds float64) {
 	h.sumNs.Add(int64(seconds * 1e9))
 }
 
-// Histogram is a snapshot of a latency histogram: Counts[i] observations
-// at most Bounds[i] seconds (and above the previous bound); the last count
-// is above every bound. Sum is in seconds.
-type Histogram struct {
-	Bounds []float64 `json:"bounds"`
-	Counts []int64   `json:"counts"`
-	Sum    float64   `json:"sum"`
-}
-
-func (h *latencyHistogram) snapshot() Histogram {
-	out := Histogram{Bounds: latencyBounds[:], Counts: make([]int64, len(h.counts)), Sum: float64(h.sumNs.Load()) / 1e9}
+func (h *latencyHistogram) snapshot() stats.Histogram {
+	out := stats.Histogram{Bounds: latencyBounds[:], Counts: make([]int64, len(h.counts)), Sum: float64(h.sumNs.Load()) / 1e9}
 	for i := range h.counts {
 		out.Counts[i] = h.counts[i].Load()
 	}
@@ -342,28 +285,15 @@ func (h *latencyHistogram) snapshot() Histogram {
 }
 
 // tableInfo describes this node's copy of the score table.
-func (ds *datasetState) tableInfo() tableInfo {
-	ds.tableMu.Lock()
-	defer ds.tableMu.Unlock()
-	return tableInfo{Dataset: ds.name, Term: ds.tableTerm, Scored: ds.table.NumScored()}
-}
-
-// scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
-var scoreLow, scoreHigh = math.Log(10), math.Log(73)
-
-// decileOf is the importance decile of a score, 0 (least) to 9.
-func decileOf(score float64) int {
-	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
-}
+func (ds *datasetState) tableInfo() wire.TableInfo { return ds.scores.Info(ds.name) }
 
 // countDecile counts one read (and hit) by the sample's importance decile.
 func (ds *datasetState) countDecile(idx int, hit bool) {
-	ds.tableMu.Lock()
-	d := decileOf(ds.table.Score(uint32(idx)))
-	ds.tableMu.Unlock()
-	ds.decileReads[d].Add(1)
+	var d [1]int
+	ds.scores.Deciles([]int{idx}, d[:])
+	ds.decileReads[d[0]].Add(1)
 	if hit {
-		ds.decileHits[d].Add(1)
+		ds.decileHits[d[0]].Add(1)
 	}
 }
 
@@ -373,11 +303,7 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 	var deciles [64]int
 	for start := 0; start < len(idxs); start += len(deciles) {
 		part := idxs[start:min(start+len(deciles), len(idxs))]
-		ds.tableMu.Lock()
-		for i, idx := range part {
-			deciles[i] = decileOf(ds.table.Score(uint32(idx)))
-		}
-		ds.tableMu.Unlock()
+		ds.scores.Deciles(part, deciles[:])
 		for i := range part {
 			ds.decileReads[deciles[i]].Add(1)
 			if hit(start + i) {

@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -40,12 +42,12 @@ func contains(list []string, s string) bool {
 // other node asks the owners, then reads the source itself. fromMemory
 // reports whether some node served it from memory.
 //
-// A sample the read-ahead holds (see readAhead) is taken from there; an
+// A sample the read-ahead holds (see package readahead) is taken from there; an
 // owner then offers it to its policy as a read-through would.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
 	owners := n.owners(ds, uint32(idx))
 	own := len(owners) == 0 || contains(owners, n.cfg.Name)
-	if v, mem, ok := n.takeReadAhead(ctx, ds, idx); ok {
+	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
 		if !mem {
 			ds.current().prefetchHits.Add(1) // else a peer hit, as without read-ahead
 		}
@@ -78,7 +80,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	c := ds.current()
 	if err != nil {
 		c.sourceErrors.Add(1)
-		return nil, fmt.Errorf("mesh: %s/%d: %w", ds.name, idx, err)
+		return nil, fmt.Errorf("mesh: %s: %w", samplekey.Format(ds.name, idx), err)
 	}
 	c.sourceReads.Add(1)
 	c.sourceBytes.Add(int64(len(b)))
@@ -121,82 +123,41 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 	return res.v, res.mem, nil
 }
 
-// maxOfferBytes bounds the sample bytes queued for co-owners; beyond it
-// an offer is dropped, and the co-owner reads the sample through itself
-// when it is next asked for it.
-const maxOfferBytes = 64 << 20
-
 // offer queues a sample read from the source for the other owners, so
 // that it becomes resident on all of them. The runLoops flush sends the
 // queue in batches. leaving marks the hand-over of a member about to
-// leave (see offerItem.Leaving).
+// leave (see wire.OfferItem.Leaving).
 func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string, leaving bool) {
 	if n.cluster == nil {
 		return
 	}
-	item := offerItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: store.Checksum(value), Value: value, Leaving: leaving}
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	for _, co := range owners {
-		if co == n.cfg.Name {
-			continue
-		}
-		if n.offerBytes+len(value) > maxOfferBytes {
-			n.offersDropped.Add(1)
-			continue
-		}
-		n.offerQ[co] = append(n.offerQ[co], item)
-		n.offerBytes += len(value)
-	}
+	item := wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: shm.Checksum(value), Value: value, Leaving: leaving}
+	n.out.QueueOffer(item, owners, n.cfg.Name)
 }
 
-// flushOffers sends each co-owner its queued samples, at most 4 MiB a
-// request, one request per co-owner in flight.
+// flushOffers sends each co-owner its queued samples, at most
+// outbox.MaxOfferRequest bytes a request, one request per co-owner in flight.
 func (n *Node) flushOffers(ctx context.Context) {
-	n.qmu.Lock()
-	for co, items := range n.offerQ {
-		if len(items) == 0 || n.offering[co] {
-			continue
-		}
-		size, k := 0, 0
-		for k < len(items) && (k == 0 || size+len(items[k].Value) <= 4<<20) {
-			size += len(items[k].Value)
-			k++
-		}
-		batch := items[:k:k]
-		n.offerQ[co] = items[k:]
-		n.offerBytes -= size
-		n.offering[co] = true
+	for co, batch := range n.out.TakeOffers() {
 		n.goBackground(func(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, co, methodOffer, &offerReq{Items: batch}, nil)
+			err := n.cluster.callName(cctx, co, wire.MethodOffer, &wire.OfferReq{Items: batch}, nil)
 			cancel()
-			n.qmu.Lock()
-			defer n.qmu.Unlock()
-			delete(n.offering, co)
 			if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
+				n.out.Offered(co, batch, false)
 				return
 			}
 			// Not delivered (a timeout, a peer restarting): queue the batch
 			// again, up to three tries and within the byte bound.
 			n.cfg.Logger.Debug().Err(err).Str("owner", co).Int("samples", len(batch)).Msg("offers not delivered; retrying")
-			for _, it := range batch {
-				if it.tries < 2 && n.offerBytes+len(it.Value) <= maxOfferBytes {
-					it.tries++
-					n.offerQ[co] = append(n.offerQ[co], it)
-					n.offerBytes += len(it.Value)
-				} else {
-					n.offersDropped.Add(1)
-				}
-			}
+			n.out.Offered(co, batch, true)
 		})
 	}
-	n.qmu.Unlock()
 }
 
 // serveOffer admits samples a co-owner read from the source. A bad item is
 // skipped; the first such error is returned after the rest are admitted.
-func (n *Node) serveOffer(req *offerReq) error {
+func (n *Node) serveOffer(req *wire.OfferReq) error {
 	var first error
 	for i := range req.Items {
 		if err := n.admitOffered(&req.Items[i]); err != nil && first == nil {
@@ -206,7 +167,7 @@ func (n *Node) serveOffer(req *offerReq) error {
 	return first
 }
 
-func (n *Node) admitOffered(it *offerItem) error {
+func (n *Node) admitOffered(it *wire.OfferItem) error {
 	ds, err := n.dataset(it.Dataset)
 	if err != nil {
 		return &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
@@ -217,7 +178,7 @@ func (n *Node) admitOffered(it *offerItem) error {
 	if int(it.ID) >= ds.len {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "id out of range"}
 	}
-	if store.Checksum(it.Value) != it.Sum {
+	if shm.Checksum(it.Value) != it.Sum {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: ErrChecksum.Error()}
 	}
 	if int64(len(it.Value)) != ds.manifest.Sizes[it.ID] {
@@ -253,7 +214,7 @@ func (n *Node) preferred(owners []string) []string {
 // fetchFrom asks one owner for samples and verifies every value against
 // its checksum and the manifest's size. Items that fail verification come
 // back not Found.
-func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, memoryOnly bool) ([]fetchItem, error) {
+func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, memoryOnly bool) ([]wire.FetchItem, error) {
 	n.inflightMu.Lock()
 	n.inflight[owner]++
 	n.inflightMu.Unlock()
@@ -264,9 +225,9 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 	}()
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	var resp fetchResp
-	req := &fetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: memoryOnly}
-	if err := n.cluster.callName(cctx, owner, methodFetch, req, &resp); err != nil {
+	var resp wire.FetchResp
+	req := &wire.FetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: memoryOnly}
+	if err := n.cluster.callName(cctx, owner, wire.MethodFetch, req, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Items) != len(ids) {
@@ -277,10 +238,10 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 		if !it.Found {
 			continue
 		}
-		if store.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
+		if shm.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
 			n.cfg.Logger.Warn().Str("owner", owner).Str("key", keyOfSample(ds, ids[i])).Msg("checksum mismatch: copy discarded")
 			ds.current().checksumErrors.Add(1)
-			*it = fetchItem{}
+			*it = wire.FetchItem{}
 		}
 	}
 	return resp.Items, nil
@@ -291,7 +252,7 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 // peer transport's frame limit.
 const fetchReplyBytes = peer.DefaultMaxFrame - peer.DefaultMaxFrame/8
 
-func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error) {
+func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchResp, error) {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
@@ -299,7 +260,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 	if req.Version != ds.manifest.Version {
 		return nil, &peer.Error{Code: peer.CodeStale, Msg: fmt.Sprintf("dataset %s: version %s asked, %s here", ds.name, req.Version, ds.manifest.Version)}
 	}
-	resp := &fetchResp{Items: make([]fetchItem, len(req.IDs))}
+	resp := &wire.FetchResp{Items: make([]wire.FetchItem, len(req.IDs))}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
 	// The reply must fit in one frame: samples past fetchReplyBytes are
@@ -334,7 +295,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func(id uint32, key []byte, it *fetchItem) {
+		go func(id uint32, key []byte, it *wire.FetchItem) {
 			defer func() { <-sem; wg.Done() }()
 			var v []byte
 			var err error
@@ -348,7 +309,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 				return
 			}
 			ds.current().servedPeers.Add(1)
-			it.Found, it.Sum = true, store.Checksum(v)
+			it.Found, it.Sum = true, shm.Checksum(v)
 			if !req.Warm {
 				it.Value = v
 			}
@@ -359,7 +320,7 @@ func (n *Node) serveFetch(ctx context.Context, req *fetchReq) (*fetchResp, error
 }
 
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
-// order (see readAhead); calls for a slice already followed do nothing.
-func (n *Node) prefetchSlice(ds *datasetState, p *publishMsg, rank int) {
-	n.followOrder(ds, p, rank)
+// order (see package readahead); calls for a slice already followed do nothing.
+func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
+	n.readAhead.Follow(ds, p, rank)
 }

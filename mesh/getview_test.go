@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 // TestGetViewCountsAsGet reads the same keys, some more than once, with a
@@ -67,10 +69,10 @@ func TestGetViewCountsAsGet(t *testing.T) {
 		buf = v
 	}
 	a, b := byGet.Snapshot(), byView.Snapshot()
-	for _, st := range []*NodeStats{&a, &b} {
+	for _, st := range []*stats.Node{&a, &b} {
 		st.Node, st.Members, st.Leader = "", nil, ""
 		for i := range st.Datasets {
-			st.Datasets[i].SourceLatency = Histogram{}
+			st.Datasets[i].SourceLatency = stats.Histogram{}
 			st.Datasets[i].Job.Leader = ""
 		}
 	}

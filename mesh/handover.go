@@ -5,7 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // handOver runs before a graceful leave: a leader replicates its score
@@ -19,7 +21,7 @@ func (n *Node) handOver(timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, timeout)
 	defer cancel()
-	if n.leading() {
+	if n.lead.leading() {
 		n.replicateNow(ctx)
 	}
 	offered := 0
@@ -49,40 +51,28 @@ func (n *Node) handOver(timeout time.Duration) {
 			}
 			n.offer(ds, uint32(id), v, after.Owners([]byte(key)), true)
 			offered++
-			for n.offerBacklog() > maxOfferBytes/2 && ctx.Err() == nil {
+			for n.out.OfferBacklog() > outbox.MaxOfferBytes/2 && ctx.Err() == nil {
 				n.flushOffers(ctx)
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
 	}
-	for n.offerBacklog() > 0 && ctx.Err() == nil {
+	for n.out.OfferBacklog() > 0 && ctx.Err() == nil {
 		n.flushOffers(ctx)
 		time.Sleep(5 * time.Millisecond)
 	}
 	n.cfg.Logger.Info().Int("samples", offered).Bool("complete", ctx.Err() == nil).Msg("handed cached samples over before leaving")
 }
 
-// offerBacklog is the bytes queued or in flight to co-owners.
-func (n *Node) offerBacklog() int {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	if len(n.offering) > 0 {
-		return n.offerBytes + 1
-	}
-	return n.offerBytes
-}
-
 // replicateNow sends every score table to every other member and waits.
 func (n *Node) replicateNow(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, ds := range n.ordered {
-		ds.tableMu.Lock()
-		b, err := ds.table.MarshalBinary()
-		ds.tableMu.Unlock()
+		b, _, err := ds.scores.Marshal()
 		if err != nil {
 			continue
 		}
-		req := &replicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.term.Load(), Table: b}
+		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
 		for _, p := range n.cluster.alive() {
 			if p.name == n.cfg.Name {
 				continue
@@ -90,7 +80,7 @@ func (n *Node) replicateNow(ctx context.Context) {
 			wg.Add(1)
 			go func(p peerInfo) {
 				defer wg.Done()
-				if err := n.cluster.call(ctx, p, methodReplicate, req, nil); err != nil {
+				if err := n.cluster.call(ctx, p, wire.MethodReplicate, req, nil); err != nil {
 					n.cfg.Logger.Warn().Err(err).Str("peer", p.name).Msg("replicating before leaving")
 				}
 			}(p)

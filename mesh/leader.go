@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -80,7 +81,7 @@ func (n *Node) jobToLead(name string) (*datasetState, *leaderJob, error) {
 
 // leaderJoin records where a rank trains; epoch 0 is published once every
 // rank has joined, or JoinWait after the first did.
-func (n *Node) leaderJoin(req *joinReq) error {
+func (n *Node) leaderJoin(req *wire.JoinReq) error {
 	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
@@ -132,7 +133,7 @@ func (n *Node) publishFirst(ds *datasetState, lj *leaderJob) {
 
 // leaderDone records that a rank finished an epoch and publishes the next
 // once all have (or EpochDeadline after the first did, if set).
-func (n *Node) leaderDone(req *doneReq) error {
+func (n *Node) leaderDone(req *wire.DoneReq) error {
 	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
@@ -174,10 +175,7 @@ func (n *Node) leaderDone(req *doneReq) error {
 // publishLocked draws epoch's order, splits it among the ranks preferring
 // each sample's owners, installs it here and sends it to every peer.
 func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
-	ds.tableMu.Lock()
-	order, err := lj.sampler.Order(epoch, ds.table)
-	scored := ds.table.NumScored()
-	ds.tableMu.Unlock()
+	order, scored, err := ds.scores.Order(lj.sampler, epoch)
 	if err != nil {
 		return fmt.Errorf("mesh: order for epoch %d of %s: %w", epoch, ds.name, err)
 	}
@@ -194,22 +192,22 @@ func (n *Node) publishLocked(ds *datasetState, lj *leaderJob, epoch int) error {
 	if err != nil {
 		return fmt.Errorf("mesh: split epoch %d of %s: %w", epoch, ds.name, err)
 	}
-	pub := &publishMsg{
-		Dataset: ds.name, Version: ds.manifest.Version, Gen: lj.gen, Epoch: epoch, Term: n.term.Load(),
+	pub := &wire.PublishMsg{
+		Dataset: ds.name, Version: ds.manifest.Version, Gen: lj.gen, Epoch: epoch, Term: n.lead.ownTerm(),
 		World: lj.world, Slices: slices, Sampler: state, Ranks: append([]string(nil), lj.ranks...),
 	}
 	lj.latest = epoch
 	lj.done = make(map[int]bool)
 	lj.firstDone = time.Time{}
-	ds.book.install(pub)
+	ds.book.Install(pub)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Int("epoch", epoch).Uint64("term", pub.Term).
 		Int("world", lj.world).Int("scored", scored).Msg("order published")
-	n.broadcast(methodPublish, pub)
+	n.broadcast(wire.MethodPublish, pub)
 	return nil
 }
 
 // leaderReset starts a new job generation for a dataset.
-func (n *Node) leaderReset(req *resetReq) error {
+func (n *Node) leaderReset(req *wire.ResetReq) error {
 	ds, lj, err := n.jobToLead(req.Dataset)
 	if err != nil {
 		return err
@@ -223,15 +221,15 @@ func (n *Node) leaderReset(req *resetReq) error {
 	lj.firstJoin, lj.firstDone = time.Time{}, time.Time{}
 	// An empty order of the new generation tells every peer the old job
 	// is over.
-	pub := &publishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.term.Load()}
-	ds.book.install(pub)
-	n.broadcast(methodPublish, pub)
+	pub := &wire.PublishMsg{Dataset: ds.name, Version: ds.manifest.Version, Gen: gen, Epoch: -1, Term: n.lead.ownTerm()}
+	ds.book.Install(pub)
+	n.broadcast(wire.MethodPublish, pub)
 	return nil
 }
 
 // leaderReport merges minibatch losses into the cluster-wide table and
 // queues the new scores for the samples' owners.
-func (n *Node) leaderReport(batches []reportBatch) error {
+func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 	var firstErr error
 	for _, b := range batches {
 		ds, err := n.dataset(b.Dataset)
@@ -239,12 +237,7 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 			firstErr = errors.Join(firstErr, err)
 			continue
 		}
-		ds.tableMu.Lock()
-		err = ds.table.Report(b.IDs, b.Losses, ds.rng)
-		if err == nil {
-			ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, n.term.Load()
-		}
-		ds.tableMu.Unlock()
+		err = ds.scores.Report(b.IDs, b.Losses, n.lead.ownTerm())
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s epoch %d: %w", b.Dataset, b.Epoch, err))
 			continue
@@ -259,7 +252,7 @@ func (n *Node) leaderReport(batches []reportBatch) error {
 // re-publishes, so that no epoch is lost or published twice.
 func (n *Node) takeover(ctx context.Context) {
 	members := n.cluster.alive()
-	states := make(map[string]*stateResp)
+	states := make(map[string]*wire.StateResp)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range members {
@@ -269,10 +262,10 @@ func (n *Node) takeover(ctx context.Context) {
 		wg.Add(1)
 		go func(m peerInfo) {
 			defer wg.Done()
-			var resp stateResp
+			var resp wire.StateResp
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			defer cancel()
-			if err := n.cluster.call(cctx, m, methodState, &stateReq{Term: n.maxTerm.Load()}, &resp); err != nil {
+			if err := n.cluster.call(cctx, m, wire.MethodState, &wire.StateReq{Term: n.lead.highest()}, &resp); err != nil {
 				n.cfg.Logger.Warn().Err(err).Str("peer", m.name).Msg("takeover: peer state unknown")
 				return
 			}
@@ -285,7 +278,7 @@ func (n *Node) takeover(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	maxTerm := n.maxTerm.Load()
+	maxTerm := n.lead.highest()
 	for _, s := range states {
 		maxTerm = max(maxTerm, s.MaxTerm)
 	}
@@ -293,8 +286,7 @@ func (n *Node) takeover(ctx context.Context) {
 		maxTerm = max(maxTerm, ds.headTerm())
 	}
 	term := maxTerm + 1
-	n.observeTerm(term)
-	n.term.Store(term)
+	n.lead.lead(term)
 
 	names := make([]string, 0, len(states))
 	for name := range states {
@@ -306,32 +298,32 @@ func (n *Node) takeover(ctx context.Context) {
 	}
 	for _, ds := range n.ordered {
 		// Adopt the newest order anyone holds.
-		gen, epoch, t := ds.book.head()
+		gen, epoch, t := ds.book.Head()
 		var from string
 		for _, name := range names {
 			for _, js := range states[name].Jobs {
 				if js.Dataset != ds.name {
 					continue
 				}
-				cand := &publishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
-				if cand.newer(&publishMsg{Gen: gen, Epoch: epoch, Term: t}) {
+				cand := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
+				if cand.Newer(&wire.PublishMsg{Gen: gen, Epoch: epoch, Term: t}) {
 					gen, epoch, t, from = js.Gen, js.Epoch, js.Term, name
 				}
 			}
 		}
 		if from != "" {
-			var pub publishMsg
+			var pub wire.PublishMsg
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, from, methodGetOrder, &getOrderReq{Dataset: ds.name}, &pub)
+			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &pub)
 			cancel()
 			if err == nil && n.checkPublish(&pub) == nil {
-				ds.book.install(&pub)
+				ds.book.Install(&pub)
 			} else {
 				n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: newer order not fetched")
 			}
 		}
 		lj := n.newLeaderJob(ds)
-		pub := ds.book.newest()
+		pub := ds.book.Newest()
 		if pub != nil {
 			lj.gen, lj.world, lj.latest = pub.Gen, pub.World, pub.Epoch
 			lj.ranks = make([]string, pub.World)
@@ -342,7 +334,7 @@ func (n *Node) takeover(ctx context.Context) {
 				}
 			}
 		}
-		merge := func(node string, js jobState) {
+		merge := func(node string, js wire.JobState) {
 			if js.Gen != lj.gen || js.Epoch != lj.latest {
 				return
 			}
@@ -365,7 +357,7 @@ func (n *Node) takeover(ctx context.Context) {
 				}
 			}
 		}
-		merge(n.cfg.Name, ds.book.state(ds.name))
+		merge(n.cfg.Name, ds.book.State(ds.name))
 		for _, name := range names {
 			for _, js := range states[name].Jobs {
 				if js.Dataset == ds.name {
@@ -376,7 +368,7 @@ func (n *Node) takeover(ctx context.Context) {
 		lj.mu.Lock()
 		ds.setLeaderJob(lj)
 		if pub != nil {
-			n.broadcast(methodPublish, pub)
+			n.broadcast(wire.MethodPublish, pub)
 		}
 		switch {
 		case lj.world > 0 && lj.latest >= 0 && len(lj.done) == lj.world:
@@ -398,12 +390,12 @@ func (n *Node) takeover(ctx context.Context) {
 // that copy is better (a later leader's, or knowing more samples), so a
 // node that restarts empty and takes over does not lose the cluster's
 // importance, nor overwrite the replicas with its empty table.
-func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []string, states map[string]*stateResp) {
+func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []string, states map[string]*wire.StateResp) {
 	own := ds.tableInfo()
 	best, from := own, ""
 	for _, name := range names {
 		for _, ti := range states[name].Tables {
-			if ti.Dataset == ds.name && ti.better(best) {
+			if ti.Dataset == ds.name && ti.Better(best) {
 				best, from = ti, name
 			}
 		}
@@ -411,22 +403,17 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 	if from == "" {
 		return
 	}
-	var resp replicateReq
+	var resp wire.ReplicateReq
 	cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	if err := n.cluster.callName(cctx, from, methodGetTable, &getTableReq{Dataset: ds.name}, &resp); err != nil {
+	if err := n.cluster.callName(cctx, from, wire.MethodGetTable, &wire.GetTableReq{Dataset: ds.name}, &resp); err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: better score table not fetched")
 		return
 	}
 	if resp.Version != ds.manifest.Version {
 		return
 	}
-	ds.tableMu.Lock()
-	err := ds.table.UnmarshalBinary(resp.Table)
-	if err == nil {
-		ds.tableDirty, ds.tableBehind, ds.tableUnsaved, ds.tableTerm = true, true, true, resp.Term
-	}
-	ds.tableMu.Unlock()
+	err := ds.scores.Adopt(resp.Table, resp.Term)
 	if err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Msg("takeover: score table refused")
 		return
@@ -436,7 +423,7 @@ func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, names []str
 }
 
 // checkPublish validates an order received from a peer before it is used.
-func (n *Node) checkPublish(p *publishMsg) error {
+func (n *Node) checkPublish(p *wire.PublishMsg) error {
 	ds, err := n.dataset(p.Dataset)
 	if err != nil {
 		return err
@@ -465,5 +452,5 @@ func (n *Node) checkPublish(p *publishMsg) error {
 
 // keyOfSample is the store key of a sample.
 func keyOfSample(ds *datasetState, id uint32) string {
-	return ds.name + "/" + strconv.FormatUint(uint64(id), 10)
+	return samplekey.Format(ds.name, int(id))
 }

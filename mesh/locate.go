@@ -2,7 +2,7 @@ package mesh
 
 import (
 	"github.com/shade-mesh/shade/policy"
-	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // SharedArena implements transport.Backend: a read-only descriptor of the
@@ -22,8 +22,8 @@ func (n *Node) SharedArena() (fd int, size int64, id uint64, err error) {
 // cache's memory. A sample found is a read, counted and traced as a hit of
 // GET would be; the others are not counted here, because the trainer reads
 // them next with MGET, which reads them through and counts them.
-func (n *Node) Locate(keys [][]byte) (uint64, []store.Location) {
-	locs := make([]store.Location, len(keys))
+func (n *Node) Locate(keys [][]byte) (uint64, []shm.Location) {
+	locs := make([]shm.Location, len(keys))
 	if n.closed.Load() {
 		return n.store.ID(), locs
 	}

@@ -1,9 +1,9 @@
 package mesh
 
 import (
-	"context"
-	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/transport"
 )
@@ -20,25 +20,8 @@ func TestOrderPolicyUsesThePublishedOrder(t *testing.T) {
 		// 10% of the samples' charged bytes: 200 entries of 100-byte values.
 		p := startPeer(t, Config{CacheSize: 200 * 176, Policy: pol, Seed: 3,
 			Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}, Cluster: ClusterConfig{Prefetch: -1}}, transport.SocketConfig{})
-		ctx := context.Background()
-		for e := 0; e < epochs; e++ {
-			var wg sync.WaitGroup
-			for r := 0; r < world; r++ {
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					c := p.client(t)
-					if _, err := trainEpoch(ctx, c, files, e, r, world, func(id int64) float64 { return float64(id%13) / 13 }); err != nil {
-						t.Error(err)
-						return
-					}
-					if err := c.Do(ctx, "SHADE.DONE", "ds", e, r).Err(); err != nil {
-						t.Error(err)
-					}
-				}(r)
-			}
-			wg.Wait()
-		}
+		trainEpochs(t, epochs, world, files, func(int) *redis.Client { return p.client(t) },
+			func(id int64) float64 { return float64(id%13) / 13 })
 		for _, es := range p.node.ordered[0].stats().Epochs {
 			if es.Epoch > 0 {
 				hits[pol] += es.Hits

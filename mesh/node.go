@@ -13,7 +13,12 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh/outbox"
+	"github.com/shade-mesh/shade/mesh/readahead"
+	"github.com/shade-mesh/shade/mesh/trace"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/store"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -42,6 +47,12 @@ const freeBit = policy.ID(1) << 63
 
 // Node serves datasets from a byte-bounded off-heap cache. It is safe for
 // concurrent use by many trainer connections.
+//
+// A Node composes parts that each own their state and lock: the cache and
+// its policy (under polMu, here), leadership (who leads, the terms), the
+// outbox (package outbox: what is yet to send), the read-ahead (package
+// readahead), and per dataset its score table (package scores) and order
+// book (package orders). The peer protocol's messages are package wire's.
 type Node struct {
 	cfg      Config
 	store    *store.Store
@@ -56,32 +67,20 @@ type Node struct {
 	pol      policy.Policy
 	scorer   policy.Scorer // pol, if it weighs importance; else nil
 	freeKeys map[policy.ID]string
-	trace    *traceWriter // nil unless Config.TracePath
+	trace    *trace.Writer // nil unless Config.TracePath
 
 	freeHits, freeMisses, freeRejected atomic.Int64
 	closed                             atomic.Bool
 
 	// The mesh: nil for a standalone node.
-	cluster     *cluster
-	leader      atomic.Value // string: the leader's name, "" for none
-	leadingFlag atomic.Bool  // this node leads (takeover complete)
-	takingOver  atomic.Bool
-	term        atomic.Uint64 // this node's term while it leads
-	maxTerm     atomic.Uint64 // the highest term seen
-	kick        chan struct{}
+	cluster *cluster
+	lead    leadership
+	kick    chan struct{}
 
-	qmu            sync.Mutex // guards the queues below
-	reportQ        []queuedReport
-	reportSeq      uint64
-	scoreQ         map[string]map[string]map[uint32]struct{} // owner -> dataset -> ids
-	readAhead      readAhead                                 // samples fetched ahead of local ranks' reads
-	reportsDropped atomic.Int64
-	offerQ         map[string][]offerItem // co-owner -> samples to hand it
-	offerBytes     int
-	offering       map[string]bool // co-owners with a request in flight
-	offersDropped  atomic.Int64
-	inflightMu     sync.Mutex
-	inflight       map[string]int64 // fetches in flight per owner
+	out        outbox.Outbox        // reports, scores and offers yet to send
+	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
+	inflightMu sync.Mutex
+	inflight   map[string]int64 // fetches in flight per owner
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -108,13 +107,13 @@ func New(cfg Config) (*Node, error) {
 		pol:      pol,
 		freeKeys: make(map[policy.ID]string),
 		kick:     make(chan struct{}, 1),
-		scoreQ:   make(map[string]map[string]map[uint32]struct{}),
-		offerQ:   make(map[string][]offerItem),
-		offering: make(map[string]bool),
 		inflight: make(map[string]int64),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.leader.Store("")
+	n.readAhead = readahead.New(readahead.Config{
+		Self: cfg.Name, Prefetch: cfg.Cluster.Prefetch, Memory: cfg.PrefetchMemory, SourceReads: cfg.SourceReads,
+		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger,
+	}, raHost{n})
 	n.scorer, _ = pol.(policy.Scorer)
 	for i, dc := range cfg.Datasets {
 		ds, err := openDataset(i, dc, cfg)
@@ -146,26 +145,25 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	for _, ds := range n.ordered {
-		ds.book.installed = func(p *publishMsg) { n.orderInstalled(ds, p) }
+		ds.book.OnInstall(func(p *wire.PublishMsg) {
+			n.trace.Epoch(p.Epoch)
+			n.orderInstalled(ds, p)
+		})
 	}
 	if cfg.TracePath != "" {
-		if n.trace, err = openTrace(cfg.TracePath); err != nil {
+		if n.trace, err = trace.Open(cfg.TracePath); err != nil {
 			n.store.Close()
 			return nil, err
-		}
-		for _, ds := range n.ordered {
-			ds.book.trace = n.trace
 		}
 	}
 	if cfg.Cluster.GossipAddr == "" {
 		// Standalone: this node owns every sample and leads every job.
-		n.leader.Store(cfg.Name)
-		n.term.Store(1)
-		n.maxTerm.Store(1)
+		n.lead.setLeader(cfg.Name)
+		n.lead.lead(1)
 		for _, ds := range n.ordered {
 			ds.setLeaderJob(n.newLeaderJob(ds))
 		}
-		n.leadingFlag.Store(true)
+		n.lead.setLeading(true)
 		n.goBackground(n.runLoops)
 		return n, nil
 	}
@@ -177,12 +175,6 @@ func New(cfg Config) (*Node, error) {
 	n.goBackground(n.runLoops)
 	return n, nil
 }
-
-// leaderName is the current leader's name; "" while there is none.
-func (n *Node) leaderName() string { return n.leader.Load().(string) }
-
-// leading reports whether this node acts as the leader now.
-func (n *Node) leading() bool { return n.leadingFlag.Load() }
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -200,12 +192,7 @@ func (n *Node) Close() error {
 			n.cfg.Logger.Warn().Err(err).Msg("leaving the mesh")
 		}
 	}
-	n.cancel()
-	if c := n.cluster; c != nil {
-		c.list.Close()
-		c.wire.Close()
-	}
-	n.bg.Wait()
+	n.stop()
 	n.saveScores()
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
@@ -215,42 +202,31 @@ func (n *Node) Close() error {
 	return n.store.Close()
 }
 
-// Kill stops the node abruptly, as a crash would: no leave message, no
-// drain. For tests of failure handling.
-func (n *Node) Kill() {
-	if n.closed.Swap(true) {
-		return
-	}
+// stop ends the node's work: its context, the read-ahead, the membership
+// and the peer transport, then waits for every background goroutine.
+func (n *Node) stop() {
 	n.cancel()
+	n.readAhead.Close()
 	if c := n.cluster; c != nil {
 		c.list.Close()
 		c.wire.Close()
 	}
 	n.bg.Wait()
-	n.polMu.Lock()
-	n.store.Close()
-	n.polMu.Unlock()
 }
 
 // route classifies a key: a sample of a known dataset (ds non-nil), or a
 // free-form key (ds nil). A key naming a known dataset with a malformed
 // index is an error; an index past the end is reported by outOfRange.
 func (n *Node) route(key []byte) (ds *datasetState, idx int, outOfRange bool, err error) {
-	slash := -1
-	for i := len(key) - 1; i >= 0; i-- {
-		if key[i] == '/' {
-			slash = i
-			break
-		}
-	}
-	if slash <= 0 {
+	name, num, ok := samplekey.Split(key)
+	if !ok {
 		return nil, 0, false, nil
 	}
-	ds = n.datasets[string(key[:slash])] // no allocation for a map lookup
+	ds = n.datasets[string(name)] // no allocation for a map lookup
 	if ds == nil {
 		return nil, 0, false, nil
 	}
-	idx, ok := parseIndex(key[slash+1:])
+	idx, ok = samplekey.ParseIndex(num)
 	if !ok {
 		return nil, 0, false, fmt.Errorf("%w: '%s' (want %s/<0..%d>)", ErrBadIndex, key, ds.name, ds.len-1)
 	}
@@ -258,22 +234,6 @@ func (n *Node) route(key []byte) (ds *datasetState, idx int, outOfRange bool, er
 		return ds, idx, true, nil
 	}
 	return ds, idx, false, nil
-}
-
-// parseIndex reads a canonical decimal index: digits only, no sign, no
-// leading zero, below 2^31.
-func parseIndex(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 10 || (len(b) > 1 && b[0] == '0') {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, n < 1<<31
 }
 
 func sampleID(ds *datasetState, idx int) policy.ID {
@@ -288,7 +248,7 @@ func (n *Node) keyOf(id policy.ID) (key string, ds *datasetState) {
 		return n.freeKeys[id], nil
 	}
 	ds = n.ordered[int(id>>32)-1]
-	return ds.name + "/" + strconv.Itoa(int(uint32(id))), ds
+	return samplekey.Format(ds.name, int(uint32(id))), ds
 }
 
 // room is the policy's view of the store's space for one admission.
@@ -515,7 +475,7 @@ func (n *Node) readMisses(ctx context.Context, keys [][]byte, misses []int, dss 
 // otherwise.
 func (n *Node) traceRead(ds *datasetState, idx int, key []byte) {
 	if n.trace != nil {
-		n.trace.read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
+		n.trace.Read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
 	}
 }
 

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -27,34 +27,8 @@ import (
 // bytes in manifest order.
 func makeDataset(t testing.TB, n, minSize, maxSize int) (string, [][]byte) {
 	t.Helper()
-	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(1, 2))
-	type file struct {
-		rel  string
-		data []byte
-	}
-	files := make([]file, n)
-	for i := range files {
-		class := fmt.Sprintf("class%d", i%10)
-		rel := filepath.Join(class, fmt.Sprintf("%06d.bin", i))
-		data := make([]byte, minSize+rng.IntN(maxSize-minSize+1))
-		for j := range data {
-			data[j] = byte(rng.Uint32())
-		}
-		if err := os.MkdirAll(filepath.Join(dir, class), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, rel), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		files[i] = file{filepath.ToSlash(rel), data}
-	}
-	sort.Slice(files, func(a, b int) bool { return files[a].rel < files[b].rel })
-	out := make([][]byte, n)
-	for i, f := range files {
-		out[i] = f.data
-	}
-	return dir, out
+	d := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, MinSize: minSize, MaxSize: maxSize, Seed: 1})
+	return d.Dir, d.Files
 }
 
 // testPeer is one node serving its trainer socket inside the test process.
@@ -130,7 +104,7 @@ func TestGetReturnsTheManifestsFile(t *testing.T) {
 			t.Errorf("GET %s: %v, want nil", k, err)
 		}
 	}
-	var st NodeStats
+	var st stats.Node
 	js, err := c.Do(ctx, "SHADE.STATS", "ds").Text()
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +158,7 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 		t.Errorf("SHADE.REPORT of one pair: %d, %v", n, err)
 	}
 	// A refused report leaves the scores as they were: one sample scored.
-	var st NodeStats
+	var st stats.Node
 	js, _ := c.Do(ctx, "SHADE.STATS", "ds").Text()
 	json.Unmarshal([]byte(js), &st)
 	if st.Datasets[0].Job.ScoredSamples != 1 {
@@ -256,69 +230,52 @@ func TestEpochsFollowReportedImportance(t *testing.T) {
 		drawn[e] = make([]int, n)
 	}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	errs := make(chan error, world)
-	for rank := 0; rank < world; rank++ {
-		wg.Add(1)
-		go func(rank int) {
-			defer wg.Done()
-			c := p.client(t)
-			ctx := context.Background()
-			for e := 0; e < epochs; e++ {
-				ids, err := c.Do(ctx, "SHADE.ORDER", "ds", e, rank, world, 20000).Int64Slice()
+	if err := testsupport.Parallel(world, func(rank int) error {
+		c := p.client(t)
+		ctx := context.Background()
+		for e := 0; e < epochs; e++ {
+			ids, err := c.Do(ctx, "SHADE.ORDER", "ds", e, rank, world, 20000).Int64Slice()
+			if err != nil {
+				return fmt.Errorf("rank %d epoch %d order: %w", rank, e, err)
+			}
+			if len(ids) != n/world {
+				return fmt.Errorf("rank %d epoch %d: slice of %d, want %d", rank, e, len(ids), n/world)
+			}
+			mu.Lock()
+			for _, id := range ids {
+				drawn[e][id]++
+			}
+			mu.Unlock()
+			for start := 0; start < len(ids); start += 64 {
+				batch := ids[start:min(start+64, len(ids))]
+				keys := testsupport.Keys("ds", batch)
+				vals, err := c.MGet(ctx, keys...).Result()
 				if err != nil {
-					errs <- fmt.Errorf("rank %d epoch %d order: %w", rank, e, err)
-					return
+					return err
 				}
-				if len(ids) != n/world {
-					errs <- fmt.Errorf("rank %d epoch %d: slice of %d, want %d", rank, e, len(ids), n/world)
-					return
+				report := []any{"SHADE.REPORT", "ds", e}
+				for i, id := range batch {
+					if vals[i].(string) != string(files[id]) {
+						return fmt.Errorf("wrong bytes for %s", keys[i])
+					}
+					loss := 0.5
+					if important(int(id)) {
+						loss = 5
+					} else if dull(int(id)) {
+						loss = 0.01
+					}
+					report = append(report, id, loss)
 				}
-				mu.Lock()
-				for _, id := range ids {
-					drawn[e][id]++
-				}
-				mu.Unlock()
-				for start := 0; start < len(ids); start += 64 {
-					batch := ids[start:min(start+64, len(ids))]
-					keys := make([]string, len(batch))
-					for i, id := range batch {
-						keys[i] = "ds/" + strconv.FormatInt(id, 10)
-					}
-					vals, err := c.MGet(ctx, keys...).Result()
-					if err != nil {
-						errs <- err
-						return
-					}
-					report := []any{"SHADE.REPORT", "ds", e}
-					for i, id := range batch {
-						if vals[i].(string) != string(files[id]) {
-							errs <- fmt.Errorf("wrong bytes for %s", keys[i])
-							return
-						}
-						loss := 0.5
-						if important(int(id)) {
-							loss = 5
-						} else if dull(int(id)) {
-							loss = 0.01
-						}
-						report = append(report, id, loss)
-					}
-					if err := c.Do(ctx, report...).Err(); err != nil {
-						errs <- err
-						return
-					}
-				}
-				if err := c.Do(ctx, "SHADE.DONE", "ds", e, rank).Err(); err != nil {
-					errs <- err
-					return
+				if err := c.Do(ctx, report...).Err(); err != nil {
+					return err
 				}
 			}
-		}(rank)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			if err := c.Do(ctx, "SHADE.DONE", "ds", e, rank).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// Epoch 0 is a permutation: every sample once.
@@ -350,7 +307,7 @@ func TestEpochsFollowReportedImportance(t *testing.T) {
 	if total != n {
 		t.Errorf("epoch 2 has %d draws, want %d", total, n)
 	}
-	var st NodeStats
+	var st stats.Node
 	js, _ := p.client(t).Do(context.Background(), "SHADE.STATS", "ds").Text()
 	json.Unmarshal([]byte(js), &st)
 	if len(st.Datasets[0].Epochs) != epochs || st.Datasets[0].Job.LatestEpoch != epochs {

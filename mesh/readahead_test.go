@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/readahead"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -31,38 +33,18 @@ func readBatch(ctx context.Context, c *redis.Client, files [][]byte, ids []int64
 	return nil
 }
 
-// cursorOf returns a copy of the read-ahead cursor of rank, if any.
+// cursorOf returns where the read-ahead cursor of rank is, if any.
 func cursorOf(n *Node, rank int) (pos, next int, ok bool) {
-	ra := &n.readAhead
-	ra.mu.Lock()
-	defer ra.mu.Unlock()
-	c := ra.cursors[cursorKey{n.ordered[0], rank}]
-	if c == nil {
-		return 0, 0, false
-	}
-	return c.pos, c.next, true
+	pos, next, _, ok = n.readAhead.Cursor(n.ordered[0], rank)
+	return pos, next, ok
 }
 
 // aheadReady reports whether every sample of slice[from:to] is in the
 // read-ahead buffer or the cache.
 func aheadReady(n *Node, slice []int64, from, to int) bool {
-	ra := &n.readAhead
-	ra.mu.Lock()
-	defer ra.mu.Unlock()
 	for _, id := range slice[from:to] {
-		e := ra.entries[sampleID(n.ordered[0], int(id))]
-		if e == nil {
-			if n.store.Has([]byte(keyOfSample(n.ordered[0], uint32(id)))) {
-				continue // resident: nothing to read ahead
-			}
-			return false
-		}
-		select {
-		case <-e.ready:
-			if !e.ok {
-				return false
-			}
-		default:
+		if !n.readAhead.Ready(n.ordered[0], uint32(id)) &&
+			!n.store.Has([]byte(keyOfSample(n.ordered[0], uint32(id)))) {
 			return false
 		}
 	}
@@ -83,15 +65,11 @@ func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) {
 		Cluster:        ClusterConfig{Prefetch: window, JoinWait: 100 * time.Millisecond},
 	}, transport.SocketConfig{})
 	ctx := context.Background()
-	c := p.client(t)
-	slice, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, 30000).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, slice := firstSlice(t, p)
 	if len(slice) != samples {
 		t.Fatalf("slice of %d samples, want %d", len(slice), samples)
 	}
-	ra := &p.node.readAhead
+	ra := p.node.readAhead
 	charge := p.node.store.Charge(len("ds/1000"), 100)
 	for start := 0; start < len(slice); start += batch {
 		end := min(start+window, len(slice))
@@ -114,16 +92,14 @@ func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) {
 		if next > pos+window {
 			t.Fatalf("the worker looked at position %d, beyond the window %d..%d", next, pos, pos+window)
 		}
-		ra.mu.Lock()
-		held := ra.bytes
-		ra.mu.Unlock()
-		if limit := int64(window+raBehind+raChunk) * charge; held > limit {
+		held := ra.Stats().Bytes
+		if limit := int64(window+readahead.Behind+readahead.Chunk) * charge; held > limit {
 			t.Fatalf("%d bytes held read ahead, want at most %d (window and margin behind)", held, limit)
 		}
 	}
 	st := p.node.ordered[0].stats().Epochs[0]
 	t.Logf("epoch 0: %d hits, %d served from the read-ahead, %d fetched into it, %d dropped unread",
-		st.Hits, st.PrefetchHits, ra.fetched.Load(), ra.unused.Load())
+		st.Hits, st.PrefetchHits, ra.Stats().Fetched, ra.Stats().Unused)
 	if st.PrefetchHits < samples*9/10 {
 		t.Errorf("%d of %d reads served from the read-ahead; want nearly all", st.PrefetchHits, samples)
 	}
@@ -132,7 +108,7 @@ func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) {
 // memoryShare trains one rank on node 0 of a 2-node mesh (so part of its
 // slice is owned by node 1) over a throttled source, with some compute per
 // minibatch, and returns the share of its reads served from memory.
-func memoryShare(t *testing.T, prefetch int) (share float64, st EpochStats) {
+func memoryShare(t *testing.T, prefetch int) (share float64, st stats.Epoch) {
 	const samples, batch = 1500, 50
 	m := startMesh(t, 2, meshOpts{samples: samples, minSize: 200, maxSize: 200, replicas: 1,
 		cacheSize: samples * 200 / 10, // 20% of the data over the mesh
@@ -166,7 +142,7 @@ func memoryShare(t *testing.T, prefetch int) (share float64, st EpochStats) {
 		}
 	}
 	for _, es := range m.peers[0].node.ordered[0].stats().Epochs {
-		st.add(es)
+		addEpoch(&st, es)
 	}
 	reads := st.Hits + st.ColdMisses + st.CapacityMisses
 	return float64(st.Hits+st.PrefetchHits) / float64(max(1, reads)), st
@@ -195,11 +171,7 @@ func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 		Cluster: ClusterConfig{Prefetch: 64, JoinWait: 100 * time.Millisecond},
 	}, transport.SocketConfig{})
 	ctx := context.Background()
-	c := p.client(t)
-	slice, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, 30000).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, slice := firstSlice(t, p)
 	if err := readBatch(ctx, c, files, slice[:100]); err != nil {
 		t.Fatal(err)
 	}
@@ -208,27 +180,34 @@ func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 	}
 	// Epoch 1 is published once the only rank is done: the read-ahead
 	// starts on its slice before the rank asks for it.
-	ra := &p.node.readAhead
+	ra := p.node.readAhead
 	waitFor(t, 5*time.Second, "a cursor on epoch 1 before the rank asks", func() bool {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		cur := ra.cursors[cursorKey{p.node.ordered[0], 0}]
-		return cur != nil && cur.epoch == 1 && cur.next > 0
+		_, next, epoch, ok := ra.Cursor(p.node.ordered[0], 0)
+		return ok && epoch == 1 && next > 0
 	})
 	if _, err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000).Int64Slice(); err != nil {
 		t.Fatal(err)
 	}
-	ra.mu.Lock()
-	cur := ra.cursors[cursorKey{p.node.ordered[0], 0}]
-	epoch, n := cur.epoch, len(ra.cursors)
-	ra.mu.Unlock()
+	_, _, epoch, _ := ra.Cursor(p.node.ordered[0], 0)
+	n, _ := ra.Len()
 	if epoch != 1 || n != 1 {
 		t.Fatalf("cursors after epoch 1 was asked: %d, following epoch %d; want one, on epoch 1", n, epoch)
 	}
 	// Only epoch 1's window is held: at most the window's samples.
 	waitFor(t, 5*time.Second, "epoch 0's samples let go", func() bool {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		return len(ra.entries) <= 64
+		_, entries := ra.Len()
+		return entries <= 64
 	})
+}
+
+// firstSlice asks p for epoch 0 of a one-rank job on "ds" and returns the
+// client it asked with and the rank's slice.
+func firstSlice(t *testing.T, p *testPeer) (*redis.Client, []int64) {
+	t.Helper()
+	c := p.client(t)
+	slice, err := c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 1, 30000).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, slice
 }

@@ -38,12 +38,20 @@ func TestTablesReachStandbysEveryRoundOthersWithinBudget(t *testing.T) {
 	waitFor(t, 5*time.Second, "the change on the standbys", func() bool {
 		return scored("n1") == 300 && scored("n2") == 300
 	})
-	time.Sleep(4 * 200 * time.Millisecond)
+	// Four more changes, each on the standbys (a round each): n3 still
+	// waits for the budget.
+	for round := range 4 {
+		to := 310 + 10*round
+		report(to-10, to)
+		waitFor(t, 5*time.Second, "the next change on the standbys", func() bool {
+			return scored("n1") == to && scored("n2") == to
+		})
+	}
 	if got := scored("n3"); got != 100 {
 		t.Fatalf("n3 holds %d scored samples: the budget did not hold back the full round", got)
 	}
 
 	// A graceful stop of the leader hands its table to everyone.
 	leader.node.Close()
-	waitFor(t, 5*time.Second, "the leader's table on n3 after its hand-over", func() bool { return scored("n3") == 300 })
+	waitFor(t, 5*time.Second, "the leader's table on n3 after its hand-over", func() bool { return scored("n3") == 340 })
 }

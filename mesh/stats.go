@@ -4,31 +4,16 @@ import (
 	"encoding/json"
 	"sort"
 
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// JobStats is a snapshot of a dataset's job.
-type JobStats struct {
-	Leader        string  `json:"leader"`
-	Term          uint64  `json:"term"`
-	Generation    uint64  `json:"generation"`
-	World         int     `json:"world"`
-	LatestEpoch   int     `json:"latest_epoch"`
-	Reports       int64   `json:"reports"`
-	ReportedIDs   int64   `json:"reported_samples"`
-	ScoredSamples int     `json:"scored_samples"`
-	MeanScore     float64 `json:"mean_score"`
-	PendingRanks  []int   `json:"pending_ranks"`
-}
-
-func (n *Node) jobStats(ds *datasetState) JobStats {
-	st := JobStats{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.leaderName()}
-	if p := ds.book.newest(); p != nil {
+func (n *Node) jobStats(ds *datasetState) stats.Job {
+	st := stats.Job{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.lead.leader()}
+	if p := ds.book.Newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
-	ds.tableMu.Lock()
-	st.ScoredSamples, st.MeanScore = ds.table.NumScored(), ds.table.Mean()
-	ds.tableMu.Unlock()
+	st.ScoredSamples, st.MeanScore = ds.scores.Summary()
 	if lj := ds.leaderJob(); lj != nil {
 		lj.mu.Lock()
 		if lj.world > 0 {
@@ -40,54 +25,14 @@ func (n *Node) jobStats(ds *datasetState) JobStats {
 	return st
 }
 
-// NodeStats is what SHADE.STATS returns.
-type NodeStats struct {
-	Node           string         `json:"node"`
-	Members        []string       `json:"members"`
-	Leader         string         `json:"leader"`
-	Leading        bool           `json:"leading"`
-	Term           uint64         `json:"term"`
-	ReportsQueued  int            `json:"reports_queued"`
-	ReportsDropped int64          `json:"reports_dropped"`
-	OffersDropped  int64          `json:"offers_dropped"`
-	Policy         string         `json:"policy"`
-	PADS           bool           `json:"pads"`
-	CacheCapacity  int64          `json:"cache_capacity"`
-	CacheUsed      int64          `json:"cache_used"`
-	CacheEntries   int            `json:"cache_entries"`
-	FreeKeys       FreeKeyStats   `json:"free_keys"`
-	ReadAhead      ReadAheadStats `json:"read_ahead"`
-	Datasets       []DatasetEntry `json:"datasets"`
-}
-
-// ReadAheadStats describes the samples read ahead of the local ranks.
-type ReadAheadStats struct {
-	Fetched int64 `json:"fetched"` // samples put into the read-ahead buffer
-	Unused  int64 `json:"unused"`  // of those, dropped without being read
-	Bytes   int64 `json:"bytes"`   // bytes held or being fetched now
-}
-
-// FreeKeyStats counts cache-aside use of free-form keys.
-type FreeKeyStats struct {
-	Hits     int64 `json:"hits"`
-	Misses   int64 `json:"misses"`
-	Rejected int64 `json:"rejected_admissions"`
-}
-
-// DatasetEntry is one dataset in NodeStats.
-type DatasetEntry struct {
-	DatasetStats
-	Job JobStats `json:"job"`
-}
-
 // Snapshot returns the node's counters for every dataset: what
 // SHADE.STATS serves, as a value.
-func (n *Node) Snapshot() NodeStats {
+func (n *Node) Snapshot() stats.Node {
 	st, _ := n.snapshot("")
 	return st
 }
 
-// Stats implements transport.Backend: a JSON document of NodeStats, with
+// Stats implements transport.Backend: the JSON document of stats.Node, with
 // one dataset or all of them.
 func (n *Node) Stats(name string) ([]byte, error) {
 	st, err := n.snapshot(name)
@@ -97,20 +42,20 @@ func (n *Node) Stats(name string) ([]byte, error) {
 	return json.Marshal(st)
 }
 
-func (n *Node) snapshot(name string) (NodeStats, error) {
+func (n *Node) snapshot(name string) (stats.Node, error) {
 	sel := n.ordered
 	if name != "" {
 		ds, err := n.dataset(name)
 		if err != nil {
-			return NodeStats{}, err
+			return stats.Node{}, err
 		}
 		sel = []*datasetState{ds}
 	}
 	st := n.store.Stats()
-	out := NodeStats{
+	out := stats.Node{
 		Node: n.cfg.Name, Policy: n.pol.Name(), PADS: !n.cfg.Uniform,
 		CacheCapacity: st.Capacity, CacheUsed: st.UsedBytes, CacheEntries: st.Entries,
-		FreeKeys: FreeKeyStats{Hits: n.freeHits.Load(), Misses: n.freeMisses.Load(), Rejected: n.freeRejected.Load()},
+		FreeKeys: stats.FreeKeys{Hits: n.freeHits.Load(), Misses: n.freeMisses.Load(), Rejected: n.freeRejected.Load()},
 	}
 	if n.cluster != nil {
 		for _, p := range n.cluster.alive() {
@@ -120,22 +65,17 @@ func (n *Node) snapshot(name string) (NodeStats, error) {
 		out.Members = []string{n.cfg.Name}
 	}
 	for _, ds := range sel {
-		out.Datasets = append(out.Datasets, DatasetEntry{DatasetStats: ds.stats(), Job: n.jobStats(ds)})
+		out.Datasets = append(out.Datasets, stats.Dataset{DatasetCounters: ds.stats(), Job: n.jobStats(ds)})
 	}
 	sort.Slice(out.Datasets, func(a, b int) bool { return out.Datasets[a].Dataset < out.Datasets[b].Dataset })
-	out.Leader = n.leaderName()
-	out.Leading = n.leading()
-	out.Term = n.maxTerm.Load()
-	out.ReportsQueued, out.ReportsDropped = n.queuedReports(), n.reportsDropped.Load()
-	out.OffersDropped = n.offersDropped.Load()
-	out.ReadAhead = n.readAhead.stats()
+	out.Leader = n.lead.leader()
+	out.Leading = n.lead.leading()
+	out.Term = n.lead.highest()
+	out.ReportsQueued, out.ReportsDropped = n.out.QueuedReports(), n.out.ReportsDropped()
+	out.OffersDropped = n.out.OffersDropped()
+	ra := n.readAhead.Stats()
+	out.ReadAhead = stats.ReadAhead{Fetched: ra.Fetched, Unused: ra.Unused, Bytes: ra.Bytes}
 	return out, nil
-}
-
-func (n *Node) queuedReports() int {
-	n.qmu.Lock()
-	defer n.qmu.Unlock()
-	return len(n.reportQ)
 }
 
 // PeerStats returns, per peer, the QUIC connection's counters and round
@@ -156,5 +96,5 @@ func (n *Node) Ready() bool {
 	if n.cluster == nil {
 		return true
 	}
-	return n.leaderName() != "" && len(n.cluster.alive()) > 0
+	return n.lead.leader() != "" && len(n.cluster.alive()) > 0
 }

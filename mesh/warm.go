@@ -1,23 +1,20 @@
 package mesh
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/shade-mesh/shade/mesh/scores"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 )
 
-// Score tables persist in Config.StateDir as <dataset>.scores: a header
-// line naming the format and the dataset's version, then the table's own
-// checked encoding. A table of another version is ignored.
-const scoresMagic = "shade-scores 1 "
-
+// Score tables persist in Config.StateDir as <dataset>.scores, in the
+// format of package scores (scores.Magic). A table of another version is
+// ignored.
 func (n *Node) scoresPath(ds *datasetState) string {
 	return filepath.Join(n.cfg.StateDir, ds.name+".scores")
 }
@@ -25,86 +22,35 @@ func (n *Node) scoresPath(ds *datasetState) string {
 // loadScores installs a dataset's saved score table, if there is one of
 // the same version.
 func (n *Node) loadScores(ds *datasetState) error {
-	b, err := os.ReadFile(n.scoresPath(ds))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("mesh: saved scores: %w", err)
-	}
-	header, body, ok := bytes.Cut(b, []byte("\n"))
-	if !ok || !bytes.HasPrefix(header, []byte(scoresMagic)) {
-		return fmt.Errorf("mesh: saved scores of %s: not a score file", ds.name)
-	}
-	if v := string(header[len(scoresMagic):]); v != ds.manifest.Version {
-		n.cfg.Logger.Warn().Str("dataset", ds.name).Str("saved", v).Str("now", ds.manifest.Version).
+	ids, sc, mean, ok, err := ds.scores.Load(n.scoresPath(ds), ds.manifest.Version, ds.len)
+	var other *scores.VersionError
+	switch {
+	case errors.As(err, &other):
+		n.cfg.Logger.Warn().Str("dataset", ds.name).Str("saved", other.Saved).Str("now", ds.manifest.Version).
 			Msg("saved scores are of another version of the dataset: starting cold")
 		return nil
-	}
-	ds.tableMu.Lock()
-	if err := ds.table.UnmarshalBinary(body); err != nil {
-		ds.tableMu.Unlock()
+	case err != nil:
 		return fmt.Errorf("mesh: saved scores of %s: %w", ds.name, err)
+	case !ok:
+		return nil
 	}
-	var ids []uint32
-	var scores []float64
-	for i := 0; i < ds.len; i++ {
-		if ds.table.Scored(uint32(i)) {
-			ids = append(ids, uint32(i))
-			scores = append(scores, ds.table.Score(uint32(i)))
-		}
-	}
-	mean := ds.table.Mean()
-	ds.tableMu.Unlock()
 	// The policy judges admissions by these scores from the start.
-	n.setScores(ds, ids, scores, mean)
+	n.setScores(ds, ids, sc, mean)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
 	return nil
 }
 
-// saveScores writes the tables that changed since the last save, each to
-// a temporary file renamed into place, so a crash leaves the old file or
-// the new one, never a torn one.
+// saveScores writes the tables that changed since the last save (see
+// scores.Table.Save).
 func (n *Node) saveScores() {
 	if n.cfg.StateDir == "" {
 		return
 	}
 	for _, ds := range n.ordered {
-		ds.tableMu.Lock()
-		if !ds.tableUnsaved {
-			ds.tableMu.Unlock()
-			continue
-		}
-		body, err := ds.table.MarshalBinary()
-		ds.tableUnsaved = false
-		ds.tableMu.Unlock()
-		if err == nil {
-			err = writeFileAtomic(n.scoresPath(ds), append([]byte(scoresMagic+ds.manifest.Version+"\n"), body...))
-		}
-		if err != nil {
+		if err := ds.scores.Save(n.scoresPath(ds), ds.manifest.Version); err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("saving scores")
 		}
 	}
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // Warm preloads a dataset into this node's share of the cache, the most
@@ -116,14 +62,11 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ds.tableMu.Lock()
+	scores := ds.scores.All(ds.len)
 	ids := make([]uint32, 0, ds.len)
-	scores := make([]float64, ds.len)
 	for i := 0; i < ds.len; i++ {
 		ids = append(ids, uint32(i))
-		scores[i] = ds.table.Score(uint32(i))
 	}
-	ds.tableMu.Unlock()
 	sort.SliceStable(ids, func(a, b int) bool { return scores[ids[a]] > scores[ids[b]] })
 	loaded, refused := 0, 0
 	capacity := n.store.Stats().Capacity
@@ -161,11 +104,11 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 // learns the reads this node will serve in the epoch, and the read-ahead
 // starts on the slices of the ranks that train here. Called with the
 // order book locked: the work runs in the background.
-func (n *Node) orderInstalled(ds *datasetState, p *publishMsg) {
+func (n *Node) orderInstalled(ds *datasetState, p *wire.PublishMsg) {
 	if p.Epoch == 0 {
 		n.warmOnFirstEpoch(ds)
 	}
-	n.followPublished(ds, p)
+	n.readAhead.FollowPublished(ds, p)
 	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
 		n.goBackground(func(context.Context) { n.lookahead(ds, p) })
 	}
@@ -174,7 +117,7 @@ func (n *Node) orderInstalled(ds *datasetState, p *publishMsg) {
 // lookahead gives the policy the epoch's reads of samples this node owns,
 // in the order they are expected: the ranks read their slices side by
 // side, so position k of every slice comes before position k+1 of any.
-func (n *Node) lookahead(ds *datasetState, p *publishMsg) {
+func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 	la, _ := n.pol.(policy.Lookahead)
 	longest := 0
 	for _, s := range p.Slices {
@@ -196,9 +139,7 @@ func (n *Node) lookahead(ds *datasetState, p *publishMsg) {
 // warmOnFirstEpoch preloads a dataset when a job's epoch 0 arrives and the
 // node already knows importance (saved scores, or an earlier job).
 func (n *Node) warmOnFirstEpoch(ds *datasetState) {
-	ds.tableMu.Lock()
-	scored := ds.table.NumScored()
-	ds.tableMu.Unlock()
+	scored, _ := ds.scores.Summary()
 	if scored == 0 || n.cfg.NoWarm {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/scores"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -44,9 +45,9 @@ func TestWarmStartLoadsScoresAndPreloadsTheImportant(t *testing.T) {
 	want := first.node.ordered[0]
 	second := startPeer(t, cfg, transport.SocketConfig{})
 	got := second.node.ordered[0]
-	if got.table.NumScored() != want.table.NumScored() || got.table.Score(3) != want.table.Score(3) {
+	if got.scores.Sampling().NumScored() != want.scores.Sampling().NumScored() || got.scores.Sampling().Score(3) != want.scores.Sampling().Score(3) {
 		t.Fatalf("restarted node has %d scored (score[3] %v); the first had %d (%v)",
-			got.table.NumScored(), got.table.Score(3), want.table.NumScored(), want.table.Score(3))
+			got.scores.Sampling().NumScored(), got.scores.Sampling().Score(3), want.scores.Sampling().NumScored(), want.scores.Sampling().Score(3))
 	}
 	// A new job starts: the cache fills with the important samples first.
 	if err := second.client(t).Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1).Err(); err != nil {
@@ -73,7 +74,7 @@ func TestUnusableSavedScoresStartCold(t *testing.T) {
 	dir, _ := makeDataset(t, 50, 10, 20)
 	for name, content := range map[string]string{
 		"garbage":       "not a score file",
-		"other version": scoresMagic + "0123456789abcdef\nxxxx",
+		"other version": scores.Magic + "0123456789abcdef\nxxxx",
 		"torn table":    "", // filled below with the right version
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -83,12 +84,12 @@ func TestUnusableSavedScoresStartCold(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				content = scoresMagic + n.ordered[0].manifest.Version + "\n\x01\x02"
+				content = scores.Magic + n.ordered[0].manifest.Version + "\n\x01\x02"
 				n.Close()
 			}
 			os.WriteFile(filepath.Join(state, "ds.scores"), []byte(content), 0o640)
 			p := startPeer(t, Config{CacheSize: 1 << 20, StateDir: state, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
-			if n := p.node.ordered[0].table.NumScored(); n != 0 {
+			if n := p.node.ordered[0].scores.Sampling().NumScored(); n != 0 {
 				t.Errorf("%d scores loaded from an unusable file", n)
 			}
 			if err := p.client(t).Ping(context.Background()).Err(); err != nil {

@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
-func mapStore(t *testing.T, s *Store) *Mapping {
+func mapStore(t *testing.T, s *Store) *shm.Mapping {
 	t.Helper()
 	fd, err := s.SharedFd()
 	if errors.Is(err, ErrNotShared) {
@@ -21,7 +23,7 @@ func mapStore(t *testing.T, s *Store) *Mapping {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	m, err := MapShared(fd, s.Size(), s.ID())
+	m, err := shm.MapShared(fd, s.Size(), s.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +57,8 @@ func TestLocateAndCopy(t *testing.T) {
 	if err := s.Put([]byte("d/7"), sampleValue(make([]byte, 4096), 7, 2)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Copy(nil, loc); !errors.Is(err, ErrMoved) {
-		t.Fatalf("Copy of a replaced value: %v, want ErrMoved", err)
+	if _, err := m.Copy(nil, loc); !errors.Is(err, shm.ErrMoved) {
+		t.Fatalf("Copy of a replaced value: %v, want shm.ErrMoved", err)
 	}
 	loc2, _ := s.Locate([]byte("d/7"))
 	if got, err := m.Copy(nil, loc2); err != nil || binary.LittleEndian.Uint64(got[8:]) != 2 {
@@ -64,13 +66,13 @@ func TestLocateAndCopy(t *testing.T) {
 	}
 
 	// A location outside the mapping, or misaligned, is refused.
-	for _, bad := range []Location{
+	for _, bad := range []shm.Location{
 		{GenOff: uint64(s.Size()), Off: 0, Len: 1},
 		{GenOff: 8, Off: uint64(s.Size()) - 1, Len: 2},
 		{GenOff: 12, Off: 0, Len: 1},
 		{GenOff: 8, Off: 16, Len: ^uint64(0)},
 	} {
-		if _, err := m.Copy(nil, bad); err == nil || errors.Is(err, ErrMoved) {
+		if _, err := m.Copy(nil, bad); err == nil || errors.Is(err, shm.ErrMoved) {
 			t.Fatalf("Copy(%+v) = %v, want a range error", bad, err)
 		}
 	}
@@ -97,8 +99,8 @@ func TestCopyAfterMergeAndReuse(t *testing.T) {
 	if cloc.GenOff >= loc.GenOff {
 		t.Fatalf("the new block at %d does not cover the old generation word at %d", cloc.GenOff, loc.GenOff)
 	}
-	if _, err := m.copy(nil, loc, false); !errors.Is(err, ErrMoved) {
-		t.Fatalf("copy of a value overwritten by another: %v, want ErrMoved", err)
+	if _, err := m.CopyUnverified(nil, loc); !errors.Is(err, shm.ErrMoved) {
+		t.Fatalf("copy of a value overwritten by another: %v, want shm.ErrMoved", err)
 	}
 }
 
@@ -159,8 +161,8 @@ func TestSharedReadersUnderEviction(t *testing.T) {
 				}
 				spin.Add(int64(x))
 				var err error
-				dst, err = m.copy(dst[:0], loc, false)
-				if errors.Is(err, ErrMoved) {
+				dst, err = m.CopyUnverified(dst[:0], loc)
+				if errors.Is(err, shm.ErrMoved) {
 					moved.Add(1)
 					continue
 				}
@@ -209,7 +211,7 @@ func TestSharedFdIsReadOnly(t *testing.T) {
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&0o777 != 0o400 {
 		t.Fatalf("memfd mode %o, %v; want 0400", st.Mode&0o777, err)
 	}
-	if _, err := MapShared(fd, 1<<20, s.ID()); err == nil {
+	if _, err := shm.MapShared(fd, 1<<20, s.ID()); err == nil {
 		t.Fatal("MapShared accepted a size larger than the arena")
 	}
 }

@@ -29,6 +29,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // Errors returned by the store; test them with errors.Is.
@@ -41,9 +43,6 @@ var (
 	ErrClosed = errors.New("store: closed")
 	// ErrInvalidConfig: New was given a Config it cannot honour.
 	ErrInvalidConfig = errors.New("store: invalid config")
-	// ErrChecksum: a value copied out of a shared arena does not match
-	// its checksum.
-	ErrChecksum = errors.New("store: checksum mismatch")
 	// ErrNotShared: the arena is anonymous memory, which cannot be shared.
 	ErrNotShared = errors.New("store: arena not shareable (no memfd)")
 )
@@ -73,7 +72,7 @@ const (
 // Entry layout inside an allocated block, after the allocator's tag and
 // generation words (see alloc.go):
 //
-//	16: Checksum of the value (CRC-32C)
+//	16: shm.Checksum of the value (CRC-32C)
 //	24: value length, uint64
 //	32: key length, uint32 (then 4 reserved bytes)
 //	40: key bytes, then padding to 16
@@ -226,7 +225,7 @@ func (s *Store) Fits(keyLen, valueLen int) bool {
 	return s.alloc.fits(uint64(c))
 }
 
-// Put copies key and value into the arena, with the Checksum of value, and
+// Put copies key and value into the arena, with the shm.Checksum of value, and
 // makes it the entry for key, freeing the block of any previous entry. Two
 // different keys with equal 64-bit hashes cannot both be held: the later
 // Put replaces the earlier entry.
@@ -242,7 +241,7 @@ func (s *Store) Put(key, value []byte) error {
 	}
 	size := uint64(c)
 	h := xxhash.Sum64(key)
-	sum := Checksum(value)
+	sum := shm.Checksum(value)
 
 	s.life.RLock()
 	defer s.life.RUnlock()
@@ -312,7 +311,7 @@ func (s *Store) lookup(sh *shard, h uint64, key []byte, verify bool) (off uint64
 	if !bytes.Equal(k, key) {
 		return 0, nil, 0, false, false
 	}
-	if verify && Checksum(v) != sum {
+	if verify && shm.Checksum(v) != sum {
 		return off, nil, 0, false, true
 	}
 	return off, v, sum, true, false
@@ -377,31 +376,19 @@ func (s *Store) read(key []byte, fn func(off uint64, value []byte, sum uint64)) 
 	return found
 }
 
-// Location says where a value lies in the arena, for a reader that maps
-// the arena's memfd (see SharedFd) and copies the value out itself. All
-// offsets are from the start of the arena.
-type Location struct {
-	Gen    uint64 // the block's generation when located: odd, < 2^63
-	GenOff uint64 // where the block's generation word lies (8 bytes, aligned)
-	Off    uint64 // where the value starts
-	Len    uint64 // value length
-	Sum    uint64 // Checksum of the value
-}
-
 // Locate finds key as Get would (checksum verified unless SkipVerify) and
-// returns where its value lies instead of a copy, counting a hit or miss.
+// returns where its value lies in the arena instead of a copy, counting a
+// hit or miss, for a reader that maps the arena (see SharedFd and
+// shm.MapShared).
 //
-// The block can be freed as soon as Locate returns. A reader of the mapping
-// therefore loads the 8-byte word at GenOff (atomically, little-endian)
-// before and after copying Len bytes from Off, and keeps the copy only if
-// both loads equal Gen: the allocator changes a block's generation before
-// the block can be reused, and no block ever gets a generation twice (see
-// bumpGen). The guarantee relies on stores becoming visible in program
-// order, as on amd64.
-func (s *Store) Locate(key []byte) (Location, bool) {
-	var loc Location
+// The block can be freed as soon as Locate returns; a reader validates its
+// copy by the block's generation, as shm.Location describes. The allocator
+// changes a block's generation before the block can be reused, and no
+// block ever gets a generation twice (see bumpGen).
+func (s *Store) Locate(key []byte) (shm.Location, bool) {
+	var loc shm.Location
 	ok := s.read(key, func(off uint64, v []byte, sum uint64) {
-		loc = Location{
+		loc = shm.Location{
 			Gen:    atomic.LoadUint64((*uint64)(unsafe.Pointer(&s.mem[off+genOff]))),
 			GenOff: off + genOff,
 			Off:    uint64(uintptr(unsafe.Pointer(unsafe.SliceData(v))) - uintptr(unsafe.Pointer(unsafe.SliceData(s.mem)))),

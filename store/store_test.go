@@ -11,6 +11,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 func newStore(t testing.TB, cfg Config) *Store {
@@ -183,7 +185,7 @@ func TestCallerOwnsSlices(t *testing.T) {
 	if !s.View([]byte("d/7"), func(v []byte, sum uint64) { seen, seenSum = string(v), sum }) {
 		t.Fatal("View missed")
 	}
-	if seen != "seven" || seenSum != Checksum([]byte("seven")) {
+	if seen != "seven" || seenSum != shm.Checksum([]byte("seven")) {
 		t.Fatalf("View saw %q %x", seen, seenSum)
 	}
 	if s.View([]byte("d/8"), func([]byte, uint64) { t.Fatal("fn called on a miss") }) {
@@ -487,12 +489,5 @@ func TestClosed(t *testing.T) {
 	}
 	if st := s.Stats(); st.UsedBytes != 0 || st.FreeBytes != 0 {
 		t.Fatalf("Stats after Close: %+v", st)
-	}
-}
-
-func TestChecksumIsCRC32C(t *testing.T) {
-	// The check value of CRC-32C (Castagnoli) for "123456789".
-	if got := Checksum([]byte("123456789")); got != 0xe3069283 {
-		t.Fatalf("Checksum = %#x, want 0xe3069283", got)
 	}
 }

@@ -444,7 +444,7 @@ func cmdDone(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		c.WriteError("ERR " + err.Error())
 		return
 	}
-	if err := s.backend.Done(ds, epoch, rank); err != nil {
+	if err := s.backend.Done(s.ctx, ds, epoch, rank); err != nil {
 		writeErr(c, err)
 		return
 	}

@@ -1,31 +1,16 @@
 package transport
 
 import (
-	"encoding/binary"
 	"net"
 
 	"github.com/shade-mesh/shade/internal/redcon"
+	"github.com/shade-mesh/shade/protocol/shm"
 	"golang.org/x/sys/unix"
 )
 
-// The zero-copy path. A trainer on this node sends SHADE.MAP on a
-// connection of its own; the reply, an array [size, id], carries a
-// read-only descriptor of the memory that holds the cached samples as
-// SCM_RIGHTS ancillary data, which the trainer maps.
-//
-// SHADE.LOCATE key [key ...] then answers an array [id, locations]: id
-// names the memory (a trainer whose mapping has another id maps again: the
-// peer restarted), and locations is a bulk string of LocationSize bytes per
-// key, five little-endian uint64 each: gen, gen_offset, offset, length,
-// checksum (store.Checksum, CRC-32C). gen 0 means the sample is not held
-// here; the trainer reads those with MGET. For the others it loads the
-// 8-byte word at gen_offset, copies length bytes at offset, loads the word
-// again, and keeps the copy only if both loads equal gen (see
-// store.Location); otherwise the sample moved, and it too is read with
-// MGET.
-
-// LocationSize is the bytes of one key's location in a SHADE.LOCATE reply.
-const LocationSize = 40
+// The zero-copy path: SHADE.MAP and SHADE.LOCATE, the peer's side of the
+// shared-memory protocol that package protocol/shm defines (the exchange,
+// the location record and its encoding are documented there).
 
 func cmdMap(s *SocketServer, c redcon.Conn, st *connState, _ [][]byte) {
 	if !st.fresh {
@@ -62,13 +47,9 @@ func cmdLocate(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		return
 	}
 	id, locs := s.backend.Locate(keys)
-	b := make([]byte, 0, LocationSize*len(locs))
+	b := make([]byte, 0, shm.LocationSize*len(locs))
 	for _, l := range locs {
-		b = binary.LittleEndian.AppendUint64(b, l.Gen)
-		b = binary.LittleEndian.AppendUint64(b, l.GenOff)
-		b = binary.LittleEndian.AppendUint64(b, l.Off)
-		b = binary.LittleEndian.AppendUint64(b, l.Len)
-		b = binary.LittleEndian.AppendUint64(b, l.Sum)
+		b = shm.AppendLocation(b, l)
 	}
 	c.WriteArray(2)
 	c.WriteInt64(int64(id))

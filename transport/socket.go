@@ -21,7 +21,7 @@ import (
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/redcon"
 
-	"github.com/shade-mesh/shade/store"
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // Backend is what the trainer socket serves. The node implements it. All
@@ -48,7 +48,9 @@ type Backend interface {
 	DBSize() int
 	Manifest(dataset string) ([]string, error)
 	Report(dataset string, epoch int, ids []uint32, losses []float64) error
-	Done(dataset string, epoch, rank int) error
+	// Done records that rank finished epoch and tells the leader; ctx
+	// bounds the telling.
+	Done(ctx context.Context, dataset string, epoch, rank int) error
 	// Order blocks until epoch's order is published or ctx ends.
 	Order(ctx context.Context, dataset string, epoch, rank, world int) ([]uint32, error)
 	// Reset forgets a dataset's job (its epochs and world), keeping scores.
@@ -73,7 +75,7 @@ type Backend interface {
 	// that maps it: locs[i] is where the value of keys[i] lies, or zero
 	// (Gen 0) where it is not held; the trainer reads those with MGET. id
 	// is the ID of the memory the locations refer to.
-	Locate(keys [][]byte) (id uint64, locs []store.Location)
+	Locate(keys [][]byte) (id uint64, locs []shm.Location)
 }
 
 // Result is one key's outcome in an MGet.

@@ -5,64 +5,23 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport/peer"
 )
-
-// The peer-protocol messages the leader receives and sends, field for field
-// and tag for tag as package mesh declares them (reportReq, scoresReq,
-// replicateReq, publishMsg), so that their encoded sizes and the cost of
-// encoding them are a node's.
-type (
-	wireReportBatch struct {
-		Dataset string    `msgpack:"d"`
-		Epoch   int       `msgpack:"e"`
-		IDs     []uint32  `msgpack:"i"`
-		Losses  []float64 `msgpack:"l"`
-	}
-	wireReportReq struct {
-		Batches []wireReportBatch `msgpack:"b"`
-	}
-	wireScores struct {
-		Dataset string    `msgpack:"d"`
-		IDs     []uint32  `msgpack:"i"`
-		Scores  []float64 `msgpack:"s"`
-		Mean    float64   `msgpack:"m"`
-	}
-	wireReplicate struct {
-		Dataset string `msgpack:"d"`
-		Version string `msgpack:"v"`
-		Term    uint64 `msgpack:"t"`
-		Table   []byte `msgpack:"b"`
-	}
-	wirePublish struct {
-		Dataset string     `msgpack:"d"`
-		Version string     `msgpack:"v"`
-		Gen     uint64     `msgpack:"g"`
-		Epoch   int        `msgpack:"e"`
-		Term    uint64     `msgpack:"t"`
-		World   int        `msgpack:"w"`
-		Slices  [][]uint32 `msgpack:"s"`
-		Sampler []byte     `msgpack:"c"`
-		Ranks   []string   `msgpack:"r"`
-	}
-)
-
-// frameHeader is the peer protocol's length prefix and method.
-const frameHeader = 6
 
 // encodeFrame encodes v as a peer-protocol frame into dst's storage, as
 // the transport does for every call: a pooled msgpack encoder with its
 // default options, after a header.
 func encodeFrame(dst []byte, v any) ([]byte, error) {
 	w := bytes.NewBuffer(dst[:0])
-	w.Write(make([]byte, frameHeader))
+	w.Write(make([]byte, wire.FrameHeader))
 	enc := msgpack.GetEncoder()
 	enc.Reset(w)
 	err := enc.Encode(v)
@@ -71,28 +30,14 @@ func encodeFrame(dst []byte, v any) ([]byte, error) {
 }
 
 // decodeFrame decodes a frame's body as the leader's node does: the
-// transport checks the msgpack structure, the mesh checks it again and
-// unmarshals.
+// transport checks the msgpack structure, the mesh unmarshals.
 func decodeFrame(frame []byte, v any) error {
-	body := frame[frameHeader:]
-	if err := peer.CheckMsgpack(body); err != nil {
-		return err
-	}
+	body := frame[wire.FrameHeader:]
 	if err := peer.CheckMsgpack(body); err != nil {
 		return err
 	}
 	return msgpack.Unmarshal(body, v)
 }
-
-// Intervals of the node's background loops (mesh.runLoops): queued scores
-// go to their owners every 25 ms, the leader replicates its changed score
-// table to every member every 500 ms (ClusterConfig.ReplicateEvery's
-// default), and each node forwards its queued reports every 25 ms.
-const (
-	scoreFlushEvery = 25 * time.Millisecond
-	replicateEvery  = 500 * time.Millisecond
-	tableStandbys   = 2 // members that get every change of a table (mesh.tableStandbys)
-)
 
 // meter accumulates the wall time and heap allocations of a step.
 type meter struct {
@@ -211,23 +156,23 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// reported in one 25 ms window as one request; requests from all
 	// nodes interleave. Reports from ranks on the leader's own node are
 	// merged without crossing the wire.
-	perRequest := max(1, int(job.rankRate*scoreFlushEvery.Seconds())/job.batch)
+	perRequest := max(1, int(job.rankRate*wire.FlushEvery.Seconds())/job.batch)
 	type request struct {
 		frame   []byte
-		batches []wireReportBatch // local: not encoded
+		batches []wire.ReportBatch // local: not encoded
 	}
 	var requests []request
 	pos := make([]int, job.world)
 	for left := true; left; {
 		left = false
 		for rank, slice := range slices0 {
-			var req wireReportReq
+			var req wire.ReportReq
 			for range perRequest {
 				if pos[rank] >= len(slice) {
 					break
 				}
 				end := min(pos[rank]+job.batch, len(slice))
-				b := wireReportBatch{Dataset: job.dataset, Epoch: 0, IDs: slice[pos[rank]:end], Losses: make([]float64, end-pos[rank])}
+				b := wire.ReportBatch{Dataset: job.dataset, Epoch: 0, IDs: slice[pos[rank]:end], Losses: make([]float64, end-pos[rank])}
 				for i := range b.Losses {
 					b.Losses[i] = rng.ExpFloat64()
 				}
@@ -256,9 +201,9 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		res.Steps = append(res.Steps, s)
 		return s
 	}
-	decodeStep := step("decode reports", 1, false, "msgpack check x2 + unmarshal, as the node serves a report")
+	decodeStep := step("decode reports", 1, false, "msgpack check + unmarshal, as the node serves a report")
 	var wireIn float64
-	batches := make([][]wireReportBatch, len(requests))
+	batches := make([][]wire.ReportBatch, len(requests))
 	if err := decodeStep.run(func() error {
 		for i, q := range requests {
 			if q.frame == nil {
@@ -286,7 +231,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (Ring.AppendOwners of its key) + per-owner set, as mesh.queueScores")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
-	flushSamples := max(1, int(throughput*scoreFlushEvery.Seconds()))
+	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
 	q := newScoreQueue(r, leader)
 	flush := func() error {
 		msgs, bytes, err := q.flush(table)
@@ -322,14 +267,14 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// 500 ms the leader encodes it once and sends it to the two standbys
 	// (the next in line to lead), and to every other member as often as
 	// the replication budget allows.
-	rounds := float64(res.Epoch) / float64(replicateEvery)
+	rounds := float64(res.Epoch) / float64(wire.ReplicateEvery)
 	marshalStep := step("replicate: marshal table", rounds, false, fmt.Sprintf("Table.MarshalBinary, every 500 ms: %.0f rounds per epoch", rounds))
 	var tb []byte
 	if err := marshalStep.run(func() (err error) { tb, err = table.MarshalBinary(); return err }); err != nil {
 		return nil, err
 	}
 	encodes := min(job.encodes, peers-1)
-	rep := &wireReplicate{Dataset: job.dataset, Version: "v1", Term: 1, Table: tb}
+	rep := &wire.ReplicateReq{Dataset: job.dataset, Version: "v1", Term: 1, Table: tb}
 	repOnce := step("replicate: encode message", rounds, false, "msgpack, once a round (mesh.sendEach)")
 	var raw msgpack.RawMessage
 	if err := repOnce.run(func() (err error) { raw, err = msgpack.Marshal(rep); return err }); err != nil {
@@ -337,7 +282,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}
 	// Frames per epoch: the standbys every round; everyone else in full
 	// rounds spaced so that a round's bytes fit the budget.
-	standbys := min(tableStandbys, peers-1)
+	standbys := min(wire.TableStandbys, peers-1)
 	others := peers - 1 - standbys
 	full := min(rounds, res.Epoch.Seconds()*job.budget/float64(len(raw)*(peers-1)))
 	frames := rounds*float64(standbys) + full*float64(others)
@@ -361,7 +306,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
 		parts, err = sampling.LocalitySplit(next, job.world, rankNode, func(id uint32) []string {
-			return r.Owners([]byte(job.dataset + "/" + strconv.FormatUint(uint64(id), 10)))
+			return r.Owners(samplekey.Append(nil, job.dataset, int(id)))
 		})
 		return err
 	}); err != nil {
@@ -377,7 +322,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if err := stateStep.run(func() (err error) { state, err = sampler.MarshalBinary(); return err }); err != nil {
 		return nil, err
 	}
-	pub := &wirePublish{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
+	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
 		Slices: parts, Sampler: state, Ranks: rankNode}
 	pubOnce := step("publish: encode message", 1, true, "msgpack, once for every member (mesh.broadcast)")
 	if err := pubOnce.run(func() (err error) { raw, err = msgpack.Marshal(pub); return err }); err != nil {
@@ -400,8 +345,8 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 
 // decodeReports decodes one forwarded report request as the leader's node
 // serves it.
-func decodeReports(frame []byte) ([]wireReportBatch, error) {
-	var req wireReportReq
+func decodeReports(frame []byte) ([]wire.ReportBatch, error) {
+	var req wire.ReportReq
 	if err := decodeFrame(frame, &req); err != nil {
 		return nil, err
 	}
@@ -410,7 +355,7 @@ func decodeReports(frame []byte) ([]wireReportBatch, error) {
 
 // mergeReports merges minibatches into the table as the leader does,
 // request by request.
-func mergeReports(table *sampling.Table, requests [][]wireReportBatch, rng *rand.Rand) error {
+func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *rand.Rand) error {
 	for _, bs := range requests {
 		for _, b := range bs {
 			if err := table.Report(b.IDs, b.Losses, rng); err != nil {
@@ -422,74 +367,38 @@ func mergeReports(table *sampling.Table, requests [][]wireReportBatch, rng *rand
 }
 
 // scoreQueue is the leader's queue of merged scores for the samples'
-// owners, with the node's data structures (mesh.queueScores and
-// flushScores): per owner, per dataset, a set of sample ids.
+// owners: the node's own wire.ScoreQueue, flushed by encoding the
+// messages a node would send.
 type scoreQueue struct {
 	r      *ring.Ring
 	leader string
-	q      map[string]map[string]map[uint32]struct{}
+	q      wire.ScoreQueue
 	local  []uint32 // the leader's own share
 	frame  []byte
 }
 
 func newScoreQueue(r *ring.Ring, leader string) *scoreQueue {
-	return &scoreQueue{r: r, leader: leader, q: make(map[string]map[string]map[uint32]struct{})}
+	return &scoreQueue{r: r, leader: leader}
 }
 
 // add queues the samples of one merged minibatch for their owners, as
-// mesh.queueScores: one reused key buffer, Ring.AppendOwners, and each
-// owner's set looked up once per minibatch.
+// mesh.queueScores does.
 func (q *scoreQueue) add(dataset string, ids []uint32) {
-	var (
-		key    = make([]byte, 0, len(dataset)+11)
-		owners []string
-		sets   = make(map[string]map[uint32]struct{})
-	)
-	for _, id := range ids {
-		key = strconv.AppendUint(append(append(key[:0], dataset...), '/'), uint64(id), 10)
-		owners = q.r.AppendOwners(owners[:0], key)
-		for _, owner := range owners {
-			if owner == q.leader {
-				q.local = append(q.local, id)
-				continue
-			}
-			set := sets[owner]
-			if set == nil {
-				byDS := q.q[owner]
-				if byDS == nil {
-					byDS = make(map[string]map[uint32]struct{})
-					q.q[owner] = byDS
-				}
-				if set = byDS[dataset]; set == nil {
-					set = make(map[uint32]struct{})
-					byDS[dataset] = set
-				}
-				sets[owner] = set
-			}
-			set[id] = struct{}{}
-		}
-	}
+	q.local = q.q.Add(q.r, q.leader, dataset, ids, q.local)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader
 // sends them, and empties the queue; it returns the frames and bytes.
 func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error) {
-	for _, byDS := range q.q {
+	for _, byDS := range q.q.Take() {
 		for name, set := range byDS {
-			req := &wireScores{Dataset: name, IDs: make([]uint32, 0, len(set)), Scores: make([]float64, 0, len(set))}
-			for id := range set {
-				req.IDs = append(req.IDs, id)
-				req.Scores = append(req.Scores, table.Score(id))
-			}
-			req.Mean = table.Mean()
-			if q.frame, err = encodeFrame(q.frame, req); err != nil {
+			if q.frame, err = encodeFrame(q.frame, wire.ScoresFor(name, set, table)); err != nil {
 				return frames, bytes, err
 			}
 			frames++
 			bytes += len(q.frame)
 		}
 	}
-	q.q = make(map[string]map[string]map[uint32]struct{})
 	// The leader's own share: its policy takes the scores from the table.
 	scores := make([]float64, len(q.local))
 	for i, id := range q.local {

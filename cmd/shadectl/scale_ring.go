@@ -5,10 +5,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
 // scalePeerName is the name of simulated peer i.
@@ -17,9 +17,7 @@ func scalePeerName(i int) string { return fmt.Sprintf("peer-%04d", i) }
 // scaleSampleKey appends the store key of a sample, "<dataset>/<index>",
 // byte for byte as a node forms it, to dst.
 func scaleSampleKey(dst []byte, dataset string, id uint32) []byte {
-	dst = append(dst, dataset...)
-	dst = append(dst, '/')
-	return strconv.AppendUint(dst, uint64(id), 10)
+	return samplekey.Append(dst, dataset, int(id))
 }
 
 // partitionSamples counts the samples of a dataset of n samples that hash

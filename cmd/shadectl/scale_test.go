@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -26,7 +26,7 @@ const moveFactor = 4
 
 func TestScaleSampleKeyIsTheNodes(t *testing.T) {
 	for _, id := range []uint32{0, 1, 9, 10, 1_279_999, 1<<32 - 1} {
-		if got, want := string(scaleSampleKey(nil, testDataset, id)), dataset.Key(testDataset, int(id)); got != want {
+		if got, want := string(scaleSampleKey(nil, testDataset, id)), samplekey.Format(testDataset, int(id)); got != want {
 			t.Fatalf("key of %d = %q, want %q", id, got, want)
 		}
 	}

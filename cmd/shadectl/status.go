@@ -25,8 +25,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 // defaultSocket is shade-peer's default --socket.
@@ -51,7 +51,7 @@ func (f *clusterFlags) register(fs *flag.FlagSet, many bool) {
 	fs.StringVar(&f.password, "password", os.Getenv("SHADE_REQUIREPASS"), "the peers' --requirepass (default $SHADE_REQUIREPASS)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for each peer")
 	fs.IntVar(&f.replicas, "replicas", ring.DefaultReplicas, "owners of each sample (R), as the daemons' --replicas")
-	fs.IntVar(&f.partitions, "partitions", ring.DefaultPartitions, "ring partitions, as the daemons' (fixed at 271 in shade-peer)")
+	fs.IntVar(&f.partitions, "partitions", ring.DefaultPartitions, "ring partitions: the daemons' --ring-partitions (every peer of a mesh uses the same)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object")
 }
 
@@ -69,8 +69,8 @@ func (f *clusterFlags) socketList() []string {
 }
 
 // fetchStats runs SHADE.STATS on the peer at socket.
-func fetchStats(socket, password string, timeout time.Duration) (mesh.NodeStats, error) {
-	var st mesh.NodeStats
+func fetchStats(socket, password string, timeout time.Duration) (stats.Node, error) {
+	var st stats.Node
 	// Dial here, once: go-redis would retry a missing socket and log each
 	// failure on its own logger.
 	conn, err := net.DialTimeout("unix", socket, timeout)
@@ -106,7 +106,7 @@ func fetchStats(socket, password string, timeout time.Duration) (mesh.NodeStats,
 }
 
 // ringOf builds the ring the peer with stats st routes by.
-func (f *clusterFlags) ringOf(st mesh.NodeStats) (*ring.Ring, error) {
+func (f *clusterFlags) ringOf(st stats.Node) (*ring.Ring, error) {
 	if f.partitions < 1 || f.replicas < 1 {
 		return nil, fmt.Errorf("--partitions %d, --replicas %d: want at least 1", f.partitions, f.replicas)
 	}
@@ -179,7 +179,7 @@ type memberStatus struct {
 	Partitions map[string]int `json:"partitions"`
 }
 
-func newPeerStatus(socket string, st mesh.NodeStats, owned int) peerStatus {
+func newPeerStatus(socket string, st stats.Node, owned int) peerStatus {
 	p := peerStatus{
 		Socket: socket, Node: st.Node, Leader: st.Leader, Leading: st.Leading, Term: st.Term,
 		Members: st.Members, OwnedPartitions: owned,

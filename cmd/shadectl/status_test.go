@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shade-mesh/shade/admin/admintest"
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/meshtest"
 	"github.com/shade-mesh/shade/mesh/ring"
 )
 
@@ -23,12 +24,12 @@ func runCmd(t *testing.T, run func([]string, io.Writer, io.Writer) error, args .
 
 // readTwice reads samples [0, n) of p twice: n misses read from the
 // source, then n local hits.
-func readTwice(t *testing.T, p *admintest.Peer, n int) {
+func readTwice(t *testing.T, p *meshtest.Peer, n int) {
 	t.Helper()
 	c := p.Client(t)
 	for i := range n {
 		for range 2 {
-			if got, err := c.Get(context.Background(), p.Key(i)).Bytes(); err != nil || !bytes.Equal(got, p.Files[i]) {
+			if got, err := c.Get(context.Background(), p.Key(i)).Bytes(); err != nil || !bytes.Equal(got, p.Data.Files[i]) {
 				t.Fatalf("GET %s: %d bytes, %v", p.Key(i), len(got), err)
 			}
 		}
@@ -36,7 +37,7 @@ func readTwice(t *testing.T, p *admintest.Peer, n int) {
 }
 
 func TestStatusOfAStandaloneNode(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{Node: "node-a", Dataset: "toy", Samples: 40, CacheSize: 8 << 20})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	readTwice(t, p, 10)
 
 	stdout, stderr, err := runCmd(t, runStatus, "--socket", p.Socket, "--json")
@@ -83,8 +84,8 @@ func TestStatusOfAStandaloneNode(t *testing.T) {
 }
 
 func TestStatusOfSeveralPeersReportsTheUnreachable(t *testing.T) {
-	a := admintest.Start(t, admintest.Config{Node: "node-a"})
-	b := admintest.Start(t, admintest.Config{Node: "node-b"})
+	a := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
+	b := meshtest.Start(t, meshtest.Options{Node: "node-b", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	gone := filepath.Join(t.TempDir(), "gone.sock")
 	sockets := strings.Join([]string{a.Socket, b.Socket, gone}, ",")
 
@@ -116,7 +117,7 @@ func TestStatusOfSeveralPeersReportsTheUnreachable(t *testing.T) {
 }
 
 func TestMembersAndRingOfAStandaloneNode(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{Node: "node-a"})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
 	stdout, _, err := runCmd(t, runMembers, "--socket", p.Socket, "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func TestMembersAndRingOfAStandaloneNode(t *testing.T) {
 }
 
 func TestStatusWithAPassword(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{RequirePass: "s3cret"})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20, RequirePass: "s3cret"})
 	if _, _, err := runCmd(t, runStatus, "--socket", p.Socket, "--password", "wrong"); err == nil {
 		t.Error("status with a wrong password succeeded")
 	}
@@ -176,8 +177,8 @@ func TestRingMatchesTheMeshsRouting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node mesh")
 	}
-	peers := admintest.StartMesh(t, 3, admintest.Config{Node: "n", Samples: 60, Replicas: 2})
-	bySock := map[string]*admintest.Peer{}
+	peers := meshtest.StartMesh(t, 3, meshtest.Options{Node: "n-", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 60}, CacheSize: 8 << 20, Replicas: 2}).Peers
+	bySock := map[string]*meshtest.Peer{}
 	var sockets []string
 	for _, p := range peers {
 		bySock[p.Node.Name()] = p
@@ -204,7 +205,7 @@ func TestRingMatchesTheMeshsRouting(t *testing.T) {
 		if len(k.Owners) != 2 {
 			t.Fatalf("%s: owners %v", k.Key, k.Owners)
 		}
-		var reader *admintest.Peer
+		var reader *meshtest.Peer
 		for _, p := range peers {
 			if !slices.Contains(k.Owners, p.Node.Name()) {
 				reader = p

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shade-mesh/shade/admin/admintest"
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/meshtest"
 )
 
 func TestWarmPreloadsMostImportantFirst(t *testing.T) {
-	p := admintest.Start(t, admintest.Config{Samples: 60, CacheSize: 64 << 20})
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 60}, CacheSize: 64 << 20})
 	c := p.Client(t)
 	args := []any{"SHADE.REPORT", p.Dataset, 0}
 	for i := 0; i < 60; i++ {

@@ -17,7 +17,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/shade-mesh/shade/admin"
-	"github.com/shade-mesh/shade/admin/admintest"
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/meshtest"
 )
 
 // dashboard is the part of Grafana's dashboard model the test reads.
@@ -228,7 +229,7 @@ func exported(t *testing.T, servers []*admin.Server) map[string][]string {
 func TestDashboardMetricsExist(t *testing.T) {
 	_, queries := loadDashboard(t)
 
-	peers := admintest.StartMesh(t, 2, admintest.Config{Node: "g", Samples: 40})
+	peers := meshtest.StartMesh(t, 2, meshtest.Options{Node: "g-", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20}).Peers
 	var servers []*admin.Server
 	for _, p := range peers {
 		s, err := admin.Listen(admin.Config{Addr: "127.0.0.1:0"}, p.Node)
@@ -251,7 +252,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		t.Fatalf("SHADE.ORDER: %v", err)
 	}
 	var have map[string][]string
-	admintest.WaitFor(t, 20*time.Second, "both peers export a peer RTT", func() bool {
+	testsupport.WaitFor(t, 20*time.Second, "both peers export a peer RTT", func() bool {
 		for _, s := range servers {
 			if _, ok := exported(t, []*admin.Server{s})["shade_peer_rtt_seconds"]; !ok {
 				return false

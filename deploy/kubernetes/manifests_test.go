@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shade-mesh/shade/admin"
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -55,18 +56,14 @@ func load(t *testing.T) manifests {
 		}
 		var obj any
 		switch head.APIVersion + " " + head.Kind {
-		case "apps/v1 DaemonSet":
-			m.daemonSet = &appsv1.DaemonSet{}
-			obj = m.daemonSet
+		case "apps/v1 DaemonSet": // decoding allocates each object
+			obj = &m.daemonSet
 		case "v1 Service":
-			m.service = &corev1.Service{}
-			obj = m.service
+			obj = &m.service
 		case "v1 Secret":
-			m.secret = &corev1.Secret{}
-			obj = m.secret
+			obj = &m.secret
 		case "v1 ConfigMap":
-			m.configMap = &corev1.ConfigMap{}
-			obj = m.configMap
+			obj = &m.configMap
 		case "v1 Namespace":
 			ns := &corev1.Namespace{}
 			m.namespaces = append(m.namespaces, ns)
@@ -91,14 +88,17 @@ type daemonHelp struct {
 	text  string
 }
 
-// buildDaemon builds shade-peer and reads its --help.
-func buildDaemon(t *testing.T) daemonHelp {
+// bins holds the shade-peer built once for every test.
+var bins *testsupport.Binaries
+
+func TestMain(m *testing.M) {
+	testsupport.Main(m, testsupport.BuildOptions{Commands: []string{"shade-peer"}}, &bins)
+}
+
+// daemonHelpOf reads the built shade-peer's --help.
+func daemonHelpOf(t *testing.T) daemonHelp {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "shade-peer")
-	build := exec.Command("go", "build", "-o", bin, "github.com/shade-mesh/shade/cmd/shade-peer")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build shade-peer: %v\n%s", err, out)
-	}
+	bin := bins.Path("shade-peer")
 	out, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("shade-peer --help: %v\n%s", err, out)
@@ -215,7 +215,7 @@ func settings(t *testing.T, m manifests) map[string]string {
 // built from this tree.
 func TestManifests(t *testing.T) {
 	m := load(t)
-	h := buildDaemon(t)
+	h := daemonHelpOf(t)
 	for _, c := range []struct {
 		name string
 		test func(*testing.T, manifests, daemonHelp)

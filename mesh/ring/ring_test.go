@@ -367,27 +367,44 @@ func TestRebalanceFigures(t *testing.T) {
 	}
 }
 
-// TestReplicaPlacement logs where a departed member's partitions have their
-// replicas: consistent v0.10.0 picks replicas by member-name order, so each
-// primary's partitions all share the same R-1 successors.
+// TestReplicaPlacement checks where replicas go: every partition has R
+// distinct owners, primary first; consistent v0.10.0 picks replicas by
+// member-name order, so each primary's partitions all share the same R-1
+// successors; and the successor relation is one to one, so every member
+// holds the replicas of exactly one other member (a departed member's load
+// falls on its one successor, and no member carries two).
 func TestReplicaPlacement(t *testing.T) {
-	r := mustNew(t, Config{Replicas: 2}, names(10))
-	secondaries := map[string]map[string]int{}
-	for p := range r.Config().Partitions {
-		o := r.OwnersOfPartition(p)
-		if secondaries[o[0]] == nil {
-			secondaries[o[0]] = map[string]int{}
+	for _, n := range []int{2, 3, 5, 10, 17} {
+		r := mustNew(t, Config{Replicas: 2}, names(n))
+		secondaries := map[string]map[string]int{}
+		for p := range r.Config().Partitions {
+			o := r.OwnersOfPartition(p)
+			if len(o) != 2 || o[0] == o[1] {
+				t.Fatalf("%d members: partition %d has owners %v, want 2 distinct", n, p, o)
+			}
+			if secondaries[o[0]] == nil {
+				secondaries[o[0]] = map[string]int{}
+			}
+			secondaries[o[0]][o[1]]++
 		}
-		secondaries[o[0]][o[1]]++
-	}
-	held := map[string]int{}
-	for _, m := range secondaries {
-		for s, c := range m {
-			held[s] += c
+		held := map[string]int{}    // secondary partitions held, by member
+		backing := map[string]int{} // primaries a member is the secondary of
+		for primary, m := range secondaries {
+			if len(m) != 1 {
+				t.Errorf("%d members: %s's partitions have %d distinct secondaries %v, want 1", n, primary, len(m), m)
+			}
+			for s, c := range m {
+				held[s] += c
+				backing[s]++
+			}
 		}
+		for s, c := range backing {
+			if c != 1 {
+				t.Errorf("%d members: %s holds the replicas of %d primaries, want 1", n, s, c)
+			}
+		}
+		t.Logf("%d members: secondaries of node-0: %v; secondary partitions held per member: %v", n, secondaries["node-0"], held)
 	}
-	t.Logf("distinct secondaries per primary: %d (for node-0: %v); secondary partitions held per member: %v",
-		len(secondaries["node-0"]), secondaries["node-0"], held)
 }
 
 func BenchmarkOwners(b *testing.B) {

@@ -26,43 +26,23 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
-// binDir holds the shade-peer and shadectl built for this run.
-var binDir string
+// bins are the shade-peer and shadectl built for this run.
+var bins *testsupport.Binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "shade-chaos-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	args := []string{"build", "-o", dir + "/"}
-	if os.Getenv("CHAOS_PEER_RACE") == "1" {
-		args = append(args, "-race")
-	}
-	args = append(args, "../../cmd/shade-peer", "../../cmd/shadectl")
-	build := exec.Command("go", args...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building shade-peer and shadectl:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	binDir = dir
 	// Dial failures to a killed peer are expected; the tests count them.
 	redis.SetLogger(quietLogger{})
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testsupport.Main(m, testsupport.BuildOptions{Race: os.Getenv("CHAOS_PEER_RACE") == "1"}, &bins)
 }
 
 type quietLogger struct{}

@@ -7,79 +7,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
-
-// freePort returns a port free for both TCP and UDP on 127.0.0.1 (gossip
-// uses both; QUIC uses UDP).
-func freePort(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-// writeDataset writes n small files of random bytes in an ImageFolder
-// layout (10 class folders) and returns the directory and every file's
-// bytes in manifest order (sorted relative paths).
-func writeDataset(t *testing.T, n int, seed uint64) (string, [][]byte) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "ds")
-	rng := rand.New(rand.NewPCG(seed, 11))
-	type file struct {
-		rel  string
-		data []byte
-	}
-	files := make([]file, n)
-	for c := 0; c < 10; c++ {
-		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprintf("class%d", c)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range files {
-		data := make([]byte, 100+rng.IntN(1000))
-		for j := range data {
-			data[j] = byte(rng.Uint32())
-		}
-		rel := fmt.Sprintf("class%d/%05d.bin", i%10, i)
-		if err := os.WriteFile(filepath.Join(dir, rel), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		files[i] = file{rel, data}
-	}
-	sort.Slice(files, func(a, b int) bool { return files[a].rel < files[b].rel })
-	out := make([][]byte, n)
-	for i, f := range files {
-		out[i] = f.data
-	}
-	return dir, out
-}
 
 // peerProc is one named peer across its incarnations: it is restarted
 // with the same name, socket, ports and flags.
@@ -89,10 +31,9 @@ type peerProc struct {
 	args                  []string
 
 	mu          sync.Mutex
-	cmd         *exec.Cmd
-	exited      chan struct{} // closed when the current process exits
-	alive       bool          // serving: answered PING, not killed since
-	gen         uint64        // raised on every kill and every readiness
+	proc        *testsupport.Peer // the current incarnation; nil before the first
+	alive       bool              // serving: answered PING, not killed since
+	gen         uint64            // raised on every kill and every readiness
 	incarnation int
 	readyAt     time.Time
 	killing     bool // the test is killing it: its exit is expected
@@ -118,10 +59,10 @@ func (p *peerProc) genName() string {
 func (p *peerProc) pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil || !p.alive {
+	if p.proc == nil || !p.alive {
 		return 0
 	}
-	return p.cmd.Process.Pid
+	return p.proc.PID()
 }
 
 // start starts a new incarnation and waits until its socket answers PING.
@@ -139,57 +80,31 @@ func (p *peerProc) start(ctx context.Context) error {
 	inc := p.incarnation
 	p.mu.Unlock()
 	fmt.Fprintf(f, "=== chaos: %s incarnation %d started %s\n", p.name, inc, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(filepath.Join(binDir, "shade-peer"), p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
-	if err := cmd.Start(); err != nil {
+	proc, err := testsupport.Launch(ctx, testsupport.PeerOptions{
+		Bin: bins.Path("shade-peer"), Socket: p.socket, Args: p.args, Log: f, Env: []string{"GORACE=halt_on_error=1"},
+	})
+	if err != nil {
 		f.Close()
-		return err
+		return fmt.Errorf("%s: %w; log %s", p.name, err, p.logPath)
 	}
-	exited := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.exited, p.killing = cmd, exited, false
+	p.proc, p.killing = proc, false
+	p.alive = true
+	p.gen++
+	p.readyAt = time.Now()
 	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
+	go func() { // ends when the incarnation exits (kill waits for it)
+		<-proc.Exited()
 		f.Close()
 		p.mu.Lock()
 		expected := p.killing
 		p.alive = false
 		p.gen++
 		p.mu.Unlock()
-		close(exited)
 		if !expected {
-			p.unexpected <- fmt.Sprintf("%s (incarnation %d, pid %d) exited on its own: %v", p.name, inc, cmd.Process.Pid, err)
+			p.unexpected <- fmt.Sprintf("%s (incarnation %d, pid %d) exited on its own: %v", p.name, inc, proc.PID(), proc.Err())
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	c := newClient(p.socket)
-	defer c.Close()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		pong, err := c.Ping(pctx).Result()
-		cancel()
-		if err == nil && pong == "PONG" {
-			break
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited before serving; log %s", p.name, p.logPath)
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not serve %s within 30s", p.name, p.socket)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.mu.Lock()
-	p.alive = true
-	p.gen++
-	p.readyAt = time.Now()
-	p.mu.Unlock()
 	return nil
 }
 
@@ -198,16 +113,14 @@ func (p *peerProc) start(ctx context.Context) error {
 // generation.
 func (p *peerProc) kill() {
 	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
+	proc := p.proc
 	p.alive = false
 	p.gen++
 	p.killing = true
 	p.mu.Unlock()
-	if cmd == nil {
-		return
+	if proc != nil {
+		proc.Kill()
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
 }
 
 // logTail returns the last n lines of the peer's log.
@@ -274,24 +187,8 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
-// peerStats is the part of SHADE.STATS the chaos test reads.
-type peerStats struct {
-	Node    string   `json:"node"`
-	Members []string `json:"members"`
-	Leader  string   `json:"leader"`
-	Leading bool     `json:"leading"`
-	Term    uint64   `json:"term"`
-	// Datasets' jobs: the leader's score table size.
-	Datasets []struct {
-		Job struct {
-			ScoredSamples int `json:"scored_samples"`
-			LatestEpoch   int `json:"latest_epoch"`
-		} `json:"job"`
-	} `json:"datasets"`
-}
-
-func statsOf(ctx context.Context, c *redis.Client) (peerStats, error) {
-	var st peerStats
+func statsOf(ctx context.Context, c *redis.Client) (stats.Node, error) {
+	var st stats.Node
 	js, err := c.Do(ctx, "SHADE.STATS").Text()
 	if err != nil {
 		return st, err
@@ -323,8 +220,8 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 	gossip := make([]string, k)
 	quic := make([]string, k)
 	for i := range gossip {
-		gossip[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		quic[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		gossip[i] = testsupport.LoopbackAddr(t)
+		quic[i] = testsupport.LoopbackAddr(t)
 	}
 	for i := 0; i < k; i++ {
 		name := fmt.Sprintf("n%d", i)
@@ -338,7 +235,7 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 			name: name, socket: filepath.Join(sockDir, name+".sock"), logPath: filepath.Join(logDir, name+".log"),
 			gossip: gossip[i], unexpected: m.unexpected,
 		}
-		p.args = append([]string{"--name", name, "--socket", p.socket, "--dataset", dsName + "=" + dir,
+		p.args = append([]string{"--name", name, "--dataset", dsName + "=" + dir,
 			"--cache-size", strconv.FormatInt(cacheSize, 10) + "B",
 			"--gossip-addr", gossip[i], "--peer-addr", quic[i], "--seeds", strings.Join(seeds, ","),
 			"--dev-tls-dir", tlsDir, "--gossip-profile", "local", "--expect", strconv.Itoa(k), "--replicas", "2",
@@ -354,20 +251,13 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 		}
 	})
 	// All start at once: each joins through whichever seeds answer.
-	var wg sync.WaitGroup
-	errs := make(chan error, k)
-	for _, p := range m.peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.start(ctx); err != nil {
-				errs <- fmt.Errorf("%v\n%s", err, p.logTail(20))
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := testsupport.Parallel(len(m.peers), func(i int) error {
+		p := m.peers[i]
+		if err := p.start(ctx); err != nil {
+			return fmt.Errorf("%v\n%s", err, p.logTail(20))
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.waitConverged(ctx, 20*time.Second); err != nil {
@@ -399,13 +289,13 @@ func (m *mesh) byName(name string) *peerProc {
 // waitConverged waits until every serving peer reports exactly the serving
 // peers as members, and returns how long that took.
 func (m *mesh) waitConverged(ctx context.Context, d time.Duration) (time.Duration, error) {
-	start := time.Now()
 	cs := newClients()
 	defer cs.close()
+	var want []string
 	var last string
-	for {
+	took, err := testsupport.Poll(ctx, d, func() bool {
 		alive := m.alivePeers()
-		var want []string
+		want = want[:0]
 		for _, p := range alive {
 			want = append(want, p.name)
 		}
@@ -430,14 +320,25 @@ func (m *mesh) waitConverged(ctx context.Context, d time.Duration) (time.Duratio
 				ok = false
 			}
 		}
-		if ok {
-			return time.Since(start), nil
-		}
 		last = strings.Join(views, "; ")
-		if time.Since(start) > d || ctx.Err() != nil {
-			return time.Since(start), fmt.Errorf("members did not converge on %v within %v: %s", want, d, last)
+		return ok
+	})
+	if err != nil {
+		return took, fmt.Errorf("members did not converge on %v within %v: %s", want, d, last)
+	}
+	return took, nil
+}
+
+// unexpectedExits drains the reports of peers that exited on their own.
+func (m *mesh) unexpectedExits() []string {
+	var out []string
+	for {
+		select {
+		case msg := <-m.unexpected:
+			out = append(out, msg)
+		default:
+			return out
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -534,7 +435,7 @@ var helpOnce struct {
 // peerHasFlag tells whether the built shade-peer knows a flag.
 func peerHasFlag(flag string) bool {
 	helpOnce.Do(func() {
-		out, _ := exec.Command(filepath.Join(binDir, "shade-peer"), "--help").CombinedOutput()
+		out, _ := exec.Command(bins.Path("shade-peer"), "--help").CombinedOutput()
 		helpOnce.text = string(out)
 	})
 	return strings.Contains(helpOnce.text, flag+" ")

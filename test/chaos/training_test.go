@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -11,30 +10,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 const python = "/usr/bin/python3"
-
-// syncBuffer is a bytes.Buffer safe for a process's stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestChaosTraining runs the real PyTorch job (test/train/train_fmnist.py:
 // 3 ranks with gloo, each reading through its own peer's socket) on a
@@ -73,7 +55,7 @@ func TestChaosTraining(t *testing.T) {
 	defer cancel()
 
 	root := filepath.Join(t.TempDir(), "fmnist")
-	if out, err := exec.CommandContext(ctx, filepath.Join(binDir, "shadectl"), "dataset", "import-idx",
+	if out, err := exec.CommandContext(ctx, bins.Path("shadectl"), "dataset", "import-idx",
 		"--src", fmnist, "--dst", root, "--limit", "3000").CombinedOutput(); err != nil {
 		t.Fatalf("shadectl dataset import-idx: %v\n%s", err, out)
 	}
@@ -93,7 +75,7 @@ func TestChaosTraining(t *testing.T) {
 		timeline = append(timeline, line)
 		t.Log(line)
 	}
-	out := new(syncBuffer)
+	out := new(testsupport.Buffer)
 	cmd := exec.CommandContext(ctx, python, "../train/train_fmnist.py", "--sockets", strings.Join(sockets, ","),
 		"--world", strconv.Itoa(world), "--epochs", strconv.Itoa(epochs), "--batch-size", "64",
 		"--test-dir", filepath.Join(root, "test"))
@@ -164,14 +146,8 @@ func TestChaosTraining(t *testing.T) {
 	if p := m.panics(); len(p) > 0 {
 		fail("panics or races in the peer logs:\n  %s", strings.Join(p, "\n  "))
 	}
-drain:
-	for {
-		select {
-		case msg := <-m.unexpected:
-			fail("%s", msg)
-		default:
-			break drain
-		}
+	for _, msg := range m.unexpectedExits() {
+		fail("%s", msg)
 	}
 	if failed || testing.Verbose() {
 		t.Logf("training output:\n%s", text)

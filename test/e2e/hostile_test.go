@@ -5,17 +5,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // The hostile-input suite: a real shade-peer process, raw socket writes of
@@ -34,40 +32,19 @@ const (
 
 // hostilePeer is a peer under attack and the bytes of its dataset.
 type hostilePeer struct {
-	*peerProc
-	dir   string
-	names []string
-	files map[string][]byte
+	*testsupport.Peer
+	ds *testsupport.Dataset
 }
 
 func startHostilePeer(t *testing.T) *hostilePeer {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "ds")
-	rng := rand.New(rand.NewSource(1))
-	for i := 0; i < hostileSamples; i++ {
-		class := filepath.Join(dir, fmt.Sprintf("c%d", i%4))
-		if err := os.MkdirAll(class, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, hostileSize)
-		rng.Read(b)
-		if err := os.WriteFile(filepath.Join(class, fmt.Sprintf("%04d.bin", i)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := dataset.Scan(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hostilePeer{dir: dir, names: m.Names, files: make(map[string][]byte)}
-	for _, n := range m.Names {
-		h.files[n], _ = os.ReadFile(filepath.Join(dir, n))
-	}
-	h.peerProc = startPeer(t, "--dataset", "ds="+dir,
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Classes: []string{"c0", "c1", "c2", "c3"},
+		Samples: hostileSamples, MinSize: hostileSize, MaxSize: hostileSize, Seed: 1})
+	p := startPeer(t, "--dataset", "ds="+ds.Dir,
 		"--cache-size", strconv.Itoa(hostileCache), "--max-client-memory", strconv.Itoa(hostileClients),
 		"--max-value", strconv.Itoa(hostileValue), "--client-write-timeout", "3s", "--max-world", "1024",
 		"--admin-addr", "off", "--join-wait", "100ms")
-	return h
+	return &hostilePeer{Peer: p, ds: ds}
 }
 
 // rssBound is what the peer's peak RSS must stay under.
@@ -99,11 +76,11 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 func (h *hostilePeer) assertHealthy(t *testing.T, after string) {
 	t.Helper()
 	select {
-	case err := <-h.done:
-		t.Fatalf("after %s: shade-peer exited: %v", after, err)
+	case <-h.Exited():
+		t.Fatalf("after %s: shade-peer exited: %v", after, h.Err())
 	default:
 	}
-	c := redisClient(h.socket)
+	c := redisClient(h.Socket)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -119,16 +96,18 @@ func (h *hostilePeer) assertHealthy(t *testing.T, after string) {
 		t.Fatalf("after %s: MGET: %v", after, err)
 	}
 	for i, v := range vals {
-		idx := (i * 37) % hostileSamples
-		if s, _ := v.(string); s != string(h.files[h.names[idx]]) {
-			t.Fatalf("after %s: MGET %s is not the file %s", after, keys[i], h.names[idx])
+		if err := h.ds.CheckValue((i*37)%hostileSamples, v); err != nil {
+			t.Fatalf("after %s: MGET %s: %v", after, keys[i], err)
 		}
 	}
 	got, err := c.Get(ctx, "ds/7").Bytes()
-	if err != nil || !bytes.Equal(got, h.files[h.names[7]]) {
-		t.Fatalf("after %s: GET ds/7: %d bytes, %v", after, len(got), err)
+	if err != nil {
+		t.Fatalf("after %s: GET ds/7: %v", after, err)
 	}
-	pid := h.cmd.Process.Pid
+	if err := h.ds.Check(7, got); err != nil {
+		t.Fatalf("after %s: GET ds/7: %v", after, err)
+	}
+	pid := h.PID()
 	rss, peak := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM")
 	t.Logf("after %s: RSS %d MiB, peak %d MiB (bound %d MiB)", after, rss>>20, peak>>20, int64(rssBound)>>20)
 	if peak > rssBound {
@@ -142,7 +121,7 @@ func (h *hostilePeer) assertHealthy(t *testing.T, after string) {
 // a few seconds.
 func (h *hostilePeer) raw(t *testing.T, b []byte, until string) string {
 	t.Helper()
-	conn, err := net.Dial("unix", h.socket)
+	conn, err := net.Dial("unix", h.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +176,7 @@ func TestHostileInput(t *testing.T) {
 				}
 			}
 		}
-		c := redisClient(h.socket)
+		c := redisClient(h.Socket)
 		defer c.Close()
 		ctx := context.Background()
 		ids, err := c.Do(ctx, "SHADE.ORDER", "ds", "0", "0", "1", "5000").Int64Slice()
@@ -263,7 +242,7 @@ func TestHostileInput(t *testing.T) {
 		var mu sync.Mutex
 		refused := 0
 		for i := 0; i < n; i++ {
-			c, err := net.Dial("unix", h.socket)
+			c, err := net.Dial("unix", h.Socket)
 			if err != nil {
 				t.Fatalf("connection %d: %v", i, err)
 			}
@@ -307,7 +286,7 @@ func TestHostileInput(t *testing.T) {
 			keys[i] = "ds/" + strconv.Itoa(i%hostileSamples)
 		}
 		mget := resp(append([]string{"MGET"}, keys...)...)
-		conn, err := net.Dial("unix", h.socket)
+		conn, err := net.Dial("unix", h.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,19 +301,19 @@ func TestHostileInput(t *testing.T) {
 		// The peer closes the connection once its replies have waited
 		// longer than --client-write-timeout: only the asking client is
 		// left.
-		c := redisClient(h.socket)
+		c := redisClient(h.Socket)
 		defer c.Close()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			info, err := c.Info(context.Background(), "clients").Result()
-			if err == nil && strings.Contains(info, "connected_clients:1\r\n") {
-				break
+		var info string
+		var infoErr error
+		defer func() {
+			if t.Failed() {
+				t.Logf("last INFO clients: %q %v", info, infoErr)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the unread connection is still open 60 s on (--client-write-timeout 3s): %q %v", info, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		}()
+		testsupport.WaitFor(t, 60*time.Second, "the unread connection is closed (--client-write-timeout 3s)", func() bool {
+			info, infoErr = c.Info(context.Background(), "clients").Result()
+			return infoErr == nil && strings.Contains(info, "connected_clients:1\r\n")
+		})
 		h.assertHealthy(t, "maximal MGETs unread (closed)")
 	})
 }

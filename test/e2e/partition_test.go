@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // netLab is a set of network namespaces made by one test: a switch
@@ -97,27 +99,27 @@ func (l *netLab) close() {
 
 // startPeerIn runs shade-peer inside a namespace (its socket file is on
 // the shared filesystem, so the test reaches it from outside).
-func startPeerIn(t *testing.T, ns string, args ...string) *peerProc {
+func startPeerIn(t *testing.T, ns string, args ...string) *testsupport.Peer {
 	t.Helper()
 	return startPeerCmd(t, []string{"ip", "netns", "exec", ns}, args...)
 }
 
 func TestPartitionMinorityPublishesNoOrders(t *testing.T) {
 	lab := newNetLab(t, 5)
-	dir, files := writeDataset(t, 500)
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: 500, Seed: 5})
 	tls := t.TempDir()
-	var peers []*peerProc
+	var peers []*testsupport.Peer
 	names := []string{"n0", "n1", "n2", "n3", "n4"}
 	for i, name := range names {
-		peers = append(peers, startPeerIn(t, lab.hosts[i], "--name", name, "--dataset", "ds="+dir, "--cache-size", "16MiB",
+		peers = append(peers, startPeerIn(t, lab.hosts[i], "--name", name, "--dataset", "ds="+ds.Dir, "--cache-size", "16MiB",
 			"--gossip-addr", lab.addr(i)+":7946", "--peer-addr", lab.addr(i)+":7947", "--seeds", lab.addr(0)+":7946",
 			"--dev-tls-dir", tls, "--gossip-profile", "local", "--expect", "5", "--join-wait", "1s"))
 	}
-	m := &procMesh{peers: peers, names: names, files: files}
+	m := &procMesh{peers: peers, names: names, ds: ds}
 	m.waitMembers(t, peers, 30*time.Second)
 	ctx := context.Background()
 	client := func(i int) *redis.Client {
-		c := redisClient(peers[i].socket)
+		c := redisClient(peers[i].Socket)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
@@ -133,17 +135,17 @@ func TestPartitionMinorityPublishesNoOrders(t *testing.T) {
 	m.waitMembers(t, minority, 10*time.Second)
 	t.Logf("partition {n3,n4} | {n0,n1,n2}: both sides see their own members after %v", mt)
 	for _, p := range minority {
-		st, err := peerStats(p.socket)
+		st, err := peerStats(p.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.Datasets[0].Job.Leader != "" {
-			t.Errorf("%s in the minority follows leader %q; a minority must have none", p.socket, st.Datasets[0].Job.Leader)
+			t.Errorf("%s in the minority follows leader %q; a minority must have none", p.Socket, st.Datasets[0].Job.Leader)
 		}
 	}
 	for _, p := range majority {
-		if st, _ := peerStats(p.socket); st.Datasets[0].Job.Leader != "n0" {
-			t.Errorf("%s in the majority follows %q, want n0", p.socket, st.Datasets[0].Job.Leader)
+		if st, _ := peerStats(p.Socket); st.Datasets[0].Job.Leader != "n0" {
+			t.Errorf("%s in the majority follows %q, want n0", p.Socket, st.Datasets[0].Job.Leader)
 		}
 	}
 	// The majority goes on: epoch 1 is published.
@@ -161,34 +163,46 @@ func TestPartitionMinorityPublishesNoOrders(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "TIMEOUT") {
 		t.Errorf("the minority answered an order for an unpublished epoch: %v", err)
 	}
-	for i := 0; i < len(files); i += 7 {
-		v, err := client(4).Get(ctx, fmt.Sprintf("ds/%d", i)).Bytes()
-		if err != nil || !bytes.Equal(v, files[i]) {
+	for i := 0; i < ds.Len(); i += 7 {
+		v, err := client(4).Get(ctx, testsupport.Key("ds", i)).Bytes()
+		if err != nil {
 			t.Fatalf("minority read of ds/%d: %v", i, err)
+		}
+		if err := ds.Check(i, v); err != nil {
+			t.Fatalf("minority read: %v", err)
 		}
 	}
 	// Healed: one mesh, one leader, and epoch 1 identical everywhere.
 	lab.heal(3, 4)
 	ht := m.waitMembers(t, peers, 20*time.Second)
 	t.Logf("healed: all 5 see each other again after %v", ht)
-	var want []int64
-	deadline := time.Now().Add(10 * time.Second)
-	for i, p := range peers {
-		for {
-			st, _ := peerStats(p.socket)
-			got, err := client(i).Do(ctx, "SHADE.ORDER", "ds", 1, 0, 2, 2000).Int64Slice()
-			if err == nil && st.Datasets[0].Job.Leader == "n0" {
-				if want == nil {
-					want = got
-				} else if !slices.Equal(got, want) {
-					t.Fatalf("%s holds a different epoch 1 order after healing", p.socket)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s after healing: leader %q, epoch 1 order: %v", p.socket, st.Datasets[0].Job.Leader, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+	var (
+		want     []int64
+		leader   string
+		orderErr error
+	)
+	defer func() {
+		if t.Failed() {
+			t.Logf("last view: leader %q, epoch 1 order: %v", leader, orderErr)
 		}
+	}()
+	for i, p := range peers {
+		testsupport.WaitFor(t, 10*time.Second, p.Socket+" follows n0 and holds epoch 1's order", func() bool {
+			st, _ := peerStats(p.Socket)
+			var got []int64
+			got, orderErr = client(i).Do(ctx, "SHADE.ORDER", "ds", 1, 0, 2, 2000).Int64Slice()
+			if len(st.Datasets) > 0 {
+				leader = st.Datasets[0].Job.Leader
+			}
+			if orderErr != nil || leader != "n0" {
+				return false
+			}
+			if want == nil {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Fatalf("%s holds a different epoch 1 order after healing", p.Socket)
+			}
+			return true
+		})
 	}
 }

@@ -5,7 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,27 +17,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/dataset"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
-var binDir string
+// bins are shade-peer and shadectl, built once for every test here.
+var bins *testsupport.Binaries
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "shade-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/shade-peer", "../../cmd/shadectl")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building binaries:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsupport.Main(m, testsupport.BuildOptions{}, &bins) }
 
 const fmnistSrc = "/usr/share/datasets/fashion-mnist"
 
@@ -50,7 +36,7 @@ func importFashionMNIST(t *testing.T, limit int) string {
 		t.Skipf("Fashion-MNIST not installed (Debian package dataset-fashion-mnist): %v", err)
 	}
 	dst := filepath.Join(t.TempDir(), "fmnist")
-	out, err := exec.Command(filepath.Join(binDir, "shadectl"), "dataset", "import-idx",
+	out, err := exec.Command(bins.Path("shadectl"), "dataset", "import-idx",
 		"--src", fmnistSrc, "--dst", dst, "--limit", strconv.Itoa(limit)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("shadectl dataset import-idx: %v\n%s", err, out)
@@ -58,56 +44,21 @@ func importFashionMNIST(t *testing.T, limit int) string {
 	return dst
 }
 
-// peerProc is a running shade-peer process.
-type peerProc struct {
-	cmd    *exec.Cmd
-	socket string
-	log    *bytes.Buffer
-	done   chan error
-}
-
-func startPeer(t *testing.T, args ...string) *peerProc {
+// startPeer runs shade-peer (named e2e unless args name it) and waits
+// until its socket answers.
+func startPeer(t *testing.T, args ...string) *testsupport.Peer {
 	t.Helper()
 	return startPeerCmd(t, nil, args...)
 }
 
-// startPeerCmd runs shade-peer behind a command prefix (such as ip netns
-// exec NS) and waits until its socket answers.
-func startPeerCmd(t *testing.T, prefix []string, args ...string) *peerProc {
+// startPeerCmd is startPeer behind a command prefix (such as ip netns
+// exec NS).
+func startPeerCmd(t *testing.T, prefix []string, args ...string) *testsupport.Peer {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "shade.sock")
-	p := &peerProc{socket: sock, log: new(bytes.Buffer), done: make(chan error, 1)}
-	argv := append(append(prefix, filepath.Join(binDir, "shade-peer"), "--name", "e2e", "--socket", sock, "--log-format", "json"), args...)
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("shade-peer log:\n%s", p.log.String())
-		}
+	return testsupport.StartPeer(t, testsupport.PeerOptions{
+		Bin: bins.Path("shade-peer"), Prefix: prefix,
+		Args: append([]string{"--name", "e2e", "--log-format", "json"}, args...),
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := redisClient(sock).Ping(context.Background()).Result(); err == nil && c == "PONG" {
-			return p
-		}
-		select {
-		case err := <-p.done:
-			t.Fatalf("shade-peer exited before serving: %v\n%s", err, p.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shade-peer did not serve %s within 30s\n%s", sock, p.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func redisClient(sock string) *redis.Client {
@@ -132,7 +83,7 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pass := 0; pass < 2; pass++ { // read through, then from the cache
-		out, err := exec.Command(redisCLI, "-s", p.socket, "GET", "fmnist-train/123").Output()
+		out, err := exec.Command(redisCLI, "-s", p.Socket, "GET", "fmnist-train/123").Output()
 		if err != nil {
 			t.Fatalf("redis-cli: %v", err)
 		}
@@ -143,7 +94,7 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 		}
 	}
 
-	c := redisClient(p.socket)
+	c := redisClient(p.Socket)
 	defer c.Close()
 	ctx := context.Background()
 	keys := make([]string, 256)
@@ -172,7 +123,7 @@ func TestRedisBenchmarkRunsToCompletion(t *testing.T) {
 		t.Skip("redis-benchmark not installed (Debian package redis-tools)")
 	}
 	p := startPeer(t, "--cache-size", "256MiB")
-	out, err := exec.Command(bench, "-s", p.socket, "-t", "set,get", "-d", "4096", "-P", "16",
+	out, err := exec.Command(bench, "-s", p.Socket, "-t", "set,get", "-d", "4096", "-P", "16",
 		"-n", "20000", "-r", "1000", "--csv").CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-benchmark: %v\n%s", err, out)
@@ -183,7 +134,7 @@ func TestRedisBenchmarkRunsToCompletion(t *testing.T) {
 		}
 	}
 	// The values SET by the benchmark are read back intact.
-	c := redisClient(p.socket)
+	c := redisClient(p.Socket)
 	defer c.Close()
 	n, err := c.DBSize(context.Background()).Result()
 	if err != nil || n == 0 {
@@ -195,18 +146,18 @@ func TestSignalsDrainAndExitZero(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			p := startPeer(t, "--cache-size", "16MiB")
-			if err := p.cmd.Process.Signal(sig); err != nil {
+			if err := p.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
 			select {
-			case err := <-p.done:
-				if err != nil {
-					t.Fatalf("exit after %v: %v\n%s", sig, err, p.log)
+			case <-p.Exited():
+				if err := p.Err(); err != nil {
+					t.Fatalf("exit after %v: %v\n%s", sig, err, p.Log())
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatalf("still running 10s after %v", sig)
 			}
-			if _, err := os.Lstat(p.socket); !os.IsNotExist(err) {
+			if _, err := os.Lstat(p.Socket); !os.IsNotExist(err) {
 				t.Errorf("socket file left behind after %v: %v", sig, err)
 			}
 		})
@@ -214,7 +165,7 @@ func TestSignalsDrainAndExitZero(t *testing.T) {
 }
 
 func TestHelpExplainsEveryFlag(t *testing.T) {
-	out, err := exec.Command(filepath.Join(binDir, "shade-peer"), "--help").CombinedOutput()
+	out, err := exec.Command(bins.Path("shade-peer"), "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--help: %v\n%s", err, out)
 	}
@@ -224,11 +175,11 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not mention %s", flag)
 		}
 	}
-	bad := exec.Command(filepath.Join(binDir, "shade-peer"), "--cache-size", "lots")
+	bad := exec.Command(bins.Path("shade-peer"), "--cache-size", "lots")
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "--cache-size") {
 		t.Errorf("a bad --cache-size was not refused clearly: %v\n%s", err, out)
 	}
-	env := exec.Command(filepath.Join(binDir, "shade-peer"))
+	env := exec.Command(bins.Path("shade-peer"))
 	env.Env = append(os.Environ(), "SHADE_POLICY=nosuch", "SHADE_SOCKET="+filepath.Join(t.TempDir(), "s.sock"))
 	if out, err := env.CombinedOutput(); err == nil || !strings.Contains(string(out), "nosuch") {
 		t.Errorf("SHADE_POLICY from the environment was not applied: %v\n%s", err, out)

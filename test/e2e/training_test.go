@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 const python = "/usr/bin/python3"
@@ -24,10 +26,10 @@ func TestShortTrainingOnAMesh(t *testing.T) {
 	root := importFashionMNIST(t, 3000)
 	train := filepath.Join(root, "train")
 	tls := t.TempDir()
-	var peers []*peerProc
+	var peers []*testsupport.Peer
 	seed := ""
 	for i := 0; i < 3; i++ {
-		gossip := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		gossip := testsupport.LoopbackAddr(t)
 		if i == 0 {
 			seed = gossip
 		}
@@ -35,14 +37,14 @@ func TestShortTrainingOnAMesh(t *testing.T) {
 		// sample; no prefetch, so hits come from the policy alone.
 		peers = append(peers, startPeer(t, "--name", "n"+strconv.Itoa(i), "--dataset", "fmnist-train="+train,
 			"--cache-size", "56KiB", "--replicas", "1", "--prefetch", "0",
-			"--gossip-addr", gossip, "--peer-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--seeds", seed,
+			"--gossip-addr", gossip, "--peer-addr", testsupport.LoopbackAddr(t), "--seeds", seed,
 			"--dev-tls-dir", tls, "--gossip-profile", "local", "--expect", "3", "--join-wait", "20s"))
 	}
 	m := &procMesh{peers: peers, names: []string{"n0", "n1", "n2"}}
 	m.waitMembers(t, peers, 20*time.Second)
 
 	out := filepath.Join(t.TempDir(), "epochs.csv")
-	sockets := peers[0].socket + "," + peers[1].socket + "," + peers[2].socket
+	sockets := peers[0].Socket + "," + peers[1].Socket + "," + peers[2].Socket
 	cmd := exec.Command(python, "../train/train_fmnist.py", "--sockets", sockets, "--world", "3",
 		"--epochs", "2", "--batch-size", "64", "--test-dir", filepath.Join(root, "test"), "--csv", out, "--label", "ci")
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
@@ -71,14 +73,14 @@ func TestShortTrainingOnAMesh(t *testing.T) {
 	// Reports flowed to the leader and were replicated; epoch 1's order is
 	// importance-sampled: drawn with replacement, so some ids repeat, which
 	// a uniform permutation never does.
-	st, err := peerStats(peers[1].socket)
+	st, err := peerStats(peers[1].Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Datasets[0].Job.LatestEpoch < 1 {
 		t.Fatalf("newest order is epoch %d; want at least 1", st.Datasets[0].Job.LatestEpoch)
 	}
-	c := redisClient(peers[1].socket)
+	c := redisClient(peers[1].Socket)
 	defer c.Close()
 	seen := map[int64]bool{}
 	repeats := 0

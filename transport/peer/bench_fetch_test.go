@@ -51,7 +51,7 @@ type benchFetchResp struct {
 // cpuTime is the CPU time (user and system) this process has used: both
 // ends of every benchmark run in it.
 
-// castagnoli: samples carry CRC-32C, as the mesh's do (store.Checksum).
+// castagnoli: samples carry CRC-32C, as the mesh's do (shm.Checksum).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func cpuTime() time.Duration {

@@ -7,8 +7,11 @@ import (
 	"io"
 )
 
-// headerLen is the u32 length prefix plus the u16 method or code.
-const headerLen = 6
+// HeaderLen is the size of a frame's header: the u32 length prefix plus
+// the u16 method or code.
+const HeaderLen = 6
+
+const headerLen = HeaderLen
 
 // firstChunk is the most readFrame allocates for a body before any of its
 // bytes arrived; it grows the buffer by doubling as data comes in, so a frame

@@ -1,16 +1,24 @@
 """Client of the local shade-peer's trainer socket (Redis protocol, RESP2)."""
 
+from __future__ import annotations
+
 import json
 import logging
 import math
 import os
 import threading
 import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import redis
 
 from . import shm
-from .errors import AuthError, OrderTimeout, PeerUnavailable, RequestError, SampleError
+from .errors import (AuthError, InvalidArgument, OrderTimeout, PeerUnavailable, ProtocolError,
+                     RequestError, SampleError)
+
+#: ids or losses: a list, tuple, numpy array or tensor (anything with
+#: ``tolist``), or one number
+Values = Union[Iterable[Any], int, float]
 
 log = logging.getLogger("shade")
 
@@ -28,7 +36,14 @@ _SERVER_ORDER_LIMIT = 600.0
 _MAP_RETRY = 5.0
 
 
-def _as_list(values):
+def sample_key(dataset: str, i: int) -> str:
+    """The key of sample ``i`` of ``dataset``, ``"<dataset>/<i>"``, as the
+    Go reference builds it (protocol/samplekey.Format). Not validated: the
+    peer answers a bad key with an error."""
+    return f"{dataset}/{int(i)}"
+
+
+def _as_list(values: Values) -> List[Any]:
     """A list of Python scalars from a list, tuple, numpy array or tensor."""
     if hasattr(values, "detach"):  # torch tensor: no autograd, on the CPU
         values = values.detach().cpu()
@@ -60,8 +75,9 @@ class Client:
     :class:`shade.torch.ShadeSampler` for how the order then falls back.
     """
 
-    def __init__(self, socket_path, password=None, timeout=60.0, retry_for=30.0,
-                 shared_memory=True):
+    def __init__(self, socket_path: Union[str, "os.PathLike[str]"],
+                 password: Optional[str] = None, timeout: Optional[float] = 60.0,
+                 retry_for: float = 30.0, shared_memory: bool = True) -> None:
         """``timeout``: seconds to wait for any reply but SHADE.ORDER's
         (whose wait is bounded by its own timeout_ms and by the peer);
         ``retry_for``: seconds to keep retrying an unreachable peer;
@@ -73,7 +89,7 @@ class Client:
         self._password = password
         self._map_timeout = min(timeout, 5.0) if timeout else 5.0
         self._shm_on = bool(shared_memory) and shm.SUPPORTED
-        self._mapping = None
+        self._mapping: Optional[shm.Mapping] = None
         self._map_retry_at = 0.0
         self._map_lock = threading.Lock()
         #: samples copied out of the peer's memory, and located samples that
@@ -94,7 +110,7 @@ class Client:
 
     # -- plumbing -------------------------------------------------------
 
-    def _execute(self, *args, blocking=False):
+    def _execute(self, *args: Any, blocking: bool = False) -> Any:
         conn = self._blocking if blocking else self._redis
         deadline = None
         delay = 0.05
@@ -124,23 +140,28 @@ class Client:
                 delay = min(delay * 2, 1.0)
             except redis.ResponseError as e:
                 raise _request_error(e, args) from None
+            except redis.DataError as e:  # an argument redis-py cannot send
+                raise InvalidArgument(f"{args[0]}: {e}") from None
+            except redis.RedisError as e:  # a reply redis-py could not read
+                raise ProtocolError(f"{args[0]}: peer at {self.socket_path}: {e}") from e
 
     # -- samples --------------------------------------------------------
 
-    def get(self, dataset, i):
+    def get(self, dataset: str, i: int) -> bytes:
         """Bytes of sample ``i`` of ``dataset`` (read through on a miss).
         Raises SampleError for an index out of range or an unknown dataset."""
+        key = sample_key(dataset, i)
         try:
-            value = self._execute("GET", f"{dataset}/{int(i)}")
+            value = self._execute("GET", key)
         except AuthError:
             raise
         except RequestError as e:
-            raise SampleError(f"sample {dataset}/{int(i)}: {e}") from None
+            raise SampleError(f"sample {key}: {e}") from None
         if value is None:
-            raise SampleError(f"no sample {dataset}/{int(i)} (index out of range or unknown dataset)")
+            raise SampleError(f"no sample {key} (index out of range or unknown dataset)")
         return value
 
-    def mget(self, dataset, ids):
+    def mget(self, dataset: str, ids: Values) -> List[bytes]:
         """Bytes of every sample in ``ids``, in order, in one round trip
         (SHADE.LOCATE and copies from the peer's memory where it is mapped,
         MGET otherwise). Raises SampleError naming the first sample that
@@ -148,29 +169,29 @@ class Client:
         ids = [int(i) for i in _as_list(ids)]
         if not ids:
             return []
-        keys = [f"{dataset}/{i}" for i in ids]
+        keys = [sample_key(dataset, i) for i in ids]
         values = None
         m = self._shared()
         if m is not None:
             values = self._locate(m, keys)
         if values is None:
             values = self._execute("MGET", *keys)
-        for i, v in zip(ids, values):
+        for key, v in zip(keys, values):
             if v is None:
-                raise SampleError(f"no sample {dataset}/{i} (index out of range or unknown dataset)")
+                raise SampleError(f"no sample {key} (index out of range or unknown dataset)")
             if isinstance(v, Exception):
-                raise SampleError(f"sample {dataset}/{i}: {v}")
+                raise SampleError(f"sample {key}: {v}")
         return values
 
     # -- shared memory ---------------------------------------------------
 
     @property
-    def shared_memory(self):
+    def shared_memory(self) -> bool:
         """Whether samples the peer holds are read from its memory (mapping
         it now if that has not been tried yet)."""
         return self._shared() is not None
 
-    def _shared(self):
+    def _shared(self) -> Optional[shm.Mapping]:
         m = self._mapping
         if m is not None or not self._shm_on or time.monotonic() < self._map_retry_at:
             return m
@@ -190,7 +211,7 @@ class Client:
                     self._map_retry_at = time.monotonic() + _MAP_RETRY
             return self._mapping
 
-    def _locate(self, m, keys):
+    def _locate(self, m: shm.Mapping, keys: List[str]) -> Optional[List[Any]]:
         """Values of keys: those the peer holds copied out of the mapping m,
         the rest (and any that moved during the copy) read with one MGET;
         None if the peer's memory is no longer the one mapped (it
@@ -226,18 +247,19 @@ class Client:
                 values[k] = v
         return values
 
-    def manifest(self, dataset):
+    def manifest(self, dataset: str) -> List[str]:
         """Relative paths of the dataset's samples in index order."""
         return [p.decode() for p in self._execute("SHADE.MANIFEST", dataset)]
 
-    def labels(self, dataset):
+    def labels(self, dataset: str) -> List[int]:
         """Class index of every sample, from the manifest's first path
         component among the sorted class folder names (as ImageFolder)."""
         return labels_from_manifest(self.manifest(dataset))
 
     # -- the job --------------------------------------------------------
 
-    def order(self, dataset, epoch, rank, world, timeout_ms=None):
+    def order(self, dataset: str, epoch: int, rank: int, world: int,
+              timeout_ms: Optional[float] = None) -> List[int]:
         """This rank's slice of the epoch's order (sample ids; may repeat).
 
         Blocks until the epoch is published: epoch 0 at once, epoch e+1 when
@@ -248,7 +270,7 @@ class Client:
             args.append(max(1, int(timeout_ms)))
         return [int(x) for x in self._execute(*args, blocking=True)]
 
-    def report(self, dataset, epoch, ids, losses):
+    def report(self, dataset: str, epoch: int, ids: Values, losses: Values) -> int:
         """Per-sample losses of one trained minibatch, keyed by the ids that
         were trained. ``ids``/``losses`` may be lists, numpy arrays or
         tensors. Returns the number of samples merged. NaN/inf losses or ids
@@ -256,7 +278,7 @@ class Client:
         ids = [int(i) for i in _as_list(ids)]
         losses = [float(x) for x in _as_list(losses)]
         if len(ids) != len(losses):
-            raise ValueError(f"report: {len(ids)} ids but {len(losses)} losses")
+            raise InvalidArgument(f"report: {len(ids)} ids but {len(losses)} losses")
         merged = 0
         for s in range(0, len(ids), REPORT_CHUNK):
             args = ["SHADE.REPORT", dataset, int(epoch)]
@@ -266,50 +288,62 @@ class Client:
             merged += int(self._execute(*args))
         return merged
 
-    def done(self, dataset, epoch, rank):
+    def done(self, dataset: str, epoch: int, rank: int) -> None:
         """This rank finished ``epoch``. Idempotent."""
         self._execute("SHADE.DONE", dataset, int(epoch), int(rank))
 
-    def reset(self, dataset):
+    def reset(self, dataset: str) -> None:
         """Start a new job on ``dataset`` (epoch 0, any world); scores kept."""
         self._execute("SHADE.RESET", dataset)
 
-    def stats(self, dataset=None):
-        """SHADE.STATS as a dict (one dataset, or all for None)."""
+    def stats(self, dataset: Optional[str] = None) -> Dict[str, Any]:
+        """SHADE.STATS as a dict (one dataset, or all for None). Its keys
+        are the JSON names of the Go package protocol/stats."""
         args = ["SHADE.STATS"] + ([dataset] if dataset is not None else [])
-        return json.loads(self._execute(*args))
+        doc = self._execute(*args)
+        try:
+            return json.loads(doc)
+        except (TypeError, ValueError) as e:
+            raise ProtocolError(f"SHADE.STATS: not a JSON document: {e}") from None
 
-    def ping(self):
+    def ping(self) -> Any:
+        """PING: True (redis-py's reading of PONG)."""
         return self._execute("PING")
 
-    def close(self):
-        """Close the connections. The client must not be used afterwards."""
+    def close(self) -> None:
+        """Unmap the peer's memory and close the connections. The client
+        must not be used afterwards; calling close again does nothing."""
+        with self._map_lock:
+            self._shm_on = False
+            m, self._mapping = self._mapping, None
+            if m is not None:
+                m.close()
         self._redis.close()
         self._blocking.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"shade.Client({self.socket_path!r})"
 
 
-def labels_from_manifest(paths):
+def labels_from_manifest(paths: Sequence[str]) -> List[int]:
     """Class indices of ImageFolder-style paths ("<class>/<file>")."""
     tops = []
     for p in paths:
         top, sep, _ = p.partition("/")
         if not sep:
-            raise ValueError(f"manifest path {p!r} is not inside a class folder")
+            raise InvalidArgument(f"manifest path {p!r} is not inside a class folder")
         tops.append(top)
     index = {c: k for k, c in enumerate(sorted(set(tops)))}
     return [index[t] for t in tops]
 
 
-def _request_error(e, args):
+def _request_error(e: redis.ResponseError, args: Sequence[Any]) -> RequestError:
     msg = str(e)
     code = "ERR"
     if isinstance(e, redis.ReadOnlyError):
@@ -323,12 +357,12 @@ def _request_error(e, args):
     return cls(f"{where}: {msg}", code)
 
 
-def finite_pairs(ids, losses):
+def finite_pairs(ids: Values, losses: Values) -> Tuple[List[int], List[float], int]:
     """(ids, losses, dropped): the pairs whose loss is finite, as lists, and
     how many were left out."""
     ids, losses = [int(i) for i in _as_list(ids)], [float(x) for x in _as_list(losses)]
     if len(ids) != len(losses):
-        raise ValueError(f"{len(ids)} ids but {len(losses)} losses")
+        raise InvalidArgument(f"{len(ids)} ids but {len(losses)} losses")
     keep = [k for k, x in enumerate(losses) if math.isfinite(x)]
     if len(keep) == len(losses):
         return ids, losses, 0

@@ -14,61 +14,97 @@ and the sample is read again with MGET.
 
 The check relies on stores becoming visible in program order and on aligned
 8-byte loads being atomic, as on x86-64; elsewhere the client uses MGET.
+
+The reference for this protocol (the exchange, the 40-byte location record,
+the mapping and its copy check, the CRC-32C checksum) is the Go package
+protocol/shm, file protocol/shm/shm.go in the Shade repository; this module
+follows it. It checks generations only, not the checksum (the Go reader's
+Mapping.CopyUnverified).
 """
+
+from __future__ import annotations
 
 import mmap
 import os
 import platform
 import socket
+from typing import Optional, Sequence, Tuple, Union
 
-SUPPORTED = platform.machine() in ("x86_64", "AMD64")
+from .errors import MapError, Moved, ProtocolError
 
-#: bytes of one key's location in a SHADE.LOCATE reply
-LOCATION_SIZE = 40
+__all__ = ["SUPPORTED", "LOCATION_SIZE", "Mapping", "MapError", "Moved", "map_peer_memory"]
 
+#: whether the zero-copy path can run here (see the module doc)
+SUPPORTED: bool = platform.machine() in ("x86_64", "AMD64")
 
-class MapError(Exception):
-    """SHADE.MAP failed; ``refused`` is True when the peer answered with an
-    error (it cannot share its memory, or the password is wrong)."""
-
-    def __init__(self, message, refused=False, code="ERR"):
-        super().__init__(message)
-        self.refused = refused
-        self.code = code
-
-
-class Moved(Exception):
-    """A located sample was evicted or replaced while it was copied."""
+#: bytes of one key's location in a SHADE.LOCATE reply (shm.LocationSize)
+LOCATION_SIZE: int = 40
 
 
 class Mapping:
-    """The peer's cache memory, mapped read-only."""
+    """The peer's cache memory, mapped read-only (Go: shm.Mapping).
 
-    def __init__(self, fd, size, ident):
+    ``copy`` may be called from several threads; ``close`` must not run
+    while another thread copies (the Client guards it with its lock)."""
+
+    def __init__(self, fd: int, size: int, ident: int) -> None:
+        """Map ``size`` bytes of the memory behind ``fd``; ``ident`` is the
+        memory's id as the peer reported it. The caller keeps ``fd``."""
         self.size = size
         self.id = ident
-        self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        self._mm: Optional[mmap.mmap] = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                                                  prot=mmap.PROT_READ)
         # Native 8-byte items: one aligned load per generation read. Every
         # generation word lies in the whole words at the start (the cache
         # size need not be a multiple of 8).
-        self._words = memoryview(self._mm)[:size - size % 8].cast("Q")
+        self._words: Optional[memoryview] = memoryview(self._mm)[:size - size % 8].cast("Q")
 
-    def copy(self, loc):
+    @property
+    def closed(self) -> bool:
+        """Whether close has run."""
+        return self._mm is None
+
+    def close(self) -> None:
+        """Unmap the memory. Calling it again does nothing; ``copy`` raises
+        ProtocolError afterwards."""
+        if self._mm is None:
+            return
+        self._words.release()
+        self._words = None
+        mm, self._mm = self._mm, None
+        mm.close()
+
+    def __enter__(self) -> "Mapping":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def copy(self, loc: Sequence[int]) -> bytes:
         """The bytes at a location (gen, gen_offset, offset, length, ...);
-        raises Moved if the block changed during the copy."""
+        raises Moved if the block changed during the copy, ProtocolError
+        for a location outside the mapping (or a closed mapping). The
+        generation check alone guards the copy, as Go's
+        Mapping.CopyUnverified does."""
+        mm, words = self._mm, self._words
+        if mm is None or words is None:
+            raise ProtocolError("copy from a closed mapping")
         gen, gen_off, off, length = loc[0], loc[1], loc[2], loc[3]
         if gen_off % 8 or gen_off > self.size - 8 or off + length > self.size:
-            raise ValueError(f"location {list(loc)!r} outside a {self.size}-byte mapping")
+            raise ProtocolError(f"location {list(loc)!r} outside a {self.size}-byte mapping")
         word = gen_off // 8
-        if self._words[word] != gen:
-            raise Moved()
-        data = self._mm[off:off + length]
-        if self._words[word] != gen:
-            raise Moved()
+        try:
+            if words[word] != gen:
+                raise Moved()
+            data = mm[off:off + length]
+            if words[word] != gen:
+                raise Moved()
+        except ValueError:  # closed by another thread meanwhile
+            raise ProtocolError("mapping closed during a copy") from None
         return data
 
 
-def _read_reply_line(sock, buf):
+def _read_reply_line(sock: socket.socket, buf: bytes) -> Tuple[bytes, bytes]:
     while b"\r\n" not in buf:
         chunk = sock.recv(256)
         if not chunk:
@@ -78,8 +114,11 @@ def _read_reply_line(sock, buf):
     return line, rest
 
 
-def map_peer_memory(socket_path, password=None, timeout=5.0):
-    """Run SHADE.MAP on a connection of its own and map what it sends."""
+def map_peer_memory(socket_path: str, password: Union[str, bytes, None] = None,
+                    timeout: float = 5.0) -> Mapping:
+    """Run SHADE.MAP on a connection of its own and map what it sends.
+    Raises MapError, or OSError or ValueError where the socket or the
+    mapping fails."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(socket_path)

@@ -16,24 +16,28 @@ Typical loop (one process per rank)::
         epoch_done(sampler.client, "fmnist-train", epoch, rank)
 """
 
+from __future__ import annotations
+
 import io
 import logging
 import math
 import os
 import time
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from .errors import InvalidArgument, MissingDependency, OrderTimeout, OutOfRange, RequestError
 
 try:
     import numpy as np
     import torch
     import torch.utils.data
 except ImportError as e:  # pragma: no cover
-    raise ImportError(
+    raise MissingDependency(
         "shade.torch needs PyTorch and numpy (Debian: python3-torch python3-numpy; "
-        "pip: shade[torch])"
+        "pip: shade-mesh[torch])"
     ) from e
 
-from .client import Client, finite_pairs
-from .errors import OrderTimeout, RequestError
+from .client import Client, Values, finite_pairs
 
 log = logging.getLogger("shade")
 
@@ -47,21 +51,21 @@ __all__ = [
 _ORDER_POLL_S = 5.0
 
 
-def _image_array(data):
+def _image_array(data: bytes) -> "np.ndarray":
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as img:
         return np.asarray(img, dtype=np.uint8)
 
 
-def _images_tensor(arrays):
+def _images_tensor(arrays: Sequence["np.ndarray"]) -> torch.Tensor:
     """uint8 arrays (H x W or H x W x C), one shape -> float N x C x H x W."""
     t = torch.from_numpy(np.stack(arrays))
     t = t.unsqueeze(1) if t.dim() == 3 else t.permute(0, 3, 1, 2)
     return t.float().div_(255.0).contiguous()
 
 
-def decode_image(data):
+def decode_image(data: bytes) -> torch.Tensor:
     """PNG/JPEG bytes -> float32 tensor C x H x W in [0, 1] (PIL)."""
     return _images_tensor([_image_array(data)])[0]
 
@@ -69,15 +73,16 @@ def decode_image(data):
 class _PerProcessClient:
     """Opens a Client lazily, once per process; never pickled."""
 
-    def _init_client(self, socket_path, password, retry_for):
+    def _init_client(self, socket_path: Union[str, "os.PathLike[str]"], password: Optional[str],
+                     retry_for: float) -> None:
         self.socket_path = os.fspath(socket_path)
         self._password = password
         self._retry_for = retry_for
-        self._client = None
-        self._pid = None
+        self._client: Optional[Client] = None
+        self._pid: Optional[int] = None
 
     @property
-    def client(self):
+    def client(self) -> Client:
         """This process's Client (made after a fork, never shared)."""
         if self._client is None or self._pid != os.getpid():
             self._client = Client(self.socket_path, password=self._password,
@@ -85,7 +90,7 @@ class _PerProcessClient:
             self._pid = os.getpid()
         return self._client
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_client"] = None
         state["_pid"] = None
@@ -106,38 +111,40 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
     (read-through on a miss) and retry across peer restarts.
     """
 
-    def __init__(self, socket_path, dataset, transform=None, decode=decode_image,
-                 password=None, retry_for=30.0):
+    def __init__(self, socket_path: Union[str, "os.PathLike[str]"], dataset: str,
+                 transform: Optional[Callable[[Any], Any]] = None,
+                 decode: Callable[[bytes], Any] = decode_image,
+                 password: Optional[str] = None, retry_for: float = 30.0) -> None:
         self._init_client(socket_path, password, retry_for)
         self.dataset = dataset
         self.transform = transform
         self.decode = decode
-        self._labels = None
+        self._labels: Optional[torch.Tensor] = None
 
     @property
-    def labels(self):
+    def labels(self) -> torch.Tensor:
         """int64 tensor of every sample's class index."""
         if self._labels is None:
             self._labels = torch.tensor(self.client.labels(self.dataset), dtype=torch.int64)
         return self._labels
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.labels)
 
-    def _prepare(self, data):
+    def _prepare(self, data: bytes) -> Any:
         x = self.decode(data)
         return self.transform(x) if self.transform is not None else x
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Tuple[Any, Any, Any]:
         if isinstance(index, (list, tuple, range, np.ndarray, torch.Tensor)) and \
                 not (hasattr(index, "dim") and index.dim() == 0):
             return self.batch(index)
         i = int(index)
         if not 0 <= i < len(self):
-            raise IndexError(f"{self.dataset}: index {i} outside [0, {len(self)})")
+            raise OutOfRange(f"{self.dataset}: index {i} outside [0, {len(self)})")
         return self._prepare(self.client.get(self.dataset, i)), int(self.labels[i]), i
 
-    def batch(self, ids):
+    def batch(self, ids: Values) -> Tuple[Any, torch.Tensor, torch.Tensor]:
         """(samples, labels, ids) tensors for a list of ids, one MGET."""
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
         blobs = self.client.mget(self.dataset, ids.tolist())
@@ -150,7 +157,7 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
         return samples, self.labels[ids], ids
 
 
-def uniform_slice(n, rank, world, seed, epoch):
+def uniform_slice(n: int, rank: int, world: int, seed: int, epoch: int) -> List[int]:
     """Rank's slice of a uniform shuffle of range(n), exactly as PyTorch's
     DistributedSampler(shuffle=True, drop_last=False) after set_epoch:
     randperm seeded with seed + epoch, padded by wrap-around to a multiple of
@@ -188,13 +195,15 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
     asked for orders at all (uniform shuffle, one warning).
     """
 
-    def __init__(self, socket_path, dataset, rank, world, batch_size, seed=0,
-                 drop_last=False, pads=True, password=None, order_timeout=600.0,
-                 retry_for=30.0, lost_grace=5.0):
+    def __init__(self, socket_path: Union[str, "os.PathLike[str]"], dataset: str, rank: int,
+                 world: int, batch_size: int, seed: int = 0, drop_last: bool = False,
+                 pads: bool = True, password: Optional[str] = None,
+                 order_timeout: float = 600.0, retry_for: float = 30.0,
+                 lost_grace: float = 5.0) -> None:
         if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"rank {rank} outside [0, world={world})")
+            raise InvalidArgument(f"rank {rank} outside [0, world={world})")
         if batch_size < 1:
-            raise ValueError(f"batch_size {batch_size} < 1")
+            raise InvalidArgument(f"batch_size {batch_size} < 1")
         self._init_client(socket_path, password, retry_for)
         self.dataset = dataset
         self.rank, self.world, self.batch_size = int(rank), int(world), int(batch_size)
@@ -206,25 +215,25 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
         self.lost_grace = float(lost_grace)
         self._in_mesh = False
         self.epoch = 0
-        self.order_source = None
-        self._n = None
+        self.order_source: Optional[str] = None
+        self._n: Optional[int] = None
         self._warned_off = False
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     @property
-    def num_samples(self):
+    def num_samples(self) -> int:
         """Samples in the dataset (from SHADE.STATS, fetched once)."""
         if self._n is None:
             self._n = int(self.client.stats(self.dataset)["datasets"][0]["samples"])
         return self._n
 
-    def __len__(self):
+    def __len__(self) -> int:
         per = math.ceil(self.num_samples / self.world)
         return per // self.batch_size if self.drop_last else math.ceil(per / self.batch_size)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[List[int]]:
         ids = self.indices(self.epoch)
         bs = self.batch_size
         for s in range(0, len(ids), bs):
@@ -233,7 +242,7 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
                 return
             yield batch
 
-    def indices(self, epoch):
+    def indices(self, epoch: int) -> List[int]:
         """This rank's ids for ``epoch`` (blocking; see the class doc)."""
         if not self.pads:
             if not self._warned_off:
@@ -249,10 +258,10 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
         self.order_source = "pads"
         return ids
 
-    def _uniform(self, epoch):
+    def _uniform(self, epoch: int) -> List[int]:
         return uniform_slice(self.num_samples, self.rank, self.world, self.seed, epoch)
 
-    def _job_lost(self, epoch):
+    def _job_lost(self, epoch: int) -> bool:
         """True when the peer's job cannot reach ``epoch`` (it restarted or
         was reset): its newest order is older than epoch - 1."""
         st = self.client.stats(self.dataset)
@@ -260,12 +269,12 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
         job = st["datasets"][0]["job"]
         return epoch > 0 and int(job["latest_epoch"]) < epoch - 1
 
-    def _peer_slice(self, epoch):
+    def _peer_slice(self, epoch: int) -> Optional[List[int]]:
         c = self.client
         deadline = time.monotonic() + self.order_timeout
         lost_since = None  # when the job first looked lost
 
-        def lost(why):
+        def lost(why: str) -> bool:
             """True (after warning) once the job has looked lost for the
             whole grace period."""
             nonlocal lost_since
@@ -304,14 +313,15 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
                     continue
                 raise
 
-    def _fall_back(self, epoch, why):
+    def _fall_back(self, epoch: int, why: str) -> None:
         log.warning("ShadeSampler(%s) rank %d epoch %d: %s; using the uniform order "
                     "(DistributedSampler, seed %d) for this epoch",
                     self.dataset, self.rank, epoch, why, self.seed)
         return None
 
 
-def report_losses(client, dataset, epoch, ids, per_sample_losses):
+def report_losses(client: Client, dataset: str, epoch: int, ids: Values,
+                  per_sample_losses: Values) -> int:
     """Report one trained minibatch: ``per_sample_losses`` from a criterion
     with reduction='none', ``ids`` the sample ids that were trained (the
     ``ids`` a ShadeDataset batch returns). Blocks for one round trip.
@@ -329,7 +339,7 @@ def report_losses(client, dataset, epoch, ids, per_sample_losses):
         return 0
 
 
-def epoch_done(client, dataset, epoch, rank):
+def epoch_done(client: Client, dataset: str, epoch: int, rank: int) -> bool:
     """Tell the peer this rank finished ``epoch`` (SHADE.DONE). A refusal
     (the peer restarted and lost the job) is logged, not raised. Returns
     True when the peer accepted it."""

@@ -127,6 +127,8 @@ def test_bad_input_raises_shade_error(client):
         client.order(TRAIN, 0, 3, 2)
     with pytest.raises(ValueError):
         client.report(TRAIN, 0, [1, 2], [0.5])
+    with pytest.raises(shade.InvalidArgument):
+        client.report(TRAIN, 0, [1, 2], [0.5])
     t0 = time.monotonic()
     with pytest.raises(shade.ShadeError):
         client.order("no-such-dataset", 0, 0, 1)

@@ -160,3 +160,28 @@ def test_cache_size_not_a_multiple_of_8(make_peer, fmnist):
         assert c.shared_copies >= 10
     finally:
         c.close()
+
+
+def test_close_unmaps(peer):
+    c = shade.Client(peer.sock, retry_for=10)
+    assert c.shared_memory
+    m = c._mapping
+    assert m is not None and not m.closed
+    assert c.mget(TRAIN, [0, 1])
+    c.close()
+    assert m.closed and c._mapping is None
+    with pytest.raises(shade.ProtocolError):
+        m.copy((1, 0, 0, 1))
+    c.close()  # again: nothing to do
+    m.close()
+
+
+def test_mapping_close_and_bounds(peer):
+    m = shm.map_peer_memory(peer.sock)
+    with m:
+        with pytest.raises(shade.ProtocolError):
+            m.copy((1, m.size, 0, 1))
+        with pytest.raises(ValueError):  # ProtocolError is a ValueError too
+            m.copy((1, 8, m.size - 1, 2))
+    assert m.closed
+    m.close()

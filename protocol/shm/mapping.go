@@ -1,7 +1,6 @@
-package store
+package shm
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -9,14 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrMoved reports that a located value was freed (evicted or replaced)
-// before or while it was copied: the copy is discarded and the reader must
-// ask again.
-var ErrMoved = errors.New("store: value moved while copied")
-
 // Mapping is a read-only view of another process's arena, made from a
-// descriptor that Store.SharedFd returned there and was passed over a Unix
-// socket. It copies values out by Location, validating each copy.
+// descriptor that the arena's owner passed over a Unix socket (SHADE.MAP).
+// It copies values out by Location, validating each copy. Copy may be
+// called concurrently; Close must not run concurrently with any other
+// method (the caller guards it, as the Go client does with a lock).
 type Mapping struct {
 	mem []byte
 	id  uint64
@@ -27,18 +23,18 @@ type Mapping struct {
 // (it may close it once MapShared returns).
 func MapShared(fd int, size int64, id uint64) (*Mapping, error) {
 	if size <= 0 || uint64(size) > uint64(^uint(0)>>1) {
-		return nil, fmt.Errorf("store: map shared arena: bad size %d", size)
+		return nil, fmt.Errorf("shm: map shared arena: bad size %d", size)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("store: map shared arena: %w", err)
+		return nil, fmt.Errorf("shm: map shared arena: %w", err)
 	}
 	if st.Size < size {
-		return nil, fmt.Errorf("store: map shared arena: file holds %d bytes, %d announced", st.Size, size)
+		return nil, fmt.Errorf("shm: map shared arena: file holds %d bytes, %d announced", st.Size, size)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("store: map shared arena of %d bytes: %w", size, err)
+		return nil, fmt.Errorf("shm: map shared arena of %d bytes: %w", size, err)
 	}
 	return &Mapping{mem: mem, id: id}, nil
 }
@@ -50,18 +46,24 @@ func (m *Mapping) ID() uint64 { return m.id }
 // the block's generation before and after the copy and fails with ErrMoved
 // unless both equal loc.Gen, then checks the copy against loc.Sum (a value
 // damaged in memory fails with an error wrapping ErrChecksum, never
-// returns). A loc that points outside the mapping is an error.
+// returns). A loc that points outside the mapping is an error. On error
+// the result is dst, without any byte of the value.
 func (m *Mapping) Copy(dst []byte, loc Location) ([]byte, error) {
 	return m.copy(dst, loc, true)
 }
 
-// copy is Copy, with the checksum check optional so that tests can show
-// that the generation check alone keeps out every wrong byte (as a reader
-// without CRC-32C at hand, like the Python client, relies on).
+// CopyUnverified is Copy without the checksum check: only the generation
+// check guards the copy, as in a reader without CRC-32C at hand (the
+// Python client). Tests use it to show that the generation check alone
+// keeps out every wrong byte.
+func (m *Mapping) CopyUnverified(dst []byte, loc Location) ([]byte, error) {
+	return m.copy(dst, loc, false)
+}
+
 func (m *Mapping) copy(dst []byte, loc Location, verify bool) ([]byte, error) {
 	size := uint64(len(m.mem))
-	if loc.GenOff%8 != 0 || loc.GenOff > size-8 || loc.Off > size || loc.Len > size-loc.Off {
-		return dst, fmt.Errorf("store: location %+v outside a %d-byte arena", loc, size)
+	if size < 8 || loc.GenOff%8 != 0 || loc.GenOff > size-8 || loc.Off > size || loc.Len > size-loc.Off {
+		return dst, fmt.Errorf("shm: location %+v outside a %d-byte arena", loc, size)
 	}
 	gen := (*uint64)(unsafe.Pointer(&m.mem[loc.GenOff]))
 	if atomic.LoadUint64(gen) != loc.Gen {
@@ -78,7 +80,7 @@ func (m *Mapping) copy(dst []byte, loc Location, verify bool) ([]byte, error) {
 	return dst, nil
 }
 
-// Close unmaps the arena.
+// Close unmaps the arena. Calling it again does nothing.
 func (m *Mapping) Close() error {
 	if m.mem == nil {
 		return nil

@@ -1,0 +1,84 @@
+package testsupport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteDatasetIsInManifestOrder(t *testing.T) {
+	d := WriteDataset(t, DatasetSpec{Classes: []string{"cat", "ant", "bee"}, PerClass: []int{2, 3, 1}, Seed: 1})
+	if d.Len() != 6 || !slices.IsSorted(d.Names) {
+		t.Fatalf("names %v: want 6, sorted", d.Names)
+	}
+	if want := []int{0, 0, 0, 1, 2, 2}; !slices.Equal(d.Labels, want) {
+		t.Errorf("labels %v, want %v", d.Labels, want)
+	}
+	for i, name := range d.Names {
+		b, err := os.ReadFile(filepath.Join(d.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Check(i, b); err != nil {
+			t.Error(err)
+		}
+	}
+	if d.Check(0, d.Files[1]) == nil || d.CheckValue(0, nil) == nil {
+		t.Error("Check accepted the wrong bytes or a miss")
+	}
+	again := WriteDataset(t, DatasetSpec{Classes: []string{"cat", "ant", "bee"}, PerClass: []int{2, 3, 1}, Seed: 1})
+	if err := CheckValues(again, []int{5, 0}, []any{string(d.Files[5]), d.Files[0]}); err != nil {
+		t.Errorf("one spec wrote two datasets: %v", err)
+	}
+}
+
+func TestFreePortIsDistinctAndLoopback(t *testing.T) {
+	a, b := FreePort(t), FreePort(t)
+	if a == 0 || b == 0 {
+		t.Fatalf("ports %d, %d", a, b)
+	}
+	if got := LoopbackAddr(t); got[:10] != "127.0.0.1:" {
+		t.Errorf("LoopbackAddr = %q", got)
+	}
+}
+
+func TestPollEndsOnConditionOrDeadline(t *testing.T) {
+	n := 0
+	if _, err := Poll(context.Background(), time.Minute, func() bool { n++; return n == 3 }); err != nil || n != 3 {
+		t.Errorf("Poll: %v after %d tests", err, n)
+	}
+	if _, err := Poll(context.Background(), 50*time.Millisecond, func() bool { return false }); err == nil {
+		t.Error("Poll of a false condition returned no error")
+	}
+}
+
+func TestWaitSocketSeesAnEarlyExit(t *testing.T) {
+	exited := make(chan struct{})
+	close(exited)
+	err := WaitSocket(context.Background(), filepath.Join(t.TempDir(), "none.sock"), exited)
+	if err != ErrExited {
+		t.Errorf("WaitSocket = %v, want ErrExited", err)
+	}
+}
+
+func TestParallelJoinsErrors(t *testing.T) {
+	seen := make([]bool, 5)
+	err := Parallel(5, func(i int) error {
+		seen[i] = true
+		if i%2 == 1 {
+			return errors.New("odd")
+		}
+		return nil
+	})
+	if !slices.Equal(seen, []bool{true, true, true, true, true}) || err == nil || strings.Count(err.Error(), "odd") != 2 {
+		t.Errorf("Parallel: ran %v, error %v", seen, err)
+	}
+	if err := Parallel(3, func(int) error { return nil }); err != nil {
+		t.Errorf("Parallel of successes = %v", err)
+	}
+}

@@ -1,0 +1,213 @@
+// Package orders holds a node's book of one dataset's job: the epoch
+// orders the leader published (the newest and a few recent ones of its
+// generation), the ranks that train on this node, and which of them
+// finished the newest epoch. Waiters learn of every change through a
+// channel, so no one polls.
+//
+// It owns no network and no leader state: the leader's own bookkeeping
+// stays in package mesh. orders imports only mesh/wire; it must not import
+// mesh, store, policy or any network package.
+package orders
+
+import (
+	"sync"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
+
+// Book is what every node knows of one dataset's job. Its methods are safe
+// for concurrent use; none blocks.
+type Book struct {
+	// mu guards every field below.
+	mu      sync.Mutex
+	latest  *wire.PublishMsg         // newest installed order
+	kept    map[int]*wire.PublishMsg // recent epochs of latest's generation
+	changed chan struct{}            // closed and replaced on every change
+	local   map[int]int              // ranks training on this node: rank -> world
+	done    map[int]bool             // local ranks that finished latest.Epoch
+	keep    int
+	// installed, if set, is called with each order the book installs,
+	// with the book locked: it must not block or call back into the book.
+	installed func(p *wire.PublishMsg)
+}
+
+// New returns an empty book that keeps the orders of the newest keep
+// epochs.
+func New(keep int) *Book {
+	return &Book{
+		kept:    make(map[int]*wire.PublishMsg),
+		changed: make(chan struct{}),
+		local:   make(map[int]int),
+		done:    make(map[int]bool),
+		keep:    keep,
+	}
+}
+
+// OnInstall sets fn to be called with each order the book installs, with
+// the book locked: fn must not block or call back into the book. Call it
+// before the book is shared.
+func (b *Book) OnInstall(fn func(p *wire.PublishMsg)) { b.installed = fn }
+
+// Wake tells waiters to look again (the leader changed).
+func (b *Book) Wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.wakeLocked()
+}
+
+func (b *Book) wakeLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// Install keeps p if it is newer than what the book holds and reports
+// whether it did. A new generation forgets the local ranks; a new epoch
+// forgets which of them were done. The book keeps p, which the caller must
+// not change afterwards.
+func (b *Book) Install(p *wire.PublishMsg) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !p.Newer(b.latest) {
+		return false
+	}
+	if b.latest == nil || p.Gen != b.latest.Gen {
+		b.kept = make(map[int]*wire.PublishMsg)
+		if b.latest != nil {
+			b.local = make(map[int]int) // a new job: its ranks announce themselves again
+		}
+	}
+	if b.latest == nil || p.Epoch != b.latest.Epoch || p.Gen != b.latest.Gen {
+		b.done = make(map[int]bool)
+	}
+	b.latest = p
+	if b.installed != nil {
+		b.installed(p)
+	}
+	b.kept[p.Epoch] = p
+	delete(b.kept, p.Epoch-b.keep)
+	b.wakeLocked()
+	return true
+}
+
+// Head returns the newest order's generation, epoch (-1 for none) and term.
+func (b *Book) Head() (gen uint64, epoch int, term uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.latest == nil {
+		return 0, -1, 0
+	}
+	return b.latest.Gen, b.latest.Epoch, b.latest.Term
+}
+
+// Newest returns the newest order, nil for none. It is shared: read only.
+func (b *Book) Newest() *wire.PublishMsg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.latest
+}
+
+// State reports what this node knows of dataset's job, for a new leader.
+func (b *Book) State(dataset string) wire.JobState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	js := wire.JobState{Dataset: dataset, Epoch: -1}
+	if b.latest != nil {
+		js.Gen, js.Epoch, js.Term = b.latest.Gen, b.latest.Epoch, b.latest.Term
+	}
+	for r, w := range b.local {
+		js.Ranks = append(js.Ranks, wire.RankWorld{Rank: r, World: w})
+	}
+	for r := range b.done {
+		js.Done = append(js.Done, r)
+	}
+	return js
+}
+
+// Finished returns the newest order and the local ranks that finished its
+// epoch.
+func (b *Book) Finished() (p *wire.PublishMsg, ranks []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for r := range b.done {
+		ranks = append(ranks, r)
+	}
+	return b.latest, ranks
+}
+
+// Ask is the book's answer to a rank asking for an epoch's order.
+type Ask struct {
+	// Order is the order asked for, if the book holds it.
+	Order *wire.PublishMsg
+	// World is the job's world when it differs from the one asked with
+	// (the rank belongs to another job); 0 otherwise.
+	World int
+	// Gone is set when the epoch is older than the newest and no longer
+	// kept; Gen and Have are the newest order's generation and epoch (-1
+	// for none).
+	Gone bool
+	Gen  uint64
+	Have int
+	// ImpliedDone is set when asking counted as the rank's done of epoch
+	// Have: a rank that asks for e+1 has finished e.
+	ImpliedDone bool
+	// Changed is closed at the book's next change.
+	Changed <-chan struct{}
+}
+
+// Ask records that rank of a job of world ranks trains on this node and
+// asks for epoch's order. See Ask's fields for the answers.
+func (b *Book) Ask(epoch, rank, world int) Ask {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.latest != nil && b.latest.World > 0 && b.latest.World != world {
+		return Ask{World: b.latest.World}
+	}
+	b.local[rank] = world
+	if p := b.kept[epoch]; p != nil {
+		return Ask{Order: p}
+	}
+	a := Ask{Have: -1, Changed: b.changed}
+	if b.latest != nil {
+		a.Gen, a.Have = b.latest.Gen, b.latest.Epoch
+	}
+	if b.latest != nil && epoch <= b.latest.Epoch {
+		a.Gone = true
+		return a
+	}
+	if a.Have >= 0 && epoch == a.Have+1 {
+		a.ImpliedDone = true
+		b.done[rank] = true
+	}
+	return a
+}
+
+// DoneResult says what MarkDone did.
+type DoneResult int
+
+const (
+	Recorded DoneResult = iota // the rank is done with the newest epoch
+	NoOrder                    // the book holds no order yet
+	BadRank                    // the rank is outside the newest order's world
+	Ahead                      // the epoch is newer than the newest order
+	Late                       // the epoch is older: the job has moved on
+)
+
+// MarkDone records that rank finished epoch if that is the newest order's
+// epoch, and returns the newest order (nil with NoOrder).
+func (b *Book) MarkDone(epoch, rank int) (*wire.PublishMsg, DoneResult) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.latest
+	switch {
+	case p == nil || p.Epoch < 0:
+		return nil, NoOrder
+	case rank < 0 || rank >= p.World:
+		return p, BadRank
+	case epoch > p.Epoch:
+		return p, Ahead
+	case epoch < p.Epoch:
+		return p, Late
+	}
+	b.done[rank] = true
+	return p, Recorded
+}

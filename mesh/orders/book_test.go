@@ -1,0 +1,76 @@
+package orders
+
+import (
+	"testing"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
+
+func order(gen uint64, epoch int) *wire.PublishMsg {
+	return &wire.PublishMsg{Gen: gen, Epoch: epoch, World: 2, Slices: [][]uint32{{1}, {2}}}
+}
+
+func TestBookAskAndDone(t *testing.T) {
+	b := New(2)
+	var installed []int
+	b.OnInstall(func(p *wire.PublishMsg) { installed = append(installed, p.Epoch) })
+
+	a := b.Ask(0, 1, 2)
+	if a.Order != nil || a.Have != -1 || a.Gone || a.ImpliedDone {
+		t.Fatalf("empty book answered %+v", a)
+	}
+	if _, res := b.MarkDone(0, 1); res != NoOrder {
+		t.Fatalf("done before any order: %v", res)
+	}
+	if !b.Install(order(0, 0)) || b.Install(order(0, 0)) {
+		t.Fatal("Install: want the first copy only")
+	}
+	select {
+	case <-a.Changed:
+	default:
+		t.Fatal("waiters not woken by an install")
+	}
+	if a := b.Ask(0, 1, 2); a.Order == nil || a.Order.Slices[1][0] != 2 {
+		t.Fatalf("epoch 0 not served: %+v", a)
+	}
+	if a := b.Ask(0, 1, 3); a.World != 2 {
+		t.Fatalf("another world: %+v", a)
+	}
+	// Asking for epoch 1 counts as rank 0's done of epoch 0.
+	if a := b.Ask(1, 0, 2); !a.ImpliedDone || a.Have != 0 {
+		t.Fatalf("ask for the next epoch: %+v", a)
+	}
+	if _, res := b.MarkDone(0, 1); res != Recorded {
+		t.Fatalf("done of epoch 0: %v", res)
+	}
+	if _, res := b.MarkDone(0, 5); res != BadRank {
+		t.Fatalf("rank outside the world: %v", res)
+	}
+	if _, res := b.MarkDone(3, 1); res != Ahead {
+		t.Fatalf("done ahead: %v", res)
+	}
+	p, done := b.Finished()
+	if p.Epoch != 0 || len(done) != 2 {
+		t.Fatalf("finished: epoch %d ranks %v", p.Epoch, done)
+	}
+	b.Install(order(0, 1))
+	b.Install(order(0, 2))
+	if _, res := b.MarkDone(1, 1); res != Late {
+		t.Fatalf("done of an old epoch: %v", res)
+	}
+	if a := b.Ask(0, 1, 2); !a.Gone || a.Have != 2 {
+		t.Fatalf("epoch 0 past keep: %+v", a)
+	}
+	js := b.State("ds")
+	if js.Epoch != 2 || len(js.Ranks) != 2 || len(js.Done) != 0 {
+		t.Fatalf("state %+v", js)
+	}
+	// A new generation forgets the ranks.
+	b.Install(order(1, 0))
+	if js := b.State("ds"); js.Gen != 1 || len(js.Ranks) != 0 {
+		t.Fatalf("state after a reset %+v", js)
+	}
+	if gen, epoch, _ := b.Head(); gen != 1 || epoch != 0 || len(installed) != 4 {
+		t.Fatalf("head %d/%d, %d installed", gen, epoch, len(installed))
+	}
+}

@@ -1,0 +1,218 @@
+// Package outbox holds what a node has yet to send to other peers:
+// minibatch reports for the leader, merged scores for the samples' owners
+// (on the leader), and samples read from the source for their co-owners.
+// It queues and bounds them; the node's loops take them out and send
+// them. It owns no goroutine and no network: it imports only mesh/wire,
+// and must not import mesh or any network package.
+package outbox
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
+
+// MaxQueuedReports bounds the minibatches a node holds while no leader
+// answers; the oldest are dropped beyond it (they only nudge scores).
+const MaxQueuedReports = 100_000
+
+// MaxReportPairs bounds the (id, loss) pairs one forwarded report request
+// carries; a request holds at least one minibatch.
+const MaxReportPairs = 1 << 16
+
+// MaxOfferBytes bounds the sample bytes queued for co-owners; beyond it
+// an offer is dropped, and the co-owner reads the sample through itself
+// when it is next asked for it.
+const MaxOfferBytes = 64 << 20
+
+// MaxOfferRequest bounds the sample bytes of one offer request; a request
+// holds at least one sample.
+const MaxOfferRequest = 4 << 20
+
+// queuedReport is a minibatch waiting for the leader, numbered so that a
+// flush removes exactly what it sent.
+type queuedReport struct {
+	seq   uint64
+	batch wire.ReportBatch
+}
+
+// Outbox is a node's queues of what it has yet to send. The node drains
+// it every wire.FlushEvery. The zero value is empty and ready. Its methods
+// are safe for concurrent use and never block.
+type Outbox struct {
+	// mu guards the queues: reports and reportSeq, scores, and offers,
+	// offerBytes and offering.
+	mu         sync.Mutex
+	reports    []queuedReport
+	reportSeq  uint64
+	scores     wire.ScoreQueue
+	offers     map[string][]wire.OfferItem // co-owner -> samples to hand it
+	offerBytes int                         // Value bytes in offers
+	offering   map[string]bool             // co-owners with a request in flight
+
+	reportsDropped atomic.Int64 // reports dropped beyond MaxQueuedReports
+	offersDropped  atomic.Int64 // offers dropped beyond MaxOfferBytes or retries
+}
+
+// ReportsDropped is the number of minibatches dropped beyond
+// MaxQueuedReports.
+func (o *Outbox) ReportsDropped() int64 { return o.reportsDropped.Load() }
+
+// OffersDropped is the number of offers dropped beyond MaxOfferBytes or
+// after their last try.
+func (o *Outbox) OffersDropped() int64 { return o.offersDropped.Load() }
+
+// QueueReport holds a minibatch for the leader, dropping the oldest beyond
+// MaxQueuedReports.
+func (o *Outbox) QueueReport(b wire.ReportBatch) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.reports) >= MaxQueuedReports {
+		o.reports = o.reports[1:]
+		o.reportsDropped.Add(1)
+	}
+	o.reportSeq++
+	o.reports = append(o.reports, queuedReport{seq: o.reportSeq, batch: b})
+}
+
+// PeekReports returns the oldest queued minibatches, up to about
+// MaxReportPairs pairs, and the number of the last; they stay queued until
+// SentReports(last). ok is false if none is queued.
+func (o *Outbox) PeekReports() (send []wire.ReportBatch, last uint64, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.reports) == 0 {
+		return nil, 0, false
+	}
+	pairs := 0
+	for _, q := range o.reports {
+		if pairs >= MaxReportPairs {
+			break
+		}
+		send = append(send, q.batch)
+		pairs += len(q.batch.IDs)
+		last = q.seq
+	}
+	return send, last, true
+}
+
+// SentReports removes the queued minibatches up to number last.
+func (o *Outbox) SentReports(last uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i := 0
+	for i < len(o.reports) && o.reports[i].seq <= last {
+		i++
+	}
+	o.reports = o.reports[i:]
+}
+
+// QueuedReports is the number of minibatches waiting for the leader.
+func (o *Outbox) QueuedReports() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.reports)
+}
+
+// QueueScores queues samples of dataset whose merged scores their owners
+// (as r places them) need, and returns those that self owns.
+func (o *Outbox) QueueScores(r wire.Owners, self, dataset string, ids []uint32) (local []uint32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.scores.Add(r, self, dataset, ids, nil)
+}
+
+// TakeScores empties the score queue and returns it (see
+// wire.ScoreQueue.Take); nil if it was empty.
+func (o *Outbox) TakeScores() map[string]map[string]map[uint32]struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.scores.Len() == 0 {
+		return nil
+	}
+	return o.scores.Take()
+}
+
+// QueueOffer queues item for each co-owner but self, dropping it for a
+// co-owner beyond MaxOfferBytes. item.Value is kept, not copied.
+func (o *Outbox) QueueOffer(item wire.OfferItem, owners []string, self string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, co := range owners {
+		if co == self {
+			continue
+		}
+		if o.offerBytes+len(item.Value) > MaxOfferBytes {
+			o.offersDropped.Add(1)
+			continue
+		}
+		if o.offers == nil {
+			o.offers = make(map[string][]wire.OfferItem)
+		}
+		o.offers[co] = append(o.offers[co], item)
+		o.offerBytes += len(item.Value)
+	}
+}
+
+// TakeOffers takes the next request's worth (at most MaxOfferRequest
+// bytes) of queued samples for each co-owner without a request in flight,
+// and marks those co-owners as in flight until Offered is called.
+func (o *Outbox) TakeOffers() map[string][]wire.OfferItem {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out map[string][]wire.OfferItem
+	for co, items := range o.offers {
+		if len(items) == 0 || o.offering[co] {
+			continue
+		}
+		size, k := 0, 0
+		for k < len(items) && (k == 0 || size+len(items[k].Value) <= MaxOfferRequest) {
+			size += len(items[k].Value)
+			k++
+		}
+		if out == nil {
+			out = make(map[string][]wire.OfferItem)
+		}
+		out[co] = items[:k:k]
+		o.offers[co] = items[k:]
+		o.offerBytes -= size
+		if o.offering == nil {
+			o.offering = make(map[string]bool)
+		}
+		o.offering[co] = true
+	}
+	return out
+}
+
+// Offered ends co's request in flight. If retry, the batch is queued again,
+// each sample up to three tries in all and within MaxOfferBytes; the rest
+// are counted as dropped.
+func (o *Outbox) Offered(co string, batch []wire.OfferItem, retry bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.offering, co)
+	if !retry {
+		return
+	}
+	for _, it := range batch {
+		if it.Tries < 2 && o.offerBytes+len(it.Value) <= MaxOfferBytes {
+			it.Tries++
+			o.offers[co] = append(o.offers[co], it)
+			o.offerBytes += len(it.Value)
+		} else {
+			o.offersDropped.Add(1)
+		}
+	}
+}
+
+// OfferBacklog is the bytes queued or in flight to co-owners: positive
+// while any request is in flight.
+func (o *Outbox) OfferBacklog() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.offering) > 0 {
+		return o.offerBytes + 1
+	}
+	return o.offerBytes
+}

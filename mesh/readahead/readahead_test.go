@@ -1,0 +1,92 @@
+package readahead
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
+
+// dataset is a fake Dataset whose sample i is 64 bytes of byte(i).
+type dataset struct{ gen atomic.Uint64 }
+
+func (d *dataset) Key(id uint32) string          { return fmt.Sprintf("ds/%d", id) }
+func (d *dataset) Size(uint32) int64             { return 64 }
+func (d *dataset) Head() (gen uint64, epoch int) { return d.gen.Load(), 0 }
+
+// host is a fake standalone node: it owns every sample and reads it from
+// its source.
+type host struct{ reads atomic.Int64 }
+
+func (h *host) Resident([]byte) bool               { return false }
+func (h *host) Owners(Dataset, uint32) []string    { return []string{"me"} }
+func (h *host) Preferred(owners []string) []string { return owners }
+func (h *host) ReadSource(_ Dataset, id uint32) ([]byte, error) {
+	h.reads.Add(1)
+	return bytes.Repeat([]byte{byte(id)}, 64), nil
+}
+func (h *host) Fetch(context.Context, string, Dataset, []uint32, bool) ([]wire.FetchItem, error) {
+	return nil, fmt.Errorf("no peers")
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestFollowTakeClose(t *testing.T) {
+	h := &host{}
+	ds := &dataset{}
+	r := New(Config{Self: "me", Prefetch: 8, Memory: 1 << 20, SourceReads: 2, BufferName: "readahead-test"}, h)
+	slice := []uint32{5, 3, 9, 1, 7, 2, 8, 4, 6, 0}
+	p := &wire.PublishMsg{Epoch: 0, Slices: [][]uint32{slice}, Ranks: []string{"me"}}
+	r.FollowPublished(ds, p)
+	waitFor(t, "the window read ahead", func() bool {
+		for _, id := range slice[:8] {
+			if !r.Ready(ds, id) {
+				return false
+			}
+		}
+		return true
+	})
+	if _, next, _, ok := r.Cursor(ds, 0); !ok || next != 8 {
+		t.Fatalf("cursor: next %d ok %v, want 8", next, ok)
+	}
+	v, mem, ok := r.Take(context.Background(), ds, slice[0])
+	if !ok || mem || !bytes.Equal(v, bytes.Repeat([]byte{byte(slice[0])}, 64)) {
+		t.Fatalf("take: %v %v %v", v, mem, ok)
+	}
+	if pos, _, _, _ := r.Cursor(ds, 0); pos != 1 {
+		t.Fatalf("cursor at %d after the first read, want 1", pos)
+	}
+	if _, _, ok := r.Take(context.Background(), ds, 99); ok {
+		t.Fatal("took a sample the slice does not hold")
+	}
+	// A newer order of the dataset stops the cursor.
+	ds.gen.Store(1)
+	waitFor(t, "the cursor to stop", func() bool {
+		n, _ := r.Len()
+		return n == 0
+	})
+	r.Close()
+	if _, _, ok := r.Take(context.Background(), ds, slice[1]); ok {
+		t.Fatal("took a sample after Close")
+	}
+	r.Follow(ds, p, 0)
+	if n, _ := r.Len(); n != 0 {
+		t.Fatal("a cursor started after Close")
+	}
+	if st := r.Stats(); st.Fetched < 8 {
+		t.Fatalf("stats %+v", st)
+	}
+}

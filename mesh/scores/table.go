@@ -1,0 +1,203 @@
+// Package scores holds a node's copy of one dataset's merged score table
+// (the leader's own, or a replica of it) and what its replication and
+// saving still owe, behind one lock. It imports sampling and mesh/wire
+// and must not import mesh or any network package.
+package scores
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/sampling"
+)
+
+// Table is a node's copy of one dataset's merged score table and its
+// replication state. Its methods are safe for concurrent use.
+type Table struct {
+	// mu guards every field below, and every use of table and rng.
+	mu      sync.Mutex
+	table   *sampling.Table
+	rng     *rand.Rand    // breaks ties between equal losses
+	dirty   bool          // changed since the last replication to the standbys
+	behind  bool          // changed since the last replication to every member
+	allAt   time.Time     // when the table last went to every member
+	spread  time.Duration // the wait before the next round to every member
+	unsaved bool          // changed since the last save to StateDir
+	term    uint64        // term of the leader whose merges the table holds
+}
+
+// New returns an empty table of n samples merging with weight alpha (see
+// sampling.NewTable), breaking ties with rng.
+func New(n int, alpha float64, rng *rand.Rand) *Table {
+	return &Table{table: sampling.NewTable(n, alpha), rng: rng}
+}
+
+// Sampling returns the underlying table, for tests: the caller must not
+// use it while anything else may.
+func (s *Table) Sampling() *sampling.Table { return s.table }
+
+// Report merges one minibatch's losses as the leader of term.
+func (s *Table) Report(ids []uint32, losses []float64, term uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.table.Report(ids, losses, s.rng)
+	if err == nil {
+		s.dirty, s.behind, s.unsaved, s.term = true, true, true, term
+	}
+	return err
+}
+
+// Replace takes a replica the leader of term sent.
+func (s *Table) Replace(b []byte, term uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.table.UnmarshalBinary(b); err != nil {
+		return err
+	}
+	s.unsaved = true
+	s.term = term
+	return nil
+}
+
+// Adopt takes a better table a new leader fetched, written by the leader
+// of term, to replicate on as its own.
+func (s *Table) Adopt(b []byte, term uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.table.UnmarshalBinary(b)
+	if err == nil {
+		s.dirty, s.behind, s.unsaved, s.term = true, true, true, term
+	}
+	return err
+}
+
+// LoadSaved takes a table saved to StateDir and returns its scored
+// samples among the first n, their scores and the running mean.
+func (s *Table) LoadSaved(b []byte, n int) (ids []uint32, scores []float64, mean float64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.table.UnmarshalBinary(b); err != nil {
+		return nil, nil, 0, err
+	}
+	for i := 0; i < n; i++ {
+		if s.table.Scored(uint32(i)) {
+			ids = append(ids, uint32(i))
+			scores = append(scores, s.table.Score(uint32(i)))
+		}
+	}
+	return ids, scores, s.table.Mean(), nil
+}
+
+// UnsavedTable returns the table to save if it changed since the last
+// save, and marks it saved; ok is false if nothing changed.
+func (s *Table) UnsavedTable() (b []byte, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unsaved {
+		return nil, false, nil
+	}
+	b, err = s.table.MarshalBinary()
+	s.unsaved = false
+	return b, true, err
+}
+
+// DueReplication returns the table to replicate now, if it is due: to
+// every member (toAll) once the wait since the last such round has
+// passed, else to the standbys if it changed. others is the number of
+// members besides this node and budget the bytes per second a round to
+// all of them may take; due is false if nothing is to be sent.
+func (s *Table) DueReplication(now time.Time, others int, budget int64) (b []byte, toAll, due bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	toAll = s.behind && now.Sub(s.allAt) >= s.spread
+	if !s.dirty && !toAll {
+		return nil, false, false, nil
+	}
+	b, err = s.table.MarshalBinary()
+	s.dirty = false
+	if toAll {
+		s.behind, s.allAt = false, now
+		s.spread = time.Duration(float64(len(b)*others) / float64(budget) * float64(time.Second))
+	}
+	return b, toAll, true, err
+}
+
+// Marshal returns the table and the term of the leader that wrote it.
+func (s *Table) Marshal() ([]byte, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.table.MarshalBinary()
+	return b, s.term, err
+}
+
+// Info describes this copy of dataset's table.
+func (s *Table) Info(dataset string) wire.TableInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return wire.TableInfo{Dataset: dataset, Term: s.term, Scored: s.table.NumScored()}
+}
+
+// ScoresOf returns the scores of ids and the running mean.
+func (s *Table) ScoresOf(ids []uint32) (scores []float64, mean float64) {
+	scores = make([]float64, len(ids))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		scores[i] = s.table.Score(id)
+	}
+	return scores, s.table.Mean()
+}
+
+// All returns the scores of the first n samples, indexed by sample.
+func (s *Table) All(n int) []float64 {
+	scores := make([]float64, n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range scores {
+		scores[i] = s.table.Score(uint32(i))
+	}
+	return scores
+}
+
+// ScoresFor builds the scores message of one owner's queued samples.
+func (s *Table) ScoresFor(dataset string, ids map[uint32]struct{}) *wire.ScoresReq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return wire.ScoresFor(dataset, ids, s.table)
+}
+
+// Deciles sets out[i] to the importance decile of sample idxs[i].
+func (s *Table) Deciles(idxs []int, out []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, idx := range idxs {
+		out[i] = Decile(s.table.Score(uint32(idx)))
+	}
+}
+
+// Order draws epoch's order from the table with sampler and returns it
+// with the number of samples scored.
+func (s *Table) Order(sampler *sampling.Sampler, epoch int) ([]uint32, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	order, err := sampler.Order(epoch, s.table)
+	return order, s.table.NumScored(), err
+}
+
+// Summary returns the number of samples scored and the running mean.
+func (s *Table) Summary() (scored int, mean float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.table.NumScored(), s.table.Mean()
+}
+
+// scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
+var scoreLow, scoreHigh = math.Log(10), math.Log(73)
+
+// Decile is the importance decile of a score, 0 (least) to 9.
+func Decile(score float64) int {
+	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
+}

@@ -1,0 +1,81 @@
+package scores
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestReplicationAndSaving(t *testing.T) {
+	s := New(10, 0.5, rand.New(rand.NewPCG(1, 2)))
+	if _, _, due, _ := s.DueReplication(time.Now(), 3, 1<<20); due {
+		t.Fatal("an untouched table is due for replication")
+	}
+	if err := s.Report([]uint32{1, 2}, []float64{0.1, 0.9}, 4); err != nil {
+		t.Fatal(err)
+	}
+	b, toAll, due, err := s.DueReplication(time.Now(), 3, 1<<20)
+	if err != nil || !due || !toAll || len(b) == 0 {
+		t.Fatalf("after a report: due %v toAll %v err %v", due, toAll, err)
+	}
+	if _, _, due, _ := s.DueReplication(time.Now(), 3, 1<<20); due {
+		t.Fatal("due twice for one change")
+	}
+	if info := s.Info("ds"); info.Term != 4 || info.Scored != 2 {
+		t.Fatalf("info %+v", info)
+	}
+	saved, ok, err := s.UnsavedTable()
+	if !ok || err != nil {
+		t.Fatalf("unsaved: %v %v", ok, err)
+	}
+	if _, ok, _ := s.UnsavedTable(); ok {
+		t.Fatal("unsaved twice for one change")
+	}
+	r := New(10, 0.5, nil)
+	ids, sc, _, err := r.LoadSaved(saved, 10)
+	if err != nil || len(ids) != 2 || sc[0] != s.Sampling().Score(ids[0]) {
+		t.Fatalf("loaded %v %v %v", ids, sc, err)
+	}
+}
+
+func TestDecile(t *testing.T) {
+	for _, c := range []struct {
+		score float64
+		want  int
+	}{{0, 0}, {math.Log(10), 0}, {math.Log(73), 9}, {100, 9}, {(math.Log(10) + math.Log(73)) / 2, 5}} {
+		if got := Decile(c.score); got != c.want {
+			t.Errorf("Decile(%v) = %d, want %d", c.score, got, c.want)
+		}
+	}
+}
+
+func TestSaveLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ds.scores")
+	s := New(10, 0.5, rand.New(rand.NewPCG(1, 2)))
+	if _, _, _, ok, err := s.Load(path, "v1", 10); ok || err != nil {
+		t.Fatalf("no file: ok %v err %v", ok, err)
+	}
+	if err := s.Report([]uint32{3, 4}, []float64{1, 2}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(path, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	r := New(10, 0.5, nil)
+	var other *VersionError
+	if _, _, _, _, err := r.Load(path, "v2", 10); !errors.As(err, &other) || other.Saved != "v1" {
+		t.Fatalf("another version: %v", err)
+	}
+	ids, _, _, ok, err := r.Load(path, "v1", 10)
+	if !ok || err != nil || len(ids) != 2 {
+		t.Fatalf("load: %v %v %v", ids, ok, err)
+	}
+	os.WriteFile(path, []byte("garbage"), 0o600)
+	if _, _, _, _, err := r.Load(path, "v1", 10); !errors.Is(err, ErrNotScoreFile) {
+		t.Fatalf("garbage: %v", err)
+	}
+}

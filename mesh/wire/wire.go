@@ -1,0 +1,241 @@
+// Package wire holds the mesh's peer protocol: the method numbers, the
+// msgpack messages peers exchange, the intervals of the loops that send
+// them, and the leader's queue of merged scores for the samples' owners.
+// It is the one reference for that protocol: package mesh serves and sends
+// these messages, and shadectl scale encodes and decodes them to measure a
+// leader's work, so the simulator runs the daemon's own code.
+//
+// The struct tags are the wire format: never reuse or change one. wire
+// imports only transport/peer (for Method and the frame header) and the
+// protocol/samplekey leaf (the score queue builds sample keys); it must
+// not import mesh, store, policy or any network package beyond that.
+package wire
+
+import (
+	"time"
+
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// Methods of the peer protocol. Numbers are part of the wire format: never
+// reuse one.
+const (
+	MethodFetch     peer.Method = 1  // read samples from an owner
+	MethodOffer     peer.Method = 2  // an owner hands a co-owner a sample it read
+	MethodReport    peer.Method = 3  // minibatch losses, to the leader
+	MethodJoin      peer.Method = 4  // a rank announces itself, to the leader
+	MethodDone      peer.Method = 5  // a rank finished an epoch, to the leader
+	MethodPublish   peer.Method = 6  // the leader publishes an epoch's order
+	MethodScores    peer.Method = 7  // the leader sends owners merged scores
+	MethodReplicate peer.Method = 8  // the leader replicates a score table
+	MethodState     peer.Method = 9  // a new leader asks a peer what it knows
+	MethodGetOrder  peer.Method = 10 // a new leader fetches a newer order
+	MethodReset     peer.Method = 11 // a job starts over, to the leader
+	MethodGetTable  peer.Method = 12 // a new leader fetches a better score table
+)
+
+// FrameHeader is the size in bytes of a peer-protocol frame's header (the
+// u32 length prefix and the u16 method), as transport/peer writes it.
+const FrameHeader = peer.HeaderLen
+
+// Intervals of a node's background loops.
+const (
+	// FlushEvery is how often a node forwards its queued reports to the
+	// leader, sends queued scores to their owners and queued offers to
+	// co-owners.
+	FlushEvery = 25 * time.Millisecond
+	// ReplicateEvery is the default interval at which the leader
+	// replicates changed score tables (mesh.ClusterConfig.ReplicateEvery).
+	ReplicateEvery = 500 * time.Millisecond
+	// TableStandbys is how many members get every change of a score
+	// table: the next in line to lead, so that a takeover loses at most
+	// one replication interval of merged losses.
+	TableStandbys = 2
+)
+
+// FetchReq asks an owner for samples of one dataset.
+type FetchReq struct {
+	Dataset string   `msgpack:"d"`
+	Version string   `msgpack:"v"`
+	IDs     []uint32 `msgpack:"i"`
+	// MemoryOnly: answer from memory, never read the source.
+	MemoryOnly bool `msgpack:"m"`
+	// Warm: read through and admit, but send no bytes back (prefetch).
+	Warm bool `msgpack:"w"`
+}
+
+// FetchItem is an owner's answer for one sample of a FetchReq.
+type FetchItem struct {
+	Found bool   `msgpack:"f"`
+	Hit   bool   `msgpack:"h"` // served from the owner's memory
+	Sum   uint64 `msgpack:"s"` // shm.Checksum of Value
+	Value []byte `msgpack:"b"`
+	Err   string `msgpack:"e"`
+}
+
+// FetchResp answers a FetchReq, item by item in the order of its IDs.
+type FetchResp struct {
+	Items []FetchItem `msgpack:"i"`
+}
+
+// OfferItem hands a co-owner a sample read from the source.
+type OfferItem struct {
+	Dataset string `msgpack:"d"`
+	Version string `msgpack:"v"`
+	ID      uint32 `msgpack:"i"`
+	Sum     uint64 `msgpack:"s"`
+	Value   []byte `msgpack:"b"`
+	// Leaving: sent by a member handing its cache over before it leaves,
+	// to the owners of the ring without it, which the receiver may not
+	// have rebuilt yet.
+	Leaving bool `msgpack:"l,omitempty"`
+	// Tries counts the deliveries the sender attempted; never sent.
+	Tries int `msgpack:"-"`
+}
+
+// OfferReq carries offered samples to one co-owner.
+type OfferReq struct {
+	Items []OfferItem `msgpack:"o"`
+}
+
+// ReportBatch is one trained minibatch: losses keyed by sample id.
+type ReportBatch struct {
+	Dataset string    `msgpack:"d"`
+	Epoch   int       `msgpack:"e"`
+	IDs     []uint32  `msgpack:"i"`
+	Losses  []float64 `msgpack:"l"`
+}
+
+// ReportReq is a node's queued minibatches, forwarded to the leader.
+type ReportReq struct {
+	Batches []ReportBatch `msgpack:"b"`
+}
+
+// JoinReq announces that rank of a job of world ranks trains on Node.
+type JoinReq struct {
+	Dataset string `msgpack:"d"`
+	Rank    int    `msgpack:"r"`
+	World   int    `msgpack:"w"`
+	Node    string `msgpack:"n"`
+	Gen     uint64 `msgpack:"g"` // the job generation the rank has seen
+	Have    int    `msgpack:"h"` // the newest epoch its node holds, -1 for none
+}
+
+// DoneReq says that a rank finished an epoch.
+type DoneReq struct {
+	Dataset string `msgpack:"d"`
+	Gen     uint64 `msgpack:"g"`
+	Epoch   int    `msgpack:"e"`
+	Rank    int    `msgpack:"r"`
+	Node    string `msgpack:"n"`
+}
+
+// ResetReq starts a dataset's job over.
+type ResetReq struct {
+	Dataset string `msgpack:"d"`
+}
+
+// PublishMsg is one epoch's order as the leader published it.
+type PublishMsg struct {
+	Dataset string `msgpack:"d"`
+	Version string `msgpack:"v"`
+	Gen     uint64 `msgpack:"g"` // job generation: a reset starts a new one
+	Epoch   int    `msgpack:"e"`
+	Term    uint64 `msgpack:"t"`
+	World   int    `msgpack:"w"`
+	// Slices are the ranks' parts of the order, rank by rank.
+	Slices [][]uint32 `msgpack:"s"`
+	// Sampler is the sampler's state after drawing this order, so a new
+	// leader draws the next epoch exactly as the old one would have.
+	Sampler []byte `msgpack:"c"`
+	// Ranks names the node each rank trains on ("" if unknown).
+	Ranks []string `msgpack:"r"`
+}
+
+// Newer reports whether p supersedes q (nil q is superseded by anything).
+func (p *PublishMsg) Newer(q *PublishMsg) bool {
+	if q == nil {
+		return true
+	}
+	if p.Gen != q.Gen {
+		return p.Gen > q.Gen
+	}
+	if p.Epoch != q.Epoch {
+		return p.Epoch > q.Epoch
+	}
+	return p.Term > q.Term
+}
+
+// ScoresReq carries merged scores from the leader to the samples' owners.
+type ScoresReq struct {
+	Dataset string    `msgpack:"d"`
+	IDs     []uint32  `msgpack:"i"`
+	Scores  []float64 `msgpack:"s"`
+	Mean    float64   `msgpack:"m"`
+}
+
+// ReplicateReq carries a whole score table (sampling.Table.MarshalBinary)
+// as the leader of Term wrote it.
+type ReplicateReq struct {
+	Dataset string `msgpack:"d"`
+	Version string `msgpack:"v"`
+	Term    uint64 `msgpack:"t"`
+	Table   []byte `msgpack:"b"`
+}
+
+// StateReq asks a peer what it knows of every job.
+type StateReq struct {
+	Term uint64 `msgpack:"t"` // the asking leader's term
+}
+
+// JobState is what a peer knows of one dataset's job.
+type JobState struct {
+	Dataset string `msgpack:"d"`
+	Gen     uint64 `msgpack:"g"`
+	Epoch   int    `msgpack:"e"` // newest order held, -1 for none
+	Term    uint64 `msgpack:"t"`
+	// Ranks trained on this peer and their world; Done lists those that
+	// finished Epoch.
+	Ranks []RankWorld `msgpack:"r"`
+	Done  []int       `msgpack:"x"`
+}
+
+// RankWorld is one rank of a job and the job's world size.
+type RankWorld struct {
+	Rank  int `msgpack:"r"`
+	World int `msgpack:"w"`
+}
+
+// StateResp answers a StateReq.
+type StateResp struct {
+	MaxTerm uint64      `msgpack:"t"`
+	Jobs    []JobState  `msgpack:"j"`
+	Tables  []TableInfo `msgpack:"s"`
+}
+
+// TableInfo says how much a peer's copy of a score table knows: the term
+// of the leader that wrote it and how many samples it has scored.
+type TableInfo struct {
+	Dataset string `msgpack:"d"`
+	Term    uint64 `msgpack:"t"`
+	Scored  int    `msgpack:"n"`
+}
+
+// Better reports whether a table described by t supersedes one by o: a
+// later leader's, or the same leader's knowing more.
+func (t TableInfo) Better(o TableInfo) bool {
+	if t.Term != o.Term {
+		return t.Term > o.Term
+	}
+	return t.Scored > o.Scored
+}
+
+// GetOrderReq asks a peer for the newest order it holds of a dataset.
+type GetOrderReq struct {
+	Dataset string `msgpack:"d"`
+}
+
+// GetTableReq asks a peer for its copy of a dataset's score table.
+type GetTableReq struct {
+	Dataset string `msgpack:"d"`
+}

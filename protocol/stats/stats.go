@@ -1,0 +1,117 @@
+// Package stats holds the types of the SHADE.STATS document: the JSON
+// that a shade-peer serves about itself, its cache and its datasets. The
+// peer fills them (package mesh), and the Go client, shadectl status and
+// the admin metrics read them; it imports no server package.
+//
+// Compatibility: fields are only added. A reader decoding a newer peer's
+// document ignores the fields it does not know.
+package stats
+
+// Node is the SHADE.STATS document: the node, its cache, and its datasets.
+type Node struct {
+	Node           string    `json:"node"`
+	Members        []string  `json:"members"` // alive members as this node sees them
+	Leader         string    `json:"leader"`
+	Leading        bool      `json:"leading"`
+	Term           uint64    `json:"term"` // newest leader term seen
+	ReportsQueued  int       `json:"reports_queued"`
+	ReportsDropped int64     `json:"reports_dropped"`
+	OffersDropped  int64     `json:"offers_dropped"`
+	Policy         string    `json:"policy"`
+	PADS           bool      `json:"pads"`
+	CacheCapacity  int64     `json:"cache_capacity"` // bytes
+	CacheUsed      int64     `json:"cache_used"`     // bytes
+	CacheEntries   int       `json:"cache_entries"`
+	FreeKeys       FreeKeys  `json:"free_keys"`
+	ReadAhead      ReadAhead `json:"read_ahead"`
+	Datasets       []Dataset `json:"datasets"` // sorted by name
+}
+
+// ReadAhead describes the samples the node reads ahead of its local ranks.
+type ReadAhead struct {
+	Fetched int64 `json:"fetched"` // samples put into the read-ahead buffer
+	Unused  int64 `json:"unused"`  // of those, dropped without being read
+	Bytes   int64 `json:"bytes"`   // bytes held or being fetched now
+}
+
+// FreeKeys counts cache-aside use of free-form keys (SET/GET of keys that
+// name no dataset sample).
+type FreeKeys struct {
+	Hits     int64 `json:"hits"`
+	Misses   int64 `json:"misses"`
+	Rejected int64 `json:"rejected_admissions"`
+}
+
+// Dataset is one dataset of Node: its counters on the node and its job.
+type Dataset struct {
+	DatasetCounters
+	Job Job `json:"job"`
+}
+
+// DatasetCounters is a snapshot of one dataset's counters on a node.
+type DatasetCounters struct {
+	Dataset  string  `json:"dataset"`
+	Version  string  `json:"version"` // the manifest hash
+	Samples  int     `json:"samples"`
+	Resident int64   `json:"resident"` // samples in this node's cache
+	Epoch    int     `json:"epoch"`    // the epoch reads are counted against
+	Total    Epoch   `json:"total"`    // every epoch; its Epoch is -1
+	Epochs   []Epoch `json:"epochs"`
+	// SourceLatency is the distribution of source read times.
+	SourceLatency Histogram `json:"source_latency"`
+	// DecileReads and DecileHits count reads and hits by the importance
+	// decile of the sample read (0 least important); 10 entries each.
+	DecileReads []int64 `json:"decile_reads"`
+	DecileHits  []int64 `json:"decile_hits"`
+}
+
+// Epoch is a snapshot of one epoch's counters of a dataset on a node.
+//
+// PrefetchHits counts reads that missed every node's memory but found
+// their sample read ahead from the source: misses that did not wait for
+// it. They count as misses too, so the hit ratio stays the policy's own.
+// (A sample read ahead from a peer's memory counts as a peer hit, as it
+// would have without read-ahead.)
+type Epoch struct {
+	Epoch          int     `json:"epoch"`
+	Hits           int64   `json:"hits"` // LocalHits + PeerHits
+	LocalHits      int64   `json:"local_hits"`
+	PeerHits       int64   `json:"peer_hits"`
+	ServedPeers    int64   `json:"served_peers"`
+	SourceFallback int64   `json:"source_fallbacks"`
+	ChecksumErrors int64   `json:"checksum_errors"`
+	ColdMisses     int64   `json:"cold_misses"`
+	CapacityMisses int64   `json:"capacity_misses"`
+	Evictions      int64   `json:"evictions"`
+	Rejected       int64   `json:"rejected_admissions"`
+	SourceReads    int64   `json:"source_reads"`
+	SourceBytes    int64   `json:"source_bytes"`
+	SourceErrors   int64   `json:"source_errors"`
+	PrefetchHits   int64   `json:"prefetch_hits"` // misses served from the read-ahead
+	HitRatio       float64 `json:"hit_ratio"`     // hits / (hits + misses); 0 with no reads
+}
+
+// Histogram is a latency distribution: Counts[i] observations at most
+// Bounds[i] seconds (and above the previous bound); the last count is
+// above every bound. Sum is in seconds.
+type Histogram struct {
+	Bounds []float64 `json:"bounds"`
+	Counts []int64   `json:"counts"`
+	Sum    float64   `json:"sum"`
+}
+
+// Job is a snapshot of a dataset's job: its world, newest published epoch
+// (-1 for none), importance reports, and the ranks the next epoch waits
+// for.
+type Job struct {
+	Leader        string  `json:"leader"`
+	Term          uint64  `json:"term"`
+	Generation    uint64  `json:"generation"`
+	World         int     `json:"world"`
+	LatestEpoch   int     `json:"latest_epoch"`
+	Reports       int64   `json:"reports"`
+	ReportedIDs   int64   `json:"reported_samples"`
+	ScoredSamples int     `json:"scored_samples"`
+	MeanScore     float64 `json:"mean_score"`
+	PendingRanks  []int   `json:"pending_ranks"`
+}
