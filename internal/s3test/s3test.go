@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // Version is the versitygw release the tests run (.ci/versitygw.sh's default).
@@ -140,7 +141,7 @@ func Start(t testing.TB) *Gateway {
 		t.Fatal(err)
 	}
 	for attempt := 0; ; attempt++ {
-		err := g.start(bin)
+		err := g.start(t, bin)
 		if err == nil {
 			break
 		}
@@ -172,12 +173,8 @@ func Start(t testing.TB) *Gateway {
 
 // start runs the gateway on a free port and waits until it answers HTTP;
 // an error if it exits first (the port was taken meanwhile) or 30 s pass.
-func (g *Gateway) start(bin string) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+func (g *Gateway) start(tb testing.TB, bin string) error {
+	addr := testsupport.LoopbackAddr(tb)
 	g.Endpoint = "http://" + addr
 	g.out = new(bytes.Buffer)
 	g.cmd = exec.Command(bin, "--access", g.AccessKey, "--secret", g.SecretKey, "--port", addr,
@@ -191,34 +188,31 @@ func (g *Gateway) start(bin string) error {
 	exited := make(chan error, 1)
 	g.exited = exited
 	go func() { exited <- g.cmd.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
 	hc := &http.Client{Timeout: time.Second}
-	for {
-		if resp, err := hc.Get(g.Endpoint + "/"); err == nil {
-			resp.Body.Close()
-			return nil
-		}
+	var exitErr error
+	_, err := testsupport.Poll(context.Background(), 30*time.Second, func() bool {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("exited: %v", err)
+		case e := <-exited:
+			exitErr = fmt.Errorf("exited: %v", e)
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			g.cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("no answer on %s within 30s", addr)
+		resp, err := hc.Get(g.Endpoint + "/")
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		resp.Body.Close() // any answer (403 for an anonymous GET) means it serves
+		return true
+	})
+	switch {
+	case exitErr != nil:
+		return exitErr
+	case err != nil:
+		g.cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("no answer on %s within 30s", addr)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return nil
 }
 
 // CreateBucket creates a bucket, failing t on error.

@@ -1,7 +1,7 @@
-// Package s3 tests a mesh of real shade-peer processes over a dataset in an
+// Package s3 tests real shade-peer processes over datasets in an
 // S3-compatible object store (a real Versity S3 Gateway on loopback): every
-// sample byte-exact through every peer, and each object read from the store
-// at most once while the mesh keeps it cached.
+// sample byte-exact through every peer, and from the gateway's access log how
+// often the mesh read each object from the store.
 package s3
 
 import (
@@ -11,14 +11,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,126 +22,19 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/s3test"
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
-var binDir string
+var bins *testsupport.Binaries
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "shade-s3-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/shade-peer", "../../cmd/shadectl")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building binaries:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsupport.Main(m, testsupport.BuildOptions{}, &bins) }
 
-// writeDataset writes n small files CLASS/NNNNN.bin and returns the folder
-// and the bytes in manifest (key) order.
-func writeDataset(t *testing.T, n int) (string, [][]byte) {
+// startPeer runs shade-peer with env added to its environment (the
+// gateway's credentials) and waits until its socket answers.
+func startPeer(t *testing.T, env []string, args ...string) *testsupport.Peer {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "ds")
-	rng := rand.New(rand.NewPCG(7, 8))
-	type file struct {
-		rel  string
-		data []byte
-	}
-	files := make([]file, n)
-	for i := range files {
-		class := fmt.Sprintf("c%d", i%10)
-		os.MkdirAll(filepath.Join(dir, class), 0o755)
-		data := make([]byte, 20+rng.IntN(400))
-		for j := range data {
-			data[j] = byte(rng.Uint32())
-		}
-		files[i] = file{class + "/" + fmt.Sprintf("%05d.bin", i), data}
-		if err := os.WriteFile(filepath.Join(dir, files[i].rel), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.rel, b.rel) })
-	out := make([][]byte, n)
-	for i, f := range files {
-		out[i] = f.data
-	}
-	return dir, out
-}
-
-// freePort returns a port free for both TCP and UDP on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-type peer struct {
-	cmd    *exec.Cmd
-	socket string
-	log    *bytes.Buffer
-	done   chan error
-}
-
-// startPeer runs shade-peer with the gateway's credentials in its
-// environment and waits until its socket answers; Cleanup kills it by PID.
-func startPeer(t *testing.T, env []string, args ...string) *peer {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "shade.sock")
-	p := &peer{socket: sock, log: new(bytes.Buffer), done: make(chan error, 1)}
-	p.cmd = exec.Command(filepath.Join(binDir, "shade-peer"), append([]string{"--socket", sock, "--log-format", "json",
-		"--admin-addr", "off"}, args...)...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("shade-peer log:\n%s", p.log.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c := client(sock)
-		pong, err := c.Ping(context.Background()).Result()
-		c.Close()
-		if err == nil && pong == "PONG" {
-			return p
-		}
-		select {
-		case err := <-p.done:
-			t.Fatalf("shade-peer exited before serving: %v\n%s", err, p.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shade-peer did not serve %s within 30s\n%s", sock, p.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return testsupport.StartPeer(t, testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: env,
+		Args: append([]string{"--log-format", "json", "--admin-addr", "off"}, args...)})
 }
 
 func client(sock string) *redis.Client {
@@ -171,8 +60,8 @@ func members(sock string) []string {
 // bucketMesh is k shade-peer processes over a bucket of n objects.
 type bucketMesh struct {
 	g     *s3test.Gateway
-	peers []*peer
-	files [][]byte
+	peers []*testsupport.Peer
+	ds    *testsupport.Dataset
 }
 
 const meshBucket = "shade-e2e"
@@ -182,11 +71,11 @@ const meshBucket = "shade-e2e"
 func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 	t.Helper()
 	g := s3test.Start(t)
-	dir, files := writeDataset(t, n)
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, Seed: 7})
 	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
 		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
 	url := "s3://" + meshBucket + "/fmnist/train"
-	up := exec.Command(filepath.Join(binDir, "shadectl"), "dataset", "upload", dir, url,
+	up := exec.Command(bins.Path("shadectl"), "dataset", "upload", ds.Dir, url,
 		"--s3-endpoint", g.Endpoint, "--s3-path-style")
 	up.Env = append(os.Environ(), env...)
 	var upErr bytes.Buffer
@@ -198,51 +87,49 @@ func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 	t.Logf("%s", bytes.TrimSpace(out))
 
 	tls := t.TempDir()
-	m := &bucketMesh{g: g, files: files}
+	m := &bucketMesh{g: g, ds: ds}
 	var names []string
 	seed := ""
 	for i := range k {
 		name := fmt.Sprintf("n%d", i)
-		gossip := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		gossip := testsupport.LoopbackAddr(t)
 		if i == 0 {
 			seed = gossip
 		}
 		m.peers = append(m.peers, startPeer(t, env, "--name", name, "--dataset", "ds="+url,
 			"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB",
-			"--gossip-addr", gossip, "--peer-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--seeds", seed,
+			"--gossip-addr", gossip, "--peer-addr", testsupport.LoopbackAddr(t), "--seeds", seed,
 			"--dev-tls-dir", tls, "--gossip-profile", "local", "--expect", strconv.Itoa(k), "--replicas", "2"))
 		names = append(names, name)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, p := range m.peers {
-		for !slices.Equal(members(p.socket), names) {
-			if time.Now().After(deadline) {
-				t.Fatalf("peers did not converge on members %v: %v", names, members(p.socket))
+	took := testsupport.WaitFor(t, 20*time.Second, fmt.Sprintf("every peer sees members %v", names), func() bool {
+		for _, p := range m.peers {
+			if !slices.Equal(members(p.Socket), names) {
+				return false
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
+		return true
+	})
+	t.Logf("%d peers converged in %v", k, took.Round(time.Millisecond))
 	return m
 }
 
 // readAll reads every sample through peer pi in MGETs of 250 and checks
 // the bytes; safe to run on several peers at once.
 func (m *bucketMesh) readAll(pass, pi int) error {
-	c := client(m.peers[pi].socket)
+	c := client(m.peers[pi].Socket)
 	defer c.Close()
-	for start := 0; start < len(m.files); start += 250 {
-		keys := make([]string, 0, 250)
-		for i := start; i < min(start+250, len(m.files)); i++ {
-			keys = append(keys, "ds/"+strconv.Itoa(i))
+	for start := 0; start < m.ds.Len(); start += 250 {
+		ids := make([]int, 0, 250)
+		for i := start; i < min(start+250, m.ds.Len()); i++ {
+			ids = append(ids, i)
 		}
-		vals, err := c.MGet(context.Background(), keys...).Result()
+		vals, err := c.MGet(context.Background(), testsupport.Keys("ds", ids)...).Result()
 		if err != nil {
 			return fmt.Errorf("pass %d, peer %d: %w", pass, pi, err)
 		}
-		for i, v := range vals {
-			if s, ok := v.(string); !ok || s != string(m.files[start+i]) {
-				return fmt.Errorf("pass %d: %s via peer %d: wrong bytes", pass, keys[i], pi)
-			}
+		if err := testsupport.CheckValues(m.ds, ids, vals); err != nil {
+			return fmt.Errorf("pass %d, peer %d: %w", pass, pi, err)
 		}
 	}
 	return nil
@@ -257,8 +144,8 @@ func (m *bucketMesh) getHistogram(t *testing.T) (map[int]int, map[string]int) {
 	for _, c := range gets {
 		hist[c]++
 	}
-	if len(gets) != len(m.files) {
-		t.Errorf("%d objects read from the store, want all %d", len(gets), len(m.files))
+	if len(gets) != m.ds.Len() {
+		t.Errorf("%d objects read from the store, want all %d", len(gets), m.ds.Len())
 	}
 	return hist, gets
 }
@@ -297,14 +184,8 @@ func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
 	m := startBucketMesh(t, 3000, 3)
 	var after1 map[string]int
 	for pass := range 2 {
-		errs := make(chan error, len(m.peers))
-		for pi := range m.peers {
-			go func() { errs <- m.readAll(pass, pi) }()
-		}
-		for range m.peers {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
+		if err := testsupport.Parallel(len(m.peers), func(pi int) error { return m.readAll(pass, pi) }); err != nil {
+			t.Fatal(err)
 		}
 		if pass == 0 {
 			after1 = m.g.GetCounts(t, meshBucket)
@@ -356,7 +237,7 @@ func TestPeerServesShardsFromBucket(t *testing.T) {
 		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
 	p := startPeer(t, env, "--name", "wds", "--dataset", "wds=shards:s3://shade-wds/wds",
 		"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB")
-	c := client(p.socket)
+	c := client(p.Socket)
 	defer c.Close()
 	names, err := c.Do(context.Background(), "SHADE.MANIFEST", "wds").StringSlice()
 	if err != nil || len(names) != len(want) || names[0] != want[0].key {
