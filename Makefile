@@ -25,6 +25,7 @@ PY_PKGS := python3-redis python3-numpy python3-torch python3-pil python3-matplot
 deps-test:
 	@./.ci/deps.sh redis-server redis-tools dataset-fashion-mnist iproute2 \
 		python3-pytest python3-msgpack $(PY_PKGS)
+	@./.ci/versitygw.sh >/dev/null   # the S3 server of the S3 tests, built once per machine
 
 deps-demo:
 	@./.ci/deps.sh redis-tools dataset-fashion-mnist $(PY_PKGS)
@@ -58,6 +59,7 @@ FUZZX ?= 1
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCommands$$' -fuzztime $$((2000*$(FUZZX)))x ./transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $$((200000*$(FUZZX)))x ./protocol/samplekey/
+	$(GO) test -run '^$$' -fuzz '^FuzzShard$$' -fuzztime $$((3000*$(FUZZX)))x ./dataset/shards/
 	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $$((100000*$(FUZZX)))x ./sampling/
 	$(GO) test -run '^$$' -fuzz '^FuzzTableUnmarshal$$' -fuzztime $$((100000*$(FUZZX)))x ./sampling/
 	$(GO) test -run '^$$' -fuzz '^FuzzStore$$' -fuzztime $$((20000*$(FUZZX)))x ./store/

@@ -3,8 +3,10 @@
 //
 // A dataset's Manifest is the ordered list of its samples' names and sizes;
 // sample i is the i-th entry, and the hash of the manifest is the dataset's
-// version. Dir is the directory-backed source. The package also turns the
-// Fashion-MNIST IDX files into an ImageFolder tree (ImportIDX).
+// version. Dir is the directory-backed source; dataset/s3source serves a
+// bucket prefix of an S3-compatible store and dataset/shards WebDataset tar
+// shards. The package also turns the Fashion-MNIST IDX files into an
+// ImageFolder tree (ImportIDX).
 //
 // The package is a leaf: it touches the file system only and has no
 // package-level mutable state.

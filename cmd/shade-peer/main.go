@@ -20,6 +20,8 @@ import (
 
 	"github.com/shade-mesh/shade/admin"
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/dataset/shards"
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -32,6 +34,11 @@ import (
 var version = "dev"
 
 const envPrefix = "SHADE_"
+
+var (
+	_ mesh.Source = (*s3source.Source)(nil)
+	_ mesh.Source = (*shards.Source)(nil)
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -58,6 +65,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Warn().Str("signal", s.String()).Msg("forced exit")
 		os.Exit(1)
 	}()
+	if err := openSources(ctx, &cfg, log); err != nil {
+		log.Error().Err(err).Msg("shade-peer failed")
+		fmt.Fprintf(stderr, "shade-peer: %v\n", err)
+		return 1
+	}
 	var adm *admin.Server
 	var admErr error
 	err = mesh.Run(ctx, cfg.PeerConfig, func(node *mesh.Node, sock *transport.SocketServer) {
@@ -96,6 +108,48 @@ type daemonConfig struct {
 	// adminChosen: --admin-addr is not the default, so failing to listen
 	// on it stops the daemon.
 	adminChosen bool
+	// opened are the datasets whose source must be listed or indexed
+	// (s3://, shards:), opened by openSources before the node starts:
+	// Node.Datasets[opened[k].index] gets the Source.
+	opened []openedDataset
+}
+
+// openedDataset is an s3:// or shards: dataset of the command line, not
+// yet opened: exactly one of s3 and shards is set.
+type openedDataset struct {
+	index  int
+	s3     *s3source.Config
+	shards *shards.Config
+}
+
+// openSources lists or indexes (or loads from the state directory) every
+// s3:// and shards: dataset and sets it as its DatasetConfig's Source.
+func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) error {
+	for _, d := range cfg.opened {
+		dc := &cfg.Node.Datasets[d.index]
+		start := time.Now()
+		var (
+			src   mesh.Source
+			where string
+			err   error
+		)
+		if d.s3 != nil {
+			where = d.s3.URL
+			src, err = s3source.Open(ctx, *d.s3)
+		} else {
+			where = shards.Prefix + d.shards.Location
+			src, err = shards.Open(ctx, *d.shards)
+		}
+		if err != nil {
+			return fmt.Errorf("--dataset %s=%s: %w", dc.Name, where, err)
+		}
+		m := src.Manifest()
+		log.Info().Str("dataset", dc.Name).Str("source", where).Int("samples", m.Len()).
+			Int64("bytes", m.TotalBytes()).Str("version", m.Version).Dur("took", time.Since(start)).
+			Msg("opened dataset")
+		dc.Source = src
+	}
+	return nil
 }
 
 var errVersion = errors.New("version printed")
@@ -109,7 +163,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		fs          = pflag.NewFlagSet("shade-peer", pflag.ContinueOnError)
 		name        = fs.String("name", "", "stable node name (default: the host name)")
 		socket      = fs.String("socket", "/run/shade/shade.sock", "trainer socket path (Redis protocol); its file is created with mode 0660")
-		datasets    = fs.StringArray("dataset", nil, "serve a dataset: NAME=DIR, repeatable (in the environment: comma-separated)")
+		datasets    = fs.StringArray("dataset", nil, "serve a dataset: NAME=DIR, NAME=s3://BUCKET/PREFIX for the objects under a bucket prefix (see --s3-endpoint), or NAME=shards:DIR or NAME=shards:s3://BUCKET/PREFIX for WebDataset .tar shards (a sample is a msgpack map of its members); repeatable (in the environment: comma-separated)")
+		s3Endpoint  = fs.String("s3-endpoint", "", "URL of the S3-compatible store of s3:// datasets, http(s)://HOST[:PORT] (default: AWS S3); credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or the shared AWS credentials and config files")
+		s3Region    = fs.String("s3-region", "", "region of the s3:// datasets' buckets (default: found by the client, or us-east-1)")
+		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
+		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB)")
 		pol         = fs.String("policy", "app", "eviction and admission policy: app, order (APP that also evicts by next use in the published order), lru, fifo, lfu, minio")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
@@ -257,6 +315,31 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		n, dir, ok := strings.Cut(d, "=")
 		if !ok || n == "" || dir == "" {
 			return cfg, nop, fmt.Errorf("--dataset %q: want NAME=DIR", d)
+		}
+		s3cfg := s3source.Config{Endpoint: *s3Endpoint, Region: *s3Region, PathStyle: *s3PathStyle,
+			StateDir: *stateDir, Relist: *s3Relist}
+		switch loc, isShards := strings.CutPrefix(dir, shards.Prefix); {
+		case isShards:
+			if loc == "" {
+				return cfg, nop, fmt.Errorf("--dataset %q: want NAME=shards:DIR or NAME=shards:s3://BUCKET/PREFIX", d)
+			}
+			if s3source.IsURL(loc) {
+				if _, err := s3source.ParseURL(loc); err != nil {
+					return cfg, nop, fmt.Errorf("--dataset %q: %w", d, err)
+				}
+			}
+			cfg.opened = append(cfg.opened, openedDataset{index: len(cfg.Node.Datasets), shards: &shards.Config{
+				Location: loc, S3: s3cfg, StateDir: *stateDir, Reindex: *s3Relist}})
+			cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n})
+			continue
+		case s3source.IsURL(dir):
+			if _, err := s3source.ParseURL(dir); err != nil {
+				return cfg, nop, fmt.Errorf("--dataset %q: %w", d, err)
+			}
+			s3cfg.URL = dir
+			cfg.opened = append(cfg.opened, openedDataset{index: len(cfg.Node.Datasets), s3: &s3cfg})
+			cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n})
+			continue
 		}
 		cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n, Dir: dir})
 	}

@@ -105,3 +105,35 @@ func TestRingPartitionsAndReplicateBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestS3DatasetFlags(t *testing.T) {
+	env := map[string]string{"SHADE_S3_REGION": "eu-west-1", "SHADE_S3_PATH_STYLE": "true"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, _, err := parseConfig([]string{"--dataset", "local=/x", "--dataset", "remote=s3://bucket/train",
+		"--s3-endpoint", "http://127.0.0.1:7070", "--state-dir", "/var/lib/shade"}, lookup, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Node.Datasets) != 2 || cfg.Node.Datasets[0].Dir != "/x" || cfg.Node.Datasets[1].Dir != "" || len(cfg.opened) != 1 {
+		t.Fatalf("datasets %+v, opened %+v", cfg.Node.Datasets, cfg.opened)
+	}
+	got := cfg.opened[0]
+	if got.index != 1 || got.s3 == nil || got.s3.URL != "s3://bucket/train" || got.s3.Endpoint != "http://127.0.0.1:7070" ||
+		got.s3.Region != "eu-west-1" || !got.s3.PathStyle || got.s3.StateDir != "/var/lib/shade" || got.s3.Relist {
+		t.Errorf("s3 dataset config %+v", got.s3)
+	}
+	cfg, _, err = parseConfig([]string{"--dataset", "a=shards:/data/wds", "--dataset", "b=shards:s3://bucket/wds",
+		"--s3-path-style"}, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.opened) != 2 || cfg.opened[0].shards == nil || cfg.opened[0].shards.Location != "/data/wds" ||
+		cfg.opened[1].shards == nil || cfg.opened[1].shards.Location != "s3://bucket/wds" || !cfg.opened[1].shards.S3.PathStyle {
+		t.Errorf("shards datasets %+v", cfg.opened)
+	}
+	for _, bad := range []string{"x=s3://", "x=shards:", "x=shards:s3://"} {
+		if _, _, err := parseConfig([]string{"--dataset", bad}, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("--dataset %s accepted", bad)
+		}
+	}
+}

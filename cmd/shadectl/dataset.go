@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/dataset/shards"
 )
 
 // runDataset runs "shadectl dataset <subcommand> ...".
@@ -21,6 +24,9 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "\nsubcommands:")
 		fmt.Fprintln(w, "  import-idx --dst DIR [--src DIR] [--limit N]  turn Fashion-MNIST's IDX files into DIR/train and DIR/test (PNG ImageFolder trees)")
 		fmt.Fprintln(w, "  index DIR [--json]                            sample count, bytes, version and classes of a dataset folder")
+		fmt.Fprintln(w, "                                                (or of s3://BUCKET/PREFIX, shards:DIR, shards:s3://BUCKET/PREFIX)")
+		fmt.Fprintln(w, "  upload DIR s3://BUCKET/PREFIX [--s3-endpoint URL] [--s3-region R] [--s3-path-style]")
+		fmt.Fprintln(w, "                                                put a dataset folder's samples into a bucket prefix, for --dataset NAME=s3://...")
 	}
 	if len(args) == 0 {
 		usage(stderr)
@@ -31,6 +37,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		return runDatasetImportIDX(args[1:], stdout, stderr)
 	case "index":
 		return runDatasetIndex(args[1:], stdout, stderr)
+	case "upload":
+		return runDatasetUpload(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return nil
@@ -87,6 +95,54 @@ func runDatasetImportIDX(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+func runDatasetUpload(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shadectl dataset upload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s3cfg := s3Flags(fs)
+	inFlight := fs.Int("parallel", 16, "objects sent at once")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset upload DIR s3://BUCKET/PREFIX [flags]")
+		fmt.Fprintln(fs.Output(), "Puts every sample of DIR (as 'dataset index' counts them) under the prefix, keyed by its")
+		fmt.Fprintln(fs.Output(), "path relative to DIR; creates the bucket if needed; skips objects already there at the same size.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return errors.New("upload: want a folder and an s3:// URL")
+	}
+	dir, err := filepath.Abs(pos[0])
+	if err != nil {
+		return err
+	}
+	cfg := s3cfg()
+	cfg.URL, cfg.MaxInFlight = pos[1], *inFlight
+	bar := newProgressBar(stderr, "upload")
+	start := time.Now()
+	rep, err := s3source.Upload(context.Background(), cfg, dir, bar.update)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "uploaded %d samples (%s), %d already there, to %s in %s\n", rep.Uploaded, humanBytes(rep.Bytes),
+		rep.Skipped, pos[1], time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// s3Flags adds --s3-endpoint, --s3-region and --s3-path-style to fs, with
+// defaults from SHADE_S3_*, and returns the Config they give once parsed.
+func s3Flags(fs *flag.FlagSet) func() s3source.Config {
+	endpoint := fs.String("s3-endpoint", os.Getenv("SHADE_S3_ENDPOINT"), "URL of the S3-compatible store, http(s)://HOST[:PORT] (default: $SHADE_S3_ENDPOINT, else AWS S3); credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the shared AWS files")
+	region := fs.String("s3-region", os.Getenv("SHADE_S3_REGION"), "the bucket's region (default: $SHADE_S3_REGION)")
+	pathStyle := fs.Bool("s3-path-style", os.Getenv("SHADE_S3_PATH_STYLE") == "true", "address buckets as ENDPOINT/BUCKET (default: $SHADE_S3_PATH_STYLE)")
+	return func() s3source.Config {
+		return s3source.Config{Endpoint: *endpoint, Region: *region, PathStyle: *pathStyle}
+	}
+}
+
 // indexReport is the --json output of "dataset index".
 type indexReport struct {
 	Dir        string   `json:"dir"`
@@ -101,8 +157,9 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shadectl dataset index", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	s3cfg := s3Flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR [--json]")
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--s3-... flags]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -113,21 +170,44 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("index: want exactly one folder")
 	}
-	dir, err := filepath.Abs(pos[0])
-	if err != nil {
-		return err
-	}
-	var progress func(int)
-	tty := isTerminal(stderr)
-	if tty {
-		progress = func(n int) { fmt.Fprintf(stderr, "\rscanning: %d files", n) }
-	}
-	m, err := dataset.Scan(dir, progress)
-	if tty {
-		fmt.Fprint(stderr, "\r\033[K")
-	}
-	if err != nil {
-		return err
+	var (
+		dir string
+		m   *dataset.Manifest
+	)
+	loc, isShards := strings.CutPrefix(pos[0], shards.Prefix)
+	switch {
+	case isShards:
+		dir = pos[0]
+		var src *shards.Source
+		if src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg()}); err != nil {
+			return err
+		}
+		m = src.Manifest()
+	case s3source.IsURL(pos[0]):
+		dir = pos[0]
+		cfg := s3cfg()
+		cfg.URL = pos[0]
+		var src *s3source.Source
+		if src, err = s3source.Open(context.Background(), cfg); err != nil {
+			return err
+		}
+		m = src.Manifest()
+	default:
+		if dir, err = filepath.Abs(pos[0]); err != nil {
+			return err
+		}
+		var progress func(int)
+		tty := isTerminal(stderr)
+		if tty {
+			progress = func(n int) { fmt.Fprintf(stderr, "\rscanning: %d files", n) }
+		}
+		m, err = dataset.Scan(dir, progress)
+		if tty {
+			fmt.Fprint(stderr, "\r\033[K")
+		}
+		if err != nil {
+			return err
+		}
 	}
 	r := indexReport{
 		Dir:        dir,

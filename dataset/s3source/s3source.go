@@ -1,0 +1,608 @@
+// Package s3source serves a dataset from an S3-compatible object store: the
+// objects under one bucket prefix, each object one sample.
+//
+// Open lists the prefix (paginated) into a dataset.Manifest: every object
+// under the prefix is a sample, sorted by key (S3's own order, byte order
+// of the UTF-8 key), named by its key relative to the prefix, so that the
+// first path element is the sample's class as in an ImageFolder tree (for a
+// CLASS/FILE layout this is torchvision's order too). Keys ending in '/'
+// (folder markers) and keys with a path element starting with '.' are
+// skipped, as the directory source skips hidden files. The manifest's
+// Version is a digest of every (name, size, ETag), so a rewritten object
+// changes the version even at the same size.
+//
+// With a state directory the listing is kept there, one file per
+// (endpoint, bucket, prefix), written to a temporary file and renamed, and a
+// later Open reuses it instead of listing again unless Config.Relist is set.
+//
+// Reads are conditional on the listed ETag (If-Match), so an object deleted
+// or rewritten since the listing fails that sample's reads with an error
+// wrapping dataset.ErrChanged and never serves other bytes. Each request has
+// a timeout; throttling (503 SlowDown) and server errors are retried with
+// exponential backoff; at most Config.MaxInFlight requests run at once.
+//
+// The package is built on minio-go; no minio-go type appears in its API.
+package s3source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/shade-mesh/shade/dataset"
+)
+
+var (
+	// ErrURL is returned for a dataset URL that is not s3://BUCKET[/PREFIX].
+	ErrURL = errors.New("s3source: want s3://BUCKET[/PREFIX]")
+	// ErrOpen is wrapped by every error of Open that comes from the store:
+	// an unreachable endpoint, a missing bucket, refused credentials.
+	ErrOpen = errors.New("s3source: cannot open")
+	// ErrRead is wrapped by a read that failed for a reason other than a
+	// changed object (after its retries).
+	ErrRead = errors.New("s3source: read failed")
+)
+
+// DefaultEndpoint is AWS S3's global endpoint.
+const DefaultEndpoint = "https://s3.amazonaws.com"
+
+// Config configures a Source. The zero value of every field but URL means
+// its default; Open fills defaults on a copy.
+type Config struct {
+	// URL is s3://BUCKET or s3://BUCKET/PREFIX. A prefix names a folder:
+	// "s3://b/train" serves the objects under "train/".
+	URL string
+	// Endpoint is the store's URL, http:// or https:// with host and
+	// optional port; "" means DefaultEndpoint.
+	Endpoint string
+	// Region is the bucket's region; "" lets the client find it (AWS) or
+	// use us-east-1.
+	Region string
+	// PathStyle addresses buckets as ENDPOINT/BUCKET rather than
+	// BUCKET.ENDPOINT; most stores other than AWS want it.
+	PathStyle bool
+	// AccessKeyID, SecretAccessKey and SessionToken are explicit
+	// credentials. When AccessKeyID is "", credentials come from the
+	// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+	// AWS_SESSION_TOKEN), then the shared credentials and config files
+	// (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_PROFILE), else
+	// requests are anonymous.
+	AccessKeyID, SecretAccessKey, SessionToken string
+	// StateDir, when set, keeps the listing there so a restart does not
+	// list again; "" lists at every Open.
+	StateDir string
+	// Relist lists the prefix even when StateDir holds a listing, and
+	// replaces it.
+	Relist bool
+	// MaxInFlight bounds concurrent GET requests of one Source; 0 means 16.
+	MaxInFlight int
+	// RequestTimeout bounds one request (one attempt); 0 means 30 s.
+	RequestTimeout time.Duration
+	// Retries is how many times a throttled, failed (5xx) or timed-out
+	// request is tried again; 0 means 5, a negative value none.
+	Retries int
+	// Transport, when set, carries the HTTP requests (tests, proxies);
+	// nil means a default transport.
+	Transport http.RoundTripper
+}
+
+func (c Config) withDefaults() Config {
+	if c.Endpoint == "" {
+		c.Endpoint = DefaultEndpoint
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 16
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.Retries == 0 {
+		c.Retries = 5
+	}
+	if c.Retries < 0 {
+		c.Retries = 0
+	}
+	return c
+}
+
+// Location is a parsed dataset URL.
+type Location struct {
+	Bucket string
+	// Prefix is "" or ends with '/'.
+	Prefix string
+}
+
+// ParseURL parses s3://BUCKET[/PREFIX].
+func ParseURL(s string) (Location, error) {
+	rest, ok := strings.CutPrefix(s, "s3://")
+	if !ok {
+		return Location{}, fmt.Errorf("%w: %q", ErrURL, s)
+	}
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if bucket == "" {
+		return Location{}, fmt.Errorf("%w: %q has no bucket", ErrURL, s)
+	}
+	prefix = strings.Trim(prefix, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	return Location{Bucket: bucket, Prefix: prefix}, nil
+}
+
+// IsURL reports whether s names an S3 dataset (starts with s3://).
+func IsURL(s string) bool { return strings.HasPrefix(s, "s3://") }
+
+// NewClient returns a minio-go client for cfg's endpoint, region,
+// addressing and credentials. It is exported for tools in this module
+// (shadectl's upload) that must reach the store exactly as a Source does.
+func NewClient(cfg Config) (*minio.Client, error) {
+	cfg = cfg.withDefaults()
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: endpoint %q: want http(s)://HOST[:PORT]", ErrOpen, cfg.Endpoint)
+	}
+	var creds *credentials.Credentials
+	if cfg.AccessKeyID != "" {
+		creds = credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)
+	} else {
+		creds = credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{},
+			&credentials.FileAWSCredentials{},
+		})
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: cfg.MaxInFlight,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			// Bounds every request's wait for an answer, the listing's
+			// pages included (their context is Open's).
+			ResponseHeaderTimeout: cfg.RequestTimeout,
+		}
+	}
+	return minio.New(u.Host, &minio.Options{
+		Creds: creds, Secure: u.Scheme == "https", Region: cfg.Region,
+		BucketLookup: lookup, Transport: tr,
+		MaxRetries: 1, // our own loop retries, with a timeout per attempt
+	})
+}
+
+// object is one listed object.
+type object struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+	ETag string `json:"etag"`
+}
+
+// Source is a dataset in a bucket prefix. It is immutable after Open and
+// safe for concurrent use.
+type Source struct {
+	cfg     Config
+	loc     Location
+	client  *minio.Client
+	objects []object
+	m       *dataset.Manifest
+	slots   chan struct{} // MaxInFlight tokens
+}
+
+// Open lists cfg.URL's prefix (or reuses the listing in cfg.StateDir) and
+// returns the Source. ctx bounds the listing only. A wrong endpoint, a
+// missing bucket or refused credentials give one error wrapping ErrOpen
+// that says which; an empty prefix gives dataset.ErrEmpty.
+func Open(ctx context.Context, cfg Config) (*Source, error) {
+	cfg = cfg.withDefaults()
+	loc, err := ParseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, loc: loc, client: client, slots: make(chan struct{}, cfg.MaxInFlight)}
+	state := s.statePath()
+	if state != "" && !cfg.Relist {
+		s.objects, err = loadListing(state, cfg.Endpoint, loc)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if s.objects == nil {
+		if s.objects, err = s.list(ctx); err != nil {
+			return nil, err
+		}
+		if state != "" {
+			if err := saveListing(state, cfg.Endpoint, loc, s.objects); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(s.objects) == 0 {
+		return nil, fmt.Errorf("%w under %s", dataset.ErrEmpty, cfg.URL)
+	}
+	names := make([]string, len(s.objects))
+	sizes := make([]int64, len(s.objects))
+	for i, o := range s.objects {
+		names[i] = o.Key[len(loc.Prefix):]
+		sizes[i] = o.Size
+	}
+	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, s.objects)}
+	return s, nil
+}
+
+// Manifest returns the listing's manifest. It is shared: callers must not
+// modify it.
+func (s *Source) Manifest() *dataset.Manifest { return s.m }
+
+// URL returns the dataset's s3:// URL.
+func (s *Source) URL() string { return s.cfg.URL }
+
+// list lists the prefix, sorted by key.
+func (s *Source) list(ctx context.Context) ([]object, error) {
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ok, err := s.client.BucketExists(bctx, s.loc.Bucket)
+	cancel()
+	if err != nil {
+		return nil, s.openError(err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w %s: bucket %q does not exist at %s", ErrOpen, s.cfg.URL, s.loc.Bucket, s.cfg.Endpoint)
+	}
+	var objs []object
+	for o := range s.client.ListObjects(ctx, s.loc.Bucket, minio.ListObjectsOptions{Prefix: s.loc.Prefix, Recursive: true}) {
+		if o.Err != nil {
+			return nil, s.openError(o.Err)
+		}
+		if skipKey(o.Key[len(s.loc.Prefix):]) {
+			continue
+		}
+		objs = append(objs, object{Key: o.Key, Size: o.Size, ETag: strings.Trim(o.ETag, `"`)})
+	}
+	slices.SortFunc(objs, func(a, b object) int { return strings.Compare(a.Key, b.Key) })
+	return objs, nil
+}
+
+// skipKey reports whether a key (relative to the prefix) is no sample: a
+// folder marker, or hidden (some path element starts with '.').
+func skipKey(rel string) bool {
+	if rel == "" || strings.HasSuffix(rel, "/") {
+		return true
+	}
+	for el := range strings.SplitSeq(rel, "/") {
+		if el == "" || strings.HasPrefix(el, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// openError turns a store error at Open into one line saying which.
+func (s *Source) openError(err error) error {
+	er := minio.ToErrorResponse(err)
+	switch {
+	case er.Code == "NoSuchBucket":
+		return fmt.Errorf("%w %s: bucket %q does not exist at %s", ErrOpen, s.cfg.URL, s.loc.Bucket, s.cfg.Endpoint)
+	case er.Code == "InvalidAccessKeyId" || er.Code == "SignatureDoesNotMatch" || er.Code == "AccessDenied" ||
+		er.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%w %s: credentials refused by %s (%s)", ErrOpen, s.cfg.URL, s.cfg.Endpoint, er.Code)
+	case er.Code != "":
+		return fmt.Errorf("%w %s: %s: %s", ErrOpen, s.cfg.URL, er.Code, er.Message)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("%w %s: endpoint %s unreachable: %v", ErrOpen, s.cfg.URL, s.cfg.Endpoint, err)
+}
+
+// Read appends sample i's bytes to dst and returns the extended slice; dst
+// is the caller's. It reads exactly Manifest().Sizes[i] bytes or fails:
+//
+//   - i out of range: an error wrapping dataset.ErrOutOfRange;
+//   - the object was deleted, or its ETag or size differ from the
+//     listing's: an error wrapping dataset.ErrChanged naming the key;
+//   - otherwise, after Config.Retries retries of throttled, 5xx or timed-out
+//     attempts: an error wrapping ErrRead.
+//
+// On error the returned slice is dst with its original length. Read is
+// safe for concurrent use; it blocks while MaxInFlight requests run.
+func (s *Source) Read(i int, dst []byte) ([]byte, error) {
+	if i < 0 || i >= len(s.objects) {
+		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	}
+	o := s.objects[i]
+	var err error
+	for attempt := 0; ; attempt++ {
+		var out []byte
+		out, err = s.get(o, 0, o.Size, dst)
+		if err == nil {
+			return out, nil
+		}
+		if !retryable(err) || attempt >= s.cfg.Retries {
+			break
+		}
+		time.Sleep(backoff(attempt))
+	}
+	if errors.Is(err, dataset.ErrChanged) {
+		return dst, err
+	}
+	return dst, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, err)
+}
+
+// ReadRange appends n bytes of sample i from offset off to dst, with Read's
+// checks, retries and bounds (for samples packed in larger objects).
+func (s *Source) ReadRange(i int, off, n int64, dst []byte) ([]byte, error) {
+	if i < 0 || i >= len(s.objects) {
+		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	}
+	o := s.objects[i]
+	if off < 0 || n < 0 || off+n > o.Size {
+		return dst, fmt.Errorf("%w: range %d+%d of %s (%d bytes)", dataset.ErrOutOfRange, off, n, o.Key, o.Size)
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		var out []byte
+		out, err = s.get(o, off, n, dst)
+		if err == nil {
+			return out, nil
+		}
+		if !retryable(err) || attempt >= s.cfg.Retries {
+			break
+		}
+		time.Sleep(backoff(attempt))
+	}
+	if errors.Is(err, dataset.ErrChanged) {
+		return dst, err
+	}
+	return dst, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, err)
+}
+
+// Stream returns the whole object of sample i as a stream, conditional on
+// its listed ETag (a changed object fails with an error wrapping
+// dataset.ErrChanged on the first Read). It holds one of the MaxInFlight
+// slots until closed, and has no timeout: the caller bounds it with ctx.
+// For tools that scan objects once (a tar shard's headers).
+func (s *Source) Stream(ctx context.Context, i int) (io.ReadCloser, error) {
+	if i < 0 || i >= len(s.objects) {
+		return nil, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	}
+	o := s.objects[i]
+	var opts minio.GetObjectOptions
+	if o.ETag != "" {
+		if err := opts.SetMatchETag(o.ETag); err != nil {
+			return nil, err
+		}
+	}
+	s.slots <- struct{}{}
+	obj, err := s.client.GetObject(ctx, s.loc.Bucket, o.Key, opts)
+	if err != nil {
+		<-s.slots
+		return nil, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, s.readError(o, err))
+	}
+	return &stream{obj: obj, s: s, o: o}, nil
+}
+
+type stream struct {
+	obj    *minio.Object
+	s      *Source
+	o      object
+	closed bool
+}
+
+func (st *stream) Read(p []byte) (int, error) {
+	n, err := st.obj.Read(p)
+	if err != nil && err != io.EOF {
+		err = st.s.readError(st.o, err)
+	}
+	return n, err
+}
+
+func (st *stream) Close() error {
+	if st.closed {
+		return nil
+	}
+	st.closed = true
+	defer func() { <-st.s.slots }()
+	return st.obj.Close()
+}
+
+// get is one attempt: a conditional GET of n bytes of o from off.
+func (s *Source) get(o object, off, n int64, dst []byte) ([]byte, error) {
+	s.slots <- struct{}{}
+	defer func() { <-s.slots }()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	var opts minio.GetObjectOptions
+	if o.ETag != "" {
+		if err := opts.SetMatchETag(o.ETag); err != nil {
+			return dst, err
+		}
+	}
+	if off != 0 || n != o.Size {
+		if n == 0 {
+			return dst, nil
+		}
+		if err := opts.SetRange(off, off+n-1); err != nil {
+			return dst, err
+		}
+	}
+	obj, err := s.client.GetObject(ctx, s.loc.Bucket, o.Key, opts)
+	if err != nil {
+		return dst, s.readError(o, err)
+	}
+	defer obj.Close()
+	start := len(dst)
+	dst = slices.Grow(dst, int(n))[:start+int(n)]
+	if _, err := io.ReadFull(obj, dst[start:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return dst[:start], fmt.Errorf("%w: %s is shorter than the listed %d bytes", dataset.ErrChanged, o.Key, o.Size)
+		}
+		return dst[:start], s.readError(o, err)
+	}
+	if n == o.Size {
+		// The whole object: it must end here. (A store that ignored
+		// If-Match could have served a longer rewrite.)
+		var one [1]byte
+		if k, _ := obj.Read(one[:]); k != 0 {
+			return dst[:start], fmt.Errorf("%w: %s is longer than the listed %d bytes", dataset.ErrChanged, o.Key, o.Size)
+		}
+	}
+	info, err := obj.Stat() // the response's headers, already read
+	if err != nil {
+		return dst[:start], s.readError(o, err)
+	}
+	if o.ETag != "" && strings.Trim(info.ETag, `"`) != o.ETag {
+		return dst[:start], fmt.Errorf("%w: %s has ETag %s, listed %s", dataset.ErrChanged, o.Key, info.ETag, o.ETag)
+	}
+	return dst, nil
+}
+
+// readError classifies a failed GET: a vanished or rewritten object is
+// dataset.ErrChanged; anything else is returned as it is for retryable.
+func (s *Source) readError(o object, err error) error {
+	er := minio.ToErrorResponse(err)
+	switch {
+	case er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("%w: %s was deleted", dataset.ErrChanged, o.Key)
+	case er.Code == "PreconditionFailed" || er.StatusCode == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %s was rewritten (ETag is no longer %s)", dataset.ErrChanged, o.Key, o.ETag)
+	}
+	return err
+}
+
+// retryable reports whether a failed attempt is worth another: throttling,
+// a server error, a timeout or a broken connection; not a client error.
+func retryable(err error) bool {
+	if errors.Is(err, dataset.ErrChanged) {
+		return false
+	}
+	er := minio.ToErrorResponse(err)
+	if er.StatusCode != 0 {
+		return er.StatusCode >= 500 || er.StatusCode == http.StatusTooManyRequests ||
+			er.Code == "SlowDown" || er.Code == "RequestTimeout"
+	}
+	return true // transport errors and timeouts
+}
+
+// backoff is the pause before retry attempt+1: exponential from 50 ms,
+// capped at 2 s, with full jitter.
+func backoff(attempt int) time.Duration {
+	d := min(50*time.Millisecond<<attempt, 2*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// versionOf digests every (name, size, ETag) in order.
+func versionOf(names []string, objs []object) string {
+	h := sha256.New()
+	h.Write([]byte("shade-s3-manifest/1\n"))
+	var buf [binary.MaxVarintLen64]byte
+	str := func(s string) {
+		n := binary.PutUvarint(buf[:], uint64(len(s)))
+		h.Write(buf[:n])
+		h.Write([]byte(s))
+	}
+	for i, name := range names {
+		str(name)
+		binary.BigEndian.PutUint64(buf[:8], uint64(objs[i].Size))
+		h.Write(buf[:8])
+		str(objs[i].ETag)
+	}
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:16])
+}
+
+// listing is the state file's content.
+type listing struct {
+	Format   string    `json:"format"`
+	Endpoint string    `json:"endpoint"`
+	Bucket   string    `json:"bucket"`
+	Prefix   string    `json:"prefix"`
+	Listed   time.Time `json:"listed"`
+	Objects  []object  `json:"objects"`
+}
+
+const listingFormat = "shade-s3-listing/1"
+
+// statePath is the listing's file in the state directory, "" without one:
+// s3-BUCKET-HASH.listing.json, the hash over endpoint, bucket and prefix.
+func (s *Source) statePath() string {
+	if s.cfg.StateDir == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(s.cfg.Endpoint + "\x00" + s.loc.Bucket + "\x00" + s.loc.Prefix))
+	return filepath.Join(s.cfg.StateDir, "s3-"+s.loc.Bucket+"-"+hex.EncodeToString(sum[:8])+".listing.json")
+}
+
+// loadListing returns the kept listing, or nil if there is none.
+func loadListing(path, endpoint string, loc Location) ([]object, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("s3source: listing: %w", err)
+	}
+	var l listing
+	if err := json.Unmarshal(b, &l); err != nil || l.Format != listingFormat {
+		return nil, nil // unreadable or another format: list again
+	}
+	if l.Endpoint != endpoint || l.Bucket != loc.Bucket || l.Prefix != loc.Prefix {
+		return nil, nil
+	}
+	if l.Objects == nil {
+		l.Objects = []object{}
+	}
+	return l.Objects, nil
+}
+
+// saveListing writes the listing to a temporary file and renames it.
+func saveListing(path, endpoint string, loc Location, objs []object) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("s3source: listing: %w", err)
+	}
+	b, err := json.Marshal(listing{Format: listingFormat, Endpoint: endpoint, Bucket: loc.Bucket,
+		Prefix: loc.Prefix, Listed: time.Now().UTC(), Objects: objs})
+	if err != nil {
+		return fmt.Errorf("s3source: listing: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".listing-*")
+	if err != nil {
+		return fmt.Errorf("s3source: listing: %w", err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("s3source: listing: %w", err)
+	}
+	return nil
+}

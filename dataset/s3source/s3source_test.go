@@ -1,0 +1,404 @@
+package s3source_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/internal/s3test"
+)
+
+// fill puts n objects CLASS/NNNNN under prefix in bucket, plus a hidden
+// object and one outside the prefix, and returns the samples' names and
+// bytes in key order.
+func fill(t *testing.T, g *s3test.Gateway, bucket, prefix string, n int) ([]string, [][]byte) {
+	t.Helper()
+	g.CreateBucket(t, bucket)
+	rng := rand.New(rand.NewPCG(1, 2))
+	names := make([]string, n)
+	data := make([][]byte, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("c%d/%05d.bin", i%3, i)
+		data[i] = make([]byte, 1+rng.IntN(3000))
+		for j := range data[i] {
+			data[i][j] = byte(rng.Uint32())
+		}
+		g.Put(t, bucket, prefix+names[i], data[i])
+	}
+	g.Put(t, bucket, prefix+".shade-import.json", []byte("{}"))
+	g.Put(t, bucket, "elsewhere/x.bin", []byte("not a sample"))
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+	sn, sd := make([]string, n), make([][]byte, n)
+	for k, i := range idx {
+		sn[k], sd[k] = names[i], data[i]
+	}
+	return sn, sd
+}
+
+func config(g *s3test.Gateway, url string) s3source.Config {
+	return s3source.Config{URL: url, Endpoint: g.Endpoint, PathStyle: true,
+		AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+}
+
+func TestListsAndReadsByteExact(t *testing.T) {
+	g := s3test.Start(t)
+	names, data := fill(t, g, "shade-ds", "train/", 300)
+	src, err := s3source.Open(context.Background(), config(g, "s3://shade-ds/train"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := src.Manifest()
+	if !slices.Equal(m.Names, names) {
+		t.Fatalf("names: got %d %v..., want %d %v...", len(m.Names), m.Names[:3], len(names), names[:3])
+	}
+	if got := m.Classes(); !slices.Equal(got, []string{"c0", "c1", "c2"}) {
+		t.Fatalf("classes %v", got)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	for i := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prefix := []byte("keep")
+			got, err := src.Read(i, prefix)
+			switch {
+			case err != nil:
+				errs <- err
+			case !bytes.Equal(got[:4], []byte("keep")) || !bytes.Equal(got[4:], data[i]):
+				errs <- fmt.Errorf("sample %d (%s): wrong bytes", i, names[i])
+			case m.Sizes[i] != int64(len(data[i])):
+				errs <- fmt.Errorf("sample %d: size %d, want %d", i, m.Sizes[i], len(data[i]))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := src.Read(len(names), nil); !errors.Is(err, dataset.ErrOutOfRange) {
+		t.Fatalf("read past the end: %v", err)
+	}
+	part, err := src.ReadRange(0, 1, int64(len(data[0]))-1, nil)
+	if err != nil || !bytes.Equal(part, data[0][1:]) {
+		t.Fatalf("range read: %v", err)
+	}
+	// A whole-bucket URL lists every object but the hidden one.
+	whole, err := s3source.Open(context.Background(), config(g, "s3://shade-ds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Manifest().Len() != len(names)+1 {
+		t.Fatalf("whole bucket: %d samples, want %d", whole.Manifest().Len(), len(names)+1)
+	}
+}
+
+func TestChangedObjectFailsThatSampleOnly(t *testing.T) {
+	g := s3test.Start(t)
+	names, data := fill(t, g, "shade-ds", "p/", 20)
+	src, err := s3source.Open(context.Background(), config(g, "s3://shade-ds/p/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := bytes.Repeat([]byte{'x'}, len(data[3])) // same size, other bytes
+	g.Put(t, "shade-ds", "p/"+names[3], same)
+	g.Put(t, "shade-ds", "p/"+names[4], append(slices.Clone(data[4]), 'y'))
+	g.Delete(t, "shade-ds", "p/"+names[5])
+	for _, i := range []int{3, 4, 5} {
+		dst := []byte("keep")
+		got, err := src.Read(i, dst)
+		if !errors.Is(err, dataset.ErrChanged) {
+			t.Fatalf("sample %d (%s) changed: err %v, want ErrChanged", i, names[i], err)
+		}
+		if string(got) != "keep" {
+			t.Fatalf("sample %d: dst changed to %q on error", i, got)
+		}
+		t.Logf("sample %d: %v", i, err)
+	}
+	for _, i := range []int{0, 2, 6, 19} {
+		got, err := src.Read(i, nil)
+		if err != nil || !bytes.Equal(got, data[i]) {
+			t.Fatalf("sample %d: %v", i, err)
+		}
+	}
+}
+
+func TestOpenFailsWithOneClearLine(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-ds")
+	g.Put(t, "shade-ds", "a/b", []byte("x"))
+	bad := config(g, "s3://shade-ds/a")
+	bad.SecretAccessKey = "wrong-secret"
+	closed := config(g, "s3://shade-ds/a")
+	closed.Endpoint = "http://127.0.0.1:1"
+	for _, tc := range []struct {
+		name string
+		cfg  s3source.Config
+		want string
+	}{
+		{"missing bucket", config(g, "s3://shade-nope/a"), `bucket "shade-nope" does not exist`},
+		{"bad credentials", bad, "credentials refused"},
+		{"wrong endpoint", closed, "unreachable"},
+		{"empty prefix", config(g, "s3://shade-ds/none"), "no samples"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s3source.Open(context.Background(), tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err %v; want one line with %q", err, tc.want)
+			}
+			if tc.name != "empty prefix" && !errors.Is(err, s3source.ErrOpen) {
+				t.Fatalf("err %v does not wrap ErrOpen", err)
+			}
+			t.Log(err)
+		})
+	}
+	if _, err := s3source.Open(context.Background(), config(g, "ds/a")); !errors.Is(err, s3source.ErrURL) {
+		t.Fatalf("not an s3 URL: %v", err)
+	}
+}
+
+func TestCredentialsFromEnvironmentAndFiles(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-ds")
+	g.Put(t, "shade-ds", "a/b", []byte("x"))
+	cfg := s3source.Config{URL: "s3://shade-ds/a", Endpoint: g.Endpoint, PathStyle: true}
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(home, "none"))
+	t.Setenv("AWS_ACCESS_KEY_ID", g.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", g.SecretKey)
+	if _, err := s3source.Open(context.Background(), cfg); err != nil {
+		t.Fatalf("from the environment: %v", err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	creds := filepath.Join(home, "credentials")
+	os.WriteFile(creds, []byte(fmt.Sprintf("[shade]\naws_access_key_id = %s\naws_secret_access_key = %s\n", g.AccessKey, g.SecretKey)), 0o600)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
+	t.Setenv("AWS_PROFILE", "shade")
+	if _, err := s3source.Open(context.Background(), cfg); err != nil {
+		t.Fatalf("from the shared credentials file: %v", err)
+	}
+}
+
+func TestListingKeptInStateDir(t *testing.T) {
+	g := s3test.Start(t)
+	names, _ := fill(t, g, "shade-ds", "p/", 10)
+	state := t.TempDir()
+	cfg := config(g, "s3://shade-ds/p")
+	cfg.StateDir = state
+	first, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := func() int {
+		n := 0
+		for _, r := range g.Requests(t) {
+			if strings.Contains(r.Operation, "ListObjects") {
+				n++
+			}
+		}
+		return n
+	}
+	listed := lists()
+	g.Put(t, "shade-ds", "p/c9/new.bin", []byte("new"))
+	again, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Manifest().Version != first.Manifest().Version || again.Manifest().Len() != len(names) {
+		t.Fatalf("restart re-listed: %d samples, version %s (was %s)", again.Manifest().Len(), again.Manifest().Version, first.Manifest().Version)
+	}
+	if lists() != listed {
+		t.Fatalf("restart listed the bucket again (%d listings, was %d)", lists(), listed)
+	}
+	cfg.Relist = true
+	relisted, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if relisted.Manifest().Len() != len(names)+1 || relisted.Manifest().Version == first.Manifest().Version {
+		t.Fatalf("relist: %d samples, want %d and a new version", relisted.Manifest().Len(), len(names)+1)
+	}
+	entries, _ := os.ReadDir(state)
+	if len(entries) != 1 {
+		t.Fatalf("state dir holds %d files, want the one listing", len(entries))
+	}
+}
+
+// throttling answers 503 SlowDown to the first n GETs of objects, then
+// lets requests through to the real gateway.
+type throttling struct {
+	n    atomic.Int64
+	next http.RoundTripper
+}
+
+func (tr *throttling) RoundTrip(r *http.Request) (*http.Response, error) {
+	if isObjectGet(r) && tr.n.Add(-1) >= 0 {
+		body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+			Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body)),
+			ContentLength: int64(len(body)), Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+	}
+	return tr.next.RoundTrip(r)
+}
+
+func TestThrottledReadsAreRetried(t *testing.T) {
+	g := s3test.Start(t)
+	_, data := fill(t, g, "shade-ds", "p/", 4)
+	tr := &throttling{next: http.DefaultTransport}
+	cfg := config(g, "s3://shade-ds/p")
+	cfg.Transport = tr
+	src, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.n.Store(3)
+	got, err := src.Read(1, nil)
+	if err != nil || !bytes.Equal(got, data[1]) {
+		t.Fatalf("after 3 SlowDowns: %v", err)
+	}
+	cfg.Retries = 2
+	few, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.n.Store(3)
+	if _, err := few.Read(1, nil); !errors.Is(err, s3source.ErrRead) || !strings.Contains(err.Error(), "reduce your request rate") {
+		t.Fatalf("3 SlowDowns with 2 retries: %v, want ErrRead", err)
+	}
+}
+
+// gate counts the object GETs in flight and can hold the first few until
+// their request's context ends (a store that stops answering).
+type gate struct {
+	inFlight, peak atomic.Int64
+	hang           atomic.Int64
+	delay          chan struct{} // closed: GETs go through at once
+	next           http.RoundTripper
+}
+
+func (gt *gate) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !isObjectGet(r) {
+		return gt.next.RoundTrip(r)
+	}
+	n := gt.inFlight.Add(1)
+	defer gt.inFlight.Add(-1)
+	for p := gt.peak.Load(); n > p && !gt.peak.CompareAndSwap(p, n); p = gt.peak.Load() {
+	}
+	if gt.hang.Add(-1) >= 0 {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	select {
+	case <-gt.delay:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return gt.next.RoundTrip(r)
+}
+
+func TestInFlightBoundAndRequestTimeout(t *testing.T) {
+	g := s3test.Start(t)
+	_, data := fill(t, g, "shade-ds", "p/", 64)
+	gt := &gate{next: http.DefaultTransport, delay: make(chan struct{})}
+	cfg := config(g, "s3://shade-ds/p")
+	cfg.Transport, cfg.MaxInFlight = gt, 4
+	cfg.RequestTimeout = 300 * time.Millisecond
+	src, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 64 concurrent reads: hold the GETs until 4 are waiting, then let
+	// them go; never more than 4 at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := src.Read(i, nil)
+			if err == nil && !bytes.Equal(got, data[i]) {
+				err = fmt.Errorf("sample %d: wrong bytes", i)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gt.inFlight.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(gt.delay)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if p := gt.peak.Load(); p != 4 {
+		t.Fatalf("peak GETs in flight %d, want MaxInFlight 4", p)
+	}
+	// A GET that never answers times out and is tried again.
+	gt.hang.Store(1)
+	start := time.Now()
+	got, err := src.Read(7, nil)
+	if err != nil || !bytes.Equal(got, data[7]) {
+		t.Fatalf("after a hung request: %v", err)
+	}
+	t.Logf("read after one hung request in %v (timeout 300ms)", time.Since(start).Round(time.Millisecond))
+}
+
+// isObjectGet reports whether r is a GET of an object (path-style
+// /BUCKET/KEY), not a listing (/BUCKET/?list-type=2).
+func isObjectGet(r *http.Request) bool {
+	parts := strings.SplitN(r.URL.Path, "/", 3)
+	return r.Method == http.MethodGet && len(parts) == 3 && parts[2] != ""
+}
+
+// TestSilentEndpointFailsOpen: an endpoint that accepts connections but
+// never answers fails Open within the request timeout.
+func TestSilentEndpointFailsOpen(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered, until the listener closes
+		}
+	}()
+	cfg := s3source.Config{URL: "s3://shade-ds/p", Endpoint: "http://" + l.Addr().String(), PathStyle: true,
+		AccessKeyID: "a", SecretAccessKey: "b", RequestTimeout: 300 * time.Millisecond}
+	start := time.Now()
+	_, err = s3source.Open(context.Background(), cfg)
+	if !errors.Is(err, s3source.ErrOpen) || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("silent endpoint: %v", err)
+	}
+	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
+}

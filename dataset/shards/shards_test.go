@@ -1,0 +1,201 @@
+package shards_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/dataset/shards"
+	"github.com/shade-mesh/shade/internal/s3test"
+)
+
+type file struct {
+	name string
+	data []byte
+}
+
+// writeTar writes a tar of the files to path.
+func writeTar(t testing.TB, path string, files []file) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(f.data)
+	}
+	tw.Close()
+	if path != "" {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// makeShards writes nShards shards of per samples each (members jpg, cls
+// and, for every third sample, a long-named json) and returns the expected
+// samples in order: key and members.
+func makeShards(t *testing.T, dir string, nShards, per int) ([]string, []map[string][]byte, [][]byte) {
+	t.Helper()
+	var keys []string
+	var want []map[string][]byte
+	var tars [][]byte
+	for s := range nShards {
+		var files []file
+		for j := range per {
+			i := s*per + j
+			key := fmt.Sprintf("part%d/s%05d", s, i)
+			m := map[string][]byte{
+				"jpg": bytes.Repeat([]byte{byte(i)}, 100+i*37%3000),
+				"cls": []byte(fmt.Sprint(i % 10)),
+			}
+			files = append(files, file{key + ".jpg", m["jpg"]}, file{key + ".cls", m["cls"]})
+			if i%3 == 0 {
+				m["meta.json"] = bytes.Repeat([]byte("{}"), 200)
+				files = append(files, file{key + ".meta.json", m["meta.json"]})
+			}
+			keys = append(keys, key)
+			want = append(want, m)
+		}
+		files = append(files, file{"./.hidden", []byte("skipped")})
+		tars = append(tars, writeTar(t, filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", s)), files))
+	}
+	os.WriteFile(filepath.Join(dir, "README"), []byte("not a shard"), 0o644)
+	return keys, want, tars
+}
+
+func checkAll(t *testing.T, src *shards.Source, keys []string, want []map[string][]byte) {
+	t.Helper()
+	m := src.Manifest()
+	if !slices.Equal(m.Names, keys) {
+		t.Fatalf("names %v..., want %v...", m.Names[:min(3, len(m.Names))], keys[:3])
+	}
+	for i := range keys {
+		b, err := src.Read(i, []byte("x"))
+		if err != nil {
+			t.Fatalf("sample %d: %v", i, err)
+		}
+		if b[0] != 'x' || int64(len(b)-1) != m.Sizes[i] {
+			t.Fatalf("sample %d: %d bytes, manifest says %d", i, len(b)-1, m.Sizes[i])
+		}
+		var got map[string][]byte
+		if err := msgpack.Unmarshal(b[1:], &got); err != nil {
+			t.Fatalf("sample %d: not msgpack: %v", i, err)
+		}
+		if len(got) != len(want[i]) {
+			t.Fatalf("sample %d: members %d, want %d", i, len(got), len(want[i]))
+		}
+		for ext, data := range want[i] {
+			if !bytes.Equal(got[ext], data) {
+				t.Fatalf("sample %d member %s: wrong bytes", i, ext)
+			}
+		}
+	}
+}
+
+func TestDirShardsByteExact(t *testing.T) {
+	dir := t.TempDir()
+	keys, want, _ := makeShards(t, dir, 3, 40)
+	state := t.TempDir()
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(t, src, keys, want)
+	again, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Manifest().Version != src.Manifest().Version {
+		t.Fatal("the kept index gives another version")
+	}
+	// A shard rewritten after indexing: its samples fail, others are served.
+	path := filepath.Join(dir, "shard-001.tar")
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, b, 0o644)
+	os.Chtimes(path, time.Now().Add(time.Hour), time.Now().Add(time.Hour))
+	if _, err := src.Read(40, nil); !errors.Is(err, dataset.ErrChanged) {
+		t.Fatalf("sample of a rewritten shard: %v", err)
+	}
+	if _, err := src.Read(0, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCompressedAndBadLayoutsRefused(t *testing.T) {
+	dir := t.TempDir()
+	makeShards(t, dir, 1, 3)
+	os.WriteFile(filepath.Join(dir, "more.tar.gz"), []byte{0x1f, 0x8b, 8}, 0o644)
+	_, err := shards.Open(context.Background(), shards.Config{Location: dir})
+	if !errors.Is(err, shards.ErrCompressed) {
+		t.Fatalf(".tar.gz: %v", err)
+	}
+	t.Log(err)
+
+	dir = t.TempDir()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(writeTar(t, "", []file{{"a.jpg", []byte("x")}}))
+	zw.Close()
+	os.WriteFile(filepath.Join(dir, "s.tar"), gz.Bytes(), 0o644)
+	if _, err := shards.Open(context.Background(), shards.Config{Location: dir}); !errors.Is(err, shards.ErrCompressed) {
+		t.Fatalf("gzip behind .tar: %v", err)
+	}
+
+	dir = t.TempDir()
+	writeTar(t, filepath.Join(dir, "s.tar"), []file{{"a.jpg", []byte("1")}, {"b.jpg", []byte("2")}, {"a.cls", []byte("3")}})
+	if _, err := shards.Open(context.Background(), shards.Config{Location: dir}); !errors.Is(err, shards.ErrLayout) {
+		t.Fatalf("members apart: %v", err)
+	}
+	dir = t.TempDir()
+	whole := writeTar(t, "", []file{{"a.jpg", bytes.Repeat([]byte("1"), 5000)}, {"b.jpg", []byte("2")}})
+	os.WriteFile(filepath.Join(dir, "s.tar"), whole[:2048], 0o644)
+	if _, err := shards.Open(context.Background(), shards.Config{Location: dir}); err == nil {
+		t.Fatal("a truncated shard accepted")
+	} else {
+		t.Log(err)
+	}
+	if _, err := shards.Open(context.Background(), shards.Config{Location: t.TempDir()}); !errors.Is(err, dataset.ErrEmpty) {
+		t.Fatalf("no shards: %v", err)
+	}
+}
+
+func TestS3ShardsByRangedReads(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-wds")
+	dir := t.TempDir()
+	keys, want, tars := makeShards(t, dir, 2, 30)
+	for i, b := range tars {
+		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%03d.tar", i), b)
+	}
+	cfg := shards.Config{Location: "s3://shade-wds/wds", StateDir: t.TempDir(),
+		S3: s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}}
+	src, err := shards.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shards.Open(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if gets := g.GetCounts(t, "shade-wds"); gets["wds/shard-000.tar"] != 1 || gets["wds/shard-001.tar"] != 1 {
+		t.Fatalf("indexing twice with a state dir: GETs %v, want one per shard", gets)
+	}
+	checkAll(t, src, keys, want)
+	if gets := g.GetCounts(t, "shade-wds"); gets["wds/shard-000.tar"] != 1+30 {
+		t.Fatalf("GETs of shard 0 after reading its 30 samples: %d, want 1 + 30 ranged reads", gets["wds/shard-000.tar"])
+	}
+}

@@ -1,0 +1,273 @@
+// Package s3 tests real shade-peer processes over datasets in an
+// S3-compatible object store (a real Versity S3 Gateway on loopback): every
+// sample byte-exact through every peer, and from the gateway's access log how
+// often the mesh read each object from the store.
+package s3
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/internal/s3test"
+	"github.com/shade-mesh/shade/internal/testsupport"
+)
+
+var bins *testsupport.Binaries
+
+func TestMain(m *testing.M) { testsupport.Main(m, testsupport.BuildOptions{}, &bins) }
+
+// startPeer runs shade-peer with env added to its environment (the
+// gateway's credentials) and waits until its socket answers.
+func startPeer(t *testing.T, env []string, args ...string) *testsupport.Peer {
+	t.Helper()
+	return testsupport.StartPeer(t, testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: env,
+		Args: append([]string{"--log-format", "json", "--admin-addr", "off"}, args...)})
+}
+
+func client(sock string) *redis.Client {
+	return redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, MaxRetries: -1})
+}
+
+func members(sock string) []string {
+	c := client(sock)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	js, err := c.Do(ctx, "SHADE.STATS").Text()
+	if err != nil {
+		return nil
+	}
+	var st struct {
+		Members []string `json:"members"`
+	}
+	json.Unmarshal([]byte(js), &st)
+	return st.Members
+}
+
+// bucketMesh is k shade-peer processes over a bucket of n objects.
+type bucketMesh struct {
+	g     *s3test.Gateway
+	peers []*testsupport.Peer
+	ds    *testsupport.Dataset
+}
+
+const meshBucket = "shade-e2e"
+
+// startBucketMesh uploads n small objects with shadectl into a fresh
+// gateway and starts k peers serving them as dataset "ds" (R = 2).
+func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
+	t.Helper()
+	g := s3test.Start(t)
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, Seed: 7})
+	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
+		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
+	url := "s3://" + meshBucket + "/fmnist/train"
+	up := exec.Command(bins.Path("shadectl"), "dataset", "upload", ds.Dir, url,
+		"--s3-endpoint", g.Endpoint, "--s3-path-style")
+	up.Env = append(os.Environ(), env...)
+	var upErr bytes.Buffer
+	up.Stderr = &upErr
+	out, err := up.Output()
+	if err != nil {
+		t.Fatalf("shadectl dataset upload: %v\n%s", err, upErr.Bytes())
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+
+	tls := t.TempDir()
+	m := &bucketMesh{g: g, ds: ds}
+	var names []string
+	seed := ""
+	for i := range k {
+		name := fmt.Sprintf("n%d", i)
+		gossip := testsupport.LoopbackAddr(t)
+		if i == 0 {
+			seed = gossip
+		}
+		m.peers = append(m.peers, startPeer(t, env, "--name", name, "--dataset", "ds="+url,
+			"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB",
+			"--gossip-addr", gossip, "--peer-addr", testsupport.LoopbackAddr(t), "--seeds", seed,
+			"--dev-tls-dir", tls, "--gossip-profile", "local", "--expect", strconv.Itoa(k), "--replicas", "2"))
+		names = append(names, name)
+	}
+	took := testsupport.WaitFor(t, 20*time.Second, fmt.Sprintf("every peer sees members %v", names), func() bool {
+		for _, p := range m.peers {
+			if !slices.Equal(members(p.Socket), names) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d peers converged in %v", k, took.Round(time.Millisecond))
+	return m
+}
+
+// readAll reads every sample through peer pi in MGETs of 250 and checks
+// the bytes; safe to run on several peers at once.
+func (m *bucketMesh) readAll(pass, pi int) error {
+	c := client(m.peers[pi].Socket)
+	defer c.Close()
+	for start := 0; start < m.ds.Len(); start += 250 {
+		ids := make([]int, 0, 250)
+		for i := start; i < min(start+250, m.ds.Len()); i++ {
+			ids = append(ids, i)
+		}
+		vals, err := c.MGet(context.Background(), testsupport.Keys("ds", ids)...).Result()
+		if err != nil {
+			return fmt.Errorf("pass %d, peer %d: %w", pass, pi, err)
+		}
+		if err := testsupport.CheckValues(m.ds, ids, vals); err != nil {
+			return fmt.Errorf("pass %d, peer %d: %w", pass, pi, err)
+		}
+	}
+	return nil
+}
+
+// getHistogram returns, from the gateway's access log, how many objects
+// were fetched how many times, and fails t unless every object was.
+func (m *bucketMesh) getHistogram(t *testing.T) (map[int]int, map[string]int) {
+	t.Helper()
+	gets := m.g.GetCounts(t, meshBucket)
+	hist := map[int]int{}
+	for _, c := range gets {
+		hist[c]++
+	}
+	if len(gets) != m.ds.Len() {
+		t.Errorf("%d objects read from the store, want all %d", len(gets), m.ds.Len())
+	}
+	return hist, gets
+}
+
+// TestMeshOverBucketReadsEachObjectOnce reads every sample through each of
+// 3 peers in turn, twice: each object is fetched from the store once.
+func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
+	m := startBucketMesh(t, 3000, 3)
+	for pass := range 2 {
+		for pi := range m.peers {
+			if err := m.readAll(pass, pi); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hist, gets := m.getHistogram(t)
+	t.Logf("objects by GETs from the store after 2 passes through 3 peers in turn: %v (GETs: objects)", hist)
+	for key, c := range gets {
+		if c > 1 {
+			t.Errorf("%s fetched %d times from the store, want at most once", key, c)
+		}
+	}
+}
+
+// TestMeshOverBucketConcurrentColdReads reads every sample through all 3
+// peers at once, twice. DESIGN.md §8 targets one store read per sample per
+// mesh; today that holds for reads in turn (above) but not for concurrent
+// cold reads: a sample's R = 2 owners can miss at the same moment and each
+// read the store (misses collapse within a peer, not across co-owners), and
+// now and then a third peer reads it too. On 3,000 objects about 90% are
+// fetched twice and a few three times. This test holds what is met (bytes
+// exact, at most one fetch per peer, nothing fetched again while cached)
+// and logs the distance from the target; the fix belongs to the mesh's
+// read path.
+func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
+	m := startBucketMesh(t, 3000, 3)
+	var after1 map[string]int
+	for pass := range 2 {
+		if err := testsupport.Parallel(len(m.peers), func(pi int) error { return m.readAll(pass, pi) }); err != nil {
+			t.Fatal(err)
+		}
+		if pass == 0 {
+			after1 = m.g.GetCounts(t, meshBucket)
+		}
+	}
+	hist, gets := m.getHistogram(t)
+	t.Logf("objects by GETs from the store after 2 concurrent passes through 3 peers: %v (GETs: objects; the target is all at 1)", hist)
+	for key, c := range gets {
+		if c > len(m.peers) {
+			t.Errorf("%s fetched %d times from the store by %d peers", key, c, len(m.peers))
+		}
+		if c != after1[key] {
+			t.Errorf("%s fetched again on the second pass (%d, then %d), while cached", key, after1[key], c)
+		}
+	}
+}
+
+// TestPeerServesShardsFromBucket serves WebDataset tar shards from the
+// bucket through a standalone peer: every sample is the msgpack map of its
+// members, and each is one ranged GET of its shard.
+func TestPeerServesShardsFromBucket(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-wds")
+	type sampleWant struct {
+		key     string
+		members map[string][]byte
+	}
+	var want []sampleWant
+	rng := rand.New(rand.NewPCG(9, 10))
+	for s := range 3 {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for j := range 100 {
+			key := fmt.Sprintf("s%05d", s*100+j)
+			m := map[string][]byte{"png": make([]byte, 50+rng.IntN(2000)), "cls": []byte(strconv.Itoa(j % 10))}
+			for i := range m["png"] {
+				m["png"][i] = byte(rng.Uint32())
+			}
+			for _, ext := range []string{"png", "cls"} {
+				tw.WriteHeader(&tar.Header{Name: key + "." + ext, Mode: 0o644, Size: int64(len(m[ext])), Typeflag: tar.TypeReg})
+				tw.Write(m[ext])
+			}
+			want = append(want, sampleWant{key, m})
+		}
+		tw.Close()
+		g.Put(t, "shade-wds", fmt.Sprintf("wds/train-%03d.tar", s), buf.Bytes())
+	}
+	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
+		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
+	p := startPeer(t, env, "--name", "wds", "--dataset", "wds=shards:s3://shade-wds/wds",
+		"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB")
+	c := client(p.Socket)
+	defer c.Close()
+	names, err := c.Do(context.Background(), "SHADE.MANIFEST", "wds").StringSlice()
+	if err != nil || len(names) != len(want) || names[0] != want[0].key {
+		t.Fatalf("manifest: %d names (%v), want %d", len(names), err, len(want))
+	}
+	keys := make([]string, len(want))
+	for i := range keys {
+		keys[i] = "wds/" + strconv.Itoa(i)
+	}
+	for pass := range 2 {
+		vals, err := c.MGet(context.Background(), keys...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			s, _ := v.(string)
+			var got map[string][]byte
+			if err := msgpack.Unmarshal([]byte(s), &got); err != nil {
+				t.Fatalf("pass %d, sample %d: %v", pass, i, err)
+			}
+			if len(got) != 2 || !bytes.Equal(got["png"], want[i].members["png"]) || !bytes.Equal(got["cls"], want[i].members["cls"]) {
+				t.Fatalf("pass %d, sample %d (%s): wrong members", pass, i, want[i].key)
+			}
+		}
+	}
+	gets := g.GetCounts(t, "shade-wds")
+	t.Logf("GETs per shard (1 to index + 1 ranged GET per sample): %v", gets)
+	for s := range 3 {
+		if n := gets[fmt.Sprintf("wds/train-%03d.tar", s)]; n != 1+100 {
+			t.Errorf("shard %d: %d GETs, want 101", s, n)
+		}
+	}
+}
