@@ -49,7 +49,7 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	own := len(owners) == 0 || contains(owners, n.cfg.Name)
 	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
 		if !mem {
-			ds.current().prefetchHits.Add(1) // else a peer hit, as without read-ahead
+			ds.counters.Current().PrefetchHits.Add(1) // else a peer hit, as without read-ahead
 		}
 		if own && n.admit(sampleID(ds, idx), key, v, ds) && !mem {
 			n.offer(ds, uint32(idx), v, owners, false)
@@ -67,7 +67,7 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	}
 	// No owner answered: read the source, without caching what this node
 	// does not own.
-	ds.current().sourceFallbacks.Add(1)
+	ds.counters.Current().SourceFallbacks.Add(1)
 	v, err = n.readSource(ds, idx)
 	return v, false, err
 }
@@ -76,14 +76,14 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	start := time.Now()
 	b, err := ds.src.Read(idx, nil)
-	ds.sourceLat.observe(time.Since(start).Seconds())
-	c := ds.current()
+	ds.counters.SourceLatency.Observe(time.Since(start))
+	c := ds.counters.Current()
 	if err != nil {
-		c.sourceErrors.Add(1)
+		c.SourceErrors.Add(1)
 		return nil, fmt.Errorf("mesh: %s: %w", samplekey.Format(ds.name, idx), err)
 	}
-	c.sourceReads.Add(1)
-	c.sourceBytes.Add(int64(len(b)))
+	c.SourceReads.Add(1)
+	c.SourceBytes.Add(int64(len(b)))
 	return b, nil
 }
 
@@ -240,7 +240,7 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 		}
 		if shm.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
 			n.cfg.Logger.Warn().Str("owner", owner).Str("key", keyOfSample(ds, ids[i])).Msg("checksum mismatch: copy discarded")
-			ds.current().checksumErrors.Add(1)
+			ds.counters.Current().ChecksumErrors.Add(1)
 			*it = wire.FetchItem{}
 		}
 	}
@@ -287,7 +287,7 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 			}
 		}) {
 			n.hits(sampleID(ds, int(id)))
-			ds.current().servedPeers.Add(1)
+			ds.counters.Current().ServedPeers.Add(1)
 			continue
 		}
 		if req.MemoryOnly {
@@ -308,7 +308,7 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 				it.Err = err.Error()
 				return
 			}
-			ds.current().servedPeers.Add(1)
+			ds.counters.Current().ServedPeers.Add(1)
 			it.Found, it.Sum = true, shm.Checksum(v)
 			if !req.Warm {
 				it.Value = v

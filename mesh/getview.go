@@ -31,7 +31,7 @@ func (n *Node) GetView(ctx context.Context, key []byte, fn func(value []byte)) (
 	}
 	n.traceRead(ds, idx, key)
 	if n.store.View(key, lend) {
-		ds.current().hits.Add(1)
+		ds.counters.Current().Hits.Add(1)
 		n.hits(sampleID(ds, idx))
 		ds.countDecile(idx, true)
 		return true, nil
@@ -40,7 +40,7 @@ func (n *Node) GetView(ctx context.Context, key []byte, fn func(value []byte)) (
 	if err != nil {
 		return false, err
 	}
-	ds.countRead(idx, mem)
+	ds.counters.Missed(idx, mem)
 	ds.countDecile(idx, mem)
 	fn(v)
 	return true, nil

@@ -44,7 +44,7 @@ func (n *Node) Locate(keys [][]byte) (uint64, []shm.Location) {
 			continue
 		}
 		n.traceRead(ds, idx, key)
-		ds.current().hits.Add(1)
+		ds.counters.Current().Hits.Add(1)
 		ds.countDecile(idx, true)
 		hitIDs = append(hitIDs, sampleID(ds, idx))
 	}

@@ -273,7 +273,7 @@ func (n *Node) evictLocked(id policy.ID) {
 		return
 	}
 	ds.resident.Add(-1)
-	ds.current().evictions.Add(1)
+	ds.counters.Current().Evictions.Add(1)
 }
 
 // admit offers a value that was just read to the policy and stores it if
@@ -314,7 +314,7 @@ func (n *Node) countRejected(ds *datasetState) {
 		n.freeRejected.Add(1)
 		return
 	}
-	ds.current().rejected.Add(1)
+	ds.counters.Current().Rejected.Add(1)
 }
 
 // hits tells the policy that these resident ids were read.
@@ -352,7 +352,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 	}
 	n.traceRead(ds, idx, key)
 	if v, ok := n.store.Get(dst, key); ok {
-		ds.current().hits.Add(1)
+		ds.counters.Current().Hits.Add(1)
 		n.hits(sampleID(ds, idx))
 		ds.countDecile(idx, true)
 		return v, true, nil
@@ -361,7 +361,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 	if err != nil {
 		return nil, false, err
 	}
-	ds.countRead(idx, mem)
+	ds.counters.Missed(idx, mem)
 	ds.countDecile(idx, mem)
 	return append(dst, v...), true, nil
 }
@@ -422,7 +422,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) []transport.Result {
 				n.freeHits.Add(1)
 				hitIDs = append(hitIDs, freeID(key))
 			} else {
-				ds.current().hits.Add(1)
+				ds.counters.Current().Hits.Add(1)
 				hitIDs = append(hitIDs, sampleID(ds, idx))
 			}
 			continue
@@ -463,7 +463,7 @@ func (n *Node) readMisses(ctx context.Context, keys [][]byte, misses []int, dss 
 			defer func() { <-sem; wg.Done() }()
 			v, fromMem, err := n.readMissing(ctx, dss[i], idxs[i], keys[i])
 			if err == nil {
-				dss[i].countRead(idxs[i], fromMem)
+				dss[i].counters.Missed(idxs[i], fromMem)
 				mem[i] = fromMem
 			}
 			res[i] = transport.Result{Value: v, Found: err == nil, Err: err}

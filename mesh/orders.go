@@ -34,7 +34,7 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 			return nil, fmt.Errorf("%w: the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
 				ErrWorldMismatch, name, a.World, world, name)
 		case a.Order != nil:
-			ds.advance(epoch)
+			ds.counters.Advance(epoch)
 			n.prefetchSlice(ds, a.Order, rank)
 			return a.Order.Slices[rank], nil
 		case a.Gone:

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/counters"
 	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport"
@@ -142,7 +143,7 @@ func memoryShare(t *testing.T, prefetch int) (share float64, st stats.Epoch) {
 		}
 	}
 	for _, es := range m.peers[0].node.ordered[0].stats().Epochs {
-		addEpoch(&st, es)
+		counters.AddEpoch(&st, es)
 	}
 	reads := st.Hits + st.ColdMisses + st.CapacityMisses
 	return float64(st.Hits+st.PrefetchHits) / float64(max(1, reads)), st
