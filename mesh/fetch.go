@@ -57,10 +57,10 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 		return v, mem, nil
 	}
 	if own {
-		return n.readThrough(ctx, ds, idx, key, owners)
+		return n.readThrough(ctx, ds, idx, key, owners, true)
 	}
 	for _, owner := range n.preferred(owners) {
-		items, err := n.fetchFrom(ctx, owner, ds, []uint32{uint32(idx)}, false)
+		items, err := n.fetchFrom(ctx, owner, ds, []uint32{uint32(idx)}, fetchMode{})
 		if err == nil && items[0].Found {
 			return items[0].Value, items[0].Hit, nil
 		}
@@ -90,21 +90,35 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // readThrough reads a sample this node owns: from a co-owner's memory if
 // one has it, else from the source, and offers it to the policy. Concurrent
 // misses for one key collapse into one read; the result is shared between
-// them: read only.
-func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string) ([]byte, bool, error) {
+// them: read only. With forward, an owner before this one in the ring's
+// order is asked to read the sample through instead (see below); a node
+// serving such a request passes forward false, so requests never loop.
+func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, error) {
 	type result struct {
 		v   []byte
 		mem bool
 	}
 	r, err, _ := n.flight.Do(string(key), func() (any, error) {
+		// The first owner in the ring's order reads the source for all of
+		// them: an owner after it asks it to read through instead of
+		// reading the source too, so cold misses of one sample on several
+		// owners at once cost one source read, as a node's own concurrent
+		// misses do (the flight). Owners after this one are asked for
+		// their memory only; a first owner that does not answer is passed
+		// over, and the source read here.
+		before := forward
 		for _, co := range owners {
-			if co == n.cfg.Name || n.cluster == nil {
+			if co == n.cfg.Name {
+				before = false
 				continue
 			}
-			items, err := n.fetchFrom(ctx, co, ds, []uint32{uint32(idx)}, true)
+			if n.cluster == nil {
+				continue
+			}
+			items, err := n.fetchFrom(ctx, co, ds, []uint32{uint32(idx)}, fetchMode{memoryOnly: !before, first: before})
 			if err == nil && items[0].Found {
 				n.admit(sampleID(ds, idx), key, items[0].Value, ds)
-				return result{items[0].Value, true}, nil
+				return result{items[0].Value, !before || items[0].Hit}, nil
 			}
 		}
 		b, err := n.readSource(ds, idx)
@@ -214,7 +228,12 @@ func (n *Node) preferred(owners []string) []string {
 // fetchFrom asks one owner for samples and verifies every value against
 // its checksum and the manifest's size. Items that fail verification come
 // back not Found.
-func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, memoryOnly bool) ([]wire.FetchItem, error) {
+// fetchMode says how an owner answers a fetch: from its memory only, or
+// reading through; first asks it to read through itself (see
+// wire.FetchReq.First).
+type fetchMode struct{ memoryOnly, first bool }
+
+func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, mode fetchMode) ([]wire.FetchItem, error) {
 	n.inflightMu.Lock()
 	n.inflight[owner]++
 	n.inflightMu.Unlock()
@@ -226,7 +245,7 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
 	var resp wire.FetchResp
-	req := &wire.FetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: memoryOnly}
+	req := &wire.FetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: mode.memoryOnly, First: mode.first}
 	if err := n.cluster.callName(cctx, owner, wire.MethodFetch, req, &resp); err != nil {
 		return nil, err
 	}
@@ -300,7 +319,7 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 			var v []byte
 			var err error
 			if owners := n.owners(ds, id); contains(owners, n.cfg.Name) {
-				v, _, err = n.readThrough(ctx, ds, int(id), key, owners)
+				v, _, err = n.readThrough(ctx, ds, int(id), key, owners, !req.First)
 			} else {
 				v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
 			}

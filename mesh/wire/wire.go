@@ -62,6 +62,11 @@ type FetchReq struct {
 	MemoryOnly bool `msgpack:"m"`
 	// Warm: read through and admit, but send no bytes back (prefetch).
 	Warm bool `msgpack:"w"`
+	// First: the asker is a co-owner deferring to the receiver as the
+	// samples' first owner; the receiver reads through itself (its memory,
+	// then the source) and asks no other owner to. Older peers leave it
+	// false.
+	First bool `msgpack:"p,omitempty"`
 }
 
 // FetchItem is an owner's answer for one sample of a FetchReq.

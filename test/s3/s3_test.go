@@ -172,14 +172,12 @@ func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
 
 // TestMeshOverBucketConcurrentColdReads reads every sample through all 3
 // peers at once, twice. DESIGN.md §8 targets one store read per sample per
-// mesh; today that holds for reads in turn (above) but not for concurrent
-// cold reads: a sample's R = 2 owners can miss at the same moment and each
-// read the store (misses collapse within a peer, not across co-owners), and
-// now and then a third peer reads it too. On 3,000 objects about 90% are
-// fetched twice and a few three times. This test holds what is met (bytes
-// exact, at most one fetch per peer, nothing fetched again while cached)
-// and logs the distance from the target; the fix belongs to the mesh's
-// read path.
+// mesh. Cold misses of one sample on its R = 2 owners at the same moment
+// collapse on its first owner, which reads the store for both (a co-owner
+// asks it to read through); a read falls back to the store only when the
+// first owner does not answer in time, so a loaded machine may show a few
+// objects read twice. The test holds: bytes exact, no object read more
+// than twice and at most 2% read twice, nothing read again while cached.
 func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
 	m := startBucketMesh(t, 3000, 3)
 	var after1 map[string]int
@@ -193,13 +191,20 @@ func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
 	}
 	hist, gets := m.getHistogram(t)
 	t.Logf("objects by GETs from the store after 2 concurrent passes through 3 peers: %v (GETs: objects; the target is all at 1)", hist)
+	twice := 0
 	for key, c := range gets {
-		if c > len(m.peers) {
+		if c > 2 {
 			t.Errorf("%s fetched %d times from the store by %d peers", key, c, len(m.peers))
+		}
+		if c == 2 {
+			twice++
 		}
 		if c != after1[key] {
 			t.Errorf("%s fetched again on the second pass (%d, then %d), while cached", key, after1[key], c)
 		}
+	}
+	if twice > len(gets)/50 {
+		t.Errorf("%d of %d objects fetched twice from the store: cold misses on co-owners did not collapse", twice, len(gets))
 	}
 }
 
