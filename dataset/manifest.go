@@ -48,13 +48,23 @@ const progressEvery = 1000
 // is Sizes[i] bytes long. Version is the hex hash of every (name, size)
 // pair in order; see VersionOf.
 //
+// Encoding says how a sample's bytes are to be read: "" for a file's
+// own bytes, EncodingWDS for a WebDataset sample. The mesh serves it in
+// SHADE.STATS (a dataset's "encoding") so that clients can decode samples.
+//
 // A Manifest is read-only once built: it may be shared between goroutines,
 // and callers must not modify its slices.
 type Manifest struct {
-	Names   []string
-	Sizes   []int64
-	Version string
+	Names    []string
+	Sizes    []int64
+	Version  string
+	Encoding string
 }
+
+// EncodingWDS is the Encoding of a WebDataset shard dataset: each sample
+// is one MessagePack map from member extension to bytes, as package
+// dataset/shards documents it.
+const EncodingWDS = "wds"
 
 // Len returns the number of samples.
 func (m *Manifest) Len() int { return len(m.Names) }

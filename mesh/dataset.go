@@ -109,6 +109,7 @@ func (ds *datasetState) samplingConfig(cfg Config) sampling.Config {
 func (ds *datasetState) stats() stats.DatasetCounters {
 	out := ds.counters.Snapshot()
 	out.Dataset, out.Version, out.Samples, out.Resident = ds.name, ds.manifest.Version, ds.len, ds.resident.Load()
+	out.Encoding = ds.manifest.Encoding
 	return out
 }
 

@@ -237,7 +237,7 @@ func manifest(st store, samples []sample) *dataset.Manifest {
 	}
 	h.Write([]byte(dataset.VersionOf(names, sizes)))
 	sum := h.Sum(nil)
-	return &dataset.Manifest{Names: names, Sizes: sizes, Version: hex.EncodeToString(sum[:16])}
+	return &dataset.Manifest{Names: names, Sizes: sizes, Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
 }
 
 // compressedSuffixes are shard names refused outright.

@@ -84,6 +84,9 @@ func checkAll(t *testing.T, src *shards.Source, keys []string, want []map[string
 	if !slices.Equal(m.Names, keys) {
 		t.Fatalf("names %v..., want %v...", m.Names[:min(3, len(m.Names))], keys[:3])
 	}
+	if m.Encoding != dataset.EncodingWDS {
+		t.Fatalf("manifest encoding %q, want %q", m.Encoding, dataset.EncodingWDS)
+	}
 	for i := range keys {
 		b, err := src.Read(i, []byte("x"))
 		if err != nil {

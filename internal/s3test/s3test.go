@@ -121,9 +121,13 @@ type Gateway struct {
 	// LogPath is the gateway's S3 access log.
 	LogPath string
 
+	bin    string
+	addr   string // host:port of Endpoint, kept across Stop and Restart
 	client *minio.Client
+	// The running process: set by start, read by Stop and the cleanup,
+	// all on the test's goroutine.
 	cmd    *exec.Cmd
-	exited chan error // the process's Wait, once it exits
+	exited chan struct{} // closed once the process has been waited for
 	out    *bytes.Buffer
 }
 
@@ -131,17 +135,19 @@ type Gateway struct {
 // in t.Cleanup. It fails t if the gateway does not come up within 30 s.
 func Start(t testing.TB) *Gateway {
 	t.Helper()
-	bin := Binary(t)
 	dir := t.TempDir()
 	g := &Gateway{
 		AccessKey: "shadetestaccess", SecretKey: "shade-test-secret-key-0123456789",
 		Root: filepath.Join(dir, "root"), LogPath: filepath.Join(dir, "access.log"),
+		bin: Binary(t),
 	}
 	if err := os.MkdirAll(g.Root, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for attempt := 0; ; attempt++ {
-		err := g.start(t, bin)
+		g.addr = testsupport.LoopbackAddr(t)
+		g.Endpoint = "http://" + g.addr
+		err := g.start()
 		if err == nil {
 			break
 		}
@@ -150,19 +156,13 @@ func Start(t testing.TB) *Gateway {
 		}
 	}
 	t.Cleanup(func() {
-		g.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-g.exited:
-		case <-time.After(10 * time.Second):
-			g.cmd.Process.Kill()
-			<-g.exited
-		}
+		g.stop()
 		if t.Failed() {
 			t.Logf("versitygw output:\n%s", lastLines(g.out.String(), 40))
 		}
 	})
 	var err error
-	g.client, err = minio.New(strings.TrimPrefix(g.Endpoint, "http://"), &minio.Options{
+	g.client, err = minio.New(g.addr, &minio.Options{
 		Creds: credentials.NewStaticV4(g.AccessKey, g.SecretKey, ""), BucketLookup: minio.BucketLookupPath,
 	})
 	if err != nil {
@@ -171,13 +171,53 @@ func Start(t testing.TB) *Gateway {
 	return g
 }
 
-// start runs the gateway on a free port and waits until it answers HTTP;
-// an error if it exits first (the port was taken meanwhile) or 30 s pass.
-func (g *Gateway) start(tb testing.TB, bin string) error {
-	addr := testsupport.LoopbackAddr(tb)
-	g.Endpoint = "http://" + addr
-	g.out = new(bytes.Buffer)
-	g.cmd = exec.Command(bin, "--access", g.AccessKey, "--secret", g.SecretKey, "--port", addr,
+// Stop stops the gateway (SIGTERM to its PID, SIGKILL after 10 s) and
+// returns once it has exited: the store is down, its port closed, until
+// Restart. Stopping a stopped gateway does nothing. Call Stop, Restart and
+// the other methods from the test's goroutine.
+func (g *Gateway) Stop(t testing.TB) {
+	t.Helper()
+	g.stop()
+}
+
+// Restart starts a stopped gateway again with the same port, root, keys
+// and access log (appended to), and waits until it answers; it fails t if
+// it does not within 30 s (for instance if another process took the port
+// meanwhile). Restarting a running gateway stops it first.
+func (g *Gateway) Restart(t testing.TB) {
+	t.Helper()
+	g.stop()
+	if err := g.start(); err != nil {
+		t.Fatalf("versitygw did not start again on %s: %v\n%s", g.addr, err, g.out)
+	}
+}
+
+func (g *Gateway) stop() {
+	if g.cmd == nil {
+		return
+	}
+	select {
+	case <-g.exited:
+		return
+	default:
+	}
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.exited:
+	case <-time.After(10 * time.Second):
+		g.cmd.Process.Kill()
+		<-g.exited
+	}
+}
+
+// start runs the gateway on g.addr and waits until it answers HTTP; an
+// error if it exits first (the port was taken meanwhile) or 30 s pass.
+// Its output goes to g.out (appended to across restarts).
+func (g *Gateway) start() error {
+	if g.out == nil {
+		g.out = new(bytes.Buffer)
+	}
+	g.cmd = exec.Command(g.bin, "--access", g.AccessKey, "--secret", g.SecretKey, "--port", g.addr,
 		"--access-log", g.LogPath, "posix", g.Root)
 	g.cmd.Stdout, g.cmd.Stderr = g.out, g.out
 	// Killed with the test process too, should it die before Cleanup.
@@ -185,15 +225,19 @@ func (g *Gateway) start(tb testing.TB, bin string) error {
 	if err := g.cmd.Start(); err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
+	cmd, exited := g.cmd, make(chan struct{})
+	var waitErr error
 	g.exited = exited
-	go func() { exited <- g.cmd.Wait() }()
+	go func() { // owned by this process: ends when it does
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	hc := &http.Client{Timeout: time.Second}
 	var exitErr error
 	_, err := testsupport.Poll(context.Background(), 30*time.Second, func() bool {
 		select {
-		case e := <-exited:
-			exitErr = fmt.Errorf("exited: %v", e)
+		case <-exited:
+			exitErr = fmt.Errorf("exited: %v", waitErr)
 			return true
 		default:
 		}
@@ -208,9 +252,9 @@ func (g *Gateway) start(tb testing.TB, bin string) error {
 	case exitErr != nil:
 		return exitErr
 	case err != nil:
-		g.cmd.Process.Kill()
+		cmd.Process.Kill()
 		<-exited
-		return fmt.Errorf("no answer on %s within 30s", addr)
+		return fmt.Errorf("no answer on %s within 30s", g.addr)
 	}
 	return nil
 }

@@ -50,8 +50,12 @@ type Dataset struct {
 
 // DatasetCounters is a snapshot of one dataset's counters on a node.
 type DatasetCounters struct {
-	Dataset  string  `json:"dataset"`
-	Version  string  `json:"version"` // the manifest hash
+	Dataset string `json:"dataset"`
+	Version string `json:"version"` // the manifest hash
+	// Encoding is how a sample's bytes are read: absent for a file's own
+	// bytes, "wds" for a WebDataset sample, one MessagePack map from
+	// member extension to bytes (package dataset/shards).
+	Encoding string  `json:"encoding,omitempty"`
 	Samples  int     `json:"samples"`
 	Resident int64   `json:"resident"` // samples in this node's cache
 	Epoch    int     `json:"epoch"`    // the epoch reads are counted against

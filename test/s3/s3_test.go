@@ -248,6 +248,15 @@ func TestPeerServesShardsFromBucket(t *testing.T) {
 	if err != nil || len(names) != len(want) || names[0] != want[0].key {
 		t.Fatalf("manifest: %d names (%v), want %d", len(names), err, len(want))
 	}
+	var st struct {
+		Datasets []struct {
+			Encoding string `json:"encoding"`
+		} `json:"datasets"`
+	}
+	if js, err := c.Do(context.Background(), "SHADE.STATS", "wds").Text(); err != nil || json.Unmarshal([]byte(js), &st) != nil ||
+		len(st.Datasets) != 1 || st.Datasets[0].Encoding != "wds" {
+		t.Fatalf("SHADE.STATS wds: %v, datasets %+v; want encoding \"wds\"", err, st.Datasets)
+	}
 	keys := make([]string, len(want))
 	for i := range keys {
 		keys[i] = "wds/" + strconv.Itoa(i)

@@ -25,7 +25,8 @@ import os
 import time
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from .errors import InvalidArgument, MissingDependency, OrderTimeout, OutOfRange, RequestError
+from .errors import (InvalidArgument, MissingDependency, OrderTimeout, OutOfRange, ProtocolError,
+                     RequestError)
 
 try:
     import numpy as np
@@ -37,18 +38,37 @@ except ImportError as e:  # pragma: no cover
         "pip: shade-mesh[torch])"
     ) from e
 
-from .client import Client, Values, finite_pairs
+from .client import Client, Values, finite_pairs, labels_from_manifest
 
 log = logging.getLogger("shade")
 
 __all__ = [
     "ShadeDataset", "ShadeSampler", "report_losses", "epoch_done",
-    "decode_image", "uniform_slice",
+    "decode_image", "uniform_slice", "unpack_members", "ENCODING_WDS",
 ]
 
 # SHADE.ORDER is asked in slices of this many seconds; between them the
 # sampler checks that the peer still has the job (see ShadeSampler).
 _ORDER_POLL_S = 5.0
+
+
+# SHADE.STATS "encoding" of a WebDataset shard dataset (Go: dataset.EncodingWDS).
+ENCODING_WDS = "wds"
+
+
+def unpack_members(data: bytes) -> dict:
+    """A WebDataset shard sample's bytes (one MessagePack map from member
+    extension to bytes; the Go package dataset/shards defines it) ->
+    ``{extension: bytes}``."""
+    try:
+        import msgpack
+    except ImportError as e:  # pragma: no cover
+        raise MissingDependency(
+            "shard datasets need msgpack (Debian: python3-msgpack; pip: msgpack)") from e
+    members = msgpack.unpackb(data, raw=False)
+    if not isinstance(members, dict):
+        raise ProtocolError(f"shard sample: a MessagePack {type(members).__name__}, want a map")
+    return members
 
 
 def _image_array(data: bytes) -> "np.ndarray":
@@ -101,11 +121,24 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
     """Map-style dataset of the samples a shade-peer serves.
 
     ``ds[i]`` returns ``(sample, label, i)`` with one GET. ``ds[[i, j, ...]]``
-    returns stacked ``(samples, labels, ids)`` tensors with ONE MGET: use it
-    with ``DataLoader(ds, sampler=ShadeSampler(...), batch_size=None)``.
-    ``decode`` turns a sample's bytes into an object (default: image ->
-    float tensor C x H x W); ``transform`` is applied to that object. Labels
-    come from the manifest's class folders, fetched once on first use.
+    returns ``(samples, labels, ids)`` with ONE MGET (samples stacked when
+    they are tensors): use it with ``DataLoader(ds, sampler=ShadeSampler(...),
+    batch_size=None)``. ``decode`` turns a sample into an object and
+    ``transform`` is applied to that object.
+
+    File datasets (a directory or bucket): a sample is the file's bytes;
+    ``decode`` defaults to ``decode_image`` (image -> float tensor C x H x W);
+    labels come from the manifest's class folders, fetched once on first use.
+
+    WebDataset shard datasets (``--dataset NAME=shards:...``; the peer's
+    SHADE.STATS says ``"encoding": "wds"``, see ``encoding``): a sample is a
+    dict ``{extension: bytes}`` of its members plus ``"__key__"`` (its key in
+    the shards), as the webdataset library yields it; ``decode`` defaults to
+    none (the dict as it is) and, when given, receives the dict. A sample's
+    label is its ``cls`` member as an integer when it has one, else its
+    class folder (the first element of its key, as for a file dataset), else
+    -1; ``labels`` holds the folder labels (or -1) only.
+
     Works in DataLoader workers: each process opens its own connection
     lazily; pickling drops the connection. Reads block on the peer
     (read-through on a miss) and retry across peer restarts.
@@ -113,27 +146,69 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
 
     def __init__(self, socket_path: Union[str, "os.PathLike[str]"], dataset: str,
                  transform: Optional[Callable[[Any], Any]] = None,
-                 decode: Callable[[bytes], Any] = decode_image,
+                 decode: Optional[Callable[[Any], Any]] = None,
                  password: Optional[str] = None, retry_for: float = 30.0) -> None:
         self._init_client(socket_path, password, retry_for)
         self.dataset = dataset
         self.transform = transform
         self.decode = decode
+        self._names: Optional[List[str]] = None
         self._labels: Optional[torch.Tensor] = None
+        self._encoding: Optional[str] = None
+
+    @property
+    def encoding(self) -> str:
+        """How the peer encodes a sample: "" (a file's bytes) or "wds" (a
+        WebDataset sample); from SHADE.STATS, fetched once."""
+        if self._encoding is None:
+            self._encoding = str(self.client.stats(self.dataset)["datasets"][0].get("encoding", ""))
+        return self._encoding
+
+    @property
+    def is_shards(self) -> bool:
+        """True for a WebDataset shard dataset (samples are member dicts)."""
+        return self.encoding == ENCODING_WDS
+
+    @property
+    def names(self) -> List[str]:
+        """The manifest: every sample's name (relative path or shard key)."""
+        if self._names is None:
+            self._names = self.client.manifest(self.dataset)
+        return self._names
 
     @property
     def labels(self) -> torch.Tensor:
-        """int64 tensor of every sample's class index."""
+        """int64 tensor of every sample's class index (its class folder; for
+        a shard dataset whose keys are not all in folders, -1)."""
         if self._labels is None:
-            self._labels = torch.tensor(self.client.labels(self.dataset), dtype=torch.int64)
+            names = self.names
+            if self.is_shards and not all("/" in n for n in names):
+                labels = [-1] * len(names)
+            else:
+                labels = labels_from_manifest(names)
+            self._labels = torch.tensor(labels, dtype=torch.int64)
         return self._labels
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.names)
 
-    def _prepare(self, data: bytes) -> Any:
-        x = self.decode(data)
+    def _decoder(self) -> Optional[Callable[[Any], Any]]:
+        if self.decode is not None:
+            return self.decode
+        return None if self.is_shards else decode_image
+
+    def _prepare(self, x: Any) -> Any:
+        dec = self._decoder()
+        if dec is not None:
+            x = dec(x)
         return self.transform(x) if self.transform is not None else x
+
+    def _members(self, data: bytes, i: int) -> Tuple[dict, int]:
+        """A shard sample's member dict (with "__key__") and label."""
+        m = unpack_members(data)
+        label = int(m["cls"]) if "cls" in m else int(self.labels[i])
+        m["__key__"] = self.names[i]
+        return m, label
 
     def __getitem__(self, index: Any) -> Tuple[Any, Any, Any]:
         if isinstance(index, (list, tuple, range, np.ndarray, torch.Tensor)) and \
@@ -142,19 +217,29 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
         i = int(index)
         if not 0 <= i < len(self):
             raise OutOfRange(f"{self.dataset}: index {i} outside [0, {len(self)})")
-        return self._prepare(self.client.get(self.dataset, i)), int(self.labels[i]), i
+        data = self.client.get(self.dataset, i)
+        if self.is_shards:
+            m, label = self._members(data, i)
+            return self._prepare(m), label, i
+        return self._prepare(data), int(self.labels[i]), i
 
     def batch(self, ids: Values) -> Tuple[Any, torch.Tensor, torch.Tensor]:
-        """(samples, labels, ids) tensors for a list of ids, one MGET."""
+        """(samples, labels, ids) for a list of ids, one MGET."""
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
         blobs = self.client.mget(self.dataset, ids.tolist())
-        if self.decode is decode_image and self.transform is None and blobs:
-            # Fast path: decode to arrays, convert the batch to a tensor once.
-            return _images_tensor([_image_array(b) for b in blobs]), self.labels[ids], ids
-        samples = [self._prepare(b) for b in blobs]
+        if self.is_shards:
+            pairs = [self._members(b, i) for b, i in zip(blobs, ids.tolist())]
+            labels = torch.tensor([lab for _, lab in pairs], dtype=torch.int64)
+            samples = [self._prepare(m) for m, _ in pairs]
+        else:
+            labels = self.labels[ids]
+            if self._decoder() is decode_image and self.transform is None and blobs:
+                # Fast path: decode to arrays, convert the batch to a tensor once.
+                return _images_tensor([_image_array(b) for b in blobs]), labels, ids
+            samples = [self._prepare(b) for b in blobs]
         if samples and isinstance(samples[0], torch.Tensor):
             samples = torch.stack(samples)
-        return samples, self.labels[ids], ids
+        return samples, labels, ids
 
 
 def uniform_slice(n: int, rank: int, world: int, seed: int, epoch: int) -> List[int]:
