@@ -153,7 +153,7 @@ func (m *bucketMesh) getHistogram(t *testing.T) (map[int]int, map[string]int) {
 // TestMeshOverBucketReadsEachObjectOnce reads every sample through each of
 // 3 peers in turn, twice: each object is fetched from the store once.
 func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
-	m := startBucketMesh(t, 3000, 3)
+	m := startBucketMesh(t, 5000, 3)
 	for pass := range 2 {
 		for pi := range m.peers {
 			if err := m.readAll(pass, pi); err != nil {
@@ -179,7 +179,7 @@ func TestMeshOverBucketReadsEachObjectOnce(t *testing.T) {
 // objects read twice. The test holds: bytes exact, no object read more
 // than twice and at most 2% read twice, nothing read again while cached.
 func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
-	m := startBucketMesh(t, 3000, 3)
+	m := startBucketMesh(t, 5000, 3)
 	var after1 map[string]int
 	for pass := range 2 {
 		if err := testsupport.Parallel(len(m.peers), func(pi int) error { return m.readAll(pass, pi) }); err != nil {
