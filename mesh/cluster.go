@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/member"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -127,6 +128,10 @@ type cluster struct {
 	list *member.List
 	wire *peer.Node
 
+	// serving holds the sample bytes of the fetch replies being built for
+	// other peers, within ClusterConfig.MaxPeerMemory.
+	serving *budget.Budget
+
 	mu      sync.RWMutex
 	members map[string]peerInfo // alive, by name, self included
 }
@@ -178,7 +183,11 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)
 	}
-	c := &cluster{cfg: cc, wire: pn, members: make(map[string]peerInfo)}
+	serving := cc.MaxPeerMemory
+	if serving <= 0 {
+		serving = peer.DefaultMaxRequestMemory
+	}
+	c := &cluster{cfg: cc, wire: pn, serving: budget.New(serving), members: make(map[string]peerInfo)}
 	n.cluster = c
 	var sets []string
 	for _, ds := range n.ordered {

@@ -279,6 +279,22 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 	if req.Version != ds.manifest.Version {
 		return nil, &peer.Error{Code: peer.CodeStale, Msg: fmt.Sprintf("dataset %s: version %s asked, %s here", ds.name, req.Version, ds.manifest.Version)}
 	}
+	// The values this reply will hold are reserved in the node's serving
+	// memory before any is read: a peer cannot make this node hold more
+	// than MaxPeerMemory of replies being built, however many requests it
+	// sends at once (the transport counts them again while they are sent).
+	// A reply that does not fit is refused; the caller reads elsewhere.
+	var need int64
+	for _, id := range req.IDs {
+		if !req.Warm && int(id) < ds.len {
+			need += ds.manifest.Sizes[id]
+		}
+	}
+	need = min(need, fetchReplyBytes)
+	if n.cluster == nil || !n.cluster.serving.TryReserve(need) {
+		return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: fmt.Sprintf("mesh: no room for a reply of %d bytes (--max-peer-memory)", need)}
+	}
+	defer n.cluster.serving.Release(need)
 	resp := &wire.FetchResp{Items: make([]wire.FetchItem, len(req.IDs))}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
