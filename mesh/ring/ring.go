@@ -315,7 +315,20 @@ func (b *builder) edit(cfg Config, names []string) (ok bool) {
 	return true
 }
 
-// fillOwners reads the owner table of c; the caller holds c.
+// fillOwners reads the primaries from c and places the replicas; the
+// caller holds c.
+//
+// Replicas are placed by rendezvous hashing, not by consistent: the
+// replicas of partition p are the R-1 members other than its primary with
+// the highest score(p, member), a hash of both. consistent v0.10.0 would
+// give every partition of one primary the same successors
+// (GetClosestNForPartition depends only on the primary), so one survivor
+// took all of a dead peer's replica data. Under rendezvous hashing each
+// partition ranks the members independently: a dead member's replica
+// partitions each fall to their next-ranked member, spread evenly over the
+// survivors, and a membership change moves only the replicas of the
+// partitions where the changed member ranks (or ranked) among the top.
+// A primary that changes keeps the replicas unless it was one of them.
 func (r *Ring) fillOwners(c *consistent.Consistent) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -323,33 +336,83 @@ func (r *Ring) fillOwners(c *consistent.Consistent) (err error) {
 		}
 	}()
 	n := min(r.cfg.Replicas, len(r.members))
-	byPrimary := make(map[string][]string) // v0.10.0's replicas depend only on the primary
+	index := make(map[string]int, len(r.members))
+	seeds := make([]uint64, len(r.members))
+	for i, m := range r.members {
+		index[m] = i
+		seeds[i] = xxhash.Sum64String(m)
+	}
+	// One backing array for every owner list: one allocation per ring.
+	flat := make([]string, 0, r.cfg.Partitions*n)
+	top := make([]int, 0, n)
 	for p := range r.cfg.Partitions {
 		primary, ok := c.GetPartitionOwner(p).(member)
 		if !ok {
 			return fmt.Errorf("%w: partition %d has no owner", ErrInternal, p)
 		}
-		if owners, ok := byPrimary[primary.name]; ok {
-			r.owners[p] = owners
-			continue
+		pi, ok := index[primary.name]
+		if !ok {
+			return fmt.Errorf("%w: partition %d owner %q is not a member", ErrInternal, p, primary.name)
 		}
-		owners := make([]string, 1, n)
-		owners[0] = primary.name
-		if n > 1 {
-			closest, err := c.GetClosestNForPartition(p, n)
-			if err != nil {
-				return fmt.Errorf("%w: partition %d: %w", ErrInternal, p, err)
-			}
-			for _, cm := range closest {
-				if name := cm.(member).name; !slices.Contains(owners, name) {
-					owners = append(owners, name)
-				}
-			}
+		top = rank(top[:0], seeds, partitionSeed(p), pi, n-1)
+		start := len(flat)
+		flat = append(flat, primary.name)
+		for _, i := range top {
+			flat = append(flat, r.members[i])
 		}
-		byPrimary[primary.name] = owners
-		r.owners[p] = owners
+		r.owners[p] = flat[start:len(flat):len(flat)]
 	}
 	return nil
+}
+
+// partitionSeed is the rendezvous seed of partition p.
+func partitionSeed(p int) uint64 { return mix(uint64(p) + 0x9e3779b97f4a7c15) }
+
+// mix is splitmix64's finalizer: a bijection of 64 bits that spreads every
+// input bit over the output.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// rank appends to dst the indexes of the k members, skip excluded, with
+// the highest rendezvous scores mix(seed ^ seeds[i]), highest first; ties
+// (equal scores need equal hashes of names) go to the lower index.
+func rank(dst []int, seeds []uint64, seed uint64, skip, k int) []int {
+	if k <= 0 {
+		return dst
+	}
+	var scores [8]uint64 // scores of dst, for k <= 8 without allocating
+	sc := scores[:0]
+	if k > len(scores) {
+		sc = make([]uint64, 0, k)
+	}
+	for i, s := range seeds {
+		if i == skip {
+			continue
+		}
+		v := mix(seed ^ s)
+		if len(dst) == k && v <= sc[k-1] {
+			continue
+		}
+		// insert v keeping sc descending; equal scores keep index order
+		j := len(dst)
+		if j < k {
+			dst, sc = append(dst, 0), append(sc, 0)
+		} else {
+			j = k - 1
+		}
+		for j > 0 && sc[j-1] < v {
+			dst[j], sc[j] = dst[j-1], sc[j-1]
+			j--
+		}
+		dst[j], sc[j] = i, v
+	}
+	return dst
 }
 
 // Config returns the configuration with defaults filled in.

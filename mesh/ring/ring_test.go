@@ -367,43 +367,57 @@ func TestRebalanceFigures(t *testing.T) {
 	}
 }
 
-// TestReplicaPlacement checks where replicas go: every partition has R
-// distinct owners, primary first; consistent v0.10.0 picks replicas by
-// member-name order, so each primary's partitions all share the same R-1
-// successors; and the successor relation is one to one, so every member
-// holds the replicas of exactly one other member (a departed member's load
-// falls on its one successor, and no member carries two).
+// TestReplicaPlacement checks where replicas go: every partition has
+// min(R, M) distinct owners, its primary (consistent's owner, Load) first;
+// the table depends only on the member set; and the replicas of one
+// primary's partitions lie on many members, not on one successor, with
+// every member holding replicas.
 func TestReplicaPlacement(t *testing.T) {
-	for _, n := range []int{2, 3, 5, 10, 17} {
-		r := mustNew(t, Config{Replicas: 2}, names(n))
-		secondaries := map[string]map[string]int{}
+	for _, tc := range []struct{ members, replicas int }{{2, 2}, {3, 2}, {5, 3}, {10, 2}, {17, 3}, {40, 2}} {
+		all := names(tc.members)
+		r := mustNew(t, Config{Replicas: tc.replicas}, all)
+		checkRing(t, r, tc.members)
+		rev := slices.Clone(all)
+		slices.Reverse(rev)
+		again := mustNew(t, Config{Replicas: tc.replicas}, rev)
+		load := r.Load()
+		primaries := map[string]int{}
+		backers := map[string]map[string]bool{} // primary -> members holding its replicas
+		held := map[string]int{}                // replica partitions held, by member
 		for p := range r.Config().Partitions {
 			o := r.OwnersOfPartition(p)
-			if len(o) != 2 || o[0] == o[1] {
-				t.Fatalf("%d members: partition %d has owners %v, want 2 distinct", n, p, o)
+			if !slices.Equal(o, again.OwnersOfPartition(p)) {
+				t.Fatalf("%d members: partition %d: %v, from reversed names %v", tc.members, p, o, again.OwnersOfPartition(p))
 			}
-			if secondaries[o[0]] == nil {
-				secondaries[o[0]] = map[string]int{}
+			primaries[o[0]]++
+			if backers[o[0]] == nil {
+				backers[o[0]] = map[string]bool{}
 			}
-			secondaries[o[0]][o[1]]++
-		}
-		held := map[string]int{}    // secondary partitions held, by member
-		backing := map[string]int{} // primaries a member is the secondary of
-		for primary, m := range secondaries {
-			if len(m) != 1 {
-				t.Errorf("%d members: %s's partitions have %d distinct secondaries %v, want 1", n, primary, len(m), m)
-			}
-			for s, c := range m {
-				held[s] += c
-				backing[s]++
+			for _, s := range o[1:] {
+				backers[o[0]][s] = true
+				held[s]++
 			}
 		}
-		for s, c := range backing {
-			if c != 1 {
-				t.Errorf("%d members: %s holds the replicas of %d primaries, want 1", n, s, c)
+		for m, n := range primaries {
+			if load[m] != n {
+				t.Fatalf("%d members: %s is first owner of %d partitions, Load says %d", tc.members, m, n, load[m])
 			}
 		}
-		t.Logf("%d members: secondaries of node-0: %v; secondary partitions held per member: %v", n, secondaries["node-0"], held)
+		// Each primary's replicas spread over at least half of the
+		// members that could hold them (all others, or as many as it has
+		// replica slots).
+		for m, bs := range backers {
+			slots := primaries[m] * (min(tc.replicas, tc.members) - 1)
+			want := min(tc.members-1, slots) / 2
+			if len(bs) < want {
+				t.Errorf("%d members: %s's replicas lie on %d members, want >= %d", tc.members, m, len(bs), want)
+			}
+		}
+		if len(held) != tc.members {
+			t.Errorf("%d members: %d members hold replicas, want all", tc.members, len(held))
+		}
+		t.Logf("%d members, R=%d: replicas of node-0's %d partitions on %d members; replica partitions held per member: %v",
+			tc.members, tc.replicas, primaries["node-0"], len(backers["node-0"]), held)
 	}
 }
 
