@@ -421,6 +421,39 @@ func TestReplicaPlacement(t *testing.T) {
 	}
 }
 
+// rank must give the k best scores, best first, as a full sort does.
+func TestRank(t *testing.T) {
+	seeds := make([]uint64, 50)
+	for i := range seeds {
+		seeds[i] = mix(uint64(i) * 7)
+	}
+	for p := range 200 {
+		seed := partitionSeed(p)
+		skip := p % len(seeds)
+		all := make([]int, 0, len(seeds))
+		for i := range seeds {
+			if i != skip {
+				all = append(all, i)
+			}
+		}
+		slices.SortStableFunc(all, func(a, b int) int {
+			sa, sb := mix(seed^seeds[a]), mix(seed^seeds[b])
+			switch {
+			case sa > sb:
+				return -1
+			case sa < sb:
+				return 1
+			}
+			return 0
+		})
+		for _, k := range []int{0, 1, 2, 5, 9, 12, 49} {
+			if got := rank(nil, seeds, seed, skip, k); !slices.Equal(got, all[:k]) && !(k == 0 && len(got) == 0) {
+				t.Fatalf("partition %d k %d: rank %v, sort %v", p, k, got, all[:k])
+			}
+		}
+	}
+}
+
 // moves compares ring a with ring b (same Config) partition by partition:
 // copies is how many (partition, owner) pairs of b are new (copies that
 // change owner); taken counts those of the partitions dead held in a, by
