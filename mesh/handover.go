@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/outbox"
-	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 )
 
@@ -39,7 +38,7 @@ func (n *Node) handOver(timeout time.Duration) {
 		if len(others) == 0 {
 			continue
 		}
-		after, err := ring.New(r.Config(), others)
+		after, err := r.Update(others) // edits the lineage: not New's O(M^2)
 		if err != nil {
 			continue
 		}

@@ -163,7 +163,7 @@ func round(d time.Duration) time.Duration {
 
 func printRing(w io.Writer, res *ringResult) {
 	cfg := res.Config
-	fmt.Fprintf(w, "\n== ring: mesh/ring (buraksezer/consistent), built from %d member names as a node builds it\n", res.Peers)
+	fmt.Fprintf(w, "\n== ring: mesh/ring (primaries by buraksezer/consistent, replicas by rendezvous hashing), built from %d member names as a node builds it\n", res.Peers)
 	var upd []time.Duration
 	for _, c := range append(slices.Clone(res.Joins), res.Leaves...) {
 		upd = append(upd, c.Update)

@@ -20,8 +20,8 @@ const (
 
 // moveFactor bounds a moved fraction against its ideal 1/N. consistent
 // moves whole partitions (about 5 per peer at 50 peers) and its bounded
-// load cascades a few more, and a departed primary's replacement brings
-// its own successor as replica: up to 2.6x was seen at these sizes.
+// load cascades a few more primaries; each moves a copy (replicas, placed
+// by rendezvous hashing, move about their ideal).
 const moveFactor = 4
 
 func TestScaleSampleKeyIsTheNodes(t *testing.T) {
