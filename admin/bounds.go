@@ -45,7 +45,7 @@ func newBoundsCollector(clients ClientSource, src Source) *boundsCollector {
 		clientMemoryPeak:  d("client_memory_peak_bytes", "The most bytes the trainer socket has held for its connections at once."),
 		clientMemoryLimit: d("client_memory_limit_bytes", "The bound on the trainer socket's client memory (--max-client-memory)."),
 		clientRefusals: d("client_refusals_total",
-			"Trainer input refused by the bound it went past: inline, max-value, args, client-memory (connection closed), write-timeout (a client that did not read its replies, closed), max-keys, max-world (command refused), reply-memory (MGET keys answered with an error for want of room).",
+			"Trainer input refused by the bound it went past: inline, max-value, args, client-memory (connection closed), write-timeout (a client that did not read its replies, closed), max-keys, max-world (command refused), reply-memory (MGET keys answered with an error for want of room), max-clients (connection refused).",
 			"bound"),
 		peerMemory:      d("peer_request_memory_bytes", "Bytes the requests this peer serves for other peers hold now (frames, their decoding, replies)."),
 		peerMemoryLimit: d("peer_request_memory_limit_bytes", "The bound on the peer requests' memory (--max-peer-memory)."),

@@ -21,6 +21,7 @@ const (
 	refusedKeys                 // a command with more keys or pairs than MaxKeys
 	refusedWorld                // SHADE.ORDER with a world over MaxWorld
 	refusedReplyMemory          // MGET keys answered with an error: no room for their reply
+	refusedConnections          // a connection past MaxConnections
 	numRefusals
 )
 
@@ -34,6 +35,7 @@ var refusalNames = [numRefusals]string{
 	refusedKeys:         "max-keys",
 	refusedWorld:        "max-world",
 	refusedReplyMemory:  "reply-memory",
+	refusedConnections:  "max-clients",
 }
 
 func (r refusal) String() string { return refusalNames[r] }
@@ -72,7 +74,8 @@ type ClientStats struct {
 	// "max-value", "args" and "client-memory" closed a connection;
 	// "write-timeout" closed one that did not read its replies;
 	// "max-keys" and "max-world" refused a command; "reply-memory"
-	// counts MGET keys answered with an error for want of room.
+	// counts MGET keys answered with an error for want of room;
+	// "max-clients" connections refused past MaxConnections.
 	Refused map[string]uint64
 }
 

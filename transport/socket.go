@@ -123,6 +123,10 @@ type SocketConfig struct {
 	// MaxWorld bounds the world size SHADE.ORDER accepts; 0 means
 	// DefaultMaxWorld.
 	MaxWorld int
+	// MaxConnections bounds the open trainer connections, as Redis's
+	// maxclients; one more is answered an error and closed. 0 means
+	// DefaultMaxConnections.
+	MaxConnections int
 	// WriteTimeout closes a connection whose replies could not be written
 	// for this long (a client that stopped reading); 0 means 60 seconds.
 	WriteTimeout time.Duration
@@ -137,6 +141,7 @@ const (
 	DefaultMaxValue        = 64 << 20
 	DefaultMaxClientMemory = 256 << 20
 	DefaultMaxWorld        = 4096
+	DefaultMaxConnections  = 10000
 	// MaxInline is the longest inline (telnet-style) command line, as
 	// Redis's limit.
 	MaxInline = 64 << 10
@@ -166,6 +171,9 @@ func (c SocketConfig) withDefaults() SocketConfig {
 	if c.MaxWorld == 0 {
 		c.MaxWorld = DefaultMaxWorld
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 60 * time.Second
 	}
@@ -187,6 +195,8 @@ func (c SocketConfig) Validate() error {
 		return fmt.Errorf("transport: max client memory (%d bytes) must hold at least two values of the max value (%d bytes)", c.MaxClientMemory, c.MaxValue)
 	case c.MaxWorld < 1 || c.MaxWorld > 1<<20:
 		return fmt.Errorf("transport: max world %d: must be between 1 and 1048576", c.MaxWorld)
+	case c.MaxConnections < 1:
+		return fmt.Errorf("transport: max connections %d: must be positive", c.MaxConnections)
 	case c.MaxKeys < 1:
 		return fmt.Errorf("transport: max keys %d: must be positive", c.MaxKeys)
 	}
@@ -370,9 +380,15 @@ func (s *SocketServer) Close() error {
 }
 
 func (s *SocketServer) accept(conn redcon.Conn) bool {
+	s.mu.Lock()
+	if s.conns >= s.cfg.MaxConnections {
+		s.mu.Unlock()
+		s.refused.add(refusedConnections)
+		conn.WriteError("ERR max number of clients reached")
+		return false // redcon writes the error out and closes the connection
+	}
 	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true, writeBulk: conn.WriteBulk})
 	s.connWG.Add(1)
-	s.mu.Lock()
 	s.conns++
 	s.total++
 	s.mu.Unlock()

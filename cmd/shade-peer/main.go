@@ -205,6 +205,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		maxClients  = fs.String("max-client-memory", "256MiB", "input and replies the trainer socket may hold for all connections together; a connection whose input would go past it is closed")
 		maxKeys     = fs.Int("max-keys", 65536, "most keys in one MGET, EXISTS, DEL or SHADE.LOCATE, and id/loss pairs in one SHADE.REPORT")
 		maxWorld    = fs.Int("max-world", 4096, "largest world size (ranks) a job may have")
+		maxConns    = fs.Int("max-clients", 10000, "most open trainer connections; one more is answered an error and closed")
 		writeTO     = fs.Duration("client-write-timeout", time.Minute, "close a trainer connection whose replies could not be written for this long (a client that stopped reading)")
 		maxPeerMem  = fs.String("max-peer-memory", "256MiB", "bytes the requests this peer serves for other peers may hold at once; a request past it is refused and retried elsewhere")
 		adminAddr   = fs.String("admin-addr", admin.DefaultAddr, "admin HTTP listener host:port: /metrics, /healthz, /readyz, /debug/pprof/ (off: none)")
@@ -281,8 +282,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		}
 		sizes[f.flag] = &v
 	}
-	if *maxWorld < 1 || *maxKeys < 1 || *writeTO <= 0 {
-		return cfg, nop, fmt.Errorf("--max-world, --max-keys and --client-write-timeout must be positive")
+	if *maxWorld < 1 || *maxKeys < 1 || *maxConns < 1 || *writeTO <= 0 {
+		return cfg, nop, fmt.Errorf("--max-world, --max-keys, --max-clients and --client-write-timeout must be positive")
 	}
 	shape, err := dataset.ParseThrottle(*throttle)
 	if err != nil {
@@ -355,7 +356,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	cfg.Socket = transport.SocketConfig{
 		Path: *socket, RequirePass: *requirepass, IdleTimeout: *idle, Logger: log,
 		MaxValue: int(*sizes["max-value"]), MaxClientMemory: *sizes["max-client-memory"],
-		MaxKeys: *maxKeys, MaxWorld: *maxWorld, WriteTimeout: *writeTO,
+		MaxKeys: *maxKeys, MaxWorld: *maxWorld, MaxConnections: *maxConns, WriteTimeout: *writeTO,
 	}
 	if err := cfg.Socket.Validate(); err != nil {
 		return cfg, nop, err
