@@ -4,6 +4,9 @@
 # same settings (batch size, workers, seeded order, PIL decode):
 #   boto3  a plain Dataset: one boto3 GetObject per sample (path-style), after
 #          a sleep of LATENCY, the same latency the peer's throttle adds
+#   boto3-threads  the same Dataset asked for whole batches (ds[[i, ...]]),
+#          GETting a batch on THREADS threads per worker: as many GETs in
+#          flight as the peer allows itself per dataset (16)
 #   shade  shade.torch.ShadeDataset through one shade-peer serving
 #          fmnist=s3://BUCKET/PREFIX with --source-throttle latency=LATENCY
 # Per epoch: epoch time, data wait (time the loop waited for its next batch),
@@ -11,7 +14,7 @@
 # peer's hits and misses from SHADE.STATS. Usage:
 #   test/bench/s3.sh [epochs]
 # Environment: LIMIT (training images imported, default 6000; 0: all 60,000),
-# BATCH (64), WORKERS (DataLoader workers, 2), LATENCY (20ms), BIN (bin),
+# BATCH (64), WORKERS (DataLoader workers, 2), LATENCY (20ms), THREADS (16), BIN (bin),
 # SHADE_VERSITYGW (the gateway binary; default: .ci/versitygw.sh builds it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,6 +23,7 @@ LIMIT=${LIMIT:-6000}
 BATCH=${BATCH:-64}
 WORKERS=${WORKERS:-2}
 LATENCY=${LATENCY:-20ms}
+THREADS=${THREADS:-16}
 BIN=${BIN:-bin}
 PY=/usr/bin/python3
 BUCKET=fmnist PREFIX=train
@@ -60,6 +64,8 @@ common=(--endpoint "$endpoint" --bucket "$BUCKET" --prefix "$PREFIX" --access-lo
 	--epochs "$EPOCHS" --batch "$BATCH" --workers "$WORKERS")
 start=$(date +%s)
 OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3 "${common[@]}" --latency "$secs" | tee "$work/rows.jsonl"
+OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3-threads "${common[@]}" --latency "$secs" --threads "$THREADS" |
+	tee -a "$work/rows.jsonl"
 
 "$BIN/shade-peer" --name bench --socket "$work/shade.sock" --dataset "fmnist=s3://$BUCKET/$PREFIX" \
 	--s3-endpoint "$endpoint" --s3-path-style --source-throttle "latency=$LATENCY" \
@@ -67,7 +73,7 @@ OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3 "${common[@]}" --latency "$s
 pids+=($!)
 for _ in $(seq 300); do [ -S "$work/shade.sock" ] && break; sleep 0.1; done
 OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py shade "${common[@]}" --socket "$work/shade.sock" | tee -a "$work/rows.jsonl"
-echo "# both runs took $(($(date +%s) - start)) s"
+echo "# all runs took $(($(date +%s) - start)) s"
 echo
 
 $PY - "$work/rows.jsonl" <<'EOF'
@@ -75,26 +81,29 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {(r["mode"], r["epoch"]): r for r in rows}
 epochs = sorted({r["epoch"] for r in rows})
+modes = ["boto3", "boto3-threads", "shade"]
 n = rows[0]["samples"]
-print(f"{n} samples per epoch; epoch time / data wait in seconds, GETs from the gateway's access log")
-print(f'{"epoch":<9}{"boto3 time":>11}{"wait":>8}{"GETs":>7}{"shade time":>12}{"wait":>8}{"GETs":>7}'
-      f'{"hit ratio":>11}{"time b/s":>10}{"GETs b/s":>10}')
+print(f"{n} samples per epoch; seconds; GETs from the gateway's access log; hit ratio from the peer's SHADE.STATS")
+print(f'{"epoch":<8}' + "".join(f'{m + " time":>20}{"wait":>8}{"GETs":>6}' for m in modes)
+      + f'{"hit ratio":>10}{"boto3/shade":>12}{"threads/shade":>14}')
 for e in epochs:
-    b, s = by[("boto3", e)], by[("shade", e)]
+    r = [by[(m, e)] for m in modes]
     label = f"{e} " + ("cold" if e == 0 else "warm")
-    gr = f'{b["gets"] / s["gets"]:9.1f}x' if s["gets"] else f'{"inf":>10}'
-    print(f'{label:<9}{b["epoch_time"]:11.2f}{b["data_wait"]:8.2f}{b["gets"]:7d}{s["epoch_time"]:12.2f}'
-          f'{s["data_wait"]:8.2f}{s["gets"]:7d}{100 * s["hit_ratio"]:10.1f}%'
-          f'{b["epoch_time"] / s["epoch_time"]:9.1f}x{gr}')
-b0, s0 = by[("boto3", 0)], by[("shade", 0)]
-ok = s0["epoch_time"] <= b0["epoch_time"]
-print(f"\ntarget: Shade's cold epoch no slower than boto3's: {s0['epoch_time']:.2f}s vs {b0['epoch_time']:.2f}s:"
-      f" {'met' if ok else 'missed'}")
+    print(f"{label:<8}" + "".join(f'{x["epoch_time"]:20.2f}{x["data_wait"]:8.2f}{x["gets"]:6d}' for x in r)
+          + f'{100 * r[2]["hit_ratio"]:9.1f}%{r[0]["epoch_time"] / r[2]["epoch_time"]:11.1f}x'
+          f'{r[1]["epoch_time"] / r[2]["epoch_time"]:13.1f}x')
+s0 = by[("shade", 0)]
+print()
+for m in modes[:2]:
+    b0 = by[(m, 0)]
+    ok = s0["epoch_time"] <= b0["epoch_time"]
+    print(f"target: Shade's cold epoch no slower than {m}'s: {s0['epoch_time']:.2f}s vs {b0['epoch_time']:.2f}s:"
+          f" {'met' if ok else 'missed'}")
 for e in epochs[1:]:
     s = by[("shade", e)]
     bound = (1 - s["hit_ratio"]) * s["samples"]
     print(f"target: warm epoch {e} GETs <= (1 - hit ratio) x N = (1 - {s['hit_ratio']:.4f}) x {s['samples']}"
           f" = {bound:.0f}: {s['gets']} GETs: {'met' if s['gets'] <= bound else 'missed'}"
           f" (peer: {s['peer_hits']} hits, {s['peer_misses']} misses, {s['peer_source_reads']} source reads;"
-          f" hit ratio over all epochs {100 * s['hit_ratio_total']:.1f}%)")
+          f" hit ratio over all epochs so far {100 * s['hit_ratio_total']:.1f}%)")
 EOF

@@ -5,6 +5,9 @@ two ways, for test/bench/s3.sh:
   boto3  a plain map-style Dataset: ds[i] GETs object i with boto3 (path-style,
          the endpoint given), sleeping --latency first (the same latency the
          peer's --source-throttle adds to its own GETs), and decodes it.
+  boto3-threads  the same Dataset, but ds[[i, j, ...]] GETs a whole batch at
+         once on --threads threads (a stronger baseline than the plain one:
+         as many GETs in flight as the peer allows itself per dataset)
   shade  shade.torch.ShadeDataset over a peer's socket: one MGET per batch.
 
 Both iterate the same seeded random order per epoch, in batches of --batch,
@@ -48,9 +51,9 @@ class Boto3Dataset(Dataset):
     """ds[i] = (image tensor, label, i): one boto3 GetObject, after sleeping
     latency seconds. The client is made once per process (after a fork)."""
 
-    def __init__(self, endpoint, bucket, prefix, latency):
-        self.endpoint, self.bucket, self.latency = endpoint, bucket, latency
-        self._client, self._pid = None, None
+    def __init__(self, endpoint, bucket, prefix, latency, threads=1):
+        self.endpoint, self.bucket, self.latency, self.threads = endpoint, bucket, latency, threads
+        self._client, self._pid, self._pool, self._pool_pid = None, None, None, None
         keys = []
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
             keys += [o["Key"] for o in page.get("Contents", [])]
@@ -73,16 +76,27 @@ class Boto3Dataset(Dataset):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_client"], state["_pid"] = None, None
+        state["_client"], state["_pid"], state["_pool"], state["_pool_pid"] = None, None, None, None
         return state
 
     def __len__(self):
         return len(self.keys)
 
-    def __getitem__(self, i):
+    def _get(self, i):
         time.sleep(self.latency)
-        body = self.client.get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
-        return decode_image(body), self.labels[i], i
+        return self.client.get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
+
+    def __getitem__(self, i):
+        if isinstance(i, list):  # a batch: its GETs on self.threads threads
+            client = self.client  # made here, before the threads share it
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool_pid = os.getpid()
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool = ThreadPoolExecutor(self.threads)
+            blobs = list(self._pool.map(self._get, i))
+            return (torch.stack([decode_image(b) for b in blobs]),
+                    torch.tensor([self.labels[j] for j in i]), torch.tensor(i))
+        return decode_image(self._get(i)), self.labels[i], i
 
 
 def order(n, seed, epoch):
@@ -93,7 +107,7 @@ def order(n, seed, epoch):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["boto3", "shade"])
+    ap.add_argument("mode", choices=["boto3", "boto3-threads", "shade"])
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--prefix", required=True)
@@ -105,11 +119,12 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=16, help="GETs in flight per worker (boto3-threads)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    if args.mode == "boto3":
-        ds = Boto3Dataset(args.endpoint, args.bucket, args.prefix, args.latency)
+    if args.mode.startswith("boto3"):
+        ds = Boto3Dataset(args.endpoint, args.bucket, args.prefix, args.latency, args.threads)
     else:
         ds = ShadeDataset(args.socket, args.dataset)
     n = len(ds)
@@ -125,7 +140,7 @@ def main():
             # ds[i] per sample, collated into batches of args.batch.
             loader = DataLoader(ds, sampler=ids, batch_size=args.batch, num_workers=args.workers)
         else:
-            # The same batches, each one MGET: ds[[i, j, ...]].
+            # The same batches, each one call: ds[[i, j, ...]] (an MGET for shade).
             batches = [ids[b:b + args.batch] for b in range(0, n, args.batch)]
             loader = DataLoader(ds, sampler=batches, batch_size=None, num_workers=args.workers)
         gets0, s0 = count_gets(args.access_log, args.bucket), stats()
