@@ -14,7 +14,8 @@
 # peer's hits and misses from SHADE.STATS. Usage:
 #   test/bench/s3.sh [epochs]
 # Environment: LIMIT (training images imported, default 6000; 0: all 60,000),
-# BATCH (64), WORKERS (DataLoader workers, 2), LATENCY (20ms), THREADS (16), BIN (bin),
+# BATCH (64), WORKERS (DataLoader workers, 2), LATENCY (20ms), THREADS (16),
+# CACHE_SIZE (the peer's --cache-size, 1GiB: the whole subset), BIN (bin),
 # SHADE_VERSITYGW (the gateway binary; default: .ci/versitygw.sh builds it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +25,7 @@ BATCH=${BATCH:-64}
 WORKERS=${WORKERS:-2}
 LATENCY=${LATENCY:-20ms}
 THREADS=${THREADS:-16}
+CACHE_SIZE=${CACHE_SIZE:-1GiB}
 BIN=${BIN:-bin}
 PY=/usr/bin/python3
 BUCKET=fmnist PREFIX=train
@@ -57,7 +59,7 @@ done
 "$BIN/shadectl" dataset import-idx --limit "$LIMIT" --dst "$work/fmnist" >/dev/null 2>&1
 "$BIN/shadectl" dataset upload "$work/fmnist/train" "s3://$BUCKET/$PREFIX" --s3-endpoint "$endpoint" --s3-path-style 2>/dev/null
 echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(basename "$(dirname "$VGW")") on $endpoint (loopback, POSIX backend);" \
-	"batch $BATCH, $WORKERS DataLoader workers, $EPOCHS epochs; latency $LATENCY per GET on both sides"
+	"batch $BATCH, $WORKERS DataLoader workers, $EPOCHS epochs; latency $LATENCY per GET on both sides; peer cache $CACHE_SIZE"
 
 secs=$($PY -c "import re; v, u = re.fullmatch(r'([0-9.]+)(ms|s)', '$LATENCY').groups(); print(float(v) / (1000 if u == 'ms' else 1))")
 common=(--endpoint "$endpoint" --bucket "$BUCKET" --prefix "$PREFIX" --access-log "$work/access.log"
@@ -69,6 +71,7 @@ OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3-threads "${common[@]}" --lat
 
 "$BIN/shade-peer" --name bench --socket "$work/shade.sock" --dataset "fmnist=s3://$BUCKET/$PREFIX" \
 	--s3-endpoint "$endpoint" --s3-path-style --source-throttle "latency=$LATENCY" \
+	--cache-size "$CACHE_SIZE" \
 	--admin-addr off --log-level warn 2>>"$work/peer.log" &
 pids+=($!)
 for _ in $(seq 300); do [ -S "$work/shade.sock" ] && break; sleep 0.1; done
