@@ -105,8 +105,11 @@ for m in modes[:2]:
 for e in epochs[1:]:
     s = by[("shade", e)]
     bound = (1 - s["hit_ratio"]) * s["samples"]
+    bound = round(bound, 6)  # hits / reads x N is a whole number up to float error
     print(f"target: warm epoch {e} GETs <= (1 - hit ratio) x N = (1 - {s['hit_ratio']:.4f}) x {s['samples']}"
           f" = {bound:.0f}: {s['gets']} GETs: {'met' if s['gets'] <= bound else 'missed'}"
-          f" (peer: {s['peer_hits']} hits, {s['peer_misses']} misses, {s['peer_source_reads']} source reads;"
+          f" (peer: {s['peer_hits']} hits, {s['peer_misses']} misses, {s['peer_source_reads']} source reads,"
+          f" {s['evictions']} evictions, {s['rejected_admissions']} rejected admissions; after it"
+          f" {s['cache_entries']} samples cached in {s['cache_used']} bytes;"
           f" hit ratio over all epochs so far {100 * s['hit_ratio_total']:.1f}%)")
 EOF

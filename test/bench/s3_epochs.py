@@ -132,7 +132,8 @@ def main():
     def stats():
         if args.mode != "shade":
             return None
-        return ds.client.stats(args.dataset)["datasets"][0]["total"]
+        st = ds.client.stats(args.dataset)
+        return dict(st["datasets"][0]["total"], cache_entries=st["cache_entries"], cache_used=st["cache_used"])
 
     for epoch in range(args.epochs):
         ids = order(n, args.seed, epoch)
@@ -162,12 +163,15 @@ def main():
                "batch": args.batch, "workers": args.workers}
         if s0 is not None:
             s1 = stats()
-            d = {k: s1[k] - s0[k] for k in ("hits", "cold_misses", "capacity_misses", "source_reads")}
+            d = {k: s1[k] - s0[k] for k in ("hits", "cold_misses", "capacity_misses", "source_reads",
+                                            "evictions", "rejected_admissions")}
             reads = d["hits"] + d["cold_misses"] + d["capacity_misses"]
             row.update({"peer_hits": d["hits"], "peer_misses": d["cold_misses"] + d["capacity_misses"],
                         "peer_source_reads": d["source_reads"],
-                        "hit_ratio": round(d["hits"] / reads, 4) if reads else 0.0,
-                        "hit_ratio_total": s1["hit_ratio"]})
+                        "hit_ratio": d["hits"] / reads if reads else 0.0,
+                        "hit_ratio_total": s1["hit_ratio"], "evictions": d["evictions"],
+                        "rejected_admissions": d["rejected_admissions"],
+                        "cache_entries": s1["cache_entries"], "cache_used": s1["cache_used"]})
         print(json.dumps(row), flush=True)
         if seen != n:
             sys.exit(f"epoch {epoch}: {seen} samples, want {n}")
