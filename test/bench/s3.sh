@@ -5,8 +5,8 @@
 #   boto3  a plain Dataset: one boto3 GetObject per sample (path-style), after
 #          a sleep of LATENCY, the same latency the peer's throttle adds
 #   boto3-threads  the same Dataset asked for whole batches (ds[[i, ...]]),
-#          GETting a batch on THREADS threads per worker: as many GETs in
-#          flight as the peer allows itself per dataset (16)
+#          GETting a batch on THREADS threads per worker (16, the peer's
+#          own limit of S3 requests per dataset; 32 in all with 2 workers)
 #   shade  shade.torch.ShadeDataset through one shade-peer serving
 #          fmnist=s3://BUCKET/PREFIX with --source-throttle latency=LATENCY
 # Per epoch: epoch time, data wait (time the loop waited for its next batch),
