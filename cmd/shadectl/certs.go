@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/atomicfile"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -181,24 +182,7 @@ func writePEMFile(path string, data []byte, perm os.FileMode, replace bool) erro
 		}
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, data, perm)
 }
 
 // notAfter formats the expiry of the certificate in certPEM.

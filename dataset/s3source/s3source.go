@@ -47,6 +47,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/internal/atomicfile"
 )
 
 var (
@@ -589,19 +590,7 @@ func saveListing(path, endpoint string, loc Location, objs []object) error {
 	if err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".listing-*")
-	if err != nil {
-		return fmt.Errorf("s3source: listing: %w", err)
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
 	return nil

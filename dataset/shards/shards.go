@@ -50,6 +50,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/internal/atomicfile"
 )
 
 var (
@@ -414,19 +415,7 @@ func saveIndex(path, check string, samples []sample) error {
 	if err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".index-*")
-	if err != nil {
-		return fmt.Errorf("shards: index: %w", err)
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	return nil

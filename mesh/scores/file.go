@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+
+	"github.com/shade-mesh/shade/internal/atomicfile"
 )
 
 // Magic starts a saved score file: its first line is Magic and the
@@ -56,25 +57,5 @@ func (s *Table) Save(path, version string) error {
 	if err != nil {
 		return fmt.Errorf("scores: %w", err)
 	}
-	return writeFileAtomic(path, append([]byte(Magic+version+"\n"), body...))
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, append([]byte(Magic+version+"\n"), body...), 0o600)
 }

@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/shade-mesh/shade/internal/atomicfile"
 )
 
 // Files of a cluster CA folder, as DevTLS and "shadectl certs" write them. A
@@ -489,26 +491,7 @@ func DevTLS(dir, node string) (*TLSConfig, error) {
 // writeFileAtomic writes data to a temporary file beside path and renames it
 // into place, so that readers see the old file or the new one, never a part.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("peer: %w", err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, data, perm); err != nil {
 		return fmt.Errorf("peer: write %s: %w", path, err)
 	}
 	return nil
