@@ -21,6 +21,7 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/s3test"
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // fill puts n objects CLASS/NNNNN under prefix in bucket, plus a hidden
@@ -346,10 +347,7 @@ func TestInFlightBoundAndRequestTimeout(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for gt.inFlight.Load() < 4 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testsupport.WaitFor(t, 10*time.Second, "4 GETs in flight", func() bool { return gt.inFlight.Load() >= 4 })
 	close(gt.delay)
 	wg.Wait()
 	close(errs)

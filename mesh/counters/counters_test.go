@@ -1,16 +1,12 @@
 package counters
 
 import (
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/protocol/stats"
 )
 
@@ -164,23 +160,5 @@ func TestConcurrent(t *testing.T) {
 // TestImports: the package imports, beyond the standard library, only
 // protocol/stats.
 func TestImports(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range file.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && path != "github.com/shade-mesh/shade/protocol/stats" {
-				t.Errorf("%s imports %s", f, path)
-			}
-		}
-	}
+	testsupport.CheckImports(t, "github.com/shade-mesh/shade/protocol/stats")
 }

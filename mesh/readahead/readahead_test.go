@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
 )
 
@@ -35,13 +36,7 @@ func (h *host) Fetch(context.Context, string, Dataset, []uint32, bool) ([]wire.F
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testsupport.WaitFor(t, 5*time.Second, what, cond)
 }
 
 func TestFollowTakeClose(t *testing.T) {
