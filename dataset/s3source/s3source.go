@@ -335,23 +335,7 @@ func (s *Source) Read(i int, dst []byte) ([]byte, error) {
 	if i < 0 || i >= len(s.objects) {
 		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
 	}
-	o := s.objects[i]
-	var err error
-	for attempt := 0; ; attempt++ {
-		var out []byte
-		out, err = s.get(o, 0, o.Size, dst)
-		if err == nil {
-			return out, nil
-		}
-		if !retryable(err) || attempt >= s.cfg.Retries {
-			break
-		}
-		time.Sleep(backoff(attempt))
-	}
-	if errors.Is(err, dataset.ErrChanged) {
-		return dst, err
-	}
-	return dst, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, err)
+	return s.ReadRange(i, 0, s.objects[i].Size, dst)
 }
 
 // ReadRange appends n bytes of sample i from offset off to dst, with Read's
