@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,18 +30,9 @@ func CheckImports(tb testing.TB, allowed ...string) {
 		for _, imp := range file.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
 			first, _, _ := strings.Cut(path, "/")
-			if strings.Contains(first, ".") && !contains(allowed, path) {
+			if strings.Contains(first, ".") && !slices.Contains(allowed, path) {
 				tb.Errorf("%s imports %s; the package may import only %v beyond the standard library", f, path, allowed)
 			}
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
