@@ -8,7 +8,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import redis
 
@@ -92,6 +92,7 @@ class Client:
         self._mapping: Optional[shm.Mapping] = None
         self._map_retry_at = 0.0
         self._map_lock = threading.Lock()
+        self._weights_refused = False
         #: samples copied out of the peer's memory, and located samples that
         #: moved before their copy (read again over the socket)
         self.shared_copies = 0
@@ -258,17 +259,67 @@ class Client:
 
     # -- the job --------------------------------------------------------
 
+    @overload
     def order(self, dataset: str, epoch: int, rank: int, world: int,
-              timeout_ms: Optional[float] = None) -> List[int]:
+              timeout_ms: Optional[float] = None,
+              with_weights: Literal[False] = False) -> List[int]: ...
+
+    @overload
+    def order(self, dataset: str, epoch: int, rank: int, world: int,
+              timeout_ms: Optional[float] = None, *,
+              with_weights: Literal[True]) -> Tuple[List[int], List[float]]: ...
+
+    def order(self, dataset: str, epoch: int, rank: int, world: int,
+              timeout_ms: Optional[float] = None,
+              with_weights: bool = False) -> Union[List[int], Tuple[List[int], List[float]]]:
         """This rank's slice of the epoch's order (sample ids; may repeat).
 
         Blocks until the epoch is published: epoch 0 at once, epoch e+1 when
         all ranks sent done(e). Raises OrderTimeout when ``timeout_ms`` (or
-        the peer's own limit, 10 minutes) passes first."""
-        args = ["SHADE.ORDER", dataset, int(epoch), int(rank), int(world)]
+        the peer's own limit, 10 minutes) passes first.
+
+        ``with_weights=True`` returns ``(ids, weights)``: two lists of equal
+        length, ``weights[k]`` the importance weight ω = 1/(N·p) of the draw
+        ``ids[k]`` (N samples in the dataset, p the probability the sampler
+        drew it with; 1.0 for a uniform order), so that the mean of
+        ``loss * ω`` over an epoch is an unbiased estimate of the mean loss
+        over the dataset. It sends ``SHADE.ORDER ... WITHWEIGHTS``. A peer
+        that predates WITHWEIGHTS refuses it (an error reply, and no
+        ``"sampler"`` in its SHADE.STATS); the order is then asked without it
+        and every weight is 1.0, and this client does not send WITHWEIGHTS
+        again (``weights_refused``; one log line says so)."""
+        args: List[Any] = ["SHADE.ORDER", dataset, int(epoch), int(rank), int(world)]
         if timeout_ms is not None:
             args.append(max(1, int(timeout_ms)))
-        return [int(x) for x in self._execute(*args, blocking=True)]
+        if not with_weights:
+            return [int(x) for x in self._execute(*args, blocking=True)]
+        if not self._weights_refused:
+            try:
+                return _weighted_order(self._execute(*args, "WITHWEIGHTS", blocking=True))
+            except RequestError as e:
+                if e.code != "ERR" or self._knows_weights(dataset):
+                    raise  # a refusal of the request itself, not of WITHWEIGHTS
+                self._weights_refused = True
+                log.info("shade peer at %s predates SHADE.ORDER WITHWEIGHTS (%s); every "
+                         "importance weight is 1.0", self.socket_path, e)
+        ids = [int(x) for x in self._execute(*args, blocking=True)]
+        return ids, [1.0] * len(ids)
+
+    def _knows_weights(self, dataset: str) -> bool:
+        """Whether the peer speaks SHADE.ORDER WITHWEIGHTS: peers that do
+        name their sampler in SHADE.STATS (``"sampler"``); older ones do not.
+        Asked only after an error reply, so that it is told from the peer's
+        version rather than from the error's text."""
+        try:
+            return "sampler" in self.stats(dataset)
+        except RequestError:
+            return True  # cannot tell: keep the order's own error
+
+    @property
+    def weights_refused(self) -> bool:
+        """True once the peer refused SHADE.ORDER WITHWEIGHTS (an older
+        peer): ``order(with_weights=True)`` then gives weights of 1.0."""
+        return self._weights_refused
 
     def report(self, dataset: str, epoch: int, ids: Values, losses: Values) -> int:
         """Per-sample losses of one trained minibatch, keyed by the ids that
@@ -355,6 +406,24 @@ def _request_error(e: redis.ResponseError, args: Sequence[Any]) -> RequestError:
     where = " ".join(str(a) for a in args[:2])
     cls = {"TIMEOUT": OrderTimeout, "WRONGPASS": AuthError, "NOAUTH": AuthError}.get(code, RequestError)
     return cls(f"{where}: {msg}", code)
+
+
+def _weighted_order(reply: Any) -> Tuple[List[int], List[float]]:
+    """(ids, weights) of a SHADE.ORDER ... WITHWEIGHTS reply: a 2-element
+    array [ids, weights], the weights decimal floats as bulk strings."""
+    if not isinstance(reply, list) or len(reply) != 2 or not all(
+            isinstance(part, list) for part in reply):
+        raise ProtocolError(f"SHADE.ORDER WITHWEIGHTS: want [ids, weights], got {type(reply).__name__}")
+    try:
+        ids = [int(x) for x in reply[0]]
+        weights = [float(w) for w in reply[1]]
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"SHADE.ORDER WITHWEIGHTS: {e}") from None
+    if len(ids) != len(weights):
+        raise ProtocolError(f"SHADE.ORDER WITHWEIGHTS: {len(ids)} ids but {len(weights)} weights")
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        raise ProtocolError("SHADE.ORDER WITHWEIGHTS: a weight that is not a positive finite number")
+    return ids, weights
 
 
 def finite_pairs(ids: Values, losses: Values) -> Tuple[List[int], List[float], int]:

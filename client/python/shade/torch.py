@@ -14,6 +14,10 @@ Typical loop (one process per rank)::
             report_losses(sampler.client, "fmnist-train", epoch, ids, loss)
             loss.mean().backward(); opt.step(); opt.zero_grad()
         epoch_done(sampler.client, "fmnist-train", epoch, rank)
+
+With importance weights (``ShadeSampler(..., weights=True)``) each batch is
+``(x, y, ids, w)``, ``w`` the float32 weight ω = 1/(N·p) of each draw, and
+the unbiased loss is ``(loss * w).mean()``; report the raw ``loss``.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from .client import Client, Values, finite_pairs, labels_from_manifest
 log = logging.getLogger("shade")
 
 __all__ = [
-    "ShadeDataset", "ShadeSampler", "report_losses", "epoch_done",
+    "ShadeDataset", "ShadeSampler", "WeightedBatch", "report_losses", "epoch_done",
     "decode_image", "uniform_slice", "unpack_members", "ENCODING_WDS",
 ]
 
@@ -90,6 +94,26 @@ def decode_image(data: bytes) -> torch.Tensor:
     return _images_tensor([_image_array(data)])[0]
 
 
+class WeightedBatch(list):
+    """A minibatch of sample ids (a list) carrying the importance weight of
+    each draw in ``weights`` (floats, parallel to the ids). ``ShadeSampler(...,
+    weights=True)`` yields these; ``ShadeDataset`` given one returns
+    ``(samples, labels, ids, w)``. Pickles with its weights, so it reaches
+    DataLoader workers intact."""
+
+    def __init__(self, ids: Sequence[int] = (), weights: Optional[Sequence[float]] = None) -> None:
+        super().__init__(ids)
+        self.weights: List[float] = [1.0] * len(self) if weights is None else list(weights)
+        if len(self.weights) != len(self):
+            raise InvalidArgument(f"{len(self)} ids but {len(self.weights)} weights")
+
+    def __reduce__(self) -> Any:
+        return (WeightedBatch, (list(self), self.weights))
+
+    def __repr__(self) -> str:
+        return f"WeightedBatch({list(self)!r}, weights={self.weights!r})"
+
+
 class _PerProcessClient:
     """Opens a Client lazily, once per process; never pickled."""
 
@@ -123,7 +147,10 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
     ``ds[i]`` returns ``(sample, label, i)`` with one GET. ``ds[[i, j, ...]]``
     returns ``(samples, labels, ids)`` with ONE MGET (samples stacked when
     they are tensors): use it with ``DataLoader(ds, sampler=ShadeSampler(...),
-    batch_size=None)``. ``decode`` turns a sample into an object and
+    batch_size=None)``. Given a :class:`WeightedBatch` (what
+    ``ShadeSampler(..., weights=True)`` yields) it returns ``(samples,
+    labels, ids, w)``, ``w`` the batch's importance weights as a float32
+    tensor aligned with ``ids``. ``decode`` turns a sample into an object and
     ``transform`` is applied to that object.
 
     File datasets (a directory or bucket): a sample is the file's bytes;
@@ -210,7 +237,9 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
         m["__key__"] = self.names[i]
         return m, label
 
-    def __getitem__(self, index: Any) -> Tuple[Any, Any, Any]:
+    def __getitem__(self, index: Any) -> Tuple[Any, ...]:
+        if isinstance(index, WeightedBatch):
+            return self.batch(index) + (torch.tensor(index.weights, dtype=torch.float32),)
         if isinstance(index, (list, tuple, range, np.ndarray, torch.Tensor)) and \
                 not (hasattr(index, "dim") and index.dim() == 0):
             return self.batch(index)
@@ -278,13 +307,25 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
     together get disjoint slices of one permutation. ``epoch_done`` ignores
     the peer's refusal of such an epoch. With ``pads=False`` the peer is not
     asked for orders at all (uniform shuffle, one warning).
+
+    Importance weights: with ``weights=True`` the sampler asks for the order
+    with its weights (``Client.order(..., with_weights=True)``) and yields
+    :class:`WeightedBatch` lists, whose ``weights`` hold ω = 1/(N·p) of each
+    draw; ``ShadeDataset`` turns such a batch into ``(x, y, ids, w)``, in the
+    main process or in DataLoader workers alike (the batch pickles with its
+    weights). ``last_weights`` holds the whole epoch's weights, parallel to
+    ``indices(epoch)``. Every weight is 1.0 where the order is uniform:
+    ``pads=False``, the fallback, a peer running uniform permutations, or an
+    older peer that refuses WITHWEIGHTS (then asked once, not every epoch).
+    With ``weights=False`` (the default) batches are plain lists and
+    ``ShadeDataset`` gives ``(x, y, ids)`` as before.
     """
 
     def __init__(self, socket_path: Union[str, "os.PathLike[str]"], dataset: str, rank: int,
                  world: int, batch_size: int, seed: int = 0, drop_last: bool = False,
                  pads: bool = True, password: Optional[str] = None,
                  order_timeout: float = 600.0, retry_for: float = 30.0,
-                 lost_grace: float = 5.0) -> None:
+                 lost_grace: float = 5.0, weights: bool = False) -> None:
         if world < 1 or not 0 <= rank < world:
             raise InvalidArgument(f"rank {rank} outside [0, world={world})")
         if batch_size < 1:
@@ -293,6 +334,9 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
         self.dataset = dataset
         self.rank, self.world, self.batch_size = int(rank), int(world), int(batch_size)
         self.seed, self.drop_last, self.pads = int(seed), bool(drop_last), bool(pads)
+        self.weights = bool(weights)
+        #: importance weights of the last ``indices`` call, parallel to its ids
+        self.last_weights: List[float] = []
         self.order_timeout = float(order_timeout)
         # A peer that restarted inside a mesh gets the job's newest order
         # back from the leader as soon as a rank asks: there, only a job
@@ -320,28 +364,35 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
 
     def __iter__(self) -> Iterator[List[int]]:
         ids = self.indices(self.epoch)
+        weights = self.last_weights
         bs = self.batch_size
         for s in range(0, len(ids), bs):
             batch = ids[s:s + bs]
             if self.drop_last and len(batch) < bs:
                 return
-            yield batch
+            yield WeightedBatch(batch, weights[s:s + bs]) if self.weights else batch
 
     def indices(self, epoch: int) -> List[int]:
-        """This rank's ids for ``epoch`` (blocking; see the class doc)."""
+        """This rank's ids for ``epoch`` (blocking; see the class doc); their
+        weights are then in ``last_weights``."""
+        ids, self.last_weights = self._order(epoch)
+        return ids
+
+    def _order(self, epoch: int) -> Tuple[List[int], List[float]]:
+        """(ids, weights) of this rank's slice of ``epoch``."""
         if not self.pads:
             if not self._warned_off:
                 log.warning("ShadeSampler(%s): PADS off on the client: uniform order "
                             "(as DistributedSampler), the peer's order is not used", self.dataset)
                 self._warned_off = True
             self.order_source = "uniform"
-            return self._uniform(epoch)
-        ids = self._peer_slice(epoch)
-        if ids is None:
+            return _unweighted(self._uniform(epoch))
+        order = self._peer_slice(epoch)
+        if order is None:
             self.order_source = "fallback"
-            return self._uniform(epoch)
+            return _unweighted(self._uniform(epoch))
         self.order_source = "pads"
-        return ids
+        return order
 
     def _uniform(self, epoch: int) -> List[int]:
         return uniform_slice(self.num_samples, self.rank, self.world, self.seed, epoch)
@@ -354,7 +405,9 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
         job = st["datasets"][0]["job"]
         return epoch > 0 and int(job["latest_epoch"]) < epoch - 1
 
-    def _peer_slice(self, epoch: int) -> Optional[List[int]]:
+    def _peer_slice(self, epoch: int) -> Optional[Tuple[List[int], List[float]]]:
+        """(ids, weights) from the peer (weights 1.0 unless ``weights``), or
+        None when the sampler falls back."""
         c = self.client
         deadline = time.monotonic() + self.order_timeout
         lost_since = None  # when the job first looked lost
@@ -386,8 +439,11 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
                 return None
             wait = 0.2 if lost_since is not None else _ORDER_POLL_S
             try:
-                return c.order(self.dataset, epoch, self.rank, self.world,
-                               timeout_ms=1000 * min(left, wait))
+                if self.weights:
+                    return c.order(self.dataset, epoch, self.rank, self.world,
+                                   timeout_ms=1000 * min(left, wait), with_weights=True)
+                return _unweighted(c.order(self.dataset, epoch, self.rank, self.world,
+                                           timeout_ms=1000 * min(left, wait)))
             except OrderTimeout:
                 if lost("the peer has lost the job (restarted or reset)"):
                     return None
@@ -403,6 +459,10 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
                     "(DistributedSampler, seed %d) for this epoch",
                     self.dataset, self.rank, epoch, why, self.seed)
         return None
+
+
+def _unweighted(ids: List[int]) -> Tuple[List[int], List[float]]:
+    return ids, [1.0] * len(ids)
 
 
 def report_losses(client: Client, dataset: str, epoch: int, ids: Values,
