@@ -2,17 +2,32 @@
 """Train a small CNN on Fashion-MNIST through Shade, on CPU, with
 torch.distributed (gloo on loopback) across --world rank processes.
 
-Every rank reads its slice of each epoch's importance-sampled order (PADS)
-from its own node's shade-peer (rank r uses --sockets[r % len]), fetches each
-minibatch with one MGET, reports per-sample losses keyed by the ids it
-trained, averages gradients with DDP and sends SHADE.DONE. After each epoch
-rank 0 evaluates on the test set (read once through the peer, or from a
-folder) and prints one line:
+Every rank reads its slice of each epoch's importance-sampled order, with
+the importance weight w = 1/(N p) of each draw, from its own node's
+shade-peer (rank r uses --sockets[r % len]), fetches each minibatch with one
+MGET, reports per-sample losses keyed by the ids it trained, averages
+gradients with DDP and sends SHADE.DONE. With --weights on (the default) it
+minimises the weighted loss mean(loss * w), an unbiased estimate of the
+dataset's mean loss whatever the draw probabilities; the losses it reports
+and prints are the raw ones. After each epoch rank 0 evaluates on the test
+set (read once through the peer, or from a folder) and prints one line:
 
     epoch  hit ratio of the epoch (SHADE.STATS summed over the distinct
-    sockets)  bytes read from the source  test accuracy  samples/s  epoch time
-    data wait (seconds the training loop waited for its next minibatch,
-    and that time as a share of the epoch, both averaged over the ranks)
+    sockets)  bytes read from the source  test accuracy  mean raw loss
+    samples/s  epoch time  data wait (seconds the training loop waited for
+    its next minibatch, and that time as a share of the epoch, both
+    averaged over the ranks)  distinct samples in the epoch's order (all
+    ranks)  largest weight  ESS (effective sample size (sum w)^2 / sum w^2
+    of the epoch's draws over all ranks, as a share of the draws: 1.0 when
+    every weight is equal)  the sampler that made the order (the peer's own
+    name for it from SHADE.STATS, or "uniform fallback" when the client
+    fell back, "uniform permutation (client)" with --no-pads)
+
+With --csv each epoch also appends a row holding, beside those figures, the
+cumulative training time (train_seconds: the epochs' wall time, without the
+test evaluations) and the wall time since training started (wall_seconds),
+so time to a target accuracy can be derived; --target-accuracy prints when
+it is first reached.
 
 The unique-sample hit ratio (distinct ids whose first read hit) is not
 printed: whether a read hit is not visible to the client (GET/MGET replies
@@ -23,7 +38,8 @@ Example (one peer, 3 ranks):
     shade-peer --socket /tmp/s.sock --dataset fmnist-train=/tmp/fmnist/train \\
         --dataset fmnist-test=/tmp/fmnist/test --cache-size 256MiB &
     PYTHONPATH=client/python /usr/bin/python3 test/train/train_fmnist.py \\
-        --sockets /tmp/s.sock --world 3 --epochs 5 --csv runs.csv --label pads+app
+        --sockets /tmp/s.sock --world 3 --epochs 5 --csv runs.csv --label pads+app \\
+        --weights on --target-accuracy 0.88
 """
 
 import argparse
@@ -80,6 +96,12 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
     p.add_argument("--no-pads", action="store_true",
                    help="client-side PADS off: uniform order as DistributedSampler")
+    p.add_argument("--weights", choices=("on", "off"), default="on",
+                   help="on: minimise mean(loss * w) with the order's importance weights "
+                        "(unbiased); off: mean(loss), biased toward what the sampler favours. "
+                        "The weights are fetched either way, for the ESS and largest-weight figures")
+    p.add_argument("--target-accuracy", type=float,
+                   help="print when the test accuracy first reaches this (e.g. 0.88)")
     p.add_argument("--password", default=os.environ.get("SHADE_REQUIREPASS"))
     p.add_argument("--csv", help="append one row per epoch to this CSV file")
     p.add_argument("--label", default="", help="configuration label for the CSV (e.g. pads+app)")
@@ -122,6 +144,34 @@ def accuracy(model, xs, ys):
     return correct / len(ys)
 
 
+def sampler_name(stats, sampler):
+    """The sampler behind the order ``sampler`` (a ShadeSampler) last used:
+    the peer's own name for it (SHADE.STATS "sampler"; an older peer has
+    only the boolean "pads"), unless the client made the order itself."""
+    if sampler.order_source == "uniform":
+        return "uniform permutation (client)"
+    if sampler.order_source == "fallback":
+        return "uniform fallback"
+    if stats.get("sampler"):
+        return stats["sampler"]
+    return "pads rank-log" if stats.get("pads") else "uniform permutation"
+
+
+def order_figures(ids, weights, world):
+    """(distinct samples, draws, largest weight, ESS as a share of the
+    draws) of the epoch's whole order, gathered from every rank."""
+    parts = [None] * world
+    dist.all_gather_object(parts, (ids, weights))
+    all_ids = [i for part in parts for i in part[0]]
+    all_w = [w for part in parts for w in part[1]]
+    if not all_w:
+        return 0, 0, 0.0, 0.0
+    s1 = sum(all_w)
+    s2 = sum(w * w for w in all_w)
+    ess = (s1 * s1 / s2) / len(all_w) if s2 > 0 else 0.0
+    return len(set(all_ids)), len(all_w), max(all_w), ess
+
+
 def epoch_stats(clients, dataset, epoch):
     """(hit ratio, source bytes, share of reads served from the read-ahead)
     of one epoch summed over the peers."""
@@ -154,7 +204,8 @@ def rank_main(rank, args, port):
 
     ds = ShadeDataset(sock, args.dataset, password=args.password)
     sampler = ShadeSampler(sock, args.dataset, rank, args.world, args.batch_size,
-                           seed=args.seed, pads=not args.no_pads, password=args.password)
+                           seed=args.seed, pads=not args.no_pads, password=args.password,
+                           weights=True)
     loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=args.workers,
                         persistent_workers=args.workers > 0)
     client = sampler.client
@@ -168,16 +219,23 @@ def rank_main(rank, args, port):
         d = st["datasets"][0]
         print(f"# {args.label or 'run'}: dataset {args.dataset} ({d['samples']} samples), "
               f"world {args.world}, batch {args.batch_size}, lr {args.lr}, peers {len(peers)}, "
-              f"policy {st['policy']}, pads {'off (client)' if args.no_pads else st['pads']}, "
+              f"policy {st['policy']}, sampler "
+              f"{'uniform permutation (client)' if args.no_pads else sampler_name(st, sampler)}, "
+              f"loss {'weighted' if args.weights == 'on' else 'unweighted'}, "
               f"cache {st['cache_capacity'] / 2**20:.0f} MiB; test set {len(test_y)} images "
               f"loaded in {time.time() - t:.1f}s; started {time.time() - args.t_start:.1f}s "
               f"after launch", flush=True)
 
+    dist.barrier()
+    train_start = time.time()
+    train_seconds = 0.0  # the epochs' wall time, without the evaluations
+    reached = False
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         dist.barrier()
         t0 = time.time()
         n, loss_sum, wait = 0, 0.0, 0.0
+        epoch_ids, epoch_w = [], []
         batches = iter(loader)
         while True:
             # Data wait: the time the loop spends waiting for its next
@@ -187,41 +245,56 @@ def rank_main(rank, args, port):
             wait += time.perf_counter() - tw
             if batch is None:
                 break
-            x, y, ids = batch
+            x, y, ids, w = batch
             loss = F.cross_entropy(model(x), y, reduction="none")
             report_losses(client, args.dataset, epoch, ids, loss)
-            mean = loss.mean()
+            # Importance-sampling SGD: mean(loss * w) has the expectation of
+            # the dataset's mean loss, however the draws were weighted.
+            mean = (loss * w).mean() if args.weights == "on" else loss.mean()
             opt.zero_grad()
             mean.backward()
             opt.step()
             n += len(ids)
             loss_sum += float(loss.detach().sum())
+            epoch_ids += ids.tolist()
+            epoch_w += w.tolist()
         epoch_done(client, args.dataset, epoch, rank)
         busy = time.time() - t0  # this rank's epoch, before waiting for the others
         totals = torch.tensor([n, loss_sum, wait, wait / busy], dtype=torch.float64)
         dist.all_reduce(totals)
         elapsed = time.time() - t0
+        train_seconds += elapsed
+        distinct, draws, max_w, ess = order_figures(epoch_ids, epoch_w, args.world)
         if rank == 0:
             hit, src, ahead = epoch_stats(peers, args.dataset, epoch)
+            name = sampler_name(peers[0].stats(args.dataset), sampler)
             acc = accuracy(model.module, test_x, test_y)
+            wall = time.time() - train_start
             rate = totals[0].item() / elapsed
             data_wait, wait_frac = totals[2].item() / args.world, totals[3].item() / args.world
             print(f"epoch {epoch:3d}  hit {hit:6.2%}  source {src / 2**20:7.2f} MiB  "
                   f"acc {acc:6.2%}  loss {totals[1].item() / totals[0].item():.4f}  "
                   f"{rate:7.0f} samples/s  {elapsed:6.1f}s  data wait {data_wait:5.2f}s "
-                  f"{wait_frac:6.1%}  order {sampler.order_source}",
+                  f"{wait_frac:6.1%}  distinct {distinct}  max w {max_w:.2f}  ESS {ess:.3f}  "
+                  f"sampler {name}",
                   flush=True)
+            if args.target_accuracy is not None and not reached and acc >= args.target_accuracy:
+                reached = True
+                print(f"# target accuracy {args.target_accuracy:.2%} reached after epoch {epoch}: "
+                      f"{train_seconds:.1f}s of training, {wall:.1f}s of wall time", flush=True)
             if args.csv:
                 new = not Path(args.csv).exists() or Path(args.csv).stat().st_size == 0
                 with open(args.csv, "a", newline="") as f:
-                    w = csv.writer(f)
+                    out = csv.writer(f)
                     if new:
-                        w.writerow(["label", "epoch", "hit_ratio", "source_bytes", "accuracy",
-                                    "epoch_time", "samples_per_s", "data_wait", "data_wait_fraction",
-                                    "prefetch_hit_ratio"])
-                    w.writerow([args.label, epoch, f"{hit:.6f}", src, f"{acc:.6f}",
-                                f"{elapsed:.3f}", f"{rate:.1f}", f"{data_wait:.3f}", f"{wait_frac:.4f}",
-                                f"{ahead:.6f}"])
+                        out.writerow(["label", "epoch", "hit_ratio", "source_bytes", "accuracy",
+                                      "epoch_time", "samples_per_s", "data_wait", "data_wait_fraction",
+                                      "prefetch_hit_ratio", "distinct_samples", "draws", "max_weight",
+                                      "ess", "train_seconds", "wall_seconds", "weights", "sampler"])
+                    out.writerow([args.label, epoch, f"{hit:.6f}", src, f"{acc:.6f}",
+                                  f"{elapsed:.3f}", f"{rate:.1f}", f"{data_wait:.3f}", f"{wait_frac:.4f}",
+                                  f"{ahead:.6f}", distinct, draws, f"{max_w:.6g}", f"{ess:.6f}",
+                                  f"{train_seconds:.3f}", f"{wall:.3f}", args.weights, name])
     dist.barrier()
     dist.destroy_process_group()
 
