@@ -1,7 +1,7 @@
 # Shade: a peer-to-peer cache mesh for deep-learning training data.
 #
 #   make demo    the main job: a local 3-peer mesh serving Fashion-MNIST to a
-#                real PyTorch training run, PADS + APP beside uniform + LRU
+#                real PyTorch training run, v2 beside no cache and perm + MinIO
 #   make test    every test (installs what the tests need)
 #   make bench   Go benchmarks and the side-by-side comparison with redis-server
 
@@ -39,11 +39,13 @@ test-python: build
 	SHADE_BIN_DIR=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q client/python/tests
 
 # The main job: a local mesh of 3 peers serving Fashion-MNIST to 3 PyTorch
-# ranks, PADS + APP, then uniform + LRU, at a cache of 10% of the training
-# set; a live line per epoch, then the table side by side.
+# ranks, the v2 sampler (importance-weighted, cache-aware draws) + the
+# order-aware policy, then no cache at all, then uniform permutations +
+# MinIO (CoorDL's baseline), at a cache of 10% of the training set; a live
+# line per epoch, then the table side by side.
 demo: deps-demo build fmnist
 	$(PYTHON) test/train/compare.py --epochs $(DEMO_EPOCHS) --fractions 0.1 \
-		--configs pads+app,uniform+lru --data $(FMNIST) --out $(DATA)/demo
+		--configs v2,nocache,perm+minio --data $(FMNIST) --out $(DATA)/demo
 
 fmnist: $(FMNIST)/.shade-import.json
 

@@ -222,7 +222,7 @@ def rank_main(rank, args, port):
               f"policy {st['policy']}, sampler "
               f"{'uniform permutation (client)' if args.no_pads else sampler_name(st, sampler)}, "
               f"loss {'weighted' if args.weights == 'on' else 'unweighted'}, "
-              f"cache {st['cache_capacity'] / 2**20:.0f} MiB; test set {len(test_y)} images "
+              f"cache {st['cache_capacity'] / 2**20:.2f} MiB per peer; test set {len(test_y)} images "
               f"loaded in {time.time() - t:.1f}s; started {time.time() - args.t_start:.1f}s "
               f"after launch", flush=True)
 
