@@ -136,6 +136,8 @@ func (n *Node) runLoops(ctx context.Context) {
 
 // flushReports sends queued minibatches to the leader in one request.
 func (n *Node) flushReports(ctx context.Context) {
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
 	send, last, ok := n.out.PeekReports()
 	if !ok {
 		return
@@ -229,7 +231,7 @@ func (n *Node) reconcile(ctx context.Context) {
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
+			_ = n.toLeader(cctx, wire.MethodDone, n.doneReq(ds, p.Gen, p.Epoch, r))
 			cancel()
 		}
 	}

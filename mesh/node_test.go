@@ -140,6 +140,9 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 		{"SHADE.ORDER", "ds", "0", "3", "3"},
 		{"SHADE.ORDER", "ds", "0", "0", "0"},
 		{"SHADE.ORDER", "nope", "0", "0", "1"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "WITHWEIGHTS", "5"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "5", "WITHWEIGHT"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "5", "6", "WITHWEIGHTS"},
 		{"SHADE.DONE", "ds", "0", "0"}, // no job yet
 		{"SHADE.MANIFEST", "nope"},
 		{"SHADE.STATS", "nope"},

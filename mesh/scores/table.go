@@ -178,13 +178,14 @@ func (s *Table) Deciles(idxs []int, out []int) {
 	}
 }
 
-// Order draws epoch's order from the table with sampler and returns it
-// with the number of samples scored.
-func (s *Table) Order(sampler *sampling.Sampler, epoch int) ([]uint32, int, error) {
+// Draw draws epoch's order and weights from the table with sampler,
+// preferring the resident samples (a bitmap, nil for none), and returns
+// them with the number of samples scored.
+func (s *Table) Draw(sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	order, err := sampler.Order(epoch, s.table)
-	return order, s.table.NumScored(), err
+	d, err := sampler.Draw(epoch, s.table, resident)
+	return d, s.table.NumScored(), err
 }
 
 // Summary returns the number of samples scored and the running mean.

@@ -133,6 +133,10 @@ type DoneReq struct {
 	Epoch   int    `msgpack:"e"`
 	Rank    int    `msgpack:"r"`
 	Node    string `msgpack:"n"`
+	// Resident is a bitmap of the dataset's samples cached on Node when
+	// the rank finished (bit i%8 of byte i/8); the leader's cache-aware
+	// draws prefer them. Empty from a node that sends none.
+	Resident []byte `msgpack:"b,omitempty"`
 }
 
 // ResetReq starts a dataset's job over.
@@ -155,6 +159,20 @@ type PublishMsg struct {
 	Sampler []byte `msgpack:"c"`
 	// Ranks names the node each rank trains on ("" if unknown).
 	Ranks []string `msgpack:"r"`
+	// Weights are the importance weights of the samples in Slices,
+	// position by position: ω = 1/(N·p) for a sample drawn with
+	// probability p per draw, so that a loss weighted by ω is an
+	// unbiased estimate of the loss over the whole dataset. Empty means
+	// every weight is 1 (a permutation, or an order from an older peer).
+	Weights [][]float32 `msgpack:"x,omitempty"`
+}
+
+// Weight returns the weights of rank's slice: nil when every weight is 1.
+func (p *PublishMsg) Weight(rank int) []float32 {
+	if rank < 0 || rank >= len(p.Weights) {
+		return nil
+	}
+	return p.Weights[rank]
 }
 
 // Newer reports whether p supersedes q (nil q is superseded by anything).
