@@ -225,13 +225,13 @@ func (n *Node) replicateTables(ctx context.Context) {
 // themselves from their own loop.
 func (n *Node) reconcile(ctx context.Context) {
 	for _, ds := range n.ordered {
-		p, done := ds.book.Finished()
-		if p == nil || p.Epoch < 0 {
+		p, epoch, done := ds.book.Finished()
+		if p == nil || epoch < 0 {
 			continue
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, wire.MethodDone, n.doneReq(ds, p.Gen, p.Epoch, r))
+			_ = n.toLeader(cctx, wire.MethodDone, n.doneReq(ds, p.Gen, epoch, r))
 			cancel()
 		}
 	}

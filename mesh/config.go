@@ -81,6 +81,9 @@ type Config struct {
 	// Strata is the number of importance strata of Boost; 0 means the
 	// sampling package's default.
 	Strata int
+	// OrderAhead is how many epochs orders are published ahead of
+	// training, 0 or 1 (see leader.Config.Ahead).
+	OrderAhead int
 
 	// MaxWorld bounds a job's world size (ranks), from trainers and from
 	// peers alike; 0 means 4096. A larger one is refused with
@@ -152,6 +155,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PrefetchMemory < 0 {
 		return c, fmt.Errorf("%w: prefetch memory %d", ErrConfig, c.PrefetchMemory)
+	}
+	if c.OrderAhead < 0 || c.OrderAhead > 1 {
+		return c, fmt.Errorf("%w: orders %d epochs ahead (0 or 1)", ErrConfig, c.OrderAhead)
 	}
 	if err := c.samplingConfig().Validate(); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)

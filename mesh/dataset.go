@@ -3,6 +3,7 @@ package mesh
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 
 	"github.com/shade-mesh/shade/dataset"
@@ -34,6 +35,11 @@ type datasetState struct {
 	ring     atomic.Pointer[ring.Ring] // owners among members serving this version
 	reports  atomic.Int64
 	reported atomic.Int64
+
+	// lookMu orders the hand-over of orders to a Lookahead policy;
+	// looked is the newest handed over.
+	lookMu sync.Mutex
+	looked *wire.PublishMsg
 
 	resident atomic.Int64      // samples of this dataset in the cache
 	counters *counters.Dataset // reads by epoch, source latency, deciles

@@ -31,7 +31,7 @@ var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the lea
 func (n *Node) jobConfig(ds *datasetState) leader.Config {
 	cfg := leader.Config{
 		Dataset: ds.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: ds.scores, Term: n.lead.ownTerm,
-		JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
+		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, n.cfg.samplingConfig()) },
 		Resident:   func() []uint64 { return n.residentWords(ds) },
 		Publish: func(p *wire.PublishMsg, scored int) {

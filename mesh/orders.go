@@ -76,7 +76,7 @@ func (n *Node) waitingFor(ds *datasetState, epoch int) string {
 		if st.Latest < 0 {
 			return fmt.Sprintf("waiting for ranks %v to ask for epoch 0", st.Missing)
 		}
-		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", st.Latest, st.Pending)
+		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", st.Training, st.Pending)
 	}
 	return fmt.Sprintf("waiting for leader %s to publish it", n.lead.leader())
 }

@@ -101,6 +101,11 @@ type Lookahead interface {
 	// was installed again). reads belongs to the caller; the policy keeps
 	// no reference to it.
 	BeginEpoch(epoch int, reads []ID)
+	// AppendEpoch installs the order of epoch, published while the
+	// current one is still being read: the current order's reads not yet
+	// taken by a Hit or Miss stay first, in their order, and reads follow
+	// them. reads belongs to the caller.
+	AppendEpoch(epoch int, reads []ID)
 }
 
 // Options tunes New. The zero value is the default.

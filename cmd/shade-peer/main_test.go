@@ -43,7 +43,7 @@ func TestEnvironmentFillsFlagsNotGiven(t *testing.T) {
 		t.Errorf("--cache-size 0 --score magnitude --max-weight 4 --boost 3: policy %q, %+v, %v", cfg.Node.Policy, cfg.Node, err)
 	}
 	for _, bad := range [][]string{{"--pads", "maybe"}, {"--cache-size", "-1"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
-		{"--score", "loud"}, {"--max-weight", "0.5"}, {"--max-weight", "NaN"}, {"--boost", "-1"}, {"--boost", "Inf"}, {"--strata", "0"},
+		{"--score", "loud"}, {"--max-weight", "0.5"}, {"--max-weight", "NaN"}, {"--boost", "-1"}, {"--boost", "Inf"}, {"--strata", "0"}, {"--order-ahead", "2"},
 		{"--dataset", "noequals"}, {"--seeds", "127.0.0.1:1"}, {"--join-wait", "0s"}, {"extra"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)

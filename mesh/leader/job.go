@@ -85,9 +85,16 @@ type Config struct {
 	// JoinWait is how long epoch 0 waits for every rank to join, from the
 	// first; then it is published for the ranks that joined.
 	JoinWait time.Duration
+	// Ahead is how many epochs the orders run ahead of training, 0 or 1.
+	// With 0, epoch e+1 is drawn once every rank finished e, from every
+	// score reported by then. With 1, epochs 0 and 1 are published
+	// together, and epoch e+2 once every rank finished e, from the scores
+	// of epochs up to e: each order is known an epoch before it is read,
+	// so the caches and the ranks see past the epoch's end.
+	Ahead int
 	// EpochDeadline publishes the next epoch this long after the first
-	// rank finished the newest, without the ranks that have not; 0 means
-	// never.
+	// rank finished the one being trained, without the ranks that have
+	// not; 0 means never.
 	EpochDeadline time.Duration
 	// After calls fn once d has passed, on a goroutine the caller owns; it
 	// may drop fn if the node closes first. It must not block: a Job calls
@@ -113,10 +120,11 @@ type Job struct {
 	world    int      // 0 until a rank joins
 	latest   int      // newest published epoch, -1 for none
 	ranks    []string // rank -> node, "" until known; len(ranks) == world
-	done     map[int]bool
+	done     map[int]bool // ranks that finished the epoch being trained, latest-Ahead
+	early    map[int]bool // ranks that finished the epoch after it (only with Ahead)
 	sampler  *sampling.Sampler
 	waiting  bool // the join wait of epoch 0 is armed
-	deadline bool // the deadline of epoch latest is armed (or none is set)
+	deadline bool // the deadline of the epoch being trained is armed (or none is set)
 	retired  bool // no longer the dataset's job: timers publish nothing
 	// resident holds, per node, the bitmap of the dataset's samples it
 	// cached when its rank last finished an epoch.
@@ -125,7 +133,8 @@ type Job struct {
 
 // New returns the job of generation 0, with no rank and no order.
 func New(cfg Config) *Job {
-	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), sampler: cfg.NewSampler(), resident: make(map[string][]byte)}
+	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
+		resident: make(map[string][]byte)}
 }
 
 // Join records that rank of world trains on node, which holds generation
@@ -155,11 +164,24 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 		return gen != j.gen || have < j.latest, nil
 	}
 	if len(j.missingLocked()) == 0 {
-		return false, j.publishLocked(0)
+		return false, j.publishFirstLocked()
 	}
 	j.armJoinWaitLocked()
 	return false, nil
 }
+
+// publishFirstLocked publishes epoch 0 and, with Ahead, epoch 1 after it.
+func (j *Job) publishFirstLocked() error {
+	for e := 0; e <= j.cfg.Ahead; e++ {
+		if err := j.publishLocked(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// training is the epoch whose dones decide the next publication.
+func (j *Job) training() int { return j.latest - j.cfg.Ahead }
 
 // armJoinWaitLocked publishes epoch 0 JoinWait from now, for the ranks
 // that joined by then, unless it is armed already.
@@ -174,7 +196,7 @@ func (j *Job) armJoinWaitLocked() {
 		if j.retired || j.latest >= 0 || j.world == 0 {
 			return
 		}
-		if err := j.publishLocked(0); err != nil {
+		if err := j.publishFirstLocked(); err != nil {
 			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing epoch 0")
 		}
 	})
@@ -182,15 +204,17 @@ func (j *Job) armJoinWaitLocked() {
 
 // Done records that rank, which trains on node, finished epoch of
 // generation gen, and that node then cached the samples in resident (a
-// bitmap, bit i%8 of byte i/8; nil if it did not say). The next epoch is
-// published once every rank has, or EpochDeadline after the first did
-// (if set). A done of an older generation or epoch is ignored; one for an
-// epoch not yet published, or a rank outside the world, is refused with
-// ErrBadRequest. A bitmap longer than the dataset's is refused too.
+// bitmap, bit i%8 of byte i/8; nil if it did not say). Once every rank
+// finished the epoch being trained (the newest, or with Ahead the one
+// before it), or EpochDeadline after the first did (if set), the next
+// epoch is published. A done of an older generation or epoch is ignored;
+// one for an epoch not yet published, or a rank outside the world, is
+// refused with ErrBadRequest. A bitmap longer than the dataset's is
+// refused too.
 func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if gen != j.gen || epoch < j.latest {
+	if gen != j.gen || epoch < j.training() {
 		return nil // an old job or epoch: nothing to do
 	}
 	if epoch > j.latest || rank < 0 || rank >= j.world {
@@ -202,31 +226,38 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 	if resident != nil && node != "" {
 		j.resident[node] = resident
 	}
-	j.done[rank] = true
+	if epoch == j.training() {
+		j.done[rank] = true
+	} else {
+		j.early[rank] = true // with Ahead: it finished the next epoch too
+	}
 	if j.ranks[rank] == "" {
 		j.ranks[rank] = node
 	}
-	if len(j.done) == j.world {
-		return j.publishLocked(j.latest + 1)
+	for len(j.done) == j.world {
+		if err := j.publishLocked(j.latest + 1); err != nil {
+			return err
+		}
 	}
-	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline {
+	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline && len(j.done) > 0 {
 		j.deadline = true
-		j.cfg.After(d, func() { j.deadlinePassed(epoch) })
+		training := j.training()
+		j.cfg.After(d, func() { j.deadlinePassed(training) })
 	}
 	return nil
 }
 
-// deadlinePassed publishes the epoch after epoch without the ranks that
-// have not finished it, if epoch is still the newest.
+// deadlinePassed publishes the next epoch without the ranks that have
+// not finished epoch, if epoch is still the one being trained.
 func (j *Job) deadlinePassed(epoch int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.retired || j.latest != epoch {
+	if j.retired || j.training() != epoch {
 		return
 	}
 	j.cfg.Logger.Warn().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Ints("pending", j.pendingLocked()).
 		Msg("epoch deadline passed: publishing the next order without the pending ranks")
-	if err := j.publishLocked(epoch + 1); err != nil {
+	if err := j.publishLocked(j.latest + 1); err != nil {
 		j.cfg.Logger.Error().Err(err).Msg("publishing after the deadline")
 	}
 }
@@ -247,7 +278,7 @@ func (j *Job) Reset() {
 	defer j.mu.Unlock()
 	j.gen++
 	j.world, j.latest, j.ranks = 0, -1, nil
-	j.done = make(map[int]bool)
+	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline = false, false
 	j.resident = make(map[string][]byte)
@@ -258,8 +289,11 @@ func (j *Job) Reset() {
 type Status struct {
 	World  int // 0 until a rank joins
 	Latest int // newest published epoch, -1 for none
-	// Pending lists the ranks that have not finished Latest; Missing the
-	// ranks whose node is not known yet.
+	// Training is the epoch whose dones decide the next publication:
+	// Latest, or with Config.Ahead the one before it.
+	Training int
+	// Pending lists the ranks that have not finished Training; Missing
+	// the ranks whose node is not known yet.
 	Pending, Missing []int
 }
 
@@ -267,7 +301,7 @@ type Status struct {
 func (j *Job) Status() Status {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return Status{World: j.world, Latest: j.latest, Pending: j.pendingLocked(), Missing: j.missingLocked()}
+	return Status{World: j.world, Latest: j.latest, Training: j.training(), Pending: j.pendingLocked(), Missing: j.missingLocked()}
 }
 
 func (j *Job) pendingLocked() []int {
@@ -298,12 +332,12 @@ func (j *Job) publishLocked(epoch int) error {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
 	pub := &wire.PublishMsg{
-		Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(),
+		Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.cfg.Ahead,
 		World: j.world, Slices: d.Slices, Weights: d.Weights, Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
 	}
 	scored := d.Scored
 	j.latest = epoch
-	j.done = make(map[int]bool)
+	j.done, j.early = j.early, make(map[int]bool) // the next epoch is being trained now
 	j.deadline = false
 	j.cfg.Publish(pub, scored)
 	return nil
@@ -397,6 +431,9 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	}
 	if p.Epoch < 0 {
 		return nil
+	}
+	if p.Ahead < 0 || p.Ahead > 1 {
+		return fmt.Errorf("leader: order for %s epoch %d runs %d epochs ahead (at most 1)", p.Dataset, p.Epoch, p.Ahead)
 	}
 	if p.World < 1 || p.World > maxWorld || len(p.Slices) != p.World || len(p.Ranks) > p.World {
 		return fmt.Errorf("leader: order for %s epoch %d has %d slices for world %d", p.Dataset, p.Epoch, len(p.Slices), p.World)

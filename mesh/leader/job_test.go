@@ -387,3 +387,113 @@ func TestCheck(t *testing.T) {
 		t.Errorf("a reset's empty order: %v", err)
 	}
 }
+
+// epochs lists the epochs of the orders published so far.
+func (h *harness) epochs() []int {
+	var out []int
+	for _, p := range h.pubs {
+		out = append(out, p.Epoch)
+	}
+	return out
+}
+
+// TestAheadPublishesAnEpochEarly: with Ahead 1, epochs 0 and 1 come out
+// together, and epoch e+2 once every rank finished e; a rank that
+// finished e+1 before another finished e counts for e+1 then; the
+// deadline follows the epoch being trained.
+func TestAheadPublishesAnEpochEarly(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.Ahead = 1
+	h.job = New(cfg)
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1}) || h.last(t).Ahead != 1 {
+		t.Fatalf("after the joins, published %v (ahead %d); want 0 and 1", got, h.last(t).Ahead)
+	}
+	if st := h.job.Status(); st.Latest != 1 || st.Training != 0 || !slices.Equal(st.Pending, []int{0, 1}) {
+		t.Fatalf("status %+v", st)
+	}
+	if err := h.job.Done(0, 2, 0, "a", nil); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("done of an unpublished epoch: %v", err)
+	}
+	// Rank 0 finishes epochs 0 and 1 while rank 1 is still in epoch 0.
+	for _, e := range []int{0, 1} {
+		if err := h.job.Done(0, e, 0, "a", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(h.pubs) != 2 {
+		t.Fatalf("published %v before rank 1 finished epoch 0", h.epochs())
+	}
+	h.fire(t, time.Minute) // the deadline of epoch 0 ...
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("after the deadline of epoch 0, published %v", got)
+	}
+	// ... and now epoch 1 is trained, which rank 0 had finished already.
+	if st := h.job.Status(); st.Training != 1 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("status %+v", st)
+	}
+	if err := h.job.Done(0, 0, 1, "b", nil); err != nil { // late: ignored
+		t.Fatal(err)
+	}
+	if err := h.job.Done(0, 1, 1, "b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("once both finished epoch 1, published %v", got)
+	}
+}
+
+// TestRebuildAhead: a new leader of a job whose orders run ahead takes the
+// dones of the epoch before the newest as the epoch being trained, and the
+// newest's as early ones; once that epoch is finished it publishes the
+// next, and if the old leader died between epoch 0 and epoch 1, it
+// publishes epoch 1 at once.
+func TestRebuildAhead(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.Ahead = 1
+	d, err := Draw(sampling.NewSampler(8, sampling.DefaultConfig()), identity(8), 0, []string{"a", "b"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := &wire.PublishMsg{Dataset: "ds", Epoch: 3, Term: 5, Ahead: 1, World: 2, Sampler: d.State, Ranks: []string{"a", "b"}}
+	own := wire.JobState{Dataset: "ds", Epoch: 3, Ranks: []wire.RankWorld{{Rank: 0, World: 2}}, DonePrev: []int{0}, Done: []int{0}}
+	peers := States{"b": {Jobs: []wire.JobState{{Dataset: "ds", Epoch: 3, Ranks: []wire.RankWorld{{Rank: 1, World: 2}}}}}}
+	j, err := Rebuild(cfg, newest, "a", own, peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.job = j
+	if st := j.Status(); st.Latest != 3 || st.Training != 2 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("rebuilt status %+v", st)
+	}
+	if err := j.Resume(); err != nil || len(h.pubs) != 0 {
+		t.Fatalf("resume with rank 1 in epoch 2: %v, published %v", err, h.epochs())
+	}
+	if err := j.Done(0, 2, 1, "b", nil); err != nil {
+		t.Fatal(err)
+	}
+	// Epoch 4 for epoch 2's dones; rank 0 had finished epoch 3, rank 1 not.
+	if got := h.epochs(); !slices.Equal(got, []int{4}) {
+		t.Fatalf("published %v, want epoch 4", got)
+	}
+	if st := j.Status(); st.Training != 3 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("status after epoch 4: %+v", st)
+	}
+
+	// The old leader published epoch 0 and died before epoch 1.
+	h.pubs = nil
+	first := &wire.PublishMsg{Dataset: "ds", Epoch: 0, Term: 5, Ahead: 1, World: 2, Sampler: d.State, Ranks: []string{"a", "b"}}
+	j, err = Rebuild(cfg, first, "a", wire.JobState{Dataset: "ds", Epoch: 0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Resume(); err != nil || !slices.Equal(h.epochs(), []int{1}) {
+		t.Fatalf("resume after epoch 0 alone: %v, published %v", err, h.epochs())
+	}
+}

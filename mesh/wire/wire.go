@@ -152,6 +152,10 @@ type PublishMsg struct {
 	Epoch   int    `msgpack:"e"`
 	Term    uint64 `msgpack:"t"`
 	World   int    `msgpack:"w"`
+	// Ahead is how many epochs the job's orders run ahead of training (0
+	// or 1): with 1, this order was published while epoch Epoch-1 was
+	// still being trained, and ranks' dones of Epoch-1 still count.
+	Ahead int `msgpack:"a,omitempty"`
 	// Slices are the ranks' parts of the order, rank by rank.
 	Slices [][]uint32 `msgpack:"s"`
 	// Sampler is the sampler's state after drawing this order, so a new
@@ -218,9 +222,11 @@ type JobState struct {
 	Epoch   int    `msgpack:"e"` // newest order held, -1 for none
 	Term    uint64 `msgpack:"t"`
 	// Ranks trained on this peer and their world; Done lists those that
-	// finished Epoch.
-	Ranks []RankWorld `msgpack:"r"`
-	Done  []int       `msgpack:"x"`
+	// finished Epoch, DonePrev those that finished Epoch-1 (which still
+	// count where orders run ahead of training).
+	Ranks    []RankWorld `msgpack:"r"`
+	Done     []int       `msgpack:"x"`
+	DonePrev []int       `msgpack:"p,omitempty"`
 }
 
 // RankWorld is one rank of a job and the job's world size.
