@@ -117,9 +117,9 @@ type Job struct {
 	// and handed to Config.Publish, so that no epoch is published twice.
 	mu       sync.Mutex
 	gen      uint64
-	world    int      // 0 until a rank joins
-	latest   int      // newest published epoch, -1 for none
-	ranks    []string // rank -> node, "" until known; len(ranks) == world
+	world    int          // 0 until a rank joins
+	latest   int          // newest published epoch, -1 for none
+	ranks    []string     // rank -> node, "" until known; len(ranks) == world
 	done     map[int]bool // ranks that finished the epoch being trained, latest-Ahead
 	early    map[int]bool // ranks that finished the epoch after it (only with Ahead)
 	sampler  *sampling.Sampler
