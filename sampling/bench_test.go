@@ -8,7 +8,7 @@ import (
 func BenchmarkReport256(b *testing.B) {
 	const n, batch = 60000, 256
 	rng := newRand(1)
-	tb := NewTable(n, 0)
+	tb := NewTable(n, 0, ScoreRankLog)
 	const batches = 64
 	ids := make([][]uint32, batches)
 	losses := make([][]float64, batches)
@@ -32,7 +32,7 @@ func BenchmarkReport256(b *testing.B) {
 
 func BenchmarkOrder(b *testing.B) {
 	for _, n := range []int{60000, 1280000} {
-		tb := NewTable(n, 0)
+		tb := NewTable(n, 0, ScoreRankLog)
 		rng := newRand(2)
 		for id := range n {
 			if id%5 != 0 {

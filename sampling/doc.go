@@ -10,22 +10,31 @@
 //
 // # Scores
 //
-// A trainer reports one minibatch at a time as (sample id, loss) pairs.
-// [RankScores] ranks the m losses ascending, ties in random order, and gives the
-// sample at rank k the score
+// A trainer reports one minibatch at a time as (sample id, loss) pairs, and
+// the table's [ScoreKind] turns the batch into scores. Under [ScoreRankLog],
+// the default, [RankScores] ranks the m losses ascending, ties in random
+// order, and gives the sample at rank k the score
 //
 //	s = ln(10 + 63 p),  p = k/(m-1)  (p = 1 when m = 1),
 //
 // which is SHADE's ln(rank+10) shape made independent of the batch size: scores
-// lie in [ln 10, ln 73] ≈ [2.303, 4.290]. [Table.Report] merges each score into
-// the dataset's table by an exponential moving average,
+// lie in [ln 10, ln 73] ≈ [2.303, 4.290]. Under [ScoreMagnitude],
+// [MagnitudeScores] gives each sample its share of a bounded gradient-norm
+// proxy,
+//
+//	g = 1 - e^-max(0, loss),  s = min(64, g / mean(g over the batch)),
+//
+// (s = 1 for all when every g is 0), so that a sample's score tracks how much
+// it would move the model rather than only where its loss ranks. [Table.Report]
+// merges each score into the dataset's table by an exponential moving average,
 //
 //	score[id] = a*s + (1-a)*score[id],
 //
 // with a = [DefaultAlpha] unless configured. A sample never scored takes the
 // running mean of the scored samples as its prior and as its effective score
-// (ln 41.5, the middle of the range, while nothing is scored), so a sample that
-// has not been seen yet is neither favoured nor starved.
+// (while nothing is scored, the kind's neutral score: ln 41.5, the middle of
+// the range, or 1, the batch mean), so a sample that has not been seen yet is
+// neither favoured nor starved.
 //
 // # Orders
 //

@@ -49,6 +49,10 @@ type Config struct {
 	// PADS turns importance sampling on. Off, every epoch is a uniform
 	// permutation, as with PyTorch's DistributedSampler(shuffle=True).
 	PADS bool
+	// Score is the kind of score the job's table holds. The sampler does not
+	// consult it; it is here so that one Config describes a job, and the
+	// table's owner passes it to NewTable. Must be a defined ScoreKind.
+	Score ScoreKind
 }
 
 // DefaultConfig is the recommended PADS preset: importance sampling with
@@ -68,6 +72,9 @@ func (c Config) Validate() error {
 	}
 	if math.IsNaN(c.UniformFloor) || c.UniformFloor > 1 {
 		return wrapf(ErrBadConfig, "uniform floor %v above 1", c.UniformFloor)
+	}
+	if !c.Score.valid() {
+		return wrapf(ErrBadConfig, "score kind %d unknown", c.Score)
 	}
 	return nil
 }
