@@ -451,7 +451,8 @@ func TestAliasTableExact(t *testing.T) {
 		}
 	}
 	s := NewSampler(n, Config{PADS: true, Lambda: -1, UniformFloor: 0.2})
-	s.buildAlias(tb)
+	s.fillProb(tb)
+	s.buildAlias()
 	mass := make([]float64, n)
 	for i, c := range s.cols[:n] {
 		p := float64(c.accept) / (1 << 32)
