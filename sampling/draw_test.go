@@ -639,3 +639,86 @@ func TestDrawGolden(t *testing.T) {
 		t.Fatalf("draws of version %d hash to %#x, want %#x", OrderVersion, got, want)
 	}
 }
+
+// FuzzDraw checks Draw's invariants on arbitrary scores, configurations and
+// residency: a full order of valid ids, weights that are 1/E[count] for a
+// distribution of D draws (the expected counts of the draws sum to D), and,
+// with a cap, every weight in (0, MaxWeight].
+func FuzzDraw(f *testing.F) {
+	f.Add([]byte("\x40\x03\x04\x08\x01\x02scores and residency"))
+	f.Add([]byte("\x07\x00\x00\x00\x00\x00"))
+	f.Add([]byte("\xff\xff\x01\x01\x03\x00\xff\x00\x00\x80\x7f"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 6 {
+			return
+		}
+		n := int(data[0])%150 + 1
+		cfg := Config{
+			Seed:           uint64(data[1]),
+			PADS:           true,
+			Boost:          float64(data[2]%16) / 2,
+			MaxWeight:      []float64{0, 1, 1.25, 2, 4, 100}[data[3]%6],
+			Strata:         int(data[4]%12) - 1,
+			CoverageEpochs: int(data[5]%4) - 1,
+			UniformFloor:   float64(data[1]%3) / 4,
+			Lambda:         -float64(data[2]>>4) / 4,
+		}
+		rest := data[6:]
+		tb := NewTable(n, 0, ScoreMagnitude)
+		bitmap := make([]uint64, (n+63)/64)
+		for id := range n {
+			if id >= len(rest) {
+				break
+			}
+			b := rest[id]
+			if b&1 != 0 {
+				bitmap[id/64] |= 1 << (id % 64)
+			}
+			if b&2 != 0 {
+				_ = tb.Set(uint32(id), float64(b>>2)/4) // 0 to 15.75, ties likely
+			}
+		}
+		s := NewSampler(n, cfg)
+		for e := range 4 {
+			forced, d := forcedNow(s)
+			got, err := s.Draw(e, tb, bitmap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Order) != n || len(got.Weight) != n {
+				t.Fatalf("epoch %d: %d ids, %d weights", e, len(got.Order), len(got.Weight))
+			}
+			for _, id := range got.Order {
+				if int(id) >= n {
+					t.Fatalf("id %d", id)
+				}
+			}
+			if e == 0 {
+				continue
+			}
+			var drawn float64
+			for id, w32 := range got.Weight {
+				w := float64(w32)
+				if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 || (w == 0 && (cfg.MaxWeight > 0 || slices.Contains(got.Order, uint32(id)))) {
+					t.Fatalf("epoch %d: weight[%d] = %v", e, id, w)
+				}
+				if cfg.MaxWeight > 0 && w > cfg.MaxWeight*(1+1e-6) {
+					t.Fatalf("epoch %d: weight[%d] = %v above %v", e, id, w, cfg.MaxWeight)
+				}
+				if forced[id] && w > 1 {
+					t.Fatalf("epoch %d: forced sample %d has weight %v", e, id, w)
+				}
+				if w > 0 {
+					c := 1 / w
+					if forced[id] {
+						c--
+					}
+					drawn += c
+				}
+			}
+			if d > 0 && math.Abs(drawn-float64(d)) > 1e-5*float64(d) {
+				t.Fatalf("epoch %d: expected counts of the draws sum to %v, want %d", e, drawn, d)
+			}
+		}
+	})
+}
