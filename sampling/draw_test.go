@@ -201,9 +201,11 @@ func TestDrawWeightsMatchReference(t *testing.T) {
 // themselves: given the coverage state, a sample's count is forced_i plus a
 // binomial(D, q_i) count, so count*ω has variance ω²·D·q(1-q); the epoch's
 // total Σ count*ω is D draws of ω_X with X ~ q, variance D·(Σqω² - (Σqω)²).
-// 5.5 standard deviations per sample and 5 for the total would fail by
-// chance about once in 10^5 runs; the seeds are fixed, so the test is
-// deterministic.
+// 5.5 standard deviations per sample and 5 for the total would, over the
+// three cases' 600 samples, fail by chance about once in 40,000 runs (a
+// sample's mean is a sum of 2,000 independent counts, near enough normal);
+// the seeds are fixed, so the test is deterministic. A weight off by 5% for
+// a third of the samples fails it.
 func unbiasedness(t *testing.T, n, seeds int, tb *Table, bitmap []uint64, prepare func(seed uint64) (*Sampler, int)) {
 	t.Helper()
 	sum := make([]float64, n)
