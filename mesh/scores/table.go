@@ -29,10 +29,10 @@ type Table struct {
 	term    uint64        // term of the leader whose merges the table holds
 }
 
-// New returns an empty table of n samples merging with weight alpha (see
-// sampling.NewTable), breaking ties with rng.
-func New(n int, alpha float64, rng *rand.Rand) *Table {
-	return &Table{table: sampling.NewTable(n, alpha), rng: rng}
+// New returns an empty table of n samples scoring as kind says and merging
+// with weight alpha (see sampling.NewTable), breaking ties with rng.
+func New(n int, alpha float64, kind sampling.ScoreKind, rng *rand.Rand) *Table {
+	return &Table{table: sampling.NewTable(n, alpha, kind), rng: rng}
 }
 
 // Sampling returns the underlying table, for tests: the caller must not
