@@ -72,7 +72,7 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		counters: counters.New(m.Len()),
 	}
-	ds.scores = scores.New(ds.len, cfg.Alpha, ds.samplingConfig(cfg).Score, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
+	ds.scores = scores.New(ds.len, cfg.Alpha, cfg.Score, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
 	ds.book = orders.New(cfg.KeepEpochs)
 	return ds, nil
 }

@@ -429,7 +429,7 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 	if len(h.pubs) != 2 {
 		t.Fatalf("published %v before rank 1 finished epoch 0", h.epochs())
 	}
-	h.fire(t, time.Minute) // the deadline of epoch 0 ...
+	h.fire(t, time.Second, time.Minute) // the join wait (spent), the deadline of epoch 0 ...
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) {
 		t.Fatalf("after the deadline of epoch 0, published %v", got)
 	}

@@ -64,13 +64,24 @@ func (b *Book) wakeLocked() {
 
 // Install keeps p if it is newer than what the book holds and reports
 // whether it did. A new generation forgets the local ranks; a new epoch
-// forgets which of them were done, but for the epoch before it. The book
-// keeps p, which the caller must not change afterwards.
+// forgets which of them were done, but for the epoch before it. An order
+// of the newest's generation that is older than the newest but recent
+// enough to keep, and not held yet, is kept too (orders published ahead
+// come two at a time and may arrive out of turn); the newest stays. The
+// book keeps p, which the caller must not change afterwards.
 func (b *Book) Install(p *wire.PublishMsg) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !p.Newer(b.latest) {
-		return false
+		if p.Gen != b.latest.Gen || p.Epoch <= b.latest.Epoch-b.keep || b.kept[p.Epoch] != nil {
+			return false
+		}
+		b.kept[p.Epoch] = p
+		if b.installed != nil {
+			b.installed(p)
+		}
+		b.wakeLocked()
+		return true
 	}
 	if b.latest == nil || p.Gen != b.latest.Gen {
 		b.kept = make(map[int]*wire.PublishMsg)

@@ -174,7 +174,7 @@ func (s *Table) Deciles(idxs []int, out []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, idx := range idxs {
-		out[i] = Decile(s.table.Score(uint32(idx)))
+		out[i] = Decile(s.table.Kind(), s.table.Score(uint32(idx)))
 	}
 }
 
@@ -198,7 +198,13 @@ func (s *Table) Summary() (scored int, mean float64) {
 // scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
 var scoreLow, scoreHigh = math.Log(10), math.Log(73)
 
-// Decile is the importance decile of a score, 0 (least) to 9.
-func Decile(score float64) int {
+// Decile is the importance decile of a score of kind, 0 (least) to 9:
+// rank scores by where they lie in [ln 10, ln 73]; magnitude scores,
+// which are relative to their minibatch's mean, by tenths of [0, 2]
+// (twice the mean and above is decile 9).
+func Decile(kind sampling.ScoreKind, score float64) int {
+	if kind == sampling.ScoreMagnitude {
+		return max(0, min(9, int(5*score)))
+	}
 	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
 }

@@ -49,8 +49,16 @@ func TestDecile(t *testing.T) {
 		score float64
 		want  int
 	}{{0, 0}, {math.Log(10), 0}, {math.Log(73), 9}, {100, 9}, {(math.Log(10) + math.Log(73)) / 2, 5}} {
-		if got := Decile(c.score); got != c.want {
-			t.Errorf("Decile(%v) = %d, want %d", c.score, got, c.want)
+		if got := Decile(sampling.ScoreRankLog, c.score); got != c.want {
+			t.Errorf("Decile(rank, %v) = %d, want %d", c.score, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		score float64
+		want  int
+	}{{0, 0}, {0.19, 0}, {0.2, 1}, {1, 5}, {1.99, 9}, {64, 9}} {
+		if got := Decile(sampling.ScoreMagnitude, c.score); got != c.want {
+			t.Errorf("Decile(magnitude, %v) = %d, want %d", c.score, got, c.want)
 		}
 	}
 }
