@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -336,6 +337,49 @@ func LabelsFromManifest(paths []string) ([]int, error) {
 // Options.ReadTimeout for the reply, so a long wait never trips the ordinary
 // read timeout.
 func (c *Client) Order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration) ([]int, error) {
+	v, err := c.order(ctx, dataset, epoch, rank, world, wait, false)
+	if err != nil {
+		return nil, err
+	}
+	return orderIDs(v)
+}
+
+// OrderWeights is Order with the importance weight of each id: weights[i]
+// is ω = 1/(N·p) for ids[i], drawn with probability p per draw, so that a
+// trainer that weighs each sample's loss by it minimises the loss over the
+// whole dataset without bias. Every weight is 1 in a permutation.
+func (c *Client) OrderWeights(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration) (ids []int, weights []float64, err error) {
+	v, err := c.order(ctx, dataset, epoch, rank, world, wait, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	pair, ok := v.([]any)
+	if !ok || len(pair) != 2 {
+		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", v)
+	}
+	if ids, err = orderIDs(pair[0]); err != nil {
+		return nil, nil, err
+	}
+	elems, ok := pair[1].([]any)
+	if !ok || len(elems) != len(ids) {
+		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", pair[1])
+	}
+	weights = make([]float64, len(elems))
+	for i, e := range elems {
+		str, ok := e.(string)
+		if !ok {
+			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", e)
+		}
+		w, err := strconv.ParseFloat(str, 64)
+		if err != nil || !(w > 0) || math.IsInf(w, 0) {
+			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", str)
+		}
+		weights[i] = w
+	}
+	return ids, weights, nil
+}
+
+func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration, withWeights bool) (any, error) {
 	if wait < 0 {
 		return nil, fmt.Errorf("client: SHADE.ORDER: negative wait %v", wait)
 	}
@@ -345,10 +389,14 @@ func (c *Client) Order(ctx context.Context, dataset string, epoch, rank, world i
 		args = append(args, max(1, wait.Milliseconds()))
 		serverWait = min(wait, serverOrderLimit)
 	}
-	v, err := c.do(ctx, c.blocking, serverWait+c.readWait, args...)
-	if err != nil {
-		return nil, err
+	if withWeights {
+		args = append(args, "WITHWEIGHTS")
 	}
+	return c.do(ctx, c.blocking, serverWait+c.readWait, args...)
+}
+
+// orderIDs reads a SHADE.ORDER reply's array of ids.
+func orderIDs(v any) ([]int, error) {
 	elems, ok := v.([]any)
 	if !ok {
 		return nil, unexpected("SHADE.ORDER", v)

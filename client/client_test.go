@@ -502,3 +502,63 @@ func TestFormatLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderWeights: a peer drawing with loss-magnitude scores, a weight
+// cap and cache-aware draws hands out, beside each id, its importance
+// weight: all 1 in the epoch-0 permutation, then positive, within the cap,
+// not all equal, and the ids are those the plain Order returns.
+func TestOrderWeights(t *testing.T) {
+	d, sock := startToy(t, "--score", "magnitude", "--max-weight", "4", "--boost", "3", "--uniform-floor", "0.2")
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+	n := len(d.Files)
+
+	ids, weights, err := c.OrderWeights(ctx, "toy", 0, 0, 1, 20*time.Second)
+	if err != nil || len(ids) != n || len(weights) != n {
+		t.Fatalf("OrderWeights(epoch 0) = %d ids, %d weights, %v; want %d", len(ids), len(weights), err, n)
+	}
+	for i, w := range weights {
+		if w != 1 {
+			t.Fatalf("epoch 0 is a permutation, but id %d has weight %v", ids[i], w)
+		}
+	}
+	// Epoch 0 trained: the first half of the ids had a high loss.
+	losses := make([]float64, n)
+	for i := range ids {
+		losses[i] = 0.01
+		if i < n/2 {
+			losses[i] = 3
+		}
+	}
+	if err := c.Report(ctx, "toy", 0, ids, losses); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Done(ctx, "toy", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ids1, weights1, err := c.OrderWeights(ctx, "toy", 1, 0, 1, 20*time.Second)
+	if err != nil || len(weights1) != len(ids1) {
+		t.Fatalf("OrderWeights(epoch 1) = %d ids, %d weights, %v", len(ids1), len(weights1), err)
+	}
+	plain, err := c.Order(ctx, "toy", 1, 0, 1, 20*time.Second)
+	if err != nil || !slices.Equal(plain, ids1) {
+		t.Fatalf("Order(epoch 1) = %v, %v; OrderWeights gave %v", plain, err, ids1)
+	}
+	hard := make(map[int]bool)
+	for _, id := range ids[:n/2] {
+		hard[id] = true
+	}
+	var lo, hi float64 = math.Inf(1), 0
+	for i, w := range weights1 {
+		if !(w > 0) || w > 4+1e-6 {
+			t.Errorf("id %d: weight %v outside (0, 4]", ids1[i], w)
+		}
+		lo, hi = min(lo, w), max(hi, w)
+		if hard[ids1[i]] && w >= 1 {
+			t.Errorf("id %d had a high loss yet weight %v: it was not drawn more often than uniform", ids1[i], w)
+		}
+	}
+	if lo == hi {
+		t.Errorf("every weight of epoch 1 is %v: the scores did not shape the draw", lo)
+	}
+}

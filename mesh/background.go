@@ -136,6 +136,8 @@ func (n *Node) runLoops(ctx context.Context) {
 
 // flushReports sends queued minibatches to the leader in one request.
 func (n *Node) flushReports(ctx context.Context) {
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
 	send, last, ok := n.out.PeekReports()
 	if !ok {
 		return
@@ -223,13 +225,13 @@ func (n *Node) replicateTables(ctx context.Context) {
 // themselves from their own loop.
 func (n *Node) reconcile(ctx context.Context) {
 	for _, ds := range n.ordered {
-		p, done := ds.book.Finished()
-		if p == nil || p.Epoch < 0 {
+		p, epoch, done := ds.book.Finished()
+		if p == nil || epoch < 0 {
 			continue
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: ds.name, Gen: p.Gen, Epoch: p.Epoch, Rank: r, Node: n.cfg.Name})
+			_ = n.toLeader(cctx, wire.MethodDone, n.doneReq(ds, p.Gen, epoch, r))
 			cancel()
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -471,5 +472,62 @@ func TestTwoMeshesInOneProcessDoNotInterfere(t *testing.T) {
 	b.readAll(t, b.peers[1].client(t))
 	if v, _ := a.peers[0].client(t).Get(context.Background(), "ds/250").Result(); v != "" {
 		t.Fatal("mesh a served a sample past its dataset's end")
+	}
+}
+
+// TestOrdersAheadCarryWeightsToEveryPeer: with orders published an epoch
+// ahead, magnitude scores, a weight cap and cache-aware draws, a 3-node
+// mesh trains 4 epochs; the leader has published epoch 5 (two past the
+// last finished), and every peer holds the same order and weights for
+// each epoch, weights within the cap.
+func TestOrdersAheadCarryWeightsToEveryPeer(t *testing.T) {
+	const world, epochs = 3, 4
+	m := startMesh(t, 3, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 1, cacheSize: 16 << 10, configure: func(i int, c *Config) {
+		c.OrderAhead = 1
+		c.Score = sampling.ScoreMagnitude
+		c.MaxWeight, c.Boost = 4, 3
+		c.Cluster.Prefetch = -1
+	}})
+	trainEpochs(t, epochs, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
+		func(id int64) float64 { return float64(id%7) / 2 })
+	waitFor(t, 10*time.Second, "epoch 5 on every peer", func() bool {
+		for _, p := range m.peers {
+			if _, e, _ := p.node.ordered[0].book.Head(); e != epochs+1 {
+				return false
+			}
+		}
+		return true
+	})
+	weighted := 0
+	for e := epochs - 2; e <= epochs+1; e++ {
+		var want string
+		for _, p := range m.peers {
+			a := p.node.ordered[0].book.Ask(e, 0, world)
+			if a.Order == nil {
+				t.Fatalf("%s lacks epoch %d", p.node.Name(), e)
+			}
+			got := orderDigest(a.Order) + fmt.Sprint(a.Order.Weights)
+			if want == "" {
+				want = got
+			} else if got != want {
+				t.Errorf("epoch %d differs on %s", e, p.node.Name())
+			}
+			for _, ws := range a.Order.Weights {
+				for _, w := range ws {
+					if !(w > 0) || w > 4.0001 {
+						t.Fatalf("epoch %d: weight %v outside (0, 4]", e, w)
+					}
+				}
+			}
+			if a.Order.Ahead != 1 {
+				t.Errorf("epoch %d published %d ahead", e, a.Order.Ahead)
+			}
+			if len(a.Order.Weights) > 0 {
+				weighted++
+			}
+		}
+	}
+	if weighted == 0 {
+		t.Error("no order carried weights")
 	}
 }

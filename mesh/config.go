@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/sampling"
 )
 
 // Source is a dataset's backing store: the manifest and the samples'
@@ -68,6 +69,21 @@ type Config struct {
 	// once every K epochs. 0 means the sampling package's default; a
 	// negative value turns the floor off.
 	CoverageEpochs int
+	// Score is how a reported loss becomes an importance score: SHADE's
+	// rank within the minibatch (the zero value) or the loss's magnitude.
+	Score sampling.ScoreKind
+	// MaxWeight caps the importance weight ω = 1/(N·p) of a drawn sample
+	// (at least 1; 0: no cap).
+	MaxWeight float64
+	// Boost β raises the draw probability of samples cached in the mesh
+	// by the factor 1+β within their importance stratum (0: off).
+	Boost float64
+	// Strata is the number of importance strata of Boost; 0 means the
+	// sampling package's default.
+	Strata int
+	// OrderAhead is how many epochs orders are published ahead of
+	// training, 0 or 1 (see leader.Config.Ahead).
+	OrderAhead int
 
 	// MaxWorld bounds a job's world size (ranks), from trainers and from
 	// peers alike; 0 means 4096. A larger one is refused with
@@ -139,6 +155,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PrefetchMemory < 0 {
 		return c, fmt.Errorf("%w: prefetch memory %d", ErrConfig, c.PrefetchMemory)
+	}
+	if c.OrderAhead < 0 || c.OrderAhead > 1 {
+		return c, fmt.Errorf("%w: orders %d epochs ahead (0 or 1)", ErrConfig, c.OrderAhead)
+	}
+	if err := c.samplingConfig().Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	c.Cluster = c.Cluster.withDefaults()
 	return c, nil

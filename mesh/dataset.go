@@ -3,6 +3,7 @@ package mesh
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 
 	"github.com/shade-mesh/shade/dataset"
@@ -35,6 +36,11 @@ type datasetState struct {
 	reports  atomic.Int64
 	reported atomic.Int64
 
+	// lookMu orders the hand-over of orders to a Lookahead policy;
+	// looked is the newest handed over.
+	lookMu sync.Mutex
+	looked *wire.PublishMsg
+
 	resident atomic.Int64      // samples of this dataset in the cache
 	counters *counters.Dataset // reads by epoch, source latency, deciles
 }
@@ -66,7 +72,7 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		counters: counters.New(m.Len()),
 	}
-	ds.scores = scores.New(ds.len, cfg.Alpha, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
+	ds.scores = scores.New(ds.len, cfg.Alpha, cfg.Score, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
 	ds.book = orders.New(cfg.KeepEpochs)
 	return ds, nil
 }
@@ -88,8 +94,9 @@ func (ds *datasetState) headTerm() uint64 {
 
 // samplingConfig translates the node's Config, where zero means default,
 // into sampling's, where a negative value does.
-func (ds *datasetState) samplingConfig(cfg Config) sampling.Config {
-	c := sampling.Config{Seed: cfg.Seed, Lambda: cfg.Lambda, PADS: !cfg.Uniform}
+func (cfg Config) samplingConfig() sampling.Config {
+	c := sampling.Config{Seed: cfg.Seed, Lambda: cfg.Lambda, PADS: !cfg.Uniform,
+		Score: cfg.Score, MaxWeight: cfg.MaxWeight, Boost: cfg.Boost, Strata: cfg.Strata}
 	switch {
 	case cfg.UniformFloor == 0:
 		c.UniformFloor = -1
@@ -151,4 +158,59 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 			ds.counters.CountDecile(deciles[i], hit(start+i))
 		}
 	}
+}
+
+// residentWords returns a bitmap of the dataset's samples that this
+// node's cache holds now (bit i%64 of word i/64). It takes the policy's
+// lock a few thousand samples at a time, so reads wait at most that long.
+func (n *Node) residentWords(ds *datasetState) []uint64 {
+	words := make([]uint64, (ds.len+63)/64)
+	const chunk = 4096
+	for start := 0; start < ds.len; start += chunk {
+		n.polMu.Lock()
+		for i := start; i < min(start+chunk, ds.len); i++ {
+			if n.pol.Resident(sampleID(ds, i)) {
+				words[i/64] |= 1 << (i % 64)
+			}
+		}
+		n.polMu.Unlock()
+	}
+	return words
+}
+
+// residentBytes is residentWords as the bytes of a wire.DoneReq (bit
+// i%8 of byte i/8), or nil when nothing is cached.
+func (n *Node) residentBytes(ds *datasetState) []byte {
+	if ds.resident.Load() == 0 {
+		return nil
+	}
+	words := n.residentWords(ds)
+	out := make([]byte, (ds.len+7)/8)
+	for i := range out {
+		out[i] = byte(words[i/8] >> (8 * (i % 8)))
+	}
+	return out
+}
+
+// samplerName names the sampler of cfg and the settings that differ from
+// plain PADS, as SHADE.STATS reports it.
+func (cfg Config) samplerName() string {
+	c := cfg.samplingConfig()
+	if !c.PADS {
+		return "uniform permutation"
+	}
+	name := "pads " + c.Score.String()
+	if c.Lambda != 0 {
+		name += fmt.Sprintf(" lambda=%g", c.Lambda)
+	}
+	if c.UniformFloor >= 0 && c.UniformFloor != sampling.DefaultUniformFloor {
+		name += fmt.Sprintf(" uniform-floor=%g", c.UniformFloor)
+	}
+	if c.MaxWeight > 0 {
+		name += fmt.Sprintf(" max-weight=%g", c.MaxWeight)
+	}
+	if c.Boost > 0 {
+		name += fmt.Sprintf(" boost=%g", c.Boost)
+	}
+	return name
 }

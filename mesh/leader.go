@@ -31,8 +31,9 @@ var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the lea
 func (n *Node) jobConfig(ds *datasetState) leader.Config {
 	cfg := leader.Config{
 		Dataset: ds.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: ds.scores, Term: n.lead.ownTerm,
-		JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
-		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, ds.samplingConfig(n.cfg)) },
+		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
+		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, n.cfg.samplingConfig()) },
+		Resident:   func() []uint64 { return n.residentWords(ds) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			ds.book.Install(p)
 			if p.Epoch >= 0 {
@@ -93,7 +94,7 @@ func (n *Node) leaderDone(req *wire.DoneReq) error {
 	if err != nil {
 		return err
 	}
-	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node))
+	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident))
 }
 
 // leaderReset starts a new job generation for a dataset.

@@ -140,6 +140,9 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 		{"SHADE.ORDER", "ds", "0", "3", "3"},
 		{"SHADE.ORDER", "ds", "0", "0", "0"},
 		{"SHADE.ORDER", "nope", "0", "0", "1"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "WITHWEIGHTS", "5"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "5", "WITHWEIGHT"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "5", "6", "WITHWEIGHTS"},
 		{"SHADE.DONE", "ds", "0", "0"}, // no job yet
 		{"SHADE.MANIFEST", "nope"},
 		{"SHADE.STATS", "nope"},
@@ -336,5 +339,39 @@ func TestOrderTimesOutWhileRanksTrain(t *testing.T) {
 	}
 	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 3).Err(); err != nil {
 		t.Errorf("after SHADE.RESET: %v", err)
+	}
+}
+
+// TestResidentBitmapIsTheCache: the bitmap a node sends with its dones
+// names exactly the samples its cache holds, and none while it holds none.
+func TestResidentBitmapIsTheCache(t *testing.T) {
+	dir, files := makeDataset(t, 200, 10, 100)
+	p := startPeer(t, Config{CacheSize: 1 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	ds, err := p.node.dataset("ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := p.node.residentBytes(ds); b != nil {
+		t.Fatalf("an empty cache sends %x", b)
+	}
+	c := p.client(t)
+	read := map[int]bool{0: true, 7: true, 8: true, 63: true, 64: true, 199: true}
+	for id := range read {
+		v, err := c.Get(context.Background(), fmt.Sprintf("ds/%d", id)).Bytes()
+		if err != nil || !bytes.Equal(v, files[id]) {
+			t.Fatalf("GET ds/%d: %v", id, err)
+		}
+	}
+	b := p.node.residentBytes(ds)
+	if len(b) != 25 {
+		t.Fatalf("bitmap of %d bytes for 200 samples", len(b))
+	}
+	words := p.node.residentWords(ds)
+	for id := range 200 {
+		inBytes := b[id/8]&(1<<(id%8)) != 0
+		inWords := words[id/64]&(1<<(id%64)) != 0
+		if inBytes != read[id] || inWords != read[id] {
+			t.Errorf("sample %d: in bytes %v, in words %v, read %v", id, inBytes, inWords, read[id])
+		}
 	}
 }

@@ -11,34 +11,35 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// Order implements transport.Backend: rank's slice of epoch's order. It
+// Order implements transport.Backend: rank's slice of epoch's order and
+// the importance weight of each id in it (nil when all are 1). It
 // announces the rank to the leader and waits until the order is
 // published: epoch 0 once every rank has announced itself (or the join
 // wait passed), epoch e+1 once every rank has finished e.
-func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) ([]uint32, error) {
+func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) ([]uint32, []float32, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if world < 1 || rank < 0 || rank >= world {
-		return nil, fmt.Errorf("%w: rank %d of world %d", ErrWorldMismatch, rank, world)
+		return nil, nil, fmt.Errorf("%w: rank %d of world %d", ErrWorldMismatch, rank, world)
 	}
 	if world > n.cfg.MaxWorld {
-		return nil, fmt.Errorf("%w: world %d is over the limit of %d ranks", ErrWorldMismatch, world, n.cfg.MaxWorld)
+		return nil, nil, fmt.Errorf("%w: world %d is over the limit of %d ranks", ErrWorldMismatch, world, n.cfg.MaxWorld)
 	}
 	var joined string // the leader this rank announced itself to
 	for {
 		a := ds.book.Ask(epoch, rank, world)
 		switch {
 		case a.World != 0:
-			return nil, fmt.Errorf("%w: the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
+			return nil, nil, fmt.Errorf("%w: the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
 				ErrWorldMismatch, name, a.World, world, name)
 		case a.Order != nil:
 			ds.counters.Advance(epoch)
 			n.prefetchSlice(ds, a.Order, rank)
-			return a.Order.Slices[rank], nil
+			return a.Order.Slices[rank], a.Order.Weight(rank), nil
 		case a.Gone:
-			return nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, a.Have)
+			return nil, nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, a.Have)
 		}
 		gen, have, impliedDone, changed := a.Gen, a.Have, a.ImpliedDone, a.Changed
 
@@ -46,20 +47,21 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 		if leader := n.lead.leader(); leader != "" && leader != joined {
 			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
-				err = n.toLeader(ctx, wire.MethodDone, &wire.DoneReq{Dataset: name, Gen: gen, Epoch: have, Rank: rank, Node: n.cfg.Name})
+				n.flushReports(ctx)
+				err = n.toLeader(ctx, wire.MethodDone, n.doneReq(ds, gen, have, rank))
 			}
 			switch {
 			case err == nil:
 				joined = leader
 			case isWorldMismatch(err):
-				return nil, fmt.Errorf("%w: %v", ErrWorldMismatch, err)
+				return nil, nil, fmt.Errorf("%w: %v", ErrWorldMismatch, err)
 			}
 		}
 		select {
 		case <-changed:
 		case <-retry:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: epoch %d of %s; %s", ErrOrderTimeout, epoch, name, n.waitingFor(ds, epoch))
+			return nil, nil, fmt.Errorf("%w: epoch %d of %s; %s", ErrOrderTimeout, epoch, name, n.waitingFor(ds, epoch))
 		}
 	}
 }
@@ -74,7 +76,7 @@ func (n *Node) waitingFor(ds *datasetState, epoch int) string {
 		if st.Latest < 0 {
 			return fmt.Sprintf("waiting for ranks %v to ask for epoch 0", st.Missing)
 		}
-		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", st.Latest, st.Pending)
+		return fmt.Sprintf("still waiting for SHADE.DONE of epoch %d from ranks %v", st.Training, st.Pending)
 	}
 	return fmt.Sprintf("waiting for leader %s to publish it", n.lead.leader())
 }
@@ -106,9 +108,23 @@ func (n *Node) Done(ctx context.Context, name string, epoch, rank int) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
+	// The rank's reports go first, so the leader has merged them before
+	// the done counts and the next order does not depend on when they
+	// would have been sent.
+	n.flushReports(ctx)
 	// A failed send is repeated by the reconciler; the trainer goes on.
-	_ = n.toLeader(ctx, wire.MethodDone, &wire.DoneReq{Dataset: name, Gen: p.Gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name})
+	_ = n.toLeader(ctx, wire.MethodDone, n.doneReq(ds, p.Gen, epoch, rank))
 	return nil
+}
+
+// doneReq tells the leader that rank finished epoch of generation gen,
+// with the samples this node caches for cache-aware draws.
+func (n *Node) doneReq(ds *datasetState, gen uint64, epoch, rank int) *wire.DoneReq {
+	req := &wire.DoneReq{Dataset: ds.name, Gen: gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name}
+	if n.cfg.Boost > 0 && !n.lead.leading() {
+		req.Resident = n.residentBytes(ds) // the leader reads its own cache itself
+	}
+	return req
 }
 
 // Report implements transport.Backend: one trained minibatch's losses,

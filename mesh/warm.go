@@ -108,7 +108,11 @@ func (n *Node) orderInstalled(ds *datasetState, p *wire.PublishMsg) {
 	if p.Epoch == 0 {
 		n.warmOnFirstEpoch(ds)
 	}
-	n.readAhead.FollowPublished(ds, p)
+	if p.Ahead == 0 {
+		// Published ahead, an order is read only after the current one:
+		// its read-ahead starts when a rank asks for it.
+		n.readAhead.FollowPublished(ds, p)
+	}
 	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
 		n.goBackground(func(context.Context) { n.lookahead(ds, p) })
 	}
@@ -117,8 +121,18 @@ func (n *Node) orderInstalled(ds *datasetState, p *wire.PublishMsg) {
 // lookahead gives the policy the epoch's reads of samples this node owns,
 // in the order they are expected: the ranks read their slices side by
 // side, so position k of every slice comes before position k+1 of any.
+// An order published ahead goes behind the reads of the current one
+// still to come; any other replaces them. Orders are handed over in
+// epoch order: one older than the newest handed over is dropped.
 func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 	la, _ := n.pol.(policy.Lookahead)
+	ds.lookMu.Lock()
+	defer ds.lookMu.Unlock()
+	if ds.looked != nil && !p.Newer(ds.looked) {
+		return
+	}
+	appendTo := p.Ahead > 0 && ds.looked != nil && ds.looked.Gen == p.Gen && ds.looked.Epoch == p.Epoch-1
+	ds.looked = p
 	longest := 0
 	for _, s := range p.Slices {
 		longest = max(longest, len(s))
@@ -132,7 +146,11 @@ func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 		}
 	}
 	n.polMu.Lock()
-	la.BeginEpoch(p.Epoch, reads)
+	if appendTo {
+		la.AppendEpoch(p.Epoch, reads)
+	} else {
+		la.BeginEpoch(p.Epoch, reads)
+	}
 	n.polMu.Unlock()
 }
 

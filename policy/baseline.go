@@ -226,3 +226,25 @@ func (m *MinIO) Resident(id ID) bool {
 
 // Len is the number of residents.
 func (m *MinIO) Len() int { return len(m.in) }
+
+// None admits nothing: every read is a miss served from the source. It is
+// the baseline of training without a cache, behind the same interface.
+type None struct{}
+
+// Name returns "none".
+func (None) Name() string { return "none" }
+
+// Hit does nothing: nothing is resident.
+func (None) Hit(ID) {}
+
+// Miss refuses id.
+func (None) Miss(ID, int64, Room) bool { return false }
+
+// Remove does nothing: nothing is resident.
+func (None) Remove(ID) {}
+
+// Resident is always false.
+func (None) Resident(ID) bool { return false }
+
+// Len is always 0.
+func (None) Len() int { return 0 }

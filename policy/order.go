@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"cmp"
 	"math"
+	"slices"
 )
 
 // OrderAware is APP made to read ahead: the leader publishes each epoch's
@@ -112,6 +114,35 @@ func (o *OrderAware) Name() string { return "order" }
 // resident by its first place in the new one.
 func (o *OrderAware) BeginEpoch(epoch int, reads []ID) {
 	o.epoch = epoch
+	o.install(reads)
+}
+
+// AppendEpoch implements Lookahead: the reads of the current order not yet
+// consumed, in their order, then reads; every resident is re-keyed by its
+// first place in that.
+func (o *OrderAware) AppendEpoch(epoch int, reads []ID) {
+	type place struct {
+		at int32
+		id ID
+	}
+	var left []place
+	for id, p := range o.cursor {
+		for ; p >= 0; p = o.next[p] {
+			left = append(left, place{p, id})
+		}
+	}
+	slices.SortFunc(left, func(a, b place) int { return cmp.Compare(a.at, b.at) })
+	all := make([]ID, 0, len(left)+len(reads))
+	for _, p := range left {
+		all = append(all, p.id)
+	}
+	o.epoch = epoch
+	o.install(append(all, reads...))
+}
+
+// install makes reads the order and re-keys every resident by its first
+// place in it.
+func (o *OrderAware) install(reads []ID) {
 	if len(reads) > math.MaxInt32 {
 		reads = reads[:math.MaxInt32]
 	}

@@ -208,6 +208,41 @@ func TestOrderAwareResync(t *testing.T) {
 	}
 }
 
+// TestOrderAwareAppendEpoch: the next epoch's order, published while the
+// current one is read, goes behind the current one's unconsumed reads, so
+// a resident read early next epoch is no longer "never read again".
+func TestOrderAwareAppendEpoch(t *testing.T) {
+	o := NewOrderAware(Options{})
+	room := &recRoom{Budget: NewBudget(10)}
+	o.BeginEpoch(4, []ID{1, 2, 3, 1})
+	miss(o, 1, 1, room) // place 0, next 3
+	miss(o, 2, 1, room) // place 1, next never
+	miss(o, 5, 1, room) // not in the order
+	if got := nextOf(t, o, 2); got != never {
+		t.Fatalf("2 next %d before the next order", got)
+	}
+	next := []ID{2, 4, 1}
+	o.AppendEpoch(5, next)
+	next[0] = 9 // the caller's slice is its own again
+	if o.Epoch() != 5 {
+		t.Fatalf("epoch %d", o.Epoch())
+	}
+	// The order is now 3 1 | 2 4 1.
+	for id, want := range map[ID]int64{1: 1, 2: 2, 5: never} {
+		if got := nextOf(t, o, id); got != want {
+			t.Errorf("after the append, %d next %d, want %d", id, got, want)
+		}
+	}
+	o.Hit(1) // place 1, next 4
+	if got := nextOf(t, o, 1); got != 4 {
+		t.Errorf("1 next %d after its read, want 4", got)
+	}
+	o.Hit(1) // place 4: never
+	if got := nextOf(t, o, 1); got != never {
+		t.Errorf("1 next %d after its last read", got)
+	}
+}
+
 // TestOrderAwareBeforeAnyOrderIsAPP: without an order every next read is
 // never, and OrderAware decides exactly as APP.
 func TestOrderAwareBeforeAnyOrderIsAPP(t *testing.T) {
@@ -295,4 +330,8 @@ type orderRecorder struct {
 
 func (r *orderRecorder) BeginEpoch(epoch int, reads []ID) {
 	r.got = append(r.got, fmt.Sprintf("%d:%v", epoch, reads))
+}
+
+func (r *orderRecorder) AppendEpoch(epoch int, reads []ID) {
+	r.got = append(r.got, fmt.Sprintf("+%d:%v", epoch, reads))
 }

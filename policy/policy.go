@@ -13,6 +13,7 @@
 //     published order of the current epoch (see NewOrderAware);
 //   - "lru", "fifo", "lfu": the classic baselines;
 //   - "minio": CoorDL's MinIO, which fills the cache once and never evicts;
+//   - "none": admits nothing, the baseline without a cache;
 //   - "min": Belady's offline MIN with bypass, built from the trace by NewMIN.
 package policy
 
@@ -100,6 +101,11 @@ type Lookahead interface {
 	// was installed again). reads belongs to the caller; the policy keeps
 	// no reference to it.
 	BeginEpoch(epoch int, reads []ID)
+	// AppendEpoch installs the order of epoch, published while the
+	// current one is still being read: the current order's reads not yet
+	// taken by a Hit or Miss stay first, in their order, and reads follow
+	// them. reads belongs to the caller.
+	AppendEpoch(epoch int, reads []ID)
 }
 
 // Options tunes New. The zero value is the default.
@@ -128,8 +134,10 @@ func Names() []string {
 }
 
 // New builds the online policy called name: "app", "order", "lru", "fifo",
-// "lfu" or "minio". An unknown name gives an error wrapping ErrUnknownPolicy; "min"
-// gives one wrapping ErrNeedsTrace.
+// "lfu", "minio", or "none" (admits nothing: a node that caches nothing,
+// the baseline of reading every sample from its source). An unknown name
+// gives an error wrapping ErrUnknownPolicy; "min" gives one wrapping
+// ErrNeedsTrace.
 func New(name string, opts Options) (Policy, error) {
 	if math.IsNaN(opts.DefaultScore) || math.IsInf(opts.DefaultScore, 0) {
 		return nil, fmt.Errorf("%w: default score %v", ErrBadOptions, opts.DefaultScore)
@@ -147,6 +155,8 @@ func New(name string, opts Options) (Policy, error) {
 		return NewLFU(), nil
 	case "minio":
 		return NewMinIO(), nil
+	case "none":
+		return None{}, nil
 	case "min":
 		return nil, fmt.Errorf("%w: %q is offline, build it with NewMIN", ErrNeedsTrace, name)
 	}

@@ -452,3 +452,21 @@ func TestWorkingSetAndReads(t *testing.T) {
 		t.Fatalf("Reads = %v", ids)
 	}
 }
+
+// TestNoneAdmitsNothing: the no-cache baseline misses every read and
+// never evicts.
+func TestNoneAdmitsNothing(t *testing.T) {
+	p, err := New("none", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := NewBudget(1 << 20)
+	for i := range 100 {
+		if p.Miss(ID(i%10), 1, room) || p.Resident(ID(i%10)) {
+			t.Fatalf("read %d of id %d admitted", i, i%10)
+		}
+	}
+	if p.Len() != 0 || p.Name() != "none" {
+		t.Errorf("Len %d, Name %q", p.Len(), p.Name())
+	}
+}

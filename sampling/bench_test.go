@@ -8,7 +8,7 @@ import (
 func BenchmarkReport256(b *testing.B) {
 	const n, batch = 60000, 256
 	rng := newRand(1)
-	tb := NewTable(n, 0)
+	tb := NewTable(n, 0, ScoreRankLog)
 	const batches = 64
 	ids := make([][]uint32, batches)
 	losses := make([][]float64, batches)
@@ -32,7 +32,7 @@ func BenchmarkReport256(b *testing.B) {
 
 func BenchmarkOrder(b *testing.B) {
 	for _, n := range []int{60000, 1280000} {
-		tb := NewTable(n, 0)
+		tb := NewTable(n, 0, ScoreRankLog)
 		rng := newRand(2)
 		for id := range n {
 			if id%5 != 0 {
@@ -55,6 +55,61 @@ func BenchmarkOrder(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkDraw draws PADS epochs with weights: "weights" with the mixture
+// only, "boost+cap" with Boost 3 over 8 strata, MaxWeight 4 and no uniform
+// floor (so that the cap binds), two samples in five resident.
+func BenchmarkDraw(b *testing.B) {
+	for _, n := range []int{60000, 1280000} {
+		tb := NewTable(n, 0, ScoreMagnitude)
+		rng := newRand(2)
+		bitmap := make([]uint64, (n+63)/64)
+		for id := range n {
+			if id%5 != 0 {
+				_ = tb.Set(uint32(id), 0.05+rng.ExpFloat64())
+			}
+			if rng.IntN(5) < 2 {
+				bitmap[id/64] |= 1 << (id % 64)
+			}
+		}
+		for _, mode := range []string{"weights", "boost+cap"} {
+			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
+				cfg := DefaultConfig()
+				if mode == "boost+cap" {
+					cfg.UniformFloor, cfg.Boost, cfg.MaxWeight = 0, 3, 4
+				}
+				s := NewSampler(n, cfg)
+				if _, err := s.Draw(0, tb, bitmap); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.Draw(s.Next(), tb, bitmap); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkSortByProb is the sort behind Boost's strata and the cap.
+func BenchmarkSortByProb(b *testing.B) {
+	const n = 60000
+	s := NewSampler(n, Config{PADS: true})
+	s.prob = make([]float64, n)
+	rng := newRand(1)
+	for i := range s.prob {
+		s.prob[i] = 0.05 + rng.ExpFloat64()
+	}
+	ids := make([]uint32, n)
+	for b.Loop() {
+		for i := range ids {
+			ids[i] = uint32(i)
+		}
+		s.sortByProb(ids)
 	}
 }
 

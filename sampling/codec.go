@@ -47,9 +47,9 @@ const (
 	tableHeader  = len(tableMagic) + 1 + 4 + 4
 )
 
-// MarshalBinary encodes the table's scores (not alpha, which is configuration)
-// in a compact, versioned, checksummed form for replication and warm start.
-// The result is a new slice owned by the caller.
+// MarshalBinary encodes the table's scores (not alpha or kind, which are
+// configuration) in a compact, versioned, checksummed form for replication
+// and warm start. The result is a new slice owned by the caller.
 func (t *Table) MarshalBinary() ([]byte, error) {
 	n := len(t.scores)
 	buf := make([]byte, 0, tableHeader+(n+7)/8+4*t.numScored+4)
@@ -71,9 +71,9 @@ func (t *Table) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary replaces the table's scores with an encoding made by
-// MarshalBinary; the table keeps its alpha. A table that already has samples
-// (Len() > 0) accepts only an encoding of the same length (ErrSizeMismatch); a
-// zero Table takes the encoded length. Truncated or oversized input, an
+// MarshalBinary; the table keeps its alpha and kind. A table that already has
+// samples (Len() > 0) accepts only an encoding of the same length
+// (ErrSizeMismatch); a zero Table takes the encoded length. Truncated or oversized input, an
 // unknown version, a bad checksum, inconsistent counts or a score that is not
 // finite and non-negative fail with ErrCorrupt, and the table is unchanged.
 // Nothing is allocated before the input's length has been checked against the
@@ -114,6 +114,7 @@ func (t *Table) UnmarshalBinary(data []byte) error {
 
 	next := Table{
 		alpha:  t.alpha,
+		kind:   t.kind,
 		scores: make([]float32, n),
 		scored: make([]uint64, (n+63)/64),
 	}

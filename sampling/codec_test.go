@@ -71,7 +71,7 @@ func TestTableRoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 7, 8, 9, 63, 64, 65, 1000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			rng := newRand(uint64(n))
-			src := NewTable(n, 0.3)
+			src := NewTable(n, 0.3, ScoreRankLog)
 			for id := 0; id < n; id += 1 + rng.IntN(3) {
 				if err := src.Set(uint32(id), rng.Float64()*5); err != nil {
 					t.Fatal(err)
@@ -89,7 +89,7 @@ func TestTableRoundTrip(t *testing.T) {
 			if err := zero.UnmarshalBinary(data); err != nil {
 				t.Fatal(err)
 			}
-			sized := NewTable(n, 0.9) // keeps its own alpha
+			sized := NewTable(n, 0.9, ScoreRankLog) // keeps its own alpha
 			if err := sized.UnmarshalBinary(data); err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +113,7 @@ func TestTableRoundTrip(t *testing.T) {
 }
 
 func TestTableUnmarshalRefusesCorrupt(t *testing.T) {
-	src := NewTable(20, 0)
+	src := NewTable(20, 0, ScoreRankLog)
 	for id := uint32(0); id < 20; id += 3 {
 		_ = src.Set(id, float64(id))
 	}
@@ -160,7 +160,7 @@ func TestTableUnmarshalRefusesCorrupt(t *testing.T) {
 			}{reseal(good[:cut]), ErrCorrupt}
 		}
 	}
-	other := NewTable(21, 0)
+	other := NewTable(21, 0, ScoreRankLog)
 	otherData, _ := other.MarshalBinary()
 	cases["size mismatch"] = struct {
 		data []byte
@@ -168,7 +168,7 @@ func TestTableUnmarshalRefusesCorrupt(t *testing.T) {
 	}{otherData, ErrSizeMismatch}
 
 	for name, c := range cases {
-		dst := NewTable(20, 0)
+		dst := NewTable(20, 0, ScoreRankLog)
 		_ = dst.Set(5, 1.25)
 		before, _ := dst.MarshalBinary()
 		err := dst.UnmarshalBinary(c.data)
@@ -305,7 +305,7 @@ func FuzzReport(f *testing.F) {
 	f.Add([]byte{20, 9, 1, 200, 2, 200, 3, 200, 1, 1, 4, 4, 4, 4, 4, 4}) // ties and duplicates
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n, seed, ids, losses := fuzzBatch(data)
-		tb := NewTable(n, 0)
+		tb := NewTable(n, 0, ScoreRankLog)
 		for id := uint32(0); int(id) < n; id += 4 {
 			_ = tb.Set(id, float64(id%5))
 		}
@@ -343,7 +343,7 @@ func FuzzReport(f *testing.F) {
 }
 
 func FuzzTableUnmarshal(f *testing.F) {
-	src := NewTable(30, 0)
+	src := NewTable(30, 0, ScoreRankLog)
 	for id := uint32(0); id < 30; id += 2 {
 		_ = src.Set(id, float64(id)/3)
 	}

@@ -21,12 +21,19 @@ const (
 	// unseen for many epochs, which costs accuracy; with 5, typically a few
 	// percent of an epoch is forced.
 	DefaultCoverageEpochs = 5
+	// DefaultStrata cuts the samples into 8 importance strata for Boost:
+	// coarse enough that a stratum holds a mix of resident and missing
+	// samples for the boost to choose between, fine enough that a sample is
+	// only ever traded for one of nearly the same importance.
+	DefaultStrata = 8
 )
 
 // Config selects a job's sampling. Because zero is a meaningful explicit value
 // for UniformFloor and CoverageEpochs, a negative value selects the default
 // for those fields; see DefaultConfig for the recommended preset. The zero
-// Config is plain uniform sampling (PADS off).
+// Config is plain uniform sampling (PADS off). MaxWeight, Boost and Strata
+// only matter to PADS epochs drawn with Draw; with MaxWeight and Boost zero,
+// orders are those of OrderVersion 1 as before they existed.
 type Config struct {
 	// Seed is the job's seed: orders are a function of (Seed, epoch).
 	Seed uint64
@@ -49,6 +56,32 @@ type Config struct {
 	// PADS turns importance sampling on. Off, every epoch is a uniform
 	// permutation, as with PyTorch's DistributedSampler(shuffle=True).
 	PADS bool
+	// Score is the kind of score the job's table holds. The sampler does not
+	// consult it; it is here so that one Config describes a job, and the
+	// table's owner passes it to NewTable. Must be a defined ScoreKind.
+	Score ScoreKind
+	// MaxWeight caps the importance weight of every drawn sample (see
+	// Drawn): a sample not forced by the coverage floor is drawn with
+	// probability at least 1/(MaxWeight*D) per draw, D being the epoch's
+	// draws after the forced samples, so its weight 1/(D*q) is at most
+	// MaxWeight. The probability this costs is taken from the other samples
+	// in proportion. 0 (the default) is no cap; otherwise it must be finite
+	// and at least 1 (1 flattens the draws to uniform over the samples not
+	// forced).
+	MaxWeight float64
+	// Boost β makes draws cache-aware: a resident sample (one the caller
+	// says is cached now) is made 1+β times as likely per draw as a missing
+	// one of the same importance stratum (see Strata), and each stratum is
+	// renormalised so that it keeps its total share of the draws:
+	// importance is never traded for residency, only residency within equal
+	// importance. The weights correct for the boost, so training stays
+	// unbiased. 0 (the default) is off; must be finite and not negative.
+	Boost float64
+	// Strata is the number of importance strata for Boost: the samples,
+	// sorted by their probability before the boost (ties by id), are cut
+	// into Strata groups of equal count (the first n%Strata one larger).
+	// 0 or negative selects DefaultStrata; more than n counts as n.
+	Strata int
 }
 
 // DefaultConfig is the recommended PADS preset: importance sampling with
@@ -69,6 +102,15 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.UniformFloor) || c.UniformFloor > 1 {
 		return wrapf(ErrBadConfig, "uniform floor %v above 1", c.UniformFloor)
 	}
+	if !c.Score.valid() {
+		return wrapf(ErrBadConfig, "score kind %d unknown", c.Score)
+	}
+	if c.MaxWeight != 0 && !(c.MaxWeight >= 1 && c.MaxWeight <= math.MaxFloat64) {
+		return wrapf(ErrBadConfig, "max weight %v neither 0 nor finite and at least 1", c.MaxWeight)
+	}
+	if !(c.Boost >= 0 && c.Boost <= math.MaxFloat64) {
+		return wrapf(ErrBadConfig, "boost %v not finite and non-negative", c.Boost)
+	}
 	return nil
 }
 
@@ -80,13 +122,17 @@ func (c Config) withDefaults() Config {
 	if c.CoverageEpochs < 0 {
 		c.CoverageEpochs = DefaultCoverageEpochs
 	}
+	if c.Strata <= 0 {
+		c.Strata = DefaultStrata
+	}
 	return c
 }
 
 // Sampler produces one job's epoch orders over a dataset of n samples. It holds
 // the coverage state (the last epoch each sample was drawn) and the next epoch
 // to order, and reuses scratch space between epochs (about 24 bytes per sample
-// with PADS on, 4 with it off). It is not safe for concurrent use.
+// with PADS on, 44 with Boost or MaxWeight set as well, 4 with PADS off). It
+// is not safe for concurrent use.
 type Sampler struct {
 	cfg    Config
 	cfgErr error
@@ -94,9 +140,14 @@ type Sampler struct {
 	next   int     // the epoch Order accepts next
 	last   []int32 // last epoch each sample was in an order; -1 never
 
-	prob []float64 // scratch: scaled probabilities while building the alias table
-	work []uint32  // scratch: Vose's small and large worklists
+	prob []float64 // scratch: scaled probabilities n*q_i while building the alias table
+	work []uint32  // scratch: Vose's small and large worklists; before them, ids being sorted
 	cols []column  // the alias table
+
+	// Scratch of sortByProb, allocated on first use by Boost or MaxWeight.
+	keys, keys2 []uint64
+	ids2        []uint32
+	count       *[radixDigits][1 << radixBits]uint32
 }
 
 // column is one column of an alias table: a draw that lands on column i
@@ -129,63 +180,128 @@ func (s *Sampler) Config() Config { return s.cfg }
 // Len is the number of samples.
 func (s *Sampler) Len() int { return s.n }
 
-// Next is the epoch the next call to Order must ask for.
+// Next is the epoch the next call to Order or Draw must ask for.
 func (s *Sampler) Next() int { return s.next }
 
+// Drawn is one epoch's order and the importance weight of each sample.
+type Drawn struct {
+	// Order is the epoch's full order, as Order returns it.
+	Order []uint32
+	// Weight is indexed by sample id: ω_i = 1/E[count of i in Order], the
+	// factor by which to multiply sample i's loss (or gradient) so that the
+	// epoch's weighted sum is an unbiased estimate of the sum over the whole
+	// dataset. It is 1 for every sample when the epoch is a permutation. A
+	// sample no draw can yield (possible only with MaxWeight 0, UniformFloor
+	// 0 and a zero weight) has Weight 0; it is not in Order. A weight beyond
+	// float32's range is math.MaxFloat32.
+	Weight []float32
+}
+
 // Order returns the full order of epoch (length Len(), before splitting by
-// rank; a new slice owned by the caller) and advances the sampler. Epochs must
-// be ordered in sequence 0, 1, 2, ...; any other epoch fails with
-// ErrEpochOutOfSequence. Epoch 0, and every epoch with PADS off, is a uniform
-// permutation of 0..n-1 (t is not consulted and may be nil). With PADS on,
-// epoch e >= 1 draws from t's effective scores as described in Config; t must
-// have Len() samples (ErrSizeMismatch). On error the sampler is unchanged.
+// rank; a new slice owned by the caller) and advances the sampler; it is
+// Draw(epoch, t, nil) without the weights. Epochs must be ordered in sequence
+// 0, 1, 2, ...; any other epoch fails with ErrEpochOutOfSequence. Epoch 0,
+// and every epoch with PADS off, is a uniform permutation of 0..n-1 (t is not
+// consulted and may be nil). With PADS on, epoch e >= 1 draws from t's
+// effective scores as described in Config; t must have Len() samples
+// (ErrSizeMismatch). On error the sampler is unchanged.
 //
 // Two samplers with the same Config and coverage state produce the same order
 // from tables with the same contents, on any architecture; replaying epochs
 // 0..e-1 with the same tables, or restoring MarshalBinary's state, reproduces
 // the state.
 func (s *Sampler) Order(epoch int, t *Table) ([]uint32, error) {
+	d, err := s.draw(epoch, t, nil, false)
+	return d.Order, err
+}
+
+// Draw returns epoch's full order and the weight of every sample (new slices
+// owned by the caller) and advances the sampler, as Order does; epochs,
+// tables and errors are as for Order, and Draw(e, t, nil).Order equals
+// Order(e, t). resident is a bitmap of the samples cached somewhere now, bit
+// i%64 of word i/64 for sample i; a nil or short bitmap counts the samples
+// beyond it as missing. It matters only with Boost > 0, and is not retained.
+//
+// With PADS on, epoch e >= 1 first forces the samples the coverage floor
+// requires (F of them), then makes D = n-F draws with replacement, sample i
+// with probability q_i per draw: the mixture of Config, then Boost's
+// reweighting within strata, then MaxWeight's floor. Sample i's expected
+// count is c_i = forced_i + D*q_i, and Weight[i] = 1/c_i. Like the order, the
+// weights are a pure function of the inputs, the same on every architecture.
+func (s *Sampler) Draw(epoch int, t *Table, resident []uint64) (Drawn, error) {
+	return s.draw(epoch, t, resident, true)
+}
+
+// draw is Draw, computing the weights only if weights is set.
+func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights bool) (Drawn, error) {
 	if s.cfgErr != nil {
-		return nil, s.cfgErr
+		return Drawn{}, s.cfgErr
 	}
 	if epoch != s.next || epoch >= math.MaxInt32 {
-		return nil, wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
+		return Drawn{}, wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
 	}
-	var order []uint32
+	var d Drawn
 	if !s.cfg.PADS || epoch == 0 {
-		order = permutation(s.n, s.cfg.Seed, epoch)
+		d.Order = permutation(s.n, s.cfg.Seed, epoch)
+		if weights {
+			d.Weight = ones(s.n)
+		}
 	} else {
 		if t == nil || t.Len() != s.n {
 			got := 0
 			if t != nil {
 				got = t.Len()
 			}
-			return nil, wrapf(ErrSizeMismatch, "table of %d samples for a sampler of %d", got, s.n)
+			return Drawn{}, wrapf(ErrSizeMismatch, "table of %d samples for a sampler of %d", got, s.n)
 		}
-		order = s.pads(epoch, t)
+		d = s.pads(epoch, t, resident, weights)
 	}
-	for _, id := range order {
+	for _, id := range d.Order {
 		s.last[id] = int32(epoch)
 	}
 	s.next++
-	return order, nil
+	return d, nil
+}
+
+func ones(n int) []float32 {
+	w := make([]float32, n)
+	for i := range w {
+		w[i] = 1
+	}
+	return w
 }
 
 // pads draws epoch's order: forced samples first (ascending id), then draws
-// from the alias table up to n, then one shuffle of the whole.
-func (s *Sampler) pads(epoch int, t *Table) []uint32 {
+// from the alias table up to n, then one shuffle of the whole. With weights
+// set it also returns each sample's weight.
+func (s *Sampler) pads(epoch int, t *Table, resident []uint64, weights bool) Drawn {
 	rng := newStream(s.cfg.Seed, epoch)
 	order := make([]uint32, 0, s.n)
+	cutoff := int64(math.MinInt64) // last <= cutoff: forced
 	if k := s.cfg.CoverageEpochs; k > 0 {
-		cutoff := int64(epoch) - int64(k) // last <= cutoff: absent from epochs e-K+1..e-1
+		cutoff = int64(epoch) - int64(k) // absent from epochs e-K+1..e-1
 		for id, l := range s.last {
 			if int64(l) <= cutoff {
 				order = append(order, uint32(id))
 			}
 		}
 	}
-	if len(order) < s.n {
-		s.buildAlias(t)
+	var weight []float32
+	if weights {
+		weight = ones(s.n) // right as it stands if every sample is forced
+	}
+	if d := s.n - len(order); d > 0 {
+		s.fillProb(t)
+		if s.cfg.Boost > 0 && resident != nil {
+			s.boost(resident)
+		}
+		if s.cfg.MaxWeight > 0 {
+			s.capWeight(d, cutoff)
+		}
+		if weights {
+			s.weights(weight, d, cutoff)
+		}
+		s.buildAlias()
 		n := uint64(s.n)
 		for len(order) < s.n {
 			i := uint32(rng.intn(n))
@@ -196,21 +312,20 @@ func (s *Sampler) pads(epoch int, t *Table) []uint32 {
 		}
 	}
 	rng.shuffle(order)
-	return order
+	return Drawn{Order: order, Weight: weight}
 }
 
-// buildAlias fills cols with Vose's alias table for the mixed distribution
-// (1-u)*w_i/W + u/n. If the weights sum to zero or overflow the distribution is
-// uniform. Acceptance probabilities are kept to 32 bits: no sample's
-// probability is off by more than 2^-32/n.
-func (s *Sampler) buildAlias(t *Table) {
+// fillProb sets prob to n times the mixed distribution, n*((1-u)*w_i/W +
+// u/n), whose mean is 1. If the weights sum to zero or overflow the
+// distribution is uniform.
+func (s *Sampler) fillProb(t *Table) {
 	n := s.n
 	if cap(s.prob) < n {
 		s.prob = make([]float64, n)
 		s.work = make([]uint32, n)
 		s.cols = make([]column, n)
 	}
-	prob, work, cols := s.prob[:n], s.work[:n], s.cols[:n]
+	prob := s.prob[:n]
 
 	// Weights, summed in id order.
 	lambda, mean := s.cfg.Lambda, t.Mean()
@@ -243,6 +358,14 @@ func (s *Sampler) buildAlias(t *Table) {
 			prob[i] = 1
 		}
 	}
+}
+
+// buildAlias fills cols with Vose's alias table for prob (scaled to mean 1),
+// consuming prob. Acceptance probabilities are kept to 32 bits: no sample's
+// probability is off by more than 2^-32/n.
+func (s *Sampler) buildAlias() {
+	n := s.n
+	prob, work, cols := s.prob[:n], s.work[:n], s.cols[:n]
 
 	// Vose: small columns (q < 1) stacked from the front of work, large ones
 	// from the back; each small column is topped up by a large one.
@@ -272,6 +395,192 @@ func (s *Sampler) buildAlias(t *Table) {
 	}
 	// Whatever remains is 1 up to rounding and keeps its own column.
 }
+
+// isResident reports bit id of the bitmap b.
+func isResident(b []uint64, id uint32) bool {
+	w := id / 64
+	return uint64(w) < uint64(len(b)) && b[w]&(1<<(id%64)) != 0
+}
+
+// boost multiplies the probability of each resident sample by 1+β within its
+// stratum and renormalises the stratum to its former total. Strata are cut
+// from the samples sorted by probability (ties by id); a stratum with no
+// resident sample, or none missing, is left exactly as it was.
+func (s *Sampler) boost(bitmap []uint64) {
+	n := s.n
+	prob, sorted := s.prob[:n], s.work[:n]
+	for i := range sorted {
+		sorted[i] = uint32(i)
+	}
+	s.sortByProb(sorted)
+	beta := s.cfg.Boost
+	strata := min(max(s.cfg.Strata, 1), n) // a zero Sampler has Strata 0
+	size, extra := n/strata, n%strata
+	for j, start := 0, 0; j < strata; j++ {
+		end := start + size
+		if j < extra {
+			end++
+		}
+		group := sorted[start:end]
+		start = end
+		var all, res float64
+		for _, id := range group {
+			all += prob[id]
+			if isResident(bitmap, id) {
+				res += prob[id]
+			}
+		}
+		if res == 0 || res == all {
+			continue
+		}
+		// all = missing + res becomes c*(missing + (1+β)*res) = all.
+		down := all / float64(all+float64(beta*res))
+		up := float64((1 + beta) * down)
+		for _, id := range group {
+			if isResident(bitmap, id) {
+				prob[id] = float64(prob[id] * up)
+			} else {
+				prob[id] = float64(prob[id] * down)
+			}
+		}
+	}
+}
+
+// capWeight enforces MaxWeight by water-filling: every sample not forced
+// (last <= cutoff) gets at least floor = n/(MaxWeight*d) of prob (a per-draw
+// probability of 1/(MaxWeight*d)), and the other samples are scaled down by
+// one common factor so that prob keeps its sum n. Forced samples need no
+// floor: their expected count is at least 1, so their weight at most 1.
+//
+// The factor a is the root of sum(max(floor, a*p_i) over unforced i) +
+// a*sum(p_i over forced i) = n. Since pinning every unforced sample at the
+// floor would add only d*floor = n/MaxWeight, a >= 1 - 1/MaxWeight, so only
+// samples below floor/(1-1/MaxWeight) can end up pinned. Those candidates are
+// sorted by probability (ties by id) and pinned in that order while the
+// factor that the remaining samples would need leaves the next candidate
+// below the floor; each pin lowers the factor, so the first candidate that
+// stays above it ends the scan, and the result is exact, not iterated.
+func (s *Sampler) capWeight(d int, cutoff int64) {
+	n := s.n
+	prob := s.prob[:n]
+	m := s.cfg.MaxWeight
+	nf := float64(n)
+	floor := nf / float64(m*float64(d))
+	limit := math.Inf(1)
+	if lo := 1 - 1/m; lo > 0 {
+		limit = floor / lo
+	}
+	cand := s.work[:0]
+	var total float64
+	for i, p := range prob {
+		total += p
+		if p < limit && int64(s.last[i]) > cutoff {
+			cand = append(cand, uint32(i))
+		}
+	}
+	if len(cand) == 0 {
+		return
+	}
+	s.sortByProb(cand)
+	var pinned, a float64
+	k := 0
+	for ; ; k++ {
+		a = 0
+		if num, rest := nf-float64(float64(k)*floor), total-pinned; num > 0 && rest > 0 {
+			a = num / rest
+		}
+		if k == len(cand) || float64(a*prob[cand[k]]) >= floor {
+			break
+		}
+		pinned += prob[cand[k]]
+	}
+	if k == 0 {
+		return // nothing below the floor
+	}
+	for i, p := range prob {
+		prob[i] = float64(a * p)
+	}
+	for _, id := range cand[:k] {
+		prob[id] = floor
+	}
+}
+
+// weights sets weight[i] to 1/c_i, c_i = forced_i + d*prob[i]/n the expected
+// count of sample i in an epoch of d draws after the forced samples.
+func (s *Sampler) weights(weight []float32, d int, cutoff int64) {
+	perDraw := float64(d) / float64(s.n)
+	for i, p := range s.prob[:s.n] {
+		c := float64(perDraw * p)
+		if int64(s.last[i]) <= cutoff {
+			c++
+		}
+		w := float32(math.MaxFloat32)
+		switch {
+		case c == 0:
+			w = 0
+		case 1/c < math.MaxFloat32:
+			w = float32(1 / c)
+		}
+		weight[i] = w
+	}
+}
+
+// sortByProb sorts ids, given in ascending order, by ascending prob[id],
+// keeping ascending id among equals: a stable LSD radix sort of prob's IEEE
+// bits (which order as the values do, prob being non-negative and never -0),
+// radixBits at a time, skipping the digits every key shares.
+func (s *Sampler) sortByProb(ids []uint32) {
+	m := len(ids)
+	if m < 2 {
+		return
+	}
+	if cap(s.keys) < s.n {
+		s.keys = make([]uint64, s.n)
+		s.keys2 = make([]uint64, s.n)
+		s.ids2 = make([]uint32, s.n)
+		s.count = new([radixDigits][1 << radixBits]uint32)
+	}
+	keys, keys2, src, dst := s.keys[:m], s.keys2[:m], ids, s.ids2[:m]
+	count := s.count
+	*count = [radixDigits][1 << radixBits]uint32{}
+	for i, id := range ids {
+		k := math.Float64bits(s.prob[id])
+		keys[i] = k
+		for d := range count {
+			count[d][k>>(radixBits*d)&radixMask]++
+		}
+	}
+	for d := range count {
+		c := &count[d]
+		shift := radixBits * d
+		if c[keys[0]>>shift&radixMask] == uint32(m) {
+			continue
+		}
+		var pos uint32
+		for v, k := range c {
+			c[v] = pos
+			pos += k
+		}
+		for i, k := range keys {
+			v := k >> shift & radixMask
+			keys2[c[v]] = k
+			dst[c[v]] = src[i]
+			c[v]++
+		}
+		keys, keys2 = keys2, keys
+		src, dst = dst, src
+	}
+	if &src[0] != &ids[0] {
+		copy(ids, src)
+	}
+}
+
+// sortByProb's digits: six of 11 bits cover a 64-bit key.
+const (
+	radixBits   = 11
+	radixDigits = (64 + radixBits - 1) / radixBits
+	radixMask   = 1<<radixBits - 1
+)
 
 // permutation is the uniform permutation of 0..n-1 for (seed, epoch): the
 // order of epoch 0, of every epoch with PADS off, and the basis of

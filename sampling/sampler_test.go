@@ -10,7 +10,7 @@ import (
 // skewedTable scores a tenth of n samples at 4.2 and the rest at 2.4, and
 // leaves every seventh unscored.
 func skewedTable(n int) *Table {
-	tb := NewTable(n, 0)
+	tb := NewTable(n, 0, ScoreRankLog)
 	for id := range n {
 		if id%7 == 3 {
 			continue
@@ -69,7 +69,7 @@ func TestOrderDeterministic(t *testing.T) {
 	for range epochs {
 		snap, _ := live.MarshalBinary()
 		snaps = append(snaps, snap)
-		cp := NewTable(n, 0)
+		cp := NewTable(n, 0, ScoreRankLog)
 		if err := cp.UnmarshalBinary(snap); err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestOrderDeterministic(t *testing.T) {
 
 func TestOrderSequence(t *testing.T) {
 	s := NewSampler(10, DefaultConfig())
-	tb := NewTable(10, 0)
+	tb := NewTable(10, 0, ScoreRankLog)
 	for _, e := range []int{1, -1} {
 		if _, err := s.Order(e, tb); !errors.Is(err, ErrEpochOutOfSequence) {
 			t.Fatalf("epoch %d first: %v", e, err)
@@ -140,7 +140,7 @@ func TestOrderSequence(t *testing.T) {
 			t.Fatalf("epoch %d after 0: %v", e, err)
 		}
 	}
-	if _, err := s.Order(1, NewTable(11, 0)); !errors.Is(err, ErrSizeMismatch) {
+	if _, err := s.Order(1, NewTable(11, 0, ScoreRankLog)); !errors.Is(err, ErrSizeMismatch) {
 		t.Fatalf("wrong table: %v", err)
 	}
 	if _, err := s.Order(1, nil); !errors.Is(err, ErrSizeMismatch) {
@@ -200,7 +200,7 @@ func TestDrawFrequencies(t *testing.T) {
 		{"flattened", 3, 0.5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tb := NewTable(n, 0)
+			tb := NewTable(n, 0, ScoreRankLog)
 			for id := range n {
 				s := 2.5
 				if id%2 == 0 {
@@ -262,7 +262,7 @@ func TestDrawFrequencies(t *testing.T) {
 func TestImportantSamplesDrawnMoreOften(t *testing.T) {
 	const n, batch = 1000, 250
 	rng := newRand(77)
-	tb := NewTable(n, 0)
+	tb := NewTable(n, 0, ScoreRankLog)
 	for range 3 { // three epochs of reports: loss grows with the id, plus noise
 		perm := rng.Perm(n)
 		for start := 0; start < n; start += batch {
@@ -329,7 +329,7 @@ func cmpFloat(a, b float64) int {
 // consecutive epochs.
 func TestCoverageFloor(t *testing.T) {
 	const n, epochs = 500, 24
-	tb := NewTable(n, 0)
+	tb := NewTable(n, 0, ScoreRankLog)
 	for id := range n {
 		s := 0.0
 		if id < 5 {
@@ -394,7 +394,7 @@ func TestCoverageFloor(t *testing.T) {
 func TestOrderEdgeCases(t *testing.T) {
 	for _, n := range []int{0, 1, 2} {
 		s := NewSampler(n, DefaultConfig())
-		tb := NewTable(n, 0)
+		tb := NewTable(n, 0, ScoreRankLog)
 		for e := range 4 {
 			o, err := s.Order(e, tb)
 			if err != nil || len(o) != n {
@@ -403,7 +403,7 @@ func TestOrderEdgeCases(t *testing.T) {
 		}
 	}
 	// All weights zero (lambda below every score, no floor): uniform draws.
-	tb := NewTable(50, 0)
+	tb := NewTable(50, 0, ScoreRankLog)
 	s := NewSampler(50, Config{PADS: true, Lambda: -100})
 	_, _ = s.Order(0, tb)
 	o, err := s.Order(1, tb)
@@ -443,7 +443,7 @@ func TestPADSOffIsUniform(t *testing.T) {
 // acceptance and alias mass gives n*p_i, up to the 32-bit acceptance.
 func TestAliasTableExact(t *testing.T) {
 	const n = 257
-	tb := NewTable(n, 0)
+	tb := NewTable(n, 0, ScoreRankLog)
 	rng := newRand(4)
 	for id := range n {
 		if id%3 != 0 {
@@ -451,7 +451,8 @@ func TestAliasTableExact(t *testing.T) {
 		}
 	}
 	s := NewSampler(n, Config{PADS: true, Lambda: -1, UniformFloor: 0.2})
-	s.buildAlias(tb)
+	s.fillProb(tb)
+	s.buildAlias()
 	mass := make([]float64, n)
 	for i, c := range s.cols[:n] {
 		p := float64(c.accept) / (1 << 32)

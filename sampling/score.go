@@ -5,7 +5,62 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 )
+
+// ScoreKind selects how a Table turns one minibatch's losses into scores.
+// The zero value is ScoreRankLog.
+type ScoreKind uint8
+
+const (
+	// ScoreRankLog is SHADE's rank score, ln(10 + 63p) for the loss at
+	// relative rank p of its minibatch (see RankScores): scores lie in
+	// [ln 10, ln 73], and the neutral score is ln 41.5.
+	ScoreRankLog ScoreKind = iota
+	// ScoreMagnitude is a bounded gradient-norm proxy relative to its
+	// minibatch (see MagnitudeScores): g = 1 - e^-loss, score = g/mean(g),
+	// at most MaxMagnitudeScore. Scores lie in [0, 64], and the neutral
+	// score is 1.
+	ScoreMagnitude
+)
+
+// MaxMagnitudeScore caps a ScoreMagnitude score: one sample of a minibatch
+// can be at most 64 times as important as the batch's mean.
+const MaxMagnitudeScore = 64
+
+// String is the name ParseScoreKind accepts: "rank" or "magnitude".
+func (k ScoreKind) String() string {
+	switch k {
+	case ScoreRankLog:
+		return "rank"
+	case ScoreMagnitude:
+		return "magnitude"
+	}
+	return "ScoreKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// valid reports whether k is one of the kinds defined above.
+func (k ScoreKind) valid() bool { return k <= ScoreMagnitude }
+
+// neutral is the effective score of every sample while nothing is scored.
+func (k ScoreKind) neutral() float64 {
+	if k == ScoreMagnitude {
+		return 1
+	}
+	return neutralScore
+}
+
+// ParseScoreKind returns the kind named s, as String writes it ("rank" or
+// "magnitude"); any other string fails with ErrBadConfig.
+func ParseScoreKind(s string) (ScoreKind, error) {
+	switch s {
+	case "rank":
+		return ScoreRankLog, nil
+	case "magnitude":
+		return ScoreMagnitude, nil
+	}
+	return 0, wrapf(ErrBadConfig, "score kind %q, want rank or magnitude", s)
+}
 
 // neutralScore is ln(10 + 63*0.5) = ln 41.5, the middle of the score range: the
 // effective score of every sample while nothing is scored. It is a literal, not
@@ -71,6 +126,50 @@ func rankOrder(losses []float64, rng *rand.Rand) []int {
 	return order
 }
 
+// MagnitudeScores returns the ScoreMagnitude score of each loss within its
+// minibatch, in the same order as losses: g_i = 1 - e^-loss_i (a loss below 0
+// counts as 0, so g is in [0, 1]), and s_i = g_i / mean(g), capped at
+// MaxMagnitudeScore; if every g is 0 every score is 1. The mean is summed in
+// ascending loss order, so the scores do not depend on the order of the
+// losses. NaN counts as 0 here; Table.Report refuses it before it gets here.
+// The result is a new slice; losses is not modified.
+func MagnitudeScores(losses []float64) []float64 {
+	out := make([]float64, len(losses))
+	mean := magnitudeMean(losses, rankOrder(losses, nil))
+	for i, l := range losses {
+		out[i] = magnitudeScore(l, mean)
+	}
+	return out
+}
+
+// magnitude is g = 1 - e^-loss for loss >= 0, and 0 otherwise (NaN included).
+func magnitude(loss float64) float64 {
+	if !(loss > 0) {
+		return 0
+	}
+	return -math.Expm1(-loss)
+}
+
+// magnitudeMean is the mean of the losses' magnitudes, summed in order (an
+// ascending order of the losses, so that equal terms are adjacent and the sum
+// does not depend on the positions).
+func magnitudeMean(losses []float64, order []int) float64 {
+	var sum float64
+	for _, i := range order {
+		sum += magnitude(losses[i])
+	}
+	return sum / float64(len(losses))
+}
+
+// magnitudeScore is the ScoreMagnitude score of loss in a batch whose mean
+// magnitude is mean.
+func magnitudeScore(loss, mean float64) float64 {
+	if !(mean > 0) {
+		return 1
+	}
+	return min(magnitude(loss)/mean, MaxMagnitudeScore)
+}
+
 type rankKey struct {
 	key uint64
 	pos int
@@ -104,12 +203,13 @@ const DefaultAlpha = 0.5
 // id and a bitset of which ids have ever been scored. Scores are finite and
 // non-negative. Memory is about 4.1 bytes per sample.
 //
-// The zero Table has no samples and DefaultAlpha; it is useful as the target of
+// The zero Table has no samples, DefaultAlpha and ScoreRankLog; it is useful as the target of
 // UnmarshalBinary. A Table is not safe for concurrent use: the caller locks,
 // and read-only methods (Score, Scored, Mean, NumScored, Len, MarshalBinary)
 // may share a read lock.
 type Table struct {
 	alpha     float64
+	kind      ScoreKind
 	scores    []float32
 	scored    []uint64 // bit id%64 of word id/64
 	numScored int
@@ -117,19 +217,24 @@ type Table struct {
 	mean      float64 // sum/numScored, valid while numScored > 0
 }
 
-// NewTable returns a table of n samples, none scored, that merges reports with
-// weight alpha on the newest score (0 selects DefaultAlpha). It panics if n is
-// negative or above math.MaxUint32, or alpha is not in [0, 1]: both are
-// programming errors, not input.
-func NewTable(n int, alpha float64) *Table {
+// NewTable returns a table of n samples, none scored, that scores reports as
+// kind says and merges them with weight alpha on the newest score (0 selects
+// DefaultAlpha). It panics if n is negative or above math.MaxUint32, alpha is
+// not in [0, 1] or kind is not a defined ScoreKind: all are programming
+// errors, not input.
+func NewTable(n int, alpha float64, kind ScoreKind) *Table {
 	if n < 0 || uint64(n) > math.MaxUint32 {
 		panic("sampling: NewTable: n out of range")
 	}
 	if !(alpha >= 0 && alpha <= 1) {
 		panic("sampling: NewTable: alpha not in [0, 1]")
 	}
+	if !kind.valid() {
+		panic("sampling: NewTable: unknown score kind")
+	}
 	return &Table{
 		alpha:  alpha,
+		kind:   kind,
 		scores: make([]float32, n),
 		scored: make([]uint64, (n+63)/64),
 	}
@@ -146,17 +251,22 @@ func (t *Table) Alpha() float64 {
 	return t.alpha
 }
 
+// Kind is how the table scores a minibatch.
+func (t *Table) Kind() ScoreKind { return t.kind }
+
 // Report merges one trained minibatch: losses[i] is the loss of sample ids[i].
-// Scores are credited to the ids, never to positions. The batch is ranked by
-// RankScores (rng breaks ties; nil breaks them by position) and each sample's
-// score is merged as score = a*s + (1-a)*prior, where prior is the sample's
-// current score, or, for a sample never scored, the running mean as it stood
-// before this batch (so the order of the pairs within a batch does not matter).
+// Scores are credited to the ids, never to positions. The batch is scored as
+// Kind says, by RankScores (rng breaks ties; nil breaks them by position) or
+// by MagnitudeScores (rng is not consulted), and each sample's score s is
+// merged as score = a*s + (1-a)*prior, where prior is the sample's current
+// score, or, for a sample never scored, the running mean as it stood before
+// this batch (so the order of the pairs within a batch does not matter).
 //
-// An id that occurs more than once is ranked once per occurrence, and its
-// merges are applied one after another in ascending rank order, each using the
-// previous result as prior; with distinct losses the outcome is again
-// independent of the order of the pairs.
+// An id that occurs more than once is scored once per occurrence, and its
+// merges are applied one after another in ascending loss order (rank order),
+// each using the previous result as prior; with distinct losses (or, for
+// ScoreMagnitude, always) the outcome is again independent of the order of
+// the pairs.
 //
 // Report is all or nothing: an empty batch, len(ids) != len(losses) (both
 // ErrBadBatch), an id >= Len() (ErrIDOutOfRange) or a NaN or infinite loss
@@ -169,9 +279,22 @@ func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
 	a := t.Alpha()
 	b := 1 - a
 	prior := t.Mean()
+	var mean float64
+	if t.kind == ScoreMagnitude {
+		rng = nil // equal losses have equal scores: ties need no breaking
+	}
 	order := rankOrder(losses, rng)
+	if t.kind == ScoreMagnitude {
+		mean = magnitudeMean(losses, order)
+	}
 	for k, i := range order {
 		id := ids[i]
+		var s float64
+		if t.kind == ScoreMagnitude {
+			s = magnitudeScore(losses[i], mean)
+		} else {
+			s = rankScore(k, len(order))
+		}
 		old := prior
 		if t.Scored(id) {
 			old = float64(t.scores[id])
@@ -181,7 +304,7 @@ func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
 			t.numScored++
 		}
 		// Both products are rounded before the addition: no FMA.
-		v := float32(float64(a*rankScore(k, len(order))) + float64(b*old))
+		v := float32(float64(a*s) + float64(b*old))
 		t.scores[id] = v
 		t.sum.add(v, 1)
 	}
@@ -231,12 +354,13 @@ func (t *Table) Scored(id uint32) bool {
 }
 
 // Mean is the running mean of the scored samples' scores: the effective score
-// of every sample not yet scored. While nothing is scored it is ln 41.5, the
-// middle of the score range. It depends only on the scores the table holds
+// of every sample not yet scored. While nothing is scored it is the kind's
+// neutral score: ln 41.5, the middle of the range, for ScoreRankLog, and 1,
+// the batch mean, for ScoreMagnitude. It depends only on the scores the table holds
 // (it is computed from an exact sum), never on the history that produced them.
 func (t *Table) Mean() float64 {
 	if t.numScored == 0 {
-		return neutralScore
+		return t.kind.neutral()
 	}
 	return t.mean
 }

@@ -85,9 +85,9 @@ func TestRankScoresTiesRandomized(t *testing.T) {
 
 func TestReportMergeMath(t *testing.T) {
 	const a = 0.25
-	tb := NewTable(10, a)
-	if tb.Alpha() != a || NewTable(1, 0).Alpha() != DefaultAlpha {
-		t.Fatalf("alpha %v / default %v", tb.Alpha(), NewTable(1, 0).Alpha())
+	tb := NewTable(10, a, ScoreRankLog)
+	if tb.Alpha() != a || NewTable(1, 0, ScoreRankLog).Alpha() != DefaultAlpha {
+		t.Fatalf("alpha %v / default %v", tb.Alpha(), NewTable(1, 0, ScoreRankLog).Alpha())
 	}
 	if tb.Mean() != neutralScore || tb.Score(0) != neutralScore || tb.NumScored() != 0 {
 		t.Fatalf("empty table: mean %v score %v scored %d", tb.Mean(), tb.Score(0), tb.NumScored())
@@ -140,7 +140,7 @@ func TestReportCreditsIDsNotPositions(t *testing.T) {
 		ids[i] = uint32(id)
 		losses[i] = rng.Float64() * 10
 	}
-	a, b := NewTable(n, 0), NewTable(n, 0)
+	a, b := NewTable(n, 0, ScoreRankLog), NewTable(n, 0, ScoreRankLog)
 	for i := 0; i < 40; i++ { // some history, equal in both
 		_ = a.Set(uint32(i), float64(i%7))
 		_ = b.Set(uint32(i), float64(i%7))
@@ -173,7 +173,7 @@ func TestReportCreditsIDsNotPositions(t *testing.T) {
 func TestReportDuplicateIDs(t *testing.T) {
 	const a = 0.5
 	for _, order := range [][2]int{{0, 1}, {1, 0}} {
-		tb := NewTable(8, a)
+		tb := NewTable(8, a, ScoreRankLog)
 		ids := []uint32{4, 4}
 		losses := []float64{1, 2}
 		ids2 := []uint32{ids[order[0]], ids[order[1]]}
@@ -190,7 +190,7 @@ func TestReportDuplicateIDs(t *testing.T) {
 }
 
 func TestReportValidation(t *testing.T) {
-	tb := NewTable(16, 0)
+	tb := NewTable(16, 0, ScoreRankLog)
 	if err := tb.Report([]uint32{1, 2, 3}, []float64{0.3, 0.1, 0.2}, newRand(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestReportValidation(t *testing.T) {
 }
 
 func TestSet(t *testing.T) {
-	tb := NewTable(5, 0)
+	tb := NewTable(5, 0, ScoreRankLog)
 	if err := tb.Set(2, 3.5); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestSet(t *testing.T) {
 func TestMeanIsHistoryIndependent(t *testing.T) {
 	const n = 3000
 	rng := newRand(5)
-	a := NewTable(n, 0.3)
+	a := NewTable(n, 0.3, ScoreRankLog)
 	for range 200 {
 		ids := make([]uint32, 128)
 		losses := make([]float64, 128)
@@ -286,7 +286,7 @@ func TestMeanIsHistoryIndependent(t *testing.T) {
 		}
 	}
 	var sum float64
-	b := NewTable(n, 0)
+	b := NewTable(n, 0, ScoreRankLog)
 	for _, id := range rng.Perm(n) { // install the same scores in another order
 		if a.Scored(uint32(id)) {
 			sum += a.Score(uint32(id))
@@ -304,4 +304,134 @@ func TestMeanIsHistoryIndependent(t *testing.T) {
 	if err := checkTable(a); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestScoreKindNames(t *testing.T) {
+	for _, k := range []ScoreKind{ScoreRankLog, ScoreMagnitude} {
+		got, err := ParseScoreKind(k.String())
+		if err != nil || got != k {
+			t.Errorf("ParseScoreKind(%q) = %v, %v; want %v", k.String(), got, err, k)
+		}
+	}
+	if ScoreRankLog.String() != "rank" || ScoreMagnitude.String() != "magnitude" || ScoreKind(7).String() != "ScoreKind(7)" {
+		t.Errorf("names %q %q %q", ScoreRankLog, ScoreMagnitude, ScoreKind(7))
+	}
+	for _, bad := range []string{"", "Rank", "loss", "ScoreKind(7)"} {
+		if _, err := ParseScoreKind(bad); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("ParseScoreKind(%q): %v", bad, err)
+		}
+	}
+	if err := (Config{Score: 2}).Validate(); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("unknown kind in Config: %v", err)
+	}
+	if err := (Config{Score: ScoreMagnitude}).Validate(); err != nil {
+		t.Errorf("magnitude in Config: %v", err)
+	}
+}
+
+func TestMagnitudeScoresKnownValues(t *testing.T) {
+	// g = 1 - e^-loss: 0 for loss <= 0, 1/2 for ln 2, 3/4 for ln 4.
+	hundred := make([]float64, 100)
+	hundred[7] = 50
+	tests := []struct {
+		name   string
+		losses []float64
+		want   []float64
+	}{
+		{"empty", nil, []float64{}},
+		{"m=1", []float64{0.7}, []float64{1}},
+		{"all zero", []float64{0, -2, 0}, []float64{1, 1, 1}},
+		// mean g = 1.25/4 = 0.3125
+		{"m=4", []float64{0, math.Ln2, 2 * math.Ln2, -1}, []float64{0, 1.6, 2.4, 0}},
+		// g = [1/2, 1/2, 1]: mean 2/3
+		{"ties", []float64{math.Ln2, math.Ln2, 800}, []float64{0.75, 0.75, 1.5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := MagnitudeScores(tt.losses)
+			if len(got) != len(tt.want) {
+				t.Fatalf("len %d, want %d", len(got), len(tt.want))
+			}
+			for i := range got {
+				if math.Abs(got[i]-tt.want[i]) > 1e-12 {
+					t.Errorf("score[%d] = %v, want %v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+	// One sample of a hundred carries all the magnitude: 100, capped at 64.
+	got := MagnitudeScores(hundred)
+	if got[7] != MaxMagnitudeScore || got[0] != 0 {
+		t.Fatalf("capped batch: %v, %v", got[7], got[0])
+	}
+}
+
+func TestReportMagnitude(t *testing.T) {
+	const a = 0.5
+	tb := NewTable(8, a, ScoreMagnitude)
+	if tb.Kind() != ScoreMagnitude || tb.Mean() != 1 || tb.Score(3) != 1 {
+		t.Fatalf("empty magnitude table: kind %v mean %v score %v", tb.Kind(), tb.Mean(), tb.Score(3))
+	}
+	if NewTable(1, 0, ScoreRankLog).Mean() != neutralScore || new(Table).Kind() != ScoreRankLog {
+		t.Fatalf("rank-log neutral score changed")
+	}
+	rng := newRand(9)
+	if err := tb.Report([]uint32{1, 2}, []float64{math.Ln2, 2 * math.Ln2}, rng); err != nil {
+		t.Fatal(err)
+	}
+	// g = 1/2, 3/4, mean 5/8: scores 0.8 and 1.2, merged with the prior 1.
+	for id, want := range map[uint32]float64{1: 0.9, 2: 1.1} {
+		if got := tb.Score(id); math.Abs(got-want) > 1e-6 {
+			t.Errorf("score[%d] = %v, want %v", id, got, want)
+		}
+	}
+	if math.Abs(tb.Mean()-1) > 1e-6 {
+		t.Errorf("mean %v, want 1", tb.Mean())
+	}
+	// rng is not consulted, even for ties.
+	if err := tb.Report([]uint32{4, 5, 6}, []float64{1, 1, 1}, rng); err != nil {
+		t.Fatal(err)
+	}
+	if rng.Uint64() != newRand(9).Uint64() {
+		t.Errorf("Report consulted rng for a magnitude table")
+	}
+
+	// The outcome does not depend on the order of the pairs, to the bit,
+	// duplicate ids included.
+	ids := []uint32{0, 3, 3, 5, 7, 1}
+	losses := []float64{0.3, 2.5, 0.01, -1, 7, 0.3}
+	x, y := NewTable(8, 0.3, ScoreMagnitude), NewTable(8, 0.3, ScoreMagnitude)
+	_ = x.Set(3, 2)
+	_ = y.Set(3, 2)
+	if err := x.Report(ids, losses, nil); err != nil {
+		t.Fatal(err)
+	}
+	perm := []int{4, 2, 0, 5, 1, 3}
+	pid, plo := make([]uint32, len(ids)), make([]float64, len(ids))
+	for i, j := range perm {
+		pid[i], plo[i] = ids[j], losses[j]
+	}
+	if err := y.Report(pid, plo, newRand(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sameTable(x, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkTable(x); err != nil {
+		t.Fatal(err)
+	}
+	// The kind survives UnmarshalBinary, which carries scores only.
+	b, _ := x.MarshalBinary()
+	if err := y.UnmarshalBinary(b); err != nil || y.Kind() != ScoreMagnitude {
+		t.Fatalf("unmarshal: %v, kind %v", err, y.Kind())
+	}
+}
+
+func TestNewTablePanicsOnUnknownKind(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+	}()
+	NewTable(1, 0, ScoreKind(2))
 }

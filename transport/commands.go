@@ -42,7 +42,7 @@ func commandTable() map[string]handler {
 		"shade.manifest": {2, 2, cmdManifest},
 		"shade.report":   {5, -1, cmdReport},
 		"shade.done":     {4, 4, cmdDone},
-		"shade.order":    {5, 6, cmdOrder},
+		"shade.order":    {5, 7, cmdOrder},
 		"shade.reset":    {2, 2, cmdReset},
 		"shade.warm":     {2, 2, cmdWarm},
 		"shade.stats":    {1, 2, cmdStats},
@@ -364,13 +364,20 @@ type OrderArgs struct {
 	Dataset            string
 	Epoch, Rank, World int
 	Wait               time.Duration // 0: the server's limit
+	// WithWeights asks for the ids' importance weights beside them.
+	WithWeights bool
 }
 
-// ParseOrder parses SHADE.ORDER's arguments (after the command name).
+// ParseOrder parses SHADE.ORDER's arguments (after the command name):
+// <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS].
 func ParseOrder(args [][]byte) (OrderArgs, error) {
 	var o OrderArgs
+	if n := len(args); n > 4 && strings.EqualFold(string(args[n-1]), "WITHWEIGHTS") {
+		o.WithWeights = true
+		args = args[:n-1]
+	}
 	if len(args) < 4 || len(args) > 5 {
-		return o, fmt.Errorf("SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms]")
+		return o, fmt.Errorf("SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS]")
 	}
 	o.Dataset = string(args[0])
 	var err error
@@ -413,14 +420,31 @@ func cmdOrder(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, wait)
 	defer cancel()
-	ids, err := s.backend.Order(ctx, o.Dataset, o.Epoch, o.Rank, o.World)
+	ids, weights, err := s.backend.Order(ctx, o.Dataset, o.Epoch, o.Rank, o.World)
 	if err != nil {
 		writeErr(c, err)
 		return
 	}
+	if o.WithWeights {
+		c.WriteArray(2)
+	}
 	c.WriteArray(len(ids))
 	for _, id := range ids {
 		c.WriteInt64(int64(id))
+	}
+	if !o.WithWeights {
+		return
+	}
+	// Weights as Redis writes doubles in RESP2: decimal bulk strings,
+	// with the fewest digits that read back as the same float32.
+	c.WriteArray(len(ids))
+	var buf [24]byte
+	for i := range ids {
+		w := float32(1)
+		if i < len(weights) {
+			w = weights[i]
+		}
+		c.WriteBulk(strconv.AppendFloat(buf[:0], float64(w), 'g', -1, 32))
 	}
 }
 

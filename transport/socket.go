@@ -51,8 +51,10 @@ type Backend interface {
 	// Done records that rank finished epoch and tells the leader; ctx
 	// bounds the telling.
 	Done(ctx context.Context, dataset string, epoch, rank int) error
-	// Order blocks until epoch's order is published or ctx ends.
-	Order(ctx context.Context, dataset string, epoch, rank, world int) ([]uint32, error)
+	// Order blocks until epoch's order is published or ctx ends, and
+	// returns rank's slice of it with the importance weight of each id
+	// (nil when every weight is 1).
+	Order(ctx context.Context, dataset string, epoch, rank, world int) (ids []uint32, weights []float32, err error)
 	// Reset forgets a dataset's job (its epochs and world), keeping scores.
 	Reset(dataset string) error
 	// Warm preloads a dataset into the cache, most important samples

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -168,14 +169,19 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		s3Region    = fs.String("s3-region", "", "region of the s3:// datasets' buckets (default: found by the client, or us-east-1)")
 		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
 		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index")
-		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB)")
-		pol         = fs.String("policy", "app", "eviction and admission policy: app, order (APP that also evicts by next use in the published order), lru, fifo, lfu, minio")
+		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB); 0 caches nothing (every read goes to the source)")
+		pol         = fs.String("policy", "app", "eviction and admission policy: app, order (APP that also evicts by next use in the published order), lru, fifo, lfu, minio, none (cache nothing)")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
 		seed        = fs.Uint64("seed", 0, "job seed: every epoch's order is a function of seed, epoch and scores")
 		alpha       = fs.Float64("alpha", sampling.DefaultAlpha, "weight of a new importance score against the old one in the merge")
 		lambda      = fs.Float64("lambda", 0, "added to every score to form sampling weights: positive flattens toward uniform, negative sharpens")
 		floor       = fs.Float64("uniform-floor", sampling.DefaultUniformFloor, "share of each epoch's draws that are uniform (0: none)")
 		coverage    = fs.Int("coverage-epochs", sampling.DefaultCoverageEpochs, "every sample is drawn at least once every K epochs (0: no floor)")
+		score       = fs.String("score", "rank", "importance score of a reported loss: rank (SHADE's rank within the minibatch) or magnitude (1-exp(-loss) over the minibatch's mean)")
+		maxWeight   = fs.Float64("max-weight", 0, "cap on a drawn sample's importance weight 1/(N*p), at least 1 (0: no cap)")
+		boost       = fs.Float64("boost", 0, "cache-aware draws: samples cached in the mesh are 1+BOOST times as likely within their importance stratum (0: off)")
+		strata      = fs.Int("strata", sampling.DefaultStrata, "importance strata of --boost: each keeps its share of the draws")
+		orderAhead  = fs.Int("order-ahead", 0, "epochs by which orders are published ahead of training, 0 or 1: with 1, epoch e+2 is drawn when every rank finished e, so caches see the next epoch's reads while the current one runs")
 		gossipAddr  = fs.String("gossip-addr", "", "gossip (memberlist) bind address host:port; empty runs standalone unless --seeds is set (then :7946)")
 		seeds       = fs.StringSlice("seeds", nil, "gossip addresses of other peers, comma-separated (host:port)")
 		gossipKey   = fs.String("gossip-key", "", "base64 key (16, 24 or 32 bytes) that encrypts gossip; every peer needs the same")
@@ -265,8 +271,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		return cfg, nop, err
 	}
 	size, err := bytesize.Parse(*cacheSize)
-	if err != nil || size <= 0 {
-		return cfg, nop, fmt.Errorf("--cache-size %q: want a positive size such as 2GiB", *cacheSize)
+	if err != nil || size < 0 {
+		return cfg, nop, fmt.Errorf("--cache-size %q: want a size such as 2GiB (0: cache nothing)", *cacheSize)
+	}
+	if size == 0 {
+		// Nothing is cached: every read goes to the source.
+		*pol, size = "none", 1<<16
 	}
 	raMem, err := bytesize.Parse(*prefetchMem)
 	if err != nil || raMem <= 0 {
@@ -306,9 +316,26 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if *floor < 0 || *floor > 1 {
 		return cfg, nop, fmt.Errorf("--uniform-floor %v: want a share in [0, 1]", *floor)
 	}
+	scoreKind, err := sampling.ParseScoreKind(*score)
+	if err != nil {
+		return cfg, nop, fmt.Errorf("--score %q: want rank or magnitude", *score)
+	}
+	if *maxWeight != 0 && !(*maxWeight >= 1) || math.IsInf(*maxWeight, 0) {
+		return cfg, nop, fmt.Errorf("--max-weight %v: want 0 (no cap) or a finite weight of at least 1", *maxWeight)
+	}
+	if !(*boost >= 0) || math.IsInf(*boost, 0) {
+		return cfg, nop, fmt.Errorf("--boost %v: want a finite factor of at least 0", *boost)
+	}
+	if *orderAhead < 0 || *orderAhead > 1 {
+		return cfg, nop, fmt.Errorf("--order-ahead %d: want 0 or 1", *orderAhead)
+	}
+	if *strata < 1 {
+		return cfg, nop, fmt.Errorf("--strata %d: want at least 1", *strata)
+	}
 	cfg.Node = mesh.Config{
 		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
+		Score: scoreKind, MaxWeight: *maxWeight, Boost: *boost, Strata: *strata, OrderAhead: *orderAhead,
 		TracePath: *tracePath, StateDir: *stateDir, NoWarm: *warm == "off", Logger: log,
 		PrefetchMemory: raMem, SourceThrottle: shape,
 	}

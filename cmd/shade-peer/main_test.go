@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/sampling"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -36,7 +38,12 @@ func TestEnvironmentFillsFlagsNotGiven(t *testing.T) {
 	if cfg.Node.CacheSize != 2<<30 || cfg.Node.Policy != "fifo" || len(cfg.Node.Datasets) != 2 {
 		t.Errorf("env not applied or flag not winning: size %d policy %s datasets %v", cfg.Node.CacheSize, cfg.Node.Policy, cfg.Node.Datasets)
 	}
-	for _, bad := range [][]string{{"--pads", "maybe"}, {"--cache-size", "0"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
+	cfg, _, err = parseConfig([]string{"--cache-size", "0", "--score", "magnitude", "--max-weight", "4", "--boost", "3"}, noEnv, io.Discard, io.Discard)
+	if err != nil || cfg.Node.Policy != "none" || cfg.Node.Score != sampling.ScoreMagnitude || cfg.Node.MaxWeight != 4 || cfg.Node.Boost != 3 {
+		t.Errorf("--cache-size 0 --score magnitude --max-weight 4 --boost 3: policy %q, %+v, %v", cfg.Node.Policy, cfg.Node, err)
+	}
+	for _, bad := range [][]string{{"--pads", "maybe"}, {"--cache-size", "-1"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
+		{"--score", "loud"}, {"--max-weight", "0.5"}, {"--max-weight", "NaN"}, {"--boost", "-1"}, {"--boost", "Inf"}, {"--strata", "0"}, {"--order-ahead", "2"},
 		{"--dataset", "noequals"}, {"--seeds", "127.0.0.1:1"}, {"--join-wait", "0s"}, {"extra"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)

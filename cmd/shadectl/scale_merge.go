@@ -141,7 +141,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	for rank := range rankNode {
 		rankNode[rank] = members[perm[rank%peers]]
 	}
-	table := sampling.NewTable(job.samples, 0)
+	table := sampling.NewTable(job.samples, 0, sampling.ScoreRankLog)
 	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1})
 	order, err := sampler.Order(0, table)
 	if err != nil {

@@ -15,6 +15,7 @@ package leader
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -48,14 +49,15 @@ func refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
-// Scores draws an epoch's order from a dataset's score table with a
-// sampler, and says how many samples had a score; *scores.Table is one.
+// Scores draws an epoch's order and its weights from a dataset's score
+// table with a sampler, preferring the resident samples (a bitmap, nil
+// for none), and says how many samples had a score; *scores.Table is one.
 type Scores interface {
-	Order(s *sampling.Sampler, epoch int) (order []uint32, scored int, err error)
+	Draw(s *sampling.Sampler, epoch int, resident []uint64) (d sampling.Drawn, scored int, err error)
 }
 
 // Config is what a Job needs of its dataset and its node. Every field but
-// Owners, EpochDeadline and Logger is required.
+// Owners, Resident, EpochDeadline and Logger is required.
 type Config struct {
 	Dataset, Version string
 	// MaxWorld bounds the world size of a job.
@@ -68,6 +70,10 @@ type Config struct {
 	// samples its node owns where it can (sampling.LocalitySplit). nil
 	// splits orders without regard to owners (sampling.Split).
 	Owners func(id uint32) []string
+	// Resident returns a bitmap of the samples cached on this node now
+	// (bit i%64 of word i/64), for cache-aware draws; nil means none.
+	// The other nodes' samples come with their ranks' dones.
+	Resident func() []uint64
 	// Term returns the leader's term, stamped on every order.
 	Term func() uint64
 	// Publish installs an order on this node and sends it to every peer;
@@ -79,9 +85,16 @@ type Config struct {
 	// JoinWait is how long epoch 0 waits for every rank to join, from the
 	// first; then it is published for the ranks that joined.
 	JoinWait time.Duration
+	// Ahead is how many epochs the orders run ahead of training, 0 or 1.
+	// With 0, epoch e+1 is drawn once every rank finished e, from every
+	// score reported by then. With 1, epochs 0 and 1 are published
+	// together, and epoch e+2 once every rank finished e, from the scores
+	// of epochs up to e: each order is known an epoch before it is read,
+	// so the caches and the ranks see past the epoch's end.
+	Ahead int
 	// EpochDeadline publishes the next epoch this long after the first
-	// rank finished the newest, without the ranks that have not; 0 means
-	// never.
+	// rank finished the one being trained, without the ranks that have
+	// not; 0 means never.
 	EpochDeadline time.Duration
 	// After calls fn once d has passed, on a goroutine the caller owns; it
 	// may drop fn if the node closes first. It must not block: a Job calls
@@ -104,19 +117,24 @@ type Job struct {
 	// and handed to Config.Publish, so that no epoch is published twice.
 	mu       sync.Mutex
 	gen      uint64
-	world    int      // 0 until a rank joins
-	latest   int      // newest published epoch, -1 for none
-	ranks    []string // rank -> node, "" until known; len(ranks) == world
-	done     map[int]bool
+	world    int          // 0 until a rank joins
+	latest   int          // newest published epoch, -1 for none
+	ranks    []string     // rank -> node, "" until known; len(ranks) == world
+	done     map[int]bool // ranks that finished the epoch being trained, latest-Ahead
+	early    map[int]bool // ranks that finished the epoch after it (only with Ahead)
 	sampler  *sampling.Sampler
 	waiting  bool // the join wait of epoch 0 is armed
-	deadline bool // the deadline of epoch latest is armed (or none is set)
+	deadline bool // the deadline of the epoch being trained is armed (or none is set)
 	retired  bool // no longer the dataset's job: timers publish nothing
+	// resident holds, per node, the bitmap of the dataset's samples it
+	// cached when its rank last finished an epoch.
+	resident map[string][]byte
 }
 
 // New returns the job of generation 0, with no rank and no order.
 func New(cfg Config) *Job {
-	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), sampler: cfg.NewSampler()}
+	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
+		resident: make(map[string][]byte)}
 }
 
 // Join records that rank of world trains on node, which holds generation
@@ -146,11 +164,24 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 		return gen != j.gen || have < j.latest, nil
 	}
 	if len(j.missingLocked()) == 0 {
-		return false, j.publishLocked(0)
+		return false, j.publishFirstLocked()
 	}
 	j.armJoinWaitLocked()
 	return false, nil
 }
+
+// publishFirstLocked publishes epoch 0 and, with Ahead, epoch 1 after it.
+func (j *Job) publishFirstLocked() error {
+	for e := 0; e <= j.cfg.Ahead; e++ {
+		if err := j.publishLocked(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// training is the epoch whose dones decide the next publication.
+func (j *Job) training() int { return j.latest - j.cfg.Ahead }
 
 // armJoinWaitLocked publishes epoch 0 JoinWait from now, for the ranks
 // that joined by then, unless it is armed already.
@@ -165,51 +196,68 @@ func (j *Job) armJoinWaitLocked() {
 		if j.retired || j.latest >= 0 || j.world == 0 {
 			return
 		}
-		if err := j.publishLocked(0); err != nil {
+		if err := j.publishFirstLocked(); err != nil {
 			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing epoch 0")
 		}
 	})
 }
 
 // Done records that rank, which trains on node, finished epoch of
-// generation gen. The next epoch is published once every rank has, or
-// EpochDeadline after the first did (if set). A done of an older
-// generation or epoch is ignored; one for an epoch not yet published, or
-// a rank outside the world, is refused with ErrBadRequest.
-func (j *Job) Done(gen uint64, epoch, rank int, node string) error {
+// generation gen, and that node then cached the samples in resident (a
+// bitmap, bit i%8 of byte i/8; nil if it did not say). Once every rank
+// finished the epoch being trained (the newest, or with Ahead the one
+// before it), or EpochDeadline after the first did (if set), the next
+// epoch is published. A done of an older generation or epoch is ignored;
+// one for an epoch not yet published, or a rank outside the world, is
+// refused with ErrBadRequest. A bitmap longer than the dataset's is
+// refused too.
+func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if gen != j.gen || epoch < j.latest {
+	if gen != j.gen || epoch < j.training() {
 		return nil // an old job or epoch: nothing to do
 	}
 	if epoch > j.latest || rank < 0 || rank >= j.world {
 		return refuse(ErrBadRequest, "done for epoch %d rank %d; newest epoch is %d of world %d", epoch, rank, j.latest, j.world)
 	}
-	j.done[rank] = true
+	if len(resident) > (j.sampler.Len()+7)/8 {
+		return refuse(ErrBadRequest, "resident bitmap of %d bytes for %d samples", len(resident), j.sampler.Len())
+	}
+	if resident != nil && node != "" {
+		j.resident[node] = resident
+	}
+	if epoch == j.training() {
+		j.done[rank] = true
+	} else {
+		j.early[rank] = true // with Ahead: it finished the next epoch too
+	}
 	if j.ranks[rank] == "" {
 		j.ranks[rank] = node
 	}
-	if len(j.done) == j.world {
-		return j.publishLocked(j.latest + 1)
+	for len(j.done) == j.world {
+		if err := j.publishLocked(j.latest + 1); err != nil {
+			return err
+		}
 	}
-	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline {
+	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline && len(j.done) > 0 {
 		j.deadline = true
-		j.cfg.After(d, func() { j.deadlinePassed(epoch) })
+		training := j.training()
+		j.cfg.After(d, func() { j.deadlinePassed(training) })
 	}
 	return nil
 }
 
-// deadlinePassed publishes the epoch after epoch without the ranks that
-// have not finished it, if epoch is still the newest.
+// deadlinePassed publishes the next epoch without the ranks that have
+// not finished epoch, if epoch is still the one being trained.
 func (j *Job) deadlinePassed(epoch int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.retired || j.latest != epoch {
+	if j.retired || j.training() != epoch {
 		return
 	}
 	j.cfg.Logger.Warn().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Ints("pending", j.pendingLocked()).
 		Msg("epoch deadline passed: publishing the next order without the pending ranks")
-	if err := j.publishLocked(epoch + 1); err != nil {
+	if err := j.publishLocked(j.latest + 1); err != nil {
 		j.cfg.Logger.Error().Err(err).Msg("publishing after the deadline")
 	}
 }
@@ -230,9 +278,10 @@ func (j *Job) Reset() {
 	defer j.mu.Unlock()
 	j.gen++
 	j.world, j.latest, j.ranks = 0, -1, nil
-	j.done = make(map[int]bool)
+	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline = false, false
+	j.resident = make(map[string][]byte)
 	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term()}, 0)
 }
 
@@ -240,8 +289,11 @@ func (j *Job) Reset() {
 type Status struct {
 	World  int // 0 until a rank joins
 	Latest int // newest published epoch, -1 for none
-	// Pending lists the ranks that have not finished Latest; Missing the
-	// ranks whose node is not known yet.
+	// Training is the epoch whose dones decide the next publication:
+	// Latest, or with Config.Ahead the one before it.
+	Training int
+	// Pending lists the ranks that have not finished Training; Missing
+	// the ranks whose node is not known yet.
 	Pending, Missing []int
 }
 
@@ -249,7 +301,7 @@ type Status struct {
 func (j *Job) Status() Status {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return Status{World: j.world, Latest: j.latest, Pending: j.pendingLocked(), Missing: j.missingLocked()}
+	return Status{World: j.world, Latest: j.latest, Training: j.training(), Pending: j.pendingLocked(), Missing: j.missingLocked()}
 }
 
 func (j *Job) pendingLocked() []int {
@@ -275,50 +327,104 @@ func (j *Job) missingLocked() []int {
 // publishLocked draws epoch's order, splits it among the ranks and hands
 // it to Config.Publish.
 func (j *Job) publishLocked(epoch int) error {
-	slices, state, scored, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.cfg.Owners)
+	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.cfg.Owners, j.residentLocked())
 	if err != nil {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
 	pub := &wire.PublishMsg{
-		Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(),
-		World: j.world, Slices: slices, Sampler: state, Ranks: append([]string(nil), j.ranks...),
+		Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.cfg.Ahead,
+		World: j.world, Slices: d.Slices, Weights: d.Weights, Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
 	}
+	scored := d.Scored
 	j.latest = epoch
-	j.done = make(map[int]bool)
+	j.done, j.early = j.early, make(map[int]bool) // the next epoch is being trained now
 	j.deadline = false
 	j.cfg.Publish(pub, scored)
 	return nil
 }
 
-// Draw draws epoch's order from table with sampler and splits it among
-// the ranks, one slice per rank; ranks names the node each trains on. With
-// owners, each rank is given the samples its node owns where it can;
-// without, the order is split with sampling.Split. It returns the slices,
-// the sampler's state after the draw and how many samples had a score.
-// It advances sampler, which the caller must not share meanwhile.
-func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, owners func(id uint32) []string) (slices [][]uint32, state []byte, scored int, err error) {
-	order, scored, err := table.Order(sampler, epoch)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("leader: order: %w", err)
+// residentLocked is the union of the samples cached on this node now and
+// on the others when their ranks last finished an epoch; nil when no node
+// said and Config.Resident is unset.
+func (j *Job) residentLocked() []uint64 {
+	var bits []uint64
+	if j.cfg.Resident != nil {
+		bits = j.cfg.Resident()
 	}
-	if state, err = sampler.MarshalBinary(); err != nil {
-		return nil, nil, 0, fmt.Errorf("leader: sampler state: %w", err)
+	if len(j.resident) == 0 {
+		return bits
+	}
+	words := (j.sampler.Len() + 63) / 64
+	if len(bits) < words {
+		bits = append(bits, make([]uint64, words-len(bits))...)
+	}
+	for _, b := range j.resident {
+		for i, v := range b {
+			bits[i/8] |= uint64(v) << (8 * (i % 8))
+		}
+	}
+	return bits
+}
+
+// Drawn is one epoch's order as Draw splits it among the ranks.
+type Drawn struct {
+	Slices  [][]uint32  // one slice per rank
+	Weights [][]float32 // the importance weight of each id in Slices; nil when all are 1
+	State   []byte      // the sampler's state after the draw
+	Scored  int         // how many samples had a score
+}
+
+// Draw draws epoch's order from table with sampler, preferring the
+// resident samples (a bitmap, nil for none), and splits it among the
+// ranks, one slice per rank; ranks names the node each trains on. With
+// owners, each rank is given the samples its node owns where it can;
+// without, the order is split with sampling.Split. Each id's weight goes
+// with it into its slice. It advances sampler, which the caller must not
+// share meanwhile.
+func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, owners func(id uint32) []string, resident []uint64) (Drawn, error) {
+	d, scored, err := table.Draw(sampler, epoch, resident)
+	if err != nil {
+		return Drawn{}, fmt.Errorf("leader: order: %w", err)
+	}
+	out := Drawn{Scored: scored}
+	if out.State, err = sampler.MarshalBinary(); err != nil {
+		return Drawn{}, fmt.Errorf("leader: sampler state: %w", err)
 	}
 	if owners == nil {
-		slices, err = sampling.Split(order, len(ranks))
+		out.Slices, err = sampling.Split(d.Order, len(ranks))
 	} else {
-		slices, err = sampling.LocalitySplit(order, len(ranks), ranks, owners)
+		out.Slices, err = sampling.LocalitySplit(d.Order, len(ranks), ranks, owners)
 	}
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("leader: split: %w", err)
+		return Drawn{}, fmt.Errorf("leader: split: %w", err)
 	}
-	return slices, state, scored, nil
+	if !allOnes(d.Weight) {
+		out.Weights = make([][]float32, len(out.Slices))
+		for r, s := range out.Slices {
+			w := make([]float32, len(s))
+			for i, id := range s {
+				w[i] = d.Weight[id]
+			}
+			out.Weights[r] = w
+		}
+	}
+	return out, nil
+}
+
+func allOnes(w []float32) bool {
+	for _, x := range w {
+		if x != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // Check validates an order received from a peer before it is used: its
 // dataset version, and for an epoch's order a world of 1 to maxWorld
 // ranks with one slice each, slices of equal length, no more rank nodes
-// than ranks, and ids below samples.
+// than ranks, ids below samples, and either no weights or one finite
+// positive weight per id.
 func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	if p.Version != version {
 		return fmt.Errorf("leader: order for %s version %s; this node has version %s", p.Dataset, p.Version, version)
@@ -326,12 +432,28 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	if p.Epoch < 0 {
 		return nil
 	}
+	if p.Ahead < 0 || p.Ahead > 1 {
+		return fmt.Errorf("leader: order for %s epoch %d runs %d epochs ahead (at most 1)", p.Dataset, p.Epoch, p.Ahead)
+	}
 	if p.World < 1 || p.World > maxWorld || len(p.Slices) != p.World || len(p.Ranks) > p.World {
 		return fmt.Errorf("leader: order for %s epoch %d has %d slices for world %d", p.Dataset, p.Epoch, len(p.Slices), p.World)
+	}
+	if len(p.Weights) != 0 && len(p.Weights) != p.World {
+		return fmt.Errorf("leader: order for %s epoch %d has %d weight slices for world %d", p.Dataset, p.Epoch, len(p.Weights), p.World)
 	}
 	for r, s := range p.Slices {
 		if len(s) != len(p.Slices[0]) {
 			return fmt.Errorf("leader: order for %s epoch %d: slice %d has %d ids, slice 0 %d", p.Dataset, p.Epoch, r, len(s), len(p.Slices[0]))
+		}
+		if len(p.Weights) != 0 {
+			if len(p.Weights[r]) != len(s) {
+				return fmt.Errorf("leader: order for %s epoch %d: slice %d has %d ids and %d weights", p.Dataset, p.Epoch, r, len(s), len(p.Weights[r]))
+			}
+			for _, w := range p.Weights[r] {
+				if !(w > 0) || math.IsInf(float64(w), 0) {
+					return fmt.Errorf("leader: order for %s epoch %d: weight %v is not a positive number", p.Dataset, p.Epoch, w)
+				}
+			}
 		}
 		for _, id := range s {
 			if int(id) >= samples {

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -10,15 +11,17 @@ import (
 	"github.com/shade-mesh/shade/sampling"
 )
 
-// identity is a score table whose every order is 0..n-1.
+// identity is a score table whose every order is 0..n-1, each id of
+// weight 1.
 type identity int
 
-func (n identity) Order(_ *sampling.Sampler, _ int) ([]uint32, int, error) {
-	order := make([]uint32, n)
-	for i := range order {
-		order[i] = uint32(i)
+func (n identity) Draw(_ *sampling.Sampler, _ int, _ []uint64) (sampling.Drawn, int, error) {
+	d := sampling.Drawn{Order: make([]uint32, n), Weight: make([]float32, n)}
+	for i := range d.Order {
+		d.Order[i] = uint32(i)
+		d.Weight[i] = 1
 	}
-	return order, 3, nil
+	return d, 3, nil
 }
 
 // harness is a Job with the orders it published and the timers it armed,
@@ -151,31 +154,31 @@ func TestDonePublishesTheNextEpoch(t *testing.T) {
 		}
 	}
 	h.fire(t, time.Second) // the join wait, over after epoch 0
-	if err := h.job.Done(0, 1, 0, "a"); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 1, 0, "a", nil); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("done for an epoch not published: %v", err)
 	}
-	if err := h.job.Done(0, 0, 2, "a"); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 0, 2, "a", nil); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("done for a rank outside the world: %v", err)
 	}
-	if err := h.job.Done(1, 0, 0, "a"); err != nil || len(h.timers) != 0 {
+	if err := h.job.Done(1, 0, 0, "a", nil); err != nil || len(h.timers) != 0 {
 		t.Errorf("done of another generation: %v, %d timers; want ignored", err, len(h.timers))
 	}
-	if err := h.job.Done(0, 0, 1, "b"); err != nil || len(h.timers) != 1 {
+	if err := h.job.Done(0, 0, 1, "b", nil); err != nil || len(h.timers) != 1 {
 		t.Fatalf("first done: %v, %d timers; want the deadline", err, len(h.timers))
 	}
 	if st := h.job.Status(); st.Latest != 0 || !slices.Equal(st.Pending, []int{0}) {
 		t.Fatalf("status: %+v", st)
 	}
-	if h.job.Done(0, 0, 1, "b"); len(h.timers) != 1 {
+	if h.job.Done(0, 0, 1, "b", nil); len(h.timers) != 1 {
 		t.Error("a second done of the same epoch armed another deadline")
 	}
-	if err := h.job.Done(0, 0, 0, "a"); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
 		t.Fatal(err)
 	}
 	if p := h.last(t); p.Epoch != 1 || len(h.pubs) != 2 {
 		t.Fatalf("after every rank finished: epoch %d, %d published", p.Epoch, len(h.pubs))
 	}
-	if err := h.job.Done(0, 0, 0, "a"); err != nil || len(h.pubs) != 2 {
+	if err := h.job.Done(0, 0, 0, "a", nil); err != nil || len(h.pubs) != 2 {
 		t.Errorf("late done: %v, %d published", err, len(h.pubs))
 	}
 	if h.fire(t, time.Minute); len(h.pubs) != 2 {
@@ -191,14 +194,14 @@ func TestDeadlinePublishesWithoutThePending(t *testing.T) {
 		}
 	}
 	h.fire(t, time.Second)
-	if err := h.job.Done(0, 0, 1, "n"); err != nil {
+	if err := h.job.Done(0, 0, 1, "n", nil); err != nil {
 		t.Fatal(err)
 	}
 	if h.fire(t, time.Minute); len(h.pubs) != 2 || h.last(t).Epoch != 1 {
 		t.Fatalf("deadline: %d published", len(h.pubs))
 	}
 	// A retired job's timers publish nothing.
-	if err := h.job.Done(0, 1, 1, "n"); err != nil {
+	if err := h.job.Done(0, 1, 1, "n", nil); err != nil {
 		t.Fatal(err)
 	}
 	h.job.Retire()
@@ -218,7 +221,7 @@ func TestNoDeadline(t *testing.T) {
 		}
 	}
 	h.fire(t, time.Second)
-	if err := h.job.Done(0, 0, 1, "n"); err != nil || len(h.timers) != 0 {
+	if err := h.job.Done(0, 0, 1, "n", nil); err != nil || len(h.timers) != 0 {
 		t.Fatalf("done without a deadline: %v, %d timers", err, len(h.timers))
 	}
 }
@@ -240,7 +243,7 @@ func TestReset(t *testing.T) {
 	if _, err := h.job.Join(0, 2, "a", 1, -1); err != nil {
 		t.Fatalf("another world after reset: %v", err)
 	}
-	if err := h.job.Done(0, 0, 0, "a"); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
 		t.Errorf("done of the old generation: %v", err)
 	}
 	if _, err := h.job.Join(1, 2, "b", 1, -1); err != nil {
@@ -254,19 +257,101 @@ func TestReset(t *testing.T) {
 func TestDrawSplitsPreferringOwners(t *testing.T) {
 	s := sampling.NewSampler(8, sampling.DefaultConfig())
 	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }
-	parts, state, scored, err := Draw(s, identity(8), 0, []string{"b", "a"}, owners)
-	if err != nil || scored != 3 || len(state) == 0 || len(parts) != 2 {
-		t.Fatalf("Draw: %d slices, %d bytes of state, %d scored, %v", len(parts), len(state), scored, err)
+	d, err := Draw(s, identity(8), 0, []string{"b", "a"}, owners, nil)
+	if err != nil || d.Scored != 3 || len(d.State) == 0 || len(d.Slices) != 2 || d.Weights != nil {
+		t.Fatalf("Draw: %d slices, %d bytes of state, %d scored, weights %v, %v", len(d.Slices), len(d.State), d.Scored, d.Weights, err)
 	}
 	for r, want := range []uint32{1, 0} { // b owns the odd ids, a the even
-		for _, id := range parts[r] {
+		for _, id := range d.Slices[r] {
 			if id%2 != want {
 				t.Errorf("rank %d (on %s) got id %d", r, []string{"b", "a"}[r], id)
 			}
 		}
 	}
-	if _, _, _, err := Draw(s, identity(8), 0, nil, nil); err == nil {
+	if _, err := Draw(s, identity(8), 0, nil, nil, nil); err == nil {
 		t.Error("Draw for no rank succeeded")
+	}
+}
+
+// weighted is a score table whose order is 0..n-1 with weight 1+id/10,
+// and which remembers the resident bitmap it was asked to prefer.
+type weighted struct {
+	n        int
+	resident []uint64
+}
+
+func (w *weighted) Draw(_ *sampling.Sampler, _ int, resident []uint64) (sampling.Drawn, int, error) {
+	w.resident = resident
+	d := sampling.Drawn{Order: make([]uint32, w.n), Weight: make([]float32, w.n)}
+	for i := range d.Order {
+		d.Order[i] = uint32(i)
+		d.Weight[i] = 1 + float32(i)/10
+	}
+	return d, w.n, nil
+}
+
+// TestDrawWeightsFollowIDs: however the split moves ids among the ranks,
+// each id keeps its own weight.
+func TestDrawWeightsFollowIDs(t *testing.T) {
+	s := sampling.NewSampler(8, sampling.DefaultConfig())
+	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }
+	d, err := Draw(s, &weighted{n: 8}, 0, []string{"b", "a"}, owners, nil)
+	if err != nil || len(d.Weights) != 2 {
+		t.Fatalf("Draw: weights %v, %v", d.Weights, err)
+	}
+	for r, ids := range d.Slices {
+		if len(d.Weights[r]) != len(ids) {
+			t.Fatalf("rank %d: %d ids, %d weights", r, len(ids), len(d.Weights[r]))
+		}
+		for i, id := range ids {
+			if want := 1 + float32(id)/10; d.Weights[r][i] != want {
+				t.Errorf("rank %d position %d: id %d has weight %v, want %v", r, i, id, d.Weights[r][i], want)
+			}
+		}
+	}
+}
+
+// TestDrawPrefersUnionOfResident: the draw is asked to prefer the samples
+// cached on this node now and on every node that said so with a done;
+// a reset forgets what the nodes said.
+func TestDrawPrefersUnionOfResident(t *testing.T) {
+	h := &harness{}
+	table := &weighted{n: 80}
+	cfg := h.config()
+	cfg.Scores = table
+	cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(80, sampling.DefaultConfig()) }
+	cfg.Resident = func() []uint64 { return []uint64{1 << 3, 0} } // sample 3 here
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 2, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.job.Join(1, 2, "b", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	// b cached samples 9 and 70; a bitmap longer than 80 samples is refused.
+	b := make([]byte, 10)
+	b[1], b[8] = 1<<1, 1<<6
+	if err := h.job.Done(0, 0, 1, "b", make([]byte, 11)); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("an oversize bitmap: %v", err)
+	}
+	if err := h.job.Done(0, 0, 1, "b", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{1<<3 | 1<<9, 1 << 6}; !slices.Equal(table.resident, want) {
+		t.Errorf("epoch 1 preferred %x, want %x", table.resident, want)
+	}
+	if p := h.last(t); p.Epoch != 1 || len(p.Weights) != 2 || len(p.Weights[0]) != len(p.Slices[0]) {
+		t.Errorf("epoch 1 published without its weights: %+v", p)
+	}
+	h.job.Reset()
+	if _, err := h.job.Join(0, 1, "a", 1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{1 << 3, 0}; !slices.Equal(table.resident, want) {
+		t.Errorf("after a reset, preferred %x, want %x", table.resident, want)
 	}
 }
 
@@ -285,6 +370,11 @@ func TestCheck(t *testing.T) {
 		"ranks":          func(p *wire.PublishMsg) { p.Ranks = append(p.Ranks, "c") },
 		"unequal":        func(p *wire.PublishMsg) { p.Slices[1] = p.Slices[1][:1] },
 		"id":             func(p *wire.PublishMsg) { p.Slices[1][0] = 4 },
+		"weight slices":  func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}} },
+		"weight count":   func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}, {1}} },
+		"weight zero":    func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}, {0, 1}} },
+		"weight NaN":     func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}, {float32(math.NaN()), 1}} },
+		"weight Inf":     func(p *wire.PublishMsg) { p.Weights = [][]float32{{float32(math.Inf(1)), 1}, {1, 1}} },
 	} {
 		p := ok()
 		spoil(p)
@@ -295,5 +385,115 @@ func TestCheck(t *testing.T) {
 	reset := &wire.PublishMsg{Dataset: "ds", Version: "v1", Epoch: -1}
 	if err := Check(reset, "v1", 4, 2); err != nil {
 		t.Errorf("a reset's empty order: %v", err)
+	}
+}
+
+// epochs lists the epochs of the orders published so far.
+func (h *harness) epochs() []int {
+	var out []int
+	for _, p := range h.pubs {
+		out = append(out, p.Epoch)
+	}
+	return out
+}
+
+// TestAheadPublishesAnEpochEarly: with Ahead 1, epochs 0 and 1 come out
+// together, and epoch e+2 once every rank finished e; a rank that
+// finished e+1 before another finished e counts for e+1 then; the
+// deadline follows the epoch being trained.
+func TestAheadPublishesAnEpochEarly(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.Ahead = 1
+	h.job = New(cfg)
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1}) || h.last(t).Ahead != 1 {
+		t.Fatalf("after the joins, published %v (ahead %d); want 0 and 1", got, h.last(t).Ahead)
+	}
+	if st := h.job.Status(); st.Latest != 1 || st.Training != 0 || !slices.Equal(st.Pending, []int{0, 1}) {
+		t.Fatalf("status %+v", st)
+	}
+	if err := h.job.Done(0, 2, 0, "a", nil); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("done of an unpublished epoch: %v", err)
+	}
+	// Rank 0 finishes epochs 0 and 1 while rank 1 is still in epoch 0.
+	for _, e := range []int{0, 1} {
+		if err := h.job.Done(0, e, 0, "a", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(h.pubs) != 2 {
+		t.Fatalf("published %v before rank 1 finished epoch 0", h.epochs())
+	}
+	h.fire(t, time.Second, time.Minute) // the join wait (spent), the deadline of epoch 0 ...
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("after the deadline of epoch 0, published %v", got)
+	}
+	// ... and now epoch 1 is trained, which rank 0 had finished already.
+	if st := h.job.Status(); st.Training != 1 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("status %+v", st)
+	}
+	if err := h.job.Done(0, 0, 1, "b", nil); err != nil { // late: ignored
+		t.Fatal(err)
+	}
+	if err := h.job.Done(0, 1, 1, "b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("once both finished epoch 1, published %v", got)
+	}
+}
+
+// TestRebuildAhead: a new leader of a job whose orders run ahead takes the
+// dones of the epoch before the newest as the epoch being trained, and the
+// newest's as early ones; once that epoch is finished it publishes the
+// next, and if the old leader died between epoch 0 and epoch 1, it
+// publishes epoch 1 at once.
+func TestRebuildAhead(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.Ahead = 1
+	d, err := Draw(sampling.NewSampler(8, sampling.DefaultConfig()), identity(8), 0, []string{"a", "b"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := &wire.PublishMsg{Dataset: "ds", Epoch: 3, Term: 5, Ahead: 1, World: 2, Sampler: d.State, Ranks: []string{"a", "b"}}
+	own := wire.JobState{Dataset: "ds", Epoch: 3, Ranks: []wire.RankWorld{{Rank: 0, World: 2}}, DonePrev: []int{0}, Done: []int{0}}
+	peers := States{"b": {Jobs: []wire.JobState{{Dataset: "ds", Epoch: 3, Ranks: []wire.RankWorld{{Rank: 1, World: 2}}}}}}
+	j, err := Rebuild(cfg, newest, "a", own, peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.job = j
+	if st := j.Status(); st.Latest != 3 || st.Training != 2 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("rebuilt status %+v", st)
+	}
+	if err := j.Resume(); err != nil || len(h.pubs) != 0 {
+		t.Fatalf("resume with rank 1 in epoch 2: %v, published %v", err, h.epochs())
+	}
+	if err := j.Done(0, 2, 1, "b", nil); err != nil {
+		t.Fatal(err)
+	}
+	// Epoch 4 for epoch 2's dones; rank 0 had finished epoch 3, rank 1 not.
+	if got := h.epochs(); !slices.Equal(got, []int{4}) {
+		t.Fatalf("published %v, want epoch 4", got)
+	}
+	if st := j.Status(); st.Training != 3 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("status after epoch 4: %+v", st)
+	}
+
+	// The old leader published epoch 0 and died before epoch 1.
+	h.pubs = nil
+	first := &wire.PublishMsg{Dataset: "ds", Epoch: 0, Term: 5, Ahead: 1, World: 2, Sampler: d.State, Ranks: []string{"a", "b"}}
+	j, err = Rebuild(cfg, first, "a", wire.JobState{Dataset: "ds", Epoch: 0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Resume(); err != nil || !slices.Equal(h.epochs(), []int{1}) {
+		t.Fatalf("resume after epoch 0 alone: %v, published %v", err, h.epochs())
 	}
 }

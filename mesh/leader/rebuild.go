@@ -108,27 +108,43 @@ func (j *Job) merge(node string, js wire.JobState) {
 			j.ranks[rw.Rank] = node
 		}
 	}
-	if j.latest >= 0 {
-		for _, r := range js.Done {
-			if r >= 0 && r < j.world {
-				j.done[r] = true
-			}
+	if j.latest < 0 {
+		return
+	}
+	// js.Done finished the newest epoch, js.DonePrev the one before.
+	newest, prev := j.done, map[int]bool(nil)
+	if j.cfg.Ahead > 0 {
+		newest, prev = j.early, j.done
+	}
+	for _, r := range js.Done {
+		if r >= 0 && r < j.world {
+			newest[r] = true
+		}
+	}
+	for _, r := range js.DonePrev {
+		if prev != nil && r >= 0 && r < j.world {
+			prev[r] = true
 		}
 	}
 }
 
-// Resume publishes what a rebuilt job has due: the next epoch if every
-// rank finished the newest, epoch 0 if every rank has joined, or epoch 0
-// JoinWait from now if some ranks have.
+// Resume publishes what a rebuilt job has due: with Ahead, the epochs
+// the old leader had not yet published ahead; the next epoch if every
+// rank finished the one being trained; epoch 0 if every rank has joined,
+// or epoch 0 JoinWait from now if some ranks have.
 func (j *Job) Resume() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	switch {
-	case j.world > 0 && j.latest >= 0 && len(j.done) == j.world:
-		return j.publishLocked(j.latest + 1)
+	case j.world > 0 && j.latest >= 0:
+		for j.latest < j.cfg.Ahead || len(j.done) == j.world {
+			if err := j.publishLocked(j.latest + 1); err != nil {
+				return err
+			}
+		}
 	case j.world > 0 && j.latest < 0:
 		if len(j.missingLocked()) == 0 {
-			return j.publishLocked(0)
+			return j.publishFirstLocked()
 		}
 		j.armJoinWaitLocked()
 	}

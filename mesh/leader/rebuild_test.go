@@ -15,7 +15,8 @@ func TestRebuildFromStates(t *testing.T) {
 	h := newHarness(t)
 	// The old leader published epoch 3 of generation 2 for ranks on a, b, c.
 	s := sampling.NewSampler(8, sampling.DefaultConfig())
-	_, state, _, err := Draw(s, identity(8), 0, []string{"a", "b", "c"}, nil)
+	d, err := Draw(s, identity(8), 0, []string{"a", "b", "c"}, nil, nil)
+	state := d.State
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestRebuildFromStates(t *testing.T) {
 	if err := j.Resume(); err != nil || len(h.pubs) != 0 || len(h.timers) != 0 {
 		t.Fatalf("resume with a rank pending: %v, %d published, %d timers", err, len(h.pubs), len(h.timers))
 	}
-	if err := j.Done(2, 3, 2, "c"); err != nil {
+	if err := j.Done(2, 3, 2, "c", nil); err != nil {
 		t.Fatal(err)
 	}
 	if p := h.last(t); p.Gen != 2 || p.Epoch != 4 || !slices.Equal(p.Ranks, []string{"a", "b", "c"}) {

@@ -25,6 +25,7 @@ type Book struct {
 	changed chan struct{}            // closed and replaced on every change
 	local   map[int]int              // ranks training on this node: rank -> world
 	done    map[int]bool             // local ranks that finished latest.Epoch
+	prev    map[int]bool             // local ranks that finished latest.Epoch-1
 	keep    int
 	// installed, if set, is called with each order the book installs,
 	// with the book locked: it must not block or call back into the book.
@@ -39,6 +40,7 @@ func New(keep int) *Book {
 		changed: make(chan struct{}),
 		local:   make(map[int]int),
 		done:    make(map[int]bool),
+		prev:    make(map[int]bool),
 		keep:    keep,
 	}
 }
@@ -62,13 +64,24 @@ func (b *Book) wakeLocked() {
 
 // Install keeps p if it is newer than what the book holds and reports
 // whether it did. A new generation forgets the local ranks; a new epoch
-// forgets which of them were done. The book keeps p, which the caller must
-// not change afterwards.
+// forgets which of them were done, but for the epoch before it. An order
+// of the newest's generation that is older than the newest but recent
+// enough to keep, and not held yet, is kept too (orders published ahead
+// come two at a time and may arrive out of turn); the newest stays. The
+// book keeps p, which the caller must not change afterwards.
 func (b *Book) Install(p *wire.PublishMsg) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !p.Newer(b.latest) {
-		return false
+		if p.Gen != b.latest.Gen || p.Epoch <= b.latest.Epoch-b.keep || b.kept[p.Epoch] != nil {
+			return false
+		}
+		b.kept[p.Epoch] = p
+		if b.installed != nil {
+			b.installed(p)
+		}
+		b.wakeLocked()
+		return true
 	}
 	if b.latest == nil || p.Gen != b.latest.Gen {
 		b.kept = make(map[int]*wire.PublishMsg)
@@ -76,8 +89,11 @@ func (b *Book) Install(p *wire.PublishMsg) bool {
 			b.local = make(map[int]int) // a new job: its ranks announce themselves again
 		}
 	}
-	if b.latest == nil || p.Epoch != b.latest.Epoch || p.Gen != b.latest.Gen {
-		b.done = make(map[int]bool)
+	switch {
+	case b.latest == nil || p.Gen != b.latest.Gen || p.Epoch > b.latest.Epoch+1:
+		b.done, b.prev = make(map[int]bool), make(map[int]bool)
+	case p.Epoch == b.latest.Epoch+1:
+		b.done, b.prev = make(map[int]bool), b.done
 	}
 	b.latest = p
 	if b.installed != nil {
@@ -120,18 +136,29 @@ func (b *Book) State(dataset string) wire.JobState {
 	for r := range b.done {
 		js.Done = append(js.Done, r)
 	}
+	for r := range b.prev {
+		js.DonePrev = append(js.DonePrev, r)
+	}
 	return js
 }
 
-// Finished returns the newest order and the local ranks that finished its
-// epoch.
-func (b *Book) Finished() (p *wire.PublishMsg, ranks []int) {
+// Finished returns the newest order, the epoch being trained (the
+// newest's, or the one before where orders run ahead) and the local ranks
+// that finished it.
+func (b *Book) Finished() (p *wire.PublishMsg, epoch int, ranks []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for r := range b.done {
+	if b.latest == nil {
+		return nil, -1, nil
+	}
+	done, epoch := b.done, b.latest.Epoch
+	if b.latest.Ahead > 0 {
+		done, epoch = b.prev, epoch-1
+	}
+	for r := range done {
 		ranks = append(ranks, r)
 	}
-	return b.latest, ranks
+	return b.latest, epoch, ranks
 }
 
 // Ask is the book's answer to a rank asking for an epoch's order.
@@ -193,7 +220,8 @@ const (
 )
 
 // MarkDone records that rank finished epoch if that is the newest order's
-// epoch, and returns the newest order (nil with NoOrder).
+// epoch, or the one before where orders run ahead of training, and
+// returns the newest order (nil with NoOrder).
 func (b *Book) MarkDone(epoch, rank int) (*wire.PublishMsg, DoneResult) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -205,8 +233,11 @@ func (b *Book) MarkDone(epoch, rank int) (*wire.PublishMsg, DoneResult) {
 		return p, BadRank
 	case epoch > p.Epoch:
 		return p, Ahead
-	case epoch < p.Epoch:
+	case epoch < p.Epoch-p.Ahead:
 		return p, Late
+	case epoch < p.Epoch:
+		b.prev[rank] = true
+		return p, Recorded
 	}
 	b.done[rank] = true
 	return p, Recorded

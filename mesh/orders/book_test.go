@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -49,9 +50,9 @@ func TestBookAskAndDone(t *testing.T) {
 	if _, res := b.MarkDone(3, 1); res != Ahead {
 		t.Fatalf("done ahead: %v", res)
 	}
-	p, done := b.Finished()
-	if p.Epoch != 0 || len(done) != 2 {
-		t.Fatalf("finished: epoch %d ranks %v", p.Epoch, done)
+	p, epoch, done := b.Finished()
+	if p.Epoch != 0 || epoch != 0 || len(done) != 2 {
+		t.Fatalf("finished: epoch %d/%d ranks %v", p.Epoch, epoch, done)
 	}
 	b.Install(order(0, 1))
 	b.Install(order(0, 2))
@@ -72,5 +73,45 @@ func TestBookAskAndDone(t *testing.T) {
 	}
 	if gen, epoch, _ := b.Head(); gen != 1 || epoch != 0 || len(installed) != 4 {
 		t.Fatalf("head %d/%d, %d installed", gen, epoch, len(installed))
+	}
+}
+
+// TestBookAhead: where orders run an epoch ahead of training, the dones of
+// the epoch before the newest still count, are reported for a new leader,
+// and are the ones the node repeats.
+func TestBookAhead(t *testing.T) {
+	b := New(4)
+	ahead := func(epoch int) *wire.PublishMsg {
+		return &wire.PublishMsg{Dataset: "ds", Epoch: epoch, Ahead: 1, World: 2, Slices: [][]uint32{{0}, {1}}}
+	}
+	// Published together, epochs 1 and 0 may arrive out of turn.
+	if !b.Install(ahead(1)) || !b.Install(ahead(0)) || b.Install(ahead(0)) {
+		t.Fatal("epoch 0 after epoch 1 not kept, or kept twice")
+	}
+	if a := b.Ask(0, 0, 2); a.Order == nil {
+		t.Fatalf("epoch 0 arrived after epoch 1: %+v", a)
+	}
+	if _, e, _ := b.Head(); e != 1 {
+		t.Fatalf("newest is epoch %d after an older one arrived", e)
+	}
+	if _, res := b.MarkDone(0, 1); res != Recorded {
+		t.Fatalf("done of the epoch being trained: %v", res)
+	}
+	if _, res := b.MarkDone(1, 0); res != Recorded {
+		t.Fatalf("done of the newest epoch: %v", res)
+	}
+	p, epoch, done := b.Finished()
+	if p.Epoch != 1 || epoch != 0 || !slices.Equal(done, []int{1}) {
+		t.Fatalf("finished: newest %d, training %d, ranks %v", p.Epoch, epoch, done)
+	}
+	if js := b.State("ds"); !slices.Equal(js.Done, []int{0}) || !slices.Equal(js.DonePrev, []int{1}) {
+		t.Fatalf("state %+v", js)
+	}
+	b.Install(ahead(2))
+	if _, res := b.MarkDone(0, 0); res != Late {
+		t.Fatalf("done of an epoch two behind: %v", res)
+	}
+	if _, epoch, done := b.Finished(); epoch != 1 || !slices.Equal(done, []int{0}) {
+		t.Fatalf("after epoch 2: training %d, ranks %v", epoch, done)
 	}
 }

@@ -205,10 +205,11 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 	if c := r.cursors[key]; c != nil && !orderAfter(p.Gen, p.Epoch, c.gen, c.epoch) {
 		return
 	}
-	// Every cursor on an older order of this dataset is done: a new epoch
-	// is published once every rank finished the last.
+	// Every cursor on an order this dataset's ranks no longer train is
+	// done: a new epoch is published once every rank finished the last
+	// (or, with orders published ahead, the one before it).
 	for k, c := range r.cursors {
-		if k.ds == ds && orderAfter(p.Gen, p.Epoch, c.gen, c.epoch) {
+		if k.ds == ds && orderAfter(p.Gen, p.Epoch-p.Ahead, c.gen, c.epoch) {
 			r.stopCursorLocked(c)
 		}
 	}

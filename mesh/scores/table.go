@@ -29,10 +29,10 @@ type Table struct {
 	term    uint64        // term of the leader whose merges the table holds
 }
 
-// New returns an empty table of n samples merging with weight alpha (see
-// sampling.NewTable), breaking ties with rng.
-func New(n int, alpha float64, rng *rand.Rand) *Table {
-	return &Table{table: sampling.NewTable(n, alpha), rng: rng}
+// New returns an empty table of n samples scoring as kind says and merging
+// with weight alpha (see sampling.NewTable), breaking ties with rng.
+func New(n int, alpha float64, kind sampling.ScoreKind, rng *rand.Rand) *Table {
+	return &Table{table: sampling.NewTable(n, alpha, kind), rng: rng}
 }
 
 // Sampling returns the underlying table, for tests: the caller must not
@@ -174,17 +174,18 @@ func (s *Table) Deciles(idxs []int, out []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, idx := range idxs {
-		out[i] = Decile(s.table.Score(uint32(idx)))
+		out[i] = Decile(s.table.Kind(), s.table.Score(uint32(idx)))
 	}
 }
 
-// Order draws epoch's order from the table with sampler and returns it
-// with the number of samples scored.
-func (s *Table) Order(sampler *sampling.Sampler, epoch int) ([]uint32, int, error) {
+// Draw draws epoch's order and weights from the table with sampler,
+// preferring the resident samples (a bitmap, nil for none), and returns
+// them with the number of samples scored.
+func (s *Table) Draw(sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	order, err := sampler.Order(epoch, s.table)
-	return order, s.table.NumScored(), err
+	d, err := sampler.Draw(epoch, s.table, resident)
+	return d, s.table.NumScored(), err
 }
 
 // Summary returns the number of samples scored and the running mean.
@@ -197,7 +198,13 @@ func (s *Table) Summary() (scored int, mean float64) {
 // scoreLow and scoreHigh bound rank scores: ln(10 + 63p) for p in [0, 1].
 var scoreLow, scoreHigh = math.Log(10), math.Log(73)
 
-// Decile is the importance decile of a score, 0 (least) to 9.
-func Decile(score float64) int {
+// Decile is the importance decile of a score of kind, 0 (least) to 9:
+// rank scores by where they lie in [ln 10, ln 73]; magnitude scores,
+// which are relative to their minibatch's mean, by tenths of [0, 2]
+// (twice the mean and above is decile 9).
+func Decile(kind sampling.ScoreKind, score float64) int {
+	if kind == sampling.ScoreMagnitude {
+		return max(0, min(9, int(5*score)))
+	}
 	return max(0, min(9, int(10*(score-scoreLow)/(scoreHigh-scoreLow))))
 }

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/sampling"
 )
 
 func TestReplicationAndSaving(t *testing.T) {
-	s := New(10, 0.5, rand.New(rand.NewPCG(1, 2)))
+	s := New(10, 0.5, sampling.ScoreRankLog, rand.New(rand.NewPCG(1, 2)))
 	if _, _, due, _ := s.DueReplication(time.Now(), 3, 1<<20); due {
 		t.Fatal("an untouched table is due for replication")
 	}
@@ -35,7 +37,7 @@ func TestReplicationAndSaving(t *testing.T) {
 	if _, ok, _ := s.UnsavedTable(); ok {
 		t.Fatal("unsaved twice for one change")
 	}
-	r := New(10, 0.5, nil)
+	r := New(10, 0.5, sampling.ScoreRankLog, nil)
 	ids, sc, _, err := r.LoadSaved(saved, 10)
 	if err != nil || len(ids) != 2 || sc[0] != s.Sampling().Score(ids[0]) {
 		t.Fatalf("loaded %v %v %v", ids, sc, err)
@@ -47,15 +49,23 @@ func TestDecile(t *testing.T) {
 		score float64
 		want  int
 	}{{0, 0}, {math.Log(10), 0}, {math.Log(73), 9}, {100, 9}, {(math.Log(10) + math.Log(73)) / 2, 5}} {
-		if got := Decile(c.score); got != c.want {
-			t.Errorf("Decile(%v) = %d, want %d", c.score, got, c.want)
+		if got := Decile(sampling.ScoreRankLog, c.score); got != c.want {
+			t.Errorf("Decile(rank, %v) = %d, want %d", c.score, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		score float64
+		want  int
+	}{{0, 0}, {0.19, 0}, {0.2, 1}, {1, 5}, {1.99, 9}, {64, 9}} {
+		if got := Decile(sampling.ScoreMagnitude, c.score); got != c.want {
+			t.Errorf("Decile(magnitude, %v) = %d, want %d", c.score, got, c.want)
 		}
 	}
 }
 
 func TestSaveLoad(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ds.scores")
-	s := New(10, 0.5, rand.New(rand.NewPCG(1, 2)))
+	s := New(10, 0.5, sampling.ScoreRankLog, rand.New(rand.NewPCG(1, 2)))
 	if _, _, _, ok, err := s.Load(path, "v1", 10); ok || err != nil {
 		t.Fatalf("no file: ok %v err %v", ok, err)
 	}
@@ -65,7 +75,7 @@ func TestSaveLoad(t *testing.T) {
 	if err := s.Save(path, "v1"); err != nil {
 		t.Fatal(err)
 	}
-	r := New(10, 0.5, nil)
+	r := New(10, 0.5, sampling.ScoreRankLog, nil)
 	var other *VersionError
 	if _, _, _, _, err := r.Load(path, "v2", 10); !errors.As(err, &other) || other.Saved != "v1" {
 		t.Fatalf("another version: %v", err)

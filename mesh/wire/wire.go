@@ -133,6 +133,10 @@ type DoneReq struct {
 	Epoch   int    `msgpack:"e"`
 	Rank    int    `msgpack:"r"`
 	Node    string `msgpack:"n"`
+	// Resident is a bitmap of the dataset's samples cached on Node when
+	// the rank finished (bit i%8 of byte i/8); the leader's cache-aware
+	// draws prefer them. Empty from a node that sends none.
+	Resident []byte `msgpack:"b,omitempty"`
 }
 
 // ResetReq starts a dataset's job over.
@@ -148,6 +152,10 @@ type PublishMsg struct {
 	Epoch   int    `msgpack:"e"`
 	Term    uint64 `msgpack:"t"`
 	World   int    `msgpack:"w"`
+	// Ahead is how many epochs the job's orders run ahead of training (0
+	// or 1): with 1, this order was published while epoch Epoch-1 was
+	// still being trained, and ranks' dones of Epoch-1 still count.
+	Ahead int `msgpack:"a,omitempty"`
 	// Slices are the ranks' parts of the order, rank by rank.
 	Slices [][]uint32 `msgpack:"s"`
 	// Sampler is the sampler's state after drawing this order, so a new
@@ -155,6 +163,20 @@ type PublishMsg struct {
 	Sampler []byte `msgpack:"c"`
 	// Ranks names the node each rank trains on ("" if unknown).
 	Ranks []string `msgpack:"r"`
+	// Weights are the importance weights of the samples in Slices,
+	// position by position: ω = 1/(N·p) for a sample drawn with
+	// probability p per draw, so that a loss weighted by ω is an
+	// unbiased estimate of the loss over the whole dataset. Empty means
+	// every weight is 1 (a permutation, or an order from an older peer).
+	Weights [][]float32 `msgpack:"x,omitempty"`
+}
+
+// Weight returns the weights of rank's slice: nil when every weight is 1.
+func (p *PublishMsg) Weight(rank int) []float32 {
+	if rank < 0 || rank >= len(p.Weights) {
+		return nil
+	}
+	return p.Weights[rank]
 }
 
 // Newer reports whether p supersedes q (nil q is superseded by anything).
@@ -200,9 +222,11 @@ type JobState struct {
 	Epoch   int    `msgpack:"e"` // newest order held, -1 for none
 	Term    uint64 `msgpack:"t"`
 	// Ranks trained on this peer and their world; Done lists those that
-	// finished Epoch.
-	Ranks []RankWorld `msgpack:"r"`
-	Done  []int       `msgpack:"x"`
+	// finished Epoch, DonePrev those that finished Epoch-1 (which still
+	// count where orders run ahead of training).
+	Ranks    []RankWorld `msgpack:"r"`
+	Done     []int       `msgpack:"x"`
+	DonePrev []int       `msgpack:"p,omitempty"`
 }
 
 // RankWorld is one rank of a job and the job's world size.

@@ -9,22 +9,26 @@ package stats
 
 // Node is the SHADE.STATS document: the node, its cache, and its datasets.
 type Node struct {
-	Node           string    `json:"node"`
-	Members        []string  `json:"members"` // alive members as this node sees them
-	Leader         string    `json:"leader"`
-	Leading        bool      `json:"leading"`
-	Term           uint64    `json:"term"` // newest leader term seen
-	ReportsQueued  int       `json:"reports_queued"`
-	ReportsDropped int64     `json:"reports_dropped"`
-	OffersDropped  int64     `json:"offers_dropped"`
-	Policy         string    `json:"policy"`
-	PADS           bool      `json:"pads"`
-	CacheCapacity  int64     `json:"cache_capacity"` // bytes
-	CacheUsed      int64     `json:"cache_used"`     // bytes
-	CacheEntries   int       `json:"cache_entries"`
-	FreeKeys       FreeKeys  `json:"free_keys"`
-	ReadAhead      ReadAhead `json:"read_ahead"`
-	Datasets       []Dataset `json:"datasets"` // sorted by name
+	Node           string   `json:"node"`
+	Members        []string `json:"members"` // alive members as this node sees them
+	Leader         string   `json:"leader"`
+	Leading        bool     `json:"leading"`
+	Term           uint64   `json:"term"` // newest leader term seen
+	ReportsQueued  int      `json:"reports_queued"`
+	ReportsDropped int64    `json:"reports_dropped"`
+	OffersDropped  int64    `json:"offers_dropped"`
+	Policy         string   `json:"policy"`
+	PADS           bool     `json:"pads"`
+	// Sampler names the sampler that draws this node's orders and its
+	// settings, e.g. "uniform permutation" or "pads magnitude
+	// max-weight=4 boost=3".
+	Sampler       string    `json:"sampler"`
+	CacheCapacity int64     `json:"cache_capacity"` // bytes
+	CacheUsed     int64     `json:"cache_used"`     // bytes
+	CacheEntries  int       `json:"cache_entries"`
+	FreeKeys      FreeKeys  `json:"free_keys"`
+	ReadAhead     ReadAhead `json:"read_ahead"`
+	Datasets      []Dataset `json:"datasets"` // sorted by name
 }
 
 // ReadAhead describes the samples the node reads ahead of its local ranks.
