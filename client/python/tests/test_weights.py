@@ -78,7 +78,7 @@ def test_order_with_weights_errors_are_kept(make_peer):
             c.order(TRAIN, 0, 3, 2, with_weights=True)
         c.order(TRAIN, 0, 0, 1, with_weights=True)  # publishes epoch 0
         with pytest.raises(shade.OrderTimeout):
-            c.order(TRAIN, 1, 0, 1, timeout_ms=100, with_weights=True)
+            c.order(TRAIN, 3, 0, 1, timeout_ms=100, with_weights=True)  # not before done(1)
         assert not c.weights_refused
 
 
