@@ -46,8 +46,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Every sampling flag of shade-peer, at the value a configuration gets
-# unless it says otherwise. Spelled out on every run.
+# Every sampling and ordering flag of shade-peer, at the value a
+# configuration gets unless it says otherwise. Spelled out on every run.
 SAMPLING = {
     "--pads": "on",
     "--score": "rank",
@@ -58,6 +58,9 @@ SAMPLING = {
     "--max-weight": "0",
     "--boost": "0",
     "--strata": "8",
+    "--order-ahead": "0",
+    "--locality": "on",
+    "--warm": "on",
 }
 
 
@@ -118,7 +121,7 @@ DEFAULT_CONFIGS = "perm+minio,replacement+order,pads+app,pads+order,v2,v2-noweig
 
 # Flags an older shade-peer lacks, and the value that means what it did
 # without them: such a flag at that value is left out for an older binary.
-LEGACY = {"--score": "rank", "--max-weight": "0", "--boost": "0", "--strata": None}
+LEGACY = {"--score": "rank", "--max-weight": "0", "--boost": "0", "--strata": None, "--order-ahead": "0"}
 
 
 def config(label):
