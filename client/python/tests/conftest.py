@@ -3,6 +3,8 @@
 The binaries are built with `go build` into a temporary folder, or taken from
 $SHADE_BIN_DIR (holding shade-peer and shadectl) when it is set. The tests are
 skipped only when the Fashion-MNIST package or the Go toolchain is missing.
+$SHADE_OLD_BIN_DIR, when set, holds a shade-peer built before SHADE.ORDER
+WITHWEIGHTS, for the test of the client's fallback (skipped without it).
 """
 
 import os
