@@ -139,7 +139,7 @@ def parse_args(argv=None):
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seeds", help="comma-separated seeds; every config x fraction runs once per seed "
-                                   "(default: --seed)")
+                                   "(default 0)")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--subset", type=float,
                    help="train on this fraction of the training set: every k-th image of each class "
