@@ -85,7 +85,7 @@ class Config:
 
 UNIFORM = {"--pads": "off"}
 V2 = {"--pads": "on", "--score": "magnitude", "--lambda": "0", "--uniform-floor": "0.1",
-      "--max-weight": "4", "--boost": "3"}
+      "--max-weight": "4", "--boost": "8", "--order-ahead": "1"}
 
 CONFIGS = {
     "perm+minio": Config("uniform permutations + MinIO (fill once, never evict): CoorDL's baseline",
