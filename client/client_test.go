@@ -211,8 +211,10 @@ func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := st.Datasets[0].Job
-	if job.World != world || job.LatestEpoch != epochs || job.Reports != world*epochs || job.ReportedIDs != int64(epochs*n) {
-		t.Errorf("job after 2 ranks x 2 epochs: %+v (want world 2, latest epoch 2, 4 reports of %d samples)",
+	// Orders run an epoch ahead by default: epoch 3 is out once both ranks
+	// finished epoch 1.
+	if job.World != world || job.LatestEpoch != epochs+1 || job.Reports != world*epochs || job.ReportedIDs != int64(epochs*n) {
+		t.Errorf("job after 2 ranks x 2 epochs: %+v (want world 2, latest epoch 3, 4 reports of %d samples)",
 			job, epochs*n)
 	}
 
@@ -244,7 +246,8 @@ func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
 }
 
 func TestOrderTimeoutWhileARankTrains(t *testing.T) {
-	_, sock := startToy(t)
+	// Orders not published ahead: epoch 1 waits for epoch 0's dones.
+	_, sock := startToy(t, "--order-ahead", "0")
 	c := newClient(t, Options{Socket: sock})
 	ctx := t.Context()
 
@@ -508,7 +511,7 @@ func TestFormatLoss(t *testing.T) {
 // weight: all 1 in the epoch-0 permutation, then positive, within the cap,
 // not all equal, and the ids are those the plain Order returns.
 func TestOrderWeights(t *testing.T) {
-	d, sock := startToy(t, "--score", "magnitude", "--max-weight", "4", "--boost", "3", "--uniform-floor", "0.2")
+	d, sock := startToy(t, "--score", "magnitude", "--max-weight", "4", "--boost", "3", "--uniform-floor", "0.2", "--order-ahead", "0")
 	c := newClient(t, Options{Socket: sock})
 	ctx := t.Context()
 	n := len(d.Files)

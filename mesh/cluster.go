@@ -330,11 +330,9 @@ func (n *Node) refreshMembers() {
 // already ignores it.
 func (n *Node) sendNewestOrders(name string) {
 	for _, ds := range n.ordered {
-		pub := ds.book.Newest()
-		if pub == nil {
-			continue
+		for _, pub := range ds.book.Current() {
+			n.sendInBackground(name, wire.MethodPublish, pub)
 		}
-		n.sendInBackground(name, wire.MethodPublish, pub)
 	}
 }
 
@@ -472,6 +470,9 @@ func (n *Node) serveGetOrder(_ context.Context, _ string, req *wire.GetOrderReq)
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 	}
 	p := ds.book.Newest()
+	if req.Exact {
+		p = ds.book.Kept(req.Epoch)
+	}
 	if p == nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
 	}

@@ -28,6 +28,7 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 		return nil, nil, fmt.Errorf("%w: world %d is over the limit of %d ranks", ErrWorldMismatch, world, n.cfg.MaxWorld)
 	}
 	var joined string // the leader this rank announced itself to
+	fetched := false  // an order published ahead was fetched from the leader
 	for {
 		a := ds.book.Ask(epoch, rank, world)
 		switch {
@@ -38,17 +39,24 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 			ds.counters.Advance(epoch)
 			n.prefetchSlice(ds, a.Order, rank)
 			return a.Order.Slices[rank], a.Order.Weight(rank), nil
+		case a.Gone && !fetched && n.fetchAhead(ds, epoch):
+			fetched = true // published ahead, it reached this node after its successor
+			continue
 		case a.Gone:
 			return nil, nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, a.Have)
 		}
-		gen, have, impliedDone, changed := a.Gen, a.Have, a.ImpliedDone, a.Changed
+		gen, have, impliedDone, ahead, changed := a.Gen, a.Have, a.ImpliedDone, a.Ahead, a.Changed
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
 		if leader := n.lead.leader(); leader != "" && leader != joined {
 			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
 				n.flushReports(ctx)
-				err = n.toLeader(ctx, wire.MethodDone, n.doneReq(ds, gen, have, rank))
+				// With orders ahead the rank has also finished the epoch
+				// before: its done may have been lost with a leader.
+				for e := max(0, have-ahead); e <= have && err == nil; e++ {
+					err = n.toLeader(ctx, wire.MethodDone, n.doneReq(ds, gen, e, rank))
+				}
 			}
 			switch {
 			case err == nil:
@@ -177,6 +185,29 @@ func (n *Node) Reset(name string) error {
 		}
 		time.Sleep(n.cfg.Cluster.RetryEvery)
 	}
+}
+
+// fetchAhead asks the leader for epoch's order where this node holds the
+// newest but not epoch, which it still trains because orders run ahead
+// (the two were published together and one was lost on the way). It
+// reports whether the book holds epoch now.
+func (n *Node) fetchAhead(ds *datasetState, epoch int) bool {
+	newest := ds.book.Newest()
+	leader := n.lead.leader()
+	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead || n.cluster == nil || leader == "" || leader == n.cfg.Name {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
+	defer cancel()
+	var p wire.PublishMsg
+	if err := n.cluster.callName(ctx, leader, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name, Exact: true, Epoch: epoch}, &p); err != nil {
+		return false
+	}
+	if n.checkPublish(&p) != nil || p.Epoch != epoch {
+		return false
+	}
+	ds.book.Install(&p)
+	return ds.book.Kept(epoch) != nil
 }
 
 // catchUp asks the leader for its newest order of a dataset and installs

@@ -105,6 +105,32 @@ func (b *Book) Install(p *wire.PublishMsg) bool {
 	return true
 }
 
+// Current returns the orders a rank may still ask for: the newest and,
+// where orders run ahead of training, the one before it if the book holds
+// it, oldest first. They are shared: read only.
+func (b *Book) Current() []*wire.PublishMsg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.latest == nil {
+		return nil
+	}
+	var out []*wire.PublishMsg
+	for e := b.latest.Epoch - b.latest.Ahead; e < b.latest.Epoch; e++ {
+		if p := b.kept[e]; p != nil {
+			out = append(out, p)
+		}
+	}
+	return append(out, b.latest)
+}
+
+// Kept returns the order of epoch if the book holds it, nil otherwise. It
+// is shared: read only.
+func (b *Book) Kept(epoch int) *wire.PublishMsg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.kept[epoch]
+}
+
 // Head returns the newest order's generation, epoch (-1 for none) and term.
 func (b *Book) Head() (gen uint64, epoch int, term uint64) {
 	b.mu.Lock()
@@ -175,8 +201,10 @@ type Ask struct {
 	Gen  uint64
 	Have int
 	// ImpliedDone is set when asking counted as the rank's done of epoch
-	// Have: a rank that asks for e+1 has finished e.
+	// Have: a rank that asks for e+1 has finished e. Where orders run
+	// Ahead (1), it counted as its done of Have-1 too.
 	ImpliedDone bool
+	Ahead       int
 	// Changed is closed at the book's next change.
 	Changed <-chan struct{}
 }
@@ -202,8 +230,11 @@ func (b *Book) Ask(epoch, rank, world int) Ask {
 		return a
 	}
 	if a.Have >= 0 && epoch == a.Have+1 {
-		a.ImpliedDone = true
+		a.ImpliedDone, a.Ahead = true, b.latest.Ahead
 		b.done[rank] = true
+		if a.Ahead > 0 {
+			b.prev[rank] = true
+		}
 	}
 	return a
 }

@@ -114,4 +114,12 @@ func TestBookAhead(t *testing.T) {
 	if _, epoch, done := b.Finished(); epoch != 1 || !slices.Equal(done, []int{0}) {
 		t.Fatalf("after epoch 2: training %d, ranks %v", epoch, done)
 	}
+	// Rank 1 asks for epoch 3, not yet out: it finished epochs 2 and 1,
+	// whatever became of its dones.
+	if a := b.Ask(3, 1, 2); !a.ImpliedDone || a.Have != 2 || a.Ahead != 1 {
+		t.Fatalf("ask for the epoch after the newest: %+v", a)
+	}
+	if js := b.State("ds"); !slices.Equal(js.Done, []int{1}) || len(js.DonePrev) != 2 {
+		t.Fatalf("state after an implied done %+v", js)
+	}
 }

@@ -262,6 +262,10 @@ func (t TableInfo) Better(o TableInfo) bool {
 // GetOrderReq asks a peer for the newest order it holds of a dataset.
 type GetOrderReq struct {
 	Dataset string `msgpack:"d"`
+	// Exact asks for the order of Epoch, if the peer holds it; otherwise
+	// the newest is asked for.
+	Exact bool `msgpack:"x,omitempty"`
+	Epoch int  `msgpack:"e,omitempty"`
 }
 
 // GetTableReq asks a peer for its copy of a dataset's score table.
