@@ -121,7 +121,7 @@ def test_order_lost_while_waiting(make_peer, monkeypatch):
     not done yet): both ranks fall back to disjoint DistributedSampler slices
     of epoch 1 instead of waiting forever, and go on so in epoch 2."""
     monkeypatch.setattr(shade.torch, "_ORDER_POLL_S", 1.0)
-    p = make_peer("wait").start()
+    p = make_peer("wait", "--order-ahead", "0").start()  # epoch 1 waits for epoch 0's dones
     s = [ShadeSampler(p.sock, TRAIN, rank=r, world=2, batch_size=50, seed=3) for r in range(2)]
     for r in range(2):
         assert len(list(s[r])) == 2 and s[r].order_source == "pads"

@@ -36,7 +36,9 @@ def test_order_with_weights(make_peer):
     (a permutation) weighs 1.0 everywhere; a later PADS epoch draws with
     replacement and weighs draws by 1/(N p), so the distinct drawn samples'
     probabilities 1/(N w) sum to at most 1."""
-    p = make_peer("weights", "--pads", "on", "--uniform-floor", "0.1", "--coverage-epochs", "0").start()
+    # Orders not published ahead: epoch 1 is drawn from epoch 0's losses.
+    p = make_peer("weights", "--pads", "on", "--uniform-floor", "0.1", "--coverage-epochs", "0",
+                  "--order-ahead", "0").start()
     with shade.Client(p.sock) as c:
         n = len(c.manifest(TRAIN))
         ids, weights = c.order(TRAIN, 0, 0, 1, with_weights=True)
@@ -145,7 +147,7 @@ def test_sampler_weights_through_dataloader(make_peer, workers):
         assert got_ids == want_ids == sampler.indices(epoch)
         assert got_w == pytest.approx(want_w, rel=1e-6)
         assert sampler.last_weights == want_w
-        if epoch > 0:
+        if epoch > 1:  # epoch 1 was drawn ahead, before any loss
             assert len(set(want_w)) > 1
         assert epoch_done(sampler.client, TRAIN, epoch, 0)
     c.close()
