@@ -146,6 +146,8 @@ def parse_args(argv=None):
                         "(hard links, built once beside --data); the test set stays whole")
     p.add_argument("--throttle", help="also run every configuration over a source slowed by "
                                       "--source-throttle THROTTLE (e.g. latency=20ms), for time to accuracy")
+    p.add_argument("--throttled-only", action="store_true",
+                   help="with --throttle: skip the plain pass, run only the throttled one")
     p.add_argument("--target-accuracy", type=float, default=0.88,
                    help="test accuracy whose first epoch gives the time to accuracy")
     p.add_argument("--v2-flags", default="",
@@ -457,7 +459,10 @@ def main(argv=None):
         if p.exists():
             p.unlink()
     start = time.time()
-    for throttle in [None] + ([args.throttle] if args.throttle else []):
+    passes = [None] + ([args.throttle] if args.throttle else [])
+    if args.throttle and args.throttled_only:
+        passes = [args.throttle]
+    for throttle in passes:
         for fraction in args.fractions:
             for label in args.configs:
                 for seed in args.seeds:
