@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/protocol/stats"
+	"github.com/shade-mesh/shade/transport"
 )
 
 // TestMGetCountsAsGets reads the same keys, some more than once, with a
@@ -108,5 +113,58 @@ func TestMGetCountsAsGets(t *testing.T) {
 	}
 	if !bytes.Equal(ta, tb) || len(ta) == 0 {
 		t.Errorf("traces differ (%d and %d bytes)", len(ta), len(tb))
+	}
+}
+
+// TestSocketReadsUnderEviction: trainers read through the socket, by MGET
+// (replies long enough to be written out between values) and by pipelined
+// GETs, while their own misses evict what the others are reading from a
+// cache of a few samples. Every value must be the file's bytes.
+func TestSocketReadsUnderEviction(t *testing.T) {
+	dir, files := makeDataset(t, 160, 1000, 60000)
+	p := startPeer(t, Config{CacheSize: 512 << 10, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	ctx := context.Background()
+	err := testsupport.Parallel(4, func(r int) error {
+		c := p.client(t)
+		rng := rand.New(rand.NewPCG(uint64(r), 7))
+		for round := 0; round < 30; round++ {
+			ids := make([]int, 48)
+			for i := range ids {
+				ids[i] = rng.IntN(len(files))
+			}
+			keys := make([]string, len(ids))
+			for i, id := range ids {
+				keys[i] = "ds/" + strconv.Itoa(id)
+			}
+			vals, err := c.MGet(ctx, keys...).Result()
+			if err != nil {
+				return err
+			}
+			for i, v := range vals {
+				if s, ok := v.(string); !ok || s != string(files[ids[i]]) {
+					return fmt.Errorf("MGET %s: wrong bytes", keys[i])
+				}
+			}
+			pipe := c.Pipeline()
+			gets := make([]*redis.StringCmd, 16)
+			for i := range gets {
+				gets[i] = pipe.Get(ctx, keys[i])
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+			for i, g := range gets {
+				if g.Val() != string(files[ids[i]]) {
+					return fmt.Errorf("GET %s: wrong bytes", keys[i])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := p.node.Snapshot(); st.Datasets[0].Total.Evictions == 0 || st.Datasets[0].Total.Hits == 0 {
+		t.Errorf("the reads did not both hit and evict: %+v", st.Datasets[0].Total)
 	}
 }
