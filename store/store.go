@@ -59,7 +59,7 @@ type Config struct {
 	// Name names the memfd, as seen in /proc/<pid>/maps; "" means
 	// "shade-store".
 	Name string
-	// SkipVerify turns off the checksum check that Get and View do on
+	// SkipVerify turns off the checksum check that Get, Append and View do on
 	// every read by default.
 	SkipVerify bool
 }
@@ -160,8 +160,8 @@ type Stats struct {
 	LargestFree int64  // largest free block that can hold an entry
 	Capacity    int64  // Config.Capacity
 	Puts        uint64 // Put calls that stored a sample
-	Hits        uint64 // Get and View that found the key
-	Misses      uint64 // Get and View that did not
+	Hits        uint64 // Get, Append and View that found the key
+	Misses      uint64 // Get, Append and View that did not
 	Corrupt     uint64 // checksum mismatches found on read (each dropped)
 	Deletes     uint64 // Delete calls that removed a sample
 }
@@ -337,10 +337,49 @@ func (s *Store) dropCorrupt(sh *shard, h, off uint64) {
 // Get appends the value held for key to dst and returns the result, like
 // append; the result is the caller's. ok is false if key is absent, the
 // store is closed, or the stored value fails its checksum (the entry is then
-// dropped and counted in Stats.Corrupt).
+// dropped and counted in Stats.Corrupt). It is Append with no head.
 func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
-	ok = s.read(key, func(_ uint64, v []byte, _ uint64) { dst = append(dst, v...) })
-	return dst, ok
+	return s.Append(dst, key, nil)
+}
+
+// Append appends head(dst, n), then the n bytes of the value held for key,
+// to dst and returns the result, like append; the result is the caller's.
+// head (nil: none) frames the value for its reader, as a RESP bulk
+// header does; it runs under the shard's read lock, so it must be quick
+// and must not call the Store. The checksum is verified on the copy, once
+// it is made (unless SkipVerify): the bytes checked are the bytes the
+// caller gets, and the check reads them from cache instead of the arena. If
+// key is absent, the store is closed, or the copy fails its checksum (the
+// entry is then dropped and counted in Stats.Corrupt), Append returns dst
+// as it was given (its length; bytes past it may have been written) and
+// false.
+func (s *Store) Append(dst, key []byte, head func(dst []byte, n int) []byte) (result []byte, ok bool) {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	start := len(dst)
+	sh.mu.RLock()
+	off, v, sum, found, corrupt := s.lookup(sh, h, key, false)
+	if found {
+		if head != nil {
+			dst = head(dst, len(v))
+		}
+		vstart := len(dst)
+		dst = append(dst, v...)
+		if !s.cfg.SkipVerify && shm.Checksum(dst[vstart:]) != sum {
+			found, corrupt = false, true
+			dst = dst[:start]
+		}
+	}
+	sh.mu.RUnlock()
+	if corrupt {
+		s.dropCorrupt(sh, h, off)
+	}
+	if found {
+		sh.hits.Add(1)
+	} else {
+		sh.misses.Add(1)
+	}
+	return dst, found
 }
 
 // View calls fn with the value held for key, in place in the arena, and its

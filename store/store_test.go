@@ -343,8 +343,25 @@ func TestHashCollision(t *testing.T) {
 	}
 }
 
+// TestAppend checks Append's framing and that a miss leaves dst as given.
+func TestAppend(t *testing.T) {
+	s := newStore(t, Config{Capacity: 1 << 16})
+	if err := s.Put([]byte("d/7"), []byte("seven")); err != nil {
+		t.Fatal(err)
+	}
+	head := func(dst []byte, n int) []byte { return fmt.Appendf(dst, "<%d>", n) }
+	got, ok := s.Append([]byte("pre:"), []byte("d/7"), head)
+	if !ok || string(got) != "pre:<5>seven" {
+		t.Fatalf("Append = %q, %v", got, ok)
+	}
+	got, ok = s.Append([]byte("pre:"), []byte("d/8"), func([]byte, int) []byte { t.Fatal("head called on a miss"); return nil })
+	if ok || string(got) != "pre:" {
+		t.Fatalf("Append of an absent key = %q, %v", got, ok)
+	}
+}
+
 func TestCorruptValue(t *testing.T) {
-	for _, read := range []string{"get", "view"} {
+	for _, read := range []string{"get", "view", "append"} {
 		t.Run(read, func(t *testing.T) {
 			s := newStore(t, Config{Capacity: 1 << 16})
 			key := []byte("d/1")
@@ -355,10 +372,17 @@ func TestCorruptValue(t *testing.T) {
 			off := s.shard(h).m[h]
 			s.mem[off+valueOffset(3)] ^= 0xff // a memory bug
 			var ok bool
-			if read == "get" {
+			switch read {
+			case "get":
 				_, ok = s.Get(nil, key)
-			} else {
+			case "view":
 				ok = s.View(key, func([]byte, uint64) { t.Fatal("fn saw corrupt bytes") })
+			case "append":
+				var got []byte
+				got, ok = s.Append([]byte("pre"), key, func(dst []byte, n int) []byte { return append(dst, "head"...) })
+				if string(got) != "pre" {
+					t.Fatalf("Append of a corrupt value returned %q, want the dst given", got)
+				}
 			}
 			if ok {
 				t.Fatal("corrupt value reported present")

@@ -165,14 +165,23 @@ func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
 
 // cmdGet copies the value once, from where the backend holds it straight
 // into the reply.
-func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
-	found, err := s.backend.GetView(s.ctx, a[1], st.writeBulk)
-	if err != nil {
+func cmdGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+	b, found, err := s.backend.AppendGet(s.ctx, a[1], c.Reply(), redcon.AppendBulkHeader)
+	writeAppended(c, b, found, err)
+}
+
+// writeAppended completes a reply appended by the backend: the bulk's
+// closing CRLF, or nil, or the error.
+func writeAppended(c redcon.Conn, b []byte, found bool, err error) {
+	switch {
+	case err != nil:
+		c.SetReply(b)
 		writeErr(c, err)
-		return
-	}
-	if !found {
+	case !found:
+		c.SetReply(b)
 		c.WriteNull()
+	default:
+		c.SetReply(append(b, '\r', '\n'))
 	}
 }
 
@@ -188,11 +197,13 @@ func tooManyKeys(s *SocketServer, c redcon.Conn, n int) bool {
 }
 
 // cmdMGet answers a batch in parts of about replyPart bytes of values, so
-// that neither the backend's buffer nor the reply is ever the whole batch:
-// each part first takes room in the clients' budget for its values twice
-// (read, then copied into the reply), and is written out before the next
-// is read. A part that finds no room within maxReplyWait answers its keys
-// with errors; the array stays whole and no value is ever wrong.
+// that neither the values read through nor the reply is ever the whole
+// batch. Each part first takes room in the clients' budget for its values
+// read through and for the reply it writes (written out whenever
+// replyFlush bytes wait, so at most replyFlush and one value), and is
+// written out before the next part is read. A part that finds no room
+// within maxReplyWait answers its keys with errors; the array stays whole
+// and no value is ever wrong.
 func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	keys := a[1:]
 	if tooManyKeys(s, c, len(keys)) {
@@ -201,16 +212,17 @@ func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	c.WriteArray(len(keys))
 	limit := s.clients.Limit()
 	for start := 0; start < len(keys); {
-		end, bytes := start, int64(0)
+		end, bytes, largest := start, int64(0), int64(0)
 		for end < len(keys) {
 			n := int64(s.backend.ValueSize(keys[end]))
 			if end > start && bytes+n > replyPart {
 				break
 			}
 			bytes += n
+			largest = max(largest, n)
 			end++
 		}
-		need := min(2*bytes, limit)
+		need := min(bytes+min(bytes, replyFlush+largest), limit)
 		ctx, cancel := context.WithTimeout(s.ctx, maxReplyWait)
 		err := s.clients.Reserve(ctx, need)
 		cancel()
@@ -221,8 +233,9 @@ func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 			for range end - start {
 				s.refused.add(refusedReplyMemory)
 			}
-		} else {
-			writeResults(c, s.backend.MGet(s.ctx, keys[start:end]))
+		} else if !writePart(s, c, keys[start:end], end < len(keys)) {
+			s.clients.Release(need)
+			return // the connection is closed
 		}
 		var ferr error
 		if end < len(keys) {
@@ -238,17 +251,23 @@ func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	}
 }
 
-func writeResults(c redcon.Conn, res []Result) {
-	for _, r := range res {
-		switch {
-		case r.Err != nil:
-			writeErr(c, r.Err)
-		case !r.Found:
-			c.WriteNull()
-		default:
-			c.WriteBulk(r.Value)
+// writePart appends the values of one part of an MGET to the reply,
+// writing the reply out whenever replyFlush bytes of it wait and more
+// follows (more: parts after this one). It reports false if the
+// connection was closed.
+func writePart(s *SocketServer, c redcon.Conn, keys [][]byte, more bool) bool {
+	batch := s.backend.MGet(s.ctx, keys)
+	defer batch.Close()
+	for i := range keys {
+		b, found, err := batch.Append(i, c.Reply(), redcon.AppendBulkHeader)
+		writeAppended(c, b, found, err)
+		if c.Buffered() >= replyFlush && (more || i < len(keys)-1) {
+			if c.Flush() != nil {
+				return false
+			}
 		}
 	}
+	return true
 }
 
 // cmdSet stores a free-form value. A value over MaxValue never gets here:

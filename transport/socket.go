@@ -29,17 +29,21 @@ import (
 // that. Byte slices passed in belong to the caller and are valid only during
 // the call; slices returned belong to the receiver.
 type Backend interface {
-	// Get reads key. found is false only where Redis would answer nil: an
-	// unknown free-form key, a sample index out of range, an unknown dataset.
-	Get(ctx context.Context, key []byte, dst []byte) (value []byte, found bool, err error)
-	// GetView reads key as Get does, but lends the value to fn instead of
-	// copying it: value is valid only until fn returns, and fn must copy
-	// what it keeps, return quickly and not call the backend. fn is called
-	// once if found and err is nil, and not at all otherwise.
-	GetView(ctx context.Context, key []byte, fn func(value []byte)) (found bool, err error)
-	// MGet reads every key, in parallel where that helps, and returns one
-	// Result per key, in order.
-	MGet(ctx context.Context, keys [][]byte) []Result
+	// AppendGet reads key and appends its value to dst, preceded by
+	// head(dst, n)'s framing of a value of n bytes (nil head: none), and
+	// returns the result as append does; dst as given (its length) when
+	// not found or on err. found is false only where Redis would answer
+	// nil: an unknown free-form key, a sample index out of range, an
+	// unknown dataset. A cached value is checksum-verified as it is
+	// copied. head may run under a lock of the cache: it must be quick and
+	// must not call the backend.
+	AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, found bool, err error)
+	// MGet begins reading keys, one part of an MGET: it reads the values
+	// not held in memory now, in parallel where that helps, and returns a
+	// Batch through which the caller appends every value in turn. The
+	// values read through are held by the Batch until they are appended or
+	// it is closed.
+	MGet(ctx context.Context, keys [][]byte) Batch
 	// Set stores a free-form key (cache-aside use). stored is false when the
 	// admission policy declined it.
 	Set(key, value []byte) (stored bool, err error)
@@ -80,11 +84,15 @@ type Backend interface {
 	Locate(keys [][]byte) (id uint64, locs []shm.Location)
 }
 
-// Result is one key's outcome in an MGet.
-type Result struct {
-	Value []byte
-	Found bool
-	Err   error
+// Batch is one MGet's keys being answered. It is used by one goroutine.
+type Batch interface {
+	// Append appends key i's value to dst as Backend.AppendGet does. The
+	// caller appends each key once, in order (0, 1, ...), and may write
+	// its reply out between two calls: no lock is held between them.
+	Append(i int, dst []byte, head func(dst []byte, n int) []byte) (result []byte, found bool, err error)
+	// Close ends the batch, and releases the values read through that
+	// were not appended. The caller closes every batch once.
+	Close()
 }
 
 // Coded is implemented by errors that carry a RESP error code other than
@@ -155,6 +163,9 @@ const (
 	// a part waits for room in the clients' budget.
 	replyPart    = 4 << 20
 	maxReplyWait = 5 * time.Second
+	// replyFlush is how many bytes of an MGET's reply wait at most (and
+	// one value) before they are written out.
+	replyFlush = 256 << 10
 )
 
 func (c SocketConfig) withDefaults() SocketConfig {
@@ -235,9 +246,6 @@ type connState struct {
 	// fresh: the command being run is the first of its pipeline, so no
 	// reply is waiting in redcon's buffer (SHADE.MAP writes its own).
 	fresh bool
-	// writeBulk is the connection's WriteBulk, made once, so that GET
-	// hands the backend a function without allocating one per command.
-	writeBulk func([]byte)
 }
 
 // ListenSocket creates the socket file with cfg.Mode and starts serving in
@@ -389,7 +397,7 @@ func (s *SocketServer) accept(conn redcon.Conn) bool {
 		conn.WriteError("ERR max number of clients reached")
 		return false // redcon writes the error out and closes the connection
 	}
-	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true, writeBulk: conn.WriteBulk})
+	conn.SetContext(&connState{authed: s.cfg.RequirePass == "", fresh: true})
 	s.connWG.Add(1)
 	s.conns++
 	s.total++

@@ -141,6 +141,19 @@ type Conn interface {
 	// Flush writes out the replies written so far (shade); an error closes
 	// the connection. Handlers call it between the parts of a long reply.
 	Flush() error
+	// Buffered returns the bytes of replies written and not yet flushed
+	// (shade).
+	Buffered() int
+	// Reply returns the buffer of replies written and not yet flushed, for
+	// a handler that appends a reply to it in place (shade): it appends as
+	// append does and hands the result back with SetReply before it
+	// writes, flushes or closes again. The slice stays the connection's;
+	// the handler must not keep it. After a write error Reply returns nil
+	// and SetReply does nothing.
+	Reply() []byte
+	// SetReply makes b, the result of appending to Reply(), the buffer of
+	// replies not yet flushed (shade).
+	SetReply(b []byte)
 	// Close closes the connection.
 	Close() error
 	// WriteError writes an error to the client.
@@ -623,6 +636,21 @@ func (c *conn) Flush() error {
 		c.conn.Close()
 	}
 	return err
+}
+
+func (c *conn) Buffered() int { return len(c.wr.b) }
+
+func (c *conn) Reply() []byte {
+	if c.wr.err != nil {
+		return nil
+	}
+	return c.wr.b
+}
+
+func (c *conn) SetReply(b []byte) {
+	if c.wr.err == nil {
+		c.wr.b = b
+	}
 }
 
 func (c *conn) Close() error {

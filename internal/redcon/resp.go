@@ -455,6 +455,13 @@ func AppendBulk(b []byte, bulk []byte) []byte {
 	return append(b, '\r', '\n')
 }
 
+// AppendBulkHeader appends the header of a bulk of n bytes ("$n\r\n"),
+// for a writer that appends the n bytes and the closing "\r\n" itself
+// (shade).
+func AppendBulkHeader(b []byte, n int) []byte {
+	return appendPrefix(b, '$', int64(n))
+}
+
 // AppendBulkString appends a Redis protocol bulk string to the input bytes.
 func AppendBulkString(b []byte, bulk string) []byte {
 	b = appendPrefix(b, '$', int64(len(bulk)))

@@ -164,7 +164,8 @@ func serveUnix(t *testing.T, handler func(conn Conn, cmd Command)) string {
 }
 
 // TestServerLargePipelines: pipelines of large arguments in and large
-// replies out (flushed between commands) arrive whole and in order.
+// replies out (flushed between commands) arrive whole and in order, whether
+// written with WriteBulk or appended in place through Reply and SetReply.
 func TestServerLargePipelines(t *testing.T) {
 	path := serveUnix(t, func(conn Conn, cmd Command) {
 		// ECHO n: a reply of n bytes, each the low byte of n.
@@ -173,7 +174,19 @@ func TestServerLargePipelines(t *testing.T) {
 			conn.WriteError("ERR length")
 			return
 		}
-		conn.WriteBulk(bytes.Repeat([]byte{byte(n)}, n))
+		if n%2 == 0 {
+			conn.WriteBulk(bytes.Repeat([]byte{byte(n)}, n))
+			return
+		}
+		before := conn.Buffered()
+		b := AppendBulkHeader(conn.Reply(), n)
+		for range n {
+			b = append(b, byte(n))
+		}
+		conn.SetReply(append(b, '\r', '\n'))
+		if got, want := conn.Buffered(), before+len(AppendBulkHeader(nil, n))+n+2; got != want {
+			t.Errorf("Buffered() = %d after appending a reply, want %d", got, want)
+		}
 	})
 	c, err := net.Dial("unix", path)
 	if err != nil {

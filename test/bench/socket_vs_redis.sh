@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
 # Side by side: redis-benchmark against shade-peer and against redis-server,
 # both on a Unix socket, in one run, with the ratio. Usage:
-#   test/bench/socket_vs_redis.sh [requests] [pipeline] [rounds]
+#   [CLIENTS="8 50"] [TESTS="set get"] test/bench/socket_vs_redis.sh [requests] [pipeline] [rounds]
 #
-# Every test (SET, then GET, of 4 KiB and 100 KiB values) runs `rounds`
-# times, alternating which server goes first, and the table shows the
+# CLIENTS lists the client counts (redis-benchmark -c) to run, each in its
+# own rows (default 8, then redis-benchmark's default of 50); TESTS the
+# tests (default SET then GET; with GET alone, the keys are written by one
+# untimed SET run per server first). Every test (of 4 KiB and 100 KiB
+# values) runs `rounds` times, alternating which server goes first, and the table shows the
 # median of each server's rounds: on a small shared machine a burst of
 # other work then shifts both sides alike instead of one. It also shows the
 # CPU time each server spent per request (user + system, from /proc), which
 # other processes' load disturbs less than throughput. Before the GETs
 # it checks that both servers hold every key at the full value size, so
 # that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
-# otherwise the current tree is built into a temporary folder.
+# otherwise the current tree is built into a temporary folder. The peer
+# runs with --cache-size $CACHE (default 1GiB, ten times what the keys
+# take; the peer pre-faults it) and --admin-addr $ADMIN (default off; an
+# address such as 127.0.0.1:6061 serves /debug/pprof/ for profiling).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-200000}
 P=${2:-16}
 ROUNDS=${3:-3}
 KEYS=1000
+CLIENTS=${CLIENTS:-8 50}
+TESTS=${TESTS:-set get}
 command -v redis-benchmark >/dev/null || ./.ci/deps.sh redis-server redis-tools
 
 dir=$(mktemp -d)
@@ -34,21 +42,21 @@ redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 660 --save
 	--daemonize no --logfile "$dir/redis.log" &
 pids+=($!)
 redis_pid=$!
-"$BIN/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size 4GiB --admin-addr off \
+"$BIN/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size "${CACHE:-1GiB}" --admin-addr "${ADMIN:-off}" \
 	--log-level warn 2>"$dir/shade.log" &
 pids+=($!)
 shade_pid=$!
 for s in redis.sock shade.sock; do
-	for _ in $(seq 100); do [ -S "$dir/$s" ] && break; sleep 0.1; done
+	for _ in $(seq 600); do [ -S "$dir/$s" ] && break; sleep 0.1; done
 	[ -S "$dir/$s" ] || { echo "no socket $s"; cat "$dir"/*.log; exit 1; }
 done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
-run() { # socket pid size test -> "requests-per-second cpu-microseconds-per-request"
+run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-per-request"
 	local t0 r t1
 	t0=$(ticks "$2")
-	r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c 8 -r "$KEYS" --csv 2>/dev/null |
+	r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" --csv 2>/dev/null |
 		awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
 	t1=$(ticks "$2")
 	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$N" 'BEGIN {print (b - a) * 1e6 / hz / n}')"
@@ -67,28 +75,37 @@ held() {
 }
 
 echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)"
-printf '%-6s %-7s %13s %13s %6s %12s %12s   %s\n' test value "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "rounds (redis/shade rps)"
+printf '%-6s %-7s %7s %13s %13s %6s %12s %12s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "rounds (redis/shade rps)"
 for size in 4096 102400; do
-	for t in set get; do
+	case " $TESTS " in
+	*" set "*) ;;
+	*) # GET only: write the keys once, untimed.
+		for s in redis.sock shade.sock; do
+			redis-benchmark -s "$dir/$s" -t set -d $size -P "$P" -n $((KEYS * 20)) -c 8 -r "$KEYS" -q >/dev/null
+		done ;;
+	esac
+	for t in $TESTS; do
 		[ "$t" = get ] && { held "$dir/redis.sock" $size; held "$dir/shade.sock" $size; }
-		rs=() ss=() rc=() sc=()
-		for round in $(seq "$ROUNDS"); do
-			if [ $((round % 2)) -eq 1 ]; then
-				read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t)
-				read -r c d < <(run "$dir/shade.sock" $shade_pid $size $t)
-			else
-				read -r c d < <(run "$dir/shade.sock" $shade_pid $size $t)
-				read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t)
-			fi
-			rs+=("$a") rc+=("$b") ss+=("$c") sc+=("$d")
+		for c in $CLIENTS; do
+			rs=() ss=() rc=() sc=()
+			for round in $(seq "$ROUNDS"); do
+				if [ $((round % 2)) -eq 1 ]; then
+					read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
+					read -r e d < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
+				else
+					read -r e d < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
+					read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
+				fi
+				rs+=("$a") rc+=("$b") ss+=("$e") sc+=("$d")
+			done
+			r=$(printf '%s\n' "${rs[@]}" | median)
+			s=$(printf '%s\n' "${ss[@]}" | median)
+			detail=$(paste -d/ <(printf '%.0f\n' "${rs[@]}") <(printf '%.0f\n' "${ss[@]}") | paste -sd' ')
+			printf '%-6s %-7s %7s %13.0f %13.0f %6.2f %12.2f %12.2f   %s\n' $t $size "$c" "$r" "$s" \
+				"$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" \
+				"$(printf '%s\n' "${rc[@]}" | median)" "$(printf '%s\n' "${sc[@]}" | median)" "$detail"
 		done
-		r=$(printf '%s\n' "${rs[@]}" | median)
-		s=$(printf '%s\n' "${ss[@]}" | median)
-		detail=$(paste -d/ <(printf '%.0f\n' "${rs[@]}") <(printf '%.0f\n' "${ss[@]}") | paste -sd' ')
-		printf '%-6s %-7s %13.0f %13.0f %6.2f %12.2f %12.2f   %s\n' $t $size "$r" "$s" \
-			"$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" \
-			"$(printf '%s\n' "${rc[@]}" | median)" "$(printf '%s\n' "${sc[@]}" | median)" "$detail"
 	done
 done
-echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c 8 -r $KEYS --csv; medians of $ROUNDS rounds;"
+echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c <clients> -r $KEYS --csv; medians of $ROUNDS rounds;"
 echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request)"

@@ -1,0 +1,225 @@
+package mesh
+
+import (
+	"context"
+	"sync"
+
+	"github.com/shade-mesh/shade/policy"
+	"github.com/shade-mesh/shade/transport"
+)
+
+// Get implements the read of one key: AppendGet without a head.
+func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, error) {
+	return n.AppendGet(ctx, key, dst, nil)
+}
+
+// AppendGet implements transport.Backend. A cached value is copied from
+// the cache memory into dst under the store's read lock for its shard and
+// its checksum verified on the copy (store.Append); a value read through
+// is appended from the buffer it was read into. head (nil: none) runs
+// under that lock for a cached value. Hits, misses, the policy's hit,
+// importance deciles and the trace are counted here once per call.
+func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, bool, error) {
+	if n.closed.Load() {
+		return dst, false, ErrClosed
+	}
+	ds, idx, out, err := n.route(key)
+	if err != nil {
+		return dst, false, err
+	}
+	if ds == nil {
+		if r, ok := n.store.Append(dst, key, head); ok {
+			n.freeHits.Add(1)
+			n.hits(freeID(key))
+			return r, true, nil
+		}
+		n.freeMisses.Add(1)
+		return dst, false, nil
+	}
+	if out {
+		return dst, false, nil
+	}
+	n.traceRead(ds, idx, key)
+	if r, ok := n.store.Append(dst, key, head); ok {
+		ds.counters.Current().Hits.Add(1)
+		n.hits(sampleID(ds, idx))
+		ds.countDecile(idx, true)
+		return r, true, nil
+	}
+	v, mem, err := n.readMissing(ctx, ds, idx, key)
+	if err != nil {
+		return dst, false, err
+	}
+	ds.counters.Missed(idx, mem)
+	ds.countDecile(idx, mem)
+	return appendValue(dst, v, head), true, nil
+}
+
+// appendValue appends head's framing and v to dst.
+func appendValue(dst, v []byte, head func([]byte, int) []byte) []byte {
+	if head != nil {
+		dst = head(dst, len(v))
+	}
+	return append(dst, v...)
+}
+
+// ValueSize implements transport.Backend: the bytes of key's value as far
+// as the node knows without reading it: a sample's size in its manifest, a
+// free-form value's stored length, 0 for anything else.
+func (n *Node) ValueSize(key []byte) int {
+	ds, idx, out, err := n.route(key)
+	switch {
+	case err != nil || out:
+		return 0
+	case ds == nil:
+		l, _ := n.store.ValueLen(key)
+		return l
+	default:
+		return int(ds.manifest.Sizes[idx])
+	}
+}
+
+// MGet implements transport.Backend: it routes every key, tells the
+// policy of the keys held here (before the misses are admitted, so that
+// admitting them cannot evict this batch's hits first), reads the samples
+// not held here in parallel (at most SourceReads at once), and returns the
+// batch; its Append copies each held value from the cache.
+func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
+	b := &mgetBatch{n: n, ctx: ctx, keys: keys, items: make([]mgetItem, len(keys))}
+	if n.closed.Load() {
+		for i := range b.items {
+			b.items[i].err = ErrClosed
+		}
+		return b
+	}
+	var (
+		held   = make([]policy.ID, 0, len(keys))
+		misses []int
+	)
+	for i, key := range keys {
+		it := &b.items[i]
+		it.ds, it.idx, it.out, it.err = n.route(key)
+		if it.err != nil || it.out {
+			continue
+		}
+		if it.ds != nil {
+			n.traceRead(it.ds, it.idx, key)
+		}
+		switch has := n.store.Has(key); {
+		case has && it.ds == nil:
+			held = append(held, freeID(key))
+		case has:
+			held = append(held, sampleID(it.ds, it.idx))
+		case it.ds != nil:
+			misses = append(misses, i)
+		}
+	}
+	if len(held) > 0 {
+		n.hits(held...)
+	}
+	if len(misses) > 0 {
+		sem := make(chan struct{}, n.cfg.SourceReads)
+		var wg sync.WaitGroup
+		for _, i := range misses {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				it := &b.items[i]
+				it.value, it.mem, it.err = n.readMissing(ctx, it.ds, it.idx, keys[i])
+				if it.err == nil {
+					it.ds.counters.Missed(it.idx, it.mem)
+					it.read = true
+				}
+			})
+		}
+		wg.Wait()
+	}
+	return b
+}
+
+// mgetBatch is one MGet's keys and what is known of them. Used by one
+// goroutine at a time (the connection's).
+type mgetBatch struct {
+	n     *Node
+	ctx   context.Context
+	keys  [][]byte
+	items []mgetItem
+}
+
+// mgetItem is one key of a batch.
+type mgetItem struct {
+	ds     *datasetState // nil: a free-form key
+	idx    int
+	out    bool   // an index past the dataset's end
+	err    error  // a malformed key, or the read through failed
+	read   bool   // read through when the batch began: value holds it
+	value  []byte // the value read through
+	mem    bool   // served from memory, here or a peer's (for deciles)
+	served bool   // Append answered it with a value (for deciles)
+}
+
+// Append implements transport.Batch.
+func (b *mgetBatch) Append(i int, dst []byte, head func([]byte, int) []byte) ([]byte, bool, error) {
+	it := &b.items[i]
+	n, key := b.n, b.keys[i]
+	switch {
+	case it.err != nil:
+		return dst, false, it.err
+	case it.out:
+		return dst, false, nil
+	case it.read:
+		it.served = true
+		r := appendValue(dst, it.value, head)
+		it.value = nil
+		return r, true, nil
+	}
+	r, ok := n.store.Append(dst, key, head)
+	switch {
+	case ok && it.ds == nil:
+		n.freeHits.Add(1)
+		return r, true, nil
+	case ok:
+		it.ds.counters.Current().Hits.Add(1)
+		it.served, it.mem = true, true
+		return r, true, nil
+	case it.ds == nil:
+		n.freeMisses.Add(1)
+		return dst, false, nil
+	}
+	// Held when the batch began, gone since (evicted, or corrupt): read
+	// it through now, alone.
+	v, mem, err := n.readMissing(b.ctx, it.ds, it.idx, key)
+	if err != nil {
+		return dst, false, err
+	}
+	it.ds.counters.Missed(it.idx, mem)
+	it.served, it.mem = true, mem
+	return appendValue(dst, v, head), true, nil
+}
+
+// Close implements transport.Batch: it counts the samples served by
+// importance decile, one dataset at a time.
+func (b *mgetBatch) Close() {
+	var (
+		first *datasetState
+		idxs  []int
+		pos   []int
+	)
+	for {
+		first, idxs, pos = nil, idxs[:0], pos[:0]
+		for i := range b.items {
+			it := &b.items[i]
+			if !it.served || (first != nil && it.ds != first) {
+				continue
+			}
+			first = it.ds
+			idxs = append(idxs, it.idx)
+			pos = append(pos, i)
+			it.served = false
+		}
+		if first == nil {
+			return
+		}
+		first.countDeciles(idxs, func(j int) bool { return b.items[pos[j]].mem })
+	}
+}

@@ -1,0 +1,170 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/stats"
+	"github.com/shade-mesh/shade/transport"
+)
+
+// TestMGetCountsAsGets reads the same keys, some more than once, with a
+// cache too small for all of them, from two nodes: one key at a time by
+// AppendGet (with a head, as the socket frames a reply), the other in
+// batches through MGet. Every value must be byte-exact and framed, the
+// trace the same, and the reads, hits and free-key counts add up alike.
+// (Which samples the policy keeps may differ: a batch tells the policy of
+// its hits before it admits its misses.)
+func TestMGetCountsAsGets(t *testing.T) {
+	dir, files := makeDataset(t, 200, 1000, 9000)
+	traces := t.TempDir()
+	ctx := context.Background()
+	open := func(name string) *Node {
+		n, err := New(Config{Name: name, CacheSize: 400 << 10, TracePath: filepath.Join(traces, name),
+			Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	byGet, byMGet := open("get"), open("mget")
+	for _, n := range []*Node{byGet, byMGet} {
+		if _, err := n.Set([]byte("free"), []byte("free value")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys [][]byte
+	for i := 0; i < 600; i++ {
+		idx := i * 97 % 230 // some out of range
+		if i%2 == 0 {
+			idx = i % 25 // a hot set
+		}
+		keys = append(keys, fmt.Appendf(nil, "ds/%d", idx))
+	}
+	keys = append([][]byte{[]byte("free"), []byte("absent"), []byte("nope/1"), []byte("ds/x")}, keys...)
+	head := func(dst []byte, n int) []byte { return fmt.Appendf(dst, "<%d>", n) }
+	// want is key's framed value, or "" where it has none.
+	want := func(key []byte) string {
+		if string(key) == "free" {
+			return "<10>free value"
+		}
+		idx, err := strconv.Atoi(string(bytes.TrimPrefix(key, []byte("ds/"))))
+		if err != nil || !bytes.HasPrefix(key, []byte("ds/")) || idx >= len(files) {
+			return ""
+		}
+		return fmt.Sprintf("<%d>%s", len(files[idx]), files[idx])
+	}
+	check := func(how string, key, got []byte, found bool, err error) {
+		t.Helper()
+		if w := want(key); string(got) != "pre"+w || found != (w != "") || (err != nil) != (string(key) == "ds/x") {
+			t.Fatalf("%s %s: %d bytes, found %v, err %v; want %d bytes", how, key, len(got), found, err, len(w)+3)
+		}
+	}
+	for _, key := range keys {
+		got, found, err := byGet.AppendGet(ctx, key, []byte("pre"), head)
+		check("AppendGet", key, got, found, err)
+	}
+	for start := 0; start < len(keys); start += 8 {
+		part := keys[start:min(start+8, len(keys))]
+		batch := byMGet.MGet(ctx, part)
+		for i, key := range part {
+			got, found, err := batch.Append(i, []byte("pre"), head)
+			check("MGet", key, got, found, err)
+		}
+		batch.Close()
+	}
+	a, b := byGet.Snapshot(), byMGet.Snapshot()
+	reads := func(st stats.Node) []int64 {
+		d := st.Datasets[0]
+		var deciles int64
+		for _, r := range d.DecileReads {
+			deciles += r
+		}
+		return []int64{d.Total.Hits + d.Total.ColdMisses + d.Total.CapacityMisses, deciles, st.FreeKeys.Hits, st.FreeKeys.Misses}
+	}
+	if ra, rb := reads(a), reads(b); !slices.Equal(ra, rb) {
+		t.Errorf("reads, decile reads, free hits and misses: by AppendGet %v, by MGet %v", ra, rb)
+	}
+	for _, st := range []stats.Node{a, b} {
+		if d := st.Datasets[0]; d.Total.Hits == 0 || d.Total.Evictions == 0 || st.FreeKeys.Hits != 1 || st.FreeKeys.Misses != 2 {
+			t.Errorf("the reads did not cover hits, evictions and free keys: %+v", st)
+		}
+	}
+	byGet.Close()
+	byMGet.Close()
+	ta, err := os.ReadFile(filepath.Join(traces, "get"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := os.ReadFile(filepath.Join(traces, "mget"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ta, tb) || len(ta) == 0 {
+		t.Errorf("traces differ (%d and %d bytes)", len(ta), len(tb))
+	}
+}
+
+// TestSocketReadsUnderEviction: trainers read through the socket, by MGET
+// (replies long enough to be written out between values) and by pipelined
+// GETs, while their own misses evict what the others are reading from a
+// cache of a few samples. Every value must be the file's bytes.
+func TestSocketReadsUnderEviction(t *testing.T) {
+	dir, files := makeDataset(t, 160, 1000, 60000)
+	p := startPeer(t, Config{CacheSize: 512 << 10, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	ctx := context.Background()
+	err := testsupport.Parallel(4, func(r int) error {
+		c := p.client(t)
+		rng := rand.New(rand.NewPCG(uint64(r), 7))
+		for round := 0; round < 30; round++ {
+			ids := make([]int, 48)
+			for i := range ids {
+				ids[i] = rng.IntN(len(files))
+			}
+			keys := make([]string, len(ids))
+			for i, id := range ids {
+				keys[i] = "ds/" + strconv.Itoa(id)
+			}
+			vals, err := c.MGet(ctx, keys...).Result()
+			if err != nil {
+				return err
+			}
+			for i, v := range vals {
+				if s, ok := v.(string); !ok || s != string(files[ids[i]]) {
+					return fmt.Errorf("MGET %s: wrong bytes", keys[i])
+				}
+			}
+			pipe := c.Pipeline()
+			gets := make([]*redis.StringCmd, 16)
+			for i := range gets {
+				gets[i] = pipe.Get(ctx, keys[i])
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+			for i, g := range gets {
+				if g.Val() != string(files[ids[i]]) {
+					return fmt.Errorf("GET %s: wrong bytes", keys[i])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := p.node.Snapshot(); st.Datasets[0].Total.Evictions == 0 || st.Datasets[0].Total.Hits == 0 {
+		t.Errorf("the reads did not both hit and evict: %+v", st.Datasets[0].Total)
+	}
+}
