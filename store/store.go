@@ -371,14 +371,7 @@ func (s *Store) Append(dst, key []byte, head func(dst []byte, n int) []byte) (re
 		}
 	}
 	sh.mu.RUnlock()
-	if corrupt {
-		s.dropCorrupt(sh, h, off)
-	}
-	if found {
-		sh.hits.Add(1)
-	} else {
-		sh.misses.Add(1)
-	}
+	s.readDone(sh, h, off, found, corrupt)
 	return dst, found
 }
 
@@ -404,6 +397,13 @@ func (s *Store) read(key []byte, fn func(off uint64, value []byte, sum uint64)) 
 		fn(off, v, sum)
 	}
 	sh.mu.RUnlock()
+	s.readDone(sh, h, off, found, corrupt)
+	return found
+}
+
+// readDone ends a read after the shard's read lock is released: it drops
+// the entry at off if it failed its checksum and counts a hit or a miss.
+func (s *Store) readDone(sh *shard, h, off uint64, found, corrupt bool) {
 	if corrupt {
 		s.dropCorrupt(sh, h, off)
 	}
@@ -412,7 +412,6 @@ func (s *Store) read(key []byte, fn func(off uint64, value []byte, sum uint64)) 
 	} else {
 		sh.misses.Add(1)
 	}
-	return found
 }
 
 // Locate finds key as Get would (checksum verified unless SkipVerify) and
