@@ -155,6 +155,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(REPO / "test" / "results" / "training"))
     p.add_argument("--bin", default=str(REPO / "bin"))
     p.add_argument("--peer-flags", default="", help="extra shade-peer flags for every run")
+    p.add_argument("--merge", nargs="+", metavar="CSV",
+                   help="train nothing: summarize these results.csv files of earlier runs (a benchmark run "
+                        "in parts) together into --out")
     a = p.parse_args(argv)
     a.seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else [a.seed]
     a.fractions = [float(f) for f in a.fractions.split(",")]
@@ -281,6 +284,25 @@ def append_rows(run_csv, results_csv, fraction, seed, throttle):
             label = r.pop("label")
             w.writerow(dict(r, config=label, fraction=f"{fraction:g}", seed=seed, **{"pass": throttle or "plain"}))
     run_csv.unlink()
+
+
+def merge(paths, csv_path):
+    """Writes the rows of several results.csv files into csv_path; a run
+    (config, fraction, seed, pass) found in two files is an error."""
+    rows, seen, fields = [], {}, None
+    for path in paths:
+        with open(path) as f:
+            reader = csv.DictReader(f)
+            fields = fields or reader.fieldnames
+            for r in reader:
+                run = (r["config"], r["fraction"], r["seed"], r["pass"])
+                if seen.setdefault(run, path) != path:
+                    sys.exit(f"compare.py: run {run} is in both {seen[run]} and {path}")
+                rows.append(r)
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def load_rows(csv_path):
@@ -447,6 +469,10 @@ def main(argv=None):
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        merge(args.merge, out / "results.csv")
+        summarize(load_rows(out / "results.csv"), out, argv, args)
+        return
     if args.subset is not None and args.subset < 1:
         train_dir = subset_dir(args.data, args.subset) / "train"
     else:
