@@ -111,7 +111,7 @@ CONFIGS = {
 
 # Labels that name another configuration. "default" is whichever one the
 # peer runs with no flags.
-ALIASES = {"default": "pads+app"}
+ALIASES = {"default": "v2"}
 
 # Configurations the ratios and differences of results.md are taken against.
 HIT_BASE = "replacement+order"
