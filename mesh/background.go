@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -116,6 +117,8 @@ func (n *Node) runLoops(ctx context.Context) {
 	defer replicate.Stop()
 	reconcile := time.NewTicker(2 * time.Second)
 	defer reconcile.Stop()
+	resident := time.NewTicker(n.cfg.Cluster.ResidentEvery)
+	defer resident.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -128,6 +131,8 @@ func (n *Node) runLoops(ctx context.Context) {
 			n.replicateTables(ctx)
 		case <-reconcile.C:
 			n.reconcile(ctx)
+		case <-resident.C:
+			n.reportResident(ctx)
 		case <-n.kick:
 			n.reconcile(ctx)
 		}
@@ -216,6 +221,28 @@ func (n *Node) replicateTables(ctx context.Context) {
 		} else {
 			n.sendEach(standbys, wire.MethodReplicate, req)
 		}
+	}
+}
+
+// reportResident tells the leader, for each job with no rank on this
+// node, which of its samples this node caches, where draws are
+// cache-aware: nodes with ranks say so with their dones.
+func (n *Node) reportResident(ctx context.Context) {
+	if n.cfg.Boost <= 0 || n.lead.leading() || n.lead.leader() == "" {
+		return
+	}
+	for _, ds := range n.ordered {
+		p := ds.book.Newest()
+		if p == nil || p.Epoch < 0 || slices.Contains(p.Ranks, n.cfg.Name) {
+			continue
+		}
+		bits := n.residentBytes(ds)
+		if bits == nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+		_ = n.toLeader(cctx, wire.MethodResident, &wire.ResidentReq{Dataset: ds.name, Gen: p.Gen, Node: n.cfg.Name, Bits: bits})
+		cancel()
 	}
 }
 

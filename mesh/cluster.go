@@ -56,6 +56,10 @@ type ClusterConfig struct {
 	// ReplicateEvery is how often the leader replicates changed score
 	// tables to the standbys (the members that lead next); 0 means 500 ms.
 	ReplicateEvery time.Duration
+	// ResidentEvery is how often a node with no rank of a job tells the
+	// leader which samples it caches, where draws are cache-aware
+	// (Config.Boost); 0 means wire.ResidentEvery.
+	ResidentEvery time.Duration
 	// ReplicateBudget bounds, in bytes per second, the leader's sending of
 	// changed score tables to every other member (standbys aside); 0 means
 	// 64 MiB/s. A small mesh gets them every ReplicateEvery.
@@ -98,6 +102,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	}
 	if c.ReplicateEvery == 0 {
 		c.ReplicateEvery = wire.ReplicateEvery
+	}
+	if c.ResidentEvery == 0 {
+		c.ResidentEvery = wire.ResidentEvery
 	}
 	if c.ReplicateBudget == 0 {
 		c.ReplicateBudget = 64 << 20
@@ -399,6 +406,7 @@ func (n *Node) peerHandlers() map[peer.Method]peerHandler {
 		wire.MethodState:     serve(n.serveState),
 		wire.MethodGetTable:  serve(n.serveGetTable),
 		wire.MethodGetOrder:  serve(n.serveGetOrder),
+		wire.MethodResident:  noReply(n.leaderResident),
 	}
 }
 

@@ -531,3 +531,41 @@ func TestOrdersAheadCarryWeightsToEveryPeer(t *testing.T) {
 		t.Error("no order carried weights")
 	}
 }
+
+// TestNodeWithoutRanksReportsItsCache: where draws are cache-aware, a node
+// that caches samples for ranks elsewhere tells the leader what it holds
+// on a timer, so the draws count its cache too.
+func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
+	const world = 2
+	m := startMesh(t, 3, meshOpts{samples: 300, minSize: 20, maxSize: 100, replicas: 1, configure: func(i int, c *Config) {
+		c.Boost = 3
+		c.Cluster.ResidentEvery = 50 * time.Millisecond
+		c.Cluster.Prefetch = -1
+	}})
+	// Ranks train on the leader and on one other node; the third only
+	// serves what it owns.
+	var lead *testPeer
+	var others []*testPeer
+	for _, p := range m.peers {
+		if p.node.lead.leading() {
+			lead = p
+		} else {
+			others = append(others, p)
+		}
+	}
+	if lead == nil || len(others) != 2 {
+		t.Fatalf("no single leader: %d others", len(others))
+	}
+	onNodes := []*testPeer{lead, others[0]}
+	idle := others[1].node.Name()
+	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return onNodes[r].client(t) },
+		func(int64) float64 { return 1 })
+	ds := lead.node.ordered[0]
+	waitFor(t, 10*time.Second, "the leader to count "+idle+"'s cache", func() bool {
+		lj := ds.leaderJob()
+		return lj != nil && slices.Contains(lj.Status().Resident, idle)
+	})
+	if st := ds.leaderJob().Status(); slices.Contains(st.Resident, lead.node.Name()) {
+		t.Errorf("the leader counts its own cache as a peer's: %v", st.Resident)
+	}
+}

@@ -97,6 +97,15 @@ func (n *Node) leaderDone(req *wire.DoneReq) error {
 	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident))
 }
 
+// leaderResident records which samples a node without ranks caches.
+func (n *Node) leaderResident(req *wire.ResidentReq) error {
+	lj, err := n.jobToLead(req.Dataset)
+	if err != nil {
+		return err
+	}
+	return refused(lj.NoteResident(req.Gen, req.Node, req.Bits))
+}
+
 // leaderReset starts a new job generation for a dataset.
 func (n *Node) leaderReset(req *wire.ResetReq) error {
 	lj, err := n.jobToLead(req.Dataset)

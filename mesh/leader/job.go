@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -247,6 +248,22 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 	return nil
 }
 
+// NoteResident records that node caches the samples in bits (a bitmap,
+// bit i%8 of byte i/8) for generation gen of the job, for the draws that
+// follow. A note of another generation is ignored; a bitmap longer than
+// the dataset's is refused with ErrBadRequest.
+func (j *Job) NoteResident(gen uint64, node string, bits []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(bits) > (j.sampler.Len()+7)/8 {
+		return refuse(ErrBadRequest, "resident bitmap of %d bytes for %d samples", len(bits), j.sampler.Len())
+	}
+	if gen == j.gen && node != "" {
+		j.resident[node] = bits
+	}
+	return nil
+}
+
 // deadlinePassed publishes the next epoch without the ranks that have
 // not finished epoch, if epoch is still the one being trained.
 func (j *Job) deadlinePassed(epoch int) {
@@ -295,13 +312,21 @@ type Status struct {
 	// Pending lists the ranks that have not finished Training; Missing
 	// the ranks whose node is not known yet.
 	Pending, Missing []int
+	// Resident names the other nodes whose cached samples the next
+	// draw prefers, sorted.
+	Resident []string
 }
 
 // Status returns the job's progress now.
 func (j *Job) Status() Status {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return Status{World: j.world, Latest: j.latest, Training: j.training(), Pending: j.pendingLocked(), Missing: j.missingLocked()}
+	st := Status{World: j.world, Latest: j.latest, Training: j.training(), Pending: j.pendingLocked(), Missing: j.missingLocked()}
+	for node := range j.resident {
+		st.Resident = append(st.Resident, node)
+	}
+	slices.Sort(st.Resident)
+	return st
 }
 
 func (j *Job) pendingLocked() []int {

@@ -497,3 +497,33 @@ func TestRebuildAhead(t *testing.T) {
 		t.Fatalf("resume after epoch 0 alone: %v, published %v", err, h.epochs())
 	}
 }
+
+// TestNoteResident: a node without ranks says what it caches; the next
+// draw prefers it; a note of an older generation is ignored and an
+// oversize bitmap refused.
+func TestNoteResident(t *testing.T) {
+	h := &harness{}
+	table := &weighted{n: 80}
+	cfg := h.config()
+	cfg.Scores = table
+	cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(80, sampling.DefaultConfig()) }
+	h.job = New(cfg)
+	if err := h.job.NoteResident(0, "c", make([]byte, 11)); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("an oversize bitmap: %v", err)
+	}
+	if err := h.job.NoteResident(0, "c", []byte{1 << 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.job.NoteResident(7, "d", []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.job.Status().Resident; !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("resident nodes %v, want [c]", got)
+	}
+	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{1 << 2, 0}; !slices.Equal(table.resident, want) {
+		t.Errorf("epoch 0 preferred %x, want %x", table.resident, want)
+	}
+}
