@@ -41,8 +41,12 @@ func (ds *datasetState) Key(id uint32) string { return keyOfSample(ds, id) }
 func (ds *datasetState) Size(id uint32) int64 { return ds.manifest.Sizes[id] }
 
 // Head implements readahead.Dataset: the newest order's generation and
-// epoch (-1 for none).
+// the epoch being trained: the newest order's, or where orders run ahead
+// the one before it (-1 for none).
 func (ds *datasetState) Head() (gen uint64, epoch int) {
-	gen, epoch, _ = ds.book.Head()
-	return gen, epoch
+	p := ds.book.Newest()
+	if p == nil {
+		return 0, -1
+	}
+	return p.Gen, p.Epoch - p.Ahead
 }

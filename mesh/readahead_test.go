@@ -56,11 +56,18 @@ func aheadReady(n *Node, slice []int64, from, to int) bool {
 // minibatches and checks, after each, that the node has seen where the
 // rank is and holds the next window samples in memory, and that what the
 // rank has passed is let go.
-func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) {
+func TestReadAheadKeepsTheWindowAheadOfReads(t *testing.T) { keepsWindow(t, 0) }
+
+// TestReadAheadFollowsOrdersPublishedAhead: the same where orders run an
+// epoch ahead, so the newest order (epoch 1) is not the one being read.
+func TestReadAheadFollowsOrdersPublishedAhead(t *testing.T) { keepsWindow(t, 1) }
+
+func keepsWindow(t *testing.T, ahead int) {
 	const samples, window, batch = 1200, 96, 40
 	dir, files := makeDataset(t, samples, 100, 100)
 	p := startPeer(t, Config{
-		CacheSize: 32 << 10, Seed: 5, // a few percent of the data: nearly every read misses
+		OrderAhead: ahead,
+		CacheSize:  32 << 10, Seed: 5, // a few percent of the data: nearly every read misses
 		Datasets:       []DatasetConfig{{Name: "ds", Dir: dir}},
 		SourceThrottle: dataset.ThrottleConfig{Latency: time.Millisecond, Concurrency: 8},
 		Cluster:        ClusterConfig{Prefetch: window, JoinWait: 100 * time.Millisecond},

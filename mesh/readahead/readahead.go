@@ -48,7 +48,8 @@ type Dataset interface {
 	Key(id uint32) string
 	// Size is the size in bytes of sample id.
 	Size(id uint32) int64
-	// Head is the generation and epoch of the newest order the node holds.
+	// Head is the generation of the newest order the node holds and the
+	// epoch its ranks are training: a cursor on an older epoch is done.
 	// It may take the order book's lock (see the lock order on ReadAhead).
 	Head() (gen uint64, epoch int)
 }
