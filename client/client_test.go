@@ -211,10 +211,8 @@ func TestOrderReportDoneTwoRanksTwoEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := st.Datasets[0].Job
-	// Orders run an epoch ahead by default: epoch 3 is out once both ranks
-	// finished epoch 1.
-	if job.World != world || job.LatestEpoch != epochs+1 || job.Reports != world*epochs || job.ReportedIDs != int64(epochs*n) {
-		t.Errorf("job after 2 ranks x 2 epochs: %+v (want world 2, latest epoch 3, 4 reports of %d samples)",
+	if job.World != world || job.LatestEpoch != epochs || job.Reports != world*epochs || job.ReportedIDs != int64(epochs*n) {
+		t.Errorf("job after 2 ranks x 2 epochs: %+v (want world 2, latest epoch 2, 4 reports of %d samples)",
 			job, epochs*n)
 	}
 

@@ -181,7 +181,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		maxWeight   = fs.Float64("max-weight", 4, "cap on a drawn sample's importance weight 1/(N*p), at least 1 (0: no cap)")
 		boost       = fs.Float64("boost", 8, "cache-aware draws: samples cached in the mesh are 1+BOOST times as likely within their importance stratum (0: off)")
 		strata      = fs.Int("strata", sampling.DefaultStrata, "importance strata of --boost: each keeps its share of the draws")
-		orderAhead  = fs.Int("order-ahead", 1, "epochs by which orders are published ahead of training, 0 or 1: with 1, epoch e+2 is drawn when every rank finished e, so caches see the next epoch's reads while the current one runs")
+		orderAhead  = fs.Int("order-ahead", 0, "epochs by which orders are published ahead of training, 0 or 1: with 1, epoch e+2 is drawn when every rank finished e, so caches see the next epoch's reads while the current one runs")
 		gossipAddr  = fs.String("gossip-addr", "", "gossip (memberlist) bind address host:port; empty runs standalone unless --seeds is set (then :7946)")
 		seeds       = fs.StringSlice("seeds", nil, "gossip addresses of other peers, comma-separated (host:port)")
 		gossipKey   = fs.String("gossip-key", "", "base64 key (16, 24 or 32 bytes) that encrypts gossip; every peer needs the same")

@@ -85,7 +85,8 @@ class Config:
 
 UNIFORM = {"--pads": "off"}
 V2 = {"--pads": "on", "--score": "magnitude", "--lambda": "0", "--uniform-floor": "0.1",
-      "--max-weight": "4", "--boost": "8", "--order-ahead": "1"}
+      "--max-weight": "4", "--boost": "8", "--order-ahead": "0"}
+V2_AHEAD = dict(V2, **{"--order-ahead": "1"})
 
 CONFIGS = {
     "perm+minio": Config("uniform permutations + MinIO (fill once, never evict): CoorDL's baseline",
@@ -98,7 +99,8 @@ CONFIGS = {
                          "order", {"--pads": "on"}, weights="off"),
     "v2": Config("magnitude scores, capped weights, cache-aware draws, order-aware policy; "
                  "importance-weighted loss", "order", V2, weights="on"),
-    "v2-noweights": Config("v2's peers, unweighted loss", "order", V2, weights="off"),
+    "v2-ahead": Config("v2 with orders published an epoch ahead (--order-ahead 1)", "order", V2_AHEAD, weights="on"),
+    "v2-noweights": Config("v2-ahead's peers, unweighted loss", "order", V2_AHEAD, weights="off"),
     "nocache": Config("no cache: every read from the source; uniform permutations",
                       "none", UNIFORM, cache=False),
     "pads+lru": Config("SHADE's draws + LRU; unweighted loss", "lru", {"--pads": "on"}, weights="off"),
@@ -151,7 +153,7 @@ def parse_args(argv=None):
     p.add_argument("--target-accuracy", type=float, default=0.88,
                    help="test accuracy whose first epoch gives the time to accuracy")
     p.add_argument("--v2-flags", default="",
-                   help="shade-peer flags replacing v2's and v2-noweights' (e.g. '--boost 2 --max-weight 8')")
+                   help="shade-peer flags replacing v2's, v2-ahead's and v2-noweights' (e.g. '--boost 2 --max-weight 8')")
     p.add_argument("--out", default=str(REPO / "test" / "results" / "training"))
     p.add_argument("--bin", default=str(REPO / "bin"))
     p.add_argument("--peer-flags", default="", help="extra shade-peer flags for every run")
@@ -173,13 +175,13 @@ def parse_args(argv=None):
 
 
 def apply_v2_flags(parser, text):
-    """Replace v2's and v2-noweights' sampling flags with those in text."""
+    """Replace the sampling flags of v2, v2-ahead and v2-noweights with those in text."""
     words = shlex.split(text)
     if len(words) % 2 or not all(w.startswith("--") for w in words[::2]):
         parser.error(f"--v2-flags {text!r}: want pairs of '--flag value'")
     extra = dict(zip(words[::2], words[1::2]))
     policy = extra.pop("--policy", None)
-    for label in ("v2", "v2-noweights"):
+    for label in ("v2", "v2-ahead", "v2-noweights"):
         c = CONFIGS[label]
         CONFIGS[label] = Config(c.doc + f" ({text})", policy or c.policy, dict(c.sampling, **extra),
                                 c.weights, c.cache)
