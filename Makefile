@@ -49,16 +49,16 @@ demo: deps-demo build fmnist
 
 fmnist: $(FMNIST)/.shade-import.json
 
-# The slow benchmark behind test/results/pads-v2 (about 75 minutes on 2
-# cores): six sampling + cache configurations, 3 seeds, 10 epochs, caches
+# The slow benchmark behind test/results/pads-v2 (about 80 minutes on 2
+# cores): seven sampling + cache configurations, 3 seeds, 10 epochs, caches
 # of 10% and 20%, on a quarter of the training set; then the time to 86%
 # test accuracy over a source with 20 ms reads.
 bench-training: deps-demo build fmnist
 	$(PYTHON) test/train/compare.py --subset 0.25 --epochs 10 --seeds 0,1,2 --fractions 0.1,0.2 \
-		--configs perm+minio,replacement+order,pads+app,pads+order,v2,v2-noweights \
+		--configs perm+minio,replacement+order,pads+app,pads+order,v2,v2-ahead,v2-noweights \
 		--target-accuracy 0.86 --data $(FMNIST) --out test/results/pads-v2
 	$(PYTHON) test/train/compare.py --subset 0.25 --epochs 10 --seeds 0,1,2 --fractions 0.1 \
-		--configs v2,perm+minio,nocache --throttle latency=20ms --throttled-only --target-accuracy 0.86 \
+		--configs v2,v2-ahead,perm+minio,nocache --throttle latency=20ms --throttled-only --target-accuracy 0.86 \
 		--data $(FMNIST) --out test/results/pads-v2/throttled
 
 # Each fuzz target runs a fixed number of inputs (about 10 s each on a
