@@ -193,38 +193,40 @@ func (n *Node) Reset(name string) error {
 // reports whether the book holds epoch now.
 func (n *Node) fetchAhead(ds *datasetState, epoch int) bool {
 	newest := ds.book.Newest()
-	leader := n.lead.leader()
-	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead || n.cluster == nil || leader == "" || leader == n.cfg.Name {
+	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
-	defer cancel()
-	var p wire.PublishMsg
-	if err := n.cluster.callName(ctx, leader, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name, Exact: true, Epoch: epoch}, &p); err != nil {
+	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: ds.name, Exact: true, Epoch: epoch})
+	if p == nil || p.Epoch != epoch {
 		return false
 	}
-	if n.checkPublish(&p) != nil || p.Epoch != epoch {
-		return false
-	}
-	ds.book.Install(&p)
+	ds.book.Install(p)
 	return ds.book.Kept(epoch) != nil
 }
 
 // catchUp asks the leader for its newest order of a dataset and installs
 // it if it is newer than what this node holds (gen, have). Best effort.
 func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
+	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: ds.name})
+	if p != nil && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
+		n.lead.observe(p.Term)
+		ds.book.Install(p)
+	}
+}
+
+// orderFromLeader asks the leader, if it is another node, for the order
+// req names and returns it once checked; nil if there is none or it
+// fails the check.
+func (n *Node) orderFromLeader(req *wire.GetOrderReq) *wire.PublishMsg {
 	leader := n.lead.leader()
 	if n.cluster == nil || leader == "" || leader == n.cfg.Name {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
 	var p wire.PublishMsg
-	if err := n.cluster.callName(ctx, leader, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &p); err != nil {
-		return
+	if err := n.cluster.callName(ctx, leader, wire.MethodGetOrder, req, &p); err != nil || n.checkPublish(&p) != nil {
+		return nil
 	}
-	if n.checkPublish(&p) == nil && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
-		n.lead.observe(p.Term)
-		ds.book.Install(&p)
-	}
+	return &p
 }
