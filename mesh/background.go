@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -224,16 +223,17 @@ func (n *Node) replicateTables(ctx context.Context) {
 	}
 }
 
-// reportResident tells the leader, for each job with no rank on this
-// node, which of its samples this node caches, where draws are
-// cache-aware: nodes with ranks say so with their dones.
+// reportResident tells the leader, for each job, which of its samples
+// this node caches, where draws are cache-aware. A node with ranks says so
+// with their dones too, fresher at the epoch's end; this reaches a new
+// leader, and counts the caches of nodes without ranks.
 func (n *Node) reportResident(ctx context.Context) {
 	if n.cfg.Boost <= 0 || n.lead.leading() || n.lead.leader() == "" {
 		return
 	}
 	for _, ds := range n.ordered {
 		p := ds.book.Newest()
-		if p == nil || p.Epoch < 0 || slices.Contains(p.Ranks, n.cfg.Name) {
+		if p == nil || p.Epoch < 0 {
 			continue
 		}
 		bits := n.residentBytes(ds)
@@ -258,7 +258,8 @@ func (n *Node) reconcile(ctx context.Context) {
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, wire.MethodDone, n.doneReq(ds, p.Gen, epoch, r))
+			// Without the cache's bitmap: reportResident repeats that.
+			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: ds.name, Gen: p.Gen, Epoch: epoch, Rank: r, Node: n.cfg.Name})
 			cancel()
 		}
 	}

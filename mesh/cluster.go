@@ -56,8 +56,8 @@ type ClusterConfig struct {
 	// ReplicateEvery is how often the leader replicates changed score
 	// tables to the standbys (the members that lead next); 0 means 500 ms.
 	ReplicateEvery time.Duration
-	// ResidentEvery is how often a node with no rank of a job tells the
-	// leader which samples it caches, where draws are cache-aware
+	// ResidentEvery is how often a node tells the leader which samples
+	// it caches, where draws are cache-aware
 	// (Config.Boost); 0 means wire.ResidentEvery.
 	ResidentEvery time.Duration
 	// ReplicateBudget bounds, in bytes per second, the leader's sending of

@@ -32,7 +32,7 @@ const (
 	MethodGetOrder  peer.Method = 10 // a new leader fetches a newer order
 	MethodReset     peer.Method = 11 // a job starts over, to the leader
 	MethodGetTable  peer.Method = 12 // a new leader fetches a better score table
-	MethodResident  peer.Method = 13 // a node without ranks tells the leader what it caches
+	MethodResident  peer.Method = 13 // a node tells the leader what it caches
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the
@@ -41,8 +41,8 @@ const FrameHeader = peer.HeaderLen
 
 // Intervals of a node's background loops.
 const (
-	// ResidentEvery is how often a node with no rank of a job tells the
-	// leader which samples it caches (where draws are cache-aware).
+	// ResidentEvery is how often a node tells the leader which samples
+	// it caches (where draws are cache-aware).
 	ResidentEvery = 10 * time.Second
 	// FlushEvery is how often a node forwards its queued reports to the
 	// leader, sends queued scores to their owners and queued offers to
@@ -145,8 +145,8 @@ type DoneReq struct {
 
 // ResidentReq tells the leader which of a dataset's samples Node caches,
 // for the cache-aware draws of generation Gen of its job: a bitmap, bit
-// i%8 of byte i/8. Nodes whose ranks finish epochs send the same with
-// their dones; a node without ranks sends it every ResidentEvery.
+// i%8 of byte i/8, sent every ResidentEvery (and, by nodes whose ranks
+// finish epochs, with their dones).
 type ResidentReq struct {
 	Dataset string `msgpack:"d"`
 	Gen     uint64 `msgpack:"g"`
