@@ -168,3 +168,46 @@ func (c Config) withDefaults() (Config, error) {
 
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("mesh: invalid config")
+
+// samplingConfig translates the node's Config, where zero means default,
+// into sampling's, where a negative value does.
+func (cfg Config) samplingConfig() sampling.Config {
+	c := sampling.Config{Seed: cfg.Seed, Lambda: cfg.Lambda, PADS: !cfg.Uniform,
+		Score: cfg.Score, MaxWeight: cfg.MaxWeight, Boost: cfg.Boost, Strata: cfg.Strata}
+	switch {
+	case cfg.UniformFloor == 0:
+		c.UniformFloor = -1
+	case cfg.UniformFloor > 0:
+		c.UniformFloor = cfg.UniformFloor
+	}
+	switch {
+	case cfg.CoverageEpochs == 0:
+		c.CoverageEpochs = -1
+	case cfg.CoverageEpochs > 0:
+		c.CoverageEpochs = cfg.CoverageEpochs
+	}
+	return c
+}
+
+// samplerName names the sampler of cfg and the settings that differ from
+// plain PADS, as SHADE.STATS reports it.
+func (cfg Config) samplerName() string {
+	c := cfg.samplingConfig()
+	if !c.PADS {
+		return "uniform permutation"
+	}
+	name := "pads " + c.Score.String()
+	if c.Lambda != 0 {
+		name += fmt.Sprintf(" lambda=%g", c.Lambda)
+	}
+	if c.UniformFloor >= 0 && c.UniformFloor != sampling.DefaultUniformFloor {
+		name += fmt.Sprintf(" uniform-floor=%g", c.UniformFloor)
+	}
+	if c.MaxWeight > 0 {
+		name += fmt.Sprintf(" max-weight=%g", c.MaxWeight)
+	}
+	if c.Boost > 0 {
+		name += fmt.Sprintf(" boost=%g", c.Boost)
+	}
+	return name
+}
