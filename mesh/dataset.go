@@ -91,7 +91,6 @@ func (ds *datasetState) headTerm() uint64 {
 	return t
 }
 
-
 // stats returns the dataset's counters as SHADE.STATS serves them.
 func (ds *datasetState) stats() stats.DatasetCounters {
 	out := ds.counters.Snapshot()
