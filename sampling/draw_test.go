@@ -161,13 +161,7 @@ func TestDrawWeightsMatchReference(t *testing.T) {
 			s := NewSampler(n, c.cfg)
 			for e := range 4 { // epoch 3 forces what epoch 2 missed
 				forced, d := forcedNow(s)
-				got, err := s.Draw(e, tb, bitmap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got.Order) != n || len(got.Weight) != n {
-					t.Fatalf("epoch %d: %d ids, %d weights", e, len(got.Order), len(got.Weight))
-				}
+				got := mustDraw(t, s, e, tb, bitmap)
 				if e == 0 {
 					continue
 				}
@@ -683,13 +677,7 @@ func FuzzDraw(f *testing.F) {
 		s := NewSampler(n, cfg)
 		for e := range 4 {
 			forced, d := forcedNow(s)
-			got, err := s.Draw(e, tb, bitmap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got.Order) != n || len(got.Weight) != n {
-				t.Fatalf("epoch %d: %d ids, %d weights", e, len(got.Order), len(got.Weight))
-			}
+			got := mustDraw(t, s, e, tb, bitmap)
 			for _, id := range got.Order {
 				if int(id) >= n {
 					t.Fatalf("id %d", id)
@@ -723,4 +711,18 @@ func FuzzDraw(f *testing.F) {
 			}
 		}
 	})
+}
+
+// mustDraw draws epoch e with s and fails the test on an error or on an
+// order or weights not of the sampler's length.
+func mustDraw(t testing.TB, s *Sampler, e int, tb *Table, resident []uint64) Drawn {
+	t.Helper()
+	got, err := s.Draw(e, tb, resident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Order) != s.Len() || len(got.Weight) != s.Len() {
+		t.Fatalf("epoch %d: %d ids, %d weights for %d samples", e, len(got.Order), len(got.Weight), s.Len())
+	}
+	return got
 }
