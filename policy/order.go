@@ -121,6 +121,13 @@ func (o *OrderAware) BeginEpoch(epoch int, reads []ID) {
 // consumed, in their order, then reads; every resident is re-keyed by its
 // first place in that.
 func (o *OrderAware) AppendEpoch(epoch int, reads []ID) {
+	o.epoch = epoch
+	o.install(append(o.unconsumed(len(reads)), reads...))
+}
+
+// unconsumed returns the ids of the current order's places not yet
+// consumed, in their order, with room for extra more.
+func (o *OrderAware) unconsumed(extra int) []ID {
 	type place struct {
 		at int32
 		id ID
@@ -132,12 +139,11 @@ func (o *OrderAware) AppendEpoch(epoch int, reads []ID) {
 		}
 	}
 	slices.SortFunc(left, func(a, b place) int { return cmp.Compare(a.at, b.at) })
-	all := make([]ID, 0, len(left)+len(reads))
+	ids := make([]ID, 0, len(left)+extra)
 	for _, p := range left {
-		all = append(all, p.id)
+		ids = append(ids, p.id)
 	}
-	o.epoch = epoch
-	o.install(append(all, reads...))
+	return ids
 }
 
 // install makes reads the order and re-keys every resident by its first
