@@ -53,7 +53,8 @@ import (
 // Time and space: Hit, Miss, SetScore and Remove take O(log n) for n
 // residents (one heap re-key or pop per eviction); BeginEpoch takes O(L+n)
 // for an order of L reads and keeps 4 bytes a read plus a map entry an
-// id. An order longer than 2^31-1 reads is cut there; reads past the cut
+// id; AppendEpoch and MergeEpoch add a sort of the current order's U
+// unconsumed places, O(U log U). An order longer than 2^31-1 reads is cut there; reads past the cut
 // count as never read again.
 type OrderAware struct {
 	ghosts ghostTable
@@ -123,6 +124,48 @@ func (o *OrderAware) BeginEpoch(epoch int, reads []ID) {
 func (o *OrderAware) AppendEpoch(epoch int, reads []ID) {
 	o.epoch = epoch
 	o.install(append(o.unconsumed(len(reads)), reads...))
+}
+
+// MergeEpoch implements Lookahead: the reads of the current order not yet
+// consumed and reads, interleaved by their steps as Lookahead.MergeEpoch
+// says; every resident is re-keyed by its first place in that.
+func (o *OrderAware) MergeEpoch(epoch int, reads []ID, start, others int) {
+	start, others = max(start, 0), max(others, 0)
+	if others == 0 {
+		if start > 0 {
+			o.AppendEpoch(epoch, reads)
+		} else {
+			o.BeginEpoch(epoch, reads)
+		}
+		return
+	}
+	o.epoch = epoch
+	o.install(interleave(o.unconsumed(0), reads, start, others))
+}
+
+// interleave returns left and reads merged by step: left[k] at step
+// k/others, reads[i] at step start+i, left first on equal steps. It wants
+// others >= 1 and start >= 0.
+func interleave(left, reads []ID, start, others int) []ID {
+	// The clamps keep others*step below 2^62 and change no step's rank:
+	// every place comes before a read at step len(left) or later, and with
+	// others >= len(left) every place but the first comes in (0, 1).
+	start, others = min(start, len(left)), min(others, max(len(left), 1))
+	out := make([]ID, 0, len(left)+len(reads))
+	j := 0
+	for i, id := range reads {
+		if j < len(left) {
+			lim := len(left)
+			if s := start + i; s < len(left) {
+				// Places k <= others*s come at step s or before.
+				lim = min(lim, int(int64(others)*int64(s)+1))
+			}
+			out = append(out, left[j:lim]...)
+			j = lim
+		}
+		out = append(out, id)
+	}
+	return append(out, left[j:]...)
 }
 
 // unconsumed returns the ids of the current order's places not yet

@@ -335,3 +335,7 @@ func (r *orderRecorder) BeginEpoch(epoch int, reads []ID) {
 func (r *orderRecorder) AppendEpoch(epoch int, reads []ID) {
 	r.got = append(r.got, fmt.Sprintf("+%d:%v", epoch, reads))
 }
+
+func (r *orderRecorder) MergeEpoch(epoch int, reads []ID, start, others int) {
+	r.got = append(r.got, fmt.Sprintf("~%d:%v start %d others %d", epoch, reads, start, others))
+}

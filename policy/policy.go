@@ -106,6 +106,19 @@ type Lookahead interface {
 	// taken by a Hit or Miss stay first, in their order, and reads follow
 	// them. reads belongs to the caller.
 	AppendEpoch(epoch int, reads []ID)
+	// MergeEpoch installs the order of epoch of one job among several that
+	// read the cache side by side. The current order's reads not yet taken
+	// (those of the other jobs, and any this job left) are read by others
+	// jobs at one read per job per step; reads are this job's, at one read
+	// per step, beginning after start steps (the job's reads of an order
+	// installed before and still to come: 0 when reads is the job's next
+	// order to read). The two are interleaved by their steps: an
+	// unconsumed place k (0-based in the current order's order) comes at
+	// step k/others, read i at step start+i; on equal steps the current
+	// order's places come first. With others == 0, MergeEpoch is
+	// AppendEpoch when start > 0 and BeginEpoch otherwise. A negative start
+	// or others counts as 0. reads belongs to the caller.
+	MergeEpoch(epoch int, reads []ID, start, others int)
 }
 
 // Options tunes New. The zero value is the default.
