@@ -103,6 +103,23 @@ func (v *variant) init() {
 func (v *variant) BeginEpoch(epoch int, reads []ID) {
 	v.init()
 	v.OrderAware.BeginEpoch(epoch, reads)
+	v.rekey()
+}
+
+func (v *variant) AppendEpoch(epoch int, reads []ID) {
+	v.init()
+	v.OrderAware.AppendEpoch(epoch, reads)
+	v.rekey()
+}
+
+func (v *variant) MergeEpoch(epoch int, reads []ID, start, others int) {
+	v.init()
+	v.OrderAware.MergeEpoch(epoch, reads, start, others)
+	v.rekey()
+}
+
+// rekey gives every resident its first place in the order just installed.
+func (v *variant) rekey() {
 	for id, k := range v.res {
 		k.next = never
 		if p, ok := v.cursor[id]; ok {
