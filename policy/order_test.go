@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -338,4 +339,227 @@ func (r *orderRecorder) AppendEpoch(epoch int, reads []ID) {
 
 func (r *orderRecorder) MergeEpoch(epoch int, reads []ID, start, others int) {
 	r.got = append(r.got, fmt.Sprintf("~%d:%v start %d others %d", epoch, reads, start, others))
+}
+
+// Hand-checked merges: current is installed by BeginEpoch, taken is read,
+// then reads are merged with start and others; want is the order the
+// policy then holds (its unconsumed places). Steps are written id@step.
+var mergeCases = []struct {
+	name          string
+	current       []ID
+	taken         []ID
+	reads         []ID
+	start, others int
+	want          []ID
+}{
+	{
+		// a@0 b@.5 c@1 d@1.5, x@0 y@1; a before x, c before y.
+		name: "two others", current: ids("abcd"), reads: ids("xy"), others: 2,
+		want: ids("axbcyd"),
+	},
+	{
+		// a@0 b@.5 c@1 d@1.5, x@1 y@2.
+		name: "two others, start 1", current: ids("abcd"), reads: ids("xy"), start: 1, others: 2,
+		want: ids("abcxdy"),
+	},
+	{
+		// a@0 b@1 c@2 d@3, x@0 y@1.
+		name: "one other", current: ids("abcd"), reads: ids("xy"), others: 1,
+		want: ids("axbycd"),
+	},
+	{
+		// k counts the unconsumed places only: as "two others".
+		name: "taken places do not count", current: ids("zazbcd"), taken: ids("zz"), reads: ids("xy"), others: 2,
+		want: ids("axbcyd"),
+	},
+	{
+		// The same id in both: a@0 b@1 a@2, a@0 x@1.
+		name: "an id in both", current: ids("aba"), reads: ids("ax"), others: 1,
+		want: ids("aabxa"),
+	},
+	{
+		// x@5 comes after every place.
+		name: "start past the current order", current: ids("abcd"), reads: ids("xy"), start: 5, others: 1,
+		want: ids("abcdxy"),
+	},
+	{
+		// a@0 b@.1 c@.2 d@.3, x@0 y@1.
+		name: "more others than places", current: ids("abcd"), reads: ids("xy"), others: 10,
+		want: ids("axbcdy"),
+	},
+	{
+		name: "huge others", current: ids("abcd"), reads: ids("xy"), others: math.MaxInt,
+		want: ids("axbcdy"),
+	},
+	{
+		name: "huge start and others", current: ids("abcd"), reads: ids("xy"), start: math.MaxInt, others: math.MaxInt,
+		want: ids("abcdxy"),
+	},
+	{
+		name: "nothing left", current: ids("ab"), taken: ids("ba"), reads: ids("xy"), others: 2,
+		want: ids("xy"),
+	},
+	{
+		name: "no reads", current: ids("abcd"), start: 3, others: 2,
+		want: ids("abcd"),
+	},
+	{
+		name: "no others, start 0: BeginEpoch", current: ids("abcd"), reads: ids("xy"),
+		want: ids("xy"),
+	},
+	{
+		name: "no others, start 2: AppendEpoch", current: ids("abcd"), reads: ids("xy"), start: 2,
+		want: ids("abcdxy"),
+	},
+	{
+		name: "negative start and others: BeginEpoch", current: ids("abcd"), reads: ids("xy"), start: -3, others: -1,
+		want: ids("xy"),
+	},
+	{
+		name: "negative others: AppendEpoch", current: ids("abcd"), reads: ids("xy"), start: 2, others: -1,
+		want: ids("abcdxy"),
+	},
+	{
+		name: "negative start: start 0", current: ids("abcd"), reads: ids("xy"), start: -1, others: 2,
+		want: ids("axbcyd"),
+	},
+}
+
+// ids returns one id per letter of s: the letter's code.
+func ids(s string) []ID {
+	out := make([]ID, len(s))
+	for i := range len(s) {
+		out[i] = ID(s[i])
+	}
+	return out
+}
+
+// letters is the inverse of ids.
+func letters(ids []ID) string {
+	b := make([]byte, len(ids))
+	for i, id := range ids {
+		b[i] = byte(id)
+	}
+	return string(b)
+}
+
+func TestOrderAwareMergeEpoch(t *testing.T) {
+	for _, c := range mergeCases {
+		t.Run(c.name, func(t *testing.T) {
+			o := NewOrderAware(Options{})
+			o.BeginEpoch(0, c.current)
+			for _, id := range c.taken {
+				o.Hit(id)
+			}
+			reads := slices.Clone(c.reads)
+			o.MergeEpoch(1, reads, c.start, c.others)
+			clear(reads) // the caller's slice is its own again
+			if got := o.unconsumed(0); !slices.Equal(got, c.want) {
+				t.Errorf("order %s, want %s", letters(got), letters(c.want))
+			}
+			if o.Epoch() != 1 {
+				t.Errorf("epoch %d", o.Epoch())
+			}
+		})
+	}
+}
+
+// TestOrderAwareMergeEvicts: after a merge a newcomer is weighed against
+// the residents by their places in the merged order, as Belady's MIN with
+// bypass would on it. Capacity 2, unit sizes, no scores. Order y a n a n d:
+// y and a are read and admitted, leaving n a n d (n@0 a@.5 n@1 d@1.5 for
+// two others), then this job's order [y] is installed and n is read.
+func TestOrderAwareMergeEvicts(t *testing.T) {
+	y, a, n, d := ID('y'), ID('a'), ID('n'), ID('d')
+	cases := []struct {
+		name          string
+		start, others int
+		order         []ID // the order installed, by hand
+		admitted      bool
+		evicted       []ID
+		belady        bool // order begins with the read of n: MIN decides the same
+	}{
+		// n next 3, y 1, a 2: both are read before n is again: bypass.
+		{"two others", 0, 2, []ID{n, y, a, n, d}, false, nil, true},
+		// n next 2, a 1, y 4: y goes.
+		{"appended", 1, 0, []ID{n, a, n, d, y}, true, []ID{y}, true},
+		// n and a never read again, y at 0: a, older than n, goes.
+		{"replaced", 0, 0, []ID{y}, true, []ID{a}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := NewOrderAware(Options{})
+			room := &recRoom{Budget: NewBudget(2)}
+			o.BeginEpoch(0, []ID{y, a, n, a, n, d})
+			miss(o, y, 1, room)
+			miss(o, a, 1, room)
+			o.MergeEpoch(1, []ID{y}, c.start, c.others)
+			if got := o.unconsumed(0); !slices.Equal(got, c.order) {
+				t.Fatalf("order %s, want %s", letters(got), letters(c.order))
+			}
+			if ok := miss(o, n, 1, room); ok != c.admitted || !slices.Equal(room.evicted, c.evicted) {
+				t.Errorf("n admitted %v, evicted %s; want %v, %s", ok, letters(room.evicted), c.admitted, letters(c.evicted))
+			}
+			if !c.belady {
+				return
+			}
+			m := NewMIN(append([]ID{y, a}, c.order...))
+			mroom := &recRoom{Budget: NewBudget(2)}
+			miss(m, y, 1, mroom)
+			miss(m, a, 1, mroom)
+			if ok := miss(m, n, 1, mroom); ok != c.admitted || !slices.Equal(mroom.evicted, c.evicted) {
+				t.Errorf("MIN: n admitted %v, evicted %s; want %v, %s", ok, letters(mroom.evicted), c.admitted, letters(c.evicted))
+			}
+		})
+	}
+}
+
+// TestOrderAwareMergeWithoutOthers: with others <= 0, MergeEpoch is
+// AppendEpoch for start > 0 and BeginEpoch otherwise, down to the order
+// held and every later decision.
+func TestOrderAwareMergeWithoutOthers(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		for _, others := range []int{0, -1} {
+			for _, start := range []int{-2, 0, 1, 7} {
+				t.Run(fmt.Sprintf("seed%d/others%d/start%d", seed, others, start), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(seed, 2))
+					read := func() []ID {
+						s := make([]ID, rng.IntN(300))
+						for i := range s {
+							s[i] = ID(rng.IntN(40))
+						}
+						return s
+					}
+					before, next, after := read(), read(), read()
+					var logs [2][]string
+					for k, merge := range []bool{true, false} {
+						o := NewOrderAware(Options{})
+						room := &recRoom{Budget: NewBudget(12)}
+						o.BeginEpoch(0, before)
+						for _, id := range before[:len(before)/2] {
+							o.SetScore(id, float64(id%7))
+							miss(o, id, 1, room)
+						}
+						switch {
+						case merge:
+							o.MergeEpoch(1, next, start, others)
+						case start > 0:
+							o.AppendEpoch(1, next)
+						default:
+							o.BeginEpoch(1, next)
+						}
+						logs[k] = append(logs[k], fmt.Sprint(o.Epoch(), o.unconsumed(0)))
+						for _, id := range after {
+							room.evicted = room.evicted[:0]
+							ok := miss(o, id, 1, room)
+							logs[k] = append(logs[k], fmt.Sprint(id, ok, room.evicted))
+						}
+					}
+					if !slices.Equal(logs[0], logs[1]) {
+						t.Errorf("MergeEpoch %q\nother     %q", logs[0], logs[1])
+					}
+				})
+			}
+		}
+	}
 }
