@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -557,6 +558,124 @@ func TestOrderAwareMergeWithoutOthers(t *testing.T) {
 					}
 					if !slices.Equal(logs[0], logs[1]) {
 						t.Errorf("MergeEpoch %q\nother     %q", logs[0], logs[1])
+					}
+				})
+			}
+		}
+	}
+}
+
+// merging is an OrderAware whose every order, with a quarter more reads of
+// random ids 0..299 that the trace may not make, is merged, with start and
+// others drawn at random, -1 to 3, into what is left of the one before. It
+// keeps that order the slow way (model) and checks the policy's against it
+// before and after each merge, and every resident's key after.
+type merging struct {
+	*OrderAware
+	t     *testing.T
+	rng   *rand.Rand
+	model []ID
+}
+
+func (m *merging) BeginEpoch(epoch int, reads []ID) {
+	m.t.Helper()
+	if got := m.unconsumed(0); !slices.Equal(got, m.model) {
+		m.t.Fatalf("epoch %d: order %v, model %v", epoch, got, m.model)
+	}
+	reads = slices.Clone(reads)
+	for range len(reads) / 4 {
+		reads = append(reads, ID(m.rng.IntN(300)))
+	}
+	start, others := m.rng.IntN(5)-1, m.rng.IntN(5)-1
+	m.MergeEpoch(epoch, reads, start, others)
+	m.model = mergeBySort(m.model, reads, start, others)
+	if got := m.unconsumed(0); !slices.Equal(got, m.model) {
+		m.t.Fatalf("epoch %d, start %d, others %d: order %v, model %v", epoch, start, others, got, m.model)
+	}
+	for id := range m.heap.at {
+		k, _ := m.heap.key(id)
+		want := int64(slices.Index(m.model, id))
+		if want < 0 {
+			want = never
+		}
+		if k.next != want {
+			m.t.Fatalf("epoch %d: %d next %d, want %d", epoch, id, k.next, want)
+		}
+	}
+}
+
+func (m *merging) consume(id ID) {
+	if i := slices.Index(m.model, id); i >= 0 {
+		m.model = slices.Delete(m.model, i, i+1)
+	}
+}
+
+func (m *merging) Hit(id ID) {
+	m.consume(id)
+	m.OrderAware.Hit(id)
+}
+
+func (m *merging) Miss(id ID, size int64, room Room) bool {
+	m.consume(id)
+	return m.OrderAware.Miss(id, size, room)
+}
+
+// mergeBySort is MergeEpoch's order by its definition: left's places and
+// reads sorted by step, stably, left first on equal steps.
+func mergeBySort(left, reads []ID, start, others int) []ID {
+	start, others = max(start, 0), max(others, 0)
+	if others == 0 {
+		if start == 0 {
+			left = nil
+		}
+		return append(slices.Clone(left), reads...)
+	}
+	type stepped struct {
+		at   int // step times others
+		read bool
+		id   ID
+	}
+	all := make([]stepped, 0, len(left)+len(reads))
+	for k, id := range left {
+		all = append(all, stepped{k, false, id})
+	}
+	for i, id := range reads {
+		all = append(all, stepped{others * (start + i), true, id})
+	}
+	slices.SortStableFunc(all, func(a, b stepped) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		switch {
+		case a.read == b.read:
+			return 0
+		case a.read:
+			return 1
+		}
+		return -1
+	})
+	out := make([]ID, len(all))
+	for i, s := range all {
+		out[i] = s.id
+	}
+	return out
+}
+
+// TestOrderAwareMergeInvariants replays random traces whose every order
+// is merged (see merging): the room's accounting holds, the order and
+// keys follow the model, and with unit sizes MIN is not beaten.
+func TestOrderAwareMergeInvariants(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		for _, varSizes := range []bool{false, true} {
+			tr := withEpochs(randomTrace(seed, 5000, 300, varSizes, true), 150+int(seed)*150)
+			_, ws := WorkingSet(tr)
+			for _, frac := range []float64{0.02, 0.1, 0.3} {
+				t.Run(fmt.Sprintf("seed%d/var%v/%v", seed, varSizes, frac), func(t *testing.T) {
+					capacity := int64(frac * float64(ws))
+					p := &merging{OrderAware: NewOrderAware(Options{}), t: t, rng: rand.New(rand.NewPCG(seed, 3))}
+					hits := checkedReplay(t, p, tr, capacity)
+					if best := Replay(NewMIN(Reads(tr)), tr, capacity).Hits; !varSizes && hits > best {
+						t.Errorf("%d hits > MIN %d", hits, best)
 					}
 				})
 			}
