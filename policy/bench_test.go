@@ -125,6 +125,37 @@ func BenchmarkOrderAwareRead(b *testing.B) {
 	}
 }
 
+// BenchmarkOrderAwareMergeEpoch: one job's order of 60,000 random ids
+// merged, as one of 3 jobs, into an order holding the other 2 jobs'
+// 120,000 unconsumed reads, over a full cache of 10,000 residents. The
+// BeginEpoch that restores the order before each merge is not timed.
+func BenchmarkOrderAwareMergeEpoch(b *testing.B) {
+	const reads, jobs, residents = 60_000, 3, 10_000
+	rng := rand.New(rand.NewPCG(9, 9))
+	o := NewOrderAware(Options{})
+	room := NewBudget(residents)
+	for id := range ID(residents) {
+		o.SetScore(id, math.Log(10+63*rng.Float64()))
+		o.Miss(id, 1, room)
+		room.Admit(id, 1)
+	}
+	others := make([]ID, (jobs-1)*reads)
+	for i := range others {
+		others[i] = ID(rng.IntN(10 * residents))
+	}
+	mine := make([]ID, reads)
+	for i := range mine {
+		mine[i] = ID(rng.IntN(10 * residents))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		o.BeginEpoch(0, others)
+		b.StartTimer()
+		o.MergeEpoch(1, mine, 0, jobs-1)
+	}
+}
+
 // BenchmarkReplay measures a whole replay per policy, with an order
 // published every 20,000 reads.
 func BenchmarkReplay(b *testing.B) {
