@@ -74,6 +74,12 @@ type Options struct {
 	// (ordinary commands; blocking SHADE.ORDER); 0 means go-redis's default,
 	// 10 per GOMAXPROCS.
 	PoolSize int
+	// Job names the training job the client's orders, reports and dones
+	// belong to (JOB <name> on SHADE.ORDER, REPORT, DONE and RESET), and
+	// its reads too (SHADE.JOB on every connection), so that several jobs
+	// share one dataset and the peer counts each one's hits apart. "" is
+	// the dataset's default job, which clients that name none share.
+	Job string
 }
 
 func (o Options) withDefaults() Options {
@@ -99,6 +105,11 @@ func (o Options) validate() error {
 	case o.PoolSize < 0:
 		return fmt.Errorf("client: negative Options.PoolSize %d", o.PoolSize)
 	}
+	if o.Job != "" {
+		if err := samplekey.ValidName(o.Job); err != nil {
+			return fmt.Errorf("client: Options.Job: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -122,6 +133,7 @@ func (o Options) validate() error {
 // never retried. A restarted peer has lost the job (epochs, world, scores).
 type Client struct {
 	socket   string
+	job      []any // JOB <name>, appended to the job's commands; nil for the default job
 	retryFor time.Duration
 	readWait time.Duration
 	rdb      *redis.Client // ordinary commands, read timeout ReadTimeout
@@ -150,11 +162,20 @@ func New(o Options) (*Client, error) {
 		// A ctx deadline shortens reads, so SHADE.ORDER can bound each wait.
 		ContextTimeoutEnabled: true,
 	}
+	var job []any
+	if o.Job != "" {
+		job = []any{"JOB", o.Job}
+		// Every connection names the job, so the peer counts its reads.
+		base.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+			return cn.Do(ctx, "SHADE.JOB", o.Job).Err()
+		}
+	}
 	ordinary := base
 	ordinary.ReadTimeout = o.ReadTimeout
 	blocking := base
 	blocking.ReadTimeout = -1 // no timeout of its own: Order sets a deadline per call
 	return &Client{
+		job:      job,
 		socket:   o.Socket,
 		retryFor: o.RetryFor,
 		readWait: o.ReadTimeout,
@@ -392,6 +413,7 @@ func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world i
 	if withWeights {
 		args = append(args, "WITHWEIGHTS")
 	}
+	args = append(args, c.job...)
 	return c.do(ctx, c.blocking, serverWait+c.readWait, args...)
 }
 
@@ -423,11 +445,12 @@ func (c *Client) Report(ctx context.Context, dataset string, epoch int, ids []in
 	}
 	for start := 0; start < len(ids); start += ReportChunk {
 		end := min(start+ReportChunk, len(ids))
-		args := make([]any, 0, 3+2*(end-start))
+		args := make([]any, 0, 5+2*(end-start))
 		args = append(args, "SHADE.REPORT", dataset, epoch)
 		for i := start; i < end; i++ {
 			args = append(args, ids[i], formatLoss(losses[i]))
 		}
+		args = append(args, c.job...)
 		if _, err := c.do(ctx, c.rdb, 0, args...); err != nil {
 			return err
 		}
@@ -442,14 +465,14 @@ func formatLoss(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 // Done tells the peer that rank finished epoch of dataset. It is
 // idempotent.
 func (c *Client) Done(ctx context.Context, dataset string, epoch, rank int) error {
-	_, err := c.do(ctx, c.rdb, 0, "SHADE.DONE", dataset, epoch, rank)
+	_, err := c.do(ctx, c.rdb, 0, append([]any{"SHADE.DONE", dataset, epoch, rank}, c.job...)...)
 	return err
 }
 
-// Reset starts a new job on dataset: epoch 0 again, any world size. The
-// importance scores are kept.
+// Reset starts the client's job on dataset over: epoch 0 again, any world
+// size. The importance scores are kept.
 func (c *Client) Reset(ctx context.Context, dataset string) error {
-	_, err := c.do(ctx, c.rdb, 0, "SHADE.RESET", dataset)
+	_, err := c.do(ctx, c.rdb, 0, append([]any{"SHADE.RESET", dataset}, c.job...)...)
 	return err
 }
 

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -39,42 +40,123 @@ func (n *Node) kickReconcile() {
 	}
 }
 
-// queueScores marks samples whose merged scores their owners need.
-func (n *Node) queueScores(ds *datasetState, ids []uint32) {
-	r := ds.ring.Load()
+// queueScores marks samples whose merged scores of a job their owners
+// need.
+func (n *Node) queueScores(js *jobState, ids []uint32) {
+	r := js.ds.ring.Load()
 	if n.cluster == nil || r == nil {
-		n.applyLocalScores(ds, ids) // every sample is this node's
+		n.applyLocalScores(js, ids) // every sample is this node's
 		return
 	}
-	local := n.out.QueueScores(r, n.cfg.Name, ds.name, ids)
-	n.applyLocalScores(ds, local)
+	local := n.out.QueueScores(r, n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids)
+	n.applyLocalScores(js, local)
 }
 
-// applyLocalScores re-keys this node's policy with the table's scores.
-func (n *Node) applyLocalScores(ds *datasetState, ids []uint32) {
+// applyLocalScores re-keys this node's policy with the job's table's
+// scores.
+func (n *Node) applyLocalScores(js *jobState, ids []uint32) {
 	if n.scorer == nil || len(ids) == 0 {
 		return
 	}
-	scores, mean := ds.scores.ScoresOf(ids)
-	n.setScores(ds, ids, scores, mean)
+	scores, mean := js.scores.ScoresOf(ids)
+	n.setScores(js, ids, scores, mean)
 }
 
-func (n *Node) setScores(ds *datasetState, ids []uint32, scores []float64, mean float64) {
+// setScores takes a job's new scores of samples this node owns and its
+// running mean. The policy weighs each sample by the sum of its scores
+// over the dataset's jobs (a job without a score of it counts its mean):
+// the number of reads a sample can expect adds up over the jobs that
+// draw it, so a sample that several jobs need is kept over one that
+// only one does.
+func (n *Node) setScores(js *jobState, ids []uint32, scores []float64, mean float64) {
 	if n.scorer == nil {
 		return
 	}
+	ds := js.ds
+	jobs := ds.jobList()
 	n.polMu.Lock()
-	for i, id := range ids {
-		n.scorer.SetScore(sampleID(ds, int(id)), scores[i])
-		n.trace.Score(sampleID(ds, int(id)), scores[i])
+	defer n.polMu.Unlock()
+	if js.owned == nil {
+		js.owned = make([]float32, ds.len)
+		for i := range js.owned {
+			js.owned[i] = float32(math.NaN())
+		}
 	}
-	n.scorer.SetDefaultScore(mean)
+	js.mean = mean
+	for i, id := range ids {
+		js.owned[id] = float32(scores[i])
+	}
+	for _, id := range ids {
+		s := unionScore(jobs, id)
+		n.scorer.SetScore(sampleID(ds, int(id)), s)
+		n.trace.Score(sampleID(ds, int(id)), s)
+	}
+	n.scorer.SetDefaultScore(unionMean(jobs))
+}
+
+// unionScore is the policy's score of sample id: the sum over jobs of
+// each job's score of it, or its mean where it has none. Called with
+// Node.polMu held.
+func unionScore(jobs []*jobState, id uint32) float64 {
+	var sum float64
+	for _, j := range jobs {
+		switch {
+		case j.owned != nil && !math.IsNaN(float64(j.owned[id])):
+			sum += float64(j.owned[id])
+		default:
+			sum += j.mean
+		}
+	}
+	return sum
+}
+
+// unionMean is the policy's score of samples no job has scored. Called
+// with Node.polMu held.
+func unionMean(jobs []*jobState) float64 {
+	var sum float64
+	for _, j := range jobs {
+		sum += j.mean
+	}
+	return sum
+}
+
+// forgetJobScores takes a job that was dropped out of the policy's
+// scores: every sample it scored is re-keyed by the jobs that remain.
+// It takes the policy's lock a few thousand samples at a time.
+func (n *Node) forgetJobScores(js *jobState) {
+	if n.scorer == nil {
+		return
+	}
+	ds := js.ds
+	jobs := ds.jobList()
+	const chunk = 4096
+	for start := 0; start < ds.len; start += chunk {
+		n.polMu.Lock()
+		if js.owned == nil {
+			n.polMu.Unlock()
+			return
+		}
+		for id := start; id < min(start+chunk, ds.len); id++ {
+			if !math.IsNaN(float64(js.owned[id])) {
+				n.scorer.SetScore(sampleID(ds, id), unionScore(jobs, uint32(id)))
+			}
+		}
+		n.polMu.Unlock()
+	}
+	n.polMu.Lock()
+	n.scorer.SetDefaultScore(unionMean(jobs))
+	js.owned = nil
 	n.polMu.Unlock()
 }
 
-// applyScores takes the leader's merged scores for samples this node owns.
+// applyScores takes the leader's merged scores of a job for samples this
+// node owns.
 func (n *Node) applyScores(req *wire.ScoresReq) error {
 	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return err
+	}
+	js, err := n.job(ds, req.Job, true)
 	if err != nil {
 		return err
 	}
@@ -86,12 +168,12 @@ func (n *Node) applyScores(req *wire.ScoresReq) error {
 			return fmt.Errorf("%w: score %v for sample %d", ErrBadReport, req.Scores[i], id)
 		}
 	}
-	n.setScores(ds, req.IDs, req.Scores, req.Mean)
+	n.setScores(js, req.IDs, req.Scores, req.Mean)
 	return nil
 }
 
-// applyReplica installs the leader's score table, so this node can lead
-// with it if the leader fails.
+// applyReplica installs the leader's score table of a job, so this node
+// can lead with it if the leader fails.
 func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
@@ -103,8 +185,12 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 	if req.Term < n.lead.highest() {
 		return nil // from a leader that has been replaced
 	}
+	js, err := n.job(ds, req.Job, true)
+	if err != nil {
+		return err
+	}
 	n.lead.observe(req.Term)
-	return ds.scores.Replace(req.Table, req.Term)
+	return js.scores.Replace(req.Table, req.Term)
 }
 
 // runLoops is the node's background work in a mesh: forwarding reports,
@@ -130,6 +216,8 @@ func (n *Node) runLoops(ctx context.Context) {
 			n.replicateTables(ctx)
 		case <-reconcile.C:
 			n.reconcile(ctx)
+			n.retireIdle()
+			n.dropStale()
 		case <-resident.C:
 			n.reportResident(ctx)
 		case <-n.kick:
@@ -170,13 +258,17 @@ func (n *Node) flushReports(ctx context.Context) {
 // flushScores sends each owner the merged scores of its queued samples.
 func (n *Node) flushScores(ctx context.Context) {
 	q := n.out.TakeScores()
-	for owner, byDS := range q {
-		for name, set := range byDS {
-			ds, err := n.dataset(name)
+	for owner, byJob := range q {
+		for key, set := range byJob {
+			ds, err := n.dataset(key.Dataset)
 			if err != nil {
 				continue
 			}
-			req := ds.scores.ScoresFor(name, set)
+			js := ds.lookupJob(key.Job)
+			if js == nil {
+				continue // retired meanwhile
+			}
+			req := js.scores.ScoresFor(key, set)
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()
@@ -205,8 +297,8 @@ func (n *Node) replicateTables(ctx context.Context) {
 		}
 	}
 	standbys := others[:min(len(others), wire.TableStandbys)]
-	for _, ds := range n.ordered {
-		b, toAll, due, err := ds.scores.DueReplication(time.Now(), len(others), n.cfg.Cluster.ReplicateBudget)
+	for _, js := range n.allJobs() {
+		b, toAll, due, err := js.scores.DueReplication(time.Now(), len(others), n.cfg.Cluster.ReplicateBudget)
 		if !due {
 			continue
 		}
@@ -214,7 +306,7 @@ func (n *Node) replicateTables(ctx context.Context) {
 			n.cfg.Logger.Error().Err(err).Msg("score table")
 			continue
 		}
-		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
+		req := &wire.ReplicateReq{Dataset: js.ds.name, Job: js.name, Version: js.ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
 		if toAll {
 			n.sendEach(others, wire.MethodReplicate, req)
 		} else {
@@ -232,17 +324,21 @@ func (n *Node) reportResident(ctx context.Context) {
 		return
 	}
 	for _, ds := range n.ordered {
-		p := ds.book.Newest()
-		if p == nil || p.Epoch < 0 {
-			continue
+		var bits []byte // the dataset's, for each of its jobs
+		for _, js := range ds.jobList() {
+			p := js.book.Newest()
+			if p == nil || p.Epoch < 0 {
+				continue
+			}
+			if bits == nil {
+				if bits = n.residentBytes(ds); bits == nil {
+					break
+				}
+			}
+			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+			_ = n.toLeader(cctx, wire.MethodResident, &wire.ResidentReq{Dataset: ds.name, Job: js.name, Gen: p.Gen, Node: n.cfg.Name, Bits: bits})
+			cancel()
 		}
-		bits := n.residentBytes(ds)
-		if bits == nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-		_ = n.toLeader(cctx, wire.MethodResident, &wire.ResidentReq{Dataset: ds.name, Gen: p.Gen, Node: n.cfg.Name, Bits: bits})
-		cancel()
 	}
 }
 
@@ -251,15 +347,15 @@ func (n *Node) reportResident(ctx context.Context) {
 // DONE may have arrived while it was taking over). Waiting ranks announce
 // themselves from their own loop.
 func (n *Node) reconcile(ctx context.Context) {
-	for _, ds := range n.ordered {
-		p, epoch, done := ds.book.Finished()
+	for _, js := range n.allJobs() {
+		p, epoch, done := js.book.Finished()
 		if p == nil || epoch < 0 {
 			continue
 		}
 		for _, r := range done {
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			// Without the cache's bitmap: reportResident repeats that.
-			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: ds.name, Gen: p.Gen, Epoch: epoch, Rank: r, Node: n.cfg.Name})
+			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: js.ds.name, Job: js.name, Gen: p.Gen, Epoch: epoch, Rank: r, Node: n.cfg.Name})
 			cancel()
 		}
 	}

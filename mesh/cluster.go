@@ -326,18 +326,18 @@ func (n *Node) refreshMembers() {
 	case leader != n.cfg.Name && n.lead.leading():
 		n.stepDown()
 	}
-	for _, ds := range n.ordered {
-		ds.book.Wake()
+	for _, js := range n.allJobs() {
+		js.book.Wake()
 	}
 	n.kickReconcile()
 }
 
-// sendNewestOrders sends a member the newest order of every dataset, in
-// the background; installing is idempotent, so a member that has it
-// already ignores it.
+// sendNewestOrders sends a member the newest order of every job, in the
+// background; installing is idempotent, so a member that has it already
+// ignores it.
 func (n *Node) sendNewestOrders(name string) {
-	for _, ds := range n.ordered {
-		for _, pub := range ds.book.Current() {
+	for _, js := range n.allJobs() {
+		for _, pub := range js.book.Current() {
 			n.sendInBackground(name, wire.MethodPublish, pub)
 		}
 	}
@@ -346,8 +346,8 @@ func (n *Node) sendNewestOrders(name string) {
 // stepDown drops the leader's state; the new leader rebuilds it.
 func (n *Node) stepDown() {
 	n.lead.setLeading(false)
-	for _, ds := range n.ordered {
-		ds.setLeaderJob(nil)
+	for _, js := range n.allJobs() {
+		js.setLeaderJob(nil)
 	}
 	n.cfg.Logger.Info().Msg("no longer leading")
 }
@@ -433,17 +433,40 @@ func (n *Node) serveReport(_ context.Context, from string, req *wire.ReportReq) 
 	return nil, nil
 }
 
-// servePublish installs an order the leader published, once checked.
+// servePublish installs an order the leader published, once checked; a
+// retirement drops its job.
 func (n *Node) servePublish(_ context.Context, from string, p *wire.PublishMsg) (any, error) {
 	if err := n.checkPublish(p); err != nil {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 	}
 	n.lead.observe(p.Term)
 	ds, _ := n.dataset(p.Dataset)
-	if ds.book.Install(p) {
-		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
+	if p.Retired {
+		if js := ds.lookupJob(p.Job); js != nil {
+			n.installOrder(js, p)
+		}
+		return nil, nil
+	}
+	js, err := n.job(ds, p.Job, true)
+	if err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
+	if n.installOrder(js, p) {
+		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Str("job", displayJob(p.Job)).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
 	}
 	return nil, nil
+}
+
+// installOrder installs an order of a job in its book, and drops the job
+// if the order retires it. It reports whether the order was new.
+func (n *Node) installOrder(js *jobState, p *wire.PublishMsg) bool {
+	if !js.book.Install(p) {
+		return false
+	}
+	if p.Retired {
+		n.dropJob(js)
+	}
+	return true
 }
 
 // serveState tells a new leader what this node knows of every job and
@@ -451,35 +474,37 @@ func (n *Node) servePublish(_ context.Context, from string, p *wire.PublishMsg) 
 func (n *Node) serveState(_ context.Context, _ string, req *wire.StateReq) (any, error) {
 	n.lead.observe(req.Term)
 	resp := wire.StateResp{MaxTerm: n.lead.highest()}
-	for _, ds := range n.ordered {
-		resp.Jobs = append(resp.Jobs, ds.book.State(ds.name))
-		resp.Tables = append(resp.Tables, ds.tableInfo())
+	for _, js := range n.allJobs() {
+		resp.Jobs = append(resp.Jobs, js.state())
+		resp.Tables = append(resp.Tables, js.tableInfo())
 	}
 	return &resp, nil
 }
 
-// serveGetTable sends a new leader this node's copy of a score table.
+// serveGetTable sends a new leader this node's copy of a job's score
+// table.
 func (n *Node) serveGetTable(_ context.Context, _ string, req *wire.GetTableReq) (any, error) {
-	ds, err := n.dataset(req.Dataset)
+	js, err := n.knownJob(req.Dataset, req.Job)
 	if err != nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 	}
-	b, term, err := ds.scores.Marshal()
+	b, term, err := js.scores.Marshal()
 	if err != nil {
 		return nil, err
 	}
-	return &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: term, Table: b}, nil
+	return &wire.ReplicateReq{Dataset: js.ds.name, Job: js.name, Version: js.ds.manifest.Version, Term: term, Table: b}, nil
 }
 
-// serveGetOrder sends a new leader the newest order this node holds.
+// serveGetOrder sends a new leader the newest order of a job this node
+// holds.
 func (n *Node) serveGetOrder(_ context.Context, _ string, req *wire.GetOrderReq) (any, error) {
-	ds, err := n.dataset(req.Dataset)
+	js, err := n.knownJob(req.Dataset, req.Job)
 	if err != nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 	}
-	p := ds.book.Newest()
+	p := js.book.Newest()
 	if req.Exact {
-		p = ds.book.Kept(req.Epoch)
+		p = js.book.Kept(req.Epoch)
 	}
 	if p == nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}

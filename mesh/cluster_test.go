@@ -344,7 +344,7 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 	// replication pass, then kill the leader before any rank is done.
 	waitFor(t, 30*time.Second, "the score table is replicated", func() bool {
 		ds := trainers[0].node.ordered[0]
-		scored, _ := ds.scores.Summary()
+		scored, _ := ds.def.scores.Summary()
 		return scored > 8900
 	})
 	killed := time.Now()
@@ -358,7 +358,7 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 	waitFor(t, 10*time.Second, "epoch 1 is published on every survivor", func() bool {
 		digests = digests[:0]
 		for _, p := range trainers {
-			pub := p.node.ordered[0].book.Newest()
+			pub := p.node.ordered[0].def.book.Newest()
 			if pub == nil || pub.Epoch != 1 {
 				return false
 			}
@@ -376,7 +376,7 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 	}
 	// The scores reported before the kill shape epoch 1.
 	var hi, lo int
-	for _, s := range trainers[0].node.ordered[0].book.Newest().Slices {
+	for _, s := range trainers[0].node.ordered[0].def.book.Newest().Slices {
 		for _, id := range s {
 			switch id % 10 {
 			case 0:
@@ -450,12 +450,12 @@ func TestStrangerCertificateCannotFetchOrPublish(t *testing.T) {
 	if err := w.Call(ctx, addr, target.Name(), wire.MethodFetch, &wire.FetchReq{Dataset: "ds", Version: target.ordered[0].manifest.Version, IDs: []uint32{1}}, &resp); err == nil {
 		t.Fatal("a peer with a certificate from another CA fetched a sample")
 	}
-	before := target.ordered[0].book.Newest()
+	before := target.ordered[0].def.book.Newest()
 	pub := &wire.PublishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
 	if err := w.Call(ctx, addr, target.Name(), wire.MethodPublish, pub, nil); err == nil {
 		t.Fatal("a peer with a certificate from another CA published an order")
 	}
-	if after := target.ordered[0].book.Newest(); after != before {
+	if after := target.ordered[0].def.book.Newest(); after != before {
 		t.Fatal("an order from a stranger was installed")
 	}
 }
@@ -492,7 +492,7 @@ func TestOrdersAheadCarryWeightsToEveryPeer(t *testing.T) {
 		func(id int64) float64 { return float64(id%7) / 2 })
 	waitFor(t, 10*time.Second, "epoch 5 on every peer", func() bool {
 		for _, p := range m.peers {
-			if _, e, _ := p.node.ordered[0].book.Head(); e != epochs+1 {
+			if _, e, _ := p.node.ordered[0].def.book.Head(); e != epochs+1 {
 				return false
 			}
 		}
@@ -502,7 +502,7 @@ func TestOrdersAheadCarryWeightsToEveryPeer(t *testing.T) {
 	for e := epochs - 2; e <= epochs+1; e++ {
 		var want string
 		for _, p := range m.peers {
-			a := p.node.ordered[0].book.Ask(e, 0, world)
+			a := p.node.ordered[0].def.book.Ask(e, 0, world)
 			if a.Order == nil {
 				t.Fatalf("%s lacks epoch %d", p.node.Name(), e)
 			}
@@ -562,10 +562,10 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 		func(int64) float64 { return 1 })
 	ds := lead.node.ordered[0]
 	waitFor(t, 10*time.Second, "the leader to count "+idle+"'s cache", func() bool {
-		lj := ds.leaderJob()
+		lj := ds.def.leaderJob()
 		return lj != nil && slices.Contains(lj.Status().Resident, idle)
 	})
-	if st := ds.leaderJob().Status(); slices.Contains(st.Resident, lead.node.Name()) {
+	if st := ds.def.leaderJob().Status(); slices.Contains(st.Resident, lead.node.Name()) {
 		t.Errorf("the leader counts its own cache as a peer's: %v", st.Resident)
 	}
 }

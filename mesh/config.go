@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -93,6 +94,15 @@ type Config struct {
 	// KeepEpochs is how many published orders a job keeps for late ranks;
 	// 0 means 4.
 	KeepEpochs int
+	// MaxJobs bounds the jobs of one dataset, its default job counted; 0
+	// means 16. A trainer that would start one more is refused with
+	// ErrTooManyJobs.
+	MaxJobs int
+	// JobIdle retires a job whose trainers have not joined, finished an
+	// epoch or reported for this long: a named job is dropped on every
+	// peer (its scores kept in StateDir), the default job is reset. 0
+	// means 10 minutes; negative, never.
+	JobIdle time.Duration
 	// SourceReads bounds concurrent source reads of one MGET, and the
 	// fetches in flight of each rank's read-ahead; 0 means 16.
 	SourceReads int
@@ -140,6 +150,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeepEpochs == 0 {
 		c.KeepEpochs = 4
+	}
+	if c.MaxJobs == 0 {
+		c.MaxJobs = 16
+	}
+	if c.MaxJobs < 0 {
+		return c, fmt.Errorf("%w: max jobs %d", ErrConfig, c.MaxJobs)
+	}
+	if c.JobIdle == 0 {
+		c.JobIdle = 10 * time.Minute
 	}
 	if c.MaxWorld == 0 {
 		c.MaxWorld = 4096

@@ -2,22 +2,17 @@ package mesh
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/counters"
-	"github.com/shade-mesh/shade/mesh/leader"
-	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/ring"
-	"github.com/shade-mesh/shade/mesh/scores"
-	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/stats"
 )
 
-// datasetState is one served dataset: its source, its job and its
+// datasetState is one served dataset: its source, its jobs and its
 // counters.
 type datasetState struct {
 	name     string
@@ -26,19 +21,13 @@ type datasetState struct {
 	manifest *dataset.Manifest
 	len      int
 
-	// The job: the score table (the leader's, or a replica of it), the
-	// orders this node holds, and the leader's state while this node leads.
-	scores   *scores.Table
-	book     *orders.Book
-	lead     atomic.Pointer[leader.Job]
-	ring     atomic.Pointer[ring.Ring] // owners among members serving this version
-	reports  atomic.Int64
-	reported atomic.Int64
+	ring atomic.Pointer[ring.Ring] // owners among members serving this version
 
-	// lookMu orders the hand-over of orders to a Lookahead policy;
-	// looked is the newest handed over.
-	lookMu sync.Mutex
-	looked *wire.PublishMsg
+	// The jobs training on the dataset, by name: def, the default job
+	// (""), is always there; named jobs come and go.
+	def    *jobState
+	jobsMu sync.RWMutex
+	jobs   map[string]*jobState
 
 	resident atomic.Int64      // samples of this dataset in the cache
 	counters *counters.Dataset // reads by epoch, source latency, deciles
@@ -71,24 +60,8 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		len:      m.Len(),
 		counters: counters.New(m.Len()),
 	}
-	ds.scores = scores.New(ds.len, cfg.Alpha, cfg.Score, rand.New(rand.NewPCG(cfg.Seed, uint64(ordinal))))
-	ds.book = orders.New(cfg.KeepEpochs)
+	ds.jobs = make(map[string]*jobState)
 	return ds, nil
-}
-
-func (ds *datasetState) leaderJob() *leader.Job { return ds.lead.Load() }
-
-// setLeaderJob makes lj (nil for none) the dataset's leader state and
-// retires the one it replaces, so that its timers publish nothing.
-func (ds *datasetState) setLeaderJob(lj *leader.Job) {
-	if old := ds.lead.Swap(lj); old != nil && old != lj {
-		old.Retire()
-	}
-}
-
-func (ds *datasetState) headTerm() uint64 {
-	_, _, t := ds.book.Head()
-	return t
 }
 
 // stats returns the dataset's counters as SHADE.STATS serves them.
@@ -116,13 +89,11 @@ func (n *Node) sampleMisses() int64 {
 	return t
 }
 
-// tableInfo describes this node's copy of the score table.
-func (ds *datasetState) tableInfo() wire.TableInfo { return ds.scores.Info(ds.name) }
-
-// countDecile counts one read (and hit) by the sample's importance decile.
+// countDecile counts one read (and hit) by the sample's importance decile
+// in the default job's table.
 func (ds *datasetState) countDecile(idx int, hit bool) {
 	var d [1]int
-	ds.scores.Deciles([]int{idx}, d[:])
+	ds.def.scores.Deciles([]int{idx}, d[:])
 	ds.counters.CountDecile(d[0], hit)
 }
 
@@ -132,7 +103,7 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 	var deciles [64]int
 	for start := 0; start < len(idxs); start += len(deciles) {
 		part := idxs[start:min(start+len(deciles), len(idxs))]
-		ds.scores.Deciles(part, deciles[:])
+		ds.def.scores.Deciles(part, deciles[:])
 		for i := range part {
 			ds.counters.CountDecile(deciles[i], hit(start+i))
 		}

@@ -66,12 +66,12 @@ func (n *Node) handOver(timeout time.Duration) {
 // replicateNow sends every score table to every other member and waits.
 func (n *Node) replicateNow(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, ds := range n.ordered {
-		b, _, err := ds.scores.Marshal()
+	for _, js := range n.allJobs() {
+		b, _, err := js.scores.Marshal()
 		if err != nil {
 			continue
 		}
-		req := &wire.ReplicateReq{Dataset: ds.name, Version: ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
+		req := &wire.ReplicateReq{Dataset: js.ds.name, Job: js.name, Version: js.ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
 		for _, p := range n.cluster.alive() {
 			if p.name == n.cfg.Name {
 				continue

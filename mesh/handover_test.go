@@ -29,7 +29,7 @@ func TestGracefulStopHandsSamplesAndScoresOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the leader merged the report", func() bool {
-		return leader.node.ordered[0].tableInfo().Scored == 300
+		return leader.node.ordered[0].def.tableInfo().Scored == 300
 	})
 	var survivors []*testPeer
 	for _, p := range m.peers {
@@ -65,7 +65,7 @@ func TestGracefulStopHandsSamplesAndScoresOver(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the survivors elect a new leader", func() bool { return m.converged(survivors) })
 	for _, p := range survivors {
-		if got := p.node.ordered[0].tableInfo().Scored; got != 300 {
+		if got := p.node.ordered[0].def.tableInfo().Scored; got != 300 {
 			t.Errorf("%s holds %d scored samples after the leader's graceful stop, want 300", p.node.Name(), got)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
@@ -24,20 +26,27 @@ func isWorldMismatch(err error) bool {
 // errNotLeader answers requests meant for the leader on any other node.
 var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the leader"}
 
-// jobConfig is the leader.Config of a dataset's job on this node: its
-// orders are drawn from the node's score table, split preferring the
+// jobConfig is the leader.Config of a job on this node: its orders are
+// drawn from the job's score table with a sampler seeded by the node's
+// seed and the job's name, preferring the samples the mesh caches or
+// another job of the dataset is about to read, split preferring the
 // samples' owners in a mesh, installed here and broadcast; its timers run
 // on the node's background goroutines.
-func (n *Node) jobConfig(ds *datasetState) leader.Config {
+func (n *Node) jobConfig(js *jobState) leader.Config {
+	ds := js.ds
+	sc := n.cfg.samplingConfig()
+	if js.name != "" {
+		sc.Seed ^= xxhash.Sum64String(js.name)
+	}
 	cfg := leader.Config{
-		Dataset: ds.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: ds.scores, Term: n.lead.ownTerm,
+		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: js.scores, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
-		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, n.cfg.samplingConfig()) },
-		Resident:   func() []uint64 { return n.residentWords(ds) },
+		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
+		Resident:   func() []uint64 { return n.preferredSamples(js) },
 		Publish: func(p *wire.PublishMsg, scored int) {
-			ds.book.Install(p)
+			n.installOrder(js, p)
 			if p.Epoch >= 0 {
-				n.cfg.Logger.Info().Str("dataset", ds.name).Int("epoch", p.Epoch).Uint64("term", p.Term).
+				n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("epoch", p.Epoch).Uint64("term", p.Term).
 					Int("world", p.World).Int("scored", scored).Msg("order published")
 			}
 			n.broadcast(wire.MethodPublish, p)
@@ -49,17 +58,58 @@ func (n *Node) jobConfig(ds *datasetState) leader.Config {
 	return cfg
 }
 
-// jobToLead returns a dataset's leader state, or errNotLeader on a node
-// that does not lead now.
-func (n *Node) jobToLead(name string) (*leader.Job, error) {
-	ds, err := n.dataset(name)
+// preferredSamples is the bitmap of the samples a job's draws prefer
+// (bit i%64 of word i/64): those this node caches now, and those in the
+// newest orders of the dataset's other jobs, which their trainers are
+// reading or about to read, so that one read from the source serves
+// several jobs. The leader.Job adds the other nodes' caches.
+func (n *Node) preferredSamples(js *jobState) []uint64 {
+	words := n.residentWords(js.ds)
+	for _, other := range js.ds.jobList() {
+		if other == js {
+			continue
+		}
+		for _, p := range other.book.Current() {
+			if p.Epoch < 0 {
+				continue
+			}
+			for _, s := range p.Slices {
+				for _, id := range s {
+					words[id/64] |= 1 << (id % 64)
+				}
+			}
+		}
+	}
+	return words
+}
+
+// jobToLead returns a job's leader state, or errNotLeader on a node that
+// does not lead now. With create, a job this node does not know yet is
+// started (a trainer of a new job joins, or reports).
+func (n *Node) jobToLead(dataset, job string, create bool) (*jobState, *leader.Job, error) {
+	ds, err := n.dataset(dataset)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if lj := ds.leaderJob(); lj != nil {
-		return lj, nil
+	if !n.lead.leading() {
+		return nil, nil, errNotLeader
 	}
-	return nil, errNotLeader
+	js, err := n.job(ds, job, create)
+	if err != nil {
+		return nil, nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+	}
+	if lj := js.leaderJob(); lj != nil {
+		return js, lj, nil
+	}
+	// Started while this node took over: lead it from now on.
+	lj := leader.New(n.jobConfig(js))
+	if !js.lead.CompareAndSwap(nil, lj) {
+		lj = js.leaderJob()
+	}
+	if lj == nil || !n.lead.leading() {
+		return nil, nil, errNotLeader
+	}
+	return js, lj, nil
 }
 
 // refused turns a job's refusal into the coded error the asking node gets.
@@ -76,10 +126,11 @@ func refused(err error) error {
 // leaderJoin records where a rank trains; epoch 0 is published once every
 // rank has joined, or JoinWait after the first did.
 func (n *Node) leaderJoin(req *wire.JoinReq) error {
-	lj, err := n.jobToLead(req.Dataset)
+	js, lj, err := n.jobToLead(req.Dataset, req.Job, true)
 	if err != nil {
 		return err
 	}
+	js.touch()
 	behind, err := lj.Join(req.Rank, req.World, req.Node, req.Gen, req.Have)
 	if behind && req.Node != n.cfg.Name && n.cluster != nil {
 		n.sendNewestOrders(req.Node)
@@ -90,26 +141,28 @@ func (n *Node) leaderJoin(req *wire.JoinReq) error {
 // leaderDone records that a rank finished an epoch and publishes the next
 // once all have (or EpochDeadline after the first did, if set).
 func (n *Node) leaderDone(req *wire.DoneReq) error {
-	lj, err := n.jobToLead(req.Dataset)
+	js, lj, err := n.jobToLead(req.Dataset, req.Job, false)
 	if err != nil {
 		return err
 	}
+	js.touch()
 	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident))
 }
 
 // leaderResident records which samples a node without ranks caches.
 func (n *Node) leaderResident(req *wire.ResidentReq) error {
-	lj, err := n.jobToLead(req.Dataset)
+	_, lj, err := n.jobToLead(req.Dataset, req.Job, false)
 	if err != nil {
 		return err
 	}
 	return refused(lj.NoteResident(req.Gen, req.Node, req.Bits))
 }
 
-// leaderReset starts a new job generation for a dataset.
+// leaderReset starts a new generation of a job.
 func (n *Node) leaderReset(req *wire.ResetReq) error {
-	lj, err := n.jobToLead(req.Dataset)
+	js, lj, err := n.jobToLead(req.Dataset, req.Job, false)
 	if err == nil {
+		js.touch()
 		lj.Reset()
 	}
 	return err
@@ -125,12 +178,18 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 			firstErr = errors.Join(firstErr, err)
 			continue
 		}
-		err = ds.scores.Report(b.IDs, b.Losses, n.lead.ownTerm())
+		js, err := n.job(ds, b.Job, true)
 		if err != nil {
-			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s epoch %d: %w", b.Dataset, b.Epoch, err))
+			firstErr = errors.Join(firstErr, err)
 			continue
 		}
-		n.queueScores(ds, b.IDs)
+		js.touch()
+		err = js.scores.Report(b.IDs, b.Losses, n.lead.ownTerm())
+		if err != nil {
+			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s job %s epoch %d: %w", b.Dataset, displayJob(b.Job), b.Epoch, err))
+			continue
+		}
+		n.queueScores(js, b.IDs)
 	}
 	return firstErr
 }
@@ -166,71 +225,88 @@ func (n *Node) takeover(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	// Every job some peer knows is led from now on.
+	for _, st := range states {
+		for _, j := range st.Jobs {
+			ds, err := n.dataset(j.Dataset)
+			if err != nil {
+				continue
+			}
+			if _, err := n.job(ds, j.Job, true); err != nil {
+				n.cfg.Logger.Warn().Err(err).Str("dataset", j.Dataset).Str("job", displayJob(j.Job)).Msg("takeover: job not taken over")
+			}
+		}
+	}
+	jobs := n.allJobs()
 	maxTerm := states.MaxTerm(n.lead.highest())
-	for _, ds := range n.ordered {
-		maxTerm = max(maxTerm, ds.headTerm())
+	for _, js := range jobs {
+		maxTerm = max(maxTerm, js.headTerm())
 	}
 	term := maxTerm + 1
 	n.lead.lead(term)
 
-	for _, ds := range n.ordered {
-		n.adoptBestTable(ctx, ds, states)
+	for _, js := range jobs {
+		n.adoptBestTable(ctx, js, states)
 	}
-	for _, ds := range n.ordered {
+	for _, js := range jobs {
+		ds := js.ds
 		// Adopt the newest order anyone holds.
-		if from := states.NewestOrder(ds.book.State(ds.name)); from != "" {
+		if from := states.NewestOrder(js.state()); from != "" {
 			var pub wire.PublishMsg
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name}, &pub)
+			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name, Job: js.name}, &pub)
 			cancel()
-			if err == nil && n.checkPublish(&pub) == nil {
-				ds.book.Install(&pub)
+			if err == nil && n.checkPublish(&pub) == nil && pub.Job == js.name {
+				js.book.Install(&pub)
 			} else {
-				n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: newer order not fetched")
+				n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("takeover: newer order not fetched")
 			}
 		}
-		pub := ds.book.Newest()
-		lj, err := leader.Rebuild(n.jobConfig(ds), pub, n.cfg.Name, ds.book.State(ds.name), states)
+		js.touch() // its trainers get JobIdle from now to show up
+		pub := js.book.Newest()
+		lj, err := leader.Rebuild(n.jobConfig(js), pub, n.cfg.Name, js.state(), states)
 		if err != nil {
-			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("takeover: sampler state refused")
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("takeover: sampler state refused")
 		}
-		ds.setLeaderJob(lj)
+		js.setLeaderJob(lj)
 		if pub != nil {
 			n.broadcast(wire.MethodPublish, pub)
 		}
 		if err := lj.Resume(); err != nil {
-			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("takeover: publishing")
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("takeover: publishing")
 		}
 	}
 	n.cfg.Logger.Info().Uint64("term", term).Int("peers", len(states)).Msg("leading")
 }
 
-// adoptBestTable replaces this node's score table with a peer's copy if
-// that copy is better (a later leader's, or knowing more samples), so a
-// node that restarts empty and takes over does not lose the cluster's
-// importance, nor overwrite the replicas with its empty table.
-func (n *Node) adoptBestTable(ctx context.Context, ds *datasetState, states leader.States) {
-	own := ds.tableInfo()
-	best, from := states.BestTable(ds.name, own)
+// adoptBestTable replaces this node's score table of a job with a peer's
+// copy if that copy is better (a later leader's, or knowing more
+// samples), so a node that restarts empty and takes over does not lose
+// the cluster's importance, nor overwrite the replicas with its empty
+// table.
+func (n *Node) adoptBestTable(ctx context.Context, js *jobState, states leader.States) {
+	ds := js.ds
+	own := js.tableInfo()
+	best, from := states.BestTable(own)
 	if from == "" {
 		return
 	}
 	var resp wire.ReplicateReq
 	cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	if err := n.cluster.callName(cctx, from, wire.MethodGetTable, &wire.GetTableReq{Dataset: ds.name}, &resp); err != nil {
+	if err := n.cluster.callName(cctx, from, wire.MethodGetTable, &wire.GetTableReq{Dataset: ds.name, Job: js.name}, &resp); err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: better score table not fetched")
 		return
 	}
-	if resp.Version != ds.manifest.Version {
+	if resp.Version != ds.manifest.Version || resp.Job != js.name {
 		return
 	}
-	err := ds.scores.Adopt(resp.Table, resp.Term)
+	err := js.scores.Adopt(resp.Table, resp.Term)
 	if err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Msg("takeover: score table refused")
 		return
 	}
-	n.cfg.Logger.Info().Str("dataset", ds.name).Str("from", from).Int("scored", best.Scored).Int("had", own.Scored).
+	n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Str("from", from).Int("scored", best.Scored).Int("had", own.Scored).
 		Msg("takeover: adopted the best score table")
 }
 

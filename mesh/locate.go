@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"context"
+
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/shm"
 )
@@ -22,7 +24,7 @@ func (n *Node) SharedArena() (fd int, size int64, id uint64, err error) {
 // cache's memory. A sample found is a read, counted and traced as a hit of
 // GET would be; the others are not counted here, because the trainer reads
 // them next with MGET, which reads them through and counts them.
-func (n *Node) Locate(keys [][]byte) (uint64, []shm.Location) {
+func (n *Node) Locate(ctx context.Context, keys [][]byte) (uint64, []shm.Location) {
 	locs := make([]shm.Location, len(keys))
 	if n.closed.Load() {
 		return n.store.ID(), locs
@@ -46,6 +48,7 @@ func (n *Node) Locate(keys [][]byte) (uint64, []shm.Location) {
 		n.traceRead(ds, idx, key)
 		ds.counters.Current().Hits.Add(1)
 		ds.countDecile(idx, true)
+		countJobRead(ctx, ds, idx, true)
 		hitIDs = append(hitIDs, sampleID(ds, idx))
 	}
 	if len(hitIDs) > 0 {

@@ -17,7 +17,6 @@ import (
 	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/mesh/trace"
-	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/store"
@@ -34,6 +33,7 @@ var (
 	ErrEpoch          = codedError{"ERR", "mesh: epoch out of sequence"}
 	ErrClosed         = codedError{"ERR", "mesh: node closed"}
 	ErrBadReport      = codedError{"ERR", "mesh: bad report"}
+	ErrUnknownJob     = codedError{"ERR", "mesh: unknown job"}
 )
 
 // codedError is a sentinel with a RESP error code; compare with errors.Is.
@@ -59,6 +59,7 @@ type Node struct {
 	store    *store.Store
 	datasets map[string]*datasetState // fixed after New
 	ordered  []*datasetState          // by ordinal
+	jobsMu   sync.Mutex               // held while a job is started
 	flight   singleflight.Group
 
 	// polMu serializes the policy and every mutation of the store, so the
@@ -140,17 +141,6 @@ func New(cfg Config) (*Node, error) {
 			n.store.Close()
 			return nil, fmt.Errorf("mesh: state directory: %w", err)
 		}
-		for _, ds := range n.ordered {
-			if err := n.loadScores(ds); err != nil {
-				cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("saved scores unreadable: starting cold")
-			}
-		}
-	}
-	for _, ds := range n.ordered {
-		ds.book.OnInstall(func(p *wire.PublishMsg) {
-			n.trace.Epoch(p.Epoch)
-			n.orderInstalled(ds, p)
-		})
 	}
 	if cfg.TracePath != "" {
 		if n.trace, err = trace.Open(cfg.TracePath); err != nil {
@@ -158,12 +148,16 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	for _, ds := range n.ordered {
+		ds.def = n.newJob(ds, "")
+		n.startJob(ds.def)
+	}
 	if cfg.Cluster.GossipAddr == "" {
 		// Standalone: this node owns every sample and leads every job.
 		n.lead.setLeader(cfg.Name)
 		n.lead.lead(1)
-		for _, ds := range n.ordered {
-			ds.setLeaderJob(leader.New(n.jobConfig(ds)))
+		for _, js := range n.allJobs() {
+			js.setLeaderJob(leader.New(n.jobConfig(js)))
 		}
 		n.lead.setLeading(true)
 		n.goBackground(n.runLoops)

@@ -11,12 +11,13 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// Order implements transport.Backend: rank's slice of epoch's order and
-// the importance weight of each id in it (nil when all are 1). It
-// announces the rank to the leader and waits until the order is
-// published: epoch 0 once every rank has announced itself (or the join
-// wait passed), epoch e+1 once every rank has finished e.
-func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) ([]uint32, []float32, error) {
+// Order implements transport.Backend: rank's slice of epoch's order of a
+// job of a dataset ("" or DefaultJob: its default job) and the importance
+// weight of each id in it (nil when all are 1). It announces the rank to
+// the leader and waits until the order is published: epoch 0 once every
+// rank has announced itself (or the join wait passed), epoch e+1 once
+// every rank has finished e. A job the node does not know yet is started.
+func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world int) ([]uint32, []float32, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
 		return nil, nil, err
@@ -27,35 +28,43 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 	if world > n.cfg.MaxWorld {
 		return nil, nil, fmt.Errorf("%w: world %d is over the limit of %d ranks", ErrWorldMismatch, world, n.cfg.MaxWorld)
 	}
+	js, err := n.job(ds, job, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	js.touch()
 	var joined string // the leader this rank announced itself to
 	fetched := false  // an order published ahead was fetched from the leader
 	for {
-		a := ds.book.Ask(epoch, rank, world)
+		if ds.lookupJob(js.name) != js {
+			return nil, nil, fmt.Errorf("%w: job %s of %s was retired", ErrEpoch, displayJob(js.name), name)
+		}
+		a := js.book.Ask(epoch, rank, world)
 		switch {
 		case a.World != 0:
-			return nil, nil, fmt.Errorf("%w: the job on %s has world %d, asked %d (SHADE.RESET %s starts a new job)",
-				ErrWorldMismatch, name, a.World, world, name)
+			return nil, nil, fmt.Errorf("%w: job %s of %s has world %d, asked %d (SHADE.RESET %s starts it over)",
+				ErrWorldMismatch, displayJob(js.name), name, a.World, world, name)
 		case a.Order != nil:
 			ds.counters.Advance(epoch)
 			n.prefetchSlice(ds, a.Order, rank)
 			return a.Order.Slices[rank], a.Order.Weight(rank), nil
-		case a.Gone && !fetched && n.fetchAhead(ds, epoch):
+		case a.Gone && !fetched && n.fetchAhead(js, epoch):
 			fetched = true // published ahead, it reached this node after its successor
 			continue
 		case a.Gone:
-			return nil, nil, fmt.Errorf("%w: epoch %d of %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, a.Have)
+			return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, displayJob(js.name), a.Have)
 		}
 		gen, have, impliedDone, ahead, changed := a.Gen, a.Have, a.ImpliedDone, a.Ahead, a.Changed
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
 		if leader := n.lead.leader(); leader != "" && leader != joined {
-			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
+			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Job: js.name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
 				n.flushReports(ctx)
 				// With orders ahead the rank has also finished the epoch
 				// before: its done may have been lost with a leader.
 				for e := max(0, have-ahead); e <= have && err == nil; e++ {
-					err = n.toLeader(ctx, wire.MethodDone, n.doneReq(ds, gen, e, rank))
+					err = n.toLeader(ctx, wire.MethodDone, n.doneReq(js, gen, e, rank))
 				}
 			}
 			switch {
@@ -69,17 +78,17 @@ func (n *Node) Order(ctx context.Context, name string, epoch, rank, world int) (
 		case <-changed:
 		case <-retry:
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("%w: epoch %d of %s; %s", ErrOrderTimeout, epoch, name, n.waitingFor(ds, epoch))
+			return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s; %s", ErrOrderTimeout, epoch, name, displayJob(js.name), n.waitingFor(js))
 		}
 	}
 }
 
 // waitingFor explains, for a timeout, what an order is waiting on.
-func (n *Node) waitingFor(ds *datasetState, epoch int) string {
+func (n *Node) waitingFor(js *jobState) string {
 	if n.lead.leader() == "" {
 		return "no leader: this peer does not see a majority of the mesh"
 	}
-	if lj := ds.leaderJob(); lj != nil {
+	if lj := js.leaderJob(); lj != nil {
 		st := lj.Status()
 		if st.Latest < 0 {
 			return fmt.Sprintf("waiting for ranks %v to ask for epoch 0", st.Missing)
@@ -89,21 +98,27 @@ func (n *Node) waitingFor(ds *datasetState, epoch int) string {
 	return fmt.Sprintf("waiting for leader %s to publish it", n.lead.leader())
 }
 
-// Done implements transport.Backend: rank finished epoch. The node
-// remembers it (and repeats it to a new leader) and tells the leader,
-// waiting at most Cluster.FetchTimeout and no longer than ctx allows; a
-// send that fails is repeated by the reconciler and not reported.
-func (n *Node) Done(ctx context.Context, name string, epoch, rank int) error {
+// Done implements transport.Backend: rank finished epoch of a job. The
+// node remembers it (and repeats it to a new leader) and tells the
+// leader, waiting at most Cluster.FetchTimeout and no longer than ctx
+// allows; a send that fails is repeated by the reconciler and not
+// reported.
+func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) error {
 	ds, err := n.dataset(name)
 	if err != nil {
 		return err
 	}
-	if gen, have, _ := ds.book.Head(); have < epoch {
+	js, err := n.job(ds, job, true)
+	if err != nil {
+		return err
+	}
+	js.touch()
+	if gen, have, _ := js.book.Head(); have < epoch {
 		// A peer that just restarted may not hold the order yet: ask the
 		// leader for its newest before refusing.
-		n.catchUp(ds, gen, have)
+		n.catchUp(js, gen, have)
 	}
-	p, res := ds.book.MarkDone(epoch, rank)
+	p, res := js.book.MarkDone(epoch, rank)
 	switch res {
 	case orders.NoOrder:
 		return fmt.Errorf("%w: no order of %s yet (SHADE.ORDER starts a job)", ErrEpoch, name)
@@ -121,25 +136,30 @@ func (n *Node) Done(ctx context.Context, name string, epoch, rank int) error {
 	// would have been sent.
 	n.flushReports(ctx)
 	// A failed send is repeated by the reconciler; the trainer goes on.
-	_ = n.toLeader(ctx, wire.MethodDone, n.doneReq(ds, p.Gen, epoch, rank))
+	_ = n.toLeader(ctx, wire.MethodDone, n.doneReq(js, p.Gen, epoch, rank))
 	return nil
 }
 
-// doneReq tells the leader that rank finished epoch of generation gen,
-// with the samples this node caches for cache-aware draws.
-func (n *Node) doneReq(ds *datasetState, gen uint64, epoch, rank int) *wire.DoneReq {
-	req := &wire.DoneReq{Dataset: ds.name, Gen: gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name}
+// doneReq tells the leader that rank finished epoch of generation gen of
+// a job, with the samples this node caches for cache-aware draws.
+func (n *Node) doneReq(js *jobState, gen uint64, epoch, rank int) *wire.DoneReq {
+	req := &wire.DoneReq{Dataset: js.ds.name, Job: js.name, Gen: gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name}
 	if n.cfg.Boost > 0 && !n.lead.leading() {
-		req.Resident = n.residentBytes(ds) // the leader reads its own cache itself
+		req.Resident = n.residentBytes(js.ds) // the leader reads its own cache itself
 	}
 	return req
 }
 
-// Report implements transport.Backend: one trained minibatch's losses,
-// credited to the ids that were trained. Bad input is refused here; good
-// input goes to the leader, which merges it into the cluster-wide table.
-func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) error {
+// Report implements transport.Backend: one trained minibatch's losses of
+// a job, credited to the ids that were trained. Bad input is refused
+// here; good input goes to the leader, which merges it into the job's
+// cluster-wide table.
+func (n *Node) Report(name, job string, epoch int, ids []uint32, losses []float64) error {
 	ds, err := n.dataset(name)
+	if err != nil {
+		return err
+	}
+	js, err := n.job(ds, job, true)
 	if err != nil {
 		return err
 	}
@@ -154,9 +174,10 @@ func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) er
 			return fmt.Errorf("%w: loss %v for sample %d is not finite", ErrBadReport, losses[i], id)
 		}
 	}
-	batch := wire.ReportBatch{Dataset: name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: append([]float64(nil), losses...)}
-	ds.reports.Add(1)
-	ds.reported.Add(int64(len(ids)))
+	batch := wire.ReportBatch{Dataset: name, Job: js.name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: append([]float64(nil), losses...)}
+	js.touch()
+	js.reports.Add(1)
+	js.reported.Add(int64(len(ids)))
 	if n.lead.leading() {
 		return n.leaderReport([]wire.ReportBatch{batch})
 	}
@@ -164,17 +185,19 @@ func (n *Node) Report(name string, epoch int, ids []uint32, losses []float64) er
 	return nil
 }
 
-// Reset implements transport.Backend: the dataset's job starts over at
-// epoch 0 with any world size; the importance table is kept. During a
-// leader failover it waits for the new leader, up to 30 seconds.
-func (n *Node) Reset(name string) error {
-	if _, err := n.dataset(name); err != nil {
+// Reset implements transport.Backend: a job of the dataset starts over at
+// epoch 0 with any world size; its importance table is kept. During a
+// leader failover it waits for the new leader, up to 30 seconds. A job
+// this node does not know is refused with ErrUnknownJob.
+func (n *Node) Reset(name, job string) error {
+	js, err := n.knownJob(name, job)
+	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
-		err := n.toLeader(ctx, wire.MethodReset, &wire.ResetReq{Dataset: name})
+		err := n.toLeader(ctx, wire.MethodReset, &wire.ResetReq{Dataset: name, Job: js.name})
 		cancel()
 		code := peer.CodeOf(err)
 		if err == nil || code == peer.CodeBadRequest || code == peer.CodeNotFound || time.Now().After(deadline) || n.ctx.Err() != nil {
@@ -191,26 +214,26 @@ func (n *Node) Reset(name string) error {
 // newest but not epoch, which it still trains because orders run ahead
 // (the two were published together and one was lost on the way). It
 // reports whether the book holds epoch now.
-func (n *Node) fetchAhead(ds *datasetState, epoch int) bool {
-	newest := ds.book.Newest()
+func (n *Node) fetchAhead(js *jobState, epoch int) bool {
+	newest := js.book.Newest()
 	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead {
 		return false
 	}
-	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: ds.name, Exact: true, Epoch: epoch})
-	if p == nil || p.Epoch != epoch {
+	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: js.ds.name, Job: js.name, Exact: true, Epoch: epoch})
+	if p == nil || p.Epoch != epoch || p.Job != js.name {
 		return false
 	}
-	ds.book.Install(p)
-	return ds.book.Kept(epoch) != nil
+	n.installOrder(js, p)
+	return js.book.Kept(epoch) != nil
 }
 
-// catchUp asks the leader for its newest order of a dataset and installs
-// it if it is newer than what this node holds (gen, have). Best effort.
-func (n *Node) catchUp(ds *datasetState, gen uint64, have int) {
-	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: ds.name})
-	if p != nil && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
+// catchUp asks the leader for its newest order of a job and installs it
+// if it is newer than what this node holds (gen, have). Best effort.
+func (n *Node) catchUp(js *jobState, gen uint64, have int) {
+	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: js.ds.name, Job: js.name})
+	if p != nil && p.Job == js.name && p.Newer(&wire.PublishMsg{Gen: gen, Epoch: have}) {
 		n.lead.observe(p.Term)
-		ds.book.Install(p)
+		n.installOrder(js, p)
 	}
 }
 

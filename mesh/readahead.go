@@ -39,14 +39,3 @@ func (ds *datasetState) Key(id uint32) string { return keyOfSample(ds, id) }
 
 // Size implements readahead.Dataset: the size of sample id in bytes.
 func (ds *datasetState) Size(id uint32) int64 { return ds.manifest.Sizes[id] }
-
-// Head implements readahead.Dataset: the newest order's generation and
-// the epoch being trained: the newest order's, or where orders run ahead
-// the one before it (-1 for none).
-func (ds *datasetState) Head() (gen uint64, epoch int) {
-	p := ds.book.Newest()
-	if p == nil {
-		return 0, -1
-	}
-	return p.Gen, p.Epoch - p.Ahead
-}

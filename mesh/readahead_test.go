@@ -36,7 +36,7 @@ func readBatch(ctx context.Context, c *redis.Client, files [][]byte, ids []int64
 
 // cursorOf returns where the read-ahead cursor of rank is, if any.
 func cursorOf(n *Node, rank int) (pos, next int, ok bool) {
-	pos, next, _, ok = n.readAhead.Cursor(n.ordered[0], rank)
+	pos, next, _, ok = n.readAhead.Cursor(n.ordered[0], "", rank)
 	return pos, next, ok
 }
 
@@ -190,13 +190,13 @@ func TestReadAheadStopsForANewerEpoch(t *testing.T) {
 	// starts on its slice before the rank asks for it.
 	ra := p.node.readAhead
 	waitFor(t, 5*time.Second, "a cursor on epoch 1 before the rank asks", func() bool {
-		_, next, epoch, ok := ra.Cursor(p.node.ordered[0], 0)
+		_, next, epoch, ok := ra.Cursor(p.node.ordered[0], "", 0)
 		return ok && epoch == 1 && next > 0
 	})
 	if _, err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000).Int64Slice(); err != nil {
 		t.Fatal(err)
 	}
-	_, _, epoch, _ := ra.Cursor(p.node.ordered[0], 0)
+	_, _, epoch, _ := ra.Cursor(p.node.ordered[0], "", 0)
 	n, _ := ra.Len()
 	if epoch != 1 || n != 1 {
 		t.Fatalf("cursors after epoch 1 was asked: %d, following epoch %d; want one, on epoch 1", n, epoch)

@@ -15,14 +15,14 @@ func TestTablesReachStandbysEveryRoundOthersWithinBudget(t *testing.T) {
 	if leader.node.Name() != "n0" {
 		t.Fatalf("leader %s, want n0", leader.node.Name())
 	}
-	scored := func(name string) int { return m.byName(name).node.ordered[0].tableInfo().Scored }
+	scored := func(name string) int { return m.byName(name).node.ordered[0].def.tableInfo().Scored }
 	report := func(from, to int) {
 		ids := make([]uint32, 0, to-from)
 		losses := make([]float64, 0, to-from)
 		for i := from; i < to; i++ {
 			ids, losses = append(ids, uint32(i)), append(losses, float64(i%7)+0.5)
 		}
-		if err := leader.node.Report("ds", 0, ids, losses); err != nil {
+		if err := leader.node.Report("ds", "", 0, ids, losses); err != nil {
 			t.Fatal(err)
 		}
 	}

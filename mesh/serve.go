@@ -44,6 +44,7 @@ func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []b
 		ds.counters.Current().Hits.Add(1)
 		n.hits(sampleID(ds, idx))
 		ds.countDecile(idx, true)
+		countJobRead(ctx, ds, idx, true)
 		return r, true, nil
 	}
 	v, mem, err := n.readMissing(ctx, ds, idx, key)
@@ -52,7 +53,26 @@ func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []b
 	}
 	ds.counters.Missed(idx, mem)
 	ds.countDecile(idx, mem)
+	countJobRead(ctx, ds, idx, mem)
 	return appendValue(dst, v, head), true, nil
+}
+
+// countJobRead counts a read of sample idx for the job ctx names (see
+// transport.WithJob; none: the default job): a hit if it was served from
+// memory, else a read of the source. A job this node does not know is
+// not counted.
+func countJobRead(ctx context.Context, ds *datasetState, idx int, fromMemory bool) {
+	js := ds.lookupJob(canonicalJob(transport.JobOf(ctx)))
+	if js == nil {
+		return
+	}
+	js.reads.Add(1)
+	if fromMemory {
+		js.hits.Add(1)
+		return
+	}
+	js.sourceReads.Add(1)
+	js.sourceBytes.Add(ds.manifest.Sizes[idx])
 }
 
 // appendValue appends head's framing and v to dst.
@@ -171,6 +191,7 @@ func (b *mgetBatch) Append(i int, dst []byte, head func([]byte, int) []byte) ([]
 		it.served = true
 		r := appendValue(dst, it.value, head)
 		it.value = nil
+		countJobRead(b.ctx, it.ds, it.idx, it.mem)
 		return r, true, nil
 	}
 	r, ok := n.store.Append(dst, key, head)
@@ -181,6 +202,7 @@ func (b *mgetBatch) Append(i int, dst []byte, head func([]byte, int) []byte) ([]
 	case ok:
 		it.ds.counters.Current().Hits.Add(1)
 		it.served, it.mem = true, true
+		countJobRead(b.ctx, it.ds, it.idx, true)
 		return r, true, nil
 	case it.ds == nil:
 		n.freeMisses.Add(1)
@@ -194,6 +216,7 @@ func (b *mgetBatch) Append(i int, dst []byte, head func([]byte, int) []byte) ([]
 	}
 	it.ds.counters.Missed(it.idx, mem)
 	it.served, it.mem = true, mem
+	countJobRead(b.ctx, it.ds, it.idx, mem)
 	return appendValue(dst, v, head), true, nil
 }
 

@@ -3,22 +3,29 @@ package mesh
 import (
 	"encoding/json"
 	"sort"
+	"time"
 
 	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-func (n *Node) jobStats(ds *datasetState) stats.Job {
-	st := stats.Job{LatestEpoch: -1, Reports: ds.reports.Load(), ReportedIDs: ds.reported.Load(), Leader: n.lead.leader()}
-	if p := ds.book.Newest(); p != nil {
+func (n *Node) jobStats(js *jobState, now time.Time) stats.Job {
+	st := stats.Job{Name: displayJob(js.name), LatestEpoch: -1, Reports: js.reports.Load(), ReportedIDs: js.reported.Load(), Leader: n.lead.leader()}
+	if p := js.book.Newest(); p != nil {
 		st.World, st.LatestEpoch, st.Term, st.Generation = p.World, p.Epoch, p.Term, p.Gen
 	}
-	st.ScoredSamples, st.MeanScore = ds.scores.Summary()
-	if lj := ds.leaderJob(); lj != nil {
-		if js := lj.Status(); js.World > 0 {
-			st.World, st.PendingRanks = js.World, js.Pending
+	st.ScoredSamples, st.MeanScore = js.scores.Summary()
+	if lj := js.leaderJob(); lj != nil {
+		if ls := lj.Status(); ls.World > 0 {
+			st.World, st.PendingRanks = ls.World, ls.Pending
 		}
 	}
+	st.Reads, st.Hits = js.reads.Load(), js.hits.Load()
+	st.SourceReads, st.SourceBytes = js.sourceReads.Load(), js.sourceBytes.Load()
+	if st.Reads > 0 {
+		st.HitRatio = float64(st.Hits) / float64(st.Reads)
+	}
+	st.IdleSeconds = js.idle(now).Seconds()
 	return st
 }
 
@@ -61,8 +68,14 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 	} else {
 		out.Members = []string{n.cfg.Name}
 	}
+	now := time.Now()
 	for _, ds := range sel {
-		out.Datasets = append(out.Datasets, stats.Dataset{DatasetCounters: ds.stats(), Job: n.jobStats(ds)})
+		d := stats.Dataset{DatasetCounters: ds.stats()}
+		for _, js := range ds.jobList() {
+			d.Jobs = append(d.Jobs, n.jobStats(js, now))
+		}
+		d.Job = d.Jobs[0] // the default job sorts first
+		out.Datasets = append(out.Datasets, d)
 	}
 	sort.Slice(out.Datasets, func(a, b int) bool { return out.Datasets[a].Dataset < out.Datasets[b].Dataset })
 	out.Leader = n.lead.leader()

@@ -12,17 +12,22 @@ import (
 	"github.com/shade-mesh/shade/policy"
 )
 
-// Score tables persist in Config.StateDir as <dataset>.scores, in the
+// Score tables persist in Config.StateDir as <dataset>.scores for a
+// dataset's default job and <dataset>@<job>.scores for a named one, in the
 // format of package scores (scores.Magic). A table of another version is
 // ignored.
-func (n *Node) scoresPath(ds *datasetState) string {
-	return filepath.Join(n.cfg.StateDir, ds.name+".scores")
+func (n *Node) scoresPath(js *jobState) string {
+	if js.name == "" {
+		return filepath.Join(n.cfg.StateDir, js.ds.name+".scores")
+	}
+	return filepath.Join(n.cfg.StateDir, js.ds.name+"@"+js.name+".scores")
 }
 
-// loadScores installs a dataset's saved score table, if there is one of
-// the same version.
-func (n *Node) loadScores(ds *datasetState) error {
-	ids, sc, mean, ok, err := ds.scores.Load(n.scoresPath(ds), ds.manifest.Version, ds.len)
+// loadScores installs a job's saved score table, if there is one of the
+// same version.
+func (n *Node) loadScores(js *jobState) error {
+	ds := js.ds
+	ids, sc, mean, ok, err := js.scores.Load(n.scoresPath(js), ds.manifest.Version, ds.len)
 	var other *scores.VersionError
 	switch {
 	case errors.As(err, &other):
@@ -35,8 +40,8 @@ func (n *Node) loadScores(ds *datasetState) error {
 		return nil
 	}
 	// The policy judges admissions by these scores from the start.
-	n.setScores(ds, ids, sc, mean)
-	n.cfg.Logger.Info().Str("dataset", ds.name).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
+	n.setScores(js, ids, sc, mean)
+	n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
 	return nil
 }
 
@@ -46,23 +51,33 @@ func (n *Node) saveScores() {
 	if n.cfg.StateDir == "" {
 		return
 	}
-	for _, ds := range n.ordered {
-		if err := ds.scores.Save(n.scoresPath(ds), ds.manifest.Version); err != nil {
-			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("saving scores")
+	for _, js := range n.allJobs() {
+		if err := js.scores.Save(n.scoresPath(js), js.ds.manifest.Version); err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", js.ds.name).Str("job", displayJob(js.name)).Msg("saving scores")
 		}
 	}
 }
 
 // Warm preloads a dataset into this node's share of the cache, the most
-// important samples first (by the score table), until the cache is full
-// or the policy refuses what remains. It returns how many samples it
+// important samples first (by the sum of the score tables of its jobs),
+// until the cache is full or the policy refuses what remains. It returns how many samples it
 // loaded. Samples this node does not own are left to their owners.
 func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
 		return 0, err
 	}
-	scores := ds.scores.All(ds.len)
+	var scores []float64
+	for _, js := range ds.jobList() {
+		s := js.scores.All(ds.len)
+		if scores == nil {
+			scores = s
+			continue
+		}
+		for i := range scores {
+			scores[i] += s[i]
+		}
+	}
 	ids := make([]uint32, 0, ds.len)
 	for i := 0; i < ds.len; i++ {
 		ids = append(ids, uint32(i))
@@ -99,40 +114,49 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 	return loaded, nil
 }
 
-// orderInstalled reacts to a new order: a job's epoch 0 warms the cache if
-// importance is known, a policy that looks ahead (the order policy)
-// learns the reads this node will serve in the epoch, and the read-ahead
-// starts on the slices of the ranks that train here. Called with the
-// order book locked: the work runs in the background.
-func (n *Node) orderInstalled(ds *datasetState, p *wire.PublishMsg) {
+// orderInstalled reacts to a new order of a job: its epoch 0 warms the
+// cache if importance is known, a policy that looks ahead (the order
+// policy) learns the reads this node will serve in the epoch, and the
+// read-ahead starts on the slices of the ranks that train here. Called
+// with the order book locked: the work runs in the background.
+func (n *Node) orderInstalled(js *jobState, p *wire.PublishMsg) {
+	js.touch()
 	if p.Epoch == 0 {
-		n.warmOnFirstEpoch(ds)
+		n.warmOnFirstEpoch(js)
 	}
 	if p.Ahead == 0 {
 		// Published ahead, an order is read only after the current one:
 		// its read-ahead starts when a rank asks for it.
-		n.readAhead.FollowPublished(ds, p)
+		n.readAhead.FollowPublished(js.ds, p)
 	}
 	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
-		n.goBackground(func(context.Context) { n.lookahead(ds, p) })
+		n.goBackground(func(context.Context) { n.lookahead(js, p) })
 	}
 }
 
 // lookahead gives the policy the epoch's reads of samples this node owns,
 // in the order they are expected: the ranks read their slices side by
 // side, so position k of every slice comes before position k+1 of any.
-// An order published ahead goes behind the reads of the current one
-// still to come; any other replaces them. Orders are handed over in
-// epoch order: one older than the newest handed over is dropped.
-func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
+// Alone on the node, an order published ahead goes behind the reads of
+// the current one still to come, and any other replaces them. Beside
+// other jobs (of any dataset), whose orders the policy holds too, the
+// job's reads are merged with theirs, every job reading at the same pace.
+// A job's orders are handed over in epoch order: one older than the
+// newest handed over is dropped.
+func (n *Node) lookahead(js *jobState, p *wire.PublishMsg) {
 	la, _ := n.pol.(policy.Lookahead)
-	ds.lookMu.Lock()
-	defer ds.lookMu.Unlock()
-	if ds.looked != nil && !p.Newer(ds.looked) {
+	ds := js.ds
+	js.lookMu.Lock()
+	defer js.lookMu.Unlock()
+	if js.looked != nil && !p.Newer(js.looked) {
 		return
 	}
-	appendTo := p.Ahead > 0 && ds.looked != nil && ds.looked.Gen == p.Gen && ds.looked.Epoch == p.Epoch-1
-	ds.looked = p
+	appendTo := p.Ahead > 0 && js.looked != nil && js.looked.Gen == p.Gen && js.looked.Epoch == p.Epoch-1
+	start := 0
+	if appendTo {
+		start = js.lookReads
+	}
+	js.looked = p
 	longest := 0
 	for _, s := range p.Slices {
 		longest = max(longest, len(s))
@@ -145,19 +169,27 @@ func (n *Node) lookahead(ds *datasetState, p *wire.PublishMsg) {
 			}
 		}
 	}
-	n.polMu.Lock()
-	if appendTo {
-		la.AppendEpoch(p.Epoch, reads)
-	} else {
-		la.BeginEpoch(p.Epoch, reads)
+	js.lookReads = len(reads)
+	others := 0
+	for _, o := range n.allJobs() {
+		if o == js {
+			continue
+		}
+		if q := o.book.Newest(); q != nil && q.Epoch >= 0 {
+			others++
+		}
 	}
-	n.polMu.Unlock()
+	n.polMu.Lock()
+	defer n.polMu.Unlock()
+	la.MergeEpoch(p.Epoch, reads, start, others)
 }
 
 // warmOnFirstEpoch preloads a dataset when a job's epoch 0 arrives and the
-// node already knows importance (saved scores, or an earlier job).
-func (n *Node) warmOnFirstEpoch(ds *datasetState) {
-	scored, _ := ds.scores.Summary()
+// node already knows the job's importance (saved scores, or an earlier
+// run of the job).
+func (n *Node) warmOnFirstEpoch(js *jobState) {
+	ds := js.ds
+	scored, _ := js.scores.Summary()
 	if scored == 0 || n.cfg.NoWarm {
 		return
 	}

@@ -45,9 +45,9 @@ func TestWarmStartLoadsScoresAndPreloadsTheImportant(t *testing.T) {
 	want := first.node.ordered[0]
 	second := startPeer(t, cfg, transport.SocketConfig{})
 	got := second.node.ordered[0]
-	if got.scores.Sampling().NumScored() != want.scores.Sampling().NumScored() || got.scores.Sampling().Score(3) != want.scores.Sampling().Score(3) {
+	if got.def.scores.Sampling().NumScored() != want.def.scores.Sampling().NumScored() || got.def.scores.Sampling().Score(3) != want.def.scores.Sampling().Score(3) {
 		t.Fatalf("restarted node has %d scored (score[3] %v); the first had %d (%v)",
-			got.scores.Sampling().NumScored(), got.scores.Sampling().Score(3), want.scores.Sampling().NumScored(), want.scores.Sampling().Score(3))
+			got.def.scores.Sampling().NumScored(), got.def.scores.Sampling().Score(3), want.def.scores.Sampling().NumScored(), want.def.scores.Sampling().Score(3))
 	}
 	// A new job starts: the cache fills with the important samples first.
 	if err := second.client(t).Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1).Err(); err != nil {
@@ -89,7 +89,7 @@ func TestUnusableSavedScoresStartCold(t *testing.T) {
 			}
 			os.WriteFile(filepath.Join(state, "ds.scores"), []byte(content), 0o640)
 			p := startPeer(t, Config{CacheSize: 1 << 20, StateDir: state, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
-			if n := p.node.ordered[0].scores.Sampling().NumScored(); n != 0 {
+			if n := p.node.ordered[0].def.scores.Sampling().NumScored(); n != 0 {
 				t.Errorf("%d scores loaded from an unusable file", n)
 			}
 			if err := p.client(t).Ping(context.Background()).Err(); err != nil {

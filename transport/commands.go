@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/internal/redcon"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
 // handler is one command of the trainer socket. min and max bound the
@@ -41,9 +42,10 @@ func commandTable() map[string]handler {
 		"unlink":         {2, -1, cmdDel},
 		"shade.manifest": {2, 2, cmdManifest},
 		"shade.report":   {5, -1, cmdReport},
-		"shade.done":     {4, 4, cmdDone},
-		"shade.order":    {5, 7, cmdOrder},
-		"shade.reset":    {2, 2, cmdReset},
+		"shade.done":     {4, 6, cmdDone},
+		"shade.order":    {5, 9, cmdOrder},
+		"shade.reset":    {2, 4, cmdReset},
+		"shade.job":      {2, 2, cmdJob},
 		"shade.warm":     {2, 2, cmdWarm},
 		"shade.stats":    {1, 2, cmdStats},
 		"shade.map":      {1, 1, cmdMap},
@@ -165,8 +167,8 @@ func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
 
 // cmdGet copies the value once, from where the backend holds it straight
 // into the reply.
-func cmdGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	b, found, err := s.backend.AppendGet(s.ctx, a[1], c.Reply(), redcon.AppendBulkHeader)
+func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
+	b, found, err := s.backend.AppendGet(s.readCtx(st), a[1], c.Reply(), redcon.AppendBulkHeader)
 	writeAppended(c, b, found, err)
 }
 
@@ -204,7 +206,7 @@ func tooManyKeys(s *SocketServer, c redcon.Conn, n int) bool {
 // written out before the next part is read. A part that finds no room
 // within maxReplyWait answers its keys with errors; the array stays whole
 // and no value is ever wrong.
-func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+func cmdMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	keys := a[1:]
 	if tooManyKeys(s, c, len(keys)) {
 		return
@@ -233,7 +235,7 @@ func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 			for range end - start {
 				s.refused.add(refusedReplyMemory)
 			}
-		} else if !writePart(s, c, keys[start:end], end < len(keys)) {
+		} else if !writePart(s, c, st, keys[start:end], end < len(keys)) {
 			s.clients.Release(need)
 			return // the connection is closed
 		}
@@ -255,8 +257,8 @@ func cmdMGet(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 // writing the reply out whenever replyFlush bytes of it wait and more
 // follows (more: parts after this one). It reports false if the
 // connection was closed.
-func writePart(s *SocketServer, c redcon.Conn, keys [][]byte, more bool) bool {
-	batch := s.backend.MGet(s.ctx, keys)
+func writePart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, more bool) bool {
+	batch := s.backend.MGet(s.readCtx(st), keys)
 	defer batch.Close()
 	for i := range keys {
 		b, found, err := batch.Append(i, c.Reply(), redcon.AppendBulkHeader)
@@ -320,21 +322,44 @@ func cmdManifest(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	}
 }
 
-// ReportArgs is a parsed SHADE.REPORT: dataset, epoch, then id/loss pairs.
+// ReportArgs is a parsed SHADE.REPORT: dataset, epoch, then id/loss
+// pairs, then the job if one was named.
 type ReportArgs struct {
 	Dataset string
 	Epoch   int
 	IDs     []uint32
 	Losses  []float64
+	Job     string // "" where none was named
 }
 
-// ParseReport parses SHADE.REPORT's arguments (after the command name). It
+// cutJob takes an optional trailing JOB <name> off a command's
+// arguments: the arguments before it, and the name ("" for none). A
+// name that could not name a job is an error.
+func cutJob(args [][]byte, command string) ([][]byte, string, error) {
+	n := len(args)
+	if n < 2 || !strings.EqualFold(string(args[n-2]), "JOB") {
+		return args, "", nil
+	}
+	job := string(args[n-1])
+	if err := samplekey.ValidName(job); err != nil {
+		return nil, "", fmt.Errorf("%s: bad job name: %w", command, err)
+	}
+	return args[:n-2], job, nil
+}
+
+// ParseReport parses SHADE.REPORT's arguments (after the command name):
+// <dataset> <epoch> <id> <loss> [<id> <loss> ...] [JOB <name>]. It
 // checks shape and syntax only; the node checks ids against the dataset and
 // refuses non-finite losses.
 func ParseReport(args [][]byte) (ReportArgs, error) {
 	var r ReportArgs
+	args, job, err := cutJob(args, "SHADE.REPORT")
+	if err != nil {
+		return r, err
+	}
+	r.Job = job
 	if len(args) < 4 || (len(args)-2)%2 != 0 {
-		return r, fmt.Errorf("SHADE.REPORT needs <dataset> <epoch> and one or more <id> <loss> pairs")
+		return r, fmt.Errorf("SHADE.REPORT needs <dataset> <epoch> and one or more <id> <loss> pairs [JOB <name>]")
 	}
 	r.Dataset = string(args[0])
 	epoch, err := parseInt(args[1], "epoch")
@@ -371,7 +396,7 @@ func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		c.WriteError("ERR " + err.Error())
 		return
 	}
-	if err := s.backend.Report(r.Dataset, r.Epoch, r.IDs, r.Losses); err != nil {
+	if err := s.backend.Report(r.Dataset, r.Job, r.Epoch, r.IDs, r.Losses); err != nil {
 		writeErr(c, err)
 		return
 	}
@@ -385,18 +410,29 @@ type OrderArgs struct {
 	Wait               time.Duration // 0: the server's limit
 	// WithWeights asks for the ids' importance weights beside them.
 	WithWeights bool
+	// Job is the job named, "" for none (the dataset's default job).
+	Job string
 }
 
 // ParseOrder parses SHADE.ORDER's arguments (after the command name):
-// <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS].
+// <dataset> <epoch> <rank> <world> [timeout-ms] followed, in either
+// order, by [WITHWEIGHTS] and [JOB <name>].
 func ParseOrder(args [][]byte) (OrderArgs, error) {
 	var o OrderArgs
-	if n := len(args); n > 4 && strings.EqualFold(string(args[n-1]), "WITHWEIGHTS") {
-		o.WithWeights = true
-		args = args[:n-1]
+	for range 2 {
+		if n := len(args); n > 4 && strings.EqualFold(string(args[n-1]), "WITHWEIGHTS") && !o.WithWeights {
+			o.WithWeights = true
+			args = args[:n-1]
+		}
+		if o.Job == "" && len(args) > 5 {
+			var err error
+			if args, o.Job, err = cutJob(args, "SHADE.ORDER"); err != nil {
+				return o, err
+			}
+		}
 	}
 	if len(args) < 4 || len(args) > 5 {
-		return o, fmt.Errorf("SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS]")
+		return o, fmt.Errorf("SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS] [JOB <name>]")
 	}
 	o.Dataset = string(args[0])
 	var err error
@@ -422,12 +458,13 @@ func ParseOrder(args [][]byte) (OrderArgs, error) {
 	return o, nil
 }
 
-func cmdOrder(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+func cmdOrder(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	o, err := ParseOrder(a[1:])
 	if err != nil {
 		c.WriteError("ERR " + err.Error())
 		return
 	}
+	s.setJob(st, o.Job)
 	if o.World > s.cfg.MaxWorld {
 		s.refused.add(refusedWorld)
 		c.WriteError(fmt.Sprintf("ERR world %d is over the limit of %d ranks (--max-world)", o.World, s.cfg.MaxWorld))
@@ -439,7 +476,7 @@ func cmdOrder(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, wait)
 	defer cancel()
-	ids, weights, err := s.backend.Order(ctx, o.Dataset, o.Epoch, o.Rank, o.World)
+	ids, weights, err := s.backend.Order(ctx, o.Dataset, o.Job, o.Epoch, o.Rank, o.World)
 	if err != nil {
 		writeErr(c, err)
 		return
@@ -467,27 +504,32 @@ func cmdOrder(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 	}
 }
 
-// ParseDone parses SHADE.DONE's arguments (after the command name).
-func ParseDone(args [][]byte) (dataset string, epoch, rank int, err error) {
+// ParseDone parses SHADE.DONE's arguments (after the command name):
+// <dataset> <epoch> <rank> [JOB <name>].
+func ParseDone(args [][]byte) (dataset, job string, epoch, rank int, err error) {
+	args, job, err = cutJob(args, "SHADE.DONE")
+	if err != nil {
+		return "", "", 0, 0, err
+	}
 	if len(args) != 3 {
-		return "", 0, 0, fmt.Errorf("SHADE.DONE needs <dataset> <epoch> <rank>")
+		return "", "", 0, 0, fmt.Errorf("SHADE.DONE needs <dataset> <epoch> <rank> [JOB <name>]")
 	}
 	if epoch, err = parseInt(args[1], "epoch"); err != nil {
-		return "", 0, 0, err
+		return "", "", 0, 0, err
 	}
 	if rank, err = parseInt(args[2], "rank"); err != nil {
-		return "", 0, 0, err
+		return "", "", 0, 0, err
 	}
-	return string(args[0]), epoch, rank, nil
+	return string(args[0]), job, epoch, rank, nil
 }
 
 func cmdDone(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	ds, epoch, rank, err := ParseDone(a[1:])
+	ds, job, epoch, rank, err := ParseDone(a[1:])
 	if err != nil {
 		c.WriteError("ERR " + err.Error())
 		return
 	}
-	if err := s.backend.Done(s.ctx, ds, epoch, rank); err != nil {
+	if err := s.backend.Done(s.ctx, ds, job, epoch, rank); err != nil {
 		writeErr(c, err)
 		return
 	}
@@ -495,10 +537,32 @@ func cmdDone(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 }
 
 func cmdReset(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	if err := s.backend.Reset(string(a[1])); err != nil {
+	args, job, err := cutJob(a[1:], "SHADE.RESET")
+	if err == nil && len(args) != 1 {
+		err = fmt.Errorf("SHADE.RESET needs <dataset> [JOB <name>]")
+	}
+	if err != nil {
+		c.WriteError("ERR " + err.Error())
+		return
+	}
+	if err := s.backend.Reset(string(args[0]), job); err != nil {
 		writeErr(c, err)
 		return
 	}
+	c.WriteString("OK")
+}
+
+// cmdJob names the job the connection's reads are for (SHADE.JOB
+// <name>), so the node counts each job's hits and source reads apart;
+// "default" names the dataset's default job. SHADE.ORDER with JOB names
+// it too.
+func cmdJob(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
+	job := string(a[1])
+	if err := samplekey.ValidName(job); err != nil {
+		c.WriteError("ERR SHADE.JOB: bad job name: " + err.Error())
+		return
+	}
+	s.setJob(st, job)
 	c.WriteString("OK")
 }
 

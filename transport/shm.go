@@ -41,12 +41,12 @@ func cmdMap(s *SocketServer, c redcon.Conn, st *connState, _ [][]byte) {
 	}
 }
 
-func cmdLocate(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
+func cmdLocate(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	keys := a[1:]
 	if tooManyKeys(s, c, len(keys)) {
 		return
 	}
-	id, locs := s.backend.Locate(keys)
+	id, locs := s.backend.Locate(s.readCtx(st), keys)
 	b := make([]byte, 0, shm.LocationSize*len(locs))
 	for _, l := range locs {
 		b = shm.AppendLocation(b, l)

@@ -51,16 +51,19 @@ type Backend interface {
 	Delete(key []byte) bool
 	DBSize() int
 	Manifest(dataset string) ([]string, error)
-	Report(dataset string, epoch int, ids []uint32, losses []float64) error
+	// Report, Done, Order and Reset act on one job of a dataset: job is
+	// the name the trainer gave it, "" where it named none (the dataset's
+	// default job).
+	Report(dataset, job string, epoch int, ids []uint32, losses []float64) error
 	// Done records that rank finished epoch and tells the leader; ctx
 	// bounds the telling.
-	Done(ctx context.Context, dataset string, epoch, rank int) error
+	Done(ctx context.Context, dataset, job string, epoch, rank int) error
 	// Order blocks until epoch's order is published or ctx ends, and
 	// returns rank's slice of it with the importance weight of each id
 	// (nil when every weight is 1).
-	Order(ctx context.Context, dataset string, epoch, rank, world int) (ids []uint32, weights []float32, err error)
-	// Reset forgets a dataset's job (its epochs and world), keeping scores.
-	Reset(dataset string) error
+	Order(ctx context.Context, dataset, job string, epoch, rank, world int) (ids []uint32, weights []float32, err error)
+	// Reset forgets a job's epochs and world, keeping its scores.
+	Reset(dataset, job string) error
 	// Warm preloads a dataset into the cache, most important samples
 	// first, and returns how many it loaded. It blocks until done.
 	Warm(ctx context.Context, dataset string) (int, error)
@@ -81,7 +84,7 @@ type Backend interface {
 	// that maps it: locs[i] is where the value of keys[i] lies, or zero
 	// (Gen 0) where it is not held; the trainer reads those with MGET. id
 	// is the ID of the memory the locations refer to.
-	Locate(keys [][]byte) (id uint64, locs []shm.Location)
+	Locate(ctx context.Context, keys [][]byte) (id uint64, locs []shm.Location)
 }
 
 // Batch is one MGet's keys being answered. It is used by one goroutine.
@@ -246,6 +249,42 @@ type connState struct {
 	// fresh: the command being run is the first of its pipeline, so no
 	// reply is waiting in redcon's buffer (SHADE.MAP writes its own).
 	fresh bool
+	// ctx is the context of the connection's reads: the server's, with
+	// the job the connection last named (SHADE.JOB, or JOB on
+	// SHADE.ORDER); nil until it names one.
+	ctx context.Context
+}
+
+// readCtx is the context a connection's reads are served with.
+func (s *SocketServer) readCtx(st *connState) context.Context {
+	if st.ctx != nil {
+		return st.ctx
+	}
+	return s.ctx
+}
+
+// setJob makes job the connection's job for its reads.
+func (s *SocketServer) setJob(st *connState, job string) {
+	if JobOf(st.ctx) != job {
+		st.ctx = WithJob(s.ctx, job)
+	}
+}
+
+type jobKey struct{}
+
+// WithJob returns a context that names the training job its reads are
+// for; the backend counts a job's reads apart (Backend.AppendGet, MGet).
+func WithJob(ctx context.Context, job string) context.Context {
+	return context.WithValue(ctx, jobKey{}, job)
+}
+
+// JobOf returns the job ctx names, "" for none (the default job).
+func JobOf(ctx context.Context) string {
+	if ctx == nil {
+		return ""
+	}
+	job, _ := ctx.Value(jobKey{}).(string)
+	return job
 }
 
 // ListenSocket creates the socket file with cfg.Mode and starts serving in

@@ -384,15 +384,15 @@ func newScoreQueue(r *ring.Ring, leader string) *scoreQueue {
 // add queues the samples of one merged minibatch for their owners, as
 // mesh.queueScores does.
 func (q *scoreQueue) add(dataset string, ids []uint32) {
-	q.local = q.q.Add(q.r, q.leader, dataset, ids, q.local)
+	q.local = q.q.Add(q.r, q.leader, wire.JobKey{Dataset: dataset}, ids, q.local)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader
 // sends them, and empties the queue; it returns the frames and bytes.
 func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error) {
 	for _, byDS := range q.q.Take() {
-		for name, set := range byDS {
-			if q.frame, err = encodeFrame(q.frame, wire.ScoresFor(name, set, table)); err != nil {
+		for job, set := range byDS {
+			if q.frame, err = encodeFrame(q.frame, wire.ScoresFor(job, set, table)); err != nil {
 				return frames, bytes, err
 			}
 			frames++

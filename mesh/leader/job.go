@@ -61,6 +61,9 @@ type Scores interface {
 // Owners, Resident, EpochDeadline and Logger is required.
 type Config struct {
 	Dataset, Version string
+	// Job names the dataset's job ("" for its default job); it is stamped
+	// on every order.
+	Job string
 	// MaxWorld bounds the world size of a job.
 	MaxWorld int
 	// NewSampler returns a sampler in its initial state, for a new job
@@ -293,13 +296,30 @@ func (j *Job) Retire() {
 func (j *Job) Reset() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.resetLocked(false)
+}
+
+// End ends the job for good: it publishes the empty order of a new
+// generation with Retired set, which tells every peer to drop the job,
+// and stops the job's timers. Later calls do nothing.
+func (j *Job) End() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.retired {
+		return
+	}
+	j.resetLocked(true)
+	j.retired = true
+}
+
+func (j *Job) resetLocked(end bool) {
 	j.gen++
 	j.world, j.latest, j.ranks = 0, -1, nil
 	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline = false, false
 	j.resident = make(map[string][]byte)
-	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term()}, 0)
+	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term(), Retired: end}, 0)
 }
 
 // Status is a Job's progress, as a value.
@@ -357,7 +377,7 @@ func (j *Job) publishLocked(epoch int) error {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
 	pub := &wire.PublishMsg{
-		Dataset: j.cfg.Dataset, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.cfg.Ahead,
+		Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.cfg.Ahead,
 		World: j.world, Slices: d.Slices, Weights: d.Weights, Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
 	}
 	scored := d.Scored

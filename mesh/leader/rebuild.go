@@ -26,7 +26,7 @@ func (s States) NewestOrder(own wire.JobState) (from string) {
 	gen, epoch, term := own.Gen, own.Epoch, own.Term
 	for _, name := range s.names() {
 		for _, js := range s[name].Jobs {
-			if js.Dataset != own.Dataset {
+			if js.Dataset != own.Dataset || js.Job != own.Job {
 				continue
 			}
 			cand := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
@@ -38,14 +38,14 @@ func (s States) NewestOrder(own wire.JobState) (from string) {
 	return from
 }
 
-// BestTable returns the best score table of dataset that a member holds,
-// if it is better than own (wire.TableInfo.Better), and that member; own
-// and "" if none is.
-func (s States) BestTable(dataset string, own wire.TableInfo) (best wire.TableInfo, from string) {
+// BestTable returns the best score table of own's dataset and job that a
+// member holds, if it is better than own (wire.TableInfo.Better), and that
+// member; own and "" if none is.
+func (s States) BestTable(own wire.TableInfo) (best wire.TableInfo, from string) {
 	best = own
 	for _, name := range s.names() {
 		for _, ti := range s[name].Tables {
-			if ti.Dataset == dataset && ti.Better(best) {
+			if ti.Dataset == own.Dataset && ti.Job == own.Job && ti.Better(best) {
 				best, from = ti, name
 			}
 		}
@@ -83,7 +83,7 @@ func Rebuild(cfg Config, newest *wire.PublishMsg, self string, own wire.JobState
 	j.merge(self, own)
 	for _, name := range peers.names() {
 		for _, js := range peers[name].Jobs {
-			if js.Dataset == cfg.Dataset {
+			if js.Dataset == cfg.Dataset && js.Job == cfg.Job {
 				j.merge(name, js)
 			}
 		}

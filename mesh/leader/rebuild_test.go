@@ -78,6 +78,10 @@ func TestStatesPickTheNewest(t *testing.T) {
 			Tables: []wire.TableInfo{{Dataset: "ds", Term: 3, Scored: 10}}},
 		"c": {MaxTerm: 6, Jobs: []wire.JobState{{Dataset: "ds", Gen: 1, Epoch: 5, Term: 3}, {Dataset: "x", Gen: 9}},
 			Tables: []wire.TableInfo{{Dataset: "ds", Term: 3, Scored: 10}}},
+		// Another job of the same dataset: newer and better, but not the
+		// same job's.
+		"d": {MaxTerm: 6, Jobs: []wire.JobState{{Dataset: "ds", Job: "sweep", Gen: 7, Epoch: 9, Term: 6}},
+			Tables: []wire.TableInfo{{Dataset: "ds", Job: "sweep", Term: 6, Scored: 99}}},
 	}
 	if got := states.NewestOrder(wire.JobState{Dataset: "ds", Gen: 1, Epoch: 4}); got != "c" {
 		t.Errorf("newest order from %q, want c (a later term)", got)
@@ -85,8 +89,14 @@ func TestStatesPickTheNewest(t *testing.T) {
 	if got := states.NewestOrder(wire.JobState{Dataset: "ds", Gen: 2, Epoch: 0}); got != "" {
 		t.Errorf("newest order from %q, want none: this node's generation is newer", got)
 	}
-	if best, from := states.BestTable("ds", wire.TableInfo{Dataset: "ds", Term: 1}); from != "b" || best.Scored != 10 {
+	if best, from := states.BestTable(wire.TableInfo{Dataset: "ds", Term: 1}); from != "b" || best.Scored != 10 {
 		t.Errorf("best table %+v from %q, want b's (the lower name of a tie)", best, from)
+	}
+	if got := states.NewestOrder(wire.JobState{Dataset: "ds", Job: "sweep", Gen: 7, Epoch: 3}); got != "d" {
+		t.Errorf("newest order of job sweep from %q, want d", got)
+	}
+	if best, from := states.BestTable(wire.TableInfo{Dataset: "ds", Job: "sweep"}); from != "d" || best.Scored != 99 {
+		t.Errorf("best table of job sweep %+v from %q, want d's", best, from)
 	}
 	if got := states.MaxTerm(5); got != 6 {
 		t.Errorf("MaxTerm = %d, want 6", got)

@@ -115,17 +115,17 @@ func (o *Outbox) QueuedReports() int {
 	return len(o.reports)
 }
 
-// QueueScores queues samples of dataset whose merged scores their owners
+// QueueScores queues samples of a job whose merged scores their owners
 // (as r places them) need, and returns those that self owns.
-func (o *Outbox) QueueScores(r wire.Owners, self, dataset string, ids []uint32) (local []uint32) {
+func (o *Outbox) QueueScores(r wire.Owners, self string, job wire.JobKey, ids []uint32) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.scores.Add(r, self, dataset, ids, nil)
+	return o.scores.Add(r, self, job, ids, nil)
 }
 
 // TakeScores empties the score queue and returns it (see
 // wire.ScoreQueue.Take); nil if it was empty.
-func (o *Outbox) TakeScores() map[string]map[string]map[uint32]struct{} {
+func (o *Outbox) TakeScores() map[string]map[wire.JobKey]map[uint32]struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.scores.Len() == 0 {

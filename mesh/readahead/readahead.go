@@ -48,10 +48,11 @@ type Dataset interface {
 	Key(id uint32) string
 	// Size is the size in bytes of sample id.
 	Size(id uint32) int64
-	// Head is the generation of the newest order the node holds and the
+	// Head is the generation of the newest order of job (a name of the
+	// dataset's job, as in wire.PublishMsg.Job) the node holds and the
 	// epoch its ranks are training: a cursor on an older epoch is done.
 	// It may take the order book's lock (see the lock order on ReadAhead).
-	Head() (gen uint64, epoch int)
+	Head(job string) (gen uint64, epoch int)
 }
 
 // Host is what the read-ahead needs of its node. Its methods are called
@@ -132,6 +133,7 @@ func New(cfg Config, host Host) *ReadAhead {
 
 type cursorKey struct {
 	ds   Dataset
+	job  string
 	rank int
 }
 
@@ -202,7 +204,7 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 	if r.closed || !r.initLocked() {
 		return
 	}
-	key := cursorKey{ds, rank}
+	key := cursorKey{ds, p.Job, rank}
 	if c := r.cursors[key]; c != nil && !orderAfter(p.Gen, p.Epoch, c.gen, c.epoch) {
 		return
 	}
@@ -210,7 +212,7 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 	// done: a new epoch is published once every rank finished the last
 	// (or, with orders published ahead, the one before it).
 	for k, c := range r.cursors {
-		if k.ds == ds && orderAfter(p.Gen, p.Epoch-p.Ahead, c.gen, c.epoch) {
+		if k.ds == ds && k.job == p.Job && orderAfter(p.Gen, p.Epoch-p.Ahead, c.gen, c.epoch) {
 			r.stopCursorLocked(c)
 		}
 	}
@@ -431,7 +433,7 @@ func (r *ReadAhead) runCursor(ctx context.Context, c *rankCursor) {
 	for ctx.Err() == nil {
 		// The book's lock is taken before the read-ahead's when an order
 		// is installed (FollowPublished): never the other way round.
-		g, e := c.key.ds.Head()
+		g, e := c.key.ds.Head(c.key.job)
 		r.mu.Lock()
 		if orderAfter(g, e, c.gen, c.epoch) {
 			r.stopCursorLocked(c)
@@ -646,13 +648,14 @@ func (r *ReadAhead) Stats() Stats {
 	return Stats{Fetched: r.fetched.Load(), Unused: r.unused.Load(), Bytes: b}
 }
 
-// Cursor describes the cursor that follows rank of ds, if any, for tests
-// and diagnostics: the position after the furthest the rank was seen
-// reading, the next position the worker looks at, and the epoch followed.
-func (r *ReadAhead) Cursor(ds Dataset, rank int) (pos, next, epoch int, ok bool) {
+// Cursor describes the cursor that follows rank of job of ds, if any,
+// for tests and diagnostics: the position after the furthest the rank was
+// seen reading, the next position the worker looks at, and the epoch
+// followed.
+func (r *ReadAhead) Cursor(ds Dataset, job string, rank int) (pos, next, epoch int, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := r.cursors[cursorKey{ds, rank}]
+	c := r.cursors[cursorKey{ds, job, rank}]
 	if c == nil {
 		return 0, 0, 0, false
 	}

@@ -15,9 +15,9 @@ import (
 // dataset is a fake Dataset whose sample i is 64 bytes of byte(i).
 type dataset struct{ gen atomic.Uint64 }
 
-func (d *dataset) Key(id uint32) string          { return fmt.Sprintf("ds/%d", id) }
-func (d *dataset) Size(uint32) int64             { return 64 }
-func (d *dataset) Head() (gen uint64, epoch int) { return d.gen.Load(), 0 }
+func (d *dataset) Key(id uint32) string                { return fmt.Sprintf("ds/%d", id) }
+func (d *dataset) Size(uint32) int64                   { return 64 }
+func (d *dataset) Head(string) (gen uint64, epoch int) { return d.gen.Load(), 0 }
 
 // host is a fake standalone node: it owns every sample and reads it from
 // its source.
@@ -54,14 +54,14 @@ func TestFollowTakeClose(t *testing.T) {
 		}
 		return true
 	})
-	if _, next, _, ok := r.Cursor(ds, 0); !ok || next != 8 {
+	if _, next, _, ok := r.Cursor(ds, "", 0); !ok || next != 8 {
 		t.Fatalf("cursor: next %d ok %v, want 8", next, ok)
 	}
 	v, mem, ok := r.Take(context.Background(), ds, slice[0])
 	if !ok || mem || !bytes.Equal(v, bytes.Repeat([]byte{byte(slice[0])}, 64)) {
 		t.Fatalf("take: %v %v %v", v, mem, ok)
 	}
-	if pos, _, _, _ := r.Cursor(ds, 0); pos != 1 {
+	if pos, _, _, _ := r.Cursor(ds, "", 0); pos != 1 {
 		t.Fatalf("cursor at %d after the first read, want 1", pos)
 	}
 	if _, _, ok := r.Take(context.Background(), ds, 99); ok {

@@ -163,10 +163,10 @@ func (s *Table) All(n int) []float64 {
 }
 
 // ScoresFor builds the scores message of one owner's queued samples.
-func (s *Table) ScoresFor(dataset string, ids map[uint32]struct{}) *wire.ScoresReq {
+func (s *Table) ScoresFor(job wire.JobKey, ids map[uint32]struct{}) *wire.ScoresReq {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return wire.ScoresFor(dataset, ids, s.table)
+	return wire.ScoresFor(job, ids, s.table)
 }
 
 // Deciles sets out[i] to the importance decile of sample idxs[i].

@@ -9,20 +9,24 @@ type Owners interface {
 	AppendOwners(dst []string, key []byte) []string
 }
 
+// JobKey names one job of one dataset: Job is "" for its default job.
+type JobKey struct{ Dataset, Job string }
+
 // ScoreQueue is the leader's queue of samples whose merged scores their
-// owners need: per owner, per dataset, a set of sample ids. The zero value
+// owners need: per owner, per job, a set of sample ids. The zero value
 // is empty and ready. A ScoreQueue is not safe for concurrent use: its
 // owner guards it.
 type ScoreQueue struct {
-	q map[string]map[string]map[uint32]struct{} // owner -> dataset -> ids
+	q map[string]map[JobKey]map[uint32]struct{} // owner -> job -> ids
 }
 
-// Add queues the samples of one merged minibatch of dataset for their
+// Add queues the samples of one merged minibatch of a job for their
 // owners as r places them, and returns the ids that self owns (its own
 // share, which never crosses the wire; appended to local). It builds the
 // key of each sample once into one reused buffer and looks each owner's
 // set up once per call.
-func (q *ScoreQueue) Add(r Owners, self, dataset string, ids []uint32, local []uint32) []uint32 {
+func (q *ScoreQueue) Add(r Owners, self string, job JobKey, ids []uint32, local []uint32) []uint32 {
+	dataset := job.Dataset
 	var (
 		key    = make([]byte, 0, len(dataset)+11)
 		owners []string
@@ -39,16 +43,16 @@ func (q *ScoreQueue) Add(r Owners, self, dataset string, ids []uint32, local []u
 			set := sets[owner]
 			if set == nil {
 				if q.q == nil {
-					q.q = make(map[string]map[string]map[uint32]struct{})
+					q.q = make(map[string]map[JobKey]map[uint32]struct{})
 				}
-				byDS := q.q[owner]
-				if byDS == nil {
-					byDS = make(map[string]map[uint32]struct{})
-					q.q[owner] = byDS
+				byJob := q.q[owner]
+				if byJob == nil {
+					byJob = make(map[JobKey]map[uint32]struct{})
+					q.q[owner] = byJob
 				}
-				if set = byDS[dataset]; set == nil {
+				if set = byJob[job]; set == nil {
 					set = make(map[uint32]struct{})
-					byDS[dataset] = set
+					byJob[job] = set
 				}
 				sets[owner] = set
 			}
@@ -61,9 +65,9 @@ func (q *ScoreQueue) Add(r Owners, self, dataset string, ids []uint32, local []u
 // Len is the number of owners with queued samples.
 func (q *ScoreQueue) Len() int { return len(q.q) }
 
-// Take empties the queue and returns what it held: owner -> dataset ->
-// set of sample ids. The caller owns the maps.
-func (q *ScoreQueue) Take() map[string]map[string]map[uint32]struct{} {
+// Take empties the queue and returns what it held: owner -> job -> set
+// of sample ids. The caller owns the maps.
+func (q *ScoreQueue) Take() map[string]map[JobKey]map[uint32]struct{} {
 	taken := q.q
 	q.q = nil
 	return taken
@@ -77,10 +81,10 @@ type ScoreSource interface {
 }
 
 // ScoresFor builds the scores message of one owner's queued samples of
-// dataset (one set of a Take), reading each sample's score and the running
+// a job (one set of a Take), reading each sample's score and the running
 // mean from t.
-func ScoresFor(dataset string, ids map[uint32]struct{}, t ScoreSource) *ScoresReq {
-	req := &ScoresReq{Dataset: dataset, IDs: make([]uint32, 0, len(ids)), Scores: make([]float64, 0, len(ids))}
+func ScoresFor(job JobKey, ids map[uint32]struct{}, t ScoreSource) *ScoresReq {
+	req := &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: make([]uint32, 0, len(ids)), Scores: make([]float64, 0, len(ids))}
 	for id := range ids {
 		req.IDs = append(req.IDs, id)
 		req.Scores = append(req.Scores, t.Score(id))

@@ -110,6 +110,7 @@ type OfferReq struct {
 // ReportBatch is one trained minibatch: losses keyed by sample id.
 type ReportBatch struct {
 	Dataset string    `msgpack:"d"`
+	Job     string    `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Epoch   int       `msgpack:"e"`
 	IDs     []uint32  `msgpack:"i"`
 	Losses  []float64 `msgpack:"l"`
@@ -123,6 +124,7 @@ type ReportReq struct {
 // JoinReq announces that rank of a job of world ranks trains on Node.
 type JoinReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Rank    int    `msgpack:"r"`
 	World   int    `msgpack:"w"`
 	Node    string `msgpack:"n"`
@@ -133,6 +135,7 @@ type JoinReq struct {
 // DoneReq says that a rank finished an epoch.
 type DoneReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Gen     uint64 `msgpack:"g"`
 	Epoch   int    `msgpack:"e"`
 	Rank    int    `msgpack:"r"`
@@ -149,6 +152,7 @@ type DoneReq struct {
 // finish epochs, with their dones).
 type ResidentReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Gen     uint64 `msgpack:"g"`
 	Node    string `msgpack:"n"`
 	Bits    []byte `msgpack:"b"`
@@ -157,11 +161,13 @@ type ResidentReq struct {
 // ResetReq starts a dataset's job over.
 type ResetReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 }
 
 // PublishMsg is one epoch's order as the leader published it.
 type PublishMsg struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Version string `msgpack:"v"`
 	Gen     uint64 `msgpack:"g"` // job generation: a reset starts a new one
 	Epoch   int    `msgpack:"e"`
@@ -184,6 +190,11 @@ type PublishMsg struct {
 	// unbiased estimate of the loss over the whole dataset. Empty means
 	// every weight is 1 (a permutation, or an order from an older peer).
 	Weights [][]float32 `msgpack:"x,omitempty"`
+	// Retired, on the empty order of a reset (Epoch -1), says the job is
+	// over for good: its trainers stopped, and peers drop its orders and
+	// scores (keeping the scores in their state directory, if they have
+	// one). A job of the same name that starts later begins afresh.
+	Retired bool `msgpack:"z,omitempty"`
 }
 
 // Weight returns the weights of rank's slice: nil when every weight is 1.
@@ -211,6 +222,7 @@ func (p *PublishMsg) Newer(q *PublishMsg) bool {
 // ScoresReq carries merged scores from the leader to the samples' owners.
 type ScoresReq struct {
 	Dataset string    `msgpack:"d"`
+	Job     string    `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	IDs     []uint32  `msgpack:"i"`
 	Scores  []float64 `msgpack:"s"`
 	Mean    float64   `msgpack:"m"`
@@ -220,6 +232,7 @@ type ScoresReq struct {
 // as the leader of Term wrote it.
 type ReplicateReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Version string `msgpack:"v"`
 	Term    uint64 `msgpack:"t"`
 	Table   []byte `msgpack:"b"`
@@ -233,6 +246,7 @@ type StateReq struct {
 // JobState is what a peer knows of one dataset's job.
 type JobState struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Gen     uint64 `msgpack:"g"`
 	Epoch   int    `msgpack:"e"` // newest order held, -1 for none
 	Term    uint64 `msgpack:"t"`
@@ -261,6 +275,7 @@ type StateResp struct {
 // of the leader that wrote it and how many samples it has scored.
 type TableInfo struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Term    uint64 `msgpack:"t"`
 	Scored  int    `msgpack:"n"`
 }
@@ -277,6 +292,7 @@ func (t TableInfo) Better(o TableInfo) bool {
 // GetOrderReq asks a peer for the newest order it holds of a dataset.
 type GetOrderReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	// Exact asks for the order of Epoch, if the peer holds it; otherwise
 	// the newest is asked for.
 	Exact bool `msgpack:"x,omitempty"`
@@ -286,4 +302,5 @@ type GetOrderReq struct {
 // GetTableReq asks a peer for its copy of a dataset's score table.
 type GetTableReq struct {
 	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 }

@@ -15,8 +15,8 @@ func (o owners) AppendOwners(dst []string, key []byte) []string {
 func TestScoreQueue(t *testing.T) {
 	r := owners{"ds/1": {"a", "me"}, "ds/2": {"b"}, "ds/3": {"a", "b"}}
 	var q ScoreQueue
-	local := q.Add(r, "me", "ds", []uint32{1, 2, 3}, nil)
-	local = q.Add(r, "me", "ds", []uint32{1}, local)
+	local := q.Add(r, "me", JobKey{Dataset: "ds"}, []uint32{1, 2, 3}, nil)
+	local = q.Add(r, "me", JobKey{Dataset: "ds"}, []uint32{1}, local)
 	if !slices.Equal(local, []uint32{1, 1}) {
 		t.Fatalf("local share %v, want [1 1]", local)
 	}
@@ -24,13 +24,13 @@ func TestScoreQueue(t *testing.T) {
 		t.Fatalf("%d owners queued, want 2", q.Len())
 	}
 	got := q.Take()
-	if len(got["a"]["ds"]) != 2 || len(got["b"]["ds"]) != 2 {
+	if len(got["a"][JobKey{Dataset: "ds"}]) != 2 || len(got["b"][JobKey{Dataset: "ds"}]) != 2 {
 		t.Fatalf("queued %v", got)
 	}
 	if q.Len() != 0 {
 		t.Fatal("Take left the queue non-empty")
 	}
-	req := ScoresFor("ds", got["a"]["ds"], table{})
+	req := ScoresFor(JobKey{Dataset: "ds"}, got["a"][JobKey{Dataset: "ds"}], table{})
 	if len(req.IDs) != 2 || req.Mean != 0.5 {
 		t.Fatalf("ScoresFor: %+v", req)
 	}

@@ -46,10 +46,13 @@ type FreeKeys struct {
 	Rejected int64 `json:"rejected_admissions"`
 }
 
-// Dataset is one dataset of Node: its counters on the node and its job.
+// Dataset is one dataset of Node: its counters on the node and its jobs.
 type Dataset struct {
 	DatasetCounters
-	Job Job `json:"job"`
+	// Job is the dataset's default job (the one trainers that name no
+	// job train in); Jobs is every job, the default first, then by name.
+	Job  Job   `json:"job"`
+	Jobs []Job `json:"jobs"`
 }
 
 // DatasetCounters is a snapshot of one dataset's counters on a node.
@@ -109,9 +112,10 @@ type Histogram struct {
 }
 
 // Job is a snapshot of a dataset's job: its world, newest published epoch
-// (-1 for none), importance reports, and the ranks the next epoch waits
-// for.
+// (-1 for none), importance reports, the ranks the next epoch waits for,
+// and its trainers' reads on this node.
 type Job struct {
+	Name          string  `json:"name"` // "default" for the dataset's default job
 	Leader        string  `json:"leader"`
 	Term          uint64  `json:"term"`
 	Generation    uint64  `json:"generation"`
@@ -122,4 +126,16 @@ type Job struct {
 	ScoredSamples int     `json:"scored_samples"`
 	MeanScore     float64 `json:"mean_score"`
 	PendingRanks  []int   `json:"pending_ranks"`
+	// Reads by the job's trainers on this node (the connections that
+	// named the job): all of them, those served from memory (this node's,
+	// a peer's or the read-ahead's), and those read from the source, with
+	// their bytes. HitRatio is Hits/Reads, 0 with no reads.
+	Reads       int64   `json:"reads"`
+	Hits        int64   `json:"hits"`
+	HitRatio    float64 `json:"hit_ratio"`
+	SourceReads int64   `json:"source_reads"`
+	SourceBytes int64   `json:"source_bytes"`
+	// IdleSeconds is how long the job has had no join, done, report or
+	// order on this node.
+	IdleSeconds float64 `json:"idle_seconds"`
 }

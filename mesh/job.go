@@ -1,0 +1,315 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shade-mesh/shade/mesh/leader"
+	"github.com/shade-mesh/shade/mesh/orders"
+	"github.com/shade-mesh/shade/mesh/scores"
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/samplekey"
+)
+
+// DefaultJob is the name trainers may give a dataset's default job, the
+// one they get when they name none. Inside the mesh and on the wire it is
+// the empty name.
+const DefaultJob = "default"
+
+// ErrTooManyJobs refuses a new job on a dataset that has Config.MaxJobs.
+var ErrTooManyJobs = codedError{"ERR", "mesh: too many jobs"}
+
+// jobState is one training job on a dataset: its score table (the
+// leader's, or a replica of it), the orders this node holds, and the
+// leader's state while this node leads. The dataset's samples and the
+// node's cache are shared by all its jobs.
+type jobState struct {
+	ds   *datasetState
+	name string // "" for the dataset's default job
+
+	scores *scores.Table
+	book   *orders.Book
+	lead   atomic.Pointer[leader.Job]
+
+	// lookMu orders the hand-over of orders to a Lookahead policy;
+	// looked is the newest handed over, lookReads the reads it gave.
+	lookMu    sync.Mutex
+	looked    *wire.PublishMsg
+	lookReads int
+
+	// owned holds the job's newest scores of the samples this node owns,
+	// by sample (NaN: none yet), while the dataset has other jobs: the
+	// policy weighs a sample by the sum over the jobs. Under Node.polMu.
+	owned []float32
+	mean  float64 // the job's running mean score, under Node.polMu
+
+	reports, reported atomic.Int64
+	active            atomic.Int64 // unix nanoseconds of the job's last join, done, report or order here
+
+	// Reads of the job's trainers on this node: all, those served from
+	// memory (here, a peer's or the read-ahead's), and those that went to
+	// the source, with their bytes.
+	reads, hits, sourceReads, sourceBytes atomic.Int64
+}
+
+// canonicalJob maps the name a trainer gives a job to the mesh's: ""
+// and DefaultJob are the default job, "".
+func canonicalJob(name string) string {
+	if name == DefaultJob {
+		return ""
+	}
+	return name
+}
+
+// displayJob is the name of a job in stats and logs.
+func displayJob(name string) string {
+	if name == "" {
+		return DefaultJob
+	}
+	return name
+}
+
+func (js *jobState) touch() { js.active.Store(time.Now().UnixNano()) }
+
+// idle is how long the job has had no join, done, report or order here.
+func (js *jobState) idle(now time.Time) time.Duration {
+	return now.Sub(time.Unix(0, js.active.Load()))
+}
+
+func (js *jobState) leaderJob() *leader.Job { return js.lead.Load() }
+
+// setLeaderJob makes lj (nil for none) the job's leader state and retires
+// the one it replaces, so that its timers publish nothing.
+func (js *jobState) setLeaderJob(lj *leader.Job) {
+	if old := js.lead.Swap(lj); old != nil && old != lj {
+		old.Retire()
+	}
+}
+
+func (js *jobState) headTerm() uint64 {
+	_, _, t := js.book.Head()
+	return t
+}
+
+// state is what this node knows of the job, for a new leader.
+func (js *jobState) state() wire.JobState {
+	st := js.book.State(js.ds.name)
+	st.Job = js.name
+	return st
+}
+
+// tableInfo describes this node's copy of the job's score table.
+func (js *jobState) tableInfo() wire.TableInfo {
+	ti := js.scores.Info(js.ds.name)
+	ti.Job = js.name
+	return ti
+}
+
+// Head implements readahead.Dataset's Head for a job of the dataset: the
+// newest order's generation and the epoch being trained: the newest
+// order's, or where orders run ahead the one before it (-1 for none).
+func (ds *datasetState) Head(job string) (gen uint64, epoch int) {
+	js := ds.lookupJob(job)
+	if js == nil {
+		return 0, -1
+	}
+	p := js.book.Newest()
+	if p == nil {
+		return 0, -1
+	}
+	return p.Gen, p.Epoch - p.Ahead
+}
+
+// lookupJob returns the dataset's job of that name, or nil.
+func (ds *datasetState) lookupJob(name string) *jobState {
+	if name == "" {
+		return ds.def
+	}
+	ds.jobsMu.RLock()
+	defer ds.jobsMu.RUnlock()
+	return ds.jobs[name]
+}
+
+// jobList returns the dataset's jobs, the default job first, then by name.
+func (ds *datasetState) jobList() []*jobState {
+	ds.jobsMu.RLock()
+	out := make([]*jobState, 0, len(ds.jobs))
+	for _, js := range ds.jobs {
+		out = append(out, js)
+	}
+	ds.jobsMu.RUnlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	return out
+}
+
+// jobCount is the number of the dataset's jobs, the default job counted.
+func (ds *datasetState) jobCount() int {
+	ds.jobsMu.RLock()
+	defer ds.jobsMu.RUnlock()
+	return len(ds.jobs)
+}
+
+// newJob makes the state of a job of ds on this node: a fresh score table
+// whose sampler seed is the node's seed, the dataset's ordinal and the
+// job's name; an empty order book. It is not yet registered.
+func (n *Node) newJob(ds *datasetState, name string) *jobState {
+	js := &jobState{ds: ds, name: name}
+	seed := uint64(ds.ordinal)
+	if name != "" {
+		seed ^= xxhash.Sum64String(name)
+	}
+	js.scores = scores.New(ds.len, n.cfg.Alpha, n.cfg.Score, rand.New(rand.NewPCG(n.cfg.Seed, seed)))
+	js.book = orders.New(n.cfg.KeepEpochs)
+	js.touch()
+	return js
+}
+
+// startJob registers js on its dataset and wires it to the node: saved
+// scores, the order hook, and the leader's state if this node leads.
+func (n *Node) startJob(js *jobState) {
+	ds := js.ds
+	js.book.OnInstall(func(p *wire.PublishMsg) {
+		n.trace.Epoch(p.Epoch)
+		n.orderInstalled(js, p)
+	})
+	ds.jobsMu.Lock()
+	ds.jobs[js.name] = js
+	ds.jobsMu.Unlock()
+	if n.cfg.StateDir != "" {
+		// Registered first: the policy weighs the scores over the jobs.
+		if err := n.loadScores(js); err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("saved scores unreadable: starting cold")
+		}
+	}
+	if n.lead.leading() {
+		js.setLeaderJob(leader.New(n.jobConfig(js)))
+	}
+}
+
+// job returns the dataset's job of that name; with create, a job the node
+// does not know yet is started, up to Config.MaxJobs per dataset.
+func (n *Node) job(ds *datasetState, name string, create bool) (*jobState, error) {
+	name = canonicalJob(name)
+	if js := ds.lookupJob(name); js != nil {
+		return js, nil
+	}
+	if err := samplekey.ValidName(name); err != nil {
+		return nil, fmt.Errorf("%w: job name: %w", ErrConfig, err)
+	}
+	if !create {
+		return nil, fmt.Errorf("%w: no job %q of %s", ErrUnknownJob, name, ds.name)
+	}
+	n.jobsMu.Lock() // one job started at a time, so the count holds
+	defer n.jobsMu.Unlock()
+	if js := ds.lookupJob(name); js != nil {
+		return js, nil
+	}
+	if ds.jobCount() >= n.cfg.MaxJobs {
+		return nil, fmt.Errorf("%w: %s has %d jobs (--max-jobs); a job idle for %s is retired", ErrTooManyJobs, ds.name, n.cfg.MaxJobs, n.cfg.JobIdle)
+	}
+	js := n.newJob(ds, name)
+	n.startJob(js)
+	n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", name).Msg("job started")
+	return js, nil
+}
+
+// dropJob forgets a named job on this node: its orders, its share of the
+// policy's importance and its reads ahead. Its scores are saved first
+// where the node keeps state.
+func (n *Node) dropJob(js *jobState) {
+	ds := js.ds
+	if js.name == "" {
+		return // the default job is reset, never dropped
+	}
+	ds.jobsMu.Lock()
+	if ds.jobs[js.name] != js {
+		ds.jobsMu.Unlock()
+		return
+	}
+	delete(ds.jobs, js.name)
+	ds.jobsMu.Unlock()
+	if old := js.lead.Swap(nil); old != nil {
+		// The leader's own retirement drops the job from within its
+		// publication, with the job's lock held.
+		n.goBackground(func(context.Context) { old.Retire() })
+	}
+	js.book.Wake()
+	if n.cfg.StateDir != "" {
+		if err := js.scores.Save(n.scoresPath(js), ds.manifest.Version); err != nil {
+			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", js.name).Msg("saving a retired job's scores")
+		}
+	}
+	n.forgetJobScores(js)
+	n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", js.name).Msg("job retired")
+}
+
+// knownJob returns a job this node knows, or an error that says why not.
+func (n *Node) knownJob(dataset, job string) (*jobState, error) {
+	ds, err := n.dataset(dataset)
+	if err != nil {
+		return nil, err
+	}
+	if js := ds.lookupJob(canonicalJob(job)); js != nil {
+		return js, nil
+	}
+	return nil, fmt.Errorf("%w: no job %q of %s", ErrUnknownJob, job, dataset)
+}
+
+// allJobs returns every job of every dataset, dataset by dataset.
+func (n *Node) allJobs() []*jobState {
+	var out []*jobState
+	for _, ds := range n.ordered {
+		out = append(out, ds.jobList()...)
+	}
+	return out
+}
+
+// retireIdle ends, on the leader, every job whose trainers have been
+// silent for Config.JobIdle: a named job is retired on every peer, the
+// default job is reset (its world and epochs freed, its scores kept).
+func (n *Node) retireIdle() {
+	if n.cfg.JobIdle <= 0 || !n.lead.leading() {
+		return
+	}
+	now := time.Now()
+	for _, js := range n.allJobs() {
+		if js.idle(now) < n.cfg.JobIdle {
+			continue
+		}
+		lj := js.leaderJob()
+		if lj == nil {
+			continue
+		}
+		if js.name == "" {
+			if p := js.book.Newest(); p != nil && p.Epoch >= 0 {
+				n.cfg.Logger.Info().Str("dataset", js.ds.name).Dur("idle", js.idle(now)).Msg("default job idle: reset")
+				lj.Reset()
+			}
+			js.touch()
+			continue
+		}
+		lj.End() // publishes the retirement, which drops the job here too
+	}
+}
+
+// dropStale forgets, on a node that does not lead, a named job that holds
+// no order and has been silent for Config.JobIdle: a trainer asked for
+// it but the leader never published it.
+func (n *Node) dropStale() {
+	if n.cfg.JobIdle <= 0 || n.lead.leading() {
+		return
+	}
+	now := time.Now()
+	for _, js := range n.allJobs() {
+		if js.name != "" && js.book.Newest() == nil && js.idle(now) >= n.cfg.JobIdle {
+			n.dropJob(js)
+		}
+	}
+}
