@@ -74,6 +74,13 @@ func FuzzParseCommands(f *testing.F) {
 	f.Add([]byte("\x01ds\x000\x000\x002147483647"))
 	f.Add([]byte("\x01ds\x002147483647\x002147483646\x002147483647\x002147483647"))
 	f.Add([]byte("\x0bAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
+	// Named jobs: each is bounded (Config.MaxJobs) and checked.
+	f.Add([]byte("\x01ds\x000\x000\x001\x00JOB\x00sweep-1"))
+	f.Add([]byte("\x01ds\x000\x000\x001\x00WITHWEIGHTS\x00JOB\x00b"))
+	f.Add([]byte("\x01ds\x000\x000\x001\x00JOB\x00../etc"))
+	f.Add([]byte("\x00ds\x001\x005\x000.5\x00JOB\x00a"))
+	f.Add([]byte("\x02ds\x000\x000\x00JOB\x00a"))
+	f.Add([]byte("\x05ds\x00JOB\x00never"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return

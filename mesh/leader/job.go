@@ -152,6 +152,9 @@ func New(cfg Config) *Job {
 func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.retired {
+		return false, refuse(ErrBadRequest, "job %q of %s is retired", j.cfg.Job, j.cfg.Dataset)
+	}
 	if world < 1 || rank < 0 || rank >= world || world > j.cfg.MaxWorld {
 		return false, refuse(ErrBadRequest, "rank %d of world %d (at most %d ranks)", rank, world, j.cfg.MaxWorld)
 	}

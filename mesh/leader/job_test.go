@@ -254,6 +254,38 @@ func TestReset(t *testing.T) {
 	}
 }
 
+func TestEndRetiresTheJobOnce(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.Job = "sweep"
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Job != "sweep" || p.Epoch != 0 || p.Retired {
+		t.Fatalf("epoch 0 of a named job: %+v", p)
+	}
+	h.job.End()
+	p := h.last(t)
+	if p.Gen != 1 || p.Epoch != -1 || !p.Retired || p.Job != "sweep" || p.Dataset != "ds" {
+		t.Fatalf("the retirement: %+v", p)
+	}
+	h.job.End()
+	if len(h.pubs) != 2 {
+		t.Fatalf("a second End published again: %d orders", len(h.pubs))
+	}
+	// It takes no rank, and its timers publish nothing.
+	if _, err := h.job.Join(0, 1, "a", 1, -1); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("a join after the retirement: %v", err)
+	}
+	for _, tm := range h.timers {
+		tm.fn()
+	}
+	if n := len(h.pubs); n != 2 {
+		t.Fatalf("%d orders published after the retirement", n-2)
+	}
+}
+
 func TestDrawSplitsPreferringOwners(t *testing.T) {
 	s := sampling.NewSampler(8, sampling.DefaultConfig())
 	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }

@@ -115,7 +115,6 @@ type Histogram struct {
 // (-1 for none), importance reports, the ranks the next epoch waits for,
 // and its trainers' reads on this node.
 type Job struct {
-	Name          string  `json:"name"` // "default" for the dataset's default job
 	Leader        string  `json:"leader"`
 	Term          uint64  `json:"term"`
 	Generation    uint64  `json:"generation"`
@@ -138,4 +137,6 @@ type Job struct {
 	// IdleSeconds is how long the job has had no join, done, report or
 	// order on this node.
 	IdleSeconds float64 `json:"idle_seconds"`
+	// Name is the job's name, "default" for the dataset's default job.
+	Name string `json:"name"`
 }

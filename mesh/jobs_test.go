@@ -1,0 +1,314 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/transport"
+)
+
+// jobArgs is the JOB <name> tail of a job's commands; none for "".
+func jobArgs(job string) []any {
+	if job == "" {
+		return nil
+	}
+	return []any{"JOB", job}
+}
+
+// trainJob trains epochs [from, to) of a job with world ranks, rank r
+// through clientOf(r), each epoch ORDER, MGET (bytes checked), REPORT of
+// loss(id), DONE; it returns each epoch's order digest as rank 0 saw it,
+// prefixed by the slices' lengths.
+func trainJob(ctx context.Context, files [][]byte, job string, from, to, world int, clientOf func(r int) *redis.Client, loss func(int64) float64) ([]string, error) {
+	var digests []string
+	for e := from; e < to; e++ {
+		slices := make([][]int64, world)
+		errs := make([]error, world)
+		var wg sync.WaitGroup
+		for r := range world {
+			wg.Go(func() {
+				c := clientOf(r)
+				args := append([]any{"SHADE.ORDER", "ds", e, r, world, 30000}, jobArgs(job)...)
+				ids, err := c.Do(ctx, args...).Int64Slice()
+				if err != nil {
+					errs[r] = fmt.Errorf("job %q rank %d epoch %d order: %w", job, r, e, err)
+					return
+				}
+				slices[r] = ids
+				for start := 0; start < len(ids); start += 50 {
+					batch := ids[start:min(start+50, len(ids))]
+					keys := testsupport.Keys("ds", batch)
+					vals, err := c.MGet(ctx, keys...).Result()
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					report := []any{"SHADE.REPORT", "ds", e}
+					for i, id := range batch {
+						if s, ok := vals[i].(string); !ok || s != string(files[id]) {
+							errs[r] = fmt.Errorf("job %q: wrong bytes for %s", job, keys[i])
+							return
+						}
+						report = append(report, id, loss(id))
+					}
+					if err := c.Do(ctx, append(report, jobArgs(job)...)...).Err(); err != nil {
+						errs[r] = err
+						return
+					}
+				}
+				if err := c.Do(ctx, append([]any{"SHADE.DONE", "ds", e, r}, jobArgs(job)...)...).Err(); err != nil {
+					errs[r] = err
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return digests, err
+		}
+		d := fmt.Sprint(len(slices))
+		for _, s := range slices {
+			d += fmt.Sprintf(" %d:%v", len(s), s)
+		}
+		digests = append(digests, d)
+	}
+	return digests, nil
+}
+
+// trainJobUntil trains epochs of a job from 0 until stop is closed, and
+// at least epochs of them (see trainJob).
+func trainJobUntil(ctx context.Context, files [][]byte, job string, world int, clientOf func(r int) *redis.Client, loss func(int64) float64, epochs int, stop <-chan struct{}) ([]string, error) {
+	var digests []string
+	for e := 0; ; e++ {
+		d, err := trainJob(ctx, files, job, e, e+1, world, clientOf, loss)
+		digests = append(digests, d...)
+		if err != nil {
+			return digests, err
+		}
+		select {
+		case <-stop:
+			if e+1 >= epochs {
+				return digests, nil
+			}
+		default:
+		}
+	}
+}
+
+// jobOrdersAgree reports whether every peer holds the same order of each
+// epoch in [from, to) of a job.
+func jobOrdersAgree(t *testing.T, peers []*testPeer, job string, from, to, world int) {
+	t.Helper()
+	for e := from; e < to; e++ {
+		var want string
+		for _, p := range peers {
+			js := p.node.ordered[0].lookupJob(job)
+			if js == nil {
+				t.Fatalf("%s does not know job %q", p.node.Name(), job)
+			}
+			a := js.book.Ask(e, 0, world)
+			if a.Order == nil {
+				t.Fatalf("%s lacks epoch %d of job %q (%+v)", p.node.Name(), e, job, a)
+			}
+			if a.Order.World != world || a.Order.Job != job {
+				t.Fatalf("%s: epoch %d of job %q has world %d, job %q", p.node.Name(), e, job, a.Order.World, a.Order.Job)
+			}
+			got := orderDigest(a.Order)
+			if want == "" {
+				want = got
+			} else if got != want {
+				t.Errorf("epoch %d of job %q differs on %s", e, job, p.node.Name())
+			}
+		}
+	}
+}
+
+// TestManyJobsOnOneMesh runs three jobs at once on a 3-peer mesh, with
+// different world sizes and losses: the default job (world 3), job a
+// (world 1) and job b (world 2). Midway b stops and is retired on every
+// peer, and job c (world 2) starts. Each job's orders are the same on
+// every peer and are its own: job a's orders are exactly those of the
+// same job trained alone on another mesh, so nothing of the other jobs
+// (their orders, reports, worlds or retirements) reached them. (The
+// draws here are not cache-aware, Boost 0, which would prefer what the
+// other jobs read on purpose.)
+func TestManyJobsOnOneMesh(t *testing.T) {
+	opts := meshOpts{samples: 400, minSize: 20, maxSize: 60, replicas: 2, configure: func(i int, c *Config) {
+		c.JobIdle = 2 * time.Second
+		c.Cluster.Prefetch = -1
+	}}
+	m := startMesh(t, 3, opts)
+	ctx := context.Background()
+	clients := make([]*redis.Client, len(m.peers))
+	for i, p := range m.peers {
+		clients[i] = p.client(t)
+	}
+	// Different losses per job: each job's importance is its own.
+	lossA := func(id int64) float64 { return float64(id%13) / 3 }
+	lossB := func(id int64) float64 { return float64((id*7)%5) + 0.1 }
+	lossD := func(id int64) float64 { return float64(id%3) + 0.5 }
+	lossC := func(id int64) float64 { return float64(id%11) / 2 }
+
+	// Jobs a and default train until job c is done: a job idle for
+	// JobIdle would be retired.
+	cDone := make(chan struct{})
+	var (
+		wg                     sync.WaitGroup
+		digestsA, digestsD     []string
+		errA, errD, errB, errC error
+	)
+	wg.Go(func() {
+		digestsA, errA = trainJobUntil(ctx, m.files, "a", 1, func(int) *redis.Client { return clients[0] }, lossA, 4, cDone)
+	})
+	wg.Go(func() {
+		digestsD, errD = trainJobUntil(ctx, m.files, "", 3, func(r int) *redis.Client { return clients[r] }, lossD, 4, cDone)
+	})
+	wg.Go(func() {
+		defer close(cDone)
+		if _, errB = trainJob(ctx, m.files, "b", 0, 2, 2, func(r int) *redis.Client { return clients[1+r] }, lossB); errB != nil {
+			return
+		}
+		// Job b stopped: it is retired on every peer. Job c starts while
+		// the default job and job a go on.
+		retired := func() bool {
+			for _, p := range m.peers {
+				if p.node.ordered[0].lookupJob("b") != nil {
+					return false
+				}
+			}
+			return true
+		}
+		for deadline := time.Now().Add(20 * time.Second); !retired(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				errB = errors.New("job b not retired on every peer within 20s")
+				return
+			}
+		}
+		_, errC = trainJob(ctx, m.files, "c", 0, 3, 2, func(r int) *redis.Client { return clients[2-r] }, lossC)
+	})
+	wg.Wait()
+	if err := errors.Join(errA, errD, errB, errC); err != nil {
+		t.Fatal(err)
+	}
+	epochsA := len(digestsA)
+	jobOrdersAgree(t, m.peers, "a", epochsA-3, epochsA, 1)
+	jobOrdersAgree(t, m.peers, "c", 0, 3, 2)
+	jobOrdersAgree(t, m.peers, "", len(digestsD)-3, len(digestsD), 3)
+	if js := m.peers[0].node.ordered[0].def; js.book.Newest().World != 3 {
+		t.Errorf("default job's world is %d, want 3", js.book.Newest().World)
+	}
+
+	// Each job's reports were counted for it alone.
+	for job, want := range map[string]int64{"a": int64(epochsA) * 400, "c": 3 * 400} {
+		var reported int64
+		for _, p := range m.peers {
+			if js := p.node.ordered[0].lookupJob(job); js != nil {
+				reported += js.reported.Load()
+			}
+		}
+		if reported != want {
+			t.Errorf("job %s: %d samples reported on the peers, want %d", job, reported, want)
+		}
+	}
+
+	// Job a alone on a fresh mesh: the same orders, epoch by epoch.
+	alone := startMesh(t, 3, opts)
+	c := alone.peers[0].client(t)
+	want, err := trainJob(ctx, alone.files, "a", 0, epochsA, 1, func(int) *redis.Client { return c }, lossA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(digestsA, want) {
+		for e := range want {
+			if e >= len(digestsA) || digestsA[e] != want[e] {
+				t.Errorf("job a's epoch %d differs from the same job run alone", e)
+			}
+		}
+	}
+}
+
+// TestJobsAreBoundedAndRetiredWithTheirScores: a dataset takes at most
+// MaxJobs jobs; a job idle for JobIdle is retired, its scores saved in
+// the state directory, and a job of the same name later starts from them.
+func TestJobsAreBoundedAndRetiredWithTheirScores(t *testing.T) {
+	dir, _ := makeDataset(t, 100, 10, 20)
+	state := t.TempDir()
+	p := startPeer(t, Config{StateDir: state, MaxJobs: 2, JobIdle: 500 * time.Millisecond,
+		Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	c := p.client(t)
+	ctx := context.Background()
+	if err := c.Do(ctx, "SHADE.REPORT", "ds", 0, 1, 2.5, 2, 0.5, "JOB", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "y").Err(); err == nil || !strings.Contains(err.Error(), "too many jobs") {
+		t.Fatalf("a third job: %v, want too many jobs", err)
+	}
+	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "bad/name").Err(); err == nil || !strings.Contains(err.Error(), "job name") {
+		t.Fatalf("a bad job name: %v", err)
+	}
+	if err := c.Do(ctx, "SHADE.RESET", "ds", "JOB", "never").Err(); err == nil || !strings.Contains(err.Error(), "unknown job") {
+		t.Fatalf("reset of an unknown job: %v", err)
+	}
+	waitFor(t, 10*time.Second, "job x retired", func() bool { return p.node.ordered[0].lookupJob("x") == nil })
+	if _, err := os.Stat(filepath.Join(state, "ds@x.scores")); err != nil {
+		t.Fatalf("retired job's scores not saved: %v", err)
+	}
+	// Room again, and x comes back with its importance.
+	if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	js := p.node.ordered[0].lookupJob("x")
+	if js == nil {
+		t.Fatal("job x not started again")
+	}
+	if scored, _ := js.scores.Summary(); scored != 2 {
+		t.Errorf("job x starts again with %d samples scored, want 2", scored)
+	}
+	if scored, _ := p.node.ordered[0].def.scores.Summary(); scored != 0 {
+		t.Errorf("job x's reports reached the default job: %d scored", scored)
+	}
+}
+
+// TestReadsAreCountedPerJob: the reads of a connection that named a job
+// (SHADE.JOB) count for that job, hits and source reads apart.
+func TestReadsAreCountedPerJob(t *testing.T) {
+	dir, _ := makeDataset(t, 50, 10, 20)
+	p := startPeer(t, Config{Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	ctx := context.Background()
+	a, b := p.client(t), p.client(t)
+	if err := a.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Do(ctx, "SHADE.JOB", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	keys := testsupport.Keys("ds", []int64{1, 2, 3})
+	if err := a.MGet(ctx, keys...).Err(); err != nil { // 3 source reads for a
+		t.Fatal(err)
+	}
+	for _, k := range keys { // 3 hits for b
+		if err := b.Get(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string][3]int64{}
+	for _, j := range p.node.Snapshot().Datasets[0].Jobs {
+		got[j.Name] = [3]int64{j.Reads, j.Hits, j.SourceReads}
+	}
+	if got["a"] != [3]int64{3, 0, 3} || got["b"] != [3]int64{3, 3, 0} || got["default"] != [3]int64{} {
+		t.Errorf("reads, hits, source reads per job: %v", got)
+	}
+}
