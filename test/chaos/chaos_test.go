@@ -43,6 +43,9 @@ import (
 //     within 5 s, except "no longer kept" (the job moved more than
 //     KeepEpochs ahead of the check). "order published" lines in the logs
 //     are counted per epoch and reported.
+//   - Jobs: two training jobs share the dataset: its default job (world
+//     3, ranks on rankPeers) and job "second" (world 2, on secondPeers),
+//     each with its own orders; every check below holds for each.
 //   - Training: the ranks loop epochs until the chaos is over, then train
 //     the epoch in progress and one more. A rank whose next order does not
 //     come within stuckAfter, or whose SHADE.DONE a live peer keeps
@@ -80,8 +83,26 @@ const (
 	readerPause = 20 * time.Millisecond
 )
 
-// rankPeers: the peer each rank trains on (n0 starts as the leader).
+// rankPeers: the peer each rank of the dataset's default job trains on
+// (n0 starts as the leader). A second job, secondJob, trains beside it
+// with secondWorld ranks on secondPeers: the kills hit both.
 var rankPeers = []int{0, 2, 3}
+
+const (
+	secondJob   = "second"
+	secondWorld = 2
+)
+
+var secondPeers = []int{1, 4}
+
+// jobArgs is the JOB <name> tail of a job's commands; none for the
+// default job.
+func jobArgs(job string) []any {
+	if job == "" {
+		return nil
+	}
+	return []any{"JOB", job}
+}
 
 // tally counts reads and keeps the first failures' details.
 type tally struct {
@@ -201,10 +222,13 @@ func reader(ctx context.Context, m *mesh, tl *tally, id int, seed uint64) {
 	}
 }
 
-// trainer is the training job: world ranks, each on its own peer.
+// trainer is a training job: world ranks, each on its own peer.
 type trainer struct {
-	m  *mesh
-	tl *tally
+	m     *mesh
+	tl    *tally
+	job   string // "" for the dataset's default job
+	world int
+	peers []int // the peer of each rank
 
 	cancel context.CancelFunc // stops every rank: the job failed
 	stopAt atomic.Int64       // the last epoch to train
@@ -373,7 +397,7 @@ func (rk *rankRun) call(ctx context.Context, nkeys int, args ...any) (*redis.Cmd
 func (rk *rankRun) order(ctx context.Context, e int) ([]int64, uint64, error) {
 	start := time.Now()
 	for {
-		cmd, gen, err := rk.call(ctx, 0, "SHADE.ORDER", rk.tr.m.dataset, e, rk.r, world, 3000)
+		cmd, gen, err := rk.call(ctx, 0, append([]any{"SHADE.ORDER", rk.tr.m.dataset, e, rk.r, rk.tr.world, 3000}, jobArgs(rk.tr.job)...)...)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -395,7 +419,7 @@ func (rk *rankRun) done(ctx context.Context, e int) error {
 	start := time.Now()
 	refused := ""
 	for {
-		cmd, gen, err := rk.call(ctx, 0, "SHADE.DONE", rk.tr.m.dataset, e, rk.r)
+		cmd, gen, err := rk.call(ctx, 0, append([]any{"SHADE.DONE", rk.tr.m.dataset, e, rk.r}, jobArgs(rk.tr.job)...)...)
 		if err != nil {
 			return err
 		}
@@ -469,7 +493,7 @@ func (rk *rankRun) run(ctx context.Context, wg *sync.WaitGroup) {
 			for _, id := range batch {
 				report = append(report, id, strconv.FormatFloat(rk.rng.Float64()*3, 'f', 4, 64))
 			}
-			cmd, gen, err := rk.call(ctx, 0, report...)
+			cmd, gen, err := rk.call(ctx, 0, append(report, jobArgs(tr.job)...)...)
 			if err != nil {
 				if ctx.Err() == nil {
 					tr.abort("%s: epoch %d: %v", rk.name, e, err)
@@ -499,7 +523,7 @@ func (tr *trainer) record(e, r int, ids []int64, from string) {
 	tr.mu.Lock()
 	rec := tr.epochs[e]
 	if rec == nil {
-		rec = &epochRec{slices: make([][]int64, world), from: make([]string, world), at: make([]time.Time, world)}
+		rec = &epochRec{slices: make([][]int64, tr.world), from: make([]string, tr.world), at: make([]time.Time, tr.world)}
 		tr.epochs[e] = rec
 	}
 	rec.slices[r], rec.from[r], rec.at[r] = ids, from, time.Now()
@@ -531,7 +555,7 @@ func (tr *trainer) check(e, r int, want []int64, published time.Time) {
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			got, err := c.Do(ctx, "SHADE.ORDER", tr.m.dataset, e, r, world, 5000).Int64Slice()
+			got, err := c.Do(ctx, append([]any{"SHADE.ORDER", tr.m.dataset, e, r, tr.world, 5000}, jobArgs(tr.job)...)...).Int64Slice()
 			_, g2 := p.state()
 			switch {
 			case err == nil && slices.Equal(got, want):
@@ -763,20 +787,34 @@ func TestChaos(t *testing.T) {
 		defer close(monDone)
 		mo.run(monCtx)
 	}()
-	// The training job.
+	// The training jobs: the dataset's default job and a second one,
+	// each stopped as a whole if one of its ranks fails.
 	trainCtx, stopTraining := context.WithCancel(ctx)
 	defer stopTraining()
-	tr := &trainer{m: m, tl: tl, cancel: stopTraining, epochs: map[int]*epochRec{},
-		completed: make([]int, world), started: make([]int, world)}
-	tr.stopAt.Store(1 << 62)
+	var trainers []*trainer
 	var ranks sync.WaitGroup
-	for r := 0; r < world; r++ {
-		rk := &rankRun{tr: tr, r: r, p: m.peers[rankPeers[r]], cs: newClients(),
-			rng: rand.New(rand.NewPCG(cfg.seed, uint64(100+r))), name: fmt.Sprintf("rank %d", r)}
-		ranks.Add(1)
-		go rk.run(trainCtx, &ranks)
+	for k, job := range []struct {
+		name  string
+		world int
+		peers []int
+	}{{"", world, rankPeers}, {secondJob, secondWorld, secondPeers}} {
+		jobCtx, stopJob := context.WithCancel(trainCtx)
+		defer stopJob()
+		tr := &trainer{m: m, tl: tl, job: job.name, world: job.world, peers: job.peers, cancel: stopJob, epochs: map[int]*epochRec{},
+			completed: make([]int, job.world), started: make([]int, job.world)}
+		tr.stopAt.Store(1 << 62)
+		trainers = append(trainers, tr)
+		for r := 0; r < job.world; r++ {
+			name := fmt.Sprintf("rank %d", r)
+			if job.name != "" {
+				name = fmt.Sprintf("job %s rank %d", job.name, r)
+			}
+			rk := &rankRun{tr: tr, r: r, p: m.peers[job.peers[r]], cs: newClients(),
+				rng: rand.New(rand.NewPCG(cfg.seed, uint64(100*(k+1)+r))), name: name}
+			ranks.Add(1)
+			go rk.run(jobCtx, &ranks)
+		}
 	}
-
 	// The driver: SIGKILL a peer every interval, restart it 1-2 s later.
 	dr := &driver{m: m, rng: rng, interval: cfg.interval, start: start, event: event}
 	dr.run(ctx, t, cfg.duration, trainCtx.Done())
@@ -785,42 +823,41 @@ func TestChaos(t *testing.T) {
 	event("chaos over")
 
 	// Train the epoch in progress and one more, then stop.
-	tr.mu.Lock()
-	maxStarted := slices.Max(tr.started)
-	tr.mu.Unlock()
-	tr.stopAt.Store(int64(maxStarted + 1))
+	for _, tr := range trainers {
+		tr.mu.Lock()
+		maxStarted := slices.Max(tr.started)
+		tr.mu.Unlock()
+		tr.stopAt.Store(int64(maxStarted + 1))
+	}
 	finished := make(chan struct{})
 	go func() { ranks.Wait(); close(finished) }()
 	select {
 	case <-finished:
 	case <-time.After(stuckAfter + peerDownMax + 10*time.Second):
-		tr.abort("the ranks did not finish within %v of the end of the chaos", stuckAfter+peerDownMax+10*time.Second)
+		for _, tr := range trainers {
+			tr.abort("the ranks did not finish within %v of the end of the chaos", stuckAfter+peerDownMax+10*time.Second)
+		}
 		<-finished
 	}
 	event("training stopped")
 	stopReaders()
 	readers.Wait()
-	tr.checks.Wait()
+	for _, tr := range trainers {
+		tr.checks.Wait()
+	}
 	stopMonitor()
 	<-monDone
 	finalConverge, convErr := m.waitConverged(ctx, 5*time.Second)
 
 	// Summary.
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	epochs := slices.Min(tr.completed)
-	t.Logf("chaos: kills %d, restarts %d, reads %d, failed reads %d, wrong bytes %d, epochs %d, longest leader gap %v",
-		kills, restarts, tl.reads.Load(), tl.failed.Load(), tl.wrong.Load(), epochs, mo.gapStrict.Round(time.Millisecond))
-	t.Logf("chaos: interrupted reads %d (peer killed during the call; retried), live-peer connection errors on job commands %d, "+
-		"ORDER timeouts while waiting %d, DONE refusals %d; leader gap by 'no peer names any leader' %v (worst strict gap began t=%.1fs); "+
+	t.Logf("chaos: kills %d, restarts %d, reads %d, failed reads %d, wrong bytes %d, longest leader gap %v",
+		kills, restarts, tl.reads.Load(), tl.failed.Load(), tl.wrong.Load(), mo.gapStrict.Round(time.Millisecond))
+	t.Logf("chaos: interrupted reads %d (peer killed during the call; retried); leader gap by 'no peer names any leader' %v (worst strict gap began t=%.1fs); "+
 		"membership convergence after restarts %v",
-		tl.interrupted.Load(), tr.liveConnErrs.Load(), tr.orderTimeouts.Load(), tr.doneRefusals.Load(),
-		mo.gapLoose.Round(time.Millisecond), mo.worstStrictAt.Sub(start).Seconds(), roundAll(convergence))
+		tl.interrupted.Load(), mo.gapLoose.Round(time.Millisecond), mo.worstStrictAt.Sub(start).Seconds(), roundAll(convergence))
 	if n := tl.slowReads.Load(); n > 0 {
 		t.Logf("chaos: %d MGETs took over %v (not failures):\n  %s", n, slowRead, strings.Join(tl.slowNotes, "\n  "))
 	}
-	t.Logf("chaos: order checks: %d identical from other live peers, %d different, %d unanswered, %d too old to check",
-		tr.checkSame.Load(), tr.checkDiff.Load(), tr.checkUnanswered.Load(), tr.checkLag.Load())
 	var rssLines []string
 	for _, p := range m.peers {
 		if r := mo.rss[p.name]; r != nil {
@@ -829,33 +866,6 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Logf("chaos: memory: %s", strings.Join(rssLines, "; "))
-	if pubs, err := m.publishedOrders(); err == nil {
-		var dup []string
-		for e := 0; e <= epochs; e++ {
-			if len(pubs[e]) > 1 {
-				dup = append(dup, fmt.Sprintf("epoch %d published %d times: %s", e, len(pubs[e]), strings.Join(pubs[e], ", ")))
-			}
-		}
-		if len(dup) > 0 {
-			t.Logf("chaos: epochs published more than once by a leader (the slices checks decide whether a rank saw two orders):\n  %s",
-				strings.Join(dup, "\n  "))
-		}
-	}
-	var starts []string
-	for e := 0; tr.epochs[e] != nil; e++ {
-		first := time.Time{}
-		for _, at := range tr.epochs[e].at {
-			if !at.IsZero() && (first.IsZero() || at.Before(first)) {
-				first = at
-			}
-		}
-		starts = append(starts, fmt.Sprintf("%d:%.1f", e, first.Sub(start).Seconds()))
-	}
-	t.Logf("chaos: ranks' commands: %v", &tr.lat)
-	t.Logf("chaos: epochs' first order at t= %s", strings.Join(starts, " "))
-	for _, n := range tr.notes {
-		t.Log("note: " + n)
-	}
 
 	// Assertions.
 	failed := false
@@ -863,54 +873,14 @@ func TestChaos(t *testing.T) {
 		failed = true
 		t.Errorf(format, args...)
 	}
+	for _, tr := range trainers {
+		tr.summarize(t, start, len(files), fail)
+	}
 	if tl.failed.Load() != 0 || tl.wrong.Load() != 0 {
 		fail("%d failed reads and %d wrong bytes; first:\n  %s", tl.failed.Load(), tl.wrong.Load(), strings.Join(tl.failures, "\n  "))
 	}
 	if tl.reads.Load() == 0 {
 		fail("no reads were made")
-	}
-	if len(tr.errs) > 0 {
-		fail("the training job failed:\n  %s", strings.Join(tr.errs, "\n  "))
-	}
-	if n := tr.doneRefusals.Load(); n > 0 {
-		var refusals []string
-		for _, note := range tr.notes {
-			if strings.Contains(note, "refused") {
-				refusals = append(refusals, note)
-			}
-		}
-		fail("%d SHADE.DONE refused by live peers (the Python client does not retry them):\n  %s", n, strings.Join(refusals, "\n  "))
-	}
-	if want := int(tr.stopAt.Load()) + 1; epochs != want {
-		fail("training completed %d epochs (per rank %v), want %d", epochs, tr.completed, want)
-	}
-	per := (len(files) + world - 1) / world
-	for e := 0; e < epochs; e++ {
-		rec := tr.epochs[e]
-		if rec == nil {
-			fail("epoch %d: no rank recorded an order", e)
-			continue
-		}
-		for r, s := range rec.slices {
-			if len(s) != per {
-				fail("epoch %d rank %d: slice of %d ids from %s, want %d", e, r, len(s), rec.from[r], per)
-			}
-		}
-		if e == 0 {
-			seen := map[int64]bool{}
-			for _, s := range rec.slices {
-				for _, id := range s {
-					seen[id] = true
-				}
-			}
-			if len(seen) != len(files) {
-				fail("epoch 0 (a permutation) covers %d of %d samples", len(seen), len(files))
-			}
-		}
-	}
-	if tr.checkDiff.Load() != 0 || tr.checkUnanswered.Load() != 0 {
-		fail("orders: %d different and %d unanswered slices from live peers:\n  %s",
-			tr.checkDiff.Load(), tr.checkUnanswered.Load(), strings.Join(tr.checkFailures, "\n  "))
 	}
 	// Times are figures (DESIGN.md §8 aims at 2 s, 2 s and 5 s), logged
 	// for the benchmarks' record, not asserted on a shared machine.
@@ -940,8 +910,104 @@ func TestChaos(t *testing.T) {
 	}
 	if failed {
 		t.Logf("timeline:\n  %s", strings.Join(timeline, "\n  "))
-		t.Logf("ranks:\n  %s", strings.Join(tr.traces, "\n  "))
+		for _, tr := range trainers {
+			t.Logf("%s ranks:\n  %s", tr.label(), strings.Join(tr.traces, "\n  "))
+		}
 		dumpLogs()
+	}
+}
+
+// label names the job in the test's output.
+func (tr *trainer) label() string {
+	if tr.job == "" {
+		return "default job"
+	}
+	return "job " + tr.job
+}
+
+// summarize logs what the job did and fails what it must not have done:
+// an error, a refused SHADE.DONE, an epoch not completed, a slice of the
+// wrong length, an epoch 0 that is not a permutation of the n samples,
+// or a live peer holding another slice (or none).
+func (tr *trainer) summarize(t *testing.T, start time.Time, n int, fail func(format string, args ...any)) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	name := tr.label()
+	epochs := slices.Min(tr.completed)
+	t.Logf("chaos: %s (world %d): epochs %d, live-peer connection errors on its commands %d, ORDER timeouts while waiting %d, DONE refusals %d",
+		name, tr.world, epochs, tr.liveConnErrs.Load(), tr.orderTimeouts.Load(), tr.doneRefusals.Load())
+	t.Logf("chaos: %s: order checks: %d identical from other live peers, %d different, %d unanswered, %d too old to check",
+		name, tr.checkSame.Load(), tr.checkDiff.Load(), tr.checkUnanswered.Load(), tr.checkLag.Load())
+	if pubs, err := tr.m.publishedOrders(tr.job); err == nil {
+		var dup []string
+		for e := 0; e <= epochs; e++ {
+			if len(pubs[e]) > 1 {
+				dup = append(dup, fmt.Sprintf("epoch %d published %d times: %s", e, len(pubs[e]), strings.Join(pubs[e], ", ")))
+			}
+		}
+		if len(dup) > 0 {
+			t.Logf("chaos: %s: epochs published more than once by a leader (the slices checks decide whether a rank saw two orders):\n  %s",
+				name, strings.Join(dup, "\n  "))
+		}
+	}
+	var starts []string
+	for e := 0; tr.epochs[e] != nil; e++ {
+		first := time.Time{}
+		for _, at := range tr.epochs[e].at {
+			if !at.IsZero() && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+		starts = append(starts, fmt.Sprintf("%d:%.1f", e, first.Sub(start).Seconds()))
+	}
+	t.Logf("chaos: %s: ranks' commands: %v", name, &tr.lat)
+	t.Logf("chaos: %s: epochs' first order at t= %s", name, strings.Join(starts, " "))
+	for _, note := range tr.notes {
+		t.Logf("note: %s: %s", name, note)
+	}
+
+	if len(tr.errs) > 0 {
+		fail("the %s failed:\n  %s", name, strings.Join(tr.errs, "\n  "))
+	}
+	if n := tr.doneRefusals.Load(); n > 0 {
+		var refusals []string
+		for _, note := range tr.notes {
+			if strings.Contains(note, "refused") {
+				refusals = append(refusals, note)
+			}
+		}
+		fail("%s: %d SHADE.DONE refused by live peers (the Python client does not retry them):\n  %s", name, n, strings.Join(refusals, "\n  "))
+	}
+	if want := int(tr.stopAt.Load()) + 1; epochs != want {
+		fail("%s completed %d epochs (per rank %v), want %d", name, epochs, tr.completed, want)
+	}
+	per := (n + tr.world - 1) / tr.world
+	for e := 0; e < epochs; e++ {
+		rec := tr.epochs[e]
+		if rec == nil {
+			fail("%s: epoch %d: no rank recorded an order", name, e)
+			continue
+		}
+		for r, s := range rec.slices {
+			if len(s) != per {
+				fail("%s: epoch %d rank %d: slice of %d ids from %s, want %d", name, e, r, len(s), rec.from[r], per)
+			}
+		}
+		if e == 0 {
+			seen := map[int64]bool{}
+			for _, s := range rec.slices {
+				for _, id := range s {
+					seen[id] = true
+				}
+			}
+			if len(seen) != n {
+				fail("%s: epoch 0 (a permutation) covers %d of %d samples", name, len(seen), n)
+			}
+		}
+	}
+	if tr.checkDiff.Load() != 0 || tr.checkUnanswered.Load() != 0 {
+		fail("%s: orders: %d different and %d unanswered slices from live peers:\n  %s",
+			name, tr.checkDiff.Load(), tr.checkUnanswered.Load(), strings.Join(tr.checkFailures, "\n  "))
 	}
 }
 
@@ -1011,7 +1077,7 @@ func (d *driver) run(ctx context.Context, t *testing.T, duration time.Duration, 
 			victim, why = m.byName(leader), "the leader"
 		case 1:
 			var cands []*peerProc
-			for _, i := range rankPeers {
+			for _, i := range append(slices.Clone(rankPeers), secondPeers...) {
 				if m.peers[i].name != leader {
 					cands = append(cands, m.peers[i])
 				}

@@ -380,14 +380,19 @@ type logEvent struct {
 	Level   string `json:"level"`
 	Message string `json:"message"`
 	Dataset string `json:"dataset"`
+	Job     string `json:"job"`
 	Epoch   *int   `json:"epoch"`
 	Term    uint64 `json:"term"`
 	Time    string `json:"time"`
 }
 
-// publishedOrders counts, per epoch, the "order published" lines in the
-// peers' logs: a leader logs each epoch it draws and broadcasts.
-func (m *mesh) publishedOrders() (map[int][]string, error) {
+// publishedOrders counts, per epoch, the "order published" lines of a
+// job ("" for the default job) in the peers' logs: a leader logs each
+// epoch it draws and broadcasts.
+func (m *mesh) publishedOrders(job string) (map[int][]string, error) {
+	if job == "" {
+		job = "default"
+	}
 	out := make(map[int][]string)
 	for _, p := range m.peers {
 		b, err := os.ReadFile(p.logPath)
@@ -399,7 +404,7 @@ func (m *mesh) publishedOrders() (map[int][]string, error) {
 				continue
 			}
 			var ev logEvent
-			if json.Unmarshal(line, &ev) != nil || ev.Epoch == nil || ev.Dataset != m.dataset {
+			if json.Unmarshal(line, &ev) != nil || ev.Epoch == nil || ev.Dataset != m.dataset || ev.Job != job {
 				continue
 			}
 			out[*ev.Epoch] = append(out[*ev.Epoch], fmt.Sprintf("%s term %d at %s", p.name, ev.Term, ev.Time))
