@@ -212,7 +212,11 @@ func (n *Node) job(ds *datasetState, name string, create bool) (*jobState, error
 		return js, nil
 	}
 	if ds.jobCount() >= n.cfg.MaxJobs {
-		return nil, fmt.Errorf("%w: %s has %d jobs (--max-jobs); a job idle for %s is retired", ErrTooManyJobs, ds.name, n.cfg.MaxJobs, n.cfg.JobIdle)
+		retired := "jobs are not retired (--job-idle)"
+		if n.cfg.JobIdle > 0 {
+			retired = fmt.Sprintf("a job idle for %s is retired", n.cfg.JobIdle)
+		}
+		return nil, fmt.Errorf("%w: %s has %d jobs (--max-jobs); %s", ErrTooManyJobs, ds.name, n.cfg.MaxJobs, retired)
 	}
 	js := n.newJob(ds, name)
 	n.startJob(js)

@@ -9,6 +9,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shade-mesh/shade/mesh/leader"
+	"github.com/shade-mesh/shade/mesh/scores"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
@@ -38,8 +39,14 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 	if js.name != "" {
 		sc.Seed ^= xxhash.Sum64String(js.name)
 	}
+	var table leader.Scores = js.scores
+	if !n.cfg.Uniform {
+		// Every job of the dataset aligns its orders alike (a uniform
+		// permutation keeps DistributedSampler's order).
+		table = alignedScores{js.scores, n.cfg.Seed ^ uint64(ds.ordinal)}
+	}
 	cfg := leader.Config{
-		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: js.scores, Term: n.lead.ownTerm,
+		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
 		Resident:   func() []uint64 { return n.preferredSamples(js) },
@@ -56,6 +63,23 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		cfg.Owners = func(id uint32) []string { return n.owners(ds, id) }
 	}
 	return cfg
+}
+
+// alignedScores draws a job's orders from its table and aligns them with
+// the dataset's seed (sampling.Align): the jobs of a dataset that train
+// the same epoch side by side read their common samples at about the same
+// time, so that one source read serves them all.
+type alignedScores struct {
+	*scores.Table
+	seed uint64
+}
+
+func (a alignedScores) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	d, scored, err := a.Table.Draw(s, epoch, resident)
+	if err == nil {
+		sampling.Align(d.Order, a.seed, epoch)
+	}
+	return d, scored, err
 }
 
 // preferredSamples is the bitmap of the samples a job's draws prefer
