@@ -131,6 +131,7 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	fams := scrape(t, s)
 	ds := map[string]string{"dataset": "toy"}
 	with := func(k, v string) map[string]string { return map[string]string{"dataset": "toy", k: v} }
+	with2 := func(k, v, k2, v2 string) map[string]string { return map[string]string{"dataset": "toy", k: v, k2: v2} }
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -171,6 +172,13 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 		{"shade_hit_ratio_by_decile", with("decile", "7"), 0.5},
 		{"shade_decile_reads_total", with("decile", "0"), 0},
 		{"shade_order_lag_epochs", ds, 0},
+		// No connection named a job: every read is the default job's.
+		{"shade_job_reads_total", with2("job_name", "default", "served", "memory"), 10},
+		{"shade_job_reads_total", with2("job_name", "default", "served", "source"), 10},
+		{"shade_job_source_read_bytes_total", with("job_name", "default"), float64(bytesRead)},
+		{"shade_job_hit_ratio", with("job_name", "default"), 0.5},
+		{"shade_job_epoch", with("job_name", "default"), -1},
+		{"shade_job_ranks", with("job_name", "default"), 0},
 	} {
 		if got := value(t, fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -356,6 +364,8 @@ func (f *fakeSource) PeerStats() map[string]peer.PeerStats { return f.peers }
 func (f *fakeSource) Ready() bool                          { return f.ready.Load() }
 
 func TestMeshMetrics(t *testing.T) {
+	defaultJob := stats.Job{Name: "default", LatestEpoch: 2, World: 4, PendingRanks: []int{1, 3}, ScoredSamples: 80, Reports: 6,
+		Reads: 50, Hits: 30, HitRatio: 0.6, SourceReads: 20, SourceBytes: 2048, IdleSeconds: 1.5}
 	f := &fakeSource{
 		stats: stats.Node{
 			Node: "n1", Members: []string{"n0", "n1", "n2"}, Leader: "n0", Term: 7, Policy: "lru",
@@ -371,7 +381,9 @@ func TestMeshMetrics(t *testing.T) {
 						Sum:    0.5,
 					},
 				},
-				Job: stats.Job{LatestEpoch: 2, World: 4, PendingRanks: []int{1, 3}, ScoredSamples: 80},
+				Job: defaultJob,
+				Jobs: []stats.Job{defaultJob, {Name: "sweep-b", LatestEpoch: 0, World: 2, Reads: 10, Hits: 1, HitRatio: 0.1,
+					SourceReads: 9, SourceBytes: 900, IdleSeconds: 42, Reports: 3}},
 			}},
 		},
 		peers: map[string]peer.PeerStats{
@@ -402,6 +414,24 @@ func TestMeshMetrics(t *testing.T) {
 		{"shade_pending_ranks", with("dataset", "fm"), 2},
 		{"shade_pending_rank", with("dataset", "fm", "rank", "3"), 1},
 		{"shade_dataset_info", with("dataset", "fm", "version", "v1"), 1},
+		{"shade_job_epoch", with("dataset", "fm", "job_name", "default"), 2},
+		{"shade_job_epoch", with("dataset", "fm", "job_name", "sweep-b"), 0},
+		{"shade_job_ranks", with("dataset", "fm", "job_name", "default"), 4},
+		{"shade_job_ranks", with("dataset", "fm", "job_name", "sweep-b"), 2},
+		{"shade_job_pending_ranks", with("dataset", "fm", "job_name", "default"), 2},
+		{"shade_job_pending_ranks", with("dataset", "fm", "job_name", "sweep-b"), 0},
+		{"shade_job_reports_total", with("dataset", "fm", "job_name", "sweep-b"), 3},
+		{"shade_job_reads_total", with("dataset", "fm", "job_name", "default", "served", "memory"), 30},
+		{"shade_job_reads_total", with("dataset", "fm", "job_name", "default", "served", "source"), 20},
+		{"shade_job_reads_total", with("dataset", "fm", "job_name", "sweep-b", "served", "memory"), 1},
+		{"shade_job_reads_total", with("dataset", "fm", "job_name", "sweep-b", "served", "source"), 9},
+		{"shade_job_source_read_bytes_total", with("dataset", "fm", "job_name", "sweep-b"), 900},
+		{"shade_job_hit_ratio", with("dataset", "fm", "job_name", "default"), 0.6},
+		{"shade_job_hit_ratio", with("dataset", "fm", "job_name", "sweep-b"), 0.1},
+		{"shade_job_idle_seconds", with("dataset", "fm", "job_name", "sweep-b"), 42},
+		// The dataset's job series stay the default job's.
+		{"shade_job_world", with("dataset", "fm"), 4},
+		{"shade_reports_total", with("dataset", "fm"), 6},
 		{"shade_leader_term", nil, 7},
 		{"shade_is_leader", nil, 0},
 		{"shade_members", nil, 3},
@@ -416,6 +446,11 @@ func TestMeshMetrics(t *testing.T) {
 	} {
 		if got := value(t, fams, c.name, c.labels); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	for name, want := range map[string]int{"shade_job_epoch": 2, "shade_job_reads_total": 4, "shade_job_world": 1} {
+		if n := len(fams[name].GetMetric()); n != want {
+			t.Errorf("%d %s series, want %d", n, name, want)
 		}
 	}
 	if n := len(fams["shade_peer_rtt_seconds"].Metric); n != 1 {

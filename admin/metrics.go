@@ -28,9 +28,13 @@ type collector struct {
 	datasetInfo, samples, resident, hitRatio, epoch *prometheus.Desc
 	decileReads, decileHits, decileRatio, orderLag  *prometheus.Desc
 
-	// Per dataset: the job.
+	// Per dataset: its default job.
 	jobWorld, pendingRanks, pendingRank, reports, reportedSamples *prometheus.Desc
 	scoredSamples, meanScore                                      *prometheus.Desc
+
+	// Per job of a dataset, the default job included.
+	perJobEpoch, perJobRanks, perJobPending, perJobReports     *prometheus.Desc
+	perJobReads, perJobSourceBytes, perJobHitRatio, perJobIdle *prometheus.Desc
 
 	// Mesh.
 	leaderTerm, isLeader, members, reportsQueued, reportsDropped *prometheus.Desc
@@ -49,6 +53,9 @@ func newCollector(src Source) *collector {
 		return prometheus.NewDesc("shade_"+name, help, labels, nil)
 	}
 	ds := "dataset"
+	// The job's label is job_name: Prometheus gives every scraped series
+	// a job label of its own (the scrape job) and would rename ours.
+	job := "job_name"
 	return &collector{
 		src:           src,
 		nodeInfo:      d("node_info", "Always 1; labels name the node, its cache policy and whether PADS orders are on.", "node", "policy", "pads"),
@@ -87,15 +94,26 @@ func newCollector(src Source) *collector {
 		decileRatio:      d("hit_ratio_by_decile", "Hit ratio of the reads of each importance decile since start: hits / reads, 0 before any read.", ds, "decile"),
 		orderLag:         d("order_lag_epochs", "Epochs between the newest order published and the newest epoch this node's ranks have asked for.", ds),
 		hitRatio:         d("hit_ratio", "Hit ratio on this node of the newest epoch that reads are counted against: hits / (hits + misses), 0 before any read.", ds),
-		epoch:            d("epoch", "Newest epoch whose order was published for the dataset's job; -1 before the first SHADE.ORDER.", ds),
+		epoch:            d("epoch", "Newest epoch whose order was published for the dataset's default job; -1 before its first SHADE.ORDER.", ds),
 
-		jobWorld:        d("job_world", "Ranks in the dataset's job (fixed by its first SHADE.ORDER); 0 before it.", ds),
-		pendingRanks:    d("pending_ranks", "Ranks the leader still waits on (SHADE.DONE not received) before it publishes the next epoch; reported by the leader only.", ds),
-		pendingRank:     d("pending_rank", "Always 1, one series per rank the leader still waits on; reported by the leader only.", ds, "rank"),
-		reports:         d("reports_total", "SHADE.REPORT loss reports of the dataset merged into its scores.", ds),
-		reportedSamples: d("reported_samples_total", "Per-sample losses in the dataset's merged reports.", ds),
-		scoredSamples:   d("scored_samples", "Samples of the dataset that have an importance score.", ds),
-		meanScore:       d("mean_score", "Mean importance score of the dataset's scored samples.", ds),
+		jobWorld:        d("job_world", "Ranks in the dataset's default job (fixed by its first SHADE.ORDER); 0 before it. Every job's: shade_job_ranks.", ds),
+		pendingRanks:    d("pending_ranks", "Ranks of the dataset's default job the leader still waits on (SHADE.DONE not received) before it publishes the next epoch; reported by the leader only.", ds),
+		pendingRank:     d("pending_rank", "Always 1, one series per rank of the default job the leader still waits on; reported by the leader only.", ds, "rank"),
+		reports:         d("reports_total", "SHADE.REPORT loss reports of the dataset's default job merged into its scores.", ds),
+		reportedSamples: d("reported_samples_total", "Per-sample losses in the merged reports of the dataset's default job.", ds),
+		scoredSamples:   d("scored_samples", "Samples of the dataset that have an importance score in its default job.", ds),
+		meanScore:       d("mean_score", "Mean importance score of the scored samples of the dataset's default job.", ds),
+
+		perJobEpoch:   d("job_epoch", "Newest epoch whose order was published for the job; -1 before its first SHADE.ORDER. The default job's job_name is default.", ds, job),
+		perJobRanks:   d("job_ranks", "Ranks in the job (its world, fixed by its first SHADE.ORDER); 0 before it.", ds, job),
+		perJobPending: d("job_pending_ranks", "Ranks of the job the leader still waits on (SHADE.DONE not received) before it publishes the next epoch; reported by the leader only.", ds, job),
+		perJobReports: d("job_reports_total", "SHADE.REPORT loss reports of the job received on this node.", ds, job),
+		perJobReads: d("job_reads_total",
+			"Sample reads on this node by the job's trainers (connections that named the job with SHADE.JOB or SHADE.ORDER ... JOB; others count for the default job), by where they were served: memory (this node's, a peer's or the read-ahead's) or source.",
+			ds, job, "served"),
+		perJobSourceBytes: d("job_source_read_bytes_total", "Bytes of the samples the job's reads on this node took from the dataset's backing store.", ds, job),
+		perJobHitRatio:    d("job_hit_ratio", "Hit ratio of the job's reads on this node since the job started here: reads served from memory / reads, 0 before any read.", ds, job),
+		perJobIdle:        d("job_idle_seconds", "Seconds since the job's last join, SHADE.DONE, SHADE.REPORT or SHADE.ORDER on this node; a job idle for --job-idle is retired.", ds, job),
 
 		leaderTerm:     d("leader_term", "Highest leader term this node has seen."),
 		isLeader:       d("is_leader", "1 if this node is the mesh's leader (a standalone node leads itself), else 0."),
@@ -123,6 +141,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.datasetInfo, c.samples, c.resident, c.hitRatio, c.epoch,
 		c.decileReads, c.decileHits, c.decileRatio, c.orderLag,
 		c.jobWorld, c.pendingRanks, c.pendingRank, c.reports, c.reportedSamples, c.scoredSamples, c.meanScore,
+		c.perJobEpoch, c.perJobRanks, c.perJobPending, c.perJobReports,
+		c.perJobReads, c.perJobSourceBytes, c.perJobHitRatio, c.perJobIdle,
 		c.leaderTerm, c.isLeader, c.members, c.reportsQueued, c.reportsDropped,
 		c.peerConnected, c.peerRTT, c.peerRequests, c.peerErrors, c.peerServed, c.peerBytes, c.peerLastCall,
 	} {
@@ -207,6 +227,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.reportedSamples, float64(j.ReportedIDs), name)
 		gauge(c.scoredSamples, float64(j.ScoredSamples), name)
 		gauge(c.meanScore, j.MeanScore, name)
+
+		for _, j := range e.Jobs {
+			job := j.Name
+			gauge(c.perJobEpoch, float64(j.LatestEpoch), name, job)
+			gauge(c.perJobRanks, float64(j.World), name, job)
+			gauge(c.perJobPending, float64(len(j.PendingRanks)), name, job)
+			counter(c.perJobReports, float64(j.Reports), name, job)
+			counter(c.perJobReads, float64(j.Hits), name, job, "memory")
+			counter(c.perJobReads, float64(j.SourceReads), name, job, "source")
+			counter(c.perJobSourceBytes, float64(j.SourceBytes), name, job)
+			gauge(c.perJobHitRatio, j.HitRatio, name, job)
+			gauge(c.perJobIdle, j.IdleSeconds, name, job)
+		}
 	}
 
 	peers := c.src.PeerStats()

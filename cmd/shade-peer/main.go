@@ -211,6 +211,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		maxClients  = fs.String("max-client-memory", "256MiB", "input and replies the trainer socket may hold for all connections together; a connection whose input would go past it is closed")
 		maxKeys     = fs.Int("max-keys", 65536, "most keys in one MGET, EXISTS, DEL or SHADE.LOCATE, and id/loss pairs in one SHADE.REPORT")
 		maxWorld    = fs.Int("max-world", 4096, "largest world size (ranks) a job may have")
+		maxJobs     = fs.Int("max-jobs", 16, "most training jobs on one dataset at once, its default job counted; one more is refused until a job is retired (see --job-idle)")
+		jobIdle     = fs.Duration("job-idle", 10*time.Minute, "retire a job whose trainers have not joined, finished an epoch or reported for this long: a named job is dropped on every peer (its scores kept in --state-dir as DATASET@JOB.scores), the default job is reset (0 or negative: never)")
 		maxConns    = fs.Int("max-clients", 10000, "most open trainer connections; one more is answered an error and closed")
 		writeTO     = fs.Duration("client-write-timeout", time.Minute, "close a trainer connection whose replies could not be written for this long (a client that stopped reading)")
 		maxPeerMem  = fs.String("max-peer-memory", "256MiB", "bytes the requests this peer serves for other peers may hold at once; a request past it is refused and retried elsewhere")
@@ -332,6 +334,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if *strata < 1 {
 		return cfg, nop, fmt.Errorf("--strata %d: want at least 1", *strata)
 	}
+	if *maxJobs < 1 {
+		return cfg, nop, fmt.Errorf("--max-jobs %d: want at least 1", *maxJobs)
+	}
 	cfg.Node = mesh.Config{
 		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
@@ -388,7 +393,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if err := cfg.Socket.Validate(); err != nil {
 		return cfg, nop, err
 	}
-	cfg.Node.MaxWorld = *maxWorld
+	cfg.Node.MaxWorld, cfg.Node.MaxJobs, cfg.Node.JobIdle = *maxWorld, *maxJobs, *jobIdle
+	if *jobIdle <= 0 {
+		// The flag's 0 is "never"; the Config's 0 is the default.
+		cfg.Node.JobIdle = -1
+	}
 	cfg.Node.Cluster.MaxPeerMemory = *sizes["max-peer-memory"]
 	cfg.Admin = admin.Config{Addr: *adminAddr, Logger: log}
 	cfg.adminChosen = *adminAddr != admin.DefaultAddr

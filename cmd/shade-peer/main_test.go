@@ -144,3 +144,34 @@ func TestS3DatasetFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestJobFlags(t *testing.T) {
+	cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.MaxJobs != 16 || cfg.Node.JobIdle != 10*time.Minute {
+		t.Errorf("defaults: max jobs %d, job idle %s", cfg.Node.MaxJobs, cfg.Node.JobIdle)
+	}
+	cfg, _, err = parseConfig([]string{"--max-jobs", "3", "--job-idle", "90s"}, noEnv, io.Discard, io.Discard)
+	if err != nil || cfg.Node.MaxJobs != 3 || cfg.Node.JobIdle != 90*time.Second {
+		t.Errorf("--max-jobs 3 --job-idle 90s: max jobs %d, job idle %s, %v", cfg.Node.MaxJobs, cfg.Node.JobIdle, err)
+	}
+	// The flag's 0 means never; so must the Config's value, where 0 is the default.
+	for _, never := range []string{"0", "0s", "-1m"} {
+		cfg, _, err = parseConfig([]string{"--job-idle", never}, noEnv, io.Discard, io.Discard)
+		if err != nil || cfg.Node.JobIdle >= 0 {
+			t.Errorf("--job-idle %s: job idle %s, %v; want negative (never)", never, cfg.Node.JobIdle, err)
+		}
+	}
+	env := map[string]string{"SHADE_MAX_JOBS": "5", "SHADE_JOB_IDLE": "0"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if cfg, _, err = parseConfig(nil, lookup, io.Discard, io.Discard); err != nil || cfg.Node.MaxJobs != 5 || cfg.Node.JobIdle >= 0 {
+		t.Errorf("SHADE_MAX_JOBS=5 SHADE_JOB_IDLE=0: max jobs %d, job idle %s, %v", cfg.Node.MaxJobs, cfg.Node.JobIdle, err)
+	}
+	for _, bad := range [][]string{{"--max-jobs", "0"}, {"--max-jobs", "-2"}, {"--job-idle", "soon"}} {
+		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

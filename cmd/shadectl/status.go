@@ -168,6 +168,43 @@ type datasetStatus struct {
 	Source        int64   `json:"source"`
 	World         int     `json:"world"`
 	PendingRanks  []int   `json:"pending_ranks"`
+	// Jobs are the dataset's training jobs, the default job first (Epoch,
+	// World and PendingRanks above are the default job's).
+	Jobs []jobStatus `json:"jobs"`
+}
+
+// jobStatus is one training job of a dataset on one peer. Its reads are
+// those of the job's trainers on this peer: Hits served from memory (this
+// node's, a peer's or the read-ahead's), SourceReads from the source.
+type jobStatus struct {
+	Name string `json:"name"` // "default" for the dataset's default job
+	// Epoch is the job's newest published epoch (-1: none yet).
+	Epoch         int     `json:"epoch"`
+	World         int     `json:"world"`
+	HitRatio      float64 `json:"hit_ratio"` // Hits / Reads; 0 with no reads
+	Reads         int64   `json:"reads"`
+	Hits          int64   `json:"hits"`
+	SourceReads   int64   `json:"source_reads"`
+	SourceBytes   int64   `json:"source_bytes"`
+	IdleSeconds   float64 `json:"idle_seconds"` // since its last join, done, report or order here
+	Reports       int64   `json:"reports"`
+	ScoredSamples int     `json:"scored_samples"`
+	PendingRanks  []int   `json:"pending_ranks"`
+}
+
+func newJobStatus(j stats.Job) jobStatus {
+	js := jobStatus{
+		Name: j.Name, Epoch: j.LatestEpoch, World: j.World, HitRatio: j.HitRatio,
+		Reads: j.Reads, Hits: j.Hits, SourceReads: j.SourceReads, SourceBytes: j.SourceBytes,
+		IdleSeconds: j.IdleSeconds, Reports: j.Reports, ScoredSamples: j.ScoredSamples, PendingRanks: j.PendingRanks,
+	}
+	if js.Name == "" {
+		js.Name = "default" // a peer from before named jobs
+	}
+	if js.PendingRanks == nil {
+		js.PendingRanks = []int{}
+	}
+	return js
 }
 
 // memberStatus is one member as each queried peer sees it.
@@ -201,6 +238,14 @@ func newPeerStatus(socket string, st stats.Node, owned int) peerStatus {
 		if ds.PendingRanks == nil {
 			ds.PendingRanks = []int{}
 		}
+		jobs := d.Jobs
+		if len(jobs) == 0 {
+			jobs = []stats.Job{d.Job} // a peer from before named jobs
+		}
+		ds.Jobs = make([]jobStatus, 0, len(jobs))
+		for _, j := range jobs {
+			ds.Jobs = append(ds.Jobs, newJobStatus(j))
+		}
 		p.Datasets = append(p.Datasets, ds)
 	}
 	return p
@@ -215,7 +260,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	f.register(fs, true)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shadectl status [--socket PATH | --sockets A,B,...] [--replicas R] [--json]")
-		fmt.Fprintln(fs.Output(), "Members, leader, ring shares, cache use and hit ratios as each peer reports them.")
+		fmt.Fprintln(fs.Output(), "Members, leader, ring shares, cache use, and hit ratios per dataset and per job, as each peer reports them.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -347,6 +392,30 @@ func printStatus(w io.Writer, rep statusReport) {
 				percent(d.EpochHitRatio), percent(d.TotalHitRatio), d.Reads,
 				fraction(d.Local, d.Reads), fraction(d.Peer, d.Reads), fraction(d.Source, d.Reads),
 				d.Resident, d.Samples, pending)
+		}
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nJobs (reads by each job's trainers on that peer; hit ratio: those served from memory):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tDATASET\tJOB\tEPOCH\tWORLD\tHIT RATIO\tREADS\tSOURCE READS\tSOURCE BYTES\tIDLE\tPENDING RANKS")
+	for _, p := range rep.Peers {
+		for _, d := range p.Datasets {
+			for _, j := range d.Jobs {
+				epoch, world, pending := "-", "-", "-"
+				if j.Epoch >= 0 {
+					epoch = fmt.Sprint(j.Epoch)
+				}
+				if j.World > 0 {
+					world = fmt.Sprint(j.World)
+				}
+				if len(j.PendingRanks) > 0 {
+					pending = strings.Trim(fmt.Sprint(j.PendingRanks), "[]")
+				}
+				idle := time.Duration(j.IdleSeconds * float64(time.Second)).Round(time.Second)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Node, d.Dataset, j.Name, epoch, world,
+					fraction(j.Hits, j.Reads), j.Reads, j.SourceReads, humanBytes(j.SourceBytes), idle, pending)
+			}
 		}
 	}
 	tw.Flush()

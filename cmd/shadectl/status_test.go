@@ -64,6 +64,9 @@ func TestStatusOfAStandaloneNode(t *testing.T) {
 		d.Source != 10 || d.EpochHitRatio != 0.5 || d.TotalHitRatio != 0.5 || d.Epoch != -1 {
 		t.Errorf("dataset: %+v", d)
 	}
+	if len(d.Jobs) != 1 || d.Jobs[0].Name != "default" || d.Jobs[0].Reads != 20 || d.Jobs[0].Hits != 10 || d.Jobs[0].Epoch != -1 {
+		t.Errorf("jobs: %+v", d.Jobs)
+	}
 	if m := rep.Members[0]; m.Name != "node-a" || !slices.Equal(m.AliveIn, []string{"node-a"}) || m.Partitions["node-a"] != 271 {
 		t.Errorf("member: %+v", m)
 	}
@@ -75,6 +78,7 @@ func TestStatusOfAStandaloneNode(t *testing.T) {
 	for _, want := range []string{
 		"PEER    SOCKET", "node-a  " + p.Socket, "271 (100.0%)", "alive 271 (100.0%)",
 		"HIT RATIO (EPOCH)", "toy", "50.0%", "10/40",
+		"SOURCE READS  SOURCE BYTES  IDLE  PENDING RANKS", "toy      default",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("status output lacks %q:\n%s", want, stdout)
@@ -263,4 +267,81 @@ func TestRingMatchesTheMeshsRouting(t *testing.T) {
 	t.Logf("members:\n%s", stdout)
 	stdout, _, _ = runCmd(t, runRing, "--socket", peers[2].Socket, keys[0], keys[1])
 	t.Logf("ring:\n%s", stdout)
+}
+
+// Two jobs on one dataset: each has its row, with its own reads.
+func TestStatusShowsEachJob(t *testing.T) {
+	p := meshtest.Start(t, meshtest.Options{Node: "node-a", Dataset: "toy", Data: testsupport.DatasetSpec{Samples: 40}, CacheSize: 8 << 20})
+	ctx := context.Background()
+	// Job "b" on one connection: its order names the connection's job.
+	conn := p.Client(t).Conn()
+	defer conn.Close()
+	if ids, err := conn.Do(ctx, "SHADE.ORDER", "toy", 0, 0, 1, 10000, "JOB", "b").Int64Slice(); err != nil || len(ids) != 40 {
+		t.Fatalf("SHADE.ORDER ... JOB b: %d ids, %v", len(ids), err)
+	}
+	var bBytes, defBytes int64
+	for i := range 5 {
+		for range 2 {
+			if _, err := conn.Get(ctx, p.Key(i)).Bytes(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bBytes += int64(len(p.Data.Files[i]))
+	}
+	// The default job: connections that name none, other samples.
+	c := p.Client(t)
+	for i := 10; i < 20; i++ {
+		for range 2 {
+			if _, err := c.Get(ctx, p.Key(i)).Bytes(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defBytes += int64(len(p.Data.Files[i]))
+	}
+
+	stdout, stderr, err := runCmd(t, runStatus, "--socket", p.Socket, "--json")
+	if err != nil {
+		t.Fatalf("status --json: %v\n%s", err, stderr)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("status --json does not parse: %v\n%s", err, stdout)
+	}
+	if len(rep.Peers) != 1 || len(rep.Peers[0].Datasets) != 1 {
+		t.Fatalf("report: %+v", rep)
+	}
+	d := rep.Peers[0].Datasets[0]
+	if d.Reads != 30 || len(d.Jobs) != 2 {
+		t.Fatalf("dataset: %+v", d)
+	}
+	def, b := d.Jobs[0], d.Jobs[1]
+	if def.Name != "default" || def.Epoch != -1 || def.World != 0 || def.Reads != 20 || def.Hits != 10 ||
+		def.SourceReads != 10 || def.SourceBytes != defBytes || def.HitRatio != 0.5 || def.PendingRanks == nil {
+		t.Errorf("default job: %+v", def)
+	}
+	if b.Name != "b" || b.Epoch != 0 || b.World != 1 || b.Reads != 10 || b.Hits != 5 ||
+		b.SourceReads != 5 || b.SourceBytes != bBytes || b.HitRatio != 0.5 || b.IdleSeconds < 0 {
+		t.Errorf("job b: %+v", b)
+	}
+
+	stdout, _, err = runCmd(t, runStatus, "--socket", p.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, jobs, ok := strings.Cut(stdout, "\nJobs")
+	if !ok {
+		t.Fatalf("no Jobs table:\n%s", stdout)
+	}
+	var rows []string
+	for _, l := range strings.Split(strings.TrimSpace(jobs), "\n")[2:] {
+		rows = append(rows, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"node-a toy default - - 50.0% 20 10 " + humanBytes(defBytes),
+		"node-a toy b 0 1 50.0% 10 5 " + humanBytes(bBytes),
+	}
+	if len(rows) != 2 || !strings.HasPrefix(rows[0], want[0]) || !strings.HasPrefix(rows[1], want[1]) {
+		t.Errorf("Jobs rows %q, want prefixes %q", rows, want)
+	}
+	t.Logf("status:\n%s", stdout)
 }

@@ -291,6 +291,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	for _, n := range []string{
 		"shade_reads_total", "shade_hit_ratio", "shade_evictions_total", "shade_cache_used_bytes",
 		"shade_source_read_duration_seconds_bucket", "shade_peer_rtt_seconds", "shade_leader_term", "shade_epoch",
+		"shade_job_reads_total",
 	} {
 		if !used[n] {
 			t.Errorf("the dashboard does not chart %s", n)
