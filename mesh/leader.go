@@ -182,8 +182,16 @@ func (n *Node) leaderResident(req *wire.ResidentReq) error {
 	return refused(lj.NoteResident(req.Gen, req.Node, req.Bits))
 }
 
-// leaderReset starts a new generation of a job.
+// leaderReset starts a new generation of a job; a job the leader does
+// not know has nothing to reset.
 func (n *Node) leaderReset(req *wire.ResetReq) error {
+	ds, err := n.dataset(req.Dataset)
+	if err != nil {
+		return err
+	}
+	if n.lead.leading() && ds.lookupJob(canonicalJob(req.Job)) == nil {
+		return nil
+	}
 	js, lj, err := n.jobToLead(req.Dataset, req.Job, false)
 	if err == nil {
 		js.touch()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -186,18 +187,23 @@ func (n *Node) Report(name, job string, epoch int, ids []uint32, losses []float6
 }
 
 // Reset implements transport.Backend: a job of the dataset starts over at
-// epoch 0 with any world size; its importance table is kept. During a
-// leader failover it waits for the new leader, up to 30 seconds. A job
-// this node does not know is refused with ErrUnknownJob.
+// epoch 0 with any world size; its importance table is kept. A job the
+// leader does not know has nothing to reset. During a leader failover it
+// waits for the new leader, up to 30 seconds.
 func (n *Node) Reset(name, job string) error {
-	js, err := n.knownJob(name, job)
-	if err != nil {
+	if _, err := n.dataset(name); err != nil {
 		return err
+	}
+	job = canonicalJob(job)
+	if job != "" {
+		if err := samplekey.ValidName(job); err != nil {
+			return fmt.Errorf("%w: job name: %w", ErrConfig, err)
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Cluster.FetchTimeout)
-		err := n.toLeader(ctx, wire.MethodReset, &wire.ResetReq{Dataset: name, Job: js.name})
+		err := n.toLeader(ctx, wire.MethodReset, &wire.ResetReq{Dataset: name, Job: job})
 		cancel()
 		code := peer.CodeOf(err)
 		if err == nil || code == peer.CodeBadRequest || code == peer.CodeNotFound || time.Now().After(deadline) || n.ctx.Err() != nil {
