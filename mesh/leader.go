@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -49,7 +50,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
-		Resident:   func() []uint64 { return n.preferredSamples(js) },
+		Resident:   func(epoch int) []uint64 { return n.preferredSamples(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			n.installOrder(js, p)
 			if p.Epoch >= 0 {
@@ -82,21 +83,27 @@ func (a alignedScores) Draw(s *sampling.Sampler, epoch int, resident []uint64) (
 	return d, scored, err
 }
 
-// preferredSamples is the bitmap of the samples a job's draws prefer
-// (bit i%64 of word i/64): those this node caches now, and those in the
-// newest orders of the dataset's other jobs, which their trainers are
-// reading or about to read, so that one read from the source serves
-// several jobs. The leader.Job adds the other nodes' caches.
-func (n *Node) preferredSamples(js *jobState) []uint64 {
+// activeWithin is how recently a job must have been heard from (a join,
+// done, report or order) to count as training now.
+const activeWithin = 15 * time.Second
+
+// preferredSamples is the bitmap of the samples a job's draw of epoch
+// prefers (bit i%64 of word i/64): those this node caches now, and those
+// in the orders of the same epoch of the dataset's other jobs that are
+// training now. Such jobs run side by side, and their orders of an epoch
+// are aligned (sampling.Align): a sample both orders hold is read by both
+// at about the same time, from one source read. Other jobs' orders of
+// other epochs are not counted: they are read at other times, and
+// counting them would prefer most of the dataset, which is preferring
+// none. The leader.Job adds the other nodes' caches.
+func (n *Node) preferredSamples(js *jobState, epoch int) []uint64 {
 	words := n.residentWords(js.ds)
+	now := time.Now()
 	for _, other := range js.ds.jobList() {
-		if other == js {
+		if other == js || other.idle(now) > activeWithin {
 			continue
 		}
-		for _, p := range other.book.Current() {
-			if p.Epoch < 0 {
-				continue
-			}
+		if p := other.book.Kept(epoch); p != nil {
 			for _, s := range p.Slices {
 				for _, id := range s {
 					words[id/64] |= 1 << (id % 64)
