@@ -2,6 +2,8 @@
 ``job=`` (JOB <name> on the job's commands, SHADE.JOB on every connection),
 each job's own orders, and its reads counted apart in SHADE.STATS."""
 
+import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -189,3 +191,31 @@ def test_sampler_and_workers_read_for_the_job(make_peer):
         # more (the MGET that reads it again counts it too): at least.
         assert t["reads"] >= read and t["hits"] + t["source_reads"] == t["reads"]
         assert find_job(st, None)["reads"] == 0 and find_job(st, None)["latest_epoch"] == -1
+
+
+def test_sampler_falls_back_on_its_own_job(make_peer, caplog):
+    """The fallback watches the sampler's job, not the default job: job j
+    reset on the peer (its epochs forgotten) while the default job is
+    further on still makes a sampler of j fall back at once."""
+    pytest.importorskip("torch")
+    from shade.torch import ShadeSampler, epoch_done, uniform_slice
+
+    p = make_peer("jlost", "--order-ahead", "0").start()
+    with shade.Client(p.sock) as cd:
+        for epoch in range(2):
+            train_epoch(cd, epoch, 0, cd.order(TRAIN, epoch, 0, 1, timeout_ms=5000))
+        assert cd.job_stats(TRAIN)["latest_epoch"] == 2
+    sampler = ShadeSampler(p.sock, TRAIN, rank=0, world=1, batch_size=50, seed=4, job="j")
+    assert len(sum(list(sampler), [])) == N and sampler.order_source == "pads"
+    assert epoch_done(sampler.client, TRAIN, 0, 0)
+    assert sampler.client.job_stats(TRAIN)["latest_epoch"] == 1
+    sampler.client.reset(TRAIN)
+    assert sampler.client.job_stats(TRAIN)["latest_epoch"] == -1
+
+    caplog.set_level(logging.WARNING, logger="shade")
+    sampler.set_epoch(2)
+    t0 = time.monotonic()
+    ids = sum(list(sampler), [])
+    assert time.monotonic() - t0 < 2, "a lost job must be noticed without waiting"
+    assert sampler.order_source == "fallback" and ids == uniform_slice(N, 0, 1, 4, 2)
+    assert "job j" in caplog.text
