@@ -29,6 +29,18 @@ test evaluations) and the wall time since training started (wall_seconds),
 so time to a target accuracy can be derived; --target-accuracy prints when
 it is first reached.
 
+With --job NAME every rank trains in that job of the dataset (SHADE.ORDER,
+REPORT, DONE ... JOB NAME, and its reads named with SHADE.JOB), beside any
+other job sharing the dataset and the peers' cache; without it, the
+dataset's default job. The epoch hit ratio and source bytes above are the
+dataset's, every job's reads counted against the epoch the peer counts
+(with several jobs at once, a mix of theirs). With --job, each epoch line
+also gives the job's own figures: its reads' hit ratio and the bytes its
+reads took from the source, from SHADE.STATS "jobs" summed over every
+socket of --sockets (the counters are cumulative; the figures are the
+epoch's increase). The CSV always ends with the columns job, job_hit_ratio
+and job_source_bytes (the last two empty without --job).
+
 The unique-sample hit ratio (distinct ids whose first read hit) is not
 printed: whether a read hit is not visible to the client (GET/MGET replies
 carry only bytes), so it cannot be derived on this side.
@@ -40,6 +52,9 @@ Example (one peer, 3 ranks):
     PYTHONPATH=client/python /usr/bin/python3 test/train/train_fmnist.py \\
         --sockets /tmp/s.sock --world 3 --epochs 5 --csv runs.csv --label pads+app \\
         --weights on --target-accuracy 0.88
+    # a second job on the same dataset, at the same time:
+    PYTHONPATH=client/python /usr/bin/python3 test/train/train_fmnist.py \\
+        --sockets /tmp/s.sock --world 1 --epochs 5 --job other --seed 1
 """
 
 import argparse
@@ -61,6 +76,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import shade  # noqa: E402
+from shade.client import check_job, find_job  # noqa: E402
 from shade.torch import ShadeDataset, ShadeSampler, decode_image, epoch_done, report_losses  # noqa: E402
 
 
@@ -105,10 +121,17 @@ def parse_args(argv=None):
     p.add_argument("--password", default=os.environ.get("SHADE_REQUIREPASS"))
     p.add_argument("--csv", help="append one row per epoch to this CSV file")
     p.add_argument("--label", default="", help="configuration label for the CSV (e.g. pads+app)")
+    p.add_argument("--job", help="train in this job of the dataset (default: the dataset's default job); "
+                                 "several jobs share the dataset and the cache, each with its own orders")
     a = p.parse_args(argv)
     a.sockets = [s for s in a.sockets.split(",") if s]
     if not a.sockets or a.world < 1:
         p.error("need at least one socket and --world >= 1")
+    if a.job is not None:
+        try:
+            check_job(a.job)
+        except shade.InvalidArgument as e:
+            p.error(f"--job: {e}")
     return a
 
 
@@ -187,6 +210,19 @@ def epoch_stats(clients, dataset, epoch):
     return (hits / reads if reads else 0.0), src, (ahead / reads if reads else 0.0)
 
 
+def job_counters(clients, dataset, job):
+    """(reads, hits, source bytes) of job's trainers so far, summed over the
+    peers (each peer counts the reads of the trainers on its socket)."""
+    reads = hits = src = 0
+    for c in clients:
+        j = find_job(c.stats(dataset)["datasets"][0], job)
+        if j is not None:
+            reads += j["reads"]
+            hits += j["hits"]
+            src += j["source_bytes"]
+    return reads, hits, src
+
+
 def rank_main(rank, args, port):
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -195,17 +231,22 @@ def rank_main(rank, args, port):
                             rank=rank, world_size=args.world)
     sock = args.sockets[rank % len(args.sockets)]
     distinct = list(dict.fromkeys(args.sockets[: args.world]))
-    peers = []
+    peers, everyone = [], []
     if rank == 0:
-        peers = [shade.Client(s, password=args.password) for s in distinct]
+        peers = [shade.Client(s, password=args.password, job=args.job) for s in distinct]
         for c in peers:
-            c.reset(args.dataset)  # a new job: epoch 0, this world
+            # A new run: epoch 0, this world. A named job that a peer has
+            # not seen yet is new there already (and a reset is refused).
+            if args.job is None or c.job_stats(args.dataset) is not None:
+                c.reset(args.dataset)
+        everyone = [shade.Client(s, password=args.password)
+                    for s in dict.fromkeys(args.sockets)] if args.job is not None else []
     dist.barrier()
 
-    ds = ShadeDataset(sock, args.dataset, password=args.password)
+    ds = ShadeDataset(sock, args.dataset, password=args.password, job=args.job)
     sampler = ShadeSampler(sock, args.dataset, rank, args.world, args.batch_size,
                            seed=args.seed, pads=not args.no_pads, password=args.password,
-                           weights=True)
+                           weights=True, job=args.job)
     loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=args.workers,
                         persistent_workers=args.workers > 0)
     client = sampler.client
@@ -218,6 +259,7 @@ def rank_main(rank, args, port):
         st = peers[0].stats(args.dataset)
         d = st["datasets"][0]
         print(f"# {args.label or 'run'}: dataset {args.dataset} ({d['samples']} samples), "
+              f"job {args.job or 'default'}, "
               f"world {args.world}, batch {args.batch_size}, lr {args.lr}, peers {len(peers)}, "
               f"policy {st['policy']}, sampler "
               f"{'uniform permutation (client)' if args.no_pads else sampler_name(st, sampler)}, "
@@ -229,6 +271,7 @@ def rank_main(rank, args, port):
     dist.barrier()
     train_start = time.time()
     train_seconds = 0.0  # the epochs' wall time, without the evaluations
+    job_before = job_counters(everyone, args.dataset, args.job) if everyone else None
     reached = False
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -272,11 +315,20 @@ def rank_main(rank, args, port):
             wall = time.time() - train_start
             rate = totals[0].item() / elapsed
             data_wait, wait_frac = totals[2].item() / args.world, totals[3].item() / args.world
+            job_hit, job_src, job_line = "", "", ""
+            if everyone:
+                # Every rank is done with the epoch (all_reduce above): the
+                # job's counters hold all its reads of the epoch.
+                now = job_counters(everyone, args.dataset, args.job)
+                reads, hits, jsrc = (a - b for a, b in zip(now, job_before))
+                job_before = now
+                job_hit, job_src = (hits / reads if reads else 0.0), jsrc
+                job_line = f"  job {args.job} hit {job_hit:6.2%} source {jsrc / 2**20:7.2f} MiB"
             print(f"epoch {epoch:3d}  hit {hit:6.2%}  source {src / 2**20:7.2f} MiB  "
                   f"acc {acc:6.2%}  loss {totals[1].item() / totals[0].item():.4f}  "
                   f"{rate:7.0f} samples/s  {elapsed:6.1f}s  data wait {data_wait:5.2f}s "
                   f"{wait_frac:6.1%}  distinct {distinct}  max w {max_w:.2f}  ESS {ess:.3f}  "
-                  f"sampler {name}",
+                  f"sampler {name}{job_line}",
                   flush=True)
             if args.target_accuracy is not None and not reached and acc >= args.target_accuracy:
                 reached = True
@@ -290,11 +342,14 @@ def rank_main(rank, args, port):
                         out.writerow(["label", "epoch", "hit_ratio", "source_bytes", "accuracy",
                                       "epoch_time", "samples_per_s", "data_wait", "data_wait_fraction",
                                       "prefetch_hit_ratio", "distinct_samples", "draws", "max_weight",
-                                      "ess", "train_seconds", "wall_seconds", "weights", "sampler"])
+                                      "ess", "train_seconds", "wall_seconds", "weights", "sampler",
+                                      "job", "job_hit_ratio", "job_source_bytes"])
                     out.writerow([args.label, epoch, f"{hit:.6f}", src, f"{acc:.6f}",
                                   f"{elapsed:.3f}", f"{rate:.1f}", f"{data_wait:.3f}", f"{wait_frac:.4f}",
                                   f"{ahead:.6f}", distinct, draws, f"{max_w:.6g}", f"{ess:.6f}",
-                                  f"{train_seconds:.3f}", f"{wall:.3f}", args.weights, name])
+                                  f"{train_seconds:.3f}", f"{wall:.3f}", args.weights, name,
+                                  args.job or "default",
+                                  job_hit if job_hit == "" else f"{job_hit:.6f}", job_src])
     dist.barrier()
     dist.destroy_process_group()
 

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
@@ -35,12 +36,45 @@ _SERVER_ORDER_LIMIT = 600.0
 # Seconds before SHADE.MAP is tried again after it failed.
 _MAP_RETRY = 5.0
 
+# A job name, as the peer checks it (Go: protocol/samplekey.ValidName):
+# 1 to 64 bytes of A-Z a-z 0-9 . _ -, and neither "." nor "..".
+_JOB_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+#: the name of a dataset's default job (Go: mesh.DefaultJob); naming it is
+#: the same as naming no job
+DEFAULT_JOB = "default"
+
 
 def sample_key(dataset: str, i: int) -> str:
     """The key of sample ``i`` of ``dataset``, ``"<dataset>/<i>"``, as the
     Go reference builds it (protocol/samplekey.Format). Not validated: the
     peer answers a bad key with an error."""
     return f"{dataset}/{int(i)}"
+
+
+def check_job(name: str) -> str:
+    """``name`` if it can name a job, else InvalidArgument (the rule of the
+    Go reference, protocol/samplekey.ValidName)."""
+    if not isinstance(name, str) or not _JOB_NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidArgument(
+            f"job name {name!r}: want 1-64 characters of A-Z a-z 0-9 . _ - (not '.' or '..')")
+    return name
+
+
+def _naming_job(job: str) -> Any:
+    """A redis-py ``redis_connect_func`` that runs the connection's usual
+    set-up (AUTH) and then ``SHADE.JOB job``, so that every connection of the
+    pool, a new one after a reconnect or a fork included, reads for the job.
+    An error reply (a peer that predates jobs) fails the connection: redis-py
+    raises it to the command that opened it, which raises RequestError, as
+    go-redis's OnConnect does in the Go client."""
+
+    def on_connect(conn: Any) -> None:
+        conn.on_connect()
+        conn.send_command("SHADE.JOB", job, check_health=False)
+        conn.read_response()  # OK, or an error reply raised as ResponseError
+
+    return on_connect
 
 
 def _as_list(values: Values) -> List[Any]:
@@ -73,17 +107,34 @@ class Client:
 
     A restarted peer has lost the job (epochs, world, scores): see
     :class:`shade.torch.ShadeSampler` for how the order then falls back.
+
+    Jobs: several training jobs may share one dataset (and the peers'
+    cache), each with its own world size, epochs, orders and scores. A
+    Client made with ``job="name"`` acts for that job: it appends ``JOB
+    name`` to SHADE.ORDER, REPORT, DONE and RESET, and every connection it
+    opens first sends ``SHADE.JOB name``, so that the peer counts the job's
+    reads (GET, MGET, SHADE.LOCATE) apart: SHADE.STATS ``"jobs"``. Without
+    a job (or with ``"default"``) it acts for the dataset's default job, as
+    a client that predates jobs does.
     """
 
     def __init__(self, socket_path: Union[str, "os.PathLike[str]"],
                  password: Optional[str] = None, timeout: Optional[float] = 60.0,
-                 retry_for: float = 30.0, shared_memory: bool = True) -> None:
+                 retry_for: float = 30.0, shared_memory: bool = True,
+                 job: Optional[str] = None) -> None:
         """``timeout``: seconds to wait for any reply but SHADE.ORDER's
         (whose wait is bounded by its own timeout_ms and by the peer);
         ``retry_for``: seconds to keep retrying an unreachable peer;
         ``shared_memory``: copy samples the peer holds straight out of its
         memory (mapped through SHADE.MAP, see :mod:`shade.shm`) instead of
-        receiving them over the socket, where the peer can share it."""
+        receiving them over the socket, where the peer can share it;
+        ``job``: the training job this client acts and reads for (1-64
+        characters of A-Z a-z 0-9 . _ -; InvalidArgument otherwise), None
+        for the dataset's default job."""
+        #: the job named on every command and connection, None for the
+        #: dataset's default job
+        self.job: Optional[str] = None if job is None else check_job(job)
+        self._job_args: Tuple[str, ...] = () if job is None else ("JOB", job)
         self.socket_path = os.fspath(socket_path)
         self.retry_for = float(retry_for)
         self._password = password
@@ -101,6 +152,9 @@ class Client:
             unix_socket_path=self.socket_path,
             password=password,
             socket_connect_timeout=min(timeout, 5.0) if timeout else 5.0,
+            # Both pools name the job on every new connection; SHADE.LOCATE
+            # and MGET go through the ordinary one.
+            redis_connect_func=_naming_job(job) if job is not None else None,
         )
         self._redis = redis.Redis(socket_timeout=timeout, **common)
         # SHADE.ORDER blocks until an epoch is published: its own pool, so a
@@ -292,17 +346,18 @@ class Client:
         if timeout_ms is not None:
             args.append(max(1, int(timeout_ms)))
         if not with_weights:
-            return [int(x) for x in self._execute(*args, blocking=True)]
+            return [int(x) for x in self._execute(*args, *self._job_args, blocking=True)]
         if not self._weights_refused:
             try:
-                return _weighted_order(self._execute(*args, "WITHWEIGHTS", blocking=True))
+                return _weighted_order(self._execute(*args, "WITHWEIGHTS", *self._job_args,
+                                                     blocking=True))
             except RequestError as e:
                 if e.code != "ERR" or self._knows_weights(dataset):
                     raise  # a refusal of the request itself, not of WITHWEIGHTS
                 self._weights_refused = True
                 log.info("shade peer at %s predates SHADE.ORDER WITHWEIGHTS (%s); every "
                          "importance weight is 1.0", self.socket_path, e)
-        ids = [int(x) for x in self._execute(*args, blocking=True)]
+        ids = [int(x) for x in self._execute(*args, *self._job_args, blocking=True)]
         return ids, [1.0] * len(ids)
 
     def _knows_weights(self, dataset: str) -> bool:
@@ -336,16 +391,18 @@ class Client:
             for i, loss in zip(ids[s:s + REPORT_CHUNK], losses[s:s + REPORT_CHUNK]):
                 args.append(str(i))
                 args.append(repr(loss))
-            merged += int(self._execute(*args))
+            merged += int(self._execute(*args, *self._job_args))
         return merged
 
     def done(self, dataset: str, epoch: int, rank: int) -> None:
-        """This rank finished ``epoch``. Idempotent."""
-        self._execute("SHADE.DONE", dataset, int(epoch), int(rank))
+        """This rank finished ``epoch`` of the client's job. Idempotent."""
+        self._execute("SHADE.DONE", dataset, int(epoch), int(rank), *self._job_args)
 
     def reset(self, dataset: str) -> None:
-        """Start a new job on ``dataset`` (epoch 0, any world); scores kept."""
-        self._execute("SHADE.RESET", dataset)
+        """Start the client's job on ``dataset`` over (epoch 0, any world);
+        its scores are kept. The peer refuses (RequestError) a named job it
+        does not know yet: a new job needs no reset."""
+        self._execute("SHADE.RESET", dataset, *self._job_args)
 
     def stats(self, dataset: Optional[str] = None) -> Dict[str, Any]:
         """SHADE.STATS as a dict (one dataset, or all for None). Its keys
@@ -356,6 +413,12 @@ class Client:
             return json.loads(doc)
         except (TypeError, ValueError) as e:
             raise ProtocolError(f"SHADE.STATS: not a JSON document: {e}") from None
+
+    def job_stats(self, dataset: str) -> Optional[Dict[str, Any]]:
+        """The SHADE.STATS entry of this client's job on ``dataset`` (its
+        world, latest_epoch, reads, hits, source_reads, source_bytes... on
+        this peer), or None where the peer does not know the job (yet)."""
+        return find_job(self.stats(dataset)["datasets"][0], self.job)
 
     def ping(self) -> Any:
         """PING: True (redis-py's reading of PONG)."""
@@ -379,7 +442,9 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"shade.Client({self.socket_path!r})"
+        if self.job is None:
+            return f"shade.Client({self.socket_path!r})"
+        return f"shade.Client({self.socket_path!r}, job={self.job!r})"
 
 
 def labels_from_manifest(paths: Sequence[str]) -> List[int]:
@@ -392,6 +457,17 @@ def labels_from_manifest(paths: Sequence[str]) -> List[int]:
         tops.append(top)
     index = {c: k for k, c in enumerate(sorted(set(tops)))}
     return [index[t] for t in tops]
+
+
+def find_job(dataset_stats: Dict[str, Any], job: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The entry of ``job`` (None: the default job) in one dataset of a
+    SHADE.STATS document (``stats["datasets"][k]``), or None where it is not
+    there. A peer that predates jobs has only ``"job"``, its default job."""
+    jobs = dataset_stats.get("jobs")
+    if jobs is None:
+        return dataset_stats.get("job") if job in (None, DEFAULT_JOB) else None
+    name = DEFAULT_JOB if job is None else job
+    return next((j for j in jobs if j.get("name") == name), None)
 
 
 def _request_error(e: redis.ResponseError, args: Sequence[Any]) -> RequestError:

@@ -18,6 +18,11 @@ Typical loop (one process per rank)::
 With importance weights (``ShadeSampler(..., weights=True)``) each batch is
 ``(x, y, ids, w)``, ``w`` the float32 weight ω = 1/(N·p) of each draw, and
 the unbiased loss is ``(loss * w).mean()``; report the raw ``loss``.
+
+Several jobs on one dataset: give the sampler and the dataset the same
+``job="name"``; the sampler's client (``sampler.client``, used for reports
+and dones) and every DataLoader worker's client then act and read for that
+job (see :class:`shade.Client`).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ except ImportError as e:  # pragma: no cover
         "pip: shade-mesh[torch])"
     ) from e
 
-from .client import Client, Values, finite_pairs, labels_from_manifest
+from .client import Client, Values, check_job, find_job, finite_pairs, labels_from_manifest
 
 log = logging.getLogger("shade")
 
@@ -115,13 +120,17 @@ class WeightedBatch(list):
 
 
 class _PerProcessClient:
-    """Opens a Client lazily, once per process; never pickled."""
+    """Opens a Client lazily, once per process; never pickled. ``job`` (None
+    for the dataset's default job) is checked at once and given to every
+    Client made."""
 
     def _init_client(self, socket_path: Union[str, "os.PathLike[str]"], password: Optional[str],
-                     retry_for: float) -> None:
+                     retry_for: float, job: Optional[str] = None) -> None:
         self.socket_path = os.fspath(socket_path)
         self._password = password
         self._retry_for = retry_for
+        #: the job this object's clients act and read for (None: the default job)
+        self.job: Optional[str] = None if job is None else check_job(job)
         self._client: Optional[Client] = None
         self._pid: Optional[int] = None
 
@@ -130,7 +139,7 @@ class _PerProcessClient:
         """This process's Client (made after a fork, never shared)."""
         if self._client is None or self._pid != os.getpid():
             self._client = Client(self.socket_path, password=self._password,
-                                  retry_for=self._retry_for)
+                                  retry_for=self._retry_for, job=self.job)
             self._pid = os.getpid()
         return self._client
 
@@ -169,13 +178,18 @@ class ShadeDataset(_PerProcessClient, torch.utils.data.Dataset):
     Works in DataLoader workers: each process opens its own connection
     lazily; pickling drops the connection. Reads block on the peer
     (read-through on a miss) and retry across peer restarts.
+
+    ``job``: the training job the reads are for (the sampler's ``job``), so
+    that the peer counts its hits and source reads apart; None for the
+    dataset's default job.
     """
 
     def __init__(self, socket_path: Union[str, "os.PathLike[str]"], dataset: str,
                  transform: Optional[Callable[[Any], Any]] = None,
                  decode: Optional[Callable[[Any], Any]] = None,
-                 password: Optional[str] = None, retry_for: float = 30.0) -> None:
-        self._init_client(socket_path, password, retry_for)
+                 password: Optional[str] = None, retry_for: float = 30.0,
+                 job: Optional[str] = None) -> None:
+        self._init_client(socket_path, password, retry_for, job)
         self.dataset = dataset
         self.transform = transform
         self.decode = decode
@@ -319,18 +333,27 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
     older peer that refuses WITHWEIGHTS (then asked once, not every epoch).
     With ``weights=False`` (the default) batches are plain lists and
     ``ShadeDataset`` gives ``(x, y, ids)`` as before.
+
+    Jobs: ``job="name"`` makes the sampler one rank of that job of the
+    dataset (its own world, epochs, orders and scores; the cache is shared
+    with the dataset's other jobs). ``sampler.client`` then names the job on
+    its orders, reports and dones, and the fallback above watches that
+    job's ``latest_epoch``. Give the ``ShadeDataset`` the same ``job`` so
+    that its reads are counted for the job. None (the default) is the
+    dataset's default job.
     """
 
     def __init__(self, socket_path: Union[str, "os.PathLike[str]"], dataset: str, rank: int,
                  world: int, batch_size: int, seed: int = 0, drop_last: bool = False,
                  pads: bool = True, password: Optional[str] = None,
                  order_timeout: float = 600.0, retry_for: float = 30.0,
-                 lost_grace: float = 5.0, weights: bool = False) -> None:
+                 lost_grace: float = 5.0, weights: bool = False,
+                 job: Optional[str] = None) -> None:
         if world < 1 or not 0 <= rank < world:
             raise InvalidArgument(f"rank {rank} outside [0, world={world})")
         if batch_size < 1:
             raise InvalidArgument(f"batch_size {batch_size} < 1")
-        self._init_client(socket_path, password, retry_for)
+        self._init_client(socket_path, password, retry_for, job)
         self.dataset = dataset
         self.rank, self.world, self.batch_size = int(rank), int(world), int(batch_size)
         self.seed, self.drop_last, self.pads = int(seed), bool(drop_last), bool(pads)
@@ -399,11 +422,13 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
 
     def _job_lost(self, epoch: int) -> bool:
         """True when the peer's job cannot reach ``epoch`` (it restarted or
-        was reset): its newest order is older than epoch - 1."""
+        was reset, or no longer knows a named job): its newest order is
+        older than epoch - 1."""
         st = self.client.stats(self.dataset)
         self._in_mesh = len(st.get("members") or []) > 1
-        job = st["datasets"][0]["job"]
-        return epoch > 0 and int(job["latest_epoch"]) < epoch - 1
+        job = find_job(st["datasets"][0], self.job)
+        latest = -1 if job is None else int(job["latest_epoch"])
+        return epoch > 0 and latest < epoch - 1
 
     def _peer_slice(self, epoch: int) -> Optional[Tuple[List[int], List[float]]]:
         """(ids, weights) from the peer (weights 1.0 unless ``weights``), or
@@ -455,9 +480,10 @@ class ShadeSampler(_PerProcessClient, torch.utils.data.Sampler):
                 raise
 
     def _fall_back(self, epoch: int, why: str) -> None:
-        log.warning("ShadeSampler(%s) rank %d epoch %d: %s; using the uniform order "
+        log.warning("ShadeSampler(%s%s) rank %d epoch %d: %s; using the uniform order "
                     "(DistributedSampler, seed %d) for this epoch",
-                    self.dataset, self.rank, epoch, why, self.seed)
+                    self.dataset, "" if self.job is None else f", job {self.job}", self.rank,
+                    epoch, why, self.seed)
         return None
 
 
