@@ -57,8 +57,10 @@ func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
 
 // LocalitySplit cuts an epoch's order into world slices of equal length,
 // giving each drawn sample to a rank on one of its owners where one has
-// room, so that the rank's reads hit its own node's memory. The multiset
-// of the epoch is unchanged; each slice keeps the order's sequence.
+// room and is not ahead of the others, so that the rank's reads hit its
+// own node's memory. The multiset of the epoch is unchanged; each slice
+// keeps the order's sequence, and its k-th sample is from about place
+// k*world of the order.
 // rankNode[r] names the node rank r trains on ("" if unknown); ownersOf
 // gives a sample's owners. world < 1 fails with ErrBadWorld.
 func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) ([][]uint32, error) {
@@ -76,32 +78,44 @@ func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(u
 			ranksOn[node] = append(ranksOn[node], r)
 		}
 	}
-	slices := make([][]uint32, world)
-	for r := range slices {
-		slices[r] = make([]uint32, 0, per)
-	}
-	var leftover []uint32
-	for _, id := range padded {
+	// The places of the order are dealt in its sequence, each rank kept
+	// within slack of its share of the places dealt so far: a sample goes
+	// to the least filled rank on one of its owners that is not ahead,
+	// else to the least filled rank of all. So each slice keeps the
+	// order's sequence and the slices advance through the order side by
+	// side: ranks that read their slices in step read the order's samples
+	// at about the times the order has them (which sampling.Align lines
+	// up across jobs), and a rank whose node owns more than its share
+	// takes its own samples all through the epoch, not all at its start.
+	slack := max(1, per/64)
+	rankOf := make([]int32, len(padded))
+	filled := make([]int, world)
+	for i, id := range padded {
+		pace := (i+1)*per/len(padded) + slack
 		best := -1
 		for _, owner := range ownersOf(id) {
 			for _, r := range ranksOn[owner] {
-				if len(slices[r]) < per && (best < 0 || len(slices[r]) < len(slices[best])) {
+				if filled[r] < min(per, pace) && (best < 0 || filled[r] < filled[best]) {
 					best = r
 				}
 			}
 		}
 		if best < 0 {
-			leftover = append(leftover, id)
-			continue
+			for r := range world {
+				if filled[r] < per && (best < 0 || filled[r] < filled[best]) {
+					best = r
+				}
+			}
 		}
-		slices[best] = append(slices[best], id)
+		rankOf[i] = int32(best)
+		filled[best]++
 	}
-	r := 0
-	for _, id := range leftover {
-		for len(slices[r]) == per {
-			r++
-		}
-		slices[r] = append(slices[r], id)
+	slices := make([][]uint32, world)
+	for r := range slices {
+		slices[r] = make([]uint32, 0, per)
+	}
+	for i, id := range padded {
+		slices[rankOf[i]] = append(slices[rankOf[i]], id)
 	}
 	return slices, nil
 }

@@ -191,3 +191,42 @@ func TestLocalitySplitKeepsSlicesEqual(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalitySplitKeepsTheOrdersSequence: each slice holds its samples
+// in the order's sequence, and the slices advance through the order side
+// by side, whether or not the ranks' nodes own every sample: the k-th
+// sample of any slice comes from about place k*world of the order.
+func TestLocalitySplitKeepsTheOrdersSequence(t *testing.T) {
+	const n = 3000
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(i) // the place of each sample is its id
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+	place := make([]int, n)
+	for i, id := range order {
+		place[id] = i
+	}
+	nodes := []string{"a", "b", "c"}
+	owners := func(id uint32) []string { return []string{nodes[id%3]} }
+	for _, rankNode := range [][]string{{"a"}, {"b", "c"}, {"a", "b", "c"}, {"a", "a", "b", ""}} {
+		world := len(rankNode)
+		slices, err := LocalitySplit(order, world, rankNode, owners)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, s := range slices {
+			worst := 0
+			for k := 1; k < len(s); k++ {
+				if place[s[k]] < place[s[k-1]] {
+					t.Fatalf("ranks %v: slice %d out of the order's sequence at %d", rankNode, r, k)
+				}
+				worst = max(worst, abs(place[s[k]]-k*world))
+			}
+			if worst > n/10 {
+				t.Errorf("ranks %v: slice %d runs up to %d places off its share of the order", rankNode, r, worst)
+			}
+		}
+	}
+}

@@ -235,10 +235,9 @@ def rank_main(rank, args, port):
     if rank == 0:
         peers = [shade.Client(s, password=args.password, job=args.job) for s in distinct]
         for c in peers:
-            # A new run: epoch 0, this world. A named job that a peer has
-            # not seen yet is new there already (and a reset is refused).
-            if args.job is None or c.job_stats(args.dataset) is not None:
-                c.reset(args.dataset)
+            # A new run: epoch 0, this world (a job the mesh does not know
+            # yet has nothing to reset).
+            c.reset(args.dataset)
         everyone = [shade.Client(s, password=args.password)
                     for s in dict.fromkeys(args.sockets)] if args.job is not None else []
     dist.barrier()
@@ -351,6 +350,10 @@ def rank_main(rank, args, port):
                                   args.job or "default",
                                   job_hit if job_hit == "" else f"{job_hit:.6f}", job_src])
     dist.barrier()
+    if rank == 0 and args.job is not None:
+        # The job is over: its reset tells every peer, whose cache stops
+        # keeping samples for the order it would have read next.
+        peers[0].reset(args.dataset)
     dist.destroy_process_group()
 
 

@@ -400,8 +400,9 @@ class Client:
 
     def reset(self, dataset: str) -> None:
         """Start the client's job on ``dataset`` over (epoch 0, any world);
-        its scores are kept. The peer refuses (RequestError) a named job it
-        does not know yet: a new job needs no reset."""
+        its scores are kept. A job the mesh does not know yet has nothing
+        to reset. A finished job's reset also tells every peer to stop
+        keeping samples for the order it would have read next."""
         self._execute("SHADE.RESET", dataset, *self._job_args)
 
     def stats(self, dataset: Optional[str] = None) -> Dict[str, Any]:
