@@ -170,14 +170,25 @@ func (n *Node) lookahead(js *jobState, p *wire.PublishMsg) {
 		}
 	}
 	js.lookReads = len(reads)
-	others := 0
+	// The reads still to come in the policy's order are mostly those of
+	// the jobs already reading this epoch (the orders of a dataset's
+	// epoch are aligned, sampling.Align), with the short tails of jobs
+	// finishing the one before: the merge paces them as that many jobs,
+	// at least one while any other job reads.
+	others, same := 0, 0
 	for _, o := range n.allJobs() {
 		if o == js {
 			continue
 		}
 		if q := o.book.Newest(); q != nil && q.Epoch >= 0 {
 			others++
+			if q.Epoch-q.Ahead >= p.Epoch-p.Ahead {
+				same++
+			}
 		}
+	}
+	if others > 0 {
+		others = max(1, same)
 	}
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
