@@ -53,6 +53,14 @@ type jobState struct {
 	reports, reported atomic.Int64
 	active            atomic.Int64 // unix nanoseconds of the job's last join, done, report or order here
 
+	// On the leader, for aligning other jobs' orders with this one's
+	// (alignedScores): the epoch whose order was drawn last, the phase it
+	// began at, and how many samples of it the job's trainers reported.
+	progMu    sync.Mutex
+	progEpoch int
+	progStart float64
+	progDone  int64
+
 	// Reads of the job's trainers on this node: all, those served from
 	// memory (here, a peer's or the read-ahead's), and those that went to
 	// the source, with their bytes.
@@ -77,6 +85,32 @@ func displayJob(name string) string {
 }
 
 func (js *jobState) touch() { js.active.Store(time.Now().UnixNano()) }
+
+// began notes that the job's order of epoch was drawn to begin at phase
+// (a fraction of the aligned key order).
+func (js *jobState) began(epoch int, phase float64) {
+	js.progMu.Lock()
+	defer js.progMu.Unlock()
+	js.progEpoch, js.progStart, js.progDone = epoch, phase, 0
+}
+
+// noteReported counts n samples of epoch reported by the job's trainers.
+func (js *jobState) noteReported(epoch, n int) {
+	js.progMu.Lock()
+	defer js.progMu.Unlock()
+	if epoch == js.progEpoch {
+		js.progDone += int64(n)
+	}
+}
+
+// progress is where the job's order of epoch began and how many of its
+// samples were reported; ok is false if that order is not the last
+// drawn here.
+func (js *jobState) progress(epoch int) (start float64, done int64, ok bool) {
+	js.progMu.Lock()
+	defer js.progMu.Unlock()
+	return js.progStart, js.progDone, epoch == js.progEpoch
+}
 
 // idle is how long the job has had no join, done, report or order here.
 func (js *jobState) idle(now time.Time) time.Duration {

@@ -28,12 +28,11 @@ func jobArgs(job string) []any {
 
 // trainJob trains epochs [from, to) of a job with world ranks, rank r
 // through clientOf(r), each epoch ORDER, MGET (bytes checked), REPORT of
-// loss(id), DONE; it returns each epoch's order digest as rank 0 saw it,
-// prefixed by the slices' lengths.
+// loss(id), DONE; it returns each epoch's slices, printed.
 func trainJob(ctx context.Context, files [][]byte, job string, from, to, world int, clientOf func(r int) *redis.Client, loss func(int64) float64) ([]string, error) {
 	var digests []string
 	for e := from; e < to; e++ {
-		slices := make([][]int64, world)
+		got := make([][]int64, world)
 		errs := make([]error, world)
 		var wg sync.WaitGroup
 		for r := range world {
@@ -45,7 +44,7 @@ func trainJob(ctx context.Context, files [][]byte, job string, from, to, world i
 					errs[r] = fmt.Errorf("job %q rank %d epoch %d order: %w", job, r, e, err)
 					return
 				}
-				slices[r] = ids
+				got[r] = ids
 				for start := 0; start < len(ids); start += 50 {
 					batch := ids[start:min(start+50, len(ids))]
 					keys := testsupport.Keys("ds", batch)
@@ -76,11 +75,7 @@ func trainJob(ctx context.Context, files [][]byte, job string, from, to, world i
 		if err := errors.Join(errs...); err != nil {
 			return digests, err
 		}
-		d := fmt.Sprint(len(slices))
-		for _, s := range slices {
-			d += fmt.Sprintf(" %d:%v", len(s), s)
-		}
-		digests = append(digests, d)
+		digests = append(digests, fmt.Sprint(got))
 	}
 	return digests, nil
 }
@@ -137,14 +132,15 @@ func jobOrdersAgree(t *testing.T, peers []*testPeer, job string, from, to, world
 // different world sizes and losses: the default job (world 3), job a
 // (world 1) and job b (world 2). Midway b stops and is retired on every
 // peer, and job c (world 2) starts. Each job's orders are the same on
-// every peer and are its own: job a's orders are exactly those of the
-// same job trained alone on another mesh, so nothing of the other jobs
-// (their orders, reports, worlds or retirements) reached them. (The
-// draws here are not cache-aware, Boost 0, which would prefer what the
-// other jobs read on purpose.)
+// every peer and are its own: with IsolateJobs, job a's orders are
+// exactly those of the same job trained alone on another mesh, so nothing
+// of the other jobs (their orders, reports, worlds or retirements)
+// reached them. (Without it, the jobs' orders line up with each other on
+// purpose: see TestAJobJoiningAnEpochStartsWhereTheOthersAre.)
 func TestManyJobsOnOneMesh(t *testing.T) {
 	opts := meshOpts{samples: 400, minSize: 20, maxSize: 60, replicas: 2, configure: func(i int, c *Config) {
 		c.JobIdle = 2 * time.Second
+		c.IsolateJobs = true
 		c.Cluster.Prefetch = -1
 	}}
 	m := startMesh(t, 3, opts)
@@ -313,5 +309,39 @@ func TestReadsAreCountedPerJob(t *testing.T) {
 	}
 	if got["a"] != [3]int64{3, 0, 3} || got["b"] != [3]int64{3, 3, 0} || got["default"] != [3]int64{} {
 		t.Errorf("reads, hits, source reads per job: %v", got)
+	}
+}
+
+// TestAJobJoiningAnEpochStartsWhereTheOthersAre: the orders of an epoch
+// are aligned, and a job that begins an epoch another job is halfway
+// through starts its order where the other is, so that both read each
+// sample they share at about the same time.
+func TestAJobJoiningAnEpochStartsWhereTheOthersAre(t *testing.T) {
+	dir, _ := makeDataset(t, 200, 10, 20)
+	p := startPeer(t, Config{Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	c := p.client(t)
+	ctx := context.Background()
+	a, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "a").Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 200 {
+		t.Fatalf("epoch 0 of job a: %d samples", len(a))
+	}
+	report := []any{"SHADE.REPORT", "ds", 0}
+	for _, id := range a[:100] {
+		report = append(report, id, 1.0)
+	}
+	if err := c.Do(ctx, append(report, "JOB", "a")...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Epoch 0 is a permutation for both: aligned alike, b starts at a's
+	// sample 100.
+	if want := append(slices.Clone(a[100:]), a[:100]...); !slices.Equal(b, want) {
+		t.Errorf("job b's epoch 0 does not start where job a is:\n a %v\n b %v", a, b)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,7 +46,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 	if !n.cfg.Uniform {
 		// Every job of the dataset aligns its orders alike (a uniform
 		// permutation keeps DistributedSampler's order).
-		table = alignedScores{js.scores, n.cfg.Seed ^ uint64(ds.ordinal)}
+		table = alignedScores{Table: js.scores, seed: n.cfg.Seed ^ uint64(ds.ordinal), n: n, js: js}
 	}
 	cfg := leader.Config{
 		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
@@ -69,18 +71,63 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 // alignedScores draws a job's orders from its table and aligns them with
 // the dataset's seed (sampling.Align): the jobs of a dataset that train
 // the same epoch side by side read their common samples at about the same
-// time, so that one source read serves them all.
+// time, so that one source read serves them all. A job that begins an
+// epoch that another job is already reading starts its aligned order
+// where the other is now (see phase), and wraps around.
 type alignedScores struct {
 	*scores.Table
 	seed uint64
+	n    *Node
+	js   *jobState
 }
 
 func (a alignedScores) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
 	d, scored, err := a.Table.Draw(s, epoch, resident)
-	if err == nil {
-		sampling.Align(d.Order, a.seed, epoch)
+	if err != nil {
+		return d, scored, err
 	}
-	return d, scored, err
+	sampling.Align(d.Order, a.seed, epoch)
+	phase := 0.0
+	if !a.n.cfg.IsolateJobs {
+		phase = a.n.phase(a.js, epoch)
+	}
+	if k := int(phase * float64(len(d.Order))); k > 0 && k < len(d.Order) {
+		slices.Reverse(d.Order[:k])
+		slices.Reverse(d.Order[k:])
+		slices.Reverse(d.Order)
+	}
+	a.js.began(epoch, phase)
+	return d, scored, nil
+}
+
+// phase is where in epoch's aligned key order the dataset's other jobs
+// reading that epoch now are, as a fraction: the share of its order the
+// furthest of them has reported (its trainers report each minibatch as
+// they train it) past where its own order began. 0 if none is.
+func (n *Node) phase(js *jobState, epoch int) float64 {
+	now := time.Now()
+	phase, furthest := 0.0, -1.0
+	for _, o := range js.ds.jobList() {
+		if o == js || o.idle(now) > activeWithin {
+			continue
+		}
+		p := o.book.Kept(epoch)
+		if p == nil {
+			continue
+		}
+		total := 0
+		for _, s := range p.Slices {
+			total += len(s)
+		}
+		start, done, ok := o.progress(epoch)
+		if !ok || total == 0 {
+			continue
+		}
+		if read := min(1, float64(done)/float64(total)); read > furthest {
+			furthest, phase = read, math.Mod(start+read, 1)
+		}
+	}
+	return phase
 }
 
 // activeWithin is how recently a job must have been heard from (a join,
@@ -100,7 +147,7 @@ func (n *Node) preferredSamples(js *jobState, epoch int) []uint64 {
 	words := n.residentWords(js.ds)
 	now := time.Now()
 	for _, other := range js.ds.jobList() {
-		if other == js || other.idle(now) > activeWithin {
+		if n.cfg.IsolateJobs || other == js || other.idle(now) > activeWithin {
 			continue
 		}
 		if p := other.book.Kept(epoch); p != nil {
@@ -223,6 +270,7 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 			continue
 		}
 		js.touch()
+		js.noteReported(b.Epoch, len(b.IDs))
 		err = js.scores.Report(b.IDs, b.Losses, n.lead.ownTerm())
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s job %s epoch %d: %w", b.Dataset, displayJob(b.Job), b.Epoch, err))
