@@ -247,12 +247,13 @@ func TestNonLeaderKilledUnderLoadLosesNoRead(t *testing.T) {
 	}
 }
 
-// trainEpoch runs one epoch of a rank through its node's socket: ORDER,
-// MGET in batches (bytes checked), REPORT with losses given by loss(id).
-func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, rank, world int, loss func(int64) float64) ([]int64, error) {
-	ids, err := c.Do(ctx, "SHADE.ORDER", "ds", epoch, rank, world, 30000).Int64Slice()
+// trainEpoch runs one epoch of a rank of a job ("" for the default job)
+// through its node's socket: ORDER, MGET in batches (bytes checked),
+// REPORT with losses given by loss(id).
+func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, job string, epoch, rank, world int, loss func(int64) float64) ([]int64, error) {
+	ids, err := c.Do(ctx, append([]any{"SHADE.ORDER", "ds", epoch, rank, world, 30000}, testsupport.JobArgs(job)...)...).Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("rank %d epoch %d order: %w", rank, epoch, err)
+		return nil, fmt.Errorf("job %q rank %d epoch %d order: %w", job, rank, epoch, err)
 	}
 	for start := 0; start < len(ids); start += 50 {
 		batch := ids[start:min(start+50, len(ids))]
@@ -268,7 +269,7 @@ func trainEpoch(ctx context.Context, c *redis.Client, files [][]byte, epoch, ran
 			}
 			report = append(report, id, loss(id))
 		}
-		if err := c.Do(ctx, report...).Err(); err != nil {
+		if err := c.Do(ctx, append(report, testsupport.JobArgs(job)...)...).Err(); err != nil {
 			return nil, err
 		}
 	}
@@ -287,7 +288,7 @@ func trainEpochs(t *testing.T, epochs, world int, files [][]byte, clientOf func(
 			go func() {
 				defer wg.Done()
 				c := clientOf(r)
-				if _, err := trainEpoch(ctx, c, files, e, r, world, loss); err != nil {
+				if _, err := trainEpoch(ctx, c, files, "", e, r, world, loss); err != nil {
 					t.Error(err)
 					return
 				}
@@ -335,7 +336,7 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 		clients[r] = trainers[r].client(t)
 	}
 	if err := testsupport.Parallel(world, func(r int) error {
-		_, err := trainEpoch(ctx, clients[r], m.files, 0, r, world, important)
+		_, err := trainEpoch(ctx, clients[r], m.files, "", 0, r, world, important)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -392,7 +393,7 @@ func TestLeaderKilledMidEpochNextOrderPublished(t *testing.T) {
 	}
 	// Training goes on under the new leader.
 	if err := testsupport.Parallel(world, func(r int) error {
-		_, err := trainEpoch(ctx, clients[r], m.files, 1, r, world, important)
+		_, err := trainEpoch(ctx, clients[r], m.files, "", 1, r, world, important)
 		return err
 	}); err != nil {
 		t.Error(err)

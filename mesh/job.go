@@ -76,6 +76,19 @@ func canonicalJob(name string) string {
 	return name
 }
 
+// checkJob returns the mesh's name of a job a trainer or peer names, or
+// an error if the name could not name one.
+func checkJob(name string) (string, error) {
+	name = canonicalJob(name)
+	if name == "" {
+		return name, nil
+	}
+	if err := samplekey.ValidName(name); err != nil {
+		return "", fmt.Errorf("%w: job name: %w", ErrConfig, err)
+	}
+	return name, nil
+}
+
 // displayJob is the name of a job in stats and logs.
 func displayJob(name string) string {
 	if name == "" {
@@ -230,12 +243,12 @@ func (n *Node) startJob(js *jobState) {
 // job returns the dataset's job of that name; with create, a job the node
 // does not know yet is started, up to Config.MaxJobs per dataset.
 func (n *Node) job(ds *datasetState, name string, create bool) (*jobState, error) {
-	name = canonicalJob(name)
+	name, err := checkJob(name)
+	if err != nil {
+		return nil, err
+	}
 	if js := ds.lookupJob(name); js != nil {
 		return js, nil
-	}
-	if err := samplekey.ValidName(name); err != nil {
-		return nil, fmt.Errorf("%w: job name: %w", ErrConfig, err)
 	}
 	if !create {
 		return nil, fmt.Errorf("%w: no job %q of %s", ErrUnknownJob, name, ds.name)
@@ -294,10 +307,7 @@ func (n *Node) knownJob(dataset, job string) (*jobState, error) {
 	if err != nil {
 		return nil, err
 	}
-	if js := ds.lookupJob(canonicalJob(job)); js != nil {
-		return js, nil
-	}
-	return nil, fmt.Errorf("%w: no job %q of %s", ErrUnknownJob, job, dataset)
+	return n.job(ds, job, false)
 }
 
 // allJobs returns every job of every dataset, dataset by dataset.

@@ -18,17 +18,9 @@ import (
 	"github.com/shade-mesh/shade/transport"
 )
 
-// jobArgs is the JOB <name> tail of a job's commands; none for "".
-func jobArgs(job string) []any {
-	if job == "" {
-		return nil
-	}
-	return []any{"JOB", job}
-}
-
 // trainJob trains epochs [from, to) of a job with world ranks, rank r
-// through clientOf(r), each epoch ORDER, MGET (bytes checked), REPORT of
-// loss(id), DONE; it returns each epoch's slices, printed.
+// through clientOf(r), each epoch trainEpoch then DONE; it returns each
+// epoch's slices, printed.
 func trainJob(ctx context.Context, files [][]byte, job string, from, to, world int, clientOf func(r int) *redis.Client, loss func(int64) float64) ([]string, error) {
 	var digests []string
 	for e := from; e < to; e++ {
@@ -38,37 +30,10 @@ func trainJob(ctx context.Context, files [][]byte, job string, from, to, world i
 		for r := range world {
 			wg.Go(func() {
 				c := clientOf(r)
-				args := append([]any{"SHADE.ORDER", "ds", e, r, world, 30000}, jobArgs(job)...)
-				ids, err := c.Do(ctx, args...).Int64Slice()
-				if err != nil {
-					errs[r] = fmt.Errorf("job %q rank %d epoch %d order: %w", job, r, e, err)
+				if got[r], errs[r] = trainEpoch(ctx, c, files, job, e, r, world, loss); errs[r] != nil {
 					return
 				}
-				got[r] = ids
-				for start := 0; start < len(ids); start += 50 {
-					batch := ids[start:min(start+50, len(ids))]
-					keys := testsupport.Keys("ds", batch)
-					vals, err := c.MGet(ctx, keys...).Result()
-					if err != nil {
-						errs[r] = err
-						return
-					}
-					report := []any{"SHADE.REPORT", "ds", e}
-					for i, id := range batch {
-						if s, ok := vals[i].(string); !ok || s != string(files[id]) {
-							errs[r] = fmt.Errorf("job %q: wrong bytes for %s", job, keys[i])
-							return
-						}
-						report = append(report, id, loss(id))
-					}
-					if err := c.Do(ctx, append(report, jobArgs(job)...)...).Err(); err != nil {
-						errs[r] = err
-						return
-					}
-				}
-				if err := c.Do(ctx, append([]any{"SHADE.DONE", "ds", e, r}, jobArgs(job)...)...).Err(); err != nil {
-					errs[r] = err
-				}
+				errs[r] = c.Do(ctx, append([]any{"SHADE.DONE", "ds", e, r}, testsupport.JobArgs(job)...)...).Err()
 			})
 		}
 		wg.Wait()
@@ -184,11 +149,9 @@ func TestManyJobsOnOneMesh(t *testing.T) {
 			}
 			return true
 		}
-		for deadline := time.Now().Add(20 * time.Second); !retired(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				errB = errors.New("job b not retired on every peer within 20s")
-				return
-			}
+		if _, err := testsupport.Poll(ctx, 20*time.Second, retired); err != nil {
+			errB = fmt.Errorf("job b not retired on every peer: %w", err)
+			return
 		}
 		_, errC = trainJob(ctx, m.files, "c", 0, 3, 2, func(r int) *redis.Client { return clients[2-r] }, lossC)
 	})

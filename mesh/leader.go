@@ -223,7 +223,7 @@ func (n *Node) leaderDone(req *wire.DoneReq) error {
 	if err != nil {
 		return err
 	}
-	if req.Epoch >= lj.Status().Training {
+	if req.Epoch >= lj.Training() {
 		js.touch() // not a done the reconciler repeats: the job goes on
 	}
 	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident))

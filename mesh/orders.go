@@ -8,7 +8,6 @@ import (
 
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
-	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -194,11 +193,9 @@ func (n *Node) Reset(name, job string) error {
 	if _, err := n.dataset(name); err != nil {
 		return err
 	}
-	job = canonicalJob(job)
-	if job != "" {
-		if err := samplekey.ValidName(job); err != nil {
-			return fmt.Errorf("%w: job name: %w", ErrConfig, err)
-		}
+	job, err := checkJob(job)
+	if err != nil {
+		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

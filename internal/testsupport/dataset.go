@@ -168,3 +168,12 @@ func CheckValues[I int | int64 | uint32](d *Dataset, ids []I, vals []any) error 
 	}
 	return nil
 }
+
+// JobArgs is the JOB <name> tail of a trainer command of a job: none for
+// "", the dataset's default job.
+func JobArgs(job string) []any {
+	if job == "" {
+		return nil
+	}
+	return []any{"JOB", job}
+}

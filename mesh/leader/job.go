@@ -76,7 +76,7 @@ type Config struct {
 	Owners func(id uint32) []string
 	// Resident returns a bitmap of the samples the draw of epoch should
 	// prefer as this node sees them (bit i%64 of word i/64): those it
-	// caches now, and any other job's of the dataset is about to read;
+	// caches now, and those another job of the dataset is about to read;
 	// nil means none. The other nodes' cached samples come with their
 	// ranks' dones.
 	Resident func(epoch int) []uint64
@@ -325,6 +325,14 @@ func (j *Job) resetLocked(end bool) {
 	j.waiting, j.deadline = false, false
 	j.resident = make(map[string][]byte)
 	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term(), Retired: end}, 0)
+}
+
+// Training is the epoch whose dones decide the next publication (see
+// Status.Training).
+func (j *Job) Training() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.training()
 }
 
 // Status is a Job's progress, as a value.

@@ -95,15 +95,6 @@ const (
 
 var secondPeers = []int{1, 4}
 
-// jobArgs is the JOB <name> tail of a job's commands; none for the
-// default job.
-func jobArgs(job string) []any {
-	if job == "" {
-		return nil
-	}
-	return []any{"JOB", job}
-}
-
 // tally counts reads and keeps the first failures' details.
 type tally struct {
 	reads, failed, wrong, interrupted, slowReads atomic.Int64
@@ -397,7 +388,7 @@ func (rk *rankRun) call(ctx context.Context, nkeys int, args ...any) (*redis.Cmd
 func (rk *rankRun) order(ctx context.Context, e int) ([]int64, uint64, error) {
 	start := time.Now()
 	for {
-		cmd, gen, err := rk.call(ctx, 0, append([]any{"SHADE.ORDER", rk.tr.m.dataset, e, rk.r, rk.tr.world, 3000}, jobArgs(rk.tr.job)...)...)
+		cmd, gen, err := rk.call(ctx, 0, append([]any{"SHADE.ORDER", rk.tr.m.dataset, e, rk.r, rk.tr.world, 3000}, testsupport.JobArgs(rk.tr.job)...)...)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -419,7 +410,7 @@ func (rk *rankRun) done(ctx context.Context, e int) error {
 	start := time.Now()
 	refused := ""
 	for {
-		cmd, gen, err := rk.call(ctx, 0, append([]any{"SHADE.DONE", rk.tr.m.dataset, e, rk.r}, jobArgs(rk.tr.job)...)...)
+		cmd, gen, err := rk.call(ctx, 0, append([]any{"SHADE.DONE", rk.tr.m.dataset, e, rk.r}, testsupport.JobArgs(rk.tr.job)...)...)
 		if err != nil {
 			return err
 		}
@@ -493,7 +484,7 @@ func (rk *rankRun) run(ctx context.Context, wg *sync.WaitGroup) {
 			for _, id := range batch {
 				report = append(report, id, strconv.FormatFloat(rk.rng.Float64()*3, 'f', 4, 64))
 			}
-			cmd, gen, err := rk.call(ctx, 0, append(report, jobArgs(tr.job)...)...)
+			cmd, gen, err := rk.call(ctx, 0, append(report, testsupport.JobArgs(tr.job)...)...)
 			if err != nil {
 				if ctx.Err() == nil {
 					tr.abort("%s: epoch %d: %v", rk.name, e, err)
@@ -555,7 +546,7 @@ func (tr *trainer) check(e, r int, want []int64, published time.Time) {
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			got, err := c.Do(ctx, append([]any{"SHADE.ORDER", tr.m.dataset, e, r, tr.world, 5000}, jobArgs(tr.job)...)...).Int64Slice()
+			got, err := c.Do(ctx, append([]any{"SHADE.ORDER", tr.m.dataset, e, r, tr.world, 5000}, testsupport.JobArgs(tr.job)...)...).Int64Slice()
 			_, g2 := p.state()
 			switch {
 			case err == nil && slices.Equal(got, want):
