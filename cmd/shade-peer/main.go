@@ -200,7 +200,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
-		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 8 per peer (e.g. 8191 for 1,000)")
+		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 16 per peer (e.g. 16381 for 1,000)")
 		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")

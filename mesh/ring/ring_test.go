@@ -93,13 +93,13 @@ func TestShapes(t *testing.T) {
 }
 
 // TestThousandMembers: more members than partitions, where consistent
-// alone panics. New is O(M²) in consistent (about 2 s for 1,000 members,
-// 15 s of CPU under the race detector), so the race build takes 400
+// alone panics. New is O(M²) in consistent (about 15 s for 1,000 members,
+// ten times that under the race detector), so the race build takes 300
 // members: still more than the 271 partitions, the same guarded path.
 func TestThousandMembers(t *testing.T) {
 	m := 1000
 	if raceEnabled {
-		m = 400
+		m = 300
 	}
 	all := names(m)
 	start := time.Now()
@@ -258,7 +258,7 @@ func TestVirtualNodeKeysUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for _, n := range names(200) {
 		m := newMember(n)
-		for i := range maxVirtualNodes {
+		for i := range virtualNodes {
 			k := fmt.Sprintf("%s%d", m.String(), i) // consistent's formula
 			if seen[k] {
 				t.Fatalf("virtual node key %q repeats", k)
@@ -477,17 +477,13 @@ func moves(a, b *Ring, dead string) (copies int, taken map[string]int) {
 // TestFailureSpread: when a member dies, its data (the copies of every
 // partition it was primary or replica of) spreads over the survivors: none
 // takes more than 2x the average share (the copies moved over the N-1
-// survivors; at 1,000 members, where a member holds about 16 copies, a
+// survivors; at 1,000 members, where a member holds about 32 copies, a
 // survivor takes at least a whole copy, so 2x of max(average, 1)). And a
-// leave moves, on average over the trials, at most 1.2x the ideal R*P/N
-// copies. A join moves more, about 1.4x: consistent's bounded load
-// reshuffles primaries beyond the joiner's share (1.6x of P/N at 8191
-// partitions), and a primary that changes to a member that held no copy
-// moves one; replicas move about their ideal. The join bound is 1.5x.
-// Partition counts as the README advises (271 for 10 members, 8191 for
-// 1,000).
+// join or a leave moves, on average over the trials, at most 1.2x the
+// ideal R*P/N copies. Partition counts as the README advises (271 for 10
+// members, 16381 for 1,000).
 func TestFailureSpread(t *testing.T) {
-	for _, tc := range []struct{ members, partitions, trials int }{{10, 271, 10}, {1000, 8191, 12}} {
+	for _, tc := range []struct{ members, partitions, trials int }{{10, 271, 10}, {1000, 16381, 12}} {
 		t.Run(strconv.Itoa(tc.members), func(t *testing.T) {
 			if raceEnabled && tc.members > 100 {
 				t.Skip("New of 1,000 members takes minutes under the race detector")
@@ -534,8 +530,8 @@ func TestFailureSpread(t *testing.T) {
 			leave, join := leaveSum/float64(tc.trials), joinSum/float64(tc.trials)
 			t.Logf("%d members, %d partitions, R=2: largest survivor share at worst %.2fx the average; copies moved on leave %.2fx of ideal (worst %.2fx), on join %.2fx (worst %.2fx)",
 				tc.members, tc.partitions, worst, leave, leaveWorst, join, joinWorst)
-			if leave > 1.2 || join > 1.5 {
-				t.Errorf("copies moved: leave %.2fx, join %.2fx of ideal, want <= 1.2x, 1.5x", leave, join)
+			if leave > 1.2 || join > 1.2 {
+				t.Errorf("copies moved: leave %.2fx, join %.2fx of ideal, want <= 1.2x", leave, join)
 			}
 		})
 	}

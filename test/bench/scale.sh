@@ -7,7 +7,7 @@
 # CPU profile of that epoch. Usage:
 #   test/bench/scale.sh [peers] [samples]
 # Three runs: the node's configuration with an 8-rank job; the leader with
-# one rank per peer; the ring with 8191 partitions instead of the node's 271.
+# one rank per peer; the ring with 16381 partitions instead of the node's 271.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PEERS=${1:-1000}
@@ -26,9 +26,9 @@ echo "### 2. the leader with one rank on every peer"
 echo "\$ shadectl scale ${common[*]} --world $PEERS --only leader"
 "$BIN/shadectl" scale "${common[@]}" --world "$PEERS" --only leader 2>/dev/null
 echo
-echo "### 3. the ring with 8191 partitions (a node has 271)"
-echo "\$ shadectl scale ${common[*]} --partitions 8191 --only ring"
-"$BIN/shadectl" scale "${common[@]}" --partitions 8191 --only ring 2>/dev/null
+echo "### 3. the ring with 16381 partitions (a node has 271)"
+echo "\$ shadectl scale ${common[*]} --partitions 16381 --only ring"
+"$BIN/shadectl" scale "${common[@]}" --partitions 16381 --only ring 2>/dev/null
 echo
 echo "### 4. CPU profile of run 1's leader epoch (each broadcast encoded once and framed 8 times, not once per peer)"
 go tool pprof -top -nodecount=30 "$BIN/shadectl" "$dir/leader.prof" 2>/dev/null | sed -n '/^Duration/p;/flat%/,$p'
