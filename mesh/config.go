@@ -104,9 +104,11 @@ type Config struct {
 	// means 10 minutes; negative, never.
 	JobIdle time.Duration
 	// IsolateJobs makes each job's orders depend on its own seed, scores
-	// and the mesh's cache alone: a job neither prefers the samples the
-	// dataset's other jobs are reading nor starts an epoch where they are
-	// (see sampling.Align). Jobs then share the cache but not their reads.
+	// and the mesh's cache alone: a job neither draws with the dataset's
+	// shared random numbers (sampling.Config.DrawSeed), nor prefers the
+	// samples the dataset's other jobs are reading, nor starts an epoch
+	// where they are (see sampling.Align). Jobs then share the cache but
+	// not their reads.
 	IsolateJobs bool
 	// SourceReads bounds concurrent source reads of one MGET, and the
 	// fetches in flight of each rank's read-ahead; 0 means 16.

@@ -32,7 +32,8 @@ var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the lea
 
 // jobConfig is the leader.Config of a job on this node: its orders are
 // drawn from the job's score table with a sampler seeded by the node's
-// seed and the job's name, preferring the samples the mesh caches or
+// seed and the job's name (its draws coupled with the dataset's other
+// jobs' by one DrawSeed), preferring the samples the mesh caches or
 // another job of the dataset is about to read, split preferring the
 // samples' owners in a mesh, installed here and broadcast; its timers run
 // on the node's background goroutines.
@@ -45,8 +46,14 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 	var table leader.Scores = js.scores
 	if !n.cfg.Uniform {
 		// Every job of the dataset aligns its orders alike (a uniform
-		// permutation keeps DistributedSampler's order).
-		table = alignedScores{Table: js.scores, seed: n.cfg.Seed ^ uint64(ds.ordinal), n: n, js: js}
+		// permutation keeps DistributedSampler's order), and unless jobs
+		// are isolated draws from the dataset's random numbers, so that
+		// jobs of similar importance draw many of the same samples.
+		seed := n.cfg.Seed ^ uint64(ds.ordinal)
+		table = alignedScores{Table: js.scores, seed: seed, n: n, js: js}
+		if !n.cfg.IsolateJobs {
+			sc.DrawSeed = seed | 1 // not 0, which draws from the job's own seed
+		}
 	}
 	cfg := leader.Config{
 		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,

@@ -101,8 +101,9 @@
 // kept as an exact per-exponent integer sum of the float32 scores, so it
 // depends only on which scores the table holds, not on the history that
 // produced them. Bounded integers, coins and shuffles are derived from PCG's
-// Uint64 by this package rather than taken from rand.Rand's methods, so a Go
-// upgrade cannot change an order either. Scores themselves use math.Log, whose
+// Uint64 (coupled draws, from SplitMix64 counters) by this package rather
+// than taken from rand.Rand's methods, so a Go upgrade cannot change an
+// order either. Scores themselves use math.Log, whose
 // last bit may differ between architectures; they are computed once, by the
 // leader, and replicated verbatim (Table.Set, MarshalBinary), so that does not
 // matter.
@@ -117,8 +118,10 @@ import "errors"
 
 // OrderVersion names the algorithms that turn (seed, epoch, table, coverage
 // state) into an order. It changes whenever a change to this package would
-// change any order, so peers can refuse to mix versions.
-const OrderVersion = 1
+// change any order, so peers can refuse to mix versions. Version 2 added
+// Config.DrawSeed's coupled draws; with DrawSeed 0 its orders are version
+// 1's, bit for bit.
+const OrderVersion = 2
 
 // Sentinel errors; every error returned by this package wraps one of them.
 var (

@@ -282,6 +282,18 @@ func TestDrawUnbiased(t *testing.T) {
 			return s, 2
 		})
 	})
+	t.Run("coupled draws", func(t *testing.T) {
+		// DrawSeed in place of Seed's stream: the same marginals.
+		unbiasedness(t, n, seeds, tb, bitmap, func(seed uint64) (*Sampler, int) {
+			cfg := boostedConfig(seed)
+			cfg.DrawSeed = seed + 1
+			s := NewSampler(n, cfg)
+			if _, err := s.Order(0, tb); err != nil {
+				t.Fatal(err)
+			}
+			return s, 1
+		})
+	})
 	t.Run("restored state", func(t *testing.T) {
 		// One coverage state for every seed, restored with UnmarshalBinary:
 		// samples 0..49 were last drawn in epoch 0 and are forced into
@@ -631,7 +643,7 @@ func TestDrawGolden(t *testing.T) {
 		got = append(got, checksum(u32bytes(d.Order)), checksum(u32bytes(wbits)))
 	}
 	want := []uint32{0xe904636a, 0xc73242b8, 0xe235c87d, 0xf6e7e5c8, 0x3951a636, 0xe47b2f48, 0xfb10282a, 0x1a2b981b}
-	if OrderVersion != 1 || !slices.Equal(got, want) {
+	if OrderVersion != 2 || !slices.Equal(got, want) {
 		t.Fatalf("draws of version %d hash to %#x, want %#x", OrderVersion, got, want)
 	}
 }
@@ -658,6 +670,9 @@ func FuzzDraw(f *testing.F) {
 			CoverageEpochs: int(data[5]%4) - 1,
 			UniformFloor:   float64(data[1]%3) / 4,
 			Lambda:         -float64(data[2]>>4) / 4,
+		}
+		if data[4]&0x80 != 0 {
+			cfg.DrawSeed = uint64(data[5]) + 1
 		}
 		rest := data[6:]
 		tb := NewTable(n, 0, ScoreMagnitude)
@@ -725,4 +740,74 @@ func mustDraw(t testing.TB, s *Sampler, e int, tb *Table, resident []uint64) Dra
 		t.Fatalf("epoch %d: %d ids, %d weights for %d samples", e, len(got.Order), len(got.Weight), s.Len())
 	}
 	return got
+}
+
+// Samplers of different seeds that share a DrawSeed draw the same samples
+// where their tables agree: with equal tables every sample's count in the
+// epoch is the same, and with tables that differ by noise they share far
+// more draws than independent samplers do.
+func TestCoupledDraws(t *testing.T) {
+	const n = 5000
+	a := longTailTable(n)
+	b := NewTable(n, 0, ScoreMagnitude)
+	rng := newRand(5)
+	for id := range n {
+		if a.Scored(uint32(id)) {
+			_ = b.Set(uint32(id), a.Score(uint32(id))*(0.7+0.6*rng.Float64()))
+		}
+	}
+	counts := func(seed, drawSeed uint64, tb *Table) []int {
+		cfg := boostedConfig(seed)
+		cfg.DrawSeed = drawSeed
+		s := NewSampler(n, cfg)
+		if _, err := s.Order(0, tb); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.Draw(1, tb, everyThird(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := make([]int, n)
+		for _, id := range d.Order {
+			c[id]++
+		}
+		return c
+	}
+	shared := func(x, y []int) int {
+		m := 0
+		for i := range x {
+			m += min(x[i], y[i])
+		}
+		return m
+	}
+	if x, y := counts(1, 9, a), counts(2, 9, a); !slices.Equal(x, y) {
+		t.Fatalf("equal tables, one DrawSeed: %d of %d draws shared, want all", shared(x, y), n)
+	}
+	coupled := shared(counts(1, 9, a), counts(2, 9, b))
+	independent := shared(counts(1, 0, a), counts(2, 0, b))
+	t.Logf("draws shared by two samplers of noisy tables: coupled %d, independent %d of %d", coupled, independent, n)
+	if 2*(n-coupled) > n-independent {
+		t.Errorf("coupled draws differ in %d of %d, independent in %d: want at most half as many", n-coupled, n, n-independent)
+	}
+}
+
+// Coupled draws are part of the protocol too (see TestDrawGolden).
+func TestCoupledDrawGolden(t *testing.T) {
+	const n = 1000
+	tb := longTailTable(n)
+	cfg := boostedConfig(1)
+	cfg.DrawSeed = 77
+	s := NewSampler(n, cfg)
+	var got []uint32
+	for e := range 3 {
+		d, err := s.Draw(e, tb, everyThird(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, checksum(u32bytes(d.Order)))
+	}
+	want := []uint32{0xe904636a, 0xd51ea3c7, 0x8a7e49bb}
+	if OrderVersion != 2 || !slices.Equal(got, want) {
+		t.Fatalf("coupled draws of version %d hash to %#x, want %#x", OrderVersion, got, want)
+	}
 }

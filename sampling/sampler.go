@@ -33,7 +33,8 @@ const (
 // for those fields; see DefaultConfig for the recommended preset. The zero
 // Config is plain uniform sampling (PADS off). MaxWeight, Boost and Strata
 // only matter to PADS epochs drawn with Draw; with MaxWeight and Boost zero,
-// orders are those of OrderVersion 1 as before they existed.
+// orders are those of OrderVersion 1 as before they existed, and so are
+// all orders with DrawSeed 0.
 type Config struct {
 	// Seed is the job's seed: orders are a function of (Seed, epoch).
 	Seed uint64
@@ -77,6 +78,17 @@ type Config struct {
 	// importance. The weights correct for the boost, so training stays
 	// unbiased. 0 (the default) is off; must be finite and not negative.
 	Boost float64
+	// DrawSeed, if not 0, seeds the random numbers of a PADS epoch's draws
+	// with replacement in place of Seed (the forced samples and the
+	// shuffle still follow Seed). Draw k of an epoch then takes its column
+	// of the alias table and its coin from (DrawSeed, epoch, k) alone, so
+	// samplers that share a DrawSeed make coupled draws: where their
+	// probabilities for a column agree, their k-th draws pick the same
+	// sample, and two jobs of one dataset with similar importance read
+	// many of the same samples in an epoch. Each sampler still draws
+	// exactly its own distribution, so the weights are unchanged. 0 (the
+	// default) draws from Seed's stream as in OrderVersion 1.
+	DrawSeed uint64
 	// Strata is the number of importance strata for Boost: the samples,
 	// sorted by their probability before the boost (ties by id), are cut
 	// into Strata groups of equal count (the first n%Strata one larger).
@@ -302,17 +314,43 @@ func (s *Sampler) pads(epoch int, t *Table, resident []uint64, weights bool) Dra
 			s.weights(weight, d, cutoff)
 		}
 		s.buildAlias()
-		n := uint64(s.n)
-		for len(order) < s.n {
-			i := uint32(rng.intn(n))
-			if c := s.cols[i]; c.alias != i && rng.coin() >= c.accept {
-				i = c.alias
+		if s.cfg.DrawSeed != 0 {
+			order = s.coupledDraws(order, epoch)
+		} else {
+			n := uint64(s.n)
+			for len(order) < s.n {
+				i := uint32(rng.intn(n))
+				if c := s.cols[i]; c.alias != i && rng.coin() >= c.accept {
+					i = c.alias
+				}
+				order = append(order, i)
 			}
-			order = append(order, i)
 		}
 	}
 	rng.shuffle(order)
 	return Drawn{Order: order, Weight: weight}
+}
+
+// coupledDraws appends draws from the alias table to order until it holds
+// n samples, draw k from counter-based random numbers of (DrawSeed, epoch,
+// k): SplitMix64's k-th output picks the column (the high word of its
+// product with n, off from uniform by at most n/2^64) and a second mix of
+// it the coin. No draw's numbers depend on another draw or on the table,
+// so samplers with one DrawSeed stay in step however their tables differ.
+func (s *Sampler) coupledDraws(order []uint32, epoch int) []uint32 {
+	const gamma = 0x9e3779b97f4a7c15 // SplitMix64's increment
+	base := mix64(s.cfg.DrawSeed ^ mix64(uint64(epoch)+gamma))
+	n := uint64(s.n)
+	for k := uint64(1); len(order) < s.n; k++ {
+		x := mix64(base + k*gamma)
+		col, _ := bits.Mul64(x, n)
+		i := uint32(col)
+		if c := s.cols[i]; c.alias != i && uint32(mix64(x^0xd1b54a32d192ed03)>>32) >= c.accept {
+			i = c.alias
+		}
+		order = append(order, i)
+	}
+	return order
 }
 
 // fillProb sets prob to n times the mixed distribution, n*((1-u)*w_i/W +

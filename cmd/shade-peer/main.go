@@ -212,7 +212,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		maxKeys     = fs.Int("max-keys", 65536, "most keys in one MGET, EXISTS, DEL or SHADE.LOCATE, and id/loss pairs in one SHADE.REPORT")
 		maxWorld    = fs.Int("max-world", 4096, "largest world size (ranks) a job may have")
 		maxJobs     = fs.Int("max-jobs", 16, "most training jobs on one dataset at once, its default job counted; one more is refused until a job is retired (see --job-idle)")
-		isolateJobs = fs.Bool("isolate-jobs", false, "each job's orders depend on its own seed, scores and the cache alone: a job neither prefers the samples the dataset's other jobs are reading nor starts an epoch where they are (jobs then share the cache but not their reads)")
+		isolateJobs = fs.Bool("isolate-jobs", false, "each job's orders depend on its own seed, scores and the cache alone: a job neither draws with the dataset's shared random numbers, nor prefers the samples the dataset's other jobs are reading, nor starts an epoch where they are (jobs then share the cache but not their reads)")
 		jobIdle     = fs.Duration("job-idle", 10*time.Minute, "retire a job whose trainers have not joined, finished an epoch or reported for this long: a named job is dropped on every peer (its scores kept in --state-dir as DATASET@JOB.scores), the default job is reset (0 or negative: never)")
 		maxConns    = fs.Int("max-clients", 10000, "most open trainer connections; one more is answered an error and closed")
 		writeTO     = fs.Duration("client-write-timeout", time.Minute, "close a trainer connection whose replies could not be written for this long (a client that stopped reading)")
