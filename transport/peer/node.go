@@ -411,6 +411,18 @@ func (n *Node) serve(ctx context.Context, from string, m Method, body []byte) (r
 // then half-closes str. It encodes into a buffer of its own: resp may point
 // into the request's.
 func (n *Node) writeReply(str *quic.Stream, p *peerState, resp any, herr error) {
+	if r, ok := resp.(*RawReply); ok && r != nil {
+		if r.Release != nil {
+			defer r.Release()
+		}
+		if herr == nil {
+			herr = n.writeRaw(str, p, r)
+			if herr == nil {
+				return
+			}
+		}
+		resp = nil
+	}
 	buf := n.getBuf()
 	defer n.putBuf(buf)
 	frame, err := n.replyFrame((*buf)[:0], resp, herr)
@@ -429,6 +441,36 @@ func (n *Node) writeReply(str *quic.Stream, p *peerState, resp any, herr error) 
 	}
 	str.Close()
 	p.bytesOut.Add(uint64(len(frame)))
+}
+
+// writeRaw sends r on str and half-closes str. It returns an error, for
+// writeReply to send instead, only when nothing was sent: r does not fit
+// in a frame, or its head cannot be encoded.
+func (n *Node) writeRaw(str *quic.Stream, p *peerState, r *RawReply) error {
+	buf := n.getBuf()
+	defer n.putBuf(buf)
+	start, size, err := appendRawHead((*buf)[:0], r)
+	keep(buf, start)
+	switch {
+	case err == nil && size > int64(n.cfg.MaxFrame):
+		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("reply of %d bytes exceeds the frame limit of %d", size, n.cfg.MaxFrame)}
+	case err != nil:
+		return &Error{Code: CodeInternal, Msg: "encode reply: " + err.Error()}
+	}
+	n.requests.Force(size)
+	defer n.requests.Release(size)
+	str.SetWriteDeadline(time.Now().Add(n.cfg.RequestTimeout))
+	if _, err := str.Write(start); err != nil {
+		str.CancelWrite(streamCancelled)
+		return nil
+	}
+	if _, err := writeValues(str, r.Values); err != nil {
+		str.CancelWrite(streamCancelled)
+		return nil
+	}
+	str.Close()
+	p.bytesOut.Add(uint64(4 + size))
+	return nil
 }
 
 func (n *Node) replyFrame(dst []byte, resp any, herr error) ([]byte, error) {
@@ -477,6 +519,32 @@ func (n *Node) replyFrame(dst []byte, resp any, herr error) ([]byte, error) {
 // ErrFrameTooLarge without being sent; a Node that is closed returns
 // ErrClosed.
 func (n *Node) Call(ctx context.Context, addr, wantName string, m Method, req, out any) error {
+	return n.callWith(ctx, addr, wantName, m, req, out, nil)
+}
+
+// CallRaw is Call for a method whose handler answers with a *RawReply. It
+// decodes the reply's head into head (a pointer), once the head has passed
+// MsgpackCost as any reply does, and then calls values with a reader of
+// the values' bytes and their total length, so that the caller reads them
+// straight into memory of its own. size has been checked against
+// Config.MaxFrame only: values must check it against what head says
+// before it allocates for it, and read the reader to its end, or return an
+// error. The reader fails with the stream's error if the stream fails; a
+// reply cut short fails it with io.ErrUnexpectedEOF.
+//
+// An error that values returns (its verdict on the reply, not the
+// stream's) is returned wrapped, and the rest of the reply is abandoned.
+// Replies with a non-zero code and every other failure are as for Call.
+func (n *Node) CallRaw(ctx context.Context, addr, wantName string, m Method, req, head any, values func(r io.Reader, size int) error) error {
+	if values == nil {
+		return errors.New("peer: CallRaw without a reader of the values")
+	}
+	return n.callWith(ctx, addr, wantName, m, req, head, values)
+}
+
+// callWith is Call, or CallRaw when values is not nil (out is then the
+// raw reply's head).
+func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, req, out any, values func(io.Reader, int) error) error {
 	if m == 0 {
 		return &Error{Code: CodeBadRequest, Msg: "method 0 is reserved"}
 	}
@@ -501,7 +569,7 @@ func (n *Node) Call(ctx context.Context, addr, wantName string, m Method, req, o
 	}
 	p.requests.Add(1)
 	start := time.Now()
-	err = n.call(ctx, p, wantName, frame, out)
+	err = n.call(ctx, p, wantName, frame, out, values)
 	if err != nil {
 		p.errors.Add(1)
 		return err
@@ -510,7 +578,7 @@ func (n *Node) Call(ctx context.Context, addr, wantName string, m Method, req, o
 	return nil
 }
 
-func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []byte, out any) error {
+func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []byte, out any, values func(io.Reader, int) error) error {
 	for attempt := 0; ; attempt++ {
 		c, fresh, err := n.conn(ctx, p, wantName)
 		if err != nil {
@@ -527,7 +595,7 @@ func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []
 			}
 			return n.callError(ctx, c, err)
 		}
-		return n.roundTrip(ctx, c, str, frame, out)
+		return n.roundTrip(ctx, c, str, frame, out, values)
 	}
 }
 
@@ -594,8 +662,10 @@ func (n *Node) dial(ctx context.Context, p *peerState, wantName string) (*peerCo
 	return n.addConn(qc, wantName, p.addr, true)
 }
 
-// roundTrip writes the request frame on str and reads the reply.
-func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame []byte, out any) error {
+// roundTrip writes the request frame on str and reads the reply: decoded
+// into out, or, when values is not nil, a raw reply whose head is decoded
+// into out and whose values go to values.
+func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame []byte, out any, values func(io.Reader, int) error) error {
 	p := c.peer
 	stop := context.AfterFunc(ctx, func() {
 		str.CancelRead(streamCancelled)
@@ -612,18 +682,28 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	// large) replies before it stops the stream.
 	rbuf := n.getBuf()
 	defer n.putBuf(rbuf)
-	code, body, err := readFrame(str, n.cfg.MaxFrame, *rbuf, nil)
-	keep(rbuf, body)
-	if err == nil {
-		err = expectEOF(str)
-	}
-	if err != nil {
+	fail := func(err error) error {
 		str.CancelRead(streamCancelled)
 		str.CancelWrite(streamCancelled)
 		if werr != nil && !isFrameError(err) {
 			err = werr
 		}
 		return n.callError(ctx, c, err)
+	}
+	code, size, err := readHeader(str, n.cfg.MaxFrame, nil)
+	if err != nil {
+		return fail(err)
+	}
+	if Code(code) == CodeOK && values != nil {
+		return n.readRaw(ctx, c, str, size, rbuf, out, values, fail)
+	}
+	body, err := readBody(str, size, *rbuf)
+	keep(rbuf, body)
+	if err == nil {
+		err = expectEOF(str)
+	}
+	if err != nil {
+		return fail(err)
 	}
 	p.bytesIn.Add(uint64(headerLen + len(body)))
 	if err := CheckMsgpack(body); err != nil {
@@ -642,6 +722,38 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	if err := msgpack.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("peer: decode reply from %s: %w", p.addr, err)
 	}
+	return nil
+}
+
+// readRaw reads the body of a raw reply of size bytes from str: the head
+// into head, the values through values (see CallRaw). fail abandons the
+// stream and classifies a failure of its own or of the stream.
+func (n *Node) readRaw(ctx context.Context, c *peerConn, str *quic.Stream, size int, rbuf *[]byte, head any, values func(io.Reader, int) error, fail func(error) error) error {
+	p := c.peer
+	rest, body, err := readRawHead(str, size, *rbuf, head)
+	keep(rbuf, body)
+	if err != nil {
+		return fail(err)
+	}
+	vr := &valueReader{r: str, left: rest}
+	verr := values(vr, rest)
+	switch {
+	case vr.err != nil:
+		return fail(vr.err)
+	case verr != nil:
+		str.CancelRead(streamCancelled)
+		str.CancelWrite(streamCancelled)
+		if ctx.Err() != nil {
+			return fmt.Errorf("peer: call %s: %w", p.addr, ctx.Err())
+		}
+		return fmt.Errorf("peer: reply from %s: %w", p.addr, verr)
+	case vr.left != 0:
+		return fail(fmt.Errorf("%w: %d bytes of values left unread", ErrBadFrame, vr.left))
+	}
+	if err := expectEOF(str); err != nil {
+		return fail(err)
+	}
+	p.bytesIn.Add(uint64(headerLen + size))
 	return nil
 }
 
