@@ -106,7 +106,7 @@ type benchSamples struct {
 }
 
 func newBenchSamples(n, size int) *benchSamples {
-	s := &benchSamples{}
+	s := &benchSamples{raw: make([]byte, 0, n*size)}
 	for i := range n {
 		v := make([]byte, size)
 		for j := range v {
