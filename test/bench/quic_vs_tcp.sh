@@ -28,7 +28,7 @@ echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $COUNT runs of $N
 go test -c -o "$out/peer.test" ./transport/peer/
 for samples in 256 32; do
 	BENCH_FETCH_SAMPLES=$samples "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch' \
-		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt"
+		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt" || { cat "$out/bench.txt"; exit 1; }
 done
 /usr/bin/python3 - "$out/bench.txt" <<'EOF'
 import re, statistics, sys
