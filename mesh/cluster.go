@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sort"
@@ -159,13 +160,32 @@ func (c *cluster) call(ctx context.Context, p peerInfo, m peer.Method, req, out 
 }
 
 func (c *cluster) callName(ctx context.Context, name string, m peer.Method, req, out any) error {
+	p, err := c.member(name)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, p, m, req, out)
+}
+
+// callRawName calls a method whose reply is a peer.RawReply on a member
+// (see peer.Node.CallRaw).
+func (c *cluster) callRawName(ctx context.Context, name string, m peer.Method, req, head any, values func(io.Reader, int) error) error {
+	p, err := c.member(name)
+	if err != nil {
+		return err
+	}
+	return c.wire.CallRaw(ctx, p.addr, p.name, m, req, head, values)
+}
+
+// member returns the alive member called name.
+func (c *cluster) member(name string) (peerInfo, error) {
 	c.mu.RLock()
 	p, ok := c.members[name]
 	c.mu.RUnlock()
 	if !ok {
-		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: " + name + " is not an alive member"}
+		return peerInfo{}, &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: " + name + " is not an alive member"}
 	}
-	return c.call(ctx, p, m, req, out)
+	return p, nil
 }
 
 // startCluster listens for peers, joins the gossip and starts the loop
@@ -394,6 +414,9 @@ func (n *Node) peerHandlers() map[peer.Method]peerHandler {
 	return map[peer.Method]peerHandler{
 		wire.MethodFetch: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
 			return n.serveFetch(ctx, req)
+		}),
+		wire.MethodFetchStream: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
+			return n.serveFetchStream(ctx, req)
 		}),
 		wire.MethodOffer:     noReply(n.serveOffer),
 		wire.MethodReport:    serve(n.serveReport),

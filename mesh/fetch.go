@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -244,16 +245,23 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 	}()
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	var resp wire.FetchResp
 	req := &wire.FetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: mode.memoryOnly, First: mode.first}
-	if err := n.cluster.callName(cctx, owner, wire.MethodFetch, req, &resp); err != nil {
+	items, err := n.fetchStream(cctx, owner, ds, req)
+	if peer.CodeOf(err) == peer.CodeBadRequest {
+		// An owner that does not know MethodFetchStream (an older
+		// build) answers it as a bad request; ask it the old way.
+		var resp wire.FetchResp
+		err = n.cluster.callName(cctx, owner, wire.MethodFetch, req, &resp)
+		items = resp.Items
+	}
+	if err != nil {
 		return nil, err
 	}
-	if len(resp.Items) != len(ids) {
-		return nil, fmt.Errorf("mesh: %s answered %d items for %d ids", owner, len(resp.Items), len(ids))
+	if len(items) != len(ids) {
+		return nil, fmt.Errorf("mesh: %s answered %d items for %d ids", owner, len(items), len(ids))
 	}
-	for i := range resp.Items {
-		it := &resp.Items[i]
+	for i := range items {
+		it := &items[i]
 		if !it.Found {
 			continue
 		}
@@ -263,21 +271,67 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 			*it = wire.FetchItem{}
 		}
 	}
-	return resp.Items, nil
+	return items, nil
 }
 
-// serveFetch answers an owner's part of a read.
+// fetchStream asks owner for samples with MethodFetchStream: the values
+// come straight from the stream into one buffer, within the manifest's
+// sizes of the ids asked for (see wire.ReadFetchValues).
+func (n *Node) fetchStream(ctx context.Context, owner string, ds *datasetState, req *wire.FetchReq) ([]wire.FetchItem, error) {
+	maxLen := make([]int64, len(req.IDs))
+	for i, id := range req.IDs {
+		if int(id) < ds.len && !req.Warm {
+			maxLen[i] = ds.manifest.Sizes[id]
+		}
+	}
+	var head wire.FetchHead
+	var items []wire.FetchItem
+	err := n.cluster.callRawName(ctx, owner, wire.MethodFetchStream, req, &head, func(r io.Reader, size int) error {
+		var err error
+		items, err = wire.ReadFetchValues(r, size, &head, maxLen)
+		return err
+	})
+	return items, err
+}
+
 // fetchReplyBytes bounds the sample bytes of one fetch reply, below the
 // peer transport's frame limit.
 const fetchReplyBytes = peer.DefaultMaxFrame - peer.DefaultMaxFrame/8
 
+// serveFetch answers an owner's part of a read (MethodFetch): the values
+// msgpack-encoded in the reply.
 func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchResp, error) {
+	items, release, err := n.answerFetch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer release() // the transport counts the reply while it encodes and sends it
+	return &wire.FetchResp{Items: items}, nil
+}
+
+// serveFetchStream answers an owner's part of a read (MethodFetchStream):
+// the values go to the stream as they are, and the serving memory they
+// take is held until the reply is sent.
+func (n *Node) serveFetchStream(ctx context.Context, req *wire.FetchReq) (any, error) {
+	items, release, err := n.answerFetch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return wire.FetchRawReply(items, release), nil
+}
+
+// answerFetch reads the samples a fetch asks for, item by item in the
+// order of its ids: from memory (copied into one buffer, back to back),
+// else (unless MemoryOnly) read through. The bytes the values may take
+// are reserved in the node's serving memory before any is read; release
+// gives them back, once the values are no longer used.
+func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wire.FetchItem, release func(), err error) {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
-		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
+		return nil, nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
 	}
 	if req.Version != ds.manifest.Version {
-		return nil, &peer.Error{Code: peer.CodeStale, Msg: fmt.Sprintf("dataset %s: version %s asked, %s here", ds.name, req.Version, ds.manifest.Version)}
+		return nil, nil, &peer.Error{Code: peer.CodeStale, Msg: fmt.Sprintf("dataset %s: version %s asked, %s here", ds.name, req.Version, ds.manifest.Version)}
 	}
 	// The values this reply will hold are reserved in the node's serving
 	// memory before any is read: a peer cannot make this node hold more
@@ -292,10 +346,15 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 	}
 	need = min(need, fetchReplyBytes)
 	if n.cluster == nil || !n.cluster.serving.TryReserve(need) {
-		return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: fmt.Sprintf("mesh: no room for a reply of %d bytes (--max-peer-memory)", need)}
+		return nil, nil, &peer.Error{Code: peer.CodeUnavailable, Msg: fmt.Sprintf("mesh: no room for a reply of %d bytes (--max-peer-memory)", need)}
 	}
-	defer n.cluster.serving.Release(need)
-	resp := &wire.FetchResp{Items: make([]wire.FetchItem, len(req.IDs))}
+	var once sync.Once
+	release = func() { once.Do(func() { n.cluster.serving.Release(need) }) }
+	items = make([]wire.FetchItem, len(req.IDs))
+	// Values found in memory are copied into vals, back to back, so that
+	// the reply sends runs of them with one write; vals never grows past
+	// need, so their slices stay put.
+	vals := make([]byte, 0, need)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
 	// The reply must fit in one frame: samples past fetchReplyBytes are
@@ -304,25 +363,38 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 	room := int64(fetchReplyBytes)
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
-			resp.Items[i].Err = "index out of range"
+			items[i].Err = "index out of range"
 			continue
 		}
+		size := ds.manifest.Sizes[id]
 		if !req.Warm {
-			if room -= ds.manifest.Sizes[id]; room < 0 {
-				resp.Items[i].Err = "over the reply limit of one fetch"
+			if room -= size; room < 0 {
+				items[i].Err = "over the reply limit of one fetch"
 				continue
 			}
 		}
 		key := []byte(keyOfSample(ds, id))
-		it := &resp.Items[i]
+		it := &items[i]
 		if n.store.View(key, func(v []byte, sum uint64) {
+			if int64(len(v)) != size {
+				it.Err = errSizeDiffers
+				return
+			}
 			it.Found, it.Hit, it.Sum = true, true, sum
 			if !req.Warm {
-				it.Value = append([]byte(nil), v...)
+				if len(vals)+len(v) <= cap(vals) {
+					start := len(vals)
+					vals = append(vals, v...)
+					it.Value = vals[start:len(vals)]
+				} else {
+					it.Value = append([]byte(nil), v...)
+				}
 			}
 		}) {
-			n.hits(sampleID(ds, int(id)))
-			ds.counters.Current().ServedPeers.Add(1)
+			if it.Found {
+				n.hits(sampleID(ds, int(id)))
+				ds.counters.Current().ServedPeers.Add(1)
+			}
 			continue
 		}
 		if req.MemoryOnly {
@@ -343,6 +415,10 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 				it.Err = err.Error()
 				return
 			}
+			if int64(len(v)) != ds.manifest.Sizes[id] {
+				it.Err = errSizeDiffers
+				return
+			}
 			ds.counters.Current().ServedPeers.Add(1)
 			it.Found, it.Sum = true, shm.Checksum(v)
 			if !req.Warm {
@@ -351,8 +427,12 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 		}(id, key, it)
 	}
 	wg.Wait()
-	return resp, nil
+	return items, release, nil
 }
+
+// errSizeDiffers answers for a sample whose bytes here differ in length
+// from the manifest: the caller would discard them.
+const errSizeDiffers = "size differs from the manifest"
 
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
 // order (see package readahead); calls for a slice already followed do nothing.

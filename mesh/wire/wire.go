@@ -12,6 +12,9 @@
 package wire
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/shade-mesh/shade/transport/peer"
@@ -33,6 +36,11 @@ const (
 	MethodReset     peer.Method = 11 // a job starts over, to the leader
 	MethodGetTable  peer.Method = 12 // a new leader fetches a better score table
 	MethodResident  peer.Method = 13 // a node tells the leader what it caches
+	// MethodFetchStream reads samples from an owner as MethodFetch does,
+	// the reply's sample bytes unencoded: a FetchHead, then the values (see
+	// FetchHead). Older peers answer it CodeBadRequest (an unknown method);
+	// a caller then asks them with MethodFetch.
+	MethodFetchStream peer.Method = 14
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the
@@ -85,6 +93,90 @@ type FetchItem struct {
 // FetchResp answers a FetchReq, item by item in the order of its IDs.
 type FetchResp struct {
 	Items []FetchItem `msgpack:"i"`
+}
+
+// FetchHead is the head of an owner's reply to a MethodFetchStream
+// request (a FetchReq), item by item in the order of its IDs. The reply is
+// a peer.RawReply: after the head come the values of the found items, in
+// the order of Items, back to back, each Len bytes, not encoded; the
+// caller reads them straight into one buffer of its own (ReadFetchValues).
+type FetchHead struct {
+	Items []FetchMeta `msgpack:"i"`
+}
+
+// FetchMeta is a FetchItem without its bytes: their length instead.
+type FetchMeta struct {
+	Found bool   `msgpack:"f"`
+	Hit   bool   `msgpack:"h"` // served from the owner's memory
+	Sum   uint64 `msgpack:"s"` // shm.Checksum of the value
+	Len   uint32 `msgpack:"n"` // bytes of the value; 0 when not Found
+	Err   string `msgpack:"e,omitempty"`
+}
+
+// ErrBadFetchReply reports a reply to MethodFetchStream whose head does
+// not match the request or the bytes that follow it.
+var ErrBadFetchReply = errors.New("wire: malformed fetch reply")
+
+// FetchRawReply is an owner's reply to MethodFetchStream: the head of
+// items and their Values, which go to the stream from where they lie (the
+// transport writes values that lie next to each other in one array with
+// one write). The values must stay unchanged until release, which the
+// transport calls once the reply is sent or dropped (nil: nothing to
+// release).
+func FetchRawReply(items []FetchItem, release func()) *peer.RawReply {
+	head := FetchHead{Items: make([]FetchMeta, len(items))}
+	values := make([][]byte, 0, len(items))
+	for i, it := range items {
+		m := FetchMeta{Found: it.Found, Hit: it.Hit, Sum: it.Sum, Err: it.Err}
+		if it.Found {
+			m.Len = uint32(len(it.Value))
+			values = append(values, it.Value)
+		}
+		head.Items[i] = m
+	}
+	return &peer.RawReply{Head: &head, Values: values, Release: release}
+}
+
+// ReadFetchValues reads the values of a reply to MethodFetchStream from r,
+// size bytes after the head h, for a request whose i-th id may carry at
+// most maxLen[i] bytes (its size in the manifest). It checks h before it
+// allocates anything: one item per id, a length within maxLen for each
+// found item and 0 for the others, and lengths that add up to size;
+// otherwise it returns ErrBadFetchReply. It then reads the values into
+// one buffer of size bytes (at most the sum of maxLen, what the caller
+// asked for) and returns the items with their Values cut from it. It does
+// not verify checksums: the caller does, against each item's Sum.
+func ReadFetchValues(r io.Reader, size int, h *FetchHead, maxLen []int64) ([]FetchItem, error) {
+	if len(h.Items) != len(maxLen) {
+		return nil, fmt.Errorf("%w: %d items for %d ids", ErrBadFetchReply, len(h.Items), len(maxLen))
+	}
+	var total int64
+	for i, m := range h.Items {
+		switch {
+		case !m.Found && m.Len != 0:
+			return nil, fmt.Errorf("%w: item %d not found but %d bytes long", ErrBadFetchReply, i, m.Len)
+		case int64(m.Len) > maxLen[i]:
+			return nil, fmt.Errorf("%w: item %d of %d bytes, at most %d expected", ErrBadFetchReply, i, m.Len, maxLen[i])
+		}
+		total += int64(m.Len)
+	}
+	if total != int64(size) {
+		return nil, fmt.Errorf("%w: items of %d bytes in all, %d bytes follow the head", ErrBadFetchReply, total, size)
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	items := make([]FetchItem, len(h.Items))
+	off := 0
+	for i, m := range h.Items {
+		items[i] = FetchItem{Found: m.Found, Hit: m.Hit, Sum: m.Sum, Err: m.Err}
+		if m.Found {
+			items[i].Value = buf[off : off+int(m.Len) : off+int(m.Len)]
+			off += int(m.Len)
+		}
+	}
+	return items, nil
 }
 
 // OfferItem hands a co-owner a sample read from the source.

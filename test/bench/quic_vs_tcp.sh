@@ -3,14 +3,20 @@
 # by side in one run: BenchmarkBatchFetch (transport/peer) moves batches of
 # samples (default 256 and 32 samples of 100 KiB; 32 x 100 KiB is about
 # what one read-ahead request of the mesh asks an owner for) between two
-# nodes on loopback over
-#   quic             the peer transport: QUIC, mutual TLS 1.3, frames, msgpack
+# nodes on loopback, in the mesh's stream layout (wire.MethodFetchStream: a
+# msgpack head, then the samples' bytes as they are) and its msgpack layout
+# (wire.MethodFetch: every value encoded into one frame), over
+#   quic-stream      the peer transport: QUIC, mutual TLS 1.3, RawReply
+#   quic-msgpack     the peer transport, msgpack layout
+#   tcp-tls-stream   the same frames and stream layout over TLS 1.3 on TCP
 #   tcp-tls-msgpack  the same frames and msgpack over TLS 1.3 on TCP
+#   tcp-stream       the same frames and stream layout over plain TCP
 #   tcp-msgpack      the same frames and msgpack over plain TCP
 #   tcp-raw          the samples' bytes alone over plain TCP
 # and prints the median MB/s of -count runs, the CPU both ends spent per
-# batch, and each figure against QUIC's; then a CPU profile of the QUIC case
-# split by where the time goes. Usage:
+# batch, and each figure against quic-stream's; then the ratio that counts
+# (QUIC against TLS over TCP, same layout) and a CPU profile of the
+# quic-stream case split by where the time goes. Usage:
 #   test/bench/quic_vs_tcp.sh [iterations-per-run] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +28,7 @@ echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $COUNT runs of $N
 go test -c -o "$out/peer.test" ./transport/peer/
 for samples in 256 32; do
 	BENCH_FETCH_SAMPLES=$samples "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch' \
-		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt"
+		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt" || { cat "$out/bench.txt"; exit 1; }
 done
 /usr/bin/python3 - "$out/bench.txt" <<'EOF'
 import re, statistics, sys
@@ -31,10 +37,16 @@ for line in open(sys.argv[1]):
     m = re.match(r"BenchmarkBatchFetch/([\w-]+)/(\S+?)-\d+\s+\d+\s+\d+ ns/op\s+([\d.]+) MB/s\s+([\d.]+) MB/cpu-s\s+([\d.]+) cpu-ms/op", line)
     if m:
         runs.setdefault((m[2], m[1]), []).append((float(m[3]), float(m[4]), float(m[5])))
-variants = ["quic", "tcp-tls-msgpack", "tcp-msgpack", "tcp-raw"]
+variants = ["quic-stream", "quic-msgpack", "tcp-tls-stream", "tcp-tls-msgpack", "tcp-stream", "tcp-msgpack", "tcp-raw"]
 print(f'{"batch":<12}{"transport":<17}{"MB/s":>9}{"x quic":>8}{"cpu-ms/batch":>14}{"MB/cpu-s":>10}{"x quic":>8}')
+ratios = []
+def med_ms(batch, v):
+    return statistics.median(r[2] for r in runs[(batch, v)])
 for batch in sorted({k[0] for k in runs}, key=lambda b: -int(b.split("x")[0])):
-    q = runs[(batch, "quic")]
+    for q_, t_ in (("quic-stream", "tcp-tls-stream"), ("quic-msgpack", "tcp-tls-msgpack")):
+        if (batch, q_) in runs and (batch, t_) in runs:
+            ratios.append(f"{batch:<12}{q_} {med_ms(batch, q_):.1f} cpu-ms/batch, {t_} {med_ms(batch, t_):.1f}: QUIC takes {med_ms(batch, q_) / med_ms(batch, t_):.2f}x the CPU of TLS over TCP")
+    q = runs[(batch, "quic-stream")]
     qs, qc = statistics.median(r[0] for r in q), statistics.median(r[1] for r in q)
     for v in variants:
         rs = runs.get((batch, v))
@@ -42,10 +54,13 @@ for batch in sorted({k[0] for k in runs}, key=lambda b: -int(b.split("x")[0])):
             continue
         s, c, ms = (statistics.median(r[i] for r in rs) for i in range(3))
         print(f"{batch:<12}{v:<17}{s:9.0f}{s / qs:7.1f}x{ms:14.1f}{c:10.0f}{c / qc:7.1f}x")
+print()
+print("# QUIC against TLS over TCP with the same layout (target: QUIC's CPU per batch at most TLS over TCP's)")
+print("\n".join(ratios))
 EOF
 echo
-echo "# where QUIC's CPU goes (256 x 100 KiB batches; cumulative shares of both ends' samples, overlapping)"
-BENCH_FETCH_SAMPLES=256 "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch/quic' -test.benchtime "${N}x" \
+echo "# where QUIC's CPU goes (quic-stream, 256 x 100 KiB batches; cumulative shares of both ends' samples, overlapping)"
+BENCH_FETCH_SAMPLES=256 "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch/quic-stream' -test.benchtime "${N}x" \
 	-test.cpuprofile "$out/quic.prof" >/dev/null
 go tool pprof -top -cum -nodecount=2000 "$out/peer.test" "$out/quic.prof" 2>/dev/null | /usr/bin/python3 -c '
 import re, sys
@@ -58,8 +73,13 @@ areas = [
     ("handling received packets", r"quic-go\.\(\*Conn\)\.handlePackets$"),
     ("msgpack encode into the frame", r"peer\.appendFrame$"),
     ("frame read into the buffer", r"peer\.readFrame$"),
+    ("values written to the stream", r"peer\.writeValues$"),
+    ("values read into the buffer (stream)", r"io\.ReadFull$"),
+    ("owner copies values out of memory", r"peer\.\(\*benchSamples\)\.streamReply$"),
+    ("reading the stream (quic-go Stream.Read)", r"quic-go\.\(\*ReceiveStream\)\.Read$"),
     ("msgpack decode", r"msgpack/v5\.Unmarshal$"),
-    ("checksums (xxhash)", r"xxhash\.Sum64$"),
+    ("checksums (CRC-32C)", r"crc32\.Checksum$"),
+    ("zeroing new buffers (memclr)", r"runtime\.memclrNoHeapPointers$"),
     ("growing buffers (growslice)", r"runtime\.growslice$"),
     ("garbage collection", r"runtime\.gcBgMarkWorker$"),
 ]

@@ -21,14 +21,21 @@ import (
 
 // The batch fetch benchmark moves what a mesh fetch of many samples moves:
 // a request naming ids and a reply of the samples' bytes with a checksum
-// each, in the mesh's msgpack shapes (the mesh package's fetchReq and
-// fetchResp), between two nodes on loopback. Beside the real transport
-// (QUIC with mutual TLS) it sends the same batches over TCP, raw and with
-// the same framing and msgpack, with and without TLS 1.3, so the gap is
+// each, between two nodes on loopback, in the mesh's two layouts (package
+// mesh/wire is their reference; this package cannot import it): the
+// stream layout of wire.MethodFetchStream (a RawReply: a msgpack head of
+// each sample's found, hit, checksum and length, then the bytes as they
+// are, read into one buffer) and the msgpack layout of wire.MethodFetch
+// (every value encoded into one frame). Beside the real transport (QUIC
+// with mutual TLS) it sends the same batches over TCP, with the same
+// frames and layouts, with and without TLS 1.3, and raw, so the gap is
 // split into its parts. BENCH_FETCH_SAMPLES and BENCH_FETCH_SIZE change the
 // batch (default 256 samples of 100 KiB).
 
-const mBatch Method = 20
+const (
+	mBatch       Method = 20 // msgpack layout
+	mBatchStream Method = 21 // stream layout
+)
 
 type benchFetchReq struct {
 	Dataset string   `msgpack:"d"`
@@ -46,6 +53,19 @@ type benchFetchItem struct {
 
 type benchFetchResp struct {
 	Items []benchFetchItem `msgpack:"i"`
+}
+
+// benchFetchHead and benchFetchMeta are wire.FetchHead and wire.FetchMeta.
+type benchFetchHead struct {
+	Items []benchFetchMeta `msgpack:"i"`
+}
+
+type benchFetchMeta struct {
+	Found bool   `msgpack:"f"`
+	Hit   bool   `msgpack:"h"`
+	Sum   uint64 `msgpack:"s"`
+	Len   uint32 `msgpack:"n"`
+	Err   string `msgpack:"e,omitempty"`
 }
 
 // cpuTime is the CPU time (user and system) this process has used: both
@@ -86,7 +106,7 @@ type benchSamples struct {
 }
 
 func newBenchSamples(n, size int) *benchSamples {
-	s := &benchSamples{}
+	s := &benchSamples{raw: make([]byte, 0, n*size)}
 	for i := range n {
 		v := make([]byte, size)
 		for j := range v {
@@ -108,6 +128,62 @@ func (s *benchSamples) reply(req *benchFetchReq) *benchFetchResp {
 		resp.Items[i] = benchFetchItem{Found: true, Hit: true, Sum: s.sums[int(id)%len(s.sums)], Value: append([]byte(nil), v...)}
 	}
 	return resp
+}
+
+// streamReply is what a mesh owner answers to a streamed fetch: each
+// value copied out of its memory into one buffer, back to back, and a head
+// of their checksums and lengths (as the mesh's answerFetch and
+// wire.FetchRawReply build it).
+func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
+	size := 0
+	for _, id := range req.IDs {
+		size += len(s.values[int(id)%len(s.values)])
+	}
+	vals := make([]byte, 0, size)
+	head := &benchFetchHead{Items: make([]benchFetchMeta, len(req.IDs))}
+	values := make([][]byte, len(req.IDs))
+	for i, id := range req.IDs {
+		v := s.values[int(id)%len(s.values)]
+		start := len(vals)
+		vals = append(vals, v...)
+		values[i] = vals[start:len(vals)]
+		head.Items[i] = benchFetchMeta{Found: true, Hit: true, Sum: s.sums[int(id)%len(s.sums)], Len: uint32(len(v))}
+	}
+	return &RawReply{Head: head, Values: values}
+}
+
+// readStreamValues reads a streamed reply's values as the mesh's
+// wire.ReadFetchValues does (lengths checked against what was asked, one
+// buffer, a value cut from it per item), and checks every checksum as
+// fetchFrom does.
+func readStreamValues(b *testing.B, req *benchFetchReq, head *benchFetchHead, want int) func(io.Reader, int) error {
+	return func(r io.Reader, size int) error {
+		if len(head.Items) != len(req.IDs) {
+			return fmt.Errorf("%d items for %d ids", len(head.Items), len(req.IDs))
+		}
+		total := 0
+		for _, m := range head.Items {
+			if int(m.Len) > want {
+				return fmt.Errorf("item of %d bytes, at most %d expected", m.Len, want)
+			}
+			total += int(m.Len)
+		}
+		if total != size {
+			return fmt.Errorf("items of %d bytes, %d follow", total, size)
+		}
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return err
+		}
+		for _, m := range head.Items {
+			v := buf[:m.Len:m.Len]
+			buf = buf[m.Len:]
+			if !m.Found || uint64(crc32.Checksum(v, castagnoli)) != m.Sum {
+				b.Fatal("bad item")
+			}
+		}
+		return nil
+	}
 }
 
 // verify checks a reply as the mesh's fetchFrom does.
@@ -134,7 +210,31 @@ func BenchmarkBatchFetch(b *testing.B) {
 	dir := b.TempDir()
 	name := fmt.Sprintf("%dx%dKiB", n, size>>10)
 
-	b.Run("quic/"+name, func(b *testing.B) {
+	b.Run("quic-stream/"+name, func(b *testing.B) {
+		srv := testNode(b, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
+			var r benchFetchReq
+			if err := msgpack.Unmarshal(body, &r); err != nil {
+				return nil, err
+			}
+			return samples.streamReply(&r), nil
+		}))
+		cli := testNode(b, dir, "node-a", newTestHandler())
+		ctx := context.Background()
+		call := func() {
+			var head benchFetchHead
+			if err := cli.CallRaw(ctx, srv.Addr(), "node-b", mBatchStream, req, &head, readStreamValues(b, req, &head, size)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		call() // the connection, dialled once
+		b.SetBytes(batchBytes)
+		defer measureCPU(b, batchBytes)()
+		for b.Loop() {
+			call()
+		}
+	})
+
+	b.Run("quic-msgpack/"+name, func(b *testing.B) {
 		srv := testNode(b, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
 			var r benchFetchReq
 			if err := msgpack.Unmarshal(body, &r); err != nil {
@@ -161,20 +261,22 @@ func BenchmarkBatchFetch(b *testing.B) {
 
 	serverTLS, clientTLS := benchTLS(b, dir)
 	for _, v := range []struct {
-		name    string
-		msgpack bool
-		tls     bool
+		name   string
+		layout string // "stream", "msgpack" or "raw"
+		tls    bool
 	}{
-		{"tcp-raw", false, false},
-		{"tcp-msgpack", true, false},
-		{"tcp-tls-msgpack", true, true},
+		{"tcp-tls-stream", "stream", true},
+		{"tcp-tls-msgpack", "msgpack", true},
+		{"tcp-stream", "stream", false},
+		{"tcp-msgpack", "msgpack", false},
+		{"tcp-raw", "raw", false},
 	} {
 		b.Run(v.name+"/"+name, func(b *testing.B) {
 			var st, ct *tls.Config
 			if v.tls {
 				st, ct = serverTLS, clientTLS
 			}
-			addr := tcpBatchServer(b, samples, v.msgpack, st)
+			addr := tcpBatchServer(b, samples, v.layout, st)
 			conn, err := net.Dial("tcp", addr)
 			if err != nil {
 				b.Fatal(err)
@@ -188,9 +290,12 @@ func BenchmarkBatchFetch(b *testing.B) {
 			b.SetBytes(batchBytes)
 			defer measureCPU(b, batchBytes)()
 			for b.Loop() {
-				if v.msgpack {
+				switch v.layout {
+				case "stream":
+					buf = tcpStreamCall(b, rw, req, buf, size)
+				case "msgpack":
 					buf = tcpMsgpackCall(b, rw, req, buf)
-				} else {
+				default:
 					buf = tcpRawCall(b, rw, req, buf, len(samples.raw))
 				}
 			}
@@ -214,9 +319,10 @@ func benchTLS(b *testing.B, dir string) (server, client *tls.Config) {
 }
 
 // tcpBatchServer answers batch requests on a loopback TCP listener until
-// the benchmark ends: with the peer protocol's frames and msgpack, or (raw)
-// with every sample's bytes in one length-prefixed frame.
-func tcpBatchServer(b *testing.B, s *benchSamples, useMsgpack bool, tc *tls.Config) string {
+// the benchmark ends: with the peer protocol's frames in the stream or the
+// msgpack layout, or (raw) with every sample's bytes in one
+// length-prefixed frame.
+func tcpBatchServer(b *testing.B, s *benchSamples, layout string, tc *tls.Config) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -242,7 +348,26 @@ func tcpBatchServer(b *testing.B, s *benchSamples, useMsgpack bool, tc *tls.Conf
 					if err != nil {
 						return
 					}
-					if useMsgpack {
+					if layout == "stream" {
+						var req benchFetchReq
+						if err := msgpack.Unmarshal(body, &req); err != nil {
+							return
+						}
+						r := s.streamReply(&req)
+						start, _, err := appendRawHead(out[:0], r)
+						keep(&out, start)
+						if err != nil {
+							return
+						}
+						if _, err := conn.Write(start); err != nil {
+							return
+						}
+						if _, err := writeValues(conn, r.Values); err != nil {
+							return
+						}
+						continue
+					}
+					if layout == "msgpack" {
 						var req benchFetchReq
 						if err := msgpack.Unmarshal(body, &req); err != nil {
 							return
@@ -297,6 +422,36 @@ func tcpMsgpackCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf 
 		b.Fatal(err)
 	}
 	verify(b, req, &resp)
+	return body
+}
+
+// tcpStreamCall sends req in a frame and reads the streamed reply as
+// Node.CallRaw does: the head checked and decoded, then the values into one
+// buffer.
+func tcpStreamCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []byte, want int) []byte {
+	frame, err := appendFrame(buf[:0], uint16(mBatchStream), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rw.Write(frame); err != nil {
+		b.Fatal(err)
+	}
+	if err := rw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	_, size, err := readHeader(rw, DefaultMaxFrame, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var head benchFetchHead
+	rest, body, err := readRawHead(rw, size, frame, &head)
+	if err != nil {
+		b.Fatal(err)
+	}
+	vr := &valueReader{r: rw, left: rest}
+	if err := readStreamValues(b, req, &head, want)(vr, rest); err != nil || vr.left != 0 {
+		b.Fatal(err, vr.left)
+	}
 	return body
 }
 

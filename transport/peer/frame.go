@@ -55,26 +55,43 @@ func DecodeFrame(r io.Reader, limit int) (tag uint16, body []byte, err error) {
 // asked for the body's length before any of it is read; when it refuses,
 // readFrame returns ErrBusy without reading the body.
 func readFrame(r io.Reader, limit int, buf []byte, admit func(n int) bool) (tag uint16, body []byte, err error) {
+	tag, need, err := readHeader(r, limit, admit)
+	if err != nil {
+		return tag, buf[:0], err
+	}
+	body, err = readBody(r, need, buf)
+	return tag, body, err
+}
+
+// readHeader reads a frame's header and returns its tag and the length of
+// its body, checked as readFrame checks it; the body is left unread.
+func readHeader(r io.Reader, limit int, admit func(n int) bool) (tag uint16, size int, err error) {
 	var hdr [headerLen]byte
 	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
-		return 0, buf[:0], err
+		return 0, 0, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
 	if uint64(n) > uint64(limit) {
-		return 0, buf[:0], fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, limit)
+		return 0, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, limit)
 	}
 	if n < 2 {
-		return 0, buf[:0], fmt.Errorf("%w: length %d", ErrBadFrame, n)
+		return 0, 0, fmt.Errorf("%w: length %d", ErrBadFrame, n)
 	}
 	if admit != nil && !admit(int(n)) {
-		return 0, buf[:0], fmt.Errorf("%w: no room for a frame of %d bytes", ErrBusy, n)
+		return 0, 0, fmt.Errorf("%w: no room for a frame of %d bytes", ErrBusy, n)
 	}
 	if _, err := io.ReadFull(r, hdr[4:]); err != nil {
-		return 0, buf[:0], unexpected(err)
+		return 0, 0, unexpected(err)
 	}
-	tag = binary.BigEndian.Uint16(hdr[4:])
-	need := int(n) - 2
-	body = buf[:0]
+	return binary.BigEndian.Uint16(hdr[4:]), int(n) - 2, nil
+}
+
+// readBody reads need bytes into buf's storage, which it grows (and then
+// returns) when buf is too small: by doubling as bytes arrive, from
+// firstChunk, so a sender that claims more than it sends costs at most
+// twice what it sent.
+func readBody(r io.Reader, need int, buf []byte) ([]byte, error) {
+	body := buf[:0]
 	for len(body) < need {
 		if len(body) == cap(body) {
 			grown := make([]byte, len(body), min(need, max(2*cap(body), firstChunk)))
@@ -84,10 +101,10 @@ func readFrame(r io.Reader, limit int, buf []byte, admit func(n int) bool) (tag 
 		k, err := r.Read(body[len(body):min(need, cap(body))])
 		body = body[:len(body)+k]
 		if err != nil && len(body) < need {
-			return tag, body, unexpected(err)
+			return body, unexpected(err)
 		}
 	}
-	return tag, body, nil
+	return body, nil
 }
 
 func unexpected(err error) error {

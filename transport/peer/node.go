@@ -58,6 +58,8 @@ type Node struct {
 	requests *budget.Budget
 	busy     atomic.Uint64
 
+	noGSOWarned atomic.Bool // a connection without GSO was logged
+
 	mu     sync.Mutex
 	closed bool
 	peers  map[string]*peerState // by address, see addrKey
@@ -131,6 +133,7 @@ func Listen(cfg Config, h Handler) (*Node, error) {
 		udp.Close()
 		return nil, fmt.Errorf("peer: %w", err)
 	}
+	warnSmallBuffers(udp, cfg.Logger)
 	n := &Node{
 		requests: budget.New(cfg.MaxRequestMemory),
 		cfg:      cfg,
@@ -146,6 +149,24 @@ func Listen(cfg Config, h Handler) (*Node, error) {
 	n.wg.Add(1)
 	go n.acceptLoop()
 	return n, nil
+}
+
+// wantUDPBuffer is the socket buffer size quic-go asks the kernel for (as
+// getsockopt reports it); it sets it when it starts using the socket.
+const wantUDPBuffer = 7 << 20
+
+// warnSmallBuffers logs a warning when the kernel kept udp's receive or
+// send buffer below what quic-go asked for: a burst of packets then
+// overflows the receive buffer, and each lost packet is sent again.
+// quic-go can exceed net.core.rmem_max and wmem_max only with
+// CAP_NET_ADMIN.
+func warnSmallBuffers(udp *net.UDPConn, log zerolog.Logger) {
+	recv, send, ok := udpBuffers(udp)
+	if !ok || recv >= wantUDPBuffer && send >= wantUDPBuffer {
+		return
+	}
+	log.Warn().Int("recv_kib", recv>>10).Int("send_kib", send>>10).Int("want_kib", wantUDPBuffer>>10).
+		Msg("peer: UDP socket buffers are smaller than QUIC wants; raise net.core.rmem_max and net.core.wmem_max (sysctl) to at least 7340032")
 }
 
 // Addr is the UDP address the node listens on, with the port it got.
@@ -260,7 +281,13 @@ func (n *Node) addConn(qc *quic.Conn, name, key string, dialled bool) (*peerConn
 	p.name = name
 	n.wg.Add(1)
 	n.mu.Unlock()
-	n.log.Debug().Str("peer", name).Str("addr", key).Bool("dialled", dialled).Msg("peer connection up")
+	gso := qc.ConnectionState().GSO
+	n.log.Debug().Str("peer", name).Str("addr", key).Bool("dialled", dialled).Bool("gso", gso).Msg("peer connection up")
+	if !gso && !n.noGSOWarned.Swap(true) {
+		// Without segmentation offload every packet costs a system call:
+		// about 1.8 times the CPU per byte sent, measured on loopback.
+		n.log.Warn().Str("peer", name).Msg("peer: no UDP GSO on this connection; QUIC sends each packet with its own system call")
+	}
 	go n.serveConn(c)
 	return c, nil
 }
@@ -411,6 +438,18 @@ func (n *Node) serve(ctx context.Context, from string, m Method, body []byte) (r
 // then half-closes str. It encodes into a buffer of its own: resp may point
 // into the request's.
 func (n *Node) writeReply(str *quic.Stream, p *peerState, resp any, herr error) {
+	if r, ok := resp.(*RawReply); ok && r != nil {
+		if r.Release != nil {
+			defer r.Release()
+		}
+		if herr == nil {
+			herr = n.writeRaw(str, p, r)
+			if herr == nil {
+				return
+			}
+		}
+		resp = nil
+	}
 	buf := n.getBuf()
 	defer n.putBuf(buf)
 	frame, err := n.replyFrame((*buf)[:0], resp, herr)
@@ -429,6 +468,36 @@ func (n *Node) writeReply(str *quic.Stream, p *peerState, resp any, herr error) 
 	}
 	str.Close()
 	p.bytesOut.Add(uint64(len(frame)))
+}
+
+// writeRaw sends r on str and half-closes str. It returns an error, for
+// writeReply to send instead, only when nothing was sent: r does not fit
+// in a frame, or its head cannot be encoded.
+func (n *Node) writeRaw(str *quic.Stream, p *peerState, r *RawReply) error {
+	buf := n.getBuf()
+	defer n.putBuf(buf)
+	start, size, err := appendRawHead((*buf)[:0], r)
+	keep(buf, start)
+	switch {
+	case err == nil && size > int64(n.cfg.MaxFrame):
+		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("reply of %d bytes exceeds the frame limit of %d", size, n.cfg.MaxFrame)}
+	case err != nil:
+		return &Error{Code: CodeInternal, Msg: "encode reply: " + err.Error()}
+	}
+	n.requests.Force(size)
+	defer n.requests.Release(size)
+	str.SetWriteDeadline(time.Now().Add(n.cfg.RequestTimeout))
+	if _, err := str.Write(start); err != nil {
+		str.CancelWrite(streamCancelled)
+		return nil
+	}
+	if _, err := writeValues(str, r.Values); err != nil {
+		str.CancelWrite(streamCancelled)
+		return nil
+	}
+	str.Close()
+	p.bytesOut.Add(uint64(4 + size))
+	return nil
 }
 
 func (n *Node) replyFrame(dst []byte, resp any, herr error) ([]byte, error) {
@@ -477,6 +546,32 @@ func (n *Node) replyFrame(dst []byte, resp any, herr error) ([]byte, error) {
 // ErrFrameTooLarge without being sent; a Node that is closed returns
 // ErrClosed.
 func (n *Node) Call(ctx context.Context, addr, wantName string, m Method, req, out any) error {
+	return n.callWith(ctx, addr, wantName, m, req, out, nil)
+}
+
+// CallRaw is Call for a method whose handler answers with a *RawReply. It
+// decodes the reply's head into head (a pointer), once the head has passed
+// MsgpackCost as any reply does, and then calls values with a reader of
+// the values' bytes and their total length, so that the caller reads them
+// straight into memory of its own. size has been checked against
+// Config.MaxFrame only: values must check it against what head says
+// before it allocates for it, and read the reader to its end, or return an
+// error. The reader fails with the stream's error if the stream fails; a
+// reply cut short fails it with io.ErrUnexpectedEOF.
+//
+// An error that values returns (its verdict on the reply, not the
+// stream's) is returned wrapped, and the rest of the reply is abandoned.
+// Replies with a non-zero code and every other failure are as for Call.
+func (n *Node) CallRaw(ctx context.Context, addr, wantName string, m Method, req, head any, values func(r io.Reader, size int) error) error {
+	if values == nil {
+		return errors.New("peer: CallRaw without a reader of the values")
+	}
+	return n.callWith(ctx, addr, wantName, m, req, head, values)
+}
+
+// callWith is Call, or CallRaw when values is not nil (out is then the
+// raw reply's head).
+func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, req, out any, values func(io.Reader, int) error) error {
 	if m == 0 {
 		return &Error{Code: CodeBadRequest, Msg: "method 0 is reserved"}
 	}
@@ -501,7 +596,7 @@ func (n *Node) Call(ctx context.Context, addr, wantName string, m Method, req, o
 	}
 	p.requests.Add(1)
 	start := time.Now()
-	err = n.call(ctx, p, wantName, frame, out)
+	err = n.call(ctx, p, wantName, frame, out, values)
 	if err != nil {
 		p.errors.Add(1)
 		return err
@@ -510,7 +605,7 @@ func (n *Node) Call(ctx context.Context, addr, wantName string, m Method, req, o
 	return nil
 }
 
-func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []byte, out any) error {
+func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []byte, out any, values func(io.Reader, int) error) error {
 	for attempt := 0; ; attempt++ {
 		c, fresh, err := n.conn(ctx, p, wantName)
 		if err != nil {
@@ -527,7 +622,7 @@ func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []
 			}
 			return n.callError(ctx, c, err)
 		}
-		return n.roundTrip(ctx, c, str, frame, out)
+		return n.roundTrip(ctx, c, str, frame, out, values)
 	}
 }
 
@@ -594,8 +689,10 @@ func (n *Node) dial(ctx context.Context, p *peerState, wantName string) (*peerCo
 	return n.addConn(qc, wantName, p.addr, true)
 }
 
-// roundTrip writes the request frame on str and reads the reply.
-func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame []byte, out any) error {
+// roundTrip writes the request frame on str and reads the reply: decoded
+// into out, or, when values is not nil, a raw reply whose head is decoded
+// into out and whose values go to values.
+func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame []byte, out any, values func(io.Reader, int) error) error {
 	p := c.peer
 	stop := context.AfterFunc(ctx, func() {
 		str.CancelRead(streamCancelled)
@@ -612,18 +709,28 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	// large) replies before it stops the stream.
 	rbuf := n.getBuf()
 	defer n.putBuf(rbuf)
-	code, body, err := readFrame(str, n.cfg.MaxFrame, *rbuf, nil)
-	keep(rbuf, body)
-	if err == nil {
-		err = expectEOF(str)
-	}
-	if err != nil {
+	fail := func(err error) error {
 		str.CancelRead(streamCancelled)
 		str.CancelWrite(streamCancelled)
 		if werr != nil && !isFrameError(err) {
 			err = werr
 		}
 		return n.callError(ctx, c, err)
+	}
+	code, size, err := readHeader(str, n.cfg.MaxFrame, nil)
+	if err != nil {
+		return fail(err)
+	}
+	if Code(code) == CodeOK && values != nil {
+		return n.readRaw(ctx, c, str, size, rbuf, out, values, fail)
+	}
+	body, err := readBody(str, size, *rbuf)
+	keep(rbuf, body)
+	if err == nil {
+		err = expectEOF(str)
+	}
+	if err != nil {
+		return fail(err)
 	}
 	p.bytesIn.Add(uint64(headerLen + len(body)))
 	if err := CheckMsgpack(body); err != nil {
@@ -642,6 +749,38 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	if err := msgpack.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("peer: decode reply from %s: %w", p.addr, err)
 	}
+	return nil
+}
+
+// readRaw reads the body of a raw reply of size bytes from str: the head
+// into head, the values through values (see CallRaw). fail abandons the
+// stream and classifies a failure of its own or of the stream.
+func (n *Node) readRaw(ctx context.Context, c *peerConn, str *quic.Stream, size int, rbuf *[]byte, head any, values func(io.Reader, int) error, fail func(error) error) error {
+	p := c.peer
+	rest, body, err := readRawHead(str, size, *rbuf, head)
+	keep(rbuf, body)
+	if err != nil {
+		return fail(err)
+	}
+	vr := &valueReader{r: str, left: rest}
+	verr := values(vr, rest)
+	switch {
+	case vr.err != nil:
+		return fail(vr.err)
+	case verr != nil:
+		str.CancelRead(streamCancelled)
+		str.CancelWrite(streamCancelled)
+		if ctx.Err() != nil {
+			return fmt.Errorf("peer: call %s: %w", p.addr, ctx.Err())
+		}
+		return fmt.Errorf("peer: reply from %s: %w", p.addr, verr)
+	case vr.left != 0:
+		return fail(fmt.Errorf("%w: %d bytes of values left unread", ErrBadFrame, vr.left))
+	}
+	if err := expectEOF(str); err != nil {
+		return fail(err)
+	}
+	p.bytesIn.Add(uint64(headerLen + size))
 	return nil
 }
 

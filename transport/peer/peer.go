@@ -12,6 +12,8 @@
 //
 //	request: [u32 length of the rest][u16 method][msgpack body]
 //	reply:   [u32 length of the rest][u16 code][msgpack body, or for an error the msgpack string message]
+//	raw reply (code 0, see RawReply and CallRaw):
+//	         [u32 length of the rest][u16 code][u32 head length][msgpack head][values]
 //
 // The client half-closes the stream after its request and the server after
 // its reply.
@@ -49,9 +51,10 @@ type Handler interface {
 	// it belongs to the Node and is valid only during the call (copy what you
 	// keep). It has passed CheckMsgpack, so msgpack.Unmarshal on it sizes no
 	// slice or map beyond the body's length in elements. The returned value
-	// (which may point into body) is msgpack-encoded as the reply; an error is
-	// sent instead: an *Error keeps its Code, any other error travels as
-	// CodeInternal with its message.
+	// (which may point into body) is msgpack-encoded as the reply, unless it
+	// is a *RawReply, whose values are sent as they are (see RawReply); an
+	// error is sent instead: an *Error keeps its Code, any other error
+	// travels as CodeInternal with its message.
 	//
 	// ServePeer is called concurrently, once per request, and must return
 	// soon after ctx is done (the caller gave up, the request timed out, or

@@ -1,0 +1,156 @@
+package peer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// RawReply is a reply whose bulk bytes go to the stream as they are, not
+// msgpack-encoded: a Handler returns a *RawReply (with a nil error) for a
+// method that its callers call with CallRaw. The body of its frame is
+//
+//	[u32 length of the head][msgpack Head][Values, back to back]
+//
+// Head says how the values are cut apart (each one's length, say); the
+// caller decodes and checks it before it reads them. Nothing is copied into
+// one contiguous frame: the head is encoded on its own and the values are
+// written from where they lie, one Write for each run of values that lie
+// next to each other in memory.
+//
+// Once the handler returns it, the RawReply belongs to the Node: it reads
+// Values while the reply is sent (they must not change until Release), and
+// calls Release (if not nil) exactly once, when it is done with them,
+// whether the reply was sent, refused (too large for Config.MaxFrame) or
+// dropped (the caller went away).
+type RawReply struct {
+	Head    any
+	Values  [][]byte
+	Release func()
+}
+
+// rawHeadLen is the size of the u32 head length that starts the body of a
+// raw reply.
+const rawHeadLen = 4
+
+// appendRawHead appends to dst the start of r's frame: the frame header
+// (code OK), the head's length and its msgpack encoding. size is the
+// frame's length after its prefix, values included.
+func appendRawHead(dst []byte, r *RawReply) (frame []byte, size int64, err error) {
+	start := len(dst)
+	w := sliceWriter{b: append(dst, make([]byte, headerLen+rawHeadLen)...)}
+	enc := msgpack.GetEncoder()
+	enc.Reset(&w)
+	err = enc.Encode(r.Head)
+	msgpack.PutEncoder(enc)
+	if err != nil {
+		return dst, 0, err
+	}
+	head := len(w.b) - start - headerLen - rawHeadLen
+	size = int64(len(w.b) - start - 4)
+	for _, v := range r.Values {
+		size += int64(len(v))
+	}
+	if size > 1<<32-1 {
+		return dst, size, ErrFrameTooLarge
+	}
+	binary.BigEndian.PutUint32(w.b[start:], uint32(size))
+	binary.BigEndian.PutUint16(w.b[start+4:], uint16(CodeOK))
+	binary.BigEndian.PutUint32(w.b[start+headerLen:], uint32(head))
+	return w.b, size, nil
+}
+
+// writeValues writes values back to back to w, one Write for each run of
+// values that lie next to each other in one array, and returns the bytes
+// written.
+func writeValues(w io.Writer, values [][]byte) (int64, error) {
+	var total int64
+	var run []byte
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		k, err := w.Write(run)
+		total += int64(k)
+		run = nil
+		return err
+	}
+	for _, v := range values {
+		if len(v) == 0 {
+			continue
+		}
+		if len(run) > 0 && cap(run)-len(run) >= len(v) && &run[:len(run)+1][len(run)] == &v[0] {
+			run = run[:len(run)+len(v)] // v starts where run ends
+			continue
+		}
+		if err := flush(); err != nil {
+			return total, err
+		}
+		run = v
+	}
+	return total, flush()
+}
+
+// readRawHead reads the head of a raw reply's body of size bytes from r,
+// into buf's storage (grown as bytes arrive, and returned), checks it with
+// MsgpackCost and decodes it into head (a pointer; nil skips decoding). It
+// returns the length of the values that follow. A head longer than the
+// body is refused before it is read; errors of the reply's own making wrap
+// ErrBadFrame.
+func readRawHead(r io.Reader, size int, buf []byte, head any) (values int, body []byte, err error) {
+	if size < rawHeadLen {
+		return 0, buf[:0], fmt.Errorf("%w: raw reply of %d bytes has no head", ErrBadFrame, size)
+	}
+	var b [rawHeadLen]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, buf[:0], unexpected(err)
+	}
+	h := binary.BigEndian.Uint32(b[:])
+	if uint64(h) > uint64(size-rawHeadLen) {
+		return 0, buf[:0], fmt.Errorf("%w: raw reply head of %d bytes in a body of %d", ErrBadFrame, h, size)
+	}
+	body, err = readBody(r, int(h), buf)
+	if err != nil {
+		return 0, body, err
+	}
+	if err := CheckMsgpack(body); err != nil {
+		return 0, body, fmt.Errorf("raw reply head: %w", err)
+	}
+	if head != nil {
+		if err := msgpack.Unmarshal(body, head); err != nil {
+			return 0, body, fmt.Errorf("%w: raw reply head: %v", ErrBadFrame, err)
+		}
+	}
+	return size - rawHeadLen - int(h), body, nil
+}
+
+// valueReader hands a raw reply's values to the caller's reader: it reads
+// at most left bytes from r and keeps the first error of r's own (a FIN
+// before left bytes counts as io.ErrUnexpectedEOF), so that the call can
+// tell a failed stream from a reply the caller refused.
+type valueReader struct {
+	r    io.Reader
+	left int
+	err  error
+}
+
+func (v *valueReader) Read(p []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	if v.left == 0 {
+		return 0, io.EOF
+	}
+	if len(p) > v.left {
+		p = p[:v.left]
+	}
+	k, err := v.r.Read(p)
+	v.left -= k
+	if err != nil && !(err == io.EOF && v.left == 0) {
+		v.err = unexpected(err)
+		return k, v.err
+	}
+	return k, nil
+}

@@ -1,0 +1,221 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// mRaw answers with a *RawReply, mCrafted with the body bytes the test
+// chose (any bytes: a raw reply that lies).
+const (
+	mRaw     Method = 30
+	mCrafted Method = 31
+)
+
+// rawValues is what the raw test handler sends: three values cut from one
+// array (written with one write), an empty one and one of its own.
+func rawValues() [][]byte {
+	arr := make([]byte, 300<<10)
+	for i := range arr {
+		arr[i] = byte(i * 7)
+	}
+	own := bytes.Repeat([]byte("own"), 1000)
+	return [][]byte{arr[:100<<10], arr[100<<10 : 250<<10], arr[250<<10:], nil, own}
+}
+
+func rawHandler(values [][]byte, released *atomic.Int64, crafted *[][]byte) HandlerFunc {
+	return func(ctx context.Context, from string, m Method, body []byte) (any, error) {
+		switch m {
+		case mRaw:
+			lens := make([]int, len(values))
+			for i, v := range values {
+				lens[i] = len(v)
+			}
+			return &RawReply{Head: lens, Values: values, Release: func() { released.Add(1) }}, nil
+		case mCrafted:
+			var i int
+			if err := msgpack.Unmarshal(body, &i); err != nil {
+				return nil, err
+			}
+			return msgpack.RawMessage((*crafted)[i]), nil
+		}
+		return nil, &Error{Code: CodeNotFound}
+	}
+}
+
+// readInto returns a CallRaw reader that cuts the values, whose lengths
+// the head gave, from one buffer.
+func readInto(lens *[]int, out *[][]byte) func(io.Reader, int) error {
+	return func(r io.Reader, size int) error {
+		total := 0
+		for _, l := range *lens {
+			total += l
+		}
+		if total != size {
+			return fmt.Errorf("head says %d bytes, %d follow", total, size)
+		}
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return err
+		}
+		*out = nil
+		for _, l := range *lens {
+			*out = append(*out, buf[:l])
+			buf = buf[l:]
+		}
+		return nil
+	}
+}
+
+func TestCallRawRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	values := rawValues()
+	var released atomic.Int64
+	a := testNode(t, dir, "node-a", newTestHandler())
+	b := testNode(t, dir, "node-b", rawHandler(values, &released, nil))
+	for round := 1; round <= 3; round++ {
+		var lens []int
+		var got [][]byte
+		if err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mRaw, nil, &lens, readInto(&lens, &got)); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(values) {
+			t.Fatalf("%d values, want %d", len(got), len(values))
+		}
+		for i := range values {
+			if !bytes.Equal(got[i], values[i]) {
+				t.Fatalf("value %d differs", i)
+			}
+		}
+		waitFor(t, "the reply's release", func() bool { return released.Load() == int64(round) })
+	}
+	if used, _, _ := b.RequestMemory(); used != 0 {
+		t.Fatalf("%d bytes of request memory held after the replies", used)
+	}
+}
+
+func TestRawReplyOverTheFrameLimit(t *testing.T) {
+	dir := t.TempDir()
+	var released atomic.Int64
+	a := testNode(t, dir, "node-a", newTestHandler())
+	b := testNode(t, dir, "node-b", rawHandler(rawValues(), &released, nil), func(c *Config) { c.MaxFrame = 200 << 10 })
+	var lens []int
+	var got [][]byte
+	err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mRaw, nil, &lens, readInto(&lens, &got))
+	if !errors.Is(err, &Error{Code: CodeTooLarge}) {
+		t.Fatalf("a raw reply over the server's frame limit: %v, want CodeTooLarge", err)
+	}
+	waitFor(t, "the refused reply's release", func() bool { return released.Load() == 1 })
+	// And over the caller's limit: refused before its body is read.
+	c := testNode(t, dir, "node-c", newTestHandler(), func(c *Config) { c.MaxFrame = 200 << 10 })
+	b2 := testNode(t, dir, "node-d", rawHandler(rawValues(), &released, nil))
+	called := false
+	err = c.CallRaw(ctxT(t), b2.Addr(), "node-d", mRaw, nil, &lens, func(io.Reader, int) error { called = true; return nil })
+	if !errors.Is(err, ErrFrameTooLarge) || called {
+		t.Fatalf("a raw reply over the caller's frame limit: %v (values read: %v), want ErrFrameTooLarge", err, called)
+	}
+}
+
+func TestCallRawRefusesMalformedReplies(t *testing.T) {
+	dir := t.TempDir()
+	var released atomic.Int64
+	crafted := [][]byte{
+		{0, 0},             // no head length
+		{0, 0, 0, 9, 0x90}, // a head longer than the body
+		{0, 0, 0, 1, 0xc1}, // a head that is not msgpack
+		{0, 0, 0, 5, 0xdd, 0xff, 0xff, 0xff, 0xff}, // an array of 4 billion in 5 bytes
+		{0, 0, 0, 2, 0x91, 0x04, 1, 2, 3, 4, 5},    // one value of 4, but 5 bytes follow
+		{0, 0, 0, 2, 0x91, 0x04, 1, 2, 3, 4},       // well formed
+	}
+	a := testNode(t, dir, "node-a", newTestHandler())
+	b := testNode(t, dir, "node-b", rawHandler(nil, &released, &crafted))
+	for i, want := range []error{ErrBadFrame, ErrBadFrame, ErrBadFrame, ErrBadFrame, errHeadDisagrees, nil} {
+		var lens []int
+		var got [][]byte
+		read := readInto(&lens, &got)
+		called := false
+		err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mCrafted, i, &lens, func(r io.Reader, size int) error {
+			called = true
+			if err := read(r, size); err != nil {
+				return fmt.Errorf("%w: %v", errHeadDisagrees, err)
+			}
+			return nil
+		})
+		if want == nil {
+			if err != nil || len(got) != 1 || !bytes.Equal(got[0], []byte{1, 2, 3, 4}) {
+				t.Fatalf("reply %d: %v, values %v", i, err, got)
+			}
+			continue
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("reply %d: %v, want %v", i, err, want)
+		}
+		if want == ErrBadFrame && called {
+			t.Errorf("reply %d: the values were read after a bad head", i)
+		}
+	}
+	// A reader that stops early leaves the reply malformed.
+	var lens []int
+	err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mCrafted, 5, &lens, func(r io.Reader, size int) error { return nil })
+	if !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("values left unread: %v, want ErrBadFrame", err)
+	}
+	if a.liveConns() != 1 {
+		t.Fatalf("%d live connections after refused replies, want the one", a.liveConns())
+	}
+}
+
+var errHeadDisagrees = errors.New("values disagree with the head")
+
+// countWriter counts Write calls.
+type countWriter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+func TestWriteValuesJoinsNeighbours(t *testing.T) {
+	arr := []byte("abcdefghij")
+	for _, tc := range []struct {
+		name   string
+		values [][]byte
+		writes int
+	}{
+		{"one array", [][]byte{arr[:3], arr[3:5], nil, arr[5:]}, 1},
+		{"a gap", [][]byte{arr[:3], arr[4:]}, 2},
+		{"out of order", [][]byte{arr[5:], arr[:5]}, 2},
+		{"capped", [][]byte{arr[:3:3], arr[3:]}, 2},
+		{"apart", [][]byte{[]byte("abc"), []byte("def")}, 2},
+		{"none", nil, 0},
+	} {
+		var w countWriter
+		n, err := writeValues(&w, tc.values)
+		want := bytes.Join(tc.values, nil)
+		if err != nil || n != int64(len(want)) || !bytes.Equal(w.Bytes(), want) || w.writes != tc.writes {
+			t.Errorf("%s: wrote %q (%d, %v) in %d writes, want %q in %d", tc.name, w.Bytes(), n, err, w.writes, want, tc.writes)
+		}
+	}
+}
+
+func TestValueReaderCutShort(t *testing.T) {
+	vr := &valueReader{r: bytes.NewReader([]byte{1, 2, 3}), left: 5}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(vr, buf); !errors.Is(err, io.ErrUnexpectedEOF) || !errors.Is(vr.err, io.ErrUnexpectedEOF) {
+		t.Fatalf("3 of 5 bytes: %v (kept %v), want io.ErrUnexpectedEOF", err, vr.err)
+	}
+	vr = &valueReader{r: bytes.NewReader([]byte{1, 2, 3, 4}), left: 3}
+	if b, err := io.ReadAll(vr); err != nil || len(b) != 3 || vr.err != nil {
+		t.Fatalf("3 of 4 bytes: %v, %v", b, err)
+	}
+}
