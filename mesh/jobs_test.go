@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -306,5 +307,45 @@ func TestAJobJoiningAnEpochStartsWhereTheOthersAre(t *testing.T) {
 	// sample 100.
 	if want := append(slices.Clone(a[100:]), a[:100]...); !slices.Equal(b, want) {
 		t.Errorf("job b's epoch 0 does not start where job a is:\n a %v\n b %v", a, b)
+	}
+}
+
+// TestJobsOfADatasetDrawTogether: the jobs of a dataset draw their
+// importance-sampled epochs from one set of random numbers
+// (sampling.Config.DrawSeed), so two jobs whose scores agree draw the same
+// samples, each with its own seed for the rest; jobs kept apart
+// (IsolateJobs) draw on their own.
+func TestJobsOfADatasetDrawTogether(t *testing.T) {
+	for _, isolate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("isolate=%v", isolate), func(t *testing.T) {
+			dir, files := makeDataset(t, 200, 10, 20)
+			p := startPeer(t, Config{Score: sampling.ScoreMagnitude, IsolateJobs: isolate,
+				Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+			c := p.client(t)
+			ctx := context.Background()
+			loss := func(id int64) float64 { return 0.1 + float64(id*id%97) } // the same for both jobs
+			counts := map[string][]int{}
+			for _, job := range []string{"a", "b"} {
+				if _, err := trainEpoch(ctx, c, files, job, 0, 0, 1, loss); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", job).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, job := range []string{"a", "b"} {
+				ids, err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, "JOB", job).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts[job] = make([]int, len(files))
+				for _, id := range ids {
+					counts[job][id]++
+				}
+			}
+			if same := slices.Equal(counts["a"], counts["b"]); same == isolate {
+				t.Errorf("jobs a and b drew the same samples: %v, want %v", same, !isolate)
+			}
+		})
 	}
 }
