@@ -622,29 +622,38 @@ func TestSortByProb(t *testing.T) {
 	}
 }
 
-// Draws are part of the protocol between peers, like orders: this pins one
-// boosted, capped epoch's order and weights (see TestOrderGolden).
+// Draws are part of the protocol between peers, like orders: this pins
+// boosted, capped epochs' orders and weights (see TestOrderGolden), with
+// the sampler's own stream and with coupled draws (DrawSeed).
 func TestDrawGolden(t *testing.T) {
 	const n = 1000
 	tb := longTailTable(n)
-	cfg := boostedConfig(1)
-	cfg.CoverageEpochs = 2
-	s := NewSampler(n, cfg)
-	var got []uint32
-	for e := range 4 {
-		d, err := s.Draw(e, tb, everyThird(n))
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		coverage int
+		drawSeed uint64
+		want     []uint32
+	}{
+		{2, 0, []uint32{0xe904636a, 0xc73242b8, 0xe235c87d, 0xf6e7e5c8, 0x3951a636, 0xe47b2f48, 0xfb10282a, 0x1a2b981b}},
+		{-1, 77, []uint32{0xe904636a, 0xc73242b8, 0xd51ea3c7, 0xf6e7e5c8, 0x8a7e49bb, 0xf6e7e5c8, 0x548532d8, 0xf6e7e5c8}},
+	} {
+		cfg := boostedConfig(1)
+		cfg.CoverageEpochs, cfg.DrawSeed = c.coverage, c.drawSeed
+		s := NewSampler(n, cfg)
+		var got []uint32
+		for e := range 4 {
+			d, err := s.Draw(e, tb, everyThird(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wbits := make([]uint32, n)
+			for i, w := range d.Weight {
+				wbits[i] = math.Float32bits(w)
+			}
+			got = append(got, checksum(u32bytes(d.Order)), checksum(u32bytes(wbits)))
 		}
-		wbits := make([]uint32, n)
-		for i, w := range d.Weight {
-			wbits[i] = math.Float32bits(w)
+		if OrderVersion != 2 || !slices.Equal(got, c.want) {
+			t.Errorf("draws of version %d with DrawSeed %d hash to %#x, want %#x", OrderVersion, c.drawSeed, got, c.want)
 		}
-		got = append(got, checksum(u32bytes(d.Order)), checksum(u32bytes(wbits)))
-	}
-	want := []uint32{0xe904636a, 0xc73242b8, 0xe235c87d, 0xf6e7e5c8, 0x3951a636, 0xe47b2f48, 0xfb10282a, 0x1a2b981b}
-	if OrderVersion != 2 || !slices.Equal(got, want) {
-		t.Fatalf("draws of version %d hash to %#x, want %#x", OrderVersion, got, want)
 	}
 }
 
@@ -788,26 +797,5 @@ func TestCoupledDraws(t *testing.T) {
 	t.Logf("draws shared by two samplers of noisy tables: coupled %d, independent %d of %d", coupled, independent, n)
 	if 2*(n-coupled) > n-independent {
 		t.Errorf("coupled draws differ in %d of %d, independent in %d: want at most half as many", n-coupled, n, n-independent)
-	}
-}
-
-// Coupled draws are part of the protocol too (see TestDrawGolden).
-func TestCoupledDrawGolden(t *testing.T) {
-	const n = 1000
-	tb := longTailTable(n)
-	cfg := boostedConfig(1)
-	cfg.DrawSeed = 77
-	s := NewSampler(n, cfg)
-	var got []uint32
-	for e := range 3 {
-		d, err := s.Draw(e, tb, everyThird(n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, checksum(u32bytes(d.Order)))
-	}
-	want := []uint32{0xe904636a, 0xd51ea3c7, 0x8a7e49bb}
-	if OrderVersion != 2 || !slices.Equal(got, want) {
-		t.Fatalf("coupled draws of version %d hash to %#x, want %#x", OrderVersion, got, want)
 	}
 }

@@ -211,13 +211,7 @@ func BenchmarkBatchFetch(b *testing.B) {
 	name := fmt.Sprintf("%dx%dKiB", n, size>>10)
 
 	b.Run("quic-stream/"+name, func(b *testing.B) {
-		srv := testNode(b, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
-			var r benchFetchReq
-			if err := msgpack.Unmarshal(body, &r); err != nil {
-				return nil, err
-			}
-			return samples.streamReply(&r), nil
-		}))
+		srv := testNode(b, dir, "node-b", fetchHandler(samples.streamReply))
 		cli := testNode(b, dir, "node-a", newTestHandler())
 		ctx := context.Background()
 		call := func() {
@@ -235,13 +229,7 @@ func BenchmarkBatchFetch(b *testing.B) {
 	})
 
 	b.Run("quic-msgpack/"+name, func(b *testing.B) {
-		srv := testNode(b, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
-			var r benchFetchReq
-			if err := msgpack.Unmarshal(body, &r); err != nil {
-				return nil, err
-			}
-			return samples.reply(&r), nil
-		}))
+		srv := testNode(b, dir, "node-b", fetchHandler(samples.reply))
 		cli := testNode(b, dir, "node-a", newTestHandler())
 		ctx := context.Background()
 		var resp benchFetchResp
@@ -400,16 +388,7 @@ func tcpBatchServer(b *testing.B, s *benchSamples, layout string, tc *tls.Config
 // tcpMsgpackCall sends req in a frame and reads, checks and decodes the
 // reply as Node.Call does.
 func tcpMsgpackCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []byte) []byte {
-	frame, err := appendFrame(buf[:0], uint16(mBatch), req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := rw.Write(frame); err != nil {
-		b.Fatal(err)
-	}
-	if err := rw.Flush(); err != nil {
-		b.Fatal(err)
-	}
+	frame := sendFrame(b, rw, mBatch, req, buf)
 	_, body, err := readFrame(rw, DefaultMaxFrame, frame, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -429,16 +408,7 @@ func tcpMsgpackCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf 
 // Node.CallRaw does: the head checked and decoded, then the values into one
 // buffer.
 func tcpStreamCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []byte, want int) []byte {
-	frame, err := appendFrame(buf[:0], uint16(mBatchStream), req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := rw.Write(frame); err != nil {
-		b.Fatal(err)
-	}
-	if err := rw.Flush(); err != nil {
-		b.Fatal(err)
-	}
+	frame := sendFrame(b, rw, mBatchStream, req, buf)
 	_, size, err := readHeader(rw, DefaultMaxFrame, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -457,16 +427,7 @@ func tcpStreamCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf [
 
 // tcpRawCall sends req in a frame and reads the raw reply into buf.
 func tcpRawCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []byte, want int) []byte {
-	frame, err := appendFrame(buf[:0], uint16(mBatch), req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := rw.Write(frame); err != nil {
-		b.Fatal(err)
-	}
-	if err := rw.Flush(); err != nil {
-		b.Fatal(err)
-	}
+	frame := sendFrame(b, rw, mBatch, req, buf)
 	var hdr [headerLen]byte
 	if _, err := io.ReadFull(rw, hdr[:]); err != nil {
 		b.Fatal(err)
@@ -481,4 +442,32 @@ func tcpRawCall(b *testing.B, rw *bufio.ReadWriter, req *benchFetchReq, buf []by
 		b.Fatal(err)
 	}
 	return frame[:0]
+}
+
+// fetchHandler serves a batch fetch: the request decoded, reply built by
+// reply.
+func fetchHandler[R any](reply func(*benchFetchReq) R) Handler {
+	return HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
+		var r benchFetchReq
+		if err := msgpack.Unmarshal(body, &r); err != nil {
+			return nil, err
+		}
+		return reply(&r), nil
+	})
+}
+
+// sendFrame writes req to rw in a frame of method m, built in buf, and
+// returns the frame.
+func sendFrame(b *testing.B, rw *bufio.ReadWriter, m Method, req *benchFetchReq, buf []byte) []byte {
+	frame, err := appendFrame(buf[:0], uint16(m), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rw.Write(frame); err != nil {
+		b.Fatal(err)
+	}
+	if err := rw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	return frame
 }
