@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,18 +77,30 @@ func TestFetchFromLyingOwner(t *testing.T) {
 		}
 		return out
 	}
+	// The liar's answers, set by the test between fetches and read by the
+	// liar's handler: the network between them is no synchronisation the
+	// race detector sees, so they go through mu.
+	var mu sync.Mutex
 	var stream, old func() (any, error)
+	answer := func(s, o func() (any, error)) {
+		mu.Lock()
+		defer mu.Unlock()
+		stream, old = s, o
+	}
 	liar, err := peer.Listen(peer.Config{Name: "n1", ListenAddr: "127.0.0.1:0", TLS: tlsCfg}, peer.HandlerFunc(
 		func(_ context.Context, _ string, method peer.Method, body []byte) (any, error) {
 			var req wire.FetchReq
 			if err := msgpack.Unmarshal(body, &req); err != nil {
 				return nil, err
 			}
+			mu.Lock()
+			s, o := stream, old
+			mu.Unlock()
 			switch method {
 			case wire.MethodFetchStream:
-				return stream()
+				return s()
 			case wire.MethodFetch:
-				return old()
+				return o()
 			}
 			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "unknown method"}
 		}))
@@ -103,11 +116,11 @@ func TestFetchFromLyingOwner(t *testing.T) {
 	}
 
 	// A wrong checksum: that copy is discarded and counted.
-	stream = func() (any, error) {
+	answer(func() (any, error) {
 		it := items()
 		it[1].Sum++
 		return wire.FetchRawReply(it, nil), nil
-	}
+	}, nil)
 	before := ds.counters.Current().ChecksumErrors.Load()
 	got, err := fetch()
 	if err != nil {
@@ -129,17 +142,17 @@ func TestFetchFromLyingOwner(t *testing.T) {
 			{Found: true, Len: uint32(len(m.files[0]))}, {Found: true, Len: uint32(len(m.files[1]))}, {}, {}}},
 		"too few items": {Items: []wire.FetchMeta{{}}},
 	} {
-		stream = func() (any, error) {
+		answer(func() (any, error) {
 			return &peer.RawReply{Head: head, Values: [][]byte{m.files[0]}}, nil
-		}
+		}, nil)
 		if _, err := fetch(); !errors.Is(err, wire.ErrBadFetchReply) {
 			t.Errorf("%s: %v, want wire.ErrBadFetchReply", name, err)
 		}
 	}
 
 	// An owner of an older build: MethodFetchStream is unknown to it.
-	stream = func() (any, error) { return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "unknown method 14"} }
-	old = func() (any, error) { return &wire.FetchResp{Items: items()}, nil }
+	answer(func() (any, error) { return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "unknown method 14"} },
+		func() (any, error) { return &wire.FetchResp{Items: items()}, nil })
 	got, err = fetch()
 	if err != nil {
 		t.Fatal(err)
