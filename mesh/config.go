@@ -7,6 +7,7 @@ package mesh
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -110,6 +111,14 @@ type Config struct {
 	// where they are (see sampling.Align). Jobs then share the cache but
 	// not their reads.
 	IsolateJobs bool
+	// JobSync lets the jobs of a dataset begin their epochs together: a
+	// job that finished an epoch another job is still training, and is
+	// expected to finish within JobSync times the job's own time for that
+	// epoch, waits for it that long at most before its next order is
+	// published. Aligned jobs then read their common samples at the same
+	// time, from one source read, at the cost of the faster job's wait.
+	// 0 means 0.25; negative, never (as with IsolateJobs).
+	JobSync float64
 	// SourceReads bounds concurrent source reads of one MGET, and the
 	// fetches in flight of each rank's read-ahead; 0 means 16.
 	SourceReads int
@@ -166,6 +175,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.JobIdle == 0 {
 		c.JobIdle = 10 * time.Minute
+	}
+	switch {
+	case c.JobSync == 0:
+		c.JobSync = 0.25
+	case math.IsNaN(c.JobSync) || math.IsInf(c.JobSync, 0):
+		return c, fmt.Errorf("%w: job sync %v", ErrConfig, c.JobSync)
 	}
 	if c.MaxWorld == 0 {
 		c.MaxWorld = 4096

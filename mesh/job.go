@@ -55,10 +55,12 @@ type jobState struct {
 
 	// On the leader, for aligning other jobs' orders with this one's
 	// (alignedScores): the epoch whose order was drawn last, the phase it
-	// began at, and how many samples of it the job's trainers reported.
+	// began at and when, and how many samples of it the job's trainers
+	// reported.
 	progMu    sync.Mutex
 	progEpoch int
 	progStart float64
+	progAt    time.Time
 	progDone  int64
 
 	// Reads of the job's trainers on this node: all, those served from
@@ -104,7 +106,7 @@ func (js *jobState) touch() { js.active.Store(time.Now().UnixNano()) }
 func (js *jobState) began(epoch int, phase float64) {
 	js.progMu.Lock()
 	defer js.progMu.Unlock()
-	js.progEpoch, js.progStart, js.progDone = epoch, phase, 0
+	js.progEpoch, js.progStart, js.progAt, js.progDone = epoch, phase, time.Now(), 0
 }
 
 // noteReported counts n samples of epoch reported by the job's trainers.
@@ -116,13 +118,13 @@ func (js *jobState) noteReported(epoch, n int) {
 	}
 }
 
-// progress is where the job's order of epoch began and how many of its
-// samples were reported; ok is false if that order is not the last
-// drawn here.
-func (js *jobState) progress(epoch int) (start float64, done int64, ok bool) {
+// progress is where in the aligned key order the job's order of epoch
+// began, how many of its samples were reported, and when it was drawn;
+// ok is false if that order is not the last drawn here.
+func (js *jobState) progress(epoch int) (start float64, done int64, at time.Time, ok bool) {
 	js.progMu.Lock()
 	defer js.progMu.Unlock()
-	return js.progStart, js.progDone, epoch == js.progEpoch
+	return js.progStart, js.progDone, js.progAt, epoch == js.progEpoch
 }
 
 // idle is how long the job has had no join, done, report or order here.

@@ -349,3 +349,57 @@ func TestJobsOfADatasetDrawTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestJobsBeginEpochsTogether: with JobSync, a job that finished an
+// epoch another job of the dataset is still training waits for it: its
+// next order is published when the other job publishes its own. A job
+// kept apart (IsolateJobs) does not wait.
+func TestJobsBeginEpochsTogether(t *testing.T) {
+	for _, isolate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("isolate=%v", isolate), func(t *testing.T) {
+			dir, files := makeDataset(t, 200, 10, 20)
+			// A wait of a million epochs: only the other job releases it.
+			p := startPeer(t, Config{JobSync: 1e6, IsolateJobs: isolate, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}},
+				transport.SocketConfig{})
+			c := p.client(t)
+			ctx := context.Background()
+			loss := func(id int64) float64 { return 0.1 + float64(id%7) }
+			report := func(ids []int64) {
+				t.Helper()
+				args := []any{"SHADE.REPORT", "ds", 0}
+				for _, id := range ids {
+					args = append(args, id, loss(id))
+				}
+				if err := c.Do(ctx, append(args, "JOB", "b")...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Job b trains half of epoch 0, job a all of it.
+			b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			report(b[:len(b)/2])
+			if _, err := trainEpoch(ctx, c, files, "a", 0, 0, 1, loss); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "a").Err(); err != nil {
+				t.Fatal(err)
+			}
+			a := p.node.ordered[0].lookupJob("a")
+			if got, want := a.book.Newest().Epoch, map[bool]int{false: 0, true: 1}[isolate]; got != want {
+				t.Fatalf("job a's newest epoch while b trains epoch 0: %d, want %d", got, want)
+			}
+			// b finishes: both begin epoch 1.
+			report(b[len(b)/2:])
+			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "b").Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, job := range []string{"a", "b"} {
+				if err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000, "JOB", job).Err(); err != nil {
+					t.Fatalf("job %s epoch 1: %v", job, err)
+				}
+			}
+		})
+	}
+}

@@ -60,8 +60,10 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
 		Resident:   func(epoch int) []uint64 { return n.preferredSamples(js, epoch) },
+		Hold:       func(epoch int) time.Duration { return n.syncHold(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			n.installOrder(js, p)
+			n.releaseHeld(js)
 			if p.Epoch >= 0 {
 				n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("epoch", p.Epoch).Uint64("term", p.Term).
 					Int("world", p.World).Int("scored", scored).Msg("order published")
@@ -126,7 +128,7 @@ func (n *Node) phase(js *jobState, epoch int) float64 {
 		for _, s := range p.Slices {
 			total += len(s)
 		}
-		start, done, ok := o.progress(epoch)
+		start, done, _, ok := o.progress(epoch)
 		if !ok || total == 0 {
 			continue
 		}

@@ -213,6 +213,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		maxWorld    = fs.Int("max-world", 4096, "largest world size (ranks) a job may have")
 		maxJobs     = fs.Int("max-jobs", 16, "most training jobs on one dataset at once, its default job counted; one more is refused until a job is retired (see --job-idle)")
 		isolateJobs = fs.Bool("isolate-jobs", false, "each job's orders depend on its own seed, scores and the cache alone: a job neither draws with the dataset's shared random numbers, nor prefers the samples the dataset's other jobs are reading, nor starts an epoch where they are (jobs then share the cache but not their reads)")
+		jobSync     = fs.Float64("job-sync", 0.25, "let the jobs of a dataset begin each epoch together: a job that finished an epoch another job is still training, and will finish within this share of the job's own epoch time, waits for it that long at most (0: never); aligned jobs read their common samples from one source read")
 		jobIdle     = fs.Duration("job-idle", 10*time.Minute, "retire a job whose trainers have not joined, finished an epoch or reported for this long: a named job is dropped on every peer (its scores kept in --state-dir as DATASET@JOB.scores), the default job is reset (0 or negative: never)")
 		maxConns    = fs.Int("max-clients", 10000, "most open trainer connections; one more is answered an error and closed")
 		writeTO     = fs.Duration("client-write-timeout", time.Minute, "close a trainer connection whose replies could not be written for this long (a client that stopped reading)")
@@ -398,6 +399,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if *jobIdle <= 0 {
 		// The flag's 0 is "never"; the Config's 0 is the default.
 		cfg.Node.JobIdle = -1
+	}
+	switch cfg.Node.JobSync = *jobSync; {
+	case math.IsNaN(*jobSync) || math.IsInf(*jobSync, 0) || *jobSync < 0:
+		return cfg, nop, fmt.Errorf("--job-sync %v: want a share of an epoch, 0 or more", *jobSync)
+	case *jobSync == 0:
+		cfg.Node.JobSync = -1 // the flag's 0 is "never"; the Config's 0 is the default
 	}
 	cfg.Node.Cluster.MaxPeerMemory = *sizes["max-peer-memory"]
 	cfg.Admin = admin.Config{Addr: *adminAddr, Logger: log}

@@ -150,8 +150,18 @@ func TestJobFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Node.MaxJobs != 16 || cfg.Node.JobIdle != 10*time.Minute {
-		t.Errorf("defaults: max jobs %d, job idle %s", cfg.Node.MaxJobs, cfg.Node.JobIdle)
+	if cfg.Node.MaxJobs != 16 || cfg.Node.JobIdle != 10*time.Minute || cfg.Node.JobSync != 0.25 {
+		t.Errorf("defaults: max jobs %d, job idle %s, job sync %v", cfg.Node.MaxJobs, cfg.Node.JobIdle, cfg.Node.JobSync)
+	}
+	// --job-sync 0 is never (a negative Config value); a negative or
+	// non-finite share is refused.
+	if cfg, _, err = parseConfig([]string{"--job-sync", "0"}, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.JobSync >= 0 {
+		t.Errorf("--job-sync 0: job sync %v, %v; want negative (never)", cfg.Node.JobSync, err)
+	}
+	for _, bad := range []string{"-0.1", "NaN", "+Inf"} {
+		if _, _, err = parseConfig([]string{"--job-sync", bad}, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("--job-sync %s accepted", bad)
+		}
 	}
 	cfg, _, err = parseConfig([]string{"--max-jobs", "3", "--job-idle", "90s"}, noEnv, io.Discard, io.Discard)
 	if err != nil || cfg.Node.MaxJobs != 3 || cfg.Node.JobIdle != 90*time.Second {

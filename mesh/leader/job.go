@@ -102,6 +102,13 @@ type Config struct {
 	// rank finished the one being trained, without the ranks that have
 	// not; 0 means never.
 	EpochDeadline time.Duration
+	// Hold says how long the publication of epoch, due now that every
+	// rank finished the epoch before it, should wait for the dataset's
+	// other jobs to catch up; 0 or less publishes now. A held epoch is
+	// published when Release finds Hold at 0, or when the first wait
+	// has passed, whichever comes first. nil never holds. A Job calls it
+	// with its lock held: it must not block nor call into any Job.
+	Hold func(epoch int) time.Duration
 	// After calls fn once d has passed, on a goroutine the caller owns; it
 	// may drop fn if the node closes first. It must not block: a Job calls
 	// it with its lock held.
@@ -132,6 +139,7 @@ type Job struct {
 	waiting  bool // the join wait of epoch 0 is armed
 	deadline bool // the deadline of the epoch being trained is armed (or none is set)
 	retired  bool // no longer the dataset's job: timers publish nothing
+	held     bool // the publication of epoch latest+1 waits (Config.Hold)
 	// resident holds, per node, the bitmap of the dataset's samples it
 	// cached when its rank last finished an epoch.
 	resident map[string][]byte
@@ -243,10 +251,8 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 	if j.ranks[rank] == "" {
 		j.ranks[rank] = node
 	}
-	for len(j.done) == j.world {
-		if err := j.publishLocked(j.latest + 1); err != nil {
-			return err
-		}
+	if err := j.publishDueLocked(false); err != nil {
+		return err
 	}
 	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline && len(j.done) > 0 {
 		j.deadline = true
@@ -254,6 +260,65 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 		j.cfg.After(d, func() { j.deadlinePassed(training) })
 	}
 	return nil
+}
+
+// publishDueLocked publishes the next epoch while every rank finished
+// the one before it, unless Config.Hold holds it; with now, the first
+// due epoch is published without asking.
+func (j *Job) publishDueLocked(now bool) error {
+	for len(j.done) == j.world && (now || !j.holdLocked()) {
+		now = false
+		if err := j.publishLocked(j.latest + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdLocked reports whether the due epoch, latest+1, waits: it is held
+// already, or Config.Hold holds it now, and then a timer publishes it
+// when the wait has passed.
+func (j *Job) holdLocked() bool {
+	if j.held {
+		return true
+	}
+	if j.cfg.Hold == nil {
+		return false
+	}
+	epoch := j.latest + 1
+	d := j.cfg.Hold(epoch)
+	if d <= 0 {
+		return false
+	}
+	j.held = true
+	gen := j.gen
+	j.cfg.After(d, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.retired || !j.held || j.gen != gen || j.latest+1 != epoch {
+			return
+		}
+		j.held = false
+		j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Str("job", j.cfg.Job).Int("epoch", epoch).
+			Msg("publishing a held epoch: the other jobs did not catch up in time")
+		if err := j.publishDueLocked(true); err != nil {
+			j.cfg.Logger.Error().Err(err).Msg("publishing a held epoch")
+		}
+	})
+	return true
+}
+
+// Release publishes a held epoch if Config.Hold no longer holds it: the
+// node calls it when another job of the dataset moved on. It does
+// nothing if no epoch is held.
+func (j *Job) Release() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.retired || !j.held || j.cfg.Hold(j.latest+1) > 0 {
+		return nil
+	}
+	j.held = false
+	return j.publishDueLocked(true)
 }
 
 // NoteResident records that node caches the samples in bits (a bitmap,
@@ -322,7 +387,7 @@ func (j *Job) resetLocked(end bool) {
 	j.world, j.latest, j.ranks = 0, -1, nil
 	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
-	j.waiting, j.deadline = false, false
+	j.waiting, j.deadline, j.held = false, false, false
 	j.resident = make(map[string][]byte)
 	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term(), Retired: end}, 0)
 }
@@ -396,7 +461,7 @@ func (j *Job) publishLocked(epoch int) error {
 	scored := d.Scored
 	j.latest = epoch
 	j.done, j.early = j.early, make(map[int]bool) // the next epoch is being trained now
-	j.deadline = false
+	j.deadline, j.held = false, false
 	j.cfg.Publish(pub, scored)
 	return nil
 }

@@ -559,3 +559,75 @@ func TestNoteResident(t *testing.T) {
 		t.Errorf("epoch 0 preferred %x, want %x", table.resident, want)
 	}
 }
+
+func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.EpochDeadline = 0
+	hold := 3 * time.Second // what Config.Hold answers; 0 lets go
+	var asked []int
+	cfg.Hold = func(epoch int) time.Duration {
+		asked = append(asked, epoch)
+		return hold
+	}
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil || len(h.pubs) != 1 {
+		t.Fatalf("join: %v, %d published; want epoch 0 without asking Hold", err, len(h.pubs))
+	}
+	if len(asked) != 0 {
+		t.Fatalf("Hold asked for epochs %v before any epoch was done", asked)
+	}
+
+	// Epoch 1 is due and held; a repeated done and a release while Hold
+	// still holds publish nothing.
+	for range 2 {
+		if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.job.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.pubs) != 1 || !slices.Equal(asked, []int{1, 1}) || len(h.timers) != 1 {
+		t.Fatalf("held epoch 1: %d published, Hold asked for %v, %d timers; want 1, [1 1], one timer", len(h.pubs), asked, len(h.timers))
+	}
+	// Released once Hold lets go; the timer then finds nothing to do.
+	hold = 0
+	if err := h.job.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Epoch != 1 || len(h.pubs) != 2 {
+		t.Fatalf("after the release: %d published, newest epoch %d; want epoch 1", len(h.pubs), p.Epoch)
+	}
+	h.fire(t, 3*time.Second)
+	if len(h.pubs) != 2 {
+		t.Fatalf("the hold's timer published again: %d orders", len(h.pubs))
+	}
+
+	// Epoch 2 is held, and the wait passing publishes it though Hold
+	// would still hold it.
+	hold = time.Second
+	if err := h.job.Done(0, 1, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.pubs) != 2 {
+		t.Fatalf("epoch 2 published though held")
+	}
+	h.fire(t, time.Second)
+	if p := h.last(t); p.Epoch != 2 || len(h.pubs) != 3 {
+		t.Fatalf("after the wait: newest epoch %d of %d orders; want epoch 2", p.Epoch, len(h.pubs))
+	}
+	if err := h.job.Release(); err != nil || len(h.pubs) != 3 {
+		t.Fatalf("release with nothing held: %v, %d orders", err, len(h.pubs))
+	}
+
+	// A reset drops a held epoch: its timer publishes nothing.
+	if err := h.job.Done(0, 2, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	h.job.Reset()
+	h.fire(t, time.Second)
+	if p := h.last(t); p.Epoch != -1 {
+		t.Fatalf("after a reset the held epoch was published: newest epoch %d", p.Epoch)
+	}
+}
