@@ -106,10 +106,10 @@ type Config struct {
 	JobIdle time.Duration
 	// IsolateJobs makes each job's orders depend on its own seed, scores
 	// and the mesh's cache alone: a job neither draws with the dataset's
-	// shared random numbers (sampling.Config.DrawSeed), nor prefers the
-	// samples the dataset's other jobs are reading, nor starts an epoch
-	// where they are (see sampling.Align). Jobs then share the cache but
-	// not their reads.
+	// shared random numbers (sampling.Config.DrawSeed), nor starts an
+	// epoch where the dataset's other jobs are (see sampling.Align), nor
+	// waits for them (JobSync). Jobs then share the cache but not their
+	// reads.
 	IsolateJobs bool
 	// JobSync lets the jobs of a dataset begin their epochs together: a
 	// job that finished an epoch another job is still training, and is

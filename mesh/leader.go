@@ -33,9 +33,8 @@ var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the lea
 // jobConfig is the leader.Config of a job on this node: its orders are
 // drawn from the job's score table with a sampler seeded by the node's
 // seed and the job's name (its draws coupled with the dataset's other
-// jobs' by one DrawSeed), preferring the samples the mesh caches or
-// another job of the dataset is about to read, split preferring the
-// samples' owners in a mesh, installed here and broadcast; its timers run
+// jobs' by one DrawSeed), preferring the samples the mesh caches, split
+// preferring the samples' owners in a mesh, installed here and broadcast; its timers run
 // on the node's background goroutines.
 func (n *Node) jobConfig(js *jobState) leader.Config {
 	ds := js.ds
@@ -59,7 +58,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
-		Resident:   func(epoch int) []uint64 { return n.preferredSamples(js, epoch) },
+		Resident:   func(epoch int) []uint64 { return n.cachedSamples(js, epoch) },
 		Hold:       func(epoch int) time.Duration { return n.syncHold(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			n.installOrder(js, p)
@@ -143,31 +142,17 @@ func (n *Node) phase(js *jobState, epoch int) float64 {
 // done, report or order) to count as training now.
 const activeWithin = 15 * time.Second
 
-// preferredSamples is the bitmap of the samples a job's draw of epoch
-// prefers (bit i%64 of word i/64): those this node caches now, and those
-// in the orders of the same epoch of the dataset's other jobs that are
-// training now. Such jobs run side by side, and their orders of an epoch
-// are aligned (sampling.Align): a sample both orders hold is read by both
-// at about the same time, from one source read. Other jobs' orders of
-// other epochs are not counted: they are read at other times, and
-// counting them would prefer most of the dataset, which is preferring
-// none. The leader.Job adds the other nodes' caches.
-func (n *Node) preferredSamples(js *jobState, epoch int) []uint64 {
-	words := n.residentWords(js.ds)
-	now := time.Now()
-	for _, other := range js.ds.jobList() {
-		if n.cfg.IsolateJobs || other == js || other.idle(now) > activeWithin {
-			continue
-		}
-		if p := other.book.Kept(epoch); p != nil {
-			for _, s := range p.Slices {
-				for _, id := range s {
-					words[id/64] |= 1 << (id % 64)
-				}
-			}
-		}
-	}
-	return words
+// cachedSamples is the bitmap of the samples a job's draws prefer (bit
+// i%64 of word i/64): those this node caches now; the leader.Job adds
+// the other nodes' caches. Every job of the dataset prefers the same
+// samples, and only those: the jobs' draws are coupled (one DrawSeed), so
+// where their importance agrees they draw the same samples only while
+// their draw distributions agree, boost included. Preferring also the
+// samples of another job's order (measured: test/results/many-jobs.md)
+// made each job's boost spread over its own set, drew the jobs apart and
+// read more from the source.
+func (n *Node) cachedSamples(js *jobState, _ int) []uint64 {
+	return n.residentWords(js.ds)
 }
 
 // jobToLead returns a job's leader state, or errNotLeader on a node that

@@ -76,8 +76,7 @@ type Config struct {
 	Owners func(id uint32) []string
 	// Resident returns a bitmap of the samples the draw of epoch should
 	// prefer as this node sees them (bit i%64 of word i/64): those it
-	// caches now, and those another job of the dataset is about to read;
-	// nil means none. The other nodes' cached samples come with their
+	// caches now; nil means none. The other nodes' cached samples come with their
 	// ranks' dones.
 	Resident func(epoch int) []uint64
 	// Term returns the leader's term, stamped on every order.
@@ -291,6 +290,8 @@ func (j *Job) holdLocked() bool {
 		return false
 	}
 	j.held = true
+	j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Str("job", j.cfg.Job).Int("epoch", epoch).Dur("at_most", d).
+		Msg("holding an epoch for the dataset's other jobs")
 	gen := j.gen
 	j.cfg.After(d, func() {
 		j.mu.Lock()
