@@ -3,6 +3,8 @@ package mesh
 import (
 	"context"
 	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // Jobs of one dataset that train side by side share their reads only
@@ -54,17 +56,14 @@ func (n *Node) syncHold(js *jobState, epoch int) time.Duration {
 
 // timeLeft estimates how long the job needs to finish epoch, from the
 // share of its order its trainers reported since the order was drawn (0
-// once they reported all of it); ok is false if the job reported nothing of it yet, or its order of
-// epoch was not drawn here.
+// once they reported all of it); ok is false if the job reported nothing
+// of it yet, or its order of epoch was not drawn here.
 func (js *jobState) timeLeft(now time.Time, epoch int) (time.Duration, bool) {
 	p := js.book.Kept(epoch)
 	if p == nil {
 		return 0, false
 	}
-	total := 0
-	for _, s := range p.Slices {
-		total += len(s)
-	}
+	total := orderSize(p)
 	_, done, began, ok := js.progress(epoch)
 	if !ok || done <= 0 || total == 0 {
 		return 0, false
@@ -77,7 +76,7 @@ func (js *jobState) timeLeft(now time.Time, epoch int) (time.Duration, bool) {
 // now that js published one (see syncHold). It runs in the background:
 // js's leader.Job is locked while it publishes.
 func (n *Node) releaseHeld(js *jobState) {
-	if n.cfg.JobSync <= 0 {
+	if n.cfg.JobSync <= 0 || n.cfg.IsolateJobs {
 		return
 	}
 	n.goBackground(func(context.Context) {
@@ -92,4 +91,13 @@ func (n *Node) releaseHeld(js *jobState) {
 			}
 		}
 	})
+}
+
+// orderSize is the number of reads in an order: all its ranks' slices.
+func orderSize(p *wire.PublishMsg) int {
+	total := 0
+	for _, s := range p.Slices {
+		total += len(s)
+	}
+	return total
 }

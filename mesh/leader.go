@@ -58,7 +58,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
-		Resident:   func(epoch int) []uint64 { return n.cachedSamples(js, epoch) },
+		Resident:   func(int) []uint64 { return n.cachedSamples(js) },
 		Hold:       func(epoch int) time.Duration { return n.syncHold(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			n.installOrder(js, p)
@@ -123,10 +123,7 @@ func (n *Node) phase(js *jobState, epoch int) float64 {
 		if p == nil {
 			continue
 		}
-		total := 0
-		for _, s := range p.Slices {
-			total += len(s)
-		}
+		total := orderSize(p)
 		start, done, _, ok := o.progress(epoch)
 		if !ok || total == 0 {
 			continue
@@ -151,7 +148,7 @@ const activeWithin = 15 * time.Second
 // samples of another job's order (measured: test/results/many-jobs.md)
 // made each job's boost spread over its own set, drew the jobs apart and
 // read more from the source.
-func (n *Node) cachedSamples(js *jobState, _ int) []uint64 {
+func (n *Node) cachedSamples(js *jobState) []uint64 {
 	return n.residentWords(js.ds)
 }
 
