@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quic-go/quic-go"
 	"github.com/rs/zerolog"
 
 	"github.com/shade-mesh/shade/internal/budget"
+	"github.com/shade-mesh/shade/internal/quic"
 	"github.com/vmihailenco/msgpack/v5"
 )
 

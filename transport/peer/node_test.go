@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/internal/quic"
 )
 
 // Methods of the test handler.
