@@ -104,14 +104,22 @@ const InvalidByteCount ByteCount = -1
 // A StatelessResetToken is a stateless reset token.
 type StatelessResetToken [16]byte
 
-// MaxPacketBufferSize maximum packet size of any QUIC packet, based on
-// ethernet's max size, minus the IP and UDP headers. IPv6 has a 40 byte header,
-// UDP adds an additional 8 bytes.  This is a total overhead of 48 bytes.
-// Ethernet's max packet size is 1500 bytes,  1500 - 48 = 1452.
-const MaxPacketBufferSize = 1452
+// MaxPacketBufferSize maximum packet size of any QUIC packet.
+//
+// shade: upstream caps it at ethernet's 1500 bytes minus the IPv6 and UDP
+// headers (1452). Here it is a jumbo frame's 9000 bytes minus the same 48:
+// path MTU discovery (DPLPMTUD, from the 1,252-byte start) still finds what
+// a path carries, but a path that carries more (jumbo frames, loopback) is
+// no longer held to 1,452-byte packets, each built, sealed, sent, received,
+// opened and acknowledged on its own.
+const MaxPacketBufferSize = 9000 - 48
 
-// MaxLargePacketBufferSize is used when using GSO
-const MaxLargePacketBufferSize = 20 * 1024
+// MaxLargePacketBufferSize is used when using GSO.
+//
+// shade: upstream 20 KiB, 14 packets of 1,452 bytes. Here it is the most
+// one UDP send may carry (65,535 less the IPv4 and UDP headers, rounded
+// down), so that a GSO batch holds 7 packets of MaxPacketBufferSize.
+const MaxLargePacketBufferSize = 65000
 
 // MinInitialPacketSize is the minimum size an Initial packet is required to have.
 const MinInitialPacketSize = 1200

@@ -60,7 +60,9 @@ func (f *CryptoFrame) MaxDataLen(maxSize protocol.ByteCount) protocol.ByteCount 
 	}
 	maxDataLen := maxSize - headerLen
 	if quicvarint.Len(uint64(maxDataLen)) != 1 {
-		maxDataLen--
+		// shade: upstream took 1 byte off, enough for a 2-byte length; a
+		// length of 16,384 or more takes 4 (packets above 16 KiB).
+		maxDataLen -= protocol.ByteCount(quicvarint.Len(uint64(maxDataLen)) - 1)
 	}
 	return maxDataLen
 }

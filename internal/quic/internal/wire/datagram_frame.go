@@ -70,7 +70,9 @@ func (f *DatagramFrame) MaxDataLen(maxSize protocol.ByteCount, version protocol.
 	}
 	maxDataLen := maxSize - headerLen
 	if f.DataLenPresent && quicvarint.Len(uint64(maxDataLen)) != 1 {
-		maxDataLen--
+		// shade: upstream took 1 byte off, enough for a 2-byte length; a
+		// length of 16,384 or more takes 4 (packets above 16 KiB).
+		maxDataLen -= protocol.ByteCount(quicvarint.Len(uint64(maxDataLen)) - 1)
 	}
 	return maxDataLen
 }

@@ -63,7 +63,7 @@ func ParseStreamFrame(b []byte, typ FrameType, _ protocol.Version) (*StreamFrame
 			frame.Data = make([]byte, dataLen)
 		}
 	} else {
-		frame = GetStreamFrame()
+		frame = getStreamFrameFor(dataLen) // shade: from the small pool where it fits
 		// The STREAM frame can't be larger than the StreamFrame we obtained from the buffer,
 		// since those StreamFrames have a buffer length of the maximum packet size.
 		if dataLen > uint64(cap(frame.Data)) {
@@ -148,7 +148,9 @@ func (f *StreamFrame) MaxDataLen(maxSize protocol.ByteCount, _ protocol.Version)
 	}
 	maxDataLen := maxSize - headerLen
 	if f.DataLenPresent && quicvarint.Len(uint64(maxDataLen)) != 1 {
-		maxDataLen--
+		// shade: upstream took 1 byte off, enough for a 2-byte length; a
+		// length of 16,384 or more takes 4 (packets above 16 KiB).
+		maxDataLen -= protocol.ByteCount(quicvarint.Len(uint64(maxDataLen)) - 1)
 	}
 	return maxDataLen
 }

@@ -1,0 +1,109 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/shade-mesh/shade/internal/quic/internal/protocol"
+)
+
+// TestMaxDataLenFitsLargePackets checks, for every packet size up to the
+// largest send, that a frame carrying MaxDataLen bytes fits in that size
+// and wastes at most 3 bytes of it. Upstream's packets never exceeded
+// 1,452 bytes, so a length varint of more than 2 bytes was never needed;
+// above 16 KiB it takes 4, and a frame 2 bytes too long broke the
+// connection ("PacketPacker BUG: packet too large").
+func TestMaxDataLenFitsLargePackets(t *testing.T) {
+	data := make([]byte, protocol.MaxLargePacketBufferSize)
+	check := func(t *testing.T, kind string, maxSize, n, length protocol.ByteCount) {
+		t.Helper()
+		if n == 0 {
+			return
+		}
+		if length > maxSize || length < maxSize-3 {
+			t.Fatalf("%s: room %d, %d data bytes make a frame of %d", kind, maxSize, n, length)
+		}
+	}
+	for _, offset := range []protocol.ByteCount{0, 1 << 40} {
+		for _, id := range []protocol.StreamID{4, 1 << 40} {
+			for maxSize := protocol.ByteCount(1); maxSize <= protocol.MaxLargePacketBufferSize; maxSize++ {
+				sf := &StreamFrame{StreamID: id, Offset: offset, DataLenPresent: true}
+				n := sf.MaxDataLen(maxSize, protocol.Version1)
+				sf.Data = data[:n]
+				check(t, "stream", maxSize, n, sf.Length(protocol.Version1))
+			}
+		}
+		for maxSize := protocol.ByteCount(1); maxSize <= protocol.MaxLargePacketBufferSize; maxSize++ {
+			cf := &CryptoFrame{Offset: offset}
+			n := cf.MaxDataLen(maxSize)
+			cf.Data = data[:n]
+			check(t, "crypto", maxSize, n, cf.Length(protocol.Version1))
+		}
+	}
+	for maxSize := protocol.ByteCount(1); maxSize <= protocol.MaxLargePacketBufferSize; maxSize++ {
+		df := &DatagramFrame{DataLenPresent: true}
+		n := df.MaxDataLen(maxSize, protocol.Version1)
+		df.Data = data[:n]
+		check(t, "datagram", maxSize, n, df.Length(protocol.Version1))
+	}
+}
+
+// TestSplitStreamFrameForLargePackets splits a STREAM frame of the largest
+// size a send stream queues (MaxPacketBufferSize) the way the packer does,
+// for packet sizes between upstream's cap and ours, and checks each part's
+// encoding is no larger than its room and parses back to the same bytes.
+func TestSplitStreamFrameForLargePackets(t *testing.T) {
+	data := make([]byte, protocol.MaxPacketBufferSize)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	for maxSize := protocol.ByteCount(1400); maxSize < protocol.MaxPacketBufferSize; maxSize += 7 {
+		f := &StreamFrame{StreamID: 8, Offset: 1 << 20, DataLenPresent: true, Data: append([]byte(nil), data...)}
+		part, split := f.MaybeSplitOffFrame(maxSize, protocol.Version1)
+		if !split || part == nil {
+			t.Fatalf("room %d: frame of %d bytes not split", maxSize, f.Length(protocol.Version1))
+		}
+		b, err := part.Append(nil, protocol.Version1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if protocol.ByteCount(len(b)) > maxSize || protocol.ByteCount(len(b)) != part.Length(protocol.Version1) {
+			t.Fatalf("room %d: part encodes to %d bytes, Length says %d", maxSize, len(b), part.Length(protocol.Version1))
+		}
+		got, l, err := ParseStreamFrame(b[1:], FrameType(b[0]), protocol.Version1)
+		if err != nil || l != len(b)-1 {
+			t.Fatalf("room %d: parse: %v (%d of %d bytes)", maxSize, err, l, len(b)-1)
+		}
+		if got.Offset != 1<<20 || string(got.Data) != string(data[:len(got.Data)]) || len(got.Data) != len(part.Data) {
+			t.Fatalf("room %d: parsed %d bytes at %d, want %d at %d", maxSize, len(got.Data), got.Offset, len(part.Data), 1<<20)
+		}
+		if string(f.Data) != string(data[len(part.Data):]) || f.Offset != 1<<20+protocol.ByteCount(len(part.Data)) {
+			t.Fatalf("room %d: the rest is not what follows the part", maxSize)
+		}
+	}
+}
+
+// TestReceivedFramePinsLittle checks that a received STREAM frame that
+// fits in upstream's packet size holds a buffer of that size, not one of
+// the raised MaxPacketBufferSize, and that both kinds go back to their
+// pools.
+func TestReceivedFramePinsLittle(t *testing.T) {
+	for _, n := range []int{protocol.MinStreamFrameBufferSize, 200, smallFrameSize, smallFrameSize + 1, int(protocol.MaxPacketBufferSize) - 16} {
+		f := &StreamFrame{StreamID: 4, Offset: 99, DataLenPresent: true, Data: make([]byte, n)}
+		b, err := f.Append(nil, protocol.Version1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := ParseStreamFrame(b[1:], FrameType(b[0]), protocol.Version1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := smallFrameSize
+		if n > smallFrameSize {
+			want = int(protocol.MaxPacketBufferSize)
+		}
+		if len(got.Data) != n || cap(got.Data) != want {
+			t.Fatalf("%d data bytes parsed into a buffer of %d/%d, want %d/%d", n, len(got.Data), cap(got.Data), n, want)
+		}
+		got.PutBack()
+	}
+}
