@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -28,14 +27,6 @@ type netLab struct {
 	links  []string // switch-side veth names, by host
 }
 
-func ipCmd(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 // newNetLab makes k hosts, or skips the test where namespaces cannot be
 // made (not root, no iproute2, a sandbox without the capability).
 func newNetLab(t *testing.T, k int) *netLab {
@@ -47,7 +38,7 @@ func newNetLab(t *testing.T, k int) *netLab {
 	rand.Read(b)
 	lab := &netLab{t: t, tag: hex.EncodeToString(b), subnet: fmt.Sprintf("10.%d.%d", 200+int(b[0])%50, b[1])}
 	sw := "shd" + lab.tag + "sw"
-	if err := ipCmd("netns", "add", sw); err != nil {
+	if err := testsupport.IP("netns", "add", sw); err != nil {
 		t.Skipf("partition test skipped: cannot make network namespaces here: %v", err)
 	}
 	t.Cleanup(lab.close)
@@ -57,21 +48,21 @@ func newNetLab(t *testing.T, k int) *netLab {
 		}
 	}
 	for _, br := range []string{"br0", "br1"} {
-		must(ipCmd("-n", sw, "link", "add", br, "type", "bridge"))
-		must(ipCmd("-n", sw, "link", "set", br, "up"))
+		must(testsupport.IP("-n", sw, "link", "add", br, "type", "bridge"))
+		must(testsupport.IP("-n", sw, "link", "set", br, "up"))
 	}
 	for i := 0; i < k; i++ {
 		ns := fmt.Sprintf("shd%sh%d", lab.tag, i)
 		host, sws := fmt.Sprintf("s%s%dh", lab.tag, i), fmt.Sprintf("s%s%ds", lab.tag, i)
-		must(ipCmd("netns", "add", ns))
+		must(testsupport.IP("netns", "add", ns))
 		lab.hosts = append(lab.hosts, ns)
 		lab.links = append(lab.links, sws)
-		must(ipCmd("link", "add", host, "netns", ns, "type", "veth", "peer", "name", sws, "netns", sw))
-		must(ipCmd("-n", ns, "addr", "add", lab.addr(i)+"/24", "dev", host))
-		must(ipCmd("-n", ns, "link", "set", host, "up"))
-		must(ipCmd("-n", ns, "link", "set", "lo", "up"))
-		must(ipCmd("-n", sw, "link", "set", sws, "master", "br0"))
-		must(ipCmd("-n", sw, "link", "set", sws, "up"))
+		must(testsupport.IP("link", "add", host, "netns", ns, "type", "veth", "peer", "name", sws, "netns", sw))
+		must(testsupport.IP("-n", ns, "addr", "add", lab.addr(i)+"/24", "dev", host))
+		must(testsupport.IP("-n", ns, "link", "set", host, "up"))
+		must(testsupport.IP("-n", ns, "link", "set", "lo", "up"))
+		must(testsupport.IP("-n", sw, "link", "set", sws, "master", "br0"))
+		must(testsupport.IP("-n", sw, "link", "set", sws, "up"))
 	}
 	return lab
 }
@@ -85,7 +76,7 @@ func (l *netLab) heal(hosts ...int) { l.attach("br0", hosts) }
 
 func (l *netLab) attach(bridge string, hosts []int) {
 	for _, i := range hosts {
-		if err := ipCmd("-n", "shd"+l.tag+"sw", "link", "set", l.links[i], "master", bridge); err != nil {
+		if err := testsupport.IP("-n", "shd"+l.tag+"sw", "link", "set", l.links[i], "master", bridge); err != nil {
 			l.t.Fatal(err)
 		}
 	}
@@ -93,7 +84,7 @@ func (l *netLab) attach(bridge string, hosts []int) {
 
 func (l *netLab) close() {
 	for _, ns := range append(l.hosts, "shd"+l.tag+"sw") {
-		ipCmd("netns", "del", ns)
+		testsupport.IP("netns", "del", ns)
 	}
 }
 
