@@ -142,16 +142,20 @@ func TestManyJobsOnOneMesh(t *testing.T) {
 		}
 		// Job b stopped: it is retired on every peer. Job c starts while
 		// the default job and job a go on.
+		var holding []string // the peers that still hold job b, and what of it
 		retired := func() bool {
+			holding = holding[:0]
 			for _, p := range m.peers {
-				if p.node.ordered[0].lookupJob("b") != nil {
-					return false
+				if js := p.node.ordered[0].lookupJob("b"); js != nil {
+					gen, epoch, term := js.book.Head()
+					holding = append(holding, fmt.Sprintf("%s (leader %q, idle %s, newest order gen %d epoch %d term %d)",
+						p.node.cfg.Name, p.node.Leader(), js.idle(time.Now()).Round(time.Millisecond), gen, epoch, term))
 				}
 			}
-			return true
+			return len(holding) == 0
 		}
 		if _, err := testsupport.Poll(ctx, 20*time.Second, retired); err != nil {
-			errB = fmt.Errorf("job b not retired on every peer: %w", err)
+			errB = fmt.Errorf("job b not retired on every peer: %w; held by %s", err, strings.Join(holding, ", "))
 			return
 		}
 		_, errC = trainJob(ctx, m.files, "c", 0, 3, 2, func(r int) *redis.Client { return clients[2-r] }, lossC)
