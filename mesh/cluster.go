@@ -467,7 +467,15 @@ func (n *Node) servePublish(_ context.Context, from string, p *wire.PublishMsg) 
 	if p.Retired {
 		if js := ds.lookupJob(p.Job); js != nil {
 			n.installOrder(js, p)
+		} else {
+			ds.noteRetired(p.Job, p.Gen)
 		}
+		return nil, nil
+	}
+	if p.Gen < ds.retiredGen(p.Job) {
+		// An order from before the job's retirement, delayed: the job is
+		// over and must not start again here.
+		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Str("job", displayJob(p.Job)).Uint64("gen", p.Gen).Str("from", from).Msg("order of a retired job ignored")
 		return nil, nil
 	}
 	js, err := n.job(ds, p.Job, true)
@@ -487,6 +495,7 @@ func (n *Node) installOrder(js *jobState, p *wire.PublishMsg) bool {
 		return false
 	}
 	if p.Retired {
+		js.ds.noteRetired(js.name, p.Gen)
 		n.dropJob(js)
 	}
 	return true

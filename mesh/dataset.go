@@ -28,6 +28,12 @@ type datasetState struct {
 	def    *jobState
 	jobsMu sync.RWMutex
 	jobs   map[string]*jobState
+	// retired holds, by job name, the generation of the job's latest
+	// retirement (see noteRetired); retiredNames the names in the order
+	// they were retired, the oldest forgotten past maxRetired. Guarded by
+	// jobsMu.
+	retired      map[string]uint64
+	retiredNames []string
 
 	resident atomic.Int64      // samples of this dataset in the cache
 	counters *counters.Dataset // reads by epoch, source latency, deciles
@@ -61,6 +67,7 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		counters: counters.New(m.Len()),
 	}
 	ds.jobs = make(map[string]*jobState)
+	ds.retired = make(map[string]uint64)
 	return ds, nil
 }
 

@@ -303,6 +303,38 @@ func (n *Node) dropJob(js *jobState) {
 	n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", js.name).Msg("job retired")
 }
 
+// maxRetired bounds how many retired job names a dataset remembers.
+const maxRetired = 4096
+
+// noteRetired remembers that the job name was retired with generation
+// gen. An order of the job of an older generation that arrives later (a
+// publication sent before the retirement and delayed, or retried) is then
+// refused instead of starting the job again on this node, where nothing
+// would retire it; and a job of the same name started later begins at
+// generation gen (leader.Config.Gen), so that its orders are not refused.
+func (ds *datasetState) noteRetired(name string, gen uint64) {
+	ds.jobsMu.Lock()
+	defer ds.jobsMu.Unlock()
+	if old, ok := ds.retired[name]; ok {
+		ds.retired[name] = max(old, gen)
+		return
+	}
+	if len(ds.retiredNames) >= maxRetired {
+		delete(ds.retired, ds.retiredNames[0])
+		ds.retiredNames = ds.retiredNames[1:]
+	}
+	ds.retired[name] = gen
+	ds.retiredNames = append(ds.retiredNames, name)
+}
+
+// retiredGen returns the generation of the latest retirement of job name
+// this node remembers, 0 for none.
+func (ds *datasetState) retiredGen(name string) uint64 {
+	ds.jobsMu.RLock()
+	defer ds.jobsMu.RUnlock()
+	return ds.retired[name]
+}
+
 // knownJob returns a job this node knows, or an error that says why not.
 func (n *Node) knownJob(dataset, job string) (*jobState, error) {
 	ds, err := n.dataset(dataset)

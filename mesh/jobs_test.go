@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -405,5 +406,89 @@ func TestJobsBeginEpochsTogether(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRetiredJobStaysRetired checks that an order of a job published
+// before its retirement and delivered after it (a delayed or retried
+// publication: each goes out on its own) does not start the job again on
+// a peer, where nothing would retire it; and that a job of the same name
+// started after the retirement trains, its orders one generation past
+// the retirement's so that the peers take them.
+func TestRetiredJobStaysRetired(t *testing.T) {
+	m := startMesh(t, 2, meshOpts{samples: 60, minSize: 10, maxSize: 30, configure: func(i int, c *Config) {
+		c.JobIdle = time.Second
+	}})
+	ctx := context.Background()
+	clients := []*redis.Client{m.peers[0].client(t), m.peers[1].client(t)}
+	loss := func(id int64) float64 { return float64(id%7) + 0.5 }
+	train := func() {
+		t.Helper()
+		if _, err := trainJob(ctx, m.files, "b", 0, 2, 2, func(r int) *redis.Client { return clients[r] }, loss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// held lists the peers that know job b, with the generation and epoch
+	// of its newest order.
+	held := func() []string {
+		var out []string
+		for _, p := range m.peers {
+			if js := p.node.ordered[0].lookupJob("b"); js != nil {
+				gen, epoch, _ := js.book.Head()
+				out = append(out, fmt.Sprintf("%s: gen %d epoch %d", p.node.cfg.Name, gen, epoch))
+			}
+		}
+		return out
+	}
+	waitRetired := func() {
+		t.Helper()
+		if _, err := testsupport.Poll(ctx, 20*time.Second, func() bool { return len(held()) == 0 }); err != nil {
+			t.Fatalf("job b not retired: %v; held by %v", err, held())
+		}
+	}
+
+	train()
+	var stale *wire.PublishMsg // job b's newest order, as every peer got it
+	if js := m.peers[0].node.ordered[0].lookupJob("b"); js != nil {
+		stale = js.book.Newest()
+	}
+	if stale == nil || stale.Gen != 0 {
+		t.Fatalf("job b's newest order after training: %+v", stale)
+	}
+	waitRetired()
+
+	// The order arrives again at every peer after the retirement.
+	for _, p := range m.peers {
+		if _, err := p.node.servePublish(ctx, "late", stale); err != nil {
+			t.Fatalf("%s: %v", p.node.cfg.Name, err)
+		}
+	}
+	if h := held(); len(h) != 0 {
+		t.Fatalf("an order of job b from before its retirement started it again: %v", h)
+	}
+
+	// Job b again: it trains, and its orders are of the next generation.
+	train()
+	for _, p := range m.peers {
+		js := p.node.ordered[0].lookupJob("b")
+		if js == nil {
+			t.Fatalf("%s does not know the new job b", p.node.cfg.Name)
+		}
+		if gen, epoch, _ := js.book.Head(); gen != 1 || epoch < 1 {
+			t.Fatalf("%s: the new job b's newest order is of gen %d epoch %d, want gen 1, epoch 1 or later", p.node.cfg.Name, gen, epoch)
+		}
+	}
+	waitRetired()
+	// The second job's retirement, then the first job's order again.
+	for _, p := range m.peers {
+		if g := p.node.ordered[0].retiredGen("b"); g != 2 {
+			t.Fatalf("%s remembers job b retired at gen %d, want 2", p.node.cfg.Name, g)
+		}
+		if _, err := p.node.servePublish(ctx, "late", stale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := held(); len(h) != 0 {
+		t.Fatalf("an order of the first job b started it again: %v", h)
 	}
 }

@@ -55,7 +55,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		}
 	}
 	cfg := leader.Config{
-		Dataset: ds.name, Job: js.name, Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
+		Dataset: ds.name, Job: js.name, Gen: ds.retiredGen(js.name), Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
 		Resident:   func(int) []uint64 { return n.cachedSamples(js) },

@@ -58,12 +58,17 @@ type Scores interface {
 }
 
 // Config is what a Job needs of its dataset and its node. Every field but
-// Owners, Resident, EpochDeadline and Logger is required.
+// Gen, Owners, Resident, EpochDeadline, Hold and Logger is required.
 type Config struct {
 	Dataset, Version string
 	// Job names the dataset's job ("" for its default job); it is stamped
 	// on every order.
 	Job string
+	// Gen is the job's first generation: 0 for a name not used before,
+	// or the generation of its name's latest retirement, so that the
+	// peers can tell this job's orders from delayed ones of the job
+	// retired before it (which are older).
+	Gen uint64
 	// MaxWorld bounds the world size of a job.
 	MaxWorld int
 	// NewSampler returns a sampler in its initial state, for a new job
@@ -144,9 +149,9 @@ type Job struct {
 	resident map[string][]byte
 }
 
-// New returns the job of generation 0, with no rank and no order.
+// New returns the job of generation cfg.Gen, with no rank and no order.
 func New(cfg Config) *Job {
-	return &Job{cfg: cfg, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
+	return &Job{cfg: cfg, gen: cfg.Gen, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
 		resident: make(map[string][]byte)}
 }
 

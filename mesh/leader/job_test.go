@@ -286,6 +286,32 @@ func TestEndRetiresTheJobOnce(t *testing.T) {
 	}
 }
 
+// TestGenStartsWhereTheRetirementEnded checks that a job started with
+// Config.Gen publishes its orders and its own retirement from that
+// generation on, and takes the joins of that generation.
+func TestGenStartsWhereTheRetirementEnded(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.Job, cfg.Gen = "sweep", 3
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 1, "a", 3, -1); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Gen != 3 || p.Epoch != 0 {
+		t.Fatalf("epoch 0 of a job begun at gen 3: gen %d epoch %d", p.Gen, p.Epoch)
+	}
+	if err := h.job.Done(3, 0, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Gen != 3 || p.Epoch != 1 {
+		t.Fatalf("after the done of gen 3: gen %d epoch %d, want gen 3 epoch 1", p.Gen, p.Epoch)
+	}
+	h.job.End()
+	if p := h.last(t); p.Gen != 4 || !p.Retired {
+		t.Fatalf("its retirement: %+v", p)
+	}
+}
+
 func TestDrawSplitsPreferringOwners(t *testing.T) {
 	s := sampling.NewSampler(8, sampling.DefaultConfig())
 	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }

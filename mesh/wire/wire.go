@@ -285,7 +285,9 @@ type PublishMsg struct {
 	// Retired, on the empty order of a reset (Epoch -1), says the job is
 	// over for good: its trainers stopped, and peers drop its orders and
 	// scores (keeping the scores in their state directory, if they have
-	// one). A job of the same name that starts later begins afresh.
+	// one), and refuse its orders of older generations that arrive later.
+	// A job of the same name that starts later begins afresh, at this
+	// generation.
 	Retired bool `msgpack:"z,omitempty"`
 }
 
