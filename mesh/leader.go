@@ -34,8 +34,8 @@ var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the lea
 // drawn from the job's score table with a sampler seeded by the node's
 // seed and the job's name (its draws coupled with the dataset's other
 // jobs' by one DrawSeed), preferring the samples the mesh caches, split
-// preferring the samples' owners in a mesh, installed here and broadcast; its timers run
-// on the node's background goroutines.
+// preferring the samples' owners in a mesh, installed here and
+// broadcast; its timers run on the node's background goroutines.
 func (n *Node) jobConfig(js *jobState) leader.Config {
 	ds := js.ds
 	sc := n.cfg.samplingConfig()
@@ -58,8 +58,15 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Dataset: ds.name, Job: js.name, Gen: ds.retiredGen(js.name), Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
 		Ahead: n.cfg.OrderAhead, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
-		Resident:   func(int) []uint64 { return n.cachedSamples(js) },
-		Hold:       func(epoch int) time.Duration { return n.syncHold(js, epoch) },
+		// Every job of the dataset prefers the samples the mesh caches,
+		// and only those: the jobs' draws are coupled (one DrawSeed), so
+		// where their importance agrees they draw the same samples only
+		// while their draw distributions agree, boost included.
+		// Preferring also the samples of another job's order (measured:
+		// test/results/many-jobs.md) spread each job's boost over its own
+		// set, drew the jobs apart and read more from the source.
+		Resident: func() []uint64 { return n.residentWords(ds) },
+		Hold:     func(epoch int) time.Duration { return n.syncHold(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			n.installOrder(js, p)
 			n.releaseHeld(js)
@@ -138,19 +145,6 @@ func (n *Node) phase(js *jobState, epoch int) float64 {
 // activeWithin is how recently a job must have been heard from (a join,
 // done, report or order) to count as training now.
 const activeWithin = 15 * time.Second
-
-// cachedSamples is the bitmap of the samples a job's draws prefer (bit
-// i%64 of word i/64): those this node caches now; the leader.Job adds
-// the other nodes' caches. Every job of the dataset prefers the same
-// samples, and only those: the jobs' draws are coupled (one DrawSeed), so
-// where their importance agrees they draw the same samples only while
-// their draw distributions agree, boost included. Preferring also the
-// samples of another job's order (measured: test/results/many-jobs.md)
-// made each job's boost spread over its own set, drew the jobs apart and
-// read more from the source.
-func (n *Node) cachedSamples(js *jobState) []uint64 {
-	return n.residentWords(js.ds)
-}
 
 // jobToLead returns a job's leader state, or errNotLeader on a node that
 // does not lead now. With create, a job this node does not know yet is

@@ -79,11 +79,11 @@ type Config struct {
 	// samples its node owns where it can (sampling.LocalitySplit). nil
 	// splits orders without regard to owners (sampling.Split).
 	Owners func(id uint32) []string
-	// Resident returns a bitmap of the samples the draw of epoch should
-	// prefer as this node sees them (bit i%64 of word i/64): those it
-	// caches now; nil means none. The other nodes' cached samples come with their
+	// Resident returns a bitmap of the samples the draws should prefer as
+	// this node sees them (bit i%64 of word i/64): those it caches now;
+	// nil means none. The other nodes' cached samples come with their
 	// ranks' dones.
-	Resident func(epoch int) []uint64
+	Resident func() []uint64
 	// Term returns the leader's term, stamped on every order.
 	Term func() uint64
 	// Publish installs an order on this node and sends it to every peer;
@@ -456,7 +456,7 @@ func (j *Job) missingLocked() []int {
 // publishLocked draws epoch's order, splits it among the ranks and hands
 // it to Config.Publish.
 func (j *Job) publishLocked(epoch int) error {
-	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.cfg.Owners, j.residentLocked(epoch))
+	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.cfg.Owners, j.residentLocked())
 	if err != nil {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
@@ -472,13 +472,13 @@ func (j *Job) publishLocked(epoch int) error {
 	return nil
 }
 
-// residentLocked is the union of what Config.Resident gives for epoch
-// and the samples cached on the others nodes when their ranks last
-// finished an epoch; nil when no node said and Config.Resident is unset.
-func (j *Job) residentLocked(epoch int) []uint64 {
+// residentLocked is the union of what Config.Resident gives and the
+// samples cached on the others nodes when their ranks last finished an
+// epoch; nil when no node said and Config.Resident is unset.
+func (j *Job) residentLocked() []uint64 {
 	var bits []uint64
 	if j.cfg.Resident != nil {
-		bits = j.cfg.Resident(epoch)
+		bits = j.cfg.Resident()
 	}
 	if len(j.resident) == 0 {
 		return bits

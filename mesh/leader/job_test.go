@@ -378,7 +378,7 @@ func TestDrawPrefersUnionOfResident(t *testing.T) {
 	cfg := h.config()
 	cfg.Scores = table
 	cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(80, sampling.DefaultConfig()) }
-	cfg.Resident = func(int) []uint64 { return []uint64{1 << 3, 0} } // sample 3 here
+	cfg.Resident = func() []uint64 { return []uint64{1 << 3, 0} } // sample 3 here
 	h.job = New(cfg)
 	if _, err := h.job.Join(0, 2, "a", 0, -1); err != nil {
 		t.Fatal(err)
