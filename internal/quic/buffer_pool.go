@@ -2,6 +2,7 @@ package quic
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/shade-mesh/shade/internal/quic/internal/protocol"
 )
@@ -13,6 +14,36 @@ type packetBuffer struct {
 	// It doesn't support concurrent use.
 	// It is > 1 when used for coalesced packet.
 	refCount int
+
+	// shade: holders counts who keeps Data from the pool: 1 while
+	// refCount's packets are being handled (or the buffer is being sent),
+	// plus 1 for each received STREAM frame whose data lies in Data (see
+	// pin). The last to let go puts the buffer back. Unlike refCount it is
+	// safe for concurrent use: a stream's reader lets go of its frames.
+	holders atomic.Int32
+}
+
+// shade: pin keeps the buffer from the pool until the returned function
+// is called (once), so that a received STREAM frame of n bytes keeps its
+// data in the buffer until the stream's reader has consumed it, instead
+// of a copy. It declines (returns nil) a frame under an eighth of the
+// buffer: a peer's frames then pin at most 8 times the bytes its flow
+// control lets it queue. Only the goroutine handling the packet may pin
+// the buffer, before it releases it.
+func (b *packetBuffer) pin(n int) func() {
+	if n*8 < cap(b.Data) {
+		return nil
+	}
+	b.holders.Add(1)
+	return b.letGo
+}
+
+// shade: letGo drops one holder and puts the buffer back if it was the
+// last.
+func (b *packetBuffer) letGo() {
+	if b.holders.Add(-1) == 0 {
+		b.recycle()
+	}
 }
 
 // Split increases the refCount.
@@ -54,7 +85,11 @@ func (b *packetBuffer) Release() {
 func (b *packetBuffer) Len() protocol.ByteCount { return protocol.ByteCount(len(b.Data)) }
 func (b *packetBuffer) Cap() protocol.ByteCount { return protocol.ByteCount(cap(b.Data)) }
 
-func (b *packetBuffer) putBack() {
+// putBack lets go of the packet handling's hold (shade: pinned frames
+// may keep the buffer out of the pool for longer).
+func (b *packetBuffer) putBack() { b.letGo() }
+
+func (b *packetBuffer) recycle() {
 	if cap(b.Data) == protocol.MaxPacketBufferSize {
 		bufferPool.Put(b)
 		return
@@ -71,6 +106,7 @@ var bufferPool, largeBufferPool sync.Pool
 func getPacketBuffer() *packetBuffer {
 	buf := bufferPool.Get().(*packetBuffer)
 	buf.refCount = 1
+	buf.holders.Store(1) // shade
 	buf.Data = buf.Data[:0]
 	return buf
 }
@@ -78,6 +114,7 @@ func getPacketBuffer() *packetBuffer {
 func getLargePacketBuffer() *packetBuffer {
 	buf := largeBufferPool.Get().(*packetBuffer)
 	buf.refCount = 1
+	buf.holders.Store(1) // shade
 	buf.Data = buf.Data[:0]
 	return buf
 }

@@ -144,6 +144,11 @@ type Conn struct {
 
 	srcConnIDLen int
 
+	// shade: rcvBuf is the buffer of the 1-RTT packet whose frames are
+	// being handled (nil otherwise): large STREAM frames keep their data
+	// in it instead of a copy (wire.ParseStreamFrameInPlace).
+	rcvBuf *packetBuffer
+
 	perspective protocol.Perspective
 	version     protocol.Version
 	config      *Config
@@ -1291,7 +1296,9 @@ func (c *Conn) handleShortHeaderPacket(
 			})
 		}
 	}
+	c.rcvBuf = p.buffer // shade
 	isNonProbing, pathChallenge, err := c.handleUnpackedShortHeaderPacket(destConnID, pn, data, p.ecn, p.rcvTime, log)
+	c.rcvBuf = nil
 	if err != nil {
 		return false, err
 	}
@@ -1850,6 +1857,10 @@ func (c *Conn) handleFrames(
 	handshakeWasComplete := c.handshakeComplete
 	var handleErr error
 	var skipHandling bool
+	var keep func(n int) func() // shade: where large STREAM frames may stay
+	if c.rcvBuf != nil && encLevel == protocol.Encryption1RTT {
+		keep = c.rcvBuf.pin
+	}
 
 	for len(data) > 0 {
 		frameType, l, err := c.frameParser.ParseType(data, encLevel)
@@ -1873,7 +1884,7 @@ func (c *Conn) handleFrames(
 		// We're inlining common cases, to avoid using interfaces
 		// Fast path: STREAM, DATAGRAM and ACK
 		if frameType.IsStreamFrameType() {
-			streamFrame, l, err := c.frameParser.ParseStreamFrame(frameType, data, c.version)
+			streamFrame, l, err := c.frameParser.ParseStreamFrameInPlace(frameType, data, c.version, keep) // shade
 			if err != nil {
 				return false, false, nil, err
 			}

@@ -76,7 +76,13 @@ func (p *FrameParser) ParseType(b []byte, encLevel protocol.EncryptionLevel) (Fr
 }
 
 func (p *FrameParser) ParseStreamFrame(frameType FrameType, data []byte, v protocol.Version) (*StreamFrame, int, error) {
-	frame, n, err := ParseStreamFrame(data, frameType, v)
+	return p.ParseStreamFrameInPlace(frameType, data, v, nil)
+}
+
+// shade: ParseStreamFrameInPlace is ParseStreamFrame leaving large frames'
+// data in data (see the function ParseStreamFrameInPlace).
+func (p *FrameParser) ParseStreamFrameInPlace(frameType FrameType, data []byte, v protocol.Version, keep func(n int) func()) (*StreamFrame, int, error) {
+	frame, n, err := ParseStreamFrameInPlace(data, frameType, v, keep)
 	if err != nil {
 		return nil, n, &qerr.TransportError{
 			ErrorCode:    qerr.FrameEncodingError,

@@ -107,3 +107,75 @@ func TestReceivedFramePinsLittle(t *testing.T) {
 		got.PutBack()
 	}
 }
+
+// TestParseStreamFrameInPlace checks that a large STREAM frame keeps its
+// data in the packet when keep accepts it, and is copied otherwise: keep
+// is asked once, with the data's length; the frame's bytes are the
+// packet's; putting the frame back calls keep's function once, and a
+// copied frame never calls keep's function at all.
+func TestParseStreamFrameInPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		decline bool
+		inPlace bool
+	}{
+		{"large", 8000, false, true},
+		{"just above the small pool", smallFrameSize + 1, false, true},
+		{"small pool size", smallFrameSize, false, false},
+		{"declined", 8000, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := make([]byte, tc.n)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			sent := &StreamFrame{StreamID: 4, Offset: 1 << 20, DataLenPresent: true, Data: data}
+			packet, err := sent.Append(nil, protocol.Version1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			typ, l, err := NewFrameParser(true, true, true).ParseType(packet, protocol.Encryption1RTT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			asked, released := 0, 0
+			keep := func(n int) func() {
+				asked++
+				if n != tc.n {
+					t.Errorf("keep asked for %d bytes, the frame has %d", n, tc.n)
+				}
+				if tc.decline {
+					return nil
+				}
+				return func() { released++ }
+			}
+			f, used, err := ParseStreamFrameInPlace(packet[l:], typ, protocol.Version1, keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used != len(packet)-l || f.Offset != sent.Offset || f.StreamID != sent.StreamID || string(f.Data) != string(data) {
+				t.Fatalf("parsed %d of %d bytes, offset %d, stream %d, data intact %v", used, len(packet)-l, f.Offset, f.StreamID, string(f.Data) == string(data))
+			}
+			inPlace := &f.Data[0] == &packet[len(packet)-tc.n]
+			if inPlace != tc.inPlace {
+				t.Fatalf("data in the packet: %v, want %v", inPlace, tc.inPlace)
+			}
+			if want := 0; tc.n > smallFrameSize {
+				want = 1
+				if asked != want {
+					t.Fatalf("keep asked %d times, want %d", asked, want)
+				}
+			} else if asked != 0 {
+				t.Fatalf("keep asked for a frame of %d bytes", tc.n)
+			}
+			if released != 0 {
+				t.Fatal("released before the frame was put back")
+			}
+			f.PutBack()
+			if want := map[bool]int{true: 1, false: 0}[tc.inPlace]; released != want {
+				t.Fatalf("released %d times after PutBack, want %d", released, want)
+			}
+		})
+	}
+}

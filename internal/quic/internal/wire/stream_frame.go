@@ -17,9 +17,25 @@ type StreamFrame struct {
 	DataLenPresent bool
 
 	fromPool bool
+	// shade: release, if set, lets go of the packet buffer Data lies in
+	// (see ParseStreamFrameInPlace); PutBack calls it.
+	release func()
 }
 
-func ParseStreamFrame(b []byte, typ FrameType, _ protocol.Version) (*StreamFrame, int, error) {
+func ParseStreamFrame(b []byte, typ FrameType, v protocol.Version) (*StreamFrame, int, error) {
+	return ParseStreamFrameInPlace(b, typ, v, nil)
+}
+
+// shade: ParseStreamFrameInPlace is ParseStreamFrame, except that a frame
+// of more than smallFrameSize (1,452) bytes of data may keep its data in b
+// instead of a copy: keep (if not nil) is asked with the data's length,
+// and if it returns a function the frame's Data is the bytes in b and that
+// function is called when the frame is put back (the frame sorter does so
+// once the stream's reader has consumed the data). keep must hold b's
+// buffer from reuse until then, and should decline (return nil) where the
+// frame is too small a part of the buffer to pin it. Smaller frames, and
+// those keep declines, are copied as before.
+func ParseStreamFrameInPlace(b []byte, typ FrameType, _ protocol.Version, keep func(n int) func()) (*StreamFrame, int, error) {
 	startLen := len(b)
 	hasOffset := typ&0b100 > 0
 	fin := typ&0b1 > 0
@@ -56,7 +72,23 @@ func ParseStreamFrame(b []byte, typ FrameType, _ protocol.Version) (*StreamFrame
 		dataLen = uint64(len(b))
 	}
 
+	if offset+dataLen > uint64(protocol.MaxByteCount) { // shade: checked before keep
+		return nil, 0, errors.New("stream data overflows maximum offset")
+	}
 	var frame *StreamFrame
+	if keep != nil && dataLen > smallFrameSize { // shade: in place
+		if release := keep(int(dataLen)); release != nil {
+			frame = &StreamFrame{
+				StreamID:       protocol.StreamID(streamID),
+				Offset:         protocol.ByteCount(offset),
+				Data:           b[:dataLen:dataLen],
+				Fin:            fin,
+				DataLenPresent: hasDataLen,
+				release:        release,
+			}
+			return frame, startLen - len(b) + int(dataLen), nil
+		}
+	}
 	if dataLen < protocol.MinStreamFrameBufferSize {
 		frame = &StreamFrame{}
 		if dataLen > 0 {
@@ -189,5 +221,10 @@ func (f *StreamFrame) MaybeSplitOffFrame(maxSize protocol.ByteCount, version pro
 }
 
 func (f *StreamFrame) PutBack() {
+	if r := f.release; r != nil { // shade: data in a packet buffer
+		f.release, f.Data = nil, nil
+		r()
+		return
+	}
 	putStreamFrame(f)
 }
