@@ -21,6 +21,10 @@ type packetBuffer struct {
 	// pin). The last to let go puts the buffer back. Unlike refCount it is
 	// safe for concurrent use: a stream's reader lets go of its frames.
 	holders atomic.Int32
+	// shade: parent, on a segment of a datagram the kernel coalesced
+	// (UDP GRO), is the buffer the segment's Data lies in: the segment
+	// holds it until the segment goes back to the pool.
+	parent *packetBuffer
 }
 
 // shade: pin keeps the buffer from the pool until the returned function
@@ -31,7 +35,11 @@ type packetBuffer struct {
 // control lets it queue. Only the goroutine handling the packet may pin
 // the buffer, before it releases it.
 func (b *packetBuffer) pin(n int) func() {
-	if n*8 < cap(b.Data) {
+	held := b
+	if b.parent != nil {
+		held = b.parent // what the frame keeps from the pool
+	}
+	if n*8 < cap(held.Data) {
 		return nil
 	}
 	b.holders.Add(1)
@@ -90,6 +98,12 @@ func (b *packetBuffer) Cap() protocol.ByteCount { return protocol.ByteCount(cap(
 func (b *packetBuffer) putBack() { b.letGo() }
 
 func (b *packetBuffer) recycle() {
+	if parent := b.parent; parent != nil { // shade: a GRO segment
+		b.parent, b.Data = nil, nil
+		segmentPool.Put(b)
+		parent.letGo()
+		return
+	}
 	if cap(b.Data) == protocol.MaxPacketBufferSize {
 		bufferPool.Put(b)
 		return
@@ -98,7 +112,41 @@ func (b *packetBuffer) recycle() {
 		largeBufferPool.Put(b)
 		return
 	}
+	if cap(b.Data) == groBufferSize { // shade
+		groBufferPool.Put(b)
+		return
+	}
 	panic("putPacketBuffer called with packet of wrong size!")
+}
+
+// shade: groBufferSize is the size of a receive buffer with UDP GRO on:
+// the kernel coalesces datagrams up to 64 KiB.
+const groBufferSize = 1 << 16
+
+// shade: groBufferPool holds receive buffers for coalesced datagrams, and
+// segmentPool the buffers that stand for one datagram of them.
+var groBufferPool, segmentPool sync.Pool
+
+// shade: getGROBuffer returns a receive buffer for coalesced datagrams.
+func getGROBuffer() *packetBuffer {
+	buf := groBufferPool.Get().(*packetBuffer)
+	buf.refCount = 1
+	buf.holders.Store(1)
+	buf.Data = buf.Data[:0]
+	return buf
+}
+
+// shade: segment returns a buffer for data, one datagram of the coalesced
+// ones in b, that holds b until it goes back to the pool itself. Only the
+// goroutine that holds b may call it.
+func (b *packetBuffer) segment(data []byte) *packetBuffer {
+	b.holders.Add(1)
+	seg := segmentPool.Get().(*packetBuffer)
+	seg.refCount = 1
+	seg.holders.Store(1)
+	seg.Data = data
+	seg.parent = b
+	return seg
 }
 
 var bufferPool, largeBufferPool sync.Pool
@@ -126,4 +174,8 @@ func init() {
 	largeBufferPool.New = func() any {
 		return &packetBuffer{Data: make([]byte, 0, protocol.MaxLargePacketBufferSize)}
 	}
+	groBufferPool.New = func() any { // shade
+		return &packetBuffer{Data: make([]byte, 0, groBufferSize)}
+	}
+	segmentPool.New = func() any { return new(packetBuffer) } // shade
 }

@@ -36,3 +36,8 @@ func parseIPv4PktInfo(body []byte) (ip netip.Addr, ifIndex uint32, ok bool) {
 func isGSOEnabled(syscall.RawConn) bool { return false }
 
 func isECNEnabled() bool { return !isECNDisabledUsingEnv() }
+
+// shade: UDP GRO is Linux's; reads here hold one datagram each.
+func enableGRO(syscall.RawConn) bool { return false }
+
+func groSegmentSize(_, _ int32, _ []byte) (int, bool) { return 0, false }

@@ -152,3 +152,34 @@ func kernelVersion() (major, minor int) {
 
 	return values[0], values[1]
 }
+
+// shade: enableGRO asks the kernel to hand over datagrams of one flow that
+// arrive together as one read of up to 64 KiB (UDP_GRO, Linux 5.0), with
+// the size of each in a control message (see groSegmentSize): on loopback
+// a batch sent with GSO then arrives as it was sent, not cut back into
+// datagrams by the kernel. QUIC_GO_DISABLE_GRO=true turns it off.
+func enableGRO(conn syscall.RawConn) bool {
+	if kernelVersionMajor < 5 {
+		return false
+	}
+	if disabled, err := strconv.ParseBool(os.Getenv("QUIC_GO_DISABLE_GRO")); err == nil && disabled {
+		return false
+	}
+	var serr error
+	if err := conn.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+	}); err != nil {
+		return false
+	}
+	return serr == nil
+}
+
+// shade: groSegmentSize returns the size of each datagram of a coalesced
+// read from its UDP_GRO control message (an int); ok is false for any
+// other control message.
+func groSegmentSize(level, typ int32, body []byte) (size int, ok bool) {
+	if level != unix.IPPROTO_UDP || typ != unix.UDP_GRO || len(body) < 4 {
+		return 0, false
+	}
+	return int(int32(binary.NativeEndian.Uint32(body))), true
+}

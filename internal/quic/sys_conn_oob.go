@@ -52,6 +52,13 @@ type oobConn struct {
 	buffers  [batchSize]*packetBuffer
 
 	cap connCapabilities
+
+	// shade: gro is set when the kernel may coalesce datagrams into one
+	// read (UDP GRO); pending holds the datagrams of the last such read
+	// that ReadPacket has not returned yet, from pendingPos on.
+	gro        bool
+	pending    []receivedPacket
+	pendingPos int
 }
 
 var _ rawConn = &oobConn{}
@@ -131,6 +138,7 @@ func newConn(c OOBCapablePacketConn, supportsDF bool) (*oobConn, error) {
 			GSO: isGSOEnabled(rawConn),
 			ECN: isECNEnabled(),
 		},
+		gro: batchSize > 1 && enableGRO(rawConn), // shade
 	}
 	for i := range batchSize {
 		oobConn.messages[i].OOB = make([]byte, oobBufferSize)
@@ -141,12 +149,27 @@ func newConn(c OOBCapablePacketConn, supportsDF bool) (*oobConn, error) {
 var invalidCmsgOnceV4, invalidCmsgOnceV6 sync.Once
 
 func (c *oobConn) ReadPacket() (receivedPacket, error) {
+	if c.pendingPos < len(c.pending) { // shade: the rest of a coalesced read
+		p := c.pending[c.pendingPos]
+		c.pending[c.pendingPos] = receivedPacket{}
+		c.pendingPos++
+		if c.pendingPos == len(c.pending) {
+			c.pending, c.pendingPos = c.pending[:0], 0
+		}
+		return p, nil
+	}
 	if len(c.messages) == int(c.readPos) { // all messages read. Read the next batch of messages.
 		c.messages = c.messages[:batchSize]
 		// replace buffers data buffers up to the packet that has been consumed during the last ReadBatch call
 		for i := uint8(0); i < c.readPos; i++ {
-			buffer := getPacketBuffer()
-			buffer.Data = buffer.Data[:protocol.MaxPacketBufferSize]
+			var buffer *packetBuffer
+			if c.gro { // shade
+				buffer = getGROBuffer()
+				buffer.Data = buffer.Data[:groBufferSize]
+			} else {
+				buffer = getPacketBuffer()
+				buffer.Data = buffer.Data[:protocol.MaxPacketBufferSize]
+			}
 			c.buffers[i] = buffer
 			c.messages[i].Buffers[0] = c.buffers[i].Data
 		}
@@ -170,10 +193,14 @@ func (c *oobConn) ReadPacket() (receivedPacket, error) {
 		data:       msg.Buffers[0][:msg.N],
 		buffer:     buffer,
 	}
+	segment := 0 // shade: the size of each coalesced datagram, if any
 	for len(data) > 0 {
 		hdr, body, remainder, err := unix.ParseOneSocketControlMessage(data)
 		if err != nil {
 			return receivedPacket{}, err
+		}
+		if size, ok := groSegmentSize(hdr.Level, hdr.Type, body); ok {
+			segment = size
 		}
 		if hdr.Level == unix.IPPROTO_IP {
 			switch hdr.Type {
@@ -221,7 +248,44 @@ func (c *oobConn) ReadPacket() (receivedPacket, error) {
 		}
 		data = remainder
 	}
+	if c.gro {
+		return c.splitGRO(p, segment), nil
+	}
 	return p, nil
+}
+
+// shade: splitGRO returns the first datagram of p, a read with GRO on that
+// may hold several of segment bytes each (the last may be shorter), and
+// keeps the others for the next calls; each datagram gets a buffer of its
+// own that holds p's (packetBuffer.segment). A read under an eighth of
+// its 64 KiB buffer is first copied into a buffer of the usual size, so
+// that small datagrams do not each keep 64 KiB from the pool.
+func (c *oobConn) splitGRO(p receivedPacket, segment int) receivedPacket {
+	if len(p.data)*8 < cap(p.buffer.Data) && len(p.data) <= protocol.MaxPacketBufferSize {
+		small := getPacketBuffer()
+		small.Data = append(small.Data, p.data...)
+		p.buffer.Release()
+		p.buffer, p.data = small, small.Data
+	}
+	if segment <= 0 || len(p.data) <= segment {
+		return p
+	}
+	whole := p.buffer
+	var first receivedPacket
+	for data := p.data; len(data) > 0; {
+		n := min(segment, len(data))
+		q := p
+		q.data = data[:n:n]
+		q.buffer = whole.segment(q.data)
+		data = data[n:]
+		if first.buffer == nil {
+			first = q
+		} else {
+			c.pending = append(c.pending, q)
+		}
+	}
+	whole.Release() // the segments hold it now
+	return first
 }
 
 // WritePacket writes a new packet.
