@@ -28,7 +28,8 @@ type ReceiveStream struct {
 	currentFrame       []byte
 	currentFrameDone   func()
 	readPosInFrame     int
-	currentFrameIsLast bool // is the currentFrame the last frame on this stream
+	unreportedRead     protocol.ByteCount // shade: see reportRead
+	currentFrameIsLast bool               // is the currentFrame the last frame on this stream
 
 	queuedStopSending   bool
 	queuedMaxStreamData bool
@@ -119,6 +120,10 @@ func (s *ReceiveStream) Read(p []byte) (int, error) {
 
 	s.mutex.Lock()
 	queuedStreamWindowUpdate, queuedConnWindowUpdate, n, err := s.readImpl(p)
+	if stream, conn := s.reportRead(); stream || conn { // shade
+		queuedStreamWindowUpdate = queuedStreamWindowUpdate || stream
+		queuedConnWindowUpdate = queuedConnWindowUpdate || conn
+	}
 	completed := s.isNewlyCompleted()
 	s.mutex.Unlock()
 
@@ -236,14 +241,11 @@ func (s *ReceiveStream) readImpl(p []byte) (hasStreamWindowUpdate bool, hasConnW
 		// when a RESET_STREAM was received, the flow controller was already
 		// informed about the final offset for this stream
 		if !s.isRemoteCancellationEffective() {
-			hasStream, hasConn := s.flowController.AddBytesRead(protocol.ByteCount(m))
-			if hasStream {
-				s.queuedMaxStreamData = true
-				hasStreamWindowUpdate = true
-			}
-			if hasConn {
-				hasConnWindowUpdate = true
-			}
+			// shade: told to the flow controller once a Read, by
+			// reportRead, not once a frame: its locks are shared with
+			// the connection's goroutine. A Read waits for data only
+			// before it has read any, so nothing is held back then.
+			s.unreportedRead += protocol.ByteCount(m)
 		}
 
 		s.readPosInFrame += m
@@ -251,6 +253,7 @@ func (s *ReceiveStream) readImpl(p []byte) (hasStreamWindowUpdate bool, hasConnW
 		bytesRead += m
 
 		if s.isRemoteCancellationEffective() {
+			s.reportRead() // shade: before Abandon counts the rest
 			s.flowController.Abandon()
 		}
 
@@ -268,6 +271,21 @@ func (s *ReceiveStream) readImpl(p []byte) (hasStreamWindowUpdate bool, hasConnW
 		return hasStreamWindowUpdate, hasConnWindowUpdate, bytesRead, s.cancelErr
 	}
 	return hasStreamWindowUpdate, hasConnWindowUpdate, bytesRead, nil
+}
+
+// shade: reportRead tells the flow controller of the bytes read since it
+// was last told, and queues a MAX_STREAM_DATA frame if that opens the
+// window. The caller holds s.mutex.
+func (s *ReceiveStream) reportRead() (hasStreamWindowUpdate, hasConnWindowUpdate bool) {
+	if s.unreportedRead == 0 {
+		return false, false
+	}
+	hasStreamWindowUpdate, hasConnWindowUpdate = s.flowController.AddBytesRead(s.unreportedRead)
+	s.unreportedRead = 0
+	if hasStreamWindowUpdate {
+		s.queuedMaxStreamData = true
+	}
+	return hasStreamWindowUpdate, hasConnWindowUpdate
 }
 
 // isRemoteCancellationEffective returns whether the stream was cancelled remotely
