@@ -90,6 +90,11 @@ func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(u
 	slack := max(1, per/64)
 	rankOf := make([]int32, len(padded))
 	filled := make([]int, world)
+	// open holds the ranks with room, least filled (then lowest) first:
+	// the rank a sample goes to when none on its owners may take it,
+	// found in O(log world) rather than by looking at every rank (at a
+	// rank on each of 1,000 nodes, that scan was most of the split).
+	open := newFillHeap(filled, per)
 	for i, id := range padded {
 		pace := (i+1)*per/len(padded) + slack
 		best := -1
@@ -101,14 +106,10 @@ func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(u
 			}
 		}
 		if best < 0 {
-			for r := range world {
-				if filled[r] < per && (best < 0 || filled[r] < filled[best]) {
-					best = r
-				}
-			}
+			best = open.least()
 		}
 		rankOf[i] = int32(best)
-		filled[best]++
+		open.fill(best)
 	}
 	slices := make([][]uint32, world)
 	for r := range slices {
@@ -118,4 +119,87 @@ func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(u
 		slices[rankOf[i]] = append(slices[rankOf[i]], id)
 	}
 	return slices, nil
+}
+
+// fillHeap is a binary heap of the ranks whose slices have room (fewer than
+// per samples), ordered by how many they hold, then by rank.
+type fillHeap struct {
+	filled []int   // samples each rank holds; shared with the caller
+	per    int     // the slices' length
+	ranks  []int32 // the heap
+	at     []int32 // rank -> its index in ranks, -1 once full
+}
+
+// newFillHeap returns the heap of every rank of filled, all empty.
+func newFillHeap(filled []int, per int) *fillHeap {
+	h := &fillHeap{filled: filled, per: per, ranks: make([]int32, len(filled)), at: make([]int32, len(filled))}
+	for r := range filled {
+		h.ranks[r], h.at[r] = int32(r), int32(r) // all 0: rank order is heap order
+	}
+	if per == 0 {
+		h.ranks = h.ranks[:0]
+	}
+	return h
+}
+
+// least returns the rank with room that holds the fewest samples (the
+// lowest of those that tie). There must be one.
+func (h *fillHeap) least() int { return int(h.ranks[0]) }
+
+// fill counts one more sample in rank r's slice, which must have room.
+func (h *fillHeap) fill(r int) {
+	h.filled[r]++
+	i := int(h.at[r])
+	if h.filled[r] < h.per {
+		h.down(i)
+		return
+	}
+	last := len(h.ranks) - 1 // full: out of the heap
+	h.swap(i, last)
+	h.ranks = h.ranks[:last]
+	h.at[r] = -1
+	if i < last {
+		h.down(i) // the leaf moved into r's place may belong lower or higher
+		h.up(i)
+	}
+}
+
+func (h *fillHeap) less(a, b int) bool {
+	ra, rb := h.ranks[a], h.ranks[b]
+	fa, fb := h.filled[ra], h.filled[rb]
+	return fa < fb || fa == fb && ra < rb
+}
+
+func (h *fillHeap) swap(a, b int) {
+	h.ranks[a], h.ranks[b] = h.ranks[b], h.ranks[a]
+	h.at[h.ranks[a]], h.at[h.ranks[b]] = int32(a), int32(b)
+}
+
+func (h *fillHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h.ranks) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h.ranks) && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
+}
+
+func (h *fillHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
 }

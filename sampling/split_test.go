@@ -230,3 +230,84 @@ func TestLocalitySplitKeepsTheOrdersSequence(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalitySplitLeastFilledRank checks the heap that finds the least
+// filled rank with room, for the samples no rank on their owners may
+// take, against the scan over every rank it replaced: the slices must be
+// the same, sample for sample, over random orders, worlds, rank layouts
+// (ranks on no node, several on one) and owner sets.
+func TestLocalitySplitLeastFilledRank(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 300 {
+		n := 1 + rng.IntN(400)
+		world := 1 + rng.IntN(40)
+		nodes := 1 + rng.IntN(12)
+		order := make([]uint32, n)
+		for i := range order {
+			order[i] = uint32(rng.IntN(n))
+		}
+		rankNode := make([]string, world)
+		for r := range rankNode {
+			if rng.IntN(5) > 0 {
+				rankNode[r] = fmt.Sprint("node-", rng.IntN(nodes))
+			}
+		}
+		owners := make([][]string, n)
+		for id := range owners {
+			for range rng.IntN(3) {
+				owners[id] = append(owners[id], fmt.Sprint("node-", rng.IntN(nodes)))
+			}
+		}
+		ownersOf := func(id uint32) []string { return owners[id] }
+		got, err := LocalitySplit(order, world, rankNode, ownersOf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := scanSplit(order, world, rankNode, ownersOf)
+		for r := range want {
+			if !slices.Equal(got[r], want[r]) {
+				t.Fatalf("trial %d (n %d, world %d): slice %d is %v, the scan gives %v", trial, n, world, r, got[r], want[r])
+			}
+		}
+	}
+}
+
+// scanSplit is LocalitySplit as it was before the heap: the least filled
+// rank with room found by looking at every rank.
+func scanSplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) [][]uint32 {
+	per := (len(order) + world - 1) / world
+	padded := order
+	for len(padded) < per*world {
+		padded = append(padded[:len(padded):len(padded)], order[:min(len(order), per*world-len(padded))]...)
+	}
+	ranksOn := make(map[string][]int)
+	for r, node := range rankNode {
+		if node != "" {
+			ranksOn[node] = append(ranksOn[node], r)
+		}
+	}
+	slack := max(1, per/64)
+	filled := make([]int, world)
+	out := make([][]uint32, world)
+	for i, id := range padded {
+		pace := (i+1)*per/len(padded) + slack
+		best := -1
+		for _, owner := range ownersOf(id) {
+			for _, r := range ranksOn[owner] {
+				if filled[r] < min(per, pace) && (best < 0 || filled[r] < filled[best]) {
+					best = r
+				}
+			}
+		}
+		if best < 0 {
+			for r := range world {
+				if filled[r] < per && (best < 0 || filled[r] < filled[best]) {
+					best = r
+				}
+			}
+		}
+		filled[best]++
+		out[best] = append(out[best], id)
+	}
+	return out
+}
