@@ -48,7 +48,8 @@ func (n *Node) queueScores(js *jobState, ids []uint32) {
 		n.applyLocalScores(js, ids) // every sample is this node's
 		return
 	}
-	local := n.out.QueueScores(r, n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids)
+	ownersOf := func(id uint32) []string { return n.ownersView(js.ds, id) }
+	local := n.out.QueueScores(ownersOf, n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids)
 	n.applyLocalScores(js, local)
 }
 
@@ -258,17 +259,17 @@ func (n *Node) flushReports(ctx context.Context) {
 // flushScores sends each owner the merged scores of its queued samples.
 func (n *Node) flushScores(ctx context.Context) {
 	q := n.out.TakeScores()
-	for owner, byJob := range q {
-		for key, set := range byJob {
-			ds, err := n.dataset(key.Dataset)
-			if err != nil {
-				continue
-			}
-			js := ds.lookupJob(key.Job)
-			if js == nil {
-				continue // retired meanwhile
-			}
-			req := js.scores.ScoresFor(key, set)
+	for key, byOwner := range q {
+		ds, err := n.dataset(key.Dataset)
+		if err != nil {
+			continue
+		}
+		js := ds.lookupJob(key.Job)
+		if js == nil {
+			continue // retired meanwhile
+		}
+		for owner, ids := range byOwner {
+			req := js.scores.ScoresFor(key, ids)
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()

@@ -301,6 +301,7 @@ func (n *Node) refreshMembers() {
 			r, err = cur.Update(names) // O(changes x members), not New's O(members^2)
 		} else {
 			r, err = ring.New(ring.Config{Partitions: c.cfg.Partitions, Replicas: c.cfg.Replicas}, names)
+			n.hashSamples(ds, c.cfg.Partitions)
 		}
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("ring")

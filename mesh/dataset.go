@@ -22,6 +22,10 @@ type datasetState struct {
 	len      int
 
 	ring atomic.Pointer[ring.Ring] // owners among members serving this version
+	// samples holds the ring partition of every sample, hashed once when
+	// the dataset's first ring is built (nil before, and on a standalone
+	// node): see ownersView.
+	samples atomic.Pointer[ring.Samples]
 
 	// The jobs training on the dataset, by name: def, the default job
 	// (""), is always there; named jobs come and go.

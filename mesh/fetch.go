@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/shm"
@@ -20,13 +22,38 @@ import (
 var ErrChecksum = errors.New("mesh: checksum mismatch")
 
 // owners returns the members that own sample id of ds, primary first. A
-// standalone node owns everything.
+// standalone node owns everything. The slice is the caller's.
 func (n *Node) owners(ds *datasetState, id uint32) []string {
+	return slices.Clone(n.ownersView(ds, id))
+}
+
+// ownersView is owners without a copy, for the loops that look up every
+// sample of an order: the slice may be the ring's, and the caller must
+// not modify it. Once the dataset's samples are hashed (hashSamples) a
+// lookup is a table read, not a key formatted and hashed.
+func (n *Node) ownersView(ds *datasetState, id uint32) []string {
 	r := ds.ring.Load()
 	if n.cluster == nil || r == nil {
 		return []string{n.cfg.Name}
 	}
+	if s := ds.samples.Load(); s.Fits(r) && int(id) < s.Len() {
+		return r.SampleOwners(s, id)
+	}
 	return r.Owners([]byte(keyOfSample(ds, id)))
+}
+
+// hashSamples computes the ring partition of every sample of ds, once:
+// 1.28 million samples take about 0.1 s and 2.5 MB.
+func (n *Node) hashSamples(ds *datasetState, partitions int) {
+	if ds.samples.Load() != nil {
+		return
+	}
+	s, err := ring.NewSamples(partitions, ds.len, func(dst []byte, i int) []byte { return samplekey.Append(dst, ds.name, i) })
+	if err != nil {
+		n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("hashing the samples into partitions")
+		return
+	}
+	ds.samples.Store(s)
 }
 
 func contains(list []string, s string) bool {
@@ -199,7 +226,7 @@ func (n *Node) admitOffered(it *wire.OfferItem) error {
 	if int64(len(it.Value)) != ds.manifest.Sizes[it.ID] {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "size differs from the manifest"}
 	}
-	if !it.Leaving && !contains(n.owners(ds, it.ID), n.cfg.Name) {
+	if !it.Leaving && !contains(n.ownersView(ds, it.ID), n.cfg.Name) {
 		// Offered under a ring one of us has not rebuilt yet: keeping it
 		// would leave a copy no owner accounts for.
 		return nil
@@ -406,7 +433,7 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			defer func() { <-sem; wg.Done() }()
 			var v []byte
 			var err error
-			if owners := n.owners(ds, id); contains(owners, n.cfg.Name) {
+			if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
 				v, _, err = n.readThrough(ctx, ds, int(id), key, owners, !req.First)
 			} else {
 				v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache

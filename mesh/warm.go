@@ -164,7 +164,7 @@ func (n *Node) lookahead(js *jobState, p *wire.PublishMsg) {
 	reads := make([]policy.ID, 0, longest*len(p.Slices))
 	for k := 0; k < longest; k++ {
 		for _, s := range p.Slices {
-			if k < len(s) && (n.cluster == nil || contains(n.owners(ds, s[k]), n.cfg.Name)) {
+			if k < len(s) && (n.cluster == nil || contains(n.ownersView(ds, s[k]), n.cfg.Name)) {
 				reads = append(reads, sampleID(ds, int(s[k])))
 			}
 		}

@@ -290,6 +290,7 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		}
 	}
 	fmt.Fprintf(w, "  (split without locality, sampling.Split: %s)\n", round(res.PlainSplit))
+	fmt.Fprintf(w, "  (samples hashed into their partitions once per dataset, ring.NewSamples: %s)\n", round(res.HashSamples))
 
 	link := o.linkGbps * 1e9 / 8 // bytes per second
 	sum := func(keep func(*mergeStep) bool) (cpu time.Duration, wire float64) {

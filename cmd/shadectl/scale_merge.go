@@ -85,6 +85,7 @@ type mergeResult struct {
 	Scored                       int
 	HeapInuse                    uint64
 	PlainSplit                   time.Duration // sampling.Split of the same order, for comparison
+	HashSamples                  time.Duration // ring.NewSamples of the dataset, once per dataset
 	// TableFrame is the size of one replication frame.
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
@@ -141,6 +142,18 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	for rank := range rankNode {
 		rankNode[rank] = members[perm[rank%peers]]
 	}
+	// The node hashes every sample into its partition once, when the
+	// dataset's first ring is built (mesh.hashSamples); owner lookups are
+	// then a table read.
+	start := time.Now()
+	samples, err := ring.NewSamples(r.Config().Partitions, job.samples, func(dst []byte, i int) []byte {
+		return samplekey.Append(dst, job.dataset, i)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.HashSamples = time.Since(start)
+	ownersOf := func(id uint32) []string { return r.SampleOwners(samples, id) }
 	table := sampling.NewTable(job.samples, 0, sampling.ScoreRankLog)
 	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1})
 	order, err := sampler.Order(0, table)
@@ -228,11 +241,11 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// scores go out, one message per owner. Merging is measured over all
 	// requests at once; queueing and sending in 25 ms windows.
 	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report", job.batch))
-	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (Ring.AppendOwners of its key) + per-owner set, as mesh.queueScores")
+	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (Ring.SampleOwners) + per-owner set, as mesh.queueScores")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
 	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
-	q := newScoreQueue(r, leader)
+	q := newScoreQueue(ownersOf, leader)
 	flush := func() error {
 		msgs, bytes, err := q.flush(table)
 		flushStep.Messages += float64(msgs)
@@ -305,14 +318,12 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	splitStep := step("split (locality)", 1, true, "owner lookup per drawn sample: sampling.LocalitySplit, as the leader runs it")
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
-		parts, err = sampling.LocalitySplit(next, job.world, rankNode, func(id uint32) []string {
-			return r.Owners(samplekey.Append(nil, job.dataset, int(id)))
-		})
+		parts, err = sampling.LocalitySplit(next, job.world, rankNode, ownersOf)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	start = time.Now()
 	if _, err := sampling.Split(next, job.world); err != nil {
 		return nil, err
 	}
@@ -370,29 +381,29 @@ func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *ran
 // owners: the node's own wire.ScoreQueue, flushed by encoding the
 // messages a node would send.
 type scoreQueue struct {
-	r      *ring.Ring
+	owners wire.Owners
 	leader string
 	q      wire.ScoreQueue
 	local  []uint32 // the leader's own share
 	frame  []byte
 }
 
-func newScoreQueue(r *ring.Ring, leader string) *scoreQueue {
-	return &scoreQueue{r: r, leader: leader}
+func newScoreQueue(owners wire.Owners, leader string) *scoreQueue {
+	return &scoreQueue{owners: owners, leader: leader}
 }
 
 // add queues the samples of one merged minibatch for their owners, as
 // mesh.queueScores does.
 func (q *scoreQueue) add(dataset string, ids []uint32) {
-	q.local = q.q.Add(q.r, q.leader, wire.JobKey{Dataset: dataset}, ids, q.local)
+	q.local = q.q.Add(q.owners, q.leader, wire.JobKey{Dataset: dataset}, ids, q.local)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader
 // sends them, and empties the queue; it returns the frames and bytes.
 func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error) {
-	for _, byDS := range q.q.Take() {
-		for job, set := range byDS {
-			if q.frame, err = encodeFrame(q.frame, wire.ScoresFor(job, set, table)); err != nil {
+	for job, byOwner := range q.q.Take() {
+		for _, ids := range byOwner {
+			if q.frame, err = encodeFrame(q.frame, wire.ScoresFor(job, ids, table)); err != nil {
 				return frames, bytes, err
 			}
 			frames++

@@ -116,16 +116,16 @@ func (o *Outbox) QueuedReports() int {
 }
 
 // QueueScores queues samples of a job whose merged scores their owners
-// (as r places them) need, and returns those that self owns.
-func (o *Outbox) QueueScores(r wire.Owners, self string, job wire.JobKey, ids []uint32) (local []uint32) {
+// (as ownersOf places them) need, and returns those that self owns.
+func (o *Outbox) QueueScores(ownersOf wire.Owners, self string, job wire.JobKey, ids []uint32) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.scores.Add(r, self, job, ids, nil)
+	return o.scores.Add(ownersOf, self, job, ids, nil)
 }
 
 // TakeScores empties the score queue and returns it (see
 // wire.ScoreQueue.Take); nil if it was empty.
-func (o *Outbox) TakeScores() map[string]map[wire.JobKey]map[uint32]struct{} {
+func (o *Outbox) TakeScores() map[wire.JobKey]map[string][]uint32 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.scores.Len() == 0 {

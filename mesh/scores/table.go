@@ -163,7 +163,7 @@ func (s *Table) All(n int) []float64 {
 }
 
 // ScoresFor builds the scores message of one owner's queued samples.
-func (s *Table) ScoresFor(job wire.JobKey, ids map[uint32]struct{}) *wire.ScoresReq {
+func (s *Table) ScoresFor(job wire.JobKey, ids []uint32) *wire.ScoresReq {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return wire.ScoresFor(job, ids, s.table)

@@ -5,10 +5,11 @@
 // these messages, and shadectl scale encodes and decodes them to measure a
 // leader's work, so the simulator runs the daemon's own code.
 //
-// The struct tags are the wire format: never reuse or change one. wire
-// imports only transport/peer (for Method and the frame header) and the
-// protocol/samplekey leaf (the score queue builds sample keys); it must
-// not import mesh, store, policy or any network package beyond that.
+// The struct tags are the wire format: never reuse or change one (a field
+// whose encoding changes takes a new tag and retires the old, as the
+// packed lists of ALPN shade/2 did). wire imports only transport/peer (for
+// Method and the frame header) and msgpack; it must not import mesh,
+// store, policy or any network package.
 package wire
 
 import (
@@ -201,11 +202,13 @@ type OfferReq struct {
 
 // ReportBatch is one trained minibatch: losses keyed by sample id.
 type ReportBatch struct {
-	Dataset string    `msgpack:"d"`
-	Job     string    `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
-	Epoch   int       `msgpack:"e"`
-	IDs     []uint32  `msgpack:"i"`
-	Losses  []float64 `msgpack:"l"`
+	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
+	Epoch   int    `msgpack:"e"`
+	// IDs and Losses travel packed (U32s, F64s). Tags "i" and "l", the
+	// msgpack arrays they were before ALPN shade/2, are retired.
+	IDs    U32s `msgpack:"I"`
+	Losses F64s `msgpack:"L"`
 }
 
 // ReportReq is a node's queued minibatches, forwarded to the leader.
@@ -315,11 +318,13 @@ func (p *PublishMsg) Newer(q *PublishMsg) bool {
 
 // ScoresReq carries merged scores from the leader to the samples' owners.
 type ScoresReq struct {
-	Dataset string    `msgpack:"d"`
-	Job     string    `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
-	IDs     []uint32  `msgpack:"i"`
-	Scores  []float64 `msgpack:"s"`
-	Mean    float64   `msgpack:"m"`
+	Dataset string `msgpack:"d"`
+	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
+	// IDs and Scores travel packed (U32s, F64s). Tags "i" and "s", the
+	// msgpack arrays they were before ALPN shade/2, are retired.
+	IDs    U32s    `msgpack:"I"`
+	Scores F64s    `msgpack:"S"`
+	Mean   float64 `msgpack:"m"`
 }
 
 // ReplicateReq carries a whole score table (sampling.Table.MarshalBinary)

@@ -1,19 +1,18 @@
 package wire
 
 import (
+	"math"
 	"slices"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// owners places sample keys by a fixed table.
-type owners map[string][]string
-
-func (o owners) AppendOwners(dst []string, key []byte) []string {
-	return append(dst, o[string(key)]...)
-}
-
 func TestScoreQueue(t *testing.T) {
-	r := owners{"ds/1": {"a", "me"}, "ds/2": {"b"}, "ds/3": {"a", "b"}}
+	placed := map[uint32][]string{1: {"a", "me"}, 2: {"b"}, 3: {"a", "b"}}
+	r := Owners(func(id uint32) []string { return placed[id] })
 	var q ScoreQueue
 	local := q.Add(r, "me", JobKey{Dataset: "ds"}, []uint32{1, 2, 3}, nil)
 	local = q.Add(r, "me", JobKey{Dataset: "ds"}, []uint32{1}, local)
@@ -24,15 +23,15 @@ func TestScoreQueue(t *testing.T) {
 		t.Fatalf("%d owners queued, want 2", q.Len())
 	}
 	got := q.Take()
-	if len(got["a"][JobKey{Dataset: "ds"}]) != 2 || len(got["b"][JobKey{Dataset: "ds"}]) != 2 {
+	if a, b := got[JobKey{Dataset: "ds"}]["a"], got[JobKey{Dataset: "ds"}]["b"]; !slices.Equal(a, []uint32{1, 3, 1}) || !slices.Equal(b, []uint32{2, 3}) {
 		t.Fatalf("queued %v", got)
 	}
 	if q.Len() != 0 {
 		t.Fatal("Take left the queue non-empty")
 	}
-	req := ScoresFor(JobKey{Dataset: "ds"}, got["a"][JobKey{Dataset: "ds"}], table{})
-	if len(req.IDs) != 2 || req.Mean != 0.5 {
-		t.Fatalf("ScoresFor: %+v", req)
+	req := ScoresFor(JobKey{Dataset: "ds"}, got[JobKey{Dataset: "ds"}]["a"], table{})
+	if !slices.Equal(req.IDs, []uint32{1, 3, 1}) || req.Mean != 0.5 {
+		t.Fatalf("ScoresFor sends %+v, want ids [1 3 1] as queued and the mean", req)
 	}
 	for i, id := range req.IDs {
 		if req.Scores[i] != float64(id) {
@@ -65,5 +64,58 @@ func TestNewerBetter(t *testing.T) {
 	a := TableInfo{Term: 2, Scored: 1}
 	if !a.Better(TableInfo{Term: 1, Scored: 9}) || a.Better(TableInfo{Term: 2, Scored: 1}) || !a.Better(TableInfo{Term: 2}) {
 		t.Error("TableInfo.Better")
+	}
+}
+
+// TestPackedListsRoundTrip encodes reports and scores with their packed
+// lists and decodes them back through the transport's structure check, bit
+// for bit (NaN and the largest id included, nil as empty), and refuses a
+// list whose bytes are not a whole number of its words.
+func TestPackedListsRoundTrip(t *testing.T) {
+	nan := math.Float64frombits(0x7ff8000000000001)
+	for _, in := range []ReportBatch{
+		{Dataset: "ds", Epoch: 3, IDs: U32s{0, 1, math.MaxUint32}, Losses: F64s{0, -1.5, math.Inf(1), nan}},
+		{Dataset: "ds", Job: "j"},
+	} {
+		b, err := msgpack.Marshal(&ReportReq{Batches: []ReportBatch{in}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := peer.CheckMsgpack(b); err != nil {
+			t.Fatalf("structure check refused a packed report: %v", err)
+		}
+		var out ReportReq
+		if err := msgpack.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		got := out.Batches[0]
+		if got.Dataset != in.Dataset || got.Job != in.Job || got.Epoch != in.Epoch || !slices.Equal(got.IDs, in.IDs) || len(got.Losses) != len(in.Losses) {
+			t.Fatalf("report %+v came back as %+v", in, got)
+		}
+		for i := range in.Losses {
+			if math.Float64bits(got.Losses[i]) != math.Float64bits(in.Losses[i]) {
+				t.Fatalf("loss %d: %v came back as %v", i, in.Losses[i], got.Losses[i])
+			}
+		}
+	}
+	scores := &ScoresReq{Dataset: "ds", IDs: U32s{7, 9}, Scores: F64s{1.5, 2.5}, Mean: 2}
+	b, err := msgpack.Marshal(scores)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back ScoresReq
+	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Scores, scores.Scores) || back.Mean != 2 {
+		t.Fatalf("scores %+v came back as %+v (%v)", scores, back, err)
+	}
+
+	for _, bad := range []map[string]any{{"I": []byte{1, 2, 3}}, {"L": make([]byte, 12)}, {"I": []int{1, 2}}} {
+		b, err := msgpack.Marshal(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out ReportBatch
+		if err := msgpack.Unmarshal(b, &out); err == nil {
+			t.Fatalf("%v decoded as %+v", bad, out)
+		}
 	}
 }
