@@ -570,3 +570,28 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 		t.Errorf("the leader counts its own cache as a peer's: %v", st.Resident)
 	}
 }
+
+// TestOwnersByHashedSamples checks that once a mesh forms, every node has
+// hashed the dataset's samples into the ring's partitions and that the
+// owners it finds through them are, sample for sample, those the ring gives
+// for the sample's key, on every node; the view is the ring's own slice.
+func TestOwnersByHashedSamples(t *testing.T) {
+	m := startMesh(t, 3, meshOpts{samples: 700, replicas: 2})
+	for _, p := range m.peers {
+		ds := p.node.ordered[0]
+		r := ds.ring.Load()
+		s := ds.samples.Load()
+		if !s.Fits(r) || s.Len() != len(m.files) {
+			t.Fatalf("%s: samples hashed for %v, want %d samples in the ring's partitions", p.node.Name(), s, len(m.files))
+		}
+		for i := range m.files {
+			want := r.Owners([]byte("ds/" + strconv.Itoa(i)))
+			if got := p.node.owners(ds, uint32(i)); !slices.Equal(got, want) || len(want) != 2 {
+				t.Fatalf("%s: sample %d owned by %v, the ring says %v", p.node.Name(), i, got, want)
+			}
+		}
+		if a, b := p.node.ownersView(ds, 5), r.SampleOwners(s, 5); &a[0] != &b[0] {
+			t.Fatalf("%s: ownersView copied the ring's owners", p.node.Name())
+		}
+	}
+}
