@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -528,7 +529,9 @@ func (n *Node) replyFrame(dst []byte, resp any, herr error) ([]byte, error) {
 
 // Call sends req (msgpack-encoded) as a request for method m to the node
 // named wantName at addr, and decodes the reply into out, a pointer, or
-// discards it when out is nil.
+// discards it when out is nil. A req that is a msgpack.RawMessage is
+// encoded already and is written to the stream as it is, not copied into a
+// frame; the caller must not change it until Call returns.
 //
 // Calls to one address share a connection, dialled on first use (concurrent
 // callers wait for one dial) or accepted from that node; each call has a
@@ -575,15 +578,28 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 	if m == 0 {
 		return &Error{Code: CodeBadRequest, Msg: "method 0 is reserved"}
 	}
-	wbuf := n.getBuf()
-	defer n.putBuf(wbuf)
-	frame, err := appendFrame((*wbuf)[:0], uint16(m), req)
-	keep(wbuf, frame)
-	if err != nil {
-		return fmt.Errorf("peer: encode request: %w", err)
+	// A request encoded already (msgpack.RawMessage: a broadcast encodes
+	// once for every member) goes to the stream as it is, after a header
+	// of its own: an epoch's order is megabytes, and a copy of it into a
+	// frame for each of a thousand members cost more than the epoch.
+	var frame, encoded []byte
+	if raw, ok := req.(msgpack.RawMessage); ok && raw != nil {
+		frame = make([]byte, headerLen)
+		binary.BigEndian.PutUint32(frame, uint32(min(headerLen-4+len(raw), 1<<32-1)))
+		binary.BigEndian.PutUint16(frame[4:], uint16(m))
+		encoded = raw
+	} else {
+		wbuf := n.getBuf()
+		defer n.putBuf(wbuf)
+		var err error
+		frame, err = appendFrame((*wbuf)[:0], uint16(m), req)
+		keep(wbuf, frame)
+		if err != nil {
+			return fmt.Errorf("peer: encode request: %w", err)
+		}
 	}
-	if len(frame)-4 > n.cfg.MaxFrame {
-		return fmt.Errorf("%w: request of %d bytes, limit %d", ErrFrameTooLarge, len(frame)-4, n.cfg.MaxFrame)
+	if size := len(frame) - 4 + len(encoded); size > n.cfg.MaxFrame {
+		return fmt.Errorf("%w: request of %d bytes, limit %d", ErrFrameTooLarge, size, n.cfg.MaxFrame)
 	}
 	p, err := n.peer(addr)
 	if err != nil {
@@ -596,7 +612,7 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 	}
 	p.requests.Add(1)
 	start := time.Now()
-	err = n.call(ctx, p, wantName, frame, out, values)
+	err = n.call(ctx, p, wantName, frame, encoded, out, values)
 	if err != nil {
 		p.errors.Add(1)
 		return err
@@ -605,7 +621,7 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 	return nil
 }
 
-func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []byte, out any, values func(io.Reader, int) error) error {
+func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame, encoded []byte, out any, values func(io.Reader, int) error) error {
 	for attempt := 0; ; attempt++ {
 		c, fresh, err := n.conn(ctx, p, wantName)
 		if err != nil {
@@ -622,7 +638,7 @@ func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []
 			}
 			return n.callError(ctx, c, err)
 		}
-		return n.roundTrip(ctx, c, str, frame, out, values)
+		return n.roundTrip(ctx, c, str, frame, encoded, out, values)
 	}
 }
 
@@ -692,7 +708,7 @@ func (n *Node) dial(ctx context.Context, p *peerState, wantName string) (*peerCo
 // roundTrip writes the request frame on str and reads the reply: decoded
 // into out, or, when values is not nil, a raw reply whose head is decoded
 // into out and whose values go to values.
-func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame []byte, out any, values func(io.Reader, int) error) error {
+func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame, encoded []byte, out any, values func(io.Reader, int) error) error {
 	p := c.peer
 	stop := context.AfterFunc(ctx, func() {
 		str.CancelRead(streamCancelled)
@@ -701,9 +717,12 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	defer stop()
 
 	_, werr := str.Write(frame)
+	if werr == nil && len(encoded) > 0 {
+		_, werr = str.Write(encoded) // the body of a request encoded already
+	}
 	if werr == nil {
 		str.Close()
-		p.bytesOut.Add(uint64(len(frame)))
+		p.bytesOut.Add(uint64(len(frame) + len(encoded)))
 	}
 	// Read even if the write failed: a peer that refuses a request (too
 	// large) replies before it stops the stream.

@@ -724,3 +724,37 @@ func TestRequestMemoryBounded(t *testing.T) {
 		t.Fatalf("call after refusals: %v", err)
 	}
 }
+
+// TestEncodedRequestGoesAsItIs sends requests encoded already
+// (msgpack.RawMessage, as a broadcast sends one encoding to every member):
+// the handler sees the same body as when the struct is encoded for the
+// call, small and multi-megabyte alike, and one over the frame limit is
+// refused before it is sent.
+func TestEncodedRequestGoesAsItIs(t *testing.T) {
+	dir := t.TempDir()
+	a := testNode(t, dir, "node-a", newTestHandler(), func(c *Config) { c.MaxFrame = 4 << 20 })
+	b := testNode(t, dir, "node-b", newTestHandler(), func(c *Config) { c.MaxFrame = 4 << 20 })
+	ctx := context.Background()
+	for _, size := range []int{0, 100, 3 << 20} {
+		req := echoMsg{Text: "hello", N: size, Blob: bytes.Repeat([]byte{7, 1}, size/2)}
+		raw, err := msgpack.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var viaStruct, viaRaw echoMsg
+		if err := a.Call(ctx, b.Addr(), "node-b", mEcho, req, &viaStruct); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Call(ctx, b.Addr(), "node-b", mEcho, msgpack.RawMessage(raw), &viaRaw); err != nil {
+			t.Fatalf("%d bytes encoded already: %v", len(raw), err)
+		}
+		if viaRaw.Text != "hello" || viaRaw.N != size+1 || !bytes.Equal(viaRaw.Blob, req.Blob) || viaRaw.From != "node-a" ||
+			viaStruct.N != viaRaw.N || !bytes.Equal(viaStruct.Blob, viaRaw.Blob) {
+			t.Fatalf("%d bytes: encoded already came back as %+.40v, encoded for the call as %+.40v", len(raw), viaRaw, viaStruct)
+		}
+	}
+	big := msgpack.RawMessage(make([]byte, 5<<20))
+	if err := a.Call(ctx, b.Addr(), "node-b", mEcho, big, nil); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("a request of 5 MiB over a 4 MiB limit: %v, want ErrFrameTooLarge", err)
+	}
+}
