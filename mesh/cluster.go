@@ -77,6 +77,11 @@ type ClusterConfig struct {
 	Prefetch int
 	// NoLocality turns off the locality-aware split of orders.
 	NoLocality bool
+	// RelayFanout is how many members the leader hands an epoch's order
+	// to when the mesh has more, each passing it on to its share of the
+	// rest (MethodRelay); 0 means wire.DefaultRelayFanout (16)
+	// (shade-peer --relay-fanout).
+	RelayFanout int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
 	// peers, cached samples to their next owners); 0 means 10 s, negative
 	// none.
@@ -118,6 +123,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
+	}
+	if c.RelayFanout <= 0 {
+		c.RelayFanout = wire.DefaultRelayFanout
 	}
 	return c
 }
@@ -425,6 +433,7 @@ func (n *Node) peerHandlers() map[peer.Method]peerHandler {
 		wire.MethodDone:      noReply(n.leaderDone),
 		wire.MethodReset:     noReply(n.leaderReset),
 		wire.MethodPublish:   serve(n.servePublish),
+		wire.MethodRelay:     serve(n.serveRelay),
 		wire.MethodScores:    noReply(n.applyScores),
 		wire.MethodReplicate: noReply(n.applyReplica),
 		wire.MethodState:     serve(n.serveState),
@@ -595,6 +604,10 @@ func (n *Node) broadcast(m peer.Method, msg any) {
 			names = append(names, p.name)
 		}
 	}
+	if m == wire.MethodPublish && len(names) > n.cfg.Cluster.RelayFanout {
+		n.relayEach(names, m, msg)
+		return
+	}
 	n.sendEach(names, m, msg)
 }
 
@@ -613,28 +626,37 @@ func (n *Node) sendEach(names []string, m peer.Method, msg any) {
 	}
 }
 
-// sendInBackground sends one message to a member, retrying up to five
-// times with a growing pause unless the member refuses it as bad.
+// sendInBackground sends one message to a member in the background (see
+// sendWithRetries).
 func (n *Node) sendInBackground(name string, m peer.Method, msg any) {
-	n.goBackground(func(ctx context.Context) {
-		for attempt := 0; attempt < 5; attempt++ {
-			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, name, m, msg, nil)
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			if peer.CodeOf(err) == peer.CodeBadRequest {
-				n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
-			}
+	n.goBackground(func(ctx context.Context) { n.sendWithRetries(ctx, name, m, msg) })
+}
+
+// sendWithRetries sends one message to a member, retrying up to five times
+// with a growing pause unless the member refuses it as bad, and reports
+// whether it was delivered.
+func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) bool {
+	for attempt := 0; attempt < 5; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+		err := n.cluster.callName(cctx, name, m, msg, nil)
+		cancel()
+		if err == nil {
+			return true
 		}
-	})
+		if ctx.Err() != nil {
+			return false
+		}
+		if peer.CodeOf(err) == peer.CodeBadRequest {
+			n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
+		}
+	}
+	return false
 }
 
 // GossipAddr is the address other peers use as a seed; "" standalone.

@@ -33,8 +33,9 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 		return nil, nil, err
 	}
 	js.touch()
-	var joined string // the leader this rank announced itself to
-	fetched := false  // an order published ahead was fetched from the leader
+	var joined string   // the leader this rank announced itself to
+	fetched := false    // an order published ahead was fetched from the leader
+	asked := time.Now() // when the leader was last asked for the epoch
 	for {
 		if ds.lookupJob(js.name) != js {
 			return nil, nil, fmt.Errorf("%w: job %s of %s was retired", ErrEpoch, displayJob(js.name), name)
@@ -77,6 +78,12 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 		select {
 		case <-changed:
 		case <-retry:
+			if time.Since(asked) >= n.cfg.Cluster.FetchTimeout {
+				// An order that did not reach this node (a relay that
+				// died passing it on, say) is asked of the leader.
+				asked = time.Now()
+				n.fetchExact(js, epoch)
+			}
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s; %s", ErrOrderTimeout, epoch, name, displayJob(js.name), n.waitingFor(js))
 		}
@@ -228,6 +235,16 @@ func (n *Node) fetchAhead(js *jobState, epoch int) bool {
 	}
 	n.installOrder(js, p)
 	return js.book.Kept(epoch) != nil
+}
+
+// fetchExact asks the leader for epoch's order of a job and installs it,
+// if the leader has it. Best effort.
+func (n *Node) fetchExact(js *jobState, epoch int) {
+	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: js.ds.name, Job: js.name, Exact: true, Epoch: epoch})
+	if p != nil && p.Job == js.name && p.Epoch == epoch {
+		n.lead.observe(p.Term)
+		n.installOrder(js, p)
+	}
 }
 
 // catchUp asks the leader for its newest order of a job and installs it

@@ -202,6 +202,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
 		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 16 per peer (e.g. 16381 for 1,000)")
 		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
+		relayFanout = fs.Int("relay-fanout", 16, "in a mesh of more peers, the leader hands an epoch's order to this many, each passing it on to its share of the rest")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")
@@ -383,7 +384,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		tlsCA: *tlsCA, tlsCert: *tlsCert, tlsKey: *tlsKey, devTLS: *devTLS, name: cfg.Node.Name,
 		replicas: *replicas, expect: *expect, profile: *profile, joinWait: *joinWait,
 		deadline: *deadline, prefetch: *prefetch, locality: *locality, drain: *drain,
-		partitions: *partitions, repBudget: *repBudget,
+		partitions: *partitions, repBudget: *repBudget, relayFanout: *relayFanout,
 	}); err != nil {
 		return cfg, nop, err
 	}
@@ -415,7 +416,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 type clusterFlags struct {
 	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality, repBudget string
 	seeds                                                                                               []string
-	replicas, expect, prefetch, partitions                                                              int
+	replicas, expect, prefetch, partitions, relayFanout                                                 int
 	joinWait, deadline, drain                                                                           time.Duration
 }
 
@@ -437,7 +438,10 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 	if err != nil || budget <= 0 {
 		return cc, fmt.Errorf("--replicate-budget %q: want a positive size per second, such as 64MiB", f.repBudget)
 	}
-	cc.Partitions, cc.ReplicateBudget = f.partitions, budget
+	if f.relayFanout < 1 {
+		return cc, fmt.Errorf("--relay-fanout %d: want at least 1", f.relayFanout)
+	}
+	cc.Partitions, cc.ReplicateBudget, cc.RelayFanout = f.partitions, budget, f.relayFanout
 	if f.gossipAddr == "" && len(f.seeds) == 0 {
 		return cc, nil
 	}

@@ -99,14 +99,17 @@ func TestSourceThrottleAndPrefetchMemory(t *testing.T) {
 }
 
 func TestRingPartitionsAndReplicateBudget(t *testing.T) {
-	cfg, _, err := parseConfig([]string{"--ring-partitions", "8191", "--replicate-budget", "16MiB"}, noEnv, io.Discard, io.Discard)
+	cfg, _, err := parseConfig([]string{"--ring-partitions", "8191", "--replicate-budget", "16MiB", "--relay-fanout", "8"}, noEnv, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 {
-		t.Errorf("parsed as partitions %d, budget %d", c.Partitions, c.ReplicateBudget)
+	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 || c.RelayFanout != 8 {
+		t.Errorf("parsed as partitions %d, budget %d, relay fanout %d", c.Partitions, c.ReplicateBudget, c.RelayFanout)
 	}
-	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}} {
+	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 16 {
+		t.Errorf("default relay fanout %d (%v), want 16", cfg.Node.Cluster.RelayFanout, err)
+	}
+	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}, {"--relay-fanout", "0"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // scaleOptions are shadectl scale's flags.
@@ -133,7 +134,8 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes, budget: float64(budget)}
+	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes,
+		budget: float64(budget), fanout: wire.DefaultRelayFanout}
 	res, err := simulateMerge(job, base, progress)
 	if err != nil {
 		return err
@@ -317,8 +319,11 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(tw, "leader egress per epoch\t%s\t%s (%.0f Gbit/s)\t%s\t\n", scaleBytes(wire), scaleBytes(link*epoch), o.linkGbps, ratio(wire, link*epoch))
 	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", scaleBytes(repWire), ratio(repWire, link*epoch))
 	fmt.Fprintf(tw, "  of which the next order\t%s\t\t%s\t\n", scaleBytes(pubWire), ratio(pubWire, link*epoch))
-	fmt.Fprintf(tw, "next order on the link (ranks wait)\t%s\t%s (the epoch)\t%s\t\n",
-		round(time.Duration(pubWire/link*float64(time.Second))), round(res.Epoch), ratio(pubWire/link, epoch))
+	// Relayed, each hop's links carry at most the copies the leader's
+	// does: the last member has the order after hops times that.
+	onLink := pubWire / link * float64(res.PublishHops)
+	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies)\t%s\t%s (the epoch)\t%s\t\n",
+		res.PublishHops, res.PublishSends, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
 	tw.Flush()
 
 	fmt.Fprintf(w, "leader heap in use after the epoch: %s; %d of %d samples scored\n", scaleBytes(float64(res.HeapInuse)), res.Scored, res.Samples)

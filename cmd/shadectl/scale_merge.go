@@ -87,6 +87,9 @@ type mergeResult struct {
 	HeapInuse                    uint64
 	PlainSplit                   time.Duration // sampling.Split of the same order, for comparison
 	HashSamples                  time.Duration // ring.NewSamples of the dataset, once per dataset
+	// PublishSends are the order's copies the leader sends, PublishHops
+	// the hops it takes to reach every member (1: sent to each directly).
+	PublishSends, PublishHops int
 	// TableFrame is the size of one replication frame.
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
@@ -117,6 +120,9 @@ type scaleJob struct {
 	// encodes is how many copies of a broadcast are encoded to measure
 	// one; the cost is extrapolated to every peer.
 	encodes int
+	// fanout is the members the leader hands an order to when the mesh has
+	// more (shade-peer's relay fanout, wire.DefaultRelayFanout).
+	fanout int
 }
 
 // simulateMerge runs the leader's work for one epoch of a job of world
@@ -338,10 +344,38 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if err := pubOnce.run(func() (err error) { raw, err = msgpack.Marshal(pub); return err }); err != nil {
 		return nil, err
 	}
-	pubStep := step("publish: frame per member", float64(peers-1)/float64(max(encodes, 1)), true,
-		fmt.Sprintf("a header per member before the encoded order, which is not copied: %d, %d measured", peers-1, encodes))
-	_ = pubStep.run(func() error { frame = frameBroadcast(raw, encodes); return nil })
-	pubStep.Messages = float64(peers - 1)
+	// mesh.broadcast: to every other member, or past RelayFanout of them
+	// to that many relays (wire.RelayGroups), each with its group to pass
+	// the order on to.
+	receivers := members[1:] // the leader is members[0]
+	sends, hops := len(receivers), 1
+	var groups [][]string
+	if sends > job.fanout {
+		groups = wire.RelayGroups(receivers, job.fanout)
+		sends, hops = len(groups), wire.RelayHops(len(receivers), job.fanout)
+	}
+	res.PublishHops, res.PublishSends = hops, sends
+	pubStep := step("publish: send", float64(sends)/float64(max(min(encodes, sends), 1)), true, "")
+	if groups == nil {
+		pubStep.Note = fmt.Sprintf("to every member: a header each before the encoded order, which is not copied: %d, %d measured", sends, min(encodes, sends))
+		_ = pubStep.run(func() error { frame = frameBroadcast(raw, min(encodes, sends)); return nil })
+	} else {
+		pubStep.Note = fmt.Sprintf("to %d relays (wire.RelayParts: a head naming each one's group, then the order, not copied), %d hops to reach %d members; %d measured",
+			sends, hops, len(receivers), min(encodes, sends))
+		if err := pubStep.run(func() error {
+			for _, g := range groups[:min(encodes, sends)] {
+				parts, err := wire.RelayParts(g[1:], wire.MethodPublish, raw)
+				if err != nil {
+					return err
+				}
+				frame = frameBroadcast(parts[0], 1) + len(parts[1])
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	pubStep.Messages = float64(sends)
 	pubStep.WireBytes = pubStep.Messages * float64(frame)
 	res.Slices = parts
 	var ms runtime.MemStats

@@ -131,7 +131,7 @@ func TestScaleMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	const world = 4
-	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2}
+	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2, fanout: 4}
 	res, err := simulateMerge(job, r, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -159,14 +159,15 @@ func TestScaleMerge(t *testing.T) {
 	}
 	for _, name := range []string{"decode reports", "merge (Table.Report)", "queue scores for owners", "send scores to owners",
 		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "split (locality)",
-		"publish: encode message", "publish: frame per member"} {
+		"publish: encode message", "publish: send"} {
 		s := res.step(name)
 		if s == nil || s.Dur <= 0 {
 			t.Fatalf("step %q missing or not measured: %+v", name, s)
 		}
 	}
-	if s := res.step("publish: frame per member"); s.Messages != 19 || s.WireBytes < 19*4*testSamples {
-		t.Fatalf("publish: %v frames, %v bytes; want 19 frames of at least 4 bytes per id", s.Messages, s.WireBytes)
+	// 19 other members, 4 at a time: 4 relays, and 2 hops (4 + 16 >= 19).
+	if s := res.step("publish: send"); s.Messages != 4 || s.WireBytes < 4*4*testSamples || res.PublishHops != 2 {
+		t.Fatalf("publish: %v frames, %v bytes, %d hops; want 4 frames of at least 4 bytes per id, 2 hops", s.Messages, s.WireBytes, res.PublishHops)
 	}
 	// Every scored sample's new score goes to its owners but the leader.
 	if s := res.step("send scores to owners"); s.Messages == 0 || s.WireBytes < float64(testSamples) {

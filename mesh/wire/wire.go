@@ -42,6 +42,10 @@ const (
 	// FetchHead). Older peers answer it CodeBadRequest (an unknown method);
 	// a caller then asks them with MethodFetch.
 	MethodFetchStream peer.Method = 14
+	// MethodRelay hands a member an epoch's order to install and to pass
+	// on to other members (RelayMsg), so that the leader's link carries a
+	// few copies of it, not one per member.
+	MethodRelay peer.Method = 15
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the

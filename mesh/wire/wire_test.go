@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -117,5 +119,60 @@ func TestPackedListsRoundTrip(t *testing.T) {
 		if err := msgpack.Unmarshal(b, &out); err == nil {
 			t.Fatalf("%v decoded as %+v", bad, out)
 		}
+	}
+}
+
+// TestRelayGroupsAndParts checks the relay's pieces: groups cover every
+// name once, in order, at most fanout of them, sizes within one; hops
+// grow as the log of the members; and a relay message built from parts
+// decodes to its members, its method and the body byte for byte.
+func TestRelayGroupsAndParts(t *testing.T) {
+	for _, n := range []int{0, 1, 5, 16, 17, 999} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprint("peer-", i)
+		}
+		for _, fanout := range []int{0, 1, 2, 16} {
+			groups := RelayGroups(names, fanout)
+			var all []string
+			lo, hi := n, 0
+			for _, g := range groups {
+				all = append(all, g...)
+				lo, hi = min(lo, len(g)), max(hi, len(g))
+			}
+			if !slices.Equal(all, names) || len(groups) > max(fanout, 1) || (n > 0 && (lo == 0 || hi-lo > 1)) {
+				t.Fatalf("%d names, fanout %d: groups %v", n, fanout, groups)
+			}
+		}
+	}
+	for _, c := range [][3]int{{999, 16, 3}, {16, 16, 1}, {17, 16, 2}, {5, 1, 5}, {6, 2, 2}, {7, 2, 3}, {0, 16, 0}} {
+		if got := RelayHops(c[0], c[1]); got != c[2] {
+			t.Errorf("RelayHops(%d, %d) = %d, want %d", c[0], c[1], got, c[2])
+		}
+	}
+
+	body, err := msgpack.Marshal(&PublishMsg{Dataset: "ds", Epoch: 4, World: 2, Slices: [][]uint32{{1, 2}, {3, 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := RelayParts([]string{"b", "c"}, MethodPublish, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &parts[len(parts)-1][0] != &body[0] {
+		t.Fatal("the body was copied into the relay message")
+	}
+	whole := slices.Concat(parts...)
+	if err := peer.CheckMsgpack(whole); err != nil {
+		t.Fatal(err)
+	}
+	var got RelayMsg
+	if err := msgpack.Unmarshal(whole, &got); err != nil {
+		t.Fatal(err)
+	}
+	var p PublishMsg
+	if !slices.Equal(got.To, []string{"b", "c"}) || got.Method != uint16(MethodPublish) || !bytes.Equal(got.Body, body) ||
+		msgpack.Unmarshal(got.Body, &p) != nil || p.Epoch != 4 {
+		t.Fatalf("relay message came back as %+v (order %+v)", got, p)
 	}
 }

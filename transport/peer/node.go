@@ -529,9 +529,9 @@ func (n *Node) replyFrame(dst []byte, resp any, herr error) ([]byte, error) {
 
 // Call sends req (msgpack-encoded) as a request for method m to the node
 // named wantName at addr, and decodes the reply into out, a pointer, or
-// discards it when out is nil. A req that is a msgpack.RawMessage is
-// encoded already and is written to the stream as it is, not copied into a
-// frame; the caller must not change it until Call returns.
+// discards it when out is nil. A req that is a msgpack.RawMessage or an
+// Encoded is encoded already and is written to the stream as it is, not
+// copied into a frame; the caller must not change it until Call returns.
 //
 // Calls to one address share a connection, dialled on first use (concurrent
 // callers wait for one dial) or accepted from that node; each call has a
@@ -572,6 +572,22 @@ func (n *Node) CallRaw(ctx context.Context, addr, wantName string, m Method, req
 	return n.callWith(ctx, addr, wantName, m, req, head, values)
 }
 
+// Encoded is a request body encoded already (msgpack), in parts that Call
+// writes to the stream one after the other, as they are: a message sent
+// to many members is encoded once, and what differs per member (a small
+// head, say) goes in a part of its own. msgpack.RawMessage is the case of
+// one part.
+type Encoded [][]byte
+
+// len is the body's length, all parts together.
+func (e Encoded) len() int {
+	n := 0
+	for _, part := range e {
+		n += len(part)
+	}
+	return n
+}
+
 // callWith is Call, or CallRaw when values is not nil (out is then the
 // raw reply's head).
 func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, req, out any, values func(io.Reader, int) error) error {
@@ -582,12 +598,20 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 	// once for every member) goes to the stream as it is, after a header
 	// of its own: an epoch's order is megabytes, and a copy of it into a
 	// frame for each of a thousand members cost more than the epoch.
-	var frame, encoded []byte
-	if raw, ok := req.(msgpack.RawMessage); ok && raw != nil {
+	var frame []byte
+	var encoded Encoded
+	switch r := req.(type) {
+	case msgpack.RawMessage:
+		if r != nil {
+			encoded = Encoded{r}
+		}
+	case Encoded:
+		encoded = r
+	}
+	if encoded != nil {
 		frame = make([]byte, headerLen)
-		binary.BigEndian.PutUint32(frame, uint32(min(headerLen-4+len(raw), 1<<32-1)))
+		binary.BigEndian.PutUint32(frame, uint32(min(headerLen-4+encoded.len(), 1<<32-1)))
 		binary.BigEndian.PutUint16(frame[4:], uint16(m))
-		encoded = raw
 	} else {
 		wbuf := n.getBuf()
 		defer n.putBuf(wbuf)
@@ -598,7 +622,7 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 			return fmt.Errorf("peer: encode request: %w", err)
 		}
 	}
-	if size := len(frame) - 4 + len(encoded); size > n.cfg.MaxFrame {
+	if size := len(frame) - 4 + encoded.len(); size > n.cfg.MaxFrame {
 		return fmt.Errorf("%w: request of %d bytes, limit %d", ErrFrameTooLarge, size, n.cfg.MaxFrame)
 	}
 	p, err := n.peer(addr)
@@ -621,7 +645,7 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 	return nil
 }
 
-func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame, encoded []byte, out any, values func(io.Reader, int) error) error {
+func (n *Node) call(ctx context.Context, p *peerState, wantName string, frame []byte, encoded Encoded, out any, values func(io.Reader, int) error) error {
 	for attempt := 0; ; attempt++ {
 		c, fresh, err := n.conn(ctx, p, wantName)
 		if err != nil {
@@ -708,7 +732,7 @@ func (n *Node) dial(ctx context.Context, p *peerState, wantName string) (*peerCo
 // roundTrip writes the request frame on str and reads the reply: decoded
 // into out, or, when values is not nil, a raw reply whose head is decoded
 // into out and whose values go to values.
-func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame, encoded []byte, out any, values func(io.Reader, int) error) error {
+func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, frame []byte, encoded Encoded, out any, values func(io.Reader, int) error) error {
 	p := c.peer
 	stop := context.AfterFunc(ctx, func() {
 		str.CancelRead(streamCancelled)
@@ -717,12 +741,14 @@ func (n *Node) roundTrip(ctx context.Context, c *peerConn, str *quic.Stream, fra
 	defer stop()
 
 	_, werr := str.Write(frame)
-	if werr == nil && len(encoded) > 0 {
-		_, werr = str.Write(encoded) // the body of a request encoded already
+	for _, part := range encoded { // the body of a request encoded already
+		if werr == nil && len(part) > 0 {
+			_, werr = str.Write(part)
+		}
 	}
 	if werr == nil {
 		str.Close()
-		p.bytesOut.Add(uint64(len(frame) + len(encoded)))
+		p.bytesOut.Add(uint64(len(frame) + encoded.len()))
 	}
 	// Read even if the write failed: a peer that refuses a request (too
 	// large) replies before it stops the stream.

@@ -752,9 +752,20 @@ func TestEncodedRequestGoesAsItIs(t *testing.T) {
 			viaStruct.N != viaRaw.N || !bytes.Equal(viaStruct.Blob, viaRaw.Blob) {
 			t.Fatalf("%d bytes: encoded already came back as %+.40v, encoded for the call as %+.40v", len(raw), viaRaw, viaStruct)
 		}
+		var viaParts echoMsg
+		cut := len(raw) / 3
+		if err := a.Call(ctx, b.Addr(), "node-b", mEcho, Encoded{raw[:cut], nil, raw[cut:]}, &viaParts); err != nil {
+			t.Fatalf("%d bytes in parts: %v", len(raw), err)
+		}
+		if viaParts.N != viaRaw.N || !bytes.Equal(viaParts.Blob, req.Blob) {
+			t.Fatalf("%d bytes in parts came back as %+.40v", len(raw), viaParts)
+		}
 	}
-	big := msgpack.RawMessage(make([]byte, 5<<20))
-	if err := a.Call(ctx, b.Addr(), "node-b", mEcho, big, nil); !errors.Is(err, ErrFrameTooLarge) {
+	big := make([]byte, 5<<20)
+	if err := a.Call(ctx, b.Addr(), "node-b", mEcho, msgpack.RawMessage(big), nil); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("a request of 5 MiB over a 4 MiB limit: %v, want ErrFrameTooLarge", err)
+	}
+	if err := a.Call(ctx, b.Addr(), "node-b", mEcho, Encoded{big[:3<<20], big[3<<20:]}, nil); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("a request of 5 MiB in parts over a 4 MiB limit: %v, want ErrFrameTooLarge", err)
 	}
 }

@@ -1,0 +1,79 @@
+package mesh
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
+
+// TestOrdersRelayedToEveryPeer publishes orders of a job through relays
+// alone (no rank waits, so no node asks the leader for them): with a
+// fanout of 1 the leader hands each order to one member, which passes it
+// down a chain of the others. Every node installs every order, the same
+// bytes; with a member of the chain killed, the order still reaches every
+// live node, the member before the dead one handing its group to the next.
+func TestOrdersRelayedToEveryPeer(t *testing.T) {
+	m := startMesh(t, 5, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout = 1
+	}})
+	var lead *testPeer
+	for _, p := range m.peers {
+		if p.node.lead.leader() == p.node.Name() {
+			lead = p
+		}
+	}
+	if lead == nil {
+		t.Fatal("no leader")
+	}
+	ds := lead.node.ordered[0]
+	publish := func(epoch int) *wire.PublishMsg {
+		p := &wire.PublishMsg{Dataset: "ds", Job: "relayed", Version: ds.manifest.Version, Gen: 1, Epoch: epoch,
+			Term: lead.node.lead.highest(), World: 2, Slices: [][]uint32{{1, 2, 3}, {4, 5, uint32(epoch)}}, Ranks: []string{"", ""}}
+		lead.node.broadcast(wire.MethodPublish, p)
+		return p
+	}
+	has := func(p *testPeer, epoch int) bool {
+		js := p.node.ordered[0].lookupJob("relayed")
+		if js == nil {
+			return false
+		}
+		o := js.book.Kept(epoch)
+		return o != nil && slices.Equal(o.Slices[1], []uint32{4, 5, uint32(epoch)})
+	}
+	others := func() []*testPeer {
+		var out []*testPeer
+		for _, p := range m.alive() {
+			if p != lead {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+
+	publish(0)
+	waitFor(t, 10*time.Second, "epoch 0 relayed to every peer", func() bool {
+		for _, p := range others() {
+			if !has(p, 0) {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Kill the second member of the chain (the leader hands the order to
+	// the first, which passes it to the second).
+	chain := lead.node.Members()
+	chain = slices.DeleteFunc(chain, func(name string) bool { return name == lead.node.Name() })
+	m.byName(chain[1]).node.kill()
+	publish(1)
+	waitFor(t, 20*time.Second, "epoch 1 relayed to every live peer past the dead one", func() bool {
+		for _, p := range others() {
+			if !has(p, 1) {
+				return false
+			}
+		}
+		return true
+	})
+}
