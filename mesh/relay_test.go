@@ -42,25 +42,19 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 		o := js.book.Kept(epoch)
 		return o != nil && slices.Equal(o.Slices[1], []uint32{4, 5, uint32(epoch)})
 	}
-	others := func() []*testPeer {
-		var out []*testPeer
-		for _, p := range m.alive() {
-			if p != lead {
-				out = append(out, p)
+	everyLiveHas := func(epoch int) func() bool {
+		return func() bool {
+			for _, p := range m.alive() {
+				if p != lead && !has(p, epoch) {
+					return false
+				}
 			}
+			return true
 		}
-		return out
 	}
 
 	publish(0)
-	waitFor(t, 10*time.Second, "epoch 0 relayed to every peer", func() bool {
-		for _, p := range others() {
-			if !has(p, 0) {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 10*time.Second, "epoch 0 relayed to every peer", everyLiveHas(0))
 
 	// Kill the second member of the chain (the leader hands the order to
 	// the first, which passes it to the second).
@@ -68,12 +62,5 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 	chain = slices.DeleteFunc(chain, func(name string) bool { return name == lead.node.Name() })
 	m.byName(chain[1]).node.kill()
 	publish(1)
-	waitFor(t, 20*time.Second, "epoch 1 relayed to every live peer past the dead one", func() bool {
-		for _, p := range others() {
-			if !has(p, 1) {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 20*time.Second, "epoch 1 relayed to every live peer past the dead one", everyLiveHas(1))
 }
