@@ -122,3 +122,26 @@ func BenchmarkSplit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLocalitySplit splits an epoch of 1.28 M samples among a rank on
+// each of 1,000 nodes, each sample owned by 2 of them, as a leader of such
+// a mesh does every epoch.
+func BenchmarkLocalitySplit(b *testing.B) {
+	const n, nodes = 1280000, 1000
+	order := permutation(n, 1, 0)
+	rankNode := make([]string, nodes)
+	for r := range rankNode {
+		rankNode[r] = fmt.Sprint("node-", r)
+	}
+	owners := make([][]string, 4096) // by partition, as a ring's table
+	for p := range owners {
+		owners[p] = []string{rankNode[p*7%nodes], rankNode[(p*13+1)%nodes]}
+	}
+	ownersOf := func(id uint32) []string { return owners[mix64(uint64(id))%uint64(len(owners))] }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := LocalitySplit(order, nodes, rankNode, ownersOf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -121,85 +121,75 @@ func LocalitySplit(order []uint32, world int, rankNode []string, ownersOf func(u
 	return slices, nil
 }
 
-// fillHeap is a binary heap of the ranks whose slices have room (fewer than
-// per samples), ordered by how many they hold, then by rank.
+// fillHeap holds the ranks whose slices have room (fewer than per
+// samples), least filled (then lowest) first, each by the fill it had when
+// it was last placed. Fills only grow, so an entry is never ahead of its
+// rank, and least re-places a stale top before it answers: a rank is
+// re-placed when it comes up, not for every sample it takes (at a rank on
+// each of 1,000 nodes, most samples go to a rank on one of their owners).
 type fillHeap struct {
-	filled []int   // samples each rank holds; shared with the caller
-	per    int     // the slices' length
-	ranks  []int32 // the heap
-	at     []int32 // rank -> its index in ranks, -1 once full
+	filled []int // samples each rank holds; shared with the caller
+	per    int   // the slices' length
+	heap   []fillEntry
 }
+
+// fillEntry is a rank and its fill when it was placed.
+type fillEntry struct{ fill, rank int32 }
 
 // newFillHeap returns the heap of every rank of filled, all empty.
 func newFillHeap(filled []int, per int) *fillHeap {
-	h := &fillHeap{filled: filled, per: per, ranks: make([]int32, len(filled)), at: make([]int32, len(filled))}
-	for r := range filled {
-		h.ranks[r], h.at[r] = int32(r), int32(r) // all 0: rank order is heap order
-	}
-	if per == 0 {
-		h.ranks = h.ranks[:0]
+	h := &fillHeap{filled: filled, per: per}
+	if per > 0 {
+		h.heap = make([]fillEntry, len(filled))
+		for r := range h.heap {
+			h.heap[r] = fillEntry{0, int32(r)} // all 0: rank order is heap order
+		}
 	}
 	return h
 }
 
 // least returns the rank with room that holds the fewest samples (the
 // lowest of those that tie). There must be one.
-func (h *fillHeap) least() int { return int(h.ranks[0]) }
+func (h *fillHeap) least() int {
+	for {
+		top := h.heap[0]
+		f := h.filled[top.rank]
+		if f == int(top.fill) {
+			return int(top.rank)
+		}
+		if f >= h.per { // full: out of the heap
+			last := len(h.heap) - 1
+			h.heap[0] = h.heap[last]
+			h.heap = h.heap[:last]
+		} else {
+			h.heap[0].fill = int32(f)
+		}
+		h.down(0)
+	}
+}
 
 // fill counts one more sample in rank r's slice, which must have room.
-func (h *fillHeap) fill(r int) {
-	h.filled[r]++
-	i := int(h.at[r])
-	if h.filled[r] < h.per {
-		h.down(i)
-		return
-	}
-	last := len(h.ranks) - 1 // full: out of the heap
-	h.swap(i, last)
-	h.ranks = h.ranks[:last]
-	h.at[r] = -1
-	if i < last {
-		h.down(i) // the leaf moved into r's place may belong lower or higher
-		h.up(i)
-	}
-}
+func (h *fillHeap) fill(r int) { h.filled[r]++ }
 
 func (h *fillHeap) less(a, b int) bool {
-	ra, rb := h.ranks[a], h.ranks[b]
-	fa, fb := h.filled[ra], h.filled[rb]
-	return fa < fb || fa == fb && ra < rb
-}
-
-func (h *fillHeap) swap(a, b int) {
-	h.ranks[a], h.ranks[b] = h.ranks[b], h.ranks[a]
-	h.at[h.ranks[a]], h.at[h.ranks[b]] = int32(a), int32(b)
+	ea, eb := h.heap[a], h.heap[b]
+	return ea.fill < eb.fill || ea.fill == eb.fill && ea.rank < eb.rank
 }
 
 func (h *fillHeap) down(i int) {
 	for {
 		l := 2*i + 1
-		if l >= len(h.ranks) {
+		if l >= len(h.heap) {
 			return
 		}
 		m := l
-		if r := l + 1; r < len(h.ranks) && h.less(r, l) {
+		if r := l + 1; r < len(h.heap) && h.less(r, l) {
 			m = r
 		}
 		if !h.less(m, i) {
 			return
 		}
-		h.swap(i, m)
+		h.heap[i], h.heap[m] = h.heap[m], h.heap[i]
 		i = m
-	}
-}
-
-func (h *fillHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
 	}
 }
