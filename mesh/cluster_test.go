@@ -452,7 +452,7 @@ func TestStrangerCertificateCannotFetchOrPublish(t *testing.T) {
 		t.Fatal("a peer with a certificate from another CA fetched a sample")
 	}
 	before := target.ordered[0].def.book.Newest()
-	pub := &wire.PublishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: [][]uint32{{1}}}
+	pub := &wire.PublishMsg{Dataset: "ds", Version: target.ordered[0].manifest.Version, Gen: 99, Epoch: 0, Term: 99, World: 1, Slices: []wire.U32s{{1}}}
 	if err := w.Call(ctx, addr, target.Name(), wire.MethodPublish, pub, nil); err == nil {
 		t.Fatal("a peer with a certificate from another CA published an order")
 	}

@@ -339,7 +339,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
-		Slices: parts, Sampler: state, Ranks: rankNode}
+		Slices: wire.PackSlices(parts), Sampler: state, Ranks: rankNode}
 	pubOnce := step("publish: encode message", 1, true, "msgpack, once for every member (mesh.broadcast)")
 	if err := pubOnce.run(func() (err error) { raw, err = msgpack.Marshal(pub); return err }); err != nil {
 		return nil, err

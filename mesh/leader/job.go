@@ -462,7 +462,7 @@ func (j *Job) publishLocked(epoch int) error {
 	}
 	pub := &wire.PublishMsg{
 		Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.cfg.Ahead,
-		World: j.world, Slices: d.Slices, Weights: d.Weights, Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
+		World: j.world, Slices: wire.PackSlices(d.Slices), Weights: wire.PackWeights(d.Weights), Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
 	}
 	scored := d.Scored
 	j.latest = epoch

@@ -415,7 +415,7 @@ func TestDrawPrefersUnionOfResident(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	ok := func() *wire.PublishMsg {
-		return &wire.PublishMsg{Dataset: "ds", Version: "v1", Epoch: 0, World: 2, Slices: [][]uint32{{0, 1}, {2, 3}}, Ranks: []string{"a", "b"}}
+		return &wire.PublishMsg{Dataset: "ds", Version: "v1", Epoch: 0, World: 2, Slices: []wire.U32s{{0, 1}, {2, 3}}, Ranks: []string{"a", "b"}}
 	}
 	if err := Check(ok(), "v1", 4, 2); err != nil {
 		t.Fatalf("a sound order: %v", err)
@@ -428,11 +428,11 @@ func TestCheck(t *testing.T) {
 		"ranks":          func(p *wire.PublishMsg) { p.Ranks = append(p.Ranks, "c") },
 		"unequal":        func(p *wire.PublishMsg) { p.Slices[1] = p.Slices[1][:1] },
 		"id":             func(p *wire.PublishMsg) { p.Slices[1][0] = 4 },
-		"weight slices":  func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}} },
-		"weight count":   func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}, {1}} },
-		"weight zero":    func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}, {0, 1}} },
-		"weight NaN":     func(p *wire.PublishMsg) { p.Weights = [][]float32{{1, 1}, {float32(math.NaN()), 1}} },
-		"weight Inf":     func(p *wire.PublishMsg) { p.Weights = [][]float32{{float32(math.Inf(1)), 1}, {1, 1}} },
+		"weight slices":  func(p *wire.PublishMsg) { p.Weights = []wire.F32s{{1, 1}} },
+		"weight count":   func(p *wire.PublishMsg) { p.Weights = []wire.F32s{{1, 1}, {1}} },
+		"weight zero":    func(p *wire.PublishMsg) { p.Weights = []wire.F32s{{1, 1}, {0, 1}} },
+		"weight NaN":     func(p *wire.PublishMsg) { p.Weights = []wire.F32s{{1, 1}, {float32(math.NaN()), 1}} },
+		"weight Inf":     func(p *wire.PublishMsg) { p.Weights = []wire.F32s{{float32(math.Inf(1)), 1}, {1, 1}} },
 	} {
 		p := ok()
 		spoil(p)

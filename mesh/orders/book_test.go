@@ -8,7 +8,7 @@ import (
 )
 
 func order(gen uint64, epoch int) *wire.PublishMsg {
-	return &wire.PublishMsg{Gen: gen, Epoch: epoch, World: 2, Slices: [][]uint32{{1}, {2}}}
+	return &wire.PublishMsg{Gen: gen, Epoch: epoch, World: 2, Slices: []wire.U32s{{1}, {2}}}
 }
 
 func TestBookAskAndDone(t *testing.T) {
@@ -82,7 +82,7 @@ func TestBookAskAndDone(t *testing.T) {
 func TestBookAhead(t *testing.T) {
 	b := New(4)
 	ahead := func(epoch int) *wire.PublishMsg {
-		return &wire.PublishMsg{Dataset: "ds", Epoch: epoch, Ahead: 1, World: 2, Slices: [][]uint32{{0}, {1}}}
+		return &wire.PublishMsg{Dataset: "ds", Epoch: epoch, Ahead: 1, World: 2, Slices: []wire.U32s{{0}, {1}}}
 	}
 	// Published together, epochs 1 and 0 may arrive out of turn.
 	if !b.Install(ahead(1)) || !b.Install(ahead(0)) || b.Install(ahead(0)) {

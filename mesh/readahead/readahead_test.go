@@ -44,7 +44,7 @@ func TestFollowTakeClose(t *testing.T) {
 	ds := &dataset{}
 	r := New(Config{Self: "me", Prefetch: 8, Memory: 1 << 20, SourceReads: 2, BufferName: "readahead-test"}, h)
 	slice := []uint32{5, 3, 9, 1, 7, 2, 8, 4, 6, 0}
-	p := &wire.PublishMsg{Epoch: 0, Slices: [][]uint32{slice}, Ranks: []string{"me"}}
+	p := &wire.PublishMsg{Epoch: 0, Slices: []wire.U32s{slice}, Ranks: []string{"me"}}
 	r.FollowPublished(ds, p)
 	waitFor(t, "the window read ahead", func() bool {
 		for _, id := range slice[:8] {

@@ -73,3 +73,56 @@ func (l *F64s) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*l = out
 	return nil
 }
+
+// F32s is a list of importance weights that travels as one msgpack bin of
+// little-endian IEEE 754 singles, for the reason U32s does.
+type F32s []float32
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (l F32s) EncodeMsgpack(enc *msgpack.Encoder) error {
+	b := make([]byte, 4*len(l))
+	for i, v := range l {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return enc.EncodeBytes(b)
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder: a bin whose length is
+// not a whole number of singles is an error.
+func (l *F32s) DecodeMsgpack(dec *msgpack.Decoder) error {
+	b, err := dec.DecodeBytes()
+	if err != nil {
+		return err
+	}
+	if len(b)%4 != 0 {
+		return fmt.Errorf("wire: a list of singles is %d bytes long", len(b))
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	*l = out
+	return nil
+}
+
+// PackSlices returns an order's slices as U32s, sharing their memory.
+func PackSlices(slices [][]uint32) []U32s {
+	out := make([]U32s, len(slices))
+	for i, s := range slices {
+		out[i] = s
+	}
+	return out
+}
+
+// PackWeights returns an order's weights as F32s, sharing their memory;
+// nil for nil.
+func PackWeights(weights [][]float32) []F32s {
+	if weights == nil {
+		return nil
+	}
+	out := make([]F32s, len(weights))
+	for i, w := range weights {
+		out[i] = w
+	}
+	return out
+}

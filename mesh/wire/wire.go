@@ -276,8 +276,9 @@ type PublishMsg struct {
 	// or 1): with 1, this order was published while epoch Epoch-1 was
 	// still being trained, and ranks' dones of Epoch-1 still count.
 	Ahead int `msgpack:"a,omitempty"`
-	// Slices are the ranks' parts of the order, rank by rank.
-	Slices [][]uint32 `msgpack:"s"`
+	// Slices are the ranks' parts of the order, rank by rank, packed (tag
+	// "s", their msgpack arrays before ALPN shade/2, is retired).
+	Slices []U32s `msgpack:"S"`
 	// Sampler is the sampler's state after drawing this order, so a new
 	// leader draws the next epoch exactly as the old one would have.
 	Sampler []byte `msgpack:"c"`
@@ -287,8 +288,9 @@ type PublishMsg struct {
 	// position by position: ω = 1/(N·p) for a sample drawn with
 	// probability p per draw, so that a loss weighted by ω is an
 	// unbiased estimate of the loss over the whole dataset. Empty means
-	// every weight is 1 (a permutation, or an order from an older peer).
-	Weights [][]float32 `msgpack:"x,omitempty"`
+	// every weight is 1 (a permutation). Packed: tag "x", their msgpack
+	// arrays before ALPN shade/2, is retired.
+	Weights []F32s `msgpack:"X,omitempty"`
 	// Retired, on the empty order of a reset (Epoch -1), says the job is
 	// over for good: its trainers stopped, and peers drop its orders and
 	// scores (keeping the scores in their state directory, if they have

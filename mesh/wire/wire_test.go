@@ -110,6 +110,22 @@ func TestPackedListsRoundTrip(t *testing.T) {
 		t.Fatalf("scores %+v came back as %+v (%v)", scores, back, err)
 	}
 
+	order := &PublishMsg{Dataset: "ds", Epoch: 2, World: 2, Slices: []U32s{{1, 2}, {3, math.MaxUint32}},
+		Weights: []F32s{{0.5, float32(math.Inf(1))}, {1, float32(nan)}}, Ranks: []string{"a", ""}}
+	b, err = msgpack.Marshal(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotOrder PublishMsg
+	if err := msgpack.Unmarshal(b, &gotOrder); err != nil || len(gotOrder.Slices) != 2 || !slices.Equal(gotOrder.Slices[1], order.Slices[1]) ||
+		len(gotOrder.Weights) != 2 || math.Float32bits(gotOrder.Weights[1][1]) != math.Float32bits(order.Weights[1][1]) || gotOrder.Weights[0][0] != 0.5 {
+		t.Fatalf("order %+v came back as %+v (%v)", order, gotOrder, err)
+	}
+	var badOrder PublishMsg
+	if b, _ := msgpack.Marshal(map[string]any{"X": [][]byte{make([]byte, 6)}}); msgpack.Unmarshal(b, &badOrder) == nil {
+		t.Fatal("weights of 6 bytes decoded")
+	}
+
 	for _, bad := range []map[string]any{{"I": []byte{1, 2, 3}}, {"L": make([]byte, 12)}, {"I": []int{1, 2}}} {
 		b, err := msgpack.Marshal(bad)
 		if err != nil {
@@ -151,7 +167,7 @@ func TestRelayGroupsAndParts(t *testing.T) {
 		}
 	}
 
-	body, err := msgpack.Marshal(&PublishMsg{Dataset: "ds", Epoch: 4, World: 2, Slices: [][]uint32{{1, 2}, {3, 4}}})
+	body, err := msgpack.Marshal(&PublishMsg{Dataset: "ds", Epoch: 4, World: 2, Slices: []U32s{{1, 2}, {3, 4}}})
 	if err != nil {
 		t.Fatal(err)
 	}

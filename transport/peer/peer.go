@@ -30,8 +30,8 @@ import (
 
 // ALPN is the TLS application protocol both sides must offer. It names
 // the version of the peer protocol: shade/2 packs the sample lists of
-// reports and scores (mesh/wire U32s, F64s), so a shade/1 peer fails the
-// handshake instead of misreading them.
+// reports, scores and orders (mesh/wire U32s, F64s, F32s) and relays
+// orders, so a shade/1 peer fails the handshake instead of misreading them.
 const ALPN = "shade/2"
 
 // Defaults for the zero values of Config.
