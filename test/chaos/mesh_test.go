@@ -243,6 +243,11 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 		if peerHasFlag("--admin-addr") {
 			p.args = append(p.args, "--admin-addr", "off") // five peers on one host
 		}
+		if peerHasFlag("--relay-fanout") {
+			// The leader hands each order to 2 peers, which pass it on:
+			// the kills hit relays as well as the leader and the ranks.
+			p.args = append(p.args, "--relay-fanout", "2")
+		}
 		m.peers = append(m.peers, p)
 	}
 	t.Cleanup(func() {
