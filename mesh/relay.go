@@ -13,16 +13,17 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// An epoch's order is megabytes (5 bytes a sample, weights and the
-// sampler's state besides): sent to every member by the leader, it takes
-// the leader's link for seconds at 1,000 members. In a mesh of more than
-// Cluster.RelayFanout other members the leader hands it to that many
-// instead, each with a group of the rest to pass it on to, and so on down:
-// the order leaves every node at most RelayFanout times, and reaches
-// everyone in wire.RelayHops hops. Each hop is encoded once (the body is
-// never re-encoded or copied per member, see wire.RelayParts) and answers
-// only once its whole group has the order, so that a sender learns of a
-// group it could not reach and hands it to the next member of the group.
+// An epoch's order is megabytes (4 bytes a sample, as much again for the
+// weights, the sampler's state besides): sent to every member by the
+// leader, it takes the leader's link for seconds at 1,000 members. In a
+// mesh of more than Cluster.RelayFanout other members the leader hands it
+// to that many instead, each with a group of the rest to pass it on to,
+// and so on down: the order leaves every node at most RelayFanout times,
+// and reaches everyone in wire.RelayHops hops. The order is encoded once
+// (never re-encoded or copied per member, see wire.RelayParts). A relay
+// answers once its whole group has the order, or when its request's time
+// is up (the passing on goes on), so that a sender learns of a relay that
+// died and hands its group to the group's next member.
 
 // relayEach sends msg to the named members through relays.
 func (n *Node) relayEach(names []string, m peer.Method, msg any) {
