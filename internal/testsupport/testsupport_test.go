@@ -37,10 +37,18 @@ func TestWriteDatasetIsInManifestOrder(t *testing.T) {
 	}
 }
 
-func TestFreePortIsDistinctAndLoopback(t *testing.T) {
-	a, b := FreePort(t), FreePort(t)
-	if a == 0 || b == 0 {
-		t.Fatalf("ports %d, %d", a, b)
+// TestFreePortIsBelowTheEphemeralRange: the ports drawn are below the
+// range the kernel hands to sockets bound to port 0 (where there is room
+// below it), and free for TCP and UDP.
+func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
+	for range 20 {
+		p := FreePort(t)
+		if p <= 0 || (ephemeralStart() > 11000 && p >= ephemeralStart()) {
+			t.Fatalf("port %d, ephemeral range from %d", p, ephemeralStart())
+		}
+		if !freeBoth(p) {
+			t.Fatalf("port %d is not free for TCP and UDP", p)
+		}
 	}
 	if got := LoopbackAddr(t); got[:10] != "127.0.0.1:" {
 		t.Errorf("LoopbackAddr = %q", got)
