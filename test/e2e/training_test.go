@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,9 +46,15 @@ func TestShortTrainingOnAMesh(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "epochs.csv")
 	sockets := peers[0].Socket + "," + peers[1].Socket + "," + peers[2].Socket
-	cmd := exec.Command(python, "../train/train_fmnist.py", "--sockets", sockets, "--world", "3",
+	// The run takes about half a minute; a hung one fails the test, its
+	// rank processes killed with it, instead of the package's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "../train/train_fmnist.py", "--sockets", sockets, "--world", "3",
 		"--epochs", "2", "--batch-size", "64", "--test-dir", filepath.Join(root, "test"), "--csv", out, "--label", "ci")
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	logs, err := cmd.CombinedOutput()
 	t.Logf("training output:\n%s", logs)
 	if err != nil {

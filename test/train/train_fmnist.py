@@ -354,7 +354,14 @@ def rank_main(rank, args, port):
         # The job is over: its reset tells every peer, whose cache stops
         # keeping samples for the order it would have read next.
         peers[0].reset(args.dataset)
-    dist.destroy_process_group()
+    # Every rank is past the last barrier, and everything is written and
+    # flushed: leave without PyTorch's teardown. PyTorch 1.13's gloo can
+    # deadlock destroying the DDP reducer's process group
+    # (~ProcessGroupGloo waits on a lock its own worker thread holds): one
+    # e2e run here had a rank spin for 10 minutes after its last epoch.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv=None):
