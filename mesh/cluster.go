@@ -592,23 +592,24 @@ func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 	return err
 }
 
-// broadcast sends a message to every other alive member in the
-// background, retrying a few times.
-func (n *Node) broadcast(m peer.Method, msg any) {
+// publish sends an epoch's order to every other alive member in the
+// background, retrying a few times; in a mesh of more than RelayFanout
+// other members, through relays (see relayEach).
+func (n *Node) publish(p *wire.PublishMsg) {
 	if n.cluster == nil {
 		return
 	}
 	var names []string
-	for _, p := range n.cluster.alive() {
-		if p.name != n.cfg.Name {
-			names = append(names, p.name)
+	for _, m := range n.cluster.alive() {
+		if m.name != n.cfg.Name {
+			names = append(names, m.name)
 		}
 	}
-	if m == wire.MethodPublish && len(names) > n.cfg.Cluster.RelayFanout {
-		n.relayEach(names, m, msg)
+	if len(names) > n.cfg.Cluster.RelayFanout {
+		n.relayEach(names, p)
 		return
 	}
-	n.sendEach(names, m, msg)
+	n.sendEach(names, wire.MethodPublish, p)
 }
 
 // sendEach sends msg to every named member in the background, encoded once
@@ -633,30 +634,25 @@ func (n *Node) sendInBackground(name string, m peer.Method, msg any) {
 }
 
 // sendWithRetries sends one message to a member, retrying up to five times
-// with a growing pause unless the member refuses it as bad, and reports
-// whether it was delivered.
-func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) bool {
+// with a growing pause unless the member refuses it as bad.
+func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) {
 	for attempt := 0; attempt < 5; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 		err := n.cluster.callName(cctx, name, m, msg, nil)
 		cancel()
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
+		if err == nil || ctx.Err() != nil {
+			return
 		}
 		if peer.CodeOf(err) == peer.CodeBadRequest {
 			n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
-			return false
+			return
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return
 		case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
 		}
 	}
-	return false
 }
 
 // GossipAddr is the address other peers use as a seed; "" standalone.

@@ -577,6 +577,14 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 // for the sample's key, on every node; the view is the ring's own slice.
 func TestOwnersByHashedSamples(t *testing.T) {
 	m := startMesh(t, 3, meshOpts{samples: 700, replicas: 2})
+	waitFor(t, 10*time.Second, "every node's samples hashed", func() bool {
+		for _, p := range m.peers {
+			if p.node.ordered[0].samples.Load() == nil {
+				return false
+			}
+		}
+		return true
+	})
 	for _, p := range m.peers {
 		ds := p.node.ordered[0]
 		r := ds.ring.Load()

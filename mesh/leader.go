@@ -74,7 +74,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 				n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("epoch", p.Epoch).Uint64("term", p.Term).
 					Int("world", p.World).Int("scored", scored).Msg("order published")
 			}
-			n.broadcast(wire.MethodPublish, p)
+			n.publish(p)
 		},
 	}
 	if !n.cfg.Cluster.NoLocality && n.cluster != nil {
@@ -344,7 +344,7 @@ func (n *Node) takeover(ctx context.Context) {
 		}
 		js.setLeaderJob(lj)
 		if pub != nil {
-			n.broadcast(wire.MethodPublish, pub)
+			n.publish(pub)
 		}
 		if err := lj.Resume(); err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("takeover: publishing")

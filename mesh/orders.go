@@ -229,11 +229,7 @@ func (n *Node) fetchAhead(js *jobState, epoch int) bool {
 	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead {
 		return false
 	}
-	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: js.ds.name, Job: js.name, Exact: true, Epoch: epoch})
-	if p == nil || p.Epoch != epoch || p.Job != js.name {
-		return false
-	}
-	n.installOrder(js, p)
+	n.fetchExact(js, epoch)
 	return js.book.Kept(epoch) != nil
 }
 

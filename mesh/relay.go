@@ -25,32 +25,31 @@ import (
 // is up (the passing on goes on), so that a sender learns of a relay that
 // died and hands its group to the group's next member.
 
-// relayEach sends msg to the named members through relays.
-func (n *Node) relayEach(names []string, m peer.Method, msg any) {
-	body, err := msgpack.Marshal(msg)
+// relayEach sends an order to the named members through relays.
+func (n *Node) relayEach(names []string, p *wire.PublishMsg) {
+	body, err := msgpack.Marshal(p)
 	if err != nil {
 		n.cfg.Logger.Error().Err(err).Msg("encoding a relayed message")
 		return
 	}
 	for _, group := range wire.RelayGroups(names, n.cfg.Cluster.RelayFanout) {
-		n.goBackground(func(ctx context.Context) { n.relayGroup(ctx, group, m, body) })
+		n.goBackground(func(ctx context.Context) { n.relayGroup(ctx, group, body) })
 	}
 }
 
-// relayGroup delivers body, a message of method m, to every member of
-// group: it hands it to the group's first member with the rest to pass on,
+// relayGroup delivers body, an encoded order, to every member of group: it hands it to the group's first member with the rest to pass on,
 // and if that member does not answer, to the next, and so on. A member it
 // could not reach is not asked again by the next (it may be dead); a node
 // that missed an order asks the leader for it while its ranks wait (see
 // Order).
-func (n *Node) relayGroup(ctx context.Context, group []string, m peer.Method, body []byte) {
+func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) {
 	for i, head := range group {
 		rest := group[i+1:]
 		if len(rest) == 0 {
-			n.sendWithRetries(ctx, head, m, msgpack.RawMessage(body))
+			n.sendWithRetries(ctx, head, wire.MethodPublish, msgpack.RawMessage(body))
 			return
 		}
-		parts, err := wire.RelayParts(rest, m, body)
+		parts, err := wire.RelayParts(rest, wire.MethodPublish, body)
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Msg("encoding a relayed message")
 			return
@@ -98,7 +97,7 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 		defer cancel()
 		var wg sync.WaitGroup
 		for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-			wg.Go(func() { n.relayGroup(fctx, group, wire.MethodPublish, req.Body) })
+			wg.Go(func() { n.relayGroup(fctx, group, req.Body) })
 		}
 		wg.Wait()
 	})

@@ -31,7 +31,7 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 	publish := func(epoch int) *wire.PublishMsg {
 		p := &wire.PublishMsg{Dataset: "ds", Job: "relayed", Version: ds.manifest.Version, Gen: 1, Epoch: epoch,
 			Term: lead.node.lead.highest(), World: 2, Slices: []wire.U32s{{1, 2, 3}, {4, 5, uint32(epoch)}}, Ranks: []string{"", ""}}
-		lead.node.broadcast(wire.MethodPublish, p)
+		lead.node.publish(p)
 		return p
 	}
 	has := func(p *testPeer, epoch int) bool {

@@ -340,11 +340,11 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}
 	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
 		Slices: wire.PackSlices(parts), Sampler: state, Ranks: rankNode}
-	pubOnce := step("publish: encode message", 1, true, "msgpack, once for every member (mesh.broadcast)")
+	pubOnce := step("publish: encode message", 1, true, "msgpack, once for every member (mesh.publish)")
 	if err := pubOnce.run(func() (err error) { raw, err = msgpack.Marshal(pub); return err }); err != nil {
 		return nil, err
 	}
-	// mesh.broadcast: to every other member, or past RelayFanout of them
+	// mesh.publish: to every other member, or past RelayFanout of them
 	// to that many relays (wire.RelayGroups), each with its group to pass
 	// the order on to.
 	receivers := members[1:] // the leader is members[0]
@@ -451,7 +451,7 @@ func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error)
 }
 
 // frameBroadcast frames an encoded message n times, as a broadcast does for
-// each member: mesh.broadcast encodes it once, and peer.Node.Call writes a
+// each member: mesh.publish encodes it once, and peer.Node.Call writes a
 // msgpack.RawMessage to the stream after a header of its own, without
 // copying it (QUIC then copies it into packets, as it does every byte;
 // that is not in these figures). It returns the frame's length.
