@@ -35,8 +35,12 @@ func EncodeFrame(w io.Writer, tag uint16, body []byte) error {
 }
 
 // putHeader fills the first headerLen bytes of the frame b.
-func putHeader(b []byte, tag uint16) {
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+func putHeader(b []byte, tag uint16) { putHeaderOf(b, tag, len(b)-headerLen) }
+
+// putHeaderOf writes into b[:headerLen] the header of a frame of tag whose
+// body, after the header, is n bytes long.
+func putHeaderOf(b []byte, tag uint16, n int) {
+	binary.BigEndian.PutUint32(b, uint32(headerLen-4+n))
 	binary.BigEndian.PutUint16(b[4:], tag)
 }
 

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -610,8 +609,7 @@ func (n *Node) callWith(ctx context.Context, addr, wantName string, m Method, re
 	}
 	if encoded != nil {
 		frame = make([]byte, headerLen)
-		binary.BigEndian.PutUint32(frame, uint32(min(headerLen-4+encoded.len(), 1<<32-1)))
-		binary.BigEndian.PutUint16(frame[4:], uint16(m))
+		putHeaderOf(frame, uint16(m), encoded.len()) // a length past the limit is refused below
 	} else {
 		wbuf := n.getBuf()
 		defer n.putBuf(wbuf)
