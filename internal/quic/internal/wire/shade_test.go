@@ -179,3 +179,25 @@ func TestParseStreamFrameInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestParseStreamFrameOverflowBeforeKeep: a frame whose data would run
+// past the largest stream offset is refused before keep is asked, copied
+// or in place.
+func TestParseStreamFrameOverflowBeforeKeep(t *testing.T) {
+	for _, n := range []int{100, 8000} {
+		f := &StreamFrame{StreamID: 4, Offset: protocol.MaxByteCount - 10, DataLenPresent: true, Data: make([]byte, n)}
+		packet, err := f.Append(nil, protocol.Version1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, l, err := NewFrameParser(true, true, true).ParseType(packet, protocol.Encryption1RTT)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asked := false
+		_, _, err = ParseStreamFrameInPlace(packet[l:], typ, protocol.Version1, func(int) func() { asked = true; return func() {} })
+		if err == nil || asked {
+			t.Fatalf("%d bytes past the largest offset: error %v, keep asked %v", n, err, asked)
+		}
+	}
+}

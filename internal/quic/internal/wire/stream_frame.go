@@ -72,7 +72,9 @@ func ParseStreamFrameInPlace(b []byte, typ FrameType, _ protocol.Version, keep f
 		dataLen = uint64(len(b))
 	}
 
-	if offset+dataLen > uint64(protocol.MaxByteCount) { // shade: checked before keep
+	// shade: checked here, before a pooled frame is taken or keep asked
+	// (upstream checked the frame after the copy).
+	if offset+dataLen > uint64(protocol.MaxByteCount) {
 		return nil, 0, errors.New("stream data overflows maximum offset")
 	}
 	var frame *StreamFrame
@@ -111,9 +113,6 @@ func ParseStreamFrameInPlace(b []byte, typ FrameType, _ protocol.Version, keep f
 
 	if dataLen > 0 {
 		copy(frame.Data, b)
-	}
-	if frame.Offset+frame.DataLen() > protocol.MaxByteCount {
-		return nil, 0, errors.New("stream data overflows maximum offset")
 	}
 	return frame, startLen - len(b) + int(dataLen), nil
 }
