@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shade-mesh/shade/sampling"
 	"io"
 	"slices"
 	"sort"
@@ -40,6 +41,30 @@ func (n *Node) ownersView(ds *datasetState, id uint32) []string {
 		return r.SampleOwners(s, id)
 	}
 	return r.Owners([]byte(keyOfSample(ds, id)))
+}
+
+// placement is where ds's samples are as this node's ring stands now, for
+// the leader's locality split (sampling.LocalitySplit): the groups are the
+// ring's partitions, a sample's read from the table of hashed samples
+// once it is ready (its key hashed until then).
+func (n *Node) placement(ds *datasetState) sampling.Placement {
+	r := ds.ring.Load()
+	if n.cluster == nil || r == nil {
+		self := []string{n.cfg.Name}
+		return sampling.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return self }}
+	}
+	where := sampling.Placement{Groups: r.Config().Partitions, Owners: r.OwnersOfPartition}
+	if s := ds.samples.Load(); s.Fits(r) {
+		where.Group = func(id uint32) int {
+			if int(id) >= s.Len() {
+				return -1 // not a sample of ds: the split refuses it
+			}
+			return s.Partition(id)
+		}
+	} else {
+		where.Group = func(id uint32) int { return r.Partition([]byte(keyOfSample(ds, id))) }
+	}
+	return where
 }
 
 // hashSamples computes the ring partition of every sample of ds, once, in

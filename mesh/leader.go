@@ -78,7 +78,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		},
 	}
 	if !n.cfg.Cluster.NoLocality && n.cluster != nil {
-		cfg.Owners = func(id uint32) []string { return n.ownersView(ds, id) }
+		cfg.Placement = func() sampling.Placement { return n.placement(ds) }
 	}
 	return cfg
 }

@@ -137,10 +137,14 @@ func BenchmarkLocalitySplit(b *testing.B) {
 	for p := range owners {
 		owners[p] = []string{rankNode[p*7%nodes], rankNode[(p*13+1)%nodes]}
 	}
-	ownersOf := func(id uint32) []string { return owners[mix64(uint64(id))%uint64(len(owners))] }
+	where := Placement{
+		Groups: len(owners),
+		Group:  func(id uint32) int { return int(mix64(uint64(id)) % uint64(len(owners))) },
+		Owners: func(g int) []string { return owners[g] },
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := LocalitySplit(order, nodes, rankNode, ownersOf); err != nil {
+		if _, err := LocalitySplit(order, nodes, rankNode, where); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -141,6 +141,9 @@ var (
 	ErrBadConfig = errors.New("sampling: bad config")
 	// ErrBadWorld: a world size below 1.
 	ErrBadWorld = errors.New("sampling: bad world size")
+	// ErrBadPlacement: a Placement without its functions, or that puts a
+	// sample in a group outside its range.
+	ErrBadPlacement = errors.New("sampling: bad placement")
 	// ErrCorrupt: an encoding is truncated, of an unknown version, fails its
 	// checksum or holds values out of range.
 	ErrCorrupt = errors.New("sampling: corrupt encoding")

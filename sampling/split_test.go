@@ -164,7 +164,8 @@ func TestLocalitySplitKeepsSlicesEqual(t *testing.T) {
 		for r := range rankNode {
 			rankNode[r] = nodes[r%3]
 		}
-		slices, err := LocalitySplit(order, tc.world, rankNode, func(id uint32) []string { return []string{nodes[id%3]} })
+		byThree := Placement{Groups: 3, Group: func(id uint32) int { return int(id % 3) }, Owners: func(g int) []string { return nodes[g : g+1] }}
+		slices, err := LocalitySplit(order, tc.world, rankNode, byThree)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +213,7 @@ func TestLocalitySplitKeepsTheOrdersSequence(t *testing.T) {
 	owners := func(id uint32) []string { return []string{nodes[id%3]} }
 	for _, rankNode := range [][]string{{"a"}, {"b", "c"}, {"a", "b", "c"}, {"a", "a", "b", ""}} {
 		world := len(rankNode)
-		slices, err := LocalitySplit(order, world, rankNode, owners)
+		slices, err := LocalitySplit(order, world, rankNode, OwnersPlacement(n, owners))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,9 +234,11 @@ func TestLocalitySplitKeepsTheOrdersSequence(t *testing.T) {
 
 // TestLocalitySplitLeastFilledRank checks the heap that finds the least
 // filled rank with room, for the samples no rank on their owners may
-// take, against the scan over every rank it replaced: the slices must be
-// the same, sample for sample, over random orders, worlds, rank layouts
-// (ranks on no node, several on one) and owner sets.
+// take, and the owners' ranks looked up once per group, against the scan
+// over every rank and the owners of every sample that they replaced: the
+// slices must be the same, sample for sample, over random orders, worlds,
+// rank layouts (ranks on no node, several on one), owner sets, and
+// groups of one sample each or shared by many, as a ring's partitions.
 func TestLocalitySplitLeastFilledRank(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for trial := range 300 {
@@ -252,14 +255,23 @@ func TestLocalitySplitLeastFilledRank(t *testing.T) {
 				rankNode[r] = fmt.Sprint("node-", rng.IntN(nodes))
 			}
 		}
-		owners := make([][]string, n)
-		for id := range owners {
+		groups := n
+		if trial%2 == 1 {
+			groups = 1 + rng.IntN(20)
+		}
+		owners := make([][]string, groups)
+		for g := range owners {
 			for range rng.IntN(3) {
-				owners[id] = append(owners[id], fmt.Sprint("node-", rng.IntN(nodes)))
+				owners[g] = append(owners[g], fmt.Sprint("node-", rng.IntN(nodes)))
 			}
 		}
-		ownersOf := func(id uint32) []string { return owners[id] }
-		got, err := LocalitySplit(order, world, rankNode, ownersOf)
+		where := Placement{
+			Groups: groups,
+			Group:  func(id uint32) int { return int(id) % groups },
+			Owners: func(g int) []string { return owners[g] },
+		}
+		ownersOf := func(id uint32) []string { return owners[int(id)%groups] }
+		got, err := LocalitySplit(order, world, rankNode, where)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,6 +280,26 @@ func TestLocalitySplitLeastFilledRank(t *testing.T) {
 			if !slices.Equal(got[r], want[r]) {
 				t.Fatalf("trial %d (n %d, world %d): slice %d is %v, the scan gives %v", trial, n, world, r, got[r], want[r])
 			}
+		}
+	}
+}
+
+// TestLocalitySplitRefusesABadPlacement: a placement without its
+// functions, or one that puts a sample outside its groups, is an error,
+// not a panic or a slice short of samples.
+func TestLocalitySplitRefusesABadPlacement(t *testing.T) {
+	order := []uint32{0, 1, 2, 3}
+	owners := func(g int) []string { return []string{"a"} }
+	for name, where := range map[string]Placement{
+		"zero value":       {},
+		"no owners":        {Groups: 2, Group: func(id uint32) int { return int(id % 2) }},
+		"negative groups":  {Groups: -1, Group: func(uint32) int { return 0 }, Owners: owners},
+		"group past range": {Groups: 2, Group: func(id uint32) int { return int(id) }, Owners: owners},
+		"negative group":   {Groups: 2, Group: func(uint32) int { return -1 }, Owners: owners},
+		"sample past n":    OwnersPlacement(3, func(uint32) []string { return []string{"a"} }),
+	} {
+		if _, err := LocalitySplit(order, 2, []string{"a", "b"}, where); !errors.Is(err, ErrBadPlacement) {
+			t.Errorf("%s: err = %v, want ErrBadPlacement", name, err)
 		}
 	}
 }

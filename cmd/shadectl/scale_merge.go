@@ -161,6 +161,12 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}
 	res.HashSamples = time.Since(start)
 	ownersOf := func(id uint32) []string { return r.SampleOwners(samples, id) }
+	// Where the leader's split finds the owners, as mesh.Node.placement.
+	where := sampling.Placement{
+		Groups: r.Config().Partitions,
+		Group:  func(id uint32) int { return samples.Partition(id) },
+		Owners: r.OwnersOfPartition,
+	}
 	table := sampling.NewTable(job.samples, 0, sampling.ScoreRankLog)
 	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1})
 	order, err := sampler.Order(0, table)
@@ -320,10 +326,10 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if err := orderStep.run(func() (err error) { next, err = sampler.Order(1, table); return err }); err != nil {
 		return nil, err
 	}
-	splitStep := step("split (locality)", 1, true, "owner lookup per drawn sample: sampling.LocalitySplit, as the leader runs it")
+	splitStep := step("split (locality)", 1, true, "owners looked up once per partition: sampling.LocalitySplit, as the leader runs it")
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
-		parts, err = sampling.LocalitySplit(next, job.world, rankNode, ownersOf)
+		parts, err = sampling.LocalitySplit(next, job.world, rankNode, where)
 		return err
 	}); err != nil {
 		return nil, err

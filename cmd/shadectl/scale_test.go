@@ -188,7 +188,7 @@ func TestScaleLocalitySplit(t *testing.T) {
 		}
 		return []string{"b"}
 	}
-	parts, err := sampling.LocalitySplit(order, 3, []string{"a", "a", "c"}, owners)
+	parts, err := sampling.LocalitySplit(order, 3, []string{"a", "a", "c"}, sampling.OwnersPlacement(len(order), owners))
 	if err != nil {
 		t.Fatal(err)
 	}

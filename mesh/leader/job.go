@@ -58,7 +58,7 @@ type Scores interface {
 }
 
 // Config is what a Job needs of its dataset and its node. Every field but
-// Gen, Owners, Resident, EpochDeadline, Hold and Logger is required.
+// Gen, Placement, Resident, EpochDeadline, Hold and Logger is required.
 type Config struct {
 	Dataset, Version string
 	// Job names the dataset's job ("" for its default job); it is stamped
@@ -75,10 +75,11 @@ type Config struct {
 	// generation.
 	NewSampler func() *sampling.Sampler
 	Scores     Scores
-	// Owners lists the nodes that own a sample: each rank is given the
-	// samples its node owns where it can (sampling.LocalitySplit). nil
-	// splits orders without regard to owners (sampling.Split).
-	Owners func(id uint32) []string
+	// Placement says which nodes own each sample as the mesh stands when
+	// an order is drawn: each rank is given the samples its node owns
+	// where it can (sampling.LocalitySplit). nil splits orders without
+	// regard to owners (sampling.Split).
+	Placement func() sampling.Placement
 	// Resident returns a bitmap of the samples the draws should prefer as
 	// this node sees them (bit i%64 of word i/64): those it caches now;
 	// nil means none. The other nodes' cached samples come with their
@@ -456,7 +457,12 @@ func (j *Job) missingLocked() []int {
 // publishLocked draws epoch's order, splits it among the ranks and hands
 // it to Config.Publish.
 func (j *Job) publishLocked(epoch int) error {
-	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.cfg.Owners, j.residentLocked())
+	var where *sampling.Placement
+	if j.cfg.Placement != nil {
+		p := j.cfg.Placement()
+		where = &p
+	}
+	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, where, j.residentLocked())
 	if err != nil {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
@@ -505,12 +511,12 @@ type Drawn struct {
 
 // Draw draws epoch's order from table with sampler, preferring the
 // resident samples (a bitmap, nil for none), and splits it among the
-// ranks, one slice per rank; ranks names the node each trains on. With
-// owners, each rank is given the samples its node owns where it can;
-// without, the order is split with sampling.Split. Each id's weight goes
+// ranks, one slice per rank; ranks names the node each trains on. With a
+// placement, each rank is given the samples its node owns where it can;
+// without (nil), the order is split with sampling.Split. Each id's weight goes
 // with it into its slice. It advances sampler, which the caller must not
 // share meanwhile.
-func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, owners func(id uint32) []string, resident []uint64) (Drawn, error) {
+func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, where *sampling.Placement, resident []uint64) (Drawn, error) {
 	d, scored, err := table.Draw(sampler, epoch, resident)
 	if err != nil {
 		return Drawn{}, fmt.Errorf("leader: order: %w", err)
@@ -519,10 +525,10 @@ func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, ow
 	if out.State, err = sampler.MarshalBinary(); err != nil {
 		return Drawn{}, fmt.Errorf("leader: sampler state: %w", err)
 	}
-	if owners == nil {
+	if where == nil {
 		out.Slices, err = sampling.Split(d.Order, len(ranks))
 	} else {
-		out.Slices, err = sampling.LocalitySplit(d.Order, len(ranks), ranks, owners)
+		out.Slices, err = sampling.LocalitySplit(d.Order, len(ranks), ranks, *where)
 	}
 	if err != nil {
 		return Drawn{}, fmt.Errorf("leader: split: %w", err)

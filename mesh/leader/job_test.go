@@ -314,8 +314,8 @@ func TestGenStartsWhereTheRetirementEnded(t *testing.T) {
 
 func TestDrawSplitsPreferringOwners(t *testing.T) {
 	s := sampling.NewSampler(8, sampling.DefaultConfig())
-	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }
-	d, err := Draw(s, identity(8), 0, []string{"b", "a"}, owners, nil)
+	owners := sampling.OwnersPlacement(8, func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} })
+	d, err := Draw(s, identity(8), 0, []string{"b", "a"}, &owners, nil)
 	if err != nil || d.Scored != 3 || len(d.State) == 0 || len(d.Slices) != 2 || d.Weights != nil {
 		t.Fatalf("Draw: %d slices, %d bytes of state, %d scored, weights %v, %v", len(d.Slices), len(d.State), d.Scored, d.Weights, err)
 	}
@@ -352,8 +352,8 @@ func (w *weighted) Draw(_ *sampling.Sampler, _ int, resident []uint64) (sampling
 // each id keeps its own weight.
 func TestDrawWeightsFollowIDs(t *testing.T) {
 	s := sampling.NewSampler(8, sampling.DefaultConfig())
-	owners := func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} }
-	d, err := Draw(s, &weighted{n: 8}, 0, []string{"b", "a"}, owners, nil)
+	owners := sampling.OwnersPlacement(8, func(id uint32) []string { return []string{[]string{"a", "b"}[id%2]} })
+	d, err := Draw(s, &weighted{n: 8}, 0, []string{"b", "a"}, &owners, nil)
 	if err != nil || len(d.Weights) != 2 {
 		t.Fatalf("Draw: weights %v, %v", d.Weights, err)
 	}
