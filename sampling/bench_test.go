@@ -133,13 +133,20 @@ func BenchmarkLocalitySplit(b *testing.B) {
 	for r := range rankNode {
 		rankNode[r] = fmt.Sprint("node-", r)
 	}
-	owners := make([][]string, 4096) // by partition, as a ring's table
+	const partitions = 16381 // as a ring of 1,000 peers advises
+	owners := make([][]string, partitions)
 	for p := range owners {
 		owners[p] = []string{rankNode[p*7%nodes], rankNode[(p*13+1)%nodes]}
 	}
+	// Each sample's partition read from a table, as a node's hashed
+	// samples (mesh/ring.Samples) give it.
+	partOf := make([]uint16, n)
+	for i := range partOf {
+		partOf[i] = uint16(mix64(uint64(i)) % partitions)
+	}
 	where := Placement{
-		Groups: len(owners),
-		Group:  func(id uint32) int { return int(mix64(uint64(id)) % uint64(len(owners))) },
+		Groups: partitions,
+		Group:  func(id uint32) int { return int(partOf[id]) },
 		Owners: func(g int) []string { return owners[g] },
 	}
 	b.ReportAllocs()

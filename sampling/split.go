@@ -143,10 +143,10 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 				candidates[g] = append(candidates[g], ranksOn[owner]...)
 			}
 		}
-		best := int32(-1)
+		best, least := int32(-1), room // the least filled candidate with room
 		for _, r := range candidates[g] {
-			if filled[r] < room && (best < 0 || filled[r] < filled[best]) {
-				best = r
+			if f := filled[r]; f < least {
+				best, least = r, f
 			}
 		}
 		if best < 0 {
