@@ -298,11 +298,15 @@ func (s *Sampler) pads(epoch int, t *Table, resident []uint64, weights bool) Dra
 			}
 		}
 	}
+	d := s.n - len(order)
 	var weight []float32
-	if weights {
-		weight = ones(s.n) // right as it stands if every sample is forced
+	switch {
+	case weights && d == 0:
+		weight = ones(s.n) // every sample forced: each is read once
+	case weights:
+		weight = make([]float32, s.n) // s.weights sets every one
 	}
-	if d := s.n - len(order); d > 0 {
+	if d > 0 {
 		s.fillProb(t)
 		if s.cfg.Boost > 0 && resident != nil {
 			s.boost(resident)
