@@ -118,11 +118,10 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 	for r := range slices {
 		slices[r] = backing[r*per : r*per : (r+1)*per]
 	}
-	// open holds the ranks with room, least filled (then lowest) first:
-	// the rank a sample goes to when none on its owners may take it,
-	// found in O(log world) rather than by looking at every rank (at a
-	// rank on each of 1,000 nodes, that scan was most of the split).
-	open := newFillHeap(filled, per)
+	// The rank a sample goes to when none on its owners may take it is
+	// found without looking at every rank each time (at a rank on each of
+	// 1,000 nodes, that scan was most of the split).
+	open := leastFilled{filled: filled}
 	// A rank may hold min(per, share+slack) samples once i+1 places are
 	// dealt, its share being (i+1)*per/len(padded); the share is kept
 	// by steps, not divided out at every place.
@@ -152,7 +151,7 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 		if best < 0 {
 			best = int32(open.least())
 		}
-		open.fill(int(best))
+		filled[best]++
 		slices[best] = append(slices[best], id)
 	}
 	return slices, nil
@@ -169,75 +168,29 @@ func OwnersPlacement(n int, owners func(id uint32) []string) Placement {
 	}
 }
 
-// fillHeap holds the ranks whose slices have room (fewer than per
-// samples), least filled (then lowest) first, each by the fill it had when
-// it was last placed. Fills only grow, so an entry is never ahead of its
-// rank, and least re-places a stale top before it answers: a rank is
-// re-placed when it comes up, not for every sample it takes (at a rank on
-// each of 1,000 nodes, most samples go to a rank on one of their owners).
-type fillHeap struct {
+// leastFilled finds the least filled rank (the lowest of those that tie)
+// by a cursor over the ranks in order at the lowest fill any rank has.
+// Fills only grow, so a rank the cursor has passed holds more than that
+// fill for good, and the cursor need not look back until no rank is left
+// at it: then the lowest fill is one more, and the cursor starts over.
+// Over a whole split the cursor passes each rank once per fill level,
+// per*world steps in all, as many as the samples dealt.
+type leastFilled struct {
 	filled []int // samples each rank holds; shared with the caller
-	per    int   // the slices' length
-	heap   []fillEntry
+	fill   int   // no rank holds fewer
+	cursor int   // every rank before it holds more than fill
 }
 
-// fillEntry is a rank and its fill when it was placed.
-type fillEntry struct{ fill, rank int32 }
-
-// newFillHeap returns the heap of every rank of filled, all empty.
-func newFillHeap(filled []int, per int) *fillHeap {
-	h := &fillHeap{filled: filled, per: per}
-	if per > 0 {
-		h.heap = make([]fillEntry, len(filled))
-		for r := range h.heap {
-			h.heap[r] = fillEntry{0, int32(r)} // all 0: rank order is heap order
-		}
-	}
-	return h
-}
-
-// least returns the rank with room that holds the fewest samples (the
-// lowest of those that tie). There must be one.
-func (h *fillHeap) least() int {
+// least returns the rank that holds the fewest samples, the lowest of
+// those that tie. Some rank must have room: then the least filled has.
+func (l *leastFilled) least() int {
 	for {
-		top := h.heap[0]
-		f := h.filled[top.rank]
-		if f == int(top.fill) {
-			return int(top.rank)
+		for ; l.cursor < len(l.filled); l.cursor++ {
+			if l.filled[l.cursor] == l.fill {
+				return l.cursor
+			}
 		}
-		if f >= h.per { // full: out of the heap
-			last := len(h.heap) - 1
-			h.heap[0] = h.heap[last]
-			h.heap = h.heap[:last]
-		} else {
-			h.heap[0].fill = int32(f)
-		}
-		h.down(0)
-	}
-}
-
-// fill counts one more sample in rank r's slice, which must have room.
-func (h *fillHeap) fill(r int) { h.filled[r]++ }
-
-func (h *fillHeap) less(a, b int) bool {
-	ea, eb := h.heap[a], h.heap[b]
-	return ea.fill < eb.fill || ea.fill == eb.fill && ea.rank < eb.rank
-}
-
-func (h *fillHeap) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h.heap) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h.heap) && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			return
-		}
-		h.heap[i], h.heap[m] = h.heap[m], h.heap[i]
-		i = m
+		l.fill++
+		l.cursor = 0
 	}
 }

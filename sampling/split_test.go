@@ -232,10 +232,10 @@ func TestLocalitySplitKeepsTheOrdersSequence(t *testing.T) {
 	}
 }
 
-// TestLocalitySplitLeastFilledRank checks the heap that finds the least
-// filled rank with room, for the samples no rank on their owners may
-// take, and the owners' ranks looked up once per group, against the scan
-// over every rank and the owners of every sample that they replaced: the
+// TestLocalitySplitLeastFilledRank checks the cursor that finds the least
+// filled rank, for the samples no rank on their owners may take, and the
+// owners' ranks looked up once per group, against the scan over every
+// rank and the owners of every sample that they replaced: the
 // slices must be the same, sample for sample, over random orders, worlds,
 // rank layouts (ranks on no node, several on one), owner sets, and
 // groups of one sample each or shared by many, as a ring's partitions.
@@ -304,8 +304,9 @@ func TestLocalitySplitRefusesABadPlacement(t *testing.T) {
 	}
 }
 
-// scanSplit is LocalitySplit as it was before the heap: the least filled
-// rank with room found by looking at every rank.
+// scanSplit is LocalitySplit as it was first written: the least filled
+// rank with room found by looking at every rank, a sample's candidate
+// ranks by its owners' names.
 func scanSplit(order []uint32, world int, rankNode []string, ownersOf func(uint32) []string) [][]uint32 {
 	per := (len(order) + world - 1) / world
 	padded := order
