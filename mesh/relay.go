@@ -27,7 +27,7 @@ import (
 
 // relayEach sends an order to the named members through relays.
 func (n *Node) relayEach(names []string, p *wire.PublishMsg) {
-	body, err := msgpack.Marshal(p)
+	body, err := p.Encode()
 	if err != nil {
 		n.cfg.Logger.Error().Err(err).Msg("encoding a relayed message")
 		return

@@ -346,8 +346,8 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}
 	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
 		Slices: wire.PackSlices(parts), Sampler: state, Ranks: rankNode}
-	pubOnce := step("publish: encode message", 1, true, "msgpack, once for every member (mesh.publish)")
-	if err := pubOnce.run(func() (err error) { raw, err = msgpack.Marshal(pub); return err }); err != nil {
+	pubOnce := step("publish: encode message", 1, true, "msgpack into a buffer of its size (wire.PublishMsg.Encode), once for every member (mesh.publish)")
+	if err := pubOnce.run(func() (err error) { raw, err = pub.Encode(); return err }); err != nil {
 		return nil, err
 	}
 	// mesh.publish: to every other member, or past RelayFanout of them
