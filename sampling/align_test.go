@@ -1,6 +1,7 @@
 package sampling
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -78,4 +79,101 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// TestAlignAsByComparison checks Align against the comparison sort it
+// replaced, sample for sample: orders of ids below their length (copies
+// counted in a table) and far above it (in a map), with repeats.
+func TestAlignAsByComparison(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	for trial := range 200 {
+		n := rng.IntN(3000)
+		span := uint32(1 + rng.IntN(n+1))
+		if trial%4 == 3 {
+			span = 1 << 31
+		}
+		order := make([]uint32, n)
+		for i := range order {
+			order[i] = uint32(rng.Int64N(int64(span)))
+		}
+		want := slices.Clone(order)
+		alignByComparison(want, 11, trial)
+		Align(order, 11, trial)
+		if !slices.Equal(order, want) {
+			t.Fatalf("trial %d (%d ids below %d): aligned %v, the comparison sort gives %v", trial, n, span, order, want)
+		}
+	}
+}
+
+// TestRadixSortIsStable: pairs come out by key, and pairs of one key in
+// the order they went in, for keys that share digits and keys that do not.
+func TestRadixSortIsStable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 1))
+	for _, keyOf := range []func() uint64{
+		func() uint64 { return uint64(rng.IntN(4)) << 40 },
+		func() uint64 { return rng.Uint64() >> uint(rng.IntN(64)) },
+	} {
+		const n = 5000
+		keys, vals := make([]uint64, n), make([]uint32, n)
+		for i := range keys {
+			keys[i], vals[i] = keyOf(), uint32(i)
+		}
+		type pair struct {
+			k uint64
+			v uint32
+		}
+		want := make([]pair, n)
+		for i := range want {
+			want[i] = pair{keys[i], vals[i]}
+		}
+		slices.SortStableFunc(want, func(a, b pair) int { return cmp.Compare(a.k, b.k) })
+		radixSort(keys, vals, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32))
+		for i := range want {
+			if keys[i] != want[i].k || vals[i] != want[i].v {
+				t.Fatalf("place %d: (%x, %d), want (%x, %d)", i, keys[i], vals[i], want[i].k, want[i].v)
+			}
+		}
+	}
+}
+
+// alignByComparison is Align as it was first written: the keys sorted by
+// comparison, equal keys by id.
+func alignByComparison(order []uint32, seed uint64, epoch int) {
+	type keyed struct {
+		key uint64
+		id  uint32
+	}
+	base := mix64(seed ^ mix64(uint64(epoch)+0x7f4a7c159e3779b9))
+	copies := make(map[uint32]uint32)
+	ks := make([]keyed, len(order))
+	for i, id := range order {
+		k := copies[id]
+		copies[id] = k + 1
+		ks[i] = keyed{key: mix64(base ^ mix64(uint64(id)<<20^uint64(k))), id: id}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if c := cmp.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	for i, k := range ks {
+		order[i] = k.id
+	}
+}
+
+// BenchmarkAlign aligns an order of 1.28 M samples, as every epoch's
+// order is aligned.
+func BenchmarkAlign(b *testing.B) {
+	const n = 1280000
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(rng.IntN(n))
+	}
+	work := make([]uint32, n)
+	for b.Loop() {
+		copy(work, order)
+		Align(work, 7, 1)
+	}
 }

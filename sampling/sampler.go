@@ -26,6 +26,13 @@ const (
 	// samples for the boost to choose between, fine enough that a sample is
 	// only ever traded for one of nearly the same importance.
 	DefaultStrata = 8
+	// PeerMaxWeight and PeerBoost are shade-peer's Config.MaxWeight and
+	// Config.Boost unless told otherwise (a Config's zero value leaves both
+	// off): no drawn sample weighs more than 4 times an average one, and
+	// a sample cached in the mesh is 9 times as likely as one of its
+	// stratum that is not.
+	PeerMaxWeight = 4
+	PeerBoost     = 8
 )
 
 // Config selects a job's sampling. Because zero is a meaningful explicit value
@@ -582,16 +589,29 @@ func (s *Sampler) sortByProb(ids []uint32) {
 		s.ids2 = make([]uint32, s.n)
 		s.count = new([radixDigits][1 << radixBits]uint32)
 	}
-	keys, keys2, src, dst := s.keys[:m], s.keys2[:m], ids, s.ids2[:m]
-	count := s.count
-	*count = [radixDigits][1 << radixBits]uint32{}
+	keys := s.keys[:m]
 	for i, id := range ids {
-		k := math.Float64bits(s.prob[id])
-		keys[i] = k
+		keys[i] = math.Float64bits(s.prob[id])
+	}
+	radixSort(keys, ids, s.keys2[:m], s.ids2[:m], s.count)
+}
+
+// radixSort sorts vals by keys (of one length), ascending and stable: an
+// LSD radix sort radixBits at a time, skipping the digits every key
+// shares. keys2 and vals2 are scratch of the same length; count is
+// scratch too. The sorted pairs end in keys and vals.
+func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, count *[radixDigits][1 << radixBits]uint32) {
+	m := len(keys)
+	if m < 2 {
+		return
+	}
+	*count = [radixDigits][1 << radixBits]uint32{}
+	for _, k := range keys {
 		for d := range count {
 			count[d][k>>(radixBits*d)&radixMask]++
 		}
 	}
+	src, dst := vals, vals2
 	for d := range count {
 		c := &count[d]
 		shift := radixBits * d
@@ -612,12 +632,13 @@ func (s *Sampler) sortByProb(ids []uint32) {
 		keys, keys2 = keys2, keys
 		src, dst = dst, src
 	}
-	if &src[0] != &ids[0] {
-		copy(ids, src)
+	if &src[0] != &vals[0] {
+		copy(vals, src)
+		copy(keys2, keys) // keys2 is the caller's keys here
 	}
 }
 
-// sortByProb's digits: six of 11 bits cover a 64-bit key.
+// radixSort's digits: six of 11 bits cover a 64-bit key.
 const (
 	radixBits   = 11
 	radixDigits = (64 + radixBits - 1) / radixBits
