@@ -27,7 +27,7 @@ type scaleOptions struct {
 	seed                                 uint64
 	dataset                              string
 	rankRate                             float64
-	linkGbps                             float64
+	linkGbps, cached                     float64
 	budget                               string
 	encodes                              int
 	only                                 string
@@ -59,6 +59,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.linkGbps, "link-gbps", 25, "the leader's network link, Gbit/s, for the egress budget")
 	fs.StringVar(&o.budget, "replicate-budget", "64MiB", "per second: the leader's score-table replication budget, as shade-peer --replicate-budget")
 	fs.IntVar(&o.encodes, "encodes", 8, "frames of each broadcast encoded to measure one; the cost is scaled to every peer")
+	fs.Float64Var(&o.cached, "cached", 0.5, "share of the dataset the mesh caches, whose samples the leader's draws prefer (shade-peer --boost)")
 	fs.StringVar(&o.only, "only", "all", "what to simulate: ring, leader or all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
 	fs.Usage = func() {
@@ -88,6 +89,8 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--replicas, --world, --batch, --trials and --encodes must be positive")
 	case o.rankRate <= 0 || o.linkGbps <= 0:
 		return errors.New("--rank-rate and --link-gbps must be positive")
+	case !(o.cached >= 0 && o.cached <= 1):
+		return fmt.Errorf("--cached %g: want a share from 0 to 1", o.cached)
 	case !slices.Contains([]string{"ring", "leader", "all"}, o.only):
 		return fmt.Errorf("--only %q: want ring, leader or all", o.only)
 	}
@@ -135,7 +138,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes,
-		budget: float64(budget), fanout: wire.DefaultRelayFanout}
+		budget: float64(budget), fanout: wire.DefaultRelayFanout, cached: o.cached}
 	res, err := simulateMerge(job, base, progress)
 	if err != nil {
 		return err

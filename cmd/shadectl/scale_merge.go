@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	meshleader "github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
@@ -123,6 +124,9 @@ type scaleJob struct {
 	// fanout is the members the leader hands an order to when the mesh has
 	// more (shade-peer's relay fanout, wire.DefaultRelayFanout).
 	fanout int
+	// cached is the share of the dataset the mesh caches: the samples the
+	// leader's draw prefers (shade-peer --boost).
+	cached float64
 }
 
 // simulateMerge runs the leader's work for one epoch of a job of world
@@ -167,8 +171,14 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		Group:  func(id uint32) int { return samples.Partition(id) },
 		Owners: r.OwnersOfPartition,
 	}
-	table := sampling.NewTable(job.samples, 0, sampling.ScoreRankLog)
-	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1})
+	// The job's table and sampler as shade-peer makes them by default
+	// (mesh.Node.jobConfig): magnitude scores; PADS with the uniform floor,
+	// the coverage floor, the weight cap and the boost of cached samples;
+	// draws coupled with the dataset's other jobs (DrawSeed).
+	table := sampling.NewTable(job.samples, 0, sampling.ScoreMagnitude)
+	alignSeed := job.seed // the dataset's seed, as alignedScores has it
+	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1,
+		MaxWeight: sampling.PeerMaxWeight, Boost: sampling.PeerBoost, DrawSeed: alignSeed | 1})
 	order, err := sampler.Order(0, table)
 	if err != nil {
 		return nil, err
@@ -320,22 +330,37 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	repStep.WireBytes = repStep.Messages * float64(frame)
 	res.TableFrame = frame
 
-	// The next epoch's order.
-	orderStep := step("draw order (PADS)", 1, true, "sampling.Sampler.Order, epoch 1")
-	var next []uint32
-	if err := orderStep.run(func() (err error) { next, err = sampler.Order(1, table); return err }); err != nil {
+	// The next epoch's order, as the leader draws it (leader.Draw through
+	// mesh's alignedScores): drawn with weights, preferring the samples
+	// the mesh caches (a random share job.cached of them), aligned,
+	// split by locality, and each id's weight put beside it.
+	resident := make([]uint64, (job.samples+63)/64)
+	for i := range job.samples {
+		if rng.Float64() < job.cached {
+			resident[i/64] |= 1 << (i % 64)
+		}
+	}
+	orderStep := step("draw order (PADS)", 1, true, fmt.Sprintf("sampling.Sampler.Draw, epoch 1: weights, max weight %g, boost %g of the %.0f%% cached, coupled draws",
+		float64(sampling.PeerMaxWeight), float64(sampling.PeerBoost), 100*job.cached))
+	var drawn sampling.Drawn
+	if err := orderStep.run(func() (err error) { drawn, err = sampler.Draw(1, table, resident); return err }); err != nil {
 		return nil, err
 	}
+	alignStep := step("align order", 1, true, "sampling.Align, as every job's order is (mesh alignedScores)")
+	_ = alignStep.run(func() error { sampling.Align(drawn.Order, alignSeed, 1); return nil })
 	splitStep := step("split (locality)", 1, true, "owners looked up once per partition: sampling.LocalitySplit, as the leader runs it")
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
-		parts, err = sampling.LocalitySplit(next, job.world, rankNode, where)
+		parts, err = sampling.LocalitySplit(drawn.Order, job.world, rankNode, where)
 		return err
 	}); err != nil {
 		return nil, err
 	}
+	weighStep := step("weights to slices", 1, true, "leader.SliceWeights: each id's weight beside it")
+	var weights [][]float32
+	_ = weighStep.run(func() error { weights = meshleader.SliceWeights(parts, drawn.Weight); return nil })
 	start = time.Now()
-	if _, err := sampling.Split(next, job.world); err != nil {
+	if _, err := sampling.Split(drawn.Order, job.world); err != nil {
 		return nil, err
 	}
 	res.PlainSplit = time.Since(start)
@@ -345,7 +370,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
-		Slices: wire.PackSlices(parts), Sampler: state, Ranks: rankNode}
+		Slices: wire.PackSlices(parts), Weights: wire.PackWeights(weights), Sampler: state, Ranks: rankNode}
 	pubOnce := step("publish: encode message", 1, true, "msgpack into a buffer of its size (wire.PublishMsg.Encode), once for every member (mesh.publish)")
 	if err := pubOnce.run(func() (err error) { raw, err = pub.Encode(); return err }); err != nil {
 		return nil, err

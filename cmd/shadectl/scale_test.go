@@ -131,7 +131,7 @@ func TestScaleMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	const world = 4
-	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2, fanout: 4}
+	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2, fanout: 4, cached: 0.5}
 	res, err := simulateMerge(job, r, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestScaleMerge(t *testing.T) {
 		t.Fatalf("order of %d ids, want %d", total, testSamples)
 	}
 	for _, name := range []string{"decode reports", "merge (Table.Report)", "queue scores for owners", "send scores to owners",
-		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "split (locality)",
+		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "align order", "split (locality)", "weights to slices",
 		"publish: encode message", "publish: send"} {
 		s := res.step(name)
 		if s == nil || s.Dur <= 0 {
@@ -226,7 +226,7 @@ func TestScaleCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"extra"}} {
+	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"extra"}} {
 		if err := runScale(args, &out, &errOut); err == nil {
 			t.Errorf("runScale(%q) succeeded", args)
 		}

@@ -533,17 +533,25 @@ func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, wh
 	if err != nil {
 		return Drawn{}, fmt.Errorf("leader: split: %w", err)
 	}
-	if !allOnes(d.Weight) {
-		out.Weights = make([][]float32, len(out.Slices))
-		for r, s := range out.Slices {
-			w := make([]float32, len(s))
-			for i, id := range s {
-				w[i] = d.Weight[id]
-			}
-			out.Weights[r] = w
-		}
-	}
+	out.Weights = SliceWeights(out.Slices, d.Weight)
 	return out, nil
+}
+
+// SliceWeights gives each id of each slice its weight, weight[id]; nil
+// when every weight is 1.
+func SliceWeights(slices [][]uint32, weight []float32) [][]float32 {
+	if allOnes(weight) {
+		return nil
+	}
+	out := make([][]float32, len(slices))
+	for r, s := range slices {
+		w := make([]float32, len(s))
+		for i, id := range s {
+			w[i] = weight[id]
+		}
+		out[r] = w
+	}
+	return out
 }
 
 func allOnes(w []float32) bool {
