@@ -97,7 +97,9 @@ type alignedScores struct {
 }
 
 func (a alignedScores) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
-	d, scored, err := a.Table.Draw(s, epoch, resident)
+	// Aligned, the order is a function of which samples it holds: the
+	// sampler need not shuffle it first.
+	d, scored, err := a.Table.DrawUnordered(s, epoch, resident)
 	if err != nil {
 		return d, scored, err
 	}

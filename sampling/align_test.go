@@ -177,3 +177,46 @@ func BenchmarkAlign(b *testing.B) {
 		Align(work, 7, 1)
 	}
 }
+
+// TestDrawUnorderedAlignsAsDraw: a draw that skips the shuffle holds the
+// same samples, as often, with the same weights, leaves the sampler as
+// Draw does, and so comes out of Align as Draw's order does, epoch after
+// epoch, with PADS on (the boost, the cap, coupled draws) and off.
+func TestDrawUnorderedAlignsAsDraw(t *testing.T) {
+	const n = 3000
+	resident := make([]uint64, (n+63)/64)
+	for i := 0; i < n; i += 3 {
+		resident[i/64] |= 1 << (i % 64)
+	}
+	for _, cfg := range []Config{
+		{Seed: 4, PADS: true, UniformFloor: -1, CoverageEpochs: 3, MaxWeight: PeerMaxWeight, Boost: PeerBoost, DrawSeed: 9},
+		{Seed: 4, PADS: true, UniformFloor: -1, CoverageEpochs: -1},
+		{Seed: 4, UniformFloor: -1, CoverageEpochs: -1},
+	} {
+		tb := skewedTable(n)
+		shuffled, unordered := NewSampler(n, cfg), NewSampler(n, cfg)
+		for e := range 4 {
+			a, err := shuffled.Draw(e, tb, resident)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := unordered.DrawUnordered(e, tb, resident)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(slices.Sorted(slices.Values(a.Order)), slices.Sorted(slices.Values(b.Order))) || !slices.Equal(a.Weight, b.Weight) {
+				t.Fatalf("%+v epoch %d: the unordered draw holds other samples or weights", cfg, e)
+			}
+			Align(a.Order, 7, e)
+			Align(b.Order, 7, e)
+			if !slices.Equal(a.Order, b.Order) {
+				t.Fatalf("%+v epoch %d: aligned orders differ", cfg, e)
+			}
+			sa, _ := shuffled.MarshalBinary()
+			sb, _ := unordered.MarshalBinary()
+			if !slices.Equal(sa, sb) {
+				t.Fatalf("%+v epoch %d: the samplers' states differ", cfg, e)
+			}
+		}
+	}
+}

@@ -230,7 +230,7 @@ type Drawn struct {
 // 0..e-1 with the same tables, or restoring MarshalBinary's state, reproduces
 // the state.
 func (s *Sampler) Order(epoch int, t *Table) ([]uint32, error) {
-	d, err := s.draw(epoch, t, nil, false)
+	d, err := s.draw(epoch, t, nil, false, true)
 	return d.Order, err
 }
 
@@ -248,11 +248,21 @@ func (s *Sampler) Order(epoch int, t *Table) ([]uint32, error) {
 // count is c_i = forced_i + D*q_i, and Weight[i] = 1/c_i. Like the order, the
 // weights are a pure function of the inputs, the same on every architecture.
 func (s *Sampler) Draw(epoch int, t *Table, resident []uint64) (Drawn, error) {
-	return s.draw(epoch, t, resident, true)
+	return s.draw(epoch, t, resident, true, true)
 }
 
-// draw is Draw, computing the weights only if weights is set.
-func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights bool) (Drawn, error) {
+// DrawUnordered is Draw for a caller that puts the order in an order of
+// its own, one that depends only on which samples the order holds (as
+// Align's does): the order holds Draw's samples, each as often, but not
+// shuffled (a permutation is 0..n-1). The weights and the sampler's state
+// are Draw's.
+func (s *Sampler) DrawUnordered(epoch int, t *Table, resident []uint64) (Drawn, error) {
+	return s.draw(epoch, t, resident, true, false)
+}
+
+// draw is Draw, computing the weights only if weights is set, and
+// shuffling the order only if shuffled is.
+func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled bool) (Drawn, error) {
 	if s.cfgErr != nil {
 		return Drawn{}, s.cfgErr
 	}
@@ -261,7 +271,11 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights bool) (Dr
 	}
 	var d Drawn
 	if !s.cfg.PADS || epoch == 0 {
-		d.Order = permutation(s.n, s.cfg.Seed, epoch)
+		if shuffled {
+			d.Order = permutation(s.n, s.cfg.Seed, epoch)
+		} else {
+			d.Order = identity(s.n)
+		}
 		if weights {
 			d.Weight = ones(s.n)
 		}
@@ -273,7 +287,7 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights bool) (Dr
 			}
 			return Drawn{}, wrapf(ErrSizeMismatch, "table of %d samples for a sampler of %d", got, s.n)
 		}
-		d = s.pads(epoch, t, resident, weights)
+		d = s.pads(epoch, t, resident, weights, shuffled)
 	}
 	for _, id := range d.Order {
 		s.last[id] = int32(epoch)
@@ -291,9 +305,9 @@ func ones(n int) []float32 {
 }
 
 // pads draws epoch's order: forced samples first (ascending id), then draws
-// from the alias table up to n, then one shuffle of the whole. With weights
-// set it also returns each sample's weight.
-func (s *Sampler) pads(epoch int, t *Table, resident []uint64, weights bool) Drawn {
+// from the alias table up to n, then (if shuffled) one shuffle of the
+// whole. With weights set it also returns each sample's weight.
+func (s *Sampler) pads(epoch int, t *Table, resident []uint64, weights, shuffled bool) Drawn {
 	rng := newStream(s.cfg.Seed, epoch)
 	order := make([]uint32, 0, s.n)
 	cutoff := int64(math.MinInt64) // last <= cutoff: forced
@@ -338,7 +352,9 @@ func (s *Sampler) pads(epoch int, t *Table, resident []uint64, weights bool) Dra
 			}
 		}
 	}
-	rng.shuffle(order)
+	if shuffled {
+		rng.shuffle(order)
+	}
 	return Drawn{Order: order, Weight: weight}
 }
 
@@ -645,14 +661,20 @@ const (
 	radixMask   = 1<<radixBits - 1
 )
 
-// permutation is the uniform permutation of 0..n-1 for (seed, epoch): the
-// order of epoch 0, of every epoch with PADS off, and the basis of
-// UniformSlice.
-func permutation(n int, seed uint64, epoch int) []uint32 {
+// identity is 0..n-1.
+func identity(n int) []uint32 {
 	p := make([]uint32, n)
 	for i := range p {
 		p[i] = uint32(i)
 	}
+	return p
+}
+
+// permutation is the uniform permutation of 0..n-1 for (seed, epoch): the
+// order of epoch 0, of every epoch with PADS off, and the basis of
+// UniformSlice.
+func permutation(n int, seed uint64, epoch int) []uint32 {
+	p := identity(n)
 	newStream(seed, epoch).shuffle(p)
 	return p
 }

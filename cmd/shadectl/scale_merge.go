@@ -340,10 +340,10 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 			resident[i/64] |= 1 << (i % 64)
 		}
 	}
-	orderStep := step("draw order (PADS)", 1, true, fmt.Sprintf("sampling.Sampler.Draw, epoch 1: weights, max weight %g, boost %g of the %.0f%% cached, coupled draws",
+	orderStep := step("draw order (PADS)", 1, true, fmt.Sprintf("sampling.Sampler.DrawUnordered (aligned next), epoch 1: weights, max weight %g, boost %g of the %.0f%% cached, coupled draws",
 		float64(sampling.PeerMaxWeight), float64(sampling.PeerBoost), 100*job.cached))
 	var drawn sampling.Drawn
-	if err := orderStep.run(func() (err error) { drawn, err = sampler.Draw(1, table, resident); return err }); err != nil {
+	if err := orderStep.run(func() (err error) { drawn, err = sampler.DrawUnordered(1, table, resident); return err }); err != nil {
 		return nil, err
 	}
 	alignStep := step("align order", 1, true, "sampling.Align, as every job's order is (mesh alignedScores)")

@@ -188,6 +188,15 @@ func (s *Table) Draw(sampler *sampling.Sampler, epoch int, resident []uint64) (s
 	return d, s.table.NumScored(), err
 }
 
+// DrawUnordered is Draw for a caller that reorders the order by which
+// samples it holds (sampling.Sampler.DrawUnordered).
+func (s *Table) DrawUnordered(sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := sampler.DrawUnordered(epoch, s.table, resident)
+	return d, s.table.NumScored(), err
+}
+
 // Summary returns the number of samples scored and the running mean.
 func (s *Table) Summary() (scored int, mean float64) {
 	s.mu.Lock()
