@@ -43,16 +43,7 @@ func Align(order []uint32, seed uint64, epoch int) {
 			copies[id]++
 		}
 	}
-	radixSort(keys, order, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32))
-	// Equal keys (two copies hashed alike, as good as never) go by id.
-	for i := 0; i < n-1; {
-		j := i + 1
-		for j < n && keys[j] == keys[i] {
-			j++
-		}
-		if j-i > 1 {
-			slices.Sort(order[i:j])
-		}
-		i = j
-	}
+	// By key, and equal keys (two copies hashed alike, as good as never)
+	// by id.
+	radixSort(keys, order, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32), radixLow)
 }

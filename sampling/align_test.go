@@ -105,32 +105,46 @@ func TestAlignAsByComparison(t *testing.T) {
 	}
 }
 
-// TestRadixSortIsStable: pairs come out by key, and pairs of one key in
-// the order they went in, for keys that share digits and keys that do not.
-func TestRadixSortIsStable(t *testing.T) {
+// TestRadixSortByKeyThenVal: pairs come out by key, then val, whether
+// the sort passes over every digit (stable: pairs of one key keep the
+// order they went in, here ascending val) or leaves the low digits to the
+// runs that share the high ones (vals in any order), for keys that share
+// digits, keys alike in their high bits, and keys that are not.
+func TestRadixSortByKeyThenVal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 1))
 	for _, keyOf := range []func() uint64{
 		func() uint64 { return uint64(rng.IntN(4)) << 40 },
+		func() uint64 { return uint64(rng.IntN(3))<<50 | uint64(rng.IntN(5)) },
 		func() uint64 { return rng.Uint64() >> uint(rng.IntN(64)) },
 	} {
-		const n = 5000
-		keys, vals := make([]uint64, n), make([]uint32, n)
-		for i := range keys {
-			keys[i], vals[i] = keyOf(), uint32(i)
-		}
-		type pair struct {
-			k uint64
-			v uint32
-		}
-		want := make([]pair, n)
-		for i := range want {
-			want[i] = pair{keys[i], vals[i]}
-		}
-		slices.SortStableFunc(want, func(a, b pair) int { return cmp.Compare(a.k, b.k) })
-		radixSort(keys, vals, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32))
-		for i := range want {
-			if keys[i] != want[i].k || vals[i] != want[i].v {
-				t.Fatalf("place %d: (%x, %d), want (%x, %d)", i, keys[i], vals[i], want[i].k, want[i].v)
+		for _, low := range []int{0, radixLow} {
+			const n = 5000
+			keys, vals := make([]uint64, n), make([]uint32, n)
+			for i := range keys {
+				keys[i], vals[i] = keyOf(), uint32(i)
+			}
+			if low > 0 {
+				rng.Shuffle(n, func(i, j int) { vals[i], vals[j] = vals[j], vals[i] })
+			}
+			type pair struct {
+				k uint64
+				v uint32
+			}
+			want := make([]pair, n)
+			for i := range want {
+				want[i] = pair{keys[i], vals[i]}
+			}
+			slices.SortFunc(want, func(a, b pair) int {
+				if c := cmp.Compare(a.k, b.k); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.v, b.v)
+			})
+			radixSort(keys, vals, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32), low)
+			for i := range want {
+				if keys[i] != want[i].k || vals[i] != want[i].v {
+					t.Fatalf("low digit %d, place %d: (%x, %d), want (%x, %d)", low, i, keys[i], vals[i], want[i].k, want[i].v)
+				}
 			}
 		}
 	}

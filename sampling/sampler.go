@@ -1,9 +1,11 @@
 package sampling
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 )
 
 // Defaults selected by a negative Config field (see Config).
@@ -609,26 +611,32 @@ func (s *Sampler) sortByProb(ids []uint32) {
 	for i, id := range ids {
 		keys[i] = math.Float64bits(s.prob[id])
 	}
-	radixSort(keys, ids, s.keys2[:m], s.ids2[:m], s.count)
+	radixSort(keys, ids, s.keys2[:m], s.ids2[:m], s.count, radixLow)
 }
 
-// radixSort sorts vals by keys (of one length), ascending and stable: an
-// LSD radix sort radixBits at a time, skipping the digits every key
-// shares. keys2 and vals2 are scratch of the same length; count is
-// scratch too. The sorted pairs end in keys and vals.
-func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, count *[radixDigits][1 << radixBits]uint32) {
+// radixSort sorts the pairs (keys[i], vals[i]) by key, then by val: an
+// LSD radix sort of the keys' digits from digit low up, radixBits at a
+// time, skipping the digits every key shares, after which the runs whose
+// keys agree on those digits are sorted whole by (key, val). Low digits
+// left to the runs save passes over all the pairs where the high digits
+// already tell almost every key apart (uniform keys, or probabilities
+// that differ in their leading bits); with low 0 the sort is stable, so
+// pairs given in ascending val come out by (key, val) as well. keys2 and
+// vals2 are scratch of the same length; count is scratch too. The sorted
+// pairs end in keys and vals.
+func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, count *[radixDigits][1 << radixBits]uint32, low int) {
 	m := len(keys)
 	if m < 2 {
 		return
 	}
 	*count = [radixDigits][1 << radixBits]uint32{}
 	for _, k := range keys {
-		for d := range count {
+		for d := low; d < radixDigits; d++ {
 			count[d][k>>(radixBits*d)&radixMask]++
 		}
 	}
 	src, dst := vals, vals2
-	for d := range count {
+	for d := low; d < radixDigits; d++ {
 		c := &count[d]
 		shift := radixBits * d
 		if c[keys[0]>>shift&radixMask] == uint32(m) {
@@ -639,11 +647,13 @@ func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, cou
 			c[v] = pos
 			pos += k
 		}
-		for i, k := range keys {
+		toKeys, toVals, from := keys2[:m], dst[:m], src[:m]
+		for i, k := range keys[:m] {
 			v := k >> shift & radixMask
-			keys2[c[v]] = k
-			dst[c[v]] = src[i]
-			c[v]++
+			p := c[v]
+			toKeys[p] = k
+			toVals[p] = from[i]
+			c[v] = p + 1
 		}
 		keys, keys2 = keys2, keys
 		src, dst = dst, src
@@ -651,14 +661,53 @@ func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, cou
 	if &src[0] != &vals[0] {
 		copy(vals, src)
 		copy(keys2, keys) // keys2 is the caller's keys here
+		keys = keys2
+	}
+	if low == 0 {
+		return
+	}
+	shift := radixBits * low
+	for i := 0; i < m-1; {
+		j := i + 1
+		for j < m && keys[j]>>shift == keys[i]>>shift {
+			j++
+		}
+		if j-i > 1 {
+			sortPairs(keys[i:j], vals[i:j])
+		}
+		i = j
 	}
 }
 
-// radixSort's digits: six of 11 bits cover a 64-bit key.
+// sortPairs sorts a run of (key, val) pairs by key, then val.
+func sortPairs(keys []uint64, vals []uint32) {
+	type pair struct {
+		key uint64
+		val uint32
+	}
+	ps := make([]pair, len(keys))
+	for i := range ps {
+		ps[i] = pair{keys[i], vals[i]}
+	}
+	slices.SortFunc(ps, func(a, b pair) int {
+		if c := cmp.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.val, b.val)
+	})
+	for i, p := range ps {
+		keys[i], vals[i] = p.key, p.val
+	}
+}
+
+// radixSort's digits: six of 11 bits cover a 64-bit key. The sorts of
+// probabilities and of Align's keys pass over the top three (bits 33 to
+// 63) and leave the rest to the runs those share.
 const (
 	radixBits   = 11
 	radixDigits = (64 + radixBits - 1) / radixBits
 	radixMask   = 1<<radixBits - 1
+	radixLow    = 3
 )
 
 // identity is 0..n-1.
