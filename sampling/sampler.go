@@ -1,11 +1,10 @@
 package sampling
 
 import (
-	"cmp"
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"slices"
+	"sort"
 )
 
 // Defaults selected by a negative Config field (see Config).
@@ -679,25 +678,36 @@ func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, cou
 	}
 }
 
-// sortPairs sorts a run of (key, val) pairs by key, then val.
+// sortPairs sorts a run of (key, val) pairs by key, then val, in place:
+// by insertion while it is short, else by sort.Sort over both slices.
 func sortPairs(keys []uint64, vals []uint32) {
-	type pair struct {
-		key uint64
-		val uint32
+	if len(keys) > 24 {
+		sort.Sort(pairs{keys, vals})
+		return
 	}
-	ps := make([]pair, len(keys))
-	for i := range ps {
-		ps[i] = pair{keys[i], vals[i]}
-	}
-	slices.SortFunc(ps, func(a, b pair) int {
-		if c := cmp.Compare(a.key, b.key); c != 0 {
-			return c
+	for i := 1; i < len(keys); i++ {
+		k, v := keys[i], vals[i]
+		j := i
+		for ; j > 0 && (keys[j-1] > k || keys[j-1] == k && vals[j-1] > v); j-- {
+			keys[j], vals[j] = keys[j-1], vals[j-1]
 		}
-		return cmp.Compare(a.val, b.val)
-	})
-	for i, p := range ps {
-		keys[i], vals[i] = p.key, p.val
+		keys[j], vals[j] = k, v
 	}
+}
+
+// pairs sorts (key, val) pairs held in two slices by key, then val.
+type pairs struct {
+	keys []uint64
+	vals []uint32
+}
+
+func (p pairs) Len() int { return len(p.keys) }
+func (p pairs) Less(i, j int) bool {
+	return p.keys[i] < p.keys[j] || p.keys[i] == p.keys[j] && p.vals[i] < p.vals[j]
+}
+func (p pairs) Swap(i, j int) {
+	p.keys[i], p.keys[j] = p.keys[j], p.keys[i]
+	p.vals[i], p.vals[j] = p.vals[j], p.vals[i]
 }
 
 // radixSort's digits: six of 11 bits cover a 64-bit key. The sorts of
