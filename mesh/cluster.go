@@ -79,7 +79,7 @@ type ClusterConfig struct {
 	NoLocality bool
 	// RelayFanout is how many members the leader hands an epoch's order
 	// to when the mesh has more, each passing it on to its share of the
-	// rest (MethodRelay); 0 means wire.DefaultRelayFanout (16)
+	// rest (MethodRelay); 0 means wire.DefaultRelayFanout (4)
 	// (shade-peer --relay-fanout).
 	RelayFanout int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
@@ -609,7 +609,12 @@ func (n *Node) publish(p *wire.PublishMsg) {
 		n.relayEach(names, p)
 		return
 	}
-	n.sendEach(names, wire.MethodPublish, p)
+	body, err := p.Encode()
+	if err != nil {
+		n.cfg.Logger.Error().Err(err).Msg("encoding an order")
+		return
+	}
+	n.sendEach(names, wire.MethodPublish, msgpack.RawMessage(body))
 }
 
 // sendEach sends msg to every named member in the background, encoded once
@@ -619,8 +624,10 @@ func (n *Node) sendEach(names []string, m peer.Method, msg any) {
 	if len(names) == 0 {
 		return
 	}
-	if raw, err := msgpack.Marshal(msg); err == nil {
-		msg = msgpack.RawMessage(raw)
+	if _, encoded := msg.(msgpack.RawMessage); !encoded {
+		if raw, err := msgpack.Marshal(msg); err == nil {
+			msg = msgpack.RawMessage(raw)
+		}
 	}
 	for _, name := range names {
 		n.sendInBackground(name, m, msg)

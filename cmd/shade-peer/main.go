@@ -26,6 +26,7 @@ import (
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/member"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport"
 	"github.com/shade-mesh/shade/transport/peer"
@@ -202,7 +203,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
 		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 16 per peer (e.g. 16381 for 1,000)")
 		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
-		relayFanout = fs.Int("relay-fanout", 16, "in a mesh of more peers, the leader hands an epoch's order to this many, each passing it on to its share of the rest")
+		relayFanout = fs.Int("relay-fanout", wire.DefaultRelayFanout, "in a mesh of more peers, the leader hands an epoch's order to this many, each passing it on to its share of the rest")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")

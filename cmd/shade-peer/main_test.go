@@ -106,8 +106,8 @@ func TestRingPartitionsAndReplicateBudget(t *testing.T) {
 	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 || c.RelayFanout != 8 {
 		t.Errorf("parsed as partitions %d, budget %d, relay fanout %d", c.Partitions, c.ReplicateBudget, c.RelayFanout)
 	}
-	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 16 {
-		t.Errorf("default relay fanout %d (%v), want 16", cfg.Node.Cluster.RelayFanout, err)
+	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 4 {
+		t.Errorf("default relay fanout %d (%v), want 4", cfg.Node.Cluster.RelayFanout, err)
 	}
 	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}, {"--relay-fanout", "0"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {

@@ -29,7 +29,7 @@ type scaleOptions struct {
 	rankRate                             float64
 	linkGbps, cached                     float64
 	budget                               string
-	encodes                              int
+	encodes, fanout                      int
 	only                                 string
 	cpuProfile                           string
 }
@@ -59,6 +59,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.linkGbps, "link-gbps", 25, "the leader's network link, Gbit/s, for the egress budget")
 	fs.StringVar(&o.budget, "replicate-budget", "64MiB", "per second: the leader's score-table replication budget, as shade-peer --replicate-budget")
 	fs.IntVar(&o.encodes, "encodes", 8, "frames of each broadcast encoded to measure one; the cost is scaled to every peer")
+	fs.IntVar(&o.fanout, "relay-fanout", wire.DefaultRelayFanout, "members the leader hands an order to past that many, as shade-peer --relay-fanout")
 	fs.Float64Var(&o.cached, "cached", 0.5, "share of the dataset the mesh caches, whose samples the leader's draws prefer (shade-peer --boost)")
 	fs.StringVar(&o.only, "only", "all", "what to simulate: ring, leader or all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
@@ -85,8 +86,8 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--peers %d: want at least 2", o.peers)
 	case o.samples < 1 || o.samples > 1<<31:
 		return fmt.Errorf("--samples %d out of range", o.samples)
-	case o.replicas < 1, o.world < 1, o.batch < 1, o.trials < 1, o.encodes < 1:
-		return errors.New("--replicas, --world, --batch, --trials and --encodes must be positive")
+	case o.replicas < 1, o.world < 1, o.batch < 1, o.trials < 1, o.encodes < 1, o.fanout < 1:
+		return errors.New("--replicas, --world, --batch, --trials, --encodes and --relay-fanout must be positive")
 	case o.rankRate <= 0 || o.linkGbps <= 0:
 		return errors.New("--rank-rate and --link-gbps must be positive")
 	case !(o.cached >= 0 && o.cached <= 1):
@@ -138,7 +139,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes,
-		budget: float64(budget), fanout: wire.DefaultRelayFanout, cached: o.cached}
+		budget: float64(budget), fanout: o.fanout, cached: o.cached}
 	res, err := simulateMerge(job, base, progress)
 	if err != nil {
 		return err

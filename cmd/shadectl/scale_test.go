@@ -226,7 +226,7 @@ func TestScaleCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"extra"}} {
+	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"--relay-fanout", "0"}, {"extra"}} {
 		if err := runScale(args, &out, &errOut); err == nil {
 			t.Errorf("runScale(%q) succeeded", args)
 		}
