@@ -74,19 +74,26 @@ func BenchmarkDraw(b *testing.B) {
 				bitmap[id/64] |= 1 << (id % 64)
 			}
 		}
-		for _, mode := range []string{"weights", "boost+cap"} {
+		// leader: as a leader of shade-peer's defaults draws a job's
+		// order, to be aligned (mesh alignedScores).
+		for _, mode := range []string{"weights", "boost+cap", "leader"} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				cfg := DefaultConfig()
-				if mode == "boost+cap" {
+				draw := (*Sampler).Draw
+				switch mode {
+				case "boost+cap":
 					cfg.UniformFloor, cfg.Boost, cfg.MaxWeight = 0, 3, 4
+				case "leader":
+					cfg.Boost, cfg.MaxWeight, cfg.DrawSeed = PeerBoost, PeerMaxWeight, 9
+					draw = (*Sampler).DrawUnordered
 				}
 				s := NewSampler(n, cfg)
-				if _, err := s.Draw(0, tb, bitmap); err != nil {
+				if _, err := draw(s, 0, tb, bitmap); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := s.Draw(s.Next(), tb, bitmap); err != nil {
+					if _, err := draw(s, s.Next(), tb, bitmap); err != nil {
 						b.Fatal(err)
 					}
 				}
