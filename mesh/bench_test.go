@@ -4,7 +4,9 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -40,5 +42,55 @@ func BenchmarkSocketSetGet(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkOwnedReads picks out the reads of an order that the node owns,
+// as the cache policy's lookahead does with every epoch's order: 1,000
+// ranks of 1,280 reads over a dataset of 5,000 samples on a mesh of 3,
+// each read's owners looked up by the sample (ownersView) against its
+// partition's looked up once (ownsSample). ns/op is per order.
+func BenchmarkOwnedReads(b *testing.B) {
+	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: 5000, MinSize: 10, MaxSize: 20, Seed: 1}, 2, func(int, *Config) {})
+	n := peers[0].Node
+	ds := n.ordered[0]
+	// The samples are hashed in the background once the ring forms.
+	for deadline := time.Now().Add(10 * time.Second); ds.samples.Load() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("the dataset's samples were not hashed within 10s")
+		}
+	}
+	const world, per = 1000, 1280
+	slices := make([][]uint32, world)
+	for r := range slices {
+		slices[r] = make([]uint32, per)
+		for i := range slices[r] {
+			slices[r][i] = uint32((i*world + r) % 5000)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		ours func() func(uint32) bool
+	}{
+		{"by-sample", func() func(uint32) bool {
+			return func(id uint32) bool { return contains(n.ownersView(ds, id), n.cfg.Name) }
+		}},
+		{"by-partition", func() func(uint32) bool { return n.ownsSample(ds) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				ours, owned := c.ours(), 0
+				for k := range per {
+					for _, s := range slices {
+						if ours(s[k]) {
+							owned++
+						}
+					}
+				}
+				if owned == 0 {
+					b.Fatal("the node owns none of the reads")
+				}
+			}
+		})
 	}
 }

@@ -576,8 +576,9 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 // hashed the dataset's samples into the ring's partitions and that the
 // owners it finds through them are, sample for sample, those the ring gives
 // for the sample's key, on every node; the view is the ring's own slice.
-// The leader's placement of the samples (for its locality split) agrees
-// with them, and refuses an id past the dataset.
+// The leader's placement of the samples (for its locality split) and the
+// node's test of its own samples (for the lookahead) agree with them, and
+// the placement refuses an id past the dataset.
 func TestOwnersByHashedSamples(t *testing.T) {
 	m := startMesh(t, 3, meshOpts{samples: 700, replicas: 2})
 	waitFor(t, 10*time.Second, "every node's samples hashed", func() bool {
@@ -604,8 +605,11 @@ func TestOwnersByHashedSamples(t *testing.T) {
 		if a, b := p.node.ownersView(ds, 5), r.SampleOwners(s, 5); &a[0] != &b[0] {
 			t.Fatalf("%s: ownersView copied the ring's owners", p.node.Name())
 		}
-		where := p.node.placement(ds)
+		where, ours := p.node.placement(ds), p.node.ownsSample(ds)
 		for i := range m.files {
+			if want := contains(p.node.owners(ds, uint32(i)), p.node.Name()); ours(uint32(i)) != want {
+				t.Fatalf("%s: ownsSample(%d) = %t, its owners say %t", p.node.Name(), i, !want, want)
+			}
 			g := where.Group(uint32(i))
 			if want := p.node.owners(ds, uint32(i)); g < 0 || g >= where.Groups || !slices.Equal(where.Owners(g), want) {
 				t.Fatalf("%s: sample %d placed in group %d of %d, owned by %v; its owners are %v", p.node.Name(), i, g, where.Groups, where.Owners(g), want)

@@ -162,9 +162,10 @@ func (n *Node) lookahead(js *jobState, p *wire.PublishMsg) {
 		longest = max(longest, len(s))
 	}
 	reads := make([]policy.ID, 0, longest*len(p.Slices))
+	ours := n.ownsSample(ds)
 	for k := 0; k < longest; k++ {
 		for _, s := range p.Slices {
-			if k < len(s) && (n.cluster == nil || contains(n.ownersView(ds, s[k]), n.cfg.Name)) {
+			if k < len(s) && ours(s[k]) {
 				reads = append(reads, sampleID(ds, int(s[k])))
 			}
 		}
