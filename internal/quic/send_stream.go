@@ -53,6 +53,9 @@ type SendStream struct {
 	queuedResetStreamFrame *wire.ResetStreamFrame
 
 	dataForWriting []byte // during a Write() call, this slice is the part of p that still needs to be sent out
+	// shade: borrow, during a WriteNoCopy call, has STREAM frames take
+	// their data as it lies in p instead of a copy.
+	borrow bool
 
 	writeLimiter func(int) int
 	// Set by the packetizer when writeLimiter reduces the allowed byte count. It makes the blocked
@@ -118,6 +121,29 @@ func (s *SendStream) StreamID() StreamID {
 // If the stream was closed, the error is [ErrStreamClosed].
 func (s *SendStream) Write(p []byte) (int, error) {
 	return s.WriteWithLimit(p, nil)
+}
+
+// shade: WriteNoCopy is Write for a p that nobody ever writes to again,
+// not even after WriteNoCopy returns: the STREAM frames that carry p take
+// their data as it lies in p, and keep it (for a retransmission) until
+// the peer acknowledges them, instead of a copy of each packet's worth.
+// p stays reachable, and so allocated, while a frame holds a part of it.
+// Write copies p because its caller may reuse p once it returns.
+func (s *SendStream) WriteNoCopy(p []byte) (int, error) {
+	s.writeOnce <- struct{}{}
+	defer func() { <-s.writeOnce }()
+
+	s.mutex.Lock()
+	s.borrow = true
+	s.mutex.Unlock()
+	isNewlyCompleted, n, err := s.write(p, nil)
+	s.mutex.Lock()
+	s.borrow = false
+	s.mutex.Unlock()
+	if isNewlyCompleted {
+		s.sender.onStreamCompleted(s.streamID)
+	}
+	return n, err
 }
 
 // WriteWithLimit writes data to the stream, subject to an additional send limit.
@@ -496,12 +522,17 @@ func (s *SendStream) popNewStreamFrame(maxDataLen protocol.ByteCount) (_ *wire.S
 		return nextFrame, s.nextFrame != nil || s.dataForWriting != nil
 	}
 
-	f := wire.GetStreamFrame()
-	f.Fin = false
-	f.StreamID = s.streamID
-	f.Offset = s.writeOffset
-	f.DataLenPresent = true
-	f.Data = f.Data[:0]
+	var f *wire.StreamFrame
+	if s.borrow { // shade: see WriteNoCopy
+		f = &wire.StreamFrame{StreamID: s.streamID, Offset: s.writeOffset, DataLenPresent: true}
+	} else {
+		f = wire.GetStreamFrame()
+		f.Fin = false
+		f.StreamID = s.streamID
+		f.Offset = s.writeOffset
+		f.DataLenPresent = true
+		f.Data = f.Data[:0]
+	}
 
 	s.getDataForWriting(f, maxDataLen)
 	return f, s.dataForWriting != nil || s.nextFrame != nil || s.finishedWriting
@@ -545,15 +576,23 @@ func (s *SendStream) popRetransmissionFrame(maxBytes protocol.ByteCount, v proto
 }
 
 func (s *SendStream) getDataForWriting(f *wire.StreamFrame, maxBytes protocol.ByteCount) {
+	if s.borrow { // shade: the frame is not pooled and takes the data as it lies
+		n := min(protocol.ByteCount(len(s.dataForWriting)), maxBytes)
+		f.Data = s.dataForWriting[:n:n]
+	}
 	if protocol.ByteCount(len(s.dataForWriting)) <= maxBytes {
-		f.Data = f.Data[:len(s.dataForWriting)]
-		copy(f.Data, s.dataForWriting)
+		if !s.borrow {
+			f.Data = f.Data[:len(s.dataForWriting)]
+			copy(f.Data, s.dataForWriting)
+		}
 		s.dataForWriting = nil
 		s.signalWrite()
 		return
 	}
-	f.Data = f.Data[:maxBytes]
-	copy(f.Data, s.dataForWriting)
+	if !s.borrow {
+		f.Data = f.Data[:maxBytes]
+		copy(f.Data, s.dataForWriting)
+	}
 	s.dataForWriting = s.dataForWriting[maxBytes:]
 	if s.canBufferStreamFrame() {
 		s.signalWrite()

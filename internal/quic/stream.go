@@ -144,6 +144,12 @@ func (s *Stream) Write(p []byte) (int, error) {
 	return s.sendStr.Write(p)
 }
 
+// shade: WriteNoCopy writes p, which nobody writes to again, without a
+// copy. See [SendStream.WriteNoCopy] for more details.
+func (s *Stream) WriteNoCopy(p []byte) (int, error) {
+	return s.sendStr.WriteNoCopy(p)
+}
+
 // WriteWithLimit writes data to the stream, subject to an additional send limit.
 // See [SendStream.WriteWithLimit] for more details.
 func (s *Stream) WriteWithLimit(p []byte, limiter func(maxBytes int) int) (int, error) {

@@ -125,9 +125,11 @@ var ErrBadFetchReply = errors.New("wire: malformed fetch reply")
 // FetchRawReply is an owner's reply to MethodFetchStream: the head of
 // items and their Values, which go to the stream from where they lie (the
 // transport writes values that lie next to each other in one array with
-// one write). The values must stay unchanged until release, which the
-// transport calls once the reply is sent or dropped (nil: nothing to
-// release).
+// one write). The values are the reply's own and must never change, not
+// even after release: the transport sends them without a copy, and its
+// frames keep them until the peer acknowledges them (peer.RawReply.Owned).
+// release, which the transport calls once the reply is written or dropped
+// (nil: nothing to release), gives back what the reply reserved.
 func FetchRawReply(items []FetchItem, release func()) *peer.RawReply {
 	head := FetchHead{Items: make([]FetchMeta, len(items))}
 	values := make([][]byte, 0, len(items))
@@ -139,7 +141,7 @@ func FetchRawReply(items []FetchItem, release func()) *peer.RawReply {
 		}
 		head.Items[i] = m
 	}
-	return &peer.RawReply{Head: &head, Values: values, Release: release}
+	return &peer.RawReply{Head: &head, Values: values, Release: release, Owned: true}
 }
 
 // ReadFetchValues reads the values of a reply to MethodFetchStream from r,

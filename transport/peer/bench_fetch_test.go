@@ -132,8 +132,8 @@ func (s *benchSamples) reply(req *benchFetchReq) *benchFetchResp {
 
 // streamReply is what a mesh owner answers to a streamed fetch: each
 // value copied out of its memory into one buffer, back to back, and a head
-// of their checksums and lengths (as the mesh's answerFetch and
-// wire.FetchRawReply build it).
+// of their checksums and lengths; the buffer is the reply's own (as the
+// mesh's answerFetch and wire.FetchRawReply build it).
 func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
 	size := 0
 	for _, id := range req.IDs {
@@ -149,7 +149,7 @@ func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
 		values[i] = vals[start:len(vals)]
 		head.Items[i] = benchFetchMeta{Found: true, Hit: true, Sum: s.sums[int(id)%len(s.sums)], Len: uint32(len(v))}
 	}
-	return &RawReply{Head: head, Values: values}
+	return &RawReply{Head: head, Values: values, Owned: true}
 }
 
 // readStreamValues reads a streamed reply's values as the mesh's

@@ -491,7 +491,11 @@ func (n *Node) writeRaw(str *quic.Stream, p *peerState, r *RawReply) error {
 		str.CancelWrite(streamCancelled)
 		return nil
 	}
-	if _, err := writeValues(str, r.Values); err != nil {
+	var w io.Writer = str
+	if r.Owned {
+		w = noCopyWriter{str}
+	}
+	if _, err := writeValues(w, r.Values); err != nil {
 		str.CancelWrite(streamCancelled)
 		return nil
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/internal/quic"
 )
 
 // RawReply is a reply whose bulk bytes go to the stream as they are, not
@@ -25,10 +27,17 @@ import (
 // calls Release (if not nil) exactly once, when it is done with them,
 // whether the reply was sent, refused (too large for Config.MaxFrame) or
 // dropped (the caller went away).
+//
+// Owned says that nobody writes to Values again, not even after Release
+// (values read into memory of their own for this reply, say). The Node
+// then sends them as they lie, with no copy into its packets' frames: the
+// frames keep them, and so keep them allocated, until the peer has
+// acknowledged them. Release still comes once the reply is written.
 type RawReply struct {
 	Head    any
 	Values  [][]byte
 	Release func()
+	Owned   bool
 }
 
 // rawHeadLen is the size of the u32 head length that starts the body of a
@@ -154,3 +163,9 @@ func (v *valueReader) Read(p []byte) (int, error) {
 	}
 	return k, nil
 }
+
+// noCopyWriter writes owned values to a stream without a copy (see
+// RawReply.Owned).
+type noCopyWriter struct{ str *quic.Stream }
+
+func (w noCopyWriter) Write(p []byte) (int, error) { return w.str.WriteNoCopy(p) }

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -218,4 +221,107 @@ func TestValueReaderCutShort(t *testing.T) {
 	if b, err := io.ReadAll(vr); err != nil || len(b) != 3 || vr.err != nil {
 		t.Fatalf("3 of 4 bytes: %v, %v", b, err)
 	}
+}
+
+// TestOwnedRawReplyThroughLoss sends owned values, which the stream's
+// frames carry as they lie instead of a copy, through a proxy that drops
+// one datagram in 25 each way: frames are lost and sent again from the
+// values themselves, and every byte arrives as it was.
+func TestOwnedRawReplyThroughLoss(t *testing.T) {
+	dir := t.TempDir()
+	arr := make([]byte, 1<<20)
+	for i := range arr {
+		arr[i] = byte(i*13 + i>>9)
+	}
+	values := [][]byte{arr[:300<<10], arr[300<<10 : 700<<10], arr[700<<10:], bytes.Repeat([]byte("own"), 3000)}
+	lens := make([]int, len(values))
+	for i, v := range values {
+		lens[i] = len(v)
+	}
+	var released atomic.Int64
+	long := func(c *Config) { c.RequestTimeout = 30 * time.Second }
+	a := testNode(t, dir, "node-a", newTestHandler(), long)
+	b := testNode(t, dir, "node-b", HandlerFunc(func(context.Context, string, Method, []byte) (any, error) {
+		return &RawReply{Head: lens, Values: values, Owned: true, Release: func() { released.Add(1) }}, nil
+	}), long)
+	proxy, dropped := lossyProxy(t, b.Addr(), 25)
+	for round := 1; round <= 3; round++ {
+		var gotLens []int
+		var got [][]byte
+		if err := a.CallRaw(ctxT(t), proxy, "node-b", mRaw, nil, &gotLens, readInto(&gotLens, &got)); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i := range values {
+			if i >= len(got) || !bytes.Equal(got[i], values[i]) {
+				t.Fatalf("round %d: value %d differs", round, i)
+			}
+		}
+		waitFor(t, "the reply's release", func() bool { return released.Load() == int64(round) })
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("the proxy dropped nothing: no frame was sent again")
+	}
+	t.Logf("%d datagrams dropped", dropped.Load())
+}
+
+// lossyProxy relays UDP datagrams between the one client that writes to
+// the address it returns and target, dropping every nth datagram of each
+// direction, and counts those it dropped. It stops with the test.
+func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64) {
+	t.Helper()
+	to, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := net.DialUDP("udp", nil, to)
+	if err != nil {
+		front.Close()
+		t.Fatal(err)
+	}
+	var dropped, up, down atomic.Int64
+	var client atomic.Pointer[net.UDPAddr]
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		buf := make([]byte, 1<<16)
+		for {
+			n, from, err := front.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			client.Store(from)
+			if up.Add(1)%nth == 0 {
+				dropped.Add(1)
+				continue
+			}
+			back.Write(buf[:n])
+		}
+	})
+	wg.Go(func() {
+		buf := make([]byte, 1<<16)
+		for {
+			n, err := back.Read(buf)
+			if err != nil {
+				return
+			}
+			c := client.Load()
+			if c == nil {
+				continue
+			}
+			if down.Add(1)%nth == 0 {
+				dropped.Add(1)
+				continue
+			}
+			front.WriteToUDP(buf[:n], c)
+		}
+	})
+	t.Cleanup(func() {
+		front.Close()
+		back.Close()
+		wg.Wait()
+	})
+	return front.LocalAddr().String(), &dropped
 }
