@@ -55,11 +55,7 @@ func BenchmarkOwnedReads(b *testing.B) {
 	n := peers[0].Node
 	ds := n.ordered[0]
 	// The samples are hashed in the background once the ring forms.
-	for deadline := time.Now().Add(10 * time.Second); ds.samples.Load() == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("the dataset's samples were not hashed within 10s")
-		}
-	}
+	testsupport.WaitFor(b, 10*time.Second, "the dataset's samples are hashed", func() bool { return ds.samples.Load() != nil })
 	const world, per = 1000, 1280
 	slices := make([][]uint32, world)
 	for r := range slices {
