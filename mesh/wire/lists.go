@@ -18,27 +18,78 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 // number is a value of a packed list.
 type number interface{ uint32 | float32 | float64 }
 
-// encodeBin writes l, if this machine is little-endian and l is not
-// empty, as one bin of its own memory, and reports whether it did.
-func encodeBin[T number](enc *msgpack.Encoder, l []T) (bool, error) {
-	if !littleEndian || len(l) == 0 {
-		return false, nil
-	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(l))), len(l)*int(unsafe.Sizeof(l[0])))
-	if err := enc.EncodeBytesLen(len(b)); err != nil {
-		return true, err
-	}
-	_, err := enc.Writer().Write(b)
-	return true, err
+// sizeOf is the bytes one value of T takes on the wire.
+func sizeOf[T number]() int {
+	var zero T
+	return int(unsafe.Sizeof(zero))
 }
 
-// fromBin returns a bin's bytes as the list they hold, in the bin's own
-// memory, if this machine is little-endian and the bytes are aligned for
-// T (a bin is its own allocation, which is); nil otherwise. len(b) must
-// be a whole number of values.
+// encodeList writes l as one bin of its values' little-endian bytes: its
+// own memory if native (the machine is little-endian), else a copy made
+// value by value.
+func encodeList[T number](enc *msgpack.Encoder, l []T, native bool) error {
+	size := sizeOf[T]()
+	if native && len(l) > 0 {
+		if err := enc.EncodeBytesLen(size * len(l)); err != nil {
+			return err
+		}
+		_, err := enc.Writer().Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(l))), size*len(l)))
+		return err
+	}
+	b := make([]byte, size*len(l))
+	for i, v := range l {
+		switch x := any(v).(type) {
+		case uint32:
+			binary.LittleEndian.PutUint32(b[size*i:], x)
+		case float32:
+			binary.LittleEndian.PutUint32(b[size*i:], math.Float32bits(x))
+		case float64:
+			binary.LittleEndian.PutUint64(b[size*i:], math.Float64bits(x))
+		}
+	}
+	return enc.EncodeBytes(b)
+}
+
+// decodeList reads a bin written by encodeList. If native and the bin's
+// bytes are aligned for T (a bin is an allocation of its own, which is),
+// the list is the bin's memory (fromBin); else a copy made value by value. A bin
+// that is not a whole number of values is an error naming what; an empty
+// one comes back empty, not nil.
+func decodeList[T number](dec *msgpack.Decoder, native bool, what string) ([]T, error) {
+	b, err := dec.DecodeBytes()
+	if err != nil {
+		return nil, err
+	}
+	size := sizeOf[T]()
+	if len(b)%size != 0 {
+		return nil, fmt.Errorf("wire: a list of %s is %d bytes long", what, len(b))
+	}
+	if native {
+		if l := fromBin[T](b); l != nil {
+			return l, nil
+		}
+	}
+	out := make([]T, len(b)/size)
+	for i := range out {
+		var v any
+		switch any(out[i]).(type) {
+		case uint32:
+			v = binary.LittleEndian.Uint32(b[size*i:])
+		case float32:
+			v = math.Float32frombits(binary.LittleEndian.Uint32(b[size*i:]))
+		case float64:
+			v = math.Float64frombits(binary.LittleEndian.Uint64(b[size*i:]))
+		}
+		out[i] = v.(T)
+	}
+	return out, nil
+}
+
+// fromBin is b's memory as a list of T, if b is not empty and is aligned
+// for T; nil otherwise. len(b) must be a whole number of values.
 func fromBin[T number](b []byte) []T {
 	var zero T
-	if !littleEndian || len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%unsafe.Alignof(zero) != 0 {
+	if len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%unsafe.Alignof(zero) != 0 {
 		return nil
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(zero)))
@@ -52,37 +103,16 @@ func fromBin[T number](b []byte) []T {
 type U32s []uint32
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
-func (l U32s) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if done, err := encodeBin(enc, l); done {
-		return err
-	}
-	b := make([]byte, 4*len(l))
-	for i, v := range l {
-		binary.LittleEndian.PutUint32(b[4*i:], v)
-	}
-	return enc.EncodeBytes(b)
-}
+func (l U32s) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeList(enc, l, littleEndian) }
 
 // DecodeMsgpack implements msgpack.CustomDecoder: a bin whose length is
 // not a whole number of words is an error.
 func (l *U32s) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil {
-		return err
-	}
-	if len(b)%4 != 0 {
-		return fmt.Errorf("wire: a list of 4-byte words is %d bytes long", len(b))
-	}
-	if out := fromBin[uint32](b); out != nil {
+	out, err := decodeList[uint32](dec, littleEndian, "4-byte words")
+	if err == nil {
 		*l = out
-		return nil
 	}
-	out := make([]uint32, len(b)/4)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint32(b[4*i:])
-	}
-	*l = out
-	return nil
+	return err
 }
 
 // F64s is a list of losses or scores that travels as one msgpack bin of
@@ -91,37 +121,16 @@ func (l *U32s) DecodeMsgpack(dec *msgpack.Decoder) error {
 type F64s []float64
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
-func (l F64s) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if done, err := encodeBin(enc, l); done {
-		return err
-	}
-	b := make([]byte, 8*len(l))
-	for i, v := range l {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
-	}
-	return enc.EncodeBytes(b)
-}
+func (l F64s) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeList(enc, l, littleEndian) }
 
 // DecodeMsgpack implements msgpack.CustomDecoder: a bin whose length is
 // not a whole number of doubles is an error.
 func (l *F64s) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil {
-		return err
-	}
-	if len(b)%8 != 0 {
-		return fmt.Errorf("wire: a list of doubles is %d bytes long", len(b))
-	}
-	if out := fromBin[float64](b); out != nil {
+	out, err := decodeList[float64](dec, littleEndian, "doubles")
+	if err == nil {
 		*l = out
-		return nil
 	}
-	out := make([]float64, len(b)/8)
-	for i := range out {
-		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	*l = out
-	return nil
+	return err
 }
 
 // F32s is a list of importance weights that travels as one msgpack bin of
@@ -129,37 +138,16 @@ func (l *F64s) DecodeMsgpack(dec *msgpack.Decoder) error {
 type F32s []float32
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
-func (l F32s) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if done, err := encodeBin(enc, l); done {
-		return err
-	}
-	b := make([]byte, 4*len(l))
-	for i, v := range l {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return enc.EncodeBytes(b)
-}
+func (l F32s) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeList(enc, l, littleEndian) }
 
 // DecodeMsgpack implements msgpack.CustomDecoder: a bin whose length is
 // not a whole number of singles is an error.
 func (l *F32s) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil {
-		return err
-	}
-	if len(b)%4 != 0 {
-		return fmt.Errorf("wire: a list of singles is %d bytes long", len(b))
-	}
-	if out := fromBin[float32](b); out != nil {
+	out, err := decodeList[float32](dec, littleEndian, "singles")
+	if err == nil {
 		*l = out
-		return nil
 	}
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	*l = out
-	return nil
+	return err
 }
 
 // Encode returns p in msgpack, encoded into a buffer sized for it at

@@ -199,22 +199,27 @@ func TestRelayGroupsAndParts(t *testing.T) {
 }
 
 // TestPackedListsAreLittleEndianBins checks the bytes of each packed list
-// against the wire's layout written out value by value, whatever the
-// machine (a little-endian one sends the list's own memory), and that a
-// bin's bytes come back as the same values from any alignment (an
-// unaligned bin is copied out, not viewed in place).
+// against the wire's layout written out value by value, by the copy made
+// value by value (any machine) and by the list's own memory (a
+// little-endian machine), and that each way of reading the bin gives the
+// values back bit for bit; a bin unaligned for its values is not viewed
+// in place.
 func TestPackedListsAreLittleEndianBins(t *testing.T) {
-	ids, singles, doubles := U32s{1, 0xdeadbeef, math.MaxUint32}, F32s{0.5, -2, float32(math.Inf(-1))}, F64s{math.Pi, -0.0, 1e300}
+	ids, singles, doubles := []uint32{1, 0xdeadbeef, math.MaxUint32}, []float32{0.5, -2, float32(math.Inf(-1))}, []float64{math.Pi, -0.0, 1e300}
 	var want32, wantS, wantD []byte
 	for i := range ids {
 		want32 = binary.LittleEndian.AppendUint32(want32, ids[i])
 		wantS = binary.LittleEndian.AppendUint32(wantS, math.Float32bits(singles[i]))
 		wantD = binary.LittleEndian.AppendUint64(wantD, math.Float64bits(doubles[i]))
 	}
+	checkPackedList(t, ids, want32, func(v uint32) uint64 { return uint64(v) })
+	checkPackedList(t, singles, wantS, func(v float32) uint64 { return uint64(math.Float32bits(v)) })
+	checkPackedList(t, doubles, wantD, math.Float64bits)
+	// The types' own methods take the machine's way.
 	for _, c := range []struct {
 		list any
 		want []byte
-	}{{ids, want32}, {singles, wantS}, {doubles, wantD}} {
+	}{{U32s(ids), want32}, {F32s(singles), wantS}, {F64s(doubles), wantD}} {
 		b, err := msgpack.Marshal(c.list)
 		if err != nil {
 			t.Fatal(err)
@@ -228,10 +233,42 @@ func TestPackedListsAreLittleEndianBins(t *testing.T) {
 		raw := make([]byte, off+len(wantD))
 		b := raw[off:]
 		copy(b, wantD)
-		if got := fromBin[float64](b); got != nil && !slices.Equal(got, []float64(doubles)) {
-			t.Fatalf("a bin at offset %d viewed as %v, want %v", off, got, doubles)
-		} else if got != nil && uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		if got := fromBin[float64](b); got != nil && uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
 			t.Fatalf("a bin at offset %d, unaligned for doubles, was viewed in place", off)
+		} else if got != nil && littleEndian && !slices.Equal(got, doubles) {
+			t.Fatalf("a bin at offset %d viewed as %v, want %v", off, got, doubles)
+		}
+	}
+}
+
+// checkPackedList encodes l both ways a machine may (its own memory only
+// on a little-endian one), checks each bin against want, and reads each
+// back both ways, comparing the values' bits.
+func checkPackedList[T number](t *testing.T, l []T, want []byte, bits func(T) uint64) {
+	t.Helper()
+	ways := []bool{false}
+	if littleEndian {
+		ways = append(ways, true)
+	}
+	for _, encNative := range ways {
+		var buf bytes.Buffer
+		if err := encodeList(msgpack.NewEncoder(&buf), l, encNative); err != nil {
+			t.Fatal(err)
+		}
+		var bin []byte
+		if err := msgpack.Unmarshal(buf.Bytes(), &bin); err != nil || !bytes.Equal(bin, want) {
+			t.Fatalf("%T, own memory %t: went out as %x (%v), want %x", l, encNative, bin, err, want)
+		}
+		for _, decNative := range ways {
+			got, err := decodeList[T](msgpack.NewDecoder(bytes.NewReader(buf.Bytes())), decNative, "values")
+			if err != nil || len(got) != len(l) {
+				t.Fatalf("%T, own memory %t/%t: read back %v (%v)", l, encNative, decNative, got, err)
+			}
+			for i := range l {
+				if bits(got[i]) != bits(l[i]) {
+					t.Fatalf("%T, own memory %t/%t: value %d came back as %v, want %v", l, encNative, decNative, i, got[i], l[i])
+				}
+			}
 		}
 	}
 }
