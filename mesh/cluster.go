@@ -605,29 +605,32 @@ func (n *Node) publish(p *wire.PublishMsg) {
 			names = append(names, m.name)
 		}
 	}
-	if len(names) > n.cfg.Cluster.RelayFanout {
-		n.relayEach(names, p)
+	if len(names) == 0 {
 		return
 	}
-	body, err := p.Encode()
+	body, err := p.Encode() // once for every member
 	if err != nil {
 		n.cfg.Logger.Error().Err(err).Msg("encoding an order")
 		return
 	}
-	n.sendEach(names, wire.MethodPublish, msgpack.RawMessage(body))
+	if len(names) > n.cfg.Cluster.RelayFanout {
+		n.relayEach(names, body)
+		return
+	}
+	for _, name := range names {
+		n.sendInBackground(name, wire.MethodPublish, msgpack.RawMessage(body))
+	}
 }
 
 // sendEach sends msg to every named member in the background, encoded once
-// for all: an epoch's order or a score table of a large dataset is
-// megabytes, and encoding it per member cost more than the epoch.
+// for all: a score table of a large dataset is megabytes, and encoding it
+// per member cost more than the epoch (publish does the same for orders).
 func (n *Node) sendEach(names []string, m peer.Method, msg any) {
 	if len(names) == 0 {
 		return
 	}
-	if _, encoded := msg.(msgpack.RawMessage); !encoded {
-		if raw, err := msgpack.Marshal(msg); err == nil {
-			msg = msgpack.RawMessage(raw)
-		}
+	if raw, err := msgpack.Marshal(msg); err == nil {
+		msg = msgpack.RawMessage(raw)
 	}
 	for _, name := range names {
 		n.sendInBackground(name, m, msg)

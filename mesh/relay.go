@@ -25,20 +25,17 @@ import (
 // is up (the passing on goes on), so that a sender learns of a relay that
 // died and hands its group to the group's next member.
 
-// relayEach sends an order to the named members through relays.
-func (n *Node) relayEach(names []string, p *wire.PublishMsg) {
-	body, err := p.Encode()
-	if err != nil {
-		n.cfg.Logger.Error().Err(err).Msg("encoding a relayed message")
-		return
-	}
+// relayEach sends body, an encoded order, to the named members through
+// relays.
+func (n *Node) relayEach(names []string, body []byte) {
 	for _, group := range wire.RelayGroups(names, n.cfg.Cluster.RelayFanout) {
 		n.goBackground(func(ctx context.Context) { n.relayGroup(ctx, group, body) })
 	}
 }
 
-// relayGroup delivers body, an encoded order, to every member of group: it hands it to the group's first member with the rest to pass on,
-// and if that member does not answer, to the next, and so on. A member it
+// relayGroup delivers body, an encoded order, to every member of group:
+// it hands it to the group's first member with the rest to pass on, and
+// if that member does not answer, to the next, and so on. A member it
 // could not reach is not asked again by the next (it may be dead); a node
 // that missed an order asks the leader for it while its ranks wait (see
 // Order).
