@@ -182,18 +182,21 @@ func (s *Table) Deciles(idxs []int, out []int) {
 // preferring the resident samples (a bitmap, nil for none), and returns
 // them with the number of samples scored.
 func (s *Table) Draw(sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, err := sampler.Draw(epoch, s.table, resident)
-	return d, s.table.NumScored(), err
+	return s.draw((*sampling.Sampler).Draw, sampler, epoch, resident)
 }
 
 // DrawUnordered is Draw for a caller that reorders the order by which
 // samples it holds (sampling.Sampler.DrawUnordered).
 func (s *Table) DrawUnordered(sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	return s.draw((*sampling.Sampler).DrawUnordered, sampler, epoch, resident)
+}
+
+// draw runs one of the sampler's draws on the table under its lock.
+func (s *Table) draw(how func(*sampling.Sampler, int, *sampling.Table, []uint64) (sampling.Drawn, error),
+	sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := sampler.DrawUnordered(epoch, s.table, resident)
+	d, err := how(sampler, epoch, s.table, resident)
 	return d, s.table.NumScored(), err
 }
 
