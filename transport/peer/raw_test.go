@@ -244,7 +244,7 @@ func TestOwnedRawReplyThroughLoss(t *testing.T) {
 	b := testNode(t, dir, "node-b", HandlerFunc(func(context.Context, string, Method, []byte) (any, error) {
 		return &RawReply{Head: lens, Values: values, Owned: true, Release: func() { released.Add(1) }}, nil
 	}), long)
-	proxy, dropped := lossyProxy(t, b.Addr(), 25)
+	proxy, _, toCaller := lossyProxy(t, b.Addr(), 25)
 	for round := 1; round <= 3; round++ {
 		var gotLens []int
 		var got [][]byte
@@ -258,16 +258,17 @@ func TestOwnedRawReplyThroughLoss(t *testing.T) {
 		}
 		waitFor(t, "the reply's release", func() bool { return released.Load() == int64(round) })
 	}
-	if dropped.Load() == 0 {
-		t.Fatal("the proxy dropped nothing: no frame was sent again")
+	if toCaller.Load() == 0 {
+		t.Fatal("the proxy dropped nothing on the way to the caller: no frame of the values was sent again")
 	}
-	t.Logf("%d datagrams dropped", dropped.Load())
+	t.Logf("%d datagrams to the caller dropped", toCaller.Load())
 }
 
 // lossyProxy relays UDP datagrams between the one client that writes to
 // the address it returns and target, dropping every nth datagram of each
-// direction, and counts those it dropped. It stops with the test.
-func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64) {
+// direction, and counts those it dropped on the way to target and on the
+// way to the client. It stops with the test.
+func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
 	to, err := net.ResolveUDPAddr("udp", target)
 	if err != nil {
@@ -282,7 +283,7 @@ func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64) 
 		front.Close()
 		t.Fatal(err)
 	}
-	var dropped, up, down atomic.Int64
+	var toTarget, toClient, up, down atomic.Int64
 	var client atomic.Pointer[net.UDPAddr]
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -294,7 +295,7 @@ func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64) 
 			}
 			client.Store(from)
 			if up.Add(1)%nth == 0 {
-				dropped.Add(1)
+				toTarget.Add(1)
 				continue
 			}
 			back.Write(buf[:n])
@@ -312,7 +313,7 @@ func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64) 
 				continue
 			}
 			if down.Add(1)%nth == 0 {
-				dropped.Add(1)
+				toClient.Add(1)
 				continue
 			}
 			front.WriteToUDP(buf[:n], c)
@@ -323,5 +324,5 @@ func lossyProxy(t *testing.T, target string, nth int64) (string, *atomic.Int64) 
 		back.Close()
 		wg.Wait()
 	})
-	return front.LocalAddr().String(), &dropped
+	return front.LocalAddr().String(), &toTarget, &toClient
 }
