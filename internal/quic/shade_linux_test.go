@@ -16,27 +16,11 @@ import (
 // own that holds the read's buffer until every one has gone back. A lone
 // small datagram is copied out of the 64 KiB buffer.
 func TestGROReadsComeApart(t *testing.T) {
-	recvUDP, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recvUDP.Close()
-	recv, err := newConn(recvUDP, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recvUDP, recv := loopbackConn(t)
 	if !recv.gro {
 		t.Skip("UDP GRO not available on this kernel")
 	}
-	sendUDP, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sendUDP.Close()
-	send, err := newConn(sendUDP, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, send := loopbackConn(t)
 	if !send.capabilities().GSO {
 		t.Skip("UDP GSO not available on this kernel")
 	}
@@ -89,4 +73,20 @@ func TestGROReadsComeApart(t *testing.T) {
 		t.Fatalf("small datagram %q in a buffer of %d bytes (segment %v)", p.data, p.buffer.Cap(), p.buffer.parent != nil)
 	}
 	p.buffer.Release()
+}
+
+// loopbackConn binds a UDP socket of 127.0.0.1, closed with the test, and
+// its connection as a Transport makes it (GRO on where the kernel has it).
+func loopbackConn(t *testing.T) (*net.UDPConn, *oobConn) {
+	t.Helper()
+	u, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	c, err := newConn(u, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, c
 }

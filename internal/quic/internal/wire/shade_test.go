@@ -131,14 +131,7 @@ func TestParseStreamFrameInPlace(t *testing.T) {
 				data[i] = byte(i * 7)
 			}
 			sent := &StreamFrame{StreamID: 4, Offset: 1 << 20, DataLenPresent: true, Data: data}
-			packet, err := sent.Append(nil, protocol.Version1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			typ, l, err := NewFrameParser(true, true, true).ParseType(packet, protocol.Encryption1RTT)
-			if err != nil {
-				t.Fatal(err)
-			}
+			packet, typ, l := streamFramePacket(t, sent)
 			asked, released := 0, 0
 			keep := func(n int) func() {
 				asked++
@@ -186,18 +179,27 @@ func TestParseStreamFrameInPlace(t *testing.T) {
 func TestParseStreamFrameOverflowBeforeKeep(t *testing.T) {
 	for _, n := range []int{100, 8000} {
 		f := &StreamFrame{StreamID: 4, Offset: protocol.MaxByteCount - 10, DataLenPresent: true, Data: make([]byte, n)}
-		packet, err := f.Append(nil, protocol.Version1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		typ, l, err := NewFrameParser(true, true, true).ParseType(packet, protocol.Encryption1RTT)
-		if err != nil {
-			t.Fatal(err)
-		}
+		packet, typ, l := streamFramePacket(t, f)
 		asked := false
-		_, _, err = ParseStreamFrameInPlace(packet[l:], typ, protocol.Version1, func(int) func() { asked = true; return func() {} })
+		_, _, err := ParseStreamFrameInPlace(packet[l:], typ, protocol.Version1, func(int) func() { asked = true; return func() {} })
 		if err == nil || asked {
 			t.Fatalf("%d bytes past the largest offset: error %v, keep asked %v", n, err, asked)
 		}
 	}
+}
+
+// streamFramePacket encodes f as a 1-RTT packet's payload and parses its
+// type, as a receiver does before it parses the frame: the payload, the
+// type and the type's length.
+func streamFramePacket(t *testing.T, f *StreamFrame) ([]byte, FrameType, int) {
+	t.Helper()
+	packet, err := f.Append(nil, protocol.Version1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, l, err := NewFrameParser(true, true, true).ParseType(packet, protocol.Encryption1RTT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return packet, typ, l
 }
