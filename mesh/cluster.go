@@ -548,6 +548,9 @@ func (n *Node) serveGetOrder(_ context.Context, _ string, req *wire.GetOrderReq)
 	if req.Exact {
 		p = js.book.Kept(req.Epoch)
 	}
+	if req.Exact && req.Settled && js.recentlyPublished(req.Epoch, n.cfg.Cluster.FetchTimeout) {
+		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "order just published: on its way"}
+	}
 	if p == nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
 	}

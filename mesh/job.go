@@ -63,6 +63,10 @@ type jobState struct {
 	progAt    time.Time
 	progDone  int64
 
+	// published is when this node, as leader, last published one of the
+	// job's orders, and that order's epoch (see recentlyPublished).
+	published atomic.Pointer[publishMark]
+
 	// Reads of the job's trainers on this node: all, those served from
 	// memory (here, a peer's or the read-ahead's), and those that went to
 	// the source, with their bytes.
@@ -100,6 +104,19 @@ func displayJob(name string) string {
 }
 
 func (js *jobState) touch() { js.active.Store(time.Now().UnixNano()) }
+
+// publishMark is an epoch this node published an order of, and when.
+type publishMark struct {
+	epoch int
+	at    time.Time
+}
+
+// recentlyPublished reports whether this node published the job's order
+// of epoch less than within ago.
+func (js *jobState) recentlyPublished(epoch int, within time.Duration) bool {
+	m := js.published.Load()
+	return m != nil && m.epoch == epoch && time.Since(m.at) < within
+}
 
 // began notes that the job's order of epoch was drawn to begin at phase
 // (a fraction of the aligned key order).

@@ -68,6 +68,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Resident: func() []uint64 { return n.residentWords(ds) },
 		Hold:     func(epoch int) time.Duration { return n.syncHold(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
+			js.published.Store(&publishMark{epoch: p.Epoch, at: time.Now()})
 			n.installOrder(js, p)
 			n.releaseHeld(js)
 			if p.Epoch >= 0 {

@@ -80,9 +80,10 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 		case <-retry:
 			if time.Since(asked) >= n.cfg.Cluster.FetchTimeout {
 				// An order that did not reach this node (a relay that
-				// died passing it on, say) is asked of the leader.
+				// died passing it on, say) is asked of the leader, once
+				// it has had the time to come (settled).
 				asked = time.Now()
-				n.fetchExact(js, epoch)
+				n.fetchExact(js, epoch, true)
 			}
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s; %s", ErrOrderTimeout, epoch, name, displayJob(js.name), n.waitingFor(js))
@@ -229,14 +230,15 @@ func (n *Node) fetchAhead(js *jobState, epoch int) bool {
 	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead {
 		return false
 	}
-	n.fetchExact(js, epoch)
+	n.fetchExact(js, epoch, false)
 	return js.book.Kept(epoch) != nil
 }
 
 // fetchExact asks the leader for epoch's order of a job and installs it,
-// if the leader has it. Best effort.
-func (n *Node) fetchExact(js *jobState, epoch int) {
-	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: js.ds.name, Job: js.name, Exact: true, Epoch: epoch})
+// if the leader has it (and, if settled, published it a request's time
+// ago or more: see wire.GetOrderReq). Best effort.
+func (n *Node) fetchExact(js *jobState, epoch int, settled bool) {
+	p := n.orderFromLeader(&wire.GetOrderReq{Dataset: js.ds.name, Job: js.name, Exact: true, Epoch: epoch, Settled: settled})
 	if p != nil && p.Job == js.name && p.Epoch == epoch {
 		n.lead.observe(p.Term)
 		n.installOrder(js, p)

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -63,4 +64,38 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 	m.byName(chain[1]).node.kill()
 	publish(1)
 	waitFor(t, 20*time.Second, "epoch 1 relayed to every live peer past the dead one", everyLiveHas(1))
+}
+
+// TestSettledFetchWaitsForTheRelays: a node asking the leader for an
+// order while its ranks wait (settled) is not sent one the leader has
+// just published, which its relays are still passing on; asked for it
+// outright (as a rank ahead of its order asks), the leader sends it.
+func TestSettledFetchWaitsForTheRelays(t *testing.T) {
+	m := startMesh(t, 2, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		c.Cluster.FetchTimeout = time.Minute // "just published" for the whole test
+	}})
+	var lead, other *testPeer
+	for _, p := range m.peers {
+		if p.node.lead.leader() == p.node.Name() {
+			lead = p
+		} else {
+			other = p
+		}
+	}
+	if lead == nil || other == nil {
+		t.Fatal("no leader, or no other node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := lead.node.Order(ctx, "ds", "settled", 0, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	req := wire.GetOrderReq{Dataset: "ds", Job: "settled", Exact: true, Epoch: 0, Settled: true}
+	if p := other.node.orderFromLeader(&req); p != nil {
+		t.Fatalf("a settled fetch got epoch %d the moment it was published", p.Epoch)
+	}
+	req.Settled = false
+	if p := other.node.orderFromLeader(&req); p == nil || p.Epoch != 0 || p.Job != "settled" {
+		t.Fatalf("an outright fetch of the published epoch 0 got %+v", p)
+	}
 }

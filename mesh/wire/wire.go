@@ -404,6 +404,11 @@ type GetOrderReq struct {
 	// the newest is asked for.
 	Exact bool `msgpack:"x,omitempty"`
 	Epoch int  `msgpack:"e,omitempty"`
+	// Settled, with Exact, asks only for an order the leader published at
+	// least a request's time (Cluster.FetchTimeout) ago: a node that asks
+	// while its ranks wait, in case the order's relays failed it, must not
+	// pull from the leader an order that is still on its way.
+	Settled bool `msgpack:"s,omitempty"`
 }
 
 // GetTableReq asks a peer for its copy of a dataset's score table.
