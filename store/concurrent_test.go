@@ -83,15 +83,29 @@ func TestConcurrent(t *testing.T) {
 			for i := range ops {
 				k := (i*7 + r*31) % keys
 				lo := done[k].Load()
-				var ok bool
-				if i%2 == 0 {
+				var (
+					ok   bool
+					lent []byte
+					loan uint64
+				)
+				switch i % 3 {
+				case 0:
 					dst, ok = s.Get(dst[:0], keyName(k))
-				} else {
+				case 1:
 					ok = s.View(keyName(k), func(v []byte, _ uint64) { dst = append(dst[:0], v...) })
+				case 2:
+					// A lent value is checked after the other goroutines
+					// have had a while to delete, replace and reuse.
+					_, lent, loan, ok = s.Lend(nil, keyName(k), nil, 0)
+					runtime.Gosched()
 				}
 				hi := started[k].Load()
 				if !ok {
 					continue
+				}
+				if lent != nil {
+					dst = append(dst[:0], lent...)
+					s.Return(loan)
 				}
 				v, err := checkSample(dst, k)
 				if err == nil && (v < lo || v > hi) {
@@ -119,8 +133,8 @@ func TestConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 	st := s.Stats()
-	if st.Corrupt != 0 || st.Hits == 0 {
-		t.Fatalf("stats: %+v", st)
+	if st.Corrupt != 0 || st.Hits == 0 || s.Loans() != 0 {
+		t.Fatalf("stats: %+v, %d loans out", st, s.Loans())
 	}
 	checkHeap(t, s.alloc)
 	var charged int64

@@ -13,7 +13,8 @@
 //
 // Keys and values are copied in and out: callers own the slices they pass
 // and the slices they get back. View lends a value in place, only for the
-// duration of its callback.
+// duration of its callback; Lend lends it until the borrower returns it,
+// for a reply that the kernel copies to a socket straight from the arena.
 package store
 
 import (
@@ -74,7 +75,8 @@ const (
 //
 //	16: shm.Checksum of the value (CRC-32C)
 //	24: value length, uint64
-//	32: key length, uint32 (then 4 reserved bytes)
+//	32: key length, uint32
+//	36: loans of the block out now, uint32, and the unlinked flag (see Lend)
 //	40: key bytes, then padding to 16
 //	    value bytes, starting 16-byte aligned
 //	end-8: the allocator's closing tag
@@ -84,6 +86,7 @@ const (
 	sumOff     = 16
 	vlenOff    = 24
 	klenOff    = 32
+	loanOff    = 36
 	headerSize = 40
 	maxKeyLen  = math.MaxUint32
 	// maxValueLen keeps charge arithmetic far from overflow; no arena can
@@ -124,14 +127,22 @@ func charge(keyLen, valueLen int) int64 {
 // lock and only then free the block, so no block is ever freed while a
 // reader can still reach it. A new block is filled before it is linked,
 // with no lock but life held.
+//
+// A block that is lent (Lend) when it is unlinked is freed by the last
+// Return of it instead: its loan word counts the loans out and carries
+// the unlinked flag, and whichever of the unlink and the last Return comes
+// second frees the block. Close unmaps the arena once every loan is back.
 type Store struct {
-	cfg    Config
-	mem    []byte // nil once closed
-	fd     int    // -1 without memfd, or once closed
-	alloc  *tlsf
-	id     uint64
-	shards []shard
-	mask   uint64
+	cfg     Config
+	mem     []byte // nil once closed
+	fd      int    // -1 without memfd, or once closed
+	arena   []byte // the mapping, kept after Close for the loans still out
+	arenaFd int    // the memfd, kept likewise (-1 without memfd)
+	loans   atomic.Int64
+	alloc   *tlsf
+	id      uint64
+	shards  []shard
+	mask    uint64
 
 	life   sync.RWMutex
 	closed atomic.Bool // set under life and every shard lock
@@ -190,13 +201,15 @@ func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg:    cfg,
-		mem:    mem,
-		fd:     fd,
-		alloc:  newTLSF(mem),
-		id:     rand.Uint64() >> 1,
-		shards: make([]shard, cfg.Shards),
-		mask:   uint64(cfg.Shards - 1),
+		cfg:     cfg,
+		mem:     mem,
+		fd:      fd,
+		arena:   mem,
+		arenaFd: fd,
+		alloc:   newTLSF(mem),
+		id:      rand.Uint64() >> 1,
+		shards:  make([]shard, cfg.Shards),
+		mask:    uint64(cfg.Shards - 1),
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]uint64)
@@ -256,7 +269,7 @@ func (s *Store) Put(key, value []byte) error {
 	binary.LittleEndian.PutUint64(e[sumOff:], sum)
 	binary.LittleEndian.PutUint64(e[vlenOff:], uint64(len(value)))
 	binary.LittleEndian.PutUint32(e[klenOff:], uint32(len(key)))
-	binary.LittleEndian.PutUint32(e[klenOff+4:], 0)
+	binary.LittleEndian.PutUint32(e[loanOff:], 0)
 	copy(e[headerSize:], key)
 	copy(e[valueOffset(uint64(len(key))):], value)
 
@@ -266,7 +279,7 @@ func (s *Store) Put(key, value []byte) error {
 	sh.m[h] = off
 	sh.mu.Unlock()
 	if had {
-		s.alloc.free(old)
+		s.unlinked(old)
 	} else {
 		s.entries.Add(1)
 	}
@@ -330,7 +343,7 @@ func (s *Store) dropCorrupt(sh *shard, h, off uint64) {
 	sh.mu.Unlock()
 	if drop {
 		s.entries.Add(-1)
-		s.alloc.free(off)
+		s.unlinked(off)
 	}
 }
 
@@ -354,25 +367,8 @@ func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
 // as it was given (its length; bytes past it may have been written) and
 // false.
 func (s *Store) Append(dst, key []byte, head func(dst []byte, n int) []byte) (result []byte, ok bool) {
-	h := xxhash.Sum64(key)
-	sh := s.shard(h)
-	start := len(dst)
-	sh.mu.RLock()
-	off, v, sum, found, corrupt := s.lookup(sh, h, key, false)
-	if found {
-		if head != nil {
-			dst = head(dst, len(v))
-		}
-		vstart := len(dst)
-		dst = append(dst, v...)
-		if !s.cfg.SkipVerify && shm.Checksum(dst[vstart:]) != sum {
-			found, corrupt = false, true
-			dst = dst[:start]
-		}
-	}
-	sh.mu.RUnlock()
-	s.readDone(sh, h, off, found, corrupt)
-	return dst, found
+	result, _, _, ok = s.Lend(dst, key, head, math.MaxInt)
+	return result, ok
 }
 
 // View calls fn with the value held for key, in place in the arena, and its
@@ -382,6 +378,105 @@ func (s *Store) Append(dst, key []byte, head func(dst []byte, n int) []byte) (re
 // not call the Store.
 func (s *Store) View(key []byte, fn func(value []byte, sum uint64)) bool {
 	return s.read(key, func(_ uint64, v []byte, sum uint64) { fn(v, sum) })
+}
+
+// Lend finds key as Append does and, if its value has at least min bytes,
+// lends the value in place instead of copying it: it appends head(dst, n)
+// alone to dst and returns the value as it lies in the arena, with the
+// checksum verified there (unless SkipVerify), and a loan. The block is
+// neither freed nor reused, and so the value neither changes nor
+// disappears, until the loan is given back with Return, which the caller
+// must do exactly once; the value must not be modified, and not be
+// touched after Return. A value shorter than min is appended to dst as
+// Append does, and value is then nil. ok is false as for Append.
+//
+// One block can be lent at most 2^31-1 times at once. Close does not wait
+// for the loans out: it unmaps the arena when the last one is returned.
+func (s *Store) Lend(dst, key []byte, head func(dst []byte, n int) []byte, min int) (result, value []byte, loan uint64, ok bool) {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	start := len(dst)
+	sh.mu.RLock()
+	off, v, sum, found, corrupt := s.lookup(sh, h, key, false)
+	if found {
+		if head != nil {
+			dst = head(dst, len(v))
+		}
+		lend, checked := len(v) >= min, v
+		if !lend {
+			vstart := len(dst)
+			dst = append(dst, v...)
+			checked = dst[vstart:]
+		}
+		switch {
+		case !s.cfg.SkipVerify && shm.Checksum(checked) != sum:
+			found, corrupt = false, true
+			dst = dst[:start]
+		case lend:
+			value, loan = v, off
+			s.loans.Add(1)
+			atomic.AddUint32(s.loanWord(off), 1)
+		}
+	}
+	sh.mu.RUnlock()
+	s.readDone(sh, h, off, found, corrupt)
+	return dst, value, loan, found
+}
+
+// Return gives back a loan made by Lend, freeing the block if it was
+// unlinked while lent and this was its last loan. It is safe after Close.
+func (s *Store) Return(loan uint64) {
+	if atomic.AddUint32(s.loanWord(loan), ^uint32(0)) == unlinkedFlag {
+		s.alloc.free(loan) // a no-op after Close
+	}
+	if s.loans.Add(-1) == closedLoans {
+		s.unmapLate()
+	}
+}
+
+// Loans returns the number of loans out now (Lend less Return).
+func (s *Store) Loans() int {
+	n := s.loans.Load()
+	if n >= closedLoans/2 {
+		n -= closedLoans
+	}
+	return int(n)
+}
+
+const (
+	// unlinkedFlag in a block's loan word: the block is no longer reachable
+	// by key, and the last loan of it frees it.
+	unlinkedFlag = 1 << 31
+	// closedLoans is added to Store.loans by Close, so that the Return
+	// that brings it to exactly this value is the last loan after Close.
+	closedLoans = 1 << 62
+)
+
+// loanWord is the loan word of the block at off, in the arena's mapping,
+// which stays mapped while a loan of it is out.
+func (s *Store) loanWord(off uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&s.arena[off+loanOff]))
+}
+
+// unlinked ends the life of the block at off, which the caller unlinked
+// from its shard under the shard's write lock: it frees the block now if
+// no loan of it is out, or flags it for the last Return to free.
+func (s *Store) unlinked(off uint64) {
+	w := s.loanWord(off)
+	for {
+		n := atomic.LoadUint32(w)
+		if atomic.CompareAndSwapUint32(w, n, n|unlinkedFlag) {
+			if n == 0 {
+				s.alloc.free(off)
+			}
+			return
+		}
+	}
+}
+
+// unmapLate unmaps the arena after Close, when Close left loans out.
+func (s *Store) unmapLate() {
+	_ = unmapArena(s.arena, s.arenaFd) // the Store is closed: no one to tell
 }
 
 // read finds key (checksum verified unless SkipVerify), calls fn with the
@@ -476,7 +571,7 @@ func (s *Store) Delete(key []byte) bool {
 	}
 	s.entries.Add(-1)
 	s.deletes.Add(1)
-	s.alloc.free(off)
+	s.unlinked(off)
 	return true
 }
 
@@ -549,7 +644,8 @@ func (s *Store) SharedFd() (int, error) {
 }
 
 // Close unmaps the arena and closes its memfd, after waiting for operations
-// in flight. Later calls return ErrClosed or report absence.
+// in flight; while loans made by Lend are out, the last Return does that
+// instead. Later calls return ErrClosed or report absence.
 func (s *Store) Close() error {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -561,7 +657,10 @@ func (s *Store) Close() error {
 	}
 	s.alloc.mu.Lock()
 	s.closed.Store(true)
-	err := unmapArena(s.mem, s.fd)
+	var err error
+	if s.loans.Add(closedLoans) == closedLoans {
+		err = unmapArena(s.mem, s.fd)
+	}
 	s.alloc.mem = nil
 	s.alloc.mu.Unlock()
 	s.mem, s.fd = nil, -1

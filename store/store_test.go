@@ -361,7 +361,7 @@ func TestAppend(t *testing.T) {
 }
 
 func TestCorruptValue(t *testing.T) {
-	for _, read := range []string{"get", "view", "append"} {
+	for _, read := range []string{"get", "view", "append", "lend"} {
 		t.Run(read, func(t *testing.T) {
 			s := newStore(t, Config{Capacity: 1 << 16})
 			key := []byte("d/1")
@@ -382,6 +382,12 @@ func TestCorruptValue(t *testing.T) {
 				got, ok = s.Append([]byte("pre"), key, func(dst []byte, n int) []byte { return append(dst, "head"...) })
 				if string(got) != "pre" {
 					t.Fatalf("Append of a corrupt value returned %q, want the dst given", got)
+				}
+			case "lend":
+				var got, lent []byte
+				got, lent, _, ok = s.Lend([]byte("pre"), key, func(dst []byte, n int) []byte { return append(dst, "head"...) }, 0)
+				if string(got) != "pre" || lent != nil || s.Loans() != 0 {
+					t.Fatalf("Lend of a corrupt value returned %q, lent %q, %d loans", got, lent, s.Loans())
 				}
 			}
 			if ok {
