@@ -154,6 +154,14 @@ type Conn interface {
 	// SetReply makes b, the result of appending to Reply(), the buffer of
 	// replies not yet flushed (shade).
 	SetReply(b []byte)
+	// WriteLent writes b after the replies written so far without copying
+	// it (shade): the connection borrows b and writes it out in place,
+	// with the replies around it in one writev, then calls release(token).
+	// It calls release exactly once, also where b will never be written
+	// (a write error, the connection closing); the caller must not change
+	// b until then. Replies written or appended to Reply afterwards follow
+	// b. Buffered counts b.
+	WriteLent(b []byte, release func(uint64), token uint64)
 	// Close closes the connection.
 	Close() error
 	// WriteError writes an error to the client.
@@ -521,6 +529,7 @@ func handle(s *Server, c *conn) {
 			// shade: give the connection's buffers back to the budget.
 			c.rd.share.Close()
 			c.wshare.Close()
+			c.wr.releaseLent() // shade: values lent and never written
 		}
 		func() {
 			// remove the conn from the server
@@ -567,7 +576,7 @@ func handle(s *Server, c *conn) {
 				// any reply at once while the clients' budget is spent.
 				if !c.detached && !c.closed {
 					c.wshare.Set(int64(cap(c.wr.b)))
-					if len(c.wr.b) >= maxBufferCap || (len(c.wr.b) > 0 && c.overBudget()) {
+					if n := c.Buffered(); n >= maxBufferCap || (n > 0 && c.overBudget()) {
 						if err := c.flush(); err != nil {
 							return err
 						}
@@ -638,7 +647,7 @@ func (c *conn) Flush() error {
 	return err
 }
 
-func (c *conn) Buffered() int { return len(c.wr.b) }
+func (c *conn) Buffered() int { return len(c.wr.b) + c.wr.lentLen }
 
 func (c *conn) Reply() []byte {
 	if c.wr.err != nil {
@@ -651,6 +660,10 @@ func (c *conn) SetReply(b []byte) {
 	if c.wr.err == nil {
 		c.wr.b = b
 	}
+}
+
+func (c *conn) WriteLent(b []byte, release func(uint64), token uint64) {
+	c.wr.WriteLent(b, release, token)
 }
 
 func (c *conn) Close() error {
@@ -800,6 +813,20 @@ type Writer struct {
 	w   io.Writer
 	b   []byte
 	err error
+
+	// shade: values lent to the writer (WriteLent), in order, their bytes
+	// in all, and the vector Flush writes them out with.
+	lent    []lentValue
+	lentLen int
+	iov     net.Buffers
+}
+
+// lentValue is a value lent to a Writer, to go out after b[:at] (shade).
+type lentValue struct {
+	at      int
+	b       []byte
+	release func(uint64)
+	token   uint64
 }
 
 // NewWriter creates a new RESP writer.
@@ -868,15 +895,68 @@ func (w *Writer) SetBuffer(raw []byte) {
 // Flush writes all unflushed Write* calls to the underlying writer.
 func (w *Writer) Flush() error {
 	if w.err != nil {
+		w.releaseLent()
 		return w.err
 	}
-	_, w.err = w.w.Write(w.b)
+	if len(w.lent) == 0 {
+		_, w.err = w.w.Write(w.b)
+	} else {
+		w.err = w.writeLent()
+	}
 	if cap(w.b) > maxWriteKeep || w.err != nil { // shade: was maxBufferCap
 		w.b = nil
 	} else {
 		w.b = w.b[:0]
 	}
 	return w.err
+}
+
+// WriteLent writes b without copying it (shade): the writer borrows b
+// until the next Flush has written it out in place, then calls
+// release(token), as Conn.WriteLent describes. After a write error it
+// calls release at once.
+func (w *Writer) WriteLent(b []byte, release func(uint64), token uint64) {
+	if w.err != nil {
+		release(token)
+		return
+	}
+	w.lent = append(w.lent, lentValue{at: len(w.b), b: b, release: release, token: token})
+	w.lentLen += len(b)
+}
+
+// writeLent writes the buffer with the lent values in their places, in
+// one vectored write where the underlying writer supports it (a
+// net.Conn's writev), then gives the values back (shade).
+func (w *Writer) writeLent() error {
+	iov, prev := w.iov[:0], 0
+	for _, l := range w.lent {
+		at := min(l.at, len(w.b)) // a reply cut back below a lent value
+		if at > prev {
+			iov = append(iov, w.b[prev:at])
+			prev = at
+		}
+		if len(l.b) > 0 {
+			iov = append(iov, l.b)
+		}
+	}
+	if prev < len(w.b) {
+		iov = append(iov, w.b[prev:])
+	}
+	w.iov = iov
+	_, err := iov.WriteTo(w.w) // consumes iov, a copy of w.iov
+	clear(w.iov)               // hold neither the values nor the buffer
+	w.iov = w.iov[:0]
+	w.releaseLent()
+	return err
+}
+
+// releaseLent gives back every value lent and not yet given back (shade).
+func (w *Writer) releaseLent() {
+	for i, l := range w.lent {
+		l.release(l.token)
+		w.lent[i] = lentValue{}
+	}
+	w.lent, w.lentLen = w.lent[:0], 0
 }
 
 // WriteError writes an error to the client.

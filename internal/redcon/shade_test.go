@@ -165,17 +165,38 @@ func serveUnix(t *testing.T, handler func(conn Conn, cmd Command)) string {
 
 // TestServerLargePipelines: pipelines of large arguments in and large
 // replies out (flushed between commands) arrive whole and in order, whether
-// written with WriteBulk or appended in place through Reply and SetReply.
+// written with WriteBulk, appended in place through Reply and SetReply, or
+// lent (WriteLent); every lent value is given back once, after it is
+// written.
 func TestServerLargePipelines(t *testing.T) {
+	var lent, released int
 	path := serveUnix(t, func(conn Conn, cmd Command) {
+		if string(cmd.Args[0]) == "RELEASED" {
+			conn.WriteInt(released)
+			return
+		}
 		// ECHO n: a reply of n bytes, each the low byte of n.
 		n, _ := strconv.Atoi(string(cmd.Args[1]))
 		if len(cmd.Args) == 3 && len(cmd.Args[2]) != n {
 			conn.WriteError("ERR length")
 			return
 		}
-		if n%2 == 0 {
+		switch n % 4 {
+		case 0, 2:
 			conn.WriteBulk(bytes.Repeat([]byte{byte(n)}, n))
+			return
+		case 1:
+			lent++
+			conn.SetReply(AppendBulkHeader(conn.Reply(), n))
+			value := bytes.Repeat([]byte{byte(n)}, n)
+			conn.WriteLent(value, func(token uint64) {
+				if token != uint64(n) {
+					t.Errorf("value of %d bytes given back with token %d", n, token)
+				}
+				clear(value) // the caller may reuse it now
+				released++
+			}, uint64(n))
+			conn.SetReply(append(conn.Reply(), '\r', '\n'))
 			return
 		}
 		before := conn.Buffered()
@@ -228,6 +249,44 @@ func TestServerLargePipelines(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
+		// The connection's goroutine gave every value back before it
+		// read this command.
+		if _, err := c.Write(respCommand([]byte("RELEASED"))); err != nil {
+			t.Fatal(err)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := ":" + strconv.Itoa(lent) + "\r\n"; line != want {
+			t.Fatalf("round %d: %q values given back, want %q", round, line, want)
+		}
+	}
+	if lent == 0 {
+		t.Fatal("no value was lent")
+	}
+}
+
+// TestWriterGivesLentValuesBack: a Writer gives lent values back after a
+// failed write too, and at once once it has failed.
+func TestWriterGivesLentValuesBack(t *testing.T) {
+	a, b := net.Pipe()
+	b.Close()
+	w := NewWriter(a)
+	released := map[uint64]int{}
+	release := func(token uint64) { released[token]++ }
+	w.WriteString("OK")
+	w.WriteLent([]byte("one"), release, 1)
+	w.WriteLent([]byte("two"), release, 2)
+	if err := w.Flush(); err == nil {
+		t.Fatal("Flush to a closed pipe succeeded")
+	}
+	w.WriteLent([]byte("three"), release, 3)
+	if len(released) != 3 || released[1] != 1 || released[2] != 1 || released[3] != 1 {
+		t.Fatalf("given back %v, want tokens 1, 2 and 3 once each", released)
+	}
+	if err := w.Flush(); err == nil || len(released) != 3 {
+		t.Fatalf("Flush after a failure: %v, given back %v", err, released)
 	}
 }
 
