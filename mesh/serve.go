@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"math"
 	"sync"
 
 	"github.com/shade-mesh/shade/policy"
@@ -20,41 +21,61 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 // under that lock for a cached value. Hits, misses, the policy's hit,
 // importance deciles and the trace are counted here once per call.
 func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, bool, error) {
+	r, _, found, err := n.get(ctx, key, dst, head, math.MaxInt)
+	return r, found, err
+}
+
+// LendGet implements transport.Backend: AppendGet, except that a cached
+// value of at least transport.MinLent bytes is lent in place, its
+// checksum verified there (store.Lend).
+func (n *Node) LendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, transport.Loan, bool, error) {
+	return n.get(ctx, key, dst, head, transport.MinLent)
+}
+
+// Return implements transport.Backend: it gives a lent value back to the
+// store.
+func (n *Node) Return(token uint64) { n.store.Return(token) }
+
+// get reads key for AppendGet and LendGet, lending a cached value of at
+// least minLent bytes.
+func (n *Node) get(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte, minLent int) ([]byte, transport.Loan, bool, error) {
+	var loan transport.Loan
 	if n.closed.Load() {
-		return dst, false, ErrClosed
+		return dst, loan, false, ErrClosed
 	}
 	ds, idx, out, err := n.route(key)
 	if err != nil {
-		return dst, false, err
+		return dst, loan, false, err
 	}
 	if ds == nil {
-		if r, ok := n.store.Append(dst, key, head); ok {
-			n.freeHits.Add(1)
-			n.hits(freeID(key))
-			return r, true, nil
+		r, v, token, ok := n.store.Lend(dst, key, head, minLent)
+		if !ok {
+			n.freeMisses.Add(1)
+			return dst, loan, false, nil
 		}
-		n.freeMisses.Add(1)
-		return dst, false, nil
+		n.freeHits.Add(1)
+		n.hits(freeID(key))
+		return r, transport.Loan{Value: v, Token: token}, true, nil
 	}
 	if out {
-		return dst, false, nil
+		return dst, loan, false, nil
 	}
 	n.traceRead(ds, idx, key)
-	if r, ok := n.store.Append(dst, key, head); ok {
+	if r, v, token, ok := n.store.Lend(dst, key, head, minLent); ok {
 		ds.counters.Current().Hits.Add(1)
 		n.hits(sampleID(ds, idx))
 		ds.countDecile(idx, true)
 		countJobRead(ctx, ds, idx, true)
-		return r, true, nil
+		return r, transport.Loan{Value: v, Token: token}, true, nil
 	}
 	v, mem, err := n.readMissing(ctx, ds, idx, key)
 	if err != nil {
-		return dst, false, err
+		return dst, loan, false, err
 	}
 	ds.counters.Missed(idx, mem)
 	ds.countDecile(idx, mem)
 	countJobRead(ctx, ds, idx, mem)
-	return appendValue(dst, v, head), true, nil
+	return appendValue(dst, v, head), loan, true, nil
 }
 
 // countJobRead counts a read of sample idx for the job ctx names (see

@@ -324,10 +324,27 @@ func (s *Store) lookup(sh *shard, h uint64, key []byte, verify bool) (off uint64
 	if !bytes.Equal(k, key) {
 		return 0, nil, 0, false, false
 	}
-	if verify && shm.Checksum(v) != sum {
+	if verify && !verifiedInPlace(v, sum) {
 		return off, nil, 0, false, true
 	}
 	return off, v, sum, true, false
+}
+
+// verifiedInPlace reports whether v, in the arena, has the checksum sum.
+// It first reads one byte of every cache line of v: those loads do not
+// wait on one another, so a value that is not in the CPU's cache comes
+// in from memory many lines at a time, where the checksum's loads would
+// wait for each line in turn. On a 100 KiB value out of cache that makes
+// the check about twice as fast (BenchmarkVerifyInPlace).
+func verifiedInPlace(v []byte, sum uint64) bool {
+	var touched byte
+	for i := 0; i < len(v); i += 64 {
+		touched |= v[i]
+	}
+	// touched goes on both sides, so that the loads are kept: the check
+	// is the checksum's alone.
+	t := uint64(touched)
+	return shm.Checksum(v)^t == sum^t
 }
 
 // dropCorrupt unlinks and frees the block at off if it is still key's
@@ -402,14 +419,17 @@ func (s *Store) Lend(dst, key []byte, head func(dst []byte, n int) []byte, min i
 		if head != nil {
 			dst = head(dst, len(v))
 		}
-		lend, checked := len(v) >= min, v
-		if !lend {
+		lend, good := len(v) >= min, true
+		switch {
+		case lend && !s.cfg.SkipVerify:
+			good = verifiedInPlace(v, sum)
+		case !lend:
 			vstart := len(dst)
 			dst = append(dst, v...)
-			checked = dst[vstart:]
+			good = s.cfg.SkipVerify || shm.Checksum(dst[vstart:]) == sum
 		}
 		switch {
-		case !s.cfg.SkipVerify && shm.Checksum(checked) != sum:
+		case !good:
 			found, corrupt = false, true
 			dst = dst[:start]
 		case lend:

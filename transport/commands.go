@@ -165,10 +165,16 @@ func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
 	c.WriteBulkString(b.String())
 }
 
-// cmdGet copies the value once, from where the backend holds it straight
-// into the reply.
+// cmdGet writes a value held in memory out from where the backend holds
+// it, lent (the kernel copies it from the cache to the socket), and any
+// other value appended straight into the reply.
 func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
-	b, found, err := s.backend.AppendGet(s.readCtx(st), a[1], c.Reply(), redcon.AppendBulkHeader)
+	b, loan, found, err := s.backend.LendGet(s.readCtx(st), a[1], c.Reply(), redcon.AppendBulkHeader)
+	if loan.Value != nil {
+		c.SetReply(b)
+		c.WriteLent(loan.Value, s.giveBack, loan.Token)
+		b = c.Reply()
+	}
 	writeAppended(c, b, found, err)
 }
 

@@ -38,6 +38,16 @@ type Backend interface {
 	// copied. head may run under a lock of the cache: it must be quick and
 	// must not call the backend.
 	AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, found bool, err error)
+	// LendGet reads key as AppendGet does, except that a value held in
+	// memory, of at least MinLent bytes, may be lent in place instead of
+	// appended: result then ends with head's framing, and loan.Value is
+	// the value (checksum verified), which neither changes nor goes away
+	// until the caller gives it back with Return(loan.Token), exactly
+	// once. loan.Value is nil where the value was appended, or none found.
+	LendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, loan Loan, found bool, err error)
+	// Return gives back a value lent by LendGet. It is safe after the
+	// backend is closed.
+	Return(token uint64)
 	// MGet begins reading keys, one part of an MGET: it reads the values
 	// not held in memory now, in parallel where that helps, and returns a
 	// Batch through which the caller appends every value in turn. The
@@ -86,6 +96,18 @@ type Backend interface {
 	// is the ID of the memory the locations refer to.
 	Locate(ctx context.Context, keys [][]byte) (id uint64, locs []shm.Location)
 }
+
+// Loan is a value a Backend lends in place (LendGet), to be written out
+// without a copy and then given back with Return(Token).
+type Loan struct {
+	Value []byte
+	Token uint64
+}
+
+// MinLent is the shortest value LendGet lends; shorter ones cost less to
+// copy than to write out from where they lie. It also bounds the values a
+// connection holds lent: replies are written out every 256 KiB.
+const MinLent = 1 << 10
 
 // Batch is one MGet's keys being answered. It is used by one goroutine.
 type Batch interface {
@@ -226,6 +248,7 @@ var ErrSocketInUse = errors.New("transport: socket in use by a live process")
 type SocketServer struct {
 	cfg      SocketConfig
 	backend  Backend
+	giveBack func(token uint64) // backend.Return, made once
 	handlers map[string]handler
 	srv      *redcon.Server
 	ln       net.Listener
@@ -331,7 +354,7 @@ func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &SocketServer{
-		cfg: cfg, backend: backend, handlers: commandTable(), ln: ln, ino: ino,
+		cfg: cfg, backend: backend, giveBack: backend.Return, handlers: commandTable(), ln: ln, ino: ino,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
 		clients: budget.New(cfg.MaxClientMemory),
 	}

@@ -1,0 +1,119 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/transport"
+)
+
+// lendValue is version v of key k: the two numbers, then bytes derived
+// from them, 8 to 40 KiB in all, so that GET lends it.
+func lendValue(k, v int) []byte {
+	n := 8<<10 + (k*7919+v*104729)%(32<<10)
+	b := make([]byte, n)
+	binary.LittleEndian.PutUint64(b, uint64(k))
+	binary.LittleEndian.PutUint64(b[8:], uint64(v))
+	x := uint64(k)<<32 ^ uint64(v)
+	for i := 16; i < n; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		b[i] = byte(x >> 56)
+	}
+	return b
+}
+
+// TestLentGetsUnderEviction pipelines GETs of values that the socket lends
+// from the cache while other clients replace, delete and evict them: every
+// reply is nil or exactly a version of its key, every loan is given back,
+// and no cached value fails its checksum.
+func TestLentGetsUnderEviction(t *testing.T) {
+	const (
+		keys     = 64
+		readers  = 4
+		writers  = 2
+		rounds   = 150
+		pipeline = 16
+	)
+	// About a third of the keys' values fit: SETs evict.
+	p := startPeer(t, Config{CacheSize: 768 << 10}, transport.SocketConfig{})
+	ctx := context.Background()
+	key := func(k int) string { return fmt.Sprintf("lend:%d", k) }
+	var wg sync.WaitGroup
+	errs := make(chan error, readers+writers)
+	for w := range writers {
+		c := p.client(t)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := range rounds * pipeline / 2 {
+				k := rng.IntN(keys)
+				var err error
+				if i%5 == 4 {
+					err = c.Del(ctx, key(k)).Err()
+				} else {
+					err = c.Set(ctx, key(k), lendValue(k, i), 0).Err()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for r := range readers {
+		c := p.client(t)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 2))
+			for range rounds {
+				pipe := c.Pipeline()
+				ks := make([]int, pipeline)
+				cmds := make([]*redis.StringCmd, pipeline)
+				for j := range ks {
+					ks[j] = rng.IntN(keys)
+					cmds[j] = pipe.Get(ctx, key(ks[j]))
+				}
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+					errs <- err
+					return
+				}
+				for j, cmd := range cmds {
+					got, err := cmd.Bytes()
+					if errors.Is(err, redis.Nil) {
+						continue
+					}
+					if err == nil && (len(got) < 16 || int(binary.LittleEndian.Uint64(got)) != ks[j] ||
+						!bytes.Equal(got, lendValue(ks[j], int(binary.LittleEndian.Uint64(got[8:]))))) {
+						err = fmt.Errorf("GET %s: %d bytes that are no version of it", key(ks[j]), len(got))
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := p.node.store.Stats()
+	if st.Corrupt != 0 || st.Hits == 0 || st.Deletes == 0 {
+		t.Fatalf("store: %d corrupt, %d hits, %d deletes", st.Corrupt, st.Hits, st.Deletes)
+	}
+	// A connection gives its loans back once its replies are written,
+	// which may be just after the client read them.
+	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
+		return p.node.store.Loans() == 0
+	})
+}
