@@ -7,8 +7,10 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -432,9 +434,10 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	release = func() { once.Do(func() { n.cluster.serving.Release(need) }) }
 	items = make([]wire.FetchItem, len(req.IDs))
 	// Values found in memory are copied into vals, back to back, so that
-	// the reply sends runs of them with one write; vals never grows past
-	// need, so their slices stay put.
-	vals := make([]byte, 0, need)
+	// the reply sends runs of them with one write; each item's value is
+	// cut from it once every copy is made.
+	vals := newCopyBuffer(int(need))
+	inVals := make([]copied, 0, len(req.IDs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
 	// The reply must fit in one frame: samples past fetchReplyBytes are
@@ -462,10 +465,8 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			}
 			it.Found, it.Hit, it.Sum = true, true, sum
 			if !req.Warm {
-				if len(vals)+len(v) <= cap(vals) {
-					start := len(vals)
-					vals = append(vals, v...)
-					it.Value = vals[start:len(vals)]
+				if start, ok := vals.add(v); ok {
+					inVals = append(inVals, copied{item: i, start: start, end: start + len(v)})
 				} else {
 					it.Value = append([]byte(nil), v...)
 				}
@@ -507,7 +508,48 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		}(id, key, it)
 	}
 	wg.Wait()
+	all := vals.bytes()
+	for _, c := range inVals {
+		items[c.item].Value = all[c.start:c.end:c.end]
+	}
 	return items, release, nil
+}
+
+// copied is where item's value lies in a copyBuffer.
+type copied struct{ item, start, end int }
+
+// copyBuffer is memory for values copied in whole, taken without being
+// zeroed first (strings.Builder grows that way), since the copies
+// overwrite every byte of it: zeroing took a fifth of the CPU of a fetch
+// reply of 256 x 100 KiB samples held in memory (BenchmarkAnswerFetch).
+type copyBuffer struct {
+	b    strings.Builder
+	room int
+}
+
+// newCopyBuffer returns a buffer for n bytes of values.
+func newCopyBuffer(n int) *copyBuffer {
+	c := &copyBuffer{room: n}
+	c.b.Grow(n)
+	return c
+}
+
+// add copies v in after the values before it and returns where it starts,
+// or returns false, copying nothing, if v does not fit in the n bytes.
+func (c *copyBuffer) add(v []byte) (start int, ok bool) {
+	start = c.b.Len()
+	if start+len(v) > c.room {
+		return 0, false
+	}
+	c.b.Write(v)
+	return start, true
+}
+
+// bytes returns the values copied in, back to back. Nothing may be added
+// after, and they must not be changed: they are the buffer's own memory.
+func (c *copyBuffer) bytes() []byte {
+	s := c.b.String()
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 // errSizeDiffers answers for a sample whose bytes here differ in length

@@ -163,3 +163,27 @@ func TestFetchFromLyingOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyBuffer: values copied into a fetch reply's buffer come back
+// back to back, and one that does not fit in the room left is refused
+// without a byte of it copied.
+func TestCopyBuffer(t *testing.T) {
+	c := newCopyBuffer(10)
+	for _, v := range []string{"abcd", "", "efg"} {
+		if _, ok := c.add([]byte(v)); !ok {
+			t.Fatalf("%q refused with room left", v)
+		}
+	}
+	if _, ok := c.add([]byte("hijk")); ok {
+		t.Fatal("a value past the room was taken")
+	}
+	if start, ok := c.add([]byte("hij")); !ok || start != 7 {
+		t.Fatalf("the last value fitting the room: start %d, %v", start, ok)
+	}
+	if got := string(c.bytes()); got != "abcdefghij" {
+		t.Fatalf("bytes %q", got)
+	}
+	if got := newCopyBuffer(0).bytes(); len(got) != 0 {
+		t.Fatalf("an empty buffer's bytes: %q", got)
+	}
+}
