@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -116,4 +117,44 @@ func TestLentGetsUnderEviction(t *testing.T) {
 	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
 		return p.node.store.Loans() == 0
 	})
+}
+
+// TestLoansComeBackWhenTheClientLeaves: a client that pipelines GETs of
+// lent values and hangs up without reading the replies leaves no loan out,
+// so no cached block stays pinned.
+func TestLoansComeBackWhenTheClientLeaves(t *testing.T) {
+	p := startPeer(t, Config{CacheSize: 4 << 20}, transport.SocketConfig{})
+	ctx := context.Background()
+	c := p.client(t)
+	for k := range 32 {
+		if err := c.Set(ctx, fmt.Sprintf("lend:%d", k), lendValue(k, 1), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 5 {
+		conn, err := net.Dial("unix", p.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pipeline []byte
+		for i := range 256 {
+			key := fmt.Sprintf("lend:%d", (i+round)%32)
+			pipeline = fmt.Appendf(pipeline, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key)
+		}
+		if _, err := conn.Write(pipeline); err != nil {
+			t.Fatal(err)
+		}
+		// Read a little, so that the peer is writing lent values out, then
+		// hang up.
+		if _, err := conn.Read(make([]byte, 1024)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+	}
+	testsupport.WaitFor(t, 10*time.Second, "the connections to close and every loan to come back", func() bool {
+		return p.sock.Connections() == 1 && p.node.store.Loans() == 0
+	})
+	if got, err := c.Get(ctx, "lend:3").Bytes(); err != nil || !bytes.Equal(got, lendValue(3, 1)) {
+		t.Fatalf("GET after the hang-ups: %d bytes, %v", len(got), err)
+	}
 }
