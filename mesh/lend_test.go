@@ -131,6 +131,7 @@ func TestLoansComeBackWhenTheClientLeaves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	c.Close()
 	for round := range 5 {
 		conn, err := net.Dial("unix", p.path)
 		if err != nil {
@@ -152,9 +153,9 @@ func TestLoansComeBackWhenTheClientLeaves(t *testing.T) {
 		conn.Close()
 	}
 	testsupport.WaitFor(t, 10*time.Second, "the connections to close and every loan to come back", func() bool {
-		return p.sock.Connections() == 1 && p.node.store.Loans() == 0
+		return p.sock.Connections() == 0 && p.node.store.Loans() == 0
 	})
-	if got, err := c.Get(ctx, "lend:3").Bytes(); err != nil || !bytes.Equal(got, lendValue(3, 1)) {
+	if got, err := p.client(t).Get(ctx, "lend:3").Bytes(); err != nil || !bytes.Equal(got, lendValue(3, 1)) {
 		t.Fatalf("GET after the hang-ups: %d bytes, %v", len(got), err)
 	}
 }
