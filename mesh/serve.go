@@ -14,12 +14,13 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 	return n.AppendGet(ctx, key, dst, nil)
 }
 
-// AppendGet implements transport.Backend. A cached value is copied from
-// the cache memory into dst under the store's read lock for its shard and
-// its checksum verified on the copy (store.Append); a value read through
-// is appended from the buffer it was read into. head (nil: none) runs
-// under that lock for a cached value. Hits, misses, the policy's hit,
-// importance deciles and the trace are counted here once per call.
+// AppendGet reads key as LendGet does, lending nothing: a cached value is
+// copied from the cache memory into dst under the store's read lock for
+// its shard and its checksum verified on the copy (store.Append); a value
+// read through is appended from the buffer it was read into. head (nil:
+// none) runs under that lock for a cached value. Hits, misses, the
+// policy's hit, importance deciles and the trace are counted here once
+// per call.
 func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, bool, error) {
 	r, _, found, err := n.get(ctx, key, dst, head, math.MaxInt)
 	return r, found, err
@@ -27,7 +28,8 @@ func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []b
 
 // LendGet implements transport.Backend: AppendGet, except that a cached
 // value of at least transport.MinLent bytes is lent in place, its
-// checksum verified there (store.Lend).
+// checksum verified there (store.Lend). The trainer socket's GET reads
+// this way.
 func (n *Node) LendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, transport.Loan, bool, error) {
 	return n.get(ctx, key, dst, head, transport.MinLent)
 }

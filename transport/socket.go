@@ -29,21 +29,19 @@ import (
 // that. Byte slices passed in belong to the caller and are valid only during
 // the call; slices returned belong to the receiver.
 type Backend interface {
-	// AppendGet reads key and appends its value to dst, preceded by
+	// LendGet reads key and appends its value to dst, preceded by
 	// head(dst, n)'s framing of a value of n bytes (nil head: none), and
 	// returns the result as append does; dst as given (its length) when
 	// not found or on err. found is false only where Redis would answer
 	// nil: an unknown free-form key, a sample index out of range, an
-	// unknown dataset. A cached value is checksum-verified as it is
-	// copied. head may run under a lock of the cache: it must be quick and
-	// must not call the backend.
-	AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, found bool, err error)
-	// LendGet reads key as AppendGet does, except that a value held in
-	// memory, of at least MinLent bytes, may be lent in place instead of
-	// appended: result then ends with head's framing, and loan.Value is
-	// the value (checksum verified), which neither changes nor goes away
-	// until the caller gives it back with Return(loan.Token), exactly
-	// once. loan.Value is nil where the value was appended, or none found.
+	// unknown dataset. A value held in memory of at least MinLent bytes
+	// may be lent in place instead of appended: result then ends with
+	// head's framing, and loan.Value is the value, which neither changes
+	// nor goes away until the caller gives it back with
+	// Return(loan.Token), exactly once; loan.Value is nil otherwise. A
+	// cached value is checksum-verified, where it lies or as it is copied.
+	// head may run under a lock of the cache: it must be quick and must
+	// not call the backend.
 	LendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, loan Loan, found bool, err error)
 	// Return gives back a value lent by LendGet. It is safe after the
 	// backend is closed.
@@ -111,7 +109,8 @@ const MinLent = 1 << 10
 
 // Batch is one MGet's keys being answered. It is used by one goroutine.
 type Batch interface {
-	// Append appends key i's value to dst as Backend.AppendGet does. The
+	// Append appends key i's value to dst as Backend.LendGet appends a
+	// value it does not lend: a Batch never lends. The
 	// caller appends each key once, in order (0, 1, ...), and may write
 	// its reply out between two calls: no lock is held between them.
 	Append(i int, dst []byte, head func(dst []byte, n int) []byte) (result []byte, found bool, err error)
