@@ -115,7 +115,7 @@ func TestLentGetsUnderEviction(t *testing.T) {
 	// A connection gives its loans back once its replies are written,
 	// which may be just after the client read them.
 	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
-		return p.node.store.Loans() == 0
+		return p.node.store.Stats().Loans == 0
 	})
 }
 
@@ -153,7 +153,7 @@ func TestLoansComeBackWhenTheClientLeaves(t *testing.T) {
 		conn.Close()
 	}
 	testsupport.WaitFor(t, 10*time.Second, "the connections to close and every loan to come back", func() bool {
-		return p.sock.Connections() == 0 && p.node.store.Loans() == 0
+		return p.sock.Connections() == 0 && p.node.store.Stats().Loans == 0
 	})
 	if got, err := p.client(t).Get(ctx, "lend:3").Bytes(); err != nil || !bytes.Equal(got, lendValue(3, 1)) {
 		t.Fatalf("GET after the hang-ups: %d bytes, %v", len(got), err)

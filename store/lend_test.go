@@ -21,8 +21,8 @@ func TestLend(t *testing.T) {
 	if !ok || string(got) != "pre:<700>" || !bytes.Equal(lent, big) {
 		t.Fatalf("Lend of a large value = %q, %d bytes lent, %v", got, len(lent), ok)
 	}
-	if s.Loans() != 1 {
-		t.Fatalf("%d loans out, want 1", s.Loans())
+	if s.Stats().Loans != 1 {
+		t.Fatalf("%d loans out, want 1", s.Stats().Loans)
 	}
 	// The lent bytes are the arena's, not a copy.
 	if i := bytes.Index(s.mem, big); i < 0 || &s.mem[i] != &lent[0] {
@@ -38,8 +38,8 @@ func TestLend(t *testing.T) {
 	if ok || string(got) != "pre:" || lent != nil {
 		t.Fatalf("Lend of an absent key = %q, lent %q, %v", got, lent, ok)
 	}
-	if s.Loans() != 0 {
-		t.Fatalf("%d loans out, want 0", s.Loans())
+	if s.Stats().Loans != 0 {
+		t.Fatalf("%d loans out, want 0", s.Stats().Loans)
 	}
 	if st := s.Stats(); st.Hits != 2 || st.Misses != 1 {
 		t.Fatalf("stats %+v, want 2 hits and 1 miss", st)
@@ -126,8 +126,8 @@ func TestCloseWithLoansOut(t *testing.T) {
 	if mapped(t, name) {
 		t.Fatal("the arena is still mapped after the last Return")
 	}
-	if s.Loans() != 0 {
-		t.Fatalf("%d loans out after the last Return", s.Loans())
+	if s.Stats().Loans != 0 {
+		t.Fatalf("%d loans out after the last Return", s.Stats().Loans)
 	}
 }
 

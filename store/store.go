@@ -171,10 +171,11 @@ type Stats struct {
 	LargestFree int64  // largest free block that can hold an entry
 	Capacity    int64  // Config.Capacity
 	Puts        uint64 // Put calls that stored a sample
-	Hits        uint64 // Get, Append and View that found the key
-	Misses      uint64 // Get, Append and View that did not
+	Hits        uint64 // Get, Append, Lend and View that found the key
+	Misses      uint64 // Get, Append, Lend and View that did not
 	Corrupt     uint64 // checksum mismatches found on read (each dropped)
 	Deletes     uint64 // Delete calls that removed a sample
+	Loans       int    // values lent (Lend) and not yet returned, also after Close
 }
 
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
@@ -454,15 +455,6 @@ func (s *Store) Return(loan uint64) {
 	}
 }
 
-// Loans returns the number of loans out now (Lend less Return).
-func (s *Store) Loans() int {
-	n := s.loans.Load()
-	if n >= closedLoans/2 {
-		n -= closedLoans
-	}
-	return int(n)
-}
-
 const (
 	// unlinkedFlag in a block's loan word: the block is no longer reachable
 	// by key, and the last loan of it frees it.
@@ -471,6 +463,16 @@ const (
 	// that brings it to exactly this value is the last loan after Close.
 	closedLoans = 1 << 62
 )
+
+// loansOut is the number of loans out now: Store.loans, less Close's
+// closedLoans once it is added.
+func (s *Store) loansOut() int {
+	n := s.loans.Load()
+	if n >= closedLoans/2 {
+		n -= closedLoans
+	}
+	return int(n)
+}
 
 // loanWord is the loan word of the block at off, in the arena's mapping,
 // which stays mapped while a loan of it is out.
@@ -617,6 +619,7 @@ func (s *Store) Stats() Stats {
 		Puts:        s.puts.Load(),
 		Corrupt:     s.corrupt.Load(),
 		Deletes:     s.deletes.Load(),
+		Loans:       s.loansOut(),
 	}
 	for i := range s.shards {
 		st.Hits += s.shards[i].hits.Load()
