@@ -108,8 +108,8 @@ func (b *packetBuffer) recycle() {
 		bufferPool.Put(b)
 		return
 	}
-	if cap(b.Data) == protocol.MaxLargePacketBufferSize {
-		largeBufferPool.Put(b)
+	if cap(b.Data) == protocol.JumboPacketSize { // shade
+		jumboBufferPool.Put(b)
 		return
 	}
 	if cap(b.Data) == groBufferSize { // shade
@@ -129,11 +129,7 @@ var groBufferPool, segmentPool sync.Pool
 
 // shade: getGROBuffer returns a receive buffer for coalesced datagrams.
 func getGROBuffer() *packetBuffer {
-	buf := groBufferPool.Get().(*packetBuffer)
-	buf.refCount = 1
-	buf.holders.Store(1)
-	buf.Data = buf.Data[:0]
-	return buf
+	return fromPool(&groBufferPool)
 }
 
 // shade: segment returns a buffer for data, one datagram of the coalesced
@@ -149,30 +145,51 @@ func (b *packetBuffer) segment(data []byte) *packetBuffer {
 	return seg
 }
 
-var bufferPool, largeBufferPool sync.Pool
+// shade: jumboBufferPool holds buffers of JumboPacketSize for received
+// datagrams that are small beside the buffer they were read into (see
+// shrink).
+var bufferPool, jumboBufferPool sync.Pool
 
 func getPacketBuffer() *packetBuffer {
-	buf := bufferPool.Get().(*packetBuffer)
+	return fromPool(&bufferPool)
+}
+
+// shade: upstream keeps a pool of its own for GSO batches. Here a batch
+// is as large as one packet may be (MaxLargePacketBufferSize), so both
+// come from one pool.
+func getLargePacketBuffer() *packetBuffer {
+	return fromPool(&bufferPool)
+}
+
+func fromPool(pool *sync.Pool) *packetBuffer {
+	buf := pool.Get().(*packetBuffer)
 	buf.refCount = 1
 	buf.holders.Store(1) // shade
 	buf.Data = buf.Data[:0]
 	return buf
 }
 
-func getLargePacketBuffer() *packetBuffer {
-	buf := largeBufferPool.Get().(*packetBuffer)
-	buf.refCount = 1
-	buf.holders.Store(1) // shade
-	buf.Data = buf.Data[:0]
-	return buf
+// shade: shrink returns p with its data copied into a buffer of
+// JumboPacketSize if it takes less than an eighth of the buffer it was
+// read into, so that small datagrams (acknowledgements, requests) queued
+// for their connection do not each keep a 64 KiB buffer from the pool.
+func shrink(p receivedPacket) receivedPacket {
+	if len(p.data)*8 >= cap(p.buffer.Data) || len(p.data) > protocol.JumboPacketSize {
+		return p
+	}
+	small := fromPool(&jumboBufferPool)
+	small.Data = append(small.Data, p.data...)
+	p.buffer.Release()
+	p.buffer, p.data = small, small.Data
+	return p
 }
 
 func init() {
 	bufferPool.New = func() any {
 		return &packetBuffer{Data: make([]byte, 0, protocol.MaxPacketBufferSize)}
 	}
-	largeBufferPool.New = func() any {
-		return &packetBuffer{Data: make([]byte, 0, protocol.MaxLargePacketBufferSize)}
+	jumboBufferPool.New = func() any { // shade
+		return &packetBuffer{Data: make([]byte, 0, protocol.JumboPacketSize)}
 	}
 	groBufferPool.New = func() any { // shade
 		return &packetBuffer{Data: make([]byte, 0, groBufferSize)}

@@ -219,7 +219,7 @@ func (s *SendStream) tryWriteAll(p []byte) (bool /* is newly completed */, bool 
 	}
 
 	if s.nextFrame == nil {
-		s.nextFrame = wire.GetStreamFrame()
+		s.nextFrame = wire.GetStreamFrameFor(len(p)) // shade: sized by its data
 		s.nextFrame.Offset = s.writeOffset
 		s.nextFrame.StreamID = s.streamID
 		s.nextFrame.DataLenPresent = true
@@ -293,7 +293,7 @@ func (s *SendStream) write(p []byte, limiter func(int) int) (bool /* is newly co
 		// allowing us to set the FIN bit on that frame (instead of sending an empty STREAM frame with FIN).
 		if s.canBufferStreamFrame() && len(s.dataForWriting) > 0 {
 			if s.nextFrame == nil {
-				f := wire.GetStreamFrame()
+				f := wire.GetStreamFrameFor(len(s.dataForWriting)) // shade: sized by its data
 				f.Offset = s.writeOffset
 				f.StreamID = s.streamID
 				f.DataLenPresent = true
@@ -302,6 +302,11 @@ func (s *SendStream) write(p []byte, limiter func(int) int) (bool /* is newly co
 				s.nextFrame = f
 			} else {
 				l := len(s.nextFrame.Data)
+				if l+len(s.dataForWriting) > cap(s.nextFrame.Data) { // shade: into a larger pooled frame
+					f := s.newPooledStreamFrame(s.nextFrame.Offset, s.nextFrame.Data, l+len(s.dataForWriting))
+					s.nextFrame.PutBack()
+					s.nextFrame = f
+				}
 				s.nextFrame.Data = s.nextFrame.Data[:l+len(s.dataForWriting)]
 				copy(s.nextFrame.Data[l:], s.dataForWriting)
 			}
@@ -502,18 +507,18 @@ func (s *SendStream) popNewStreamFrame(maxDataLen protocol.ByteCount) (_ *wire.S
 		// Send copies, so sent frames don't keep its buffer alive.
 		// Move the rest into a pooled frame once it fits.
 		if nextFrame.DataLen() > protocol.MaxPacketBufferSize {
-			f := s.newPooledStreamFrame(s.writeOffset, nextFrame.Data[:maxDataLen])
+			f := s.newPooledStreamFrame(s.writeOffset, nextFrame.Data[:maxDataLen], 0)
 			nextFrame.Data = nextFrame.Data[maxDataLen:]
 			nextFrame.Offset += maxDataLen
 			if nextFrame.DataLen() <= protocol.MaxPacketBufferSize {
-				nextFrame = s.newPooledStreamFrame(nextFrame.Offset, nextFrame.Data)
+				nextFrame = s.newPooledStreamFrame(nextFrame.Offset, nextFrame.Data, 0)
 			}
 			s.nextFrame = nextFrame
 			s.nextFrameReserved = nextFrameReserved
 			return f, true
 		}
 		if nextFrame.DataLen() > maxDataLen {
-			s.nextFrame = s.newPooledStreamFrame(s.writeOffset+maxDataLen, nextFrame.Data[maxDataLen:])
+			s.nextFrame = s.newPooledStreamFrame(s.writeOffset+maxDataLen, nextFrame.Data[maxDataLen:], 0)
 			nextFrame.Data = nextFrame.Data[:maxDataLen]
 			s.nextFrameReserved = nextFrameReserved
 		} else {
@@ -526,7 +531,7 @@ func (s *SendStream) popNewStreamFrame(maxDataLen protocol.ByteCount) (_ *wire.S
 	if s.borrow { // shade: see WriteNoCopy
 		f = &wire.StreamFrame{StreamID: s.streamID, Offset: s.writeOffset, DataLenPresent: true}
 	} else {
-		f = wire.GetStreamFrame()
+		f = wire.GetStreamFrameFor(min(protocol.ByteCount(len(s.dataForWriting)), maxDataLen)) // shade: sized by its data
 		f.Fin = false
 		f.StreamID = s.streamID
 		f.Offset = s.writeOffset
@@ -539,8 +544,12 @@ func (s *SendStream) popNewStreamFrame(maxDataLen protocol.ByteCount) (_ *wire.S
 }
 
 // newPooledStreamFrame returns a pooled STREAM frame holding a copy of data.
-func (s *SendStream) newPooledStreamFrame(offset protocol.ByteCount, data []byte) *wire.StreamFrame {
-	f := wire.GetStreamFrame()
+//
+// shade: the frame comes from the smallest pool that holds data, or room
+// bytes where that is more.
+func (s *SendStream) newPooledStreamFrame(offset protocol.ByteCount, data []byte, room int) *wire.StreamFrame {
+	f := wire.GetStreamFrameFor(max(len(data), room))
+	f.Fin = false
 	f.StreamID = s.streamID
 	f.Offset = offset
 	f.DataLenPresent = true

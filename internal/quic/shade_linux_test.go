@@ -69,7 +69,7 @@ func TestGROReadsComeApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(p.data) != "small" || p.buffer.parent != nil || p.buffer.Cap() != protocol.MaxPacketBufferSize {
+	if string(p.data) != "small" || p.buffer.parent != nil || p.buffer.Cap() != protocol.JumboPacketSize {
 		t.Fatalf("small datagram %q in a buffer of %d bytes (segment %v)", p.data, p.buffer.Cap(), p.buffer.parent != nil)
 	}
 	p.buffer.Release()

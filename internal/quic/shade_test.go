@@ -1,10 +1,13 @@
 package quic
 
 import (
+	"bytes"
+	"context"
 	"sync"
 	"testing"
 
 	"github.com/shade-mesh/shade/internal/quic/internal/protocol"
+	"github.com/shade-mesh/shade/internal/quic/internal/utils"
 )
 
 // TestPinnedBufferOutlivesItsPacket checks the holders of a received
@@ -43,5 +46,101 @@ func TestPinnedBufferOutlivesItsPacket(t *testing.T) {
 	b.Release()
 	if h := b.holders.Load(); h != 0 {
 		t.Fatalf("%d holders left after everyone let go", h)
+	}
+}
+
+// dataSender is what a send stream tells its connection: only that the
+// stream has data to send matters here.
+type dataSender struct{ data chan struct{} }
+
+func (d dataSender) onHasStreamData(protocol.StreamID, *SendStream) {
+	select {
+	case d.data <- struct{}{}:
+	default:
+	}
+}
+func (dataSender) onHasConnectionData()                                                {}
+func (dataSender) onHasStreamRetransmission(protocol.StreamID, *SendStream)            {}
+func (dataSender) onHasStreamControlFrame(protocol.StreamID, streamControlFrameGetter) {}
+func (dataSender) updateStreamPriority(protocol.StreamID)                              {}
+func (dataSender) recordStreamPriorityUpdated(protocol.StreamID, int8, bool)           {}
+func (dataSender) onStreamCompleted(protocol.StreamID)                                 {}
+func (dataSender) onStreamCreditReleased(protocol.StreamID)                            {}
+
+// TestSentFramesSizedByTheirData checks that the STREAM frames a send
+// stream queues until they are acknowledged keep buffers sized by their
+// data (upstream's 1,452 bytes, a jumbo frame's, or the largest packet's),
+// not a buffer of the largest packet each, and that their bytes and
+// offsets are what was written: small writes, writes that grow the queued
+// frame past its buffer, and a write of several packets.
+func TestSentFramesSizedByTheirData(t *testing.T) {
+	const window = 1 << 30
+	rtt := utils.NewRTTStats()
+	conn := newConnectionFlowController(window, window, nil, rtt, utils.DefaultLogger)
+	fc := newStreamFlowController(4, conn, window, window, window, rtt, utils.DefaultLogger)
+	conn.UpdateSendWindow(window)
+	sender := dataSender{make(chan struct{}, 1)}
+	s := newSendStream(context.Background(), 4, sender, fc, false)
+
+	var sent []byte
+	pop := func(wantCap int) {
+		t.Helper()
+		f, _, _ := s.popStreamFrame(protocol.MaxPacketBufferSize, protocol.Version1)
+		for f.Frame == nil { // a Write on another goroutine has yet to queue its data
+			<-sender.data
+			f, _, _ = s.popStreamFrame(protocol.MaxPacketBufferSize, protocol.Version1)
+		}
+		if int(f.Frame.Offset) != len(sent) {
+			t.Fatalf("frame at offset %d, want %d", f.Frame.Offset, len(sent))
+		}
+		if cap(f.Frame.Data) != wantCap {
+			t.Fatalf("frame of %d bytes keeps a buffer of %d, want %d", len(f.Frame.Data), cap(f.Frame.Data), wantCap)
+		}
+		sent = append(sent, f.Frame.Data...)
+		f.Frame.PutBack()
+	}
+	var written []byte
+	write := func(n int) {
+		t.Helper()
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(len(written) + i*7)
+		}
+		written = append(written, b...)
+		if _, err := s.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(100)
+	pop(1452)
+	write(5000)
+	pop(protocol.JumboPacketSize)
+	write(100)
+	write(100)
+	write(3000) // the queued frame moves into a jumbo one
+	pop(protocol.JumboPacketSize)
+
+	// A write of several packets returns once all but the last is sent.
+	done := make(chan error, 1)
+	n := 3*protocol.MaxPacketBufferSize + 500
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(len(written) + i*7)
+	}
+	written = append(written, b...)
+	go func() { _, err := s.Write(b); done <- err }()
+	for range 3 {
+		pop(protocol.MaxPacketBufferSize)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	pop(1452) // the rest, 530 bytes
+	if _, _, more := s.popStreamFrame(protocol.MaxPacketBufferSize, protocol.Version1); more {
+		t.Fatal("the stream has more to send than was written")
+	}
+	if !bytes.Equal(sent, written) {
+		t.Fatal("the frames' bytes are not what was written")
 	}
 }

@@ -123,12 +123,12 @@ func (c *basicConn) ReadPacket() (receivedPacket, error) {
 	if err != nil {
 		return receivedPacket{}, err
 	}
-	return receivedPacket{
+	return shrink(receivedPacket{ // shade: see shrink
 		remoteAddr: addr,
 		rcvTime:    monotime.Now(),
 		data:       buffer.Data[:n],
 		buffer:     buffer,
-	}, nil
+	}), nil
 }
 
 func (c *basicConn) WritePacket(b []byte, addr net.Addr, _ []byte, gsoSize uint16, ecn protocol.ECN) (n int, err error) {

@@ -251,22 +251,16 @@ func (c *oobConn) ReadPacket() (receivedPacket, error) {
 	if c.gro {
 		return c.splitGRO(p, segment), nil
 	}
-	return p, nil
+	return shrink(p), nil // shade
 }
 
 // shade: splitGRO returns the first datagram of p, a read with GRO on that
 // may hold several of segment bytes each (the last may be shorter), and
 // keeps the others for the next calls; each datagram gets a buffer of its
-// own that holds p's (packetBuffer.segment). A read under an eighth of
-// its 64 KiB buffer is first copied into a buffer of the usual size, so
-// that small datagrams do not each keep 64 KiB from the pool.
+// own that holds p's (packetBuffer.segment). A small read is first copied
+// into a smaller buffer (shrink).
 func (c *oobConn) splitGRO(p receivedPacket, segment int) receivedPacket {
-	if len(p.data)*8 < cap(p.buffer.Data) && len(p.data) <= protocol.MaxPacketBufferSize {
-		small := getPacketBuffer()
-		small.Data = append(small.Data, p.data...)
-		p.buffer.Release()
-		p.buffer, p.data = small, small.Data
-	}
+	p = shrink(p)
 	if segment <= 0 || len(p.data) <= segment {
 		return p
 	}

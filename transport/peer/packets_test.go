@@ -11,10 +11,11 @@ import (
 // TestPathMTUAboveEthernet checks that the transport's QUIC (the internal,
 // patched quic-go) leaves 1,452-byte packets behind where the path allows:
 // loopback carries 64 KiB, and path MTU discovery should raise the packet
-// size to the build's cap of 8,952 bytes within a few round trips. Each
-// call echoes 1 MiB of random bytes, which must come back intact; the test
-// stops as soon as the bytes b sent in one call went in packets of more
-// than twice 1,452 bytes on average, and fails after 50 calls.
+// size to the build's cap of 65,000 bytes within a few round trips, past
+// what a jumbo frame carries. Each call echoes 1 MiB of random bytes,
+// which must come back intact; the test stops as soon as the bytes b sent
+// in one call went in packets of more than twice 8,952 bytes (a jumbo
+// frame's) on average, and fails after 50 calls.
 func TestPathMTUAboveEthernet(t *testing.T) {
 	dir := t.TempDir()
 	a := testNode(t, dir, "node-a", newTestHandler())
@@ -37,7 +38,7 @@ func TestPathMTUAboveEthernet(t *testing.T) {
 		st := b.connStats(t)
 		bytesSent, packets := st.BytesSent-prevBytes, st.PacketsSent-prevPackets
 		prevBytes, prevPackets = st.BytesSent, st.PacketsSent
-		if avg := bytesSent / max(packets, 1); avg > 2*1452 {
+		if avg := bytesSent / max(packets, 1); avg > 2*8952 {
 			t.Logf("call %d: b sent %d bytes in %d packets (%d bytes a packet)", call, bytesSent, packets, avg)
 			return
 		} else if call == 50 {

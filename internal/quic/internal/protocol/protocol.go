@@ -107,19 +107,28 @@ type StatelessResetToken [16]byte
 // MaxPacketBufferSize maximum packet size of any QUIC packet.
 //
 // shade: upstream caps it at ethernet's 1500 bytes minus the IPv6 and UDP
-// headers (1452). Here it is a jumbo frame's 9000 bytes minus the same 48:
-// path MTU discovery (DPLPMTUD, from the 1,252-byte start) still finds what
-// a path carries, but a path that carries more (jumbo frames, loopback) is
-// no longer held to 1,452-byte packets, each built, sealed, sent, received,
-// opened and acknowledged on its own.
-const MaxPacketBufferSize = 9000 - 48
+// headers (1452). Here it is the most one UDP send may carry (65,535 less
+// the IPv4 and UDP headers, rounded down): path MTU discovery (DPLPMTUD,
+// from the 1,252-byte start) still finds what a path carries, 1,452 bytes
+// on an Ethernet path and 8,952 on a jumbo-frame one, but a path that
+// carries more (loopback, between peers on one host) is no longer held to
+// small packets, each built, sealed, sent, received, opened and
+// acknowledged on its own. Buffers of this size are pooled; what a
+// received packet or a STREAM frame keeps for longer is sized by what it
+// holds (JumboPacketSize, wire's frame pools).
+const MaxPacketBufferSize = 65000
+
+// shade: JumboPacketSize is what a jumbo frame (9,000 bytes) carries less
+// the IPv6 and UDP headers: the middle size of the buffers that received
+// packets and STREAM frames keep.
+const JumboPacketSize = 9000 - 48
 
 // MaxLargePacketBufferSize is used when using GSO.
 //
-// shade: upstream 20 KiB, 14 packets of 1,452 bytes. Here it is the most
-// one UDP send may carry (65,535 less the IPv4 and UDP headers, rounded
-// down), so that a GSO batch holds 7 packets of MaxPacketBufferSize.
-const MaxLargePacketBufferSize = 65000
+// shade: upstream 20 KiB, 14 packets of 1,452 bytes. Here it is as large
+// as one packet may be: a GSO batch holds 44 packets of an Ethernet path,
+// 7 of a jumbo-frame path, or one of loopback's.
+const MaxLargePacketBufferSize = MaxPacketBufferSize
 
 // MinInitialPacketSize is the minimum size an Initial packet is required to have.
 const MinInitialPacketSize = 1200

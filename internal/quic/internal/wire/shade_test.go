@@ -82,13 +82,21 @@ func TestSplitStreamFrameForLargePackets(t *testing.T) {
 	}
 }
 
-// TestReceivedFramePinsLittle checks that a received STREAM frame that
-// fits in upstream's packet size holds a buffer of that size, not one of
-// the raised MaxPacketBufferSize, and that both kinds go back to their
-// pools.
+// TestReceivedFramePinsLittle checks that a received STREAM frame holds a
+// buffer of the smallest pool its data fits in (upstream's packet size, a
+// jumbo frame's, or the raised MaxPacketBufferSize), not one of the
+// largest, and that every kind goes back to its pool.
 func TestReceivedFramePinsLittle(t *testing.T) {
-	for _, n := range []int{protocol.MinStreamFrameBufferSize, 200, smallFrameSize, smallFrameSize + 1, int(protocol.MaxPacketBufferSize) - 16} {
-		f := &StreamFrame{StreamID: 4, Offset: 99, DataLenPresent: true, Data: make([]byte, n)}
+	for _, tc := range []struct{ n, want int }{
+		{protocol.MinStreamFrameBufferSize, smallFrameSize},
+		{200, smallFrameSize},
+		{smallFrameSize, smallFrameSize},
+		{smallFrameSize + 1, protocol.JumboPacketSize},
+		{protocol.JumboPacketSize, protocol.JumboPacketSize},
+		{protocol.JumboPacketSize + 1, protocol.MaxPacketBufferSize},
+		{protocol.MaxPacketBufferSize - 16, protocol.MaxPacketBufferSize},
+	} {
+		f := &StreamFrame{StreamID: 4, Offset: 99, DataLenPresent: true, Data: make([]byte, tc.n)}
 		b, err := f.Append(nil, protocol.Version1)
 		if err != nil {
 			t.Fatal(err)
@@ -97,15 +105,38 @@ func TestReceivedFramePinsLittle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := smallFrameSize
-		if n > smallFrameSize {
-			want = int(protocol.MaxPacketBufferSize)
-		}
-		if len(got.Data) != n || cap(got.Data) != want {
-			t.Fatalf("%d data bytes parsed into a buffer of %d/%d, want %d/%d", n, len(got.Data), cap(got.Data), n, want)
+		if len(got.Data) != tc.n || cap(got.Data) != tc.want {
+			t.Fatalf("%d data bytes parsed into a buffer of %d/%d, want %d/%d", tc.n, len(got.Data), cap(got.Data), tc.n, tc.want)
 		}
 		got.PutBack()
 	}
+}
+
+// TestSplitFrameKeepsSmallBuffer checks that the rest of a split frame
+// goes into a buffer sized by the rest, not one of the largest.
+func TestSplitFrameKeepsSmallBuffer(t *testing.T) {
+	f := GetStreamFrameFor(protocol.JumboPacketSize)
+	f.StreamID, f.Offset, f.DataLenPresent = 4, 0, true
+	f.Data = f.Data[:protocol.JumboPacketSize]
+	for i := range f.Data {
+		f.Data[i] = byte(i)
+	}
+	first, split := f.MaybeSplitOffFrame(protocol.JumboPacketSize-1000, protocol.Version1)
+	if !split || first == nil {
+		t.Fatal("frame not split")
+	}
+	n := len(first.Data)
+	if cap(f.Data) != smallFrameSize || int(f.Offset) != n || len(f.Data) != protocol.JumboPacketSize-n {
+		t.Fatalf("rest: offset %d, %d bytes in a buffer of %d; want offset %d, %d bytes in %d",
+			f.Offset, len(f.Data), cap(f.Data), n, protocol.JumboPacketSize-n, smallFrameSize)
+	}
+	for i, c := range f.Data {
+		if c != byte(n+i) {
+			t.Fatalf("rest byte %d is %d, want %d", i, c, byte(n+i))
+		}
+	}
+	first.PutBack()
+	f.PutBack()
 }
 
 // TestParseStreamFrameInPlace checks that a large STREAM frame keeps its

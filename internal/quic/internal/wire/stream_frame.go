@@ -97,7 +97,7 @@ func ParseStreamFrameInPlace(b []byte, typ FrameType, _ protocol.Version, keep f
 			frame.Data = make([]byte, dataLen)
 		}
 	} else {
-		frame = getStreamFrameFor(dataLen) // shade: from the small pool where it fits
+		frame = GetStreamFrameFor(dataLen) // shade: from the smallest pool where it fits
 		// The STREAM frame can't be larger than the StreamFrame we obtained from the buffer,
 		// since those StreamFrames have a buffer length of the maximum packet size.
 		if dataLen > uint64(cap(frame.Data)) {
@@ -201,7 +201,7 @@ func (f *StreamFrame) MaybeSplitOffFrame(maxSize protocol.ByteCount, version pro
 		return nil, true
 	}
 
-	new := GetStreamFrame()
+	new := GetStreamFrameFor(protocol.ByteCount(len(f.Data)) - n) // shade: f keeps its buffer
 	new.StreamID = f.StreamID
 	new.Offset = f.Offset
 	new.Fin = false
