@@ -30,7 +30,10 @@ import (
 // with mutual TLS) it sends the same batches over TCP, with the same
 // frames and layouts, with and without TLS 1.3, and raw, so the gap is
 // split into its parts. BENCH_FETCH_SAMPLES and BENCH_FETCH_SIZE change the
-// batch (default 256 samples of 100 KiB).
+// batch (default 256 samples of 100 KiB). BENCH_FETCH_MTU (Linux, root)
+// puts the two ends in two network namespaces joined by a veth pair of
+// that MTU instead of on loopback: with 9000, a jumbo-frame link between
+// two hosts, where QUIC's packets stay at 8,952 bytes.
 
 const (
 	mBatch       Method = 20 // msgpack layout
@@ -209,10 +212,11 @@ func BenchmarkBatchFetch(b *testing.B) {
 	batchBytes := int64(n * size)
 	dir := b.TempDir()
 	name := fmt.Sprintf("%dx%dKiB", n, size>>10)
+	path := newBenchPath(b, envInt("BENCH_FETCH_MTU", 0))
 
 	b.Run("quic-stream/"+name, func(b *testing.B) {
-		srv := testNode(b, dir, "node-b", fetchHandler(samples.streamReply))
-		cli := testNode(b, dir, "node-a", newTestHandler())
+		srv := path.node(b, 1, dir, "node-b", fetchHandler(samples.streamReply))
+		cli := path.node(b, 0, dir, "node-a", newTestHandler())
 		ctx := context.Background()
 		call := func() {
 			var head benchFetchHead
@@ -229,8 +233,8 @@ func BenchmarkBatchFetch(b *testing.B) {
 	})
 
 	b.Run("quic-msgpack/"+name, func(b *testing.B) {
-		srv := testNode(b, dir, "node-b", fetchHandler(samples.reply))
-		cli := testNode(b, dir, "node-a", newTestHandler())
+		srv := path.node(b, 1, dir, "node-b", fetchHandler(samples.reply))
+		cli := path.node(b, 0, dir, "node-a", newTestHandler())
 		ctx := context.Background()
 		var resp benchFetchResp
 		if err := cli.Call(ctx, srv.Addr(), "node-b", mBatch, req, &resp); err != nil {
@@ -264,9 +268,12 @@ func BenchmarkBatchFetch(b *testing.B) {
 			if v.tls {
 				st, ct = serverTLS, clientTLS
 			}
-			addr := tcpBatchServer(b, samples, v.layout, st)
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
+			addr := tcpBatchServer(b, path, samples, v.layout, st)
+			var conn net.Conn
+			if err := path.in(0, func() (err error) {
+				conn, err = net.Dial("tcp", addr)
+				return err
+			}); err != nil {
 				b.Fatal(err)
 			}
 			if ct != nil {
@@ -306,13 +313,49 @@ func benchTLS(b *testing.B, dir string) (server, client *tls.Config) {
 	return server, client
 }
 
-// tcpBatchServer answers batch requests on a loopback TCP listener until
-// the benchmark ends: with the peer protocol's frames in the stream or the
-// msgpack layout, or (raw) with every sample's bytes in one
-// length-prefixed frame.
-func tcpBatchServer(b *testing.B, s *benchSamples, layout string, tc *tls.Config) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+// benchPath is where the benchmark's two ends talk: loopback, or two
+// network namespaces joined by a veth pair (vethPair), as two hosts on
+// one link of a given MTU. Side 0 is the client's, side 1 the server's.
+type benchPath struct {
+	ns, addr [2]string // "" and 127.0.0.1 on loopback
+}
+
+// newBenchPath returns loopback for mtu 0, or a veth pair of that MTU
+// (skipping the benchmark where namespaces cannot be made).
+func newBenchPath(b *testing.B, mtu int) benchPath {
+	if mtu == 0 {
+		return benchPath{addr: [2]string{"127.0.0.1", "127.0.0.1"}}
+	}
+	ns, addr := vethPair(b, mtu)
+	return benchPath{ns: ns, addr: addr}
+}
+
+// in runs fn where side's sockets live.
+func (p benchPath) in(side int, fn func() error) error {
+	if p.ns[side] == "" {
+		return fn()
+	}
+	return inNetns(p.ns[side], fn)
+}
+
+// node is a node of the peer transport on side's end.
+func (p benchPath) node(b *testing.B, side int, dir, name string, h Handler) *Node {
+	if p.ns[side] == "" {
+		return testNode(b, dir, name, h)
+	}
+	return listenIn(b, p.ns[side], dir, name, p.addr[side], h)
+}
+
+// tcpBatchServer answers batch requests on a TCP listener at the server's
+// end of path until the benchmark ends: with the peer protocol's frames
+// in the stream or the msgpack layout, or (raw) with every sample's bytes
+// in one length-prefixed frame.
+func tcpBatchServer(b *testing.B, path benchPath, s *benchSamples, layout string, tc *tls.Config) string {
+	var ln net.Listener
+	if err := path.in(1, func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(path.addr[1], "0"))
+		return err
+	}); err != nil {
 		b.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -23,7 +23,7 @@ import (
 // the namespaces and their addresses; or skips the test where namespaces
 // cannot be made (not root, no iproute2, a sandbox without the
 // capability).
-func vethPair(t *testing.T, mtu int) (ns, addr [2]string) {
+func vethPair(t testing.TB, mtu int) (ns, addr [2]string) {
 	t.Helper()
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("skipped: iproute2 'ip' not installed")
@@ -56,33 +56,42 @@ func vethPair(t *testing.T, mtu int) (ns, addr [2]string) {
 	return ns, addr
 }
 
+// inNetns runs fn on a thread moved into network namespace ns, so that
+// the sockets fn opens are ns's (a socket stays in its namespace whatever
+// thread uses it later). The thread exits with its goroutine: it is never
+// unlocked.
+func inNetns(ns string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open("/var/run/netns/" + ns)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
 // listenIn is listenTLS with the node's socket opened in network
-// namespace ns: Listen runs on a thread moved into ns, which exits with
-// its goroutine (it is never unlocked), and the socket stays in ns.
-func listenIn(t *testing.T, ns, dir, name, addr string, h Handler) *Node {
+// namespace ns.
+func listenIn(t testing.TB, ns, dir, name, addr string, h Handler) *Node {
 	t.Helper()
 	tc, err := DevTLS(dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n *Node
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		f, e := os.Open("/var/run/netns/" + ns)
-		if e != nil {
-			err = e
-			return
-		}
-		defer f.Close()
-		if err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			return
-		}
+	if err := inNetns(ns, func() (err error) {
 		n, err = Listen(Config{ListenAddr: addr + ":0", TLS: tc, RequestTimeout: 10 * time.Second}, h)
-	}()
-	<-done
-	if err != nil {
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
