@@ -338,8 +338,18 @@ func (h *sentPacketHandler) SentPacket(
 	}
 	if isAckEliciting {
 		pnSpace.lastAckElicitingPacketTime = t
-		h.bytesInFlight += size
-		p.includedInBytesInFlight = true
+		// shade: a path MTU probe does not count as bytes in flight (RFC
+		// 8899 section 3: its fate belongs to path MTU discovery alone).
+		// Upstream counted it; a lost probe then held its bytes until a
+		// later packet's acknowledgement declared it lost, and a probe
+		// larger than the congestion window blocked every later packet,
+		// so nothing was left to be acknowledged: the connection stalled.
+		// Upstream's 1,452-byte probes rarely exceed the window; probes
+		// of up to 65,000 bytes often do.
+		if !isPathMTUProbePacket {
+			h.bytesInFlight += size
+			p.includedInBytesInFlight = true
+		}
 		if h.numProbesToSend > 0 {
 			h.numProbesToSend--
 		}
