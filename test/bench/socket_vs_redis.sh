@@ -11,7 +11,10 @@
 # median of each server's rounds: on a small shared machine a burst of
 # other work then shifts both sides alike instead of one. It also shows the
 # CPU time each server spent per request (user + system, from /proc), which
-# other processes' load disturbs less than throughput. Before the GETs
+# other processes' load disturbs less than throughput, and its context
+# switches per 1,000 requests (threads put to sleep and woken: where a Go
+# server with several threads spends CPU that single-threaded Redis does
+# not). Before the GETs
 # it checks that both servers hold every key at the full value size, so
 # that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
 # otherwise the current tree is built into a temporary folder. The peer
@@ -52,14 +55,19 @@ for s in redis.sock shade.sock; do
 done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# switches pid: context switches of all the process's threads so far (a
+# thread put to sleep, or woken, by the kernel).
+switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}'; }
 hz=$(getconf CLK_TCK)
-run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-per-request"
-	local t0 r t1
+run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-per-request switches-per-1000-requests"
+	local t0 r t1 w0 w1
 	t0=$(ticks "$2")
+	w0=$(switches "$2")
 	r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" --csv 2>/dev/null |
 		awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
 	t1=$(ticks "$2")
-	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$N" 'BEGIN {print (b - a) * 1e6 / hz / n}')"
+	w1=$(switches "$2")
+	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$N" 'BEGIN {print (b - a) * 1e6 / hz / n}') $(awk -v a="$w0" -v b="$w1" -v n="$N" 'BEGIN {print (b - a) * 1000 / n}')"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # held socket size: fail unless every benchmark key is held at full size.
@@ -75,7 +83,7 @@ held() {
 }
 
 echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)"
-printf '%-6s %-7s %7s %13s %13s %6s %12s %12s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "rounds (redis/shade rps)"
+printf '%-6s %-7s %7s %13s %13s %6s %12s %12s %9s %9s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "redis sw" "shade sw" "rounds (redis/shade rps)"
 for size in 4096 102400; do
 	case " $TESTS " in
 	*" set "*) ;;
@@ -87,25 +95,27 @@ for size in 4096 102400; do
 	for t in $TESTS; do
 		[ "$t" = get ] && { held "$dir/redis.sock" $size; held "$dir/shade.sock" $size; }
 		for c in $CLIENTS; do
-			rs=() ss=() rc=() sc=()
+			rs=() ss=() rc=() sc=() rw=() sw=()
 			for round in $(seq "$ROUNDS"); do
 				if [ $((round % 2)) -eq 1 ]; then
-					read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
-					read -r e d < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
+					read -r a b x < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
+					read -r e d y < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
 				else
-					read -r e d < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
-					read -r a b < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
+					read -r e d y < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
+					read -r a b x < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
 				fi
-				rs+=("$a") rc+=("$b") ss+=("$e") sc+=("$d")
+				rs+=("$a") rc+=("$b") ss+=("$e") sc+=("$d") rw+=("$x") sw+=("$y")
 			done
 			r=$(printf '%s\n' "${rs[@]}" | median)
 			s=$(printf '%s\n' "${ss[@]}" | median)
 			detail=$(paste -d/ <(printf '%.0f\n' "${rs[@]}") <(printf '%.0f\n' "${ss[@]}") | paste -sd' ')
-			printf '%-6s %-7s %7s %13.0f %13.0f %6.2f %12.2f %12.2f   %s\n' $t $size "$c" "$r" "$s" \
+			printf '%-6s %-7s %7s %13.0f %13.0f %6.2f %12.2f %12.2f %9.1f %9.1f   %s\n' $t $size "$c" "$r" "$s" \
 				"$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" \
-				"$(printf '%s\n' "${rc[@]}" | median)" "$(printf '%s\n' "${sc[@]}" | median)" "$detail"
+				"$(printf '%s\n' "${rc[@]}" | median)" "$(printf '%s\n' "${sc[@]}" | median)" \
+				"$(printf '%s\n' "${rw[@]}" | median)" "$(printf '%s\n' "${sw[@]}" | median)" "$detail"
 		done
 	done
 done
 echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c <clients> -r $KEYS --csv; medians of $ROUNDS rounds;"
-echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request)"
+echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request;"
+echo " sw = the server's context switches per 1,000 requests, all its threads: each is a thread put to sleep or woken)"
