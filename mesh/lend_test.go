@@ -21,16 +21,7 @@ import (
 // lendValue is version v of key k: the two numbers, then bytes derived
 // from them, 8 to 40 KiB in all, so that GET lends it.
 func lendValue(k, v int) []byte {
-	n := 8<<10 + (k*7919+v*104729)%(32<<10)
-	b := make([]byte, n)
-	binary.LittleEndian.PutUint64(b, uint64(k))
-	binary.LittleEndian.PutUint64(b[8:], uint64(v))
-	x := uint64(k)<<32 ^ uint64(v)
-	for i := 16; i < n; i++ {
-		x = x*6364136223846793005 + 1442695040888963407
-		b[i] = byte(x >> 56)
-	}
-	return b
+	return testsupport.AppendVersion(nil, k, uint64(v), 8<<10+(k*7919+v*104729)%(32<<10))
 }
 
 // TestLentGetsUnderEviction pipelines GETs of values that the socket lends

@@ -8,22 +8,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // sampleValue is the value for version v of key k: a header naming both,
 // then bytes derived from them, so a value of another key or version, or a
 // torn copy, is recognised.
 func sampleValue(buf []byte, k int, v uint64) []byte {
-	n := 16 + (k*131+int(v)*17)%3000
-	buf = buf[:n]
-	binary.LittleEndian.PutUint64(buf, uint64(k))
-	binary.LittleEndian.PutUint64(buf[8:], v)
-	x := uint64(k)<<32 ^ v
-	for i := 16; i < n; i++ {
-		x = x*6364136223846793005 + 1442695040888963407
-		buf[i] = byte(x >> 56)
-	}
-	return buf
+	return testsupport.AppendVersion(buf[:0], k, v, 16+(k*131+int(v)*17)%3000)
 }
 
 func checkSample(got []byte, k int) (uint64, error) {

@@ -1,5 +1,6 @@
 // Package testsupport is for tests only: the one place where Shade's tests
-// build the binaries, pick loopback ports, write datasets of known bytes,
+// build the binaries, pick loopback ports, write datasets of known bytes
+// and versioned values (AppendVersion),
 // run shade-peer processes, run ip for the network namespaces they make,
 // and wait on conditions.
 //

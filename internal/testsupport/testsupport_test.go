@@ -1,7 +1,9 @@
 package testsupport
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -88,5 +90,21 @@ func TestParallelJoinsErrors(t *testing.T) {
 	}
 	if err := Parallel(3, func(int) error { return nil }); err != nil {
 		t.Errorf("Parallel of successes = %v", err)
+	}
+}
+
+func TestAppendVersionNamesItsVersion(t *testing.T) {
+	a := AppendVersion([]byte("x"), 7, 3, 100)
+	if len(a) != 101 || a[0] != 'x' {
+		t.Fatalf("appended %d bytes after %q, want 100 after x", len(a)-1, a[:1])
+	}
+	if k, v := binary.LittleEndian.Uint64(a[1:]), binary.LittleEndian.Uint64(a[9:]); k != 7 || v != 3 {
+		t.Fatalf("value names key %d version %d, want 7 and 3", k, v)
+	}
+	if b := AppendVersion(nil, 7, 3, 100); !bytes.Equal(a[1:], b) {
+		t.Fatal("the same version came out different")
+	}
+	if b := AppendVersion(nil, 7, 4, 100); bytes.Equal(a[17:], b[16:]) {
+		t.Fatal("two versions of a key have the same bytes after their header")
 	}
 }
