@@ -1,8 +1,7 @@
 // Package testsupport is for tests only: the one place where Shade's tests
 // build the binaries, pick loopback ports, write datasets of known bytes
-// and versioned values (AppendVersion),
-// run shade-peer processes, run ip for the network namespaces they make,
-// and wait on conditions.
+// and versioned values (AppendVersion), run shade-peer processes, run ip
+// for the network namespaces they make, and wait on conditions.
 //
 // Of this module it imports only the protocol/samplekey leaf (which
 // imports nothing of the module and whose tests do not use this package):
