@@ -133,16 +133,17 @@ func charge(keyLen, valueLen int) int64 {
 // the unlinked flag, and whichever of the unlink and the last Return comes
 // second frees the block. Close unmaps the arena once every loan is back.
 type Store struct {
-	cfg     Config
-	mem     []byte // nil once closed
-	fd      int    // -1 without memfd, or once closed
-	arena   []byte // the mapping, kept after Close for the loans still out
-	arenaFd int    // the memfd, kept likewise (-1 without memfd)
-	loans   atomic.Int64
-	alloc   *tlsf
-	id      uint64
-	shards  []shard
-	mask    uint64
+	cfg Config
+	// mem is the arena's mapping and fd its memfd (-1 without one). Both
+	// stay set after Close, whose caller (or the last Return of a loan
+	// out then) unmaps and closes them: only loans touch them after.
+	mem    []byte
+	fd     int
+	loans  atomic.Int64
+	alloc  *tlsf
+	id     uint64
+	shards []shard
+	mask   uint64
 
 	life   sync.RWMutex
 	closed atomic.Bool // set under life and every shard lock
@@ -202,15 +203,13 @@ func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg:     cfg,
-		mem:     mem,
-		fd:      fd,
-		arena:   mem,
-		arenaFd: fd,
-		alloc:   newTLSF(mem),
-		id:      rand.Uint64() >> 1,
-		shards:  make([]shard, cfg.Shards),
-		mask:    uint64(cfg.Shards - 1),
+		cfg:    cfg,
+		mem:    mem,
+		fd:     fd,
+		alloc:  newTLSF(mem),
+		id:     rand.Uint64() >> 1,
+		shards: make([]shard, cfg.Shards),
+		mask:   uint64(cfg.Shards - 1),
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]uint64)
@@ -477,7 +476,7 @@ func (s *Store) loansOut() int {
 // loanWord is the loan word of the block at off, in the arena's mapping,
 // which stays mapped while a loan of it is out.
 func (s *Store) loanWord(off uint64) *uint32 {
-	return (*uint32)(unsafe.Pointer(&s.arena[off+loanOff]))
+	return (*uint32)(unsafe.Pointer(&s.mem[off+loanOff]))
 }
 
 // unlinked ends the life of the block at off, which the caller unlinked
@@ -498,7 +497,7 @@ func (s *Store) unlinked(off uint64) {
 
 // unmapLate unmaps the arena after Close, when Close left loans out.
 func (s *Store) unmapLate() {
-	_ = unmapArena(s.arena, s.arenaFd) // the Store is closed: no one to tell
+	_ = unmapArena(s.mem, s.fd) // the Store is closed: no one to tell
 }
 
 // read finds key (checksum verified unless SkipVerify), calls fn with the
@@ -634,6 +633,9 @@ func (s *Store) Stats() Stats {
 func (s *Store) Fd() int {
 	s.life.RLock()
 	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return -1
+	}
 	return s.fd
 }
 
@@ -686,7 +688,6 @@ func (s *Store) Close() error {
 	}
 	s.alloc.mem = nil
 	s.alloc.mu.Unlock()
-	s.mem, s.fd = nil, -1
 	for i := range s.shards {
 		s.shards[i].m = nil
 		s.shards[i].mu.Unlock()
