@@ -22,7 +22,7 @@ func (n *Node) Get(ctx context.Context, key []byte, dst []byte) ([]byte, bool, e
 // policy's hit, importance deciles and the trace are counted here once
 // per call.
 func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, bool, error) {
-	r, _, found, err := n.get(ctx, key, dst, head, math.MaxInt)
+	r, _, found, _, err := n.get(ctx, key, dst, head, math.MaxInt, true)
 	return r, found, err
 }
 
@@ -31,53 +31,67 @@ func (n *Node) AppendGet(ctx context.Context, key, dst []byte, head func(dst []b
 // checksum verified there (store.Lend). The trainer socket's GET reads
 // this way.
 func (n *Node) LendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, transport.Loan, bool, error) {
-	return n.get(ctx, key, dst, head, transport.MinLent)
+	r, loan, found, _, err := n.get(ctx, key, dst, head, transport.MinLent, true)
+	return r, loan, found, err
+}
+
+// LendHeld implements transport.Backend: LendGet where the answer needs no
+// read from an owner or the source (a value held here, an unknown key, an
+// index out of range); held is false, and nothing is done or counted,
+// otherwise.
+func (n *Node) LendHeld(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) ([]byte, transport.Loan, bool, bool, error) {
+	return n.get(ctx, key, dst, head, transport.MinLent, false)
 }
 
 // Return implements transport.Backend: it gives a lent value back to the
 // store.
 func (n *Node) Return(token uint64) { n.store.Return(token) }
 
-// get reads key for AppendGet and LendGet, lending a cached value of at
-// least minLent bytes.
-func (n *Node) get(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte, minLent int) ([]byte, transport.Loan, bool, error) {
-	var loan transport.Loan
+// get reads key for AppendGet, LendGet and LendHeld, lending a cached
+// value of at least minLent bytes. Without wait, it returns held false,
+// having done and counted nothing, where the value must be read from an
+// owner or the source.
+func (n *Node) get(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte, minLent int, wait bool) (result []byte, loan transport.Loan, found, held bool, err error) {
 	if n.closed.Load() {
-		return dst, loan, false, ErrClosed
+		return dst, loan, false, true, ErrClosed
 	}
 	ds, idx, out, err := n.route(key)
 	if err != nil {
-		return dst, loan, false, err
+		return dst, loan, false, true, err
 	}
 	if ds == nil {
 		r, v, token, ok := n.store.Lend(dst, key, head, minLent)
 		if !ok {
 			n.freeMisses.Add(1)
-			return dst, loan, false, nil
+			return dst, loan, false, true, nil
 		}
 		n.freeHits.Add(1)
 		n.hits(freeID(key))
-		return r, transport.Loan{Value: v, Token: token}, true, nil
+		return r, transport.Loan{Value: v, Token: token}, true, true, nil
 	}
 	if out {
-		return dst, loan, false, nil
+		return dst, loan, false, true, nil
+	}
+	r, v, token, ok := n.store.Lend(dst, key, head, minLent)
+	if !ok && !wait {
+		return dst, loan, false, false, nil
 	}
 	n.traceRead(ds, idx, key)
-	if r, v, token, ok := n.store.Lend(dst, key, head, minLent); ok {
+	if ok {
 		ds.counters.Current().Hits.Add(1)
 		n.hits(sampleID(ds, idx))
 		ds.countDecile(idx, true)
 		countJobRead(ctx, ds, idx, true)
-		return r, transport.Loan{Value: v, Token: token}, true, nil
+		return r, transport.Loan{Value: v, Token: token}, true, true, nil
 	}
 	v, mem, err := n.readMissing(ctx, ds, idx, key)
 	if err != nil {
-		return dst, loan, false, err
+		return dst, loan, false, true, err
 	}
 	ds.counters.Missed(idx, mem)
 	ds.countDecile(idx, mem)
 	countJobRead(ctx, ds, idx, mem)
-	return appendValue(dst, v, head), loan, true, nil
+	return appendValue(dst, v, head), loan, true, true, nil
 }
 
 // countJobRead counts a read of sample idx for the job ctx names (see

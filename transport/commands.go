@@ -170,6 +170,12 @@ func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
 // other value appended straight into the reply.
 func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	b, loan, found, err := s.backend.LendGet(s.readCtx(st), a[1], c.Reply(), redcon.AppendBulkHeader)
+	writeGot(s, c, b, loan, found, err)
+}
+
+// writeGot completes a GET's reply: the value lent, if it is, then as
+// writeAppended.
+func writeGot(s *SocketServer, c redcon.Conn, b []byte, loan Loan, found bool, err error) {
 	if loan.Value != nil {
 		c.SetReply(b)
 		c.WriteLent(loan.Value, s.giveBack, loan.Token)

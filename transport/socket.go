@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -43,6 +44,12 @@ type Backend interface {
 	// head may run under a lock of the cache: it must be quick and must
 	// not call the backend.
 	LendGet(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, loan Loan, found bool, err error)
+	// LendHeld is LendGet for a caller that must not wait: where LendGet
+	// would read the value from elsewhere than this node's memory (an
+	// owner, the source), it does nothing and returns held false, and the
+	// caller calls LendGet. Otherwise it answers as LendGet, with held
+	// true.
+	LendHeld(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, loan Loan, found, held bool, err error)
 	// Return gives back a value lent by LendGet. It is safe after the
 	// backend is closed.
 	Return(token uint64)
@@ -166,9 +173,19 @@ type SocketConfig struct {
 	WriteTimeout time.Duration
 	// MaxOrderWait bounds how long SHADE.ORDER blocks; 0 means 10 minutes.
 	MaxOrderWait time.Duration
+	// Loops is how many event loops serve the connections, each on a
+	// thread of its own: a loop answers a GET of a value held in memory
+	// at once, and hands any other command, with the rest of its
+	// pipeline, to a goroutine. 0 means DefaultLoops(); a negative value
+	// serves every connection from a goroutine of its own instead.
+	Loops int
 	// Logger receives connection-level events; the zero Logger is silent.
 	Logger zerolog.Logger
 }
+
+// DefaultLoops is the number of event loops a zero SocketConfig.Loops
+// means: one for every four CPUs the process may use, at least one.
+func DefaultLoops() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
 // Defaults of the input bounds.
 const (
@@ -216,6 +233,9 @@ func (c SocketConfig) withDefaults() SocketConfig {
 	}
 	if c.MaxOrderWait == 0 {
 		c.MaxOrderWait = 10 * time.Minute
+	}
+	if c.Loops == 0 {
+		c.Loops = DefaultLoops()
 	}
 	return c
 }
@@ -368,6 +388,9 @@ func ListenSocket(cfg SocketConfig, backend Backend) (*SocketServer, error) {
 	if cfg.IdleTimeout > 0 {
 		s.srv.SetIdleClose(cfg.IdleTimeout)
 	}
+	if cfg.Loops > 0 {
+		s.srv.SetLoops(cfg.Loops, s.fast)
+	}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil {
@@ -504,6 +527,28 @@ func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 		return
 	}
 	h.run(s, conn, st, cmd.Args)
+}
+
+// fast answers, on an event loop, a command that needs no wait: a GET of a
+// value held in memory. It reports whether it did; anything else goes to
+// handle on a goroutine.
+func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
+	st := conn.Context().(*connState)
+	if !st.authed || len(cmd.Args) != 2 || !isGet(cmd.Args[0]) {
+		return false
+	}
+	b, loan, found, held, err := s.backend.LendHeld(s.readCtx(st), cmd.Args[1], conn.Reply(), redcon.AppendBulkHeader)
+	if !held {
+		return false
+	}
+	writeGot(s, conn, b, loan, found, err)
+	st.fresh = len(conn.PeekPipeline()) == 0
+	return true
+}
+
+// isGet reports whether name is GET in any case.
+func isGet(name []byte) bool {
+	return len(name) == 3 && name[0]|0x20 == 'g' && name[1]|0x20 == 'e' && name[2]|0x20 == 't'
 }
 
 // commandName lower-cases an ASCII command name into buf and returns it, or

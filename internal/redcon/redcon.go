@@ -460,6 +460,20 @@ func (s *TLSServer) ListenServeAndSignal(signal chan error) error {
 }
 
 func serve(s *Server) error {
+	// shade: event loops, where SetLoops asked for them.
+	s.mu.Lock()
+	n := s.nloops
+	s.mu.Unlock()
+	if n > 0 {
+		ls, err := startLoops(s, n)
+		if err != nil {
+			s.ln.Close()
+			return err
+		}
+		s.mu.Lock()
+		s.loops = ls
+		s.mu.Unlock()
+	}
 	defer func() {
 		s.ln.Close()
 		func() {
@@ -470,6 +484,9 @@ func serve(s *Server) error {
 			}
 			s.conns = nil
 		}()
+		if s.loops != nil {
+			s.loops.shutdown()
+		}
 	}()
 	for {
 		lnconn, err := s.ln.Accept()
@@ -499,6 +516,7 @@ func serve(s *Server) error {
 		// again, so its commands may alias the read buffer (see lend).
 		c.rd.lend = true
 		s.mu.Lock()
+		loops := s.loops
 		lim := s.limits.withDefaults()
 		c.rd.limits = lim
 		c.rd.share = budget.NewShare(lim.Budget)
@@ -513,6 +531,14 @@ func serve(s *Server) error {
 			delete(s.conns, c)
 			s.mu.Unlock()
 			c.Close()
+			continue
+		}
+		if loops != nil {
+			// shade: an event loop serves it (see loop.go).
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			loops.add(c)
 			continue
 		}
 		go handle(s, c)
@@ -563,25 +589,8 @@ func handle(s *Server, c *conn) {
 				return err
 			}
 			c.cmds = cmds
-			for len(c.cmds) > 0 {
-				cmd := c.cmds[0]
-				if len(c.cmds) == 1 {
-					c.cmds = nil
-				} else {
-					c.cmds = c.cmds[1:]
-				}
-				s.handler(c, cmd)
-				// shade: write out a large reply buffer between commands
-				// rather than let a pipeline of large values grow it, and
-				// any reply at once while the clients' budget is spent.
-				if !c.detached && !c.closed {
-					c.wshare.Set(int64(cap(c.wr.b)))
-					if n := c.Buffered(); n >= maxBufferCap || (n > 0 && c.overBudget()) {
-						if err := c.flush(); err != nil {
-							return err
-						}
-					}
-				}
+			if err := c.runPipeline(s); err != nil {
+				return err
 			}
 			if c.detached {
 				// client has been detached
@@ -595,6 +604,41 @@ func handle(s *Server, c *conn) {
 			}
 		}
 	}()
+}
+
+// runPipeline runs the commands of c's pipeline in turn (shade: split out
+// of handle for the event loop's workers). It stops early where a command
+// detaches or closes the connection.
+func (c *conn) runPipeline(s *Server) error {
+	for len(c.cmds) > 0 && !c.detached && !c.closed {
+		cmd := c.cmds[0]
+		if len(c.cmds) == 1 {
+			c.cmds = nil
+		} else {
+			c.cmds = c.cmds[1:]
+		}
+		s.handler(c, cmd)
+		// shade: write out a large reply buffer between commands
+		// rather than let a pipeline of large values grow it, and
+		// any reply at once while the clients' budget is spent.
+		if !c.detached && !c.closed {
+			c.wshare.Set(int64(cap(c.wr.b)))
+			if c.flushDue() {
+				if err := c.flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// flushDue reports whether the replies waiting should be written out
+// before the next command (shade): a large reply buffer, or any reply
+// while the clients' budget is spent.
+func (c *conn) flushDue() bool {
+	n := c.Buffered()
+	return n >= maxBufferCap || (n > 0 && c.overBudget())
 }
 
 // conn represents a client connection
@@ -613,6 +657,11 @@ type conn struct {
 	// a flush may block on a client that does not read.
 	wshare       *budget.Share
 	writeTimeout time.Duration
+
+	// shade: a connection an event loop serves (see loop.go); conn is
+	// then nil but while a worker goroutine holds it.
+	lp *loop
+	ls loopState
 }
 
 // flush writes the reply buffer out within the write timeout, and then
@@ -667,6 +716,10 @@ func (c *conn) WriteLent(b []byte, release func(uint64), token uint64) {
 }
 
 func (c *conn) Close() error {
+	if c.conn == nil { // shade: with an event loop, which closes it
+		c.closed = true
+		return nil
+	}
 	c.flush()
 	c.closed = true
 	return c.conn.Close()
@@ -728,6 +781,12 @@ func (c *conn) Detach() DetachedConn {
 	cmds := copyCommands(c.cmds)
 	c.cmds = nil
 	c.rd.lend = false
+	if c.lp != nil {
+		// shade: from an event loop's worker, which holds c.conn: the
+		// detached connection reads and writes it itself.
+		c.rd.rd = bufio.NewReader(c.conn)
+		c.rd.poll = false
+	}
 	return &detachedConn{conn: c, cmds: cmds}
 }
 
@@ -797,6 +856,10 @@ type Server struct {
 	done      bool
 	idleClose time.Duration
 	limits    Limits // shade
+	// shade: event loops (SetLoops); loops is nil where there are none.
+	nloops int
+	fast   func(conn Conn, cmd Command) bool
+	loops  *loops
 
 	// AcceptError is an optional function used to handle Accept errors.
 	AcceptError func(err error)
@@ -928,6 +991,17 @@ func (w *Writer) WriteLent(b []byte, release func(uint64), token uint64) {
 // one vectored write where the underlying writer supports it (a
 // net.Conn's writev), then gives the values back (shade).
 func (w *Writer) writeLent() error {
+	iov := w.vector()
+	_, err := iov.WriteTo(w.w) // consumes iov, a copy of w.iov
+	clear(w.iov)               // hold neither the values nor the buffer
+	w.iov = w.iov[:0]
+	w.releaseLent()
+	return err
+}
+
+// vector returns the buffer with the lent values in their places, as the
+// parts of one vectored write, in w.iov (shade).
+func (w *Writer) vector() net.Buffers {
 	iov, prev := w.iov[:0], 0
 	for _, l := range w.lent {
 		at := min(l.at, len(w.b)) // a reply cut back below a lent value
@@ -943,11 +1017,7 @@ func (w *Writer) writeLent() error {
 		iov = append(iov, w.b[prev:])
 	}
 	w.iov = iov
-	_, err := iov.WriteTo(w.w) // consumes iov, a copy of w.iov
-	clear(w.iov)               // hold neither the values nor the buffer
-	w.iov = w.iov[:0]
-	w.releaseLent()
-	return err
+	return iov
 }
 
 // releaseLent gives back every value lent and not yet given back (shade).
@@ -1053,6 +1123,9 @@ type Reader struct {
 	marks     []int
 	share     *budget.Share
 	slabBytes int64
+	// shade: with poll set, readCommands only parses what buf holds and
+	// never reads: an event loop reads for it (see loop.go).
+	poll bool
 }
 
 // NewReader returns a command reader which will read RESP or telnet commands.
@@ -1099,7 +1172,7 @@ top:
 	// shade: a drained buffer is rewound and kept whole (upstream cut it
 	// back to 4 KiB, so that the next pipeline of large commands grew it
 	// again by reallocation); only one past maxReadKeep is given back.
-	if rd.rd != nil && rd.end == rd.start {
+	if (rd.rd != nil || rd.poll) && rd.end == rd.start {
 		rd.start, rd.end = 0, 0
 		if len(rd.buf) > maxReadKeep || (len(rd.buf) > 4096 && rd.overBudget()) {
 			rd.share.Shrink(int64(len(rd.buf) - 4096))
@@ -1333,7 +1406,7 @@ top:
 	if len(cmds) > 0 {
 		return cmds, nil
 	}
-	if rd.rd == nil {
+	if rd.rd == nil || rd.poll {
 		return nil, errIncompleteCommand
 	}
 	if err := rd.makeRoom(); err != nil {

@@ -149,7 +149,7 @@ func TestBulkLengthBounds(t *testing.T) {
 }
 
 // serveUnix runs a server with handler on a socket in a temporary folder.
-func serveUnix(t *testing.T, handler func(conn Conn, cmd Command)) string {
+func serveUnix(t *testing.T, m mode, handler func(conn Conn, cmd Command)) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", path)
@@ -157,6 +157,7 @@ func serveUnix(t *testing.T, handler func(conn Conn, cmd Command)) string {
 		t.Fatal(err)
 	}
 	s := NewServerNetwork("unix", path, handler, nil, nil)
+	m.set(s, handler)
 	done := make(chan struct{})
 	go func() { defer close(done); s.Serve(ln) }()
 	t.Cleanup(func() { ln.Close(); <-done })
@@ -168,9 +169,11 @@ func serveUnix(t *testing.T, handler func(conn Conn, cmd Command)) string {
 // written with WriteBulk, appended in place through Reply and SetReply, or
 // lent (WriteLent); every lent value is given back once, after it is
 // written.
-func TestServerLargePipelines(t *testing.T) {
+func TestServerLargePipelines(t *testing.T) { forModes(t, testServerLargePipelines) }
+
+func testServerLargePipelines(t *testing.T, m mode) {
 	var lent, released int
-	path := serveUnix(t, func(conn Conn, cmd Command) {
+	path := serveUnix(t, m, func(conn Conn, cmd Command) {
 		if string(cmd.Args[0]) == "RELEASED" {
 			conn.WriteInt(released)
 			return
@@ -293,8 +296,10 @@ func TestWriterGivesLentValuesBack(t *testing.T) {
 // TestDetachKeepsThePipeline: commands pipelined behind the one that
 // detaches are handed to the detached connection intact, although the
 // reader goes on reading into its buffer.
-func TestDetachKeepsThePipeline(t *testing.T) {
-	path := serveUnix(t, func(conn Conn, cmd Command) {
+func TestDetachKeepsThePipeline(t *testing.T) { forModes(t, testDetachKeepsThePipeline) }
+
+func testDetachKeepsThePipeline(t *testing.T, m mode) {
+	path := serveUnix(t, m, func(conn Conn, cmd Command) {
 		if string(cmd.Args[0]) != "DETACH" {
 			conn.WriteError("ERR attached")
 			return
@@ -511,7 +516,9 @@ func TestInputBounds(t *testing.T) {
 // budget past its limit gets an error and is closed; what every
 // connection held goes back to the budget when it closes, and a new
 // connection is served.
-func TestClientMemoryBudget(t *testing.T) {
+func TestClientMemoryBudget(t *testing.T) { forModes(t, testClientMemoryBudget) }
+
+func testClientMemoryBudget(t *testing.T, m mode) {
 	b := budget.New(1 << 20)
 	path := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", path)
@@ -522,6 +529,7 @@ func TestClientMemoryBudget(t *testing.T) {
 	s := NewServerNetwork("unix", path, func(conn Conn, cmd Command) { conn.WriteString("OK") }, nil,
 		func(_ Conn, err error) { closed <- err })
 	s.SetLimits(Limits{Budget: b})
+	m.set(s, func(conn Conn, cmd Command) { conn.WriteString("OK") })
 	done := make(chan struct{})
 	go func() { defer close(done); s.Serve(ln) }()
 	defer func() { ln.Close(); <-done }()

@@ -1,0 +1,644 @@
+package redcon
+
+// shade: event loops (see PATCHES.md). A connection served by a goroutine
+// of its own costs, per pipeline, a park when it waits for input and a
+// wake-up, often of another thread, when the input comes. An event loop
+// serves many connections from one thread: it waits for all of them at
+// once, reads what is ready, answers the commands it can without waiting,
+// and writes the replies out, without handing anything to the scheduler.
+// A command that may wait (a read from elsewhere, a blocking call) goes,
+// with the rest of its pipeline, to a worker goroutine; the connection
+// comes back to the loop once its pipeline is answered.
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// SetLoops makes n event loops serve the server's connections, each on a
+// thread of its own, instead of a goroutine per connection (shade). n <= 0
+// turns them off (the default). fast answers a command on the loop, and
+// reports whether it did: it must not wait (no I/O, no blocking call, no
+// lock held for long), must not call Flush, Close, Detach or NetConn, and
+// must return false, having written nothing, for a command it cannot
+// answer so; that command and the rest of its pipeline then run through
+// the handler on a worker goroutine, as without loops. A nil fast sends
+// every command to a worker. Call it before Serve. Event loops need a
+// listener whose connections are file descriptors (TCP, Unix).
+func (s *Server) SetLoops(n int, fast func(conn Conn, cmd Command) bool) {
+	s.mu.Lock()
+	s.nloops, s.fast = n, fast
+	s.mu.Unlock()
+}
+
+// loops is a server's event loops; accepted connections are dealt to them
+// in turn.
+type loops struct {
+	all  []*loop
+	next int // only serve's goroutine deals
+}
+
+func startLoops(s *Server, n int) (*loops, error) {
+	ls := &loops{}
+	for range n {
+		l, err := newLoop(s)
+		if err != nil {
+			ls.shutdown()
+			return nil, err
+		}
+		ls.all = append(ls.all, l)
+		go l.run()
+	}
+	return ls, nil
+}
+
+// add gives c, just accepted and not yet served, to the next loop.
+func (ls *loops) add(c *conn) {
+	l := ls.all[ls.next%len(ls.all)]
+	ls.next++
+	l.adopt(c)
+}
+
+// shutdown closes every connection, those the loops serve and those out
+// with workers (whose workers then end), and waits for the loops to end.
+func (ls *loops) shutdown() {
+	for _, l := range ls.all {
+		l.mu.Lock()
+		l.closing = true
+		for c := range l.workers {
+			c.conn.Close()
+		}
+		l.mu.Unlock()
+		l.signal()
+	}
+	for _, l := range ls.all {
+		<-l.done
+	}
+}
+
+// loop is one event loop: an epoll set of the connections it serves, and
+// an eventfd that wakes it when connections come to it.
+type loop struct {
+	s         *Server
+	ep, wake  int
+	idleClose time.Duration
+	slots     []*conn // by slot, the connections in the epoll set
+	gens      []int32 // by slot, its generation: events of a slot's earlier connection are ignored
+	free      []int32
+	evs       []unix.EpollEvent
+	iov       []unix.Iovec
+	writing   int       // connections waiting to write
+	now       time.Time // as of the last wake, where a deadline needs it
+	swept     time.Time
+	done      chan struct{}
+
+	mu      sync.Mutex
+	queue   []*conn            // adopted or given back by a worker, to be armed
+	workers map[*conn]struct{} // out with a worker, conn set
+	closing bool
+}
+
+// loopState is a connection's state in its loop.
+type loopState struct {
+	fd       int
+	slot     int32
+	events   uint32      // what the epoll set waits for: EPOLLIN, or EPOLLOUT while out is pending
+	out      net.Buffers // replies being written, nil when none
+	deadline time.Time   // for out
+	active   time.Time   // last input, for the idle close
+	gone     bool        // closed: its resources are given back
+}
+
+// wakeSlot marks the eventfd's events.
+const wakeSlot = -1
+
+func newLoop(s *Server) (*loop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: wakeSlot}); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	s.mu.Lock()
+	idle := s.idleClose
+	s.mu.Unlock()
+	return &loop{
+		s: s, ep: ep, wake: wake, idleClose: idle,
+		evs: make([]unix.EpollEvent, 256), done: make(chan struct{}),
+		workers: make(map[*conn]struct{}),
+	}, nil
+}
+
+// adopt takes c, just accepted, from serve's goroutine: its socket leaves
+// the runtime's poller for this loop's.
+func (l *loop) adopt(c *conn) {
+	fd, err := dupFd(c.conn)
+	c.conn.Close() // the duplicate keeps the socket open
+	c.conn = nil
+	c.lp = l
+	c.ls.fd = -1
+	c.rd.rd, c.rd.poll = nil, true
+	c.wr.w = nil
+	if err != nil {
+		l.s.closedConn(c, err)
+		return
+	}
+	c.ls.fd = fd
+	l.give(c)
+}
+
+// give queues c for the loop to arm, and wakes it; where the loop is
+// closing, c is closed instead. c must not be touched after.
+func (l *loop) give(c *conn) {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		l.end(c, nil)
+		return
+	}
+	l.queue = append(l.queue, c)
+	l.mu.Unlock()
+	l.signal()
+}
+
+func (l *loop) signal() {
+	one := uint64(1)
+	unix.Write(l.wake, (*[8]byte)(unsafe.Pointer(&one))[:])
+}
+
+// run is the loop: it waits for events and serves them until shutdown.
+func (l *loop) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(l.done)
+	for {
+		timeout := -1
+		if l.idleClose > 0 || l.writing > 0 {
+			timeout = 1000 // ms: deadlines are kept to about a second
+		}
+		n, err := unix.EpollWait(l.ep, l.evs, timeout)
+		if err != nil && err != unix.EINTR {
+			// Cannot happen with a valid epoll set; end every
+			// connection rather than spin.
+			l.stop(os.NewSyscallError("epoll_wait", err))
+			return
+		}
+		if timeout >= 0 {
+			l.now = time.Now()
+		}
+		for _, ev := range l.evs[:max(n, 0)] {
+			if ev.Fd == wakeSlot {
+				var b [8]byte
+				unix.Read(l.wake, b[:])
+				if l.arm() {
+					l.stop(nil)
+					return
+				}
+				continue
+			}
+			c := l.slots[ev.Fd]
+			if c == nil || l.gens[ev.Fd] != ev.Pad {
+				continue // closed or handed off earlier in this batch
+			}
+			l.serve(c, ev.Events)
+		}
+		if timeout >= 0 && l.now.Sub(l.swept) >= time.Second {
+			l.sweep()
+		}
+	}
+}
+
+// arm adds the connections queued to the epoll set; it reports whether
+// the loop is to stop.
+func (l *loop) arm() (closing bool) {
+	l.mu.Lock()
+	q := l.queue
+	l.queue = nil
+	closing = l.closing
+	l.mu.Unlock()
+	for _, c := range q {
+		if closing {
+			l.end(c, nil)
+			continue
+		}
+		slot := l.slot(c)
+		c.ls.events = unix.EPOLLIN
+		if l.idleClose > 0 {
+			c.ls.active = time.Now()
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: slot, Pad: l.gens[slot]}
+		if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, &ev); err != nil {
+			l.unslot(c)
+			l.end(c, os.NewSyscallError("epoll_ctl", err))
+		}
+	}
+	return closing
+}
+
+func (l *loop) slot(c *conn) int32 {
+	var i int32
+	if n := len(l.free); n > 0 {
+		i = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		i = int32(len(l.slots))
+		l.slots = append(l.slots, nil)
+		l.gens = append(l.gens, 0)
+	}
+	l.slots[i] = c
+	l.gens[i]++
+	c.ls.slot = i
+	return i
+}
+
+func (l *loop) unslot(c *conn) {
+	i := c.ls.slot
+	l.slots[i] = nil
+	l.gens[i]++
+	l.free = append(l.free, i)
+}
+
+// serve handles an event of c's socket.
+func (l *loop) serve(c *conn, events uint32) {
+	if c.ls.out != nil {
+		if !l.write(c) {
+			return
+		}
+	} else if events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR) != 0 && len(c.cmds) == 0 {
+		if err := c.rd.makeRoom(); err != nil {
+			l.refuse(c, err)
+			return
+		}
+		// syscall.Read, not unix.Read: the race detector then sees the
+		// writer's side of the socket happen before the commands.
+		n, err := syscall.Read(c.ls.fd, c.rd.buf[c.rd.end:])
+		switch {
+		case n > 0:
+			c.rd.end += n
+			if l.idleClose > 0 {
+				c.ls.active = l.now
+			}
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+		case err == nil:
+			l.close(c, nil) // end of input
+			return
+		default:
+			l.close(c, err)
+			return
+		}
+	}
+	l.process(c)
+}
+
+// process answers c's commands until it needs input, a worker, or room to
+// write.
+func (l *loop) process(c *conn) {
+	for {
+		for len(c.cmds) > 0 {
+			rest := c.cmds
+			c.cmds = rest[1:]
+			if len(c.cmds) == 0 {
+				c.cmds = nil
+			}
+			if l.s.fast == nil || !l.s.fast(c, rest[0]) {
+				c.cmds = rest
+				l.handOff(c)
+				return
+			}
+			c.wshare.Set(int64(cap(c.wr.b)))
+			if c.flushDue() && !l.startWrite(c) {
+				return
+			}
+		}
+		cmds, err := c.rd.readCommands(nil)
+		if err == errIncompleteCommand {
+			break
+		}
+		if err != nil {
+			l.refuse(c, err)
+			return
+		}
+		c.cmds = cmds
+	}
+	if c.Buffered() > 0 {
+		l.startWrite(c)
+	}
+}
+
+// refuse answers a protocol error, as far as the socket takes it at once,
+// and closes c.
+func (l *loop) refuse(c *conn, err error) {
+	if perr, ok := err.(*errProtocol); ok {
+		c.wr.WriteError("ERR " + perr.Error())
+		c.ls.out = c.wr.vector()
+		l.writev(c)
+	}
+	l.close(c, err)
+}
+
+// startWrite writes c's replies out; it reports whether they went out
+// whole. If not, c waits for room (EPOLLOUT) and takes no input until then.
+func (l *loop) startWrite(c *conn) bool {
+	c.ls.out = c.wr.vector()
+	return l.write(c)
+}
+
+// write goes on writing c's replies; it reports whether they are out, and
+// the writer is ready for more.
+func (l *loop) write(c *conn) bool {
+	err := l.writev(c)
+	if err == unix.EAGAIN {
+		if c.ls.events != unix.EPOLLOUT {
+			if !l.wait(c, unix.EPOLLOUT) {
+				return false
+			}
+			l.writing++
+			if c.writeTimeout > 0 {
+				c.ls.deadline = time.Now().Add(c.writeTimeout)
+			}
+		}
+		return false
+	}
+	if err != nil {
+		l.close(c, err)
+		return false
+	}
+	c.ls.out = nil
+	w := c.wr
+	clear(w.iov)
+	w.iov = w.iov[:0]
+	w.releaseLent()
+	if cap(w.b) > maxWriteKeep || c.overBudget() {
+		w.b = nil
+	} else {
+		w.b = w.b[:0]
+	}
+	c.wshare.Set(int64(cap(w.b)))
+	if c.ls.events == unix.EPOLLOUT {
+		l.writing--
+		return l.wait(c, unix.EPOLLIN)
+	}
+	return true
+}
+
+// wait makes c's socket wait for events; false where it could not (c is
+// then closed).
+func (l *loop) wait(c *conn, events uint32) bool {
+	ev := unix.EpollEvent{Events: events, Fd: c.ls.slot, Pad: l.gens[c.ls.slot]}
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.ls.fd, &ev); err != nil {
+		l.close(c, os.NewSyscallError("epoll_ctl", err))
+		return false
+	}
+	c.ls.events = events
+	return true
+}
+
+// writev writes as much of c.ls.out as the socket takes now: nil when it
+// is all out, EAGAIN when the rest must wait.
+func (l *loop) writev(c *conn) error {
+	for len(c.ls.out) > 0 {
+		iov := l.iov[:0]
+		for _, b := range c.ls.out {
+			if len(iov) == 1024 { // IOV_MAX
+				break
+			}
+			if len(b) == 0 {
+				continue
+			}
+			v := unix.Iovec{Base: &b[0]}
+			v.SetLen(len(b))
+			iov = append(iov, v)
+		}
+		l.iov = iov
+		raceReleaseIO()
+		if len(iov) == 0 {
+			c.ls.out = c.ls.out[:0]
+			break
+		}
+		r, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(c.ls.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		clear(l.iov) // hold no reply
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			return e
+		}
+		consume(&c.ls.out, int(r))
+	}
+	return nil
+}
+
+// consume drops the first n bytes of v.
+func consume(v *net.Buffers, n int) {
+	for len(*v) > 0 {
+		if b := (*v)[0]; len(b) > n {
+			(*v)[0] = b[n:]
+			return
+		} else {
+			n -= len(b)
+		}
+		(*v)[0] = nil
+		*v = (*v)[1:]
+	}
+}
+
+// handOff gives c, whose next command the loop cannot answer, to a worker
+// goroutine, which runs the handler on the rest of its pipeline through a
+// net.Conn of its own and then gives c back.
+func (l *loop) handOff(c *conn) {
+	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.ls.fd, nil)
+	l.unslot(c)
+	nc, err := fileConn(c.ls.fd)
+	if err != nil {
+		l.end(c, err)
+		return
+	}
+	l.mu.Lock()
+	l.workers[c] = struct{}{}
+	c.conn = nc
+	l.mu.Unlock()
+	c.wr.w = nc
+	go l.work(c)
+}
+
+// work runs c's pipeline on a worker goroutine, and every command already
+// in its read buffer after it; then c goes back to its loop.
+func (l *loop) work(c *conn) {
+	err := c.runPipeline(l.s)
+	for err == nil && !c.detached && !c.closed {
+		if err = c.flush(); err != nil {
+			break
+		}
+		cmds, perr := c.rd.readCommands(nil)
+		if perr == errIncompleteCommand {
+			break
+		}
+		if perr != nil {
+			c.wr.WriteError("ERR " + perr.Error())
+			c.flush()
+			err = perr
+			break
+		}
+		c.cmds = cmds
+		err = c.runPipeline(l.s)
+	}
+	l.mu.Lock()
+	delete(l.workers, c)
+	nc := c.conn
+	if c.detached {
+		// The detached connection keeps nc; the loop's descriptor goes.
+		l.mu.Unlock()
+		unix.Close(c.ls.fd)
+		c.ls.fd = -1
+		l.s.closedCallback(c, errDetached)
+		return
+	}
+	c.conn = nil
+	c.wr.w = nil
+	l.mu.Unlock()
+	nc.Close()
+	if err != nil || c.closed {
+		if c.closed {
+			err = nil
+		}
+		l.end(c, err)
+		return
+	}
+	l.give(c)
+}
+
+// close takes c out of the loop and ends it.
+func (l *loop) close(c *conn, err error) {
+	if c.ls.gone {
+		return
+	}
+	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.ls.fd, nil)
+	if c.ls.events == unix.EPOLLOUT {
+		l.writing--
+	}
+	l.unslot(c)
+	l.end(c, err)
+}
+
+// end closes c's socket and gives back what c holds; c is in no epoll set.
+func (l *loop) end(c *conn, err error) {
+	if c.ls.gone {
+		return
+	}
+	c.ls.gone = true
+	c.closed = true
+	if c.ls.fd >= 0 {
+		unix.Close(c.ls.fd)
+		c.ls.fd = -1
+	}
+	c.ls.out = nil
+	clear(c.wr.iov)
+	l.s.closedConn(c, err)
+}
+
+// stop ends every connection the loop serves and the loop itself.
+func (l *loop) stop(err error) {
+	l.mu.Lock()
+	l.closing = true
+	q := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	for _, c := range q {
+		l.end(c, err)
+	}
+	for _, c := range l.slots {
+		if c != nil {
+			l.close(c, err)
+		}
+	}
+	unix.Close(l.ep)
+	unix.Close(l.wake)
+}
+
+// sweep closes connections past their deadlines: a reply not written
+// within the write timeout, no input within the idle close.
+func (l *loop) sweep() {
+	l.swept = l.now
+	for _, c := range l.slots {
+		switch {
+		case c == nil:
+		case c.ls.out != nil:
+			if c.writeTimeout > 0 && l.now.After(c.ls.deadline) {
+				l.close(c, os.ErrDeadlineExceeded)
+			}
+		case l.idleClose > 0 && len(c.cmds) == 0 && l.now.Sub(c.ls.active) > l.idleClose:
+			l.close(c, os.ErrDeadlineExceeded)
+		}
+	}
+}
+
+// closedConn gives back what c holds and tells the server's closed
+// callback; for a connection no goroutine of handle serves.
+func (s *Server) closedConn(c *conn, err error) {
+	c.rd.share.Close()
+	c.wshare.Close()
+	c.wr.releaseLent()
+	s.closedCallback(c, err)
+}
+
+func (s *Server) closedCallback(c *conn, err error) {
+	if s.closed != nil {
+		if err == io.EOF {
+			err = nil
+		}
+		s.closed(c, err)
+	}
+}
+
+// dupFd returns a duplicate of nc's descriptor (close-on-exec, and
+// non-blocking as nc's is).
+func dupFd(nc net.Conn) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1, errors.New("redcon: event loops need connections with a file descriptor")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	cerr := rc.Control(func(s uintptr) {
+		fd, err = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+	})
+	if cerr != nil {
+		return -1, cerr
+	}
+	if err != nil {
+		return -1, os.NewSyscallError("fcntl", err)
+	}
+	return fd, nil
+}
+
+// fileConn returns a net.Conn of its own over the socket fd, in the
+// runtime's poller; closing it leaves fd open.
+func fileConn(fd int) (net.Conn, error) {
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	f := os.NewFile(uintptr(d), "")
+	defer f.Close()
+	return net.FileConn(f)
+}

@@ -1,0 +1,271 @@
+package redcon
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// mode is how a test server serves its connections.
+type mode int
+
+const (
+	goroutines mode = iota // a goroutine per connection
+	workers                // event loops that answer nothing themselves
+	mixed                  // event loops that answer about half the commands
+)
+
+func (m mode) String() string { return [...]string{"goroutines", "workers", "mixed"}[m] }
+
+// set makes s serve as m, with handler as the loops' fast path where m
+// is mixed: it takes the commands of even length but DETACH and BLOCK.
+func (m mode) set(s *Server, handler func(Conn, Command)) {
+	switch m {
+	case workers:
+		s.SetLoops(2, nil)
+	case mixed:
+		s.SetLoops(2, func(conn Conn, cmd Command) bool {
+			name := string(cmd.Args[0])
+			if name == "DETACH" || name == "BLOCK" || len(cmd.Raw)%2 != 0 {
+				return false
+			}
+			handler(conn, cmd)
+			return true
+		})
+	}
+}
+
+func forModes(t *testing.T, test func(*testing.T, mode)) {
+	for _, m := range []mode{goroutines, workers, mixed} {
+		t.Run(m.String(), func(t *testing.T) { test(t, m) })
+	}
+}
+
+// loopServer serves handler on a Unix socket with event loops (mixed) and
+// the given limits; closed receives every connection's end.
+func loopServer(t *testing.T, lim Limits, idle time.Duration, handler func(Conn, Command)) (path string, closed chan error, stop func()) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed = make(chan error, 64)
+	s := NewServerNetwork("unix", path, handler, nil, func(_ Conn, err error) { closed <- err })
+	s.SetLimits(lim)
+	s.SetIdleClose(idle)
+	mixed.set(s, handler)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(ln) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { ln.Close(); <-done }) }
+	t.Cleanup(stop)
+	return path, closed, stop
+}
+
+// TestLoopKeepsOrder: in pipelines where the loop answers some commands
+// and workers the others, every reply comes back in its command's place,
+// over many connections at once.
+func TestLoopKeepsOrder(t *testing.T) {
+	path, _, _ := loopServer(t, Limits{}, 0, func(conn Conn, cmd Command) {
+		conn.WriteBulk(cmd.Args[1])
+	})
+	var wg sync.WaitGroup
+	for client := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for round := range 50 {
+				var out []byte
+				var want []string
+				for i := range 1 + (round*7+client)%40 {
+					v := strconv.Itoa(client) + "." + strconv.Itoa(round) + "." + strconv.Itoa(i)
+					want = append(want, v)
+					out = append(out, respCommand([]byte("ECHO"), []byte(v))...)
+				}
+				if _, err := c.Write(out); err != nil {
+					t.Error(err)
+					return
+				}
+				for i, v := range want {
+					line, err := br.ReadString('\n')
+					if err == nil && line == "$"+strconv.Itoa(len(v))+"\r\n" {
+						line, err = br.ReadString('\n')
+					}
+					if err != nil || line != v+"\r\n" {
+						t.Errorf("client %d round %d reply %d: %q %v, want %q", client, round, i, line, err, v)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestLoopWriteTimeout: a client that stops reading while a loop writes
+// its replies is closed after the write timeout, and every value lent to
+// the replies is given back.
+func TestLoopWriteTimeout(t *testing.T) {
+	var mu sync.Mutex
+	lent, released := 0, 0
+	value := bytes.Repeat([]byte("v"), 64<<10)
+	path, closed, _ := loopServer(t, Limits{WriteTimeout: 200 * time.Millisecond}, 0, func(conn Conn, cmd Command) {
+		mu.Lock()
+		lent++
+		mu.Unlock()
+		conn.SetReply(AppendBulkHeader(conn.Reply(), len(value)))
+		conn.WriteLent(value, func(uint64) { mu.Lock(); released++; mu.Unlock() }, 0)
+		conn.SetReply(append(conn.Reply(), '\r', '\n'))
+	})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out []byte
+	for range 256 { // 16 MiB of replies, far past the socket's buffers
+		out = append(out, respCommand([]byte("GETX"))...) // even: the loop answers
+	}
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-closed:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("closed with %v, want a deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a client that does not read was not closed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if lent == 0 || released != lent {
+		t.Fatalf("%d values lent, %d given back", lent, released)
+	}
+}
+
+// TestLoopIdleClose: a loop closes a connection that sends nothing for
+// the idle time, and not one that keeps sending.
+func TestLoopIdleClose(t *testing.T) {
+	path, closed, _ := loopServer(t, Limits{}, 300*time.Millisecond, func(conn Conn, cmd Command) {
+		conn.WriteString("OK")
+	})
+	idle, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	busy, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	br := bufio.NewReader(busy)
+	for {
+		if _, err := busy.Write(respCommand([]byte("PG"))); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := br.ReadString('\n'); err != nil || line != "+OK\r\n" {
+			t.Fatalf("busy connection: %q %v", line, err)
+		}
+		select {
+		case err := <-closed:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("closed with %v, want a deadline", err)
+			}
+			if _, err := idle.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("idle connection read %v after the close, want EOF", err)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestLoopProtocolError: a loop answers a protocol error and closes the
+// connection.
+func TestLoopProtocolError(t *testing.T) {
+	path, closed, _ := loopServer(t, Limits{}, 0, func(conn Conn, cmd Command) {
+		conn.WriteString("OK")
+	})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(respCommand([]byte("PG")))
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("%q %v", line, err)
+	}
+	c.Write([]byte("*1\r\n$x\r\n"))
+	reply, _ := io.ReadAll(br)
+	if want := "-ERR Protocol error: invalid bulk length\r\n"; string(reply) != want {
+		t.Fatalf("reply %q, want %q", reply, want)
+	}
+	if err := <-closed; !IsProtocolError(err) {
+		t.Fatalf("closed with %v, want a protocol error", err)
+	}
+}
+
+// TestLoopShutdown: closing the listener ends connections the loops serve
+// and those out with a worker, each with its closed callback, and Serve
+// returns while a worker's handler still runs.
+func TestLoopShutdown(t *testing.T) {
+	started, unblock := make(chan struct{}), make(chan struct{})
+	path, closed, stop := loopServer(t, Limits{}, 0, func(conn Conn, cmd Command) {
+		if string(cmd.Args[0]) == "BLOCK" {
+			close(started)
+			<-unblock
+		}
+		conn.WriteString("OK")
+	})
+	var conns []net.Conn
+	for range 3 {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	// Every connection served once, so that each is in a loop.
+	for _, c := range conns {
+		c.Write(respCommand([]byte("PG")))
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "+OK\r\n" {
+			t.Fatalf("%q %v", line, err)
+		}
+	}
+	conns[0].Write(respCommand([]byte("BLOCK")))
+	<-started
+	stop()
+	for _, c := range conns[1:] {
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("a loop's connection read %v after shutdown, want EOF", err)
+		}
+	}
+	close(unblock)
+	for range conns {
+		select {
+		case <-closed:
+		case <-time.After(time.Minute):
+			t.Fatal("a connection was never reported closed")
+		}
+	}
+}
