@@ -14,43 +14,62 @@ import (
 
 // handler is one command of the trainer socket. min and max bound the
 // argument count including the command name; max < 0 means no upper bound.
+// fast, where set, answers the command on an event loop if it can without
+// waiting, and reports whether it did (see SocketServer.fast); nil: the
+// command always goes to a goroutine.
 type handler struct {
 	min, max int
 	run      func(s *SocketServer, conn redcon.Conn, st *connState, args [][]byte)
+	fast     func(s *SocketServer, conn redcon.Conn, st *connState, args [][]byte) bool
+}
+
+// never waits: run answers on the loop as it stands.
+func never(h handler) handler {
+	run := h.run
+	h.fast = func(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
+		run(s, c, st, a)
+		return true
+	}
+	return h
 }
 
 // commandTable lists every command the socket answers. It is built once per
 // server and never changed.
 func commandTable() map[string]handler {
-	return map[string]handler{
-		"ping":           {1, 2, cmdPing},
-		"echo":           {2, 2, func(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) { c.WriteBulk(a[1]) }},
-		"quit":           {1, 1, cmdQuit},
-		"auth":           {2, 3, cmdAuth},
-		"hello":          {1, -1, cmdHello},
-		"select":         {2, 2, cmdSelect},
-		"client":         {2, -1, cmdClient},
-		"command":        {1, -1, cmdCommand},
-		"config":         {2, -1, cmdConfig},
-		"info":           {1, 2, cmdInfo},
-		"dbsize":         {1, 1, func(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) { c.WriteInt(s.backend.DBSize()) }},
-		"get":            {2, 2, cmdGet},
-		"mget":           {2, -1, cmdMGet},
-		"set":            {3, 3, cmdSet},
-		"exists":         {2, -1, cmdExists},
-		"del":            {2, -1, cmdDel},
-		"unlink":         {2, -1, cmdDel},
-		"shade.manifest": {2, 2, cmdManifest},
-		"shade.report":   {5, -1, cmdReport},
-		"shade.done":     {4, 6, cmdDone},
-		"shade.order":    {5, 9, cmdOrder},
-		"shade.reset":    {2, 4, cmdReset},
-		"shade.job":      {2, 2, cmdJob},
-		"shade.warm":     {2, 2, cmdWarm},
-		"shade.stats":    {1, 2, cmdStats},
-		"shade.map":      {1, 1, cmdMap},
-		"shade.locate":   {2, -1, cmdLocate},
+	t := map[string]handler{
+		"ping":           {1, 2, cmdPing, nil},
+		"echo":           {2, 2, func(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) { c.WriteBulk(a[1]) }, nil},
+		"quit":           {1, 1, cmdQuit, nil},
+		"auth":           {2, 3, cmdAuth, nil},
+		"hello":          {1, -1, cmdHello, nil},
+		"select":         {2, 2, cmdSelect, nil},
+		"client":         {2, -1, cmdClient, nil},
+		"command":        {1, -1, cmdCommand, nil},
+		"config":         {2, -1, cmdConfig, nil},
+		"info":           {1, 2, cmdInfo, nil},
+		"dbsize":         {1, 1, func(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) { c.WriteInt(s.backend.DBSize()) }, nil},
+		"get":            {2, 2, cmdGet, fastGet},
+		"mget":           {2, -1, cmdMGet, nil},
+		"set":            {3, 3, cmdSet, nil},
+		"exists":         {2, -1, cmdExists, nil},
+		"del":            {2, -1, cmdDel, nil},
+		"unlink":         {2, -1, cmdDel, nil},
+		"shade.manifest": {2, 2, cmdManifest, nil},
+		"shade.report":   {5, -1, cmdReport, nil},
+		"shade.done":     {4, 6, cmdDone, nil},
+		"shade.order":    {5, 9, cmdOrder, nil},
+		"shade.reset":    {2, 4, cmdReset, nil},
+		"shade.job":      {2, 2, cmdJob, nil},
+		"shade.warm":     {2, 2, cmdWarm, nil},
+		"shade.stats":    {1, 2, cmdStats, nil},
+		"shade.map":      {1, 1, cmdMap, nil},
+		"shade.locate":   {2, -1, cmdLocate, nil},
 	}
+	// What an event loop answers itself: commands that never wait.
+	for _, name := range []string{"ping", "echo", "shade.job", "shade.locate"} {
+		t[name] = never(t[name])
+	}
+	return t
 }
 
 func cmdPing(_ *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
@@ -171,6 +190,17 @@ func cmdInfo(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) {
 func cmdGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	b, loan, found, err := s.backend.LendGet(s.readCtx(st), a[1], c.Reply(), redcon.AppendBulkHeader)
 	writeGot(s, c, b, loan, found, err)
+}
+
+// fastGet answers a GET on an event loop where the value is held in
+// memory (or the answer needs no read at all).
+func fastGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
+	b, loan, found, held, err := s.backend.LendHeld(s.readCtx(st), a[1], c.Reply(), redcon.AppendBulkHeader)
+	if !held {
+		return false
+	}
+	writeGot(s, c, b, loan, found, err)
+	return true
 }
 
 // writeGot completes a GET's reply: the value lent, if it is, then as

@@ -530,25 +530,25 @@ func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 }
 
 // fast answers, on an event loop, a command that needs no wait: a GET of a
-// value held in memory. It reports whether it did; anything else goes to
-// handle on a goroutine.
+// value held in memory, a SHADE.LOCATE, a PING (see handler.fast). It
+// reports whether it did; anything else, and anything handle would refuse,
+// goes to handle on a goroutine.
 func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
 	st := conn.Context().(*connState)
-	if !st.authed || len(cmd.Args) != 2 || !isGet(cmd.Args[0]) {
+	if !st.authed {
 		return false
 	}
-	b, loan, found, held, err := s.backend.LendHeld(s.readCtx(st), cmd.Args[1], conn.Reply(), redcon.AppendBulkHeader)
-	if !held {
+	var lower [32]byte
+	h, ok := s.handlers[string(commandName(&lower, cmd.Args[0]))]
+	argc := len(cmd.Args)
+	if !ok || h.fast == nil || argc < h.min || (h.max >= 0 && argc > h.max) {
 		return false
 	}
-	writeGot(s, conn, b, loan, found, err)
+	if !h.fast(s, conn, st, cmd.Args) {
+		return false
+	}
 	st.fresh = len(conn.PeekPipeline()) == 0
 	return true
-}
-
-// isGet reports whether name is GET in any case.
-func isGet(name []byte) bool {
-	return len(name) == 3 && name[0]|0x20 == 'g' && name[1]|0x20 == 'e' && name[2]|0x20 == 't'
 }
 
 // commandName lower-cases an ASCII command name into buf and returns it, or

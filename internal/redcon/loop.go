@@ -7,16 +7,21 @@ package redcon
 // once, reads what is ready, answers the commands it can without waiting,
 // and writes the replies out, without handing anything to the scheduler.
 // A command that may wait (a read from elsewhere, a blocking call) goes,
-// with the rest of its pipeline, to a worker goroutine; the connection
-// comes back to the loop once its pipeline is answered.
+// with the rest of its pipeline, to a worker: the loop's goroutine becomes
+// the worker and the loop goes on in a new one. The connection comes back
+// to the loop once its pipeline is answered. A worker writes its replies
+// to the socket itself while the socket takes them, and hands the rest to
+// the loop to write, waiting, when it does not: no connection's
+// descriptor is in the runtime's poller, whose wake-ups are the cost the
+// loop removes.
 
 import (
 	"errors"
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -24,8 +29,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SetLoops makes n event loops serve the server's connections, each on a
-// thread of its own, instead of a goroutine per connection (shade). n <= 0
+// SetLoops makes n event loops serve the server's connections, each from
+// one epoll set, instead of a goroutine per connection (shade). n <= 0
 // turns them off (the default). fast answers a command on the loop, and
 // reports whether it did: it must not wait (no I/O, no blocking call, no
 // lock held for long), must not call Flush, Close, Detach or NetConn, and
@@ -44,7 +49,7 @@ func (s *Server) SetLoops(n int, fast func(conn Conn, cmd Command) bool) {
 // in turn.
 type loops struct {
 	all  []*loop
-	next int // only serve's goroutine deals
+	deal int // only serve's goroutine deals
 }
 
 func startLoops(s *Server, n int) (*loops, error) {
@@ -63,8 +68,8 @@ func startLoops(s *Server, n int) (*loops, error) {
 
 // add gives c, just accepted and not yet served, to the next loop.
 func (ls *loops) add(c *conn) {
-	l := ls.all[ls.next%len(ls.all)]
-	ls.next++
+	l := ls.all[ls.deal%len(ls.all)]
+	ls.deal++
 	l.adopt(c)
 }
 
@@ -75,7 +80,9 @@ func (ls *loops) shutdown() {
 		l.mu.Lock()
 		l.closing = true
 		for c := range l.workers {
-			c.conn.Close()
+			if c.conn != nil { // made for NetConn
+				c.conn.Close()
+			}
 		}
 		l.mu.Unlock()
 		l.signal()
@@ -95,6 +102,8 @@ type loop struct {
 	gens      []int32 // by slot, its generation: events of a slot's earlier connection are ignored
 	free      []int32
 	evs       []unix.EpollEvent
+	batch     []unix.EpollEvent // of evs, being served from next on
+	next      int
 	iov       []unix.Iovec
 	writing   int       // connections waiting to write
 	now       time.Time // as of the last wake, where a deadline needs it
@@ -102,20 +111,44 @@ type loop struct {
 	done      chan struct{}
 
 	mu      sync.Mutex
-	queue   []*conn            // adopted or given back by a worker, to be armed
-	workers map[*conn]struct{} // out with a worker, conn set
+	queue   []request          // for the loop to take up when it wakes
+	workers map[*conn]struct{} // out with a worker
 	closing bool
 }
 
+// request is what a loop is given to do: serve a connection just
+// accepted, write a worker's replies, or free the slot of a connection its
+// worker ended.
+type request struct {
+	c    *conn
+	kind uint8
+	slot int32 // for free
+}
+
+const (
+	serveConn = iota
+	writeReplies
+	freeSlot
+)
+
 // loopState is a connection's state in its loop.
 type loopState struct {
-	fd       int
-	slot     int32
-	events   uint32      // what the epoll set waits for: EPOLLIN, or EPOLLOUT while out is pending
+	fd   int
+	slot int32 // -1: none yet
+	gen  int32 // the slot's generation, for a worker's give-back
+	// back: a worker gave c back, its socket in the epoll set again, and
+	// the loop has not taken it up yet (see giveBack).
+	back     atomic.Bool
+	events   uint32      // what the epoll set waits for: EPOLLIN, EPOLLOUT while out is pending, 0 while out of the set
 	out      net.Buffers // replies being written, nil when none
 	deadline time.Time   // for out
 	active   time.Time   // last input, for the idle close
 	gone     bool        // closed: its resources are given back
+	// A worker's: its scratch for writev; where it waits while the loop
+	// writes its replies; forWorker while the loop does (the loop's).
+	iov       []unix.Iovec
+	written   chan error
+	forWorker bool
 }
 
 // wakeSlot marks the eventfd's events.
@@ -153,7 +186,7 @@ func (l *loop) adopt(c *conn) {
 	c.conn.Close() // the duplicate keeps the socket open
 	c.conn = nil
 	c.lp = l
-	c.ls.fd = -1
+	c.ls.fd, c.ls.slot = -1, -1
 	c.rd.rd, c.rd.poll = nil, true
 	c.wr.w = nil
 	if err != nil {
@@ -161,21 +194,34 @@ func (l *loop) adopt(c *conn) {
 		return
 	}
 	c.ls.fd = fd
-	l.give(c)
+	c.ls.written = make(chan error, 1)
+	l.ask(request{c: c, kind: serveConn})
 }
 
-// give queues c for the loop to arm, and wakes it; where the loop is
-// closing, c is closed instead. c must not be touched after.
-func (l *loop) give(c *conn) {
+// ask queues r for the loop and wakes it. The connection must not be
+// touched after, but where the loop answers (writeReplies). Where the
+// loop is closing, r is answered here: the connection ended, the replies
+// not written.
+func (l *loop) ask(r request) {
 	l.mu.Lock()
 	if l.closing {
 		l.mu.Unlock()
-		l.end(c, nil)
+		l.refused(r)
 		return
 	}
-	l.queue = append(l.queue, c)
+	l.queue = append(l.queue, r)
 	l.mu.Unlock()
 	l.signal()
+}
+
+// refused answers a request of a closing loop.
+func (l *loop) refused(r request) {
+	switch r.kind {
+	case serveConn:
+		l.end(r.c, nil)
+	case writeReplies:
+		r.c.ls.written <- net.ErrClosed
+	}
 }
 
 func (l *loop) signal() {
@@ -184,72 +230,125 @@ func (l *loop) signal() {
 }
 
 // run is the loop: it waits for events and serves them until shutdown.
+// Where a connection goes to a worker, the loop goes on in a new
+// goroutine and this one becomes the worker: the commands that wait start
+// at once, on this thread, and it is the loop that is scheduled anew.
 func (l *loop) run() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer close(l.done)
 	for {
-		timeout := -1
-		if l.idleClose > 0 || l.writing > 0 {
-			timeout = 1000 // ms: deadlines are kept to about a second
+		if l.next == len(l.batch) {
+			if l.await() {
+				close(l.done)
+				return
+			}
 		}
-		n, err := unix.EpollWait(l.ep, l.evs, timeout)
-		if err != nil && err != unix.EINTR {
-			// Cannot happen with a valid epoll set; end every
-			// connection rather than spin.
-			l.stop(os.NewSyscallError("epoll_wait", err))
-			return
-		}
-		if timeout >= 0 {
-			l.now = time.Now()
-		}
-		for _, ev := range l.evs[:max(n, 0)] {
+		for l.next < len(l.batch) {
+			ev := l.batch[l.next]
+			l.next++
 			if ev.Fd == wakeSlot {
 				var b [8]byte
 				unix.Read(l.wake, b[:])
 				if l.arm() {
 					l.stop(nil)
+					close(l.done)
 					return
 				}
 				continue
 			}
 			c := l.slots[ev.Fd]
-			if c == nil || l.gens[ev.Fd] != ev.Pad {
-				continue // closed or handed off earlier in this batch
+			if c == nil || l.gens[ev.Fd] != ev.Pad || !l.own(c) {
+				continue // closed earlier in this batch, or out
 			}
-			l.serve(c, ev.Events)
-		}
-		if timeout >= 0 && l.now.Sub(l.swept) >= time.Second {
-			l.sweep()
+			if l.serve(c, ev.Events) {
+				go l.run()
+				l.work(c)
+				return
+			}
 		}
 	}
 }
 
-// arm adds the connections queued to the epoll set; it reports whether
-// the loop is to stop.
+// await sweeps when due and waits for the next batch of events; it reports
+// whether the loop has stopped.
+func (l *loop) await() (stopped bool) {
+	timeout := -1
+	if l.idleClose > 0 || l.writing > 0 {
+		timeout = 1000 // ms: deadlines are kept to about a second
+		if l.now.Sub(l.swept) >= time.Second {
+			l.sweep()
+		}
+	}
+	n, err := unix.EpollWait(l.ep, l.evs, timeout)
+	if err != nil && err != unix.EINTR {
+		// Cannot happen with a valid epoll set; end every connection
+		// rather than spin.
+		l.stop(os.NewSyscallError("epoll_wait", err))
+		return true
+	}
+	if timeout >= 0 {
+		l.now = time.Now()
+	}
+	l.batch, l.next = l.evs[:max(n, 0)], 0
+	return false
+}
+
+// arm takes up the requests queued; it reports whether the loop is to
+// stop.
 func (l *loop) arm() (closing bool) {
 	l.mu.Lock()
 	q := l.queue
 	l.queue = nil
 	closing = l.closing
 	l.mu.Unlock()
-	for _, c := range q {
-		if closing {
-			l.end(c, nil)
-			continue
-		}
-		slot := l.slot(c)
-		c.ls.events = unix.EPOLLIN
-		if l.idleClose > 0 {
-			c.ls.active = time.Now()
-		}
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: slot, Pad: l.gens[slot]}
-		if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, &ev); err != nil {
-			l.unslot(c)
-			l.end(c, os.NewSyscallError("epoll_ctl", err))
+	for _, r := range q {
+		c := r.c
+		switch {
+		case closing:
+			l.refused(r)
+		case r.kind == freeSlot:
+			l.unslotIndex(r.slot)
+		case r.kind == writeReplies:
+			// A worker's replies, which the socket did not take.
+			if err := l.add(c, unix.EPOLLOUT); err != nil {
+				c.ls.written <- err
+				continue
+			}
+			c.ls.forWorker = true
+			l.writing++
+			if c.writeTimeout > 0 {
+				c.ls.deadline = time.Now().Add(c.writeTimeout)
+			}
+		default:
+			if c.ls.slot < 0 {
+				l.slot(c)
+			}
+			if l.idleClose > 0 {
+				c.ls.active = time.Now()
+			}
+			if err := l.add(c, unix.EPOLLIN); err != nil {
+				l.unslot(c)
+				l.end(c, err)
+			}
 		}
 	}
 	return closing
+}
+
+// add puts c's socket in the epoll set, waiting for events.
+func (l *loop) add(c *conn, events uint32) error {
+	ev := unix.EpollEvent{Events: events, Fd: c.ls.slot, Pad: l.gens[c.ls.slot]}
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	c.ls.events = events
+	return nil
+}
+
+// remove takes c's socket out of the epoll set.
+func (l *loop) remove(c *conn) {
+	if c.ls.events != 0 {
+		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.ls.fd, nil)
+		c.ls.events = 0
+	}
 }
 
 func (l *loop) slot(c *conn) int32 {
@@ -264,22 +363,33 @@ func (l *loop) slot(c *conn) int32 {
 	}
 	l.slots[i] = c
 	l.gens[i]++
-	c.ls.slot = i
+	c.ls.slot, c.ls.gen = i, l.gens[i]
 	return i
 }
 
 func (l *loop) unslot(c *conn) {
-	i := c.ls.slot
+	if c.ls.slot >= 0 {
+		l.unslotIndex(c.ls.slot)
+		c.ls.slot = -1
+	}
+}
+
+func (l *loop) unslotIndex(i int32) {
 	l.slots[i] = nil
 	l.gens[i]++
 	l.free = append(l.free, i)
 }
 
-// serve handles an event of c's socket.
-func (l *loop) serve(c *conn, events uint32) {
+// serve handles an event of c's socket; it reports whether c is to go to
+// a worker (see handOff).
+func (l *loop) serve(c *conn, events uint32) (work bool) {
+	if c.ls.forWorker {
+		l.writeForWorker(c)
+		return false
+	}
 	if c.ls.out != nil {
 		if !l.write(c) {
-			return
+			return false
 		}
 	} else if events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR) != 0 && len(c.cmds) == 0 {
 		if err := c.rd.makeRoom(); err != nil {
@@ -304,12 +414,12 @@ func (l *loop) serve(c *conn, events uint32) {
 			return
 		}
 	}
-	l.process(c)
+	return l.process(c)
 }
 
 // process answers c's commands until it needs input, a worker, or room to
-// write.
-func (l *loop) process(c *conn) {
+// write; it reports whether c is to go to a worker.
+func (l *loop) process(c *conn) (work bool) {
 	for {
 		for len(c.cmds) > 0 {
 			rest := c.cmds
@@ -320,7 +430,7 @@ func (l *loop) process(c *conn) {
 			if l.s.fast == nil || !l.s.fast(c, rest[0]) {
 				c.cmds = rest
 				l.handOff(c)
-				return
+				return true
 			}
 			c.wshare.Set(int64(cap(c.wr.b)))
 			if c.flushDue() && !l.startWrite(c) {
@@ -340,6 +450,7 @@ func (l *loop) process(c *conn) {
 	if c.Buffered() > 0 {
 		l.startWrite(c)
 	}
+	return false
 }
 
 // refuse answers a protocol error, as far as the socket takes it at once,
@@ -348,7 +459,7 @@ func (l *loop) refuse(c *conn, err error) {
 	if perr, ok := err.(*errProtocol); ok {
 		c.wr.WriteError("ERR " + perr.Error())
 		c.ls.out = c.wr.vector()
-		l.writev(c)
+		writev(c, &l.iov)
 	}
 	l.close(c, err)
 }
@@ -363,7 +474,7 @@ func (l *loop) startWrite(c *conn) bool {
 // write goes on writing c's replies; it reports whether they are out, and
 // the writer is ready for more.
 func (l *loop) write(c *conn) bool {
-	err := l.writev(c)
+	err := writev(c, &l.iov)
 	if err == unix.EAGAIN {
 		if c.ls.events != unix.EPOLLOUT {
 			if !l.wait(c, unix.EPOLLOUT) {
@@ -380,17 +491,7 @@ func (l *loop) write(c *conn) bool {
 		l.close(c, err)
 		return false
 	}
-	c.ls.out = nil
-	w := c.wr
-	clear(w.iov)
-	w.iov = w.iov[:0]
-	w.releaseLent()
-	if cap(w.b) > maxWriteKeep || c.overBudget() {
-		w.b = nil
-	} else {
-		w.b = w.b[:0]
-	}
-	c.wshare.Set(int64(cap(w.b)))
+	c.written()
 	if c.ls.events == unix.EPOLLOUT {
 		l.writing--
 		return l.wait(c, unix.EPOLLIN)
@@ -410,11 +511,28 @@ func (l *loop) wait(c *conn, events uint32) bool {
 	return true
 }
 
-// writev writes as much of c.ls.out as the socket takes now: nil when it
-// is all out, EAGAIN when the rest must wait.
-func (l *loop) writev(c *conn) error {
+// written resets c's writer once its replies are out: the lent values
+// given back, the buffer kept or let go.
+func (c *conn) written() {
+	c.ls.out = nil
+	w := c.wr
+	clear(w.iov)
+	w.iov = w.iov[:0]
+	w.releaseLent()
+	if cap(w.b) > maxWriteKeep || c.overBudget() {
+		w.b = nil
+	} else {
+		w.b = w.b[:0]
+	}
+	c.wshare.Set(int64(cap(w.b)))
+}
+
+// writev writes as much of c.ls.out as the socket takes now, with
+// *scratch for the vector: nil when it is all out, EAGAIN when the rest
+// must wait.
+func writev(c *conn, scratch *[]unix.Iovec) error {
 	for len(c.ls.out) > 0 {
-		iov := l.iov[:0]
+		iov := (*scratch)[:0]
 		for _, b := range c.ls.out {
 			if len(iov) == 1024 { // IOV_MAX
 				break
@@ -426,14 +544,14 @@ func (l *loop) writev(c *conn) error {
 			v.SetLen(len(b))
 			iov = append(iov, v)
 		}
-		l.iov = iov
+		*scratch = iov
 		raceReleaseIO()
 		if len(iov) == 0 {
 			c.ls.out = c.ls.out[:0]
 			break
 		}
 		r, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(c.ls.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		clear(l.iov) // hold no reply
+		clear(iov) // hold no reply
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -459,23 +577,14 @@ func consume(v *net.Buffers, n int) {
 	}
 }
 
-// handOff gives c, whose next command the loop cannot answer, to a worker
-// goroutine, which runs the handler on the rest of its pipeline through a
-// net.Conn of its own and then gives c back.
+// handOff takes c, whose next command the loop cannot answer, out of the
+// epoll set for a worker (see run), which runs the handler on the rest of
+// its pipeline and then gives c back. c keeps its slot meanwhile.
 func (l *loop) handOff(c *conn) {
-	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.ls.fd, nil)
-	l.unslot(c)
-	nc, err := fileConn(c.ls.fd)
-	if err != nil {
-		l.end(c, err)
-		return
-	}
+	l.remove(c)
 	l.mu.Lock()
 	l.workers[c] = struct{}{}
-	c.conn = nc
 	l.mu.Unlock()
-	c.wr.w = nc
-	go l.work(c)
 }
 
 // work runs c's pipeline on a worker goroutine, and every command already
@@ -502,26 +611,134 @@ func (l *loop) work(c *conn) {
 	l.mu.Lock()
 	delete(l.workers, c)
 	nc := c.conn
+	if !c.detached {
+		c.conn = nil
+	}
+	l.mu.Unlock()
 	if c.detached {
-		// The detached connection keeps nc; the loop's descriptor goes.
-		l.mu.Unlock()
+		// The detached connection keeps nc; the loop's descriptor and
+		// slot go.
+		l.ask(request{kind: freeSlot, slot: c.ls.slot})
 		unix.Close(c.ls.fd)
 		c.ls.fd = -1
 		l.s.closedCallback(c, errDetached)
 		return
 	}
-	c.conn = nil
-	c.wr.w = nil
-	l.mu.Unlock()
-	nc.Close()
+	if nc != nil {
+		nc.Close()
+	}
 	if err != nil || c.closed {
 		if c.closed {
 			err = nil
 		}
+		l.ask(request{kind: freeSlot, slot: c.ls.slot})
 		l.end(c, err)
 		return
 	}
-	l.give(c)
+	l.giveBack(c)
+}
+
+// giveBack puts c, whose worker is done, back in the epoll set, from the
+// worker: the loop takes it up at its next event (own), without being
+// woken for it. Under l.mu, so that a loop stopping sees either c back
+// or its worker refused.
+func (l *loop) giveBack(c *conn) {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		l.end(c, nil)
+		return
+	}
+	// c is the loop's from the Store on. Until then the loop passes over
+	// its events, which (level-triggered) come again.
+	slot := c.ls.slot
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: slot, Pad: c.ls.gen}
+	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, &ev)
+	if err == nil {
+		c.ls.back.Store(true)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.ask(request{kind: freeSlot, slot: slot})
+		l.end(c, os.NewSyscallError("epoll_ctl", err))
+	}
+}
+
+// own reports whether the loop serves c, first taking up c where its
+// worker gave it back; false while c is out with a worker.
+func (l *loop) own(c *conn) bool {
+	if c.ls.events != 0 {
+		return true
+	}
+	if !c.ls.back.Load() {
+		return false
+	}
+	c.ls.back.Store(false)
+	c.ls.events = unix.EPOLLIN
+	if l.idleClose > 0 {
+		c.ls.active = time.Now()
+	}
+	return true
+}
+
+// flushWorker writes out the replies of c, out with a worker: itself
+// while the socket takes them, then through the loop, waiting.
+func (l *loop) flushWorker(c *conn) error {
+	if c.wr.err != nil {
+		c.wr.releaseLent()
+		return c.wr.err
+	}
+	if c.Buffered() == 0 {
+		return nil
+	}
+	c.ls.out = c.wr.vector()
+	err := writev(c, &c.ls.iov)
+	if err == unix.EAGAIN {
+		l.ask(request{c: c, kind: writeReplies})
+		err = <-c.ls.written
+	}
+	if err != nil {
+		c.wr.err = err
+		c.ls.out = nil
+		clear(c.wr.iov)
+		c.wr.releaseLent()
+		c.wr.b = nil
+		c.wshare.Set(0)
+		return err
+	}
+	c.written()
+	return nil
+}
+
+// writeForWorker goes on writing a worker's replies; once they are out,
+// or cannot be, c leaves the epoll set and the worker goes on.
+func (l *loop) writeForWorker(c *conn) {
+	err := writev(c, &l.iov)
+	if err == unix.EAGAIN {
+		return
+	}
+	l.doneForWorker(c, err)
+}
+
+// doneForWorker ends the loop's write of a worker's replies with err (nil:
+// they are out) and lets the worker go on.
+func (l *loop) doneForWorker(c *conn, err error) {
+	l.remove(c)
+	l.writing--
+	c.ls.forWorker = false
+	c.ls.written <- err
+}
+
+// netConn makes c.conn, for a worker's NetConn: a net.Conn of its own over
+// c's socket, in the runtime's poller, closed when the worker is done.
+func (l *loop) netConn(c *conn) {
+	nc, err := fileConn(c.ls.fd)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	c.conn = nc
+	l.mu.Unlock()
 }
 
 // close takes c out of the loop and ends it.
@@ -529,10 +746,10 @@ func (l *loop) close(c *conn, err error) {
 	if c.ls.gone {
 		return
 	}
-	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.ls.fd, nil)
 	if c.ls.events == unix.EPOLLOUT {
 		l.writing--
 	}
+	l.remove(c)
 	l.unslot(c)
 	l.end(c, err)
 }
@@ -560,11 +777,17 @@ func (l *loop) stop(err error) {
 	q := l.queue
 	l.queue = nil
 	l.mu.Unlock()
-	for _, c := range q {
-		l.end(c, err)
+	for _, r := range q {
+		l.refused(r)
 	}
 	for _, c := range l.slots {
-		if c != nil {
+		switch {
+		case c == nil:
+		case c.ls.forWorker:
+			l.doneForWorker(c, net.ErrClosed)
+		case !l.own(c):
+			// A worker's: it ends c when it is done.
+		default:
 			l.close(c, err)
 		}
 	}
@@ -579,6 +802,12 @@ func (l *loop) sweep() {
 	for _, c := range l.slots {
 		switch {
 		case c == nil:
+		case c.ls.forWorker:
+			if c.writeTimeout > 0 && l.now.After(c.ls.deadline) {
+				l.doneForWorker(c, os.ErrDeadlineExceeded)
+			}
+		case !l.own(c):
+			// out with a worker
 		case c.ls.out != nil:
 			if c.writeTimeout > 0 && l.now.After(c.ls.deadline) {
 				l.close(c, os.ErrDeadlineExceeded)
@@ -642,3 +871,13 @@ func fileConn(fd int) (net.Conn, error) {
 	defer f.Close()
 	return net.FileConn(f)
 }
+
+// errDetachFailed: a worker's connection could not be detached (no
+// descriptor was left to make its net.Conn with).
+var errDetachFailed = errors.New("redcon: connection could not be detached")
+
+// failedIO fails every read and write with err.
+type failedIO struct{ err error }
+
+func (f failedIO) Read([]byte) (int, error)  { return 0, f.err }
+func (f failedIO) Write([]byte) (int, error) { return 0, f.err }

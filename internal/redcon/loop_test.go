@@ -118,10 +118,18 @@ func TestLoopKeepsOrder(t *testing.T) {
 	wg.Wait()
 }
 
-// TestLoopWriteTimeout: a client that stops reading while a loop writes
-// its replies is closed after the write timeout, and every value lent to
-// the replies is given back.
+// TestLoopWriteTimeout: a client that stops reading while its replies are
+// written, by a loop or for a worker, is closed after the write timeout,
+// and every value lent to the replies is given back.
 func TestLoopWriteTimeout(t *testing.T) {
+	// GETX is answered by the loop (its command has an even length),
+	// GETXY by a worker.
+	for _, name := range []string{"GETX", "GETXY"} {
+		t.Run(name, func(t *testing.T) { testLoopWriteTimeout(t, name) })
+	}
+}
+
+func testLoopWriteTimeout(t *testing.T, name string) {
 	var mu sync.Mutex
 	lent, released := 0, 0
 	value := bytes.Repeat([]byte("v"), 64<<10)
@@ -140,7 +148,7 @@ func TestLoopWriteTimeout(t *testing.T) {
 	defer c.Close()
 	var out []byte
 	for range 256 { // 16 MiB of replies, far past the socket's buffers
-		out = append(out, respCommand([]byte("GETX"))...) // even: the loop answers
+		out = append(out, respCommand([]byte(name))...)
 	}
 	if _, err := c.Write(out); err != nil {
 		t.Fatal(err)

@@ -667,6 +667,9 @@ type conn struct {
 // flush writes the reply buffer out within the write timeout, and then
 // gives its memory back to the budget if the budget is spent (shade).
 func (c *conn) flush() error {
+	if c.lp != nil && !c.detached { // shade: a worker of an event loop
+		return c.lp.flushWorker(c)
+	}
 	if c.writeTimeout > 0 && len(c.wr.b) > 0 {
 		c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	}
@@ -691,7 +694,9 @@ func (c *conn) Flush() error {
 	err := c.flush()
 	if err != nil {
 		c.closed = true
-		c.conn.Close()
+		if c.conn != nil { // shade: an event loop's worker then ends c
+			c.conn.Close()
+		}
 	}
 	return err
 }
@@ -716,7 +721,8 @@ func (c *conn) WriteLent(b []byte, release func(uint64), token uint64) {
 }
 
 func (c *conn) Close() error {
-	if c.conn == nil { // shade: with an event loop, which closes it
+	if c.lp != nil && !c.detached { // shade: the loop's worker ends c
+		c.flush()
 		c.closed = true
 		return nil
 	}
@@ -748,6 +754,9 @@ func (c *conn) PeekPipeline() []Command {
 	return c.cmds
 }
 func (c *conn) NetConn() net.Conn {
+	if c.lp != nil && c.conn == nil { // shade: see loop.netConn
+		c.lp.netConn(c)
+	}
 	return c.conn
 }
 
@@ -782,10 +791,15 @@ func (c *conn) Detach() DetachedConn {
 	c.cmds = nil
 	c.rd.lend = false
 	if c.lp != nil {
-		// shade: from an event loop's worker, which holds c.conn: the
-		// detached connection reads and writes it itself.
-		c.rd.rd = bufio.NewReader(c.conn)
+		// shade: from an event loop's worker: the detached connection
+		// reads and writes a net.Conn of its own.
+		var rw io.ReadWriter = failedIO{errDetachFailed}
+		if nc := c.NetConn(); nc != nil {
+			rw = nc
+		}
+		c.rd.rd = bufio.NewReader(rw)
 		c.rd.poll = false
+		c.wr.w = rw
 	}
 	return &detachedConn{conn: c, cmds: cmds}
 }
