@@ -19,8 +19,9 @@
 # that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
 # otherwise the current tree is built into a temporary folder. The peer
 # runs with --cache-size $CACHE (default 1GiB, ten times what the keys
-# take; the peer pre-faults it) and --admin-addr $ADMIN (default off; an
-# address such as 127.0.0.1:6061 serves /debug/pprof/ for profiling).
+# take; the peer pre-faults it), --admin-addr $ADMIN (default off; an
+# address such as 127.0.0.1:6061 serves /debug/pprof/ for profiling) and
+# any other flags in $PEER_FLAGS (such as --socket-loops 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-200000}
@@ -46,7 +47,7 @@ redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 660 --save
 pids+=($!)
 redis_pid=$!
 "$BIN/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size "${CACHE:-1GiB}" --admin-addr "${ADMIN:-off}" \
-	--log-level warn 2>"$dir/shade.log" &
+	--log-level warn ${PEER_FLAGS:-} 2>"$dir/shade.log" &
 pids+=($!)
 shade_pid=$!
 for s in redis.sock shade.sock; do
