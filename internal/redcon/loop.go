@@ -351,6 +351,7 @@ func (l *loop) remove(c *conn) {
 	}
 }
 
+// slot gives c a slot, a freed one first, under a new generation.
 func (l *loop) slot(c *conn) int32 {
 	var i int32
 	if n := len(l.free); n > 0 {
