@@ -670,7 +670,7 @@ func (c *conn) flush() error {
 	if c.lp != nil && !c.detached { // shade: a worker of an event loop
 		return c.lp.flushWorker(c)
 	}
-	if c.writeTimeout > 0 && len(c.wr.b) > 0 {
+	if c.writeTimeout > 0 && len(c.wr.b) > 0 && c.conn != nil { // shade: nil: a detach that failed
 		c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	}
 	err := c.wr.Flush()
@@ -728,6 +728,9 @@ func (c *conn) Close() error {
 	}
 	c.flush()
 	c.closed = true
+	if c.conn == nil { // shade: a detach that failed
+		return nil
+	}
 	return c.conn.Close()
 }
 func (c *conn) Context() interface{}        { return c.ctx }
