@@ -211,7 +211,20 @@ func testDetached(conn DetachedConn) {
 	}
 }
 func TestServerTCP(t *testing.T) {
-	testServerNetwork(t, "tcp", "127.0.0.1:12345")
+	testServerNetwork(t, "tcp", freeAddr(t))
+}
+
+// freeAddr returns a loopback address no listener had a moment ago
+// (shade: upstream used fixed ports, which two test runs on one machine
+// fought over).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 func TestServerUnix(t *testing.T) {
 	testServerNetwork(t, "unix", filepath.Join(t.TempDir(), "redcon-unix.sock"))
@@ -556,7 +569,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestPubSub(t *testing.T) {
-	addr := "127.0.0.1:12346"
+	addr := freeAddr(t)
 	done := make(chan bool)
 	go func() {
 		var ps PubSub
