@@ -73,16 +73,15 @@ func (ls *loops) add(c *conn) {
 	l.adopt(c)
 }
 
-// shutdown closes every connection, those the loops serve and those out
-// with workers (whose workers then end), and waits for the loops to end.
+// shutdown closes every connection the loops serve, and the net.Conns of
+// those out with workers (which end them when done), and waits for the
+// loops to end.
 func (ls *loops) shutdown() {
 	for _, l := range ls.all {
 		l.mu.Lock()
 		l.closing = true
-		for c := range l.workers {
-			if c.conn != nil { // made for NetConn
-				c.conn.Close()
-			}
+		for c := range l.netConns {
+			c.conn.Close()
 		}
 		l.mu.Unlock()
 		l.signal()
@@ -110,10 +109,10 @@ type loop struct {
 	swept     time.Time
 	done      chan struct{}
 
-	mu      sync.Mutex
-	queue   []request          // for the loop to take up when it wakes
-	workers map[*conn]struct{} // out with a worker
-	closing bool
+	mu       sync.Mutex
+	queue    []request          // for the loop to take up when it wakes
+	netConns map[*conn]struct{} // out with a worker that made c.conn (NetConn)
+	closing  bool
 }
 
 // request is what a loop is given to do: serve a connection just
@@ -135,7 +134,7 @@ const (
 type loopState struct {
 	fd   int
 	slot int32 // -1: none yet
-	gen  int32 // the slot's generation, for a worker's give-back
+	gen  int32 // the slot's generation when c took it, which its events carry
 	// back: a worker gave c back, its socket in the epoll set again, and
 	// the loop has not taken it up yet (see giveBack).
 	back     atomic.Bool
@@ -175,7 +174,7 @@ func newLoop(s *Server) (*loop, error) {
 	return &loop{
 		s: s, ep: ep, wake: wake, idleClose: idle,
 		evs: make([]unix.EpollEvent, 256), done: make(chan struct{}),
-		workers: make(map[*conn]struct{}),
+		netConns: make(map[*conn]struct{}),
 	}, nil
 }
 
@@ -313,17 +312,12 @@ func (l *loop) arm() (closing bool) {
 				continue
 			}
 			c.ls.forWorker = true
-			l.writing++
-			if c.writeTimeout > 0 {
-				c.ls.deadline = time.Now().Add(c.writeTimeout)
-			}
+			l.waitingToWrite(c)
 		default:
 			if c.ls.slot < 0 {
 				l.slot(c)
 			}
-			if l.idleClose > 0 {
-				c.ls.active = time.Now()
-			}
+			c.ls.active = l.now
 			if err := l.add(c, unix.EPOLLIN); err != nil {
 				l.unslot(c)
 				l.end(c, err)
@@ -333,10 +327,15 @@ func (l *loop) arm() (closing bool) {
 	return closing
 }
 
+// epollEvent is what c's socket waits for in the epoll set, marked with
+// c's slot and its generation.
+func (c *conn) epollEvent(events uint32) *unix.EpollEvent {
+	return &unix.EpollEvent{Events: events, Fd: c.ls.slot, Pad: c.ls.gen}
+}
+
 // add puts c's socket in the epoll set, waiting for events.
 func (l *loop) add(c *conn, events uint32) error {
-	ev := unix.EpollEvent{Events: events, Fd: c.ls.slot, Pad: l.gens[c.ls.slot]}
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, &ev); err != nil {
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, c.epollEvent(events)); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	c.ls.events = events
@@ -403,9 +402,7 @@ func (l *loop) serve(c *conn, events uint32) (work bool) {
 		switch {
 		case n > 0:
 			c.rd.end += n
-			if l.idleClose > 0 {
-				c.ls.active = l.now
-			}
+			c.ls.active = l.now
 		case err == syscall.EAGAIN || err == syscall.EINTR:
 		case err == nil:
 			l.close(c, nil) // end of input
@@ -457,8 +454,7 @@ func (l *loop) process(c *conn) (work bool) {
 // refuse answers a protocol error, as far as the socket takes it at once,
 // and closes c.
 func (l *loop) refuse(c *conn, err error) {
-	if perr, ok := err.(*errProtocol); ok {
-		c.wr.WriteError("ERR " + perr.Error())
+	if c.answerProtocolError(err) {
 		c.ls.out = c.wr.vector()
 		writev(c, &l.iov)
 	}
@@ -481,10 +477,7 @@ func (l *loop) write(c *conn) bool {
 			if !l.wait(c, unix.EPOLLOUT) {
 				return false
 			}
-			l.writing++
-			if c.writeTimeout > 0 {
-				c.ls.deadline = time.Now().Add(c.writeTimeout)
-			}
+			l.waitingToWrite(c)
 		}
 		return false
 	}
@@ -492,7 +485,7 @@ func (l *loop) write(c *conn) bool {
 		l.close(c, err)
 		return false
 	}
-	c.written()
+	c.written(nil)
 	if c.ls.events == unix.EPOLLOUT {
 		l.writing--
 		return l.wait(c, unix.EPOLLIN)
@@ -500,11 +493,19 @@ func (l *loop) write(c *conn) bool {
 	return true
 }
 
+// waitingToWrite counts c among the connections whose replies wait for
+// room, and starts their write timeout.
+func (l *loop) waitingToWrite(c *conn) {
+	l.writing++
+	if c.writeTimeout > 0 {
+		c.ls.deadline = time.Now().Add(c.writeTimeout)
+	}
+}
+
 // wait makes c's socket wait for events; false where it could not (c is
 // then closed).
 func (l *loop) wait(c *conn, events uint32) bool {
-	ev := unix.EpollEvent{Events: events, Fd: c.ls.slot, Pad: l.gens[c.ls.slot]}
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.ls.fd, &ev); err != nil {
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.ls.fd, c.epollEvent(events)); err != nil {
 		l.close(c, os.NewSyscallError("epoll_ctl", err))
 		return false
 	}
@@ -512,20 +513,12 @@ func (l *loop) wait(c *conn, events uint32) bool {
 	return true
 }
 
-// written resets c's writer once its replies are out: the lent values
-// given back, the buffer kept or let go.
-func (c *conn) written() {
+// written resets c's writer once the write of its replies ended with err
+// (nil: they are out), as a flush does.
+func (c *conn) written(err error) {
 	c.ls.out = nil
-	w := c.wr
-	clear(w.iov)
-	w.iov = w.iov[:0]
-	w.releaseLent()
-	if cap(w.b) > maxWriteKeep || c.overBudget() {
-		w.b = nil
-	} else {
-		w.b = w.b[:0]
-	}
-	c.wshare.Set(int64(cap(w.b)))
+	c.wr.written(err)
+	c.flushed()
 }
 
 // writev writes as much of c.ls.out as the socket takes now, with
@@ -583,9 +576,6 @@ func consume(v *net.Buffers, n int) {
 // its pipeline and then gives c back. c keeps its slot meanwhile.
 func (l *loop) handOff(c *conn) {
 	l.remove(c)
-	l.mu.Lock()
-	l.workers[c] = struct{}{}
-	l.mu.Unlock()
 }
 
 // work runs c's pipeline on a worker goroutine, and every command already
@@ -601,21 +591,24 @@ func (l *loop) work(c *conn) {
 			break
 		}
 		if perr != nil {
-			c.wr.WriteError("ERR " + perr.Error())
-			c.flush()
+			if c.answerProtocolError(perr) {
+				c.flush()
+			}
 			err = perr
 			break
 		}
 		c.cmds = cmds
 		err = c.runPipeline(l.s)
 	}
-	l.mu.Lock()
-	delete(l.workers, c)
 	nc := c.conn
-	if !c.detached {
-		c.conn = nil
+	if nc != nil {
+		l.mu.Lock()
+		delete(l.netConns, c)
+		if !c.detached {
+			c.conn = nil
+		}
+		l.mu.Unlock()
 	}
-	l.mu.Unlock()
 	if c.detached {
 		// The detached connection keeps nc; the loop's descriptor and
 		// slot go.
@@ -653,8 +646,7 @@ func (l *loop) giveBack(c *conn) {
 	// c is the loop's from the Store on. Until then the loop passes over
 	// its events, which (level-triggered) come again.
 	slot := c.ls.slot
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: slot, Pad: c.ls.gen}
-	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, &ev)
+	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, c.epollEvent(unix.EPOLLIN))
 	if err == nil {
 		c.ls.back.Store(true)
 	}
@@ -676,9 +668,7 @@ func (l *loop) own(c *conn) bool {
 	}
 	c.ls.back.Store(false)
 	c.ls.events = unix.EPOLLIN
-	if l.idleClose > 0 {
-		c.ls.active = time.Now()
-	}
+	c.ls.active = l.now
 	return true
 }
 
@@ -698,17 +688,8 @@ func (l *loop) flushWorker(c *conn) error {
 		l.ask(request{c: c, kind: writeReplies})
 		err = <-c.ls.written
 	}
-	if err != nil {
-		c.wr.err = err
-		c.ls.out = nil
-		clear(c.wr.iov)
-		c.wr.releaseLent()
-		c.wr.b = nil
-		c.wshare.Set(0)
-		return err
-	}
-	c.written()
-	return nil
+	c.written(err)
+	return err
 }
 
 // writeForWorker goes on writing a worker's replies; once they are out,
@@ -739,6 +720,7 @@ func (l *loop) netConn(c *conn) {
 	}
 	l.mu.Lock()
 	c.conn = nc
+	l.netConns[c] = struct{}{}
 	l.mu.Unlock()
 }
 
@@ -822,12 +804,20 @@ func (l *loop) sweep() {
 // closedConn gives back what c holds and tells the server's closed
 // callback; for a connection no goroutine of handle serves.
 func (s *Server) closedConn(c *conn, err error) {
-	c.rd.share.Close()
-	c.wshare.Close()
-	c.wr.releaseLent()
+	c.release()
 	s.closedCallback(c, err)
 }
 
+// release gives c's buffers back to the clients' budget and the values
+// lent to its replies and never written back to their owner.
+func (c *conn) release() {
+	c.rd.share.Close()
+	c.wshare.Close()
+	c.wr.releaseLent()
+}
+
+// closedCallback tells the server's closed callback that c ended with err
+// (nil for the end of its input).
 func (s *Server) closedCallback(c *conn, err error) {
 	if s.closed != nil {
 		if err == io.EOF {

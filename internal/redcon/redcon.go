@@ -552,22 +552,14 @@ func handle(s *Server, c *conn) {
 		if err != errDetached {
 			// do not close the connection when a detach is detected.
 			c.conn.Close()
-			// shade: give the connection's buffers back to the budget.
-			c.rd.share.Close()
-			c.wshare.Close()
-			c.wr.releaseLent() // shade: values lent and never written
+			c.release() // shade
 		}
 		func() {
 			// remove the conn from the server
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			delete(s.conns, c)
-			if s.closed != nil {
-				if err == io.EOF {
-					err = nil
-				}
-				s.closed(c, err)
-			}
+			s.closedCallback(c, err)
 		}()
 	}()
 
@@ -580,11 +572,8 @@ func handle(s *Server, c *conn) {
 			}
 			cmds, err := c.rd.readCommands(nil)
 			if err != nil {
-				if err, ok := err.(*errProtocol); ok {
-					// All protocol errors should attempt a response to
-					// the client. Ignore write errors.
-					c.wr.WriteError("ERR " + err.Error())
-					c.flush()
+				if c.answerProtocolError(err) {
+					c.flush() // write errors are ignored
 				}
 				return err
 			}
@@ -633,6 +622,16 @@ func (c *conn) runPipeline(s *Server) error {
 	return nil
 }
 
+// answerProtocolError writes the reply to a protocol error, as every
+// protocol error gets one, and reports whether err is one.
+func (c *conn) answerProtocolError(err error) bool {
+	perr, ok := err.(*errProtocol)
+	if ok {
+		c.wr.WriteError("ERR " + perr.Error())
+	}
+	return ok
+}
+
 // flushDue reports whether the replies waiting should be written out
 // before the next command (shade): a large reply buffer, or any reply
 // while the clients' budget is spent.
@@ -674,11 +673,17 @@ func (c *conn) flush() error {
 		c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	}
 	err := c.wr.Flush()
+	c.flushed()
+	return err
+}
+
+// flushed lets the write buffer go while the clients' budget is spent,
+// and charges what it keeps (shade).
+func (c *conn) flushed() {
 	if c.overBudget() {
 		c.wr.b = nil
 	}
 	c.wshare.Set(int64(cap(c.wr.b)))
-	return err
 }
 
 // overBudget reports whether the clients' budget is spent (shade).
@@ -978,17 +983,34 @@ func (w *Writer) Flush() error {
 		w.releaseLent()
 		return w.err
 	}
+	var err error
 	if len(w.lent) == 0 {
-		_, w.err = w.w.Write(w.b)
+		_, err = w.w.Write(w.b)
 	} else {
-		w.err = w.writeLent()
+		iov := w.vector()
+		_, err = iov.WriteTo(w.w) // consumes iov, a copy of w.iov
 	}
-	if cap(w.b) > maxWriteKeep || w.err != nil { // shade: was maxBufferCap
+	w.written(err)
+	return w.err
+}
+
+// written resets the writer once a write of everything waiting ended with
+// err (shade): the vector cleared (it holds neither the values nor the
+// buffer), the lent values given back, the buffer kept for more replies
+// (shade: up to maxWriteKeep, upstream maxBufferCap) or let go after an
+// error, which the writer keeps.
+func (w *Writer) written(err error) {
+	clear(w.iov)
+	w.iov = w.iov[:0]
+	w.releaseLent()
+	if err != nil {
+		w.err = err
+	}
+	if cap(w.b) > maxWriteKeep || w.err != nil {
 		w.b = nil
 	} else {
 		w.b = w.b[:0]
 	}
-	return w.err
 }
 
 // WriteLent writes b without copying it (shade): the writer borrows b
@@ -1004,20 +1026,9 @@ func (w *Writer) WriteLent(b []byte, release func(uint64), token uint64) {
 	w.lentLen += len(b)
 }
 
-// writeLent writes the buffer with the lent values in their places, in
-// one vectored write where the underlying writer supports it (a
-// net.Conn's writev), then gives the values back (shade).
-func (w *Writer) writeLent() error {
-	iov := w.vector()
-	_, err := iov.WriteTo(w.w) // consumes iov, a copy of w.iov
-	clear(w.iov)               // hold neither the values nor the buffer
-	w.iov = w.iov[:0]
-	w.releaseLent()
-	return err
-}
-
 // vector returns the buffer with the lent values in their places, as the
-// parts of one vectored write, in w.iov (shade).
+// parts of one vectored write, in w.iov (shade): a net.Conn writes them
+// with one writev.
 func (w *Writer) vector() net.Buffers {
 	iov, prev := w.iov[:0], 0
 	for _, l := range w.lent {
