@@ -23,6 +23,12 @@ type handler struct {
 	fast     func(s *SocketServer, conn redcon.Conn, st *connState, args [][]byte) bool
 }
 
+// takes reports whether the command takes argc arguments, its name
+// counted.
+func (h handler) takes(argc int) bool {
+	return argc >= h.min && (h.max < 0 || argc <= h.max)
+}
+
 // never waits: run answers on the loop as it stands.
 func never(h handler) handler {
 	run := h.run

@@ -173,11 +173,12 @@ type SocketConfig struct {
 	WriteTimeout time.Duration
 	// MaxOrderWait bounds how long SHADE.ORDER blocks; 0 means 10 minutes.
 	MaxOrderWait time.Duration
-	// Loops is how many event loops serve the connections, each on a
-	// thread of its own: a loop answers a GET of a value held in memory
-	// at once, and hands any other command, with the rest of its
-	// pipeline, to a goroutine. 0 means DefaultLoops(); a negative value
-	// serves every connection from a goroutine of its own instead.
+	// Loops is how many event loops serve the connections, each from one
+	// epoll set: a loop answers the commands that never wait (a GET of a
+	// value held in memory, SHADE.LOCATE, PING, ...) itself, and hands
+	// any other, with the rest of its pipeline, to a goroutine. 0 means
+	// DefaultLoops(); a negative value serves every connection from a
+	// goroutine of its own instead.
 	Loops int
 	// Logger receives connection-level events; the zero Logger is silent.
 	Logger zerolog.Logger
@@ -521,8 +522,7 @@ func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 		conn.WriteError(fmt.Sprintf("ERR unknown command '%s'", truncate(cmd.Args[0], 64)))
 		return
 	}
-	argc := len(cmd.Args)
-	if argc < h.min || (h.max >= 0 && argc > h.max) {
+	if !h.takes(len(cmd.Args)) {
 		conn.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", string(name)))
 		return
 	}
@@ -540,8 +540,7 @@ func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
 	}
 	var lower [32]byte
 	h, ok := s.handlers[string(commandName(&lower, cmd.Args[0]))]
-	argc := len(cmd.Args)
-	if !ok || h.fast == nil || argc < h.min || (h.max >= 0 && argc > h.max) {
+	if !ok || h.fast == nil || !h.takes(len(cmd.Args)) {
 		return false
 	}
 	if !h.fast(s, conn, st, cmd.Args) {
