@@ -116,18 +116,20 @@ type loop struct {
 }
 
 // request is what a loop is given to do: serve a connection just
-// accepted, write a worker's replies, or free the slot of a connection its
-// worker ended.
+// accepted, write a worker's replies, free the slot of a connection its
+// worker ended, or close one given back whose socket is not in the set.
 type request struct {
 	c    *conn
 	kind uint8
-	slot int32 // for free
+	slot int32 // for freeSlot
+	err  error // for closeConn
 }
 
 const (
 	serveConn = iota
 	writeReplies
 	freeSlot
+	closeConn // given back, but its socket could not join the set
 )
 
 // loopState is a connection's state in its loop.
@@ -305,6 +307,9 @@ func (l *loop) arm() (closing bool) {
 			l.refused(r)
 		case r.kind == freeSlot:
 			l.unslotIndex(r.slot)
+		case r.kind == closeConn:
+			l.own(c)
+			l.close(c, r.err)
 		case r.kind == writeReplies:
 			// A worker's replies, which the socket did not take.
 			if err := l.add(c, unix.EPOLLOUT); err != nil {
@@ -643,17 +648,16 @@ func (l *loop) giveBack(c *conn) {
 		l.end(c, nil)
 		return
 	}
-	// c is the loop's from the Store on. Until then the loop passes over
-	// its events, which (level-triggered) come again.
-	slot := c.ls.slot
-	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.ls.fd, c.epollEvent(unix.EPOLLIN))
-	if err == nil {
-		c.ls.back.Store(true)
-	}
+	// c is the loop's from the Store on, before its socket is in the set:
+	// the loop never sees an event of c that it must pass over (passing
+	// over one, level-triggered, the loop spun on it while the worker
+	// waited for a P to make the Store).
+	fd, ev := c.ls.fd, c.epollEvent(unix.EPOLLIN)
+	c.ls.back.Store(true)
+	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, ev)
 	l.mu.Unlock()
 	if err != nil {
-		l.ask(request{kind: freeSlot, slot: slot})
-		l.end(c, os.NewSyscallError("epoll_ctl", err))
+		l.ask(request{c: c, kind: closeConn, err: os.NewSyscallError("epoll_ctl", err)})
 	}
 }
 
