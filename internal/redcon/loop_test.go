@@ -185,7 +185,7 @@ func TestLoopIdleClose(t *testing.T) {
 	}
 	defer busy.Close()
 	br := bufio.NewReader(busy)
-	for {
+	for give := time.Now().Add(time.Minute); time.Now().Before(give); {
 		if _, err := busy.Write(respCommand([]byte("PG"))); err != nil {
 			t.Fatal(err)
 		}
@@ -204,6 +204,7 @@ func TestLoopIdleClose(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	t.Fatal("the idle connection was not closed within a minute")
 }
 
 // TestLoopProtocolError: a loop answers a protocol error and closes the
