@@ -89,6 +89,7 @@ func TestLoopKeepsOrder(t *testing.T) {
 				return
 			}
 			defer c.Close()
+			c.SetDeadline(time.Now().Add(time.Minute)) // a missing reply fails, not hangs
 			br := bufio.NewReader(c)
 			for round := range 50 {
 				var out []byte
@@ -252,6 +253,7 @@ func TestLoopShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Minute)) // a connection left open fails, not hangs
 		conns = append(conns, c)
 	}
 	// Every connection served once, so that each is in a loop.
