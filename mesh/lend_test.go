@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,10 +25,10 @@ func lendValue(k, v int) []byte {
 	return testsupport.AppendVersion(nil, k, uint64(v), 8<<10+(k*7919+v*104729)%(32<<10))
 }
 
-// TestLentGetsUnderEviction pipelines GETs of values that the socket lends
-// from the cache while other clients replace, delete and evict them: every
-// reply is nil or exactly a version of its key, every loan is given back,
-// and no cached value fails its checksum.
+// TestLentGetsUnderEviction pipelines GETs, and sends MGETs, of values
+// that the socket lends from the cache while other clients replace, delete
+// and evict them: every reply is nil or exactly a version of its key,
+// every loan is given back, and no cached value fails its checksum.
 func TestLentGetsUnderEviction(t *testing.T) {
 	const (
 		keys     = 64
@@ -77,19 +78,41 @@ func TestLentGetsUnderEviction(t *testing.T) {
 					errs <- err
 					return
 				}
+				check := func(how string, k int, got []byte) error {
+					if len(got) < 16 || int(binary.LittleEndian.Uint64(got)) != k ||
+						!bytes.Equal(got, lendValue(k, int(binary.LittleEndian.Uint64(got[8:])))) {
+						return fmt.Errorf("%s %s: %d bytes that are no version of it", how, key(k), len(got))
+					}
+					return nil
+				}
 				for j, cmd := range cmds {
 					got, err := cmd.Bytes()
 					if errors.Is(err, redis.Nil) {
 						continue
 					}
-					if err == nil && (len(got) < 16 || int(binary.LittleEndian.Uint64(got)) != ks[j] ||
-						!bytes.Equal(got, lendValue(ks[j], int(binary.LittleEndian.Uint64(got[8:]))))) {
-						err = fmt.Errorf("GET %s: %d bytes that are no version of it", key(ks[j]), len(got))
+					if err == nil {
+						err = check("GET", ks[j], got)
 					}
 					if err != nil {
 						errs <- err
 						return
 					}
+				}
+				// The same keys by MGET, short enough for an event loop
+				// to answer where every value is held.
+				names := make([]string, 8)
+				for j := range names {
+					names[j] = key(ks[j])
+				}
+				vals, err := c.MGet(ctx, names...).Result()
+				for j, v := range vals {
+					if s, ok := v.(string); ok && err == nil {
+						err = check("MGET", ks[j], []byte(s))
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
 				}
 			}
 		})
@@ -149,4 +172,80 @@ func TestLoansComeBackWhenTheClientLeaves(t *testing.T) {
 	if got, err := p.client(t).Get(ctx, "lend:3").Bytes(); err != nil || !bytes.Equal(got, lendValue(3, 1)) {
 		t.Fatalf("GET after the hang-ups: %d bytes, %v", len(got), err)
 	}
+}
+
+// TestMGetFromTheLoop sends MGETs of samples all held in memory, some
+// shorter than transport.MinLent (copied into the reply) and some longer
+// (lent), mixed with a free-form key, an absent one, an index out of
+// range and a malformed one: an event loop answers them itself. Every
+// reply must be exact, every read counted as a hit, and every loan given
+// back.
+func TestMGetFromTheLoop(t *testing.T) {
+	dir, files := makeDataset(t, 40, 200, 3000)
+	p := startPeer(t, Config{CacheSize: 4 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	ctx := context.Background()
+	c := p.client(t)
+	free := bytes.Repeat([]byte("free"), 1500)
+	if err := c.Set(ctx, "free", free, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range files {
+		if _, err := c.Get(ctx, fmt.Sprintf("ds/%d", i)).Bytes(); err != nil {
+			t.Fatal(err)
+		}
+		if !p.node.store.Has(fmt.Appendf(nil, "ds/%d", i)) {
+			t.Fatalf("ds/%d was not admitted", i)
+		}
+	}
+	before := p.node.Snapshot().Datasets[0].Total
+	rng := rand.New(rand.NewPCG(1, 2))
+	sampleReads := 0
+	for range 50 {
+		keys := make([]string, 1+rng.IntN(30))
+		for i := range keys {
+			switch r := rng.IntN(20); r {
+			case 0:
+				keys[i] = "free"
+			case 1:
+				keys[i] = "absent"
+			case 2:
+				keys[i] = "ds/999"
+			case 3:
+				keys[i] = "ds/x"
+			default:
+				keys[i] = fmt.Sprintf("ds/%d", rng.IntN(len(files)))
+				sampleReads++
+			}
+		}
+		vals, err := c.MGet(ctx, keys...).Result()
+		if err != nil {
+			t.Fatalf("MGET %v: %v", keys, err)
+		}
+		for i, k := range keys {
+			var want any
+			switch {
+			case k == "free":
+				want = string(free)
+			case k == "ds/x":
+				if e, ok := vals[i].(error); !ok || !strings.Contains(e.Error(), "index") {
+					t.Fatalf("MGET %s: %v, want an error", k, vals[i])
+				}
+				continue
+			case strings.HasPrefix(k, "ds/") && k != "ds/999":
+				var idx int
+				fmt.Sscanf(k, "ds/%d", &idx)
+				want = string(files[idx])
+			}
+			if vals[i] != want {
+				t.Fatalf("MGET %s: %.20v, want %.20v", k, vals[i], want)
+			}
+		}
+	}
+	after := p.node.Snapshot().Datasets[0].Total
+	if hits, misses := after.Hits-before.Hits, after.ColdMisses+after.CapacityMisses-before.ColdMisses-before.CapacityMisses; hits != int64(sampleReads) || misses != 0 {
+		t.Errorf("%d hits and %d misses counted for %d reads of samples held", hits, misses, sampleReads)
+	}
+	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
+		return p.node.store.Stats().Loans == 0
+	})
 }

@@ -43,6 +43,83 @@ func (n *Node) LendHeld(ctx context.Context, key, dst []byte, head func(dst []by
 	return n.get(ctx, key, dst, head, transport.MinLent, false)
 }
 
+// LendHeldAll implements transport.Backend: it lends the value of every
+// key held here in place, whatever its size, its checksum verified there
+// (store.Lend), or lends nothing. It routes and lends the keys in turn,
+// and stops, giving back what it lent, at the first sample not held here
+// or once the values would pass maxBytes (a sample's size is known from
+// its manifest before its value is read). Only when every key is
+// answered does it count the reads, as LendGet counts each, and tell the
+// policy of the hits in one call.
+func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, into []transport.Held) ([]transport.Held, bool) {
+	if n.closed.Load() {
+		return into, false // MGet answers every key ErrClosed
+	}
+	held, start := into, len(into)
+	routes := make([]heldRoute, len(keys))
+	bytes := 0
+	for i, key := range keys {
+		r := &routes[i]
+		var h transport.Held
+		r.ds, r.idx, r.out, h.Err = n.route(key)
+		lend := h.Err == nil && !r.out
+		if lend && r.ds != nil {
+			bytes += int(r.ds.manifest.Sizes[r.idx])
+		}
+		if lend && bytes <= maxBytes {
+			_, h.Loan.Value, h.Loan.Token, h.Found = n.store.Lend(nil, key, nil, 0)
+		}
+		if h.Found && r.ds == nil {
+			bytes += len(h.Loan.Value)
+		}
+		held = append(held, h)
+		// A sample not held here would have to be read from elsewhere.
+		if (lend && r.ds != nil && !h.Found) || bytes > maxBytes {
+			n.returnHeld(held[start:])
+			return held[:start], false
+		}
+	}
+	ids := make([]policy.ID, 0, len(keys))
+	for i, key := range keys {
+		r, h := &routes[i], &held[start+i]
+		switch {
+		case h.Err != nil || r.out:
+		case r.ds == nil && h.Found:
+			n.freeHits.Add(1)
+			ids = append(ids, freeID(key))
+		case r.ds == nil:
+			n.freeMisses.Add(1)
+		default:
+			n.traceRead(r.ds, r.idx, key)
+			r.ds.counters.Current().Hits.Add(1)
+			ids = append(ids, sampleID(r.ds, r.idx))
+			r.ds.countDecile(r.idx, true)
+			countJobRead(ctx, r.ds, r.idx, true)
+		}
+	}
+	if len(ids) > 0 {
+		n.hits(ids...)
+	}
+	return held, true
+}
+
+// heldRoute is where LendHeldAll found one key: as Node.route returns it.
+type heldRoute struct {
+	ds  *datasetState
+	idx int
+	out bool
+}
+
+// returnHeld gives back the values lent in held.
+func (n *Node) returnHeld(held []transport.Held) {
+	for i := range held {
+		if held[i].Found {
+			n.store.Return(held[i].Loan.Token)
+		}
+		held[i] = transport.Held{}
+	}
+}
+
 // Return implements transport.Backend: it gives a lent value back to the
 // store.
 func (n *Node) Return(token uint64) { n.store.Return(token) }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,12 +20,14 @@ import (
 )
 
 // TestMGetCountsAsGets reads the same keys, some more than once, with a
-// cache too small for all of them, from two nodes: one key at a time by
-// AppendGet (with a head, as the socket frames a reply), the other in
-// batches through MGet. Every value must be byte-exact and framed, the
-// trace the same, and the reads, hits and free-key counts add up alike.
-// (Which samples the policy keeps may differ: a batch tells the policy of
-// its hits before it admits its misses.)
+// cache too small for all of them, from three nodes: one key at a time by
+// AppendGet (with a head, as the socket frames a reply), in batches
+// through MGet, and in batches as an event loop answers MGET: through
+// LendHeldAll, and through MGet where it declines. Every value must be
+// byte-exact and framed, the trace the same, and the reads, hits and
+// free-key counts add up alike. (Which samples the policy keeps may
+// differ: a batch tells the policy of its hits before it admits its
+// misses.)
 func TestMGetCountsAsGets(t *testing.T) {
 	dir, files := makeDataset(t, 200, 1000, 9000)
 	traces := t.TempDir()
@@ -38,8 +41,8 @@ func TestMGetCountsAsGets(t *testing.T) {
 		t.Cleanup(func() { n.Close() })
 		return n
 	}
-	byGet, byMGet := open("get"), open("mget")
-	for _, n := range []*Node{byGet, byMGet} {
+	byGet, byMGet, byLend := open("get"), open("mget"), open("lend")
+	for _, n := range []*Node{byGet, byMGet, byLend} {
 		if _, err := n.Set([]byte("free"), []byte("free value")); err != nil {
 			t.Fatal(err)
 		}
@@ -53,6 +56,17 @@ func TestMGetCountsAsGets(t *testing.T) {
 		keys = append(keys, fmt.Appendf(nil, "ds/%d", idx))
 	}
 	keys = append([][]byte{[]byte("free"), []byte("absent"), []byte("nope/1"), []byte("ds/x")}, keys...)
+	// Every third batch of 8 is read again at once, so that its samples
+	// are held when it is (an event loop answers such a batch).
+	var again [][]byte
+	for start := 0; start < len(keys); start += 8 {
+		part := keys[start:min(start+8, len(keys))]
+		again = append(again, part...)
+		if len(part) == 8 && start%24 == 0 {
+			again = append(again, part...)
+		}
+	}
+	keys = again
 	head := func(dst []byte, n int) []byte { return fmt.Appendf(dst, "<%d>", n) }
 	// want is key's framed value, or "" where it has none.
 	want := func(key []byte) string {
@@ -84,7 +98,47 @@ func TestMGetCountsAsGets(t *testing.T) {
 		}
 		batch.Close()
 	}
-	a, b := byGet.Snapshot(), byMGet.Snapshot()
+	// The loop's way: every value lent, or the batch declined, with or
+	// without the bytes of its values in bounds. Declined batches are
+	// answered through MGet, as the socket answers them.
+	var lent, declined int
+	var held []transport.Held
+	for start := 0; start < len(keys); start += 8 {
+		part := keys[start:min(start+8, len(keys))]
+		maxBytes := 1 << 20
+		if start%48 == 0 {
+			maxBytes = 9000 // one sample at most
+		}
+		var ok bool
+		held, ok = byLend.LendHeldAll(ctx, part, maxBytes, held[:0])
+		if !ok {
+			declined++
+			if len(held) != 0 || byLend.store.Stats().Loans != 0 {
+				t.Fatalf("a declined batch left %d answers and %d loans", len(held), byLend.store.Stats().Loans)
+			}
+			batch := byLend.MGet(ctx, part)
+			for i, key := range part {
+				got, found, err := batch.Append(i, []byte("pre"), head)
+				check("MGet after LendHeldAll", key, got, found, err)
+			}
+			batch.Close()
+			continue
+		}
+		lent++
+		for i, key := range part {
+			h := held[i]
+			got := []byte("pre")
+			if h.Found {
+				got = append(head(got, len(h.Loan.Value)), h.Loan.Value...)
+				byLend.Return(h.Loan.Token)
+			}
+			check("LendHeldAll", key, got, h.Found, h.Err)
+		}
+	}
+	if lent == 0 || declined == 0 || byLend.store.Stats().Loans != 0 {
+		t.Errorf("LendHeldAll answered %d batches and declined %d; %d loans out", lent, declined, byLend.store.Stats().Loans)
+	}
+	a, b, c := byGet.Snapshot(), byMGet.Snapshot(), byLend.Snapshot()
 	reads := func(st stats.Node) []int64 {
 		d := st.Datasets[0]
 		var deciles int64
@@ -93,26 +147,29 @@ func TestMGetCountsAsGets(t *testing.T) {
 		}
 		return []int64{d.Total.Hits + d.Total.ColdMisses + d.Total.CapacityMisses, deciles, st.FreeKeys.Hits, st.FreeKeys.Misses}
 	}
-	if ra, rb := reads(a), reads(b); !slices.Equal(ra, rb) {
-		t.Errorf("reads, decile reads, free hits and misses: by AppendGet %v, by MGet %v", ra, rb)
+	if ra, rb, rc := reads(a), reads(b), reads(c); !slices.Equal(ra, rb) || !slices.Equal(ra, rc) {
+		t.Errorf("reads, decile reads, free hits and misses: by AppendGet %v, by MGet %v, by LendHeldAll %v", ra, rb, rc)
 	}
-	for _, st := range []stats.Node{a, b} {
-		if d := st.Datasets[0]; d.Total.Hits == 0 || d.Total.Evictions == 0 || st.FreeKeys.Hits != 1 || st.FreeKeys.Misses != 2 {
+	for _, st := range []stats.Node{a, b, c} {
+		if d := st.Datasets[0]; d.Total.Hits == 0 || d.Total.Evictions == 0 || st.FreeKeys.Hits != 2 || st.FreeKeys.Misses != 4 { // the first batch, with the free keys, is read twice
 			t.Errorf("the reads did not cover hits, evictions and free keys: %+v", st)
 		}
 	}
 	byGet.Close()
 	byMGet.Close()
+	byLend.Close()
 	ta, err := os.ReadFile(filepath.Join(traces, "get"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := os.ReadFile(filepath.Join(traces, "mget"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(ta, tb) || len(ta) == 0 {
-		t.Errorf("traces differ (%d and %d bytes)", len(ta), len(tb))
+	for _, name := range []string{"mget", "lend"} {
+		tb, err := os.ReadFile(filepath.Join(traces, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(ta, tb) || len(ta) == 0 {
+			t.Errorf("traces of get and %s differ (%d and %d bytes)", name, len(ta), len(tb))
+		}
 	}
 }
 
@@ -145,6 +202,17 @@ func TestSocketReadsUnderEviction(t *testing.T) {
 					return fmt.Errorf("MGET %s: wrong bytes", keys[i])
 				}
 			}
+			// Short enough for an event loop to answer where it holds
+			// every value.
+			vals, err = c.MGet(ctx, keys[:8]...).Result()
+			if err != nil {
+				return err
+			}
+			for i, v := range vals {
+				if s, ok := v.(string); !ok || s != string(files[ids[i]]) {
+					return fmt.Errorf("short MGET %s: wrong bytes", keys[i])
+				}
+			}
 			pipe := c.Pipeline()
 			gets := make([]*redis.StringCmd, 16)
 			for i := range gets {
@@ -167,4 +235,7 @@ func TestSocketReadsUnderEviction(t *testing.T) {
 	if st := p.node.Snapshot(); st.Datasets[0].Total.Evictions == 0 || st.Datasets[0].Total.Hits == 0 {
 		t.Errorf("the reads did not both hit and evict: %+v", st.Datasets[0].Total)
 	}
+	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
+		return p.node.store.Stats().Loans == 0
+	})
 }

@@ -50,6 +50,16 @@ type Backend interface {
 	// caller calls LendGet. Otherwise it answers as LendGet, with held
 	// true.
 	LendHeld(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, loan Loan, found, held bool, err error)
+	// LendHeldAll answers the keys of an MGET for a caller that must not
+	// wait, all of them or none: it lends the value of every key held in
+	// memory in place, whatever its size, checksum-verified there, and
+	// appends one Held per key to into, in order, answered as LendGet
+	// would answer it. Where any key's value would have to be read from
+	// elsewhere than this node's memory, or the values would take more
+	// than maxBytes, it lends and counts nothing and returns ok false;
+	// the caller then answers with MGet. The caller gives every value
+	// lent back with Return, exactly once.
+	LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, into []Held) (held []Held, ok bool)
 	// Return gives back a value lent by LendGet. It is safe after the
 	// backend is closed.
 	Return(token uint64)
@@ -107,6 +117,14 @@ type Backend interface {
 type Loan struct {
 	Value []byte
 	Token uint64
+}
+
+// Held is one key's answer from LendHeldAll: its value lent (Found), or
+// not found, or Err.
+type Held struct {
+	Loan  Loan
+	Found bool
+	Err   error
 }
 
 // MinLent is the shortest value LendGet lends; shorter ones cost less to
@@ -175,7 +193,8 @@ type SocketConfig struct {
 	MaxOrderWait time.Duration
 	// Loops is how many event loops serve the connections, each from one
 	// epoll set: a loop answers the commands that never wait (a GET of a
-	// value held in memory, SHADE.LOCATE, PING, ...) itself, and hands
+	// value held in memory, a short MGET of values all held in memory,
+	// SHADE.LOCATE, PING, ...) itself, and hands
 	// any other, with the rest of its pipeline, to a goroutine. 0 means
 	// DefaultLoops(); a negative value serves every connection from a
 	// goroutine of its own instead.
@@ -208,6 +227,10 @@ const (
 	// replyFlush is how many bytes of an MGET's reply wait at most (and
 	// one value) before they are written out.
 	replyFlush = 256 << 10
+	// maxFastMGet is how many bytes of values an MGET answered on an
+	// event loop may lend at most: a longer one goes to a goroutine,
+	// which writes it out in parts.
+	maxFastMGet = 1 << 20
 )
 
 func (c SocketConfig) withDefaults() SocketConfig {
@@ -296,6 +319,9 @@ type connState struct {
 	// the job the connection last named (SHADE.JOB, or JOB on
 	// SHADE.ORDER); nil until it names one.
 	ctx context.Context
+	// held is the answers of an MGET answered on a loop (fastMGet), kept
+	// for the next one.
+	held []Held
 }
 
 // readCtx is the context a connection's reads are served with.
@@ -530,7 +556,8 @@ func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 }
 
 // fast answers, on an event loop, a command that needs no wait: a GET of a
-// value held in memory, a SHADE.LOCATE, a PING (see handler.fast). It
+// value held in memory, a short MGET of values held in memory, a
+// SHADE.LOCATE, a PING (see handler.fast). It
 // reports whether it did; anything else, and anything handle would refuse,
 // goes to handle on a goroutine.
 func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
