@@ -321,15 +321,24 @@ func writePart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, mor
 }
 
 // fastMGet answers an MGET on an event loop where every value is held in
-// memory (or needs no read at all) and the values take at most
-// maxFastMGet bytes: each of at least MinLent bytes lent in place, as a
-// GET's, the shorter ones copied. Anything else goes to cmdMGet.
+// memory (or needs no read at all) and the values take at most replyPart
+// bytes, one part of cmdMGet's: each of at least MinLent bytes lent in
+// place, as a GET's, the shorter ones copied. Anything else goes to
+// cmdMGet, and so does an MGET while the clients' memory has no room for
+// the values it may copy: cmdMGet waits for room.
 func fastMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
 	keys := a[1:]
 	if len(keys) > s.cfg.MaxKeys {
 		return false // cmdMGet refuses it
 	}
-	held, ok := s.backend.LendHeldAll(s.readCtx(st), keys, maxFastMGet, st.held[:0])
+	// redcon counts the reply's buffer in the clients' memory once the
+	// command is answered; the room is held until then.
+	copied := int64(min(len(keys)*MinLent, replyPart))
+	if !s.clients.TryReserve(copied) {
+		return false
+	}
+	defer s.clients.Release(copied)
+	held, ok := s.backend.LendHeldAll(s.readCtx(st), keys, replyPart, st.held[:0])
 	if !ok {
 		return false
 	}

@@ -220,17 +220,14 @@ const (
 	// proto-max-bulk-len.
 	maxValueLimit = 512 << 20
 	// replyPart is how many bytes of values one part of an MGET reply
-	// holds at most (one value may be larger); maxReplyWait is how long
+	// holds at most (one value may be larger), and an MGET an event loop
+	// answers, all its values lent, at most; maxReplyWait is how long
 	// a part waits for room in the clients' budget.
 	replyPart    = 4 << 20
 	maxReplyWait = 5 * time.Second
 	// replyFlush is how many bytes of an MGET's reply wait at most (and
 	// one value) before they are written out.
 	replyFlush = 256 << 10
-	// maxFastMGet is how many bytes of values an MGET answered on an
-	// event loop may lend at most: a longer one goes to a goroutine,
-	// which writes it out in parts.
-	maxFastMGet = 1 << 20
 )
 
 func (c SocketConfig) withDefaults() SocketConfig {

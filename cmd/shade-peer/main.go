@@ -219,7 +219,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		jobIdle     = fs.Duration("job-idle", 10*time.Minute, "retire a job whose trainers have not joined, finished an epoch or reported for this long: a named job is dropped on every peer (its scores kept in --state-dir as DATASET@JOB.scores), the default job is reset (0 or negative: never)")
 		maxConns    = fs.Int("max-clients", 10000, "most open trainer connections; one more is answered an error and closed")
 		writeTO     = fs.Duration("client-write-timeout", time.Minute, "close a trainer connection whose replies could not be written for this long (a client that stopped reading)")
-		loops       = fs.Int("socket-loops", 0, "event loops serving trainer connections: each answers the commands that never wait (GET of a sample held in memory, MGET of up to 1 MiB of samples held in memory, SHADE.LOCATE, PING) itself and hands others to goroutines (0: one per 4 CPUs, at least one; -1: none, a goroutine per connection)")
+		loops       = fs.Int("socket-loops", 0, "event loops serving trainer connections: each answers the commands that never wait (GET of a sample held in memory, MGET of up to 4 MiB of samples held in memory, SHADE.LOCATE, PING) itself and hands others to goroutines (0: one per 4 CPUs, at least one; -1: none, a goroutine per connection)")
 		maxPeerMem  = fs.String("max-peer-memory", "256MiB", "bytes the requests this peer serves for other peers may hold at once; a request past it is refused and retried elsewhere")
 		adminAddr   = fs.String("admin-addr", admin.DefaultAddr, "admin HTTP listener host:port: /metrics, /healthz, /readyz, /debug/pprof/ (off: none)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")

@@ -5,8 +5,10 @@
 #
 # CLIENTS lists the client counts (redis-benchmark -c) to run, each in its
 # own rows (default 8, then redis-benchmark's default of 50); TESTS the
-# tests (default SET then GET; with GET alone, the keys are written by one
-# untimed SET run per server first). Every test (of 4 KiB and 100 KiB
+# tests (default SET then GET; with GET or MGET alone, the keys are written
+# by one untimed SET run per server first). MGET asks for $MGET_KEYS
+# random keys (default 16) a request, with no pipeline, and makes
+# requests/$MGET_KEYS requests: as many values as a GET run. Every test (of 4 KiB and 100 KiB
 # values) runs `rounds` times, alternating which server goes first, and the table shows the
 # median of each server's rounds: on a small shared machine a burst of
 # other work then shifts both sides alike instead of one. It also shows the
@@ -30,6 +32,7 @@ ROUNDS=${3:-3}
 KEYS=1000
 CLIENTS=${CLIENTS:-8 50}
 TESTS=${TESTS:-set get}
+MGET_KEYS=${MGET_KEYS:-16}
 command -v redis-benchmark >/dev/null || ./.ci/deps.sh redis-server redis-tools
 
 dir=$(mktemp -d)
@@ -64,11 +67,18 @@ run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-
 	local t0 r t1 w0 w1
 	t0=$(ticks "$2")
 	w0=$(switches "$2")
-	r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" --csv 2>/dev/null |
-		awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
+	local n=$N
+	if [ "$4" = mget ]; then
+		n=$((N / MGET_KEYS))
+		r=$(redis-benchmark -s "$1" -n "$n" -c "$5" -r "$KEYS" --csv MGET $(printf 'key:__rand_int__ %.0s' $(seq "$MGET_KEYS")) 2>/dev/null |
+			awk -F'"' '$2 ~ /^MGET/ {print $4}')
+	else
+		r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" --csv 2>/dev/null |
+			awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
+	fi
 	t1=$(ticks "$2")
 	w1=$(switches "$2")
-	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$N" 'BEGIN {print (b - a) * 1e6 / hz / n}') $(awk -v a="$w0" -v b="$w1" -v n="$N" 'BEGIN {print (b - a) * 1000 / n}')"
+	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$n" 'BEGIN {print (b - a) * 1e6 / hz / n}') $(awk -v a="$w0" -v b="$w1" -v n="$n" 'BEGIN {print (b - a) * 1000 / n}')"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # held socket size: fail unless every benchmark key is held at full size.
@@ -94,7 +104,7 @@ for size in 4096 102400; do
 		done ;;
 	esac
 	for t in $TESTS; do
-		[ "$t" = get ] && { held "$dir/redis.sock" $size; held "$dir/shade.sock" $size; }
+		case $t in get | mget) held "$dir/redis.sock" $size; held "$dir/shade.sock" $size ;; esac
 		for c in $CLIENTS; do
 			rs=() ss=() rc=() sc=() rw=() sw=()
 			for round in $(seq "$ROUNDS"); do
@@ -118,5 +128,6 @@ for size in 4096 102400; do
 	done
 done
 echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c <clients> -r $KEYS --csv; medians of $ROUNDS rounds;"
+case " $TESTS " in *" mget "*) echo " mget: redis-benchmark -s <socket> -n $((N / MGET_KEYS)) -c <clients> -r $KEYS --csv MGET <$MGET_KEYS x key:__rand_int__>;" ;; esac
 echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request;"
 echo " sw = the server's context switches per 1,000 requests, all its threads: each is a thread put to sleep or woken)"

@@ -316,4 +316,48 @@ func TestHostileInput(t *testing.T) {
 		})
 		h.assertHealthy(t, "maximal MGETs unread (closed)")
 	})
+
+	t.Run("short MGETs of small values never read", func(t *testing.T) {
+		// Values shorter than a lent one are copied into the reply: 400
+		// connections each send MGETs of 4,096 values of 1,000 bytes (4
+		// MB of replies, short enough for an event loop to answer) and
+		// never read: 3.2 GB against 64 MiB of client memory.
+		c := redisClient(h.Socket)
+		defer c.Close()
+		ctx := context.Background()
+		small := bytes.Repeat([]byte("s"), 1000)
+		for i := range 1000 {
+			if err := c.Set(ctx, "small:"+strconv.Itoa(i), small, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys := make([]string, 4096)
+		for i := range keys {
+			keys[i] = "small:" + strconv.Itoa(i%1000)
+		}
+		mget := resp(append([]string{"MGET"}, keys...)...)
+		const n = 400
+		conns := make([]net.Conn, 0, n)
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for i := 0; i < n; i++ {
+			conn, err := net.Dial("unix", h.Socket)
+			if err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+			conns = append(conns, conn)
+			conn.SetWriteDeadline(time.Now().Add(20 * time.Second))
+			conn.Write(mget)
+			conn.Write(mget)
+		}
+		h.assertHealthy(t, "short MGETs unread (held)")
+		for _, c := range conns {
+			c.Close()
+		}
+		conns = nil
+		h.assertHealthy(t, "short MGETs unread (closed)")
+	})
 }
