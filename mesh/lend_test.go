@@ -249,3 +249,60 @@ func TestMGetFromTheLoop(t *testing.T) {
 		return p.node.store.Stats().Loans == 0
 	})
 }
+
+// TestSetAroundTheLoopBound stores free-form values on both sides of the
+// size an event loop stores itself (a longer one goes to a goroutine),
+// pipelined with EXISTS and DEL, then reads them back in a pipeline of
+// GETs: every reply is exact and in its place. (The SETs and the GETs go
+// in pipelines of their own: the socket takes no more input from a
+// connection while its replies wait to be read, so a client that writes
+// megabytes of SETs before it reads the replies of GETs among them would
+// wait on the peer and the peer on it.)
+func TestSetAroundTheLoopBound(t *testing.T) {
+	p := startPeer(t, Config{CacheSize: 8 << 20}, transport.SocketConfig{})
+	ctx := context.Background()
+	c := p.client(t)
+	sizes := []int{0, 1, 4 << 10, 256<<10 - 1, 256 << 10, 256<<10 + 1, 1 << 20}
+	for round := range 3 {
+		value := func(i, n int) []byte { return bytes.Repeat([]byte{byte('a' + i + round)}, n) }
+		pipe := c.Pipeline()
+		var sets []*redis.StatusCmd
+		for i, n := range sizes {
+			sets = append(sets, pipe.Set(ctx, fmt.Sprintf("set:%d", i), value(i, n), 0))
+		}
+		exists := pipe.Exists(ctx, "set:0", "set:5", "absent")
+		del := pipe.Del(ctx, "set:1", "absent")
+		gone := pipe.Exists(ctx, "set:1")
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range sizes {
+			if err := sets[i].Err(); err != nil {
+				t.Fatalf("SET of %d bytes: %v", n, err)
+			}
+		}
+		if exists.Val() != 2 || del.Val() != 1 || gone.Val() != 0 {
+			t.Fatalf("EXISTS %d (want 2), DEL %d (want 1), EXISTS after DEL %d (want 0)", exists.Val(), del.Val(), gone.Val())
+		}
+		pipe = c.Pipeline()
+		var gets []*redis.StringCmd
+		for i := range sizes {
+			gets = append(gets, pipe.Get(ctx, fmt.Sprintf("set:%d", i)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		for i, n := range sizes {
+			got, err := gets[i].Bytes()
+			if i == 1 { // deleted
+				if !errors.Is(err, redis.Nil) {
+					t.Fatalf("round %d: GET of a deleted key: %d bytes, %v", round, len(got), err)
+				}
+				continue
+			}
+			if err != nil || !bytes.Equal(got, value(i, n)) {
+				t.Fatalf("round %d: GET of the %d-byte value: %d bytes, %v", round, n, len(got), err)
+			}
+		}
+	}
+}

@@ -56,7 +56,7 @@ func commandTable() map[string]handler {
 		"dbsize":         {1, 1, func(s *SocketServer, c redcon.Conn, _ *connState, _ [][]byte) { c.WriteInt(s.backend.DBSize()) }, nil},
 		"get":            {2, 2, cmdGet, fastGet},
 		"mget":           {2, -1, cmdMGet, fastMGet},
-		"set":            {3, 3, cmdSet, nil},
+		"set":            {3, 3, cmdSet, fastSet},
 		"exists":         {2, -1, cmdExists, nil},
 		"del":            {2, -1, cmdDel, nil},
 		"unlink":         {2, -1, cmdDel, nil},
@@ -72,7 +72,7 @@ func commandTable() map[string]handler {
 		"shade.locate":   {2, -1, cmdLocate, nil},
 	}
 	// What an event loop answers itself: commands that never wait.
-	for _, name := range []string{"ping", "echo", "shade.job", "shade.locate"} {
+	for _, name := range []string{"ping", "echo", "dbsize", "exists", "del", "unlink", "shade.job", "shade.locate"} {
 		t[name] = never(t[name])
 	}
 	return t
@@ -359,6 +359,18 @@ func fastMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
 		*h = Held{}
 	}
 	st.held = held[:0]
+	return true
+}
+
+// fastSet answers a SET on an event loop where the value is at most
+// replyFlush bytes: storing it never waits, and a longer one, whose copy
+// into the cache would hold up the loop's other connections, goes to
+// cmdSet on a goroutine.
+func fastSet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
+	if len(a[2]) > replyFlush {
+		return false
+	}
+	cmdSet(s, c, st, a)
 	return true
 }
 

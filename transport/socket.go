@@ -194,7 +194,7 @@ type SocketConfig struct {
 	// Loops is how many event loops serve the connections, each from one
 	// epoll set: a loop answers the commands that never wait (a GET of a
 	// value held in memory, a short MGET of values all held in memory,
-	// SHADE.LOCATE, PING, ...) itself, and hands
+	// a short SET, EXISTS, SHADE.LOCATE, PING, ...) itself, and hands
 	// any other, with the rest of its pipeline, to a goroutine. 0 means
 	// DefaultLoops(); a negative value serves every connection from a
 	// goroutine of its own instead.
