@@ -254,10 +254,10 @@ func TestMGetFromTheLoop(t *testing.T) {
 // size an event loop stores itself (a longer one goes to a goroutine),
 // pipelined with EXISTS and DEL, then reads them back in a pipeline of
 // GETs: every reply is exact and in its place. (The SETs and the GETs go
-// in pipelines of their own: the socket takes no more input from a
-// connection while its replies wait to be read, so a client that writes
-// megabytes of SETs before it reads the replies of GETs among them would
-// wait on the peer and the peer on it.)
+// in pipelines of their own: while a goroutine's replies wait to be
+// read, the socket takes no more input from that connection, so a client
+// that writes megabytes of SETs before it reads the replies of GETs among
+// them would wait on the peer and the peer on it.)
 func TestSetAroundTheLoopBound(t *testing.T) {
 	p := startPeer(t, Config{CacheSize: 8 << 20}, transport.SocketConfig{})
 	ctx := context.Background()

@@ -125,6 +125,10 @@ type request struct {
 	err  error // for closeConn
 }
 
+// maxAbsorb is the most input a connection whose replies wait for room
+// holds unanswered (see absorb).
+const maxAbsorb = 4 << 20
+
 const (
 	serveConn = iota
 	writeReplies
@@ -140,7 +144,7 @@ type loopState struct {
 	// back: a worker gave c back, its socket in the epoll set again, and
 	// the loop has not taken it up yet (see giveBack).
 	back     atomic.Bool
-	events   uint32      // what the epoll set waits for: EPOLLIN, EPOLLOUT while out is pending, 0 while out of the set
+	events   uint32      // what the epoll set waits for: EPOLLIN; EPOLLOUT while out is pending (with EPOLLIN while it takes input in, see absorb); 0 while out of the set
 	out      net.Buffers // replies being written, nil when none
 	deadline time.Time   // for out
 	active   time.Time   // last input, for the idle close
@@ -393,6 +397,9 @@ func (l *loop) serve(c *conn, events uint32) (work bool) {
 		return false
 	}
 	if c.ls.out != nil {
+		if events&unix.EPOLLIN != 0 && !l.absorb(c) {
+			return false
+		}
 		if !l.write(c) {
 			return false
 		}
@@ -478,8 +485,12 @@ func (l *loop) startWrite(c *conn) bool {
 func (l *loop) write(c *conn) bool {
 	err := writev(c, &l.iov)
 	if err == unix.EAGAIN {
-		if c.ls.events != unix.EPOLLOUT {
-			if !l.wait(c, unix.EPOLLOUT) {
+		if c.ls.events&unix.EPOLLOUT == 0 {
+			events := uint32(unix.EPOLLOUT)
+			if len(c.cmds) == 0 {
+				events |= unix.EPOLLIN // see absorb
+			}
+			if !l.wait(c, events) {
 				return false
 			}
 			l.waitingToWrite(c)
@@ -491,9 +502,42 @@ func (l *loop) write(c *conn) bool {
 		return false
 	}
 	c.written(nil)
-	if c.ls.events == unix.EPOLLOUT {
+	if c.ls.events&unix.EPOLLOUT != 0 {
 		l.writing--
 		return l.wait(c, unix.EPOLLIN)
+	}
+	return true
+}
+
+// absorb reads what c's client sent while c's replies wait for room,
+// without answering it yet, up to maxAbsorb bytes waiting in all: a client
+// that writes a whole pipeline before it reads the replies (as pipelining
+// clients do) can then finish writing and go on to read them, where it
+// would otherwise wait on the server and the server on it. Past that,
+// where the clients' memory has no room for more, or at the end of the
+// input, c stops taking input until its replies are out; the commands
+// read are answered then. It reports false where it closed c.
+//
+// It reads only where no command read earlier waits (c.cmds): their
+// arguments lie in the read buffer, which reading may move.
+func (l *loop) absorb(c *conn) bool {
+	stop := len(c.cmds) > 0 || c.rd.end-c.rd.start >= maxAbsorb || c.rd.makeRoom() != nil
+	if !stop {
+		n, err := syscall.Read(c.ls.fd, c.rd.buf[c.rd.end:])
+		switch {
+		case n > 0:
+			c.rd.end += n
+			c.ls.active = l.now
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+		case err == nil:
+			stop = true // the end of the input: seen again once the replies are out
+		default:
+			l.close(c, err)
+			return false
+		}
+	}
+	if stop {
+		return l.wait(c, unix.EPOLLOUT)
 	}
 	return true
 }
@@ -733,7 +777,7 @@ func (l *loop) close(c *conn, err error) {
 	if c.ls.gone {
 		return
 	}
-	if c.ls.events == unix.EPOLLOUT {
+	if c.ls.events&unix.EPOLLOUT != 0 {
 		l.writing--
 	}
 	l.remove(c)

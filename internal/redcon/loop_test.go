@@ -280,3 +280,54 @@ func TestLoopShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopTakesInputWhileRepliesWait: a client writes a whole pipeline,
+// 2 MB of commands whose replies come to 6.5 MB, before it reads any
+// reply. The loop answering them takes the rest of the pipeline in while
+// the first replies wait for room, so the client can finish writing and
+// read every reply, in order, instead of both sides waiting on the other.
+func TestLoopTakesInputWhileRepliesWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := func(conn Conn, cmd Command) {
+		n, _ := strconv.Atoi(string(cmd.Args[1]))
+		conn.WriteBulk(bytes.Repeat(cmd.Args[1][:1], n))
+	}
+	s := NewServerNetwork("unix", path, reply, nil, nil)
+	s.SetLoops(1, func(conn Conn, cmd Command) bool { reply(conn, cmd); return true })
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(ln) }()
+	defer func() { ln.Close(); <-done }()
+
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute)) // a stall fails, not hangs
+	pad := bytes.Repeat([]byte("p"), 10<<10)
+	var pipeline []byte
+	var want []int
+	for i := range 200 {
+		n := 30000 + i
+		want = append(want, n)
+		pipeline = append(pipeline, respCommand([]byte("BIG"), []byte(strconv.Itoa(n)), pad)...)
+	}
+	if _, err := c.Write(pipeline); err != nil {
+		t.Fatalf("writing the pipeline: %v", err)
+	}
+	br := bufio.NewReader(c)
+	for i, n := range want {
+		line, err := br.ReadString('\n')
+		if err != nil || line != "$"+strconv.Itoa(n)+"\r\n" {
+			t.Fatalf("reply %d: %q %v", i, line, err)
+		}
+		body := make([]byte, n+2)
+		if _, err := io.ReadFull(br, body); err != nil || !bytes.Equal(body[:n], bytes.Repeat([]byte{strconv.Itoa(n)[0]}, n)) {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+	}
+}
