@@ -408,19 +408,12 @@ func (l *loop) serve(c *conn, events uint32) (work bool) {
 			l.refuse(c, err)
 			return
 		}
-		// syscall.Read, not unix.Read: the race detector then sees the
-		// writer's side of the socket happen before the commands.
-		n, err := syscall.Read(c.ls.fd, c.rd.buf[c.rd.end:])
-		switch {
-		case n > 0:
-			c.rd.end += n
-			c.ls.active = l.now
-		case err == syscall.EAGAIN || err == syscall.EINTR:
-		case err == nil:
-			l.close(c, nil) // end of input
-			return
-		default:
+		switch eof, err := l.read(c); {
+		case err != nil:
 			l.close(c, err)
+			return
+		case eof:
+			l.close(c, nil)
 			return
 		}
 	}
@@ -509,6 +502,25 @@ func (l *loop) write(c *conn) bool {
 	return true
 }
 
+// read reads what c's socket holds into c's reader, which has room for
+// it; it reports the end of the input, or an error.
+func (l *loop) read(c *conn) (eof bool, err error) {
+	// syscall.Read, not unix.Read: the race detector then sees the
+	// writer's side of the socket happen before the commands.
+	n, err := syscall.Read(c.ls.fd, c.rd.buf[c.rd.end:])
+	switch {
+	case n > 0:
+		c.rd.end += n
+		c.ls.active = l.now
+	case err == syscall.EAGAIN || err == syscall.EINTR:
+	case err == nil:
+		return true, nil
+	default:
+		return false, err
+	}
+	return false, nil
+}
+
 // absorb reads what c's client sent while c's replies wait for room,
 // without answering it yet, up to maxAbsorb bytes waiting in all: a client
 // that writes a whole pipeline before it reads the replies (as pipelining
@@ -523,18 +535,12 @@ func (l *loop) write(c *conn) bool {
 func (l *loop) absorb(c *conn) bool {
 	stop := len(c.cmds) > 0 || c.rd.end-c.rd.start >= maxAbsorb || c.rd.makeRoom() != nil
 	if !stop {
-		n, err := syscall.Read(c.ls.fd, c.rd.buf[c.rd.end:])
-		switch {
-		case n > 0:
-			c.rd.end += n
-			c.ls.active = l.now
-		case err == syscall.EAGAIN || err == syscall.EINTR:
-		case err == nil:
-			stop = true // the end of the input: seen again once the replies are out
-		default:
+		eof, err := l.read(c)
+		if err != nil {
 			l.close(c, err)
 			return false
 		}
+		stop = eof // the end of the input: seen again once the replies are out
 	}
 	if stop {
 		return l.wait(c, unix.EPOLLOUT)

@@ -21,9 +21,10 @@ const (
 	goroutines mode = iota // a goroutine per connection
 	workers                // event loops that answer nothing themselves
 	mixed                  // event loops that answer about half the commands
+	loopsOnly              // event loops that answer every command
 )
 
-func (m mode) String() string { return [...]string{"goroutines", "workers", "mixed"}[m] }
+func (m mode) String() string { return [...]string{"goroutines", "workers", "mixed", "loops only"}[m] }
 
 // set makes s serve as m, with handler as the loops' fast path where m
 // is mixed: it takes the commands of even length but DETACH and BLOCK.
@@ -40,6 +41,8 @@ func (m mode) set(s *Server, handler func(Conn, Command)) {
 			handler(conn, cmd)
 			return true
 		})
+	case loopsOnly:
+		s.SetLoops(1, func(conn Conn, cmd Command) bool { handler(conn, cmd); return true })
 	}
 }
 
@@ -287,21 +290,10 @@ func TestLoopShutdown(t *testing.T) {
 // the first replies wait for room, so the client can finish writing and
 // read every reply, in order, instead of both sides waiting on the other.
 func TestLoopTakesInputWhileRepliesWait(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reply := func(conn Conn, cmd Command) {
+	path := serveUnix(t, loopsOnly, func(conn Conn, cmd Command) {
 		n, _ := strconv.Atoi(string(cmd.Args[1]))
 		conn.WriteBulk(bytes.Repeat(cmd.Args[1][:1], n))
-	}
-	s := NewServerNetwork("unix", path, reply, nil, nil)
-	s.SetLoops(1, func(conn Conn, cmd Command) bool { reply(conn, cmd); return true })
-	done := make(chan struct{})
-	go func() { defer close(done); s.Serve(ln) }()
-	defer func() { ln.Close(); <-done }()
-
+	})
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
