@@ -126,11 +126,7 @@ func TestLentGetsUnderEviction(t *testing.T) {
 	if st.Corrupt != 0 || st.Hits == 0 || st.Deletes == 0 {
 		t.Fatalf("store: %d corrupt, %d hits, %d deletes", st.Corrupt, st.Hits, st.Deletes)
 	}
-	// A connection gives its loans back once its replies are written,
-	// which may be just after the client read them.
-	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
-		return p.node.store.Stats().Loans == 0
-	})
+	p.loansBack(t)
 }
 
 // TestLoansComeBackWhenTheClientLeaves: a client that pipelines GETs of
@@ -245,9 +241,7 @@ func TestMGetFromTheLoop(t *testing.T) {
 	if hits, misses := after.Hits-before.Hits, after.ColdMisses+after.CapacityMisses-before.ColdMisses-before.CapacityMisses; hits != int64(sampleReads) || misses != 0 {
 		t.Errorf("%d hits and %d misses counted for %d reads of samples held", hits, misses, sampleReads)
 	}
-	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
-		return p.node.store.Stats().Loans == 0
-	})
+	p.loansBack(t)
 }
 
 // TestSetAroundTheLoopBound stores free-form values on both sides of the

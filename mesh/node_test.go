@@ -62,6 +62,16 @@ func startPeer(t testing.TB, cfg Config, sc transport.SocketConfig) *testPeer {
 	return &testPeer{node: node, sock: sock, path: sc.Path}
 }
 
+// loansBack waits until every value the peer's socket lent has been given
+// back: a connection gives its loans back once its replies are written,
+// which may be just after the client read them.
+func (p *testPeer) loansBack(t testing.TB) {
+	t.Helper()
+	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
+		return p.node.store.Stats().Loans == 0
+	})
+}
+
 func (p *testPeer) client(t testing.TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Network: "unix", Addr: p.path, Protocol: 2, ReadTimeout: 30 * time.Second})

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -235,7 +234,5 @@ func TestSocketReadsUnderEviction(t *testing.T) {
 	if st := p.node.Snapshot(); st.Datasets[0].Total.Evictions == 0 || st.Datasets[0].Total.Hits == 0 {
 		t.Errorf("the reads did not both hit and evict: %+v", st.Datasets[0].Total)
 	}
-	testsupport.WaitFor(t, 10*time.Second, "every loan is given back", func() bool {
-		return p.node.store.Stats().Loans == 0
-	})
+	p.loansBack(t)
 }

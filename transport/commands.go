@@ -363,11 +363,10 @@ func fastMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
 }
 
 // fastSet answers a SET on an event loop where the value is at most
-// replyFlush bytes: storing it never waits, and a longer one, whose copy
-// into the cache would hold up the loop's other connections, goes to
-// cmdSet on a goroutine.
+// maxLoopSet bytes (storing it never waits); a longer one goes to cmdSet
+// on a goroutine.
 func fastSet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
-	if len(a[2]) > replyFlush {
+	if len(a[2]) > maxLoopSet {
 		return false
 	}
 	cmdSet(s, c, st, a)

@@ -128,8 +128,9 @@ type Held struct {
 }
 
 // MinLent is the shortest value LendGet lends; shorter ones cost less to
-// copy than to write out from where they lie. It also bounds the values a
-// connection holds lent: replies are written out every 256 KiB.
+// copy than to write out from where they lie. Replies are written out
+// every 256 KiB (and an MGET an event loop answers lends at most
+// replyPart), which bounds the values a connection holds lent.
 const MinLent = 1 << 10
 
 // Batch is one MGet's keys being answered. It is used by one goroutine.
@@ -228,6 +229,10 @@ const (
 	// replyFlush is how many bytes of an MGET's reply wait at most (and
 	// one value) before they are written out.
 	replyFlush = 256 << 10
+	// maxLoopSet is the longest value a SET an event loop answers may
+	// store; a longer one goes to a goroutine, so that its copy into the
+	// cache does not hold up the loop's other connections.
+	maxLoopSet = 256 << 10
 )
 
 func (c SocketConfig) withDefaults() SocketConfig {

@@ -467,7 +467,8 @@ func (l *loop) refuse(c *conn, err error) {
 }
 
 // startWrite writes c's replies out; it reports whether they went out
-// whole. If not, c waits for room (EPOLLOUT) and takes no input until then.
+// whole. If not, c waits for room (EPOLLOUT), taking in only what absorb
+// takes until then.
 func (l *loop) startWrite(c *conn) bool {
 	c.ls.out = c.wr.vector()
 	return l.write(c)
