@@ -144,7 +144,7 @@ type loopState struct {
 	// back: a worker gave c back, its socket in the epoll set again, and
 	// the loop has not taken it up yet (see giveBack).
 	back     atomic.Bool
-	events   uint32      // what the epoll set waits for: EPOLLIN; EPOLLOUT while out is pending (with EPOLLIN while it takes input in, see absorb); 0 while out of the set
+	events   uint32      // what the epoll set waits for: EPOLLIN; EPOLLOUT while out or a worker's replies are pending (with EPOLLIN while it takes input in, see takeInput); 0 while out of the set
 	out      net.Buffers // replies being written, nil when none
 	deadline time.Time   // for out
 	active   time.Time   // last input, for the idle close
@@ -315,8 +315,14 @@ func (l *loop) arm() (closing bool) {
 			l.own(c)
 			l.close(c, r.err)
 		case r.kind == writeReplies:
-			// A worker's replies, which the socket did not take.
-			if err := l.add(c, unix.EPOLLOUT); err != nil {
+			// A worker's replies, which the socket did not take; its
+			// input meanwhile (absorbForWorker), unless the worker made a
+			// net.Conn of the socket, whose reads must see every byte.
+			events := uint32(unix.EPOLLOUT | unix.EPOLLIN)
+			if c.conn != nil {
+				events = unix.EPOLLOUT
+			}
+			if err := l.add(c, events); err != nil {
 				c.ls.written <- err
 				continue
 			}
@@ -393,6 +399,9 @@ func (l *loop) unslotIndex(i int32) {
 // a worker (see handOff).
 func (l *loop) serve(c *conn, events uint32) (work bool) {
 	if c.ls.forWorker {
+		if events&unix.EPOLLIN != 0 && !l.absorbForWorker(c) {
+			return false
+		}
 		l.writeForWorker(c)
 		return false
 	}
@@ -480,11 +489,7 @@ func (l *loop) write(c *conn) bool {
 	err := writev(c, &l.iov)
 	if err == unix.EAGAIN {
 		if c.ls.events&unix.EPOLLOUT == 0 {
-			events := uint32(unix.EPOLLOUT)
-			if len(c.cmds) == 0 {
-				events |= unix.EPOLLIN // see absorb
-			}
-			if !l.wait(c, events) {
+			if !l.wait(c, unix.EPOLLOUT|unix.EPOLLIN) { // see absorb
 				return false
 			}
 			l.waitingToWrite(c)
@@ -523,30 +528,43 @@ func (l *loop) read(c *conn) (eof bool, err error) {
 }
 
 // absorb reads what c's client sent while c's replies wait for room,
-// without answering it yet, up to maxAbsorb bytes waiting in all: a client
-// that writes a whole pipeline before it reads the replies (as pipelining
-// clients do) can then finish writing and go on to read them, where it
-// would otherwise wait on the server and the server on it. Past that,
-// where the clients' memory has no room for more, or at the end of the
-// input, c stops taking input until its replies are out; the commands
-// read are answered then. It reports false where it closed c.
-//
-// It reads only where no command read earlier waits (c.cmds): their
-// arguments lie in the read buffer, which reading may move.
+// without answering it yet (takeInput). Where c is to take no more, it
+// waits for room alone. It reports false where it closed c.
 func (l *loop) absorb(c *conn) bool {
-	stop := len(c.cmds) > 0 || c.rd.end-c.rd.start >= maxAbsorb || c.rd.makeRoom() != nil
-	if !stop {
-		eof, err := l.read(c)
-		if err != nil {
-			l.close(c, err)
-			return false
-		}
-		stop = eof // the end of the input: seen again once the replies are out
+	more, err := l.takeInput(c, len(c.cmds) > 0)
+	if err != nil {
+		l.close(c, err)
+		return false
 	}
-	if stop {
+	if !more {
 		return l.wait(c, unix.EPOLLOUT)
 	}
 	return true
+}
+
+// takeInput reads what c's client sent while c's replies, the loop's or
+// a worker's, wait for room, up to maxAbsorb bytes waiting in all: a
+// client that writes a whole pipeline before it reads the replies (as
+// pipelining clients do) can then finish writing and go on to read them,
+// where it would otherwise wait on the server and the server on it. It
+// reports whether c may take more: not past maxAbsorb, where the clients'
+// memory has no room, or at the end of the input (seen again once the
+// replies are out). The commands read are answered once the replies are
+// out. With live set, commands parsed earlier are still to run, and their
+// arguments lie in the read buffer: it is then never moved in place.
+func (l *loop) takeInput(c *conn, live bool) (more bool, err error) {
+	if c.rd.end-c.rd.start >= maxAbsorb {
+		return false, nil
+	}
+	room := c.rd.makeRoom
+	if live {
+		room = c.rd.makeRoomKeeping
+	}
+	if room() != nil {
+		return false, nil
+	}
+	eof, err := l.read(c)
+	return !eof && err == nil, err
 }
 
 // waitingToWrite counts c among the connections whose replies wait for
@@ -745,6 +763,24 @@ func (l *loop) flushWorker(c *conn) error {
 	}
 	c.written(err)
 	return err
+}
+
+// absorbForWorker is absorb for a worker's connection, whose worker
+// waits for the loop to write its replies (so the loop may read into its
+// buffer), and whose commands may be mid-run (so the buffer is never moved
+// in place). A read error stops the input; it is seen again when the loop
+// next reads c. It reports false where the loop's write for the worker
+// ended.
+func (l *loop) absorbForWorker(c *conn) bool {
+	if more, err := l.takeInput(c, true); more && err == nil {
+		return true
+	}
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.ls.fd, c.epollEvent(unix.EPOLLOUT)); err != nil {
+		l.doneForWorker(c, os.NewSyscallError("epoll_ctl", err))
+		return false
+	}
+	c.ls.events = unix.EPOLLOUT
+	return true
 }
 
 // writeForWorker goes on writing a worker's replies; once they are out,

@@ -285,12 +285,21 @@ func TestLoopShutdown(t *testing.T) {
 }
 
 // TestLoopTakesInputWhileRepliesWait: a client writes a whole pipeline,
-// 2 MB of commands whose replies come to 6.5 MB, before it reads any
-// reply. The loop answering them takes the rest of the pipeline in while
-// the first replies wait for room, so the client can finish writing and
-// read every reply, in order, instead of both sides waiting on the other.
+// 2.7 MB of commands whose replies come to 19 MB, before it reads any
+// reply. While the first replies wait for room, the loop takes the rest of
+// the pipeline in, whether the loop answers the commands, a worker does,
+// or both in turn: so the client can finish writing and read every reply,
+// in order, instead of both sides waiting on the other. (A goroutine per
+// connection, the fallback of SetLoops(-1), still reads no input while
+// its replies wait.)
 func TestLoopTakesInputWhileRepliesWait(t *testing.T) {
-	path := serveUnix(t, loopsOnly, func(conn Conn, cmd Command) {
+	for _, m := range []mode{loopsOnly, workers, mixed} {
+		t.Run(m.String(), func(t *testing.T) { testInputWhileRepliesWait(t, m) })
+	}
+}
+
+func testInputWhileRepliesWait(t *testing.T, m mode) {
+	path := serveUnix(t, m, func(conn Conn, cmd Command) {
 		n, _ := strconv.Atoi(string(cmd.Args[1]))
 		conn.WriteBulk(bytes.Repeat(cmd.Args[1][:1], n))
 	})
@@ -303,6 +312,17 @@ func TestLoopTakesInputWhileRepliesWait(t *testing.T) {
 	pad := bytes.Repeat([]byte("p"), 10<<10)
 	var pipeline []byte
 	var want []int
+	// The first command's reply alone fills the socket. While it waits,
+	// the short commands after it, parsed already and still to be
+	// answered, lie in the read buffer, where moving the input read
+	// meanwhile would overwrite them.
+	pipeline = respCommand([]byte("BIG"), []byte("3000000"))
+	want = append(want, 3000000)
+	for i := range 20000 {
+		n := 10 + i%1000
+		want = append(want, n)
+		pipeline = append(pipeline, respCommand([]byte("BIG"), []byte(strconv.Itoa(n)))...)
+	}
 	for i := range 200 {
 		n := 30000 + i
 		want = append(want, n)

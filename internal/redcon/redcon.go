@@ -686,6 +686,34 @@ func (c *conn) flushed() {
 	c.wshare.Set(int64(cap(c.wr.b)))
 }
 
+// makeRoomKeeping makes room after end for at least one more byte, as
+// makeRoom does, for a reader whose commands parsed already are still to
+// run (shade): their arguments lie in buf, so it never moves bytes within
+// buf. Where buf is full, what is pending goes to the front of a new
+// buffer, twice as large where it filled half of this one, and the old
+// one is left to the commands (the collector frees it once they are
+// done; until then it is memory the budget does not count, at most the
+// size of the new buffer). ErrClientMemory where the growth does not fit
+// the budget.
+func (rd *Reader) makeRoomKeeping() error {
+	if rd.end < len(rd.buf) {
+		return nil
+	}
+	pending := rd.end - rd.start
+	size := max(len(rd.buf), 4096)
+	for size < 2*(pending+1) {
+		size *= 2
+	}
+	if size > len(rd.buf) && !rd.share.Grow(int64(size-len(rd.buf))) {
+		return errClientMemoryFull
+	}
+	newbuf := make([]byte, size)
+	copy(newbuf, rd.buf[rd.start:rd.end])
+	rd.buf = newbuf
+	rd.start, rd.end = 0, pending
+	return nil
+}
+
 // overBudget reports whether the clients' budget is spent (shade).
 func (c *conn) overBudget() bool {
 	b := c.rd.limits.Budget
