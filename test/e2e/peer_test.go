@@ -117,6 +117,42 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 	}
 }
 
+// TestPipelineOfReadThroughs: a client pipelines a GET of every sample
+// of a dataset not read yet, as go-redis does, writing every command
+// before it reads a reply. The GETs read through on a worker, whose
+// replies fill the socket long before the client has written its
+// commands: the peer must go on taking the commands in, or each side
+// waits on the other until a timeout. Every value must be the file's.
+func TestPipelineOfReadThroughs(t *testing.T) {
+	root := importFashionMNIST(t, 20000)
+	train := filepath.Join(root, "train")
+	m, err := dataset.Scan(train, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPeer(t, "--dataset", "fmnist-train="+train, "--cache-size", "256MiB")
+	c := redisClient(p.Socket)
+	defer c.Close()
+	ctx := context.Background()
+	pipe := c.Pipeline()
+	gets := make([]*redis.StringCmd, m.Len())
+	for i := range gets {
+		gets[i] = pipe.Get(ctx, "fmnist-train/"+strconv.Itoa(i))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("a pipeline of %d GETs: %v", len(gets), err)
+	}
+	for i, g := range gets {
+		want, err := os.ReadFile(filepath.Join(train, m.Names[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Val() != string(want) {
+			t.Fatalf("GET fmnist-train/%d is not the file %s", i, m.Names[i])
+		}
+	}
+}
+
 func TestRedisBenchmarkRunsToCompletion(t *testing.T) {
 	bench, err := exec.LookPath("redis-benchmark")
 	if err != nil {
