@@ -48,8 +48,7 @@ func (n *Node) queueScores(js *jobState, ids []uint32) {
 		n.applyLocalScores(js, ids) // every sample is this node's
 		return
 	}
-	ownersOf := func(id uint32) []string { return n.ownersView(js.ds, id) }
-	local := n.out.QueueScores(ownersOf, n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids)
+	local := n.out.QueueScores(n.placement(js.ds), n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids)
 	n.applyLocalScores(js, local)
 }
 

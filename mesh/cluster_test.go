@@ -572,6 +572,51 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 	}
 }
 
+// TestMergedScoresReachEveryOwner: ranks on three nodes train an epoch
+// and report a loss for every sample; the leader merges them and sends
+// each sample's merged score to its owners (queued by ring partition,
+// wire.ScoreQueue). Every node must then hold, for every sample it owns
+// and for no other, the leader's score of it: the leader's own share
+// applied on the leader, the others' sent to them.
+func TestMergedScoresReachEveryOwner(t *testing.T) {
+	const world = 3
+	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
+	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
+		func(id int64) float64 { return 0.1 + float64(id%13) })
+	var lead *testPeer
+	for _, p := range m.peers {
+		if p.node.lead.leading() {
+			lead = p
+		}
+	}
+	if lead == nil {
+		t.Fatal("no leader")
+	}
+	want := lead.node.ordered[0].def.scores.All(len(m.files))
+	mismatch := func(p *testPeer) string {
+		n := p.node
+		ds := n.ordered[0]
+		n.polMu.Lock()
+		defer n.polMu.Unlock()
+		owned := ds.def.owned
+		for id := range m.files {
+			mine := contains(n.owners(ds, uint32(id)), n.Name())
+			switch {
+			case owned == nil:
+				return "no scores"
+			case !mine && !math.IsNaN(float64(owned[id])):
+				return fmt.Sprintf("a score of sample %d, which it does not own", id)
+			case mine && owned[id] != float32(want[id]):
+				return fmt.Sprintf("score %v of sample %d, the leader's is %v", owned[id], id, want[id])
+			}
+		}
+		return ""
+	}
+	for _, p := range m.peers {
+		waitFor(t, 10*time.Second, p.node.Name()+" to hold the merged scores of its samples", func() bool { return mismatch(p) == "" })
+	}
+}
+
 // TestOwnersByHashedSamples checks that once a mesh forms, every node has
 // hashed the dataset's samples into the ring's partitions and that the
 // owners it finds through them are, sample for sample, those the ring gives

@@ -164,7 +164,6 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	res.HashSamples = time.Since(start)
-	ownersOf := func(id uint32) []string { return r.SampleOwners(samples, id) }
 	// Where the leader's split finds the owners, as mesh.Node.placement.
 	where := sampling.Placement{
 		Groups: r.Config().Partitions,
@@ -268,7 +267,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
 	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
-	q := newScoreQueue(ownersOf, leader)
+	q := newScoreQueue(where, leader)
 	flush := func() error {
 		msgs, bytes, err := q.flush(table)
 		flushStep.Messages += float64(msgs)
@@ -443,21 +442,21 @@ func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *ran
 // owners: the node's own wire.ScoreQueue, flushed by encoding the
 // messages a node would send.
 type scoreQueue struct {
-	owners wire.Owners
+	where  wire.Placement
 	leader string
 	q      wire.ScoreQueue
 	local  []uint32 // the leader's own share
 	frame  []byte
 }
 
-func newScoreQueue(owners wire.Owners, leader string) *scoreQueue {
-	return &scoreQueue{owners: owners, leader: leader}
+func newScoreQueue(where wire.Placement, leader string) *scoreQueue {
+	return &scoreQueue{where: where, leader: leader}
 }
 
 // add queues the samples of one merged minibatch for their owners, as
 // mesh.queueScores does.
 func (q *scoreQueue) add(dataset string, ids []uint32) {
-	q.local = q.q.Add(q.owners, q.leader, wire.JobKey{Dataset: dataset}, ids, q.local)
+	q.local = q.q.Add(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, q.local)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader

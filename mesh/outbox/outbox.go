@@ -116,11 +116,11 @@ func (o *Outbox) QueuedReports() int {
 }
 
 // QueueScores queues samples of a job whose merged scores their owners
-// (as ownersOf places them) need, and returns those that self owns.
-func (o *Outbox) QueueScores(ownersOf wire.Owners, self string, job wire.JobKey, ids []uint32) (local []uint32) {
+// (as where places them) need, and returns those that self owns.
+func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.scores.Add(ownersOf, self, job, ids, nil)
+	return o.scores.Add(where, self, job, ids, nil)
 }
 
 // TakeScores empties the score queue and returns it (see
@@ -128,7 +128,7 @@ func (o *Outbox) QueueScores(ownersOf wire.Owners, self string, job wire.JobKey,
 func (o *Outbox) TakeScores() map[wire.JobKey]map[string][]uint32 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.scores.Len() == 0 {
+	if o.scores.Queued() == 0 {
 		return nil
 	}
 	return o.scores.Take()

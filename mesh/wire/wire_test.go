@@ -14,26 +14,58 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
+// TestScoreQueue: samples queue by group; each owner gets the ids of
+// its groups, as the placement stands when the queue is taken, in the
+// order the groups were first queued, repeats included; self's share is
+// returned at once and never queued for self.
 func TestScoreQueue(t *testing.T) {
-	placed := map[uint32][]string{1: {"a", "me"}, 2: {"b"}, 3: {"a", "b"}}
-	r := Owners(func(id uint32) []string { return placed[id] })
+	// Groups: 0 = {a, me}, 1 = {b}, 2 = {a, b}; sample id is in group
+	// id % 3.
+	owners := [][]string{{"a", "me"}, {"b"}, {"a", "b"}}
+	asked := 0
+	where := Placement{Groups: 3, Group: func(id uint32) int { return int(id % 3) }, Owners: func(g int) []string { asked++; return owners[g] }}
 	var q ScoreQueue
-	local := q.Add(r, "me", JobKey{Dataset: "ds"}, []uint32{1, 2, 3}, nil)
-	local = q.Add(r, "me", JobKey{Dataset: "ds"}, []uint32{1}, local)
-	if !slices.Equal(local, []uint32{1, 1}) {
-		t.Fatalf("local share %v, want [1 1]", local)
+	ds := JobKey{Dataset: "ds"}
+	local := q.Add(where, "me", ds, []uint32{3, 4, 5, 3}, nil)
+	local = q.Add(where, "me", ds, []uint32{6, 8}, local)
+	if !slices.Equal(local, []uint32{3, 3, 6}) {
+		t.Fatalf("local share %v, want [3 3 6]", local)
 	}
-	if q.Len() != 2 {
-		t.Fatalf("%d owners queued, want 2", q.Len())
+	if asked != 3 {
+		t.Fatalf("owners asked %d times while queueing, want once a group: 3", asked)
 	}
+	if q.Queued() != 6 {
+		t.Fatalf("%d samples queued, want 6", q.Queued())
+	}
+	// The placement changes before the queue is taken: group 1 moves to c.
+	owners[1] = []string{"c"}
 	got := q.Take()
-	if a, b := got[JobKey{Dataset: "ds"}]["a"], got[JobKey{Dataset: "ds"}]["b"]; !slices.Equal(a, []uint32{1, 3, 1}) || !slices.Equal(b, []uint32{2, 3}) {
-		t.Fatalf("queued %v", got)
+	want := map[string][]uint32{"a": {3, 3, 6, 5, 8}, "b": {5, 8}, "c": {4}}
+	if len(got) != 1 || len(got[ds]) != len(want) {
+		t.Fatalf("queued %v, want %v", got, want)
 	}
-	if q.Len() != 0 {
+	for owner, ids := range want {
+		if !slices.Equal(got[ds][owner], ids) {
+			t.Fatalf("queued for %s: %v, want %v", owner, got[ds][owner], ids)
+		}
+	}
+	if q.Queued() != 0 || q.Take() != nil {
 		t.Fatal("Take left the queue non-empty")
 	}
-	req := ScoresFor(JobKey{Dataset: "ds"}, got[JobKey{Dataset: "ds"}]["a"], table{})
+	// A group out of range is dropped; a placement of another size
+	// queues again what was queued.
+	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, nil)
+	q.Add(where, "me", ds, []uint32{4}, nil)
+	two := Placement{Groups: 2, Group: func(id uint32) int { return int(id % 2) }, Owners: func(g int) []string { return owners[g+1] }}
+	if l := q.Add(two, "me", ds, []uint32{7}, nil); len(l) != 0 || q.Queued() != 2 {
+		t.Fatalf("after a change of groups: local %v, %d queued; want none local, 2 queued", l, q.Queued())
+	}
+	got = q.Take()
+	if !slices.Equal(got[ds]["c"], []uint32{4}) || !slices.Equal(got[ds]["a"], []uint32{7}) || !slices.Equal(got[ds]["b"], []uint32{7}) {
+		t.Fatalf("after a change of groups: %v", got)
+	}
+
+	req := ScoresFor(ds, []uint32{1, 3, 1}, table{})
 	if !slices.Equal(req.IDs, []uint32{1, 3, 1}) || req.Mean != 0.5 {
 		t.Fatalf("ScoresFor sends %+v, want ids [1 3 1] as queued and the mean", req)
 	}
