@@ -5,28 +5,35 @@ import (
 	"testing"
 )
 
+// BenchmarkReport256 merges minibatches of 256 distinct samples of 60,000,
+// scored by rank (ScoreRankLog) and by magnitude (ScoreMagnitude,
+// shade-peer's default).
 func BenchmarkReport256(b *testing.B) {
-	const n, batch = 60000, 256
-	rng := newRand(1)
-	tb := NewTable(n, 0, ScoreRankLog)
-	const batches = 64
-	ids := make([][]uint32, batches)
-	losses := make([][]float64, batches)
-	for i := range batches {
-		ids[i] = make([]uint32, batch)
-		losses[i] = make([]float64, batch)
-		for j := range batch {
-			ids[i][j] = uint32(rng.IntN(n))
-			losses[i][j] = rng.ExpFloat64()
-		}
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if err := tb.Report(ids[i%batches], losses[i%batches], rng); err != nil {
-			b.Fatal(err)
-		}
-		i++
+	for _, kind := range []ScoreKind{ScoreRankLog, ScoreMagnitude} {
+		b.Run(kind.String(), func(b *testing.B) {
+			const n, batch = 60000, 256
+			rng := newRand(1)
+			tb := NewTable(n, 0, kind)
+			const batches = 64
+			ids := make([][]uint32, batches)
+			losses := make([][]float64, batches)
+			for i := range batches {
+				ids[i] = make([]uint32, batch)
+				losses[i] = make([]float64, batch)
+				for j, id := range rng.Perm(n)[:batch] {
+					ids[i][j] = uint32(id)
+					losses[i][j] = rng.ExpFloat64()
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := tb.Report(ids[i%batches], losses[i%batches], rng); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
 	}
 }
 

@@ -164,10 +164,16 @@ func magnitudeMean(losses []float64, order []int) float64 {
 // magnitudeScore is the ScoreMagnitude score of loss in a batch whose mean
 // magnitude is mean.
 func magnitudeScore(loss, mean float64) float64 {
+	return scoreOfMagnitude(magnitude(loss), mean)
+}
+
+// scoreOfMagnitude is the ScoreMagnitude score of magnitude g in a batch
+// whose mean magnitude is mean.
+func scoreOfMagnitude(g, mean float64) float64 {
 	if !(mean > 0) {
 		return 1
 	}
-	return min(magnitude(loss)/mean, MaxMagnitudeScore)
+	return min(g/mean, MaxMagnitudeScore)
 }
 
 type rankKey struct {
@@ -276,8 +282,18 @@ func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
 	if err := t.checkBatch(ids, losses); err != nil {
 		return err
 	}
+	if t.kind == ScoreMagnitude && distinct(ids) {
+		t.reportDistinct(ids, losses)
+	} else {
+		t.reportRanked(ids, losses, rng)
+	}
+	t.refreshMean()
+	return nil
+}
+
+// reportRanked merges a checked batch in rank order (ascending loss).
+func (t *Table) reportRanked(ids []uint32, losses []float64, rng *rand.Rand) {
 	a := t.Alpha()
-	b := 1 - a
 	prior := t.Mean()
 	var mean float64
 	if t.kind == ScoreMagnitude {
@@ -288,28 +304,97 @@ func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
 		mean = magnitudeMean(losses, order)
 	}
 	for k, i := range order {
-		id := ids[i]
 		var s float64
 		if t.kind == ScoreMagnitude {
 			s = magnitudeScore(losses[i], mean)
 		} else {
 			s = rankScore(k, len(order))
 		}
-		old := prior
-		if t.Scored(id) {
-			old = float64(t.scores[id])
-			t.sum.add(t.scores[id], -1)
-		} else {
-			t.scored[id/64] |= 1 << (id % 64)
-			t.numScored++
-		}
-		// Both products are rounded before the addition: no FMA.
-		v := float32(float64(a*s) + float64(b*old))
-		t.scores[id] = v
-		t.sum.add(v, 1)
+		t.merge(ids[i], s, a, prior)
 	}
-	t.refreshMean()
-	return nil
+}
+
+// reportDistinct merges a checked ScoreMagnitude batch in which no id
+// occurs twice, as reportRanked would, without sorting the batch: with
+// every id once, no merge depends on another, so merging in position
+// order gives the same table. The mean magnitude is summed over the
+// magnitudes sorted by value, which is the sequence ascending loss order
+// gives (the magnitude never decreases as the loss grows), so it is the
+// same to the bit.
+func (t *Table) reportDistinct(ids []uint32, losses []float64) {
+	a := t.Alpha()
+	prior := t.Mean()
+	n := len(losses)
+	g := make([]float64, n)
+	sorted := make([]uint64, n)
+	for i, l := range losses {
+		g[i] = magnitude(l)
+	}
+	mean := sortedMean(g, sorted)
+	for i, id := range ids {
+		t.merge(id, scoreOfMagnitude(g[i], mean), a, prior)
+	}
+}
+
+// sortedMean is the mean of magnitudes g summed in ascending order, using
+// sorted (of g's length) as scratch. The magnitudes are never negative
+// and never NaN, so their bits sort as their values do.
+func sortedMean(g []float64, sorted []uint64) float64 {
+	for i, x := range g {
+		sorted[i] = math.Float64bits(x)
+	}
+	slices.Sort(sorted)
+	var sum float64
+	for _, x := range sorted {
+		sum += math.Float64frombits(x)
+	}
+	return sum / float64(len(g))
+}
+
+// merge merges score s of sample id with weight a on it: the prior is its
+// current score, or prior where it has none.
+func (t *Table) merge(id uint32, s, a, prior float64) {
+	old := prior
+	if t.Scored(id) {
+		old = float64(t.scores[id])
+		t.sum.add(t.scores[id], -1)
+	} else {
+		t.scored[id/64] |= 1 << (id % 64)
+		t.numScored++
+	}
+	// Both products are rounded before the addition: no FMA.
+	v := float32(float64(a*s) + float64((1-a)*old))
+	t.scores[id] = v
+	t.sum.add(v, 1)
+}
+
+// distinct reports whether no id occurs twice in ids: for a minibatch of
+// up to 256 by a set of open addressing on the stack, for a longer one by
+// sorting a copy.
+func distinct(ids []uint32) bool {
+	if len(ids) <= 256 {
+		var set [512]uint32 // id+1; 0 is empty (an id is below math.MaxUint32)
+		for _, id := range ids {
+			for h := (id * 0x9e3779b1) >> 23; ; h = (h + 1) & 511 {
+				if set[h] == 0 {
+					set[h] = id + 1
+					break
+				}
+				if set[h] == id+1 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *Table) checkBatch(ids []uint32, losses []float64) error {

@@ -435,3 +435,69 @@ func TestNewTablePanicsOnUnknownKind(t *testing.T) {
 	}()
 	NewTable(1, 0, ScoreKind(2))
 }
+
+// TestReportDistinctAsRanked: a ScoreMagnitude batch without a repeated
+// id is merged in position order (reportDistinct); the table must come out
+// the same, to the bit, as merging it in rank order does (reportRanked).
+// The batch's mean magnitude must be the same too, though summed in
+// position order it differs in some batches. Batches mix equal losses, zero and negative losses, losses
+// whose magnitudes round to 1, and batches with a repeated id (which
+// Report merges in rank order).
+func TestReportDistinctAsRanked(t *testing.T) {
+	const n = 1000
+	rng := newRand(11)
+	fast, ranked := NewTable(n, 0, ScoreMagnitude), NewTable(n, 0, ScoreMagnitude)
+	distinctBatches, orderMatters := 0, 0
+	for b := range 400 {
+		size := 1 + rng.IntN(300)
+		ids := make([]uint32, size)
+		losses := make([]float64, size)
+		perm := rng.Perm(n)
+		for i := range ids {
+			ids[i] = uint32(perm[i])
+			switch rng.IntN(6) {
+			case 0:
+				losses[i] = 0
+			case 1:
+				losses[i] = -rng.Float64()
+			case 2:
+				losses[i] = 40 + rng.Float64() // magnitude 1
+			case 3:
+				losses[i] = float64(rng.IntN(3)) // equal losses
+			default:
+				losses[i] = rng.ExpFloat64()
+			}
+		}
+		if b%5 == 0 && size > 1 {
+			ids[size-1] = ids[0] // a repeated id
+		} else {
+			distinctBatches++
+		}
+		g := make([]float64, size)
+		var inPlace float64
+		for i, l := range losses {
+			g[i] = magnitude(l)
+			inPlace += g[i]
+		}
+		want := magnitudeMean(losses, rankOrder(losses, nil))
+		if got := sortedMean(g, make([]uint64, size)); got != want {
+			t.Fatalf("batch %d: mean magnitude %v summed by value, %v in loss order", b, got, want)
+		}
+		if inPlace/float64(size) != want {
+			orderMatters++
+		}
+		if err := fast.Report(ids, losses, nil); err != nil {
+			t.Fatal(err)
+		}
+		ranked.reportRanked(ids, losses, nil)
+		ranked.refreshMean()
+		a, _ := fast.MarshalBinary()
+		r, _ := ranked.MarshalBinary()
+		if !bytes.Equal(a, r) || fast.Mean() != ranked.Mean() {
+			t.Fatalf("batch %d: the table merged in position order differs from the one merged in rank order (means %v, %v)", b, fast.Mean(), ranked.Mean())
+		}
+	}
+	if distinctBatches < 300 || orderMatters == 0 {
+		t.Fatalf("only %d batches without a repeated id, %d whose mean summed in position order differs", distinctBatches, orderMatters)
+	}
+}

@@ -263,7 +263,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// scores go out, one message per owner. Merging is measured over all
 	// requests at once; queueing and sending in 25 ms windows.
 	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report", job.batch))
-	queueStep := step("queue scores for owners", 1, false, "owner lookup per sample (Ring.SampleOwners) + per-owner set, as mesh.queueScores")
+	queueStep := step("queue scores for owners", 1, false, "partition per sample (ring.Samples) + per-partition list, as mesh.queueScores (wire.ScoreQueue)")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
 	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
@@ -293,7 +293,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if err := flushStep.run(flush); err != nil {
 		return nil, err
 	}
-	flushStep.Note = fmt.Sprintf("every 25 ms (%d samples trained): one scores message per owner, as mesh.flushScores", flushSamples)
+	flushStep.Note = fmt.Sprintf("every 25 ms (%d samples trained): owners looked up once per partition, one scores message per owner, as mesh.flushScores", flushSamples)
 	batches = nil
 	res.Scored = table.NumScored()
 	progress("merged %d samples (%d scored)", job.samples, res.Scored)
