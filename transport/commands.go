@@ -251,7 +251,10 @@ func tooManyKeys(s *SocketServer, c redcon.Conn, n int) bool {
 // batch. Each part first takes room in the clients' budget for its values
 // read through and for the reply it writes (written out whenever
 // replyFlush bytes wait, so at most replyFlush and one value), and is
-// written out before the next part is read. A part that finds no room
+// written out before the next part is read. A part whose values are all
+// held in memory is lent, as a loop's MGET is (lendPart), and written out
+// before the next part is lent, so a connection holds at most one part's
+// loans. A part that finds no room
 // within maxReplyWait answers its keys with errors; the array stays whole
 // and no value is ever wrong.
 func cmdMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
@@ -271,6 +274,14 @@ func cmdMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 			bytes += n
 			largest = max(largest, n)
 			end++
+		}
+		if lendPart(s, c, st, keys[start:end], false) {
+			// Every value of the part held in memory: lent, not copied.
+			if end < len(keys) && c.Flush() != nil {
+				return // the connection is closed
+			}
+			start = end
+			continue
 		}
 		need := min(bytes+min(bytes, replyFlush+largest), limit)
 		ctx, cancel := context.WithTimeout(s.ctx, maxReplyWait)
@@ -322,15 +333,25 @@ func writePart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, mor
 
 // fastMGet answers an MGET on an event loop where every value is held in
 // memory (or needs no read at all) and the values take at most replyPart
-// bytes, one part of cmdMGet's: each of at least MinLent bytes lent in
-// place, as a GET's, the shorter ones copied. Anything else goes to
-// cmdMGet, and so does an MGET while the clients' memory has no room for
-// the values it may copy: cmdMGet waits for room.
+// bytes, one part of cmdMGet's (lendPart). Anything else goes to cmdMGet,
+// and so does an MGET while the clients' memory has no room for the
+// values it may copy: cmdMGet waits for room.
 func fastMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
 	keys := a[1:]
 	if len(keys) > s.cfg.MaxKeys {
 		return false // cmdMGet refuses it
 	}
+	return lendPart(s, c, st, keys, true)
+}
+
+// lendPart answers keys, the values of an MGET or of one part of it,
+// where every value is held in memory (or needs no read at all) and they
+// take at most replyPart bytes: each of at least MinLent bytes lent in
+// place, as a GET's, the shorter ones copied. With whole set the reply's
+// array header goes first. It reports false, having written nothing,
+// where it cannot: a value to read elsewhere, values past replyPart, or
+// no room in the clients' memory for what it may copy.
+func lendPart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, whole bool) bool {
 	// redcon counts the reply's buffer in the clients' memory once the
 	// command is answered; the room is held until then.
 	copied := int64(min(len(keys)*MinLent, replyPart))
@@ -342,7 +363,9 @@ func fastMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
 	if !ok {
 		return false
 	}
-	c.WriteArray(len(keys))
+	if whole {
+		c.WriteArray(len(keys))
+	}
 	for i := range held {
 		h := &held[i]
 		switch v := h.Loan.Value; {
