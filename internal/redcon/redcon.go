@@ -690,11 +690,11 @@ func (c *conn) flushed() {
 // makeRoom does, for a reader whose commands parsed already are still to
 // run (shade): their arguments lie in buf, so it never moves bytes within
 // buf. Where buf is full, what is pending goes to the front of a new
-// buffer, twice as large where it filled half of this one, and the old
-// one is left to the commands (the collector frees it once they are
-// done; until then it is memory the budget does not count, at most the
-// size of the new buffer). ErrClientMemory where the growth does not fit
-// the budget.
+// buffer, twice as large where it filled half of this one. The first
+// buffer so replaced is the one the commands alias: it stays charged to
+// the budget (retained) until the next parse, when they are done; a
+// later one held only input, and goes. ErrClientMemory where the new
+// buffer does not fit the budget.
 func (rd *Reader) makeRoomKeeping() error {
 	if rd.end < len(rd.buf) {
 		return nil
@@ -704,8 +704,15 @@ func (rd *Reader) makeRoomKeeping() error {
 	for size < 2*(pending+1) {
 		size *= 2
 	}
-	if size > len(rd.buf) && !rd.share.Grow(int64(size-len(rd.buf))) {
+	grow, retain := size-len(rd.buf), rd.retained == 0
+	if retain {
+		grow = size
+	}
+	if grow > 0 && !rd.share.Grow(int64(grow)) {
 		return errClientMemoryFull
+	}
+	if retain {
+		rd.retained = len(rd.buf)
 	}
 	newbuf := make([]byte, size)
 	copy(newbuf, rd.buf[rd.start:rd.end])
@@ -1182,6 +1189,10 @@ type Reader struct {
 	// shade: with poll set, readCommands only parses what buf holds and
 	// never reads: an event loop reads for it (see loop.go).
 	poll bool
+	// shade: retained is the size of an earlier buffer that commands
+	// parsed and still to run alias, charged to share until the next
+	// parse (makeRoomKeeping).
+	retained int
 }
 
 // NewReader returns a command reader which will read RESP or telnet commands.
@@ -1222,6 +1233,10 @@ func (rd *Reader) readCommands(leftover *int) ([]Command, error) {
 	// could not grow the stack without bound.
 	if rd.limits.MaxInline == 0 { // shade: a Reader made without NewReader
 		rd.limits = rd.limits.withDefaults()
+	}
+	if rd.retained > 0 { // shade: the commands of the last parse are done
+		rd.share.Shrink(int64(rd.retained))
+		rd.retained = 0
 	}
 top:
 	var cmds []Command

@@ -565,3 +565,49 @@ func testClientMemoryBudget(t *testing.T, m mode) {
 		t.Errorf("a new connection: %q %v", line, err)
 	}
 }
+
+// TestRoomKeepingKeepsParsedCommands: where a loop reads more input while
+// commands parsed earlier are still to run, the buffer they alias is never
+// written over, and stays charged to the clients' budget until the next
+// parse; a buffer that held only input since goes at once.
+func TestRoomKeepingKeepsParsedCommands(t *testing.T) {
+	b := budget.New(1 << 20)
+	rd := &Reader{poll: true, lend: true, share: budget.NewShare(b), buf: make([]byte, 4096)}
+	rd.share.Force(4096)
+	stream := respCommand([]byte("GET"), []byte("first"))
+	for len(stream) < 4096 {
+		stream = append(stream, respCommand([]byte("GET"), []byte("k"+strconv.Itoa(len(stream))))...)
+	}
+	rd.end = copy(rd.buf, stream)
+	cmds, err := rd.readCommands(nil)
+	if err != nil || len(cmds) < 2 {
+		t.Fatalf("parsed %d commands: %v", len(cmds), err)
+	}
+	first := string(cmds[0].Args[1])
+	base := rd.share.Held() // the buffer's 4096 bytes and the parse's slabs
+	// Input arriving while the commands wait: the buffer is full, so room
+	// means a new one; the old one, which the commands alias, is kept and
+	// stays charged.
+	if err := rd.makeRoomKeeping(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rd.share.Held() - base; got != int64(len(rd.buf)) {
+		t.Fatalf("%d bytes more charged for a new buffer of %d with the old one kept", got, len(rd.buf))
+	}
+	rd.end += copy(rd.buf[rd.end:], bytes.Repeat([]byte("x"), len(rd.buf)-rd.end))
+	if err := rd.makeRoomKeeping(); err != nil {
+		t.Fatal(err)
+	}
+	if string(cmds[0].Args[1]) != first {
+		t.Fatalf("a parsed command's argument became %q", cmds[0].Args[1])
+	}
+	if got := rd.share.Held() - base; got != int64(len(rd.buf)) {
+		t.Fatalf("%d bytes more charged after a second new buffer of %d; the one in between held only input", got, len(rd.buf))
+	}
+	// The next parse: the commands are done, and their buffer goes.
+	rd.start = rd.end
+	rd.readCommands(nil)
+	if got := rd.share.Held() - base; got != int64(len(rd.buf))-4096 {
+		t.Fatalf("%d bytes more charged after the next parse; want the new buffer's %d less the old one's 4096", got, len(rd.buf))
+	}
+}
