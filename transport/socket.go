@@ -129,8 +129,8 @@ type Held struct {
 
 // MinLent is the shortest value LendGet lends; shorter ones cost less to
 // copy than to write out from where they lie. Replies are written out
-// every 256 KiB (and an MGET an event loop answers lends at most
-// replyPart), which bounds the values a connection holds lent.
+// every 256 KiB, and an MGET lends at most replyPart at a time, which
+// bounds the values a connection holds lent.
 const MinLent = 1 << 10
 
 // Batch is one MGet's keys being answered. It is used by one goroutine.
@@ -221,8 +221,8 @@ const (
 	// proto-max-bulk-len.
 	maxValueLimit = 512 << 20
 	// replyPart is how many bytes of values one part of an MGET reply
-	// holds at most (one value may be larger), and an MGET an event loop
-	// answers, all its values lent, at most; maxReplyWait is how long
+	// holds at most (one value may be larger), and what one lent part of
+	// an MGET holds at most; maxReplyWait is how long
 	// a part waits for room in the clients' budget.
 	replyPart    = 4 << 20
 	maxReplyWait = 5 * time.Second

@@ -413,7 +413,7 @@ func (l *loop) serve(c *conn, events uint32) (work bool) {
 			return false
 		}
 	} else if events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR) != 0 && len(c.cmds) == 0 {
-		if err := c.rd.makeRoom(); err != nil {
+		if err := c.rd.makeRoom(false); err != nil {
 			l.refuse(c, err)
 			return
 		}
@@ -556,11 +556,7 @@ func (l *loop) takeInput(c *conn, live bool) (more bool, err error) {
 	if c.rd.end-c.rd.start >= maxAbsorb {
 		return false, nil
 	}
-	room := c.rd.makeRoom
-	if live {
-		room = c.rd.makeRoomKeeping
-	}
-	if room() != nil {
+	if c.rd.makeRoom(live) != nil {
 		return false, nil
 	}
 	eof, err := l.read(c)

@@ -686,41 +686,6 @@ func (c *conn) flushed() {
 	c.wshare.Set(int64(cap(c.wr.b)))
 }
 
-// makeRoomKeeping makes room after end for at least one more byte, as
-// makeRoom does, for a reader whose commands parsed already are still to
-// run (shade): their arguments lie in buf, so it never moves bytes within
-// buf. Where buf is full, what is pending goes to the front of a new
-// buffer, twice as large where it filled half of this one. The first
-// buffer so replaced is the one the commands alias: it stays charged to
-// the budget (retained) until the next parse, when they are done; a
-// later one held only input, and goes. ErrClientMemory where the new
-// buffer does not fit the budget.
-func (rd *Reader) makeRoomKeeping() error {
-	if rd.end < len(rd.buf) {
-		return nil
-	}
-	pending := rd.end - rd.start
-	size := max(len(rd.buf), 4096)
-	for size < 2*(pending+1) {
-		size *= 2
-	}
-	grow, retain := size-len(rd.buf), rd.retained == 0
-	if retain {
-		grow = size
-	}
-	if grow > 0 && !rd.share.Grow(int64(grow)) {
-		return errClientMemoryFull
-	}
-	if retain {
-		rd.retained = len(rd.buf)
-	}
-	newbuf := make([]byte, size)
-	copy(newbuf, rd.buf[rd.start:rd.end])
-	rd.buf = newbuf
-	rd.start, rd.end = 0, pending
-	return nil
-}
-
 // overBudget reports whether the clients' budget is spent (shade).
 func (c *conn) overBudget() bool {
 	b := c.rd.limits.Budget
@@ -1191,7 +1156,7 @@ type Reader struct {
 	poll bool
 	// shade: retained is the size of an earlier buffer that commands
 	// parsed and still to run alias, charged to share until the next
-	// parse (makeRoomKeeping).
+	// parse (makeRoom).
 	retained int
 }
 
@@ -1480,7 +1445,7 @@ top:
 	if rd.rd == nil || rd.poll {
 		return nil, errIncompleteCommand
 	}
-	if err := rd.makeRoom(); err != nil {
+	if err := rd.makeRoom(false); err != nil {
 		return nil, err
 	}
 	n, err := rd.rd.Read(rd.buf[rd.end:])
@@ -1497,9 +1462,16 @@ top:
 // not fit at all. Upstream doubled the buffer whenever it was full, copying
 // everything, and never moved the command.
 //
+// With keep set, commands parsed already are still to run and their
+// arguments lie in buf, so nothing is moved within it: where the command
+// would be moved, a new buffer of the same size takes it instead. The
+// first buffer so replaced is the one the commands alias: it stays
+// charged to the budget (retained) until the next parse, when they are
+// done; a later one held only input, and goes.
+//
 // shade: growth is charged to the reader's share of the clients' budget
 // first; ErrClientMemory when it does not fit.
-func (rd *Reader) makeRoom() error {
+func (rd *Reader) makeRoom(keep bool) error {
 	pending := rd.end - rd.start
 	want := pending + 1
 	if rd.need > want {
@@ -1513,22 +1485,33 @@ func (rd *Reader) makeRoom() error {
 	if rd.start+want <= len(rd.buf) {
 		return nil
 	}
-	if want > len(rd.buf) {
+	size := len(rd.buf)
+	switch {
+	case want > len(rd.buf):
 		// Room for twice what is wanted, so that moving the tail of a
 		// pipeline to the front copies little.
-		size := 2 * len(rd.buf)
+		size *= 2
 		for size < 2*want {
 			size *= 2
 		}
-		if !rd.share.Grow(int64(size - len(rd.buf))) {
-			return errClientMemoryFull
-		}
-		newbuf := make([]byte, size)
-		copy(newbuf, rd.buf[rd.start:rd.end])
-		rd.buf = newbuf
-	} else {
+	case !keep:
 		copy(rd.buf, rd.buf[rd.start:rd.end])
+		rd.start, rd.end = 0, pending
+		return nil
 	}
+	grow, retain := size-len(rd.buf), keep && rd.retained == 0
+	if retain {
+		grow = size
+	}
+	if !rd.share.Grow(int64(grow)) {
+		return errClientMemoryFull
+	}
+	if retain {
+		rd.retained = len(rd.buf)
+	}
+	newbuf := make([]byte, size)
+	copy(newbuf, rd.buf[rd.start:rd.end])
+	rd.buf = newbuf
 	rd.start, rd.end = 0, pending
 	return nil
 }

@@ -588,14 +588,14 @@ func TestRoomKeepingKeepsParsedCommands(t *testing.T) {
 	// Input arriving while the commands wait: the buffer is full, so room
 	// means a new one; the old one, which the commands alias, is kept and
 	// stays charged.
-	if err := rd.makeRoomKeeping(); err != nil {
+	if err := rd.makeRoom(true); err != nil {
 		t.Fatal(err)
 	}
 	if got := rd.share.Held() - base; got != int64(len(rd.buf)) {
 		t.Fatalf("%d bytes more charged for a new buffer of %d with the old one kept", got, len(rd.buf))
 	}
 	rd.end += copy(rd.buf[rd.end:], bytes.Repeat([]byte("x"), len(rd.buf)-rd.end))
-	if err := rd.makeRoomKeeping(); err != nil {
+	if err := rd.makeRoom(true); err != nil {
 		t.Fatal(err)
 	}
 	if string(cmds[0].Args[1]) != first {
