@@ -24,8 +24,7 @@ type Placement = sampling.Placement
 // each sample's. The zero value is empty and ready. A ScoreQueue is not
 // safe for concurrent use: its owner guards it.
 type ScoreQueue struct {
-	q      map[JobKey]*jobScores
-	queued int
+	q map[JobKey]*jobScores
 }
 
 // jobScores is one job's part of a ScoreQueue.
@@ -55,7 +54,6 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		if old != nil {
 			// The placement's groups changed: what is queued is queued
 			// again by the new ones (self's share was returned already).
-			q.queued -= old.count()
 			for _, g := range old.used {
 				q.Add(where, self, job, old.groups[g], nil)
 			}
@@ -80,23 +78,21 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 			js.used = append(js.used, g)
 		}
 		js.groups[g] = append(js.groups[g], id)
-		q.queued++
 	}
 	return local
 }
 
-// count is the number of ids js holds.
-func (js *jobScores) count() int {
+// Queued is the number of samples queued, each counted once however many
+// owners it has.
+func (q *ScoreQueue) Queued() int {
 	n := 0
-	for _, g := range js.used {
-		n += len(js.groups[g])
+	for _, js := range q.q {
+		for _, g := range js.used {
+			n += len(js.groups[g])
+		}
 	}
 	return n
 }
-
-// Queued is the number of samples queued, each counted once however many
-// owners it has.
-func (q *ScoreQueue) Queued() int { return q.queued }
 
 // Take empties the queue and returns what it held: job -> owner -> the
 // sample ids queued for it, group by group (in the order each group was
@@ -119,7 +115,7 @@ func (q *ScoreQueue) Take() map[JobKey]map[string][]uint32 {
 		}
 		taken[job] = byOwner
 	}
-	q.q, q.queued = nil, 0
+	q.q = nil
 	return taken
 }
 
