@@ -134,10 +134,9 @@ func rankOrder(losses []float64, rng *rand.Rand) []int {
 // losses. NaN counts as 0 here; Table.Report refuses it before it gets here.
 // The result is a new slice; losses is not modified.
 func MagnitudeScores(losses []float64) []float64 {
-	out := make([]float64, len(losses))
-	mean := magnitudeMean(losses, rankOrder(losses, nil))
-	for i, l := range losses {
-		out[i] = magnitudeScore(l, mean)
+	out, mean := magnitudes(losses)
+	for i, g := range out {
+		out[i] = magnitudeScore(g, mean)
 	}
 	return out
 }
@@ -150,26 +149,30 @@ func magnitude(loss float64) float64 {
 	return -math.Expm1(-loss)
 }
 
-// magnitudeMean is the mean of the losses' magnitudes, summed in order (an
-// ascending order of the losses, so that equal terms are adjacent and the sum
-// does not depend on the positions).
-func magnitudeMean(losses []float64, order []int) float64 {
-	var sum float64
-	for _, i := range order {
-		sum += magnitude(losses[i])
+// magnitudes returns the magnitude of each loss, in a new slice, and
+// their mean, summed in ascending order: the order of ascending loss (the
+// magnitude never decreases as the loss grows), in which equal terms are
+// adjacent, so that the sum does not depend on the losses' positions.
+// Magnitudes are never negative and never NaN, so their bits sort as their
+// values do.
+func magnitudes(losses []float64) (g []float64, mean float64) {
+	g = make([]float64, len(losses))
+	sorted := make([]uint64, len(losses))
+	for i, l := range losses {
+		g[i] = magnitude(l)
+		sorted[i] = math.Float64bits(g[i])
 	}
-	return sum / float64(len(losses))
+	slices.Sort(sorted)
+	var sum float64
+	for _, x := range sorted {
+		sum += math.Float64frombits(x)
+	}
+	return g, sum / float64(len(losses))
 }
 
-// magnitudeScore is the ScoreMagnitude score of loss in a batch whose mean
-// magnitude is mean.
-func magnitudeScore(loss, mean float64) float64 {
-	return scoreOfMagnitude(magnitude(loss), mean)
-}
-
-// scoreOfMagnitude is the ScoreMagnitude score of magnitude g in a batch
+// magnitudeScore is the ScoreMagnitude score of magnitude g in a batch
 // whose mean magnitude is mean.
-func scoreOfMagnitude(g, mean float64) float64 {
+func magnitudeScore(g, mean float64) float64 {
 	if !(mean > 0) {
 		return 1
 	}
@@ -295,18 +298,17 @@ func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
 func (t *Table) reportRanked(ids []uint32, losses []float64, rng *rand.Rand) {
 	a := t.Alpha()
 	prior := t.Mean()
+	var g []float64
 	var mean float64
 	if t.kind == ScoreMagnitude {
 		rng = nil // equal losses have equal scores: ties need no breaking
+		g, mean = magnitudes(losses)
 	}
 	order := rankOrder(losses, rng)
-	if t.kind == ScoreMagnitude {
-		mean = magnitudeMean(losses, order)
-	}
 	for k, i := range order {
 		var s float64
 		if t.kind == ScoreMagnitude {
-			s = magnitudeScore(losses[i], mean)
+			s = magnitudeScore(g[i], mean)
 		} else {
 			s = rankScore(k, len(order))
 		}
@@ -317,38 +319,14 @@ func (t *Table) reportRanked(ids []uint32, losses []float64, rng *rand.Rand) {
 // reportDistinct merges a checked ScoreMagnitude batch in which no id
 // occurs twice, as reportRanked would, without sorting the batch: with
 // every id once, no merge depends on another, so merging in position
-// order gives the same table. The mean magnitude is summed over the
-// magnitudes sorted by value, which is the sequence ascending loss order
-// gives (the magnitude never decreases as the loss grows), so it is the
-// same to the bit.
+// order gives the same table.
 func (t *Table) reportDistinct(ids []uint32, losses []float64) {
 	a := t.Alpha()
 	prior := t.Mean()
-	n := len(losses)
-	g := make([]float64, n)
-	sorted := make([]uint64, n)
-	for i, l := range losses {
-		g[i] = magnitude(l)
-	}
-	mean := sortedMean(g, sorted)
+	g, mean := magnitudes(losses)
 	for i, id := range ids {
-		t.merge(id, scoreOfMagnitude(g[i], mean), a, prior)
+		t.merge(id, magnitudeScore(g[i], mean), a, prior)
 	}
-}
-
-// sortedMean is the mean of magnitudes g summed in ascending order, using
-// sorted (of g's length) as scratch. The magnitudes are never negative
-// and never NaN, so their bits sort as their values do.
-func sortedMean(g []float64, sorted []uint64) float64 {
-	for i, x := range g {
-		sorted[i] = math.Float64bits(x)
-	}
-	slices.Sort(sorted)
-	var sum float64
-	for _, x := range sorted {
-		sum += math.Float64frombits(x)
-	}
-	return sum / float64(len(g))
 }
 
 // merge merges score s of sample id with weight a on it: the prior is its

@@ -473,14 +473,15 @@ func TestReportDistinctAsRanked(t *testing.T) {
 		} else {
 			distinctBatches++
 		}
-		g := make([]float64, size)
-		var inPlace float64
-		for i, l := range losses {
-			g[i] = magnitude(l)
-			inPlace += g[i]
+		var inPlace, inLossOrder float64
+		for _, l := range losses {
+			inPlace += magnitude(l)
 		}
-		want := magnitudeMean(losses, rankOrder(losses, nil))
-		if got := sortedMean(g, make([]uint64, size)); got != want {
+		for _, i := range rankOrder(losses, nil) {
+			inLossOrder += magnitude(losses[i])
+		}
+		want := inLossOrder / float64(size)
+		if _, got := magnitudes(losses); got != want {
 			t.Fatalf("batch %d: mean magnitude %v summed by value, %v in loss order", b, got, want)
 		}
 		if inPlace/float64(size) != want {
