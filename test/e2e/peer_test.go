@@ -44,6 +44,18 @@ func importFashionMNIST(t *testing.T, limit int) string {
 	return dst
 }
 
+// fashionMNISTTrain imports the first limit images of each split and
+// returns the training split's folder and its manifest.
+func fashionMNISTTrain(t *testing.T, limit int) (string, *dataset.Manifest) {
+	t.Helper()
+	train := filepath.Join(importFashionMNIST(t, limit), "train")
+	m, err := dataset.Scan(train, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return train, m
+}
+
 // startPeer runs shade-peer (named e2e unless args name it) and waits
 // until its socket answers.
 func startPeer(t *testing.T, args ...string) *testsupport.Peer {
@@ -70,12 +82,7 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 	if err != nil {
 		t.Skip("redis-cli not installed (Debian package redis-tools)")
 	}
-	root := importFashionMNIST(t, 300)
-	train := filepath.Join(root, "train")
-	m, err := dataset.Scan(train, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	train, m := fashionMNISTTrain(t, 300)
 	p := startPeer(t, "--dataset", "fmnist-train="+train, "--cache-size", "64MiB")
 
 	want, err := os.ReadFile(filepath.Join(train, m.Names[123]))
@@ -124,12 +131,7 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 // commands: the peer must go on taking the commands in, or each side
 // waits on the other until a timeout. Every value must be the file's.
 func TestPipelineOfReadThroughs(t *testing.T) {
-	root := importFashionMNIST(t, 20000)
-	train := filepath.Join(root, "train")
-	m, err := dataset.Scan(train, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	train, m := fashionMNISTTrain(t, 20000)
 	p := startPeer(t, "--dataset", "fmnist-train="+train, "--cache-size", "256MiB")
 	c := redisClient(p.Socket)
 	defer c.Close()
