@@ -82,6 +82,10 @@ type ClusterConfig struct {
 	// rest (MethodRelay); 0 means wire.DefaultRelayFanout (4)
 	// (shade-peer --relay-fanout).
 	RelayFanout int
+	// RelayPiece is the size in bytes of the pieces in which an order
+	// longer than it is relayed, each passed on as soon as it is in; 0
+	// means wire.DefaultRelayPiece (1 MiB).
+	RelayPiece int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
 	// peers, cached samples to their next owners); 0 means 10 s, negative
 	// none.
@@ -127,6 +131,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.RelayFanout <= 0 {
 		c.RelayFanout = wire.DefaultRelayFanout
 	}
+	if c.RelayPiece <= 0 {
+		c.RelayPiece = wire.DefaultRelayPiece
+	}
 	return c
 }
 
@@ -147,6 +154,9 @@ type cluster struct {
 	// serving holds the sample bytes of the fetch replies being built for
 	// other peers, within ClusterConfig.MaxPeerMemory.
 	serving *budget.Budget
+
+	// relays holds the orders being relayed to this node in pieces.
+	relays relayBook
 
 	mu      sync.RWMutex
 	members map[string]peerInfo // alive, by name, self included

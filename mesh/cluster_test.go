@@ -54,7 +54,7 @@ var StartMeshForTest func(tb testing.TB, k int, data testsupport.DatasetSpec, re
 // startMesh starts k nodes named n0, n1, ... seeded from the first, serving
 // dataset "ds", and waits until every node sees all k and they agree on a
 // leader.
-func startMesh(t *testing.T, k int, o meshOpts) *testMesh {
+func startMesh(t testing.TB, k int, o meshOpts) *testMesh {
 	t.Helper()
 	if o.samples == 0 {
 		o.samples, o.minSize, o.maxSize = 600, 50, 800

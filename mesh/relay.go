@@ -2,8 +2,10 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,16 +22,33 @@ import (
 // to that many instead, each with a group of the rest to pass it on to,
 // and so on down: the order leaves every node at most RelayFanout times,
 // and reaches everyone in wire.RelayHops hops. The order is encoded once
-// (never re-encoded or copied per member, see wire.RelayParts). A relay
-// answers once its whole group has the order, or when its request's time
-// is up (the passing on goes on), so that a sender learns of a relay that
-// died and hands its group to the group's next member.
+// (never re-encoded or copied per member, see wire.RelayParts).
+//
+// An order longer than Cluster.RelayPiece goes in pieces, and a relay
+// passes each piece on as soon as it has it (relayPieces): the hops work
+// at once, each on its own piece, instead of each waiting for the whole
+// order. A relay answers a piece once it has it, and the last piece once
+// its whole group has the order, or when its request's time is up (the
+// passing on goes on), so that a sender learns of a relay that died and
+// hands its group to the group's next member, sending it every piece
+// again. A node that missed an order anyway asks the leader for it while
+// its ranks wait (see Order).
 
 // relayEach sends body, an encoded order, to the named members through
-// relays.
+// relays, in pieces if it is longer than one.
 func (n *Node) relayEach(names []string, body []byte) {
+	var whole *wire.Assembly
+	if len(body) > n.cfg.Cluster.RelayPiece {
+		whole = wire.WholeAssembly(body, n.cfg.Cluster.RelayPiece)
+	}
 	for _, group := range wire.RelayGroups(names, n.cfg.Cluster.RelayFanout) {
-		n.goBackground(func(ctx context.Context) { n.relayGroup(ctx, group, body) })
+		n.goBackground(func(ctx context.Context) {
+			if whole != nil {
+				n.relayPieces(ctx, group, whole)
+				return
+			}
+			n.relayGroup(ctx, group, body)
+		})
 	}
 }
 
@@ -70,21 +89,121 @@ func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) {
 	}
 }
 
+// relayPieces delivers the order a assembles to every member of group,
+// as relayGroup does, piece by piece: each piece goes to the group's head
+// as soon as a has it. If the head fails, the group goes to its next
+// member, which is sent every piece again; the group's last member, with
+// no one after it, is tried a few times. A head that refuses the first
+// piece (an older peer, which knows no pieces) is handed the whole order
+// once a has it.
+func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly) {
+	for i, head := range group {
+		rest := group[i+1:]
+		tries := 1
+		if len(rest) == 0 {
+			tries = 5 // as sendWithRetries
+		}
+		for try := 1; ; try++ {
+			first, err := n.sendPieces(ctx, head, rest, a)
+			switch {
+			case err == nil, ctx.Err() != nil:
+				return
+			case peer.CodeOf(err) == peer.CodeBadRequest && first:
+				if body, err := awaitWhole(ctx, a); err == nil {
+					n.relayGroup(ctx, group[i:], body)
+				}
+				return
+			case peer.CodeOf(err) == peer.CodeBadRequest:
+				n.cfg.Logger.Warn().Err(err).Str("peer", head).Msg("relayed piece refused")
+				return
+			}
+			if try >= tries || !sleepCtx(ctx, time.Duration(try)*n.cfg.Cluster.RetryEvery) {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.cfg.Logger.Debug().Str("peer", head).Int("group", len(rest)).Msg("relay failed; handing the group to its next member")
+	}
+}
+
+// sendPieces sends head every piece of a, each once a has it, with rest
+// for head to pass them on to. It reports whether the error, if any, came
+// for the first piece.
+func (n *Node) sendPieces(ctx context.Context, head string, rest []string, a *wire.Assembly) (first bool, err error) {
+	hops := wire.RelayHops(len(rest), n.cfg.Cluster.RelayFanout)
+	for i := range a.Pieces() {
+		select {
+		case <-a.Ready(i):
+		case <-ctx.Done():
+			return i == 0, ctx.Err()
+		}
+		parts, err := wire.RelayPieceParts(rest, wire.MethodPublish, a, i)
+		if err != nil {
+			return i == 0, err
+		}
+		// The head answers a piece once it has it, and the last once its
+		// group has the whole order: give that one a call's time for each
+		// hop below it.
+		timeout := n.cfg.Cluster.FetchTimeout
+		if i == a.Pieces()-1 {
+			timeout *= time.Duration(1 + hops)
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err = n.cluster.callName(cctx, head, wire.MethodRelay, parts, nil)
+		cancel()
+		if err != nil {
+			return i == 0, err
+		}
+	}
+	return false, nil
+}
+
+// awaitWhole waits until a has every piece, and returns the order.
+func awaitWhole(ctx context.Context, a *wire.Assembly) ([]byte, error) {
+	for i := range a.Pieces() {
+		select {
+		case <-a.Ready(i):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	body, _, err := a.Whole()
+	return body, err
+}
+
+// sleepCtx waits d, and reports false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // serveRelay installs a relayed order and passes it on to req.To, in
 // groups. It answers once every group has it or could not be reached,
 // or when the request's time is up, whichever comes first; the passing on
-// goes on in the background for the time its hops need.
+// goes on in the background for the time its hops need. A piece of an
+// order goes to serveRelayPiece.
 func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) (any, error) {
 	if peer.Method(req.Method) != wire.MethodPublish {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("method %d cannot be relayed", req.Method)}
 	}
-	var p wire.PublishMsg
-	if err := msgpack.Unmarshal(req.Body, &p); err != nil {
-		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
-	}
 	to := slices.DeleteFunc(slices.Clone(req.To), func(name string) bool { return name == n.cfg.Name })
 	if members := len(n.Members()); len(to) > members {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("relay to %d members; the mesh has %d", len(to), members)}
+	}
+	if req.IsPiece() {
+		return n.serveRelayPiece(ctx, from, req, to)
+	}
+	var p wire.PublishMsg
+	if err := msgpack.Unmarshal(req.Body, &p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
 	}
 	passed := make(chan struct{})
 	n.goBackground(func(bctx context.Context) {
@@ -104,4 +223,165 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 	case <-ctx.Done():
 	}
 	return nil, err
+}
+
+// serveRelayPiece takes a piece of a relayed order: it puts it in the
+// order's assembly and, the first time it is asked to pass the order on
+// to these members, starts passing every piece on to them as each comes
+// in. It answers a piece once it has it; the order's last piece once the
+// order is installed here and its groups have it (or could not be
+// reached), or when the request's time is up.
+func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.RelayMsg, to []string) (any, error) {
+	// The entry lasts for a call's time for each piece and each hop
+	// below, and one more.
+	hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
+	pieces := (req.Size + max(req.PieceSize, 1) - 1) / max(req.PieceSize, 1)
+	e, err := n.cluster.relays.entry(n.ctx, req, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops+min(pieces, 64)))
+	if err == nil {
+		_, err = e.a.Put(req)
+	}
+	if err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	}
+	passed := e.passOn(to, func(ctx context.Context, done func()) {
+		n.goBackground(func(context.Context) {
+			defer done()
+			var wg sync.WaitGroup
+			for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
+				wg.Go(func() { n.relayPieces(ctx, group, e.a) })
+			}
+			wg.Wait()
+		})
+	})
+	if req.Off+len(req.Piece) < req.Size {
+		return nil, nil
+	}
+	body, err := awaitWhole(ctx, e.a)
+	if errors.Is(err, wire.ErrBadPiece) {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p wire.PublishMsg
+	if err := msgpack.Unmarshal(body, &p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	}
+	_, err = n.servePublish(ctx, from, &p)
+	select {
+	case <-passed:
+		e.finish()
+	case <-ctx.Done():
+	}
+	return nil, err
+}
+
+// relayBook holds the orders being relayed to a node in pieces, each for
+// as long as passing it on may take, and at most relayBookBytes of them
+// (the oldest go first).
+type relayBook struct {
+	mu      sync.Mutex
+	entries []*relayEntry // oldest first
+	pieces  int           // pieces taken, ever
+}
+
+// relayBookBytes bounds the orders a node assembles at once: two of the
+// largest a peer frame holds.
+const relayBookBytes = 2 * peer.DefaultMaxFrame
+
+// relayEntry is one order being relayed to a node in pieces.
+type relayEntry struct {
+	a      *wire.Assembly
+	ctx    context.Context // ends when the entry leaves the book
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	passing map[string]chan struct{} // by members passed on to; closed once they have the order
+}
+
+// entry returns the entry of the order req is a piece of, making it (to
+// last life, within parent) if the book has none.
+func (b *relayBook) entry(parent context.Context, req *wire.RelayMsg, life time.Duration) (*relayEntry, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pieces++
+	for _, e := range b.entries {
+		if e.a.Matches(req) {
+			return e, nil
+		}
+	}
+	a, err := wire.NewAssembly(req.Size, req.PieceSize, req.Sum, peer.DefaultMaxFrame)
+	if err != nil {
+		return nil, err
+	}
+	held := a.Size()
+	for _, e := range b.entries {
+		held += e.a.Size()
+	}
+	// b.held, with b.mu held.
+	for held > relayBookBytes && len(b.entries) > 0 {
+		held -= b.entries[0].a.Size()
+		b.entries[0].cancel()
+		b.entries = b.entries[1:]
+	}
+	e := &relayEntry{a: a, passing: make(map[string]chan struct{})}
+	e.ctx, e.cancel = context.WithTimeout(parent, life)
+	context.AfterFunc(e.ctx, func() { b.drop(e) })
+	b.entries = append(b.entries, e)
+	return e, nil
+}
+
+// held is the bytes of the orders in the book, and how many pieces the
+// node was ever sent.
+func (b *relayBook) held() (bytes, pieces int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.entries {
+		bytes += e.a.Size()
+	}
+	return bytes, b.pieces
+}
+
+// drop takes e out of the book, if it is there.
+func (b *relayBook) drop(e *relayEntry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.entries = slices.DeleteFunc(b.entries, func(x *relayEntry) bool { return x == e })
+}
+
+// passOn starts the passing on of the entry's order to members to with
+// start, the first time it is asked for these members, and returns a
+// channel closed once they have it (start calls done then).
+func (e *relayEntry) passOn(to []string, start func(ctx context.Context, done func())) <-chan struct{} {
+	key := strings.Join(to, "\x00")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch, ok := e.passing[key]; ok {
+		return ch
+	}
+	ch := make(chan struct{})
+	e.passing[key] = ch
+	start(e.ctx, func() {
+		close(ch)
+		e.finish()
+	})
+	return ch
+}
+
+// finish takes the entry out of the book once its order is complete and
+// every passing on of it is over.
+func (e *relayEntry) finish() {
+	if !e.a.Complete() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.passing {
+		select {
+		case <-c:
+		default:
+			return // a passing on still runs
+		}
+	}
+	e.cancel()
 }

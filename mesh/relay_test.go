@@ -15,9 +15,20 @@ import (
 // down a chain of the others. Every node installs every order, the same
 // bytes; with a member of the chain killed, the order still reaches every
 // live node, the member before the dead one handing its group to the next.
+// The orders go whole, and in pieces of 256 bytes (about 20 an order),
+// down the chain and down a tree of fanout 2.
 func TestOrdersRelayedToEveryPeer(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		fanout, piece int
+	}{{"whole", 1, 0}, {"pieces", 1, 256}, {"pieces-fanout-2", 2, 256}} {
+		t.Run(c.name, func(t *testing.T) { testOrdersRelayed(t, c.fanout, c.piece) })
+	}
+}
+
+func testOrdersRelayed(t *testing.T, fanout, piece int) {
 	m := startMesh(t, 5, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.RelayFanout = 1
+		c.Cluster.RelayFanout, c.Cluster.RelayPiece = fanout, piece
 	}})
 	var lead *testPeer
 	for _, p := range m.peers {
@@ -29,9 +40,19 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 		t.Fatal("no leader")
 	}
 	ds := lead.node.ordered[0]
+	slice := func(epoch int) []uint32 {
+		s := make([]uint32, 600)
+		for i := range s {
+			s[i] = uint32((epoch*7 + i) % 300)
+		}
+		return s
+	}
 	publish := func(epoch int) *wire.PublishMsg {
 		p := &wire.PublishMsg{Dataset: "ds", Job: "relayed", Version: ds.manifest.Version, Gen: 1, Epoch: epoch,
-			Term: lead.node.lead.highest(), World: 2, Slices: []wire.U32s{{1, 2, 3}, {4, 5, uint32(epoch)}}, Ranks: []string{"", ""}}
+			Term: lead.node.lead.highest(), World: 2, Slices: []wire.U32s{slice(epoch + 100), slice(epoch)}, Ranks: []string{"", ""}}
+		if body, err := p.Encode(); err != nil || (piece > 0 && len(body) < 8*piece) {
+			t.Fatalf("an order of %d bytes (%v): want several pieces of %d", len(body), err, piece)
+		}
 		lead.node.publish(p)
 		return p
 	}
@@ -41,7 +62,7 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 			return false
 		}
 		o := js.book.Kept(epoch)
-		return o != nil && slices.Equal(o.Slices[1], []uint32{4, 5, uint32(epoch)})
+		return o != nil && slices.Equal(o.Slices[1], slice(epoch))
 	}
 	everyLiveHas := func(epoch int) func() bool {
 		return func() bool {
@@ -56,14 +77,30 @@ func TestOrdersRelayedToEveryPeer(t *testing.T) {
 
 	publish(0)
 	waitFor(t, 10*time.Second, "epoch 0 relayed to every peer", everyLiveHas(0))
+	for _, p := range m.alive() {
+		if _, pieces := p.node.cluster.relays.held(); p != lead && (pieces > 0) != (piece > 0) {
+			t.Fatalf("%s was sent %d pieces; orders in pieces of %d", p.node.Name(), pieces, piece)
+		}
+	}
 
-	// Kill the second member of the chain (the leader hands the order to
-	// the first, which passes it to the second).
+	// Kill the second member of the order (with fanout 1 the leader hands
+	// the order to the first, which passes it to the second; with 2, the
+	// second heads a group of its own).
 	chain := lead.node.Members()
 	chain = slices.DeleteFunc(chain, func(name string) bool { return name == lead.node.Name() })
 	m.byName(chain[1]).node.kill()
 	publish(1)
 	waitFor(t, 20*time.Second, "epoch 1 relayed to every live peer past the dead one", everyLiveHas(1))
+	// Once passed on, the pieces are let go (the last of them leave as
+	// the calls to the dead member time out).
+	waitFor(t, 30*time.Second, "every node lets go of the relayed pieces", func() bool {
+		for _, p := range m.alive() {
+			if held, _ := p.node.cluster.relays.held(); held != 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestSettledFetchWaitsForTheRelays: a node asking the leader for an

@@ -29,7 +29,7 @@ type scaleOptions struct {
 	rankRate                             float64
 	linkGbps, cached                     float64
 	budget                               string
-	encodes, fanout                      int
+	encodes, fanout, piece               int
 	only                                 string
 	cpuProfile                           string
 }
@@ -60,6 +60,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.budget, "replicate-budget", "64MiB", "per second: the leader's score-table replication budget, as shade-peer --replicate-budget")
 	fs.IntVar(&o.encodes, "encodes", 8, "frames of each broadcast encoded to measure one; the cost is scaled to every peer")
 	fs.IntVar(&o.fanout, "relay-fanout", wire.DefaultRelayFanout, "members the leader hands an order to past that many, as shade-peer --relay-fanout")
+	fs.IntVar(&o.piece, "relay-piece", wire.DefaultRelayPiece, "bytes of the pieces a relayed order goes in, as shade-peer relays it")
 	fs.Float64Var(&o.cached, "cached", 0.5, "share of the dataset the mesh caches, whose samples the leader's draws prefer (shade-peer --boost)")
 	fs.StringVar(&o.only, "only", "all", "what to simulate: ring, leader or all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
@@ -86,8 +87,8 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--peers %d: want at least 2", o.peers)
 	case o.samples < 1 || o.samples > 1<<31:
 		return fmt.Errorf("--samples %d out of range", o.samples)
-	case o.replicas < 1, o.world < 1, o.batch < 1, o.trials < 1, o.encodes < 1, o.fanout < 1:
-		return errors.New("--replicas, --world, --batch, --trials, --encodes and --relay-fanout must be positive")
+	case o.replicas < 1, o.world < 1, o.batch < 1, o.trials < 1, o.encodes < 1, o.fanout < 1, o.piece < 1:
+		return errors.New("--replicas, --world, --batch, --trials, --encodes, --relay-fanout and --relay-piece must be positive")
 	case o.rankRate <= 0 || o.linkGbps <= 0:
 		return errors.New("--rank-rate and --link-gbps must be positive")
 	case !(o.cached >= 0 && o.cached <= 1):
@@ -139,7 +140,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	job := scaleJob{dataset: o.dataset, samples: o.samples, world: o.world, batch: o.batch, rankRate: o.rankRate, seed: o.seed, encodes: o.encodes,
-		budget: float64(budget), fanout: o.fanout, cached: o.cached}
+		budget: float64(budget), fanout: o.fanout, piece: o.piece, cached: o.cached}
 	res, err := simulateMerge(job, base, progress)
 	if err != nil {
 		return err
@@ -324,10 +325,14 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", scaleBytes(repWire), ratio(repWire, link*epoch))
 	fmt.Fprintf(tw, "  of which the next order\t%s\t\t%s\t\n", scaleBytes(pubWire), ratio(pubWire, link*epoch))
 	// Relayed, each hop's links carry at most the copies the leader's
-	// does: the last member has the order after hops times that.
-	onLink := pubWire / link * float64(res.PublishHops)
-	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies)\t%s\t%s (the epoch)\t%s\t\n",
-		res.PublishHops, res.PublishSends, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
+	// does. Whole, the last member has the order after hops times that;
+	// in P pieces, each passed on as soon as it is in, the hops work at
+	// once and the last member has it after P + hops - 1 times a piece's
+	// share of that.
+	pieces := float64(max(res.PublishPieces, 1))
+	onLink := pubWire / link * (pieces + float64(res.PublishHops) - 1) / pieces
+	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies, %.0f pieces)\t%s\t%s (the epoch)\t%s\t\n",
+		res.PublishHops, res.PublishSends, pieces, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
 	tw.Flush()
 
 	fmt.Fprintf(w, "leader heap in use after the epoch: %s; %d of %d samples scored\n", scaleBytes(float64(res.HeapInuse)), res.Scored, res.Samples)

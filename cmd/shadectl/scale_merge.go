@@ -89,8 +89,9 @@ type mergeResult struct {
 	PlainSplit                   time.Duration // sampling.Split of the same order, for comparison
 	HashSamples                  time.Duration // ring.NewSamples of the dataset, once per dataset
 	// PublishSends are the order's copies the leader sends, PublishHops
-	// the hops it takes to reach every member (1: sent to each directly).
-	PublishSends, PublishHops int
+	// the hops it takes to reach every member (1: sent to each directly),
+	// PublishPieces the pieces each copy is relayed in (1: whole).
+	PublishSends, PublishHops, PublishPieces int
 	// TableFrame is the size of one replication frame.
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
@@ -124,6 +125,9 @@ type scaleJob struct {
 	// fanout is the members the leader hands an order to when the mesh has
 	// more (shade-peer's relay fanout, wire.DefaultRelayFanout).
 	fanout int
+	// piece is the size of the pieces a relayed order goes in
+	// (wire.DefaultRelayPiece, mesh.ClusterConfig.RelayPiece).
+	piece int
 	// cached is the share of the dataset the mesh caches: the samples the
 	// leader's draw prefers (shade-peer --boost).
 	cached float64
@@ -384,12 +388,17 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		groups = wire.RelayGroups(receivers, job.fanout)
 		sends, hops = len(groups), wire.RelayHops(len(receivers), job.fanout)
 	}
-	res.PublishHops, res.PublishSends = hops, sends
+	pieces := 1
+	if groups != nil && job.piece > 0 && len(raw) > job.piece {
+		pieces = (len(raw) + job.piece - 1) / job.piece
+	}
+	res.PublishHops, res.PublishSends, res.PublishPieces = hops, sends, pieces
 	pubStep := step("publish: send", float64(sends)/float64(max(min(encodes, sends), 1)), true, "")
-	if groups == nil {
+	switch {
+	case groups == nil:
 		pubStep.Note = fmt.Sprintf("to every member: a header each before the encoded order, which is not copied: %d, %d measured", sends, min(encodes, sends))
 		_ = pubStep.run(func() error { frame = frameBroadcast(raw, min(encodes, sends)); return nil })
-	} else {
+	case pieces == 1:
 		pubStep.Note = fmt.Sprintf("to %d relays (wire.RelayParts: a head naming each one's group, then the order, not copied), %d hops to reach %d members; %d measured",
 			sends, hops, len(receivers), min(encodes, sends))
 		if err := pubStep.run(func() error {
@@ -399,6 +408,25 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 					return err
 				}
 				frame = frameBroadcast(parts[0], 1) + len(parts[1])
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	default:
+		pubStep.Note = fmt.Sprintf("to %d relays in %d pieces of %s (wire.RelayPieceParts: a head naming each one's group and the piece's place, then the piece, not copied), %d hops to reach %d members; %d measured",
+			sends, pieces, scaleBytes(float64(job.piece)), hops, len(receivers), min(encodes, sends))
+		whole := wire.WholeAssembly(raw, job.piece)
+		if err := pubStep.run(func() error {
+			for _, g := range groups[:min(encodes, sends)] {
+				frame = 0
+				for i := range pieces {
+					parts, err := wire.RelayPieceParts(g[1:], wire.MethodPublish, whole, i)
+					if err != nil {
+						return err
+					}
+					frame += frameBroadcast(parts[0], 1) + len(parts[1])
+				}
 			}
 			return nil
 		}); err != nil {

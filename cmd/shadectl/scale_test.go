@@ -131,7 +131,7 @@ func TestScaleMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	const world = 4
-	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2, fanout: 4, cached: 0.5}
+	job := scaleJob{dataset: testDataset, samples: testSamples, world: world, batch: 256, rankRate: 2500, seed: 1, encodes: 2, fanout: 4, piece: 4096, cached: 0.5}
 	res, err := simulateMerge(job, r, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +165,11 @@ func TestScaleMerge(t *testing.T) {
 			t.Fatalf("step %q missing or not measured: %+v", name, s)
 		}
 	}
-	// 19 other members, 4 at a time: 4 relays, and 2 hops (4 + 16 >= 19).
-	if s := res.step("publish: send"); s.Messages != 4 || s.WireBytes < 4*4*testSamples || res.PublishHops != 2 {
-		t.Fatalf("publish: %v frames, %v bytes, %d hops; want 4 frames of at least 4 bytes per id, 2 hops", s.Messages, s.WireBytes, res.PublishHops)
+	// 19 other members, 4 at a time: 4 relays, and 2 hops (4 + 16 >= 19),
+	// the order (at least 4 bytes an id) in pieces of 4 KiB.
+	s := res.step("publish: send")
+	if pieces := res.PublishPieces; s.Messages != 4 || pieces < 4*testSamples/4096 || s.WireBytes < 4*4*testSamples || res.PublishHops != 2 {
+		t.Fatalf("publish: %v copies in %d pieces, %v bytes, %d hops; want 4 copies of at least 4 bytes per id in pieces of 4 KiB, 2 hops", s.Messages, pieces, s.WireBytes, res.PublishHops)
 	}
 	// Every scored sample's new score goes to its owners but the leader.
 	if s := res.step("send scores to owners"); s.Messages == 0 || s.WireBytes < float64(testSamples) {

@@ -2,7 +2,11 @@ package wire
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"sync"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/transport/peer"
@@ -11,21 +15,46 @@ import (
 // DefaultRelayFanout is how many members a sender of a relayed message
 // hands it to, each passing it on to a share of the rest: with 4, the
 // order of 1,000 members goes out of the leader 4 times, not 999, and
-// reaches everyone in 5 hops. A hop passes the whole message on once it
-// has it, so each hop takes fanout times the message's time on a link:
-// at 1,000 peers an order of 1.28 M samples (11 MB) reaches the last one
-// after 74 ms of links with 4, 118 ms with 8, 177 ms with 16 (shadectl
-// scale --relay-fanout, test/results/scale.md).
+// reaches everyone in 5 hops. Each hop's links carry fanout copies: at
+// 1,000 peers an order of 1.28 M samples (11 MB) relayed whole reaches the
+// last one after 74 ms of links with 4, 118 ms with 8, 177 ms with 16
+// (shadectl scale --relay-fanout, test/results/scale.md); in pieces
+// (DefaultRelayPiece), after 20 ms with 4.
 const DefaultRelayFanout = 4
+
+// DefaultRelayPiece is the size of the pieces a message longer than it
+// is relayed in (RelayPieceParts). A relay passes each piece on as soon
+// as it has it, so the hops work at once, each on its own piece: the
+// last member has an order of P pieces after about (P + hops - 1) times
+// a piece's time on fanout links, not hops times the whole order's. At
+// 1,000 peers an order of 11 MB reaches the last one after 20 ms of
+// links instead of 74 ms (shadectl scale, test/results/scale.md).
+const DefaultRelayPiece = 1 << 20
 
 // RelayMsg is a message (an encoded PublishMsg: Method is MethodPublish)
 // for the member that receives it and for the members in To, to whom that
 // member passes it on (RelayGroups, RelayParts).
+//
+// A message longer than a relay's piece size travels in pieces instead,
+// each its own RelayMsg with Body empty: Piece holds bytes Off to
+// Off+len(Piece) of the message, which is Size bytes long, cut in pieces
+// of PieceSize bytes (the last one shorter), and whose xxhash64 is Sum
+// (see Assembly). Older peers refuse a piece (CodeBadRequest), and are
+// sent the whole message.
 type RelayMsg struct {
 	To     []string           `msgpack:"t"`
 	Method uint16             `msgpack:"m"`
-	Body   msgpack.RawMessage `msgpack:"b"`
+	Body   msgpack.RawMessage `msgpack:"b,omitempty"`
+
+	Size      int    `msgpack:"s,omitempty"`
+	PieceSize int    `msgpack:"z,omitempty"`
+	Sum       uint64 `msgpack:"c,omitempty"`
+	Off       int    `msgpack:"o,omitempty"`
+	Piece     []byte `msgpack:"p,omitempty"`
 }
+
+// IsPiece reports whether m carries a piece of a message, not the whole.
+func (m *RelayMsg) IsPiece() bool { return m.Size > 0 }
 
 // RelayGroups cuts names into at most fanout groups of consecutive names,
 // their sizes differing by one at most: the first name of each group is
@@ -82,4 +111,147 @@ func RelayParts(to []string, m peer.Method, body []byte) (peer.Encoded, error) {
 		}
 	}
 	return peer.Encoded{head.Bytes(), body}, nil
+}
+
+// RelayPieceParts encodes piece i of a (complete up to piece i) as a
+// RelayMsg for the members to, as parts for peer.Node.Call: the small head
+// on its own, then the piece's bytes as a holds them, never copied.
+func RelayPieceParts(to []string, m peer.Method, a *Assembly, i int) (peer.Encoded, error) {
+	off, piece := i*a.piece, a.Piece(i)
+	var head bytes.Buffer
+	enc := msgpack.NewEncoder(&head)
+	for _, err := range []error{
+		enc.EncodeMapLen(7),
+		enc.EncodeString("t"), enc.Encode(to),
+		enc.EncodeString("m"), enc.EncodeUint16(uint16(m)),
+		enc.EncodeString("s"), enc.EncodeInt(int64(a.size)),
+		enc.EncodeString("z"), enc.EncodeInt(int64(a.piece)),
+		enc.EncodeString("c"), enc.EncodeUint(a.sum),
+		enc.EncodeString("o"), enc.EncodeInt(int64(off)),
+		enc.EncodeString("p"), enc.EncodeBytesLen(len(piece)),
+	} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return peer.Encoded{head.Bytes(), piece}, nil
+}
+
+// ErrBadPiece marks a relayed piece that does not fit its message.
+var ErrBadPiece = errors.New("wire: bad relayed piece")
+
+// Assembly gathers the pieces of a message relayed in pieces, for the
+// member that installs it and for the relays that pass each piece on as
+// soon as it is in. It is safe for concurrent use. A piece put twice
+// must be the same bytes (a sender that lost a relay sends its group's
+// next member every piece again); the whole message is handed out only
+// once every piece is in and the bytes hash to the message's Sum.
+type Assembly struct {
+	size, piece int
+	sum         uint64
+	buf         []byte
+	ready       []chan struct{} // closed once piece i is in buf
+
+	mu   sync.Mutex
+	have []bool
+	left int
+}
+
+// NewAssembly returns an empty assembly of a message of size bytes in
+// pieces of piece bytes, hashing to sum. size is checked against limit,
+// the largest message the caller takes.
+func NewAssembly(size, piece int, sum uint64, limit int) (*Assembly, error) {
+	if size <= 0 || piece <= 0 || size > limit {
+		return nil, fmt.Errorf("%w: a message of %d bytes in pieces of %d (limit %d bytes)", ErrBadPiece, size, piece, limit)
+	}
+	n := (size + piece - 1) / piece
+	a := &Assembly{size: size, piece: piece, sum: sum, buf: make([]byte, size),
+		ready: make([]chan struct{}, n), have: make([]bool, n), left: n}
+	for i := range a.ready {
+		a.ready[i] = make(chan struct{})
+	}
+	return a, nil
+}
+
+// WholeAssembly is the assembly of body, every piece in, for a sender
+// that relays body in pieces of piece bytes. It holds body itself, not a
+// copy.
+func WholeAssembly(body []byte, piece int) *Assembly {
+	n := (len(body) + piece - 1) / piece
+	a := &Assembly{size: len(body), piece: piece, sum: xxhash.Sum64(body), buf: body,
+		ready: make([]chan struct{}, n), have: make([]bool, n)}
+	for i := range a.ready {
+		a.ready[i] = make(chan struct{})
+		close(a.ready[i])
+		a.have[i] = true
+	}
+	return a
+}
+
+// Pieces is how many pieces the message is cut in.
+func (a *Assembly) Pieces() int { return len(a.ready) }
+
+// Size is the message's size in bytes.
+func (a *Assembly) Size() int { return a.size }
+
+// Matches reports whether m is a piece of this assembly's message (same
+// size, piece size and sum).
+func (a *Assembly) Matches(m *RelayMsg) bool {
+	return m.Size == a.size && m.PieceSize == a.piece && m.Sum == a.sum
+}
+
+// Ready is closed once piece i is in.
+func (a *Assembly) Ready(i int) <-chan struct{} { return a.ready[i] }
+
+// Piece returns piece i's bytes; only once Ready(i) is closed.
+func (a *Assembly) Piece(i int) []byte {
+	off := i * a.piece
+	return a.buf[off:min(off+a.piece, a.size)]
+}
+
+// Put stores the piece of m (which Matches the assembly) and reports
+// whether it was the last one missing. A piece at an offset that is not
+// a piece's, of the wrong length, or unlike the bytes already in for it,
+// is refused (ErrBadPiece) and changes nothing.
+func (a *Assembly) Put(m *RelayMsg) (bool, error) {
+	if m.Off < 0 || m.Off%a.piece != 0 || m.Off >= a.size {
+		return false, fmt.Errorf("%w: offset %d of a message of %d bytes in pieces of %d", ErrBadPiece, m.Off, a.size, a.piece)
+	}
+	i := m.Off / a.piece
+	if want := min(a.piece, a.size-m.Off); len(m.Piece) != want {
+		return false, fmt.Errorf("%w: %d bytes at offset %d, want %d", ErrBadPiece, len(m.Piece), m.Off, want)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.have[i] {
+		if !bytes.Equal(a.Piece(i), m.Piece) {
+			return false, fmt.Errorf("%w: piece at offset %d differs from the one already in", ErrBadPiece, m.Off)
+		}
+		return false, nil
+	}
+	copy(a.buf[m.Off:], m.Piece)
+	a.have[i] = true
+	a.left--
+	close(a.ready[i])
+	return a.left == 0, nil
+}
+
+// Complete reports whether every piece is in.
+func (a *Assembly) Complete() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.left == 0
+}
+
+// Whole returns the message once every piece is in: ok is false while
+// one is missing. A message whose bytes do not hash to its sum (pieces
+// of two messages alike in size and sum, as good as never) is an error.
+func (a *Assembly) Whole() (body []byte, ok bool, err error) {
+	if !a.Complete() {
+		return nil, false, nil
+	}
+	if xxhash.Sum64(a.buf) != a.sum {
+		return nil, false, fmt.Errorf("%w: the pieces of a message of %d bytes do not hash to its sum", ErrBadPiece, a.size)
+	}
+	return a.buf, true, nil
 }

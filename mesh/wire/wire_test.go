@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -346,4 +347,118 @@ func benchOrder() *PublishMsg {
 		p.Slices, p.Weights = append(p.Slices, s), append(p.Weights, w)
 	}
 	return p
+}
+
+// TestRelayPieces checks an order relayed in pieces: each piece's message
+// decodes to its place in the order, its bytes not copied by the sender;
+// an assembly takes the pieces in any order, a repeat too, marks each
+// ready as it comes, and hands out the order only once every piece is in
+// and the bytes hash to its sum; a piece that does not fit is refused
+// and changes nothing.
+func TestRelayPieces(t *testing.T) {
+	body := make([]byte, 1000)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	const piece = 128
+	whole := WholeAssembly(body, piece)
+	if whole.Pieces() != 8 || !whole.Complete() {
+		t.Fatalf("%d pieces, complete %v; want 8, complete", whole.Pieces(), whole.Complete())
+	}
+	msgs := make([]*RelayMsg, whole.Pieces())
+	for i := range msgs {
+		parts, err := RelayPieceParts([]string{"b"}, MethodPublish, whole, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &parts[len(parts)-1][0] != &body[i*piece] {
+			t.Fatalf("piece %d was copied into its message", i)
+		}
+		all := slices.Concat(parts...)
+		if err := peer.CheckMsgpack(all); err != nil {
+			t.Fatal(err)
+		}
+		var m RelayMsg
+		if err := msgpack.Unmarshal(all, &m); err != nil {
+			t.Fatal(err)
+		}
+		end := min((i+1)*piece, len(body))
+		if !m.IsPiece() || m.Size != len(body) || m.PieceSize != piece || m.Off != i*piece || !bytes.Equal(m.Piece, body[i*piece:end]) ||
+			!slices.Equal(m.To, []string{"b"}) || m.Method != uint16(MethodPublish) || len(m.Body) != 0 {
+			t.Fatalf("piece %d came back as to %v, method %d, size %d, piece size %d, offset %d, %d bytes", i, m.To, m.Method, m.Size, m.PieceSize, m.Off, len(m.Piece))
+		}
+		msgs[i] = &m
+	}
+
+	if _, err := NewAssembly(len(body), piece, msgs[0].Sum, len(body)-1); !errors.Is(err, ErrBadPiece) {
+		t.Fatalf("a message over the limit: %v", err)
+	}
+	for _, sp := range [][2]int{{0, piece}, {len(body), 0}, {-1, piece}} {
+		if _, err := NewAssembly(sp[0], sp[1], 0, 1<<20); !errors.Is(err, ErrBadPiece) {
+			t.Fatalf("size %d, piece %d: %v", sp[0], sp[1], err)
+		}
+	}
+	a, err := NewAssembly(len(body), piece, msgs[0].Sum, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Matches(msgs[3]) || a.Matches(&RelayMsg{Size: len(body), PieceSize: piece, Sum: msgs[0].Sum + 1}) {
+		t.Fatal("an assembly matches pieces by size, piece size and sum")
+	}
+	bad := []*RelayMsg{
+		{Off: 5, Piece: body[5 : 5+piece]},               // not a piece's offset
+		{Off: len(body), Piece: nil},                     // past the end
+		{Off: -piece, Piece: body[:piece]},               // before the start
+		{Off: piece, Piece: body[piece : 2*piece-1]},     // short
+		{Off: 7 * piece, Piece: body[6*piece : 7*piece]}, // the last piece is shorter
+	}
+	for _, order := range []int{5, 0, 7, 2, 2, 6, 1, 3} {
+		for _, b := range bad {
+			if _, err := a.Put(b); !errors.Is(err, ErrBadPiece) {
+				t.Fatalf("a piece at %d of %d bytes: %v", b.Off, len(b.Piece), err)
+			}
+		}
+		if _, ok, _ := a.Whole(); ok || a.Complete() {
+			t.Fatal("whole before every piece is in")
+		}
+		if last, err := a.Put(msgs[order]); err != nil || last {
+			t.Fatalf("piece %d: last %v, %v", order, last, err)
+		}
+		select {
+		case <-a.Ready(order):
+		default:
+			t.Fatalf("piece %d in, not ready", order)
+		}
+	}
+	select {
+	case <-a.Ready(4):
+		t.Fatal("piece 4 ready before it came")
+	default:
+	}
+	other := *msgs[2]
+	other.Piece = slices.Clone(other.Piece)
+	other.Piece[0]++
+	if _, err := a.Put(&other); !errors.Is(err, ErrBadPiece) {
+		t.Fatalf("a repeat unlike the piece in: %v", err)
+	}
+	if last, err := a.Put(msgs[4]); err != nil || !last {
+		t.Fatalf("the last piece: last %v, %v", last, err)
+	}
+	if got, ok, err := a.Whole(); err != nil || !ok || !bytes.Equal(got, body) {
+		t.Fatalf("whole: %v, %v; bytes equal %v", ok, err, bytes.Equal(got, body))
+	}
+
+	// Pieces alike in size and sum but of other bytes (as good as never)
+	// never make a message.
+	wrong, _ := NewAssembly(len(body), piece, msgs[0].Sum, 1<<20)
+	for _, m := range msgs {
+		m := *m
+		m.Piece = make([]byte, len(m.Piece))
+		if _, err := wrong.Put(&m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := wrong.Whole(); ok || !errors.Is(err, ErrBadPiece) {
+		t.Fatalf("pieces that do not hash to the sum: %v, %v", ok, err)
+	}
 }
