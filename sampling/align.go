@@ -20,6 +20,11 @@ import "slices"
 // It takes O(n) time, a radix sort of the keys, and allocates about 24
 // bytes a sample.
 func Align(order []uint32, seed uint64, epoch int) {
+	align(order, seed, epoch, procs(0))
+}
+
+// align is Align on up to workers goroutines (see parallel.go).
+func align(order []uint32, seed uint64, epoch int, workers int) {
 	n := len(order)
 	if n < 2 {
 		return
@@ -27,23 +32,30 @@ func Align(order []uint32, seed uint64, epoch int) {
 	base := mix64(seed ^ mix64(uint64(epoch)+0x7f4a7c159e3779b9))
 	largest := slices.Max(order)
 	keys := make([]uint64, n)
-	key := func(id, copy uint32) uint64 { return mix64(base ^ mix64(uint64(id)<<20^uint64(copy))) }
+	// Which copy of its sample each place holds, counted in one pass in
+	// order; then the keys, hashed on every goroutine.
 	if int(largest) < 4*n+1024 {
 		// The copies of each sample counted in a table by id: the ids of
 		// an order are below its dataset's size, about n.
 		copies := make([]uint32, int(largest)+1)
 		for i, id := range order {
-			keys[i] = key(id, copies[id])
+			keys[i] = uint64(copies[id])
 			copies[id]++
 		}
 	} else {
 		copies := make(map[uint32]uint32)
 		for i, id := range order {
-			keys[i] = key(id, copies[id])
+			keys[i] = uint64(copies[id])
 			copies[id]++
 		}
 	}
+	w := spans(n, workers)
+	parallel(n, w, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			keys[i] = mix64(base ^ mix64(uint64(order[i])<<20^keys[i]))
+		}
+	})
 	// By key, and equal keys (two copies hashed alike, as good as never)
 	// by id.
-	radixSort(keys, order, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32), radixLow)
+	radixSort(keys, order, make([]uint64, n), make([]uint32, n), new(radixCounts), radixLow, w)
 }

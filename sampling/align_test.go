@@ -140,7 +140,7 @@ func TestRadixSortByKeyThenVal(t *testing.T) {
 				}
 				return cmp.Compare(a.v, b.v)
 			})
-			radixSort(keys, vals, make([]uint64, n), make([]uint32, n), new([radixDigits][1 << radixBits]uint32), low)
+			radixSort(keys, vals, make([]uint64, n), make([]uint32, n), new(radixCounts), low, 1)
 			for i := range want {
 				if keys[i] != want[i].k || vals[i] != want[i].v {
 					t.Fatalf("low digit %d, place %d: (%x, %d), want (%x, %d)", low, i, keys[i], vals[i], want[i].k, want[i].v)

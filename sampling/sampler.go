@@ -167,7 +167,11 @@ type Sampler struct {
 	// Scratch of sortByProb, allocated on first use by Boost or MaxWeight.
 	keys, keys2 []uint64
 	ids2        []uint32
-	count       *[radixDigits][1 << radixBits]uint32
+	counts      radixCounts
+
+	// procs is how many goroutines a pass over the samples may use; 0
+	// means GOMAXPROCS (see parallel.go).
+	procs int
 }
 
 // column is one column of an alias table: a draw that lands on column i
@@ -369,15 +373,22 @@ func (s *Sampler) coupledDraws(order []uint32, epoch int) []uint32 {
 	const gamma = 0x9e3779b97f4a7c15 // SplitMix64's increment
 	base := mix64(s.cfg.DrawSeed ^ mix64(uint64(epoch)+gamma))
 	n := uint64(s.n)
-	for k := uint64(1); len(order) < s.n; k++ {
-		x := mix64(base + k*gamma)
-		col, _ := bits.Mul64(x, n)
-		i := uint32(col)
-		if c := s.cols[i]; c.alias != i && uint32(mix64(x^0xd1b54a32d192ed03)>>32) >= c.accept {
-			i = c.alias
+	forced := len(order)
+	order = order[:s.n]
+	draws := order[forced:]
+	cols := s.cols[:s.n]
+	// Draw k+1 goes to place k: the spans are independent.
+	parallel(len(draws), spans(len(draws), procs(s.procs)), func(_, lo, hi int) {
+		for j := lo; j < hi; j++ {
+			x := mix64(base + uint64(j+1)*gamma)
+			col, _ := bits.Mul64(x, n)
+			i := uint32(col)
+			if c := cols[i]; c.alias != i && uint32(mix64(x^0xd1b54a32d192ed03)>>32) >= c.accept {
+				i = c.alias
+			}
+			draws[j] = i
 		}
-		order = append(order, i)
-	}
+	})
 	return order
 }
 
@@ -416,9 +427,11 @@ func (s *Sampler) fillProb(t *Table) {
 	u := s.cfg.UniformFloor
 	if total > 0 && !math.IsInf(total, 0) && u < 1 {
 		scale := float64((1-u)*float64(n)) / total
-		for i, wt := range prob {
-			prob[i] = float64(wt*scale) + u // rounded product: no FMA
-		}
+		parallel(n, spans(n, procs(s.procs)), func(_, lo, hi int) {
+			for i, wt := range prob[lo:hi] {
+				prob[lo+i] = float64(wt*scale) + u // rounded product: no FMA
+			}
+		})
 	} else {
 		for i := range prob {
 			prob[i] = 1
@@ -474,7 +487,7 @@ func isResident(b []uint64, id uint32) bool {
 // resident sample, or none missing, is left exactly as it was.
 func (s *Sampler) boost(bitmap []uint64) {
 	n := s.n
-	prob, sorted := s.prob[:n], s.work[:n]
+	sorted := s.work[:n]
 	for i := range sorted {
 		sorted[i] = uint32(i)
 	}
@@ -482,32 +495,50 @@ func (s *Sampler) boost(bitmap []uint64) {
 	beta := s.cfg.Boost
 	strata := min(max(s.cfg.Strata, 1), n) // a zero Sampler has Strata 0
 	size, extra := n/strata, n%strata
-	for j, start := 0, 0; j < strata; j++ {
-		end := start + size
+	// Stratum j starts after j strata of size, the first extra of them
+	// one longer. The strata are independent: one goroutine each, at
+	// most procs at a time.
+	bounds := func(j int) (start, end int) {
+		start = j*size + min(j, extra)
+		end = start + size
 		if j < extra {
 			end++
 		}
-		group := sorted[start:end]
-		start = end
-		var all, res float64
-		for _, id := range group {
-			all += prob[id]
-			if isResident(bitmap, id) {
-				res += prob[id]
-			}
+		return start, end
+	}
+	w := min(strata, procs(s.procs))
+	if n < minSpan {
+		w = 1
+	}
+	parallel(strata, w, func(_, lo, hi int) {
+		for j := lo; j < hi; j++ {
+			start, end := bounds(j)
+			s.boostStratum(sorted[start:end], bitmap, beta)
 		}
-		if res == 0 || res == all {
-			continue
+	})
+}
+
+// boostStratum is boost's reweighting of one stratum, the ids in group.
+func (s *Sampler) boostStratum(group []uint32, bitmap []uint64, beta float64) {
+	prob := s.prob
+	var all, res float64
+	for _, id := range group {
+		all += prob[id]
+		if isResident(bitmap, id) {
+			res += prob[id]
 		}
-		// all = missing + res becomes c*(missing + (1+β)*res) = all.
-		down := all / float64(all+float64(beta*res))
-		up := float64((1 + beta) * down)
-		for _, id := range group {
-			if isResident(bitmap, id) {
-				prob[id] = float64(prob[id] * up)
-			} else {
-				prob[id] = float64(prob[id] * down)
-			}
+	}
+	if res == 0 || res == all {
+		return
+	}
+	// all = missing + res becomes c*(missing + (1+β)*res) = all.
+	down := all / float64(all+float64(beta*res))
+	up := float64((1 + beta) * down)
+	for _, id := range group {
+		if isResident(bitmap, id) {
+			prob[id] = float64(prob[id] * up)
+		} else {
+			prob[id] = float64(prob[id] * down)
 		}
 	}
 }
@@ -536,13 +567,29 @@ func (s *Sampler) capWeight(d int, cutoff int64) {
 	if lo := 1 - 1/m; lo > 0 {
 		limit = floor / lo
 	}
-	cand := s.work[:0]
 	var total float64
-	for i, p := range prob {
-		total += p
-		if p < limit && int64(s.last[i]) > cutoff {
-			cand = append(cand, uint32(i))
+	for _, p := range prob {
+		total += p // in id order, on one goroutine: its rounding is the order's
+	}
+	// The candidates, ascending: each span's gathered at its own start in
+	// work, then moved up behind the spans before it.
+	w := spans(n, procs(s.procs))
+	found := make([]int, w)
+	work, last := s.work[:n], s.last
+	parallel(n, w, func(c, lo, hi int) {
+		k := lo
+		for i := lo; i < hi; i++ {
+			if prob[i] < limit && int64(last[i]) > cutoff {
+				work[k] = uint32(i)
+				k++
+			}
 		}
+		found[c] = k - lo
+	})
+	cand := work[:0]
+	for c := range w {
+		lo, _ := span(n, w, c)
+		cand = append(cand, work[lo:lo+found[c]]...)
 	}
 	if len(cand) == 0 {
 		return
@@ -563,9 +610,11 @@ func (s *Sampler) capWeight(d int, cutoff int64) {
 	if k == 0 {
 		return // nothing below the floor
 	}
-	for i, p := range prob {
-		prob[i] = float64(a * p)
-	}
+	parallel(n, w, func(_, lo, hi int) {
+		for i, p := range prob[lo:hi] {
+			prob[lo+i] = float64(a * p)
+		}
+	})
 	for _, id := range cand[:k] {
 		prob[id] = floor
 	}
@@ -575,20 +624,23 @@ func (s *Sampler) capWeight(d int, cutoff int64) {
 // count of sample i in an epoch of d draws after the forced samples.
 func (s *Sampler) weights(weight []float32, d int, cutoff int64) {
 	perDraw := float64(d) / float64(s.n)
-	for i, p := range s.prob[:s.n] {
-		c := float64(perDraw * p)
-		if int64(s.last[i]) <= cutoff {
-			c++
+	prob, last := s.prob[:s.n], s.last
+	parallel(s.n, spans(s.n, procs(s.procs)), func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			c := float64(perDraw * prob[i])
+			if int64(last[i]) <= cutoff {
+				c++
+			}
+			w := float32(math.MaxFloat32)
+			switch {
+			case c == 0:
+				w = 0
+			case 1/c < math.MaxFloat32:
+				w = float32(1 / c)
+			}
+			weight[i] = w
 		}
-		w := float32(math.MaxFloat32)
-		switch {
-		case c == 0:
-			w = 0
-		case 1/c < math.MaxFloat32:
-			w = float32(1 / c)
-		}
-		weight[i] = w
-	}
+	})
 }
 
 // sortByProb sorts ids, given in ascending order, by ascending prob[id],
@@ -604,13 +656,15 @@ func (s *Sampler) sortByProb(ids []uint32) {
 		s.keys = make([]uint64, s.n)
 		s.keys2 = make([]uint64, s.n)
 		s.ids2 = make([]uint32, s.n)
-		s.count = new([radixDigits][1 << radixBits]uint32)
 	}
-	keys := s.keys[:m]
-	for i, id := range ids {
-		keys[i] = math.Float64bits(s.prob[id])
-	}
-	radixSort(keys, ids, s.keys2[:m], s.ids2[:m], s.count, radixLow)
+	keys, prob := s.keys[:m], s.prob
+	w := spans(m, procs(s.procs))
+	parallel(m, w, func(_, lo, hi int) {
+		for i, id := range ids[lo:hi] {
+			keys[lo+i] = math.Float64bits(prob[id])
+		}
+	})
+	radixSort(keys, ids, s.keys2[:m], s.ids2[:m], &s.counts, radixLow, w)
 }
 
 // radixSort sorts the pairs (keys[i], vals[i]) by key, then by val: an
@@ -621,39 +675,70 @@ func (s *Sampler) sortByProb(ids []uint32) {
 // already tell almost every key apart (uniform keys, or probabilities
 // that differ in their leading bits); with low 0 the sort is stable, so
 // pairs given in ascending val come out by (key, val) as well. keys2 and
-// vals2 are scratch of the same length; count is scratch too. The sorted
+// vals2 are scratch of the same length; rc is scratch too. The sorted
 // pairs end in keys and vals.
-func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, count *[radixDigits][1 << radixBits]uint32, low int) {
+//
+// Each pass runs on up to workers goroutines, each over its own span of
+// the pairs: a span's pairs of a digit go to the places after those of
+// the spans before it, as one pass over them all would put them, so the
+// result is the same for any workers.
+func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, rc *radixCounts, low, workers int) {
 	m := len(keys)
 	if m < 2 {
 		return
 	}
-	*count = [radixDigits][1 << radixBits]uint32{}
-	for _, k := range keys {
-		for d := low; d < radixDigits; d++ {
-			count[d][k>>(radixBits*d)&radixMask]++
+	w := spans(m, workers)
+	counts := rc.get(w)
+	if w == 1 {
+		// One span: its counts of every digit hold through the passes,
+		// which only move the pairs.
+		count := counts[0]
+		for _, k := range keys {
+			for d := low; d < radixDigits; d++ {
+				count[d][k>>(radixBits*d)&radixMask]++
+			}
 		}
 	}
 	src, dst := vals, vals2
 	for d := low; d < radixDigits; d++ {
-		c := &count[d]
 		shift := radixBits * d
-		if c[keys[0]>>shift&radixMask] == uint32(m) {
+		if w > 1 {
+			// Each pass moves pairs between spans: count its digit anew.
+			parallel(m, w, func(c, lo, hi int) {
+				count := &counts[c][d]
+				for _, k := range keys[lo:hi] {
+					count[k>>shift&radixMask]++
+				}
+			})
+		}
+		first := keys[0] >> shift & radixMask
+		var all uint32
+		for _, count := range counts {
+			all += count[d][first]
+		}
+		if all == uint32(m) {
 			continue
 		}
 		var pos uint32
-		for v, k := range c {
-			c[v] = pos
-			pos += k
+		for v := range 1 << radixBits {
+			for _, count := range counts {
+				k := count[d][v]
+				count[d][v] = pos
+				pos += k
+			}
 		}
-		toKeys, toVals, from := keys2[:m], dst[:m], src[:m]
-		for i, k := range keys[:m] {
-			v := k >> shift & radixMask
-			p := c[v]
-			toKeys[p] = k
-			toVals[p] = from[i]
-			c[v] = p + 1
-		}
+		toKeys, toVals, from, keysNow := keys2[:m], dst[:m], src[:m], keys[:m]
+		parallel(m, w, func(c, lo, hi int) {
+			place := &counts[c][d]
+			for i := lo; i < hi; i++ {
+				k := keysNow[i]
+				v := k >> shift & radixMask
+				p := place[v]
+				toKeys[p] = k
+				toVals[p] = from[i]
+				place[v] = p + 1
+			}
+		})
 		keys, keys2 = keys2, keys
 		src, dst = dst, src
 	}
@@ -665,17 +750,34 @@ func radixSort(keys []uint64, vals []uint32, keys2 []uint64, vals2 []uint32, cou
 	if low == 0 {
 		return
 	}
+	// The runs, each whole on one goroutine: a span starts at the first
+	// run that begins in it.
 	shift := radixBits * low
-	for i := 0; i < m-1; {
-		j := i + 1
-		for j < m && keys[j]>>shift == keys[i]>>shift {
-			j++
+	runStart := func(i int) int {
+		for i > 0 && i < m && keys[i]>>shift == keys[i-1]>>shift {
+			i++
 		}
-		if j-i > 1 {
-			sortPairs(keys[i:j], vals[i:j])
-		}
-		i = j
+		return i
 	}
+	starts := make([]int, w+1) // found before any run is sorted
+	for c := range w {
+		lo, _ := span(m, w, c)
+		starts[c] = runStart(lo)
+	}
+	starts[w] = m
+	parallel(w, w, func(c, _, _ int) {
+		lo, hi := starts[c], starts[c+1]
+		for i := lo; i < hi-1; {
+			j := i + 1
+			for j < hi && keys[j]>>shift == keys[i]>>shift {
+				j++
+			}
+			if j-i > 1 {
+				sortPairs(keys[i:j], vals[i:j])
+			}
+			i = j
+		}
+	})
 }
 
 // sortPairs sorts a run of (key, val) pairs by key, then val, in place:

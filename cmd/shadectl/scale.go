@@ -271,8 +271,9 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(w, "\n== leader: one epoch of %d samples, world %d, minibatches of %d, %d peers\n", res.Samples, res.World, res.Batch, res.Peers)
 	fmt.Fprintf(w, "budget: one epoch at %d ranks x %.0f samples/s = %.0f samples/s: %s\n",
 		res.World, o.rankRate, res.Throughput, round(res.Epoch))
+	fmt.Fprintf(w, "measured: the time each step takes, and the CPU it uses on all of the %d cores Go runs on (GOMAXPROCS)\n", runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tmeasured\tx\tper epoch\tallocs\talloc bytes\tframes\twire bytes\t")
+	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tper epoch\tallocs\talloc bytes\tframes\twire bytes\t")
 	var total time.Duration
 	var wire float64
 	for _, s := range res.Steps {
@@ -285,7 +286,7 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 			frames = fmt.Sprintf("%.0f", s.Messages)
 			bytes = scaleBytes(s.WireBytes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), times, round(s.perEpoch()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), times, round(s.perEpoch()),
 			int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times), frames, bytes)
 		total += s.perEpoch()
 		wire += s.WireBytes
@@ -300,14 +301,20 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(w, "  (samples hashed into their partitions once per dataset, ring.NewSamples: %s)\n", round(res.HashSamples))
 
 	link := o.linkGbps * 1e9 / 8 // bytes per second
-	sum := func(keep func(*mergeStep) bool) (cpu time.Duration, wire float64) {
+	sum := func(keep func(*mergeStep) bool) (took time.Duration, wire float64) {
 		for _, s := range res.Steps {
 			if keep(s) {
-				cpu += s.perEpoch()
+				took += s.perEpoch()
 				wire += s.WireBytes
 			}
 		}
-		return cpu, wire
+		return took, wire
+	}
+	var pubCores time.Duration
+	for _, s := range res.Steps {
+		if s.Between {
+			pubCores += s.cpuPerEpoch()
+		}
 	}
 	reportCPU, _ := sum(func(s *mergeStep) bool { return !s.Between && !strings.HasPrefix(s.Name, "replicate") })
 	repCPU, repWire := sum(func(s *mergeStep) bool { return strings.HasPrefix(s.Name, "replicate") })
@@ -318,9 +325,10 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintln(tw, "figure\tmeasured\tbudget\tratio\t")
 	fmt.Fprintf(tw, "reports: samples/s the leader absorbs (decode, merge, queue, send scores)\t%.0f/s\t%.0f/s (the job)\t%s\t\n",
 		float64(res.Samples)/reportCPU.Seconds(), res.Throughput, ratio(float64(res.Samples)/reportCPU.Seconds(), res.Throughput))
-	fmt.Fprintf(tw, "leader CPU per epoch, all steps\t%s\t%s (the epoch)\t%s\t\n", round(total), round(res.Epoch), ratio(total.Seconds(), epoch))
+	fmt.Fprintf(tw, "leader time per epoch, all steps\t%s\t%s (the epoch)\t%s\t\n", round(total), round(res.Epoch), ratio(total.Seconds(), epoch))
 	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", round(repCPU), ratio(repCPU.Seconds(), epoch))
 	fmt.Fprintf(tw, "  of which the next order (ranks wait)\t%s\t\t%s\t\n", round(pubCPU), ratio(pubCPU.Seconds(), epoch))
+	fmt.Fprintf(tw, "  the next order's CPU, all cores\t%s\t\t%s\t\n", round(pubCores), ratio(pubCores.Seconds(), epoch))
 	fmt.Fprintf(tw, "leader egress per epoch\t%s\t%s (%.0f Gbit/s)\t%s\t\n", scaleBytes(wire), scaleBytes(link*epoch), o.linkGbps, ratio(wire, link*epoch))
 	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", scaleBytes(repWire), ratio(repWire, link*epoch))
 	fmt.Fprintf(tw, "  of which the next order\t%s\t\t%s\t\n", scaleBytes(pubWire), ratio(pubWire, link*epoch))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -41,18 +42,22 @@ func decodeFrame(frame []byte, v any) error {
 	return msgpack.Unmarshal(body, v)
 }
 
-// meter accumulates the wall time and heap allocations of a step.
+// meter accumulates the wall time, the process's CPU time (every core's,
+// where a step runs on several goroutines) and the heap allocations of a
+// step.
 type meter struct {
-	Dur           time.Duration
+	Dur, CPU      time.Duration
 	Allocs, Bytes uint64
 }
 
 func (m *meter) run(fn func() error) error {
 	var a, b runtime.MemStats
 	runtime.ReadMemStats(&a)
+	cpu := processCPU()
 	start := time.Now()
 	err := fn()
 	m.Dur += time.Since(start)
+	m.CPU += processCPU() - cpu
 	runtime.ReadMemStats(&b)
 	m.Allocs += b.Mallocs - a.Mallocs
 	m.Bytes += b.TotalAlloc - a.TotalAlloc
@@ -77,6 +82,18 @@ type mergeStep struct {
 }
 
 func (s mergeStep) perEpoch() time.Duration { return time.Duration(float64(s.Dur) * s.Times) }
+
+func (s mergeStep) cpuPerEpoch() time.Duration { return time.Duration(float64(s.CPU) * s.Times) }
+
+// processCPU is the CPU time this process has used, user and system, on
+// every core.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // mergeResult is the leader half of shadectl scale.
 type mergeResult struct {
