@@ -204,6 +204,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 16 per peer (e.g. 16381 for 1,000)")
 		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
 		relayFanout = fs.Int("relay-fanout", wire.DefaultRelayFanout, "in a mesh of more peers, the leader hands an epoch's order to this many, each passing it on to its share of the rest")
+		relayPiece  = fs.String("relay-piece", "1MiB", "an order longer than this is relayed in pieces of this size, each passed on as soon as a relay has it (1KiB to 32MiB)")
 		requirepass = fs.String("requirepass", "", "password trainers must AUTH with (empty: none)")
 		tracePath   = fs.String("trace", "", "record every sample read, score change and epoch into FILE, for 'shadectl sim'")
 		stateDir    = fs.String("state-dir", "", "keep each dataset's merged importance scores in DIR, so a restarted job starts warm (empty: none)")
@@ -386,7 +387,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		tlsCA: *tlsCA, tlsCert: *tlsCert, tlsKey: *tlsKey, devTLS: *devTLS, name: cfg.Node.Name,
 		replicas: *replicas, expect: *expect, profile: *profile, joinWait: *joinWait,
 		deadline: *deadline, prefetch: *prefetch, locality: *locality, drain: *drain,
-		partitions: *partitions, repBudget: *repBudget, relayFanout: *relayFanout,
+		partitions: *partitions, repBudget: *repBudget, relayFanout: *relayFanout, relayPiece: *relayPiece,
 	}); err != nil {
 		return cfg, nop, err
 	}
@@ -417,10 +418,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 }
 
 type clusterFlags struct {
-	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality, repBudget string
-	seeds                                                                                               []string
-	replicas, expect, prefetch, partitions, relayFanout                                                 int
-	joinWait, deadline, drain                                                                           time.Duration
+	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality, repBudget, relayPiece string
+	seeds                                                                                                           []string
+	replicas, expect, prefetch, partitions, relayFanout                                                             int
+	joinWait, deadline, drain                                                                                       time.Duration
 }
 
 // clusterConfig turns the mesh flags into the node's ClusterConfig; no
@@ -444,7 +445,11 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 	if f.relayFanout < 1 {
 		return cc, fmt.Errorf("--relay-fanout %d: want at least 1", f.relayFanout)
 	}
-	cc.Partitions, cc.ReplicateBudget, cc.RelayFanout = f.partitions, budget, f.relayFanout
+	piece, err := bytesize.Parse(f.relayPiece)
+	if err != nil || piece < 1<<10 || piece > 32<<20 {
+		return cc, fmt.Errorf("--relay-piece %q: want a size from 1KiB to 32MiB, such as 1MiB", f.relayPiece)
+	}
+	cc.Partitions, cc.ReplicateBudget, cc.RelayFanout, cc.RelayPiece = f.partitions, budget, f.relayFanout, int(piece)
 	if f.gossipAddr == "" && len(f.seeds) == 0 {
 		return cc, nil
 	}

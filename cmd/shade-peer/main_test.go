@@ -99,17 +99,18 @@ func TestSourceThrottleAndPrefetchMemory(t *testing.T) {
 }
 
 func TestRingPartitionsAndReplicateBudget(t *testing.T) {
-	cfg, _, err := parseConfig([]string{"--ring-partitions", "8191", "--replicate-budget", "16MiB", "--relay-fanout", "8"}, noEnv, io.Discard, io.Discard)
+	cfg, _, err := parseConfig([]string{"--ring-partitions", "8191", "--replicate-budget", "16MiB", "--relay-fanout", "8", "--relay-piece", "64KiB"}, noEnv, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 || c.RelayFanout != 8 {
-		t.Errorf("parsed as partitions %d, budget %d, relay fanout %d", c.Partitions, c.ReplicateBudget, c.RelayFanout)
+	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 || c.RelayFanout != 8 || c.RelayPiece != 64<<10 {
+		t.Errorf("parsed as partitions %d, budget %d, relay fanout %d, relay piece %d", c.Partitions, c.ReplicateBudget, c.RelayFanout, c.RelayPiece)
 	}
-	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 4 {
-		t.Errorf("default relay fanout %d (%v), want 4", cfg.Node.Cluster.RelayFanout, err)
+	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 4 || cfg.Node.Cluster.RelayPiece != 1<<20 {
+		t.Errorf("default relay fanout %d, piece %d (%v), want 4, 1 MiB", cfg.Node.Cluster.RelayFanout, cfg.Node.Cluster.RelayPiece, err)
 	}
-	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}, {"--relay-fanout", "0"}} {
+	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}, {"--relay-fanout", "0"},
+		{"--relay-piece", "1000"}, {"--relay-piece", "64MiB"}, {"--relay-piece", "big"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

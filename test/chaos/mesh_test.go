@@ -248,6 +248,11 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 			// the kills hit relays as well as the leader and the ranks.
 			p.args = append(p.args, "--relay-fanout", "2")
 		}
+		if peerHasFlag("--relay-piece") {
+			// An order of 5,000 samples (40 KB) goes in about 10 pieces,
+			// so the kills hit relays in the middle of passing one on.
+			p.args = append(p.args, "--relay-piece", "4KiB")
+		}
 		m.peers = append(m.peers, p)
 	}
 	t.Cleanup(func() {
