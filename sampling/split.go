@@ -59,7 +59,8 @@ func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
 // samples fall into Groups groups that share their owners, as a ring's
 // partitions do: Group gives a sample's group, in [0, Groups), and Owners
 // a group's nodes. A split asks Owners once for each group it meets and
-// does not keep the slice; it calls Group once per place of the order.
+// does not keep the slice; it calls Group once per place of the order,
+// from several goroutines at once.
 type Placement struct {
 	Groups int
 	Group  func(id uint32) int
@@ -125,6 +126,27 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 	// A rank may hold min(per, share+slack) samples once i+1 places are
 	// dealt, its share being (i+1)*per/len(padded); the share is kept
 	// by steps, not divided out at every place.
+	// Each place's group, looked up on every core first: the dealing
+	// itself is sequential.
+	groups := make([]int32, len(padded))
+	bad := make([]int, spans(len(padded), procs(0)))
+	parallel(len(padded), len(bad), func(c, lo, hi int) {
+		bad[c] = -1
+		for i := lo; i < hi; i++ {
+			g := where.Group(padded[i])
+			if uint(g) >= uint(where.Groups) {
+				bad[c] = i
+				return
+			}
+			groups[i] = int32(g)
+		}
+	})
+	for _, i := range bad {
+		if i >= 0 {
+			id := padded[i]
+			return nil, fmt.Errorf("%w: sample %d in group %d of %d", ErrBadPlacement, id, where.Group(id), where.Groups)
+		}
+	}
 	share, next := 0, len(padded) // next: (share+1)*len(padded)
 	for i, id := range padded {
 		for (i+1)*per >= next {
@@ -132,10 +154,7 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 			next += len(padded)
 		}
 		room := min(per, share+slack)
-		g := where.Group(id)
-		if uint(g) >= uint(where.Groups) {
-			return nil, fmt.Errorf("%w: sample %d in group %d of %d", ErrBadPlacement, id, g, where.Groups)
-		}
+		g := int(groups[i])
 		if !known[g] {
 			known[g] = true
 			for _, owner := range where.Owners(g) {
