@@ -302,6 +302,13 @@ func TestLocalitySplitRefusesABadPlacement(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrBadPlacement", name, err)
 		}
 	}
+	// An order long enough that its groups are looked up by spans on
+	// several goroutines, one sample out of range in the third span.
+	long := identity(4 * minSpan)
+	long[3*minSpan-1] = 4 * minSpan
+	if _, err := LocalitySplit(long, 2, []string{"a", "b"}, OwnersPlacement(4*minSpan, func(uint32) []string { return []string{"a"} })); !errors.Is(err, ErrBadPlacement) {
+		t.Errorf("a long order with a sample past n: err = %v, want ErrBadPlacement", err)
+	}
 }
 
 // scanSplit is LocalitySplit as it was first written: the least filled
