@@ -303,7 +303,7 @@ func TestLocalitySplitRefusesABadPlacement(t *testing.T) {
 		}
 	}
 	// An order long enough that its groups are looked up by spans on
-	// several goroutines, one sample out of range in the third span.
+	// several goroutines, one sample out of range past the first span.
 	long := identity(4 * minSpan)
 	long[3*minSpan-1] = 4 * minSpan
 	if _, err := LocalitySplit(long, 2, []string{"a", "b"}, OwnersPlacement(4*minSpan, func(uint32) []string { return []string{"a"} })); !errors.Is(err, ErrBadPlacement) {
