@@ -513,19 +513,21 @@ func (s *Sampler) boost(bitmap []uint64) {
 	parallel(strata, w, func(_, lo, hi int) {
 		for j := lo; j < hi; j++ {
 			start, end := bounds(j)
-			s.boostStratum(sorted[start:end], bitmap, beta)
+			s.boostStratum(sorted[start:end], s.keys[start:end], bitmap, beta)
 		}
 	})
 }
 
-// boostStratum is boost's reweighting of one stratum, the ids in group.
-func (s *Sampler) boostStratum(group []uint32, bitmap []uint64, beta float64) {
+// boostStratum is boost's reweighting of one stratum, the ids in group,
+// whose probabilities' bits are keys (sortByProb's, read in sequence).
+func (s *Sampler) boostStratum(group []uint32, keys []uint64, bitmap []uint64, beta float64) {
 	prob := s.prob
 	var all, res float64
-	for _, id := range group {
-		all += prob[id]
+	for i, id := range group {
+		p := math.Float64frombits(keys[i])
+		all += p
 		if isResident(bitmap, id) {
-			res += prob[id]
+			res += p
 		}
 	}
 	if res == 0 || res == all {
@@ -595,6 +597,7 @@ func (s *Sampler) capWeight(d int, cutoff int64) {
 		return
 	}
 	s.sortByProb(cand)
+	sorted := s.keys[:len(cand)] // prob[cand[k]]'s bits, read in sequence
 	var pinned, a float64
 	k := 0
 	for ; ; k++ {
@@ -602,10 +605,10 @@ func (s *Sampler) capWeight(d int, cutoff int64) {
 		if num, rest := nf-float64(float64(k)*floor), total-pinned; num > 0 && rest > 0 {
 			a = num / rest
 		}
-		if k == len(cand) || float64(a*prob[cand[k]]) >= floor {
+		if k == len(cand) || float64(a*math.Float64frombits(sorted[k])) >= floor {
 			break
 		}
-		pinned += prob[cand[k]]
+		pinned += math.Float64frombits(sorted[k])
 	}
 	if k == 0 {
 		return // nothing below the floor
@@ -646,7 +649,8 @@ func (s *Sampler) weights(weight []float32, d int, cutoff int64) {
 // sortByProb sorts ids, given in ascending order, by ascending prob[id],
 // keeping ascending id among equals: a stable LSD radix sort of prob's IEEE
 // bits (which order as the values do, prob being non-negative and never -0),
-// radixBits at a time, skipping the digits every key shares.
+// radixBits at a time, skipping the digits every key shares. It leaves the
+// sorted ids' prob bits in s.keys[:len(ids)], in the same order.
 func (s *Sampler) sortByProb(ids []uint32) {
 	m := len(ids)
 	if m < 2 {
