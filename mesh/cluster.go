@@ -155,7 +155,8 @@ type cluster struct {
 	// other peers, within ClusterConfig.MaxPeerMemory.
 	serving *budget.Budget
 
-	// relays holds the orders being relayed to this node in pieces.
+	// relays holds the orders being relayed to this node in pieces,
+	// charged to serving.
 	relays relayBook
 
 	mu      sync.RWMutex
@@ -233,6 +234,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		serving = peer.DefaultMaxRequestMemory
 	}
 	c := &cluster{cfg: cc, wire: pn, serving: budget.New(serving), members: make(map[string]peerInfo)}
+	c.relays.budget = c.serving
 	n.cluster = c
 	var sets []string
 	for _, ds := range n.ordered {

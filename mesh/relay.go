@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -237,6 +238,9 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 	hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
 	pieces := (req.Size + max(req.PieceSize, 1) - 1) / max(req.PieceSize, 1)
 	e, err := n.cluster.relays.entry(n.ctx, req, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops+min(pieces, 64)))
+	if errors.Is(err, errRelayNoRoom) {
+		return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: "relayed order: " + err.Error()}
+	}
 	if err == nil {
 		_, err = e.a.Put(req)
 	}
@@ -277,17 +281,21 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 }
 
 // relayBook holds the orders being relayed to a node in pieces, each for
-// as long as passing it on may take, and at most relayBookBytes of them
-// (the oldest go first).
+// as long as passing it on may take. Each order's bytes are charged to
+// the node's serving memory (ClusterConfig.MaxPeerMemory) from its first
+// piece until it leaves the book; where they do not fit, the oldest
+// orders in the book make room, if that is enough, and the piece is
+// refused otherwise.
 type relayBook struct {
+	budget *budget.Budget // nil: nothing charged
+
 	mu      sync.Mutex
 	entries []*relayEntry // oldest first
 	pieces  int           // pieces taken, ever
 }
 
-// relayBookBytes bounds the orders a node assembles at once: two of the
-// largest a peer frame holds.
-const relayBookBytes = 2 * peer.DefaultMaxFrame
+// errRelayNoRoom refuses a piece of an order the node has no memory for.
+var errRelayNoRoom = errors.New("no room in the serving memory for a relayed order")
 
 // relayEntry is one order being relayed to a node in pieces.
 type relayEntry struct {
@@ -314,21 +322,39 @@ func (b *relayBook) entry(parent context.Context, req *wire.RelayMsg, life time.
 	if err != nil {
 		return nil, err
 	}
-	held := a.Size()
-	for _, e := range b.entries {
-		held += e.a.Size()
-	}
-	// b.held, with b.mu held.
-	for held > relayBookBytes && len(b.entries) > 0 {
-		held -= b.entries[0].a.Size()
-		b.entries[0].cancel()
-		b.entries = b.entries[1:]
+	if err := b.reserve(int64(a.Size())); err != nil {
+		return nil, err
 	}
 	e := &relayEntry{a: a, passing: make(map[string]chan struct{})}
 	e.ctx, e.cancel = context.WithTimeout(parent, life)
 	context.AfterFunc(e.ctx, func() { b.drop(e) })
 	b.entries = append(b.entries, e)
 	return e, nil
+}
+
+// reserve charges size bytes to the budget, the oldest entries leaving
+// the book to make room where that is enough; b.mu is held.
+func (b *relayBook) reserve(size int64) error {
+	if b.budget == nil || b.budget.TryReserve(size) {
+		return nil
+	}
+	var held int64
+	for _, e := range b.entries {
+		held += int64(e.a.Size())
+	}
+	if limit := b.budget.Limit(); limit > 0 && b.budget.Used()-held+size > limit {
+		return errRelayNoRoom // the book's own orders are not what fills it
+	}
+	for len(b.entries) > 0 {
+		old := b.entries[0]
+		b.entries = b.entries[1:]
+		b.budget.Release(int64(old.a.Size()))
+		old.cancel()
+		if b.budget.TryReserve(size) {
+			return nil
+		}
+	}
+	return errRelayNoRoom
 }
 
 // held is the bytes of the orders in the book, and how many pieces the
@@ -342,11 +368,16 @@ func (b *relayBook) held() (bytes, pieces int) {
 	return bytes, b.pieces
 }
 
-// drop takes e out of the book, if it is there.
+// drop takes e out of the book and gives its bytes back, if it is there.
 func (b *relayBook) drop(e *relayEntry) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.entries = slices.DeleteFunc(b.entries, func(x *relayEntry) bool { return x == e })
+	if i := slices.Index(b.entries, e); i >= 0 {
+		b.entries = slices.Delete(b.entries, i, i+1)
+		if b.budget != nil {
+			b.budget.Release(int64(e.a.Size()))
+		}
+	}
 }
 
 // passOn starts the passing on of the entry's order to members to with

@@ -2,10 +2,12 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/wire"
 )
 
@@ -134,5 +136,45 @@ func TestSettledFetchWaitsForTheRelays(t *testing.T) {
 	req.Settled = false
 	if p := other.node.orderFromLeader(&req); p == nil || p.Epoch != 0 || p.Job != "settled" {
 		t.Fatalf("an outright fetch of the published epoch 0 got %+v", p)
+	}
+}
+
+// TestRelayBookChargesServingMemory: an order relayed in pieces is charged
+// to the node's serving memory from its first piece; where it does not
+// fit, the oldest orders in the book make room, but only if that is
+// enough: memory the book does not hold is never freed by dropping its
+// orders, and the piece is refused. An order that leaves the book gives
+// its bytes back.
+func TestRelayBookChargesServingMemory(t *testing.T) {
+	serving := budget.New(100)
+	book := relayBook{budget: serving}
+	piece := func(size int, sum uint64) *wire.RelayMsg {
+		return &wire.RelayMsg{Size: size, PieceSize: 16, Sum: sum, Piece: make([]byte, 16)}
+	}
+	ctx := context.Background()
+	a, err := book.entry(ctx, piece(60, 1), time.Minute)
+	if err != nil || serving.Used() != 60 {
+		t.Fatalf("first order: %v, %d bytes charged", err, serving.Used())
+	}
+	if again, err := book.entry(ctx, piece(60, 1), time.Minute); err != nil || again != a || serving.Used() != 60 {
+		t.Fatalf("a second piece of it: %v, same entry %v, %d bytes charged", err, again == a, serving.Used())
+	}
+	b, err := book.entry(ctx, piece(60, 2), time.Minute)
+	if err != nil || serving.Used() != 60 || a.ctx.Err() == nil {
+		t.Fatalf("second order: %v, %d bytes charged, the first still in the book: %v", err, serving.Used(), a.ctx.Err() == nil)
+	}
+	if held, _ := book.held(); held != 60 {
+		t.Fatalf("the book holds %d bytes, want 60", held)
+	}
+	if !serving.TryReserve(40) { // a fetch reply being built
+		t.Fatal("no room for the fetch reply")
+	}
+	if _, err := book.entry(ctx, piece(70, 3), time.Minute); !errors.Is(err, errRelayNoRoom) || b.ctx.Err() != nil {
+		t.Fatalf("an order that dropping the book's would not make room for: %v; the book's order dropped: %v", err, b.ctx.Err() != nil)
+	}
+	b.cancel()
+	waitFor(t, 10*time.Second, "the dropped order's bytes given back", func() bool { return serving.Used() == 40 })
+	if held, _ := book.held(); held != 0 {
+		t.Fatalf("the book holds %d bytes after its order left, want 0", held)
 	}
 }
