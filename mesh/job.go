@@ -255,7 +255,10 @@ func (n *Node) startJob(js *jobState) {
 		}
 	}
 	if n.lead.leading() {
-		js.setLeaderJob(leader.New(n.jobConfig(js)))
+		// Not setLeaderJob: a rank's join may have found the job (it is
+		// registered above) and started its leader state already
+		// (jobToLead); replacing that would lose the join.
+		js.lead.CompareAndSwap(nil, leader.New(n.jobConfig(js)))
 	}
 }
 

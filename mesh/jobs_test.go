@@ -492,3 +492,40 @@ func TestRetiredJobStaysRetired(t *testing.T) {
 		t.Fatalf("an order of the first job b started it again: %v", h)
 	}
 }
+
+// TestEveryJoinOfANewJobCounts: the ranks of a job the leader does not
+// know yet join it all at once (as a job's ranks start together). The
+// first join starts the job; a join that arrives while the job is being
+// started must count toward it, not go to a leader state that the start
+// then replaces: every job's epoch 0 is published once all its ranks
+// joined, long before the join wait.
+func TestEveryJoinOfANewJobCounts(t *testing.T) {
+	const jobs, world = 200, 8
+	m := startMesh(t, 1, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		c.Cluster.JoinWait = 10 * time.Minute
+		c.MaxJobs = jobs + 1
+	}})
+	n := m.peers[0].node
+	waitFor(t, 10*time.Second, "the node leads", n.lead.leading)
+	var wg sync.WaitGroup
+	for j := range jobs {
+		for r := range world {
+			wg.Go(func() {
+				req := &wire.JoinReq{Dataset: "ds", Job: fmt.Sprint("j", j), Rank: r, World: world, Node: n.Name(), Have: -1}
+				if err := n.leaderJoin(req); err != nil {
+					t.Errorf("job %d rank %d: %v", j, r, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	waitFor(t, 30*time.Second, "epoch 0 of every job published", func() bool {
+		for j := range jobs {
+			js := n.ordered[0].lookupJob(fmt.Sprint("j", j))
+			if js == nil || js.book.Kept(0) == nil {
+				return false
+			}
+		}
+		return true
+	})
+}
