@@ -63,7 +63,7 @@ func peerStats(sock string) (stats.Node, error) {
 
 // waitMembers waits (at most d) until every given peer sees exactly them,
 // and returns how long that took.
-func (m *procMesh) waitMembers(t *testing.T, ps []*testsupport.Peer, d time.Duration) time.Duration {
+func (m *procMesh) waitMembers(t testing.TB, ps []*testsupport.Peer, d time.Duration) time.Duration {
 	t.Helper()
 	var want []string
 	for _, p := range ps {

@@ -20,7 +20,7 @@ import (
 // namespace with a bridge, and one namespace per host joined to it by a
 // veth pair, on a private /24 that exists only inside them.
 type netLab struct {
-	t      *testing.T
+	t      testing.TB
 	tag    string
 	subnet string
 	hosts  []string // namespace names
@@ -29,7 +29,7 @@ type netLab struct {
 
 // newNetLab makes k hosts, or skips the test where namespaces cannot be
 // made (not root, no iproute2, a sandbox without the capability).
-func newNetLab(t *testing.T, k int) *netLab {
+func newNetLab(t testing.TB, k int) *netLab {
 	t.Helper()
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("partition test skipped: iproute2 'ip' not installed")
@@ -90,7 +90,7 @@ func (l *netLab) close() {
 
 // startPeerIn runs shade-peer inside a namespace (its socket file is on
 // the shared filesystem, so the test reaches it from outside).
-func startPeerIn(t *testing.T, ns string, args ...string) *testsupport.Peer {
+func startPeerIn(t testing.TB, ns string, args ...string) *testsupport.Peer {
 	t.Helper()
 	return startPeerCmd(t, []string{"ip", "netns", "exec", ns}, args...)
 }

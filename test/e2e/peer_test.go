@@ -65,7 +65,7 @@ func startPeer(t *testing.T, args ...string) *testsupport.Peer {
 
 // startPeerCmd is startPeer behind a command prefix (such as ip netns
 // exec NS).
-func startPeerCmd(t *testing.T, prefix []string, args ...string) *testsupport.Peer {
+func startPeerCmd(t testing.TB, prefix []string, args ...string) *testsupport.Peer {
 	t.Helper()
 	return testsupport.StartPeer(t, testsupport.PeerOptions{
 		Bin: bins.Path("shade-peer"), Prefix: prefix,

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+)
+
+// BenchmarkRelayOverShapedLinks measures how long an epoch's order takes
+// to reach every peer over links of limited bandwidth, relayed whole and
+// in pieces. Seven shade-peer processes, each in a network namespace of
+// its own, are joined by a bridge; each host's link sends at most
+// relayRate (tc's token bucket), as a node's network link would. The
+// leader (n0) relays with --relay-fanout 2: two relays, each passing the
+// order on to two more (2 hops). A job of 7 ranks, one on each peer, asks
+// for epoch 0 of a new job each time (the jobs isolated, so that none
+// waits for another); the order (about half a megabyte for 100,000
+// samples: the ids and the sampler's state) is published once all have
+// asked. The figure is the time from the leader's own rank getting its
+// slice to the last rank getting its slice, in ms an order. Whole, each
+// hop waits for the whole order: about 2 hops x 2 copies of the order's
+// time on a link; in pieces of 64 KiB, the hops overlap. Gossip keeps
+// its default (LAN) timing: the links' queues hold up to 200 ms.
+//
+// It needs root and iproute2 (ip, tc), and skips without them:
+//
+//	go test ./test/e2e -run xxx -bench RelayOverShapedLinks -benchtime 8x
+func BenchmarkRelayOverShapedLinks(b *testing.B) {
+	const hosts, samples, relayRate = 7, 100_000, "50mbit"
+	if _, err := exec.LookPath("tc"); err != nil {
+		b.Skip("tc (iproute2) not installed")
+	}
+	ds := testsupport.WriteDataset(b, testsupport.DatasetSpec{Samples: samples, MinSize: 1, MaxSize: 1, Seed: 3})
+	for _, c := range []struct{ name, piece string }{{"whole", "32MiB"}, {"pieces", "64KiB"}} {
+		b.Run(c.name, func(b *testing.B) {
+			lab := newNetLab(b, hosts)
+			tls := b.TempDir()
+			m := &procMesh{ds: ds}
+			for i := range hosts {
+				name := fmt.Sprintf("n%d", i)
+				m.peers = append(m.peers, startPeerIn(b, lab.hosts[i], "--name", name, "--dataset", "ds="+ds.Dir, "--cache-size", "16MiB",
+					"--gossip-addr", lab.addr(i)+":7946", "--peer-addr", lab.addr(i)+":7947", "--seeds", lab.addr(0)+":7946",
+					"--dev-tls-dir", tls, "--expect", strconv.Itoa(hosts), "--join-wait", "30s",
+					"--relay-fanout", "2", "--relay-piece", c.piece, "--max-jobs", "64", "--warm", "off", "--isolate-jobs"))
+				m.names = append(m.names, name)
+			}
+			m.waitMembers(b, m.peers, 60*time.Second)
+			for i, ns := range lab.hosts {
+				dev := fmt.Sprintf("s%s%dh", lab.tag, i)
+				if out, err := exec.Command("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
+					"rate", relayRate, "burst", "64kb", "latency", "200ms").CombinedOutput(); err != nil {
+					b.Skipf("tc cannot shape the links here: %v: %s", err, out)
+				}
+			}
+			clients := make([]*redis.Client, hosts)
+			for i, p := range m.peers {
+				clients[i] = redis.NewClient(&redis.Options{Network: "unix", Addr: p.Socket, Protocol: 2, MaxRetries: -1, ReadTimeout: 70 * time.Second})
+				defer clients[i].Close()
+			}
+			job := 0
+			order := func() time.Duration {
+				job++
+				done := make([]time.Time, hosts)
+				var wg sync.WaitGroup
+				for r := range hosts {
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						ids, err := clients[r].Do(ctx, "SHADE.ORDER", "ds", 0, r, hosts, 60000, "JOB", "j"+strconv.Itoa(job)).Slice()
+						done[r] = time.Now()
+						if err != nil || len(ids) != (samples+hosts-1)/hosts {
+							b.Errorf("job %d rank %d: %d ids, %v", job, r, len(ids), err)
+						}
+					})
+				}
+				wg.Wait()
+				b.Logf("job %d: ranks done after %v", job, func() (d []time.Duration) {
+					for _, t := range done {
+						d = append(d, t.Sub(done[0]).Round(time.Millisecond))
+					}
+					return d
+				}())
+				return slices.MaxFunc(done, time.Time.Compare).Sub(done[0])
+			}
+			order() // the relays' connections are set up by the first order
+			var total time.Duration
+			for b.Loop() {
+				total += order()
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/order")
+		})
+	}
+}
