@@ -149,15 +149,7 @@ func BenchmarkRelayOrder(b *testing.B) {
 			m := startMesh(b, nodes, meshOpts{samples: samples, configure: func(i int, cfg *Config) {
 				cfg.Cluster.RelayFanout, cfg.Cluster.RelayPiece = 2, c.piece
 			}})
-			var lead *testPeer
-			for _, p := range m.peers {
-				if p.node.lead.leader() == p.node.Name() {
-					lead = p
-				}
-			}
-			if lead == nil {
-				b.Fatal("no leader")
-			}
+			lead := m.leader(b)
 			rng := rand.New(rand.NewPCG(1, 2))
 			const half = 640_000
 			slices, weights := make([]wire.U32s, 2), make([]wire.F32s, 2)

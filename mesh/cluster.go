@@ -672,10 +672,8 @@ func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, 
 			n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, time.Duration(attempt+1)*n.cfg.Cluster.RetryEvery) {
 			return
-		case <-time.After(time.Duration(attempt+1) * n.cfg.Cluster.RetryEvery):
 		}
 	}
 }

@@ -100,6 +100,19 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	testsupport.WaitFor(t, d, what, cond)
 }
 
+// leader returns the peer that leads (the one whose node names itself
+// leader); it fails the test if none does.
+func (m *testMesh) leader(tb testing.TB) *testPeer {
+	tb.Helper()
+	for _, p := range m.peers {
+		if p.node.lead.leader() == p.node.Name() {
+			return p
+		}
+	}
+	tb.Fatal("no leader")
+	return nil
+}
+
 func (m *testMesh) byName(name string) *testPeer {
 	for _, p := range m.peers {
 		if p.node.Name() == name {
@@ -583,15 +596,7 @@ func TestMergedScoresReachEveryOwner(t *testing.T) {
 	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
 	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return 0.1 + float64(id%13) })
-	var lead *testPeer
-	for _, p := range m.peers {
-		if p.node.lead.leading() {
-			lead = p
-		}
-	}
-	if lead == nil {
-		t.Fatal("no leader")
-	}
+	lead := m.leader(t)
 	want := lead.node.ordered[0].def.scores.All(len(m.files))
 	mismatch := func(p *testPeer) string {
 		n := p.node

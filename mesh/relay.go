@@ -174,18 +174,6 @@ func awaitWhole(ctx context.Context, a *wire.Assembly) ([]byte, error) {
 	return body, err
 }
 
-// sleepCtx waits d, and reports false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // serveRelay installs a relayed order and passes it on to req.To, in
 // groups. It answers once every group has it or could not be reached,
 // or when the request's time is up, whichever comes first; the passing on

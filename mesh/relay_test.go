@@ -32,15 +32,7 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 	m := startMesh(t, 5, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.RelayFanout, c.Cluster.RelayPiece = fanout, piece
 	}})
-	var lead *testPeer
-	for _, p := range m.peers {
-		if p.node.lead.leader() == p.node.Name() {
-			lead = p
-		}
-	}
-	if lead == nil {
-		t.Fatal("no leader")
-	}
+	lead := m.leader(t)
 	ds := lead.node.ordered[0]
 	slice := func(epoch int) []uint32 {
 		s := make([]uint32, 600)
