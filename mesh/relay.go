@@ -250,6 +250,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 	}
 	body, err := awaitWhole(ctx, e.a)
 	if errors.Is(err, wire.ErrBadPiece) {
+		e.cancel() // bytes that do not hash to the order's sum: none is kept, none passed on
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
 	}
 	if err != nil {

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // TestOrdersRelayedToEveryPeer publishes orders of a job through relays
@@ -169,4 +172,66 @@ func TestRelayBookChargesServingMemory(t *testing.T) {
 	if held, _ := book.held(); held != 0 {
 		t.Fatalf("the book holds %d bytes after its order left, want 0", held)
 	}
+}
+
+// TestRelayedPiecesThatDoNotMakeTheOrder: pieces whose bytes do not hash
+// to the order's sum are refused at the last piece, nothing is installed
+// and nothing kept; a piece sent twice with other bytes is refused; the
+// same pieces with the right sum install the order.
+func TestRelayedPiecesThatDoNotMakeTheOrder(t *testing.T) {
+	m := startMesh(t, 1, meshOpts{samples: 300})
+	n := m.peers[0].node
+	ds := n.ordered[0]
+	p := &wire.PublishMsg{Dataset: "ds", Job: "pieces", Version: ds.manifest.Version, Gen: 1, Epoch: 0,
+		Term: n.lead.highest(), World: 1, Slices: []wire.U32s{{5, 6, 7, 8, 9, 10, 11, 12, 13, 14}}, Ranks: []string{""}}
+	body, err := p.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const piece = 32
+	pieces := func(sum uint64) []*wire.RelayMsg {
+		var out []*wire.RelayMsg
+		for off := 0; off < len(body); off += piece {
+			out = append(out, &wire.RelayMsg{Method: uint16(wire.MethodPublish), Size: len(body), PieceSize: piece, Sum: sum,
+				Off: off, Piece: body[off:min(off+piece, len(body))]})
+		}
+		return out
+	}
+	sum := xxhash.Sum64(body) // the order's sum, as the sender computes it (wire.WholeAssembly)
+	installed := func() bool {
+		js := ds.lookupJob("pieces")
+		return js != nil && js.book.Kept(0) != nil
+	}
+	ctx := context.Background()
+	wrong := pieces(sum + 1)
+	for i, req := range wrong {
+		_, err := n.serveRelay(ctx, "n9", req)
+		if last := i == len(wrong)-1; last != (peer.CodeOf(err) == peer.CodeBadRequest) {
+			t.Fatalf("piece %d of %d with the wrong sum: %v", i, len(wrong), err)
+		}
+	}
+	if installed() {
+		t.Fatal("an order whose pieces do not hash to its sum was installed")
+	}
+	waitFor(t, 10*time.Second, "the refused order let go", func() bool { held, _ := n.cluster.relays.held(); return held == 0 })
+
+	right := pieces(sum)
+	if _, err := n.serveRelay(ctx, "n9", right[0]); err != nil {
+		t.Fatal(err)
+	}
+	other := *right[0]
+	other.Piece = slices.Clone(other.Piece)
+	other.Piece[3] ^= 1
+	if _, err := n.serveRelay(ctx, "n9", &other); peer.CodeOf(err) != peer.CodeBadRequest {
+		t.Fatalf("a piece sent again with other bytes: %v", err)
+	}
+	for _, req := range right {
+		if _, err := n.serveRelay(ctx, "n9", req); err != nil {
+			t.Fatalf("piece at %d: %v", req.Off, err)
+		}
+	}
+	if !installed() {
+		t.Fatal("the order was not installed from its pieces")
+	}
+	waitFor(t, 10*time.Second, "the installed order's pieces let go", func() bool { held, _ := n.cluster.relays.held(); return held == 0 })
 }
