@@ -230,7 +230,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 		return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: "relayed order: " + err.Error()}
 	}
 	if err == nil {
-		_, err = e.a.Put(req)
+		err = e.a.Put(req)
 	}
 	if err != nil {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}

@@ -96,21 +96,13 @@ func RelayHops(n, fanout int) int {
 // on its own, then body as it is, never copied, however many members a
 // sender hands it to.
 func RelayParts(to []string, m peer.Method, body []byte) (peer.Encoded, error) {
-	var head bytes.Buffer
-	enc := msgpack.NewEncoder(&head)
-	// Each call runs; writes to a bytes.Buffer do not fail, so the first
-	// error, if any, is the one to report.
-	for _, err := range []error{
-		enc.EncodeMapLen(3),
-		enc.EncodeString("t"), enc.Encode(to),
-		enc.EncodeString("m"), enc.EncodeUint16(uint16(m)),
-		enc.EncodeString("b"),
-	} {
-		if err != nil {
-			return nil, err
-		}
+	head, err := relayHead(to, m, 3, func(enc *msgpack.Encoder) []error {
+		return []error{enc.EncodeString("b")}
+	})
+	if err != nil {
+		return nil, err
 	}
-	return peer.Encoded{head.Bytes(), body}, nil
+	return peer.Encoded{head, body}, nil
 }
 
 // RelayPieceParts encodes piece i of a (complete up to piece i) as a
@@ -118,23 +110,37 @@ func RelayParts(to []string, m peer.Method, body []byte) (peer.Encoded, error) {
 // on its own, then the piece's bytes as a holds them, never copied.
 func RelayPieceParts(to []string, m peer.Method, a *Assembly, i int) (peer.Encoded, error) {
 	off, piece := i*a.piece, a.Piece(i)
+	head, err := relayHead(to, m, 7, func(enc *msgpack.Encoder) []error {
+		return []error{
+			enc.EncodeString("s"), enc.EncodeInt(int64(a.size)),
+			enc.EncodeString("z"), enc.EncodeInt(int64(a.piece)),
+			enc.EncodeString("c"), enc.EncodeUint(a.sum),
+			enc.EncodeString("o"), enc.EncodeInt(int64(off)),
+			enc.EncodeString("p"), enc.EncodeBytesLen(len(piece)),
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return peer.Encoded{head, piece}, nil
+}
+
+// relayHead encodes the head of a RelayMsg of fields fields: To and
+// Method, then what more encodes, up to the bytes that follow the head.
+// Each encoding runs (writes to a bytes.Buffer do not fail); an error of
+// any is returned.
+func relayHead(to []string, m peer.Method, fields int, more func(*msgpack.Encoder) []error) ([]byte, error) {
 	var head bytes.Buffer
 	enc := msgpack.NewEncoder(&head)
-	for _, err := range []error{
-		enc.EncodeMapLen(7),
+	errs := []error{
+		enc.EncodeMapLen(fields),
 		enc.EncodeString("t"), enc.Encode(to),
 		enc.EncodeString("m"), enc.EncodeUint16(uint16(m)),
-		enc.EncodeString("s"), enc.EncodeInt(int64(a.size)),
-		enc.EncodeString("z"), enc.EncodeInt(int64(a.piece)),
-		enc.EncodeString("c"), enc.EncodeUint(a.sum),
-		enc.EncodeString("o"), enc.EncodeInt(int64(off)),
-		enc.EncodeString("p"), enc.EncodeBytesLen(len(piece)),
-	} {
-		if err != nil {
-			return nil, err
-		}
 	}
-	return peer.Encoded{head.Bytes(), piece}, nil
+	if err := errors.Join(append(errs, more(enc)...)...); err != nil {
+		return nil, err
+	}
+	return head.Bytes(), nil
 }
 
 // ErrBadPiece marks a relayed piece that does not fit its message.
@@ -153,8 +159,7 @@ type Assembly struct {
 	ready       []chan struct{} // closed once piece i is in buf
 
 	mu   sync.Mutex
-	have []bool
-	left int
+	left int // pieces not in yet
 }
 
 // NewAssembly returns an empty assembly of a message of size bytes in
@@ -164,26 +169,27 @@ func NewAssembly(size, piece int, sum uint64, limit int) (*Assembly, error) {
 	if size <= 0 || piece <= 0 || size > limit {
 		return nil, fmt.Errorf("%w: a message of %d bytes in pieces of %d (limit %d bytes)", ErrBadPiece, size, piece, limit)
 	}
-	n := (size + piece - 1) / piece
-	a := &Assembly{size: size, piece: piece, sum: sum, buf: make([]byte, size),
-		ready: make([]chan struct{}, n), have: make([]bool, n), left: n}
-	for i := range a.ready {
-		a.ready[i] = make(chan struct{})
-	}
-	return a, nil
+	return newAssembly(make([]byte, size), piece, sum), nil
 }
 
 // WholeAssembly is the assembly of body, every piece in, for a sender
 // that relays body in pieces of piece bytes. It holds body itself, not a
 // copy.
 func WholeAssembly(body []byte, piece int) *Assembly {
-	n := (len(body) + piece - 1) / piece
-	a := &Assembly{size: len(body), piece: piece, sum: xxhash.Sum64(body), buf: body,
-		ready: make([]chan struct{}, n), have: make([]bool, n)}
+	a := newAssembly(body, piece, xxhash.Sum64(body))
+	for _, ready := range a.ready {
+		close(ready)
+	}
+	a.left = 0
+	return a
+}
+
+// newAssembly is the assembly of a message held in buf, no piece in yet.
+func newAssembly(buf []byte, piece int, sum uint64) *Assembly {
+	n := (len(buf) + piece - 1) / piece
+	a := &Assembly{size: len(buf), piece: piece, sum: sum, buf: buf, ready: make([]chan struct{}, n), left: n}
 	for i := range a.ready {
 		a.ready[i] = make(chan struct{})
-		close(a.ready[i])
-		a.have[i] = true
 	}
 	return a
 }
@@ -209,31 +215,31 @@ func (a *Assembly) Piece(i int) []byte {
 	return a.buf[off:min(off+a.piece, a.size)]
 }
 
-// Put stores the piece of m (which Matches the assembly) and reports
-// whether it was the last one missing. A piece at an offset that is not
-// a piece's, of the wrong length, or unlike the bytes already in for it,
-// is refused (ErrBadPiece) and changes nothing.
-func (a *Assembly) Put(m *RelayMsg) (bool, error) {
+// Put stores the piece of m (which Matches the assembly). A piece at an
+// offset that is not a piece's, of the wrong length, or unlike the bytes
+// already in for it, is refused (ErrBadPiece) and changes nothing.
+func (a *Assembly) Put(m *RelayMsg) error {
 	if m.Off < 0 || m.Off%a.piece != 0 || m.Off >= a.size {
-		return false, fmt.Errorf("%w: offset %d of a message of %d bytes in pieces of %d", ErrBadPiece, m.Off, a.size, a.piece)
+		return fmt.Errorf("%w: offset %d of a message of %d bytes in pieces of %d", ErrBadPiece, m.Off, a.size, a.piece)
 	}
 	i := m.Off / a.piece
 	if want := min(a.piece, a.size-m.Off); len(m.Piece) != want {
-		return false, fmt.Errorf("%w: %d bytes at offset %d, want %d", ErrBadPiece, len(m.Piece), m.Off, want)
+		return fmt.Errorf("%w: %d bytes at offset %d, want %d", ErrBadPiece, len(m.Piece), m.Off, want)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.have[i] {
+	select {
+	case <-a.ready[i]: // in already
 		if !bytes.Equal(a.Piece(i), m.Piece) {
-			return false, fmt.Errorf("%w: piece at offset %d differs from the one already in", ErrBadPiece, m.Off)
+			return fmt.Errorf("%w: piece at offset %d differs from the one already in", ErrBadPiece, m.Off)
 		}
-		return false, nil
+		return nil
+	default:
 	}
 	copy(a.buf[m.Off:], m.Piece)
-	a.have[i] = true
 	a.left--
 	close(a.ready[i])
-	return a.left == 0, nil
+	return nil
 }
 
 // Complete reports whether every piece is in.

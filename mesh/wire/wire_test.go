@@ -414,15 +414,15 @@ func TestRelayPieces(t *testing.T) {
 	}
 	for _, order := range []int{5, 0, 7, 2, 2, 6, 1, 3} {
 		for _, b := range bad {
-			if _, err := a.Put(b); !errors.Is(err, ErrBadPiece) {
+			if err := a.Put(b); !errors.Is(err, ErrBadPiece) {
 				t.Fatalf("a piece at %d of %d bytes: %v", b.Off, len(b.Piece), err)
 			}
 		}
 		if _, ok, _ := a.Whole(); ok || a.Complete() {
 			t.Fatal("whole before every piece is in")
 		}
-		if last, err := a.Put(msgs[order]); err != nil || last {
-			t.Fatalf("piece %d: last %v, %v", order, last, err)
+		if err := a.Put(msgs[order]); err != nil || a.Complete() {
+			t.Fatalf("piece %d: complete %v, %v", order, a.Complete(), err)
 		}
 		select {
 		case <-a.Ready(order):
@@ -438,11 +438,11 @@ func TestRelayPieces(t *testing.T) {
 	other := *msgs[2]
 	other.Piece = slices.Clone(other.Piece)
 	other.Piece[0]++
-	if _, err := a.Put(&other); !errors.Is(err, ErrBadPiece) {
+	if err := a.Put(&other); !errors.Is(err, ErrBadPiece) {
 		t.Fatalf("a repeat unlike the piece in: %v", err)
 	}
-	if last, err := a.Put(msgs[4]); err != nil || !last {
-		t.Fatalf("the last piece: last %v, %v", last, err)
+	if err := a.Put(msgs[4]); err != nil || !a.Complete() {
+		t.Fatalf("the last piece: complete %v, %v", a.Complete(), err)
 	}
 	if got, ok, err := a.Whole(); err != nil || !ok || !bytes.Equal(got, body) {
 		t.Fatalf("whole: %v, %v; bytes equal %v", ok, err, bytes.Equal(got, body))
@@ -454,7 +454,7 @@ func TestRelayPieces(t *testing.T) {
 	for _, m := range msgs {
 		m := *m
 		m.Piece = make([]byte, len(m.Piece))
-		if _, err := wrong.Put(&m); err != nil {
+		if err := wrong.Put(&m); err != nil {
 			t.Fatal(err)
 		}
 	}
