@@ -658,10 +658,15 @@ func (n *Node) sendInBackground(name string, m peer.Method, msg any) {
 	n.goBackground(func(ctx context.Context) { n.sendWithRetries(ctx, name, m, msg) })
 }
 
-// sendWithRetries sends one message to a member, retrying up to five times
-// with a growing pause unless the member refuses it as bad.
+// sendTries is how often a message to one member is tried before it is
+// given up (sendWithRetries, and a relayed order's last member).
+const sendTries = 5
+
+// sendWithRetries sends one message to a member, retrying up to
+// sendTries times with a growing pause unless the member refuses it as
+// bad.
 func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) {
-	for attempt := 0; attempt < 5; attempt++ {
+	for attempt := 0; attempt < sendTries; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 		err := n.cluster.callName(cctx, name, m, msg, nil)
 		cancel()

@@ -102,7 +102,7 @@ func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly
 		rest := group[i+1:]
 		tries := 1
 		if len(rest) == 0 {
-			tries = 5 // as sendWithRetries
+			tries = sendTries
 		}
 		for try := 1; ; try++ {
 			first, err := n.sendPieces(ctx, head, rest, a)
@@ -135,10 +135,8 @@ func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly
 func (n *Node) sendPieces(ctx context.Context, head string, rest []string, a *wire.Assembly) (first bool, err error) {
 	hops := wire.RelayHops(len(rest), n.cfg.Cluster.RelayFanout)
 	for i := range a.Pieces() {
-		select {
-		case <-a.Ready(i):
-		case <-ctx.Done():
-			return i == 0, ctx.Err()
+		if err := awaitPiece(ctx, a, i); err != nil {
+			return i == 0, err
 		}
 		parts, err := wire.RelayPieceParts(rest, wire.MethodPublish, a, i)
 		if err != nil {
@@ -161,17 +159,35 @@ func (n *Node) sendPieces(ctx context.Context, head string, rest []string, a *wi
 	return false, nil
 }
 
+// awaitPiece waits until a has piece i.
+func awaitPiece(ctx context.Context, a *wire.Assembly, i int) error {
+	select {
+	case <-a.Ready(i):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // awaitWhole waits until a has every piece, and returns the order.
 func awaitWhole(ctx context.Context, a *wire.Assembly) ([]byte, error) {
 	for i := range a.Pieces() {
-		select {
-		case <-a.Ready(i):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := awaitPiece(ctx, a, i); err != nil {
+			return nil, err
 		}
 	}
 	body, _, err := a.Whole()
 	return body, err
+}
+
+// eachGroup runs pass for each relay group of members to, all at once,
+// and returns when every one is done.
+func (n *Node) eachGroup(to []string, pass func(group []string)) {
+	var wg sync.WaitGroup
+	for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
+		wg.Go(func() { pass(group) })
+	}
+	wg.Wait()
 }
 
 // serveRelay installs a relayed order and passes it on to req.To, in
@@ -200,11 +216,7 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 		hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
 		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops))
 		defer cancel()
-		var wg sync.WaitGroup
-		for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-			wg.Go(func() { n.relayGroup(fctx, group, req.Body) })
-		}
-		wg.Wait()
+		n.eachGroup(to, func(group []string) { n.relayGroup(fctx, group, req.Body) })
 	})
 	_, err := n.servePublish(ctx, from, &p)
 	select {
@@ -238,11 +250,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 	passed := e.passOn(to, func(ctx context.Context, done func()) {
 		n.goBackground(func(context.Context) {
 			defer done()
-			var wg sync.WaitGroup
-			for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-				wg.Go(func() { n.relayPieces(ctx, group, e.a) })
-			}
-			wg.Wait()
+			n.eachGroup(to, func(group []string) { n.relayPieces(ctx, group, e.a) })
 		})
 	})
 	if req.Off+len(req.Piece) < req.Size {
@@ -327,11 +335,7 @@ func (b *relayBook) reserve(size int64) error {
 	if b.budget == nil || b.budget.TryReserve(size) {
 		return nil
 	}
-	var held int64
-	for _, e := range b.entries {
-		held += int64(e.a.Size())
-	}
-	if limit := b.budget.Limit(); limit > 0 && b.budget.Used()-held+size > limit {
+	if limit := b.budget.Limit(); limit > 0 && b.budget.Used()-int64(b.bytesLocked())+size > limit {
 		return errRelayNoRoom // the book's own orders are not what fills it
 	}
 	for len(b.entries) > 0 {
@@ -351,10 +355,15 @@ func (b *relayBook) reserve(size int64) error {
 func (b *relayBook) held() (bytes, pieces int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.bytesLocked(), b.pieces
+}
+
+// bytesLocked is the bytes of the orders in the book; b.mu is held.
+func (b *relayBook) bytesLocked() (bytes int) {
 	for _, e := range b.entries {
 		bytes += e.a.Size()
 	}
-	return bytes, b.pieces
+	return bytes
 }
 
 // drop takes e out of the book and gives its bytes back, if it is there.
