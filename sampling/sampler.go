@@ -506,11 +506,7 @@ func (s *Sampler) boost(bitmap []uint64) {
 		}
 		return start, end
 	}
-	w := min(strata, procs(s.procs))
-	if n < minSpan {
-		w = 1
-	}
-	parallel(strata, w, func(_, lo, hi int) {
+	parallel(strata, min(strata, spans(n, procs(s.procs))), func(_, lo, hi int) {
 		for j := lo; j < hi; j++ {
 			start, end := bounds(j)
 			s.boostStratum(sorted[start:end], s.keys[start:end], bitmap, beta)

@@ -301,34 +301,30 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(w, "  (samples hashed into their partitions once per dataset, ring.NewSamples: %s)\n", round(res.HashSamples))
 
 	link := o.linkGbps * 1e9 / 8 // bytes per second
-	sum := func(keep func(*mergeStep) bool) (took time.Duration, wire float64) {
+	// The steps' time, CPU (all cores) and bytes sent, per epoch.
+	sum := func(keep func(*mergeStep) bool) (took, cpu time.Duration, wire float64) {
 		for _, s := range res.Steps {
 			if keep(s) {
 				took += s.perEpoch()
+				cpu += s.cpuPerEpoch()
 				wire += s.WireBytes
 			}
 		}
-		return took, wire
+		return took, cpu, wire
 	}
-	var pubCores time.Duration
-	for _, s := range res.Steps {
-		if s.Between {
-			pubCores += s.cpuPerEpoch()
-		}
-	}
-	reportCPU, _ := sum(func(s *mergeStep) bool { return !s.Between && !strings.HasPrefix(s.Name, "replicate") })
-	repCPU, repWire := sum(func(s *mergeStep) bool { return strings.HasPrefix(s.Name, "replicate") })
-	pubCPU, pubWire := sum(func(s *mergeStep) bool { return s.Between })
+	reportTime, _, _ := sum(func(s *mergeStep) bool { return !s.Between && !strings.HasPrefix(s.Name, "replicate") })
+	repTime, _, repWire := sum(func(s *mergeStep) bool { return strings.HasPrefix(s.Name, "replicate") })
+	pubTime, pubCPU, pubWire := sum(func(s *mergeStep) bool { return s.Between })
 	epoch := res.Epoch.Seconds()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tmeasured\tbudget\tratio\t")
 	fmt.Fprintf(tw, "reports: samples/s the leader absorbs (decode, merge, queue, send scores)\t%.0f/s\t%.0f/s (the job)\t%s\t\n",
-		float64(res.Samples)/reportCPU.Seconds(), res.Throughput, ratio(float64(res.Samples)/reportCPU.Seconds(), res.Throughput))
+		float64(res.Samples)/reportTime.Seconds(), res.Throughput, ratio(float64(res.Samples)/reportTime.Seconds(), res.Throughput))
 	fmt.Fprintf(tw, "leader time per epoch, all steps\t%s\t%s (the epoch)\t%s\t\n", round(total), round(res.Epoch), ratio(total.Seconds(), epoch))
-	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", round(repCPU), ratio(repCPU.Seconds(), epoch))
-	fmt.Fprintf(tw, "  of which the next order (ranks wait)\t%s\t\t%s\t\n", round(pubCPU), ratio(pubCPU.Seconds(), epoch))
-	fmt.Fprintf(tw, "  the next order's CPU, all cores\t%s\t\t%s\t\n", round(pubCores), ratio(pubCores.Seconds(), epoch))
+	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", round(repTime), ratio(repTime.Seconds(), epoch))
+	fmt.Fprintf(tw, "  of which the next order (ranks wait)\t%s\t\t%s\t\n", round(pubTime), ratio(pubTime.Seconds(), epoch))
+	fmt.Fprintf(tw, "  the next order's CPU, all cores\t%s\t\t%s\t\n", round(pubCPU), ratio(pubCPU.Seconds(), epoch))
 	fmt.Fprintf(tw, "leader egress per epoch\t%s\t%s (%.0f Gbit/s)\t%s\t\n", scaleBytes(wire), scaleBytes(link*epoch), o.linkGbps, ratio(wire, link*epoch))
 	fmt.Fprintf(tw, "  of which replication\t%s\t\t%s\t\n", scaleBytes(repWire), ratio(repWire, link*epoch))
 	fmt.Fprintf(tw, "  of which the next order\t%s\t\t%s\t\n", scaleBytes(pubWire), ratio(pubWire, link*epoch))
