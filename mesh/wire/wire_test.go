@@ -213,22 +213,31 @@ func TestRelayGroupsAndParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if &parts[len(parts)-1][0] != &body[0] {
-		t.Fatal("the body was copied into the relay message")
-	}
-	whole := slices.Concat(parts...)
-	if err := peer.CheckMsgpack(whole); err != nil {
-		t.Fatal(err)
-	}
-	var got RelayMsg
-	if err := msgpack.Unmarshal(whole, &got); err != nil {
-		t.Fatal(err)
-	}
+	got := decodeRelayParts(t, parts, body)
 	var p PublishMsg
 	if !slices.Equal(got.To, []string{"b", "c"}) || got.Method != uint16(MethodPublish) || !bytes.Equal(got.Body, body) ||
 		msgpack.Unmarshal(got.Body, &p) != nil || p.Epoch != 4 {
 		t.Fatalf("relay message came back as %+v (order %+v)", got, p)
 	}
+}
+
+// decodeRelayParts checks that the last of a relay message's parts is the
+// bytes of src itself (not a copy), that the whole is one valid msgpack
+// value, and decodes it.
+func decodeRelayParts(t *testing.T, parts peer.Encoded, src []byte) *RelayMsg {
+	t.Helper()
+	if &parts[len(parts)-1][0] != &src[0] {
+		t.Fatal("the bytes were copied into the relay message")
+	}
+	whole := slices.Concat(parts...)
+	if err := peer.CheckMsgpack(whole); err != nil {
+		t.Fatal(err)
+	}
+	var m RelayMsg
+	if err := msgpack.Unmarshal(whole, &m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
 }
 
 // TestPackedListsAreLittleEndianBins checks the bytes of each packed list
@@ -371,23 +380,13 @@ func TestRelayPieces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if &parts[len(parts)-1][0] != &body[i*piece] {
-			t.Fatalf("piece %d was copied into its message", i)
-		}
-		all := slices.Concat(parts...)
-		if err := peer.CheckMsgpack(all); err != nil {
-			t.Fatal(err)
-		}
-		var m RelayMsg
-		if err := msgpack.Unmarshal(all, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := decodeRelayParts(t, parts, body[i*piece:])
 		end := min((i+1)*piece, len(body))
 		if !m.IsPiece() || m.Size != len(body) || m.PieceSize != piece || m.Off != i*piece || !bytes.Equal(m.Piece, body[i*piece:end]) ||
 			!slices.Equal(m.To, []string{"b"}) || m.Method != uint16(MethodPublish) || len(m.Body) != 0 {
 			t.Fatalf("piece %d came back as to %v, method %d, size %d, piece size %d, offset %d, %d bytes", i, m.To, m.Method, m.Size, m.PieceSize, m.Off, len(m.Piece))
 		}
-		msgs[i] = &m
+		msgs[i] = m
 	}
 
 	if _, err := NewAssembly(len(body), piece, msgs[0].Sum, len(body)-1); !errors.Is(err, ErrBadPiece) {
