@@ -1,28 +1,37 @@
 package testsupport
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
 // FreePort returns a port of 127.0.0.1 that was free for both TCP and UDP
-// a moment ago (gossip uses both; QUIC uses UDP). It draws ports at random
-// below the kernel's ephemeral range (ip_local_port_range), which the
-// kernel never hands to a socket bound to port 0: with tests of several
-// packages running at once, a port taken from that range was sometimes
-// given to another test's socket before the caller bound it ("address
-// already in use"). Only another test drawing the same port can take it
-// now. Where the range leaves no room below it, the kernel picks.
+// a moment ago (gossip uses both; QUIC uses UDP) and that no other test
+// holds, in this process or another, until tb ends.
+//
+// Ports are drawn at random below the kernel's ephemeral range
+// (ip_local_port_range), which the kernel never hands to a socket bound to
+// port 0: a port taken from that range was sometimes given to another
+// test's socket before the caller bound it. Below it, only another test
+// could take the port, so each port handed out is reserved for tb's
+// lifetime by an exclusive flock on a file named after it (see
+// reservePort): tests of several packages run at once, and a test that
+// restarts a peer on the same port must not find it drawn by another test
+// meanwhile ("address already in use", once in CI). Where the range leaves
+// no room below it, the kernel picks.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	if lo, hi := 10000, ephemeralStart(); hi-lo >= 1000 {
 		for range 200 {
-			if port := lo + rand.IntN(hi-lo); freeBoth(port) {
+			if port := lo + rand.IntN(hi-lo); reservePort(tb, port) {
 				return port
 			}
 		}
@@ -34,12 +43,42 @@ func FreePort(tb testing.TB) int {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if freeBoth(port) {
+		if reservePort(tb, port) {
 			return port
 		}
 	}
 	tb.Fatal("testsupport: no port free for both TCP and UDP on 127.0.0.1")
 	return 0
+}
+
+// reservePort takes port for tb: it locks the port's file in the machine's
+// reservation directory without waiting, and then checks that the port can
+// be bound now. It reports false, holding nothing, where another test holds
+// the port or it cannot be bound. The lock is an flock on a file opened
+// here, so it also excludes this process's other draws, and it goes with
+// the file when tb's cleanup closes it or the process dies.
+func reservePort(tb testing.TB, port int) bool {
+	dir := filepath.Join(os.TempDir(), "shade-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		tb.Fatalf("testsupport: port reservations: %v", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		tb.Fatalf("testsupport: port reservations: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false
+		}
+		tb.Fatalf("testsupport: reserve port %d: %v", port, err)
+	}
+	if !freeBoth(port) {
+		f.Close()
+		return false
+	}
+	tb.Cleanup(func() { f.Close() })
+	return true
 }
 
 // freeBoth reports whether port of 127.0.0.1 can be bound for TCP and for

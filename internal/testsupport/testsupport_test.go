@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +56,27 @@ func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
 	}
 	if got := LoopbackAddr(t); got[:10] != "127.0.0.1:" {
 		t.Errorf("LoopbackAddr = %q", got)
+	}
+}
+
+// TestFreePortIsHeldUntilTheTestEnds: a port handed to a test is handed to
+// no other draw, in this process or another, until that test ends.
+func TestFreePortIsHeldUntilTheTestEnds(t *testing.T) {
+	var p int
+	t.Run("holder", func(t *testing.T) {
+		p = FreePort(t)
+		if reservePort(t, p) {
+			t.Fatalf("port %d was reserved twice in one process", p)
+		}
+		if path, err := exec.LookPath("flock"); err == nil {
+			lock := filepath.Join(os.TempDir(), "shade-test-ports", strconv.Itoa(p))
+			if err := exec.Command(path, "-n", lock, "true").Run(); err == nil {
+				t.Fatalf("another process took the lock of port %d", p)
+			}
+		}
+	})
+	if !reservePort(t, p) {
+		t.Fatalf("port %d is still held after its test ended", p)
 	}
 }
 
