@@ -1,6 +1,9 @@
 package sampling
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Split cuts an epoch's order into world disjoint slices of equal length, as
 // PyTorch's DistributedSampler(drop_last=False) does: the order is padded to a
@@ -101,8 +104,6 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 			ranksOn[node] = append(ranksOn[node], int32(r))
 		}
 	}
-	candidates := make([][]int32, where.Groups)
-	known := make([]bool, where.Groups)
 	// The places of the order are dealt in its sequence, each rank kept
 	// within slack of its share of the places dealt so far: a sample goes
 	// to the least filled rank on one of its owners that is not ahead,
@@ -114,24 +115,19 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 	// takes its own samples all through the epoch, not all at its start.
 	slack := max(1, per/64)
 	filled := make([]int, world)
-	backing := make([]uint32, per*world)
-	slices := make([][]uint32, world)
-	for r := range slices {
-		slices[r] = backing[r*per : r*per : (r+1)*per]
-	}
 	// The rank a sample goes to when none on its owners may take it is
 	// found without looking at every rank each time (at a rank on each of
 	// 1,000 nodes, that scan was most of the split).
 	open := leastFilled{filled: filled}
-	// A rank may hold min(per, share+slack) samples once i+1 places are
-	// dealt, its share being (i+1)*per/len(padded); the share is kept
-	// by steps, not divided out at every place.
-	// Each place's group, looked up on every core first: the dealing
-	// itself is sequential.
+	// Each place's group, looked up on every core first.
+	// Each span also marks the groups it meets.
 	groups := make([]int32, len(padded))
-	bad := make([]int, spans(len(padded), procs(0)))
-	parallel(len(padded), len(bad), func(c, lo, hi int) {
+	w := spans(len(padded), procs(0))
+	bad := make([]int, w)
+	met := make([][]uint64, w)
+	parallel(len(padded), w, func(c, lo, hi int) {
 		bad[c] = -1
+		met[c] = make([]uint64, (where.Groups+63)/64)
 		for i := lo; i < hi; i++ {
 			g := where.Group(padded[i])
 			if uint(g) >= uint(where.Groups) {
@@ -139,6 +135,7 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 				return
 			}
 			groups[i] = int32(g)
+			met[c][g/64] |= 1 << (g % 64)
 		}
 	})
 	for _, i := range bad {
@@ -147,33 +144,88 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 			return nil, fmt.Errorf("%w: sample %d in group %d of %d", ErrBadPlacement, id, where.Group(id), where.Groups)
 		}
 	}
-	share, next := 0, len(padded) // next: (share+1)*len(padded)
-	for i, id := range padded {
-		for (i+1)*per >= next {
-			share++
-			next += len(padded)
+	// The candidates of group g, the ranks on its owners, are
+	// cand[first[g]:first[g+1]]: one array the dealing reads, not a
+	// slice of its own per group.
+	for _, m := range met[1:] {
+		for j, word := range m {
+			met[0][j] |= word
 		}
-		room := min(per, share+slack)
-		g := int(groups[i])
-		if !known[g] {
-			known[g] = true
-			for _, owner := range where.Owners(g) {
-				candidates[g] = append(candidates[g], ranksOn[owner]...)
-			}
-		}
-		best, least := int32(-1), room // the least filled candidate with room
-		for _, r := range candidates[g] {
-			if f := filled[r]; f < least {
-				best, least = r, f
-			}
-		}
-		if best < 0 {
-			best = int32(open.least())
-		}
-		filled[best]++
-		slices[best] = append(slices[best], id)
 	}
-	return slices, nil
+	first := make([]int32, where.Groups+1)
+	var cand []int32
+	for g := range where.Groups {
+		first[g] = int32(len(cand))
+		if met[0][g/64]&(1<<(g%64)) != 0 {
+			for _, owner := range where.Owners(g) {
+				cand = append(cand, ranksOn[owner]...)
+			}
+		}
+	}
+	first[where.Groups] = int32(len(cand))
+	// Each place's candidates, where they start in cand and how many,
+	// found on every core: the dealing then reads them in sequence
+	// instead of looking its group's up.
+	lists := make([]uint64, len(padded))
+	parallel(len(padded), w, func(_, lo, hi int) {
+		for i, g := range groups[lo:hi] {
+			lists[lo+i] = uint64(first[g]) | uint64(first[g+1]-first[g])<<32
+		}
+	})
+	// The dealing is sequential, but only decides: each place's rank
+	// takes the place of its group in groups, and each span of places
+	// notes where its ranks' slices stand at its start. The samples are
+	// then put in the slices span by span on every core, so the dealing
+	// touches the ranks' fills and the places in sequence and none of the
+	// slices' scattered memory.
+	at := make([][]int, w) // at[c][r]: rank r's samples dealt before span c
+	// A rank may hold min(per, share+slack) samples once i+1 places are
+	// dealt, its share being (i+1)*per/len(padded); the share is kept
+	// by steps, not divided out at every place.
+	share, next := 0, len(padded) // next: (share+1)*len(padded)
+	for c := range w {
+		at[c] = slices.Clone(filled)
+		lo, hi := span(len(padded), w, c)
+		for i := lo; i < hi; i++ {
+			for (i+1)*per >= next {
+				share++
+				next += len(padded)
+			}
+			room := min(per, share+slack)
+			// The least filled candidate with room, the first of
+			// those that tie: the least of (fill, place in the list),
+			// packed in one word and kept by min, which compiles to a
+			// conditional move (which candidate is least is a coin
+			// toss that a branch mispredicts half the time).
+			off := uint32(lists[i])
+			list := cand[off : off+uint32(lists[i]>>32)]
+			least := uint64(room) << 32
+			for j, r := range list {
+				least = min(least, uint64(filled[r])<<32|uint64(j))
+			}
+			var best int32
+			if least>>32 < uint64(room) {
+				best = list[uint32(least)]
+			} else {
+				best = int32(open.least())
+			}
+			filled[best]++
+			groups[i] = best
+		}
+	}
+	backing := make([]uint32, per*world)
+	out := make([][]uint32, world)
+	for r := range out {
+		out[r] = backing[r*per : (r+1)*per : (r+1)*per]
+	}
+	parallel(len(padded), w, func(c, lo, hi int) {
+		next := at[c]
+		for i, r := range groups[lo:hi] {
+			out[r][next[r]] = padded[lo+i]
+			next[r]++
+		}
+	})
+	return out, nil
 }
 
 // OwnersPlacement is the Placement of owners given sample by sample:
