@@ -82,6 +82,11 @@ type Placement struct {
 // Placement without its functions or a group out of its range with
 // ErrBadPlacement.
 func LocalitySplit(order []uint32, world int, rankNode []string, where Placement) ([][]uint32, error) {
+	return localitySplit(order, world, rankNode, where, procs(0))
+}
+
+// localitySplit is LocalitySplit on up to workers goroutines.
+func localitySplit(order []uint32, world int, rankNode []string, where Placement, workers int) ([][]uint32, error) {
 	if world < 1 {
 		return nil, fmt.Errorf("%w: %d", ErrBadWorld, world)
 	}
@@ -122,7 +127,7 @@ func LocalitySplit(order []uint32, world int, rankNode []string, where Placement
 	// Each place's group, looked up on every core first.
 	// Each span also marks the groups it meets.
 	groups := make([]int32, len(padded))
-	w := spans(len(padded), procs(0))
+	w := spans(len(padded), workers)
 	bad := make([]int, w)
 	met := make([][]uint64, w)
 	parallel(len(padded), w, func(c, lo, hi int) {

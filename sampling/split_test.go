@@ -351,3 +351,45 @@ func scanSplit(order []uint32, world int, rankNode []string, ownersOf func(uint3
 	}
 	return out
 }
+
+// TestLocalitySplitOnSeveralGoroutines: an order long enough to be cut
+// into spans (its groups looked up, its candidates listed and its samples
+// put in the slices span by span) is split as the scan over every rank
+// splits it, on one goroutine and on several.
+func TestLocalitySplitOnSeveralGoroutines(t *testing.T) {
+	const n, world, nodes, groups = 5*minSpan + 123, 37, 9, 61
+	rng := rand.New(rand.NewPCG(9, 10))
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(rng.IntN(n))
+	}
+	rankNode := make([]string, world)
+	for r := range rankNode {
+		if r%6 != 5 {
+			rankNode[r] = fmt.Sprint("node-", rng.IntN(nodes))
+		}
+	}
+	owners := make([][]string, groups)
+	for g := range owners {
+		for range rng.IntN(4) {
+			owners[g] = append(owners[g], fmt.Sprint("node-", rng.IntN(nodes)))
+		}
+	}
+	where := Placement{
+		Groups: groups,
+		Group:  func(id uint32) int { return int(mix64(uint64(id)) % groups) },
+		Owners: func(g int) []string { return owners[g] },
+	}
+	want := scanSplit(order, world, rankNode, func(id uint32) []string { return owners[where.Group(id)] })
+	for _, workers := range []int{1, 2, 5} {
+		got, err := localitySplit(order, world, rankNode, where, workers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range want {
+			if !slices.Equal(got[r], want[r]) {
+				t.Fatalf("%d goroutines: slice %d differs from the scan's", workers, r)
+			}
+		}
+	}
+}
