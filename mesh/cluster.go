@@ -92,6 +92,11 @@ type ClusterConfig struct {
 	DrainTimeout time.Duration
 	// Build is this node's version, gossiped in its metadata.
 	Build string
+
+	// handlers, set by this package's tests only, edits the node's peer
+	// handlers before it listens: a test stands a peer of an earlier
+	// protocol in the mesh with its handler of a method.
+	handlers func(*Node, map[peer.Method]peerHandler)
 }
 
 func (c ClusterConfig) withDefaults() ClusterConfig {
@@ -225,7 +230,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
 		MaxRequestMemory: cc.MaxPeerMemory,
 		Logger:           n.cfg.Logger.With().Str("part", "peer").Logger(),
-	}, peerDispatch(n.peerHandlers()))
+	}, peerDispatch(n.peerHandlers(cc.handlers)))
 	if err != nil {
 		return fmt.Errorf("mesh: peer transport: %w", err)
 	}
@@ -430,9 +435,10 @@ func noReply[Req any](fn func(req *Req) error) peerHandler {
 }
 
 // peerHandlers is the node's side of the peer protocol, one handler per
-// method of package wire, built once when the node joins a mesh.
-func (n *Node) peerHandlers() map[peer.Method]peerHandler {
-	return map[peer.Method]peerHandler{
+// method of package wire, built once when the node joins a mesh; edit,
+// if set, may change them (ClusterConfig.handlers).
+func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[peer.Method]peerHandler {
+	h := map[peer.Method]peerHandler{
 		wire.MethodFetch: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
 			return n.serveFetch(ctx, req)
 		}),
@@ -453,6 +459,10 @@ func (n *Node) peerHandlers() map[peer.Method]peerHandler {
 		wire.MethodGetOrder:  serve(n.serveGetOrder),
 		wire.MethodResident:  noReply(n.leaderResident),
 	}
+	if edit != nil {
+		edit(n, h)
+	}
+	return h
 }
 
 // peerDispatch implements peer.Handler over handlers: each method's

@@ -3,11 +3,15 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -98,6 +102,127 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 		}
 		return true
 	})
+}
+
+// relayBeforePieces is wire.RelayMsg as a peer from before pieces
+// (a6bc942) decodes it: the head, the method and the whole order.
+type relayBeforePieces struct {
+	To     []string           `msgpack:"t"`
+	Method uint16             `msgpack:"m"`
+	Body   msgpack.RawMessage `msgpack:"b"`
+}
+
+// serveRelayBeforePieces is serveRelay as a peer from before pieces
+// (a6bc942) runs it, transcribed: it takes only a whole order, refusing
+// anything else as a bad request, installs it and passes it on whole.
+func serveRelayBeforePieces(n *Node, ctx context.Context, from string, req *relayBeforePieces) (any, error) {
+	if peer.Method(req.Method) != wire.MethodPublish {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("method %d cannot be relayed", req.Method)}
+	}
+	var p wire.PublishMsg
+	if err := msgpack.Unmarshal(req.Body, &p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	}
+	to := slices.DeleteFunc(slices.Clone(req.To), func(name string) bool { return name == n.cfg.Name })
+	passed := make(chan struct{})
+	n.goBackground(func(bctx context.Context) {
+		defer close(passed)
+		hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
+		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops))
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
+			wg.Go(func() { n.relayGroup(fctx, group, req.Body) })
+		}
+		wg.Wait()
+	})
+	_, err := n.servePublish(ctx, from, &p)
+	select {
+	case <-passed:
+	case <-ctx.Done():
+	}
+	return nil, err
+}
+
+// TestOrdersRelayedThroughAPeerBeforePieces: the head of a relay group
+// is a peer from before pieces (its relay handler the one it ran). It
+// refuses the first piece of an order; the leader then hands it the
+// whole order, which it installs and passes on whole to its group, while
+// the other group is sent pieces. Every node installs the order.
+func TestOrdersRelayedThroughAPeerBeforePieces(t *testing.T) {
+	var before sync.Map // names of the nodes that run the handler from before pieces
+	var tookWhole atomic.Int64
+	m := startMesh(t, 5, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout, c.Cluster.RelayPiece = 2, 256
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			current := h[wire.MethodRelay]
+			old := serve(func(ctx context.Context, from string, req *relayBeforePieces) (any, error) {
+				reply, err := serveRelayBeforePieces(n, ctx, from, req)
+				if err == nil {
+					tookWhole.Add(1)
+				}
+				return reply, err
+			})
+			h[wire.MethodRelay] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if _, ok := before.Load(n.Name()); ok {
+					return old(ctx, from, body)
+				}
+				return current(ctx, from, body)
+			}
+		}
+	}})
+	lead := m.leader(t)
+	var others []string
+	for _, name := range lead.node.Members() {
+		if name != lead.node.Name() {
+			others = append(others, name)
+		}
+	}
+	groups := wire.RelayGroups(others, 2) // as the leader cuts them
+	if len(groups) != 2 || len(groups[0]) != 2 {
+		t.Fatalf("relay groups %v: want two of two", groups)
+	}
+	oldHead := groups[0][0]
+	before.Store(oldHead, true)
+
+	ds := lead.node.ordered[0]
+	slice := make([]uint32, 600)
+	for i := range slice {
+		slice[i] = uint32(i * 7 % 300)
+	}
+	p := &wire.PublishMsg{Dataset: "ds", Job: "mixed", Version: ds.manifest.Version, Gen: 1, Epoch: 0,
+		Term: lead.node.lead.highest(), World: 1, Slices: []wire.U32s{slice}, Ranks: []string{""}}
+	if body, err := p.Encode(); err != nil || len(body) < 8*256 {
+		t.Fatalf("an order of %d bytes (%v): want several pieces", len(body), err)
+	}
+	lead.node.publish(p)
+	waitFor(t, 20*time.Second, "the order installed on every peer", func() bool {
+		for _, name := range others {
+			js := m.byName(name).node.ordered[0].lookupJob("mixed")
+			if js == nil {
+				return false
+			}
+			if o := js.book.Kept(0); o == nil || !slices.Equal(o.Slices[0], slice) {
+				return false
+			}
+		}
+		return true
+	})
+	if n := tookWhole.Load(); n != 1 {
+		t.Errorf("the peer from before pieces took %d whole orders, want 1", n)
+	}
+	// Its group got the order whole (from it), the other group in pieces.
+	for _, g := range groups {
+		for _, name := range g {
+			if name == oldHead {
+				continue
+			}
+			_, pieces := m.byName(name).node.cluster.relays.held()
+			if inPieces := g[0] != oldHead; (pieces > 0) != inPieces {
+				t.Errorf("%s was sent %d pieces; want pieces %t", name, pieces, inPieces)
+			}
+		}
+	}
 }
 
 // TestSettledFetchWaitsForTheRelays: a node asking the leader for an
