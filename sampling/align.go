@@ -1,6 +1,9 @@
 package sampling
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // Align reorders an epoch's order by a key that depends only on (seed,
 // epoch) and the sample: the k-th copy of sample id in the order goes to
@@ -57,5 +60,14 @@ func align(order []uint32, seed uint64, epoch int, workers int) {
 	})
 	// By key, and equal keys (two copies hashed alike, as good as never)
 	// by id.
-	radixSort(keys, order, make([]uint64, n), make([]uint32, n), new(radixCounts), radixLow, w)
+	radixSort(keys, order, make([]uint64, n), make([]uint32, n), new(radixCounts), uniformLow(n), w)
+}
+
+// uniformLow is the lowest digit a radix sort of n uniform keys passes
+// over: the digits above it tell the keys apart but for runs of about 2
+// keys, left to be sorted whole, so no pass is spent on digits that
+// order little else (at 1.28 M keys, 2 passes instead of 3).
+func uniformLow(n int) int {
+	need := bits.Len(uint(n)) - 1 // bits for n/2 values
+	return min(radixDigits-1, max(0, (64-need)/radixBits))
 }

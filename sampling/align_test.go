@@ -117,7 +117,7 @@ func TestRadixSortByKeyThenVal(t *testing.T) {
 		func() uint64 { return uint64(rng.IntN(3))<<50 | uint64(rng.IntN(5)) },
 		func() uint64 { return rng.Uint64() >> uint(rng.IntN(64)) },
 	} {
-		for _, low := range []int{0, radixLow} {
+		for _, low := range []int{0, radixLow, 4, radixDigits - 1} {
 			const n = 5000
 			keys, vals := make([]uint64, n), make([]uint32, n)
 			for i := range keys {
@@ -231,6 +231,19 @@ func TestDrawUnorderedAlignsAsDraw(t *testing.T) {
 			if !slices.Equal(sa, sb) {
 				t.Fatalf("%+v epoch %d: the samplers' states differ", cfg, e)
 			}
+		}
+	}
+}
+
+// TestUniformLowLeavesShortRuns: Align's sort passes over the digits
+// that tell n uniform keys apart to runs of about 2 keys, no more.
+func TestUniformLowLeavesShortRuns(t *testing.T) {
+	for _, c := range []struct{ n, low int }{{1, 5}, {1000, 5}, {1 << 19, 4}, {1280000, 4}, {1 << 22, 3}, {100_000_000, 3}} {
+		if got := uniformLow(c.n); got != c.low {
+			t.Errorf("n=%d: low digit %d, want %d", c.n, got, c.low)
+		}
+		if high := 64 - radixBits*uniformLow(c.n); 1<<high < c.n/2 {
+			t.Errorf("n=%d: %d high bits leave runs of %d keys", c.n, high, c.n>>high)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func TestParallelRadixSort(t *testing.T) {
 		"long runs":   func(i int) uint64 { return uint64(i/5000)<<40 | rng.Uint64()&(1<<20-1) },
 		"shared high": func(int) uint64 { return 0x3ff0<<48 | rng.Uint64()>>40 },
 	} {
-		for _, low := range []int{0, radixLow} {
+		for _, low := range []int{0, radixLow, 4, radixDigits - 1} {
 			keys, vals := make([]uint64, n), make([]uint32, n)
 			for i := range keys {
 				keys[i], vals[i] = keyOf(i), uint32(i)
