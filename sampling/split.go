@@ -168,15 +168,6 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 		}
 	}
 	first[where.Groups] = int32(len(cand))
-	// Each place's candidates, where they start in cand and how many,
-	// found on every core: the dealing then reads them in sequence
-	// instead of looking its group's up.
-	lists := make([]uint64, len(padded))
-	parallel(len(padded), w, func(_, lo, hi int) {
-		for i, g := range groups[lo:hi] {
-			lists[lo+i] = uint64(first[g]) | uint64(first[g+1]-first[g])<<32
-		}
-	})
 	// The dealing is sequential, but only decides: each place's rank
 	// takes the place of its group in groups, and each span of places
 	// notes where its ranks' slices stand at its start. The samples are
@@ -197,21 +188,14 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 				next += len(padded)
 			}
 			room := min(per, share+slack)
-			// The least filled candidate with room, the first of
-			// those that tie: the least of (fill, place in the list),
-			// packed in one word and kept by min, which compiles to a
-			// conditional move (which candidate is least is a coin
-			// toss that a branch mispredicts half the time).
-			off := uint32(lists[i])
-			list := cand[off : off+uint32(lists[i]>>32)]
-			least := uint64(room) << 32
-			for j, r := range list {
-				least = min(least, uint64(filled[r])<<32|uint64(j))
+			g := groups[i]
+			best, least := int32(-1), room // the least filled candidate with room
+			for _, r := range cand[first[g]:first[g+1]] {
+				if f := filled[r]; f < least {
+					best, least = r, f
+				}
 			}
-			var best int32
-			if least>>32 < uint64(room) {
-				best = list[uint32(least)]
-			} else {
+			if best < 0 {
 				best = int32(open.least())
 			}
 			filled[best]++
