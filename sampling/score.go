@@ -395,6 +395,20 @@ func (t *Table) checkBatch(ids []uint32, losses []float64) error {
 	return nil
 }
 
+// CopyTo makes dst a copy of t, reusing dst's memory where it is large
+// enough, and returns it; a nil dst gets a new table. The copy shares
+// nothing with t: merges into either leave the other as it was.
+func (t *Table) CopyTo(dst *Table) *Table {
+	if dst == nil {
+		dst = new(Table)
+	}
+	scores, scored := dst.scores, dst.scored
+	*dst = *t
+	dst.scores = append(scores[:0], t.scores...)
+	dst.scored = append(scored[:0], t.scored...)
+	return dst
+}
+
 // Score is the effective score of a sample: its merged score if it was ever
 // scored, else the running mean (Mean). It panics if id >= Len().
 func (t *Table) Score(id uint32) float64 {

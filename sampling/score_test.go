@@ -502,3 +502,35 @@ func TestReportDistinctAsRanked(t *testing.T) {
 		t.Fatalf("only %d batches without a repeated id, %d whose mean summed in position order differs", distinctBatches, orderMatters)
 	}
 }
+
+// TestTableCopyToSharesNothing: a copy holds the same scores, count and
+// mean, and a merge into either table leaves the other as it was,
+// whether the copy is new or reuses a table's memory.
+func TestTableCopyToSharesNothing(t *testing.T) {
+	src := NewTable(200, 0.5, ScoreMagnitude)
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := range 50 {
+		if err := src.Set(uint32(i*3), float64(i)/7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, dst := range []*Table{nil, NewTable(200, 0.5, ScoreMagnitude), NewTable(10, 0.9, ScoreRankLog)} {
+		cp := src.CopyTo(dst)
+		want, _ := src.MarshalBinary()
+		if got, _ := cp.MarshalBinary(); !bytes.Equal(got, want) || cp.NumScored() != src.NumScored() || cp.Mean() != src.Mean() || cp.Kind() != src.Kind() {
+			t.Fatalf("the copy differs: %d scored, mean %v", cp.NumScored(), cp.Mean())
+		}
+		if err := cp.Report([]uint32{1, 2, 3}, []float64{0.1, 0.2, 5}, rng); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := src.MarshalBinary(); !bytes.Equal(got, want) || src.Scored(1) {
+			t.Fatal("a merge into the copy changed the table it copied")
+		}
+		if err := src.Set(uint32(199-k), 4); err != nil {
+			t.Fatal(err)
+		}
+		if cp.Scored(uint32(199 - k)) {
+			t.Fatal("a change to the table reached its copy")
+		}
+	}
+}

@@ -27,6 +27,14 @@ type Table struct {
 	spread  time.Duration // the wait before the next round to every member
 	unsaved bool          // changed since the last save to StateDir
 	term    uint64        // term of the leader whose merges the table holds
+
+	// drawMu guards drawn, the copy of table a draw reads: a draw holds
+	// mu only while it copies the scores (a millisecond at a million
+	// samples), not for the whole draw, so the merges of a job whose
+	// orders run ahead of its training go on while its next order is
+	// drawn.
+	drawMu sync.Mutex
+	drawn  *sampling.Table
 }
 
 // New returns an empty table of n samples scoring as kind says and merging
@@ -191,13 +199,17 @@ func (s *Table) DrawUnordered(sampler *sampling.Sampler, epoch int, resident []u
 	return s.draw((*sampling.Sampler).DrawUnordered, sampler, epoch, resident)
 }
 
-// draw runs one of the sampler's draws on the table under its lock.
+// draw runs one of the sampler's draws on a copy of the table, taken
+// under its lock: the draw sees the scores as they were when it began.
 func (s *Table) draw(how func(*sampling.Sampler, int, *sampling.Table, []uint64) (sampling.Drawn, error),
 	sampler *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	s.drawMu.Lock()
+	defer s.drawMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, err := how(sampler, epoch, s.table, resident)
-	return d, s.table.NumScored(), err
+	s.drawn = s.table.CopyTo(s.drawn)
+	s.mu.Unlock()
+	d, err := how(sampler, epoch, s.drawn, resident)
+	return d, s.drawn.NumScored(), err
 }
 
 // Summary returns the number of samples scored and the running mean.

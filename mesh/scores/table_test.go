@@ -89,3 +89,47 @@ func TestSaveLoad(t *testing.T) {
 		t.Fatalf("garbage: %v", err)
 	}
 }
+
+// TestReportsMergeWhileADraws: a report merges while a draw of the same
+// table is under way, and the draw reads the scores as they were when
+// it began.
+func TestReportsMergeWhileADraws(t *testing.T) {
+	s := New(100, 0.5, sampling.ScoreMagnitude, rand.New(rand.NewPCG(1, 2)))
+	if err := s.Report([]uint32{1, 2}, []float64{0.5, 2}, 1); err != nil {
+		t.Fatal(err)
+	}
+	began, release := make(chan struct{}), make(chan struct{})
+	drawn := make(chan error, 1)
+	go func() {
+		_, scored, err := s.draw(func(_ *sampling.Sampler, _ int, tb *sampling.Table, _ []uint64) (sampling.Drawn, error) {
+			close(began)
+			<-release
+			if tb.Scored(7) {
+				return sampling.Drawn{}, errors.New("the draw saw a score merged after it began")
+			}
+			return sampling.Drawn{}, nil
+		}, nil, 0, nil)
+		if err == nil && scored != 2 {
+			err = errors.New("the draw counted other than the 2 samples scored when it began")
+		}
+		drawn <- err
+	}()
+	<-began
+	merged := make(chan error, 1)
+	go func() { merged <- s.Report([]uint32{7}, []float64{1}, 1) }()
+	select {
+	case err := <-merged:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // a backstop against a hang, not a measure
+		t.Fatal("a report waited for a draw to end")
+	}
+	close(release)
+	if err := <-drawn; err != nil {
+		t.Fatal(err)
+	}
+	if !s.Sampling().Scored(7) {
+		t.Fatal("the report merged during the draw was lost")
+	}
+}
