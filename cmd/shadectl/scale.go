@@ -337,6 +337,18 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	onLink := pubWire / link * (pieces + float64(res.PublishHops) - 1) / pieces
 	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies, %.0f pieces)\t%s\t%s (the epoch)\t%s\t\n",
 		res.PublishHops, res.PublishSends, pieces, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
+	// With --order-ahead 1 the next order is drawn once every rank
+	// finished the epoch before the one being trained, and relayed while
+	// the job trains: the ranks wait for what runs past that epoch. The
+	// leader then merges the epoch's reports while it draws (a draw reads
+	// a copy of the scores), so the steps' CPU must fit the cores' time.
+	ahead := max(0, pubTime.Seconds()+onLink-epoch)
+	fmt.Fprintf(tw, "next order drawn an epoch ahead (--order-ahead 1; ranks wait for what runs past the epoch)\t%s\t%s (the epoch)\t%s\t\n",
+		round(time.Duration(ahead*float64(time.Second))), round(res.Epoch), ratio(ahead, epoch))
+	_, allCPU, _ := sum(func(*mergeStep) bool { return true })
+	cores := runtime.GOMAXPROCS(0)
+	fmt.Fprintf(tw, "leader CPU per epoch, all steps, all cores\t%s\t%s (%d cores x the epoch)\t%s\t\n",
+		round(allCPU), round(time.Duration(cores)*res.Epoch), cores, ratio(allCPU.Seconds(), float64(cores)*epoch))
 	tw.Flush()
 
 	fmt.Fprintf(w, "leader heap in use after the epoch: %s; %d of %d samples scored\n", scaleBytes(float64(res.HeapInuse)), res.Scored, res.Samples)

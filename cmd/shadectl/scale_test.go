@@ -223,7 +223,8 @@ func TestScaleCommand(t *testing.T) {
 		t.Fatalf("%v\nstderr: %s", err, errOut.String())
 	}
 	for _, want := range []string{"30 peers, 20000 samples", "primary moved", "copies moved", "max/mean",
-		"survivors receiving", "leader time per epoch", "the next order's CPU", "leader egress per epoch", "mean/ideal"} {
+		"survivors receiving", "leader time per epoch", "the next order's CPU", "leader egress per epoch", "mean/ideal",
+		"drawn an epoch ahead", "leader CPU per epoch, all steps, all cores"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
