@@ -124,8 +124,8 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	// found without looking at every rank each time (at a rank on each of
 	// 1,000 nodes, that scan was most of the split).
 	open := leastFilled{filled: filled}
-	// Each place's group, looked up on every core first.
-	// Each span also marks the groups it meets.
+	// Each place's group, looked up on every core first; each span marks
+	// the groups it meets.
 	groups := make([]int32, len(padded))
 	w := spans(len(padded), workers)
 	bad := make([]int, w)
@@ -157,17 +157,17 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 			met[0][j] |= word
 		}
 	}
-	first := make([]int32, where.Groups+1)
+	first := make([]int, where.Groups+1)
 	var cand []int32
 	for g := range where.Groups {
-		first[g] = int32(len(cand))
+		first[g] = len(cand)
 		if met[0][g/64]&(1<<(g%64)) != 0 {
 			for _, owner := range where.Owners(g) {
 				cand = append(cand, ranksOn[owner]...)
 			}
 		}
 	}
-	first[where.Groups] = int32(len(cand))
+	first[where.Groups] = len(cand)
 	// The dealing is sequential, but only decides: each place's rank
 	// takes the place of its group in groups, and each span of places
 	// notes where its ranks' slices stand at its start. The samples are
