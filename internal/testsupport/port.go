@@ -56,7 +56,9 @@ func FreePort(tb testing.TB) int {
 // be bound now. It reports false, holding nothing, where another test holds
 // the port or it cannot be bound. The lock is an flock on a file opened
 // here, so it also excludes this process's other draws, and it goes with
-// the file when tb's cleanup closes it or the process dies.
+// the file when tb's cleanup closes it or the process dies. The files stay
+// (one per port ever drawn, empty): removing one while another process has
+// it open could let two tests lock two files of one name.
 func reservePort(tb testing.TB, port int) bool {
 	dir := filepath.Join(os.TempDir(), "shade-test-ports")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
