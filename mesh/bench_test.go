@@ -165,7 +165,7 @@ func BenchmarkRelayOrder(b *testing.B) {
 			for b.Loop() {
 				p := &wire.PublishMsg{Dataset: "ds", Job: "bench", Version: version, Gen: 1, Epoch: epoch,
 					Term: lead.node.lead.highest(), World: 2, Slices: slices, Weights: weights, Ranks: []string{"", ""}}
-				lead.node.publish(p)
+				lead.node.publish(p, nil)
 				waitInstalled(b, m, lead, epoch)
 				epoch++
 			}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -619,9 +620,17 @@ func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 
 // publish sends an epoch's order to every other alive member in the
 // background, retrying a few times; in a mesh of more than RelayFanout
-// other members, through relays (see relayEach).
-func (n *Node) publish(p *wire.PublishMsg) {
+// other members, through relays (see relayEach). held, unless nil, is
+// called once, on a goroutine of publish's: when a member has answered
+// that it holds the whole order, or when every send has ended without
+// one (or there is no other member to send to).
+func (n *Node) publish(p *wire.PublishMsg, held func()) {
+	if held == nil {
+		held = func() {}
+	}
+	held = sync.OnceFunc(held)
 	if n.cluster == nil {
+		held()
 		return
 	}
 	var names []string
@@ -631,19 +640,37 @@ func (n *Node) publish(p *wire.PublishMsg) {
 		}
 	}
 	if len(names) == 0 {
+		held()
 		return
 	}
 	body, err := p.Encode() // once for every member
 	if err != nil {
 		n.cfg.Logger.Error().Err(err).Msg("encoding an order")
+		held()
 		return
 	}
 	if len(names) > n.cfg.Cluster.RelayFanout {
-		n.relayEach(names, body)
+		n.relayEach(names, body, held)
 		return
 	}
+	sent := firstDelivery(len(names), held)
 	for _, name := range names {
-		n.sendInBackground(name, wire.MethodPublish, msgpack.RawMessage(body))
+		n.goBackground(func(ctx context.Context) {
+			sent(n.sendWithRetries(ctx, name, wire.MethodPublish, msgpack.RawMessage(body)))
+		})
+	}
+}
+
+// firstDelivery returns the report of one of sends sends: fn is called
+// at the first that delivered, or once all sends have ended without
+// one. fn must be safe to call more than once (sync.OnceFunc).
+func firstDelivery(sends int, fn func()) func(delivered bool) {
+	var left atomic.Int32
+	left.Store(int32(sends))
+	return func(delivered bool) {
+		if delivered || left.Add(-1) == 0 {
+			fn()
+		}
 	}
 }
 
@@ -674,23 +701,27 @@ const sendTries = 5
 
 // sendWithRetries sends one message to a member, retrying up to
 // sendTries times with a growing pause unless the member refuses it as
-// bad.
-func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) {
+// bad. It reports whether the member answered it.
+func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) bool {
 	for attempt := 0; attempt < sendTries; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 		err := n.cluster.callName(cctx, name, m, msg, nil)
 		cancel()
-		if err == nil || ctx.Err() != nil {
-			return
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
 		}
 		if peer.CodeOf(err) == peer.CodeBadRequest {
 			n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
-			return
+			return false
 		}
 		if !sleepCtx(ctx, time.Duration(attempt+1)*n.cfg.Cluster.RetryEvery) {
-			return
+			return false
 		}
 	}
+	return false
 }
 
 // GossipAddr is the address other peers use as a seed; "" standalone.

@@ -69,13 +69,25 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		Hold:     func(epoch int) time.Duration { return n.syncHold(js, epoch) },
 		Publish: func(p *wire.PublishMsg, scored int) {
 			js.published.Store(&publishMark{epoch: p.Epoch, at: time.Now()})
-			n.installOrder(js, p)
-			n.releaseHeld(js)
 			if p.Epoch >= 0 {
 				n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("epoch", p.Epoch).Uint64("term", p.Term).
 					Int("world", p.World).Int("scored", scored).Msg("order published")
 			}
-			n.publish(p)
+			install := func() {
+				n.installOrder(js, p)
+				n.releaseHeld(js)
+			}
+			if p.Epoch < 0 { // the empty order of a reset: nothing to read
+				install()
+				n.publish(p, nil)
+				return
+			}
+			// This node's ranks read the order once another member
+			// holds it (or none could take it): a leader killed before
+			// any did takes its order with it, and the order the next
+			// leader draws for that epoch is then the only one a rank
+			// has read.
+			n.publish(p, install)
 		},
 	}
 	if !n.cfg.Cluster.NoLocality && n.cluster != nil {
@@ -347,7 +359,7 @@ func (n *Node) takeover(ctx context.Context) {
 		}
 		js.setLeaderJob(lj)
 		if pub != nil {
-			n.publish(pub)
+			n.publish(pub, nil) // installed here already
 		}
 		if err := lj.Resume(); err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("takeover: publishing")

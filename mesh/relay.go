@@ -36,19 +36,23 @@ import (
 // its ranks wait (see Order).
 
 // relayEach sends body, an encoded order, to the named members through
-// relays, in pieces if it is longer than one.
-func (n *Node) relayEach(names []string, body []byte) {
+// relays, in pieces if it is longer than one. held is called at the
+// first group whose relay answered that it delivered, or once every
+// group's relaying has ended (see firstDelivery).
+func (n *Node) relayEach(names []string, body []byte, held func()) {
 	var whole *wire.Assembly
 	if len(body) > n.cfg.Cluster.RelayPiece {
 		whole = wire.WholeAssembly(body, n.cfg.Cluster.RelayPiece)
 	}
-	for _, group := range wire.RelayGroups(names, n.cfg.Cluster.RelayFanout) {
+	groups := wire.RelayGroups(names, n.cfg.Cluster.RelayFanout)
+	sent := firstDelivery(len(groups), held)
+	for _, group := range groups {
 		n.goBackground(func(ctx context.Context) {
 			if whole != nil {
-				n.relayPieces(ctx, group, whole)
+				sent(n.relayPieces(ctx, group, whole))
 				return
 			}
-			n.relayGroup(ctx, group, body)
+			sent(n.relayGroup(ctx, group, body))
 		})
 	}
 }
@@ -58,18 +62,18 @@ func (n *Node) relayEach(names []string, body []byte) {
 // if that member does not answer, to the next, and so on. A member it
 // could not reach is not asked again by the next (it may be dead); a node
 // that missed an order asks the leader for it while its ranks wait (see
-// Order).
-func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) {
+// Order). It reports whether a member answered that it holds the order
+// and passed it on.
+func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) bool {
 	for i, head := range group {
 		rest := group[i+1:]
 		if len(rest) == 0 {
-			n.sendWithRetries(ctx, head, wire.MethodPublish, msgpack.RawMessage(body))
-			return
+			return n.sendWithRetries(ctx, head, wire.MethodPublish, msgpack.RawMessage(body))
 		}
 		parts, err := wire.RelayParts(rest, wire.MethodPublish, body)
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Msg("encoding a relayed message")
-			return
+			return false
 		}
 		// The head answers once its group has the message: give it the
 		// time of a call for each hop below it.
@@ -79,15 +83,16 @@ func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) {
 		cancel()
 		switch {
 		case err == nil:
-			return
+			return true
 		case ctx.Err() != nil:
-			return
+			return false
 		case peer.CodeOf(err) == peer.CodeBadRequest:
 			n.cfg.Logger.Warn().Err(err).Str("peer", head).Msg("relayed message refused")
-			return
+			return false
 		}
 		n.cfg.Logger.Debug().Err(err).Str("peer", head).Int("group", len(rest)).Msg("relay failed; handing the group to its next member")
 	}
+	return false
 }
 
 // relayPieces delivers the order a assembles to every member of group,
@@ -96,8 +101,9 @@ func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) {
 // member, which is sent every piece again; the group's last member, with
 // no one after it, is tried a few times. A head that refuses the first
 // piece (an older peer, which knows no pieces) is handed the whole order
-// once a has it.
-func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly) {
+// once a has it. It reports whether a member answered that it holds the
+// order and passed it on.
+func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly) bool {
 	for i, head := range group {
 		rest := group[i+1:]
 		tries := 1
@@ -107,26 +113,29 @@ func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly
 		for try := 1; ; try++ {
 			first, err := n.sendPieces(ctx, head, rest, a)
 			switch {
-			case err == nil, ctx.Err() != nil:
-				return
+			case err == nil:
+				return true
+			case ctx.Err() != nil:
+				return false
 			case peer.CodeOf(err) == peer.CodeBadRequest && first:
 				if body, err := awaitWhole(ctx, a); err == nil {
-					n.relayGroup(ctx, group[i:], body)
+					return n.relayGroup(ctx, group[i:], body)
 				}
-				return
+				return false
 			case peer.CodeOf(err) == peer.CodeBadRequest:
 				n.cfg.Logger.Warn().Err(err).Str("peer", head).Msg("relayed piece refused")
-				return
+				return false
 			}
 			if try >= tries || !sleepCtx(ctx, time.Duration(try)*n.cfg.Cluster.RetryEvery) {
 				break
 			}
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		n.cfg.Logger.Debug().Str("peer", head).Int("group", len(rest)).Msg("relay failed; handing the group to its next member")
 	}
+	return false
 }
 
 // sendPieces sends head every piece of a, each once a has it, with rest

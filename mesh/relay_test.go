@@ -54,7 +54,7 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 		if body, err := p.Encode(); err != nil || (piece > 0 && len(body) < 8*piece) {
 			t.Fatalf("an order of %d bytes (%v): want several pieces of %d", len(body), err, piece)
 		}
-		lead.node.publish(p)
+		lead.node.publish(p, nil)
 		return p
 	}
 	has := func(p *testPeer, epoch int) bool {
@@ -195,7 +195,7 @@ func TestOrdersRelayedThroughAPeerBeforePieces(t *testing.T) {
 	if body, err := p.Encode(); err != nil || len(body) < 8*256 {
 		t.Fatalf("an order of %d bytes (%v): want several pieces", len(body), err)
 	}
-	lead.node.publish(p)
+	lead.node.publish(p, nil)
 	waitFor(t, 20*time.Second, "the order installed on every peer", func() bool {
 		for _, name := range others {
 			js := m.byName(name).node.ordered[0].lookupJob("mixed")
@@ -359,4 +359,61 @@ func TestRelayedPiecesThatDoNotMakeTheOrder(t *testing.T) {
 		t.Fatal("the order was not installed from its pieces")
 	}
 	waitFor(t, 10*time.Second, "the installed order's pieces let go", func() bool { held, _ := n.cluster.relays.held(); return held == 0 })
+}
+
+// TestLeaderServesAnOrderOnceAPeerHoldsIt: a rank on the leader's node
+// is not given an epoch's order until another member has answered that
+// it holds it. A leader killed before any member had the order then
+// takes it with it, and the next leader's order of that epoch is the only
+// one any rank read (chaos: a rank read the dead leader's epoch while the
+// others read its successor's).
+func TestLeaderServesAnOrderOnceAPeerHoldsIt(t *testing.T) {
+	var hold sync.Map // name of a node whose publish handler waits for release
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			current := h[wire.MethodPublish]
+			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if _, ok := hold.Load(n.Name()); ok {
+					select {
+					case entered <- struct{}{}:
+					default:
+					}
+					<-release
+				}
+				return current(ctx, from, body)
+			}
+		}
+	}})
+	lead := m.leader(t)
+	var other *testPeer
+	for _, p := range m.peers {
+		if p != lead {
+			other = p
+		}
+	}
+	hold.Store(other.node.Name(), true)
+	let := sync.OnceFunc(func() { close(release) })
+	defer let() // a failed check must not leave the handler waiting
+
+	c := lead.client(t)
+	ordered := make(chan error, 1)
+	go func() { ordered <- c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "held").Err() }()
+	<-entered // the order is drawn and on its way to the other member, which holds it back
+	js := lead.node.ordered[0].lookupJob("held")
+	if js == nil || js.book.Kept(0) != nil {
+		t.Fatal("the leader installed epoch 0 for its rank before another member held it")
+	}
+	select {
+	case err := <-ordered:
+		t.Fatalf("the rank on the leader's node got epoch 0 before another member held it (%v)", err)
+	default:
+	}
+	let()
+	if err := <-ordered; err != nil {
+		t.Fatal(err)
+	}
+	if js.book.Kept(0) == nil || other.node.ordered[0].lookupJob("held").book.Kept(0) == nil {
+		t.Fatal("epoch 0 not installed on both nodes")
+	}
 }
