@@ -621,14 +621,13 @@ func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 // publish sends an epoch's order to every other alive member in the
 // background, retrying a few times; in a mesh of more than RelayFanout
 // other members, through relays (see relayEach). held, unless nil, is
-// called once, on a goroutine of publish's: when a member has answered
-// that it holds the whole order, or when every send has ended without
-// one (or there is no other member to send to).
+// called once: when a member has answered that it holds the whole order,
+// or when every send has ended without one (at once where there is no
+// other member to send to).
 func (n *Node) publish(p *wire.PublishMsg, held func()) {
 	if held == nil {
 		held = func() {}
 	}
-	held = sync.OnceFunc(held)
 	if n.cluster == nil {
 		held()
 		return
@@ -662,9 +661,10 @@ func (n *Node) publish(p *wire.PublishMsg, held func()) {
 }
 
 // firstDelivery returns the report of one of sends sends: fn is called
-// at the first that delivered, or once all sends have ended without
-// one. fn must be safe to call more than once (sync.OnceFunc).
+// once, at the first that delivered, or once all sends have ended
+// without one.
 func firstDelivery(sends int, fn func()) func(delivered bool) {
+	fn = sync.OnceFunc(fn)
 	var left atomic.Int32
 	left.Store(int32(sends))
 	return func(delivered bool) {

@@ -417,3 +417,30 @@ func TestLeaderServesAnOrderOnceAPeerHoldsIt(t *testing.T) {
 		t.Fatal("epoch 0 not installed on both nodes")
 	}
 }
+
+// TestFirstDelivery: the leader's ranks read an order at the first send
+// that delivered it, or, where none does, once every send has ended;
+// never twice.
+func TestFirstDelivery(t *testing.T) {
+	calls := 0
+	sent := firstDelivery(3, func() { calls++ })
+	sent(false)
+	sent(true)
+	if calls != 1 {
+		t.Fatalf("after a failed send and a delivery: %d calls, want 1", calls)
+	}
+	sent(true)
+	if calls != 1 {
+		t.Fatalf("after a second delivery: %d calls, want 1", calls)
+	}
+	calls = 0
+	sent = firstDelivery(2, func() { calls++ })
+	sent(false)
+	if calls != 0 {
+		t.Fatal("called with a send still under way")
+	}
+	sent(false)
+	if calls != 1 {
+		t.Fatalf("after every send failed: %d calls, want 1", calls)
+	}
+}
