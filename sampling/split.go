@@ -125,8 +125,9 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	// 1,000 nodes, that scan was most of the split).
 	open := leastFilled{filled: filled}
 	// Each place's group, looked up on every core first; each span marks
-	// the groups it meets.
-	groups := make([]int32, len(padded))
+	// the groups it meets. The dealing below writes each place's rank
+	// over its group: of[i] is place i's group, then its rank.
+	of := make([]int32, len(padded))
 	w := spans(len(padded), workers)
 	bad := make([]int, w)
 	met := make([][]uint64, w)
@@ -139,7 +140,7 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 				bad[c] = i
 				return
 			}
-			groups[i] = int32(g)
+			of[i] = int32(g)
 			met[c][g/64] |= 1 << (g % 64)
 		}
 	})
@@ -168,12 +169,11 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 		}
 	}
 	first[where.Groups] = len(cand)
-	// The dealing is sequential, but only decides: each place's rank
-	// takes the place of its group in groups, and each span of places
-	// notes where its ranks' slices stand at its start. The samples are
-	// then put in the slices span by span on every core, so the dealing
-	// touches the ranks' fills and the places in sequence and none of the
-	// slices' scattered memory.
+	// The dealing is sequential, but only decides: each place's rank goes
+	// in of, and each span of places notes where its ranks' slices stand
+	// at its start. The samples are then put in the slices span by span
+	// on every core, so the dealing touches the ranks' fills and the
+	// places in sequence and none of the slices' scattered memory.
 	at := make([][]int, w) // at[c][r]: rank r's samples dealt before span c
 	// A rank may hold min(per, share+slack) samples once i+1 places are
 	// dealt, its share being (i+1)*per/len(padded); the share is kept
@@ -188,7 +188,7 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 				next += len(padded)
 			}
 			room := min(per, share+slack)
-			g := groups[i]
+			g := of[i]
 			best, least := int32(-1), room // the least filled candidate with room
 			for _, r := range cand[first[g]:first[g+1]] {
 				if f := filled[r]; f < least {
@@ -199,7 +199,7 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 				best = int32(open.least())
 			}
 			filled[best]++
-			groups[i] = best
+			of[i] = best
 		}
 	}
 	backing := make([]uint32, per*world)
@@ -209,7 +209,7 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	}
 	parallel(len(padded), w, func(c, lo, hi int) {
 		next := at[c]
-		for i, r := range groups[lo:hi] {
+		for i, r := range of[lo:hi] {
 			out[r][next[r]] = padded[lo+i]
 			next[r]++
 		}
