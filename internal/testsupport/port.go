@@ -60,11 +60,11 @@ func FreePort(tb testing.TB) int {
 // (one per port ever drawn, empty): removing one while another process has
 // it open could let two tests lock two files of one name.
 func reservePort(tb testing.TB, port int) bool {
-	dir := filepath.Join(os.TempDir(), "shade-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	path := portFile(port)
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		tb.Fatalf("testsupport: port reservations: %v", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		tb.Fatalf("testsupport: port reservations: %v", err)
 	}
@@ -81,6 +81,12 @@ func reservePort(tb testing.TB, port int) bool {
 	}
 	tb.Cleanup(func() { f.Close() })
 	return true
+}
+
+// portFile is the file whose lock reserves port, in a directory every
+// test process of the machine shares.
+func portFile(port int) string {
+	return filepath.Join(os.TempDir(), "shade-test-ports", strconv.Itoa(port))
 }
 
 // freeBoth reports whether port of 127.0.0.1 can be bound for TCP and for

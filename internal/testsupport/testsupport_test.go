@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,8 +68,7 @@ func TestFreePortIsHeldUntilTheTestEnds(t *testing.T) {
 			t.Fatalf("port %d was reserved twice in one process", p)
 		}
 		if path, err := exec.LookPath("flock"); err == nil {
-			lock := filepath.Join(os.TempDir(), "shade-test-ports", strconv.Itoa(p))
-			if err := exec.Command(path, "-n", lock, "true").Run(); err == nil {
+			if err := exec.Command(path, "-n", portFile(p), "true").Run(); err == nil {
 				t.Fatalf("another process took the lock of port %d", p)
 			}
 		}
