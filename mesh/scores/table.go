@@ -17,7 +17,8 @@ import (
 // Table is a node's copy of one dataset's merged score table and its
 // replication state. Its methods are safe for concurrent use.
 type Table struct {
-	// mu guards every field below, and every use of table and rng.
+	// mu guards the fields from table to term, and every use of table
+	// and rng.
 	mu      sync.Mutex
 	table   *sampling.Table
 	rng     *rand.Rand    // breaks ties between equal losses
