@@ -37,6 +37,11 @@ type jobState struct {
 	scores *scores.Table
 	book   *orders.Book
 	lead   atomic.Pointer[leader.Job]
+	// installed, on the leader, is closed once the order it published
+	// last is installed here: each order waits for the one before it, so
+	// that orders published together (epochs 0 and 1 ahead) are installed
+	// in their sequence though each waits for its own delivery.
+	installed atomic.Pointer[chan struct{}]
 
 	// lookMu orders the hand-over of orders to a Lookahead policy;
 	// looked is the newest handed over, lookReads the reads it gave.

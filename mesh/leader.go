@@ -73,12 +73,12 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 				n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("epoch", p.Epoch).Uint64("term", p.Term).
 					Int("world", p.World).Int("scored", scored).Msg("order published")
 			}
-			install := func() {
+			done := make(chan struct{})
+			before := js.installed.Swap(&done)
+			if p.Epoch < 0 { // the empty order of a reset: nothing to read
 				n.installOrder(js, p)
 				n.releaseHeld(js)
-			}
-			if p.Epoch < 0 { // the empty order of a reset: nothing to read
-				install()
+				close(done)
 				n.publish(p, nil)
 				return
 			}
@@ -86,8 +86,20 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 			// holds it (or none could take it): a leader killed before
 			// any did takes its order with it, and the order the next
 			// leader draws for that epoch is then the only one a rank
-			// has read.
-			n.publish(p, install)
+			// has read. Orders are installed in the sequence they were
+			// published, whatever the sequence of their deliveries.
+			n.publish(p, func() {
+				if before != nil {
+					select {
+					case <-*before:
+					case <-n.ctx.Done():
+						return
+					}
+				}
+				n.installOrder(js, p)
+				n.releaseHeld(js)
+				close(done)
+			})
 		},
 	}
 	if !n.cfg.Cluster.NoLocality && n.cluster != nil {

@@ -444,3 +444,61 @@ func TestFirstDelivery(t *testing.T) {
 		t.Fatalf("after every send failed: %d calls, want 1", calls)
 	}
 }
+
+// TestLeaderInstallsOrdersInTheirSequence: with orders ahead, epochs 0
+// and 1 are published together, and each is installed on the leader once
+// delivered. Epoch 1 delivered first must still wait for epoch 0: a rank
+// asking for epoch 0 between the two installs was told it was no longer
+// kept (CI: TestOrdersAheadCarryWeightsToEveryPeer).
+func TestLeaderInstallsOrdersInTheirSequence(t *testing.T) {
+	var hold sync.Map // name of the node whose handler holds epoch 0 back
+	release, delivered1 := make(chan struct{}), make(chan struct{}, 1)
+	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.OrderAhead = 1
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			current := h[wire.MethodPublish]
+			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var p wire.PublishMsg
+				_, held := hold.Load(n.Name())
+				if held && msgpack.Unmarshal(body, &p) == nil && p.Job == "seq" && p.Epoch == 0 {
+					<-release
+				}
+				reply, err := current(ctx, from, body)
+				if held && p.Job == "seq" && p.Epoch == 1 {
+					delivered1 <- struct{}{}
+				}
+				return reply, err
+			}
+		}
+	}})
+	lead := m.leader(t)
+	for _, p := range m.peers {
+		if p != lead {
+			hold.Store(p.node.Name(), true)
+		}
+	}
+	let := sync.OnceFunc(func() { close(release) })
+	defer let()
+
+	c := lead.client(t)
+	ordered := make(chan error, 1)
+	go func() { ordered <- c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "seq").Err() }()
+	<-delivered1
+	// Epoch 1 is delivered and epoch 0 held back: for a while, the leader
+	// must not install epoch 1 (a bounded look, not a measure of speed).
+	js := lead.node.ordered[0].lookupJob("seq")
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if js.book.Kept(1) != nil {
+			t.Fatal("the leader installed epoch 1 before epoch 0")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	let()
+	if err := <-ordered; err != nil {
+		t.Fatalf("the rank on the leader's node asked for epoch 0: %v", err)
+	}
+	waitFor(t, 10*time.Second, "epochs 0 and 1 installed on the leader", func() bool {
+		return js.book.Kept(0) != nil && js.book.Kept(1) != nil
+	})
+}
