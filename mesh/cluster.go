@@ -167,6 +167,15 @@ type cluster struct {
 
 	mu      sync.RWMutex
 	members map[string]peerInfo // alive, by name, self included
+	// lives ends, for each member in members, when it leaves them: a
+	// call to a member ends with it (callName).
+	lives map[string]memberLife
+}
+
+// memberLife is a context that a member's departure cancels.
+type memberLife struct {
+	ctx context.Context
+	end context.CancelFunc
 }
 
 func (c *cluster) alive() []peerInfo {
@@ -184,33 +193,86 @@ func (c *cluster) call(ctx context.Context, p peerInfo, m peer.Method, req, out 
 	return c.wire.Call(ctx, p.addr, p.name, m, req, out)
 }
 
+// callName calls a method on the alive member called name. The call ends
+// when the member leaves the mesh (is found dead, or leaves), with an
+// error of peer.CodeUnavailable, rather than when its timeout does: a
+// crashed member answers nothing, and its callers have other members to
+// turn to.
 func (c *cluster) callName(ctx context.Context, name string, m peer.Method, req, out any) error {
-	p, err := c.member(name)
+	p, life, err := c.member(name)
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, p, m, req, out)
+	ctx, stop := whileAlive(ctx, life)
+	defer stop()
+	return goneErr(c.call(ctx, p, m, req, out), name, life)
 }
 
 // callRawName calls a method whose reply is a peer.RawReply on a member
-// (see peer.Node.CallRaw).
+// (see peer.Node.CallRaw), ending as callName does.
 func (c *cluster) callRawName(ctx context.Context, name string, m peer.Method, req, head any, values func(io.Reader, int) error) error {
-	p, err := c.member(name)
+	p, life, err := c.member(name)
 	if err != nil {
 		return err
 	}
-	return c.wire.CallRaw(ctx, p.addr, p.name, m, req, head, values)
+	ctx, stop := whileAlive(ctx, life)
+	defer stop()
+	return goneErr(c.wire.CallRaw(ctx, p.addr, p.name, m, req, head, values), name, life)
 }
 
-// member returns the alive member called name.
-func (c *cluster) member(name string) (peerInfo, error) {
+// member returns the alive member called name, and the context that its
+// departure ends.
+func (c *cluster) member(name string) (peerInfo, context.Context, error) {
 	c.mu.RLock()
 	p, ok := c.members[name]
+	life := c.lives[name].ctx
 	c.mu.RUnlock()
-	if !ok {
-		return peerInfo{}, &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: " + name + " is not an alive member"}
+	if !ok || life == nil {
+		return peerInfo{}, nil, &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: " + name + " is not an alive member"}
 	}
-	return p, nil
+	return p, life, nil
+}
+
+// whileAlive returns a context that ends with ctx or with life, whichever
+// ends first, and the function that releases it.
+func whileAlive(ctx context.Context, life context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(life, cancel)
+	return ctx, func() {
+		unhook()
+		cancel()
+	}
+}
+
+// goneErr returns err, or where the member called name left the mesh
+// during the call, an error that says so.
+func goneErr(err error, name string, life context.Context) error {
+	if err != nil && life.Err() != nil {
+		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: " + name + " left the mesh during the call"}
+	}
+	return err
+}
+
+// setMembersLocked publishes the alive members: a member no longer among them
+// has its life ended, which ends the calls to it; a new one gets a life.
+// The caller holds c.mu.
+func (c *cluster) setMembersLocked(alive map[string]peerInfo) {
+	if c.lives == nil {
+		c.lives = make(map[string]memberLife, len(alive))
+	}
+	for name, life := range c.lives {
+		if _, ok := alive[name]; !ok {
+			life.end()
+			delete(c.lives, name)
+		}
+	}
+	for name := range alive {
+		if _, ok := c.lives[name]; !ok {
+			ctx, end := context.WithCancel(context.Background())
+			c.lives[name] = memberLife{ctx: ctx, end: end}
+		}
+	}
+	c.members = alive
 }
 
 // startCluster listens for peers, joins the gossip and starts the loop
@@ -338,7 +400,7 @@ func (n *Node) refreshMembers() {
 	// The members are published after the rings, so that whoever sees a
 	// member (Members, callName) finds it in the rings too.
 	c.mu.Lock()
-	c.members = alive
+	c.setMembersLocked(alive)
 	c.mu.Unlock()
 	if n.lead.leading() {
 		// A member that joins (or comes back) may have missed orders.
@@ -701,8 +763,16 @@ const sendTries = 5
 
 // sendWithRetries sends one message to a member, retrying up to
 // sendTries times with a growing pause unless the member refuses it as
-// bad. It reports whether the member answered it.
+// bad or leaves the mesh (a member that comes back is sent the newest
+// orders, and changed tables are sent again). It reports whether the
+// member answered it.
 func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) bool {
+	_, life, err := n.cluster.member(name)
+	if err != nil {
+		return false
+	}
+	ctx, stop := whileAlive(ctx, life) // the pauses too end when it leaves
+	defer stop()
 	for attempt := 0; attempt < sendTries; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 		err := n.cluster.callName(cctx, name, m, msg, nil)

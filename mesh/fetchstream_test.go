@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -110,7 +111,9 @@ func TestFetchFromLyingOwner(t *testing.T) {
 	defer liar.Close()
 	fetch := func() ([]wire.FetchItem, error) {
 		a.cluster.mu.Lock()
-		a.cluster.members["liar"] = peerInfo{name: "n1", addr: liar.Addr()}
+		members := maps.Clone(a.cluster.members)
+		members["liar"] = peerInfo{name: "n1", addr: liar.Addr()}
+		a.cluster.setMembersLocked(members)
 		a.cluster.mu.Unlock()
 		return a.fetchFrom(context.Background(), "liar", ds, ids, fetchMode{})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -501,4 +502,105 @@ func TestLeaderInstallsOrdersInTheirSequence(t *testing.T) {
 	waitFor(t, 10*time.Second, "epochs 0 and 1 installed on the leader", func() bool {
 		return js.book.Kept(0) != nil && js.book.Kept(1) != nil
 	})
+}
+
+// TestLeaderServesAnOrderOnceItsOnlyPeerDies: the leader's ranks read an
+// order once another member holds it, or once no member can. Here the
+// only other member takes the order in and then crashes before it
+// answers. The leader's rank must get the order once the member is found
+// dead: the send to it ends then, its pauses between tries included
+// (two minutes each here, and ten minutes a try), so the order must come
+// before the first pause would end.
+func TestLeaderServesAnOrderOnceItsOnlyPeerDies(t *testing.T) {
+	var hold sync.Map // name of the node whose publish handler never answers
+	entered := make(chan struct{}, 1)
+	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.RetryEvery = 2 * time.Minute
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			current := h[wire.MethodPublish]
+			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if _, ok := hold.Load(n.Name()); ok {
+					select {
+					case entered <- struct{}{}:
+					default:
+					}
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return current(ctx, from, body)
+			}
+		}
+	}})
+	lead := m.leader(t)
+	var other *testPeer
+	for _, p := range m.peers {
+		if p != lead {
+			other = p
+		}
+	}
+	hold.Store(other.node.Name(), true)
+	c := lead.client(t)
+	ordered := make(chan error, 1)
+	go func() { ordered <- c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "orphan").Err() }()
+	<-entered
+	other.node.kill()
+	select {
+	case err := <-ordered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the rank on the leader's node still waits for the order a minute after the only other member died")
+	}
+}
+
+// TestCallEndsWhenTheMemberLeaves: a call to a member ends when the member
+// leaves the alive members, with CodeUnavailable, however long its
+// timeout: a crashed member never answers, and the caller has others.
+func TestCallEndsWhenTheMemberLeaves(t *testing.T) {
+	var hold sync.Map // name of the node whose publish handler never answers
+	entered := make(chan struct{}, 1)
+	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.FetchTimeout = 10 * time.Minute // the handler's bound too
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			current := h[wire.MethodPublish]
+			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if _, ok := hold.Load(n.Name()); ok {
+					select {
+					case entered <- struct{}{}:
+					default:
+					}
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return current(ctx, from, body)
+			}
+		}
+	}})
+	a, b := m.peers[0].node, m.peers[1].node
+	hold.Store(b.Name(), true)
+	called := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		called <- a.cluster.callName(ctx, b.Name(), wire.MethodPublish, &wire.PublishMsg{Dataset: "ds", Job: "left"}, nil)
+	}()
+	<-entered
+	a.cluster.mu.Lock()
+	without := maps.Clone(a.cluster.members)
+	delete(without, b.Name())
+	a.cluster.setMembersLocked(without) // as refreshMembers does when b is found dead
+	a.cluster.mu.Unlock()
+	select {
+	case err := <-called:
+		if peer.CodeOf(err) != peer.CodeUnavailable {
+			t.Fatalf("call to a member that left: %v, want CodeUnavailable", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a call to a member that left the mesh still runs a minute later")
+	}
+	if err := a.cluster.callName(context.Background(), b.Name(), wire.MethodPublish, &wire.PublishMsg{}, nil); peer.CodeOf(err) != peer.CodeUnavailable {
+		t.Fatalf("call to a member no longer alive: %v, want CodeUnavailable", err)
+	}
 }
