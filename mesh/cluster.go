@@ -233,6 +233,19 @@ func (c *cluster) member(name string) (peerInfo, context.Context, error) {
 	return p, life, nil
 }
 
+// whileMember returns a context that ends with ctx or once name leaves
+// the alive members, whichever comes first, and the function that
+// releases it; ok is false, and nothing is to be released, where name is
+// not an alive member now.
+func (c *cluster) whileMember(ctx context.Context, name string) (_ context.Context, release func(), ok bool) {
+	_, life, err := c.member(name)
+	if err != nil {
+		return nil, nil, false
+	}
+	ctx, release = whileAlive(ctx, life)
+	return ctx, release, true
+}
+
 // whileAlive returns a context that ends with ctx or with life, whichever
 // ends first, and the function that releases it.
 func whileAlive(ctx context.Context, life context.Context) (context.Context, func()) {
@@ -767,12 +780,11 @@ const sendTries = 5
 // orders, and changed tables are sent again). It reports whether the
 // member answered it.
 func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) bool {
-	_, life, err := n.cluster.member(name)
-	if err != nil {
+	ctx, release, ok := n.cluster.whileMember(ctx, name) // the pauses too end when it leaves
+	if !ok {
 		return false
 	}
-	ctx, stop := whileAlive(ctx, life) // the pauses too end when it leaves
-	defer stop()
+	defer release()
 	for attempt := 0; attempt < sendTries; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 		err := n.cluster.callName(cctx, name, m, msg, nil)

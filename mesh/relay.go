@@ -110,25 +110,8 @@ func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly
 		if len(rest) == 0 {
 			tries = sendTries
 		}
-		for try := 1; ; try++ {
-			first, err := n.sendPieces(ctx, head, rest, a)
-			switch {
-			case err == nil:
-				return true
-			case ctx.Err() != nil:
-				return false
-			case peer.CodeOf(err) == peer.CodeBadRequest && first:
-				if body, err := awaitWhole(ctx, a); err == nil {
-					return n.relayGroup(ctx, group[i:], body)
-				}
-				return false
-			case peer.CodeOf(err) == peer.CodeBadRequest:
-				n.cfg.Logger.Warn().Err(err).Str("peer", head).Msg("relayed piece refused")
-				return false
-			}
-			if try >= tries || !sleepCtx(ctx, time.Duration(try)*n.cfg.Cluster.RetryEvery) {
-				break
-			}
+		if ok, done := n.piecesToHead(ctx, group[i:], a, tries); done {
+			return ok
 		}
 		if ctx.Err() != nil {
 			return false
@@ -175,6 +158,39 @@ func awaitPiece(ctx context.Context, a *wire.Assembly, i int) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// piecesToHead sends every piece of a to group's first member, with the
+// rest of group to pass them on to, trying up to tries times while the
+// member stays in the mesh. done is false where the group is to go to its
+// next member; otherwise ok reports whether the group has the order.
+func (n *Node) piecesToHead(ctx context.Context, group []string, a *wire.Assembly, tries int) (ok, done bool) {
+	head, rest := group[0], group[1:]
+	hctx, release, member := n.cluster.whileMember(ctx, head)
+	if !member {
+		return false, false
+	}
+	defer release()
+	for try := 1; ; try++ {
+		first, err := n.sendPieces(hctx, head, rest, a)
+		switch {
+		case err == nil:
+			return true, true
+		case ctx.Err() != nil:
+			return false, true
+		case peer.CodeOf(err) == peer.CodeBadRequest && first:
+			if body, err := awaitWhole(ctx, a); err == nil {
+				return n.relayGroup(ctx, group, body), true
+			}
+			return false, true
+		case peer.CodeOf(err) == peer.CodeBadRequest:
+			n.cfg.Logger.Warn().Err(err).Str("peer", head).Msg("relayed piece refused")
+			return false, true
+		}
+		if try >= tries || !sleepCtx(hctx, time.Duration(try)*n.cfg.Cluster.RetryEvery) {
+			return false, false
+		}
 	}
 }
 
