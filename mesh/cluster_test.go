@@ -671,3 +671,44 @@ func TestOwnersByHashedSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestOrdersTurnAheadWhenRanksWait: with OrderAheadAt, a 3-node mesh
+// whose ranks wait too long for every order (any draw counts here) turns
+// its orders ahead after two epochs: epoch 2 is drawn as before, epoch 3
+// with it, and from then on each an epoch early. Every peer holds the
+// same orders across the change, and the ranks train on through it.
+func TestOrdersTurnAheadWhenRanksWait(t *testing.T) {
+	const world, epochs = 3, 6
+	m := startMesh(t, 3, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 1, configure: func(i int, c *Config) {
+		c.OrderAheadAt, c.minAheadDraw = 1e-9, time.Nanosecond
+		c.KeepEpochs = 10 // the orders from before the change too
+		c.Cluster.Prefetch = -1
+	}})
+	trainEpochs(t, epochs, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
+		func(id int64) float64 { return float64(id%7) / 2 })
+	waitFor(t, 10*time.Second, "epoch 7 on every peer", func() bool {
+		for _, p := range m.peers {
+			if _, e, _ := p.node.ordered[0].def.book.Head(); e != epochs+1 {
+				return false
+			}
+		}
+		return true
+	})
+	for e := 2; e <= epochs+1; e++ {
+		var want string
+		for _, p := range m.peers {
+			a := p.node.ordered[0].def.book.Ask(e, 0, world)
+			if a.Order == nil {
+				t.Fatalf("%s lacks epoch %d", p.node.Name(), e)
+			}
+			if got := orderDigest(a.Order); want == "" {
+				want = got
+			} else if got != want {
+				t.Errorf("epoch %d differs on %s", e, p.node.Name())
+			}
+			if wantAhead := min(max(e-2, 0), 1); a.Order.Ahead != wantAhead {
+				t.Errorf("epoch %d published %d ahead on %s, want %d", e, a.Order.Ahead, p.node.Name(), wantAhead)
+			}
+		}
+	}
+}

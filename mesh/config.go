@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -86,6 +87,15 @@ type Config struct {
 	// OrderAhead is how many epochs orders are published ahead of
 	// training, 0 or 1 (see leader.Config.Ahead).
 	OrderAhead int
+	// OrderAheadAt, with OrderAhead 0, runs a job's orders an epoch
+	// ahead once its ranks waited for an order more than this share of
+	// their time, and the order took the leader leader.MinAheadDraw or
+	// more (see leader.Config.AheadAt); 0 means leader.DefaultAheadAt,
+	// negative never.
+	OrderAheadAt float64
+	// minAheadDraw, set by this package's tests only, is
+	// leader.Config.MinDraw (0: its default).
+	minAheadDraw time.Duration
 
 	// MaxWorld bounds a job's world size (ranks), from trainers and from
 	// peers alike; 0 means 4096. A larger one is refused with
@@ -199,6 +209,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OrderAhead < 0 || c.OrderAhead > 1 {
 		return c, fmt.Errorf("%w: orders %d epochs ahead (0 or 1)", ErrConfig, c.OrderAhead)
+	}
+	if c.OrderAheadAt == 0 {
+		c.OrderAheadAt = leader.DefaultAheadAt
+	}
+	if math.IsNaN(c.OrderAheadAt) || c.OrderAheadAt >= 1 {
+		return c, fmt.Errorf("%w: orders ahead at %v of the ranks' time (a share below 1, or negative for never)", ErrConfig, c.OrderAheadAt)
 	}
 	if err := c.samplingConfig().Validate(); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)

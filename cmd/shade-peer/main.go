@@ -25,6 +25,7 @@ import (
 	"github.com/shade-mesh/shade/dataset/shards"
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/mesh"
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/member"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
@@ -183,6 +184,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		boost       = fs.Float64("boost", sampling.PeerBoost, "cache-aware draws: samples cached in the mesh are 1+BOOST times as likely within their importance stratum (0: off)")
 		strata      = fs.Int("strata", sampling.DefaultStrata, "importance strata of --boost: each keeps its share of the draws")
 		orderAhead  = fs.Int("order-ahead", 0, "epochs by which orders are published ahead of training, 0 or 1: with 1, epoch e+2 is drawn when every rank finished e, so caches see the next epoch's reads while the current one runs")
+		aheadAt     = fs.Float64("order-ahead-at", leader.DefaultAheadAt, "with --order-ahead 0, a job's orders run an epoch ahead once its ranks waited for an order more than this share of their time, and the order took the leader 50 ms or more (0: never)")
 		gossipAddr  = fs.String("gossip-addr", "", "gossip (memberlist) bind address host:port; empty runs standalone unless --seeds is set (then :7946)")
 		seeds       = fs.StringSlice("seeds", nil, "gossip addresses of other peers, comma-separated (host:port)")
 		gossipKey   = fs.String("gossip-key", "", "base64 key (16, 24 or 32 bytes) that encrypts gossip; every peer needs the same")
@@ -337,6 +339,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if *orderAhead < 0 || *orderAhead > 1 {
 		return cfg, nop, fmt.Errorf("--order-ahead %d: want 0 or 1", *orderAhead)
 	}
+	if !(*aheadAt >= 0 && *aheadAt < 1) {
+		return cfg, nop, fmt.Errorf("--order-ahead-at %v: want a share of the ranks' time, at least 0 and below 1", *aheadAt)
+	}
+	if *aheadAt == 0 {
+		*aheadAt = -1 // never
+	}
 	if *strata < 1 {
 		return cfg, nop, fmt.Errorf("--strata %d: want at least 1", *strata)
 	}
@@ -346,7 +354,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	cfg.Node = mesh.Config{
 		Name: *name, CacheSize: size, Policy: *pol, Uniform: uniform, Seed: *seed,
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
-		Score: scoreKind, MaxWeight: *maxWeight, Boost: *boost, Strata: *strata, OrderAhead: *orderAhead,
+		Score: scoreKind, MaxWeight: *maxWeight, Boost: *boost, Strata: *strata, OrderAhead: *orderAhead, OrderAheadAt: *aheadAt,
 		TracePath: *tracePath, StateDir: *stateDir, NoWarm: *warm == "off", Logger: log,
 		PrefetchMemory: raMem, SourceThrottle: shape,
 	}

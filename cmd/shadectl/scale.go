@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	meshleader "github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 )
@@ -343,8 +344,18 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	// leader then merges the epoch's reports while it draws (a draw reads
 	// a copy of the scores), so the steps' CPU must fit the cores' time.
 	ahead := max(0, pubTime.Seconds()+onLink-epoch)
-	fmt.Fprintf(tw, "next order drawn an epoch ahead (--order-ahead 1; ranks wait for what runs past the epoch)\t%s\t%s (the epoch)\t%s\t\n",
+	fmt.Fprintf(tw, "next order drawn an epoch ahead (--order-ahead 1, or by default as below; ranks wait for what runs past the epoch)\t%s\t%s (the epoch)\t%s\t\n",
 		round(time.Duration(ahead*float64(time.Second))), round(res.Epoch), ratio(ahead, epoch))
+	// shade-peer draws orders ahead by itself once the order takes the
+	// leader more than --order-ahead-at of the time from its drawing to
+	// the epoch's end, and leader.MinAheadDraw or more, two epochs running.
+	share := pubTime.Seconds() / (pubTime.Seconds() + onLink + epoch)
+	verdict := "no"
+	if pubTime >= meshleader.MinAheadDraw && share > meshleader.DefaultAheadAt {
+		verdict = fmt.Sprintf("yes, from epoch %d", meshleader.AheadAfter+1) // epochs 0..AheadAfter-1 counted, AheadAfter drawn as before
+	}
+	fmt.Fprintf(tw, "  drawn ahead by default? the order's share of the ranks' time (over --order-ahead-at, and %v or more)\t%.2f\t%v\t%s\t\n",
+		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)
 	_, allCPU, _ := sum(func(*mergeStep) bool { return true })
 	cores := runtime.GOMAXPROCS(0)
 	fmt.Fprintf(tw, "leader CPU per epoch, all steps, all cores\t%s\t%s (%d cores x the epoch)\t%s\t\n",

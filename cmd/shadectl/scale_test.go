@@ -224,7 +224,7 @@ func TestScaleCommand(t *testing.T) {
 	}
 	for _, want := range []string{"30 peers, 20000 samples", "primary moved", "copies moved", "max/mean",
 		"survivors receiving", "leader time per epoch", "the next order's CPU", "leader egress per epoch", "mean/ideal",
-		"drawn an epoch ahead", "leader CPU per epoch, all steps, all cores"} {
+		"drawn an epoch ahead", "drawn ahead by default?", "leader CPU per epoch, all steps, all cores"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

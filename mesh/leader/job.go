@@ -103,6 +103,19 @@ type Config struct {
 	// of epochs up to e: each order is known an epoch before it is read,
 	// so the caches and the ranks see past the epoch's end.
 	Ahead int
+	// AheadAt, with Ahead 0, runs the job's orders an epoch ahead (as
+	// Ahead 1) once the ranks waited for an order more than this share of
+	// their time in AheadAfter epochs in a row: the order took the leader
+	// more than AheadAt of the time from the start of its drawing to the
+	// end of the epoch it was drawn for, and at least MinDraw.
+	// Drawing ahead then hides the draw behind the epoch before. 0 never
+	// does.
+	AheadAt float64
+	// MinDraw is the shortest draw of an order that counts towards
+	// AheadAt; 0 means MinAheadDraw.
+	MinDraw time.Duration
+	// Now tells the time, for AheadAt; nil means time.Now.
+	Now func() time.Time
 	// EpochDeadline publishes the next epoch this long after the first
 	// rank finished the one being trained, without the ranks that have
 	// not; 0 means never.
@@ -122,6 +135,23 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+const (
+	// DefaultAheadAt is the share of the ranks' time that a node's
+	// default Config.AheadAt lets them wait for orders (shade-peer
+	// --order-ahead-at): at a rank on each of 1,000 peers on 1.28 M
+	// samples the order takes 0.44 of the epoch (test/results/scale.md).
+	DefaultAheadAt = 0.1
+	// MinAheadDraw is the shortest draw of an order that counts towards
+	// orders ahead by default (Config.MinDraw): a shorter wait costs the ranks less
+	// than the hits that orders drawn from older scores lose
+	// (test/results/pads-v2.md).
+	MinAheadDraw = 50 * time.Millisecond
+	// AheadAfter is how many epochs in a row must have waited too long
+	// for their orders (Config.AheadAt): one draw slowed by a busy
+	// machine does not turn orders ahead on.
+	AheadAfter = 2
+)
+
 // Job is the leader's state of one dataset's job: who trains where, which
 // ranks finished the newest epoch, and the sampler that draws the next.
 // Only the leader has one; a new leader rebuilds it with Rebuild from the
@@ -133,13 +163,22 @@ type Job struct {
 
 	// mu guards every field below; it is held while an order is drawn
 	// and handed to Config.Publish, so that no epoch is published twice.
-	mu       sync.Mutex
-	gen      uint64
-	world    int          // 0 until a rank joins
-	latest   int          // newest published epoch, -1 for none
-	ranks    []string     // rank -> node, "" until known; len(ranks) == world
-	done     map[int]bool // ranks that finished the epoch being trained, latest-Ahead
-	early    map[int]bool // ranks that finished the epoch after it (only with Ahead)
+	mu     sync.Mutex
+	gen    uint64
+	world  int          // 0 until a rank joins
+	latest int          // newest published epoch, -1 for none
+	ranks  []string     // rank -> node, "" until known; len(ranks) == world
+	done   map[int]bool // ranks that finished the epoch being trained, latest-ahead
+	early  map[int]bool // ranks that finished the epoch after it (only with ahead)
+	// ahead is how many epochs the orders run ahead of training:
+	// Config.Ahead, 1 once Config.AheadAt turned it on, or after a
+	// rebuild as the newest order says.
+	ahead int
+	// drawn is when the newest order's drawing began, and took how long
+	// it took the leader to draw and hand it over (for Config.AheadAt).
+	drawn    time.Time
+	took     time.Duration
+	slow     int // epochs in a row whose ranks waited too long (Config.AheadAt)
 	sampler  *sampling.Sampler
 	waiting  bool // the join wait of epoch 0 is armed
 	deadline bool // the deadline of the epoch being trained is armed (or none is set)
@@ -152,8 +191,14 @@ type Job struct {
 
 // New returns the job of generation cfg.Gen, with no rank and no order.
 func New(cfg Config) *Job {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MinDraw == 0 {
+		cfg.MinDraw = MinAheadDraw
+	}
 	return &Job{cfg: cfg, gen: cfg.Gen, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
-		resident: make(map[string][]byte)}
+		resident: make(map[string][]byte), ahead: cfg.Ahead}
 }
 
 // Join records that rank of world trains on node, which holds generation
@@ -194,7 +239,7 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 
 // publishFirstLocked publishes epoch 0 and, with Ahead, epoch 1 after it.
 func (j *Job) publishFirstLocked() error {
-	for e := 0; e <= j.cfg.Ahead; e++ {
+	for e := 0; e <= j.ahead; e++ {
 		if err := j.publishLocked(e); err != nil {
 			return err
 		}
@@ -203,7 +248,7 @@ func (j *Job) publishFirstLocked() error {
 }
 
 // training is the epoch whose dones decide the next publication.
-func (j *Job) training() int { return j.latest - j.cfg.Ahead }
+func (j *Job) training() int { return j.latest - j.ahead }
 
 // armJoinWaitLocked publishes epoch 0 JoinWait from now, for the ranks
 // that joined by then, unless it is armed already.
@@ -273,11 +318,50 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 func (j *Job) publishDueLocked(now bool) error {
 	for len(j.done) == j.world && (now || !j.holdLocked()) {
 		now = false
+		ahead := j.aheadDueLocked()
 		if err := j.publishLocked(j.latest + 1); err != nil {
 			return err
 		}
+		if ahead {
+			// Every rank finished the epoch before the one just
+			// published, which was drawn as before; the next is drawn
+			// now, ahead, and from here on each order an epoch early.
+			j.ahead = 1
+			if err := j.publishLocked(j.latest + 1); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// aheadDueLocked reports whether the job's orders are to run ahead from
+// the epoch due now: Config.Ahead asks for it (a rebuilt job whose newest
+// order did not), or, by Config.AheadAt, the ranks waited too long for the
+// newest order, whose epoch every rank has just finished, and for the
+// orders of the AheadAfter-1 epochs before.
+func (j *Job) aheadDueLocked() bool {
+	switch {
+	case j.ahead >= 1:
+		return false
+	case j.cfg.Ahead > j.ahead:
+		return true
+	case j.cfg.AheadAt <= 0 || j.drawn.IsZero():
+		return false
+	}
+	cycle := j.cfg.Now().Sub(j.drawn)
+	if j.took < j.cfg.MinDraw || float64(j.took) <= j.cfg.AheadAt*float64(cycle) {
+		j.slow = 0
+		return false
+	}
+	j.slow++
+	due := j.slow >= AheadAfter
+	if due {
+		j.cfg.Logger.Info().Str("dataset", j.cfg.Dataset).Str("job", j.cfg.Job).Int("epoch", j.latest+1).
+			Dur("order_took", j.took).Dur("epoch_with_order", cycle).Float64("ahead_at", j.cfg.AheadAt).
+			Msg("the ranks waited too long for the order: orders now run an epoch ahead")
+	}
+	return due
 }
 
 // holdLocked reports whether the due epoch, latest+1, waits: it is held
@@ -457,6 +541,7 @@ func (j *Job) missingLocked() []int {
 // publishLocked draws epoch's order, splits it among the ranks and hands
 // it to Config.Publish.
 func (j *Job) publishLocked(epoch int) error {
+	start := j.cfg.Now()
 	var where *sampling.Placement
 	if j.cfg.Placement != nil {
 		p := j.cfg.Placement()
@@ -467,7 +552,7 @@ func (j *Job) publishLocked(epoch int) error {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
 	pub := &wire.PublishMsg{
-		Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.cfg.Ahead,
+		Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.ahead,
 		World: j.world, Slices: wire.PackSlices(d.Slices), Weights: wire.PackWeights(d.Weights), Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
 	}
 	scored := d.Scored
@@ -475,6 +560,7 @@ func (j *Job) publishLocked(epoch int) error {
 	j.done, j.early = j.early, make(map[int]bool) // the next epoch is being trained now
 	j.deadline, j.held = false, false
 	j.cfg.Publish(pub, scored)
+	j.drawn, j.took = start, j.cfg.Now().Sub(start)
 	return nil
 }
 

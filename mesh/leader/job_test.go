@@ -2,6 +2,7 @@ package leader
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -512,9 +513,17 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 // next, and if the old leader died between epoch 0 and epoch 1, it
 // publishes epoch 1 at once.
 func TestRebuildAhead(t *testing.T) {
+	for _, ahead := range []int{1, 0} {
+		// With Ahead 0 the old leader's orders ran ahead by AheadAt: the
+		// new one goes on as they did.
+		t.Run(fmt.Sprintf("Ahead %d", ahead), func(t *testing.T) { rebuildAhead(t, ahead) })
+	}
+}
+
+func rebuildAhead(t *testing.T, ahead int) {
 	h := &harness{}
 	cfg := h.config()
-	cfg.Ahead = 1
+	cfg.Ahead, cfg.AheadAt = ahead, 0.1
 	d, err := Draw(sampling.NewSampler(8, sampling.DefaultConfig()), identity(8), 0, []string{"a", "b"}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -537,8 +546,8 @@ func TestRebuildAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Epoch 4 for epoch 2's dones; rank 0 had finished epoch 3, rank 1 not.
-	if got := h.epochs(); !slices.Equal(got, []int{4}) {
-		t.Fatalf("published %v, want epoch 4", got)
+	if got := h.epochs(); !slices.Equal(got, []int{4}) || h.last(t).Ahead != 1 {
+		t.Fatalf("published %v (the last %d ahead), want epoch 4 ahead", got, h.last(t).Ahead)
 	}
 	if st := j.Status(); st.Training != 3 || !slices.Equal(st.Pending, []int{1}) {
 		t.Fatalf("status after epoch 4: %+v", st)
@@ -655,5 +664,59 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	h.fire(t, time.Second)
 	if p := h.last(t); p.Epoch != -1 {
 		t.Fatalf("after a reset the held epoch was published: newest epoch %d", p.Epoch)
+	}
+}
+
+// TestAheadAtTurnsOrdersAheadOn: with AheadAt, the job runs its orders an
+// epoch ahead once the orders of AheadAfter epochs in a row took the
+// leader more than that share of the time from their drawing to their
+// epoch's end, and at least MinAheadDraw: the next order is then drawn as
+// before, the one after it at once, and from then on each order an epoch
+// early.
+func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
+	h := &harness{}
+	now := time.Unix(1e9, 0)
+	var took time.Duration // how long each order takes to draw and hand over
+	cfg := h.config()
+	cfg.AheadAt, cfg.Now = 0.1, func() time.Time { return now }
+	publish := cfg.Publish
+	cfg.Publish = func(p *wire.PublishMsg, scored int) {
+		publish(p, scored)
+		now = now.Add(took)
+	}
+	h.job = New(cfg)
+	train := func(epoch int, d time.Duration) {
+		t.Helper()
+		now = now.Add(d)
+		for r, node := range []string{"a", "b"} {
+			if err := h.job.Done(0, epoch, r, node, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	took = MinAheadDraw - time.Millisecond // under the floor: never ahead, however short the epoch
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took = MinAheadDraw + 10*time.Millisecond // 60 ms, from epoch 1 on
+	train(0, time.Millisecond)                // epoch 0's order took 49 of 50 ms, under the floor
+	train(1, 300*time.Millisecond)            // epoch 1's took 60 of 360 ms: 17%, once
+	train(2, time.Second)                     // epoch 2's took 60 of 1,060 ms: 6%
+	train(3, 300*time.Millisecond)            // 17% again, once in a row
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3, 4}) || h.last(t).Ahead != 0 {
+		t.Fatalf("published %v (the last %d ahead); want epochs 0 to 4, none ahead", got, h.last(t).Ahead)
+	}
+	train(4, 300*time.Millisecond) // twice in a row
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6}) || h.pubs[5].Ahead != 0 || h.pubs[6].Ahead != 1 {
+		t.Fatalf("published %v; want epoch 5 as before and epoch 6 ahead", got)
+	}
+	if st := h.job.Status(); st.Latest != 6 || st.Training != 5 || !slices.Equal(st.Pending, []int{0, 1}) {
+		t.Fatalf("status once ahead %+v", st)
+	}
+	train(5, time.Hour) // orders stay ahead, however long the epochs now are
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7}) || h.last(t).Ahead != 1 {
+		t.Fatalf("published %v (the last %d ahead); want epoch 7 ahead", got, h.last(t).Ahead)
 	}
 }

@@ -78,6 +78,9 @@ func Rebuild(cfg Config, newest *wire.PublishMsg, self string, own wire.JobState
 		copy(j.ranks, newest.Ranks)
 		if newest.Epoch >= 0 {
 			err = j.sampler.UnmarshalBinary(newest.Sampler)
+			// The ranks' dones mean what the newest order's Ahead says;
+			// Config.Ahead, where more, takes over at the next epoch.
+			j.ahead = newest.Ahead
 		}
 	}
 	j.merge(self, own)
@@ -113,7 +116,7 @@ func (j *Job) merge(node string, js wire.JobState) {
 	}
 	// js.Done finished the newest epoch, js.DonePrev the one before.
 	newest, prev := j.done, map[int]bool(nil)
-	if j.cfg.Ahead > 0 {
+	if j.ahead > 0 {
 		newest, prev = j.early, j.done
 	}
 	for _, r := range js.Done {
@@ -137,7 +140,7 @@ func (j *Job) Resume() error {
 	defer j.mu.Unlock()
 	switch {
 	case j.world > 0 && j.latest >= 0:
-		for j.latest < j.cfg.Ahead || len(j.done) == j.world {
+		for j.latest < j.ahead || len(j.done) == j.world {
 			if err := j.publishLocked(j.latest + 1); err != nil {
 				return err
 			}

@@ -119,6 +119,9 @@ func StartMesh(tb testing.TB, k int, o Options) *Mesh {
 		cfg := mesh.Config{
 			Name: name, CacheSize: o.CacheSize, Seed: 7,
 			Datasets: []mesh.DatasetConfig{{Name: o.Dataset, Dir: m.Data.Dir}},
+			// Orders run ahead where a test asks for it, never because
+			// a draw was slowed by the busy machine the tests run on.
+			OrderAheadAt: -1,
 			Cluster: mesh.ClusterConfig{
 				GossipAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", TLS: tlsCfg, Profile: "local",
 				Replicas: o.Replicas, Expect: o.Expect, JoinWait: time.Second,
