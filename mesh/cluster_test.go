@@ -113,6 +113,33 @@ func (m *testMesh) leader(tb testing.TB) *testPeer {
 	return nil
 }
 
+// follower returns a peer that is not the leader.
+func (m *testMesh) follower(tb testing.TB) *testPeer {
+	tb.Helper()
+	lead := m.leader(tb)
+	for _, p := range m.peers {
+		if p != lead {
+			return p
+		}
+	}
+	tb.Fatal("no peer but the leader")
+	return nil
+}
+
+// waitNewest waits until every peer's newest order of the default job
+// of "ds" is epoch.
+func (m *testMesh) waitNewest(t *testing.T, epoch int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("epoch %d on every peer", epoch), func() bool {
+		for _, p := range m.peers {
+			if _, e, _ := p.node.ordered[0].def.book.Head(); e != epoch {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func (m *testMesh) byName(name string) *testPeer {
 	for _, p := range m.peers {
 		if p.node.Name() == name {
@@ -505,14 +532,7 @@ func TestOrdersAheadCarryWeightsToEveryPeer(t *testing.T) {
 	}})
 	trainEpochs(t, epochs, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return float64(id%7) / 2 })
-	waitFor(t, 10*time.Second, "epoch 5 on every peer", func() bool {
-		for _, p := range m.peers {
-			if _, e, _ := p.node.ordered[0].def.book.Head(); e != epochs+1 {
-				return false
-			}
-		}
-		return true
-	})
+	m.waitNewest(t, epochs+1)
 	weighted := 0
 	for e := epochs - 2; e <= epochs+1; e++ {
 		var want string
@@ -686,14 +706,7 @@ func TestOrdersTurnAheadWhenRanksWait(t *testing.T) {
 	}})
 	trainEpochs(t, epochs, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return float64(id%7) / 2 })
-	waitFor(t, 10*time.Second, "epoch 7 on every peer", func() bool {
-		for _, p := range m.peers {
-			if _, e, _ := p.node.ordered[0].def.book.Head(); e != epochs+1 {
-				return false
-			}
-		}
-		return true
-	})
+	m.waitNewest(t, epochs+1)
 	for e := 2; e <= epochs+1; e++ {
 		var want string
 		for _, p := range m.peers {

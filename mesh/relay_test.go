@@ -372,27 +372,10 @@ func TestLeaderServesAnOrderOnceAPeerHoldsIt(t *testing.T) {
 	var hold sync.Map // name of a node whose publish handler waits for release
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
-			current := h[wire.MethodPublish]
-			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
-				if _, ok := hold.Load(n.Name()); ok {
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					<-release
-				}
-				return current(ctx, from, body)
-			}
-		}
+		c.Cluster.handlers = publishHeld(&hold, entered, release)
 	}})
 	lead := m.leader(t)
-	var other *testPeer
-	for _, p := range m.peers {
-		if p != lead {
-			other = p
-		}
-	}
+	other := m.follower(t)
 	hold.Store(other.node.Name(), true)
 	let := sync.OnceFunc(func() { close(release) })
 	defer let() // a failed check must not leave the handler waiting
@@ -517,28 +500,10 @@ func TestLeaderServesAnOrderOnceItsOnlyPeerDies(t *testing.T) {
 	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.RetryEvery = 2 * time.Minute
-		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
-			current := h[wire.MethodPublish]
-			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
-				if _, ok := hold.Load(n.Name()); ok {
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					<-ctx.Done()
-					return nil, ctx.Err()
-				}
-				return current(ctx, from, body)
-			}
-		}
+		c.Cluster.handlers = publishHeld(&hold, entered, nil)
 	}})
 	lead := m.leader(t)
-	var other *testPeer
-	for _, p := range m.peers {
-		if p != lead {
-			other = p
-		}
-	}
+	other := m.follower(t)
 	hold.Store(other.node.Name(), true)
 	c := lead.client(t)
 	ordered := make(chan error, 1)
@@ -563,20 +528,7 @@ func TestCallEndsWhenTheMemberLeaves(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute // the handler's bound too
-		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
-			current := h[wire.MethodPublish]
-			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
-				if _, ok := hold.Load(n.Name()); ok {
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					<-ctx.Done()
-					return nil, ctx.Err()
-				}
-				return current(ctx, from, body)
-			}
-		}
+		c.Cluster.handlers = publishHeld(&hold, entered, nil)
 	}})
 	a, b := m.peers[0].node, m.peers[1].node
 	hold.Store(b.Name(), true)
@@ -602,5 +554,30 @@ func TestCallEndsWhenTheMemberLeaves(t *testing.T) {
 	}
 	if err := a.cluster.callName(context.Background(), b.Name(), wire.MethodPublish, &wire.PublishMsg{}, nil); peer.CodeOf(err) != peer.CodeUnavailable {
 		t.Fatalf("call to a member no longer alive: %v, want CodeUnavailable", err)
+	}
+}
+
+// publishHeld is a ClusterConfig.handlers: the publish handler of a node
+// named in hold takes the order in, says so on entered (if it has room),
+// and waits for release to close before it goes on; a nil release is
+// never closed, and the handler then never answers. The other nodes'
+// handlers are as they were.
+func publishHeld(hold *sync.Map, entered chan<- struct{}, release <-chan struct{}) func(*Node, map[peer.Method]peerHandler) {
+	return func(n *Node, h map[peer.Method]peerHandler) {
+		current := h[wire.MethodPublish]
+		h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
+			if _, ok := hold.Load(n.Name()); ok {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return current(ctx, from, body)
+		}
 	}
 }
