@@ -56,7 +56,8 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 	}
 	cfg := leader.Config{
 		Dataset: ds.name, Job: js.name, Gen: ds.retiredGen(js.name), Version: ds.manifest.Version, MaxWorld: n.cfg.MaxWorld, Scores: table, Term: n.lead.ownTerm,
-		Ahead: n.cfg.OrderAhead, AheadAt: max(n.cfg.OrderAheadAt, 0), MinDraw: n.cfg.minAheadDraw, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after, Logger: n.cfg.Logger,
+		Ahead: n.cfg.OrderAhead, AheadAt: max(n.cfg.OrderAheadAt, 0), MinDraw: n.cfg.minAheadDraw, JoinWait: n.cfg.Cluster.JoinWait, EpochDeadline: n.cfg.Cluster.EpochDeadline, After: n.after,
+		Logger:     n.cfg.Logger.With().Str("job", displayJob(js.name)).Logger(),
 		NewSampler: func() *sampling.Sampler { return sampling.NewSampler(ds.len, sc) },
 		// Every job of the dataset prefers the samples the mesh caches,
 		// and only those: the jobs' draws are coupled (one DrawSeed), so

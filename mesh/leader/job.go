@@ -131,7 +131,9 @@ type Config struct {
 	// may drop fn if the node closes first. It must not block: a Job calls
 	// it with its lock held.
 	After func(d time.Duration, fn func())
-	// Logger receives the timers' publications and errors.
+	// Logger receives the timers' publications, the switch to orders
+	// ahead and errors; the Job names its dataset, not its job (the
+	// caller names it as it shows it).
 	Logger zerolog.Logger
 }
 
@@ -357,7 +359,7 @@ func (j *Job) aheadDueLocked() bool {
 	j.slow++
 	due := j.slow >= AheadAfter
 	if due {
-		j.cfg.Logger.Info().Str("dataset", j.cfg.Dataset).Str("job", j.cfg.Job).Int("epoch", j.latest+1).
+		j.cfg.Logger.Info().Str("dataset", j.cfg.Dataset).Int("epoch", j.latest+1).
 			Dur("order_took", j.took).Dur("epoch_with_order", cycle).Float64("ahead_at", j.cfg.AheadAt).
 			Msg("the ranks waited too long for the order: orders now run an epoch ahead")
 	}
@@ -380,7 +382,7 @@ func (j *Job) holdLocked() bool {
 		return false
 	}
 	j.held = true
-	j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Str("job", j.cfg.Job).Int("epoch", epoch).Dur("at_most", d).
+	j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Dur("at_most", d).
 		Msg("holding an epoch for the dataset's other jobs")
 	gen := j.gen
 	j.cfg.After(d, func() {
@@ -390,7 +392,7 @@ func (j *Job) holdLocked() bool {
 			return
 		}
 		j.held = false
-		j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Str("job", j.cfg.Job).Int("epoch", epoch).
+		j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).
 			Msg("publishing a held epoch: the other jobs did not catch up in time")
 		if err := j.publishDueLocked(true); err != nil {
 			j.cfg.Logger.Error().Err(err).Msg("publishing a held epoch")
