@@ -167,8 +167,9 @@ type cluster struct {
 
 	mu      sync.RWMutex
 	members map[string]peerInfo // alive, by name, self included
-	// lives ends, for each member in members, when it leaves them: a
-	// call to a member ends with it (callName).
+	// lives holds, for each member in members, a context that ends when
+	// the member leaves them: the calls to the member end with it
+	// (callName).
 	lives map[string]memberLife
 }
 
@@ -248,7 +249,7 @@ func (c *cluster) whileMember(ctx context.Context, name string) (_ context.Conte
 
 // whileAlive returns a context that ends with ctx or with life, whichever
 // ends first, and the function that releases it.
-func whileAlive(ctx context.Context, life context.Context) (context.Context, func()) {
+func whileAlive(ctx, life context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	unhook := context.AfterFunc(life, cancel)
 	return ctx, func() {
@@ -266,9 +267,9 @@ func goneErr(err error, name string, life context.Context) error {
 	return err
 }
 
-// setMembersLocked publishes the alive members: a member no longer among them
-// has its life ended, which ends the calls to it; a new one gets a life.
-// The caller holds c.mu.
+// setMembersLocked publishes the alive members: a member no longer
+// among them has its life ended, which ends the calls to it; a new one
+// gets a life. The caller holds c.mu.
 func (c *cluster) setMembersLocked(alive map[string]peerInfo) {
 	if c.lives == nil {
 		c.lives = make(map[string]memberLife, len(alive))

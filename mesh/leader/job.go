@@ -141,11 +141,12 @@ const (
 	// DefaultAheadAt is the share of the ranks' time that a node's
 	// default Config.AheadAt lets them wait for orders (shade-peer
 	// --order-ahead-at): at a rank on each of 1,000 peers on 1.28 M
-	// samples the order takes 0.44 of the epoch (test/results/scale.md).
+	// samples the order takes 0.32-0.45 of the epoch
+	// (test/results/scale.md).
 	DefaultAheadAt = 0.1
 	// MinAheadDraw is the shortest draw of an order that counts towards
-	// orders ahead by default (Config.MinDraw): a shorter wait costs the ranks less
-	// than the hits that orders drawn from older scores lose
+	// orders ahead by default (Config.MinDraw): a shorter wait costs the
+	// ranks less than the hits that orders drawn from older scores lose
 	// (test/results/pads-v2.md).
 	MinAheadDraw = 50 * time.Millisecond
 	// AheadAfter is how many epochs in a row must have waited too long
@@ -482,6 +483,9 @@ func (j *Job) resetLocked(end bool) {
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline, j.held = false, false, false
 	j.resident = make(map[string][]byte)
+	// A new generation (a new world, maybe) decides afresh whether its
+	// orders run ahead.
+	j.ahead, j.drawn, j.took, j.slow = j.cfg.Ahead, time.Time{}, 0, 0
 	j.cfg.Publish(&wire.PublishMsg{Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: -1, Term: j.cfg.Term(), Retired: end}, 0)
 }
 

@@ -719,4 +719,15 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7}) || h.last(t).Ahead != 1 {
 		t.Fatalf("published %v (the last %d ahead); want epoch 7 ahead", got, h.last(t).Ahead)
 	}
+	// A new generation decides afresh: its epoch 0 comes alone.
+	h.job.Reset()
+	h.pubs = nil
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 1, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0}) || h.last(t).Ahead != 0 || h.last(t).Gen != 1 {
+		t.Fatalf("after a reset, published %v (the last %d ahead, generation %d); want epoch 0 of generation 1 alone", got, h.last(t).Ahead, h.last(t).Gen)
+	}
 }
