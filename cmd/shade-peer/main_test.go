@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -42,8 +43,17 @@ func TestEnvironmentFillsFlagsNotGiven(t *testing.T) {
 	if err != nil || cfg.Node.Policy != "none" || cfg.Node.Score != sampling.ScoreMagnitude || cfg.Node.MaxWeight != 4 || cfg.Node.Boost != 3 {
 		t.Errorf("--cache-size 0 --score magnitude --max-weight 4 --boost 3: policy %q, %+v, %v", cfg.Node.Policy, cfg.Node, err)
 	}
+	for _, c := range []struct {
+		args []string
+		want float64
+	}{{nil, leader.DefaultAheadAt}, {[]string{"--order-ahead-at", "0.2"}, 0.2}, {[]string{"--order-ahead-at", "0"}, -1}} {
+		cfg, _, err := parseConfig(c.args, noEnv, io.Discard, io.Discard)
+		if err != nil || cfg.Node.OrderAheadAt != c.want {
+			t.Errorf("%v: orders ahead at %v, %v; want %v (negative: never)", c.args, cfg.Node.OrderAheadAt, err, c.want)
+		}
+	}
 	for _, bad := range [][]string{{"--pads", "maybe"}, {"--cache-size", "-1"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
-		{"--score", "loud"}, {"--max-weight", "0.5"}, {"--max-weight", "NaN"}, {"--boost", "-1"}, {"--boost", "Inf"}, {"--strata", "0"}, {"--order-ahead", "2"},
+		{"--score", "loud"}, {"--max-weight", "0.5"}, {"--max-weight", "NaN"}, {"--boost", "-1"}, {"--boost", "Inf"}, {"--strata", "0"}, {"--order-ahead", "2"}, {"--order-ahead-at", "1"}, {"--order-ahead-at", "-0.1"}, {"--order-ahead-at", "NaN"},
 		{"--dataset", "noequals"}, {"--seeds", "127.0.0.1:1"}, {"--join-wait", "0s"}, {"extra"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
