@@ -725,3 +725,33 @@ func TestOrdersTurnAheadWhenRanksWait(t *testing.T) {
 		}
 	}
 }
+
+// TestDoneWaitsForItsOrder: a rank's done that reaches a node before the
+// order the rank finished (the node just restarted, or is taking over as
+// leader: chaos, a done refused by n0 back from a SIGKILL) waits for that
+// order, up to a fetch's time, instead of being refused at once; a done
+// whose order never comes is refused once that time is up.
+func TestDoneWaitsForItsOrder(t *testing.T) {
+	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2})
+	n := m.follower(t).node
+	ds := n.ordered[0]
+	js, err := n.job(ds, "late", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.Done(context.Background(), "ds", "late", 0, 0) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the done was answered (%v) before its order came", err)
+	case <-time.After(200 * time.Millisecond): // a bounded look, within the fetch's second
+	}
+	n.installOrder(js, &wire.PublishMsg{Dataset: "ds", Job: "late", Version: ds.manifest.Version, Epoch: 0, Term: 1, World: 1,
+		Slices: wire.PackSlices([][]uint32{{0, 1, 2}})})
+	if err := <-done; err != nil {
+		t.Fatalf("the done, once its order came: %v", err)
+	}
+	if err := n.Done(context.Background(), "ds", "never", 0, 0); !errors.Is(err, ErrEpoch) {
+		t.Fatalf("a done whose order never comes: %v, want ErrEpoch", err)
+	}
+}

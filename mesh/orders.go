@@ -127,6 +127,9 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 		n.catchUp(js, gen, have)
 	}
 	p, res := js.book.MarkDone(epoch, rank)
+	if (res == orders.NoOrder || res == orders.Ahead) && n.cluster != nil {
+		p, res = n.awaitOrder(ctx, js, epoch, rank)
+	}
 	switch res {
 	case orders.NoOrder:
 		return fmt.Errorf("%w: no order of %s yet (SHADE.ORDER starts a job)", ErrEpoch, name)
@@ -146,6 +149,31 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 	// A failed send is repeated by the reconciler; the trainer goes on.
 	_ = n.toLeader(ctx, wire.MethodDone, n.doneReq(js, p.Gen, epoch, rank))
 	return nil
+}
+
+// awaitOrder waits, up to Cluster.FetchTimeout, until the book holds the
+// order of epoch, and then records rank's done of it. A rank's done comes
+// after its order, but the node it reaches may not hold that order yet:
+// one just restarted gets it from the leader, and one taking over as
+// leader (the lowest name, back from a crash) adopts it from the members.
+// It returns what MarkDone last said.
+func (n *Node) awaitOrder(ctx context.Context, js *jobState, epoch, rank int) (*wire.PublishMsg, orders.DoneResult) {
+	wait := time.NewTimer(n.cfg.Cluster.FetchTimeout)
+	defer wait.Stop()
+	for {
+		changed := js.book.Changes()
+		p, res := js.book.MarkDone(epoch, rank)
+		if res != orders.NoOrder && res != orders.Ahead {
+			return p, res
+		}
+		select {
+		case <-changed:
+		case <-wait.C:
+			return p, res
+		case <-ctx.Done():
+			return p, res
+		}
+	}
 }
 
 // doneReq tells the leader that rank finished epoch of generation gen of

@@ -50,6 +50,14 @@ func New(keep int) *Book {
 // before the book is shared.
 func (b *Book) OnInstall(fn func(p *wire.PublishMsg)) { b.installed = fn }
 
+// Changes returns a channel that is closed at the book's next change (an
+// install, a wake); take it before looking, so no change is missed.
+func (b *Book) Changes() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
 // Wake tells waiters to look again (the leader changed).
 func (b *Book) Wake() {
 	b.mu.Lock()
