@@ -470,13 +470,20 @@ func TestLeaderInstallsOrdersInTheirSequence(t *testing.T) {
 	<-delivered1
 	// Epoch 1 is delivered and epoch 0 held back: for a while, the leader
 	// must not install epoch 1 (a bounded look, not a measure of speed).
+	// Every install changes the book, so each is looked at.
 	js := lead.node.ordered[0].lookupJob("seq")
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	look := time.NewTimer(time.Second)
+	defer look.Stop()
+	for looking := true; looking; {
+		changed := js.book.Changes()
 		if js.book.Kept(1) != nil {
 			t.Fatal("the leader installed epoch 1 before epoch 0")
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-look.C:
+			looking = false
+		}
 	}
 	let()
 	if err := <-ordered; err != nil {
