@@ -342,7 +342,8 @@ func (j *Job) publishDueLocked(now bool) error {
 // the epoch due now: Config.Ahead asks for it (a rebuilt job whose newest
 // order did not), or, by Config.AheadAt, the ranks waited too long for the
 // newest order, whose epoch every rank has just finished, and for the
-// orders of the AheadAfter-1 epochs before.
+// orders of the AheadAfter-1 epochs before. Called once per epoch due, it
+// counts that epoch in j.slow (or resets the count), and logs the switch.
 func (j *Job) aheadDueLocked() bool {
 	switch {
 	case j.ahead >= 1:
