@@ -1,0 +1,202 @@
+// Package hedge sends one read to several places in turn and keeps the
+// first answer: a hedged request, as in Dean and Barroso's "The Tail at
+// Scale". The next place is asked once the one before it has failed, or
+// once it has gone a delay without an answer, so that a peer that has
+// died, or stalls, costs a read the delay rather than a request timeout.
+//
+// The delay is learned (Delay): a high quantile of the latencies of recent
+// answers, so that only the slowest few reads send a second request and
+// the load they add stays small.
+//
+// The package owns no goroutine beyond a First call's tries, and imports
+// no network package.
+package hedge
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Defaults of Delay.
+const (
+	// DefaultQuantile is the share of answers expected within the delay.
+	DefaultQuantile = 0.95
+	// DefaultMin is the shortest delay: below it, the noise of a busy
+	// host (a scheduler's turn, a collection) would send second requests.
+	DefaultMin = 10 * time.Millisecond
+	// DefaultMax is the longest delay, and the delay until Window answers
+	// are known.
+	DefaultMax = 500 * time.Millisecond
+)
+
+// window is how many recent latencies a Delay keeps, and learnEvery how
+// many new ones it takes before its quantile is worked out again.
+const (
+	window     = 512
+	learnEvery = 32
+)
+
+// Delay is how long to wait for an answer before asking the next place:
+// the Quantile of the last 512 answers' latencies, within [Min, Max]; Max
+// until 32 answers are known. The zero value uses the defaults. Set the
+// fields before first use; its methods are safe for concurrent use, and a
+// Delay must not be copied after first use.
+type Delay struct {
+	// Quantile in (0, 1); 0 means DefaultQuantile.
+	Quantile float64
+	// Min and Max bound the delay; 0 means DefaultMin and DefaultMax.
+	Min, Max time.Duration
+	// Fixed, when positive, is the delay whatever the latencies; when
+	// negative, Get reports never (a negative delay).
+	Fixed time.Duration
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	lat     [window]time.Duration // ring of recent latencies
+	n       int                   // latencies in lat, up to window
+	next    int                   // where the next latency goes
+	fresh   int                   // latencies since learnt was worked out
+	learnt  time.Duration         // the quantile, once n >= learnEvery
+	learned bool
+	sorted  []time.Duration // scratch for the quantile
+}
+
+// Observe records the latency of one answer. Only answers count: a
+// request that failed or was given up says nothing of how long an answer
+// takes.
+func (d *Delay) Observe(latency time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lat[d.next] = latency
+	d.next = (d.next + 1) % window
+	d.n = min(d.n+1, window)
+	d.fresh++
+	if d.fresh >= learnEvery {
+		d.fresh = 0
+		d.sorted = append(d.sorted[:0], d.lat[:d.n]...)
+		slices.Sort(d.sorted)
+		q := d.Quantile
+		if q <= 0 || q >= 1 {
+			q = DefaultQuantile
+		}
+		d.learnt = d.sorted[min(int(q*float64(d.n)), d.n-1)]
+		d.learned = true
+	}
+}
+
+// Get returns the delay now: negative for never.
+func (d *Delay) Get() time.Duration {
+	if d.Fixed != 0 {
+		return d.Fixed
+	}
+	lo, hi := d.Min, d.Max
+	if lo <= 0 {
+		lo = DefaultMin
+	}
+	if hi <= 0 {
+		hi = DefaultMax
+	}
+	d.mu.Lock()
+	learnt, learned := d.learnt, d.learned
+	d.mu.Unlock()
+	if !learned {
+		return hi
+	}
+	return min(max(learnt, lo), hi)
+}
+
+// Outcome says how a First call went.
+type Outcome struct {
+	// Index is the try whose answer was kept; -1 when none was.
+	Index int
+	// Hedged counts the tries started because the one before had gone
+	// the delay without an answer (not because it failed): the requests
+	// the hedging added.
+	Hedged int
+}
+
+// First asks the tries in turn and returns the first value one of them
+// returns without an error, and how it went. Try i starts once try
+// i-1 has returned an error, or once delay has passed since try i-1
+// started; a negative delay starts a try only when the one before has
+// failed. Once a try succeeds, the context of every other try is
+// cancelled and First returns at once: the tries still running end on
+// their own, and what they return is dropped, so a try must not hand
+// over anything that needs releasing.
+//
+// When every try fails, First returns the last error to arrive; when ctx
+// ends first, ctx's error. With no tries it returns ctx's error, or nil.
+func First[T any](ctx context.Context, delay time.Duration, tries ...func(context.Context) (T, error)) (T, Outcome, error) {
+	var zero T
+	out := Outcome{Index: -1}
+	if len(tries) == 0 {
+		return zero, out, ctx.Err()
+	}
+	type answer struct {
+		v   T
+		i   int
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan answer, len(tries)) // never blocks a try
+	start := func(i int) {
+		go func() {
+			v, err := tries[i](ctx)
+			answers <- answer{v, i, err}
+		}()
+	}
+	var timer *time.Timer
+	var tick <-chan time.Time
+	arm := func() {
+		if delay < 0 {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+			tick = timer.C
+			return
+		}
+		timer.Reset(delay)
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	started, running := 1, 1
+	start(0)
+	arm()
+	var last error
+	for {
+		select {
+		case a := <-answers:
+			running--
+			if a.err == nil {
+				out.Index = a.i
+				return a.v, out, nil
+			}
+			last = a.err
+			if started < len(tries) {
+				start(started)
+				started++
+				running++
+				arm()
+			} else if running == 0 {
+				return zero, out, last
+			}
+		case <-tick:
+			if started < len(tries) {
+				start(started)
+				started++
+				running++
+				out.Hedged++
+				arm()
+			}
+		case <-ctx.Done():
+			return zero, out, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package hedge
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestDelayLearnsTheQuantile(t *testing.T) {
+	var d Delay
+	if got := d.Get(); got != DefaultMax {
+		t.Fatalf("before any answer: %v, want DefaultMax %v", got, DefaultMax)
+	}
+	for i := 1; i < learnEvery; i++ {
+		d.Observe(time.Duration(i) * time.Millisecond)
+	}
+	if got := d.Get(); got != DefaultMax {
+		t.Fatalf("after %d answers: %v, want DefaultMax until %d", learnEvery-1, got, learnEvery)
+	}
+	// 100 answers of 1..100 ms in all (the quantile is worked out at 32,
+	// 64 and 96 answers): the 95th percentile of the first 96 is 92 ms.
+	for i := learnEvery; i <= 100; i++ {
+		d.Observe(time.Duration(i) * time.Millisecond)
+	}
+	if got, want := d.Get(), 92*time.Millisecond; got != want {
+		t.Fatalf("p95 of 1..96 ms: %v, want %v", got, want)
+	}
+}
+
+func TestDelayForgetsOldAnswers(t *testing.T) {
+	d := Delay{Quantile: 0.5}
+	for range window {
+		d.Observe(400 * time.Millisecond)
+	}
+	if got := d.Get(); got != 400*time.Millisecond {
+		t.Fatalf("after slow answers: %v", got)
+	}
+	for range window {
+		d.Observe(20 * time.Millisecond)
+	}
+	if got := d.Get(); got != 20*time.Millisecond {
+		t.Fatalf("after a window of fast answers: %v, want 20ms", got)
+	}
+}
+
+func TestDelayBounds(t *testing.T) {
+	fast := Delay{}
+	slow := Delay{Max: time.Second}
+	for range learnEvery {
+		fast.Observe(time.Microsecond)
+		slow.Observe(time.Minute)
+	}
+	if got := fast.Get(); got != DefaultMin {
+		t.Errorf("fast answers: %v, want DefaultMin %v", got, DefaultMin)
+	}
+	if got := slow.Get(); got != time.Second {
+		t.Errorf("slow answers: %v, want Max 1s", got)
+	}
+	fixed := Delay{Fixed: 3 * time.Millisecond}
+	never := Delay{Fixed: -1}
+	for range learnEvery {
+		fixed.Observe(time.Second)
+		never.Observe(time.Second)
+	}
+	if got := fixed.Get(); got != 3*time.Millisecond {
+		t.Errorf("Fixed 3ms: %v", got)
+	}
+	if got := never.Get(); got >= 0 {
+		t.Errorf("Fixed negative: %v, want a negative delay", got)
+	}
+}
+
+// try is a controllable try: it says when it starts, and answers what is
+// sent on answer, or ends with its context.
+type try struct {
+	started   chan struct{}
+	answer    chan error
+	cancelled chan struct{}
+}
+
+func newTry() *try {
+	return &try{started: make(chan struct{}), answer: make(chan error, 1), cancelled: make(chan struct{})}
+}
+
+func (tr *try) fn(v int) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		close(tr.started)
+		select {
+		case err := <-tr.answer:
+			if err != nil {
+				return 0, err
+			}
+			return v, nil
+		case <-ctx.Done():
+			close(tr.cancelled)
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func isStarted(tr *try) bool {
+	select {
+	case <-tr.started:
+		return true
+	default:
+		return false
+	}
+}
+
+type result struct {
+	v   int
+	o   Outcome
+	err error
+}
+
+func runFirst(ctx context.Context, delay time.Duration, tries ...*try) chan result {
+	fns := make([]func(context.Context) (int, error), len(tries))
+	for i, tr := range tries {
+		fns[i] = tr.fn(10 + i)
+	}
+	out := make(chan result, 1)
+	go func() {
+		v, o, err := First(ctx, delay, fns...)
+		out <- result{v, o, err}
+	}()
+	return out
+}
+
+func TestFirstAnswerWithoutHedging(t *testing.T) {
+	a, b := newTry(), newTry()
+	out := runFirst(context.Background(), time.Hour, a, b)
+	<-a.started
+	a.answer <- nil
+	if r := <-out; r.err != nil || r.v != 10 || r.o != (Outcome{0, 0}) {
+		t.Fatalf("First = %d, %+v, %v; want 10, try 0 and no hedge, nil", r.v, r.o, r.err)
+	}
+	if isStarted(b) {
+		t.Fatal("the second try started although the first answered within the delay")
+	}
+}
+
+func TestFirstMovesOnAtAFailure(t *testing.T) {
+	a, b := newTry(), newTry()
+	out := runFirst(context.Background(), time.Hour, a, b)
+	<-a.started
+	a.answer <- errors.New("not found")
+	<-b.started // at once, not after the hour
+	b.answer <- nil
+	if r := <-out; r.err != nil || r.v != 11 || r.o != (Outcome{1, 0}) {
+		t.Fatalf("First = %d, %+v, %v; want 11, try 1 and no hedge, nil", r.v, r.o, r.err)
+	}
+}
+
+func TestFirstHedgesAStalledTry(t *testing.T) {
+	a, b := newTry(), newTry()
+	out := runFirst(context.Background(), time.Millisecond, a, b)
+	<-a.started
+	<-b.started // a never answers: b starts after the delay
+	b.answer <- nil
+	if r := <-out; r.err != nil || r.v != 11 || r.o != (Outcome{1, 1}) {
+		t.Fatalf("First = %d, %+v, %v; want 11, try 1 and one hedge, nil", r.v, r.o, r.err)
+	}
+	<-a.cancelled // the stalled try is told to stop
+}
+
+func TestFirstKeepsTheEarlierTryRunning(t *testing.T) {
+	// A hedge does not give up on the try it hedges: if the first answers
+	// while the second stalls, the first's answer is taken.
+	a, b := newTry(), newTry()
+	out := runFirst(context.Background(), time.Millisecond, a, b)
+	<-b.started
+	a.answer <- nil
+	if r := <-out; r.err != nil || r.v != 10 || r.o != (Outcome{0, 1}) {
+		t.Fatalf("First = %d, %+v, %v; want 10, try 0 and one hedge, nil", r.v, r.o, r.err)
+	}
+	<-b.cancelled
+}
+
+func TestFirstWithoutHedging(t *testing.T) {
+	a, b := newTry(), newTry()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := runFirst(ctx, -1, a, b)
+	<-a.started
+	// A negative delay starts b only when a fails. Look for a bounded
+	// while that it does not start, then end the call.
+	select {
+	case <-b.started:
+		t.Fatal("a try started with a negative delay while the one before ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if r := <-out; !errors.Is(r.err, context.Canceled) || r.o != (Outcome{-1, 0}) {
+		t.Fatalf("First after its context ended = %d, %+v, %v; want no try, context.Canceled", r.v, r.o, r.err)
+	}
+}
+
+func TestFirstAllFail(t *testing.T) {
+	a, b := newTry(), newTry()
+	out := runFirst(context.Background(), time.Hour, a, b)
+	a.answer <- errors.New("first")
+	last := errors.New("last")
+	b.answer <- last
+	if r := <-out; !errors.Is(r.err, last) || r.o != (Outcome{-1, 0}) {
+		t.Fatalf("First = %d, %+v, %v; want no try and the last error", r.v, r.o, r.err)
+	}
+	if _, o, err := First[int](context.Background(), time.Hour); err != nil || o.Index != -1 {
+		t.Fatalf("First with no tries = %+v, %v; want index -1, nil", o, err)
+	}
+}
