@@ -25,6 +25,7 @@ type collector struct {
 	sourceReads, sourceBytes, sourceErrors          *prometheus.Desc
 	sourceLatency, checksumErrors                   *prometheus.Desc
 	servedPeers, sourceFallbacks, prefetchHits      *prometheus.Desc
+	hedged                                          *prometheus.Desc
 	datasetInfo, samples, resident, hitRatio, epoch *prometheus.Desc
 	decileReads, decileHits, decileRatio, orderLag  *prometheus.Desc
 
@@ -41,6 +42,7 @@ type collector struct {
 
 	// Read-ahead of the local ranks' slices.
 	readAheadFetched, readAheadUnused, readAheadBytes *prometheus.Desc
+	readAheadGaveUp                                   *prometheus.Desc
 
 	// Per peer, over QUIC.
 	peerConnected, peerRTT, peerRequests, peerErrors, peerServed, peerBytes, peerLastCall *prometheus.Desc
@@ -83,9 +85,11 @@ func newCollector(src Source) *collector {
 		servedPeers:      d("served_peers_total", "Sample reads this node answered for other peers.", ds),
 		sourceFallbacks:  d("source_fallbacks_total", "Reads of samples this node does not own for which no owner answered, so this node read the source.", ds),
 		prefetchHits:     d("prefetch_hits_total", "Reads that missed every node's memory but found their sample already read ahead, so did not wait for the source.", ds),
+		hedged:           d("hedged_requests_total", "Requests that reads of samples sent to another owner, or to the source, because the owner asked first had not answered within the hedge wait (--hedge-after).", ds),
 		readAheadFetched: d("readahead_fetched_total", "Samples read ahead of the local ranks' reads into the read-ahead buffer."),
 		readAheadUnused:  d("readahead_unused_total", "Samples read ahead and dropped without being read (the rank passed them, or a newer order came)."),
 		readAheadBytes:   d("readahead_bytes", "Bytes the read-ahead buffer holds or is fetching now (bounded by --prefetch-memory)."),
+		readAheadGaveUp:  d("readahead_gave_up_total", "Reads that found their sample being read ahead, waited the hedge wait (--hedge-after) and read it themselves."),
 		datasetInfo:      d("dataset_info", "Always 1; the version label is the hash of the dataset's file names and sizes (every peer must serve the same).", ds, "version"),
 		samples:          d("dataset_samples", "Samples in the dataset.", ds),
 		resident:         d("resident_samples", "Samples of the dataset in this node's cache.", ds),
@@ -136,8 +140,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.nodeInfo, c.cacheCapacity, c.cacheUsed, c.cacheEntries, c.freeKeyReads, c.freeKeyRejected,
 		c.reads, c.hits, c.misses, c.evictions, c.rejected, c.sourceReads, c.sourceBytes, c.sourceErrors,
-		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks, c.prefetchHits,
-		c.readAheadFetched, c.readAheadUnused, c.readAheadBytes,
+		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks, c.prefetchHits, c.hedged,
+		c.readAheadFetched, c.readAheadUnused, c.readAheadBytes, c.readAheadGaveUp,
 		c.datasetInfo, c.samples, c.resident, c.hitRatio, c.epoch,
 		c.decileReads, c.decileHits, c.decileRatio, c.orderLag,
 		c.jobWorld, c.pendingRanks, c.pendingRank, c.reports, c.reportedSamples, c.scoredSamples, c.meanScore,
@@ -176,6 +180,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.readAheadFetched, float64(st.ReadAhead.Fetched))
 	counter(c.readAheadUnused, float64(st.ReadAhead.Unused))
 	gauge(c.readAheadBytes, float64(st.ReadAhead.Bytes))
+	counter(c.readAheadGaveUp, float64(st.ReadAhead.GaveUp))
 
 	for _, e := range st.Datasets {
 		name, t := e.Dataset, e.Total
@@ -194,6 +199,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.servedPeers, float64(t.ServedPeers), name)
 		counter(c.sourceFallbacks, float64(t.SourceFallback), name)
 		counter(c.prefetchHits, float64(t.PrefetchHits), name)
+		counter(c.hedged, float64(t.Hedged), name)
 		c.histogram(ch, c.sourceLatency, e.SourceLatency, name)
 
 		gauge(c.datasetInfo, 1, name, e.Version)

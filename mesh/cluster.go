@@ -52,6 +52,13 @@ type ClusterConfig struct {
 	Profile string
 	// FetchTimeout bounds one request to one peer; 0 means 2 s.
 	FetchTimeout time.Duration
+	// HedgeAfter is how long a read of a sample waits for an owner's
+	// answer before it also asks the next owner, or the source (a hedged
+	// request, package hedge); the first answer is kept. 0 learns it from
+	// the latencies of recent answers (hedge.Delay: their 95th
+	// percentile, 10 ms to 500 ms); negative never: the next is asked
+	// only once the one before has failed, or the peer was found dead.
+	HedgeAfter time.Duration
 	// RetryEvery is how often waiting ranks and unsent reports retry;
 	// 0 means 250 ms.
 	RetryEvery time.Duration

@@ -253,7 +253,9 @@ func TestNonLeaderKilledUnderLoadLosesNoRead(t *testing.T) {
 				for i, v := range vals {
 					reads.Add(1)
 					if s, ok := v.(string); !ok || s != string(m.files[idx[i]]) {
-						failed.Add(1)
+						if failed.Add(1) <= 5 {
+							t.Errorf("via %s, %s: got %T %.40v, want the file's %d bytes", p.node.Name(), keys[i], v, v, len(m.files[idx[i]]))
+						}
 					}
 				}
 			}

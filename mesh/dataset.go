@@ -7,6 +7,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/mesh/counters"
+	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/stats"
@@ -41,6 +42,9 @@ type datasetState struct {
 
 	resident atomic.Int64      // samples of this dataset in the cache
 	counters *counters.Dataset // reads by epoch, source latency, deciles
+	// sourceWait learns how long the source takes to answer, for the
+	// hedging of a read through (Node.throughWait).
+	sourceWait hedge.Delay
 }
 
 func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, error) {

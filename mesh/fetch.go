@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
@@ -127,6 +128,11 @@ func contains(list []string, s string) bool {
 //
 // A sample the read-ahead holds (see package readahead) is taken from there; an
 // owner then offers it to its policy as a read-through would.
+//
+// Reads are hedged (package hedge): an owner that has not answered within
+// Node.fetchWait is not waited for alone, the next owner is asked too (the
+// source last), and the first answer is kept. A peer that died, or
+// stalls, then costs a read that wait, not the time to find it dead.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
 	owners := n.owners(ds, uint32(idx))
 	own := len(owners) == 0 || contains(owners, n.cfg.Name)
@@ -142,17 +148,62 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	if own {
 		return n.readThrough(ctx, ds, idx, key, owners, true)
 	}
-	for _, owner := range n.preferred(owners) {
-		items, err := n.fetchFrom(ctx, owner, ds, []uint32{uint32(idx)}, fetchMode{})
-		if err == nil && items[0].Found {
-			return items[0].Value, items[0].Hit, nil
-		}
+	preferred := n.preferred(owners)
+	tries := make([]func(context.Context) (read, error), 0, len(preferred)+1)
+	for _, owner := range preferred {
+		tries = append(tries, func(ctx context.Context) (read, error) {
+			return n.fetchOne(ctx, owner, ds, idx, fetchMode{})
+		})
 	}
 	// No owner answered: read the source, without caching what this node
 	// does not own.
-	ds.counters.Current().SourceFallbacks.Add(1)
-	v, err = n.readSource(ds, idx)
-	return v, false, err
+	tries = append(tries, func(context.Context) (read, error) {
+		ds.counters.Current().SourceFallbacks.Add(1)
+		v, err := n.readSource(ds, idx)
+		return read{v: v, source: true}, err
+	})
+	r, how, err := hedge.First(ctx, n.fetchWait.Get(), tries...)
+	ds.counters.Current().Hedged.Add(int64(how.Hedged))
+	return r.v, r.mem, err
+}
+
+// read is a sample's bytes as a try of a hedged read got them: from a
+// node's memory, or read from the source here.
+type read struct {
+	v      []byte
+	mem    bool
+	source bool
+}
+
+// errNotFound is a try of a hedged read whose owner did not have the
+// sample (or sent a copy that failed verification).
+var errNotFound = errors.New("mesh: sample not found")
+
+// fetchOne asks owner for sample idx alone, and teaches Node.fetchWait how
+// long the answer took.
+func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx int, mode fetchMode) (read, error) {
+	start := time.Now()
+	items, err := n.fetchFrom(ctx, owner, ds, []uint32{uint32(idx)}, mode)
+	if err != nil {
+		return read{}, err
+	}
+	n.fetchWait.Observe(time.Since(start))
+	if !items[0].Found {
+		return read{}, errNotFound
+	}
+	return read{v: items[0].Value, mem: items[0].Hit}, nil
+}
+
+// throughWait is how long a read through waits for a co-owner before it
+// asks the next, or reads the source: a co-owner asked to read through
+// may read the source itself, so the learned wait covers a fetch and a
+// source read.
+func (n *Node) throughWait(ds *datasetState) time.Duration {
+	d := n.fetchWait.Get()
+	if n.cfg.Cluster.HedgeAfter != 0 {
+		return d // fixed, or never
+	}
+	return d + ds.sourceWait.Get()
 }
 
 // readSource reads sample idx from the dataset's source and counts it.
@@ -167,6 +218,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	}
 	c.SourceReads.Add(1)
 	c.SourceBytes.Add(int64(len(b)))
+	ds.sourceWait.Observe(time.Since(start))
 	return b, nil
 }
 
@@ -176,19 +228,23 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // them: read only. With forward, an owner before this one in the ring's
 // order is asked to read the sample through instead (see below); a node
 // serving such a request passes forward false, so requests never loop.
+//
+// The shared read runs until it ends, or the node closes, whatever its
+// callers: one that gives up (its ctx ends) stops waiting for it alone.
+// A peer whose hedged request lost cancels it, and that must not fail
+// the same read for this node's own trainers.
 func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, error) {
-	type result struct {
-		v   []byte
-		mem bool
-	}
-	r, err, _ := n.flight.Do(string(key), func() (any, error) {
+	shared := n.flight.DoChan(string(key), func() (any, error) {
+		ctx := n.ctx
 		// The first owner in the ring's order reads the source for all of
 		// them: an owner after it asks it to read through instead of
 		// reading the source too, so cold misses of one sample on several
 		// owners at once cost one source read, as a node's own concurrent
 		// misses do (the flight). Owners after this one are asked for
-		// their memory only; a first owner that does not answer is passed
-		// over, and the source read here.
+		// their memory only. Each is asked once the one before failed or
+		// went throughWait without an answer (hedge.First), the source
+		// last; the first answer is kept.
+		var tries []func(context.Context) (read, error)
 		before := forward
 		for _, co := range owners {
 			if co == n.cfg.Name {
@@ -198,26 +254,37 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			if n.cluster == nil {
 				continue
 			}
-			items, err := n.fetchFrom(ctx, co, ds, []uint32{uint32(idx)}, fetchMode{memoryOnly: !before, first: before})
-			if err == nil && items[0].Found {
-				n.admit(sampleID(ds, idx), key, items[0].Value, ds)
-				return result{items[0].Value, !before || items[0].Hit}, nil
-			}
+			mode := fetchMode{memoryOnly: !before, first: before}
+			tries = append(tries, func(ctx context.Context) (read, error) {
+				r, err := n.fetchOne(ctx, co, ds, idx, mode)
+				r.mem = r.mem || mode.memoryOnly
+				return r, err
+			})
 		}
-		b, err := n.readSource(ds, idx)
+		tries = append(tries, func(context.Context) (read, error) {
+			v, err := n.readSource(ds, idx)
+			return read{v: v, source: true}, err
+		})
+		got, how, err := hedge.First(ctx, n.throughWait(ds), tries...)
+		ds.counters.Current().Hedged.Add(int64(how.Hedged))
 		if err != nil {
 			return nil, err
 		}
-		if n.admit(sampleID(ds, idx), key, b, ds) {
-			n.offer(ds, uint32(idx), b, owners, false)
+		if n.admit(sampleID(ds, idx), key, got.v, ds) && got.source {
+			n.offer(ds, uint32(idx), got.v, owners, false)
 		}
-		return result{b, false}, nil
+		return got, nil
 	})
-	if err != nil {
-		return nil, false, err
+	select {
+	case r := <-shared:
+		if r.Err != nil {
+			return nil, false, r.Err
+		}
+		res := r.Val.(read)
+		return res.v, res.mem, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
 	}
-	res := r.(result)
-	return res.v, res.mem, nil
 }
 
 // offer queues a sample read from the source for the other owners, so

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/readahead"
@@ -84,6 +85,10 @@ type Node struct {
 	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
 	inflightMu sync.Mutex
 	inflight   map[string]int64 // fetches in flight per owner
+	// fetchWait is how long a read waits for an owner before it also
+	// asks the next (ClusterConfig.HedgeAfter), learned from the answers
+	// to fetches of one sample.
+	fetchWait hedge.Delay
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,10 +117,11 @@ func New(cfg Config) (*Node, error) {
 		kick:     make(chan struct{}, 1),
 		inflight: make(map[string]int64),
 	}
+	n.fetchWait.Fixed = cfg.Cluster.HedgeAfter
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.readAhead = readahead.New(readahead.Config{
 		Self: cfg.Name, Prefetch: cfg.Cluster.Prefetch, Memory: cfg.PrefetchMemory, SourceReads: cfg.SourceReads,
-		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger,
+		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger, HedgeAfter: cfg.Cluster.HedgeAfter,
 	}, raHost{n})
 	n.scorer, _ = pol.(policy.Scorer)
 	for i, dc := range cfg.Datasets {

@@ -84,7 +84,7 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 	out.ReportsQueued, out.ReportsDropped = n.out.QueuedReports(), n.out.ReportsDropped()
 	out.OffersDropped = n.out.OffersDropped()
 	ra := n.readAhead.Stats()
-	out.ReadAhead = stats.ReadAhead{Fetched: ra.Fetched, Unused: ra.Unused, Bytes: ra.Bytes}
+	out.ReadAhead = stats.ReadAhead{Fetched: ra.Fetched, Unused: ra.Unused, Bytes: ra.Bytes, GaveUp: ra.GaveUp}
 	return out, nil
 }
 

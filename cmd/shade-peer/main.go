@@ -200,6 +200,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		deadline    = fs.Duration("epoch-deadline", 0, "publish the next epoch this long after the first rank finished, even if others have not (0: wait for all)")
 		prefetch    = fs.Int("prefetch", 1024, "samples kept read ahead of each local rank's reads in its slice of the epoch's order (0: no read-ahead)")
 		prefetchMem = fs.String("prefetch-memory", "64MiB", "off-heap memory for samples read ahead, beside --cache-size")
+		hedgeAfter  = fs.String("hedge-after", "auto", "how long a read waits for the owner it asked before it also asks the next owner, or the source, and keeps the first answer: auto (the 95th percentile of recent answers' latencies, within 10ms..500ms), a duration such as 50ms, or off (ask the next only once the one before failed)")
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
@@ -396,6 +397,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		replicas: *replicas, expect: *expect, profile: *profile, joinWait: *joinWait,
 		deadline: *deadline, prefetch: *prefetch, locality: *locality, drain: *drain,
 		partitions: *partitions, repBudget: *repBudget, relayFanout: *relayFanout, relayPiece: *relayPiece,
+		hedgeAfter: *hedgeAfter,
 	}); err != nil {
 		return cfg, nop, err
 	}
@@ -426,10 +428,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 }
 
 type clusterFlags struct {
-	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality, repBudget, relayPiece string
-	seeds                                                                                                           []string
-	replicas, expect, prefetch, partitions, relayFanout                                                             int
-	joinWait, deadline, drain                                                                                       time.Duration
+	gossipAddr, gossipKey, peerAddr, tlsCA, tlsCert, tlsKey, devTLS, name, profile, locality, repBudget, relayPiece, hedgeAfter string
+	seeds                                                                                                                       []string
+	replicas, expect, prefetch, partitions, relayFanout                                                                         int
+	joinWait, deadline, drain                                                                                                   time.Duration
 }
 
 // clusterConfig turns the mesh flags into the node's ClusterConfig; no
@@ -458,6 +460,17 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 		return cc, fmt.Errorf("--relay-piece %q: want a size from 1KiB to 32MiB, such as 1MiB", f.relayPiece)
 	}
 	cc.Partitions, cc.ReplicateBudget, cc.RelayFanout, cc.RelayPiece = f.partitions, budget, f.relayFanout, int(piece)
+	switch f.hedgeAfter {
+	case "auto": // learned: the Config's 0
+	case "off":
+		cc.HedgeAfter = -1
+	default:
+		d, err := time.ParseDuration(f.hedgeAfter)
+		if err != nil || d <= 0 {
+			return cc, fmt.Errorf("--hedge-after %q: want auto, off or a positive duration such as 50ms", f.hedgeAfter)
+		}
+		cc.HedgeAfter = d
+	}
 	if f.gossipAddr == "" && len(f.seeds) == 0 {
 		return cc, nil
 	}

@@ -52,7 +52,16 @@ func TestEnvironmentFillsFlagsNotGiven(t *testing.T) {
 			t.Errorf("%v: orders ahead at %v, %v; want %v (negative: never)", c.args, cfg.Node.OrderAheadAt, err, c.want)
 		}
 	}
-	for _, bad := range [][]string{{"--pads", "maybe"}, {"--cache-size", "-1"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 0}, {[]string{"--hedge-after", "auto"}, 0}, {[]string{"--hedge-after", "50ms"}, 50 * time.Millisecond}, {[]string{"--hedge-after", "off"}, -1}} {
+		cfg, _, err := parseConfig(c.args, noEnv, io.Discard, io.Discard)
+		if err != nil || cfg.Node.Cluster.HedgeAfter != c.want {
+			t.Errorf("%v: hedge after %v, %v; want %v (0: learned, negative: never)", c.args, cfg.Node.Cluster.HedgeAfter, err, c.want)
+		}
+	}
+	for _, bad := range [][]string{{"--pads", "maybe"}, {"--hedge-after", "0s"}, {"--hedge-after", "-5ms"}, {"--hedge-after", "soon"}, {"--cache-size", "-1"}, {"--alpha", "2"}, {"--uniform-floor", "-1"},
 		{"--score", "loud"}, {"--max-weight", "0.5"}, {"--max-weight", "NaN"}, {"--boost", "-1"}, {"--boost", "Inf"}, {"--strata", "0"}, {"--order-ahead", "2"}, {"--order-ahead-at", "1"}, {"--order-ahead-at", "-0.1"}, {"--order-ahead-at", "NaN"},
 		{"--dataset", "noequals"}, {"--seeds", "127.0.0.1:1"}, {"--join-wait", "0s"}, {"extra"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {

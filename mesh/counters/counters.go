@@ -29,6 +29,7 @@ type Epoch struct {
 	PeerHits        atomic.Int64 // served from a peer's memory
 	ServedPeers     atomic.Int64 // reads this node answered for peers
 	SourceFallbacks atomic.Int64 // no owner answered: read the source
+	Hedged          atomic.Int64 // requests a read added, the one before being slow (package hedge)
 	ChecksumErrors  atomic.Int64 // a peer's copy failed its checksum
 	ColdMisses      atomic.Int64 // first read of a sample that missed
 	CapacityMisses  atomic.Int64 // a later read that missed
@@ -51,6 +52,7 @@ func (c *Epoch) Snapshot() stats.Epoch {
 		PeerHits:       c.PeerHits.Load(),
 		ServedPeers:    c.ServedPeers.Load(),
 		SourceFallback: c.SourceFallbacks.Load(),
+		Hedged:         c.Hedged.Load(),
 		ChecksumErrors: c.ChecksumErrors.Load(),
 		ColdMisses:     c.ColdMisses.Load(),
 		CapacityMisses: c.CapacityMisses.Load(),
@@ -74,6 +76,7 @@ func AddEpoch(s *stats.Epoch, o stats.Epoch) {
 	s.PeerHits += o.PeerHits
 	s.ServedPeers += o.ServedPeers
 	s.SourceFallback += o.SourceFallback
+	s.Hedged += o.Hedged
 	s.ChecksumErrors += o.ChecksumErrors
 	s.ColdMisses += o.ColdMisses
 	s.CapacityMisses += o.CapacityMisses

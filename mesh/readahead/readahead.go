@@ -24,8 +24,8 @@
 //
 // The package owns its cursors, workers and buffer; it reaches owners,
 // the source and the cache only through Host and Dataset, which the node
-// implements. It imports mesh/wire and store (for its buffer) and must not
-// import mesh, policy, the ring or any network package.
+// implements. It imports mesh/wire, mesh/hedge and store (for its buffer)
+// and must not import mesh, policy, the ring or any network package.
 package readahead
 
 import (
@@ -37,6 +37,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/store"
 )
@@ -86,6 +87,12 @@ type Config struct {
 	SourceReads int
 	// BufferName names the buffer's off-heap memory.
 	BufferName string
+	// HedgeAfter bounds how long a read waits for a sample whose fetch is
+	// under way (Take), from when the fetch began: past it, the read
+	// gives up on the fetch and reads the sample itself. 0 learns it from
+	// how long the read-ahead's fetches take (hedge.Delay: their 95th
+	// percentile, 10 ms to 500 ms); negative waits for the fetch.
+	HedgeAfter time.Duration
 	Logger     zerolog.Logger
 }
 
@@ -94,6 +101,7 @@ type Stats struct {
 	Fetched int64 // samples put into the buffer
 	Unused  int64 // of those, dropped without being read
 	Bytes   int64 // bytes held or being fetched now
+	GaveUp  int64 // reads that gave up on a fetch past Config.HedgeAfter
 }
 
 // ReadAhead follows the local ranks' slices of the published orders. Its
@@ -110,6 +118,10 @@ type ReadAhead struct {
 
 	fetched atomic.Int64 // samples put into the buffer
 	unused  atomic.Int64 // samples dropped from it without being read
+	gaveUp  atomic.Int64 // reads that did not wait for a fetch past wait
+	// wait is how long a read waits for a fetch under way (Take),
+	// learned from the fetches' times (fill).
+	wait hedge.Delay
 
 	// mu guards every field below, and the uses of every entry.
 	mu      sync.Mutex
@@ -127,6 +139,7 @@ type ReadAhead struct {
 // New returns a read-ahead that makes its buffer on first use.
 func New(cfg Config, host Host) *ReadAhead {
 	r := &ReadAhead{cfg: cfg, host: host}
+	r.wait.Fixed = cfg.HedgeAfter
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
@@ -148,6 +161,7 @@ type entry struct {
 	charge int64
 	uses   int           // cursor positions that hold it; under ReadAhead.mu
 	ready  chan struct{} // closed when the fetch ended
+	began  time.Time     // when the entry was made and its fetch queued
 	ok     bool          // the bytes are in the buffer; set before ready closes
 	mem    bool          // they came from a node's memory, not the source
 	taken  atomic.Bool
@@ -393,9 +407,10 @@ func (r *ReadAhead) observeLocked(ds Dataset, id uint32) {
 
 // Take tells the read-ahead that sample id of ds is being read and
 // returns it from the buffer, with whether those bytes came from a node's
-// memory. If the sample is being fetched it waits for that fetch (or
-// ctx); if it is not there at all it returns at once. The bytes are the
-// caller's.
+// memory. If the sample is being fetched it waits for that fetch, or ctx,
+// until the fetch has run Config.HedgeAfter: then it gives up on it, and
+// the caller reads the sample itself (the fetch goes on). If the sample
+// is not there at all it returns at once. The bytes are the caller's.
 func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, fromMemory, ok bool) {
 	if r.cfg.Prefetch <= 0 {
 		return nil, false, false
@@ -408,10 +423,23 @@ func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, 
 	if e == nil || buf == nil {
 		return nil, false, false
 	}
+	var giveUp <-chan time.Time
+	if d := r.wait.Get(); d >= 0 {
+		t := time.NewTimer(time.Until(e.began.Add(d)))
+		defer t.Stop()
+		giveUp = t.C
+	}
 	select {
 	case <-e.ready:
 	case <-ctx.Done():
 		return nil, false, false
+	case <-giveUp:
+		select {
+		case <-e.ready: // both at once: take it
+		default:
+			r.gaveUp.Add(1)
+			return nil, false, false
+		}
 	}
 	if !e.ok {
 		return nil, false, false
@@ -489,7 +517,7 @@ func (r *ReadAhead) pickLocked(c *rankCursor) []pending {
 				r.full = true
 				break // full: wait until entries are read and passed
 			}
-			e = &entry{key: key, charge: charge, ready: make(chan struct{})}
+			e = &entry{key: key, charge: charge, ready: make(chan struct{}), began: time.Now()}
 			r.entries[eid] = e
 			r.bytes += charge
 			batch = append(batch, pending{id, e})
@@ -629,6 +657,9 @@ func (r *ReadAhead) fail(part []pending) {
 // fill ends an entry's fetch: the bytes go into the buffer if the entry
 // is still held, and readers waiting on it are released.
 func (r *ReadAhead) fill(e *entry, v []byte, mem, ok bool) {
+	if ok {
+		r.wait.Observe(time.Since(e.began))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ok && e.uses > 0 && r.buf != nil {
@@ -645,7 +676,7 @@ func (r *ReadAhead) Stats() Stats {
 	r.mu.Lock()
 	b := r.bytes
 	r.mu.Unlock()
-	return Stats{Fetched: r.fetched.Load(), Unused: r.unused.Load(), Bytes: b}
+	return Stats{Fetched: r.fetched.Load(), Unused: r.unused.Load(), Bytes: b, GaveUp: r.gaveUp.Load()}
 }
 
 // Cursor describes the cursor that follows rank of job of ds, if any,

@@ -85,3 +85,68 @@ func TestFollowTakeClose(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// stalledHost is host whose source reads wait for release, and say when
+// they have begun.
+type stalledHost struct {
+	host
+	began   chan uint32
+	release chan struct{}
+}
+
+func (h *stalledHost) ReadSource(ds Dataset, id uint32) ([]byte, error) {
+	select {
+	case h.began <- id:
+	default:
+	}
+	<-h.release
+	return h.host.ReadSource(ds, id)
+}
+
+// TestTakeGivesUpOnASlowFetch: a read that finds its sample still being
+// fetched waits for that fetch only until it has run HedgeAfter, then
+// reads on its own; with HedgeAfter negative it waits for the fetch.
+func TestTakeGivesUpOnASlowFetch(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration
+	}{{"gives up", time.Millisecond}, {"waits", -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &stalledHost{began: make(chan uint32, 1), release: make(chan struct{})}
+			ds := &dataset{}
+			r := New(Config{Self: "me", Prefetch: 4, Memory: 1 << 20, SourceReads: 1, BufferName: "readahead-test",
+				HedgeAfter: c.after}, h)
+			defer r.Close()
+			slice := []uint32{5, 3, 9, 1}
+			r.FollowPublished(ds, &wire.PublishMsg{Epoch: 0, Slices: []wire.U32s{slice}, Ranks: []string{"me"}})
+			id := <-h.began // one slot: the first read is under way, and stalls
+			took := make(chan bool, 1)
+			go func() {
+				_, _, ok := r.Take(context.Background(), ds, id)
+				took <- ok
+			}()
+			if c.after > 0 {
+				if ok := <-took; ok {
+					t.Fatal("took a sample whose fetch never ended")
+				}
+				if st := r.Stats(); st.GaveUp != 1 {
+					t.Fatalf("gave up on %d fetches, want 1", st.GaveUp)
+				}
+				close(h.release)
+				return
+			}
+			select {
+			case <-took:
+				t.Fatal("with HedgeAfter negative, Take did not wait for the fetch")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(h.release)
+			if ok := <-took; !ok {
+				t.Fatal("the fetch ended, but Take did not take its bytes")
+			}
+			if st := r.Stats(); st.GaveUp != 0 {
+				t.Fatalf("gave up on %d fetches, want 0", st.GaveUp)
+			}
+		})
+	}
+}

@@ -36,6 +36,7 @@ type ReadAhead struct {
 	Fetched int64 `json:"fetched"` // samples put into the read-ahead buffer
 	Unused  int64 `json:"unused"`  // of those, dropped without being read
 	Bytes   int64 `json:"bytes"`   // bytes held or being fetched now
+	GaveUp  int64 `json:"gave_up"` // reads that did not wait longer for a slow fetch
 }
 
 // FreeKeys counts cache-aside use of free-form keys (SET/GET of keys that
@@ -90,6 +91,7 @@ type Epoch struct {
 	PeerHits       int64   `json:"peer_hits"`
 	ServedPeers    int64   `json:"served_peers"`
 	SourceFallback int64   `json:"source_fallbacks"`
+	Hedged         int64   `json:"hedged_requests"` // requests sent because the one before had not answered in time
 	ChecksumErrors int64   `json:"checksum_errors"`
 	ColdMisses     int64   `json:"cold_misses"`
 	CapacityMisses int64   `json:"capacity_misses"`
