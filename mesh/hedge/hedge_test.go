@@ -208,3 +208,25 @@ func TestFirstAllFail(t *testing.T) {
 		t.Fatalf("First with no tries = %+v, %v; want index -1, nil", o, err)
 	}
 }
+
+// BenchmarkFirst is what First adds to a read that its first try answers:
+// the try called directly against the same try through First.
+func BenchmarkFirst(b *testing.B) {
+	try := func(context.Context) (int, error) { return 1, nil }
+	ctx := context.Background()
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if v, _ := try(ctx); v != 1 {
+				b.Fatal(v)
+			}
+		}
+	})
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if v, _, _ := First(ctx, time.Second, try, try); v != 1 {
+				b.Fatal(v)
+			}
+		}
+	})
+}

@@ -98,6 +98,7 @@ var secondPeers = []int{1, 4}
 // tally counts reads and keeps the first failures' details.
 type tally struct {
 	reads, failed, wrong, interrupted, slowReads atomic.Int64
+	lat                                          latencies // the readers' MGETs that were answered
 
 	mu        sync.Mutex
 	failures  []string
@@ -192,7 +193,11 @@ func reader(ctx context.Context, m *mesh, tl *tally, id int, seed uint64) {
 			cctx, cancel := context.WithTimeout(ctx, callTimeout)
 			t0 := time.Now()
 			vals, err := cs.get(p, gen).MGet(cctx, keys...).Result()
-			tl.slow(who, p, gen, time.Since(t0))
+			took := time.Since(t0)
+			tl.slow(who, p, gen, took)
+			if err == nil {
+				tl.lat.add("MGET", took)
+			}
 			cancel()
 			if ctx.Err() != nil {
 				return
@@ -241,7 +246,8 @@ type trainer struct {
 	lat                         latencies
 }
 
-// latencies keeps count, total and maximum per command.
+// latencies keeps count, total, maximum and the count over each of
+// tailBounds per command.
 type latencies struct {
 	mu sync.Mutex
 	m  map[string]*latency
@@ -250,7 +256,12 @@ type latencies struct {
 type latency struct {
 	n          int
 	total, max time.Duration
+	over       [len(tailBounds)]int
 }
+
+// tailBounds are the latencies whose excess latencies counts: the tail
+// that a peer's death adds to reads.
+var tailBounds = [...]time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
 func (l *latencies) add(cmd string, d time.Duration) {
 	l.mu.Lock()
@@ -266,6 +277,11 @@ func (l *latencies) add(cmd string, d time.Duration) {
 	x.n++
 	x.total += d
 	x.max = max(x.max, d)
+	for i, b := range tailBounds {
+		if d > b {
+			x.over[i]++
+		}
+	}
 }
 
 func (l *latencies) String() string {
@@ -279,7 +295,11 @@ func (l *latencies) String() string {
 	var out []string
 	for _, k := range names {
 		x := l.m[k]
-		out = append(out, fmt.Sprintf("%s n=%d mean=%v max=%v", k, x.n, (x.total/time.Duration(x.n)).Round(time.Microsecond), x.max.Round(time.Millisecond)))
+		tail := make([]string, len(tailBounds))
+		for i, b := range tailBounds {
+			tail[i] = fmt.Sprintf(">%v %d", b, x.over[i])
+		}
+		out = append(out, fmt.Sprintf("%s n=%d mean=%v max=%v (%s)", k, x.n, (x.total/time.Duration(x.n)).Round(time.Microsecond), x.max.Round(time.Millisecond), strings.Join(tail, ", ")))
 	}
 	return strings.Join(out, "; ")
 }
@@ -847,6 +867,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: interrupted reads %d (peer killed during the call; retried); leader gap by 'no peer names any leader' %v (worst strict gap began t=%.1fs); "+
 		"membership convergence after restarts %v",
 		tl.interrupted.Load(), mo.gapLoose.Round(time.Millisecond), mo.worstStrictAt.Sub(start).Seconds(), roundAll(convergence))
+	t.Logf("chaos: readers' answered commands: %v", &tl.lat)
 	if n := tl.slowReads.Load(); n > 0 {
 		t.Logf("chaos: %d MGETs took over %v (not failures):\n  %s", n, slowRead, strings.Join(tl.slowNotes, "\n  "))
 	}
