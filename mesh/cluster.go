@@ -55,7 +55,7 @@ type ClusterConfig struct {
 	// HedgeAfter is how long a read of a sample waits for an owner's
 	// answer before it also asks the next owner, or the source (a hedged
 	// request, package hedge); the first answer is kept. 0 learns it from
-	// the latencies of recent answers (hedge.Delay: their 95th
+	// the latencies of recent answers (hedge.Delay: their 99th
 	// percentile, 10 ms to 500 ms); negative never: the next is asked
 	// only once the one before has failed, or the peer was found dead.
 	HedgeAfter time.Duration

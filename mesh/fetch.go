@@ -130,9 +130,9 @@ func contains(list []string, s string) bool {
 // owner then offers it to its policy as a read-through would.
 //
 // Reads are hedged (package hedge): an owner that has not answered within
-// Node.fetchWait is not waited for alone, the next owner is asked too (the
-// source last), and the first answer is kept. A peer that died, or
-// stalls, then costs a read that wait, not the time to find it dead.
+// Node.fetchWait is not waited for alone, the next owner is asked too, and
+// the first answer is kept. A peer that died, or stalls, then costs a read
+// that wait, not the time to find it dead.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
 	owners := n.owners(ds, uint32(idx))
 	own := len(owners) == 0 || contains(owners, n.cfg.Name)
@@ -149,22 +149,23 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 		return n.readThrough(ctx, ds, idx, key, owners, true)
 	}
 	preferred := n.preferred(owners)
-	tries := make([]func(context.Context) (read, error), 0, len(preferred)+1)
-	for _, owner := range preferred {
-		tries = append(tries, func(ctx context.Context) (read, error) {
+	tries := make([]func(context.Context) (read, error), len(preferred))
+	for i, owner := range preferred {
+		tries[i] = func(ctx context.Context) (read, error) {
 			return n.fetchOne(ctx, owner, ds, idx, fetchMode{})
-		})
+		}
 	}
-	// No owner answered: read the source, without caching what this node
-	// does not own.
-	tries = append(tries, func(context.Context) (read, error) {
-		ds.counters.Current().SourceFallbacks.Add(1)
-		v, err := n.readSource(ds, idx)
-		return read{v: v, source: true}, err
-	})
 	r, how, err := hedge.First(ctx, n.fetchWait.Get(), tries...)
 	ds.counters.Current().Hedged.Add(int64(how.Hedged))
-	return r.v, r.mem, err
+	if err == nil || ctx.Err() != nil {
+		return r.v, r.mem, err
+	}
+	// No owner answered: read the source, without caching what this node
+	// does not own. The source is not raced against slow owners: it is
+	// what the cache spares, and both owners slow at once is rare.
+	ds.counters.Current().SourceFallbacks.Add(1)
+	v, err = n.readSource(ds, idx)
+	return v, false, err
 }
 
 // read is a sample's bytes as a try of a hedged read got them: from a

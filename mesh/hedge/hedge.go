@@ -22,7 +22,10 @@ import (
 // Defaults of Delay.
 const (
 	// DefaultQuantile is the share of answers expected within the delay.
-	DefaultQuantile = 0.95
+	// On a saturated 5-peer mesh, the 95th percentile sent a second
+	// request for about 6% of the reads from peers, the 99th for 3%,
+	// and the two waits were alike (20-30 ms).
+	DefaultQuantile = 0.99
 	// DefaultMin is the shortest delay: below it, the noise of a busy
 	// host (a scheduler's turn, a collection) would send second requests.
 	DefaultMin = 10 * time.Millisecond

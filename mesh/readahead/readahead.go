@@ -90,7 +90,7 @@ type Config struct {
 	// HedgeAfter bounds how long a read waits for a sample whose fetch is
 	// under way (Take), from when the fetch began: past it, the read
 	// gives up on the fetch and reads the sample itself. 0 learns it from
-	// how long the read-ahead's fetches take (hedge.Delay: their 95th
+	// how long the read-ahead's fetches take (hedge.Delay: their 99th
 	// percentile, 10 ms to 500 ms); negative waits for the fetch.
 	HedgeAfter time.Duration
 	Logger     zerolog.Logger
