@@ -20,19 +20,7 @@ func fetchStalled(stalled string, entered chan<- struct{}, release <-chan struct
 			return
 		}
 		for _, m := range []peer.Method{wire.MethodFetch, wire.MethodFetchStream} {
-			current := h[m]
-			h[m] = func(ctx context.Context, from string, body []byte) (any, error) {
-				select {
-				case entered <- struct{}{}:
-				default:
-				}
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-				return current(ctx, from, body)
-			}
+			h[m] = held(h[m], func() bool { return true }, entered, release)
 		}
 	}
 }

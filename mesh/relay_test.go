@@ -571,20 +571,29 @@ func TestCallEndsWhenTheMemberLeaves(t *testing.T) {
 // handlers are as they were.
 func publishHeld(hold *sync.Map, entered chan<- struct{}, release <-chan struct{}) func(*Node, map[peer.Method]peerHandler) {
 	return func(n *Node, h map[peer.Method]peerHandler) {
-		current := h[wire.MethodPublish]
-		h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
-			if _, ok := hold.Load(n.Name()); ok {
-				select {
-				case entered <- struct{}{}:
-				default:
-				}
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
+		h[wire.MethodPublish] = held(h[wire.MethodPublish], func() bool {
+			_, ok := hold.Load(n.Name())
+			return ok
+		}, entered, release)
+	}
+}
+
+// held wraps a peer handler: while holding reports true, a request says
+// so on entered (if it has room) and waits for release to close, or for
+// its context to end, before current answers it.
+func held(current peerHandler, holding func() bool, entered chan<- struct{}, release <-chan struct{}) peerHandler {
+	return func(ctx context.Context, from string, body []byte) (any, error) {
+		if holding() {
+			select {
+			case entered <- struct{}{}:
+			default:
 			}
-			return current(ctx, from, body)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
+		return current(ctx, from, body)
 	}
 }

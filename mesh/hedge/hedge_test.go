@@ -127,14 +127,20 @@ func runFirst(ctx context.Context, delay time.Duration, tries ...*try) chan resu
 	return out
 }
 
+// wantAnswer fails t unless First answered v with outcome o.
+func wantAnswer(t *testing.T, r result, v int, o Outcome) {
+	t.Helper()
+	if r.err != nil || r.v != v || r.o != o {
+		t.Fatalf("First = %d, %+v, %v; want %d, %+v, nil", r.v, r.o, r.err, v, o)
+	}
+}
+
 func TestFirstAnswerWithoutHedging(t *testing.T) {
 	a, b := newTry(), newTry()
 	out := runFirst(context.Background(), time.Hour, a, b)
 	<-a.started
 	a.answer <- nil
-	if r := <-out; r.err != nil || r.v != 10 || r.o != (Outcome{0, 0}) {
-		t.Fatalf("First = %d, %+v, %v; want 10, try 0 and no hedge, nil", r.v, r.o, r.err)
-	}
+	wantAnswer(t, <-out, 10, Outcome{0, 0})
 	if isStarted(b) {
 		t.Fatal("the second try started although the first answered within the delay")
 	}
@@ -147,9 +153,7 @@ func TestFirstMovesOnAtAFailure(t *testing.T) {
 	a.answer <- errors.New("not found")
 	<-b.started // at once, not after the hour
 	b.answer <- nil
-	if r := <-out; r.err != nil || r.v != 11 || r.o != (Outcome{1, 0}) {
-		t.Fatalf("First = %d, %+v, %v; want 11, try 1 and no hedge, nil", r.v, r.o, r.err)
-	}
+	wantAnswer(t, <-out, 11, Outcome{1, 0})
 }
 
 func TestFirstHedgesAStalledTry(t *testing.T) {
@@ -158,9 +162,7 @@ func TestFirstHedgesAStalledTry(t *testing.T) {
 	<-a.started
 	<-b.started // a never answers: b starts after the delay
 	b.answer <- nil
-	if r := <-out; r.err != nil || r.v != 11 || r.o != (Outcome{1, 1}) {
-		t.Fatalf("First = %d, %+v, %v; want 11, try 1 and one hedge, nil", r.v, r.o, r.err)
-	}
+	wantAnswer(t, <-out, 11, Outcome{1, 1})
 	<-a.cancelled // the stalled try is told to stop
 }
 
@@ -171,9 +173,7 @@ func TestFirstKeepsTheEarlierTryRunning(t *testing.T) {
 	out := runFirst(context.Background(), time.Millisecond, a, b)
 	<-b.started
 	a.answer <- nil
-	if r := <-out; r.err != nil || r.v != 10 || r.o != (Outcome{0, 1}) {
-		t.Fatalf("First = %d, %+v, %v; want 10, try 0 and one hedge, nil", r.v, r.o, r.err)
-	}
+	wantAnswer(t, <-out, 10, Outcome{0, 1})
 	<-b.cancelled
 }
 
