@@ -129,8 +129,11 @@ type Outcome struct {
 // their own, and what they return is dropped, so a try must not hand
 // over anything that needs releasing.
 //
-// When every try fails, First returns the last error to arrive; when ctx
-// ends first, ctx's error. With no tries it returns ctx's error, or nil.
+// When every try fails, First returns the error of the last try, the one
+// started last, whatever order the errors arrived in: where the tries go
+// from the nearest place to the last resort, that error says why the last
+// resort failed. When ctx ends first, First returns ctx's error. With no
+// tries it returns ctx's error, or nil.
 func First[T any](ctx context.Context, delay time.Duration, tries ...func(context.Context) (T, error)) (T, Outcome, error) {
 	var zero T
 	out := Outcome{Index: -1}
@@ -172,7 +175,8 @@ func First[T any](ctx context.Context, delay time.Duration, tries ...func(contex
 	started, running := 1, 1
 	start(0)
 	arm()
-	var last error
+	var last error // of the latest try to fail, by its index
+	lastIdx := -1
 	for {
 		select {
 		case a := <-answers:
@@ -181,7 +185,9 @@ func First[T any](ctx context.Context, delay time.Duration, tries ...func(contex
 				out.Index = a.i
 				return a.v, out, nil
 			}
-			last = a.err
+			if a.i > lastIdx {
+				last, lastIdx = a.err, a.i
+			}
 			if started < len(tries) {
 				start(started)
 				started++

@@ -204,6 +204,19 @@ func TestFirstAllFail(t *testing.T) {
 	if r := <-out; !errors.Is(r.err, last) || r.o != (Outcome{-1, 0}) {
 		t.Fatalf("First = %d, %+v, %v; want no try and the last error", r.v, r.o, r.err)
 	}
+	// The error of the last try, even when an earlier try fails after it.
+	// The two fail at once, so either may arrive first: a few rounds see
+	// both orders.
+	for range 20 {
+		a, b := newTry(), newTry()
+		out := runFirst(context.Background(), time.Millisecond, a, b)
+		<-b.started
+		a.answer <- errors.New("first")
+		b.answer <- last
+		if r := <-out; !errors.Is(r.err, last) || r.o.Index != -1 {
+			t.Fatalf("First = %d, %+v, %v; want no try and the last try's error", r.v, r.o, r.err)
+		}
+	}
 	if _, o, err := First[int](context.Background(), time.Hour); err != nil || o.Index != -1 {
 		t.Fatalf("First with no tries = %+v, %v; want index -1, nil", o, err)
 	}
