@@ -133,12 +133,24 @@ type Outcome struct {
 // started last, whatever order the errors arrived in: where the tries go
 // from the nearest place to the last resort, that error says why the last
 // resort failed. When ctx ends first, First returns ctx's error. With no
-// tries it returns ctx's error, or nil.
+// tries it returns ctx's error, or nil. A single try runs on the
+// caller's goroutine.
 func First[T any](ctx context.Context, delay time.Duration, tries ...func(context.Context) (T, error)) (T, Outcome, error) {
 	var zero T
 	out := Outcome{Index: -1}
-	if len(tries) == 0 {
+	switch len(tries) {
+	case 0:
 		return zero, out, ctx.Err()
+	case 1: // nothing to hedge with: no goroutine
+		v, err := tries[0](ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return zero, out, err
+		}
+		out.Index = 0
+		return v, out, nil
 	}
 	type answer struct {
 		v   T

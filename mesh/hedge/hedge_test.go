@@ -217,6 +217,13 @@ func TestFirstAllFail(t *testing.T) {
 			t.Fatalf("First = %d, %+v, %v; want no try and the last try's error", r.v, r.o, r.err)
 		}
 	}
+	one := errors.New("one")
+	if _, o, err := First(context.Background(), time.Hour, func(context.Context) (int, error) { return 0, one }); !errors.Is(err, one) || o.Index != -1 {
+		t.Fatalf("First of one failing try = %+v, %v; want index -1 and its error", o, err)
+	}
+	if v, o, err := First(context.Background(), time.Hour, func(context.Context) (int, error) { return 7, nil }); err != nil || v != 7 || o.Index != 0 {
+		t.Fatalf("First of one try = %d, %+v, %v; want 7, index 0, nil", v, o, err)
+	}
 	if _, o, err := First[int](context.Background(), time.Hour); err != nil || o.Index != -1 {
 		t.Fatalf("First with no tries = %+v, %v; want index -1, nil", o, err)
 	}
