@@ -196,16 +196,25 @@ func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx
 }
 
 // throughWait is how long a read through waits for a co-owner before it
-// asks the next, or reads the source: a co-owner asked to read through
+// asks the next, or reads the source. A co-owner asked to read through
 // may read the source itself, so the learned wait covers a fetch and a
-// source read.
+// source read; and since the source is what the cache spares (a store
+// read costs time and money, and the mesh reads each sample from it
+// once), it is never below sourceRaceAfter.
 func (n *Node) throughWait(ds *datasetState) time.Duration {
 	d := n.fetchWait.Get()
 	if n.cfg.Cluster.HedgeAfter != 0 {
 		return d // fixed, or never
 	}
-	return d + ds.sourceWait.Get()
+	return max(d+ds.sourceWait.Get(), sourceRaceAfter)
 }
+
+// sourceRaceAfter is the shortest learned wait before an owner reads the
+// source beside a co-owner that has not answered. A lower wait read
+// objects twice on a busy machine (TestMeshOverBucketReadsEachObjectOnce,
+// at 20-30 ms); a co-owner that has died is found dead after about
+// 1.2 s on loopback, seconds on a LAN.
+const sourceRaceAfter = hedge.DefaultMax
 
 // readSource reads sample idx from the dataset's source and counts it.
 func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
