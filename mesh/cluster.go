@@ -218,6 +218,19 @@ func (c *cluster) callName(ctx context.Context, name string, m peer.Method, req,
 	return goneErr(c.call(ctx, p, m, req, out), name, life)
 }
 
+// heard returns how many packets this node has received from the member
+// called name on the connection its calls use, and whether there is one
+// (see peer.Node.Heard).
+func (c *cluster) heard(name string) (uint64, bool) {
+	c.mu.RLock()
+	p, ok := c.members[name]
+	c.mu.RUnlock()
+	if !ok {
+		return 0, false
+	}
+	return c.wire.Heard(p.addr)
+}
+
 // callRawName calls a method whose reply is a peer.RawReply on a member
 // (see peer.Node.CallRaw), ending as callName does.
 func (c *cluster) callRawName(ctx context.Context, name string, m peer.Method, req, head any, values func(io.Reader, int) error) error {

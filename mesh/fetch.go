@@ -196,25 +196,18 @@ func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx
 }
 
 // throughWait is how long a read through waits for a co-owner before it
-// asks the next, or reads the source. A co-owner asked to read through
+// asks the next, or turns to the source. A co-owner asked to read through
 // may read the source itself, so the learned wait covers a fetch and a
-// source read; and since the source is what the cache spares (a store
-// read costs time and money, and the mesh reads each sample from it
-// once), it is never below sourceRaceAfter.
+// source read. The source is read then only beside a co-owner not heard
+// from since it was asked (see coOwnerTry.alive): the source is what the
+// cache spares, and the mesh reads each sample from it once.
 func (n *Node) throughWait(ds *datasetState) time.Duration {
 	d := n.fetchWait.Get()
 	if n.cfg.Cluster.HedgeAfter != 0 {
 		return d // fixed, or never
 	}
-	return max(d+ds.sourceWait.Get(), sourceRaceAfter)
+	return d + ds.sourceWait.Get()
 }
-
-// sourceRaceAfter is the shortest learned wait before an owner reads the
-// source beside a co-owner that has not answered. A lower wait read
-// objects twice on a busy machine (TestMeshOverBucketReadsEachObjectOnce,
-// at 20-30 ms); a co-owner that has died is found dead after about
-// 1.2 s on loopback, seconds on a LAN.
-const sourceRaceAfter = hedge.DefaultMax
 
 // readSource reads sample idx from the dataset's source and counts it.
 func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
@@ -253,8 +246,13 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 		// misses do (the flight). Owners after this one are asked for
 		// their memory only. Each is asked once the one before failed or
 		// went throughWait without an answer (hedge.First), the source
-		// last; the first answer is kept.
-		var tries []func(context.Context) (read, error)
+		// last, and the first answer is kept; but the source is read
+		// beside a co-owner still asked only if that co-owner has not
+		// been heard from (coOwnerTry.alive).
+		var (
+			tries []func(context.Context) (read, error)
+			asked []*coOwnerTry
+		)
 		before := forward
 		for _, co := range owners {
 			if co == n.cfg.Name {
@@ -265,13 +263,38 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 				continue
 			}
 			mode := fetchMode{memoryOnly: !before, first: before}
+			t := newCoOwnerTry(n.cluster, co)
+			asked = append(asked, t)
 			tries = append(tries, func(ctx context.Context) (read, error) {
+				defer close(t.ended)
 				r, err := n.fetchOne(ctx, co, ds, idx, mode)
 				r.mem = r.mem || mode.memoryOnly
+				t.answered = err == nil
 				return r, err
 			})
 		}
-		tries = append(tries, func(context.Context) (read, error) {
+		tries = append(tries, func(ctx context.Context) (read, error) {
+			// A co-owner still asked that has been heard from since is
+			// alive, only slow: it may be reading the source itself, so
+			// wait for its answer rather than read the source beside it.
+			// One not heard from may have died: read the source now.
+			for _, t := range asked {
+				alive, err := t.alive(ctx, n.cluster)
+				if err != nil {
+					return read{}, err
+				}
+				if alive {
+					select {
+					case <-t.ended:
+					case <-ctx.Done():
+						return read{}, ctx.Err()
+					}
+				}
+				if isClosed(t.ended) && t.answered {
+					// First has its answer, and is about to end this try.
+					return read{}, errNotFound
+				}
+			}
 			v, err := n.readSource(ds, idx)
 			return read{v: v, source: true}, err
 		})
@@ -295,6 +318,60 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
+}
+
+// coOwnerTry is a co-owner that a read through asks, with what this node
+// had heard from it before: packets received on the connection to it
+// (cluster.heard), recorded before the read's tries start.
+type coOwnerTry struct {
+	name      string
+	at        time.Time
+	heard     uint64
+	connected bool
+	ended     chan struct{} // closed when the request to it has ended
+	answered  bool          // it answered the sample; set before ended closes
+}
+
+func newCoOwnerTry(c *cluster, name string) *coOwnerTry {
+	t := &coOwnerTry{name: name, at: time.Now(), ended: make(chan struct{})}
+	t.heard, t.connected = c.heard(name)
+	return t
+}
+
+// ackWindow is how long a co-owner asked has to be heard from before it
+// is taken for dead: a QUIC stack acknowledges a request within its ack
+// delay (25 ms at most) and a round trip, and a busy host adds to both.
+const ackWindow = 100 * time.Millisecond
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// alive reports whether the request to the co-owner still runs and the
+// co-owner has been heard from since it was recorded, looking once
+// ackWindow has passed since then (a co-owner heard from earlier is
+// waited for all the same). It reports false as soon as the request
+// ends, and ctx's error if ctx ends first.
+func (t *coOwnerTry) alive(ctx context.Context, c *cluster) (bool, error) {
+	timer := time.NewTimer(time.Until(t.at.Add(ackWindow)))
+	defer timer.Stop()
+	select {
+	case <-t.ended:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-timer.C:
+	}
+	now, ok := c.heard(t.name)
+	if !t.connected {
+		return ok && now > 0, nil // every packet of a connection made since
+	}
+	return ok && now > t.heard, nil
 }
 
 // offer queues a sample read from the source for the other owners, so

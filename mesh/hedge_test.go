@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,36 +11,50 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// fetchStalled is a ClusterConfig.handlers: the fetch handlers of the node
-// named stalled take requests in, say so on entered (if it has room), and
-// answer none until release closes, as a peer that hangs, or has died and
-// is not yet found dead, does.
-func fetchStalled(stalled string, entered chan<- struct{}, release <-chan struct{}) func(*Node, map[peer.Method]peerHandler) {
+// fetchStalled is a ClusterConfig.handlers: while holding is set, the
+// fetch handlers of the node named stalled take requests in, say so on
+// entered (if it has room), and answer none until release closes, as a
+// peer that hangs does. Its QUIC stack still acknowledges them.
+func fetchStalled(stalled string, holding *atomic.Bool, entered chan<- struct{}, release <-chan struct{}) func(*Node, map[peer.Method]peerHandler) {
 	return func(n *Node, h map[peer.Method]peerHandler) {
 		if n.Name() != stalled {
 			return
 		}
 		for _, m := range []peer.Method{wire.MethodFetch, wire.MethodFetchStream} {
-			h[m] = held(h[m], func() bool { return true }, entered, release)
+			h[m] = held(h[m], holding.Load, entered, release)
 		}
 	}
 }
 
-// TestReadsHedgePastAStalledOwner: a read whose first owner never answers
-// (and stays alive, so it is never found dead) is answered by the next
-// owner, or the source, once the hedge wait has passed, with the file's
-// bytes; the request timeout is ten minutes. The wait is the default one,
-// learned, which is DefaultMax before any answer.
+// TestReadsHedgePastAStalledOwner: a node whose first owner of a sample
+// stalls, with the request timeout at ten minutes:
+//   - a node that does not own the sample asks the other owner once the
+//     hedge wait has passed, and gets the bytes from its memory;
+//   - an owner reading the sample through does not read the source beside
+//     the stalled owner, which it hears from (its QUIC stack acknowledges
+//     the request): it waits for its answer, and the source is read once;
+//     and of two reads sharing that read through, one that gives up
+//     leaves the other to get the bytes.
+//
+// The wait is the default one, learned, which is DefaultMax before any
+// answer.
 func TestReadsHedgePastAStalledOwner(t *testing.T) {
 	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
+	var holding atomic.Bool
 	entered := make(chan struct{}, 1)
 	const stalled = "n1"
 	m := startMesh(t, 3, meshOpts{samples: 200, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.Prefetch = -1
-		c.Cluster.handlers = fetchStalled(stalled, entered, release)
+		c.Cluster.handlers = fetchStalled(stalled, &holding, entered, release)
 	}})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
 	node := func(name string) *Node {
 		for _, p := range m.peers {
 			if p.node.Name() == name {
@@ -49,18 +64,17 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 		t.Fatalf("no node %s", name)
 		return nil
 	}
-	// A sample whose first owner is the stalled node, and which neither
-	// other node holds yet.
+	// Samples whose first owner is the stalled node.
 	ds := node(stalled).ordered[0]
-	id, other := -1, ""
+	var ids []int
+	other := ""
 	for i := range ds.len {
-		if owners := node(stalled).owners(ds, uint32(i)); owners[0] == stalled {
-			id, other = i, owners[1]
-			break
+		if owners := node(stalled).owners(ds, uint32(i)); owners[0] == stalled && (other == "" || owners[1] == other) {
+			ids, other = append(ids, i), owners[1]
 		}
 	}
-	if id < 0 {
-		t.Fatal("no sample has the stalled node first")
+	if len(ids) < 2 {
+		t.Fatalf("%d samples have the stalled node first and %s next, want 2", len(ids), other)
 	}
 	reader := ""
 	for _, p := range m.peers {
@@ -68,77 +82,80 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 			reader = n
 		}
 	}
-	read := func(t *testing.T, name string, id int) {
-		t.Helper()
-		n := node(name)
-		ds := n.ordered[0]
-		before := ds.counters.Current().Hedged.Load()
-		done := make(chan struct{})
-		var v []byte
-		var err error
+	key := func(n *Node, id int) []byte { return []byte(keyOfSample(n.ordered[0], uint32(id))) }
+	get := func(name string, id int) <-chan []byte {
+		out := make(chan []byte, 1)
 		go func() {
-			defer close(done)
-			v, _, err = n.Get(context.Background(), []byte(keyOfSample(ds, uint32(id))), nil)
+			n := node(name)
+			v, _, err := n.Get(context.Background(), key(n, id), nil)
+			if err != nil {
+				t.Errorf("read at %s: %v", name, err)
+			}
+			out <- v
 		}()
+		return out
+	}
+	within := func(what string, got <-chan []byte, id int) {
+		t.Helper()
 		select {
-		case <-done:
+		case v := <-got:
+			if !bytes.Equal(v, m.files[id]) {
+				t.Fatalf("%s: %d bytes, want the file's %d", what, len(v), len(m.files[id]))
+			}
 		case <-time.After(time.Minute):
-			t.Fatalf("a read at %s of a sample whose first owner stalls still waits a minute later", name)
-		}
-		if err != nil || !bytes.Equal(v, m.files[id]) {
-			t.Fatalf("read at %s: %d bytes, %v; want the file's %d bytes", name, len(v), err, len(m.files[id]))
-		}
-		if ds.counters.Current().Hedged.Load() == before {
-			t.Fatalf("read at %s: no hedged request counted", name)
+			t.Fatalf("%s still waits a minute later", what)
 		}
 	}
-	// A node that does not own the sample asks the stalled owner first
-	// (the ring's order breaks the tie of no load), then the other owner.
-	t.Run("not an owner", func(t *testing.T) { read(t, reader, id) })
-	// The other owner asks the stalled one to read it through, then reads
-	// the source itself. Samples of its own not read yet, so that they are
-	// not already in its cache from the read above.
-	var mine []int
-	for i := range ds.len {
-		if owners := node(other).owners(ds, uint32(i)); i != id && owners[0] == stalled && owners[1] == other {
-			mine = append(mine, i)
+	sourceReads := func() (n int64) {
+		for _, p := range m.peers {
+			n += p.node.ordered[0].stats().Total.SourceReads
 		}
+		return n
 	}
-	if len(mine) < 2 {
-		t.Fatal("fewer than two samples owned by the stalled node first and the other owner next")
-	}
-	t.Run("owner", func(t *testing.T) { read(t, other, mine[0]) })
-	// Two reads of one sample at the owner share one read through. The
-	// first gives up while the stalled node holds that read: the second
-	// still gets the bytes. (A peer's hedged request that lost is
-	// cancelled the same way.)
-	t.Run("a reader gives up", func(t *testing.T) {
+
+	t.Run("not an owner", func(t *testing.T) {
+		within("the other owner's read through", get(other, ids[0]), ids[0]) // now in its memory
+		holding.Store(true)
+		hedged := node(reader).ordered[0].counters.Current().Hedged.Load()
+		within("a read at a node that owns no copy", get(reader, ids[0]), ids[0])
+		if node(reader).ordered[0].counters.Current().Hedged.Load() == hedged {
+			t.Fatal("no hedged request counted")
+		}
+	})
+	t.Run("an owner waits for a live co-owner", func(t *testing.T) {
 		for len(entered) > 0 {
 			<-entered
 		}
+		before := sourceReads()
+		// Two reads share one read through; the first gives up while the
+		// stalled owner holds it.
 		n := node(other)
-		key := []byte(keyOfSample(n.ordered[0], uint32(mine[1])))
 		ctx, cancel := context.WithCancel(context.Background())
 		gaveUp := make(chan error, 1)
 		go func() {
-			_, _, err := n.Get(ctx, key, nil)
+			_, _, err := n.Get(ctx, key(n, ids[1]), nil)
 			gaveUp <- err
 		}()
 		<-entered // the shared read asks the stalled node first
-		second := make(chan []byte, 1)
-		go func() {
-			v, _, err := n.Get(context.Background(), key, nil)
-			if err != nil {
-				t.Errorf("the second read: %v", err)
-			}
-			second <- v
-		}()
+		got := get(other, ids[1])
 		cancel()
 		if err := <-gaveUp; err == nil {
-			t.Log("the first read was answered before it gave up")
+			t.Error("the first read was answered before it gave up")
 		}
-		if v := <-second; !bytes.Equal(v, m.files[mine[1]]) {
-			t.Fatalf("the second read got %d bytes, want the file's %d", len(v), len(m.files[mine[1]]))
+		// Past the hedge wait and the ack window, the read still waits
+		// for the stalled owner, and nobody read the source.
+		select {
+		case <-got:
+			t.Fatal("the read through was answered while its first owner stalled")
+		case <-time.After(3 * time.Second):
+		}
+		if n := sourceReads() - before; n != 0 {
+			t.Fatalf("%d source reads beside a first owner that is alive", n)
+		}
+		close(release)
+		within("the read through once its first owner answers", got, ids[1])
+		if n := sourceReads() - before; n != 1 {
+			t.Fatalf("%d source reads, want the first owner's one", n)
 		}
 	})
 }

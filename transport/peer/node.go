@@ -230,6 +230,26 @@ func (n *Node) PeerStats() map[string]PeerStats {
 	return out
 }
 
+// Heard returns how many packets this node has received on the live
+// connection that its calls to the peer at addr use, and whether there is
+// one. A peer's QUIC stack acknowledges what it is sent within its
+// acknowledgement delay (25 ms at most), whatever its handlers are doing:
+// a count that grows while a call waits shows the peer alive, one that
+// does not, a peer that may have died.
+func (n *Node) Heard(addr string) (packets uint64, ok bool) {
+	n.mu.Lock()
+	p := n.peers[addrKey(addr)]
+	var c *peerConn
+	if p != nil {
+		c = p.conn
+	}
+	n.mu.Unlock()
+	if c == nil || c.qc.Context().Err() != nil {
+		return 0, false
+	}
+	return c.qc.ConnectionStats().PacketsReceived, true
+}
+
 // addrKey normalizes an IP address and port so that the address a caller
 // names and the one a peer's packets come from give the same key.
 func addrKey(addr string) string {

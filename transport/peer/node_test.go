@@ -769,3 +769,49 @@ func TestEncodedRequestGoesAsItIs(t *testing.T) {
 		t.Fatalf("a request of 5 MiB in parts over a 4 MiB limit: %v, want ErrFrameTooLarge", err)
 	}
 }
+
+// TestHeard: while a handler blocks, the peer's QUIC stack still
+// acknowledges the request, so the packets heard from it grow; once the
+// peer has vanished (no CONNECTION_CLOSE), a call to it hears nothing.
+func TestHeard(t *testing.T) {
+	dir := t.TempDir()
+	a := testNode(t, dir, "node-a", newTestHandler())
+	tb, err := DevTLS(dir, "node-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := listenTLS(t, tb, "127.0.0.1:0", newTestHandler())
+	addr := b.Addr()
+	if _, ok := a.Heard(addr); ok {
+		t.Fatal("heard from a peer never called")
+	}
+	if err := a.Call(ctxT(t), addr, "node-b", mEcho, echoMsg{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, ok := a.Heard(addr)
+	if !ok {
+		t.Fatal("no connection after a call")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	called := make(chan error, 1)
+	go func() { called <- a.Call(ctx, addr, "node-b", mBlock, nil, nil) }()
+	waitFor(t, "packets from the peer whose handler blocks", func() bool {
+		now, ok := a.Heard(addr)
+		return ok && now > before
+	})
+	cancel()
+	<-called
+
+	// Crash: drop every connection without a CONNECTION_CLOSE.
+	b.tr.Close()
+	b.udp.Close()
+	before, _ = a.Heard(addr)
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := a.Call(ctx, addr, "node-b", mEcho, echoMsg{}, nil); err == nil {
+		t.Fatal("a call to a vanished peer was answered")
+	}
+	if now, ok := a.Heard(addr); ok && now > before {
+		t.Fatalf("heard %d packets from a vanished peer", now-before)
+	}
+}
