@@ -231,6 +231,17 @@ func (c *cluster) heard(name string) (uint64, bool) {
 	return c.wire.Heard(p.addr)
 }
 
+// answers reports whether the member called name answers a MethodPing
+// within wait: any answer, an error from an older peer's handler
+// included, shows it there.
+func (c *cluster) answers(ctx context.Context, name string, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := c.callName(ctx, name, wire.MethodPing, nil, nil)
+	var perr *peer.Error
+	return err == nil || errors.As(err, &perr) && perr.Code == peer.CodeBadRequest
+}
+
 // callRawName calls a method whose reply is a peer.RawReply on a member
 // (see peer.Node.CallRaw), ending as callName does.
 func (c *cluster) callRawName(ctx context.Context, name string, m peer.Method, req, head any, values func(io.Reader, int) error) error {
@@ -557,6 +568,7 @@ func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[p
 		wire.MethodGetTable:  serve(n.serveGetTable),
 		wire.MethodGetOrder:  serve(n.serveGetOrder),
 		wire.MethodResident:  noReply(n.leaderResident),
+		wire.MethodPing:      func(context.Context, string, []byte) (any, error) { return nil, nil },
 	}
 	if edit != nil {
 		edit(n, h)

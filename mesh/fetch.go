@@ -199,7 +199,7 @@ func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx
 // asks the next, or turns to the source. A co-owner asked to read through
 // may read the source itself, so the learned wait covers a fetch and a
 // source read. The source is read then only beside a co-owner not heard
-// from since it was asked (see coOwnerTry.alive): the source is what the
+// from (see coOwnerTry.whileAlive): the source is what the
 // cache spares, and the mesh reads each sample from it once.
 func (n *Node) throughWait(ds *datasetState) time.Duration {
 	d := n.fetchWait.Get()
@@ -247,8 +247,8 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 		// their memory only. Each is asked once the one before failed or
 		// went throughWait without an answer (hedge.First), the source
 		// last, and the first answer is kept; but the source is read
-		// beside a co-owner still asked only if that co-owner has not
-		// been heard from (coOwnerTry.alive).
+		// beside a co-owner still asked only once that co-owner is not
+		// heard from (coOwnerTry.whileAlive).
 		var (
 			tries []func(context.Context) (read, error)
 			asked []*coOwnerTry
@@ -274,21 +274,13 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			})
 		}
 		tries = append(tries, func(ctx context.Context) (read, error) {
-			// A co-owner still asked that has been heard from since is
-			// alive, only slow: it may be reading the source itself, so
-			// wait for its answer rather than read the source beside it.
-			// One not heard from may have died: read the source now.
+			// A co-owner still asked that is heard from is alive, only
+			// slow: it may be reading the source itself, so wait for its
+			// answer rather than read the source beside it. One not
+			// heard from may have died: read the source now.
 			for _, t := range asked {
-				alive, err := t.alive(ctx, n.cluster)
-				if err != nil {
+				if _, err := t.whileAlive(ctx, n.cluster); err != nil {
 					return read{}, err
-				}
-				if alive {
-					select {
-					case <-t.ended:
-					case <-ctx.Done():
-						return read{}, ctx.Err()
-					}
 				}
 				if isClosed(t.ended) && t.answered {
 					// First has its answer, and is about to end this try.
@@ -352,26 +344,50 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// alive reports whether the request to the co-owner still runs and the
-// co-owner has been heard from since it was recorded, looking once
-// ackWindow has passed since then (a co-owner heard from earlier is
-// waited for all the same). It reports false as soon as the request
-// ends, and ctx's error if ctx ends first.
-func (t *coOwnerTry) alive(ctx context.Context, c *cluster) (bool, error) {
+// whileAlive waits while the request to the co-owner runs and the
+// co-owner is there. It looks once ackWindow has passed since the request
+// was recorded: a co-owner not heard from since then may have died, and
+// whileAlive returns at once. One heard from is then asked every
+// ackWindow whether it is still there (cluster.answers), since a peer
+// that acknowledged the request may die before it answers: whileAlive
+// returns when one goes unanswered, or the request ends. It reports
+// whether the request ended, and ctx's error if ctx ends first.
+func (t *coOwnerTry) whileAlive(ctx context.Context, c *cluster) (ended bool, err error) {
 	timer := time.NewTimer(time.Until(t.at.Add(ackWindow)))
 	defer timer.Stop()
 	select {
 	case <-t.ended:
-		return false, nil
+		return true, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-timer.C:
 	}
 	now, ok := c.heard(t.name)
-	if !t.connected {
-		return ok && now > 0, nil // every packet of a connection made since
+	if !ok || t.connected && now <= t.heard || !t.connected && now == 0 {
+		return false, nil // not heard from since it was asked
 	}
-	return ok && now > t.heard, nil
+	for {
+		there := make(chan bool, 1)
+		go func() { there <- c.answers(ctx, t.name, ackWindow) }()
+		select {
+		case <-t.ended:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case ok := <-there:
+			if !ok {
+				return isClosed(t.ended), ctx.Err()
+			}
+		}
+		timer.Reset(ackWindow)
+		select {
+		case <-t.ended:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-timer.C:
+		}
+	}
 }
 
 // offer queues a sample read from the source for the other owners, so

@@ -46,6 +46,10 @@ const (
 	// on to other members (RelayMsg), so that the leader's link carries a
 	// few copies of it, not one per member.
 	MethodRelay peer.Method = 15
+	// MethodPing asks a member to answer at once, with nothing: a node
+	// waiting on the member's answer to another request learns that it is
+	// still there. Any answer counts, an older peer's CodeBadRequest too.
+	MethodPing peer.Method = 16
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the
