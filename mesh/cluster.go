@@ -56,10 +56,10 @@ type ClusterConfig struct {
 	// answer before it also asks the next owner, or the source (a hedged
 	// request, package hedge); the first answer is kept. 0 learns it from
 	// the latencies of recent answers (hedge.Delay: their 99th
-	// percentile, 10 ms to 500 ms; an owner reads the source beside a
-	// co-owner after 500 ms at the earliest); negative never: the next is
-	// asked only once the one before has failed, or the peer was found
-	// dead.
+	// percentile, 10 ms to 500 ms); negative never: the next is asked
+	// only once the one before has failed, or the peer was found dead.
+	// An owner reads the source beside a co-owner only once it no longer
+	// hears from it (see Node.throughWait).
 	HedgeAfter time.Duration
 	// RetryEvery is how often waiting ranks and unsent reports retry;
 	// 0 means 250 ms.
