@@ -355,38 +355,35 @@ func isClosed(ch <-chan struct{}) bool {
 func (t *coOwnerTry) whileAlive(ctx context.Context, c *cluster) (ended bool, err error) {
 	timer := time.NewTimer(time.Until(t.at.Add(ackWindow)))
 	defer timer.Stop()
-	select {
-	case <-t.ended:
-		return true, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-timer.C:
+	if stop, ended, err := t.until(ctx, timer.C); stop {
+		return ended, err
 	}
 	now, ok := c.heard(t.name)
 	if !ok || t.connected && now <= t.heard || !t.connected && now == 0 {
 		return false, nil // not heard from since it was asked
 	}
 	for {
-		there := make(chan bool, 1)
-		go func() { there <- c.answers(ctx, t.name, ackWindow) }()
-		select {
-		case <-t.ended:
-			return true, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case ok := <-there:
-			if !ok {
-				return isClosed(t.ended), ctx.Err()
-			}
+		if !c.answers(ctx, t.name, ackWindow) {
+			return isClosed(t.ended), ctx.Err()
 		}
 		timer.Reset(ackWindow)
-		select {
-		case <-t.ended:
-			return true, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-timer.C:
+		if stop, ended, err := t.until(ctx, timer.C); stop {
+			return ended, err
 		}
+	}
+}
+
+// until waits for tick, unless the request to the co-owner or ctx ends
+// first: then it reports stop, whether the request ended, and ctx's
+// error.
+func (t *coOwnerTry) until(ctx context.Context, tick <-chan time.Time) (stop, ended bool, err error) {
+	select {
+	case <-t.ended:
+		return true, true, nil
+	case <-ctx.Done():
+		return true, false, ctx.Err()
+	case <-tick:
+		return false, false, nil
 	}
 }
 

@@ -295,19 +295,28 @@ func TestRequestTimeoutLeavesNodeUsable(t *testing.T) {
 	}
 }
 
-func TestPeerRestartRedials(t *testing.T) {
+// calledPair starts node-a and node-b, node-b with its TLS configuration
+// returned so that a test can start it again on the same address, and
+// makes one call from a to b.
+func calledPair(t *testing.T) (a, b *Node, tb *TLSConfig) {
+	t.Helper()
 	dir := t.TempDir()
-	a := testNode(t, dir, "node-a", newTestHandler())
+	a = testNode(t, dir, "node-a", newTestHandler())
 	tb, err := DevTLS(dir, "node-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := listenTLS(t, tb, "127.0.0.1:0", newTestHandler())
-	addr := b.Addr()
-	ctx := ctxT(t)
-	if err := a.Call(ctx, addr, "node-b", mEcho, echoMsg{}, nil); err != nil {
+	b = listenTLS(t, tb, "127.0.0.1:0", newTestHandler())
+	if err := a.Call(ctxT(t), b.Addr(), "node-b", mEcho, echoMsg{}, nil); err != nil {
 		t.Fatal(err)
 	}
+	return a, b, tb
+}
+
+func TestPeerRestartRedials(t *testing.T) {
+	a, b, tb := calledPair(t)
+	addr := b.Addr()
+	ctx := ctxT(t)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -332,25 +341,16 @@ func TestPeerRestartRedials(t *testing.T) {
 // connections: the restarted node resets the stale connection (same key,
 // same stateless reset key), the first call fails fast and the next redials.
 func TestPeerCrashRedials(t *testing.T) {
-	dir := t.TempDir()
-	a := testNode(t, dir, "node-a", newTestHandler())
-	tb, err := DevTLS(dir, "node-b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := listenTLS(t, tb, "127.0.0.1:0", newTestHandler())
+	a, b, tb := calledPair(t)
 	addr := b.Addr()
 	ctx := ctxT(t)
-	if err := a.Call(ctx, addr, "node-b", mEcho, echoMsg{}, nil); err != nil {
-		t.Fatal(err)
-	}
 	// Crash: drop every connection without a CONNECTION_CLOSE, free the port.
 	b.tr.Close()
 	b.udp.Close()
 	b2 := listenTLS(t, tb, addr, newTestHandler())
 
 	start := time.Now()
-	err = a.Call(ctx, addr, "node-b", mEcho, echoMsg{}, nil)
+	err := a.Call(ctx, addr, "node-b", mEcho, echoMsg{}, nil)
 	if err != nil && !errors.Is(err, &Error{Code: CodeUnavailable}) {
 		t.Fatalf("first call after crash: %v", err)
 	}
@@ -774,20 +774,11 @@ func TestEncodedRequestGoesAsItIs(t *testing.T) {
 // acknowledges the request, so the packets heard from it grow; once the
 // peer has vanished (no CONNECTION_CLOSE), a call to it hears nothing.
 func TestHeard(t *testing.T) {
-	dir := t.TempDir()
-	a := testNode(t, dir, "node-a", newTestHandler())
-	tb, err := DevTLS(dir, "node-b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := listenTLS(t, tb, "127.0.0.1:0", newTestHandler())
-	addr := b.Addr()
-	if _, ok := a.Heard(addr); ok {
+	if _, ok := testNode(t, t.TempDir(), "node-c", newTestHandler()).Heard("127.0.0.1:9"); ok {
 		t.Fatal("heard from a peer never called")
 	}
-	if err := a.Call(ctxT(t), addr, "node-b", mEcho, echoMsg{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	a, b, _ := calledPair(t)
+	addr := b.Addr()
 	before, ok := a.Heard(addr)
 	if !ok {
 		t.Fatal("no connection after a call")
