@@ -199,8 +199,8 @@ func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx
 // asks the next, or turns to the source. A co-owner asked to read through
 // may read the source itself, so the learned wait covers a fetch and a
 // source read. The source is read then only beside a co-owner not heard
-// from (see coOwnerTry.whileAlive): the source is what the
-// cache spares, and the mesh reads each sample from it once.
+// from (see coOwnerTry.whileAlive): the source is what the cache spares,
+// and the mesh reads each sample from it once.
 func (n *Node) throughWait(ds *datasetState) time.Duration {
 	d := n.fetchWait.Get()
 	if n.cfg.Cluster.HedgeAfter != 0 {
@@ -279,7 +279,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			// answer rather than read the source beside it. One not
 			// heard from may have died: read the source now.
 			for _, t := range asked {
-				if _, err := t.whileAlive(ctx, n.cluster); err != nil {
+				if err := t.whileAlive(ctx, n.cluster); err != nil {
 					return read{}, err
 				}
 				if isClosed(t.ended) && t.answered {
@@ -350,40 +350,39 @@ func isClosed(ch <-chan struct{}) bool {
 // whileAlive returns at once. One heard from is then asked every
 // ackWindow whether it is still there (cluster.answers), since a peer
 // that acknowledged the request may die before it answers: whileAlive
-// returns when one goes unanswered, or the request ends. It reports
-// whether the request ended, and ctx's error if ctx ends first.
-func (t *coOwnerTry) whileAlive(ctx context.Context, c *cluster) (ended bool, err error) {
+// returns when one goes unanswered, or the request ends. It returns
+// ctx's error if ctx ends first.
+func (t *coOwnerTry) whileAlive(ctx context.Context, c *cluster) error {
 	timer := time.NewTimer(time.Until(t.at.Add(ackWindow)))
 	defer timer.Stop()
-	if stop, ended, err := t.until(ctx, timer.C); stop {
-		return ended, err
+	if stop, err := t.until(ctx, timer.C); stop {
+		return err
 	}
 	now, ok := c.heard(t.name)
 	if !ok || t.connected && now <= t.heard || !t.connected && now == 0 {
-		return false, nil // not heard from since it was asked
+		return nil // not heard from since it was asked
 	}
 	for {
 		if !c.answers(ctx, t.name, ackWindow) {
-			return isClosed(t.ended), ctx.Err()
+			return ctx.Err()
 		}
 		timer.Reset(ackWindow)
-		if stop, ended, err := t.until(ctx, timer.C); stop {
-			return ended, err
+		if stop, err := t.until(ctx, timer.C); stop {
+			return err
 		}
 	}
 }
 
 // until waits for tick, unless the request to the co-owner or ctx ends
-// first: then it reports stop, whether the request ended, and ctx's
-// error.
-func (t *coOwnerTry) until(ctx context.Context, tick <-chan time.Time) (stop, ended bool, err error) {
+// first: then it reports stop, and ctx's error.
+func (t *coOwnerTry) until(ctx context.Context, tick <-chan time.Time) (stop bool, err error) {
 	select {
 	case <-t.ended:
-		return true, true, nil
+		return true, nil
 	case <-ctx.Done():
-		return true, false, ctx.Err()
+		return true, ctx.Err()
 	case <-tick:
-		return false, false, nil
+		return false, nil
 	}
 }
 

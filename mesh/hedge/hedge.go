@@ -16,6 +16,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,15 +56,17 @@ type Delay struct {
 	// negative, Get reports never (a negative delay).
 	Fixed time.Duration
 
+	// learnt is the quantile in nanoseconds, at least 1; 0 until
+	// learnEvery answers are known. Get reads it without mu.
+	learnt atomic.Int64
+
 	// mu guards the fields below.
-	mu      sync.Mutex
-	lat     [window]time.Duration // ring of recent latencies
-	n       int                   // latencies in lat, up to window
-	next    int                   // where the next latency goes
-	fresh   int                   // latencies since learnt was worked out
-	learnt  time.Duration         // the quantile, once n >= learnEvery
-	learned bool
-	sorted  []time.Duration // scratch for the quantile
+	mu     sync.Mutex
+	lat    [window]time.Duration // ring of recent latencies
+	n      int                   // latencies in lat, up to window
+	next   int                   // where the next latency goes
+	fresh  int                   // latencies since learnt was worked out
+	sorted []time.Duration       // scratch for the quantile
 }
 
 // Observe records the latency of one answer. Only answers count: a
@@ -84,8 +87,7 @@ func (d *Delay) Observe(latency time.Duration) {
 		if q <= 0 || q >= 1 {
 			q = DefaultQuantile
 		}
-		d.learnt = d.sorted[min(int(q*float64(d.n)), d.n-1)]
-		d.learned = true
+		d.learnt.Store(max(int64(d.sorted[min(int(q*float64(d.n)), d.n-1)]), 1))
 	}
 }
 
@@ -101,10 +103,8 @@ func (d *Delay) Get() time.Duration {
 	if hi <= 0 {
 		hi = DefaultMax
 	}
-	d.mu.Lock()
-	learnt, learned := d.learnt, d.learned
-	d.mu.Unlock()
-	if !learned {
+	learnt := time.Duration(d.learnt.Load())
+	if learnt == 0 {
 		return hi
 	}
 	return min(max(learnt, lo), hi)
@@ -184,9 +184,16 @@ func First[T any](ctx context.Context, delay time.Duration, tries ...func(contex
 			timer.Stop()
 		}
 	}()
-	started, running := 1, 1
-	start(0)
-	arm()
+	started, running := 0, 0
+	next := func() { // starts the next try, if any is left
+		if started < len(tries) {
+			start(started)
+			started++
+			running++
+			arm()
+		}
+	}
+	next()
 	var last error // of the latest try to fail, by its index
 	lastIdx := -1
 	for {
@@ -200,22 +207,15 @@ func First[T any](ctx context.Context, delay time.Duration, tries ...func(contex
 			if a.i > lastIdx {
 				last, lastIdx = a.err, a.i
 			}
-			if started < len(tries) {
-				start(started)
-				started++
-				running++
-				arm()
-			} else if running == 0 {
+			next()
+			if running == 0 {
 				return zero, out, last
 			}
 		case <-tick:
 			if started < len(tries) {
-				start(started)
-				started++
-				running++
 				out.Hedged++
-				arm()
 			}
+			next()
 		case <-ctx.Done():
 			return zero, out, ctx.Err()
 		}

@@ -424,7 +424,7 @@ func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, 
 		return nil, false, false
 	}
 	var giveUp <-chan time.Time
-	if d := r.wait.Get(); d >= 0 {
+	if d := r.wait.Get(); d >= 0 && !isClosed(e.ready) { // most reads find the fetch done: no timer
 		t := time.NewTimer(time.Until(e.began.Add(d)))
 		defer t.Stop()
 		giveUp = t.C
@@ -434,9 +434,7 @@ func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, 
 	case <-ctx.Done():
 		return nil, false, false
 	case <-giveUp:
-		select {
-		case <-e.ready: // both at once: take it
-		default:
+		if !isClosed(e.ready) { // both at once: take it
 			r.gaveUp.Add(1)
 			return nil, false, false
 		}
@@ -712,6 +710,16 @@ func (r *ReadAhead) Ready(ds Dataset, id uint32) bool {
 	select {
 	case <-e.ready:
 		return e.ok
+	default:
+		return false
+	}
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
 	default:
 		return false
 	}
