@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -269,7 +270,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 				defer close(t.ended)
 				r, err := n.fetchOne(ctx, co, ds, idx, mode)
 				r.mem = r.mem || mode.memoryOnly
-				t.answered = err == nil
+				t.answered.Store(err == nil)
 				return r, err
 			})
 		}
@@ -282,7 +283,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 				if err := t.whileAlive(ctx, n.cluster); err != nil {
 					return read{}, err
 				}
-				if isClosed(t.ended) && t.answered {
+				if t.answered.Load() {
 					// First has its answer, and is about to end this try.
 					return read{}, errNotFound
 				}
@@ -321,7 +322,7 @@ type coOwnerTry struct {
 	heard     uint64
 	connected bool
 	ended     chan struct{} // closed when the request to it has ended
-	answered  bool          // it answered the sample; set before ended closes
+	answered  atomic.Bool   // it answered the sample
 }
 
 func newCoOwnerTry(c *cluster, name string) *coOwnerTry {
@@ -334,15 +335,6 @@ func newCoOwnerTry(c *cluster, name string) *coOwnerTry {
 // is taken for dead: a QUIC stack acknowledges a request within its ack
 // delay (25 ms at most) and a round trip, and a busy host adds to both.
 const ackWindow = 100 * time.Millisecond
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
 
 // whileAlive waits while the request to the co-owner runs and the
 // co-owner is there. It looks once ackWindow has passed since the request
