@@ -24,7 +24,8 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
+
+	"github.com/shade-mesh/shade/internal/crc32c"
 )
 
 // Errors of Mapping.Copy; test them with errors.Is.
@@ -38,14 +39,13 @@ var (
 	ErrChecksum = errors.New("shm: checksum mismatch")
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // Checksum is the checksum every cached value carries: CRC-32C
-// (Castagnoli), which CPUs compute in hardware (SSE4.2, ARMv8 CRC32) at
-// about twice the speed of xxhash64, held in 64 bits. The store puts it
-// beside every value and verifies it on every read, the mesh checks it on
-// every sample that crosses a socket, and Location.Sum carries it.
-func Checksum(b []byte) uint64 { return uint64(crc32.Checksum(b, castagnoli)) }
+// (Castagnoli), which CPUs compute in hardware (SSE4.2, ARMv8 CRC32; with
+// AVX-512 carry-less multiplication, package crc32c, about 50 GB/s on a
+// current x86 core), held in 64 bits. The store puts it beside every value
+// and verifies it on every read, the mesh checks it on every sample that
+// crosses a socket, and Location.Sum carries it.
+func Checksum(b []byte) uint64 { return uint64(crc32c.Checksum(b)) }
 
 // Location says where a value lies in the peer's arena, for a reader that
 // maps the arena (MapShared) and copies the value out itself. All offsets

@@ -1,0 +1,110 @@
+// Package crc32c computes CRC-32C (Castagnoli), the checksum every cached
+// sample carries, faster than hash/crc32 on CPUs with AVX-512 carry-less
+// multiplication (VPCLMULQDQ), and exactly as hash/crc32 does everywhere
+// else.
+//
+// hash/crc32 computes CRC-32C with the SSE4.2 CRC32 instruction, 8 bytes at
+// a time in three interleaved streams: about 27 GB/s on a current x86
+// core. A 4 KiB sample's check then costs as much as a tenth of serving it
+// from the local socket. Folding 256 bytes at a time with VPCLMULQDQ in four
+// independent 512-bit accumulators (the method of Intel's "Fast CRC
+// Computation for Generic Polynomials Using PCLMULQDQ Instruction", which
+// hash/crc32 applies to IEEE CRC-32 with one accumulator) is about twice
+// as fast; see BenchmarkChecksum.
+//
+// The folding constants are computed from the polynomial when the package
+// loads (foldConstants), not copied in as numbers.
+package crc32c
+
+import "hash/crc32"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC-32C of b, equal to
+// crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)).
+func Checksum(b []byte) uint32 { return Update(0, b) }
+
+// Folds reports whether Update folds with AVX-512 on this CPU (inputs of
+// 256 bytes or more). The fold loads 256 bytes, four cache lines, at a
+// time, independently of the CRC so far, so an input out of the CPU's
+// caches comes in from memory several lines at once; the CRC32
+// instruction's loads wait for one line at a time.
+func Folds() bool { return canFold }
+
+// Update returns the CRC-32C of crc's data followed by b, equal to
+// crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), b).
+func Update(crc uint32, b []byte) uint32 {
+	if n := len(b) &^ 63; n >= minFold && canFold {
+		crc = fold(crc, b[:n])
+		b = b[n:]
+	}
+	return crc32.Update(crc, castagnoli, b)
+}
+
+// The constants of the fold, for CRC-32C's polynomial in its reflected
+// (least significant bit first) form, as PCLMULQDQ needs them: k(n) is
+// x^n mod P, bit-reflected and shifted left by one. To fold 128 bits of
+// the remainder forward over d bits of data, its first 64 bits are
+// multiplied by k(d+32) and its last 64 bits by k(d-32).
+type constants struct {
+	fold2048 [2]uint64 // k(2080), k(2016): four accumulators, 256 bytes on
+	fold512  [2]uint64 // k(544), k(480): one 512-bit accumulator, 64 bytes on
+	fold128  [2]uint64 // k(160), k(96): one 128-bit lane into the next
+	fold64   uint64    // k(64): 128 bits of remainder to 64
+	_        uint64
+	barrett  [2]uint64 // P and floor(x^64 / P), both reflected over 33 bits
+}
+
+// castagnoli33 is CRC-32C's polynomial P with its x^32 term, the most
+// significant bit first (crc32.Castagnoli is its low 32 bits reversed).
+const castagnoli33 = 1<<32 | 0x1EDC6F41
+
+// foldConstants returns the constants for the 33-bit polynomial p.
+func foldConstants(p uint64) *constants {
+	k := func(n int) uint64 { return reflect(xnModP(n, p), 32) << 1 }
+	return &constants{
+		fold2048: [2]uint64{k(2048 + 32), k(2048 - 32)},
+		fold512:  [2]uint64{k(512 + 32), k(512 - 32)},
+		fold128:  [2]uint64{k(128 + 32), k(128 - 32)},
+		fold64:   k(64),
+		barrett:  [2]uint64{reflect(p, 33), reflect(x64DivP(p), 33)},
+	}
+}
+
+// xnModP returns x^n mod p.
+func xnModP(n int, p uint64) uint64 {
+	r := uint64(1)
+	for range n {
+		r <<= 1
+		if r&(1<<32) != 0 {
+			r ^= p
+		}
+	}
+	return r
+}
+
+// x64DivP returns the quotient of x^64 divided by p.
+func x64DivP(p uint64) uint64 {
+	var q, r uint64
+	for i := 64; i >= 0; i-- {
+		r <<= 1
+		if i == 64 {
+			r |= 1
+		}
+		q <<= 1
+		if r&(1<<32) != 0 {
+			r ^= p
+			q |= 1
+		}
+	}
+	return q
+}
+
+// reflect returns the low n bits of v in reverse order.
+func reflect(v uint64, n int) uint64 {
+	var r uint64
+	for i := range n {
+		r |= (v >> i & 1) << (n - 1 - i)
+	}
+	return r
+}

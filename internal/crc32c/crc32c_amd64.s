@@ -1,0 +1,137 @@
+#include "textflag.h"
+
+// func foldAVX512(crc uint32, b []byte, k *constants) uint32
+//
+// len(b) is a multiple of 64 and at least 256. Four 512-bit accumulators
+// (Z1-Z4: 16 lanes of 128 bits, the remainder of 256 bytes) are folded
+// 256 bytes forward per round, each independent of the others so that the
+// carry-less multiplications overlap; then into one (Z1), which folds the
+// 64-byte blocks left; then its four lanes into one 128-bit remainder,
+// which is reduced to 32 bits (as hash/crc32's ieeeCLMUL does, with
+// CRC-32C's constants).
+TEXT ·foldAVX512(SB), NOSPLIT, $0-44
+	MOVL crc+0(FP), X0
+	MOVQ b_base+8(FP), SI
+	MOVQ b_len+16(FP), CX
+	MOVQ k+32(FP), AX
+
+	// The first 256 bytes, with the CRC so far in the first 32 bits.
+	VPXORQ    Z10, Z10, Z10
+	VMOVAPS   X0, X10
+	VMOVDQU64 (SI), Z1
+	VMOVDQU64 64(SI), Z2
+	VMOVDQU64 128(SI), Z3
+	VMOVDQU64 192(SI), Z4
+	VPXORQ    Z10, Z1, Z1
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	CMPQ      CX, $256
+	JB        fold4
+
+	VBROADCASTI32X4 0(AX), Z0 // fold2048
+
+	PCALIGN $16
+loop256:
+	VMOVDQU64  (SI), Z11
+	VMOVDQU64  64(SI), Z12
+	VMOVDQU64  128(SI), Z13
+	VMOVDQU64  192(SI), Z14
+	VPCLMULQDQ $0x11, Z0, Z1, Z5
+	VPCLMULQDQ $0x11, Z0, Z2, Z6
+	VPCLMULQDQ $0x11, Z0, Z3, Z7
+	VPCLMULQDQ $0x11, Z0, Z4, Z8
+	VPCLMULQDQ $0, Z0, Z1, Z1
+	VPCLMULQDQ $0, Z0, Z2, Z2
+	VPCLMULQDQ $0, Z0, Z3, Z3
+	VPCLMULQDQ $0, Z0, Z4, Z4
+	VPTERNLOGD $0x96, Z11, Z5, Z1 // Z1 ^= Z5 ^ Z11
+	VPTERNLOGD $0x96, Z12, Z6, Z2
+	VPTERNLOGD $0x96, Z13, Z7, Z3
+	VPTERNLOGD $0x96, Z14, Z8, Z4
+	ADDQ       $256, SI
+	SUBQ       $256, CX
+	CMPQ       CX, $256
+	JAE        loop256
+
+fold4:
+	// Z1 into Z2, Z2 into Z3, Z3 into Z4: each 64 bytes ahead of the
+	// one before.
+	VBROADCASTI32X4 16(AX), Z0 // fold512
+	VPCLMULQDQ      $0x11, Z0, Z1, Z5
+	VPCLMULQDQ      $0, Z0, Z1, Z1
+	VPTERNLOGD      $0x96, Z2, Z5, Z1
+	VPCLMULQDQ      $0x11, Z0, Z1, Z5
+	VPCLMULQDQ      $0, Z0, Z1, Z1
+	VPTERNLOGD      $0x96, Z3, Z5, Z1
+	VPCLMULQDQ      $0x11, Z0, Z1, Z5
+	VPCLMULQDQ      $0, Z0, Z1, Z1
+	VPTERNLOGD      $0x96, Z4, Z5, Z1
+
+	CMPQ CX, $64
+	JB   lanes
+
+loop64:
+	VMOVDQU64  (SI), Z11
+	VPCLMULQDQ $0x11, Z0, Z1, Z5
+	VPCLMULQDQ $0, Z0, Z1, Z1
+	VPTERNLOGD $0x96, Z11, Z5, Z1
+	ADDQ       $64, SI
+	SUBQ       $64, CX
+	CMPQ       CX, $64
+	JAE        loop64
+
+lanes:
+	// Z1's four 128-bit lanes into X1, each 16 bytes ahead of the one
+	// before.
+	VEXTRACTI32X4 $1, Z1, X2
+	VEXTRACTI32X4 $2, Z1, X3
+	VEXTRACTI32X4 $3, Z1, X4
+	VZEROUPPER
+
+	MOVOU     32(AX), X0 // fold128
+	MOVOA     X1, X5
+	PCLMULQDQ $0, X0, X1
+	PCLMULQDQ $0x11, X0, X5
+	PXOR      X5, X1
+	PXOR      X2, X1
+
+	MOVOA     X1, X5
+	PCLMULQDQ $0, X0, X1
+	PCLMULQDQ $0x11, X0, X5
+	PXOR      X5, X1
+	PXOR      X3, X1
+
+	MOVOA     X1, X5
+	PCLMULQDQ $0, X0, X1
+	PCLMULQDQ $0x11, X0, X5
+	PXOR      X5, X1
+	PXOR      X4, X1
+
+	// 128 bits to 64: the first 64 bits times k(96) (X0's second half),
+	// onto the last 64.
+	PCMPEQB   X3, X3
+	PCLMULQDQ $1, X1, X0
+	PSRLDQ    $8, X1
+	PXOR      X0, X1
+
+	// 64 bits to 32 plus 32.
+	MOVOA  X1, X2
+	MOVQ   48(AX), X0 // fold64
+	PSRLQ  $32, X3    // a mask of 32 bits
+	PSRLDQ $4, X2
+	PAND   X3, X1
+	PCLMULQDQ $0, X0, X1
+	PXOR   X2, X1
+
+	// Barrett reduction to the 32-bit remainder.
+	MOVOU     64(AX), X0 // barrett
+	MOVOA     X1, X2
+	PAND      X3, X1
+	PCLMULQDQ $0x10, X0, X1
+	PAND      X3, X1
+	PCLMULQDQ $0, X0, X1
+	PXOR      X2, X1
+
+	PEXTRD $1, X1, AX
+	MOVL   AX, ret+40(FP)
+	RET
