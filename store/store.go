@@ -31,7 +31,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/shade-mesh/shade/internal/crc32c"
+	"github.com/shade-mesh/shade/protocol/crc32c"
 	"github.com/shade-mesh/shade/protocol/shm"
 )
 

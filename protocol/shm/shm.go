@@ -25,7 +25,7 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"github.com/shade-mesh/shade/internal/crc32c"
+	"github.com/shade-mesh/shade/protocol/crc32c"
 )
 
 // Errors of Mapping.Copy; test them with errors.Is.
