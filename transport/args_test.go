@@ -26,9 +26,17 @@ func TestParseOrderTakesItsOptionsInEitherOrder(t *testing.T) {
 		{in: "ds 1 0 2 JOB sweep-1", want: OrderArgs{Dataset: "ds", Epoch: 1, World: 2, Job: "sweep-1"}},
 		{in: "ds 1 0 2 500 withweights job b", want: OrderArgs{Dataset: "ds", Epoch: 1, World: 2, Wait: 500 * time.Millisecond, WithWeights: true, Job: "b"}},
 		{in: "ds 1 0 2 JOB b WITHWEIGHTS", want: OrderArgs{Dataset: "ds", Epoch: 1, World: 2, WithWeights: true, Job: "b"}},
+		{in: "ds 1 0 2 PACKED", want: OrderArgs{Dataset: "ds", Epoch: 1, World: 2, Packed: true}},
+		{in: "ds 1 0 2 500 packed JOB b WITHWEIGHTS", want: OrderArgs{Dataset: "ds", Epoch: 1, World: 2, Wait: 500 * time.Millisecond, WithWeights: true, Packed: true, Job: "b"}},
+		{in: "ds 1 0 2 WITHWEIGHTS JOB PACKED", want: OrderArgs{Dataset: "ds", Epoch: 1, World: 2, WithWeights: true, Job: "PACKED"}},
+		{in: "PACKED 1 0 2 PACKED", want: OrderArgs{Dataset: "PACKED", Epoch: 1, World: 2, Packed: true}},
 		{in: "ds 1 0 2 JOB ../x", err: "bad job name"},
-		{in: "ds 1 0 2 JOB", err: "got 'JOB'"},
+		{in: "ds 1 0 2 JOB", err: `got "JOB"`},
 		{in: "ds 1 0 2 JOB a JOB b", err: "needs"},
+		{in: "ds 1 0 2 PACKED PACKED", err: "needs"},
+		{in: "ds 1 0 2 WITHWEIGHTS 5", err: "needs"},
+		{in: "ds 1 0 2 soon", err: "timeout-ms"},
+		{in: "ds 1 0", err: "needs"},
 	} {
 		got, err := ParseOrder(args(tc.in))
 		switch {

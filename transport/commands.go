@@ -3,7 +3,10 @@ package transport
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +66,7 @@ func commandTable() map[string]handler {
 		"shade.manifest": {2, 2, cmdManifest, nil},
 		"shade.report":   {5, -1, cmdReport, nil},
 		"shade.done":     {4, 6, cmdDone, nil},
-		"shade.order":    {5, 9, cmdOrder, nil},
+		"shade.order":    {5, 10, cmdOrder, nil},
 		"shade.reset":    {2, 4, cmdReset, nil},
 		"shade.job":      {2, 2, cmdJob, nil},
 		"shade.warm":     {2, 2, cmdWarm, nil},
@@ -534,29 +537,22 @@ type OrderArgs struct {
 	Wait               time.Duration // 0: the server's limit
 	// WithWeights asks for the ids' importance weights beside them.
 	WithWeights bool
+	// Packed asks for the ids (and weights) as little-endian binary in
+	// one bulk string each, instead of one RESP element per id.
+	Packed bool
 	// Job is the job named, "" for none (the dataset's default job).
 	Job string
 }
 
+const orderUsage = "SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS] [PACKED] [JOB <name>]"
+
 // ParseOrder parses SHADE.ORDER's arguments (after the command name):
-// <dataset> <epoch> <rank> <world> [timeout-ms] followed, in either
-// order, by [WITHWEIGHTS] and [JOB <name>].
+// <dataset> <epoch> <rank> <world> [timeout-ms] followed, in any order,
+// by [WITHWEIGHTS], [PACKED] and [JOB <name>], each at most once.
 func ParseOrder(args [][]byte) (OrderArgs, error) {
 	var o OrderArgs
-	for range 2 {
-		if n := len(args); n > 4 && strings.EqualFold(string(args[n-1]), "WITHWEIGHTS") && !o.WithWeights {
-			o.WithWeights = true
-			args = args[:n-1]
-		}
-		if o.Job == "" && len(args) > 5 {
-			var err error
-			if args, o.Job, err = cutJob(args, "SHADE.ORDER"); err != nil {
-				return o, err
-			}
-		}
-	}
-	if len(args) < 4 || len(args) > 5 {
-		return o, fmt.Errorf("SHADE.ORDER needs <dataset> <epoch> <rank> <world> [timeout-ms] [WITHWEIGHTS] [JOB <name>]")
+	if len(args) < 4 {
+		return o, errors.New(orderUsage)
 	}
 	o.Dataset = string(args[0])
 	var err error
@@ -572,14 +568,44 @@ func ParseOrder(args [][]byte) (OrderArgs, error) {
 	if o.World < 1 || o.Rank >= o.World {
 		return o, fmt.Errorf("rank must be in [0, world) and world at least 1, got rank %d world %d", o.Rank, o.World)
 	}
-	if len(args) == 5 {
-		ms, err := parseInt(args[4], "timeout-ms")
+	rest := args[4:]
+	if len(rest) > 0 && !isOrderOption(rest[0]) {
+		ms, err := parseInt(rest[0], "timeout-ms")
 		if err != nil {
 			return o, err
 		}
 		o.Wait = time.Duration(ms) * time.Millisecond
+		rest = rest[1:]
+	}
+	for len(rest) > 0 {
+		opt := rest[0]
+		switch {
+		case strings.EqualFold(string(opt), "WITHWEIGHTS") && !o.WithWeights:
+			o.WithWeights = true
+		case strings.EqualFold(string(opt), "PACKED") && !o.Packed:
+			o.Packed = true
+		case strings.EqualFold(string(opt), "JOB") && o.Job == "" && len(rest) > 1:
+			if err := samplekey.ValidName(string(rest[1])); err != nil {
+				return o, fmt.Errorf("SHADE.ORDER: bad job name: %w", err)
+			}
+			o.Job = string(rest[1])
+			rest = rest[1:]
+		default:
+			return o, fmt.Errorf("%s; got %q", orderUsage, opt)
+		}
+		rest = rest[1:]
 	}
 	return o, nil
+}
+
+// isOrderOption reports whether a is one of SHADE.ORDER's option words.
+func isOrderOption(a []byte) bool {
+	for _, w := range []string{"WITHWEIGHTS", "PACKED", "JOB"} {
+		if strings.EqualFold(string(a), w) {
+			return true
+		}
+	}
+	return false
 }
 
 func cmdOrder(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
@@ -608,6 +634,10 @@ func cmdOrder(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	if o.WithWeights {
 		c.WriteArray(2)
 	}
+	if o.Packed {
+		writePackedOrder(c, ids, weights, o.WithWeights)
+		return
+	}
 	c.WriteArray(len(ids))
 	for _, id := range ids {
 		c.WriteInt64(int64(id))
@@ -620,12 +650,39 @@ func cmdOrder(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	c.WriteArray(len(ids))
 	var buf [24]byte
 	for i := range ids {
-		w := float32(1)
-		if i < len(weights) {
-			w = weights[i]
-		}
-		c.WriteBulk(strconv.AppendFloat(buf[:0], float64(w), 'g', -1, 32))
+		c.WriteBulk(strconv.AppendFloat(buf[:0], float64(weightAt(weights, i)), 'g', -1, 32))
 	}
+}
+
+// writePackedOrder writes an order as SHADE.ORDER ... PACKED answers it:
+// a bulk string of the ids as little-endian uint32, and with weights a
+// second of the weights as little-endian IEEE 754 float32, one for each
+// id. A client reads each in one call (Python's array.frombytes, numpy's
+// frombuffer) where parsing an element per id takes it about a
+// microsecond each.
+func writePackedOrder(c redcon.Conn, ids []uint32, weights []float32, withWeights bool) {
+	b := redcon.AppendBulkHeader(c.Reply(), 4*len(ids))
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint32(b, id)
+	}
+	b = append(b, '\r', '\n')
+	if withWeights {
+		b = redcon.AppendBulkHeader(b, 4*len(ids))
+		for i := range ids {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(weightAt(weights, i)))
+		}
+		b = append(b, '\r', '\n')
+	}
+	c.SetReply(b)
+}
+
+// weightAt is the weight of an order's i-th id: 1 where the order has
+// none (a uniform order).
+func weightAt(weights []float32, i int) float32 {
+	if i < len(weights) {
+		return weights[i]
+	}
+	return 1
 }
 
 // ParseDone parses SHADE.DONE's arguments (after the command name):
