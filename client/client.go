@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -139,6 +140,9 @@ type Client struct {
 	rdb      *redis.Client // ordinary commands, read timeout ReadTimeout
 	blocking *redis.Client // SHADE.ORDER: reads bounded per call instead
 	shm      *shared
+	// packedRefused: the peer refused SHADE.ORDER ... PACKED (it predates
+	// it); orders are asked with an element per id.
+	packedRefused atomic.Bool
 }
 
 // New returns a client of the peer at o.Socket. It validates o and does not
@@ -358,11 +362,8 @@ func LabelsFromManifest(paths []string) ([]int, error) {
 // Options.ReadTimeout for the reply, so a long wait never trips the ordinary
 // read timeout.
 func (c *Client) Order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration) ([]int, error) {
-	v, err := c.order(ctx, dataset, epoch, rank, world, wait, false)
-	if err != nil {
-		return nil, err
-	}
-	return orderIDs(v)
+	ids, _, err := c.order(ctx, dataset, epoch, rank, world, wait, false)
+	return ids, err
 }
 
 // OrderWeights is Order with the importance weight of each id: weights[i]
@@ -370,39 +371,16 @@ func (c *Client) Order(ctx context.Context, dataset string, epoch, rank, world i
 // trainer that weighs each sample's loss by it minimises the loss over the
 // whole dataset without bias. Every weight is 1 in a permutation.
 func (c *Client) OrderWeights(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration) (ids []int, weights []float64, err error) {
-	v, err := c.order(ctx, dataset, epoch, rank, world, wait, true)
-	if err != nil {
-		return nil, nil, err
-	}
-	pair, ok := v.([]any)
-	if !ok || len(pair) != 2 {
-		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", v)
-	}
-	if ids, err = orderIDs(pair[0]); err != nil {
-		return nil, nil, err
-	}
-	elems, ok := pair[1].([]any)
-	if !ok || len(elems) != len(ids) {
-		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", pair[1])
-	}
-	weights = make([]float64, len(elems))
-	for i, e := range elems {
-		str, ok := e.(string)
-		if !ok {
-			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", e)
-		}
-		w, err := strconv.ParseFloat(str, 64)
-		if err != nil || !(w > 0) || math.IsInf(w, 0) {
-			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", str)
-		}
-		weights[i] = w
-	}
-	return ids, weights, nil
+	return c.order(ctx, dataset, epoch, rank, world, wait, true)
 }
 
-func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration, withWeights bool) (any, error) {
+// order asks for the order PACKED: its ids (and weights) as binary, in one
+// bulk string each. A peer that predates PACKED refuses it with an ERR
+// reply; the order is then asked again without it, and this client asks
+// that peer without it from then on.
+func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration, withWeights bool) ([]int, []float64, error) {
 	if wait < 0 {
-		return nil, fmt.Errorf("client: SHADE.ORDER: negative wait %v", wait)
+		return nil, nil, fmt.Errorf("client: SHADE.ORDER: negative wait %v", wait)
 	}
 	args := []any{"SHADE.ORDER", dataset, epoch, rank, world}
 	serverWait := serverOrderLimit
@@ -413,8 +391,59 @@ func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world i
 	if withWeights {
 		args = append(args, "WITHWEIGHTS")
 	}
-	args = append(args, c.job...)
-	return c.do(ctx, c.blocking, serverWait+c.readWait, args...)
+	if !c.packedRefused.Load() {
+		v, err := c.do(ctx, c.blocking, serverWait+c.readWait, slices.Concat(args, []any{"PACKED"}, c.job)...)
+		var se *ServerError
+		if !errors.As(err, &se) || se.Code != "ERR" {
+			if err != nil {
+				return nil, nil, err
+			}
+			return packedOrder(v, withWeights)
+		}
+		ids, weights, err := c.textOrder(ctx, serverWait, args, withWeights)
+		if err == nil {
+			c.packedRefused.Store(true)
+		}
+		return ids, weights, err
+	}
+	return c.textOrder(ctx, serverWait, args, withWeights)
+}
+
+// textOrder asks for the order with an element per id.
+func (c *Client) textOrder(ctx context.Context, serverWait time.Duration, args []any, withWeights bool) ([]int, []float64, error) {
+	v, err := c.do(ctx, c.blocking, serverWait+c.readWait, slices.Concat(args, c.job)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !withWeights {
+		ids, err := orderIDs(v)
+		return ids, nil, err
+	}
+	pair, ok := v.([]any)
+	if !ok || len(pair) != 2 {
+		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", v)
+	}
+	ids, err := orderIDs(pair[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	elems, ok := pair[1].([]any)
+	if !ok || len(elems) != len(ids) {
+		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", pair[1])
+	}
+	weights := make([]float64, len(elems))
+	for i, e := range elems {
+		str, ok := e.(string)
+		if !ok {
+			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", e)
+		}
+		w, err := strconv.ParseFloat(str, 64)
+		if err != nil || !validWeight(w) {
+			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS", str)
+		}
+		weights[i] = w
+	}
+	return ids, weights, nil
 }
 
 // orderIDs reads a SHADE.ORDER reply's array of ids.
@@ -433,6 +462,55 @@ func orderIDs(v any) ([]int, error) {
 	}
 	return ids, nil
 }
+
+// packedOrder reads a SHADE.ORDER ... PACKED reply: the ids as
+// little-endian uint32 in a bulk string, and with weights an array of that
+// and the weights as little-endian float32.
+func packedOrder(v any, withWeights bool) ([]int, []float64, error) {
+	idBytes := v
+	var weightBytes any
+	if withWeights {
+		pair, ok := v.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS PACKED", v)
+		}
+		idBytes, weightBytes = pair[0], pair[1]
+	}
+	b, ok := idBytes.(string)
+	if !ok || len(b)%4 != 0 {
+		return nil, nil, unexpected("SHADE.ORDER PACKED", idBytes)
+	}
+	ids := make([]int, len(b)/4)
+	for i := range ids {
+		ids[i] = int(le32(b, i))
+	}
+	if !withWeights {
+		return ids, nil, nil
+	}
+	wb, ok := weightBytes.(string)
+	if !ok || len(wb) != len(b) {
+		return nil, nil, unexpected("SHADE.ORDER WITHWEIGHTS PACKED", weightBytes)
+	}
+	weights := make([]float64, len(ids))
+	for i := range weights {
+		w := float64(math.Float32frombits(le32(wb, i)))
+		if !validWeight(w) {
+			return nil, nil, fmt.Errorf("client: SHADE.ORDER WITHWEIGHTS PACKED: weight %v of id %d is not a positive finite number", w, ids[i])
+		}
+		weights[i] = w
+	}
+	return ids, weights, nil
+}
+
+// le32 is the i-th little-endian uint32 of s.
+func le32(s string, i int) uint32 {
+	s = s[4*i : 4*i+4]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// validWeight reports whether w can be an importance weight: positive and
+// finite.
+func validWeight(w float64) bool { return w > 0 && !math.IsInf(w, 0) }
 
 // Report sends the per-sample losses of one trained minibatch of epoch,
 // keyed by the ids that were trained: losses[i] is the loss of ids[i]. More

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -561,5 +562,109 @@ func TestOrderWeights(t *testing.T) {
 	}
 	if lo == hi {
 		t.Errorf("every weight of epoch 1 is %v: the scores did not shape the draw", lo)
+	}
+}
+
+// TestOrderPackedMatchesText: the orders Order and OrderWeights read from
+// SHADE.ORDER ... PACKED are those of the reply with an element per id, id
+// for id and weight for weight, in a permutation and in a weighted epoch;
+// and packedOrder refuses replies of the wrong shape. The peer's weights
+// are float32: packed, each is that float32 exactly; as text, the
+// shortest decimal that reads back as it, which as a float64 differs in
+// the digits past float32's, so the two are compared as float32.
+func TestOrderPackedMatchesText(t *testing.T) {
+	d, sock := startToy(t, "--score", "magnitude", "--max-weight", "4", "--order-ahead", "0")
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+	n := len(d.Files)
+	for epoch := range 2 {
+		ids, weights, err := c.OrderWeights(ctx, "toy", epoch, 0, 1, 20*time.Second)
+		if err != nil || len(ids) != n {
+			t.Fatalf("epoch %d: OrderWeights = %d ids, %v", epoch, len(ids), err)
+		}
+		args := []any{"SHADE.ORDER", "toy", epoch, 0, 1}
+		textIDs, textWeights, err := c.textOrder(ctx, serverOrderLimit, append(args, "WITHWEIGHTS"), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, textIDs) || len(weights) != len(textWeights) {
+			t.Fatalf("epoch %d: the packed order differs from the text one", epoch)
+		}
+		for i := range weights {
+			if float64(float32(weights[i])) != weights[i] || float32(weights[i]) != float32(textWeights[i]) {
+				t.Fatalf("epoch %d, id %d: packed weight %v, text weight %v", epoch, ids[i], weights[i], textWeights[i])
+			}
+		}
+		plain, err := c.Order(ctx, "toy", epoch, 0, 1, 20*time.Second)
+		if err != nil || !slices.Equal(plain, ids) {
+			t.Fatalf("epoch %d: Order = %v, %v; want %v", epoch, plain, err, ids)
+		}
+		if c.packedRefused.Load() {
+			t.Fatal("the peer refused PACKED")
+		}
+		if epoch == 0 {
+			losses := make([]float64, n)
+			for i := range losses {
+				losses[i] = 0.01 + 0.1*float64(i%7)
+			}
+			if err := c.Report(ctx, "toy", 0, ids, losses); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Done(ctx, "toy", 0, 0); err != nil {
+				t.Fatal(err)
+			}
+		} else if slices.Min(weights) == slices.Max(weights) {
+			t.Errorf("epoch 1 weighs every draw %v: the test checks no weighted order", weights[0])
+		}
+	}
+	for _, bad := range []struct {
+		v        any
+		weighted bool
+	}{
+		{"abc", false},
+		{[]any{int64(1)}, false},
+		{[]any{"\x01\x00\x00\x00"}, true},
+		{[]any{"\x01\x00\x00\x00", "\x00\x00"}, true},
+		{[]any{"\x01\x00\x00\x00", "\x00\x00\xc0\x7f"}, true}, // NaN
+		{[]any{"\x01\x00\x00\x00", "\x00\x00\x80\xbf"}, true}, // -1
+	} {
+		if _, _, err := packedOrder(bad.v, bad.weighted); err == nil {
+			t.Errorf("packedOrder(%q, %v) took a malformed reply", bad.v, bad.weighted)
+		}
+	}
+}
+
+// TestOrderFromPeerBeforePacked runs against a real shade-peer built
+// before SHADE.ORDER PACKED (its directory in SHADE_UNPACKED_BIN_DIR): the
+// client asks again without PACKED, gets the order, and asks without it
+// from then on; an error about the request itself is still returned.
+func TestOrderFromPeerBeforePacked(t *testing.T) {
+	dir := os.Getenv("SHADE_UNPACKED_BIN_DIR")
+	if dir == "" {
+		t.Skip("SHADE_UNPACKED_BIN_DIR (a shade-peer built before SHADE.ORDER PACKED) is not set")
+	}
+	d, sock := writeDataset(t), socketPath(t)
+	testsupport.StartPeer(t, testsupport.PeerOptions{
+		Bin: filepath.Join(dir, "shade-peer"), Socket: sock,
+		Args: []string{"--name", "client-test", "--log-format", "json", "--cache-size", "16MiB", "--dataset", "toy=" + d.Dir},
+	})
+	c := newClient(t, Options{Socket: sock})
+	ctx := t.Context()
+	var se *ServerError
+	if _, err := c.Order(ctx, "toy", 0, 3, 2, time.Second); !errors.As(err, &se) || !strings.Contains(se.Msg, "rank") {
+		t.Fatalf("Order(rank 3 of 2) = %v, want the peer's error about the rank", err)
+	}
+	if c.packedRefused.Load() {
+		t.Fatal("an error about the request was taken for a refusal of PACKED")
+	}
+	ids, weights, err := c.OrderWeights(ctx, "toy", 0, 0, 1, 20*time.Second)
+	if err != nil || len(ids) != len(d.Files) || len(weights) != len(ids) {
+		t.Fatalf("OrderWeights = %d ids, %d weights, %v", len(ids), len(weights), err)
+	}
+	if !c.packedRefused.Load() {
+		t.Fatal("the old peer answered PACKED")
+	}
+	if plain, err := c.Order(ctx, "toy", 0, 0, 1, 20*time.Second); err != nil || !slices.Equal(plain, ids) {
+		t.Fatalf("Order = %v, %v; want %v", plain, err, ids)
 	}
 }

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import array
 import json
 import logging
 import math
 import os
 import re
+import sys
 import threading
 import time
 from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
@@ -144,6 +146,7 @@ class Client:
         self._map_retry_at = 0.0
         self._map_lock = threading.Lock()
         self._weights_refused = False
+        self._packed_refused = False
         #: samples copied out of the peer's memory, and located samples that
         #: moved before their copy (read again over the socket)
         self.shared_copies = 0
@@ -346,19 +349,46 @@ class Client:
         if timeout_ms is not None:
             args.append(max(1, int(timeout_ms)))
         if not with_weights:
-            return [int(x) for x in self._execute(*args, *self._job_args, blocking=True)]
+            return self._order(args, weighted=False)
         if not self._weights_refused:
             try:
-                return _weighted_order(self._execute(*args, "WITHWEIGHTS", *self._job_args,
-                                                     blocking=True))
+                return self._order(args + ["WITHWEIGHTS"], weighted=True)
             except RequestError as e:
                 if e.code != "ERR" or self._knows_weights(dataset):
                     raise  # a refusal of the request itself, not of WITHWEIGHTS
                 self._weights_refused = True
                 log.info("shade peer at %s predates SHADE.ORDER WITHWEIGHTS (%s); every "
                          "importance weight is 1.0", self.socket_path, e)
-        ids = [int(x) for x in self._execute(*args, *self._job_args, blocking=True)]
+        ids = self._order(args, weighted=False)
         return ids, [1.0] * len(ids)
+
+    def _order(self, args: List[Any], weighted: bool) -> Any:
+        """The order asked ``PACKED``: the ids (and weights) as binary in
+        one bulk string each, read in one call where an element per id
+        costs about a microsecond each in Python (0.3 s for 426,667 ids,
+        0.7 s with weights). A peer that predates PACKED refuses it with an
+        ERR reply: the order is then asked again without it, and if that
+        answers, this client asks without it from then on
+        (``packed_refused``); if that fails too, its error is raised."""
+        if not self._packed_refused:
+            try:
+                return _packed_order(self._execute(*args, "PACKED", *self._job_args, blocking=True),
+                                     weighted)
+            except RequestError as e:
+                if e.code != "ERR":
+                    raise
+                reply = self._execute(*args, *self._job_args, blocking=True)
+                self._packed_refused = True
+                log.info("shade peer at %s predates SHADE.ORDER PACKED (%s); orders come an "
+                         "element per id", self.socket_path, e)
+                return _text_order(reply, weighted)
+        return _text_order(self._execute(*args, *self._job_args, blocking=True), weighted)
+
+    @property
+    def packed_refused(self) -> bool:
+        """True once the peer refused SHADE.ORDER ... PACKED (an older
+        peer): orders then come an element per id."""
+        return self._packed_refused
 
     def _knows_weights(self, dataset: str) -> bool:
         """Whether the peer speaks SHADE.ORDER WITHWEIGHTS: peers that do
@@ -485,6 +515,19 @@ def _request_error(e: redis.ResponseError, args: Sequence[Any]) -> RequestError:
     return cls(f"{where}: {msg}", code)
 
 
+def _text_order(reply: Any, weighted: bool) -> Any:
+    """The ids, or (ids, weights), of a SHADE.ORDER reply with an element
+    per id."""
+    if weighted:
+        return _weighted_order(reply)
+    if not isinstance(reply, list):
+        raise ProtocolError(f"SHADE.ORDER: want an array of ids, got {type(reply).__name__}")
+    try:
+        return [int(x) for x in reply]
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"SHADE.ORDER: {e}") from None
+
+
 def _weighted_order(reply: Any) -> Tuple[List[int], List[float]]:
     """(ids, weights) of a SHADE.ORDER ... WITHWEIGHTS reply: a 2-element
     array [ids, weights], the weights decimal floats as bulk strings."""
@@ -498,9 +541,50 @@ def _weighted_order(reply: Any) -> Tuple[List[int], List[float]]:
         raise ProtocolError(f"SHADE.ORDER WITHWEIGHTS: {e}") from None
     if len(ids) != len(weights):
         raise ProtocolError(f"SHADE.ORDER WITHWEIGHTS: {len(ids)} ids but {len(weights)} weights")
-    if not all(math.isfinite(w) and w > 0 for w in weights):
-        raise ProtocolError("SHADE.ORDER WITHWEIGHTS: a weight that is not a positive finite number")
+    _check_weights(weights)
     return ids, weights
+
+
+def _packed_order(reply: Any, weighted: bool) -> Any:
+    """The ids, or (ids, weights), of a SHADE.ORDER ... PACKED reply: a bulk
+    string of little-endian uint32 ids, and with WITHWEIGHTS a 2-element
+    array of that and one of little-endian float32 weights."""
+    what = "SHADE.ORDER WITHWEIGHTS PACKED" if weighted else "SHADE.ORDER PACKED"
+    parts = reply if weighted else [reply]
+    if not isinstance(parts, list) or len(parts) != (2 if weighted else 1) or not all(
+            isinstance(part, bytes) and len(part) % 4 == 0 for part in parts):
+        raise ProtocolError(f"{what}: want {'two bulk strings' if weighted else 'a bulk string'} "
+                            f"of 4-byte items, got {type(reply).__name__}")
+    ids = _unpack("I", parts[0])
+    if not weighted:
+        return ids
+    weights = _unpack("f", parts[1])
+    if len(ids) != len(weights):
+        raise ProtocolError(f"{what}: {len(ids)} ids but {len(weights)} weights")
+    _check_weights(weights)
+    return ids, weights
+
+
+def _unpack(code: str, raw: bytes) -> List[Any]:
+    """The little-endian 4-byte items of raw (array type code "I" or "f")
+    as a list."""
+    a = array.array(code)
+    if a.itemsize != 4:  # "I" is 4 bytes on every platform Python runs on; just in case
+        a = array.array("L" if code == "I" else "f")
+        if a.itemsize != 4:
+            raise ProtocolError(f"SHADE.ORDER PACKED: no 4-byte array type for {code!r} here")
+    a.frombytes(raw)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tolist()
+
+
+def _check_weights(weights: List[float]) -> None:
+    """Raises ProtocolError unless every weight is a positive finite
+    number. The sum is NaN or infinite if any weight is (float32 weights
+    cannot add up to infinity), so two passes at C speed check it."""
+    if weights and not (math.isfinite(sum(weights)) and min(weights) > 0):
+        raise ProtocolError("SHADE.ORDER WITHWEIGHTS: a weight that is not a positive finite number")
 
 
 def finite_pairs(ids: Values, losses: Values) -> Tuple[List[int], List[float], int]:

@@ -4,6 +4,7 @@ real shade-peer processes: the client, the sampler, DataLoader workers."""
 import logging
 import math
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -101,12 +102,60 @@ def test_older_peer_falls_back_to_unit_weights(fmnist, workdir, caplog):
             ids, weights = c.order(TRAIN, 1, 0, 1, timeout_ms=5000, with_weights=True)
             assert len(ids) == 200 and weights == [1.0] * 200
             assert caplog.text.count("predates SHADE.ORDER WITHWEIGHTS") == 1
+            assert c.packed_refused
             # The sampler over it: plain ones, never an exception.
             s = ShadeSampler(p.sock, TRAIN, rank=0, world=1, batch_size=64, weights=True)
             s.set_epoch(1)
             batches = list(s)
             assert all(isinstance(b, WeightedBatch) and b.weights == [1.0] * len(b) for b in batches)
             assert sum(batches, []) == ids
+    finally:
+        p.stop()
+
+
+def as_float32(xs):
+    return list(struct.unpack("<%df" % len(xs), struct.pack("<%df" % len(xs), *xs)))
+
+
+def test_packed_order_matches_text(make_peer):
+    """The order read PACKED (binary ids and float32 weights) is the order
+    of the reply with an element per id: the same ids, and the same
+    float32 weights (text gives the shortest decimal of each, which reads
+    back as the same float32), in a permutation and in a PADS epoch."""
+    p = make_peer("packed", "--pads", "on", "--uniform-floor", "0.1", "--order-ahead", "0").start()
+    with shade.Client(p.sock) as c:
+        for epoch in range(2):
+            ids, weights = c.order(TRAIN, epoch, 0, 1, timeout_ms=5000, with_weights=True)
+            assert not c.packed_refused
+            raw = c._execute("SHADE.ORDER", TRAIN, epoch, 0, 1, "WITHWEIGHTS", blocking=True)
+            text_ids, text_weights = [int(x) for x in raw[0]], [float(w) for w in raw[1]]
+            assert ids == text_ids == c.order(TRAIN, epoch, 0, 1)
+            check_weights(ids, weights)
+            assert weights == as_float32(weights) == as_float32(text_weights)
+            if epoch == 0:
+                train_epoch(c, 0, ids)
+            else:
+                assert len(set(weights)) > 1, "a PADS epoch after varied losses weighs draws alike"
+
+
+@pytest.mark.skipif(not os.environ.get("SHADE_UNPACKED_BIN_DIR"),
+                    reason="SHADE_UNPACKED_BIN_DIR (a shade-peer built before SHADE.ORDER PACKED) is not set")
+def test_peer_before_packed_answers_orders_unpacked(fmnist, workdir, caplog):
+    """A real shade-peer built before PACKED (but after WITHWEIGHTS) refuses
+    it: the client asks again without it, gets the same order, and asks
+    without it from then on; an error about the request itself is still
+    raised."""
+    p = Peer(Path(os.environ["SHADE_UNPACKED_BIN_DIR"]), fmnist, workdir / "unpacked.sock").start()
+    try:
+        with shade.Client(p.sock) as c, caplog.at_level(logging.INFO, logger="shade"):
+            with pytest.raises(shade.RequestError, match="rank"):
+                c.order(TRAIN, 0, 3, 2, with_weights=True)
+            assert not c.packed_refused
+            ids, weights = c.order(TRAIN, 0, 0, 1, with_weights=True)
+            assert c.packed_refused and not c.weights_refused
+            assert sorted(ids) == list(range(200)) and weights == [1.0] * 200
+            assert ids == c.order(TRAIN, 0, 0, 1)
+            assert caplog.text.count("predates SHADE.ORDER PACKED") == 1
     finally:
         p.stop()
 
