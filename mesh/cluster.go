@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -174,6 +175,10 @@ type cluster struct {
 	// charged to serving.
 	relays relayBook
 
+	// pings shares the MethodPing to a member among the reads that ask
+	// whether it is there at once (answers), by member name.
+	pings singleflight.Group
+
 	mu      sync.RWMutex
 	members map[string]peerInfo // alive, by name, self included
 	// lives holds, for each member in members, a context that ends when
@@ -233,13 +238,24 @@ func (c *cluster) heard(name string) (uint64, bool) {
 
 // answers reports whether the member called name answers a MethodPing
 // within wait: any answer, an error from an older peer's handler
-// included, shows it there.
+// included, shows it there. Calls for one member while a ping to it is
+// out share that ping: it runs whatever the caller that started it does,
+// bounded by wait, and each caller stops waiting for it when its own ctx
+// ends.
 func (c *cluster) answers(ctx context.Context, name string, wait time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	err := c.callName(ctx, name, wire.MethodPing, nil, nil)
-	var perr *peer.Error
-	return err == nil || errors.As(err, &perr) && perr.Code == peer.CodeBadRequest
+	shared := c.pings.DoChan(name, func() (any, error) {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+		defer cancel()
+		err := c.callName(pctx, name, wire.MethodPing, nil, nil)
+		var perr *peer.Error
+		return err == nil || errors.As(err, &perr) && perr.Code == peer.CodeBadRequest, nil
+	})
+	select {
+	case r := <-shared:
+		return r.Val.(bool)
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // callRawName calls a method whose reply is a peer.RawReply on a member

@@ -339,10 +339,13 @@ const ackWindow = 100 * time.Millisecond
 // whileAlive waits while the request to the co-owner runs and the
 // co-owner is there. It looks once ackWindow has passed since the request
 // was recorded: a co-owner not heard from since then may have died, and
-// whileAlive returns at once. One heard from is then asked every
-// ackWindow whether it is still there (cluster.answers), since a peer
-// that acknowledged the request may die before it answers: whileAlive
-// returns when one goes unanswered, or the request ends. It returns
+// whileAlive returns at once. One heard from is looked at again every
+// ackWindow, since a peer that acknowledged the request may die before it
+// answers: heard from in the meantime (any packet: an answer to another
+// request, or to another read's ping), it is there; otherwise it is asked
+// (cluster.answers), and whileAlive returns when it does not answer. So
+// the reads waiting on one co-owner ping it about once an ackWindow
+// between them, not once each. It returns when the request ends, or
 // ctx's error if ctx ends first.
 func (t *coOwnerTry) whileAlive(ctx context.Context, c *cluster) error {
 	timer := time.NewTimer(time.Until(t.at.Add(ackWindow)))
@@ -350,18 +353,23 @@ func (t *coOwnerTry) whileAlive(ctx context.Context, c *cluster) error {
 	if stop, err := t.until(ctx, timer.C); stop {
 		return err
 	}
-	now, ok := c.heard(t.name)
-	if !ok || t.connected && now <= t.heard || !t.connected && now == 0 {
+	last, ok := c.heard(t.name)
+	if !ok || t.connected && last <= t.heard || !t.connected && last == 0 {
 		return nil // not heard from since it was asked
 	}
 	for {
-		if !c.answers(ctx, t.name, ackWindow) {
-			return ctx.Err()
-		}
 		timer.Reset(ackWindow)
 		if stop, err := t.until(ctx, timer.C); stop {
 			return err
 		}
+		if now, _ := c.heard(t.name); now > last {
+			last = now
+			continue
+		}
+		if !c.answers(ctx, t.name, ackWindow) {
+			return ctx.Err()
+		}
+		last, _ = c.heard(t.name)
 	}
 }
 

@@ -14,14 +14,20 @@ import (
 // fetchStalled is a ClusterConfig.handlers: while holding is set, the
 // fetch handlers of the node named stalled take requests in, say so on
 // entered (if it has room), and answer none until release closes, as a
-// peer that hangs does. Its QUIC stack still acknowledges them.
-func fetchStalled(stalled string, holding *atomic.Bool, entered chan<- struct{}, release <-chan struct{}) func(*Node, map[peer.Method]peerHandler) {
+// peer that hangs does. Its QUIC stack still acknowledges them. pings
+// counts the MethodPing requests it answers.
+func fetchStalled(stalled string, holding *atomic.Bool, entered chan<- struct{}, release <-chan struct{}, pings *atomic.Int64) func(*Node, map[peer.Method]peerHandler) {
 	return func(n *Node, h map[peer.Method]peerHandler) {
 		if n.Name() != stalled {
 			return
 		}
 		for _, m := range []peer.Method{wire.MethodFetch, wire.MethodFetchStream} {
 			h[m] = held(h[m], holding.Load, entered, release)
+		}
+		ping := h[wire.MethodPing]
+		h[wire.MethodPing] = func(ctx context.Context, from string, body []byte) (any, error) {
+			pings.Add(1)
+			return ping(ctx, from, body)
 		}
 	}
 }
@@ -33,20 +39,22 @@ func fetchStalled(stalled string, holding *atomic.Bool, entered chan<- struct{},
 //   - an owner reading the sample through does not read the source beside
 //     the stalled owner, which it hears from (its QUIC stack acknowledges
 //     the request): it waits for its answer, and the source is read once;
-//     and of two reads sharing that read through, one that gives up
-//     leaves the other to get the bytes.
+//     of two reads sharing that read through, one that gives up leaves
+//     the other to get the bytes; and the reads waiting on the stalled
+//     owner ping it about once an ack window between them.
 //
 // The wait is the default one, learned, which is DefaultMax before any
 // answer.
 func TestReadsHedgePastAStalledOwner(t *testing.T) {
 	release := make(chan struct{})
 	var holding atomic.Bool
+	var pings atomic.Int64
 	entered := make(chan struct{}, 1)
 	const stalled = "n1"
 	m := startMesh(t, 3, meshOpts{samples: 200, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.Prefetch = -1
-		c.Cluster.handlers = fetchStalled(stalled, &holding, entered, release)
+		c.Cluster.handlers = fetchStalled(stalled, &holding, entered, release, &pings)
 	}})
 	t.Cleanup(func() {
 		select {
@@ -73,8 +81,8 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 			ids, other = append(ids, i), owners[1]
 		}
 	}
-	if len(ids) < 2 {
-		t.Fatalf("%d samples have the stalled node first and %s next, want 2", len(ids), other)
+	if len(ids) < 10 {
+		t.Fatalf("%d samples have the stalled node first and %s next, want 10", len(ids), other)
 	}
 	reader := ""
 	for _, p := range m.peers {
@@ -142,7 +150,13 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 		if err := <-gaveUp; err == nil {
 			t.Error("the first read was answered before it gave up")
 		}
-		// Past the hedge wait and the ack window, the read still waits
+		// More reads through wait on the stalled owner beside it.
+		pingsBefore, since := pings.Load(), time.Now()
+		var more []<-chan []byte
+		for _, id := range ids[2:10] {
+			more = append(more, get(other, id))
+		}
+		// Past the hedge wait and the ack window, the reads still wait
 		// for the stalled owner, and nobody read the source.
 		select {
 		case <-got:
@@ -152,10 +166,23 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 		if n := sourceReads() - before; n != 0 {
 			t.Fatalf("%d source reads beside a first owner that is alive", n)
 		}
+		// Each read looks every ackWindow; one that heard from the owner
+		// since its last look (another read's ping answered) sends no
+		// ping of its own: about one an ackWindow between them, not one
+		// each.
+		windows := int64(time.Since(since) / ackWindow)
+		sent := pings.Load() - pingsBefore
+		t.Logf("%d reads waiting %d ack windows sent %d pings", len(more)+1, windows, sent)
+		if limit := windows + int64(len(more)); sent > limit {
+			t.Errorf("%d reads waiting %d ack windows sent %d pings, want at most %d", len(more)+1, windows, sent, limit)
+		}
 		close(release)
 		within("the read through once its first owner answers", got, ids[1])
-		if n := sourceReads() - before; n != 1 {
-			t.Fatalf("%d source reads, want the first owner's one", n)
+		for i, c := range more {
+			within("a read through once its first owner answers", c, ids[2+i])
+		}
+		if n, want := sourceReads()-before, int64(1+len(more)); n != want {
+			t.Fatalf("%d source reads, want the first owner's %d", n, want)
 		}
 	})
 }
