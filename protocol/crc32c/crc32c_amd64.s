@@ -1,5 +1,21 @@
 #include "textflag.h"
 
+// FOLD512 folds acc (four 128-bit lanes) forward over the distance whose
+// constants are in Z0, onto data: acc = hi(acc)*hi(Z0) ^ lo(acc)*lo(Z0) ^
+// data, lane by lane. tmp is clobbered.
+#define FOLD512(acc, tmp, data) \
+	VPCLMULQDQ $0x11, Z0, acc, tmp \
+	VPCLMULQDQ $0, Z0, acc, acc    \
+	VPTERNLOGD $0x96, data, tmp, acc
+
+// FOLD128 folds acc forward 128 bits (the constants in X0) onto data.
+#define FOLD128(acc, data) \
+	MOVOA     acc, X5      \
+	PCLMULQDQ $0, X0, acc  \
+	PCLMULQDQ $0x11, X0, X5 \
+	PXOR      X5, acc      \
+	PXOR      data, acc
+
 // func foldAVX512(crc uint32, b []byte, k *constants) uint32
 //
 // len(b) is a multiple of 64 and at least 256. Four 512-bit accumulators
@@ -32,53 +48,37 @@ TEXT ·foldAVX512(SB), NOSPLIT, $0-44
 
 	PCALIGN $16
 loop256:
-	VMOVDQU64  (SI), Z11
-	VMOVDQU64  64(SI), Z12
-	VMOVDQU64  128(SI), Z13
-	VMOVDQU64  192(SI), Z14
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x11, Z0, Z2, Z6
-	VPCLMULQDQ $0x11, Z0, Z3, Z7
-	VPCLMULQDQ $0x11, Z0, Z4, Z8
-	VPCLMULQDQ $0, Z0, Z1, Z1
-	VPCLMULQDQ $0, Z0, Z2, Z2
-	VPCLMULQDQ $0, Z0, Z3, Z3
-	VPCLMULQDQ $0, Z0, Z4, Z4
-	VPTERNLOGD $0x96, Z11, Z5, Z1 // Z1 ^= Z5 ^ Z11
-	VPTERNLOGD $0x96, Z12, Z6, Z2
-	VPTERNLOGD $0x96, Z13, Z7, Z3
-	VPTERNLOGD $0x96, Z14, Z8, Z4
-	ADDQ       $256, SI
-	SUBQ       $256, CX
-	CMPQ       CX, $256
-	JAE        loop256
+	VMOVDQU64 (SI), Z11
+	VMOVDQU64 64(SI), Z12
+	VMOVDQU64 128(SI), Z13
+	VMOVDQU64 192(SI), Z14
+	FOLD512(Z1, Z5, Z11)
+	FOLD512(Z2, Z6, Z12)
+	FOLD512(Z3, Z7, Z13)
+	FOLD512(Z4, Z8, Z14)
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	CMPQ      CX, $256
+	JAE       loop256
 
 fold4:
 	// Z1 into Z2, Z2 into Z3, Z3 into Z4: each 64 bytes ahead of the
 	// one before.
 	VBROADCASTI32X4 16(AX), Z0 // fold512
-	VPCLMULQDQ      $0x11, Z0, Z1, Z5
-	VPCLMULQDQ      $0, Z0, Z1, Z1
-	VPTERNLOGD      $0x96, Z2, Z5, Z1
-	VPCLMULQDQ      $0x11, Z0, Z1, Z5
-	VPCLMULQDQ      $0, Z0, Z1, Z1
-	VPTERNLOGD      $0x96, Z3, Z5, Z1
-	VPCLMULQDQ      $0x11, Z0, Z1, Z5
-	VPCLMULQDQ      $0, Z0, Z1, Z1
-	VPTERNLOGD      $0x96, Z4, Z5, Z1
+	FOLD512(Z1, Z5, Z2)
+	FOLD512(Z1, Z5, Z3)
+	FOLD512(Z1, Z5, Z4)
 
 	CMPQ CX, $64
 	JB   lanes
 
 loop64:
-	VMOVDQU64  (SI), Z11
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z11, Z5, Z1
-	ADDQ       $64, SI
-	SUBQ       $64, CX
-	CMPQ       CX, $64
-	JAE        loop64
+	VMOVDQU64 (SI), Z11
+	FOLD512(Z1, Z5, Z11)
+	ADDQ      $64, SI
+	SUBQ      $64, CX
+	CMPQ      CX, $64
+	JAE       loop64
 
 lanes:
 	// Z1's four 128-bit lanes into X1, each 16 bytes ahead of the one
@@ -88,24 +88,10 @@ lanes:
 	VEXTRACTI32X4 $3, Z1, X4
 	VZEROUPPER
 
-	MOVOU     32(AX), X0 // fold128
-	MOVOA     X1, X5
-	PCLMULQDQ $0, X0, X1
-	PCLMULQDQ $0x11, X0, X5
-	PXOR      X5, X1
-	PXOR      X2, X1
-
-	MOVOA     X1, X5
-	PCLMULQDQ $0, X0, X1
-	PCLMULQDQ $0x11, X0, X5
-	PXOR      X5, X1
-	PXOR      X3, X1
-
-	MOVOA     X1, X5
-	PCLMULQDQ $0, X0, X1
-	PCLMULQDQ $0x11, X0, X5
-	PXOR      X5, X1
-	PXOR      X4, X1
+	MOVOU 32(AX), X0 // fold128
+	FOLD128(X1, X2)
+	FOLD128(X1, X3)
+	FOLD128(X1, X4)
 
 	// 128 bits to 64: the first 64 bits times k(96) (X0's second half),
 	// onto the last 64.
