@@ -10,7 +10,8 @@ A dataset of --samples files of 16 bytes (built once under .data/: for
 drawn once the ranks finished the epoch before), then with the default,
 which turns orders ahead on once the ranks waited too long for them two
 epochs running. Each run, 3 ranks (one process each, one per peer) ask
-for their slice of each epoch's order (SHADE.ORDER), "train" --train
+for their slice of each epoch's order (SHADE.ORDER ... PACKED, as the
+clients ask it), "train" --train
 seconds and send SHADE.DONE. The wait is the time from the request to the
 reply's first byte. Then each rank asks another peer for its slices of the
 last two epochs, which must be the same bytes.
@@ -67,26 +68,25 @@ def command(*args):
 
 def call(s, *args):
     """Sends one command; returns the seconds to the reply's first byte and
-    the whole reply (a simple string, an error or an array of integers)."""
+    the whole reply (a simple string, an error, an integer or a bulk
+    string: SHADE.ORDER is asked PACKED, as the clients ask it)."""
     t0 = time.monotonic()
     s.sendall(command(*args))
     buf = bytearray(s.recv(1 << 20))
     first = time.monotonic() - t0
     if not buf:
         raise ConnectionError("the peer closed the connection")
-    if buf[:1] in (b"+", b"-", b":"):
+    while b"\r\n" not in buf:
+        buf += s.recv(1 << 20)
+    if buf[:1] != b"$":
         while not buf.endswith(b"\r\n"):
             buf += s.recv(1 << 20)
         return first, bytes(buf)
-    while b"\r\n" not in buf:
-        buf += s.recv(1 << 20)
-    n = int(buf[1:buf.index(b"\r\n")])
-    lines = buf.count(b"\n")
-    while lines < n + 1:
+    end = buf.index(b"\r\n") + 2 + int(buf[1:buf.index(b"\r\n")]) + 2
+    while len(buf) < end:
         chunk = s.recv(1 << 20)
         if not chunk:
             raise ConnectionError("the peer closed the connection mid-reply")
-        lines += chunk.count(b"\n")
         buf += chunk
     return first, bytes(buf)
 
@@ -97,7 +97,7 @@ def rank(r, socks, epochs, train, q):
     s.connect(socks[r])
     digests = {}
     for e in range(epochs):
-        w, reply = call(s, "SHADE.ORDER", "big", e, r, WORLD)
+        w, reply = call(s, "SHADE.ORDER", "big", e, r, WORLD, "PACKED")
         if reply[:1] == b"-":
             q.put(("error", r, "epoch %d: %s" % (e, reply.decode().strip())))
             return
@@ -109,7 +109,7 @@ def rank(r, socks, epochs, train, q):
     o.settimeout(120)
     o.connect(socks[(r + 1) % WORLD])
     for e in range(epochs - 2, epochs):
-        _, reply = call(o, "SHADE.ORDER", "big", e, r, WORLD)
+        _, reply = call(o, "SHADE.ORDER", "big", e, r, WORLD, "PACKED")
         same = hashlib.sha256(reply).hexdigest() == digests[e]
         q.put(("check", r, (e, same)))
 
@@ -143,7 +143,7 @@ def run(bin_dir, data, flags, epochs, train, port):
         # What an installed order takes to answer, nothing else running.
         s = socket.socket(socket.AF_UNIX)
         s.connect(socks[0])
-        floor = min(call(s, "SHADE.ORDER", "big", epochs - 1, 0, WORLD)[0] for _ in range(3))
+        floor = min(call(s, "SHADE.ORDER", "big", epochs - 1, 0, WORLD, "PACKED")[0] for _ in range(3))
         switched = []
         for i in range(WORLD):
             with open(os.path.join(d, "n%d.log" % i)) as f:
