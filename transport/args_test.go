@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +69,19 @@ func TestParseDoneAndReportTakeAJob(t *testing.T) {
 	}
 	if _, err := ParseReport(args("ds 0 4 0.5 JOB a/b")); err == nil || !strings.Contains(err.Error(), "bad job name") {
 		t.Errorf("REPORT with a bad job name: %v", err)
+	}
+	// PACKED: ids 4 and 7 (uint32), losses 0.5 and 0.1 (float64, which
+	// float32 would not keep), little-endian.
+	ids := []byte{4, 0, 0, 0, 7, 0, 0, 0}
+	losses := []byte{0, 0, 0, 0, 0, 0, 0xe0, 0x3f, 0x9a, 0x99, 0x99, 0x99, 0x99, 0x99, 0xb9, 0x3f}
+	packed := [][]byte{[]byte("ds"), []byte("0"), []byte("packed"), ids, losses, []byte("JOB"), []byte("a")}
+	r, err = ParseReport(packed)
+	if err != nil || r.Job != "a" || !slices.Equal(r.IDs, []uint32{4, 7}) || !slices.Equal(r.Losses, []float64{0.5, 0.1}) {
+		t.Errorf("REPORT PACKED: %+v %v", r, err)
+	}
+	for _, bad := range [][2][]byte{{ids, losses[:8]}, {ids[:7], losses}, {nil, nil}, {ids[:4], losses[:12]}} {
+		if _, err := ParseReport([][]byte{[]byte("ds"), []byte("0"), []byte("PACKED"), bad[0], bad[1]}); err == nil || !strings.Contains(err.Error(), "PACKED needs") {
+			t.Errorf("REPORT PACKED of %d and %d bytes: %v", len(bad[0]), len(bad[1]), err)
+		}
 	}
 }

@@ -475,9 +475,11 @@ func cutJob(args [][]byte, command string) ([][]byte, string, error) {
 }
 
 // ParseReport parses SHADE.REPORT's arguments (after the command name):
-// <dataset> <epoch> <id> <loss> [<id> <loss> ...] [JOB <name>]. It
-// checks shape and syntax only; the node checks ids against the dataset and
-// refuses non-finite losses.
+// <dataset> <epoch> <id> <loss> [<id> <loss> ...] [JOB <name>], or
+// <dataset> <epoch> PACKED <ids> <losses> [JOB <name>] with the ids as
+// little-endian uint32 and the losses as little-endian IEEE 754 float64,
+// the same number of each. It checks shape and syntax only; the node
+// checks ids against the dataset and refuses non-finite losses.
 func ParseReport(args [][]byte) (ReportArgs, error) {
 	var r ReportArgs
 	args, job, err := cutJob(args, "SHADE.REPORT")
@@ -485,8 +487,9 @@ func ParseReport(args [][]byte) (ReportArgs, error) {
 		return r, err
 	}
 	r.Job = job
-	if len(args) < 4 || (len(args)-2)%2 != 0 {
-		return r, fmt.Errorf("SHADE.REPORT needs <dataset> <epoch> and one or more <id> <loss> pairs [JOB <name>]")
+	packed := len(args) == 5 && strings.EqualFold(string(args[2]), "PACKED")
+	if !packed && (len(args) < 4 || (len(args)-2)%2 != 0) {
+		return r, fmt.Errorf("SHADE.REPORT needs <dataset> <epoch> and one or more <id> <loss> pairs, or PACKED <ids> <losses> [JOB <name>]")
 	}
 	r.Dataset = string(args[0])
 	epoch, err := parseInt(args[1], "epoch")
@@ -494,6 +497,19 @@ func ParseReport(args [][]byte) (ReportArgs, error) {
 		return r, err
 	}
 	r.Epoch = epoch
+	if packed {
+		ids, losses := args[3], args[4]
+		if len(ids)%4 != 0 || len(losses)%8 != 0 || len(ids)/4 != len(losses)/8 || len(ids) == 0 {
+			return r, fmt.Errorf("SHADE.REPORT PACKED needs 4 bytes an id and 8 a loss, as many of each, got %d and %d bytes", len(ids), len(losses))
+		}
+		r.IDs = make([]uint32, len(ids)/4)
+		r.Losses = make([]float64, len(r.IDs))
+		for i := range r.IDs {
+			r.IDs[i] = binary.LittleEndian.Uint32(ids[4*i:])
+			r.Losses[i] = math.Float64frombits(binary.LittleEndian.Uint64(losses[8*i:]))
+		}
+		return r, nil
+	}
 	pairs := (len(args) - 2) / 2
 	r.IDs = make([]uint32, pairs)
 	r.Losses = make([]float64, pairs)
@@ -513,9 +529,7 @@ func ParseReport(args [][]byte) (ReportArgs, error) {
 }
 
 func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	if pairs := (len(a) - 3) / 2; pairs > s.cfg.MaxKeys {
-		s.refused.add(refusedKeys)
-		c.WriteError(fmt.Sprintf("ERR too many id/loss pairs: %d, at most %d in one report (--max-keys)", pairs, s.cfg.MaxKeys))
+	if tooManyPairs(s, c, (len(a)-3)/2) { // before parsing each pair
 		return
 	}
 	r, err := ParseReport(a[1:])
@@ -523,11 +537,25 @@ func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		c.WriteError("ERR " + err.Error())
 		return
 	}
+	if tooManyPairs(s, c, len(r.IDs)) { // a PACKED report
+		return
+	}
 	if err := s.backend.Report(r.Dataset, r.Job, r.Epoch, r.IDs, r.Losses); err != nil {
 		writeErr(c, err)
 		return
 	}
 	c.WriteInt(len(r.IDs))
+}
+
+// tooManyPairs answers a report of more than MaxKeys id/loss pairs, and
+// reports whether it did.
+func tooManyPairs(s *SocketServer, c redcon.Conn, pairs int) bool {
+	if pairs <= s.cfg.MaxKeys {
+		return false
+	}
+	s.refused.add(refusedKeys)
+	c.WriteError(fmt.Sprintf("ERR too many id/loss pairs: %d, at most %d in one report (--max-keys)", pairs, s.cfg.MaxKeys))
+	return true
 }
 
 // OrderArgs is a parsed SHADE.ORDER.

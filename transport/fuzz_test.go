@@ -81,6 +81,10 @@ func FuzzParseCommands(f *testing.F) {
 	f.Add([]byte("\x00ds\x001\x005\x000.5\x00JOB\x00a"))
 	f.Add([]byte("\x02ds\x000\x000\x00JOB\x00a"))
 	f.Add([]byte("\x05ds\x00JOB\x00never"))
+	// Packed orders and reports.
+	f.Add([]byte("\x01ds\x000\x000\x001\x00PACKED\x00WITHWEIGHTS"))
+	f.Add([]byte("\x00ds\x000\x00PACKED\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\xe0\x3f"))
+	f.Add([]byte("\x00ds\x000\x00PACKED\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\xf8\x7f"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return
