@@ -11,6 +11,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,8 +141,8 @@ type Client struct {
 	rdb      *redis.Client // ordinary commands, read timeout ReadTimeout
 	blocking *redis.Client // SHADE.ORDER: reads bounded per call instead
 	shm      *shared
-	// packedRefused: the peer refused SHADE.ORDER ... PACKED (it predates
-	// it); orders are asked with an element per id.
+	// packedRefused: the peer refused PACKED (it predates it): orders are
+	// asked with an element per id, reports sent with an argument each.
 	packedRefused atomic.Bool
 }
 
@@ -523,17 +524,53 @@ func (c *Client) Report(ctx context.Context, dataset string, epoch int, ids []in
 	}
 	for start := 0; start < len(ids); start += ReportChunk {
 		end := min(start+ReportChunk, len(ids))
-		args := make([]any, 0, 5+2*(end-start))
-		args = append(args, "SHADE.REPORT", dataset, epoch)
-		for i := start; i < end; i++ {
-			args = append(args, ids[i], formatLoss(losses[i]))
-		}
-		args = append(args, c.job...)
-		if _, err := c.do(ctx, c.rdb, 0, args...); err != nil {
+		if err := c.report(ctx, dataset, epoch, ids[start:end], losses[start:end]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// report sends one SHADE.REPORT PACKED: the ids as little-endian uint32
+// and the losses as little-endian float64, in two arguments. A peer that
+// predates PACKED refuses it with an ERR reply, as it does SHADE.ORDER's
+// (Client.order): the report is then sent again with an argument per id
+// and per loss. Ids that do not fit a uint32 go that way too, for the
+// peer to refuse them.
+func (c *Client) report(ctx context.Context, dataset string, epoch int, ids []int, losses []float64) error {
+	if c.packedRefused.Load() || slices.ContainsFunc(ids, func(id int) bool { return id < 0 || id > math.MaxUint32 }) {
+		return c.textReport(ctx, dataset, epoch, ids, losses)
+	}
+	idBytes := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		idBytes = binary.LittleEndian.AppendUint32(idBytes, uint32(id))
+	}
+	lossBytes := make([]byte, 0, 8*len(losses))
+	for _, x := range losses {
+		lossBytes = binary.LittleEndian.AppendUint64(lossBytes, math.Float64bits(x))
+	}
+	_, err := c.do(ctx, c.rdb, 0, slices.Concat([]any{"SHADE.REPORT", dataset, epoch, "PACKED", idBytes, lossBytes}, c.job)...)
+	var se *ServerError
+	if !errors.As(err, &se) || se.Code != "ERR" {
+		return err
+	}
+	if err := c.textReport(ctx, dataset, epoch, ids, losses); err != nil {
+		return err
+	}
+	c.packedRefused.Store(true)
+	return nil
+}
+
+// textReport sends one SHADE.REPORT with an argument per id and per loss.
+func (c *Client) textReport(ctx context.Context, dataset string, epoch int, ids []int, losses []float64) error {
+	args := make([]any, 0, 5+2*len(ids))
+	args = append(args, "SHADE.REPORT", dataset, epoch)
+	for i := range ids {
+		args = append(args, ids[i], formatLoss(losses[i]))
+	}
+	args = append(args, c.job...)
+	_, err := c.do(ctx, c.rdb, 0, args...)
+	return err
 }
 
 // formatLoss writes a loss as the peer parses it: the shortest decimal that

@@ -667,4 +667,70 @@ func TestOrderFromPeerBeforePacked(t *testing.T) {
 	if plain, err := c.Order(ctx, "toy", 0, 0, 1, 20*time.Second); err != nil || !slices.Equal(plain, ids) {
 		t.Fatalf("Order = %v, %v; want %v", plain, err, ids)
 	}
+	// A report, from a client that has not yet learned the peer's age.
+	r := newClient(t, Options{Socket: sock})
+	if err := r.Report(ctx, "toy", 0, ids[:3], []float64{0.5, 1, 2}); err != nil {
+		t.Fatalf("Report to the old peer: %v", err)
+	}
+	if !r.packedRefused.Load() {
+		t.Fatal("the old peer took a PACKED report")
+	}
+}
+
+// TestReportPackedMergesAsText: two peers started alike, one sent every
+// report PACKED and the other an argument per id and loss (as to an older
+// peer), draw the same weighted order of the next epoch: the packed
+// losses merge as the text ones do. (Checked: it fails with the packed
+// losses sent in the wrong order. Rounding them to float32 changes no
+// draw here, so it does not tell float64 from float32.) A report with an id out of range is
+// refused either way, and one with an id that does not fit a uint32 goes
+// as text and is refused by the peer.
+func TestReportPackedMergesAsText(t *testing.T) {
+	flags := []string{"--score", "magnitude", "--max-weight", "4", "--order-ahead", "0", "--seed", "7"}
+	_, sockA := startToy(t, flags...)
+	d, sockB := startToy(t, flags...)
+	packed, text := newClient(t, Options{Socket: sockA}), newClient(t, Options{Socket: sockB})
+	text.packedRefused.Store(true)
+	ctx := t.Context()
+	n := len(d.Files)
+	var orders [2][]int
+	var weights [2][]float64
+	for k, c := range []*Client{packed, text} {
+		ids, err := c.Order(ctx, "toy", 0, 0, 1, 20*time.Second)
+		if err != nil || len(ids) != n {
+			t.Fatalf("epoch 0: %d ids, %v", len(ids), err)
+		}
+		slices.Sort(ids) // both permutations differ; report in id order
+		losses := make([]float64, n)
+		for i, id := range ids {
+			losses[i] = 0.1 + math.Pi*float64(id%5)/3 // not exact in decimal
+		}
+		if err := c.Report(ctx, "toy", 0, ids, losses); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Report(ctx, "toy", 0, []int{n + 5}, []float64{1}); err == nil {
+			t.Errorf("client %d: a report of id %d of %d was merged", k, n+5, n)
+		}
+		if err := c.Report(ctx, "toy", 0, []int{-1}, []float64{1}); err == nil {
+			t.Errorf("client %d: a report of id -1 was merged", k)
+		}
+		if err := c.Done(ctx, "toy", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if orders[k], weights[k], err = c.OrderWeights(ctx, "toy", 1, 0, 1, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if packed.packedRefused.Load() {
+		t.Fatal("the peer refused a PACKED report")
+	}
+	// The text client reads its order as text too: its weights are the
+	// float32 values' shortest decimals, compared as float32.
+	same := slices.Equal(orders[0], orders[1]) && slices.EqualFunc(weights[0], weights[1], func(a, b float64) bool { return float32(a) == float32(b) })
+	if !same {
+		t.Fatal("the peer sent packed reports draws another order than the one sent them as text")
+	}
+	if slices.Min(weights[0]) == slices.Max(weights[0]) {
+		t.Fatal("epoch 1 weighs every draw alike: the reports did not shape it")
+	}
 }

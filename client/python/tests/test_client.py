@@ -123,6 +123,9 @@ def test_bad_input_raises_shade_error(client):
         client.report(TRAIN, 0, [1, 2], [0.5, float("nan")])
     with pytest.raises(shade.RequestError):
         client.report(TRAIN, 0, [1, 100000], [0.5, 0.7])
+    with pytest.raises(shade.RequestError, match="non-negative"):
+        client.report(TRAIN, 0, [1, -1], [0.5, 0.7])  # no uint32: sent as text, refused there
+    assert not client.packed_refused, "an error about the report was taken for a refusal of PACKED"
     with pytest.raises(shade.RequestError, match="rank"):
         client.order(TRAIN, 0, 3, 2)
     with pytest.raises(ValueError):

@@ -138,13 +138,33 @@ def test_packed_order_matches_text(make_peer):
                 assert len(set(weights)) > 1, "a PADS epoch after varied losses weighs draws alike"
 
 
+def test_packed_reports_merge_as_text(make_peer):
+    """Two peers started alike, one sent every report PACKED and the other
+    an argument per id and loss (as to an older peer), draw the same
+    weighted order of the next epoch."""
+    flags = ("--pads", "on", "--uniform-floor", "0.1", "--order-ahead", "0", "--seed", "7")
+    peers = [make_peer("rpacked", *flags).start(), make_peer("rtext", *flags).start()]
+    got = []
+    for k, p in enumerate(peers):
+        with shade.Client(p.sock) as c:
+            c._packed_refused = k == 1
+            ids = sorted(c.order(TRAIN, 0, 0, 1))
+            assert c.report(TRAIN, 0, ids, [0.1 + math.pi * (i % 5) / 3 for i in ids]) == len(ids)
+            c.done(TRAIN, 0, 0)
+            got.append(c.order(TRAIN, 1, 0, 1, timeout_ms=5000, with_weights=True))
+            assert c.packed_refused == (k == 1)
+    assert got[0][0] == got[1][0]
+    assert as_float32(got[0][1]) == as_float32(got[1][1])
+    assert len(set(got[0][1])) > 1, "the reports did not shape epoch 1"
+
+
 @pytest.mark.skipif(not os.environ.get("SHADE_UNPACKED_BIN_DIR"),
                     reason="SHADE_UNPACKED_BIN_DIR (a shade-peer built before SHADE.ORDER PACKED) is not set")
 def test_peer_before_packed_answers_orders_unpacked(fmnist, workdir, caplog):
     """A real shade-peer built before PACKED (but after WITHWEIGHTS) refuses
     it: the client asks again without it, gets the same order, and asks
     without it from then on; an error about the request itself is still
-    raised."""
+    raised. A report is sent again as text, and merged."""
     p = Peer(Path(os.environ["SHADE_UNPACKED_BIN_DIR"]), fmnist, workdir / "unpacked.sock").start()
     try:
         with shade.Client(p.sock) as c, caplog.at_level(logging.INFO, logger="shade"):
@@ -156,6 +176,10 @@ def test_peer_before_packed_answers_orders_unpacked(fmnist, workdir, caplog):
             assert sorted(ids) == list(range(200)) and weights == [1.0] * 200
             assert ids == c.order(TRAIN, 0, 0, 1)
             assert caplog.text.count("predates SHADE.ORDER PACKED") == 1
+        with shade.Client(p.sock) as c, caplog.at_level(logging.INFO, logger="shade"):
+            assert c.report(TRAIN, 0, [1, 2, 3], [0.5, 1.0, 2.0]) == 3  # a report first
+            assert c.packed_refused
+            assert caplog.text.count("predates SHADE.REPORT PACKED") == 1
     finally:
         p.stop()
 
