@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""What a rank pays to receive its slice of an epoch's order: the order
-PACKED (binary ids and weights) against an element per id, side by side in
-one run.
+"""What a rank pays for its slice of each epoch's order and for each
+minibatch's report: PACKED (ids, weights and losses as binary) against an
+element per id, side by side in one run.
 
-    test/bench/order_fetch.py [--samples 1280000] [--world 3] [--rounds 7]
+    test/bench/packed.py [--samples 1280000] [--world 3] [--rounds 7] [--batches 64,256,1024]
 
 One local peer (deploy/local/mesh.sh) serves a dataset of --samples files
 (test/bench/order_wait.py's, built once under .data/). Epoch 0 is
@@ -16,12 +16,16 @@ published, then asked again --rounds times each way, the ways in turn:
   lists of ints and floats, PACKED (the default) and an element per id
   (the path the client takes with a peer that predates PACKED).
 
-Both with and without WITHWEIGHTS. It prints the medians and the ratio
-packed / element per id, and checks that both ways give the same order.
+Both with and without WITHWEIGHTS. Then shade.Client.report() of a
+minibatch of each --batches size (random ids and losses), 200 reports a
+round, PACKED and an argument per id and loss in turn. It prints the
+medians and the ratio packed / element per id, and checks that both ways
+give the same order and merge every pair.
 """
 
 import argparse
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -127,13 +131,14 @@ def main():
     ap.add_argument("--samples", type=int, default=1280000)
     ap.add_argument("--world", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--batches", default="64,256,1024", help="report sizes, comma-separated")
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin"), help="directory of shade-peer")
     ap.add_argument("--port", type=int, default=28946, help="gossip port of the peer")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.bin, "shade-peer")):
         subprocess.run(["go", "build", "-o", a.bin + "/", "./cmd/shade-peer"], cwd=ROOT, check=True)
     data = dataset(a.samples)
-    d = tempfile.mkdtemp(prefix="shade-order-fetch-")
+    d = tempfile.mkdtemp(prefix="shade-packed-")
     env = dict(os.environ, SHADE_BIN=a.bin, SHADE_BASE_PORT=str(a.port))
     mesh = os.path.join(ROOT, "deploy", "local", "mesh.sh")
     subprocess.run([mesh, "start", "1", d, "--dataset", "big=" + data, "--cache-size", "256MiB",
@@ -174,6 +179,27 @@ def main():
                     side, med[side + " text"], med[side + " packed"], med[side + " packed"] / med[side + " text"]))
         print("\n(medians of %d rounds; peer: request to the reply's last byte over a raw socket; "
               "client: shade.Client.order, parsed into lists; the same order both ways)" % a.rounds)
+        rng = random.Random(1)
+        print("\n## shade.Client.report() of a minibatch")
+        for batch in (int(b) for b in a.batches.split(",")):
+            ids = [rng.randrange(a.samples) for _ in range(batch)]
+            losses = [rng.random() * 3 for _ in range(batch)]
+            times = {"text": [], "packed": []}
+            for _ in range(a.rounds):
+                for name, c in (("text", text), ("packed", packed)):
+                    t = time.perf_counter()
+                    for _ in range(200):
+                        if c.report("big", 0, ids, losses) != batch:
+                            print("a report was not merged whole")
+                            sys.exit(1)
+                    times[name].append((time.perf_counter() - t) / 200)
+            if packed.packed_refused:
+                print("the peer refused a PACKED report")
+                sys.exit(1)
+            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            print("%5d pairs: argument each %7.3f ms   PACKED %7.3f ms   ratio %.3f" % (
+                batch, med["text"], med["packed"], med["packed"] / med["text"]))
+        print("(medians of %d rounds of 200 reports, a round trip each)" % a.rounds)
     finally:
         subprocess.run([mesh, "stop", d], env=env, stdout=subprocess.DEVNULL)
         shutil.rmtree(d, ignore_errors=True)
