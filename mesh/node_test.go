@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,6 +154,11 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 		{"SHADE.ORDER", "ds", "0", "0", "1", "WITHWEIGHTS", "5"},
 		{"SHADE.ORDER", "ds", "0", "0", "1", "5", "WITHWEIGHT"},
 		{"SHADE.ORDER", "ds", "0", "0", "1", "5", "6", "WITHWEIGHTS"},
+		{"SHADE.ORDER", "ds", "0", "0", "1", "PACKED", "PACKED"},
+		packedReport(101, 0, 0.5), // over MaxKeys
+		packedReport(2, 20, 0.5),  // an id out of range
+		packedReport(2, 0, math.NaN()),
+		{"SHADE.REPORT", "ds", "0", "PACKED", []byte{1, 0, 0, 0}, []byte{1, 2, 3}},
 		{"SHADE.DONE", "ds", "0", "0"}, // no job yet
 		{"SHADE.MANIFEST", "nope"},
 		{"SHADE.STATS", "nope"},
@@ -177,6 +183,16 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 	if st.Datasets[0].Job.ScoredSamples != 1 {
 		t.Errorf("a refused report changed scores: %+v", st.Datasets[0].Job)
 	}
+}
+
+// packedReport is a SHADE.REPORT PACKED of n pairs, each of id and loss.
+func packedReport(n int, id uint32, loss float64) []any {
+	var ids, losses []byte
+	for range n {
+		ids = binary.LittleEndian.AppendUint32(ids, id)
+		losses = binary.LittleEndian.AppendUint64(losses, math.Float64bits(loss))
+	}
+	return []any{"SHADE.REPORT", "ds", "0", "PACKED", ids, losses}
 }
 
 // manyKeys is an MGET of n keys.

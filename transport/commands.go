@@ -241,11 +241,17 @@ func writeAppended(c redcon.Conn, b []byte, found bool, err error) {
 // tooManyKeys answers a command with more keys than MaxKeys, and reports
 // whether it did.
 func tooManyKeys(s *SocketServer, c redcon.Conn, n int) bool {
+	return overMaxKeys(s, c, n, "keys", "command")
+}
+
+// overMaxKeys answers a command with n things, more than MaxKeys (keys,
+// a report's pairs), and reports whether it did.
+func overMaxKeys(s *SocketServer, c redcon.Conn, n int, things, command string) bool {
 	if n <= s.cfg.MaxKeys {
 		return false
 	}
 	s.refused.add(refusedKeys)
-	c.WriteError(fmt.Sprintf("ERR too many keys: %d, at most %d in one command (--max-keys)", n, s.cfg.MaxKeys))
+	c.WriteError(fmt.Sprintf("ERR too many %s: %d, at most %d in one %s (--max-keys)", things, n, s.cfg.MaxKeys, command))
 	return true
 }
 
@@ -529,7 +535,7 @@ func ParseReport(args [][]byte) (ReportArgs, error) {
 }
 
 func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
-	if tooManyPairs(s, c, (len(a)-3)/2) { // before parsing each pair
+	if overMaxKeys(s, c, (len(a)-3)/2, "id/loss pairs", "report") { // before parsing each pair
 		return
 	}
 	r, err := ParseReport(a[1:])
@@ -537,7 +543,7 @@ func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		c.WriteError("ERR " + err.Error())
 		return
 	}
-	if tooManyPairs(s, c, len(r.IDs)) { // a PACKED report
+	if overMaxKeys(s, c, len(r.IDs), "id/loss pairs", "report") { // a PACKED report
 		return
 	}
 	if err := s.backend.Report(r.Dataset, r.Job, r.Epoch, r.IDs, r.Losses); err != nil {
@@ -545,17 +551,6 @@ func cmdReport(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		return
 	}
 	c.WriteInt(len(r.IDs))
-}
-
-// tooManyPairs answers a report of more than MaxKeys id/loss pairs, and
-// reports whether it did.
-func tooManyPairs(s *SocketServer, c redcon.Conn, pairs int) bool {
-	if pairs <= s.cfg.MaxKeys {
-		return false
-	}
-	s.refused.add(refusedKeys)
-	c.WriteError(fmt.Sprintf("ERR too many id/loss pairs: %d, at most %d in one report (--max-keys)", pairs, s.cfg.MaxKeys))
-	return true
 }
 
 // OrderArgs is a parsed SHADE.ORDER.
