@@ -16,7 +16,10 @@
 // loads (foldConstants), not copied in as numbers.
 package crc32c
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"math/bits"
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -101,10 +104,4 @@ func x64DivP(p uint64) uint64 {
 }
 
 // reflect returns the low n bits of v in reverse order.
-func reflect(v uint64, n int) uint64 {
-	var r uint64
-	for i := range n {
-		r |= (v >> i & 1) << (n - 1 - i)
-	}
-	return r
-}
+func reflect(v uint64, n int) uint64 { return bits.Reverse64(v) >> (64 - n) }

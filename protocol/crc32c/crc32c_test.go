@@ -1,6 +1,7 @@
 package crc32c
 
 import (
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
@@ -93,31 +94,17 @@ func BenchmarkChecksum(b *testing.B) {
 		for i := range buf {
 			buf[i] = byte(i)
 		}
-		b.Run(byteSize(n)+"/hash-crc32", func(b *testing.B) {
+		b.Run(fmt.Sprintf("%dB/hash-crc32", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			for b.Loop() {
 				crc32.Checksum(buf, castagnoli)
 			}
 		})
-		b.Run(byteSize(n)+"/crc32c", func(b *testing.B) {
+		b.Run(fmt.Sprintf("%dB/crc32c", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			for b.Loop() {
 				Checksum(buf)
 			}
 		})
 	}
-}
-
-func byteSize(n int) string {
-	if n >= 1<<10 {
-		return itoa(n>>10) + "KiB"
-	}
-	return itoa(n) + "B"
-}
-
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }
