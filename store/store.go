@@ -344,19 +344,20 @@ func verifiedInPlace(v []byte, sum uint64) bool {
 	if crc32c.Folds() {
 		return shm.Checksum(v) == sum
 	}
-	// The touch goes on both sides, so that its loads are kept: the check
-	// is the checksum's alone.
-	t := uint64(touchLines(v))
-	return shm.Checksum(v)^t == sum^t
+	return touchedThenVerified(v, sum)
 }
 
-// touchLines reads one byte of every cache line of v.
-func touchLines(v []byte) byte {
+// touchedThenVerified reads one byte of every cache line of v, then
+// reports whether v has the checksum sum.
+func touchedThenVerified(v []byte, sum uint64) bool {
 	var touched byte
 	for i := 0; i < len(v); i += 64 {
 		touched |= v[i]
 	}
-	return touched
+	// touched goes on both sides, so that its loads are kept: the check is
+	// the checksum's alone.
+	t := uint64(touched)
+	return shm.Checksum(v)^t == sum^t
 }
 
 // dropCorrupt unlinks and frees the block at off if it is still key's
