@@ -376,10 +376,8 @@ func (c *Client) OrderWeights(ctx context.Context, dataset string, epoch, rank, 
 }
 
 // order asks for the order PACKED: its ids (and weights) as binary, in one
-// bulk string each. A peer that predates PACKED refuses it with an ERR
-// reply; the order is then asked again without it, and this client asks
-// that peer without it from then on.
-func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration, withWeights bool) ([]int, []float64, error) {
+// bulk string each (see packedOrText for a peer that predates it).
+func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world int, wait time.Duration, withWeights bool) (ids []int, weights []float64, err error) {
 	if wait < 0 {
 		return nil, nil, fmt.Errorf("client: SHADE.ORDER: negative wait %v", wait)
 	}
@@ -392,22 +390,40 @@ func (c *Client) order(ctx context.Context, dataset string, epoch, rank, world i
 	if withWeights {
 		args = append(args, "WITHWEIGHTS")
 	}
-	if !c.packedRefused.Load() {
+	err = c.packedOrText(func() error {
 		v, err := c.do(ctx, c.blocking, serverWait+c.readWait, slices.Concat(args, []any{"PACKED"}, c.job)...)
-		var se *ServerError
-		if !errors.As(err, &se) || se.Code != "ERR" {
-			if err != nil {
-				return nil, nil, err
-			}
-			return packedOrder(v, withWeights)
+		if err != nil {
+			return err
 		}
-		ids, weights, err := c.textOrder(ctx, serverWait, args, withWeights)
-		if err == nil {
-			c.packedRefused.Store(true)
-		}
-		return ids, weights, err
+		ids, weights, err = packedOrder(v, withWeights)
+		return err
+	}, func() (err error) {
+		ids, weights, err = c.textOrder(ctx, serverWait, args, withWeights)
+		return err
+	})
+	return ids, weights, err
+}
+
+// packedOrText runs packed, a command sent PACKED, unless the peer refused
+// PACKED before. A peer that predates PACKED refuses it with an ERR reply:
+// text, the same command with an element per id, then runs instead, and
+// once it succeeds this client sends that peer everything with an element
+// per id (an ERR that text gets too was about the command itself, and is
+// returned).
+func (c *Client) packedOrText(packed, text func() error) error {
+	if c.packedRefused.Load() {
+		return text()
 	}
-	return c.textOrder(ctx, serverWait, args, withWeights)
+	err := packed()
+	var se *ServerError
+	if !errors.As(err, &se) || se.Code != "ERR" {
+		return err
+	}
+	if err := text(); err != nil {
+		return err
+	}
+	c.packedRefused.Store(true)
+	return nil
 }
 
 // textOrder asks for the order with an element per id.
@@ -532,33 +548,26 @@ func (c *Client) Report(ctx context.Context, dataset string, epoch int, ids []in
 }
 
 // report sends one SHADE.REPORT PACKED: the ids as little-endian uint32
-// and the losses as little-endian float64, in two arguments. A peer that
-// predates PACKED refuses it with an ERR reply, as it does SHADE.ORDER's
-// (Client.order): the report is then sent again with an argument per id
-// and per loss. Ids that do not fit a uint32 go that way too, for the
-// peer to refuse them.
+// and the losses as little-endian float64, in two arguments (see
+// packedOrText for a peer that predates it). Ids that do not fit a uint32
+// go with an argument each, for the peer to refuse them.
 func (c *Client) report(ctx context.Context, dataset string, epoch int, ids []int, losses []float64) error {
-	if c.packedRefused.Load() || slices.ContainsFunc(ids, func(id int) bool { return id < 0 || id > math.MaxUint32 }) {
-		return c.textReport(ctx, dataset, epoch, ids, losses)
+	text := func() error { return c.textReport(ctx, dataset, epoch, ids, losses) }
+	if slices.ContainsFunc(ids, func(id int) bool { return id < 0 || id > math.MaxUint32 }) {
+		return text()
 	}
-	idBytes := make([]byte, 0, 4*len(ids))
-	for _, id := range ids {
-		idBytes = binary.LittleEndian.AppendUint32(idBytes, uint32(id))
-	}
-	lossBytes := make([]byte, 0, 8*len(losses))
-	for _, x := range losses {
-		lossBytes = binary.LittleEndian.AppendUint64(lossBytes, math.Float64bits(x))
-	}
-	_, err := c.do(ctx, c.rdb, 0, slices.Concat([]any{"SHADE.REPORT", dataset, epoch, "PACKED", idBytes, lossBytes}, c.job)...)
-	var se *ServerError
-	if !errors.As(err, &se) || se.Code != "ERR" {
+	return c.packedOrText(func() error {
+		idBytes := make([]byte, 0, 4*len(ids))
+		for _, id := range ids {
+			idBytes = binary.LittleEndian.AppendUint32(idBytes, uint32(id))
+		}
+		lossBytes := make([]byte, 0, 8*len(losses))
+		for _, x := range losses {
+			lossBytes = binary.LittleEndian.AppendUint64(lossBytes, math.Float64bits(x))
+		}
+		_, err := c.do(ctx, c.rdb, 0, slices.Concat([]any{"SHADE.REPORT", dataset, epoch, "PACKED", idBytes, lossBytes}, c.job)...)
 		return err
-	}
-	if err := c.textReport(ctx, dataset, epoch, ids, losses); err != nil {
-		return err
-	}
-	c.packedRefused.Store(true)
-	return nil
+	}, text)
 }
 
 // textReport sends one SHADE.REPORT with an argument per id and per loss.
