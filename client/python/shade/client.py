@@ -11,7 +11,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import redis
 
@@ -366,23 +366,34 @@ class Client:
         """The order asked ``PACKED``: the ids (and weights) as binary in
         one bulk string each, read in one call where an element per id
         costs about a microsecond each in Python (0.3 s for 426,667 ids,
-        0.7 s with weights). A peer that predates PACKED refuses it with an
-        ERR reply: the order is then asked again without it, and if that
-        answers, this client asks without it from then on
-        (``packed_refused``); if that fails too, its error is raised."""
-        if not self._packed_refused:
-            try:
-                return _packed_order(self._execute(*args, "PACKED", *self._job_args, blocking=True),
-                                     weighted)
-            except RequestError as e:
-                if e.code != "ERR":
-                    raise
-                reply = self._execute(*args, *self._job_args, blocking=True)
-                self._packed_refused = True
-                log.info("shade peer at %s predates SHADE.ORDER PACKED (%s); orders come an "
-                         "element per id", self.socket_path, e)
-                return _text_order(reply, weighted)
-        return _text_order(self._execute(*args, *self._job_args, blocking=True), weighted)
+        0.7 s with weights). See _packed_or_text for a peer that predates
+        PACKED."""
+        return self._packed_or_text(
+            "SHADE.ORDER",
+            lambda: _packed_order(self._execute(*args, "PACKED", *self._job_args, blocking=True),
+                                  weighted),
+            lambda: _text_order(self._execute(*args, *self._job_args, blocking=True), weighted))
+
+    def _packed_or_text(self, command: str, packed: Callable[[], Any],
+                        text: Callable[[], Any]) -> Any:
+        """packed(), a command sent PACKED, unless the peer refused PACKED
+        before. A peer that predates PACKED refuses it with an ERR reply:
+        text(), the same command with an element per id, then runs
+        instead, and if it answers, this client sends that peer everything
+        with an element per id from then on (``packed_refused``); an error
+        that text() gets too was about the command itself, and is raised."""
+        if self._packed_refused:
+            return text()
+        try:
+            return packed()
+        except RequestError as e:
+            if e.code != "ERR":
+                raise
+            result = text()
+            self._packed_refused = True
+            log.info("shade peer at %s predates %s PACKED (%s); from now on it is sent an "
+                     "element per id", self.socket_path, command, e)
+            return result
 
     @property
     def packed_refused(self) -> bool:
@@ -425,28 +436,20 @@ class Client:
     def _report(self, dataset: str, epoch: int, ids: List[int], losses: List[float]) -> int:
         """One SHADE.REPORT, sent ``PACKED`` (the ids and losses as binary,
         two arguments in all) where an argument per id and per loss costs
-        the trainer about a millisecond per 256 pairs. Of a peer that
-        predates PACKED, as for orders (``packed_refused``), it is sent
-        again with an argument each. Ids that do not fit a uint32 go that
-        way too, for the peer to refuse them."""
-        if not self._packed_refused:
-            try:
-                packed = [_pack(_U32, ids), _pack("d", losses)]
-            except OverflowError:
-                packed = None
-            if packed is not None:
-                try:
-                    return int(self._execute("SHADE.REPORT", dataset, epoch, "PACKED", *packed,
-                                             *self._job_args))
-                except RequestError as e:
-                    if e.code != "ERR":
-                        raise
-                    merged = self._text_report(dataset, epoch, ids, losses)
-                    self._packed_refused = True
-                    log.info("shade peer at %s predates SHADE.REPORT PACKED (%s); reports go "
-                             "an argument per id and loss", self.socket_path, e)
-                    return merged
-        return self._text_report(dataset, epoch, ids, losses)
+        the trainer about a millisecond per 256 pairs. See _packed_or_text
+        for a peer that predates PACKED. Ids that do not fit a uint32 go
+        with an argument each, for the peer to refuse them."""
+        def text() -> int:
+            return self._text_report(dataset, epoch, ids, losses)
+        try:
+            packed = [_pack(_U32, ids), _pack("d", losses)]
+        except OverflowError:
+            return text()
+        return self._packed_or_text(
+            "SHADE.REPORT",
+            lambda: int(self._execute("SHADE.REPORT", dataset, epoch, "PACKED", *packed,
+                                      *self._job_args)),
+            text)
 
     def _text_report(self, dataset: str, epoch: int, ids: List[int], losses: List[float]) -> int:
         args: List[Any] = ["SHADE.REPORT", dataset, epoch]
