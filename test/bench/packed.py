@@ -43,26 +43,25 @@ import shade  # noqa: E402
 from order_wait import command, dataset  # noqa: E402
 
 
-def read_reply(s, buf):
-    """Reads one RESP reply (arrays of integers and bulk strings) from s;
-    returns the bytes that follow it."""
+def reply_size(sock, args):
+    """The length of the peer's reply to args (arrays, integers and bulk
+    strings), read and parsed once, untimed."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    s.sendall(command(*args))
+    buf = bytearray()
+
     def need(n):
-        nonlocal buf
         while len(buf) < n:
             chunk = s.recv(1 << 22)
             if not chunk:
                 raise ConnectionError("the peer closed the connection")
-            buf += chunk
+            buf.extend(chunk)
 
-    def line(pos):
-        while True:
-            i = buf.find(b"\r\n", pos)
-            if i >= 0:
-                return i
+    def value(pos):  # the end of the RESP value at pos
+        while buf.find(b"\r\n", pos) < 0:
             need(len(buf) + 1)
-
-    def value(pos):
-        end = line(pos)
+        end = buf.find(b"\r\n", pos)
         kind, n = buf[pos:pos + 1], buf[pos + 1:end]
         if kind == b"-":
             raise RuntimeError(bytes(buf[pos:end]).decode())
@@ -76,37 +75,9 @@ def read_reply(s, buf):
             return p
         return end + 2
 
-    end = value(0)
-    return buf[end:]
-
-
-def reply_size(sock, args):
-    """The length of the peer's reply to args, parsed once, untimed."""
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(sock)
-    s.sendall(command(*args))
-    buf = bytearray()
-    while True:  # read until the reply is complete and nothing follows
-        s.settimeout(1.0)
-        try:
-            chunk = s.recv(1 << 22)
-        except socket.timeout:
-            break
-        if not chunk:
-            break
-        buf += chunk
+    size = value(0)
     s.close()
-    if read_reply_bytes(buf) != len(buf):
-        raise RuntimeError("a reply of unexpected shape")
-    return len(buf)
-
-
-def read_reply_bytes(buf):
-    """The length of the RESP reply at the start of buf."""
-    class Src:
-        def recv(self, _):
-            return b""
-    return len(buf) - len(read_reply(Src(), bytearray(buf)))
+    return size
 
 
 def peer_time(sock, args, size):
