@@ -473,11 +473,19 @@ func cutJob(args [][]byte, command string) ([][]byte, string, error) {
 	if n < 2 || !strings.EqualFold(string(args[n-2]), "JOB") {
 		return args, "", nil
 	}
-	job := string(args[n-1])
-	if err := samplekey.ValidName(job); err != nil {
-		return nil, "", fmt.Errorf("%s: bad job name: %w", command, err)
+	job, err := jobName(args[n-1], command)
+	if err != nil {
+		return nil, "", err
 	}
 	return args[:n-2], job, nil
+}
+
+// jobName checks the name a command's JOB option gives.
+func jobName(name []byte, command string) (string, error) {
+	if err := samplekey.ValidName(string(name)); err != nil {
+		return "", fmt.Errorf("%s: bad job name: %w", command, err)
+	}
+	return string(name), nil
 }
 
 // ParseReport parses SHADE.REPORT's arguments (after the command name):
@@ -608,10 +616,10 @@ func ParseOrder(args [][]byte) (OrderArgs, error) {
 		case strings.EqualFold(string(opt), "PACKED") && !o.Packed:
 			o.Packed = true
 		case strings.EqualFold(string(opt), "JOB") && o.Job == "" && len(rest) > 1:
-			if err := samplekey.ValidName(string(rest[1])); err != nil {
-				return o, fmt.Errorf("SHADE.ORDER: bad job name: %w", err)
+			var err error
+			if o.Job, err = jobName(rest[1], "SHADE.ORDER"); err != nil {
+				return o, err
 			}
-			o.Job = string(rest[1])
 			rest = rest[1:]
 		default:
 			return o, fmt.Errorf("%s; got %q", orderUsage, opt)
