@@ -168,3 +168,52 @@ func benchVerify(b *testing.B, size, n int) {
 		})
 	}
 }
+
+// BenchmarkLendBatch lends batches of 16 random 4 KiB values, as an MGET
+// or a pipeline of GETs asks for them, and gives them back: "none" lends
+// them in turn, "prefetch" hints all 16 first (Prefetch). The keys are
+// 1,000 (4 MiB: the values in the last-level cache, as a GET benchmark's
+// keys are) or 32,768 (128 MiB: out of the CPU's caches, as a cache of
+// training data is).
+func BenchmarkLendBatch(b *testing.B) {
+	const size, batch = 4 << 10, 16
+	s, all := fillBench(b, size, false)
+	for _, n := range []int{1000, len(all)} {
+		keys := all[:n]
+		r := rand.New(rand.NewPCG(1, uint64(n)))
+		order := make([][]byte, 1<<16)
+		for i := range order {
+			order[i] = keys[r.IntN(n)]
+		}
+		for _, hint := range []bool{false, true} {
+			name := fmt.Sprintf("keys=%d/none", n)
+			if hint {
+				name = fmt.Sprintf("keys=%d/prefetch", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				b.SetBytes(size * batch)
+				var loans [batch]uint64
+				i := 0
+				for b.Loop() {
+					next := order[i%len(order) : i%len(order)+batch]
+					if hint {
+						for _, k := range next {
+							s.Prefetch(k)
+						}
+					}
+					for j, k := range next {
+						_, v, loan, ok := s.Lend(nil, k, nil, 1)
+						if !ok || v == nil {
+							b.Fatal("miss")
+						}
+						loans[j] = loan
+					}
+					for _, l := range loans {
+						s.Return(l)
+					}
+					i += batch
+				}
+			})
+		}
+	}
+}

@@ -521,3 +521,62 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("Stats after Close: %+v", st)
 	}
 }
+
+// TestPrefetchChangesNothing: Prefetch is a hint. It counts no hit or
+// miss, leaves every value as it was, ignores a key not held and a closed
+// Store, and is safe beside writers of the same keys (under -race, its
+// lookup takes the shard's lock).
+func TestPrefetchChangesNothing(t *testing.T) {
+	s, err := New(Config{Capacity: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "k%d", i)
+		if err := s.Put(keys[i], bytes.Repeat([]byte{byte(i)}, 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Stats()
+	for _, k := range keys {
+		s.Prefetch(k)
+	}
+	s.Prefetch([]byte("absent"))
+	if after := s.Stats(); after != before {
+		t.Fatalf("Stats after Prefetch %+v, before %+v", after, before)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			k := keys[i%len(keys)]
+			if i%3 == 0 {
+				s.Delete(k)
+			} else if err := s.Put(k, bytes.Repeat([]byte{byte(i)}, 100+i%4000)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := range 20000 {
+		s.Prefetch(keys[i%len(keys)])
+	}
+	<-done
+	for i, k := range keys[:8] {
+		want := bytes.Repeat([]byte{byte(i)}, 64)
+		if err := s.Put(k, want); err != nil {
+			t.Fatal(err)
+		}
+		s.Prefetch(k)
+		if got, ok := s.Get(nil, k); !ok || !bytes.Equal(got, want) {
+			t.Fatalf("%s after Prefetch: %v %q", k, ok, got)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		s.Prefetch(k)
+	}
+}

@@ -1,0 +1,45 @@
+package store
+
+import "github.com/cespare/xxhash/v2"
+
+// prefetchedLines is how much of a block Prefetch asks for: the header
+// and the value's first bytes. The CPU's own prefetcher follows a value
+// read in order from there. BenchmarkLendBatch found 2 to 8 lines alike,
+// and 16 or a whole 4 KiB value slower: the loads of the later keys then
+// wait behind them.
+const prefetchedLines = 4
+
+// Prefetch asks the CPU to start loading the block that holds key (its
+// header and the first bytes of its value) into its caches, and returns
+// without waiting. It is a hint for a caller about to read several keys
+// in turn. A read of a key out of the CPU's caches waits for memory twice,
+// for the header and then for the value; hinting the keys a few reads
+// ahead lets those loads overlap the reads before them.
+//
+// It costs a lookup under the key's shard read lock, as a read does, and
+// changes nothing: no hit or miss is counted, and a key not held, or a
+// Store closed, is ignored. Where no prefetch instruction is wired up
+// (architectures other than amd64) it returns at once.
+func (s *Store) Prefetch(key []byte) {
+	if !canPrefetch {
+		return
+	}
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	off, ok := sh.m[h]
+	ok = ok && !s.closed.Load()
+	var p *byte
+	n := prefetchedLines
+	if ok {
+		p = &s.mem[off]
+		n = min(n, (len(s.mem)-int(off))/64)
+	}
+	sh.mu.RUnlock()
+	if ok {
+		// After the lock, the block may be freed or the arena unmapped:
+		// a prefetch never faults, and p stays inside the mapping's
+		// addresses.
+		prefetchLines(p, n)
+	}
+}
