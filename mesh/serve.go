@@ -43,10 +43,15 @@ func (n *Node) LendHeld(ctx context.Context, key, dst []byte, head func(dst []by
 	return n.get(ctx, key, dst, head, transport.MinLent, false)
 }
 
+// Prefetch implements transport.Backend: it hints the cache memory
+// (store.Prefetch).
+func (n *Node) Prefetch(key []byte) { n.store.Prefetch(key) }
+
 // LendHeldAll implements transport.Backend: it lends the value of every
 // key held here in place, whatever its size, its checksum verified there
 // (store.Lend), or lends nothing. It routes and lends the keys in turn,
-// and stops, giving back what it lent, at the first sample not held here
+// each hinted to store.Prefetch transport.PrefetchAhead keys before it is
+// lent, and stops, giving back what it lent, at the first sample not held here
 // or once the values would pass maxBytes (a sample's size is known from
 // its manifest before its value is read). Only when every key is
 // answered does it count the reads, as LendGet counts each, and tell the
@@ -58,7 +63,13 @@ func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, int
 	held, start := into, len(into)
 	routes := make([]heldRoute, len(keys))
 	bytes := 0
+	for _, key := range keys[:min(len(keys), transport.PrefetchAhead)] {
+		n.store.Prefetch(key)
+	}
 	for i, key := range keys {
+		if ahead := i + transport.PrefetchAhead; ahead < len(keys) {
+			n.store.Prefetch(keys[ahead])
+		}
 		r := &routes[i]
 		var h transport.Held
 		r.ds, r.idx, r.out, h.Err = n.route(key)

@@ -63,6 +63,10 @@ type Backend interface {
 	// Return gives back a value lent by LendGet. It is safe after the
 	// backend is closed.
 	Return(token uint64)
+	// Prefetch hints that key is about to be read, some PrefetchAhead
+	// reads from now: the backend may start loading its value into the
+	// CPU's caches. It must return at once and change nothing.
+	Prefetch(key []byte)
 	// MGet begins reading keys, one part of an MGET: it reads the values
 	// not held in memory now, in parallel where that helps, and returns a
 	// Batch through which the caller appends every value in turn. The
@@ -572,6 +576,7 @@ func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
 	if !ok || h.fast == nil || !h.takes(len(cmd.Args)) {
 		return false
 	}
+	hintAhead(s, conn, st)
 	if !h.fast(s, conn, st, cmd.Args) {
 		return false
 	}
