@@ -282,7 +282,10 @@ func (l *loop) await() (stopped bool) {
 			l.sweep()
 		}
 	}
-	n, err := unix.EpollWait(l.ep, l.evs, timeout)
+	n, err := pollNow(l.ep, l.evs)
+	if n == 0 && err == nil { // nothing ready: wait, telling the scheduler
+		n, err = unix.EpollWait(l.ep, l.evs, timeout)
+	}
 	if err != nil && err != unix.EINTR {
 		// Cannot happen with a valid epoll set; end every connection
 		// rather than spin.
@@ -294,6 +297,23 @@ func (l *loop) await() (stopped bool) {
 	}
 	l.batch, l.next = l.evs[:max(n, 0)], 0
 	return false
+}
+
+// pollNow takes the events ready now, without waiting.
+//
+// The loop's system calls are raw where they cannot block: this poll, and
+// the reads and writes of its non-blocking sockets (readFd, writev). A
+// call through syscall.Syscall tells the scheduler that the thread may
+// block, and the runtime's monitor thread then watches the loop's P, and
+// may hand it to another thread, for every read and write the loop makes.
+// Only a wait with nothing ready goes through the scheduler (await), so
+// that the loop's P serves other goroutines while it sleeps.
+func pollNow(ep int, evs []unix.EpollEvent) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
 
 // arm takes up the requests queued; it reports whether the loop is to
@@ -511,9 +531,7 @@ func (l *loop) write(c *conn) bool {
 // read reads what c's socket holds into c's reader, which has room for
 // it; it reports the end of the input, or an error.
 func (l *loop) read(c *conn) (eof bool, err error) {
-	// syscall.Read, not unix.Read: the race detector then sees the
-	// writer's side of the socket happen before the commands.
-	n, err := syscall.Read(c.ls.fd, c.rd.buf[c.rd.end:])
+	n, err := readFd(c.ls.fd, c.rd.buf[c.rd.end:])
 	switch {
 	case n > 0:
 		c.rd.end += n
@@ -614,7 +632,7 @@ func writev(c *conn, scratch *[]unix.Iovec) error {
 			c.ls.out = c.ls.out[:0]
 			break
 		}
-		r, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(c.ls.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(c.ls.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		clear(iov) // hold no reply
 		switch {
 		case e == unix.EINTR:
