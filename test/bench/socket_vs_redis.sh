@@ -3,6 +3,10 @@
 # both on a Unix socket, in one run, with the ratio. Usage:
 #   [CLIENTS="8 50"] [TESTS="set get"] test/bench/socket_vs_redis.sh [requests] [pipeline] [rounds]
 #
+# KEYS is how many keys the values go under (default 1,000: 4 MiB of 4 KiB
+# values, which the CPU's last-level cache holds; 100000 puts 400 MiB of
+# them out of it, as a cache of training data is); SIZES the value sizes
+# (default 4096 then 102400).
 # CLIENTS lists the client counts (redis-benchmark -c) to run, each in its
 # own rows (default 8, then redis-benchmark's default of 50); TESTS the
 # tests (default SET then GET; with GET or MGET alone, the keys are written
@@ -29,7 +33,8 @@ cd "$(dirname "$0")/../.."
 N=${1:-200000}
 P=${2:-16}
 ROUNDS=${3:-3}
-KEYS=1000
+KEYS=${KEYS:-1000}
+SIZES=${SIZES:-4096 102400}
 CLIENTS=${CLIENTS:-8 50}
 TESTS=${TESTS:-set get}
 MGET_KEYS=${MGET_KEYS:-16}
@@ -95,7 +100,7 @@ held() {
 
 echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)"
 printf '%-6s %-7s %7s %13s %13s %6s %12s %12s %9s %9s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "redis sw" "shade sw" "rounds (redis/shade rps)"
-for size in 4096 102400; do
+for size in $SIZES; do
 	case " $TESTS " in
 	*" set "*) ;;
 	*) # GET only: write the keys once, untimed.
