@@ -23,7 +23,9 @@ func (n *Node) SharedArena() (fd int, size int64, id uint64, err error) {
 // Locate implements transport.Backend: where each held sample lies in the
 // cache's memory. A sample found is a read, counted and traced as a hit of
 // GET would be; the others are not counted here, because the trainer reads
-// them next with MGET, which reads them through and counts them.
+// them next with MGET, which reads them through and counts them. Each key
+// is hinted to the store some reads ahead (hintAhead): finding a sample
+// reads its block's header.
 func (n *Node) Locate(ctx context.Context, keys [][]byte) (uint64, []shm.Location) {
 	locs := make([]shm.Location, len(keys))
 	if n.closed.Load() {
@@ -31,6 +33,7 @@ func (n *Node) Locate(ctx context.Context, keys [][]byte) (uint64, []shm.Locatio
 	}
 	hitIDs := make([]policy.ID, 0, len(keys))
 	for i, key := range keys {
+		n.hintAhead(keys, i)
 		ds, idx, out, err := n.route(key)
 		if err != nil || out {
 			continue

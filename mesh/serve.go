@@ -47,6 +47,22 @@ func (n *Node) LendHeld(ctx context.Context, key, dst []byte, head func(dst []by
 // (store.Prefetch).
 func (n *Node) Prefetch(key []byte) { n.store.Prefetch(key) }
 
+// hintAhead hints keys to the store (store.Prefetch) for a loop that
+// reads them in turn and is about to read keys[i]: at i == 0 the first
+// transport.PrefetchAhead, then the one transport.PrefetchAhead after i,
+// so that each is hinted once, about transport.PrefetchAhead reads before
+// it.
+func (n *Node) hintAhead(keys [][]byte, i int) {
+	if i == 0 {
+		for _, key := range keys[:min(len(keys), transport.PrefetchAhead)] {
+			n.store.Prefetch(key)
+		}
+	}
+	if ahead := i + transport.PrefetchAhead; ahead < len(keys) {
+		n.store.Prefetch(keys[ahead])
+	}
+}
+
 // LendHeldAll implements transport.Backend: it lends the value of every
 // key held here in place, whatever its size, its checksum verified there
 // (store.Lend), or lends nothing. It routes and lends the keys in turn,
@@ -63,13 +79,8 @@ func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, int
 	held, start := into, len(into)
 	routes := make([]heldRoute, len(keys))
 	bytes := 0
-	for _, key := range keys[:min(len(keys), transport.PrefetchAhead)] {
-		n.store.Prefetch(key)
-	}
 	for i, key := range keys {
-		if ahead := i + transport.PrefetchAhead; ahead < len(keys) {
-			n.store.Prefetch(keys[ahead])
-		}
+		n.hintAhead(keys, i)
 		r := &routes[i]
 		var h transport.Held
 		r.ds, r.idx, r.out, h.Err = n.route(key)
