@@ -95,8 +95,22 @@ type ClusterConfig struct {
 	RelayFanout int
 	// RelayPiece is the size in bytes of the pieces in which an order
 	// longer than it is relayed, each passed on as soon as it is in; 0
-	// means wire.DefaultRelayPiece (1 MiB).
+	// means wire.DefaultRelayPiece (1 MiB). It is cut to what a frame
+	// holds (MaxFrame).
 	RelayPiece int
+	// MaxFrame is the largest message, in bytes, this node sends or takes
+	// from a peer in one frame (peer.Config.MaxFrame); 0 means
+	// peer.DefaultMaxFrame (64 MiB). A fetch's reply is cut to fit one
+	// (the samples past it are answered with an error and read
+	// elsewhere). An order that does not fit one (9 bytes a sample with
+	// weights: a dataset of more than about 7 M samples at 64 MiB) goes
+	// in pieces of RelayPiece to every member, however few (see
+	// Node.publish), bounded by MaxPeerMemory where it arrives. Other
+	// messages go whole, and one that does not fit is refused as too
+	// large: a score table of more than about 16 M scored samples, and
+	// an order asked for (MethodGetOrder: by a node that missed its
+	// publish, or by a new leader) larger than a frame.
+	MaxFrame int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
 	// peers, cached samples to their next owners); 0 means 10 s, negative
 	// none.
@@ -147,11 +161,19 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.RelayFanout <= 0 {
 		c.RelayFanout = wire.DefaultRelayFanout
 	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = peer.DefaultMaxFrame
+	}
 	if c.RelayPiece <= 0 {
 		c.RelayPiece = wire.DefaultRelayPiece
 	}
+	c.RelayPiece = min(c.RelayPiece, c.frameRoom())
 	return c
 }
+
+// frameRoom is the payload one frame surely holds, its envelope (a
+// message's other fields, a relayed piece's head) aside.
+func (c ClusterConfig) frameRoom() int { return c.MaxFrame - c.MaxFrame/8 }
 
 // peerInfo is an alive member as the mesh uses it.
 type peerInfo struct {
@@ -355,6 +377,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	pn, err := peer.Listen(peer.Config{
 		Name: n.cfg.Name, ListenAddr: peerAddr, TLS: cc.TLS, RequestTimeout: cc.FetchTimeout,
 		MaxRequestMemory: cc.MaxPeerMemory,
+		MaxFrame:         cc.MaxFrame,
 		Logger:           n.cfg.Logger.With().Str("part", "peer").Logger(),
 	}, peerDispatch(n.peerHandlers(cc.handlers)))
 	if err != nil {
@@ -510,7 +533,15 @@ func (n *Node) refreshMembers() {
 func (n *Node) sendNewestOrders(name string) {
 	for _, js := range n.allJobs() {
 		for _, pub := range js.book.Current() {
-			n.sendInBackground(name, wire.MethodPublish, pub)
+			body, err := pub.Encode()
+			switch {
+			case err != nil:
+				n.cfg.Logger.Error().Err(err).Msg("encoding an order")
+			case len(body) > n.cfg.Cluster.frameRoom():
+				n.relayEach([]string{name}, body, func() {}) // in pieces
+			default:
+				n.sendInBackground(name, wire.MethodPublish, msgpack.RawMessage(body))
+			}
 		}
 	}
 }
@@ -746,10 +777,11 @@ func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 
 // publish sends an epoch's order to every other alive member in the
 // background, retrying a few times; in a mesh of more than RelayFanout
-// other members, through relays (see relayEach). held, unless nil, is
-// called once: when a member has answered that it holds the whole order,
-// or when every send has ended without one (at once where there is no
-// other member to send to).
+// other members, or where the order does not fit a frame (MaxFrame),
+// through relays (see relayEach), which send it in pieces. held, unless
+// nil, is called once: when a member has answered that it holds the
+// whole order, or when every send has ended without one (at once where
+// there is no other member to send to).
 func (n *Node) publish(p *wire.PublishMsg, held func()) {
 	if held == nil {
 		held = func() {}
@@ -774,7 +806,7 @@ func (n *Node) publish(p *wire.PublishMsg, held func()) {
 		held()
 		return
 	}
-	if len(names) > n.cfg.Cluster.RelayFanout {
+	if len(names) > n.cfg.Cluster.RelayFanout || len(body) > n.cfg.Cluster.frameRoom() {
 		n.relayEach(names, body, held)
 		return
 	}

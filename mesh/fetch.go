@@ -542,10 +542,6 @@ func (n *Node) fetchStream(ctx context.Context, owner string, ds *datasetState, 
 	return items, err
 }
 
-// fetchReplyBytes bounds the sample bytes of one fetch reply, below the
-// peer transport's frame limit.
-const fetchReplyBytes = peer.DefaultMaxFrame - peer.DefaultMaxFrame/8
-
 // serveFetch answers an owner's part of a read (MethodFetch): the values
 // msgpack-encoded in the reply.
 func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchResp, error) {
@@ -592,7 +588,11 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			need += ds.manifest.Sizes[id]
 		}
 	}
-	need = min(need, fetchReplyBytes)
+	// The reply must fit in one frame: samples past the frame's room are
+	// answered with an error (the caller reads them elsewhere) instead of
+	// being read into memory.
+	room := int64(n.cfg.Cluster.frameRoom())
+	need = min(need, room)
 	if n.cluster == nil || !n.cluster.serving.TryReserve(need) {
 		return nil, nil, &peer.Error{Code: peer.CodeUnavailable, Msg: fmt.Sprintf("mesh: no room for a reply of %d bytes (--max-peer-memory)", need)}
 	}
@@ -606,10 +606,6 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	inVals := make([]copied, 0, len(req.IDs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
-	// The reply must fit in one frame: samples past fetchReplyBytes are
-	// answered with an error (the caller reads them elsewhere) instead of
-	// being read into memory.
-	room := int64(fetchReplyBytes)
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
 			items[i].Err = "index out of range"

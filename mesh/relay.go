@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -340,7 +341,7 @@ func (b *relayBook) entry(parent context.Context, req *wire.RelayMsg, life time.
 			return e, nil
 		}
 	}
-	a, err := wire.NewAssembly(req.Size, req.PieceSize, req.Sum, peer.DefaultMaxFrame)
+	a, err := wire.NewAssembly(req.Size, req.PieceSize, req.Sum, b.limit())
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +353,16 @@ func (b *relayBook) entry(parent context.Context, req *wire.RelayMsg, life time.
 	context.AfterFunc(e.ctx, func() { b.drop(e) })
 	b.entries = append(b.entries, e)
 	return e, nil
+}
+
+// limit is the largest order the book takes: what the serving memory
+// holds, which the order is charged to (an order is larger than a frame
+// where it comes in pieces for that reason); one frame without a budget.
+func (b *relayBook) limit() int {
+	if b.budget == nil || b.budget.Limit() <= 0 {
+		return peer.DefaultMaxFrame
+	}
+	return int(min(b.budget.Limit(), math.MaxInt))
 }
 
 // reserve charges size bytes to the budget, the oldest entries leaving

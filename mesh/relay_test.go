@@ -597,3 +597,120 @@ func held(current peerHandler, holding func() bool, entered chan<- struct{}, rel
 		return current(ctx, from, body)
 	}
 }
+
+// TestOrdersLargerThanAFrame: in a mesh of three, fewer members than the
+// relay fanout, an order that does not fit a frame (MaxFrame, here 16
+// KiB) goes to each member in pieces: every rank, one on each node, gets
+// its slice of the same order, and the slices make the epoch. The
+// publish alone delivers it (a job with no ranks, so that no rank's
+// joining again has the leader send it its newest orders), and a member
+// sent the newest orders (as when it comes back) gets it in pieces too.
+func TestOrdersLargerThanAFrame(t *testing.T) {
+	const samples, frame = 12000, 16 << 10
+	m := startMesh(t, 3, meshOpts{samples: samples, minSize: 1, maxSize: 8, configure: func(i int, c *Config) {
+		c.Cluster.MaxFrame = frame
+	}})
+	lead := m.leader(t)
+	ctx := context.Background()
+	slices3 := make([][]int64, 3)
+	var wg sync.WaitGroup
+	for rank, p := range m.peers {
+		c := p.client(t)
+		wg.Go(func() {
+			ids, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, rank, 3).Int64Slice()
+			if err != nil {
+				t.Errorf("rank %d on %s: %v", rank, p.node.Name(), err)
+			}
+			slices3[rank] = ids
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	js := lead.node.ordered[0].lookupJob("")
+	pub := js.book.Kept(0)
+	body, err := pub.Encode()
+	if err != nil || len(body) <= frame {
+		t.Fatalf("an order of %d bytes (%v): want more than a frame of %d", len(body), err, frame)
+	}
+	seen := make([]bool, samples)
+	for rank, ids := range slices3 {
+		if !slices.Equal(ids, u32sToInt64(pub.Slices[rank])) {
+			t.Fatalf("rank %d's slice is not the leader's", rank)
+		}
+		for _, id := range ids {
+			seen[id] = true
+		}
+	}
+	if i := slices.Index(seen, false); i >= 0 {
+		t.Fatalf("sample %d in no rank's slice", i)
+	}
+	for _, p := range m.peers {
+		if _, pieces := p.node.cluster.relays.held(); p != lead && pieces == 0 {
+			t.Fatalf("%s was sent no pieces", p.node.Name())
+		}
+	}
+
+	// The publish alone, of a job no rank trains.
+	big := &wire.PublishMsg{Dataset: "ds", Job: "big", Version: pub.Version, Gen: 1, Epoch: 0,
+		Term: lead.node.lead.highest(), World: 3, Slices: pub.Slices, Ranks: []string{"", "", ""}}
+	lead.node.publish(big, nil)
+	hasBig := func(p *testPeer, epoch int) bool {
+		js := p.node.ordered[0].lookupJob("big")
+		return js != nil && js.book.Kept(epoch) != nil && slices.Equal(js.book.Kept(epoch).Slices[2], pub.Slices[2])
+	}
+	waitFor(t, 10*time.Second, "the published order on every other member", func() bool {
+		for _, p := range m.peers {
+			if p != lead && !hasBig(p, 0) {
+				return false
+			}
+		}
+		return true
+	})
+
+	// The newest orders, sent to a member that lacks one.
+	other := m.follower(t)
+	late := *big
+	late.Epoch = 1
+	ljs, err := lead.node.job(lead.node.ordered[0], "big", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ljs.book.Install(&late)
+	_, before := other.node.cluster.relays.held()
+	lead.node.sendNewestOrders(other.node.Name())
+	waitFor(t, 10*time.Second, "epoch 1 sent to the member", func() bool { return hasBig(other, 1) })
+	if _, after := other.node.cluster.relays.held(); after <= before {
+		t.Fatal("the newest order was not sent in pieces")
+	}
+}
+
+func u32sToInt64(ids []uint32) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// TestRelayBookTakesOrdersUpToItsMemory: the largest order the book takes
+// is what the serving memory holds, not a frame: an order of more than 64
+// MiB is taken with the default 256 MiB, and one larger than the serving
+// memory is refused from its size alone, as a bad piece (it never fits).
+func TestRelayBookTakesOrdersUpToItsMemory(t *testing.T) {
+	serving := budget.New(peer.DefaultMaxRequestMemory)
+	book := relayBook{budget: serving}
+	ctx := context.Background()
+	big := peer.DefaultMaxFrame + 1<<20
+	e, err := book.entry(ctx, &wire.RelayMsg{Size: big, PieceSize: 1 << 20, Sum: 1, Piece: make([]byte, 1<<20)}, time.Minute)
+	if err != nil || serving.Used() != int64(big) {
+		t.Fatalf("an order of %d bytes: %v, %d bytes charged", big, err, serving.Used())
+	}
+	e.cancel()
+	waitFor(t, 10*time.Second, "the order's bytes given back", func() bool { return serving.Used() == 0 })
+	huge := int(peer.DefaultMaxRequestMemory) + 1
+	if _, err := book.entry(ctx, &wire.RelayMsg{Size: huge, PieceSize: 1 << 20, Sum: 2, Piece: make([]byte, 1<<20)}, time.Minute); !errors.Is(err, wire.ErrBadPiece) || serving.Used() != 0 {
+		t.Fatalf("an order larger than the serving memory: %v, %d bytes charged", err, serving.Used())
+	}
+}
