@@ -105,11 +105,11 @@ type ClusterConfig struct {
 	// elsewhere). An order that does not fit one (9 bytes a sample with
 	// weights: a dataset of more than about 7 M samples at 64 MiB) goes
 	// in pieces of RelayPiece to every member, however few (see
-	// Node.publish), bounded by MaxPeerMemory where it arrives. Other
-	// messages go whole, and one that does not fit is refused as too
-	// large: a score table of more than about 16 M scored samples, and
-	// an order asked for (MethodGetOrder: by a node that missed its
-	// publish, or by a new leader) larger than a frame.
+	// Node.publish), bounded by MaxPeerMemory where it arrives; so does
+	// an epoch's order a node asks the leader for while its ranks wait.
+	// Other messages go whole, and one that does not fit is refused as
+	// too large: a score table of more than about 16 M scored samples,
+	// and the newest order a new leader asks a peer for.
 	MaxFrame int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
 	// peers, cached samples to their next owners); 0 means 10 s, negative
@@ -718,8 +718,10 @@ func (n *Node) serveGetTable(_ context.Context, _ string, req *wire.GetTableReq)
 }
 
 // serveGetOrder sends a new leader the newest order of a job this node
-// holds.
-func (n *Node) serveGetOrder(_ context.Context, _ string, req *wire.GetOrderReq) (any, error) {
+// holds, or a node whose ranks wait the order of an epoch (Exact). An
+// exact order that does not fit a frame goes to the asker in pieces, as
+// a publish, in the background; the answer then says it is on its way.
+func (n *Node) serveGetOrder(_ context.Context, from string, req *wire.GetOrderReq) (any, error) {
 	js, err := n.knownJob(req.Dataset, req.Job)
 	if err != nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
@@ -733,6 +735,17 @@ func (n *Node) serveGetOrder(_ context.Context, _ string, req *wire.GetOrderReq)
 	}
 	if p == nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
+	}
+	if req.Exact {
+		body, err := p.Encode()
+		if err != nil {
+			return nil, err
+		}
+		if len(body) > n.cfg.Cluster.frameRoom() {
+			n.relayEach([]string{from}, body, func() {})
+			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "order larger than a frame: sent in pieces"}
+		}
+		return msgpack.RawMessage(body), nil
 	}
 	return p, nil
 }

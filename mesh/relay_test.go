@@ -603,8 +603,10 @@ func held(current peerHandler, holding func() bool, entered chan<- struct{}, rel
 // KiB) goes to each member in pieces: every rank, one on each node, gets
 // its slice of the same order, and the slices make the epoch. The
 // publish alone delivers it (a job with no ranks, so that no rank's
-// joining again has the leader send it its newest orders), and a member
-// sent the newest orders (as when it comes back) gets it in pieces too.
+// joining again has the leader send it its newest orders); a member sent
+// the newest orders (as when it comes back) gets it in pieces too, and so
+// does a node that asks the leader for it (as it does while its ranks
+// wait for an order that did not come).
 func TestOrdersLargerThanAFrame(t *testing.T) {
 	const samples, frame = 12000, 16 << 10
 	m := startMesh(t, 3, meshOpts{samples: samples, minSize: 1, maxSize: 8, configure: func(i int, c *Config) {
@@ -684,6 +686,14 @@ func TestOrdersLargerThanAFrame(t *testing.T) {
 	if _, after := other.node.cluster.relays.held(); after <= before {
 		t.Fatal("the newest order was not sent in pieces")
 	}
+
+	// An order a node asks the leader for, as while its ranks wait.
+	missed := *big
+	missed.Epoch = 2
+	ljs.book.Install(&missed)
+	ojs := other.node.ordered[0].lookupJob("big")
+	other.node.fetchExact(ojs, 2, false)
+	waitFor(t, 10*time.Second, "epoch 2 sent to the node that asked", func() bool { return hasBig(other, 2) })
 }
 
 func u32sToInt64(ids []uint32) []int64 {
