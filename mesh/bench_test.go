@@ -101,13 +101,8 @@ func BenchmarkOwnedReads(b *testing.B) {
 // cache) and each fetch asks for random ones. ns/op is per fetch.
 func BenchmarkAnswerFetch(b *testing.B) {
 	const samples, size, batch = 2000, 100 << 10, 256
-	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
-		func(_ int, c *Config) { c.CacheSize = 256 << 20 })
-	n := peers[0].Node
+	n := warmedNode(b, samples, size)
 	ctx := context.Background()
-	if held, err := n.Warm(ctx, "ds"); err != nil || held != samples {
-		b.Fatalf("warmed %d of %d samples: %v", held, samples, err)
-	}
 	ds, err := n.dataset("ds")
 	if err != nil {
 		b.Fatal(err)
@@ -130,6 +125,18 @@ func BenchmarkAnswerFetch(b *testing.B) {
 		}
 		release()
 	}
+}
+
+// warmedNode starts a node with a cache of 256 MiB serving dataset "ds"
+// of samples values of size bytes, and loads every one into its cache.
+func warmedNode(b *testing.B, samples, size int) *Node {
+	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
+		func(_ int, c *Config) { c.CacheSize = 256 << 20 })
+	n := peers[0].Node
+	if held, err := n.Warm(context.Background(), "ds"); err != nil || held != samples {
+		b.Fatalf("warmed %d of %d samples: %v", held, samples, err)
+	}
+	return n
 }
 
 // BenchmarkRelayOrder publishes an order of 1.28 M samples with their
@@ -257,13 +264,8 @@ func BenchmarkPeerReads(b *testing.B) {
 // is per batch.
 func BenchmarkHeldBatches(b *testing.B) {
 	const samples, size, batch = 32768, 4 << 10, 64
-	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
-		func(_ int, c *Config) { c.CacheSize = 256 << 20 })
-	n := peers[0].Node
+	n := warmedNode(b, samples, size)
 	ctx := context.Background()
-	if held, err := n.Warm(ctx, "ds"); err != nil || held != samples {
-		b.Fatalf("warmed %d of %d samples: %v", held, samples, err)
-	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := make([][]byte, batch)
 	draw := func() {
