@@ -355,9 +355,9 @@ func (b *relayBook) entry(parent context.Context, req *wire.RelayMsg, life time.
 	return e, nil
 }
 
-// limit is the largest order the book takes: what the serving memory
-// holds, which the order is charged to (an order is larger than a frame
-// where it comes in pieces for that reason); one frame without a budget.
+// limit is the largest order the book takes: all of the serving memory
+// it is charged to (an order larger than a frame comes in pieces for
+// that reason); one frame where there is no budget.
 func (b *relayBook) limit() int {
 	if b.budget == nil || b.budget.Limit() <= 0 {
 		return peer.DefaultMaxFrame

@@ -66,12 +66,12 @@ func (n *Node) hintAhead(keys [][]byte, i int) {
 // LendHeldAll implements transport.Backend: it lends the value of every
 // key held here in place, whatever its size, its checksum verified there
 // (store.Lend), or lends nothing. It routes and lends the keys in turn,
-// each hinted to store.Prefetch transport.PrefetchAhead keys before it is
-// lent, and stops, giving back what it lent, at the first sample not held here
-// or once the values would pass maxBytes (a sample's size is known from
-// its manifest before its value is read). Only when every key is
-// answered does it count the reads, as LendGet counts each, and tell the
-// policy of the hits in one call.
+// each hinted to the store some keys before it is lent (hintAhead), and
+// stops, giving back what it lent, at the first sample not held here or
+// once the values would pass maxBytes (a sample's size is known from its
+// manifest before its value is read). Only when every key is answered
+// does it count the reads, as LendGet counts each, and tell the policy of
+// the hits in one call.
 func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, into []transport.Held) ([]transport.Held, bool) {
 	if n.closed.Load() {
 		return into, false // MGet answers every key ErrClosed
