@@ -105,11 +105,12 @@ type ClusterConfig struct {
 	// elsewhere). An order that does not fit one (9 bytes a sample with
 	// weights: a dataset of more than about 7 M samples at 64 MiB) goes
 	// in pieces of RelayPiece to every member, however few (see
-	// Node.publish), bounded by MaxPeerMemory where it arrives; so does
-	// an epoch's order a node asks the leader for while its ranks wait.
-	// Other messages go whole, and one that does not fit is refused as
-	// too large: a score table of more than about 16 M scored samples,
-	// and the newest order a new leader asks a peer for.
+	// Node.publish), bounded by MaxPeerMemory where it arrives; so do an
+	// epoch's order a node asks the leader for while its ranks wait, and
+	// a score table the leader replicates (4 bytes a scored sample: more
+	// than about 16 M). Other messages go whole, and one that does not
+	// fit is refused as too large: the newest order a new leader asks a
+	// peer for, and a score table it asks for.
 	MaxFrame int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
 	// peers, cached samples to their next owners); 0 means 10 s, negative
@@ -538,7 +539,7 @@ func (n *Node) sendNewestOrders(name string) {
 			case err != nil:
 				n.cfg.Logger.Error().Err(err).Msg("encoding an order")
 			case len(body) > n.cfg.Cluster.frameRoom():
-				n.relayEach([]string{name}, body, func() {}) // in pieces
+				n.relayEach([]string{name}, wire.MethodPublish, body, func() {}) // in pieces
 			default:
 				n.sendInBackground(name, wire.MethodPublish, msgpack.RawMessage(body))
 			}
@@ -742,7 +743,7 @@ func (n *Node) serveGetOrder(_ context.Context, from string, req *wire.GetOrderR
 			return nil, err
 		}
 		if len(body) > n.cfg.Cluster.frameRoom() {
-			n.relayEach([]string{from}, body, func() {})
+			n.relayEach([]string{from}, wire.MethodPublish, body, func() {})
 			return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "order larger than a frame: sent in pieces"}
 		}
 		return msgpack.RawMessage(body), nil
@@ -820,7 +821,7 @@ func (n *Node) publish(p *wire.PublishMsg, held func()) {
 		return
 	}
 	if len(names) > n.cfg.Cluster.RelayFanout || len(body) > n.cfg.Cluster.frameRoom() {
-		n.relayEach(names, body, held)
+		n.relayEach(names, wire.MethodPublish, body, held)
 		return
 	}
 	sent := firstDelivery(len(names), held)
@@ -848,11 +849,17 @@ func firstDelivery(sends int, fn func()) func(delivered bool) {
 // sendEach sends msg to every named member in the background, encoded once
 // for all: a score table of a large dataset is megabytes, and encoding it
 // per member cost more than the epoch (publish does the same for orders).
+// A message of a relayable method that does not fit a frame goes through
+// relays, in pieces, as an order does.
 func (n *Node) sendEach(names []string, m peer.Method, msg any) {
 	if len(names) == 0 {
 		return
 	}
 	if raw, err := msgpack.Marshal(msg); err == nil {
+		if len(raw) > n.cfg.Cluster.frameRoom() && relayable(m) {
+			n.relayEach(names, m, raw, func() {}) // in pieces
+			return
+		}
 		msg = msgpack.RawMessage(raw)
 	}
 	for _, name := range names {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/wire"
 )
@@ -72,6 +74,10 @@ func (n *Node) replicateNow(ctx context.Context) {
 			continue
 		}
 		req := &wire.ReplicateReq{Dataset: js.ds.name, Job: js.name, Version: js.ds.manifest.Version, Term: n.lead.ownTerm(), Table: b}
+		var whole *wire.Assembly // a table that does not fit a frame goes in pieces
+		if body, err := msgpack.Marshal(req); err == nil && len(body) > n.cfg.Cluster.frameRoom() {
+			whole = wire.WholeAssembly(body, n.cfg.Cluster.RelayPiece)
+		}
 		for _, p := range n.cluster.alive() {
 			if p.name == n.cfg.Name {
 				continue
@@ -79,6 +85,12 @@ func (n *Node) replicateNow(ctx context.Context) {
 			wg.Add(1)
 			go func(p peerInfo) {
 				defer wg.Done()
+				if whole != nil {
+					if !n.relayPieces(ctx, []string{p.name}, wire.MethodReplicate, whole) {
+						n.cfg.Logger.Warn().Str("peer", p.name).Msg("replicating before leaving: not delivered")
+					}
+					return
+				}
 				if err := n.cluster.call(ctx, p, wire.MethodReplicate, req, nil); err != nil {
 					n.cfg.Logger.Warn().Err(err).Str("peer", p.name).Msg("replicating before leaving")
 				}

@@ -36,11 +36,12 @@ import (
 // again. A node that missed an order anyway asks the leader for it while
 // its ranks wait (see Order).
 
-// relayEach sends body, an encoded order, to the named members through
-// relays, in pieces if it is longer than one. held is called at the
-// first group whose relay answered that it delivered, or once every
-// group's relaying has ended (see firstDelivery).
-func (n *Node) relayEach(names []string, body []byte, held func()) {
+// relayEach sends body, an encoded message of method m (relayable), to
+// the named members through relays, in pieces if it is longer than one.
+// held is called at the first group whose relay answered that it
+// delivered, or once every group's relaying has ended (see
+// firstDelivery).
+func (n *Node) relayEach(names []string, m peer.Method, body []byte, held func()) {
 	var whole *wire.Assembly
 	if len(body) > n.cfg.Cluster.RelayPiece {
 		whole = wire.WholeAssembly(body, n.cfg.Cluster.RelayPiece)
@@ -50,28 +51,29 @@ func (n *Node) relayEach(names []string, body []byte, held func()) {
 	for _, group := range groups {
 		n.goBackground(func(ctx context.Context) {
 			if whole != nil {
-				sent(n.relayPieces(ctx, group, whole))
+				sent(n.relayPieces(ctx, group, m, whole))
 				return
 			}
-			sent(n.relayGroup(ctx, group, body))
+			sent(n.relayGroup(ctx, group, m, body))
 		})
 	}
 }
 
-// relayGroup delivers body, an encoded order, to every member of group:
+// relayGroup delivers body, an encoded message of method m, to every
+// member of group:
 // it hands it to the group's first member with the rest to pass on, and
 // if that member does not answer, to the next, and so on. A member it
 // could not reach is not asked again by the next (it may be dead); a node
 // that missed an order asks the leader for it while its ranks wait (see
 // Order). It reports whether a member answered that it holds the order
 // and passed it on.
-func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) bool {
+func (n *Node) relayGroup(ctx context.Context, group []string, m peer.Method, body []byte) bool {
 	for i, head := range group {
 		rest := group[i+1:]
 		if len(rest) == 0 {
-			return n.sendWithRetries(ctx, head, wire.MethodPublish, msgpack.RawMessage(body))
+			return n.sendWithRetries(ctx, head, m, msgpack.RawMessage(body))
 		}
-		parts, err := wire.RelayParts(rest, wire.MethodPublish, body)
+		parts, err := wire.RelayParts(rest, m, body)
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Msg("encoding a relayed message")
 			return false
@@ -104,14 +106,14 @@ func (n *Node) relayGroup(ctx context.Context, group []string, body []byte) bool
 // piece (an older peer, which knows no pieces) is handed the whole order
 // once a has it. It reports whether a member answered that it holds the
 // order and passed it on.
-func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly) bool {
+func (n *Node) relayPieces(ctx context.Context, group []string, m peer.Method, a *wire.Assembly) bool {
 	for i, head := range group {
 		rest := group[i+1:]
 		tries := 1
 		if len(rest) == 0 {
 			tries = sendTries
 		}
-		if ok, done := n.piecesToHead(ctx, group[i:], a, tries); done {
+		if ok, done := n.piecesToHead(ctx, group[i:], m, a, tries); done {
 			return ok
 		}
 		if ctx.Err() != nil {
@@ -125,13 +127,13 @@ func (n *Node) relayPieces(ctx context.Context, group []string, a *wire.Assembly
 // sendPieces sends head every piece of a, each once a has it, with rest
 // for head to pass them on to. It reports whether the error, if any, came
 // for the first piece.
-func (n *Node) sendPieces(ctx context.Context, head string, rest []string, a *wire.Assembly) (first bool, err error) {
+func (n *Node) sendPieces(ctx context.Context, head string, rest []string, m peer.Method, a *wire.Assembly) (first bool, err error) {
 	hops := wire.RelayHops(len(rest), n.cfg.Cluster.RelayFanout)
 	for i := range a.Pieces() {
 		if err := awaitPiece(ctx, a, i); err != nil {
 			return i == 0, err
 		}
-		parts, err := wire.RelayPieceParts(rest, wire.MethodPublish, a, i)
+		parts, err := wire.RelayPieceParts(rest, m, a, i)
 		if err != nil {
 			return i == 0, err
 		}
@@ -166,7 +168,7 @@ func awaitPiece(ctx context.Context, a *wire.Assembly, i int) error {
 // rest of group to pass them on to, trying up to tries times while the
 // member stays in the mesh. done is false where the group is to go to its
 // next member; otherwise ok reports whether the group has the order.
-func (n *Node) piecesToHead(ctx context.Context, group []string, a *wire.Assembly, tries int) (ok, done bool) {
+func (n *Node) piecesToHead(ctx context.Context, group []string, m peer.Method, a *wire.Assembly, tries int) (ok, done bool) {
 	head, rest := group[0], group[1:]
 	hctx, release, member := n.cluster.whileMember(ctx, head)
 	if !member {
@@ -174,7 +176,7 @@ func (n *Node) piecesToHead(ctx context.Context, group []string, a *wire.Assembl
 	}
 	defer release()
 	for try := 1; ; try++ {
-		first, err := n.sendPieces(hctx, head, rest, a)
+		first, err := n.sendPieces(hctx, head, rest, m, a)
 		switch {
 		case err == nil:
 			return true, true
@@ -182,7 +184,7 @@ func (n *Node) piecesToHead(ctx context.Context, group []string, a *wire.Assembl
 			return false, true
 		case peer.CodeOf(err) == peer.CodeBadRequest && first:
 			if body, err := awaitWhole(ctx, a); err == nil {
-				return n.relayGroup(ctx, group, body), true
+				return n.relayGroup(ctx, group, m, body), true
 			}
 			return false, true
 		case peer.CodeOf(err) == peer.CodeBadRequest:
@@ -216,13 +218,39 @@ func (n *Node) eachGroup(to []string, pass func(group []string)) {
 	wg.Wait()
 }
 
-// serveRelay installs a relayed order and passes it on to req.To, in
-// groups. It answers once every group has it or could not be reached,
-// or when the request's time is up, whichever comes first; the passing on
-// goes on in the background for the time its hops need. A piece of an
-// order goes to serveRelayPiece.
+// relayable reports whether messages of method m may be relayed: an
+// epoch's order, and a score table (for a table that does not fit a
+// frame).
+func relayable(m peer.Method) bool { return m == wire.MethodPublish || m == wire.MethodReplicate }
+
+// decodeRelayed decodes a relayed message of method m (relayable), from
+// member from; serve serves it here as it would be served sent directly.
+func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve func(context.Context) error, err error) {
+	if m == wire.MethodReplicate {
+		var r wire.ReplicateReq
+		if err := msgpack.Unmarshal(body, &r); err != nil {
+			return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed score table: " + err.Error()}
+		}
+		return func(context.Context) error { return n.applyReplica(&r) }, nil
+	}
+	var p wire.PublishMsg
+	if err := msgpack.Unmarshal(body, &p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	}
+	return func(ctx context.Context) error {
+		_, err := n.servePublish(ctx, from, &p)
+		return err
+	}, nil
+}
+
+// serveRelay serves a relayed message here (an order, or a score table:
+// relayable) and passes it on to req.To, in groups. It answers once every
+// group has it or could not be reached, or when the request's time is
+// up, whichever comes first; the passing on goes on in the background for
+// the time its hops need. A piece of a message goes to serveRelayPiece.
 func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) (any, error) {
-	if peer.Method(req.Method) != wire.MethodPublish {
+	m := peer.Method(req.Method)
+	if !relayable(m) {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("method %d cannot be relayed", req.Method)}
 	}
 	to := slices.DeleteFunc(slices.Clone(req.To), func(name string) bool { return name == n.cfg.Name })
@@ -232,9 +260,9 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 	if req.IsPiece() {
 		return n.serveRelayPiece(ctx, from, req, to)
 	}
-	var p wire.PublishMsg
-	if err := msgpack.Unmarshal(req.Body, &p); err != nil {
-		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	serve, err := n.decodeRelayed(from, m, req.Body)
+	if err != nil {
+		return nil, err
 	}
 	passed := make(chan struct{})
 	n.goBackground(func(bctx context.Context) {
@@ -242,9 +270,9 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 		hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
 		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops))
 		defer cancel()
-		n.eachGroup(to, func(group []string) { n.relayGroup(fctx, group, req.Body) })
+		n.eachGroup(to, func(group []string) { n.relayGroup(fctx, group, m, req.Body) })
 	})
-	_, err := n.servePublish(ctx, from, &p)
+	err = serve(ctx)
 	select {
 	case <-passed:
 	case <-ctx.Done():
@@ -276,7 +304,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 	passed := e.passOn(to, func(ctx context.Context, done func()) {
 		n.goBackground(func(context.Context) {
 			defer done()
-			n.eachGroup(to, func(group []string) { n.relayPieces(ctx, group, e.a) })
+			n.eachGroup(to, func(group []string) { n.relayPieces(ctx, group, peer.Method(req.Method), e.a) })
 		})
 	})
 	if req.Off+len(req.Piece) < req.Size {
@@ -290,11 +318,11 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 	if err != nil {
 		return nil, err
 	}
-	var p wire.PublishMsg
-	if err := msgpack.Unmarshal(body, &p); err != nil {
-		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
+	serve, err := n.decodeRelayed(from, peer.Method(req.Method), body)
+	if err != nil {
+		return nil, err
 	}
-	_, err = n.servePublish(ctx, from, &p)
+	err = serve(ctx)
 	select {
 	case <-passed:
 		e.finish()

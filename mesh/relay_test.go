@@ -133,7 +133,7 @@ func serveRelayBeforePieces(n *Node, ctx context.Context, from string, req *rela
 		defer cancel()
 		var wg sync.WaitGroup
 		for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-			wg.Go(func() { n.relayGroup(fctx, group, req.Body) })
+			wg.Go(func() { n.relayGroup(fctx, group, wire.MethodPublish, req.Body) })
 		}
 		wg.Wait()
 	})

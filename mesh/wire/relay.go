@@ -31,9 +31,12 @@ const DefaultRelayFanout = 4
 // links instead of 74 ms (shadectl scale, test/results/scale.md).
 const DefaultRelayPiece = 1 << 20
 
-// RelayMsg is a message (an encoded PublishMsg: Method is MethodPublish)
-// for the member that receives it and for the members in To, to whom that
-// member passes it on (RelayGroups, RelayParts).
+// RelayMsg is a message (an encoded PublishMsg, Method MethodPublish; or
+// an encoded ReplicateReq, Method MethodReplicate, for a score table that
+// does not fit a frame) for the member that receives it and for the
+// members in To, to whom that member passes it on (RelayGroups,
+// RelayParts). Peers from before tables were relayed refuse the latter
+// (CodeBadRequest).
 //
 // A message longer than a relay's piece size travels in pieces instead,
 // each its own RelayMsg with Body empty: Piece holds bytes Off to
