@@ -35,6 +35,11 @@ import (
 // hands its group to the group's next member, sending it every piece
 // again. A node that missed an order anyway asks the leader for it while
 // its ranks wait (see Order).
+//
+// A message larger than a frame (ClusterConfig.MaxFrame) can only travel
+// in pieces, so an order that large goes this way to any number of
+// members, and so does a score table the leader replicates (sendEach):
+// the relay carries either method (relayable).
 
 // relayEach sends body, an encoded message of method m (relayable), to
 // the named members through relays, in pieces if it is longer than one.
