@@ -15,17 +15,7 @@ func TestTablesReachStandbysEveryRoundOthersWithinBudget(t *testing.T) {
 	if leader.node.Name() != "n0" {
 		t.Fatalf("leader %s, want n0", leader.node.Name())
 	}
-	scored := func(name string) int { return m.byName(name).node.ordered[0].def.tableInfo().Scored }
-	report := func(from, to int) {
-		ids := make([]uint32, 0, to-from)
-		losses := make([]float64, 0, to-from)
-		for i := from; i < to; i++ {
-			ids, losses = append(ids, uint32(i)), append(losses, float64(i%7)+0.5)
-		}
-		if err := leader.node.Report("ds", "", 0, ids, losses); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scored, report := tableProbes(t, m, leader)
 
 	// The first change goes to everyone (no full round has been sent yet).
 	report(0, 100)
@@ -71,17 +61,7 @@ func TestScoreTablesLargerThanAFrame(t *testing.T) {
 	if leader.node.Name() != "n0" {
 		t.Fatalf("leader %s, want n0", leader.node.Name())
 	}
-	scored := func(name string) int { return m.byName(name).node.ordered[0].def.tableInfo().Scored }
-	report := func(from, to int) {
-		ids := make([]uint32, 0, to-from)
-		losses := make([]float64, 0, to-from)
-		for i := from; i < to; i++ {
-			ids, losses = append(ids, uint32(i)), append(losses, float64(i%7)+0.5)
-		}
-		if err := leader.node.Report("ds", "", 0, ids, losses); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scored, report := tableProbes(t, m, leader)
 	report(0, 11000)
 	if b, _, err := leader.node.ordered[0].def.scores.Marshal(); err != nil || len(b) <= frame {
 		t.Fatalf("a table of %d bytes (%v): want more than a frame of %d", len(b), err, frame)
@@ -98,4 +78,22 @@ func TestScoreTablesLargerThanAFrame(t *testing.T) {
 	}
 	leader.node.Close()
 	waitFor(t, 10*time.Second, "the leader's table on n3 after its hand-over", func() bool { return scored("n3") == samples })
+}
+
+// tableProbes returns, for tests of the replication of the default job's
+// score table: how many samples a member's table has scored, and a report
+// to the leader of losses for samples [from, to).
+func tableProbes(t *testing.T, m *testMesh, leader *testPeer) (scored func(name string) int, report func(from, to int)) {
+	scored = func(name string) int { return m.byName(name).node.ordered[0].def.tableInfo().Scored }
+	report = func(from, to int) {
+		ids := make([]uint32, 0, to-from)
+		losses := make([]float64, 0, to-from)
+		for i := from; i < to; i++ {
+			ids, losses = append(ids, uint32(i)), append(losses, float64(i%7)+0.5)
+		}
+		if err := leader.node.Report("ds", "", 0, ids, losses); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scored, report
 }
