@@ -534,15 +534,7 @@ func (n *Node) refreshMembers() {
 func (n *Node) sendNewestOrders(name string) {
 	for _, js := range n.allJobs() {
 		for _, pub := range js.book.Current() {
-			body, err := pub.Encode()
-			switch {
-			case err != nil:
-				n.cfg.Logger.Error().Err(err).Msg("encoding an order")
-			case len(body) > n.cfg.Cluster.frameRoom():
-				n.relayEach([]string{name}, wire.MethodPublish, body, func() {}) // in pieces
-			default:
-				n.sendInBackground(name, wire.MethodPublish, msgpack.RawMessage(body))
-			}
+			n.sendEach([]string{name}, wire.MethodPublish, pub) // in pieces if larger than a frame
 		}
 	}
 }

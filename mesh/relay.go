@@ -65,13 +65,12 @@ func (n *Node) relayEach(names []string, m peer.Method, body []byte, held func()
 }
 
 // relayGroup delivers body, an encoded message of method m, to every
-// member of group:
-// it hands it to the group's first member with the rest to pass on, and
-// if that member does not answer, to the next, and so on. A member it
-// could not reach is not asked again by the next (it may be dead); a node
-// that missed an order asks the leader for it while its ranks wait (see
-// Order). It reports whether a member answered that it holds the order
-// and passed it on.
+// member of group: it hands it to the group's first member with the rest
+// to pass on, and if that member does not answer, to the next, and so
+// on. A member it could not reach is not asked again by the next (it may
+// be dead); a node that missed an order asks the leader for it while its
+// ranks wait (see Order). It reports whether a member answered that it
+// holds the message and passed it on.
 func (n *Node) relayGroup(ctx context.Context, group []string, m peer.Method, body []byte) bool {
 	for i, head := range group {
 		rest := group[i+1:]
