@@ -108,9 +108,10 @@ type ClusterConfig struct {
 	// Node.publish), bounded by MaxPeerMemory where it arrives; so do an
 	// epoch's order a node asks the leader for while its ranks wait, and
 	// a score table the leader replicates (4 bytes a scored sample: more
-	// than about 16 M). Other messages go whole, and one that does not
-	// fit is refused as too large: the newest order a new leader asks a
-	// peer for, and a score table it asks for.
+	// than about 16 M). A new leader asks its peers for the newest order
+	// and the best score table in parts of a frame each (see getParts).
+	// Other messages go whole, and one that does not fit is refused as too
+	// large.
 	MaxFrame int
 	// DrainTimeout bounds the hand-over of a graceful stop (tables to the
 	// peers, cached samples to their next owners); 0 means 10 s, negative
@@ -607,6 +608,7 @@ func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[p
 		wire.MethodState:     serve(n.serveState),
 		wire.MethodGetTable:  serve(n.serveGetTable),
 		wire.MethodGetOrder:  serve(n.serveGetOrder),
+		wire.MethodGetPart:   serve(n.serveGetPart),
 		wire.MethodResident:  noReply(n.leaderResident),
 		wire.MethodPing:      func(context.Context, string, []byte) (any, error) { return nil, nil },
 	}

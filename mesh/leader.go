@@ -355,9 +355,7 @@ func (n *Node) takeover(ctx context.Context) {
 		// Adopt the newest order anyone holds.
 		if from := states.NewestOrder(js.state()); from != "" {
 			var pub wire.PublishMsg
-			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, from, wire.MethodGetOrder, &wire.GetOrderReq{Dataset: ds.name, Job: js.name}, &pub)
-			cancel()
+			err := n.getParts(ctx, from, wire.GetPartReq{Order: &wire.GetOrderReq{Dataset: ds.name, Job: js.name}}, &pub, n.cfg.Cluster.FetchTimeout)
 			if err == nil && n.checkPublish(&pub) == nil && pub.Job == js.name {
 				js.book.Install(&pub)
 			} else {
@@ -394,9 +392,7 @@ func (n *Node) adoptBestTable(ctx context.Context, js *jobState, states leader.S
 		return
 	}
 	var resp wire.ReplicateReq
-	cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Cluster.FetchTimeout)
-	defer cancel()
-	if err := n.cluster.callName(cctx, from, wire.MethodGetTable, &wire.GetTableReq{Dataset: ds.name, Job: js.name}, &resp); err != nil {
+	if err := n.getParts(ctx, from, wire.GetPartReq{Table: &wire.GetTableReq{Dataset: ds.name, Job: js.name}}, &resp, 2*n.cfg.Cluster.FetchTimeout); err != nil {
 		n.cfg.Logger.Warn().Err(err).Str("peer", from).Str("dataset", ds.name).Msg("takeover: better score table not fetched")
 		return
 	}

@@ -613,23 +613,7 @@ func TestOrdersLargerThanAFrame(t *testing.T) {
 		c.Cluster.MaxFrame = frame
 	}})
 	lead := m.leader(t)
-	ctx := context.Background()
-	slices3 := make([][]int64, 3)
-	var wg sync.WaitGroup
-	for rank, p := range m.peers {
-		c := p.client(t)
-		wg.Go(func() {
-			ids, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, rank, 3).Int64Slice()
-			if err != nil {
-				t.Errorf("rank %d on %s: %v", rank, p.node.Name(), err)
-			}
-			slices3[rank] = ids
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	slices3 := orderFirstEpoch(t, m)
 	js := lead.node.ordered[0].lookupJob("")
 	pub := js.book.Kept(0)
 	body, err := pub.Encode()
@@ -694,6 +678,30 @@ func TestOrdersLargerThanAFrame(t *testing.T) {
 	ojs := other.node.ordered[0].lookupJob("big")
 	other.node.fetchExact(ojs, 2, false)
 	waitFor(t, 10*time.Second, "epoch 2 sent to the node that asked", func() bool { return hasBig(other, 2) })
+}
+
+// orderFirstEpoch has a rank on each peer ask for its slice of epoch 0
+// of the default job of "ds", and returns the slices by rank.
+func orderFirstEpoch(t *testing.T, m *testMesh) [][]int64 {
+	t.Helper()
+	world := len(m.peers)
+	slices := make([][]int64, world)
+	var wg sync.WaitGroup
+	for rank, p := range m.peers {
+		c := p.client(t)
+		wg.Go(func() {
+			ids, err := c.Do(context.Background(), "SHADE.ORDER", "ds", 0, rank, world).Int64Slice()
+			if err != nil {
+				t.Errorf("rank %d on %s: %v", rank, p.node.Name(), err)
+			}
+			slices[rank] = ids
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return slices
 }
 
 func u32sToInt64(ids []uint32) []int64 {

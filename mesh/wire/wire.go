@@ -50,6 +50,12 @@ const (
 	// waiting on the member's answer to another request learns that it is
 	// still there. Any answer counts, an older peer's CodeBadRequest too.
 	MethodPing peer.Method = 16
+	// MethodGetPart asks a peer for part of its answer to a
+	// MethodGetOrder or MethodGetTable request (GetPartReq), so that a new
+	// leader gets an order or a score table larger than a frame, in parts.
+	// Older peers answer it CodeBadRequest (an unknown method); a caller
+	// then asks them the request itself.
+	MethodGetPart peer.Method = 17
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the
@@ -419,4 +425,25 @@ type GetOrderReq struct {
 type GetTableReq struct {
 	Dataset string `msgpack:"d"`
 	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
+}
+
+// GetPartReq asks a peer for the bytes from Off of its encoded answer to
+// Order (a newest order, not Exact) or Table, whichever is set: as many
+// as a frame holds. The answer is encoded again for every part, so Sum,
+// the answer's xxhash64 as the first part gave it (0 in the first
+// request), lets the peer refuse a part of an answer that has changed
+// since (CodeStale).
+type GetPartReq struct {
+	Order *GetOrderReq `msgpack:"o,omitempty"`
+	Table *GetTableReq `msgpack:"t,omitempty"`
+	Off   int          `msgpack:"f,omitempty"`
+	Sum   uint64       `msgpack:"c,omitempty"`
+}
+
+// GetPartResp is one part of an answer: Part holds its bytes from the
+// request's Off; the whole answer is Size bytes long and hashes to Sum.
+type GetPartResp struct {
+	Size int    `msgpack:"s"`
+	Sum  uint64 `msgpack:"c"`
+	Part []byte `msgpack:"p"`
 }
