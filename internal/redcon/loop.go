@@ -534,6 +534,7 @@ func (l *loop) read(c *conn) (eof bool, err error) {
 	n, err := readFd(c.ls.fd, c.rd.buf[c.rd.end:])
 	switch {
 	case n > 0:
+		c.rd.filled = n == len(c.rd.buf)-c.rd.end
 		c.rd.end += n
 		c.ls.active = l.now
 	case err == syscall.EAGAIN || err == syscall.EINTR:

@@ -119,6 +119,11 @@ const (
 	// maxReadPregrow bounds how far the read buffer grows ahead of the
 	// bytes that have arrived, on the word of a bulk length alone.
 	maxReadPregrow = 256 << 10
+	// maxReadAhead bounds how far the read buffer of a client that fills
+	// it between two reads grows (Reader.filled): a pipeline of 16 SETs of
+	// 4 KiB is 66 KB, which a buffer of 16 KiB took in 6 reads, each
+	// answered by a write of its own.
+	maxReadAhead = 128 << 10
 	// maxWriteKeep: a write buffer up to this size is kept after Flush
 	// (upstream dropped any above maxBufferCap, so every pipeline of large
 	// replies reallocated it).
@@ -1158,6 +1163,10 @@ type Reader struct {
 	// parsed and still to run alias, charged to share until the next
 	// parse (makeRoom).
 	retained int
+	// shade: filled is set by an event loop whose read filled all the
+	// room buf had: the client sends more between two reads than buf
+	// holds, and makeRoom doubles it, up to maxReadAhead.
+	filled bool
 }
 
 // NewReader returns a command reader which will read RESP or telnet commands.
@@ -1469,6 +1478,10 @@ top:
 // charged to the budget (retained) until the next parse, when they are
 // done; a later one held only input, and goes.
 //
+// After a read that filled all the room there was (filled), the buffer
+// doubles, up to maxReadAhead, where the budget allows; where it does
+// not, the reader goes on with the buffer it has.
+//
 // shade: growth is charged to the reader's share of the clients' budget
 // first; ErrClientMemory when it does not fit.
 func (rd *Reader) makeRoom(keep bool) error {
@@ -1482,12 +1495,14 @@ func (rd *Reader) makeRoom(keep bool) error {
 			want = pending + maxReadPregrow
 		}
 	}
-	if rd.start+want <= len(rd.buf) {
+	ahead := rd.filled && 2*len(rd.buf) <= maxReadAhead && want <= len(rd.buf)
+	rd.filled = false
+	if !ahead && rd.start+want <= len(rd.buf) {
 		return nil
 	}
 	size := len(rd.buf)
 	switch {
-	case want > len(rd.buf):
+	case ahead || want > len(rd.buf):
 		// Room for twice what is wanted, so that moving the tail of a
 		// pipeline to the front copies little.
 		size *= 2
@@ -1504,6 +1519,9 @@ func (rd *Reader) makeRoom(keep bool) error {
 		grow = size
 	}
 	if !rd.share.Grow(int64(grow)) {
+		if ahead {
+			return rd.makeRoom(keep) // the clients' memory is short: read in what there is
+		}
 		return errClientMemoryFull
 	}
 	if retain {

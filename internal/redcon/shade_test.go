@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shade-mesh/shade/internal/budget"
 )
 
@@ -609,5 +611,69 @@ func TestRoomKeepingKeepsParsedCommands(t *testing.T) {
 	rd.readCommands(nil)
 	if got := rd.share.Held() - base; got != int64(len(rd.buf))-4096 {
 		t.Fatalf("%d bytes more charged after the next parse; want the new buffer's %d less the old one's 4096", got, len(rd.buf))
+	}
+}
+
+// TestReadsThatFillTheBufferGrowIt: a loop's read that fills all the room
+// its buffer has marks the reader, and the next makeRoom doubles the
+// buffer, charged to the clients' budget, up to maxReadAhead; a read that
+// leaves room changes nothing, and where the budget is short the reader
+// reads into the buffer it has, with no error.
+func TestReadsThatFillTheBufferGrowIt(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	b := budget.New(1 << 20)
+	c := &conn{rd: &Reader{poll: true, lend: true, share: budget.NewShare(b), buf: make([]byte, 4096)}, ls: loopState{fd: fds[0]}}
+	c.rd.share.Force(4096)
+	l := &loop{}
+	send := func(n int) {
+		t.Helper()
+		if _, err := unix.Write(fds[1], bytes.Repeat([]byte("x"), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() {
+		t.Helper()
+		if eof, err := l.read(c); eof || err != nil {
+			t.Fatalf("read: eof %v, %v", eof, err)
+		}
+		c.rd.start = c.rd.end // as if every byte read made a command now done
+		if err := c.rd.makeRoom(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(100)
+	read()
+	if len(c.rd.buf) != 4096 || c.rd.share.Held() != 4096 {
+		t.Fatalf("a read of 100 bytes: a buffer of %d, %d bytes charged; want 4096 for both", len(c.rd.buf), c.rd.share.Held())
+	}
+	for want := 8192; want <= maxReadAhead; want *= 2 {
+		send(len(c.rd.buf))
+		read()
+		if len(c.rd.buf) != want || c.rd.share.Held() != int64(want) {
+			t.Fatalf("a read that filled the buffer: a buffer of %d, %d bytes charged; want %d for both", len(c.rd.buf), c.rd.share.Held(), want)
+		}
+	}
+	send(len(c.rd.buf))
+	read()
+	if len(c.rd.buf) != maxReadAhead {
+		t.Fatalf("a buffer of %d past maxReadAhead (%d)", len(c.rd.buf), maxReadAhead)
+	}
+
+	// The budget short: the buffer stays as it is.
+	short := budget.New(6000)
+	c.rd = &Reader{poll: true, lend: true, share: budget.NewShare(short), buf: make([]byte, 4096)}
+	c.rd.share.Force(4096)
+	send(4096)
+	read()
+	if len(c.rd.buf) != 4096 || short.Used() != 4096 {
+		t.Fatalf("with the budget short: a buffer of %d, %d bytes charged; want 4096 for both", len(c.rd.buf), short.Used())
 	}
 }
