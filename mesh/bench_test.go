@@ -48,6 +48,24 @@ func BenchmarkSocketSetGet(b *testing.B) {
 	}
 }
 
+// BenchmarkNodeSet sets 1,000 keys of 4 KiB over and over, as a loader
+// refreshing its values does, on the node alone (no socket): the policy's
+// and the store's work of a SET that replaces a value. ns/op is per SET.
+func BenchmarkNodeSet(b *testing.B) {
+	p := startPeer(b, Config{CacheSize: 256 << 20}, transport.SocketConfig{})
+	keys := make([][]byte, 1000)
+	for i := range keys {
+		keys[i] = []byte("key:" + strconv.Itoa(i))
+	}
+	val := make([]byte, 4<<10)
+	b.SetBytes(int64(len(val)))
+	for i := 0; b.Loop(); i++ {
+		if ok, err := p.node.Set(keys[i%len(keys)], val); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
 // BenchmarkOwnedReads picks out the reads of an order that the node owns,
 // as the cache policy's lookahead does with every epoch's order: 1,000
 // ranks of 1,280 reads over a dataset of 5,000 samples on a mesh of 3,

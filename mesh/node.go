@@ -70,6 +70,7 @@ type Node struct {
 	pol      policy.Policy
 	scorer   policy.Scorer // pol, if it weighs importance; else nil
 	freeKeys map[policy.ID]string
+	room     room          // the admission's room, set under polMu (no allocation per admission)
 	trace    *trace.Writer // nil unless Config.TracePath
 
 	freeHits, freeMisses, freeRejected atomic.Int64
@@ -282,6 +283,11 @@ func (n *Node) evictLocked(id policy.ID) {
 func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
+	return n.admitLocked(id, key, value, ds)
+}
+
+// admitLocked is admit with polMu held.
+func (n *Node) admitLocked(id policy.ID, key, value []byte, ds *datasetState) bool {
 	if n.closed.Load() {
 		return false
 	}
@@ -292,7 +298,8 @@ func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
 		n.pol.Remove(id) // the store lost it (corruption): forget it too
 	}
 	charge := n.store.Charge(len(key), len(value))
-	if !n.pol.Miss(id, charge, &room{n: n, keyLen: len(key), valLen: len(value)}) {
+	n.room = room{n: n, keyLen: len(key), valLen: len(value)}
+	if !n.pol.Miss(id, charge, &n.room) {
 		n.countRejected(ds)
 		return false
 	}
@@ -352,21 +359,20 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	}
 	id := freeID(key)
 	n.polMu.Lock()
+	defer n.polMu.Unlock()
 	if n.store.Delete(key) || n.pol.Resident(id) {
 		n.pol.Remove(id)
-		delete(n.freeKeys, id)
 	}
 	if n.store.Charge(len(key), len(value)) > n.cfg.CacheSize {
-		n.polMu.Unlock()
+		delete(n.freeKeys, id)
 		return false, fmt.Errorf("%w: %d bytes", store.ErrTooLarge, len(value))
 	}
-	n.freeKeys[id] = string(key)
-	n.polMu.Unlock()
-	stored := n.admit(id, key, value, nil)
+	if n.freeKeys[id] != string(key) { // a key set again keeps its entry
+		n.freeKeys[id] = string(key)
+	}
+	stored := n.admitLocked(id, key, value, nil)
 	if !stored {
-		n.polMu.Lock()
 		delete(n.freeKeys, id)
-		n.polMu.Unlock()
 	}
 	return stored, nil
 }
