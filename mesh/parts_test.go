@@ -82,10 +82,12 @@ func TestRestartedLeaderAdoptsWhatItsPeersHold(t *testing.T) {
 // parts (here a newer order installed on the peer after a part is
 // served) is asked for again from its first part, and the changed answer
 // comes whole; one that changes after every part is given up after
-// partTries tries (CodeStale).
+// partTries tries (CodeStale); one larger than the serving memory is
+// refused at its first part.
 func TestPartsOfAnAnswerThatChanges(t *testing.T) {
 	const samples, frame = 4000, 8 << 10
 	var calls, changes atomic.Int64
+	var huge atomic.Bool // n1 answers a part of an answer larger than any memory
 	m := startMesh(t, 2, meshOpts{samples: samples, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
 		c.Cluster.MaxFrame = frame
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
@@ -95,6 +97,9 @@ func TestPartsOfAnAnswerThatChanges(t *testing.T) {
 			get := h[wire.MethodGetPart]
 			h[wire.MethodGetPart] = func(ctx context.Context, from string, body []byte) (any, error) {
 				calls.Add(1)
+				if huge.Load() {
+					return &wire.GetPartResp{Size: 1 << 40, Sum: 1, Part: []byte{1}}, nil
+				}
 				resp, err := get(ctx, from, body)
 				if changes.Add(-1) >= 0 {
 					js := n.ordered[0].def
@@ -127,5 +132,9 @@ func TestPartsOfAnAnswerThatChanges(t *testing.T) {
 	}
 	if _, n, err := ask(1 << 20); peer.CodeOf(err) != peer.CodeStale || n != 2*partTries {
 		t.Fatalf("an answer that changes after every part: %d calls, %v; want CodeStale after %d", n, err, 2*partTries)
+	}
+	huge.Store(true)
+	if _, n, err := ask(0); err == nil || n != 1 || n0.node.cluster.serving.Used() != 0 {
+		t.Fatalf("an answer of 1 TiB: %d calls, %v, %d bytes of serving memory held; want refused at its first part, none held", n, err, n0.node.cluster.serving.Used())
 	}
 }
