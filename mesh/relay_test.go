@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -301,9 +302,10 @@ func TestRelayBookChargesServingMemory(t *testing.T) {
 }
 
 // TestRelayedPiecesThatDoNotMakeTheOrder: pieces whose bytes do not hash
-// to the order's sum are refused at the last piece, nothing is installed
-// and nothing kept; a piece sent twice with other bytes is refused; the
-// same pieces with the right sum install the order.
+// to the order's sum, or make no msgpack value, are refused at the last
+// piece, nothing is installed and nothing kept; a piece sent twice with
+// other bytes is refused; the same pieces with the right sum install the
+// order.
 func TestRelayedPiecesThatDoNotMakeTheOrder(t *testing.T) {
 	m := startMesh(t, 1, meshOpts{samples: 300})
 	n := m.peers[0].node
@@ -340,6 +342,24 @@ func TestRelayedPiecesThatDoNotMakeTheOrder(t *testing.T) {
 		t.Fatal("an order whose pieces do not hash to its sum was installed")
 	}
 	waitFor(t, 10*time.Second, "the refused order let go", func() bool { held, _ := n.cluster.relays.held(); return held == 0 })
+
+	// Bytes that hash to their sum but are no msgpack value (an array
+	// that declares a billion elements) are refused as the transport
+	// refuses such a frame, before anything decodes them.
+	good := body
+	body = append([]byte{0xdd, 0x40, 0, 0, 0}, make([]byte, len(good)-5)...)
+	malformed := pieces(xxhash.Sum64(body))
+	for i, req := range malformed {
+		_, err := n.serveRelay(ctx, "n9", req)
+		if last := i == len(malformed)-1; last != (peer.CodeOf(err) == peer.CodeBadRequest) || last && !strings.Contains(err.Error(), "malformed") {
+			t.Fatalf("piece %d of %d of no msgpack value: %v", i, len(malformed), err)
+		}
+	}
+	if installed() {
+		t.Fatal("an order of no msgpack value was installed")
+	}
+	waitFor(t, 10*time.Second, "the malformed order let go", func() bool { held, _ := n.cluster.relays.held(); return held == 0 })
+	body = good
 
 	right := pieces(sum)
 	if _, err := n.serveRelay(ctx, "n9", right[0]); err != nil {
