@@ -91,15 +91,15 @@ func (n *Node) getPartsOnce(ctx context.Context, name string, req wire.GetPartRe
 		defer cancel()
 		return n.cluster.callName(cctx, name, wire.MethodGetPart, req, resp)
 	}
-	var first wire.GetPartResp
+	var first wire.GetPartResp // req.Off is 0
 	if err := call(&req, &first); err != nil {
 		if peer.CodeOf(err) == peer.CodeBadRequest {
 			return fmt.Errorf("%w: %w", errNoParts, err)
 		}
 		return err
 	}
-	if first.Size < len(first.Part) || first.Size == 0 {
-		return fmt.Errorf("mesh: a first part of %d bytes of an answer of %d from %s", len(first.Part), first.Size, name)
+	if first.Size <= 0 {
+		return fmt.Errorf("mesh: an answer of %d bytes from %s", first.Size, name)
 	}
 	serving := n.cluster.serving
 	rctx, cancel := context.WithTimeout(ctx, timeout)
@@ -109,23 +109,34 @@ func (n *Node) getPartsOnce(ctx context.Context, name string, req wire.GetPartRe
 		return fmt.Errorf("mesh: an answer of %d bytes from %s: %w", first.Size, name, err)
 	}
 	defer serving.Release(int64(first.Size))
-	body := make([]byte, 0, first.Size)
-	body = append(body, first.Part...)
+	// The parts are the answer's pieces, each of the first part's length
+	// but the last: the assembly checks each one's place and length, and
+	// the whole's hash.
+	a, err := wire.NewAssembly(first.Size, len(first.Part), first.Sum, first.Size)
+	if err != nil {
+		return fmt.Errorf("mesh: answer from %s: %w", name, err)
+	}
 	req.Sum = first.Sum
-	for len(body) < first.Size {
-		req.Off = len(body)
-		var part wire.GetPartResp
-		if err := call(&req, &part); err != nil {
+	for part := &first; ; {
+		piece := &wire.RelayMsg{Size: part.Size, PieceSize: len(first.Part), Sum: part.Sum, Off: req.Off, Piece: part.Part}
+		if !a.Matches(piece) {
+			return fmt.Errorf("mesh: part at %d, of an answer of %d bytes hashing to %x, from %s: the first was of %d hashing to %x",
+				req.Off, part.Size, part.Sum, name, first.Size, first.Sum)
+		}
+		if err := a.Put(piece); err != nil {
+			return fmt.Errorf("mesh: answer from %s: %w", name, err)
+		}
+		if req.Off += len(part.Part); req.Off == first.Size {
+			break
+		}
+		part = &wire.GetPartResp{}
+		if err := call(&req, part); err != nil {
 			return err
 		}
-		if part.Size != first.Size || part.Sum != first.Sum || len(part.Part) == 0 || len(part.Part) > first.Size-len(body) {
-			return fmt.Errorf("mesh: part at %d (%d bytes, of %d hashing to %x) of an answer of %d bytes hashing to %x from %s",
-				req.Off, len(part.Part), part.Size, part.Sum, first.Size, first.Sum, name)
-		}
-		body = append(body, part.Part...)
 	}
-	if xxhash.Sum64(body) != first.Sum {
-		return fmt.Errorf("mesh: the parts of an answer of %d bytes from %s do not hash to its sum", first.Size, name)
+	body, _, err := a.Whole()
+	if err != nil {
+		return fmt.Errorf("mesh: answer from %s: %w", name, err)
 	}
 	if err := peer.CheckMsgpack(body); err != nil {
 		return fmt.Errorf("mesh: answer from %s: %w", name, err)
