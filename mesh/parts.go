@@ -15,7 +15,7 @@ import (
 
 // A new leader asks its peers for the newest order and the best score
 // table they hold (takeover). Either may be larger than a frame: an
-// order takes about 9 bytes a sample, a table about 4 a scored sample, so
+// order with weights takes about 9 bytes a sample, a table about 4 a scored sample, so
 // past about 7 M samples an order no longer fits the default 64 MiB. The
 // leader sends such messages in pieces through relays, but the new leader
 // must have them before it rebuilds its jobs, from a peer it chooses. So
