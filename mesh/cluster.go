@@ -198,6 +198,9 @@ type cluster struct {
 	// relays holds the orders being relayed to this node in pieces,
 	// charged to serving.
 	relays relayBook
+	// parts holds the answers this node sends in parts (MethodGetPart),
+	// charged to serving.
+	parts partBook
 
 	// pings shares the MethodPing to a member among the reads that ask
 	// whether it is there at once (answers), by member name.
@@ -391,6 +394,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	}
 	c := &cluster{cfg: cc, wire: pn, serving: budget.New(serving), members: make(map[string]peerInfo)}
 	c.relays.budget = c.serving
+	c.parts.budget = c.serving
 	n.cluster = c
 	var sets []string
 	for _, ds := range n.ordered {

@@ -2,10 +2,14 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport"
 	"github.com/shade-mesh/shade/transport/peer"
@@ -78,16 +82,21 @@ func TestRestartedLeaderAdoptsWhatItsPeersHold(t *testing.T) {
 	}
 }
 
-// TestPartsOfAnAnswerThatChanges: an answer that changes between its
-// parts (here a newer order installed on the peer after a part is
-// served) is asked for again from its first part, and the changed answer
-// comes whole; one that changes after every part is given up after
-// partTries tries (CodeStale); one larger than the serving memory is
-// refused at its first part.
+// TestPartsOfAnAnswerThatChanges: the peer cuts an answer's parts from
+// the one snapshot it encoded for the first, held in its serving memory
+// until the last part is served, so that an order installed between
+// parts changes nothing in the answer. Where the peer no longer holds the
+// snapshot (its life ended) and the answer changed, the part is refused
+// (CodeStale) and the changed answer is asked for again from its first
+// part; one that changes after every part is given up after partTries
+// tries. An answer larger than the asker's serving memory is refused at
+// its first part.
 func TestPartsOfAnAnswerThatChanges(t *testing.T) {
 	const samples, frame = 4000, 8 << 10
 	var calls, changes atomic.Int64
-	var huge atomic.Bool // n1 answers a part of an answer larger than any memory
+	var forget atomic.Bool // n1 lets the snapshot go after each part
+	var huge atomic.Bool   // n1 answers a part of an answer larger than any memory
+	var heldMax atomic.Int64
 	m := startMesh(t, 2, meshOpts{samples: samples, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
 		c.Cluster.MaxFrame = frame
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
@@ -101,6 +110,18 @@ func TestPartsOfAnAnswerThatChanges(t *testing.T) {
 					return &wire.GetPartResp{Size: 1 << 40, Sum: 1, Part: []byte{1}}, nil
 				}
 				resp, err := get(ctx, from, body)
+				book := &n.cluster.parts
+				if held := int64(book.heldBytes()); held > heldMax.Load() {
+					heldMax.Store(held)
+				}
+				if forget.Load() {
+					book.mu.Lock()
+					a := book.held[from]
+					book.mu.Unlock()
+					if a != nil {
+						book.done(from, a)
+					}
+				}
 				if changes.Add(-1) >= 0 {
 					js := n.ordered[0].def
 					next := *js.book.Newest()
@@ -116,25 +137,133 @@ func TestPartsOfAnAnswerThatChanges(t *testing.T) {
 	ask := func(change int64) (*wire.PublishMsg, int64, error) {
 		calls.Store(0)
 		changes.Store(change)
+		heldMax.Store(0)
 		var pub wire.PublishMsg
 		err := n0.node.getParts(context.Background(), "n1", wire.GetPartReq{Order: &wire.GetOrderReq{Dataset: "ds"}}, &pub, 5*time.Second)
 		return &pub, calls.Load(), err
 	}
+	newest := func() *wire.PublishMsg { return n1.node.ordered[0].def.book.Newest() }
+	nothingHeld := func(when string) {
+		t.Helper()
+		if b, used := n1.node.cluster.parts.heldBytes(), n1.node.cluster.serving.Used(); b != 0 || used != 0 {
+			t.Errorf("%s: n1 holds %d bytes of answers, %d of serving memory; want none", when, b, used)
+		}
+	}
 
+	want := newest()
+	size := func() int64 {
+		body, err := msgpack.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(body))
+	}()
 	pub, parts, err := ask(0)
-	want := n1.node.ordered[0].def.book.Newest()
 	if err != nil || pub.Epoch != 0 || orderDigest(pub) != orderDigest(want) || parts < 2 {
 		t.Fatalf("an unchanged answer: epoch %d in %d parts (%v); want epoch 0 as n1 holds it, in parts", pub.Epoch, parts, err)
 	}
+	if heldMax.Load() != size {
+		t.Errorf("n1 held %d bytes while the parts were asked for; want the answer's %d", heldMax.Load(), size)
+	}
+	nothingHeld("after the last part")
+
 	pub, n, err := ask(1)
-	if err != nil || pub.Epoch != 1 || orderDigest(pub) != orderDigest(want) || n != 2+parts {
-		t.Fatalf("an answer changed after its first part: epoch %d after %d calls (%v); want epoch 1 after %d", pub.Epoch, n, err, 2+parts)
+	if err != nil || pub.Epoch != 0 || orderDigest(pub) != orderDigest(want) || n != parts {
+		t.Fatalf("an answer changed after its first part: epoch %d after %d calls (%v); want the first part's epoch 0 after %d", pub.Epoch, n, err, parts)
+	}
+	if got := newest(); got.Epoch != 1 {
+		t.Fatalf("n1's newest order is of epoch %d, want 1", got.Epoch)
+	}
+	nothingHeld("after an answer that changed")
+
+	forget.Store(true)
+	pub, n, err = ask(1)
+	if err != nil || pub.Epoch != 2 || orderDigest(pub) != orderDigest(want) || n != 2+parts {
+		t.Fatalf("an answer changed after its first part, let go: epoch %d after %d calls (%v); want epoch 2 after %d", pub.Epoch, n, err, 2+parts)
 	}
 	if _, n, err := ask(1 << 20); peer.CodeOf(err) != peer.CodeStale || n != 2*partTries {
 		t.Fatalf("an answer that changes after every part: %d calls, %v; want CodeStale after %d", n, err, 2*partTries)
 	}
+	nothingHeld("after answers let go")
 	huge.Store(true)
 	if _, n, err := ask(0); err == nil || n != 1 || n0.node.cluster.serving.Used() != 0 {
 		t.Fatalf("an answer of 1 TiB: %d calls, %v, %d bytes of serving memory held; want refused at its first part, none held", n, err, n0.node.cluster.serving.Used())
 	}
+}
+
+// TestPartBook: the book's bounds, on its own. An answer is charged to
+// the budget from its encoding until it leaves the book (its last part,
+// its life's end, its member's next answer, the node's end); one larger
+// than the budget is refused and nothing is held; answers are encoded one
+// at a time.
+func TestPartBook(t *testing.T) {
+	bud := budget.New(1 << 20)
+	b := &partBook{budget: bud}
+	ctx := context.Background()
+	answer := func(size int) func() ([]byte, error) {
+		return func() ([]byte, error) { return make([]byte, size), nil }
+	}
+	check := func(when string, held, used int) {
+		t.Helper()
+		if b.heldBytes() != held || bud.Used() != int64(used) {
+			t.Fatalf("%s: %d bytes held, %d charged; want %d and %d", when, b.heldBytes(), bud.Used(), held, used)
+		}
+	}
+
+	a, err := b.encode(ctx, answer(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("encoded", 0, 1000)
+	life, end := context.WithCancel(ctx)
+	b.hold(life, "m1", "k", a, time.Hour)
+	check("held", 1000, 1000)
+	if b.get("m1", "k", a.sum) != a || b.get("m1", "other", a.sum) != nil || b.get("m2", "k", a.sum) != nil || b.get("m1", "k", a.sum+1) != nil || b.get("m1", "k", 0) != nil {
+		t.Fatal("get: the held answer is found by its member, request and sum only")
+	}
+	a2, _ := b.encode(ctx, answer(3000))
+	b.hold(life, "m1", "k", a2, time.Hour)
+	check("the member's next answer", 3000, 3000)
+	b.done("m1", a) // the replaced answer again: nothing
+	check("the replaced answer done again", 3000, 3000)
+	b.done("m1", a2)
+	b.done("m1", a2)
+	check("done, twice", 0, 0)
+
+	a, _ = b.encode(ctx, answer(500))
+	b.hold(life, "m2", "k", a, time.Hour)
+	a, _ = b.encode(ctx, answer(700))
+	b.hold(ctx, "m3", "k", a, time.Millisecond)
+	waitFor(t, 10*time.Second, "the answer whose life ended let go", func() bool { return b.heldBytes() == 500 && bud.Used() == 500 })
+	end() // the node's end
+	waitFor(t, 10*time.Second, "every answer let go", func() bool { return b.heldBytes() == 0 && bud.Used() == 0 })
+
+	if _, err := b.encode(ctx, answer(2<<20)); peer.CodeOf(err) != peer.CodeUnavailable {
+		t.Fatalf("an answer larger than the budget: %v; want CodeUnavailable", err)
+	}
+	if _, err := b.encode(ctx, func() ([]byte, error) { return nil, errors.New("no order") }); err == nil {
+		t.Fatal("an encoding that failed gave an answer")
+	}
+	check("refused answers", 0, 0)
+
+	// One encoding at a time: another waits, and gives up with its context.
+	in, out, finished := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		a, err := b.encode(ctx, func() ([]byte, error) { close(in); <-out; return make([]byte, 10), nil })
+		if err == nil {
+			b.release(a)
+		}
+		finished <- err
+	}()
+	<-in
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := b.encode(gone, answer(10)); peer.CodeOf(err) != peer.CodeUnavailable {
+		t.Fatalf("an encoding beside another: %v; want CodeUnavailable once its context ended", err)
+	}
+	close(out)
+	if err := <-finished; err != nil {
+		t.Fatalf("the first encoding: %v", err)
+	}
+	check("the end", 0, 0)
 }

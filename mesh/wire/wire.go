@@ -429,10 +429,11 @@ type GetTableReq struct {
 
 // GetPartReq asks a peer for the bytes from Off of its encoded answer to
 // Order (a newest order, not Exact) or Table, whichever is set: as many
-// as a frame holds. The answer is encoded again for every part, so Sum,
-// the answer's xxhash64 as the first part gave it (0 in the first
-// request), lets the peer refuse a part of an answer that has changed
-// since (CodeStale).
+// as a frame holds. Sum is the answer's xxhash64 as the first part gave
+// it (0 in the first request). The peer cuts the parts from the answer
+// it encoded for the first, while it holds it; where it no longer does,
+// it encodes the answer again, and Sum lets it refuse a part of an
+// answer that has changed since (CodeStale).
 type GetPartReq struct {
 	Order *GetOrderReq `msgpack:"o,omitempty"`
 	Table *GetTableReq `msgpack:"t,omitempty"`
