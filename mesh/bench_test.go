@@ -176,17 +176,9 @@ func BenchmarkRelayOrder(b *testing.B) {
 				cfg.Cluster.RelayFanout, cfg.Cluster.RelayPiece = 2, c.piece
 			}})
 			lead := m.leader(b)
-			rng := rand.New(rand.NewPCG(1, 2))
-			const half = 640_000
-			slices, weights := make([]wire.U32s, 2), make([]wire.F32s, 2)
-			for r := range slices {
-				slices[r], weights[r] = make(wire.U32s, half), make(wire.F32s, half)
-				for i := range half {
-					slices[r][i], weights[r][i] = uint32(rng.IntN(samples)), 0.25+rng.Float32()*3.75
-				}
-			}
+			slices, weights := benchSlices(samples)
 			version := lead.node.ordered[0].manifest.Version
-			b.SetBytes(int64(8 * 2 * half * (nodes - 1)))
+			b.SetBytes(int64(8 * 2 * benchHalf * (nodes - 1)))
 			epoch := 0
 			for b.Loop() {
 				p := &wire.PublishMsg{Dataset: "ds", Job: "bench", Version: version, Gen: 1, Epoch: epoch,
@@ -214,15 +206,7 @@ func BenchmarkGetParts(b *testing.B) {
 	if other == lead {
 		other = m.peers[1]
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	const half = 640_000
-	slices, weights := make([]wire.U32s, 2), make([]wire.F32s, 2)
-	for r := range slices {
-		slices[r], weights[r] = make(wire.U32s, half), make(wire.F32s, half)
-		for i := range half {
-			slices[r][i], weights[r][i] = uint32(rng.IntN(samples)), 0.25+rng.Float32()*3.75
-		}
-	}
+	slices, weights := benchSlices(samples)
 	p := &wire.PublishMsg{Dataset: "ds", Job: "bench", Version: lead.node.ordered[0].manifest.Version, Gen: 1,
 		Term: lead.node.lead.highest(), World: 2, Slices: slices, Weights: weights, Ranks: []string{"", ""}}
 	lead.node.publish(p, nil)
@@ -235,10 +219,27 @@ func BenchmarkGetParts(b *testing.B) {
 	for b.Loop() {
 		var got wire.PublishMsg
 		err := lead.node.getParts(context.Background(), other.node.Name(), wire.GetPartReq{Order: &wire.GetOrderReq{Dataset: "ds", Job: "bench"}}, &got, 30*time.Second)
-		if err != nil || len(got.Slices) != 2 || len(got.Slices[0]) != half {
+		if err != nil || len(got.Slices) != 2 || len(got.Slices[0]) != benchHalf {
 			b.Fatalf("got %d slices (%v)", len(got.Slices), err)
 		}
 	}
+}
+
+// benchHalf is each of the two ranks' share of benchSlices' order.
+const benchHalf = 640_000
+
+// benchSlices returns an order of 1.28 M random samples of samples, in
+// two slices, with random weights.
+func benchSlices(samples int) ([]wire.U32s, []wire.F32s) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	slices, weights := make([]wire.U32s, 2), make([]wire.F32s, 2)
+	for r := range slices {
+		slices[r], weights[r] = make(wire.U32s, benchHalf), make(wire.F32s, benchHalf)
+		for i := range benchHalf {
+			slices[r][i], weights[r][i] = uint32(rng.IntN(samples)), 0.25+rng.Float32()*3.75
+		}
+	}
+	return slices, weights
 }
 
 // waitInstalled waits until every node but lead holds epoch's order of
