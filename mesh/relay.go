@@ -315,11 +315,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 		return nil, nil
 	}
 	body, err := awaitWhole(ctx, e.a)
-	if err == nil {
-		// Assembled here, so never walked by the transport as one value.
-		err = peer.CheckMsgpack(body)
-	}
-	if errors.Is(err, wire.ErrBadPiece) || errors.Is(err, peer.ErrBadFrame) {
+	if errors.Is(err, wire.ErrBadPiece) {
 		e.cancel() // bytes that do not hash to the order's sum, or no msgpack value: none is kept, none passed on
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + err.Error()}
 	}

@@ -254,13 +254,19 @@ func (a *Assembly) Complete() bool {
 
 // Whole returns the message once every piece is in: ok is false while
 // one is missing. A message whose bytes do not hash to its sum (pieces
-// of two messages alike in size and sum, as good as never) is an error.
+// of two messages alike in size and sum, as good as never) is an error,
+// and so is one that is not one msgpack value (peer.CheckMsgpack): the
+// transport walks each frame so before it is decoded, but a message put
+// together from pieces was never one frame. Errors wrap ErrBadPiece.
 func (a *Assembly) Whole() (body []byte, ok bool, err error) {
 	if !a.Complete() {
 		return nil, false, nil
 	}
 	if xxhash.Sum64(a.buf) != a.sum {
 		return nil, false, fmt.Errorf("%w: the pieces of a message of %d bytes do not hash to its sum", ErrBadPiece, a.size)
+	}
+	if err := peer.CheckMsgpack(a.buf); err != nil {
+		return nil, false, fmt.Errorf("%w: a message of %d bytes: %w", ErrBadPiece, a.size, err)
 	}
 	return a.buf, true, nil
 }

@@ -362,12 +362,16 @@ func benchOrder() *PublishMsg {
 // decodes to its place in the order, its bytes not copied by the sender;
 // an assembly takes the pieces in any order, a repeat too, marks each
 // ready as it comes, and hands out the order only once every piece is in
-// and the bytes hash to its sum; a piece that does not fit is refused
-// and changes nothing.
+// and the bytes hash to its sum and make one msgpack value; a piece that
+// does not fit is refused and changes nothing.
 func TestRelayPieces(t *testing.T) {
-	body := make([]byte, 1000)
-	for i := range body {
-		body[i] = byte(i * 7)
+	payload := make([]byte, 997)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	body, err := msgpack.Marshal(payload) // a bin of 1,000 bytes with its head
+	if err != nil || len(body) != 1000 {
+		t.Fatalf("%d bytes, %v", len(body), err)
 	}
 	const piece = 128
 	whole := WholeAssembly(body, piece)
@@ -459,5 +463,13 @@ func TestRelayPieces(t *testing.T) {
 	}
 	if _, ok, err := wrong.Whole(); ok || !errors.Is(err, ErrBadPiece) {
 		t.Fatalf("pieces that do not hash to the sum: %v, %v", ok, err)
+	}
+
+	// Bytes that hash to their sum but are no msgpack value (an array
+	// that declares a billion elements) never make a message either.
+	junk := append([]byte{0xdd, 0x40, 0, 0, 0}, body[5:]...)
+	malformed := WholeAssembly(junk, piece)
+	if _, ok, err := malformed.Whole(); ok || !errors.Is(err, ErrBadPiece) || !errors.Is(err, peer.ErrBadFrame) {
+		t.Fatalf("pieces of no msgpack value: %v, %v", ok, err)
 	}
 }
