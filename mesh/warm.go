@@ -171,26 +171,13 @@ func (n *Node) lookahead(js *jobState, p *wire.PublishMsg) {
 		}
 	}
 	js.lookReads = len(reads)
-	// The reads still to come in the policy's order are mostly those of
-	// the jobs already reading this epoch (the orders of a dataset's
-	// epoch are aligned, sampling.Align), with the short tails of jobs
-	// finishing the one before: the merge paces them as that many jobs,
-	// at least one while any other job reads.
-	others, same := 0, 0
+	var newest []*wire.PublishMsg
 	for _, o := range n.allJobs() {
-		if o == js {
-			continue
-		}
-		if q := o.book.Newest(); q != nil && q.Epoch >= 0 {
-			others++
-			if q.Epoch-q.Ahead >= p.Epoch-p.Ahead {
-				same++
-			}
+		if o != js {
+			newest = append(newest, o.book.Newest())
 		}
 	}
-	if others > 0 {
-		others = max(1, same)
-	}
+	others := mergePace(p, appendTo, newest)
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
 	la.MergeEpoch(p.Epoch, reads, start, others)
@@ -210,4 +197,40 @@ func (n *Node) warmOnFirstEpoch(js *jobState) {
 			n.cfg.Logger.Warn().Err(err).Str("dataset", ds.name).Msg("warm start")
 		}
 	})
+}
+
+// mergePace is the others of policy.Lookahead.MergeEpoch for a job's order
+// p: how many jobs read the policy's order still to come side by side,
+// one read per job per step. others holds the newest order of each other
+// job on the node (nil for none yet); appendTo says that p goes behind
+// the job's own reads of the order before it, still to come.
+//   - A job whose orders run ahead holds its current epoch's reads and the
+//     next epoch's there, so it reads all along.
+//   - A job drawn when due holds only its current epoch. One that reads
+//     p's epoch or a later one reads all along (the orders of a dataset's
+//     epoch are aligned, sampling.Align); one finishing the epoch before
+//     has a short tail left, and is not counted.
+//
+// With appendTo the job reads its own reads beside theirs, and counts as
+// one more; else the merge paces the others as at least one job while any
+// has reads there. 0 means no other job has an order: p is appended or
+// begun.
+func mergePace(p *wire.PublishMsg, appendTo bool, others []*wire.PublishMsg) int {
+	n, reading := 0, 0
+	for _, q := range others {
+		if q == nil || q.Epoch < 0 {
+			continue
+		}
+		n++
+		if q.Ahead > 0 || q.Epoch-q.Ahead >= p.Epoch-p.Ahead {
+			reading++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	if appendTo {
+		return reading + 1
+	}
+	return max(1, reading)
 }
