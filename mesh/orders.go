@@ -34,7 +34,6 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 	}
 	js.touch()
 	var joined string   // the leader this rank announced itself to
-	fetched := false    // an order published ahead was fetched from the leader
 	asked := time.Now() // when the leader was last asked for the epoch
 	for {
 		if ds.lookupJob(js.name) != js {
@@ -49,8 +48,20 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 			ds.counters.Advance(epoch)
 			n.prefetchSlice(ds, a.Order, rank)
 			return a.Order.Slices[rank], a.Order.Weight(rank), nil
-		case a.Gone && !fetched && n.fetchAhead(js, epoch):
-			fetched = true // published ahead, it reached this node after its successor
+		case a.Gone && publishedAhead(js, epoch):
+			// Published ahead with the order after it, it has not reached
+			// this node yet, or was lost on the way: it is asked of the
+			// leader (which may not have installed it yet either) until it
+			// comes.
+			if n.fetchExact(js, epoch, false); js.book.Kept(epoch) != nil {
+				continue
+			}
+			select {
+			case <-a.Changed:
+			case <-time.After(n.cfg.Cluster.RetryEvery):
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s, published ahead, has not reached this peer", ErrOrderTimeout, epoch, name, displayJob(js.name))
+			}
 			continue
 		case a.Gone:
 			return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s is no longer kept (newest is %d)", ErrEpoch, epoch, name, displayJob(js.name), a.Have)
@@ -249,17 +260,12 @@ func (n *Node) Reset(name, job string) error {
 	}
 }
 
-// fetchAhead asks the leader for epoch's order where this node holds the
-// newest but not epoch, which it still trains because orders run ahead
-// (the two were published together and one was lost on the way). It
-// reports whether the book holds epoch now.
-func (n *Node) fetchAhead(js *jobState, epoch int) bool {
+// publishedAhead reports whether epoch's order of a job, which this node
+// does not hold, was published with the newest it holds, which runs
+// ahead of it: the ranks still train epoch.
+func publishedAhead(js *jobState, epoch int) bool {
 	newest := js.book.Newest()
-	if newest == nil || newest.Ahead == 0 || epoch < newest.Epoch-newest.Ahead {
-		return false
-	}
-	n.fetchExact(js, epoch, false)
-	return js.book.Kept(epoch) != nil
+	return newest != nil && newest.Ahead > 0 && epoch >= newest.Epoch-newest.Ahead && epoch < newest.Epoch
 }
 
 // fetchExact asks the leader for epoch's order of a job and installs it,

@@ -514,6 +514,75 @@ func TestLeaderInstallsOrdersInTheirSequence(t *testing.T) {
 	})
 }
 
+// TestAnOrderAheadThatComesLate: with orders ahead, epochs 0 and 1 are
+// published together, and a peer may get epoch 1 first. A rank there
+// asking for epoch 0 in between asks the leader for it, which holds it
+// only once a member does: until it comes, the rank waits rather than
+// being told that epoch 0 is no longer kept.
+func TestAnOrderAheadThatComesLate(t *testing.T) {
+	release, delivered1 := make(chan struct{}), make(chan struct{}, 1)
+	asked := make(chan struct{}, 1)
+	m := startMesh(t, 2, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.OrderAhead = 1
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			publish, getOrder := h[wire.MethodPublish], h[wire.MethodGetOrder]
+			h[wire.MethodPublish] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var p wire.PublishMsg
+				late := n.Name() == "n1" && msgpack.Unmarshal(body, &p) == nil && p.Job == "late"
+				if late && p.Epoch == 0 {
+					<-release
+				}
+				reply, err := publish(ctx, from, body)
+				if late && p.Epoch == 1 {
+					delivered1 <- struct{}{}
+				}
+				return reply, err
+			}
+			h[wire.MethodGetOrder] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var req wire.GetOrderReq
+				// An order published ahead is asked for unsettled.
+				if msgpack.Unmarshal(body, &req) == nil && req.Job == "late" && req.Exact && !req.Settled && req.Epoch == 0 {
+					select {
+					case asked <- struct{}{}:
+					default:
+					}
+				}
+				return getOrder(ctx, from, body)
+			}
+		}
+	}})
+	if lead := m.leader(t); lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	let := sync.OnceFunc(func() { close(release) })
+	defer let()
+	// A rank on n0 starts the job; n1 holds epoch 1 and not epoch 0.
+	started := make(chan error, 1)
+	go func() {
+		started <- m.peers[0].client(t).Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 2, "JOB", "late").Err()
+	}()
+	c := m.peers[1].client(t)
+	ordered := make(chan error, 1)
+	go func() { ordered <- c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 1, 2, "JOB", "late").Err() }()
+	<-delivered1
+	// The rank on n1 finds epoch 0 missing and asks the leader, which has
+	// none: asked again, the rank is still waiting.
+	for range 2 {
+		select {
+		case <-asked:
+		case err := <-ordered:
+			t.Fatalf("the rank on n1 got an answer before epoch 0 came: %v", err)
+		}
+	}
+	let()
+	if err := <-ordered; err != nil {
+		t.Fatalf("the rank on n1 asked for epoch 0: %v", err)
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("the rank on n0 asked for epoch 0: %v", err)
+	}
+}
+
 // TestLeaderServesAnOrderOnceItsOnlyPeerDies: the leader's ranks read an
 // order once another member holds it, or once no member can. Here the
 // only other member takes the order in and then crashes before it
