@@ -603,7 +603,7 @@ func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[p
 		wire.MethodOffer:     noReply(n.serveOffer),
 		wire.MethodReport:    serve(n.serveReport),
 		wire.MethodJoin:      noReply(n.leaderJoin),
-		wire.MethodDone:      noReply(n.leaderDone),
+		wire.MethodDone:      serve(n.serveDone),
 		wire.MethodReset:     noReply(n.leaderReset),
 		wire.MethodPublish:   serve(n.servePublish),
 		wire.MethodRelay:     serve(n.serveRelay),
@@ -762,12 +762,23 @@ func decode(body []byte, v any) error {
 // toLeader sends a request to the leader, or serves it here if this node
 // leads.
 func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
+	return n.askLeader(ctx, m, req, nil)
+}
+
+// askLeader is toLeader that decodes the leader's answer into reply
+// (nil: none is wanted). Of the methods the leader serves here only a
+// done (reply *wire.DoneResp) answers.
+func (n *Node) askLeader(ctx context.Context, m peer.Method, req, reply any) error {
 	if n.lead.leading() {
 		switch r := req.(type) {
 		case *wire.JoinReq:
 			return n.leaderJoin(r)
 		case *wire.DoneReq:
-			return n.leaderDone(r)
+			resp, err := n.leaderDone(r)
+			if out, ok := reply.(*wire.DoneResp); ok && resp != nil {
+				*out = *resp
+			}
+			return err
 		case *wire.ResetReq:
 			return n.leaderReset(r)
 		}
@@ -780,7 +791,7 @@ func (n *Node) toLeader(ctx context.Context, m peer.Method, req any) error {
 	if leader == n.cfg.Name {
 		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: this node is taking over as leader"}
 	}
-	err := n.cluster.callName(ctx, leader, m, req, nil)
+	err := n.cluster.callName(ctx, leader, m, req, reply)
 	if errors.Is(err, ErrWorldMismatch) || peer.CodeOf(err) == codeWorldMismatch {
 		return fmt.Errorf("%w: %s", ErrWorldMismatch, strings.TrimPrefix(err.Error(), "peer: "))
 	}

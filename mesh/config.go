@@ -125,9 +125,11 @@ type Config struct {
 	// job that finished an epoch another job is still training, and is
 	// expected to finish within JobSync times the job's own time for that
 	// epoch, waits for it that long at most before its next order is
-	// published. Aligned jobs then read their common samples at the same
-	// time, from one source read, at the cost of the faster job's wait.
-	// 0 means 0.25; negative, never (as with IsolateJobs).
+	// published; where its orders run ahead (it holds its next order),
+	// before its ranks begin that order. Aligned jobs then read their
+	// common samples at the same time, from one source read, at the cost
+	// of the faster job's wait. 0 means 0.25; negative, never (as with
+	// IsolateJobs).
 	JobSync float64
 	// SourceReads bounds concurrent source reads of one MGET, and the
 	// fetches in flight of each rank's read-ahead; 0 means 16.

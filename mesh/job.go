@@ -59,14 +59,16 @@ type jobState struct {
 	active            atomic.Int64 // unix nanoseconds of the job's last join, done, report or order here
 
 	// On the leader, for aligning other jobs' orders with this one's
-	// (alignedScores): the epoch whose order was drawn last, the phase it
-	// began at and when, and how many samples of it the job's trainers
-	// reported.
-	progMu    sync.Mutex
-	progEpoch int
-	progStart float64
-	progAt    time.Time
-	progDone  int64
+	// (alignedScores) and holding them for it (jobsync.go): what it knows
+	// of the job's orders of the last few epochs drawn here, by epoch.
+	// With orders ahead the ranks read the epoch before the last drawn.
+	progMu sync.Mutex
+	prog   map[int]*epochProgress
+
+	// start holds the ranks trained here before they begin an epoch
+	// whose order they hold, for the dataset's other jobs (awaitStart).
+	startMu sync.Mutex
+	start   startHold
 
 	// published is when this node, as leader, last published one of the
 	// job's orders, and that order's epoch (see recentlyPublished).
@@ -123,30 +125,67 @@ func (js *jobState) recentlyPublished(epoch int, within time.Duration) bool {
 	return m != nil && m.epoch == epoch && time.Since(m.at) < within
 }
 
+// epochProgress is, on the leader, what it knows of a job's order of one
+// epoch: where in the aligned key order it began (its phase), when it was
+// drawn, and how far the job's ranks have read it: when the first of
+// them reported a sample of it, and how many samples they reported.
+type epochProgress struct {
+	start    float64
+	drawn    time.Time
+	reported time.Time // zero until the first report
+	done     int64
+}
+
+// keptProgress is how many epochs of progress a job keeps: the epoch
+// drawn last, the one its ranks read (the one before with orders
+// ahead), and the one before that, which the other jobs may still read.
+const keptProgress = 3
+
 // began notes that the job's order of epoch was drawn to begin at phase
-// (a fraction of the aligned key order).
+// (a fraction of the aligned key order). It forgets the progress of
+// epochs not kept, and of later ones (those of a generation before).
 func (js *jobState) began(epoch int, phase float64) {
 	js.progMu.Lock()
 	defer js.progMu.Unlock()
-	js.progEpoch, js.progStart, js.progAt, js.progDone = epoch, phase, time.Now(), 0
+	if js.prog == nil {
+		js.prog = make(map[int]*epochProgress)
+	}
+	for e := range js.prog {
+		if e > epoch || e <= epoch-keptProgress {
+			delete(js.prog, e)
+		}
+	}
+	js.prog[epoch] = &epochProgress{start: phase, drawn: time.Now()}
 }
 
 // noteReported counts n samples of epoch reported by the job's trainers.
 func (js *jobState) noteReported(epoch, n int) {
 	js.progMu.Lock()
 	defer js.progMu.Unlock()
-	if epoch == js.progEpoch {
-		js.progDone += int64(n)
+	if p := js.prog[epoch]; p != nil {
+		if p.done == 0 {
+			p.reported = time.Now()
+		}
+		p.done += int64(n)
 	}
 }
 
 // progress is where in the aligned key order the job's order of epoch
-// began, how many of its samples were reported, and when it was drawn;
-// ok is false if that order is not the last drawn here.
+// began, how many of its samples were reported, and when the ranks began
+// reading it: their first report of it, or before any its drawing. ok is
+// false if that order was not drawn here, or is no longer kept.
 func (js *jobState) progress(epoch int) (start float64, done int64, at time.Time, ok bool) {
 	js.progMu.Lock()
 	defer js.progMu.Unlock()
-	return js.progStart, js.progDone, js.progAt, epoch == js.progEpoch
+	p := js.prog[epoch]
+	if p == nil {
+		return 0, 0, time.Time{}, false
+	}
+	at = p.drawn
+	if p.done > 0 {
+		at = p.reported
+	}
+	return p.start, p.done, at, true
 }
 
 // idle is how long the job has had no join, done, report or order here.

@@ -409,6 +409,77 @@ func TestJobsBeginEpochsTogether(t *testing.T) {
 	}
 }
 
+// TestJobsAheadBeginEpochsTogether: where orders run ahead, a job that
+// finished an epoch another job of the dataset is still training holds
+// the next epoch's order already, and the epoch after it is drawn at
+// once; its ranks begin the next epoch when the other job begins it too.
+// A job kept apart (IsolateJobs) does not wait.
+func TestJobsAheadBeginEpochsTogether(t *testing.T) {
+	for _, isolate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("isolate=%v", isolate), func(t *testing.T) {
+			// A wait of a million epochs: only the other job ends it.
+			m := startMesh(t, 2, meshOpts{samples: 200, minSize: 10, maxSize: 20, configure: func(_ int, c *Config) {
+				c.JobSync, c.OrderAhead, c.IsolateJobs = 1e6, 1, isolate
+			}})
+			files, lead := m.files, m.leader(t)
+			// Both jobs train on the node that does not lead: the leader's
+			// answers to their dones come over the mesh.
+			p := m.peers[0]
+			if p == lead {
+				p = m.peers[1]
+			}
+			c := p.client(t)
+			ctx := context.Background()
+			loss := func(id int64) float64 { return 0.1 + float64(id%7) }
+			report := func(ids []int64) {
+				t.Helper()
+				args := []any{"SHADE.REPORT", "ds", 0}
+				for _, id := range ids {
+					args = append(args, id, loss(id))
+				}
+				if err := c.Do(ctx, append(args, "JOB", "b")...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Job b trains half of epoch 0, job a all of it.
+			b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			report(b[:len(b)/2])
+			if _, err := trainEpoch(ctx, c, files, "a", 0, 0, 1, loss); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "a").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := lead.node.ordered[0].lookupJob("a").leaderJob().Status().Latest; got != 2 {
+				t.Fatalf("job a's newest epoch after it finished epoch 0: %d, want 2", got)
+			}
+			// Asked without waiting, a's order of epoch 1 is held while b
+			// trains epoch 0; kept apart, it is not.
+			err = c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 1, "JOB", "a").Err()
+			if held := err != nil; held != !isolate {
+				t.Fatalf("job a's order of epoch 1 while b trains epoch 0: %v; want it held: %v", err, !isolate)
+			}
+			if !isolate && !strings.Contains(err.Error(), "waiting for job b") {
+				t.Fatalf("job a's held order: %v", err)
+			}
+			// b finishes epoch 0 and does not wait for a: both begin epoch 1.
+			report(b[len(b)/2:])
+			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "b").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 1, "JOB", "b").Err(); err != nil {
+				t.Fatalf("job b's order of epoch 1: %v", err)
+			}
+			if err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000, "JOB", "a").Err(); err != nil {
+				t.Fatalf("job a's order of epoch 1: %v", err)
+			}
+		})
+	}
+}
+
 // TestRetiredJobStaysRetired checks that an order of a job published
 // before its retirement and delivered after it (a delayed or retried
 // publication: each goes out on its own) does not start the job again on

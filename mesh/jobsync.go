@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -22,36 +24,143 @@ import (
 // leader releases it when another job of the dataset publishes), or when
 // the wait has passed. The jobs then begin each epoch together, and a
 // faster job waits at most JobSync of its epoch time per epoch.
+//
+// Where a job's orders run ahead its ranks hold the next epoch's order
+// when they finish one, and the leader draws the epoch after it at once.
+// The wait is then where they read: the leader answers each rank's done
+// with it (wire.DoneResp), and the rank's node holds its order of the
+// next epoch until each awaited job has begun that epoch too (its next
+// order reached the node), or the wait has passed (awaitStart).
 
 // syncHold is leader.Config.Hold for a job: how long the publication of
 // its epoch, due now, waits for the dataset's other jobs still training
 // the epoch before it, or 0 to publish now. Called with the job's
 // leader.Job locked: it reads only the jobs' order books and progress.
 func (n *Node) syncHold(js *jobState, epoch int) time.Duration {
-	if n.cfg.JobSync <= 0 || n.cfg.IsolateJobs || n.cfg.Uniform || epoch < 1 {
+	if epoch < 1 {
 		return 0
+	}
+	wait, awaited := n.awaited(js, epoch-1)
+	if len(awaited) == 0 {
+		return 0
+	}
+	return wait
+}
+
+// aheadHold is, on the leader, the answer to a done of epoch by a rank
+// of js, whose orders run ahead: how long the rank waits at most before
+// it begins the next epoch, and for which jobs (see DoneResp).
+func (n *Node) aheadHold(js *jobState, epoch int) *wire.DoneResp {
+	wait, awaited := n.awaited(js, epoch)
+	if len(awaited) == 0 {
+		return &wire.DoneResp{}
+	}
+	resp := &wire.DoneResp{Wait: int64(wait)}
+	for _, o := range awaited {
+		resp.Jobs = append(resp.Jobs, o.name)
+	}
+	return resp
+}
+
+// awaited is what js, which finished epoch, waits for before it begins
+// the next: the dataset's other jobs still training epoch that are
+// expected to finish it within JobSync of js's own time for it, and that
+// wait. None if jobs are not synchronised.
+func (n *Node) awaited(js *jobState, epoch int) (time.Duration, []*jobState) {
+	if n.cfg.JobSync <= 0 || n.cfg.IsolateJobs || n.cfg.Uniform || epoch < 0 {
+		return 0, nil
 	}
 	now := time.Now()
-	prev := epoch - 1
-	_, _, began, ok := js.progress(prev)
+	_, _, began, ok := js.progress(epoch)
 	if !ok {
-		return 0
+		return 0, nil
 	}
 	budget := time.Duration(n.cfg.JobSync * float64(now.Sub(began)))
+	var out []*jobState
 	for _, o := range js.ds.jobList() {
 		if o == js || o.idle(now) > activeWithin {
 			continue
 		}
-		if q := o.book.Newest(); q == nil || q.Epoch-q.Ahead != prev {
+		if q := o.book.Newest(); q == nil || q.Epoch-q.Ahead != epoch {
 			continue // not training the epoch this job finished
 		}
-		// A job that reported all of it is done or holds its next epoch
-		// too: waiting for it would wait for each other.
-		if left, ok := o.timeLeft(now, prev); ok && left > 0 && left <= budget {
-			return budget
+		// A job that reported all of it is done or waits for its next
+		// epoch too: waiting for it would wait for each other.
+		if left, ok := o.timeLeft(now, epoch); ok && left > 0 && left <= budget {
+			out = append(out, o)
 		}
 	}
-	return 0
+	return budget, out
+}
+
+// holdStart notes the leader's answer to a done of epoch by a rank of js
+// trained here: the rank's order of the next epoch waits for the jobs it
+// names, until the wait has passed. Answers for one epoch add up.
+func (js *jobState) holdStart(epoch int, resp *wire.DoneResp) {
+	if resp == nil || resp.Wait <= 0 || len(resp.Jobs) == 0 {
+		return
+	}
+	until := time.Now().Add(time.Duration(resp.Wait))
+	js.startMu.Lock()
+	defer js.startMu.Unlock()
+	h := &js.start
+	if h.epoch != epoch+1 {
+		*h = startHold{epoch: epoch + 1}
+	}
+	if until.After(h.until) {
+		h.until = until
+	}
+	for _, name := range resp.Jobs {
+		if !slices.Contains(h.jobs, name) {
+			h.jobs = append(h.jobs, name)
+		}
+	}
+}
+
+// startHold is a job's start of epoch, held on the node of its ranks
+// until each of the named jobs has begun it too, or until has passed.
+type startHold struct {
+	epoch int
+	until time.Time
+	jobs  []string
+}
+
+// awaitStart waits, before a rank of js begins epoch, for the jobs its
+// node was told to wait for (holdStart): until each of them trains epoch
+// or a later one, is gone, or the wait has passed.
+func (n *Node) awaitStart(ctx context.Context, js *jobState, epoch int) error {
+	js.startMu.Lock()
+	h := js.start
+	js.startMu.Unlock()
+	if h.epoch != epoch || len(h.jobs) == 0 {
+		return nil
+	}
+	wait := time.Until(h.until)
+	if wait <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for _, name := range h.jobs {
+		for {
+			o := js.ds.lookupJob(name)
+			if o == nil {
+				break
+			}
+			changed := o.book.Changes()
+			if q := o.book.Newest(); q == nil || q.Epoch < 0 || q.Epoch-q.Ahead >= epoch {
+				break // begun, reset or retired
+			}
+			select {
+			case <-changed:
+			case <-timer.C:
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("%w: epoch %d of %s job %s, waiting for job %s to begin it", ErrOrderTimeout, epoch, js.ds.name, displayJob(js.name), displayJob(name))
+			}
+		}
+	}
+	return nil
 }
 
 // timeLeft estimates how long the job needs to finish epoch, from the

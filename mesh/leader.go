@@ -230,16 +230,34 @@ func (n *Node) leaderJoin(req *wire.JoinReq) error {
 }
 
 // leaderDone records that a rank finished an epoch and publishes the next
-// once all have (or EpochDeadline after the first did, if set).
-func (n *Node) leaderDone(req *wire.DoneReq) error {
+// once all have (or EpochDeadline after the first did, if set). Where the
+// job's orders run ahead, the answer holds the rank's start of the next
+// epoch for the dataset's other jobs (see aheadHold).
+func (n *Node) leaderDone(req *wire.DoneReq) (*wire.DoneResp, error) {
 	js, lj, err := n.jobToLead(req.Dataset, req.Job, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if req.Epoch >= lj.Training() {
+	current := req.Epoch >= lj.Training()
+	if current {
 		js.touch() // not a done the reconciler repeats: the job goes on
 	}
-	return refused(lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident))
+	if err := lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident); err != nil {
+		return nil, refused(err)
+	}
+	if !current || lj.Ahead() == 0 {
+		return nil, nil
+	}
+	return n.aheadHold(js, req.Epoch), nil
+}
+
+// serveDone is leaderDone for a peer: the answer, if there is one.
+func (n *Node) serveDone(_ context.Context, _ string, req *wire.DoneReq) (any, error) {
+	resp, err := n.leaderDone(req)
+	if resp == nil {
+		return nil, err
+	}
+	return resp, err
 }
 
 // leaderResident records which samples a node without ranks caches.

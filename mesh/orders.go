@@ -16,7 +16,9 @@ import (
 // weight of each id in it (nil when all are 1). It announces the rank to
 // the leader and waits until the order is published: epoch 0 once every
 // rank has announced itself (or the join wait passed), epoch e+1 once
-// every rank has finished e. A job the node does not know yet is started.
+// every rank has finished e. Where orders run ahead, the order is held
+// already, and a rank may wait for the dataset's other jobs to begin the
+// epoch too (see awaitStart). A job the node does not know yet is started.
 func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world int) ([]uint32, []float32, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
@@ -45,6 +47,9 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 			return nil, nil, fmt.Errorf("%w: job %s of %s has world %d, asked %d (SHADE.RESET %s starts it over)",
 				ErrWorldMismatch, displayJob(js.name), name, a.World, world, name)
 		case a.Order != nil:
+			if err := n.awaitStart(ctx, js, epoch); err != nil {
+				return nil, nil, err
+			}
 			ds.counters.Advance(epoch)
 			n.prefetchSlice(ds, a.Order, rank)
 			return a.Order.Slices[rank], a.Order.Weight(rank), nil
@@ -121,7 +126,9 @@ func (n *Node) waitingFor(js *jobState) string {
 // node remembers it (and repeats it to a new leader) and tells the
 // leader, waiting at most Cluster.FetchTimeout and no longer than ctx
 // allows; a send that fails is repeated by the reconciler and not
-// reported.
+// reported. Where the job's orders run ahead, the leader's answer may
+// hold the rank's order of the next epoch for the dataset's other jobs
+// (see awaitStart).
 func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) error {
 	ds, err := n.dataset(name)
 	if err != nil {
@@ -158,7 +165,10 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 	// would have been sent.
 	n.flushReports(ctx)
 	// A failed send is repeated by the reconciler; the trainer goes on.
-	_ = n.toLeader(ctx, wire.MethodDone, n.doneReq(js, p.Gen, epoch, rank))
+	var resp wire.DoneResp
+	if err := n.askLeader(ctx, wire.MethodDone, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
+		js.holdStart(epoch, &resp)
+	}
 	return nil
 }
 

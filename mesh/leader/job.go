@@ -126,6 +126,9 @@ type Config struct {
 	// published when Release finds Hold at 0, or when the first wait
 	// has passed, whichever comes first. nil never holds. A Job calls it
 	// with its lock held: it must not block nor call into any Job.
+	// Orders that run ahead are not held: their ranks hold the order of
+	// the epoch before the one due already. Their start is held, if at
+	// all, where they read it (the mesh answers their dones with a wait).
 	Hold func(epoch int) time.Duration
 	// After calls fn once d has passed, on a goroutine the caller owns; it
 	// may drop fn if the node closes first. It must not block: a Job calls
@@ -375,7 +378,7 @@ func (j *Job) holdLocked() bool {
 	if j.held {
 		return true
 	}
-	if j.cfg.Hold == nil {
+	if j.cfg.Hold == nil || j.ahead > 0 {
 		return false
 	}
 	epoch := j.latest + 1
@@ -496,6 +499,14 @@ func (j *Job) Training() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.training()
+}
+
+// Ahead is how many epochs the job's orders run ahead of training: 0, or
+// 1 by Config.Ahead or since Config.AheadAt turned it on.
+func (j *Job) Ahead() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ahead
 }
 
 // Status is a Job's progress, as a value.

@@ -667,6 +667,27 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	}
 }
 
+// TestOrdersAheadAreNotHeld: with Ahead, the epoch due when the ranks
+// finish one is drawn at once: they read the next already, and holding
+// the draw would hold nothing they wait for.
+func TestOrdersAheadAreNotHeld(t *testing.T) {
+	h := &harness{}
+	cfg := h.config()
+	cfg.Ahead, cfg.EpochDeadline = 1, 0
+	asked := 0
+	cfg.Hold = func(int) time.Duration { asked++; return time.Hour }
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || asked != 0 || len(h.timers) != 0 {
+		t.Fatalf("published %v, Hold asked %d times, %d timers; want epochs 0-2 without asking", got, asked, len(h.timers))
+	}
+}
+
 // TestAheadAtTurnsOrdersAheadOn: with AheadAt, the job runs its orders an
 // epoch ahead once the orders of AheadAfter epochs in a row took the
 // leader more than that share of the time from their drawing to their

@@ -257,6 +257,17 @@ type DoneReq struct {
 	Resident []byte `msgpack:"b,omitempty"`
 }
 
+// DoneResp is the leader's answer to a DoneReq. Where the job's orders run
+// ahead, the rank holds the order of the next epoch already; Wait, if
+// positive, is how long its node holds the rank's start of that epoch at
+// most (in nanoseconds), and Jobs the dataset's other jobs it waits for:
+// it begins as soon as each of them has begun the next epoch too. The
+// zero value (and an empty answer) holds nothing.
+type DoneResp struct {
+	Wait int64    `msgpack:"w,omitempty"`
+	Jobs []string `msgpack:"j,omitempty"`
+}
+
 // ResidentReq tells the leader which of a dataset's samples Node caches,
 // for the cache-aware draws of generation Gen of its job: a bitmap, bit
 // i%8 of byte i/8, sent every ResidentEvery (and, by nodes whose ranks

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -471,5 +472,27 @@ func TestRelayPieces(t *testing.T) {
 	malformed := WholeAssembly(junk, piece)
 	if _, ok, err := malformed.Whole(); ok || !errors.Is(err, ErrBadPiece) || !errors.Is(err, peer.ErrBadFrame) {
 		t.Fatalf("pieces of no msgpack value: %v, %v", ok, err)
+	}
+}
+
+// TestDoneAnswers: a leader's answer to a done comes back as sent, and an
+// empty answer (that of a leader that answers none) holds nothing.
+func TestDoneAnswers(t *testing.T) {
+	sent := DoneResp{Wait: int64(3 * time.Second), Jobs: []string{"a", "b"}}
+	body, err := msgpack.Marshal(&sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got DoneResp
+	if err := msgpack.Unmarshal(body, &got); err != nil || got.Wait != sent.Wait || !slices.Equal(got.Jobs, sent.Jobs) {
+		t.Fatalf("decoded %+v, %v; want %+v", got, err, sent)
+	}
+	empty, err := msgpack.Marshal(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = DoneResp{}
+	if err := msgpack.Unmarshal(empty, &got); err != nil || got.Wait != 0 || got.Jobs != nil {
+		t.Fatalf("an empty answer decoded as %+v, %v", got, err)
 	}
 }
