@@ -315,6 +315,44 @@ func TestAJobJoiningAnEpochStartsWhereTheOthersAre(t *testing.T) {
 	}
 }
 
+// TestAJobThatReadAnEpochSetsNoPhase: a job that has read all of an
+// epoch (its ranks have yet to say they are done) is no longer where the
+// epoch is read: a job beginning that epoch starts where the others still
+// reading it are.
+func TestAJobThatReadAnEpochSetsNoPhase(t *testing.T) {
+	dir, _ := makeDataset(t, 200, 10, 20)
+	p := startPeer(t, Config{Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	c := p.client(t)
+	ctx := context.Background()
+	order := func(job string) []int64 {
+		t.Helper()
+		ids, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", job).Int64Slice()
+		if err != nil || len(ids) != 200 {
+			t.Fatalf("epoch 0 of job %s: %d samples, %v", job, len(ids), err)
+		}
+		return ids
+	}
+	report := func(job string, ids []int64) {
+		t.Helper()
+		args := []any{"SHADE.REPORT", "ds", 0}
+		for _, id := range ids {
+			args = append(args, id, 1.0)
+		}
+		if err := c.Do(ctx, append(args, "JOB", job)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := order("a")
+	report("a", a[:60])
+	done := order("done") // starts where a is, at 60, and reads it all
+	report("done", done)
+	report("a", a[60:100])
+	b := order("b")
+	if want := append(slices.Clone(a[100:]), a[:100]...); !slices.Equal(b, want) {
+		t.Errorf("job b's epoch 0 does not start where job a is (100):\n a %v\n b %v", a, b)
+	}
+}
+
 // TestJobsOfADatasetDrawTogether: the jobs of a dataset draw their
 // importance-sampled epochs from one set of random numbers
 // (sampling.Config.DrawSeed), so two jobs whose scores agree draw the same

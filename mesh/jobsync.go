@@ -96,7 +96,7 @@ func (n *Node) awaited(js *jobState, epoch int) (time.Duration, []*jobState) {
 // holdStart notes the leader's answer to a done of epoch by a rank of js
 // trained here: the rank's order of the next epoch waits for the jobs it
 // names, until the wait has passed. Answers for one epoch add up.
-func (js *jobState) holdStart(epoch int, resp *wire.DoneResp) {
+func (js *jobState) holdStart(gen uint64, epoch int, resp *wire.DoneResp) {
 	if resp == nil || resp.Wait <= 0 || len(resp.Jobs) == 0 {
 		return
 	}
@@ -104,8 +104,8 @@ func (js *jobState) holdStart(epoch int, resp *wire.DoneResp) {
 	js.startMu.Lock()
 	defer js.startMu.Unlock()
 	h := &js.start
-	if h.epoch != epoch+1 {
-		*h = startHold{epoch: epoch + 1}
+	if h.gen != gen || h.epoch != epoch+1 {
+		*h = startHold{gen: gen, epoch: epoch + 1}
 	}
 	if until.After(h.until) {
 		h.until = until
@@ -117,22 +117,25 @@ func (js *jobState) holdStart(epoch int, resp *wire.DoneResp) {
 	}
 }
 
-// startHold is a job's start of epoch, held on the node of its ranks
-// until each of the named jobs has begun it too, or until has passed.
+// startHold is a job's start of epoch of generation gen, held on the
+// node of its ranks until each of the named jobs has begun it too, or
+// until has passed.
 type startHold struct {
+	gen   uint64
 	epoch int
 	until time.Time
 	jobs  []string
 }
 
-// awaitStart waits, before a rank of js begins epoch, for the jobs its
-// node was told to wait for (holdStart): until each of them trains epoch
-// or a later one, is gone, or the wait has passed.
-func (n *Node) awaitStart(ctx context.Context, js *jobState, epoch int) error {
+// awaitStart waits, before a rank of js begins reading order p, for the
+// jobs its node was told to wait for (holdStart): until each of them
+// trains p's epoch or a later one, is gone, or the wait has passed.
+func (n *Node) awaitStart(ctx context.Context, js *jobState, p *wire.PublishMsg) error {
 	js.startMu.Lock()
 	h := js.start
 	js.startMu.Unlock()
-	if h.epoch != epoch || len(h.jobs) == 0 {
+	epoch := p.Epoch
+	if h.gen != p.Gen || h.epoch != epoch || len(h.jobs) == 0 {
 		return nil
 	}
 	wait := time.Until(h.until)

@@ -144,9 +144,11 @@ func (a alignedScores) Draw(s *sampling.Sampler, epoch int, resident []uint64) (
 }
 
 // phase is where in epoch's aligned key order the dataset's other jobs
-// reading that epoch now are, as a fraction: the share of its order the
-// furthest of them has reported (its trainers report each minibatch as
-// they train it) past where its own order began. 0 if none is.
+// reading that epoch now, or about to (their orders run ahead), are, as a
+// fraction: the share of its order the furthest of them has reported (its
+// trainers report each minibatch as they train it) past where its own
+// order began. Jobs that have read all of it are not counted. 0 if none
+// is.
 func (n *Node) phase(js *jobState, epoch int) float64 {
 	now := time.Now()
 	phase, furthest := 0.0, -1.0
@@ -160,10 +162,12 @@ func (n *Node) phase(js *jobState, epoch int) float64 {
 		}
 		total := orderSize(p)
 		start, done, _, ok := o.progress(epoch)
-		if !ok || total == 0 {
-			continue
+		if !ok || total == 0 || done >= int64(total) {
+			continue // not drawn here, or read already
 		}
-		if read := min(1, float64(done)/float64(total)); read > furthest {
+		// A job that has not begun the epoch yet (its order runs ahead)
+		// will begin it at start, and this one with it (awaitStart).
+		if read := float64(done) / float64(total); read > furthest {
 			furthest, phase = read, math.Mod(start+read, 1)
 		}
 	}

@@ -47,7 +47,7 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 			return nil, nil, fmt.Errorf("%w: job %s of %s has world %d, asked %d (SHADE.RESET %s starts it over)",
 				ErrWorldMismatch, displayJob(js.name), name, a.World, world, name)
 		case a.Order != nil:
-			if err := n.awaitStart(ctx, js, epoch); err != nil {
+			if err := n.awaitStart(ctx, js, a.Order); err != nil {
 				return nil, nil, err
 			}
 			ds.counters.Advance(epoch)
@@ -167,7 +167,7 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 	// A failed send is repeated by the reconciler; the trainer goes on.
 	var resp wire.DoneResp
 	if err := n.askLeader(ctx, wire.MethodDone, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
-		js.holdStart(epoch, &resp)
+		js.holdStart(p.Gen, epoch, &resp)
 	}
 	return nil
 }
