@@ -144,6 +144,11 @@ func (n *Node) awaitStart(ctx context.Context, js *jobState, p *wire.PublishMsg)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	began := time.Now()
+	defer func() {
+		n.cfg.Logger.Debug().Str("dataset", js.ds.name).Str("job", displayJob(js.name)).Int("epoch", epoch).
+			Strs("for", h.jobs).Dur("waited", time.Since(began)).Msg("held a rank's start of an epoch for the dataset's other jobs")
+	}()
 	for _, name := range h.jobs {
 		for {
 			o := js.ds.lookupJob(name)
