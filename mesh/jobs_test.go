@@ -393,6 +393,37 @@ func TestJobsOfADatasetDrawTogether(t *testing.T) {
 	}
 }
 
+// aFinishesWhileBTrains has job b of dataset "ds" train half of epoch 0
+// and job a all of it, and a say it is done. It returns b's order and a
+// function that reports samples of it, with the losses a's were given.
+func aFinishesWhileBTrains(t *testing.T, c *redis.Client, files [][]byte) (b []int64, report func(ids []int64)) {
+	t.Helper()
+	ctx := context.Background()
+	loss := func(id int64) float64 { return 0.1 + float64(id%7) }
+	report = func(ids []int64) {
+		t.Helper()
+		args := []any{"SHADE.REPORT", "ds", 0}
+		for _, id := range ids {
+			args = append(args, id, loss(id))
+		}
+		if err := c.Do(ctx, append(args, "JOB", "b")...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(b[:len(b)/2])
+	if _, err := trainEpoch(ctx, c, files, "a", 0, 0, 1, loss); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b, report
+}
+
 // TestJobsBeginEpochsTogether: with JobSync, a job that finished an
 // epoch another job of the dataset is still training waits for it: its
 // next order is published when the other job publishes its own. A job
@@ -406,29 +437,7 @@ func TestJobsBeginEpochsTogether(t *testing.T) {
 				transport.SocketConfig{})
 			c := p.client(t)
 			ctx := context.Background()
-			loss := func(id int64) float64 { return 0.1 + float64(id%7) }
-			report := func(ids []int64) {
-				t.Helper()
-				args := []any{"SHADE.REPORT", "ds", 0}
-				for _, id := range ids {
-					args = append(args, id, loss(id))
-				}
-				if err := c.Do(ctx, append(args, "JOB", "b")...).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Job b trains half of epoch 0, job a all of it.
-			b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
-			if err != nil {
-				t.Fatal(err)
-			}
-			report(b[:len(b)/2])
-			if _, err := trainEpoch(ctx, c, files, "a", 0, 0, 1, loss); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "a").Err(); err != nil {
-				t.Fatal(err)
-			}
+			b, report := aFinishesWhileBTrains(t, c, files)
 			a := p.node.ordered[0].lookupJob("a")
 			if got, want := a.book.Newest().Epoch, map[bool]int{false: 0, true: 1}[isolate]; got != want {
 				t.Fatalf("job a's newest epoch while b trains epoch 0: %d, want %d", got, want)
@@ -468,35 +477,13 @@ func TestJobsAheadBeginEpochsTogether(t *testing.T) {
 			}
 			c := p.client(t)
 			ctx := context.Background()
-			loss := func(id int64) float64 { return 0.1 + float64(id%7) }
-			report := func(ids []int64) {
-				t.Helper()
-				args := []any{"SHADE.REPORT", "ds", 0}
-				for _, id := range ids {
-					args = append(args, id, loss(id))
-				}
-				if err := c.Do(ctx, append(args, "JOB", "b")...).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Job b trains half of epoch 0, job a all of it.
-			b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
-			if err != nil {
-				t.Fatal(err)
-			}
-			report(b[:len(b)/2])
-			if _, err := trainEpoch(ctx, c, files, "a", 0, 0, 1, loss); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0, "JOB", "a").Err(); err != nil {
-				t.Fatal(err)
-			}
+			b, report := aFinishesWhileBTrains(t, c, files)
 			if got := lead.node.ordered[0].lookupJob("a").leaderJob().Status().Latest; got != 2 {
 				t.Fatalf("job a's newest epoch after it finished epoch 0: %d, want 2", got)
 			}
 			// Asked without waiting, a's order of epoch 1 is held while b
 			// trains epoch 0; kept apart, it is not.
-			err = c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 1, "JOB", "a").Err()
+			err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 1, "JOB", "a").Err()
 			if held := err != nil; held != !isolate {
 				t.Fatalf("job a's order of epoch 1 while b trains epoch 0: %v; want it held: %v", err, !isolate)
 			}
