@@ -246,10 +246,13 @@ func (n *Node) leaderDone(req *wire.DoneReq) (*wire.DoneResp, error) {
 	if current {
 		js.touch() // not a done the reconciler repeats: the job goes on
 	}
+	// Orders that turn ahead with this done: the next was drawn when due,
+	// and held for the other jobs (syncHold) if it was to be.
+	ahead := lj.Ahead() > 0
 	if err := lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident); err != nil {
 		return nil, refused(err)
 	}
-	if !current || lj.Ahead() == 0 {
+	if !current || !ahead {
 		return nil, nil
 	}
 	return n.aheadHold(js, req.Epoch), nil
