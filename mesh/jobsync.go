@@ -49,11 +49,12 @@ func (n *Node) syncHold(js *jobState, epoch int) time.Duration {
 
 // aheadHold is, on the leader, the answer to a done of epoch by a rank
 // of js, whose orders run ahead: how long the rank waits at most before
-// it begins the next epoch, and for which jobs (see DoneResp).
+// it begins the next epoch, and for which jobs (see DoneResp); nil for no
+// wait.
 func (n *Node) aheadHold(js *jobState, epoch int) *wire.DoneResp {
 	wait, awaited := n.awaited(js, epoch)
 	if len(awaited) == 0 {
-		return &wire.DoneResp{}
+		return nil
 	}
 	resp := &wire.DoneResp{Wait: int64(wait)}
 	for _, o := range awaited {
@@ -144,10 +145,12 @@ func (n *Node) awaitStart(ctx context.Context, js *jobState, p *wire.PublishMsg)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	began := time.Now()
+	began, held := time.Now(), false
 	defer func() {
-		n.cfg.Logger.Debug().Str("dataset", js.ds.name).Str("job", displayJob(js.name)).Int("epoch", epoch).
-			Strs("for", h.jobs).Dur("waited", time.Since(began)).Msg("held a rank's start of an epoch for the dataset's other jobs")
+		if held {
+			n.cfg.Logger.Debug().Str("dataset", js.ds.name).Str("job", displayJob(js.name)).Int("epoch", epoch).
+				Strs("for", h.jobs).Dur("waited", time.Since(began)).Msg("held a rank's start of an epoch for the dataset's other jobs")
+		}
 	}()
 	for _, name := range h.jobs {
 		for {
@@ -159,6 +162,7 @@ func (n *Node) awaitStart(ctx context.Context, js *jobState, p *wire.PublishMsg)
 			if q := o.book.Newest(); q == nil || q.Epoch < 0 || q.Epoch-q.Ahead >= epoch {
 				break // begun, reset or retired
 			}
+			held = true
 			select {
 			case <-changed:
 			case <-timer.C:

@@ -557,10 +557,9 @@ func TestAnOrderAheadThatComesLate(t *testing.T) {
 	let := sync.OnceFunc(func() { close(release) })
 	defer let()
 	// A rank on n0 starts the job; n1 holds epoch 1 and not epoch 0.
+	c0 := m.peers[0].client(t)
 	started := make(chan error, 1)
-	go func() {
-		started <- m.peers[0].client(t).Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 2, "JOB", "late").Err()
-	}()
+	go func() { started <- c0.Do(context.Background(), "SHADE.ORDER", "ds", 0, 0, 2, "JOB", "late").Err() }()
 	c := m.peers[1].client(t)
 	ordered := make(chan error, 1)
 	go func() { ordered <- c.Do(context.Background(), "SHADE.ORDER", "ds", 0, 1, 2, "JOB", "late").Err() }()
