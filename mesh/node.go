@@ -325,13 +325,14 @@ func (n *Node) countRejected(ds *datasetState) {
 	ds.counters.Current().Rejected.Add(1)
 }
 
-// hits tells the policy that these resident ids were read.
+// hits tells the policy that these ids were read from memory. One that
+// has just left the policy (a race with an eviction) is counted as the
+// policy counts a read of an id it does not hold (policy.Policy.Hit): the
+// read was made.
 func (n *Node) hits(ids ...policy.ID) {
 	n.polMu.Lock()
 	for _, id := range ids {
-		if n.pol.Resident(id) {
-			n.pol.Hit(id)
-		}
+		n.pol.Hit(id)
 	}
 	n.polMu.Unlock()
 }

@@ -28,7 +28,7 @@ func fullAPP(residents int) (*APP, *Budget) {
 	}
 	for id := range ID(residents) {
 		// Admit straight into the heap: a Miss would refuse the unimportant.
-		a.touch(id)
+		a.ghosts.touch(id)
 		a.heap.push(id, appKey{score: a.ghosts[id].score, freq: 1})
 		b.Admit(id, 1)
 	}

@@ -83,14 +83,18 @@ func (h *idHeap[K]) pop() heapItem[K] {
 	return it
 }
 
-// remove takes id out of the heap and reports whether it was there.
-func (h *idHeap[K]) remove(id ID) bool {
+// remove takes id out of the heap and returns its key, and whether it was
+// there.
+func (h *idHeap[K]) remove(id ID) (K, bool) {
 	s, ok := h.at[id]
 	if !ok {
-		return false
+		var zero K
+		return zero, false
 	}
-	h.removeAt(int(h.slots[s].pos))
-	return true
+	i := int(h.slots[s].pos)
+	k := h.items[i].key
+	h.removeAt(i)
+	return k, true
 }
 
 // find returns id's slot number, for keyOf and setSlot, and whether id is in

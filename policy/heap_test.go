@@ -41,8 +41,8 @@ func TestIDHeapRandomOps(t *testing.T) {
 			}
 			delete(ref, it.id)
 		case op == 1:
-			if h.remove(id) != hasKey(ref, id) {
-				t.Fatalf("step %d: remove(%d) disagrees", step, id)
+			if k, ok := h.remove(id); ok != hasKey(ref, id) || ok && k != ref[id] {
+				t.Fatalf("step %d: remove(%d) = %d, %v; want %d, %v", step, id, k, ok, ref[id], hasKey(ref, id))
 			}
 			delete(ref, id)
 		default:

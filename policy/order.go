@@ -241,14 +241,14 @@ func (o *OrderAware) consume(id ID) int64 {
 // the order is consumed, and a resident is re-keyed by its next read.
 func (o *OrderAware) Hit(id ID) {
 	o.now++
-	g := o.ghosts.touch(id)
 	n := o.consume(id)
 	if s, ok := o.heap.find(id); ok {
 		k := o.heap.keyOf(s)
-		k.next = n
-		k.imp.freq, k.imp.last = g.freq, o.now
+		k.next, k.imp = n, k.imp.hit(o.now)
 		o.heap.setSlot(s, k)
+		return
 	}
+	o.ghosts.touch(id)
 }
 
 // Miss implements Policy.Miss; see the type's comment for the rule.
@@ -264,7 +264,9 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 		return false
 	}
 	for !room.Fits(id, size) && o.heap.len() > 0 && evictsBefore(o.heap.top().key, k) {
-		room.Evict(o.heap.pop().id)
+		victim := o.heap.pop()
+		o.ghosts.left(victim.id, victim.key.imp.freq)
+		room.Evict(victim.id)
 	}
 	if !room.Fits(id, size) {
 		return false
@@ -275,7 +277,11 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 
 // Remove forgets a resident; its ghost entry and its places in the order
 // stay.
-func (o *OrderAware) Remove(id ID) { o.heap.remove(id) }
+func (o *OrderAware) Remove(id ID) {
+	if k, ok := o.heap.remove(id); ok {
+		o.ghosts.left(id, k.imp.freq)
+	}
+}
 
 // Resident reports whether id is in the cache.
 func (o *OrderAware) Resident(id ID) bool { return o.heap.has(id) }

@@ -335,6 +335,60 @@ func TestAPPRemoveKeepsGhost(t *testing.T) {
 	}
 }
 
+// TestFrequencySurvivesEviction: a resident's reads are counted in its key
+// alone; when it is evicted, or removed, its ghost entry takes them over, so
+// that it comes back with all its reads counted.
+func TestFrequencySurvivesEviction(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    interface {
+			Policy
+			Scorer
+		}
+	}{
+		{"app", NewAPP(Options{DefaultScore: 1})},
+		{"order", NewOrderAware(Options{DefaultScore: 1})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			freq := func(id ID) uint32 {
+				switch p := tc.p.(type) {
+				case *APP:
+					k, _ := p.heap.key(id)
+					return k.freq
+				case *OrderAware:
+					k, _ := p.heap.key(id)
+					return k.imp.freq
+				}
+				panic("unknown policy")
+			}
+			room := &recRoom{Budget: NewBudget(1)}
+			miss(tc.p, 1, 1, room) // read 1
+			tc.p.Hit(1)            // 2
+			tc.p.Hit(1)            // 3
+			tc.p.SetScore(2, 5)
+			if !miss(tc.p, 2, 1, room) || tc.p.Resident(1) {
+				t.Fatal("2, more important, did not take 1's place")
+			}
+			tc.p.SetScore(1, 9)
+			if !miss(tc.p, 1, 1, room) { // read 4
+				t.Fatal("1, now the more important, was not admitted")
+			}
+			if f := freq(1); f != 4 {
+				t.Fatalf("1 back after an eviction with frequency %d, want 4", f)
+			}
+			tc.p.Hit(1) // 5
+			tc.p.Remove(1)
+			room.Evict(1)
+			if !miss(tc.p, 1, 1, room) { // 6
+				t.Fatal("1 not admitted into an empty cache")
+			}
+			if f := freq(1); f != 6 {
+				t.Fatalf("1 back after a removal with frequency %d, want 6", f)
+			}
+		})
+	}
+}
+
 func TestPlainRoomFlushesForOversize(t *testing.T) {
 	// Over a Room that is not Bounded a policy cannot tell an oversized item
 	// before evicting: it evicts everything it may, then refuses.
