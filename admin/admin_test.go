@@ -385,7 +385,8 @@ func TestMeshMetrics(t *testing.T) {
 				},
 				Job: defaultJob,
 				Jobs: []stats.Job{defaultJob, {Name: "sweep-b", LatestEpoch: 0, World: 2, Reads: 10, Hits: 1, HitRatio: 0.1,
-					SourceReads: 9, SourceBytes: 900, IdleSeconds: 42, Reports: 3}},
+					SourceReads: 9, SourceBytes: 900, IdleSeconds: 42, Reports: 3,
+					HeldEpochs: 2, HeldEpochSeconds: 1.5, HeldStarts: 5, HeldStartSeconds: 0.25}},
 			}},
 		},
 		peers: map[string]peer.PeerStats{
@@ -431,6 +432,11 @@ func TestMeshMetrics(t *testing.T) {
 		{"shade_job_hit_ratio", with("dataset", "fm", "job_name", "default"), 0.6},
 		{"shade_job_hit_ratio", with("dataset", "fm", "job_name", "sweep-b"), 0.1},
 		{"shade_job_idle_seconds", with("dataset", "fm", "job_name", "sweep-b"), 42},
+		{"shade_job_held_total", with("dataset", "fm", "job_name", "sweep-b", "at", "leader"), 2},
+		{"shade_job_held_total", with("dataset", "fm", "job_name", "sweep-b", "at", "peer"), 5},
+		{"shade_job_held_seconds_total", with("dataset", "fm", "job_name", "sweep-b", "at", "leader"), 1.5},
+		{"shade_job_held_seconds_total", with("dataset", "fm", "job_name", "sweep-b", "at", "peer"), 0.25},
+		{"shade_job_held_total", with("dataset", "fm", "job_name", "default", "at", "peer"), 0},
 		// The dataset's job series stay the default job's.
 		{"shade_job_world", with("dataset", "fm"), 4},
 		{"shade_reports_total", with("dataset", "fm"), 6},

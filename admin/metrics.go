@@ -36,6 +36,7 @@ type collector struct {
 	// Per job of a dataset, the default job included.
 	perJobEpoch, perJobRanks, perJobPending, perJobReports     *prometheus.Desc
 	perJobReads, perJobSourceBytes, perJobHitRatio, perJobIdle *prometheus.Desc
+	perJobHeld, perJobHeldSeconds                              *prometheus.Desc
 
 	// Mesh.
 	leaderTerm, isLeader, members, reportsQueued, reportsDropped *prometheus.Desc
@@ -118,6 +119,11 @@ func newCollector(src Source) *collector {
 		perJobSourceBytes: d("job_source_read_bytes_total", "Bytes of the samples the job's reads on this node took from the dataset's backing store.", ds, job),
 		perJobHitRatio:    d("job_hit_ratio", "Hit ratio of the job's reads on this node since the job started here: reads served from memory / reads, 0 before any read.", ds, job),
 		perJobIdle:        d("job_idle_seconds", "Seconds since the job's last join, SHADE.DONE, SHADE.REPORT or SHADE.ORDER on this node; a job idle for --job-idle is retired.", ds, job),
+		perJobHeld: d("job_held_total",
+			"Epoch starts of the job held for the dataset's other jobs to catch up (--job-sync), by where: leader (an epoch whose draw this node held as the job's leader, orders drawn when due; since it began to lead the job) or peer (a start of an epoch by one of the job's ranks on this node, held here, orders drawn ahead).",
+			ds, job, "at"),
+		perJobHeldSeconds: d("job_held_seconds_total",
+			"Seconds the held starts of job_held_total waited in all, by where (a leader's held epoch counts once published).", ds, job, "at"),
 
 		leaderTerm:     d("leader_term", "Highest leader term this node has seen."),
 		isLeader:       d("is_leader", "1 if this node is the mesh's leader (a standalone node leads itself), else 0."),
@@ -146,7 +152,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.decileReads, c.decileHits, c.decileRatio, c.orderLag,
 		c.jobWorld, c.pendingRanks, c.pendingRank, c.reports, c.reportedSamples, c.scoredSamples, c.meanScore,
 		c.perJobEpoch, c.perJobRanks, c.perJobPending, c.perJobReports,
-		c.perJobReads, c.perJobSourceBytes, c.perJobHitRatio, c.perJobIdle,
+		c.perJobReads, c.perJobSourceBytes, c.perJobHitRatio, c.perJobIdle, c.perJobHeld, c.perJobHeldSeconds,
 		c.leaderTerm, c.isLeader, c.members, c.reportsQueued, c.reportsDropped,
 		c.peerConnected, c.peerRTT, c.peerRequests, c.peerErrors, c.peerServed, c.peerBytes, c.peerLastCall,
 	} {
@@ -245,6 +251,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.perJobSourceBytes, float64(j.SourceBytes), name, job)
 			gauge(c.perJobHitRatio, j.HitRatio, name, job)
 			gauge(c.perJobIdle, j.IdleSeconds, name, job)
+			counter(c.perJobHeld, float64(j.HeldEpochs), name, job, "leader")
+			counter(c.perJobHeld, float64(j.HeldStarts), name, job, "peer")
+			counter(c.perJobHeldSeconds, j.HeldEpochSeconds, name, job, "leader")
+			counter(c.perJobHeldSeconds, j.HeldStartSeconds, name, job, "peer")
 		}
 	}
 

@@ -69,6 +69,9 @@ type jobState struct {
 	// whose order they hold, for the dataset's other jobs (awaitStart).
 	startMu sync.Mutex
 	start   startHold
+	// heldStarts counts the ranks' starts of an epoch awaitStart held,
+	// heldStartNanos the time they waited in all.
+	heldStarts, heldStartNanos atomic.Int64
 
 	// published is when this node, as leader, last published one of the
 	// job's orders, and that order's epoch (see recentlyPublished).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/sampling"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -452,8 +453,32 @@ func TestJobsBeginEpochsTogether(t *testing.T) {
 					t.Fatalf("job %s epoch 1: %v", job, err)
 				}
 			}
+			// The leader counts a's held epoch, with its wait.
+			wantHeld := map[string]int{"a": 1, "b": 0}
+			if isolate {
+				wantHeld["a"] = 0
+			}
+			for job, want := range wantHeld {
+				st := jobStatsOf(t, p.node, job)
+				if st.HeldEpochs != want || (st.HeldEpochSeconds > 0) != (want > 0) || st.HeldStarts != 0 {
+					t.Errorf("job %s: held epochs %d (%gs), held starts %d; want %d held epochs",
+						job, st.HeldEpochs, st.HeldEpochSeconds, st.HeldStarts, want)
+				}
+			}
 		})
 	}
+}
+
+// jobStatsOf returns what SHADE.STATS says of job on n.
+func jobStatsOf(t *testing.T, n *Node, job string) stats.Job {
+	t.Helper()
+	for _, j := range n.Snapshot().Datasets[0].Jobs {
+		if j.Name == job {
+			return j
+		}
+	}
+	t.Fatalf("no job %s in %s's stats", job, n.cfg.Name)
+	return stats.Job{}
 }
 
 // TestJobsAheadBeginEpochsTogether: where orders run ahead, a job that
@@ -500,6 +525,19 @@ func TestJobsAheadBeginEpochsTogether(t *testing.T) {
 			}
 			if err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000, "JOB", "a").Err(); err != nil {
 				t.Fatalf("job a's order of epoch 1: %v", err)
+			}
+			// a's peer counts its rank's held start, with its wait; the
+			// leader held no epoch.
+			wantHeld := map[string]int64{"a": 1, "b": 0}
+			if isolate {
+				wantHeld["a"] = 0
+			}
+			for job, want := range wantHeld {
+				st, lst := jobStatsOf(t, p.node, job), jobStatsOf(t, lead.node, job)
+				if st.HeldStarts != want || (st.HeldStartSeconds > 0) != (want > 0) || lst.HeldEpochs != 0 {
+					t.Errorf("job %s: held starts %d (%gs), the leader's held epochs %d; want %d held starts",
+						job, st.HeldStarts, st.HeldStartSeconds, lst.HeldEpochs, want)
+				}
 			}
 		})
 	}

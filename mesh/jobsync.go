@@ -148,8 +148,11 @@ func (n *Node) awaitStart(ctx context.Context, js *jobState, p *wire.PublishMsg)
 	began, held := time.Now(), false
 	defer func() {
 		if held {
+			waited := time.Since(began)
+			js.heldStarts.Add(1)
+			js.heldStartNanos.Add(int64(waited))
 			n.cfg.Logger.Debug().Str("dataset", js.ds.name).Str("job", displayJob(js.name)).Int("epoch", epoch).
-				Strs("for", h.jobs).Dur("waited", time.Since(began)).Msg("held a rank's start of an epoch for the dataset's other jobs")
+				Strs("for", h.jobs).Dur("waited", waited).Msg("held a rank's start of an epoch for the dataset's other jobs")
 		}
 	}()
 	for _, name := range h.jobs {

@@ -16,10 +16,13 @@ func (n *Node) jobStats(js *jobState, now time.Time) stats.Job {
 	}
 	st.ScoredSamples, st.MeanScore = js.scores.Summary()
 	if lj := js.leaderJob(); lj != nil {
-		if ls := lj.Status(); ls.World > 0 {
+		ls := lj.Status()
+		if ls.World > 0 {
 			st.World, st.PendingRanks = ls.World, ls.Pending
 		}
+		st.HeldEpochs, st.HeldEpochSeconds = ls.Holds, ls.HeldFor.Seconds()
 	}
+	st.HeldStarts, st.HeldStartSeconds = js.heldStarts.Load(), time.Duration(js.heldStartNanos.Load()).Seconds()
 	st.Reads, st.Hits = js.reads.Load(), js.hits.Load()
 	st.SourceReads, st.SourceBytes = js.sourceReads.Load(), js.sourceBytes.Load()
 	if st.Reads > 0 {

@@ -190,6 +190,13 @@ type jobStatus struct {
 	Reports       int64   `json:"reports"`
 	ScoredSamples int     `json:"scored_samples"`
 	PendingRanks  []int   `json:"pending_ranks"`
+	// Starts of an epoch held for the dataset's other jobs, and their
+	// wait: HeldEpochs by the peer as the job's leader (orders drawn when
+	// due), HeldStarts by the peer for its ranks (orders drawn ahead).
+	HeldEpochs       int     `json:"held_epochs"`
+	HeldEpochSeconds float64 `json:"held_epoch_seconds"`
+	HeldStarts       int64   `json:"held_starts"`
+	HeldStartSeconds float64 `json:"held_start_seconds"`
 }
 
 func newJobStatus(j stats.Job) jobStatus {
@@ -197,6 +204,7 @@ func newJobStatus(j stats.Job) jobStatus {
 		Name: j.Name, Epoch: j.LatestEpoch, World: j.World, HitRatio: j.HitRatio,
 		Reads: j.Reads, Hits: j.Hits, SourceReads: j.SourceReads, SourceBytes: j.SourceBytes,
 		IdleSeconds: j.IdleSeconds, Reports: j.Reports, ScoredSamples: j.ScoredSamples, PendingRanks: j.PendingRanks,
+		HeldEpochs: j.HeldEpochs, HeldEpochSeconds: j.HeldEpochSeconds, HeldStarts: j.HeldStarts, HeldStartSeconds: j.HeldStartSeconds,
 	}
 	if js.Name == "" {
 		js.Name = "default" // a peer from before named jobs
@@ -396,9 +404,9 @@ func printStatus(w io.Writer, rep statusReport) {
 	}
 	tw.Flush()
 
-	fmt.Fprintln(w, "\nJobs (reads by each job's trainers on that peer; hit ratio: those served from memory):")
+	fmt.Fprintln(w, "\nJobs (reads by each job's trainers on that peer; hit ratio: those served from memory; held: epoch starts held for the dataset's other jobs, and their wait):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tDATASET\tJOB\tEPOCH\tWORLD\tHIT RATIO\tREADS\tSOURCE READS\tSOURCE BYTES\tIDLE\tPENDING RANKS")
+	fmt.Fprintln(tw, "PEER\tDATASET\tJOB\tEPOCH\tWORLD\tHIT RATIO\tREADS\tSOURCE READS\tSOURCE BYTES\tIDLE\tHELD\tPENDING RANKS")
 	for _, p := range rep.Peers {
 		for _, d := range p.Datasets {
 			for _, j := range d.Jobs {
@@ -413,8 +421,13 @@ func printStatus(w io.Writer, rep statusReport) {
 					pending = strings.Trim(fmt.Sprint(j.PendingRanks), "[]")
 				}
 				idle := time.Duration(j.IdleSeconds * float64(time.Second)).Round(time.Second)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Node, d.Dataset, j.Name, epoch, world,
-					fraction(j.Hits, j.Reads), j.Reads, j.SourceReads, humanBytes(j.SourceBytes), idle, pending)
+				held := "-"
+				if n := int64(j.HeldEpochs) + j.HeldStarts; n > 0 {
+					waited := time.Duration((j.HeldEpochSeconds + j.HeldStartSeconds) * float64(time.Second))
+					held = fmt.Sprintf("%d, %s", n, waited.Round(time.Millisecond))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Node, d.Dataset, j.Name, epoch, world,
+					fraction(j.Hits, j.Reads), j.Reads, j.SourceReads, humanBytes(j.SourceBytes), idle, held, pending)
 			}
 		}
 	}

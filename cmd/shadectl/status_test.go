@@ -78,7 +78,7 @@ func TestStatusOfAStandaloneNode(t *testing.T) {
 	for _, want := range []string{
 		"PEER    SOCKET", "node-a  " + p.Socket, "271 (100.0%)", "alive 271 (100.0%)",
 		"HIT RATIO (EPOCH)", "toy", "50.0%", "10/40",
-		"SOURCE READS  SOURCE BYTES  IDLE  PENDING RANKS", "toy      default",
+		"SOURCE READS  SOURCE BYTES  IDLE  HELD  PENDING RANKS", "toy      default",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("status output lacks %q:\n%s", want, stdout)

@@ -190,6 +190,11 @@ type Job struct {
 	deadline bool // the deadline of the epoch being trained is armed (or none is set)
 	retired  bool // no longer the dataset's job: timers publish nothing
 	held     bool // the publication of epoch latest+1 waits (Config.Hold)
+	// holds counts the epochs held so far, heldFor the time they waited
+	// in all (a held epoch's from heldAt, once its hold ends).
+	holds   int
+	heldFor time.Duration
+	heldAt  time.Time
 	// resident holds, per node, the bitmap of the dataset's samples it
 	// cached when its rank last finished an epoch.
 	resident map[string][]byte
@@ -386,7 +391,7 @@ func (j *Job) holdLocked() bool {
 	if d <= 0 {
 		return false
 	}
-	j.held = true
+	j.held, j.holds, j.heldAt = true, j.holds+1, j.cfg.Now()
 	j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Dur("at_most", d).
 		Msg("holding an epoch for the dataset's other jobs")
 	gen := j.gen
@@ -396,7 +401,7 @@ func (j *Job) holdLocked() bool {
 		if j.retired || !j.held || j.gen != gen || j.latest+1 != epoch {
 			return
 		}
-		j.held = false
+		j.unholdLocked()
 		j.cfg.Logger.Debug().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).
 			Msg("publishing a held epoch: the other jobs did not catch up in time")
 		if err := j.publishDueLocked(true); err != nil {
@@ -415,8 +420,17 @@ func (j *Job) Release() error {
 	if j.retired || !j.held || j.cfg.Hold(j.latest+1) > 0 {
 		return nil
 	}
-	j.held = false
+	j.unholdLocked()
 	return j.publishDueLocked(true)
+}
+
+// unholdLocked ends the hold of the due epoch, if it is held, and counts
+// its wait.
+func (j *Job) unholdLocked() {
+	if j.held {
+		j.held = false
+		j.heldFor += j.cfg.Now().Sub(j.heldAt)
+	}
 }
 
 // NoteResident records that node caches the samples in bits (a bitmap,
@@ -485,7 +499,8 @@ func (j *Job) resetLocked(end bool) {
 	j.world, j.latest, j.ranks = 0, -1, nil
 	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
-	j.waiting, j.deadline, j.held = false, false, false
+	j.waiting, j.deadline = false, false
+	j.unholdLocked()
 	j.resident = make(map[string][]byte)
 	// A new generation (a new world, maybe) decides afresh whether its
 	// orders run ahead.
@@ -522,13 +537,19 @@ type Status struct {
 	// Resident names the other nodes whose cached samples the next
 	// draw prefers, sorted.
 	Resident []string
+	// Holds is how many epochs Config.Hold held since the Job began, and
+	// HeldFor how long they waited in all (an epoch held now counts once
+	// its hold ends).
+	Holds   int
+	HeldFor time.Duration
 }
 
 // Status returns the job's progress now.
 func (j *Job) Status() Status {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	st := Status{World: j.world, Latest: j.latest, Training: j.training(), Pending: j.pendingLocked(), Missing: j.missingLocked()}
+	st := Status{World: j.world, Latest: j.latest, Training: j.training(), Pending: j.pendingLocked(), Missing: j.missingLocked(),
+		Holds: j.holds, HeldFor: j.heldFor}
 	for node := range j.resident {
 		st.Resident = append(st.Resident, node)
 	}
@@ -576,7 +597,8 @@ func (j *Job) publishLocked(epoch int) error {
 	scored := d.Scored
 	j.latest = epoch
 	j.done, j.early = j.early, make(map[int]bool) // the next epoch is being trained now
-	j.deadline, j.held = false, false
+	j.deadline = false
+	j.unholdLocked()
 	j.cfg.Publish(pub, scored)
 	j.drawn, j.took = start, j.cfg.Now().Sub(start)
 	return nil

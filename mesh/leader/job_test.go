@@ -605,6 +605,15 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 		asked = append(asked, epoch)
 		return hold
 	}
+	now := time.Unix(1, 0)
+	cfg.Now = func() time.Time { return now }
+	// held checks the count of held epochs and their wait in all.
+	held := func(holds int, waited time.Duration) {
+		t.Helper()
+		if st := h.job.Status(); st.Holds != holds || st.HeldFor != waited {
+			t.Fatalf("%d epochs held for %v; want %d for %v", st.Holds, st.HeldFor, holds, waited)
+		}
+	}
 	h.job = New(cfg)
 	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil || len(h.pubs) != 1 {
 		t.Fatalf("join: %v, %d published; want epoch 0 without asking Hold", err, len(h.pubs))
@@ -626,11 +635,14 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	if len(h.pubs) != 1 || !slices.Equal(asked, []int{1, 1}) || len(h.timers) != 1 {
 		t.Fatalf("held epoch 1: %d published, Hold asked for %v, %d timers; want 1, [1 1], one timer", len(h.pubs), asked, len(h.timers))
 	}
+	held(1, 0)
 	// Released once Hold lets go; the timer then finds nothing to do.
 	hold = 0
+	now = now.Add(2 * time.Second)
 	if err := h.job.Release(); err != nil {
 		t.Fatal(err)
 	}
+	held(1, 2*time.Second)
 	if p := h.last(t); p.Epoch != 1 || len(h.pubs) != 2 {
 		t.Fatalf("after the release: %d published, newest epoch %d; want epoch 1", len(h.pubs), p.Epoch)
 	}
@@ -648,7 +660,9 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	if len(h.pubs) != 2 {
 		t.Fatalf("epoch 2 published though held")
 	}
+	now = now.Add(time.Second)
 	h.fire(t, time.Second)
+	held(2, 3*time.Second)
 	if p := h.last(t); p.Epoch != 2 || len(h.pubs) != 3 {
 		t.Fatalf("after the wait: newest epoch %d of %d orders; want epoch 2", p.Epoch, len(h.pubs))
 	}
@@ -660,11 +674,13 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	if err := h.job.Done(0, 2, 0, "a", nil); err != nil {
 		t.Fatal(err)
 	}
+	now = now.Add(time.Second / 2)
 	h.job.Reset()
 	h.fire(t, time.Second)
 	if p := h.last(t); p.Epoch != -1 {
 		t.Fatalf("after a reset the held epoch was published: newest epoch %d", p.Epoch)
 	}
+	held(3, 3500*time.Millisecond)
 }
 
 // TestOrdersAheadAreNotHeld: with Ahead, the epoch due when the ranks

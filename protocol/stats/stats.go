@@ -139,6 +139,17 @@ type Job struct {
 	// IdleSeconds is how long the job has had no join, done, report or
 	// order on this node.
 	IdleSeconds float64 `json:"idle_seconds"`
+	// Epochs whose start was held for the dataset's other jobs to catch
+	// up (--job-sync), and how long they waited in all. HeldEpochs counts
+	// the epochs whose draw this node held as the job's leader (orders
+	// drawn when due), since it began to lead the job; HeldEpochSeconds
+	// their wait, once published. HeldStarts counts the starts of an epoch
+	// by the job's ranks on this node that this node held (orders drawn
+	// ahead), HeldStartSeconds their wait.
+	HeldEpochs       int     `json:"held_epochs"`
+	HeldEpochSeconds float64 `json:"held_epoch_seconds"`
+	HeldStarts       int64   `json:"held_starts"`
+	HeldStartSeconds float64 `json:"held_start_seconds"`
 	// Name is the job's name, "default" for the dataset's default job.
 	Name string `json:"name"`
 }
