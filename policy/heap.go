@@ -1,7 +1,11 @@
 package policy
 
-// idHeap is a binary min-heap of ids keyed by K, with an index from id to
-// position so that any member can be re-keyed or removed in O(log n).
+// idHeap is a 4-ary min-heap of ids keyed by K, with an index from id to
+// position so that any member can be re-keyed or removed in O(log n). Four
+// children a node, not two, halve the levels an item crosses when it is
+// re-keyed, each of which, in a heap of a large cache's residents, waits
+// for memory twice (the item moved and its slot); a node's four children
+// lie side by side.
 //
 // The heap array holds keys and slot numbers; a slot holds the id and its
 // current heap position. Moving an item during a sift therefore writes an
@@ -126,8 +130,10 @@ func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {
 		e := &h.items[i]
 		e.key = f(h.slots[e.slot].id, e.key)
 	}
-	for i := len(h.items)/2 - 1; i >= 0; i-- {
-		h.down(i)
+	if n := len(h.items); n > 1 {
+		for i := parent(n - 1); i >= 0; i-- {
+			h.down(i)
+		}
 	}
 }
 
@@ -148,12 +154,19 @@ func (h *idHeap[K]) removeAt(i int) {
 	}
 }
 
+// arity is how many children a node of the heap has: item i's are
+// arity*i+1 to arity*i+arity.
+const arity = 4
+
+// parent is the position of item i's parent; i > 0.
+func parent(i int) int { return (i - 1) / arity }
+
 // up moves item i towards the root and reports whether it moved.
 func (h *idHeap[K]) up(i int) bool {
 	start := i
 	e := h.items[i]
 	for i > 0 {
-		p := (i - 1) / 2
+		p := parent(i)
 		if !h.less(e.key, h.items[p].key) {
 			break
 		}
@@ -173,12 +186,15 @@ func (h *idHeap[K]) down(i int) {
 	e := h.items[i]
 	n := len(h.items)
 	for {
-		c := 2*i + 1
-		if c >= n {
+		first := arity*i + 1
+		if first >= n {
 			break
 		}
-		if r := c + 1; r < n && h.less(h.items[r].key, h.items[c].key) {
-			c = r
+		c := first
+		for r := first + 1; r < min(first+arity, n); r++ {
+			if h.less(h.items[r].key, h.items[c].key) {
+				c = r
+			}
 		}
 		if !h.less(h.items[c].key, e.key) {
 			break

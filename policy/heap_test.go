@@ -16,7 +16,7 @@ func checkHeap[K any](t *testing.T, h *idHeap[K]) {
 		if int(sl.pos) != i || h.at[sl.id] != e.slot {
 			t.Fatalf("item %d: slot %d says id %d at %d, index says slot %d", i, e.slot, sl.id, sl.pos, h.at[sl.id])
 		}
-		if i > 0 && h.less(e.key, h.items[(i-1)/2].key) {
+		if i > 0 && h.less(e.key, h.items[parent(i)].key) {
 			t.Fatalf("item %d less than its parent", i)
 		}
 	}
