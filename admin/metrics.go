@@ -123,7 +123,7 @@ func newCollector(src Source) *collector {
 			"Epoch starts of the job held for the dataset's other jobs to catch up (--job-sync), by where: leader (an epoch whose draw this node held as the job's leader, orders drawn when due; since it began to lead the job) or peer (a start of an epoch by one of the job's ranks on this node, held here, orders drawn ahead).",
 			ds, job, "at"),
 		perJobHeldSeconds: d("job_held_seconds_total",
-			"Seconds the held starts of job_held_total waited in all, by where (a leader's held epoch counts once published).", ds, job, "at"),
+			"Seconds the held starts of job_held_total waited in all, by where (a leader's held epoch counts once its hold ends).", ds, job, "at"),
 
 		leaderTerm:     d("leader_term", "Highest leader term this node has seen."),
 		isLeader:       d("is_leader", "1 if this node is the mesh's leader (a standalone node leads itself), else 0."),

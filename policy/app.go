@@ -61,7 +61,10 @@ func (t ghostTable) touch(id ID) ghost {
 // left records the frequency freq of id, which has just left the cache:
 // while it was resident, its key counted its reads.
 func (t ghostTable) left(id ID, freq uint32) {
-	g := t[id]
+	g, ok := t[id]
+	if !ok {
+		g.score = unscored
+	}
 	g.freq = freq
 	t[id] = g
 }

@@ -143,9 +143,10 @@ type Job struct {
 	// up (--job-sync), and how long they waited in all. HeldEpochs counts
 	// the epochs whose draw this node held as the job's leader (orders
 	// drawn when due), since it began to lead the job; HeldEpochSeconds
-	// their wait, once published. HeldStarts counts the starts of an epoch
-	// by the job's ranks on this node that this node held (orders drawn
-	// ahead), HeldStartSeconds their wait.
+	// their wait (an epoch held now counts once its hold ends).
+	// HeldStarts counts the starts of an epoch by the job's ranks on this
+	// node that this node held (orders drawn ahead), HeldStartSeconds
+	// their wait.
 	HeldEpochs       int     `json:"held_epochs"`
 	HeldEpochSeconds float64 `json:"held_epoch_seconds"`
 	HeldStarts       int64   `json:"held_starts"`
