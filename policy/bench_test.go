@@ -79,6 +79,37 @@ func BenchmarkAPPHit(b *testing.B) {
 	}
 }
 
+// BenchmarkOrderAwareHit: reads of random residents that follow the
+// order (every read a hit), as a trainer reads an epoch whose samples the
+// cache holds; the order (1<<16 reads) begins again when read through.
+func BenchmarkOrderAwareHit(b *testing.B) {
+	for _, residents := range []int{10_000, 100_000} {
+		b.Run(strconv.Itoa(residents), func(b *testing.B) {
+			o := NewOrderAware(Options{})
+			room := NewBudget(int64(residents))
+			for id := range ID(residents) {
+				o.Miss(id, 1, room)
+				room.Admit(id, 1)
+			}
+			rng := rand.New(rand.NewPCG(1, 1))
+			order := make([]ID, 1<<16)
+			for i := range order {
+				order[i] = ID(rng.IntN(residents))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				if i&(len(order)-1) == 0 {
+					o.BeginEpoch(i>>16, order)
+				}
+				o.Hit(order[i&(len(order)-1)])
+				i++
+			}
+		})
+	}
+}
+
 // BenchmarkAPPSetScore: score updates of random residents.
 func BenchmarkAPPSetScore(b *testing.B) {
 	a, _ := fullAPP(100_000)

@@ -123,6 +123,14 @@ func (h *idHeap[K]) setSlot(s int32, k K) {
 	}
 }
 
+// each calls f with every id in the heap and its key, in no order; f must
+// not change the heap.
+func (h *idHeap[K]) each(f func(id ID, k K)) {
+	for _, e := range h.items {
+		f(h.slots[e.slot].id, e.key)
+	}
+}
+
 // rekeyAll replaces every key k of an id by f(id, k) and restores the heap
 // order, in O(n).
 func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {

@@ -64,8 +64,11 @@ type OrderAware struct {
 	epoch  int
 
 	// The current order as chains of places: next[p] is the place of the
-	// next read of the id read at place p, or -1; cursor[id] is id's
-	// earliest unconsumed place. An id with none left has no entry.
+	// next read of the id read at place p, or -1; cursor[id] is the
+	// earliest unconsumed place of id, which is not resident. An id with
+	// none left has no entry. A resident's earliest unconsumed place is
+	// its key's next, and it has no entry: its hit looks up nothing but
+	// its place in the heap.
 	next   []int32
 	cursor map[ID]int32
 }
@@ -176,11 +179,19 @@ func (o *OrderAware) unconsumed(extra int) []ID {
 		id ID
 	}
 	var left []place
-	for id, p := range o.cursor {
+	chain := func(id ID, p int32) {
 		for ; p >= 0; p = o.next[p] {
 			left = append(left, place{p, id})
 		}
 	}
+	for id, p := range o.cursor {
+		chain(id, p)
+	}
+	o.heap.each(func(id ID, k orderKey) {
+		if k.next != never {
+			chain(id, int32(k.next))
+		}
+	})
 	slices.SortFunc(left, func(a, b place) int { return cmp.Compare(a.at, b.at) })
 	ids := make([]ID, 0, len(left)+extra)
 	for _, p := range left {
@@ -212,6 +223,7 @@ func (o *OrderAware) install(reads []ID) {
 		k.next = never
 		if p, ok := o.cursor[id]; ok {
 			k.next = int64(p)
+			delete(o.cursor, id)
 		}
 		return k
 	})
@@ -221,8 +233,9 @@ func (o *OrderAware) install(reads []ID) {
 // the first BeginEpoch.
 func (o *OrderAware) Epoch() int { return o.epoch }
 
-// consume takes id's earliest unconsumed place in the order and returns the
-// place of its next read after that one, or never.
+// consume takes the earliest unconsumed place in the order of id, which
+// is not resident, and returns the place of its next read after that
+// one, or never.
 func (o *OrderAware) consume(id ID) int64 {
 	p, ok := o.cursor[id]
 	if !ok {
@@ -241,13 +254,19 @@ func (o *OrderAware) consume(id ID) int64 {
 // the order is consumed, and a resident is re-keyed by its next read.
 func (o *OrderAware) Hit(id ID) {
 	o.now++
-	n := o.consume(id)
 	if s, ok := o.heap.find(id); ok {
 		k := o.heap.keyOf(s)
-		k.next, k.imp = n, k.imp.hit(o.now)
+		if p := k.next; p != never {
+			k.next = never
+			if n := o.next[p]; n >= 0 {
+				k.next = int64(n)
+			}
+		}
+		k.imp = k.imp.hit(o.now)
 		o.heap.setSlot(s, k)
 		return
 	}
+	o.consume(id)
 	o.ghosts.touch(id)
 }
 
@@ -265,21 +284,32 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 	}
 	for !room.Fits(id, size) && o.heap.len() > 0 && evictsBefore(o.heap.top().key, k) {
 		victim := o.heap.pop()
-		o.ghosts.left(victim.id, victim.key.imp.freq)
+		o.left(victim.id, victim.key)
 		room.Evict(victim.id)
 	}
 	if !room.Fits(id, size) {
 		return false
 	}
 	o.heap.push(id, k)
+	delete(o.cursor, id) // its place is its key's now
 	return true
+}
+
+// left records what the resident id, keyed k, kept in its key as it
+// leaves the cache: its reads, in its ghost entry, and its earliest
+// unconsumed place, in cursor.
+func (o *OrderAware) left(id ID, k orderKey) {
+	o.ghosts.left(id, k.imp.freq)
+	if k.next != never {
+		o.cursor[id] = int32(k.next)
+	}
 }
 
 // Remove forgets a resident; its ghost entry and its places in the order
 // stay.
 func (o *OrderAware) Remove(id ID) {
 	if k, ok := o.heap.remove(id); ok {
-		o.ghosts.left(id, k.imp.freq)
+		o.left(id, k)
 	}
 }
 
