@@ -53,7 +53,7 @@ import (
 // Time and space: Hit, Miss, SetScore and Remove take O(log n) for n
 // residents (one heap re-key or pop per eviction); BeginEpoch takes O(L+n)
 // for an order of L reads and keeps 4 bytes a read plus a map entry an
-// id; AppendEpoch and MergeEpoch add a sort of the current order's U
+// id not resident (a resident's place is in its key); AppendEpoch and MergeEpoch add a sort of the current order's U
 // unconsumed places, O(U log U). An order longer than 2^31-1 reads is cut
 // there; reads past the cut count as never read again.
 type OrderAware struct {
