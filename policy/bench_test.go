@@ -58,16 +58,24 @@ func BenchmarkAPPMiss(b *testing.B) {
 	}
 }
 
+// residentIDs returns 1<<16 ids drawn at random, always the same way,
+// from the residents 0..residents-1 that fullAPP and the order-aware
+// benchmarks admit.
+func residentIDs(residents int) []ID {
+	rng := rand.New(rand.NewPCG(1, 1))
+	ids := make([]ID, 1<<16)
+	for i := range ids {
+		ids[i] = ID(rng.IntN(residents))
+	}
+	return ids
+}
+
 // BenchmarkAPPHit: hits on random residents, each re-keying one heap entry.
 func BenchmarkAPPHit(b *testing.B) {
 	for _, residents := range []int{10_000, 100_000} {
 		b.Run(strconv.Itoa(residents), func(b *testing.B) {
 			a, _ := fullAPP(residents)
-			rng := rand.New(rand.NewPCG(1, 1))
-			ids := make([]ID, 1<<16)
-			for i := range ids {
-				ids[i] = ID(rng.IntN(residents))
-			}
+			ids := residentIDs(residents)
 			b.ReportAllocs()
 			b.ResetTimer()
 			i := 0
@@ -86,27 +94,35 @@ func BenchmarkOrderAwareHit(b *testing.B) {
 	for _, residents := range []int{10_000, 100_000} {
 		b.Run(strconv.Itoa(residents), func(b *testing.B) {
 			o := NewOrderAware(Options{})
-			room := NewBudget(int64(residents))
-			for id := range ID(residents) {
-				o.Miss(id, 1, room)
-				room.Admit(id, 1)
-			}
-			rng := rand.New(rand.NewPCG(1, 1))
-			order := make([]ID, 1<<16)
-			for i := range order {
-				order[i] = ID(rng.IntN(residents))
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			i := 0
-			for b.Loop() {
-				if i&(len(order)-1) == 0 {
-					o.BeginEpoch(i>>16, order)
-				}
-				o.Hit(order[i&(len(order)-1)])
-				i++
-			}
+			fill(o, residents)
+			readOrder(b, o, residentIDs(residents), o.Hit)
 		})
+	}
+}
+
+// fill admits the unit-size ids 0..residents-1 into p over a Budget they
+// fill, which it returns.
+func fill(p Policy, residents int) *Budget {
+	room := NewBudget(int64(residents))
+	for id := range ID(residents) {
+		p.Miss(id, 1, room)
+		room.Admit(id, 1)
+	}
+	return room
+}
+
+// readOrder times read of each id of order in turn, installing the order
+// again (BeginEpoch) each time it is read through.
+func readOrder(b *testing.B, o *OrderAware, order []ID, read func(ID)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if i&(len(order)-1) == 0 {
+			o.BeginEpoch(i>>16, order)
+		}
+		read(order[i&(len(order)-1)])
+		i++
 	}
 }
 
@@ -128,30 +144,17 @@ func BenchmarkOrderAwareRead(b *testing.B) {
 		b.Run(strconv.Itoa(residents), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(7, 7))
 			o := NewOrderAware(Options{})
-			room := NewBudget(int64(residents))
 			for id := range ID(10 * residents) {
 				o.SetScore(id, math.Log(10+63*rng.Float64()))
 			}
-			for id := range ID(residents) {
-				o.Miss(id, 1, room)
-				room.Admit(id, 1)
-			}
-			order := benchIDs(1<<16, residents)
-			b.ReportAllocs()
-			b.ResetTimer()
-			i := 0
-			for b.Loop() {
-				if i&(len(order)-1) == 0 {
-					o.BeginEpoch(i>>16, order)
-				}
-				id := order[i&(len(order)-1)]
-				i++
+			room := fill(o, residents)
+			readOrder(b, o, benchIDs(1<<16, residents), func(id ID) {
 				if o.Resident(id) {
 					o.Hit(id)
 				} else if o.Miss(id, 1, room) {
 					room.Admit(id, 1)
 				}
-			}
+			})
 		})
 	}
 }
