@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/redcon"
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport"
@@ -364,14 +365,13 @@ func BenchmarkHeldBatches(b *testing.B) {
 // BenchmarkHeldGets answers pipelines of 16 GETs of free-form 4 KiB
 // values held in memory, as an event loop answers redis-benchmark -P 16:
 // each pipeline's keys hinted first (transport.PrefetchAhead), then each
-// value lent in place with its checksum checked, its reply's header
-// appended, and the loan given back. No socket: the node's and the
+// value lent in place with its checksum checked, its reply's bulk header
+// appended as the loop appends it, and the loan given back. No socket: the node's and the
 // store's part of a GET alone. "1000" is 4 MiB of values, "100000" 400
 // MiB, out of the CPU's caches. The policy is shade-peer's default. ns/op
 // is per GET.
 func BenchmarkHeldGets(b *testing.B) {
 	const size, pipeline = 4 << 10, 16
-	head := func(dst []byte, n int) []byte { return strconv.AppendInt(append(dst, '$'), int64(n), 10) }
 	for _, keys := range []int{1000, 100000} {
 		b.Run(strconv.Itoa(keys), func(b *testing.B) {
 			p := startPeer(b, Config{CacheSize: 1 << 30, Policy: "order"}, transport.SocketConfig{})
@@ -395,7 +395,7 @@ func BenchmarkHeldGets(b *testing.B) {
 					p.node.Prefetch(batch[j])
 				}
 				for _, key := range batch {
-					r, loan, found, held, err := p.node.LendHeld(ctx, key, reply[:0], head)
+					r, loan, found, held, err := p.node.LendHeld(ctx, key, reply[:0], redcon.AppendBulkHeader)
 					if err != nil || !found || !held || len(r) == 0 {
 						b.Fatal(found, held, err)
 					}

@@ -258,7 +258,8 @@ func (n *Node) leaderDone(req *wire.DoneReq) (*wire.DoneResp, error) {
 	return n.aheadHold(js, req.Epoch), nil
 }
 
-// serveDone is leaderDone for a peer: the answer, if there is one.
+// serveDone is leaderDone for a peer: the answer, if there is one (a nil
+// *wire.DoneResp would be a non-nil answer, sent as an empty one).
 func (n *Node) serveDone(_ context.Context, _ string, req *wire.DoneReq) (any, error) {
 	resp, err := n.leaderDone(req)
 	if resp == nil {

@@ -11,7 +11,7 @@ import (
 // (score, frequency) for every id ever seen, resident or not, so importance
 // and popularity survive eviction. A resident's frequency is counted in its
 // key alone, and written back to its ghost entry when it leaves the cache:
-// a hit is then one lookup, of the resident, not two.
+// a hit then looks up the resident alone, not its ghost entry too.
 //
 // On a Miss for x, x's key is (its ghost score, or the default score if it was
 // never scored; its ghost frequency+1; now). While x does not fit and the top

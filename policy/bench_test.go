@@ -7,15 +7,19 @@ import (
 	"testing"
 )
 
-// benchIDs returns n random ids over a universe of 10*residents ids.
-func benchIDs(n, residents int) []ID {
-	rng := rand.New(rand.NewPCG(42, 42))
+// randomIDs returns n ids drawn at random from 0..universe-1, always the
+// same for the same seed.
+func randomIDs(n, universe int, seed uint64) []ID {
+	rng := rand.New(rand.NewPCG(seed, seed))
 	ids := make([]ID, n)
 	for i := range ids {
-		ids[i] = ID(rng.IntN(10 * residents))
+		ids[i] = ID(rng.IntN(universe))
 	}
 	return ids
 }
+
+// benchIDs returns n random ids over a universe of 10*residents ids.
+func benchIDs(n, residents int) []ID { return randomIDs(n, 10*residents, 42) }
 
 // fullAPP returns an APP holding residents unit-size items 0..residents-1,
 // scored randomly, with every id of the universe scored, over a full Budget.
@@ -58,17 +62,9 @@ func BenchmarkAPPMiss(b *testing.B) {
 	}
 }
 
-// residentIDs returns 1<<16 ids drawn at random, always the same way,
-// from the residents 0..residents-1 that fullAPP and the order-aware
-// benchmarks admit.
-func residentIDs(residents int) []ID {
-	rng := rand.New(rand.NewPCG(1, 1))
-	ids := make([]ID, 1<<16)
-	for i := range ids {
-		ids[i] = ID(rng.IntN(residents))
-	}
-	return ids
-}
+// residentIDs returns 1<<16 random ids of the residents 0..residents-1
+// that fullAPP and fill admit.
+func residentIDs(residents int) []ID { return randomIDs(1<<16, residents, 1) }
 
 // BenchmarkAPPHit: hits on random residents, each re-keying one heap entry.
 func BenchmarkAPPHit(b *testing.B) {
