@@ -298,13 +298,7 @@ func TestAJobJoiningAnEpochStartsWhereTheOthersAre(t *testing.T) {
 	if len(a) != 200 {
 		t.Fatalf("epoch 0 of job a: %d samples", len(a))
 	}
-	report := []any{"SHADE.REPORT", "ds", 0}
-	for _, id := range a[:100] {
-		report = append(report, id, 1.0)
-	}
-	if err := c.Do(ctx, append(report, "JOB", "a")...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	reportJob(t, c, "a", a[:100], unitLoss)
 	b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -333,21 +327,11 @@ func TestAJobThatReadAnEpochSetsNoPhase(t *testing.T) {
 		}
 		return ids
 	}
-	report := func(job string, ids []int64) {
-		t.Helper()
-		args := []any{"SHADE.REPORT", "ds", 0}
-		for _, id := range ids {
-			args = append(args, id, 1.0)
-		}
-		if err := c.Do(ctx, append(args, "JOB", job)...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	a := order("a")
-	report("a", a[:60])
+	reportJob(t, c, "a", a[:60], unitLoss)
 	done := order("done") // starts where a is, at 60, and reads it all
-	report("done", done)
-	report("a", a[60:100])
+	reportJob(t, c, "done", done, unitLoss)
+	reportJob(t, c, "a", a[60:100], unitLoss)
 	b := order("b")
 	if want := append(slices.Clone(a[100:]), a[:100]...); !slices.Equal(b, want) {
 		t.Errorf("job b's epoch 0 does not start where job a is (100):\n a %v\n b %v", a, b)
@@ -394,6 +378,22 @@ func TestJobsOfADatasetDrawTogether(t *testing.T) {
 	}
 }
 
+// reportJob reports the losses loss gives samples ids of epoch 0 of
+// dataset "ds" for job.
+func reportJob(t *testing.T, c *redis.Client, job string, ids []int64, loss func(id int64) float64) {
+	t.Helper()
+	args := []any{"SHADE.REPORT", "ds", 0}
+	for _, id := range ids {
+		args = append(args, id, loss(id))
+	}
+	if err := c.Do(context.Background(), append(args, "JOB", job)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unitLoss gives every sample a loss of 1.
+func unitLoss(int64) float64 { return 1 }
+
 // aFinishesWhileBTrains has job b of dataset "ds" train half of epoch 0
 // and job a all of it, and a say it is done. It returns b's order and a
 // function that reports samples of it, with the losses a's were given.
@@ -403,13 +403,7 @@ func aFinishesWhileBTrains(t *testing.T, c *redis.Client, files [][]byte) (b []i
 	loss := func(id int64) float64 { return 0.1 + float64(id%7) }
 	report = func(ids []int64) {
 		t.Helper()
-		args := []any{"SHADE.REPORT", "ds", 0}
-		for _, id := range ids {
-			args = append(args, id, loss(id))
-		}
-		if err := c.Do(ctx, append(args, "JOB", "b")...).Err(); err != nil {
-			t.Fatal(err)
-		}
+		reportJob(t, c, "b", ids, loss)
 	}
 	b, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1, "JOB", "b").Int64Slice()
 	if err != nil {
