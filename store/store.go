@@ -1,7 +1,8 @@
 // Package store keeps cached training samples in off-heap memory on one node.
 //
 // A Store is one arena of Capacity bytes, mapped from a memfd (so that it can
-// later be shared with trainer processes) and pre-faulted. Samples are
+// later be shared with trainer processes) and pre-faulted, in huge pages
+// where the kernel allows (Stats.HugePageBytes). Samples are
 // allocated inside the arena by a two-level segregated-fit allocator whose
 // metadata lives in the arena too, and found through a sharded index of
 // map[uint64]uint64 (key hash to arena offset). The Go heap therefore does
@@ -140,6 +141,7 @@ type Store struct {
 	// out then) unmaps and closes them: only loans touch them after.
 	mem    []byte
 	fd     int
+	huge   int64 // Stats.HugePageBytes
 	loans  atomic.Int64
 	alloc  *tlsf
 	id     uint64
@@ -178,15 +180,18 @@ type Stats struct {
 	Corrupt     uint64 // checksum mismatches found on read (each dropped)
 	Deletes     uint64 // Delete calls that removed a sample
 	Loans       int    // values lent (Lend) and not yet returned, also after Close
+	// HugePageBytes is how much of the arena the kernel mapped in huge
+	// pages when New mapped it (see prefault); 0 with 4 KiB pages only.
+	HugePageBytes int64
 }
 
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
 // caller must Close it to release the memory.
-func New(cfg Config) (*Store, error) { return newStoreWith(cfg, true) }
+func New(cfg Config) (*Store, error) { return newStoreWith(cfg, arenaOptions{}) }
 
-// newStoreWith is New, with the memfd optional so that tests can take the
-// anonymous fallback.
-func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
+// newStoreWith is New, with the arena mapped as opt says, so that tests
+// can take the anonymous fallback and 4 KiB pages.
+func newStoreWith(cfg Config, opt arenaOptions) (*Store, error) {
 	if cfg.Capacity <= 0 || uint64(cfg.Capacity) > math.MaxInt {
 		return nil, fmt.Errorf("%w: capacity %d bytes", ErrInvalidConfig, cfg.Capacity)
 	}
@@ -199,7 +204,7 @@ func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
 	if cfg.Name == "" {
 		cfg.Name = defaultName
 	}
-	mem, fd, err := mapArena(cfg.Name, int(cfg.Capacity), useMemfd)
+	mem, fd, err := mapArena(cfg.Name, int(cfg.Capacity), opt)
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +212,7 @@ func newStoreWith(cfg Config, useMemfd bool) (*Store, error) {
 		cfg:    cfg,
 		mem:    mem,
 		fd:     fd,
+		huge:   hugePageBytes(mem),
 		alloc:  newTLSF(mem),
 		id:     rand.Uint64() >> 1,
 		shards: make([]shard, cfg.Shards),
@@ -632,6 +638,8 @@ func (s *Store) Stats() Stats {
 		Corrupt:     s.corrupt.Load(),
 		Deletes:     s.deletes.Load(),
 		Loans:       s.loansOut(),
+
+		HugePageBytes: s.huge,
 	}
 	for i := range s.shards {
 		st.Hits += s.shards[i].hits.Load()

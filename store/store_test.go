@@ -477,7 +477,7 @@ func TestMemfd(t *testing.T) {
 }
 
 func TestAnonymousFallback(t *testing.T) {
-	s, err := newStoreWith(Config{Capacity: 1 << 16}, false)
+	s, err := newStoreWith(Config{Capacity: 1 << 16}, arenaOptions{anonymous: true})
 	if err != nil {
 		t.Fatal(err)
 	}
