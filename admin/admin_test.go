@@ -187,6 +187,9 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	if used := value(t, fams, "shade_cache_used_bytes", nil); used < float64(bytesRead) {
 		t.Errorf("shade_cache_used_bytes %v < the %d bytes cached", used, bytesRead)
 	}
+	if huge := value(t, fams, "shade_cache_huge_page_bytes", nil); huge < 0 || huge > 8<<20 {
+		t.Errorf("shade_cache_huge_page_bytes %v, not within the 8 MiB cache", huge)
+	}
 	for _, name := range []string{"shade_leader_term", "shade_is_leader", "go_goroutines", "process_resident_memory_bytes"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("no %s", name)

@@ -17,8 +17,8 @@ type collector struct {
 	src Source
 
 	// Node and cache.
-	nodeInfo, cacheCapacity, cacheUsed, cacheEntries *prometheus.Desc
-	freeKeyReads, freeKeyRejected                    *prometheus.Desc
+	nodeInfo, cacheCapacity, cacheUsed, cacheEntries, cacheHugePages *prometheus.Desc
+	freeKeyReads, freeKeyRejected                                    *prometheus.Desc
 
 	// Per dataset: reads and their outcome.
 	reads, hits, misses, evictions, rejected        *prometheus.Desc
@@ -65,6 +65,8 @@ func newCollector(src Source) *collector {
 		cacheCapacity: d("cache_capacity_bytes", "Off-heap sample memory of this node (--cache-size), in bytes."),
 		cacheUsed:     d("cache_used_bytes", "Bytes of the cache's memory in use by cached values."),
 		cacheEntries:  d("cache_entries", "Values in the cache: samples and free-form keys."),
+		cacheHugePages: d("cache_huge_page_bytes",
+			"Bytes of the cache's memory the kernel mapped in huge pages at start; 0: 4 KiB pages only (see the README's Sizing)."),
 		freeKeyReads: d("free_key_reads_total",
 			"Reads of free-form (non-dataset) keys, by result: hit (in the cache) or miss.", "result"),
 		freeKeyRejected: d("free_key_rejected_admissions_total", "SETs of free-form keys the admission policy refused."),
@@ -144,7 +146,7 @@ func newCollector(src Source) *collector {
 // Describe sends every metric's descriptor.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.nodeInfo, c.cacheCapacity, c.cacheUsed, c.cacheEntries, c.freeKeyReads, c.freeKeyRejected,
+		c.nodeInfo, c.cacheCapacity, c.cacheUsed, c.cacheEntries, c.cacheHugePages, c.freeKeyReads, c.freeKeyRejected,
 		c.reads, c.hits, c.misses, c.evictions, c.rejected, c.sourceReads, c.sourceBytes, c.sourceErrors,
 		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks, c.prefetchHits, c.hedged,
 		c.readAheadFetched, c.readAheadUnused, c.readAheadBytes, c.readAheadGaveUp,
@@ -174,6 +176,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.cacheCapacity, float64(st.CacheCapacity))
 	gauge(c.cacheUsed, float64(st.CacheUsed))
 	gauge(c.cacheEntries, float64(st.CacheEntries))
+	gauge(c.cacheHugePages, float64(st.CacheHugePages))
 	counter(c.freeKeyReads, float64(st.FreeKeys.Hits), "hit")
 	counter(c.freeKeyReads, float64(st.FreeKeys.Misses), "miss")
 	counter(c.freeKeyRejected, float64(st.FreeKeys.Rejected))

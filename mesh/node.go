@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
@@ -143,6 +144,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mesh: cache: %w", err)
 	}
+	logPages(cfg.Logger, n.store.Stats(), n.store.Fd() >= 0)
 	if cfg.StateDir != "" {
 		if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 			n.store.Close()
@@ -437,6 +439,27 @@ func (n *Node) dataset(name string) (*datasetState, error) {
 	return ds, nil
 }
 
+// warnPagesFrom is the cache size from which logPages warns of a cache in
+// 4 KiB pages: the pages of a smaller one fit in the CPU's TLB anyway.
+const warnPagesFrom = 64 << 20
+
+// logPages reports the cache's memory and how much of it the kernel mapped
+// in huge pages (store.Stats.HugePageBytes). A cache in 4 KiB pages only
+// is a warning that names the kernel setting to change: shmem_enabled for
+// a memfd (shared), enabled for the anonymous memory without one.
+func logPages(log zerolog.Logger, st store.Stats, shared bool) {
+	ev, msg := log.Info(), "cache mapped"
+	if st.HugePageBytes == 0 && st.Capacity >= warnPagesFrom {
+		setting := "shmem_enabled to advise"
+		if !shared {
+			setting = "enabled to madvise"
+		}
+		ev, msg = log.Warn(), "cache mapped in 4 KiB pages, whose TLB misses slow the reads of values out of the CPU's caches; "+
+			"for 2 MiB pages set /sys/kernel/mm/transparent_hugepage/"+setting+" and restart"
+	}
+	ev.Str("size", bytesize.Format(st.Capacity)).Str("huge_pages", bytesize.Format(st.HugePageBytes)).Msg(msg)
+}
+
 // Info implements transport.Backend.
 func (n *Node) Info() []string {
 	st := n.store.Stats()
@@ -446,6 +469,7 @@ func (n *Node) Info() []string {
 		"pads:" + strconv.FormatBool(!n.cfg.Uniform),
 		"cache_capacity:" + strconv.FormatInt(st.Capacity, 10),
 		"cache_used:" + strconv.FormatInt(st.UsedBytes, 10),
+		"cache_huge_page_bytes:" + strconv.FormatInt(st.HugePageBytes, 10),
 		"cache_entries:" + strconv.Itoa(st.Entries),
 		"datasets:" + strconv.Itoa(len(n.ordered)),
 		"keyspace_hits:" + strconv.FormatInt(n.freeHits.Load()+n.sampleHits(), 10),

@@ -22,13 +22,16 @@ type Node struct {
 	// Sampler names the sampler that draws this node's orders and its
 	// settings, e.g. "uniform permutation" or "pads magnitude
 	// max-weight=4 boost=3".
-	Sampler       string    `json:"sampler"`
-	CacheCapacity int64     `json:"cache_capacity"` // bytes
-	CacheUsed     int64     `json:"cache_used"`     // bytes
-	CacheEntries  int       `json:"cache_entries"`
-	FreeKeys      FreeKeys  `json:"free_keys"`
-	ReadAhead     ReadAhead `json:"read_ahead"`
-	Datasets      []Dataset `json:"datasets"` // sorted by name
+	Sampler       string `json:"sampler"`
+	CacheCapacity int64  `json:"cache_capacity"` // bytes
+	CacheUsed     int64  `json:"cache_used"`     // bytes
+	// CacheHugePages is how much of the cache's memory the kernel mapped in
+	// huge pages at start, in bytes (0: 4 KiB pages only).
+	CacheHugePages int64     `json:"cache_huge_page_bytes"`
+	CacheEntries   int       `json:"cache_entries"`
+	FreeKeys       FreeKeys  `json:"free_keys"`
+	ReadAhead      ReadAhead `json:"read_ahead"`
+	Datasets       []Dataset `json:"datasets"` // sorted by name
 }
 
 // ReadAhead describes the samples the node reads ahead of its local ranks.

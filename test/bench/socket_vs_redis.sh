@@ -98,7 +98,10 @@ held() {
 	fi
 }
 
-echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)"
+# The peer's cache is in 2 MiB pages only where the kernel gives shared
+# memory huge pages (README, "Huge pages"); its log says what it got.
+thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null || echo none)
+echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3); shmem_enabled $thp"
 printf '%-6s %-7s %7s %13s %13s %6s %12s %12s %9s %9s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "redis sw" "shade sw" "rounds (redis/shade rps)"
 for size in $SIZES; do
 	case " $TESTS " in
