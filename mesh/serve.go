@@ -77,7 +77,15 @@ func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, int
 		return into, false // MGet answers every key ErrClosed
 	}
 	held, start := into, len(into)
-	routes := make([]heldRoute, len(keys))
+	// The routes and the ids of an MGET of up to keysOnStack keys are
+	// kept on the stack: such an MGET allocates nothing.
+	var routeBuf [keysOnStack]heldRoute
+	var idBuf [keysOnStack]policy.ID
+	routes, ids := routeBuf[:0], idBuf[:0]
+	if len(keys) > keysOnStack {
+		routes, ids = make([]heldRoute, 0, len(keys)), make([]policy.ID, 0, len(keys))
+	}
+	routes = routes[:len(keys)]
 	bytes := 0
 	for i, key := range keys {
 		n.hintAhead(keys, i)
@@ -101,7 +109,6 @@ func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, int
 			return held[:start], false
 		}
 	}
-	ids := make([]policy.ID, 0, len(keys))
 	for i, key := range keys {
 		r, h := &routes[i], &held[start+i]
 		switch {
@@ -124,6 +131,10 @@ func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, int
 	}
 	return held, true
 }
+
+// keysOnStack is the most keys whose routes and ids LendHeldAll keeps on
+// the stack (2 KiB of it).
+const keysOnStack = 64
 
 // heldRoute is where LendHeldAll found one key: as Node.route returns it.
 type heldRoute struct {
