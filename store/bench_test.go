@@ -176,7 +176,7 @@ func benchVerify(b *testing.B, size, n int) {
 // keys are) or 32,768 (128 MiB: out of the CPU's caches, as a cache of
 // training data is).
 func BenchmarkLendBatch(b *testing.B) {
-	const size, batch = 4 << 10, 16
+	const size, batch = 4 << 10, lendBatch
 	s, all := fillBench(b, size, false)
 	for _, n := range []int{1000, len(all)} {
 		keys := all[:n]
@@ -192,31 +192,42 @@ func BenchmarkLendBatch(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				b.SetBytes(size * batch)
-				var loans [batch]uint64
-				i := 0
-				for b.Loop() {
-					next := order[i%len(order) : i%len(order)+batch]
-					if hint {
-						for _, k := range next {
-							s.Prefetch(k)
-						}
-					}
-					for j, k := range next {
-						_, v, loan, ok := s.Lend(nil, k, nil, 1)
-						if !ok || v == nil {
-							b.Fatal("miss")
-						}
-						loans[j] = loan
-					}
-					for _, l := range loans {
-						s.Return(l)
-					}
-					i += batch
-				}
+				lendBatches(b, s, order, hint)
 			})
 		}
 	}
 }
+
+// lendBatches lends the keys of order in batches of lendBatch for b.Loop's
+// iterations, each batch hinted first (Prefetch) if hint is set, and gives
+// each batch back. order's length is a multiple of lendBatch.
+func lendBatches(b *testing.B, s *Store, order [][]byte, hint bool) {
+	var loans [lendBatch]uint64
+	i := 0
+	for b.Loop() {
+		next := order[i : i+lendBatch]
+		if hint {
+			for _, k := range next {
+				s.Prefetch(k)
+			}
+		}
+		for j, k := range next {
+			_, v, loan, ok := s.Lend(nil, k, nil, 1)
+			if !ok || v == nil {
+				b.Fatal("miss")
+			}
+			loans[j] = loan
+		}
+		for _, l := range loans {
+			s.Return(l)
+		}
+		i = (i + lendBatch) % len(order)
+	}
+}
+
+// lendBatch is the batch of BenchmarkLendBatch and BenchmarkLendPages: an
+// MGET's keys, or a pipeline's GETs.
+const lendBatch = 16
 
 // BenchmarkLendPages lends batches of 16 random 4 KiB values out of the
 // CPU's caches (100,000 keys: 400 MiB), each batch hinted first as the
@@ -226,7 +237,7 @@ func BenchmarkLendBatch(b *testing.B) {
 // does not; the TLB works alike on both. It reports the bytes the kernel
 // mapped in huge pages: 0 for the second where the kernel refused them.
 func BenchmarkLendPages(b *testing.B) {
-	const size, batch, n = 4 << 10, 16, 100_000
+	const size, batch, n = 4 << 10, lendBatch, 100_000
 	for _, pages := range []struct {
 		name  string
 		small bool
@@ -246,30 +257,12 @@ func BenchmarkLendPages(b *testing.B) {
 				}
 			}
 			r := rand.New(rand.NewPCG(1, n))
-			order := make([][]byte, 1<<16+batch)
+			order := make([][]byte, 1<<16)
 			for i := range order {
 				order[i] = keys[r.IntN(n)]
 			}
 			b.SetBytes(size * batch)
-			var loans [batch]uint64
-			i := 0
-			for b.Loop() {
-				next := order[i%(1<<16) : i%(1<<16)+batch]
-				for _, k := range next {
-					s.Prefetch(k)
-				}
-				for j, k := range next {
-					_, v, loan, ok := s.Lend(nil, k, nil, 1)
-					if !ok || v == nil {
-						b.Fatal("miss")
-					}
-					loans[j] = loan
-				}
-				for _, l := range loans {
-					s.Return(l)
-				}
-				i += batch
-			}
+			lendBatches(b, s, order, true)
 			b.ReportMetric(float64(s.Stats().HugePageBytes), "huge-bytes")
 		})
 	}
