@@ -66,7 +66,7 @@ func newCollector(src Source) *collector {
 		cacheUsed:     d("cache_used_bytes", "Bytes of the cache's memory in use by cached values."),
 		cacheEntries:  d("cache_entries", "Values in the cache: samples and free-form keys."),
 		cacheHugePages: d("cache_huge_page_bytes",
-			"Bytes of the cache's memory the kernel mapped in huge pages at start; 0: 4 KiB pages only (see the README's Sizing)."),
+			"Bytes of the cache's memory the kernel mapped in huge pages at start; 0: 4 KiB pages only (see the README's Huge pages)."),
 		freeKeyReads: d("free_key_reads_total",
 			"Reads of free-form (non-dataset) keys, by result: hit (in the cache) or miss.", "result"),
 		freeKeyRejected: d("free_key_rejected_admissions_total", "SETs of free-form keys the admission policy refused."),

@@ -65,9 +65,9 @@ func mapArena(name string, size int, opt arenaOptions) ([]byte, int, error) {
 	return mem, fd, nil
 }
 
-// prefault asks for mem in transparent huge pages if huge is set (2 MiB on x86-64, and on
-// arm64 with 4 KiB base pages), then faults all of it in. With a value's
-// pages in one TLB entry per 2 MiB instead of one per 4 KiB, a read of a
+// prefault asks for mem in transparent huge pages if huge is set (2 MiB
+// on x86-64, and on arm64 with 4 KiB base pages), then faults all of it
+// in. With one TLB entry per 2 MiB instead of one per 4 KiB, a read of a
 // value out of the CPU's caches no longer waits for a page walk first,
 // and the page tables of a 100 GiB arena take 0.4 MiB instead of 200.
 //
