@@ -32,6 +32,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/protocol/crc32c"
 	"github.com/shade-mesh/shade/protocol/shm"
 )
@@ -186,7 +187,11 @@ type Stats struct {
 }
 
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
-// caller must Close it to release the memory.
+// caller must Close it to release the memory. It refuses (ErrInvalidConfig)
+// a capacity that, with 32 MiB for the rest of the process, is more than
+// the process may use: its memory cgroup's limit, or the machine's memory
+// (memoryLimit); the kernel would otherwise kill the process as the arena
+// is faulted in.
 func New(cfg Config) (*Store, error) { return newStoreWith(cfg, arenaOptions{}) }
 
 // newStoreWith is New, with the arena mapped as opt says, so that tests
@@ -203,6 +208,11 @@ func newStoreWith(cfg Config, opt arenaOptions) (*Store, error) {
 	}
 	if cfg.Name == "" {
 		cfg.Name = defaultName
+	}
+	if limit, where := memoryLimit(""); limit > 0 && cfg.Capacity > limit-headroom {
+		return nil, fmt.Errorf("%w: capacity %s plus %s for the rest of the process is more than the %s this process may use (%s): "+
+			"the kernel would kill it as the memory is faulted in", ErrInvalidConfig,
+			bytesize.Format(cfg.Capacity), bytesize.Format(headroom), bytesize.Format(limit), where)
 	}
 	mem, fd, err := mapArena(cfg.Name, int(cfg.Capacity), opt)
 	if err != nil {
