@@ -382,3 +382,83 @@ func TestSetAroundTheLoopBound(t *testing.T) {
 		}
 	}
 }
+
+// TestOverwriteIsNeverAMiss sets one free-form key to two values in turn
+// while another connection reads it: where the new value fits beside the
+// old one, every read finds one of the two, never none. In a full cache
+// the old value makes room for the new one: an overwrite is admitted as
+// before and evicts nothing else. A SET too large for the cache is
+// refused and leaves the old value.
+func TestOverwriteIsNeverAMiss(t *testing.T) {
+	ctx := context.Background()
+	values := [][]byte{bytes.Repeat([]byte{'a'}, 4<<10), bytes.Repeat([]byte{'b'}, 4<<10)}
+	t.Run("room beside", func(t *testing.T) {
+		// Two loops: the setter's connection and the reader's are served
+		// side by side.
+		p := startPeer(t, Config{CacheSize: 8 << 20}, transport.SocketConfig{Loops: 2})
+		setter, reader := p.client(t), p.client(t)
+		if err := setter.Set(ctx, "k", values[0], 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		const sets = 2000
+		done := make(chan error, 1)
+		go func() {
+			for i := range sets {
+				if err := setter.Set(ctx, "k", values[(i+1)%2], 0).Err(); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		reads, misses := 0, 0
+		for finished := false; !finished; reads++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				finished = true
+			default:
+			}
+			got, err := reader.Get(ctx, "k").Bytes()
+			switch {
+			case errors.Is(err, redis.Nil):
+				misses++
+			case err != nil:
+				t.Fatal(err)
+			case !bytes.Equal(got, values[0]) && !bytes.Equal(got, values[1]):
+				t.Fatalf("read %d: %d bytes, neither value", reads, len(got))
+			}
+		}
+		if misses > 0 {
+			t.Fatalf("%d of %d reads during %d overwrites found no value", misses, reads, sets)
+		}
+	})
+	t.Run("full", func(t *testing.T) {
+		p := startPeer(t, Config{CacheSize: 64 << 10, Policy: "app"}, transport.SocketConfig{})
+		c := p.client(t)
+		var keys []string
+		for i := 0; p.node.store.Fits(len("full:00"), len(values[0])); i++ {
+			keys = append(keys, fmt.Sprintf("full:%02d", i))
+			if err := c.Set(ctx, keys[i], values[0], 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Set(ctx, keys[0], values[1], 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Get(ctx, keys[0]).Bytes(); err != nil || !bytes.Equal(got, values[1]) {
+			t.Fatalf("the overwritten key: %d bytes, %v", len(got), err)
+		}
+		if n := c.Exists(ctx, keys...).Val(); n != int64(len(keys)) {
+			t.Fatalf("%d of the %d keys held after the overwrite", n, len(keys))
+		}
+		if err := c.Set(ctx, keys[0], make([]byte, 128<<10), 0).Err(); err == nil {
+			t.Fatal("a SET larger than the cache was accepted")
+		}
+		if got, err := c.Get(ctx, keys[0]).Bytes(); err != nil || !bytes.Equal(got, values[1]) {
+			t.Fatalf("after a refused SET: %d bytes, %v; want the old value", len(got), err)
+		}
+	})
+}

@@ -299,6 +299,16 @@ func (n *Node) admitLocked(id policy.ID, key, value []byte, ds *datasetState) bo
 	if n.pol.Resident(id) {
 		n.pol.Remove(id) // the store lost it (corruption): forget it too
 	}
+	return n.putLocked(id, key, value, ds)
+}
+
+// putLocked asks the policy to admit id, a value it does not hold, and
+// stores the value if it does, in place of any value the store holds for
+// key. Called with polMu held.
+func (n *Node) putLocked(id policy.ID, key, value []byte, ds *datasetState) bool {
+	if n.closed.Load() {
+		return false
+	}
 	charge := n.store.Charge(len(key), len(value))
 	n.room = room{n: n, keyLen: len(key), valLen: len(value)}
 	if !n.pol.Miss(id, charge, &n.room) {
@@ -360,24 +370,33 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	if ds != nil {
 		return false, fmt.Errorf("%w: %s", ErrReadOnly, ds.name)
 	}
+	if n.store.Charge(len(key), len(value)) > n.cfg.CacheSize {
+		return false, fmt.Errorf("%w: %d bytes", store.ErrTooLarge, len(value)) // the old value stays
+	}
 	id := freeID(key)
 	n.polMu.Lock()
 	defer n.polMu.Unlock()
-	if n.store.Delete(key) || n.pol.Resident(id) {
+	// The policy decides on the new value as on any it does not hold: the
+	// old one leaves the policy first. Where the new value fits beside the
+	// old one, the old one stays in the store until the store replaces it
+	// (store.Put), so that a read meanwhile finds one or the other, never
+	// none. Where it does not, the old one goes first, and its room counts
+	// for the new one, as the policy would count it.
+	if n.pol.Resident(id) {
 		n.pol.Remove(id)
 	}
-	if n.store.Charge(len(key), len(value)) > n.cfg.CacheSize {
-		delete(n.freeKeys, id)
-		return false, fmt.Errorf("%w: %d bytes", store.ErrTooLarge, len(value))
+	if !n.store.Fits(len(key), len(value)) {
+		n.store.Delete(key)
 	}
 	if n.freeKeys[id] != string(key) { // a key set again keeps its entry
 		n.freeKeys[id] = string(key)
 	}
-	stored := n.admitLocked(id, key, value, nil)
-	if !stored {
+	if !n.putLocked(id, key, value, nil) {
+		n.store.Delete(key) // refused: the old value goes too
 		delete(n.freeKeys, id)
+		return false, nil
 	}
-	return stored, nil
+	return true, nil
 }
 
 // Exists implements transport.Backend: whether the key is cached here.
