@@ -69,15 +69,6 @@ func (t ghostTable) left(id ID, freq uint32) {
 	t[id] = g
 }
 
-// hit counts one read of a resident keyed k at tick now into its key.
-func (k appKey) hit(now uint64) appKey {
-	if k.freq < math.MaxUint32 {
-		k.freq++
-	}
-	k.last = now
-	return k
-}
-
 // setScore records id's score (not NaN) and returns it as a float32.
 func (t ghostTable) setScore(id ID, score float64) float32 {
 	s := float32(score)
@@ -116,6 +107,15 @@ func (a appKey) less(b appKey) bool {
 }
 
 func appLess(a, b appKey) bool { return a.less(b) }
+
+// hit counts one read of a resident keyed k at tick now into its key.
+func (k appKey) hit(now uint64) appKey {
+	if k.freq < math.MaxUint32 {
+		k.freq++
+	}
+	k.last = now
+	return k
+}
 
 var (
 	_ Policy = (*APP)(nil)

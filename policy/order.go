@@ -53,8 +53,9 @@ import (
 // Time and space: Hit, Miss, SetScore and Remove take O(log n) for n
 // residents (one heap re-key or pop per eviction); BeginEpoch takes O(L+n)
 // for an order of L reads and keeps 4 bytes a read plus a map entry an
-// id not resident (a resident's place is in its key); AppendEpoch and MergeEpoch add a sort of the current order's U
-// unconsumed places, O(U log U). An order longer than 2^31-1 reads is cut
+// id not resident (a resident's place is in its key); AppendEpoch and
+// MergeEpoch add a sort of the current order's U unconsumed places,
+// O(U log U). An order longer than 2^31-1 reads is cut
 // there; reads past the cut count as never read again.
 type OrderAware struct {
 	ghosts ghostTable
@@ -241,13 +242,22 @@ func (o *OrderAware) consume(id ID) int64 {
 	if !ok {
 		return never
 	}
-	n := o.next[p]
-	if n < 0 {
+	n := o.after(int64(p))
+	if n == never {
 		delete(o.cursor, id)
+	} else {
+		o.cursor[id] = int32(n)
+	}
+	return n
+}
+
+// after returns the place of the next read, after place p, of the id
+// read at p; never if there is none, or if p is never.
+func (o *OrderAware) after(p int64) int64 {
+	if p == never || o.next[p] < 0 {
 		return never
 	}
-	o.cursor[id] = n
-	return int64(n)
+	return int64(o.next[p])
 }
 
 // Hit records a read: the id's frequency and last use go up, its place in
@@ -256,12 +266,7 @@ func (o *OrderAware) Hit(id ID) {
 	o.now++
 	if s, ok := o.heap.find(id); ok {
 		k := o.heap.keyOf(s)
-		if p := k.next; p != never {
-			k.next = never
-			if n := o.next[p]; n >= 0 {
-				k.next = int64(n)
-			}
-		}
+		k.next = o.after(k.next)
 		k.imp = k.imp.hit(o.now)
 		o.heap.setSlot(s, k)
 		return
