@@ -366,10 +366,10 @@ func BenchmarkHeldBatches(b *testing.B) {
 // values held in memory, as an event loop answers redis-benchmark -P 16:
 // each pipeline's keys hinted first (transport.PrefetchAhead), then each
 // value lent in place with its checksum checked, its reply's bulk header
-// appended as the loop appends it, and the loan given back. No socket: the node's and the
-// store's part of a GET alone. "1000" is 4 MiB of values, "100000" 400
-// MiB, out of the CPU's caches. The policy is shade-peer's default. ns/op
-// is per GET.
+// appended as the loop appends it, and the loan given back. No socket:
+// the node's and the store's part of a GET alone. "1000" is 4 MiB of
+// values, "100000" 400 MiB, out of the CPU's caches. The policy is
+// shade-peer's default. ns/op is per GET.
 func BenchmarkHeldGets(b *testing.B) {
 	const size, pipeline = 4 << 10, 16
 	for _, keys := range []int{1000, 100000} {

@@ -93,12 +93,19 @@ func prefault(mem []byte, huge bool) error {
 	return nil
 }
 
+// smallestHugePage is the smallest huge page of the architectures the
+// store runs on (2 MiB: x86-64, and arm64 with 4 KiB base pages).
+const smallestHugePage = 2 << 20
+
 // hugePageBytes returns how many bytes of mem the kernel maps in huge
 // pages, from the mappings' AnonHugePages and ShmemPmdMapped in
 // /proc/self/smaps; 0 where that cannot be read. Reading it walks the
 // page tables of the whole process: it is for once a mapping, not for
-// every Stats.
+// every Stats, and not for a mapping too small to hold a huge page.
 func hugePageBytes(mem []byte) int64 {
+	if len(mem) < smallestHugePage {
+		return 0
+	}
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return 0
@@ -123,7 +130,7 @@ func hugePageBytes(mem []byte) int64 {
 		if name != "AnonHugePages" && name != "ShmemPmdMapped" {
 			continue
 		}
-		if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+		if kb, ok := kilobytes(rest); ok {
 			total += min(kb<<10, in)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 // memory that asks for them, and checks that the arena got them and that
 // Stats says so. Where the settings refuse them, the path is skipped.
 func TestArenaHugePages(t *testing.T) {
-	const hugePage = 2 << 20
 	for _, path := range []struct {
 		name    string
 		opt     arenaOptions
@@ -40,7 +39,7 @@ func TestArenaHugePages(t *testing.T) {
 			// 2 MiB it falls back to 4 KiB pages: at least half the arena,
 			// where an arena faulted before the ask gets none.
 			huge := s.Stats().HugePageBytes
-			if huge < capacity/2 || huge > capacity || huge%hugePage != 0 {
+			if huge < capacity/2 || huge > capacity || huge%smallestHugePage != 0 {
 				t.Fatalf("%d bytes of a %d-byte arena in huge pages; want at least %d, in 2 MiB pages",
 					huge, capacity, capacity/2)
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -61,7 +62,7 @@ func memoryCgroups(root string) []memoryCgroup {
 		case len(parts) != 3:
 		case parts[0] == "0" && parts[1] == "":
 			paths["v2"] = parts[2]
-		case hasField(parts[1], ",", "memory"):
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
 			paths["v1"] = parts[2]
 		}
 	}
@@ -85,7 +86,7 @@ func memoryCgroups(root string) []memoryCgroup {
 		switch {
 		case after[0] == "cgroup2" && paths["v2"] != "":
 			c = memoryCgroup{mount: mount, dir: paths["v2"], file: "memory.max"}
-		case after[0] == "cgroup" && hasField(after[2], ",", "memory") && paths["v1"] != "":
+		case after[0] == "cgroup" && slices.Contains(strings.Split(after[2], ","), "memory") && paths["v1"] != "":
 			c = memoryCgroup{mount: mount, dir: paths["v1"], file: "memory.limit_in_bytes"}
 		default:
 			continue
@@ -129,21 +130,16 @@ func meminfo(root, field string) (int64, bool) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		name, rest, _ := strings.Cut(sc.Text(), ":")
-		if name == field {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return n, err == nil
+		if name, rest, _ := strings.Cut(sc.Text(), ":"); name == field {
+			return kilobytes(rest)
 		}
 	}
 	return 0, false
 }
 
-// hasField reports whether the sep-separated list s holds field.
-func hasField(s, sep, field string) bool {
-	for f := range strings.SplitSeq(s, sep) {
-		if f == field {
-			return true
-		}
-	}
-	return false
+// kilobytes parses the value of a /proc/meminfo or /proc/self/smaps field,
+// such as "   24683656 kB", in kB.
+func kilobytes(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(s), " kB"), 10, 64)
+	return n, err == nil
 }
