@@ -464,6 +464,10 @@ func (l *loop) process(c *conn) (work bool) {
 				l.handOff(c)
 				return true
 			}
+			if c.wr.err != nil { // a FlushSome failed
+				l.close(c, c.wr.err)
+				return false
+			}
 			c.wshare.Set(int64(cap(c.wr.b)))
 			if c.flushDue() && !l.startWrite(c) {
 				return
@@ -614,9 +618,16 @@ func (c *conn) written(err error) {
 // *scratch for the vector: nil when it is all out, EAGAIN when the rest
 // must wait.
 func writev(c *conn, scratch *[]unix.Iovec) error {
-	for len(c.ls.out) > 0 {
+	return writevFd(c.ls.fd, &c.ls.out, scratch)
+}
+
+// writevFd writes as much of *out as the non-blocking socket fd takes now,
+// dropping what it wrote from *out, with *scratch for the vector: nil
+// when it is all out, EAGAIN when the rest must wait.
+func writevFd(fd int, out *net.Buffers, scratch *[]unix.Iovec) error {
+	for len(*out) > 0 {
 		iov := (*scratch)[:0]
-		for _, b := range c.ls.out {
+		for _, b := range *out {
 			if len(iov) == 1024 { // IOV_MAX
 				break
 			}
@@ -630,10 +641,10 @@ func writev(c *conn, scratch *[]unix.Iovec) error {
 		*scratch = iov
 		raceReleaseIO()
 		if len(iov) == 0 {
-			c.ls.out = c.ls.out[:0]
+			*out = (*out)[:0]
 			break
 		}
-		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(c.ls.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		clear(iov) // hold no reply
 		switch {
 		case e == unix.EINTR:
@@ -641,7 +652,7 @@ func writev(c *conn, scratch *[]unix.Iovec) error {
 		case e != 0:
 			return e
 		}
-		consume(&c.ls.out, int(r))
+		consume(out, int(r))
 	}
 	return nil
 }

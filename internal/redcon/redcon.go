@@ -10,10 +10,12 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/btree"
 	"github.com/tidwall/match"
+	"golang.org/x/sys/unix"
 
 	"github.com/shade-mesh/shade/internal/budget"
 )
@@ -146,6 +148,13 @@ type Conn interface {
 	// Flush writes out the replies written so far (shade); an error closes
 	// the connection. Handlers call it between the parts of a long reply.
 	Flush() error
+	// FlushSome writes out as much of the replies written so far as the
+	// socket takes now, without waiting (shade), and gives back the lent
+	// values it wrote; the rest waits for the next flush. A handler
+	// writing a long reply calls it as the reply grows, so that the client
+	// reads the reply's start while the rest is made. An error closes the
+	// connection.
+	FlushSome() error
 	// Buffered returns the bytes of replies written and not yet flushed
 	// (shade).
 	Buffered() int
@@ -674,7 +683,7 @@ func (c *conn) flush() error {
 	if c.lp != nil && !c.detached { // shade: a worker of an event loop
 		return c.lp.flushWorker(c)
 	}
-	if c.writeTimeout > 0 && len(c.wr.b) > 0 && c.conn != nil { // shade: nil: a detach that failed
+	if c.writeTimeout > 0 && c.Buffered() > 0 && c.conn != nil { // shade: nil: a detach that failed
 		c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	}
 	err := c.wr.Flush()
@@ -711,7 +720,62 @@ func (c *conn) Flush() error {
 	return err
 }
 
-func (c *conn) Buffered() int { return len(c.wr.b) + c.wr.lentLen }
+// FlushSome writes out as much of the replies written so far as the
+// socket takes now, without waiting (shade); what it does not take stays
+// for the next flush. An error closes the connection, as Flush's does.
+func (c *conn) FlushSome() error {
+	if c.wr.err != nil || c.Buffered() == 0 {
+		return c.wr.err
+	}
+	out := c.wr.vector()
+	before := buffersLen(out)
+	var err error
+	switch {
+	case c.lp != nil && !c.detached:
+		err = writevFd(c.ls.fd, &out, &c.ls.iov)
+	case c.conn != nil:
+		sc, ok := c.conn.(syscall.Conn)
+		if !ok {
+			return nil // a TLS connection: its next Flush writes it all
+		}
+		rc, rerr := sc.SyscallConn()
+		if rerr != nil {
+			return nil
+		}
+		if werr := rc.Write(func(fd uintptr) bool {
+			err = writevFd(int(fd), &out, &c.ls.iov)
+			return true // one try: never wait
+		}); werr != nil {
+			err = werr
+		}
+	default:
+		return nil
+	}
+	c.wr.advance(before - buffersLen(out))
+	clear(c.wr.iov) // hold no reply
+	if err == unix.EAGAIN {
+		err = nil
+	}
+	if err != nil {
+		c.wr.written(err)
+		c.closed = true
+		if c.conn != nil {
+			c.conn.Close()
+		}
+	}
+	return err
+}
+
+// buffersLen returns the bytes of v.
+func buffersLen(v net.Buffers) int {
+	n := 0
+	for _, b := range v {
+		n += len(b)
+	}
+	return n
+}
+
+func (c *conn) Buffered() int { return len(c.wr.b) - c.wr.sent + c.wr.lentLen }
 
 func (c *conn) Reply() []byte {
 	if c.wr.err != nil {
@@ -905,10 +969,13 @@ type Writer struct {
 	err error
 
 	// shade: values lent to the writer (WriteLent), in order, their bytes
-	// in all, and the vector Flush writes them out with.
+	// in all, and the vector Flush writes them out with; sent: the bytes
+	// of b a FlushSome wrote (its lent values written in whole are given
+	// back, one written in part is cut to its rest).
 	lent    []lentValue
 	lentLen int
 	iov     net.Buffers
+	sent    int
 }
 
 // lentValue is a value lent to a Writer, to go out after b[:at] (shade).
@@ -970,7 +1037,7 @@ func (w *Writer) Buffer() []byte {
 	if w.err != nil {
 		return nil
 	}
-	return append([]byte(nil), w.b...)
+	return append([]byte(nil), w.b[w.sent:]...)
 }
 
 // SetBuffer replaces the unflushed buffer with new bytes.
@@ -978,7 +1045,7 @@ func (w *Writer) SetBuffer(raw []byte) {
 	if w.err != nil {
 		return
 	}
-	w.b = w.b[:0]
+	w.b, w.sent = w.b[:0], 0
 	w.b = append(w.b, raw...)
 }
 
@@ -990,7 +1057,7 @@ func (w *Writer) Flush() error {
 	}
 	var err error
 	if len(w.lent) == 0 {
-		_, err = w.w.Write(w.b)
+		_, err = w.w.Write(w.b[w.sent:])
 	} else {
 		iov := w.vector()
 		_, err = iov.WriteTo(w.w) // consumes iov, a copy of w.iov
@@ -1011,10 +1078,43 @@ func (w *Writer) written(err error) {
 	if err != nil {
 		w.err = err
 	}
+	w.sent = 0
 	if cap(w.b) > maxWriteKeep || w.err != nil {
 		w.b = nil
 	} else {
 		w.b = w.b[:0]
+	}
+}
+
+// advance drops the first n bytes of what waits to be written, which a
+// write took (shade): the lent values among them are given back, and once
+// nothing waits the buffer starts again from its beginning.
+func (w *Writer) advance(n int) {
+	prev, done := min(w.sent, len(w.b)), 0
+	for _, l := range w.lent {
+		if at := min(l.at, len(w.b)); at > prev {
+			d := min(n, at-prev)
+			prev, n = prev+d, n-d
+		}
+		if n == 0 && len(l.b) > 0 {
+			break
+		}
+		d := min(n, len(l.b))
+		w.lent[done].b = l.b[d:]
+		w.lentLen -= d
+		n -= d
+		if d < len(l.b) {
+			break // written in part
+		}
+		l.release(l.token)
+		w.lent[done] = lentValue{}
+		done++
+	}
+	w.lent = w.lent[:copy(w.lent, w.lent[done:])]
+	clear(w.lent[len(w.lent):cap(w.lent)][:done])
+	w.sent = min(prev+n, len(w.b))
+	if len(w.lent) == 0 && w.sent == len(w.b) {
+		w.b, w.sent = w.b[:0], 0
 	}
 }
 
@@ -1035,7 +1135,7 @@ func (w *Writer) WriteLent(b []byte, release func(uint64), token uint64) {
 // parts of one vectored write, in w.iov (shade): a net.Conn writes them
 // with one writev.
 func (w *Writer) vector() net.Buffers {
-	iov, prev := w.iov[:0], 0
+	iov, prev := w.iov[:0], min(w.sent, len(w.b))
 	for _, l := range w.lent {
 		at := min(l.at, len(w.b)) // a reply cut back below a lent value
 		if at > prev {

@@ -11,7 +11,10 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -675,5 +678,136 @@ func TestReadsThatFillTheBufferGrowIt(t *testing.T) {
 	read()
 	if len(c.rd.buf) != 4096 || short.Used() != 4096 {
 		t.Fatalf("with the budget short: a buffer of %d, %d bytes charged; want 4096 for both", len(c.rd.buf), short.Used())
+	}
+}
+
+// TestWriterAdvance: writes that take any number of bytes at a time, as a
+// socket does, send the buffer and the lent values in order, each byte
+// once, and give each lent value back once its last byte is written and
+// not before; replies written between the writes follow.
+func TestWriterAdvance(t *testing.T) {
+	for step := 1; step <= 40; step++ {
+		w := NewWriter(io.Discard)
+		var want, got []byte
+		released := map[uint64]int{}
+		ends := map[uint64]int{} // a lent value's end in want
+		lend := func(token uint64, b []byte) {
+			w.WriteLent(b, func(tok uint64) { released[tok]++ }, token)
+			want = append(want, b...)
+			ends[token] = len(want)
+		}
+		text := func(s string) {
+			w.WriteString(s)
+			want = append(want, "+"+s+"\r\n"...)
+		}
+		write := func(limit int) {
+			n := 0
+			for _, b := range w.vector() {
+				d := min(len(b), limit-n)
+				got = append(got, b[:d]...)
+				if n += d; n == limit {
+					break
+				}
+			}
+			w.advance(n)
+			for tok, end := range ends {
+				if done := len(got) >= end; released[tok] != map[bool]int{false: 0, true: 1}[done] {
+					t.Fatalf("step %d: token %d given back %d times with %d of %d bytes written", step, tok, released[tok], len(got), end)
+				}
+			}
+		}
+		text("first")
+		lend(1, []byte("lent-one"))
+		lend(2, []byte("lent-two, adjacent"))
+		text("between")
+		lend(3, []byte("three"))
+		write(step)
+		text("after a write")
+		lend(4, []byte("four, lent after a write"))
+		for range 100 {
+			if len(w.vector()) == 0 {
+				break
+			}
+			write(step)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("step %d: wrote %q, want %q", step, got, want)
+		}
+		if len(w.b) != 0 || w.sent != 0 || len(w.lent) != 0 || w.lentLen != 0 {
+			t.Fatalf("step %d: once all is written the writer holds %d bytes (%d sent), %d lent values (%d bytes)", step, len(w.b), w.sent, len(w.lent), w.lentLen)
+		}
+	}
+}
+
+// TestFlushSomeNeverWaits: a handler that lends a reply far larger than
+// the socket takes and calls FlushSome after each value runs to its end
+// while the client reads nothing, the reply's start already sent;
+// the client then reads every byte in order, and every value is given
+// back once.
+func TestFlushSomeNeverWaits(t *testing.T) {
+	for _, m := range []mode{goroutines, workers, loopsOnly} {
+		t.Run(m.String(), func(t *testing.T) { testFlushSomeNeverWaits(t, m) })
+	}
+}
+
+func testFlushSomeNeverWaits(t *testing.T, m mode) {
+	const values, size = 64, 256 << 10
+	var released sync.WaitGroup
+	var times [values]atomic.Int32 // each value's releases
+	done := make(chan struct{}, 1)
+	path := serveUnix(t, m, func(conn Conn, cmd Command) {
+		conn.WriteArray(values)
+		released.Add(values)
+		for i := range values {
+			conn.SetReply(AppendBulkHeader(conn.Reply(), size))
+			conn.WriteLent(bytes.Repeat([]byte{byte(i)}, size), func(tok uint64) {
+				times[tok].Add(1)
+				released.Done()
+			}, uint64(i))
+			conn.SetReply(append(conn.Reply(), '\r', '\n'))
+			if err := conn.FlushSome(); err != nil {
+				t.Errorf("FlushSome: %v", err)
+			}
+		}
+		// The socket took the reply's start; the rest waits.
+		if total := values * (size + len(AppendBulkHeader(nil, size)) + 2); conn.Buffered() >= total {
+			t.Errorf("%d of %d bytes wait after FlushSome: it wrote nothing", conn.Buffered(), total)
+		}
+		done <- struct{}{}
+	})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(respCommand([]byte("LONG"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler waited for a client that reads nothing")
+	}
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || line != "*"+strconv.Itoa(values)+"\r\n" {
+		t.Fatalf("%q, %v: want an array of %d", line, err, values)
+	}
+	body := make([]byte, size+2)
+	for i := range values {
+		if line, err := br.ReadString('\n'); err != nil || line != "$"+strconv.Itoa(size)+"\r\n" {
+			t.Fatalf("value %d: %q, %v", i, line, err)
+		}
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(body[:size], bytes.Repeat([]byte{byte(i)}, size)) || string(body[size:]) != "\r\n" {
+			t.Fatalf("value %d: wrong bytes", i)
+		}
+	}
+	released.Wait()
+	for i := range times {
+		if n := times[i].Load(); n != 1 {
+			t.Errorf("value %d given back %d times", i, n)
+		}
 	}
 }
