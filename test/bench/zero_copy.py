@@ -6,6 +6,8 @@ redis-server on the same kind of socket. Prints samples/s, MB/s and ratios.
 
     test/bench/zero_copy.py [--samples 512] [--size 102400] [--batch 64] [--rounds 5]
 
+BIN=<dir> (or --bin) picks the shade-peer build; PEER_FLAGS adds flags to it.
+
 Every mode reads the same batches (uniformly random ids, all cached), in
 alternating rounds; the figure per mode is the median round. A sample of
 every mode's batches is compared with the files byte for byte.
@@ -86,7 +88,7 @@ def main():
         cache = max(64 << 20, 2 * args.samples * (args.size + 4096))
         procs.append(subprocess.Popen(
             [str(peer_bin), "--name", "zc", "--socket", str(ssock), "--dataset", f"zc={data}",
-             "--cache-size", str(cache), "--log-level", "warn"],
+             "--cache-size", str(cache), "--log-level", "warn", *os.environ.get("PEER_FLAGS", "").split()],
             stderr=open(tmp / "shade.log", "wb")))
         wait_socket(ssock, procs[-1])
 
