@@ -352,7 +352,7 @@ func BenchmarkHeldBatches(b *testing.B) {
 		for b.Loop() {
 			draw()
 			var ok bool
-			if held, ok = n.LendHeldAll(ctx, keys, 8<<20, held[:0]); !ok {
+			if held, ok = n.LendHeldPrefix(ctx, keys, 8<<20, held[:0]); !ok || len(held) != len(keys) {
 				b.Fatal("a sample not held")
 			}
 			for _, h := range held {

@@ -246,10 +246,10 @@ func TestMGetFromTheLoop(t *testing.T) {
 	p.loansBack(t)
 }
 
-// TestLongMGetLentInParts: an MGET of more than one part of values
-// (replyPart, 4 MiB) goes to a goroutine, which lends the values of each
-// part held in memory, as a loop does, and copies those of a part with a
-// sample to read through. Lent values are still out while the client has
+// TestLongMGetLentInParts: an MGET of more values than a loop answers
+// (256 KiB) goes to a goroutine, which lends the values of each chunk held
+// in memory, as a loop does, and copies those of a part with a sample to
+// read through. Lent values are still out while the client has
 // not read them; every reply is exact and in its place, parts lent and
 // copied in any mix, and every loan comes back.
 func TestLongMGetLentInParts(t *testing.T) {
@@ -326,6 +326,87 @@ func TestLongMGetLentInParts(t *testing.T) {
 				t.Fatalf("round %d: MGET %s: %.20v, want %.20v", round, k, vals[i], want)
 			}
 		}
+	}
+	p.loansBack(t)
+}
+
+// TestMGetGoesOnFromTheLoop: an event loop answers an MGET's first
+// values held in memory itself and a goroutine goes on from the first
+// value to read through: the reply is one array, every value exact and in
+// its place, each read counted once, and every loan comes back. The same
+// holds where the loop stops because the client does not read.
+func TestMGetGoesOnFromTheLoop(t *testing.T) {
+	dir, files := makeDataset(t, 60, 90<<10, 110<<10)
+	p := startPeer(t, Config{CacheSize: 64 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	ctx := context.Background()
+	c := p.client(t)
+	key := func(i int) string { return fmt.Sprintf("ds/%d", i) }
+	for i := range 50 {
+		if _, err := c.Get(ctx, key(i)).Bytes(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(keys []string, vals []any) {
+		t.Helper()
+		for i, k := range keys {
+			var idx int
+			fmt.Sscanf(k, "ds/%d", &idx)
+			if vals[i] != string(files[idx]) {
+				t.Fatalf("MGET %s (place %d): %.20v, want %.20v", k, i, vals[i], files[idx])
+			}
+		}
+	}
+	// 1 MiB held, then a sample to read through, then held ones again.
+	keys := []string{key(0), key(1), key(2), key(3), key(4), key(5), key(6), key(7), key(8), key(9), key(55), key(10), key(0)}
+	before := p.node.Snapshot().Datasets[0].Total
+	vals, err := c.MGet(ctx, keys...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(keys, vals)
+	after := p.node.Snapshot().Datasets[0].Total
+	if hits, misses := after.Hits-before.Hits, after.ColdMisses+after.CapacityMisses-before.ColdMisses-before.CapacityMisses; hits != 12 || misses != 1 {
+		t.Errorf("%d hits and %d misses counted, want 12 and 1", hits, misses)
+	}
+	// 50 held samples, 5 MiB, to a client that reads only once the loop
+	// has handed the rest on (past 4 MiB waiting).
+	keys = keys[:0]
+	for i := range 50 {
+		keys = append(keys, key(i))
+	}
+	raw, err := net.Dial("unix", p.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	req := fmt.Appendf(nil, "*%d\r\n$4\r\nMGET\r\n", len(keys)+1)
+	for _, k := range keys {
+		req = fmt.Appendf(req, "$%d\r\n%s\r\n", len(k), k)
+	}
+	if _, err := raw.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "values lent to the unread reply", func() bool { return p.node.store.Stats().Loans > 0 })
+	br := bufio.NewReader(raw)
+	if line, err := br.ReadString('\n'); err != nil || line != fmt.Sprintf("*%d\r\n", len(keys)) {
+		t.Fatalf("reply header %q, %v", line, err)
+	}
+	for i := range keys {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("$%d\r\n", len(files[i])) {
+			t.Fatalf("value %d: header %q, %v", i, line, err)
+		}
+		v := make([]byte, len(files[i])+2)
+		if _, err := io.ReadFull(br, v); err != nil || !bytes.Equal(v[:len(files[i])], files[i]) {
+			t.Fatalf("value %d: wrong bytes (%v)", i, err)
+		}
+	}
+	// The connection still answers, in order.
+	if _, err := raw.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("after the MGET: %q, %v", line, err)
 	}
 	p.loansBack(t)
 }

@@ -63,48 +63,64 @@ func (n *Node) hintAhead(keys [][]byte, i int) {
 	}
 }
 
-// LendHeldAll implements transport.Backend: it lends the value of every
-// key held here in place, whatever its size, its checksum verified there
-// (store.Lend), or lends nothing. It routes and lends the keys in turn,
-// each hinted to the store some keys before it is lent (hintAhead), and
-// stops, giving back what it lent, at the first sample not held here or
-// once the values would pass maxBytes (a sample's size is known from its
-// manifest before its value is read). Only when every key is answered
-// does it count the reads, as LendGet counts each, and tell the policy of
-// the hits in one call.
-func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, into []transport.Held) ([]transport.Held, bool) {
+// LendHeldPrefix implements transport.Backend: it lends the value of
+// every key of a prefix of keys held here in place, whatever its size,
+// its checksum verified there (store.Lend), or lends nothing. The prefix
+// ends where the values would pass maxBytes: the samples' sizes are known
+// from their manifests before any value is lent, a free-form value's once
+// it is found. It lends the prefix's keys in turn, each hinted to the
+// store some keys before it is lent (hintAhead), and stops, giving back
+// what it lent, at the first sample not held here. Only when every key of
+// the prefix is answered does it count the reads, as LendGet counts each,
+// and tell the policy of the hits in one call.
+func (n *Node) LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, into []transport.Held) ([]transport.Held, bool) {
+	if len(keys) == 0 {
+		return into, true
+	}
 	if n.closed.Load() {
 		return into, false // MGet answers every key ErrClosed
 	}
 	held, start := into, len(into)
-	// The routes and the ids of an MGET of up to keysOnStack keys are
-	// kept on the stack: such an MGET allocates nothing.
+	// The routes and the ids of a prefix of up to keysOnStack keys are
+	// kept on the stack: it allocates nothing.
 	var routeBuf [keysOnStack]heldRoute
 	var idBuf [keysOnStack]policy.ID
 	routes, ids := routeBuf[:0], idBuf[:0]
-	if len(keys) > keysOnStack {
-		routes, ids = make([]heldRoute, 0, len(keys)), make([]policy.ID, 0, len(keys))
-	}
-	routes = routes[:len(keys)]
 	bytes := 0
+	for _, key := range keys {
+		var r heldRoute
+		r.ds, r.idx, r.out, r.err = n.route(key)
+		size := 0
+		if r.err == nil && !r.out && r.ds != nil {
+			size = int(r.ds.manifest.Sizes[r.idx])
+		}
+		if len(routes) > 0 && bytes+size > maxBytes {
+			break
+		}
+		bytes += size
+		routes = append(routes, r)
+	}
+	keys = keys[:len(routes)]
 	for i, key := range keys {
 		n.hintAhead(keys, i)
 		r := &routes[i]
-		var h transport.Held
-		r.ds, r.idx, r.out, h.Err = n.route(key)
-		lend := h.Err == nil && !r.out
-		if lend && r.ds != nil {
-			bytes += int(r.ds.manifest.Sizes[r.idx])
-		}
-		if lend && bytes <= maxBytes {
+		h := transport.Held{Err: r.err}
+		lend := r.err == nil && !r.out
+		if lend {
 			_, h.Loan.Value, h.Loan.Token, h.Found = n.store.Lend(nil, key, nil, 0)
 		}
 		if h.Found && r.ds == nil {
+			if i > 0 && bytes+len(h.Loan.Value) > maxBytes {
+				// The prefix ends before this free-form value.
+				n.store.Return(h.Loan.Token)
+				keys, routes = keys[:i], routes[:i]
+				break
+			}
 			bytes += len(h.Loan.Value)
 		}
 		held = append(held, h)
 		// A sample not held here would have to be read from elsewhere.
-		if (lend && r.ds != nil && !h.Found) || bytes > maxBytes {
+		if lend && r.ds != nil && !h.Found {
 			n.returnHeld(held[start:])
 			return held[:start], false
 		}
@@ -132,15 +148,16 @@ func (n *Node) LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, int
 	return held, true
 }
 
-// keysOnStack is the most keys whose routes and ids LendHeldAll keeps on
-// the stack (2 KiB of it).
+// keysOnStack is the most keys whose routes and ids LendHeldPrefix keeps
+// on the stack (3 KiB of it).
 const keysOnStack = 64
 
-// heldRoute is where LendHeldAll found one key: as Node.route returns it.
+// heldRoute is where LendHeldPrefix found one key: as Node.route returns it.
 type heldRoute struct {
 	ds  *datasetState
 	idx int
 	out bool
+	err error
 }
 
 // returnHeld gives back the values lent in held.

@@ -22,7 +22,7 @@ import (
 // cache too small for all of them, from three nodes: one key at a time by
 // AppendGet (with a head, as the socket frames a reply), in batches
 // through MGet, and in batches as an event loop answers MGET: through
-// LendHeldAll, and through MGet where it declines. Every value must be
+// LendHeldPrefix, a prefix at a time, and through MGet where it declines. Every value must be
 // byte-exact and framed, the trace the same, and the reads, hits and
 // free-key counts add up alike. (Which samples the policy keeps may
 // differ: a batch tells the policy of its hits before it admits its
@@ -97,10 +97,11 @@ func TestMGetCountsAsGets(t *testing.T) {
 		}
 		batch.Close()
 	}
-	// The loop's way: every value lent, or the batch declined, with or
-	// without the bytes of its values in bounds. Declined batches are
-	// answered through MGet, as the socket answers them.
-	var lent, declined int
+	// The loop's way: a batch lent a prefix at a time, each prefix's
+	// values all lent or the prefix declined. A prefix ends where its
+	// values would pass maxBytes; the rest of a batch whose prefix was
+	// declined is answered through MGet, as the socket answers it.
+	var lent, prefixes, declined int
 	var held []transport.Held
 	for start := 0; start < len(keys); start += 8 {
 		part := keys[start:min(start+8, len(keys))]
@@ -108,34 +109,48 @@ func TestMGetCountsAsGets(t *testing.T) {
 		if start%48 == 0 {
 			maxBytes = 9000 // one sample at most
 		}
-		var ok bool
-		held, ok = byLend.LendHeldAll(ctx, part, maxBytes, held[:0])
-		if !ok {
-			declined++
-			if len(held) != 0 || byLend.store.Stats().Loans != 0 {
-				t.Fatalf("a declined batch left %d answers and %d loans", len(held), byLend.store.Stats().Loans)
+		for len(part) > 0 {
+			var ok bool
+			held, ok = byLend.LendHeldPrefix(ctx, part, maxBytes, held[:0])
+			if !ok {
+				declined++
+				if len(held) != 0 || byLend.store.Stats().Loans != 0 {
+					t.Fatalf("a declined prefix left %d answers and %d loans", len(held), byLend.store.Stats().Loans)
+				}
+				batch := byLend.MGet(ctx, part)
+				for i, key := range part {
+					got, found, err := batch.Append(i, []byte("pre"), head)
+					check("MGet after LendHeldPrefix", key, got, found, err)
+				}
+				batch.Close()
+				break
 			}
-			batch := byLend.MGet(ctx, part)
-			for i, key := range part {
-				got, found, err := batch.Append(i, []byte("pre"), head)
-				check("MGet after LendHeldAll", key, got, found, err)
+			if len(held) == 0 {
+				t.Fatalf("LendHeldPrefix answered none of %d keys", len(part))
 			}
-			batch.Close()
-			continue
-		}
-		lent++
-		for i, key := range part {
-			h := held[i]
-			got := []byte("pre")
-			if h.Found {
-				got = append(head(got, len(h.Loan.Value)), h.Loan.Value...)
-				byLend.Return(h.Loan.Token)
+			lent++
+			if len(held) < len(part) {
+				prefixes++
 			}
-			check("LendHeldAll", key, got, h.Found, h.Err)
+			bytes := 0
+			for i, h := range held {
+				key := part[i]
+				got := []byte("pre")
+				if h.Found {
+					got = append(head(got, len(h.Loan.Value)), h.Loan.Value...)
+					bytes += len(h.Loan.Value)
+					byLend.Return(h.Loan.Token)
+				}
+				check("LendHeldPrefix", key, got, h.Found, h.Err)
+			}
+			if len(held) > 1 && bytes > maxBytes {
+				t.Fatalf("a prefix of %d keys lent %d bytes, more than %d", len(held), bytes, maxBytes)
+			}
+			part = part[len(held):]
 		}
 	}
-	if lent == 0 || declined == 0 || byLend.store.Stats().Loans != 0 {
-		t.Errorf("LendHeldAll answered %d batches and declined %d; %d loans out", lent, declined, byLend.store.Stats().Loans)
+	if lent == 0 || prefixes == 0 || declined == 0 || byLend.store.Stats().Loans != 0 {
+		t.Errorf("LendHeldPrefix answered %d prefixes (%d short of their batch) and declined %d; %d loans out", lent, prefixes, declined, byLend.store.Stats().Loans)
 	}
 	a, b, c := byGet.Snapshot(), byMGet.Snapshot(), byLend.Snapshot()
 	reads := func(st stats.Node) []int64 {
@@ -147,7 +162,7 @@ func TestMGetCountsAsGets(t *testing.T) {
 		return []int64{d.Total.Hits + d.Total.ColdMisses + d.Total.CapacityMisses, deciles, st.FreeKeys.Hits, st.FreeKeys.Misses}
 	}
 	if ra, rb, rc := reads(a), reads(b), reads(c); !slices.Equal(ra, rb) || !slices.Equal(ra, rc) {
-		t.Errorf("reads, decile reads, free hits and misses: by AppendGet %v, by MGet %v, by LendHeldAll %v", ra, rb, rc)
+		t.Errorf("reads, decile reads, free hits and misses: by AppendGet %v, by MGet %v, by LendHeldPrefix %v", ra, rb, rc)
 	}
 	for _, st := range []stats.Node{a, b, c} {
 		if d := st.Datasets[0]; d.Total.Hits == 0 || d.Total.Evictions == 0 || st.FreeKeys.Hits != 2 || st.FreeKeys.Misses != 4 { // the first batch, with the free keys, is read twice

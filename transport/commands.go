@@ -287,43 +287,41 @@ func overMaxKeys(s *SocketServer, c redcon.Conn, n int, things, command string) 
 	return true
 }
 
-// cmdMGet answers a batch in parts of about replyPart bytes of values, so
-// that neither the values read through nor the reply is ever the whole
-// batch. Each part first takes room in the clients' budget for its values
-// read through and for the reply it writes (written out whenever
-// replyFlush bytes wait, so at most replyFlush and one value), and is
-// written out before the next part is read. A part whose values are all
-// held in memory is lent, as a loop's MGET is (lendPart), and written out
-// before the next part is lent, so a connection holds at most one part's
-// loans. A part that finds no room
-// within maxReplyWait answers its keys with errors; the array stays whole
-// and no value is ever wrong.
+// cmdMGet answers a batch in parts, so that neither the values read
+// through nor the reply is ever the whole batch. Values held in memory are
+// lent (lendPrefix) about replyFlush bytes at a time, and each chunk goes
+// to the socket as far as it takes it at once (FlushSome): the client
+// reads the reply's start while the rest is lent and checked. Once
+// replyPart bytes wait, the reply is written out before the next chunk is
+// lent, so a connection holds at most replyPart bytes and one chunk of
+// loans. A chunk with a value not held in memory starts a part of about
+// replyPart bytes of values read through: the part first takes room in the
+// clients' budget for its values and for the reply it writes (written out
+// whenever replyFlush bytes wait, so at most replyFlush and one value),
+// and is written out before the next part is read. A part that finds no
+// room within maxReplyWait answers its keys with errors; the array stays
+// whole and no value is ever wrong. An MGET an event loop began (fastMGet)
+// goes on from where the loop stopped.
 func cmdMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	keys := a[1:]
-	if tooManyKeys(s, c, len(keys)) {
-		return
-	}
-	c.WriteArray(len(keys))
-	limit := s.clients.Limit()
-	for start := 0; start < len(keys); {
-		end, bytes, largest := start, int64(0), int64(0)
-		for end < len(keys) {
-			n := int64(s.backend.ValueSize(keys[end]))
-			if end > start && bytes+n > replyPart {
-				break
-			}
-			bytes += n
-			largest = max(largest, n)
-			end++
+	start := st.mgetFrom
+	st.mgetFrom = 0
+	if start == 0 {
+		if tooManyKeys(s, c, len(keys)) {
+			return
 		}
-		if lendPart(s, c, st, keys[start:end], false) {
-			// Every value of the part held in memory: lent, not copied.
-			if end < len(keys) && c.Flush() != nil {
+		c.WriteArray(len(keys))
+	}
+	limit := s.clients.Limit()
+	for start < len(keys) {
+		if n, ok := lendPrefix(s, c, st, keys[start:], -1); ok {
+			// Every value of the chunk held in memory: lent, not copied.
+			if start += n; start < len(keys) && flushLent(c) != nil {
 				return // the connection is closed
 			}
-			start = end
 			continue
 		}
+		end, bytes, largest := nextPart(s, keys, start, replyPart)
 		need := min(bytes+min(bytes, replyFlush+largest), limit)
 		ctx, cancel := context.WithTimeout(s.ctx, maxReplyWait)
 		err := s.clients.Reserve(ctx, need)
@@ -353,6 +351,30 @@ func cmdMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	}
 }
 
+// nextPart returns where the part of keys from start ends: it takes keys
+// while their values add up to at most limit bytes, and at least one. It
+// returns the values' bytes and the largest's.
+func nextPart(s *SocketServer, keys [][]byte, start int, limit int64) (end int, bytes, largest int64) {
+	for end = start; end < len(keys); end++ {
+		n := int64(s.backend.ValueSize(keys[end]))
+		if end > start && bytes+n > limit {
+			break
+		}
+		bytes += n
+		largest = max(largest, n)
+	}
+	return end, bytes, largest
+}
+
+// flushLent sends an MGET's lent values on as the socket takes them, and
+// waits for the socket only once replyPart bytes wait to go.
+func flushLent(c redcon.Conn) error {
+	if c.Buffered() >= replyPart {
+		return c.Flush()
+	}
+	return c.FlushSome()
+}
+
 // writePart appends the values of one part of an MGET to the reply,
 // writing the reply out whenever replyFlush bytes of it wait and more
 // follows (more: parts after this one). It reports false if the
@@ -372,40 +394,68 @@ func writePart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, mor
 	return true
 }
 
-// fastMGet answers an MGET on an event loop where every value is held in
-// memory (or needs no read at all) and the values take at most replyPart
-// bytes, one part of cmdMGet's (lendPart). Anything else goes to cmdMGet,
-// and so does an MGET while the clients' memory has no room for the
-// values it may copy: cmdMGet waits for room.
+// fastMGet answers an MGET on an event loop, as far as its values are
+// held in memory (or need no read at all) and the client keeps up: it
+// lends them replyFlush bytes at a time, as cmdMGet does, and hands each
+// chunk to the socket as far as it takes it at once, so the client reads
+// the reply's start while the rest is lent and checked. Where the first
+// chunk has a value to read elsewhere, or the clients' memory has no room
+// for what it may copy, it answers nothing and cmdMGet answers the MGET on
+// a goroutine. Where a later chunk has, or replyPart bytes wait for the
+// client, cmdMGet goes on from there (connState.mgetFrom): the loop never
+// waits.
 func fastMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) bool {
 	keys := a[1:]
 	if len(keys) > s.cfg.MaxKeys {
 		return false // cmdMGet refuses it
 	}
-	return lendPart(s, c, st, keys, true)
-}
-
-// lendPart answers keys, the values of an MGET or of one part of it,
-// where every value is held in memory (or needs no read at all) and they
-// take at most replyPart bytes: each of at least MinLent bytes lent in
-// place, as a GET's, the shorter ones copied. With whole set the reply's
-// array header goes first. It reports false, having written nothing,
-// where it cannot: a value to read elsewhere, values past replyPart, or
-// no room in the clients' memory for what it may copy.
-func lendPart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, whole bool) bool {
-	// redcon counts the reply's buffer in the clients' memory once the
-	// command is answered; the room is held until then.
-	copied := int64(min(len(keys)*MinLent, replyPart))
-	if !s.clients.TryReserve(copied) {
-		return false
-	}
-	defer s.clients.Release(copied)
-	held, ok := s.backend.LendHeldAll(s.readCtx(st), keys, replyPart, st.held[:0])
+	done, ok := lendPrefix(s, c, st, keys, len(keys))
 	if !ok {
 		return false
 	}
-	if whole {
-		c.WriteArray(len(keys))
+	for done < len(keys) {
+		if c.FlushSome() != nil {
+			return true // the connection is closed
+		}
+		if c.Buffered() >= replyPart {
+			break
+		}
+		n, ok := lendPrefix(s, c, st, keys[done:], -1)
+		if !ok {
+			break
+		}
+		done += n
+	}
+	if done < len(keys) {
+		st.mgetFrom = done
+		return false
+	}
+	return true
+}
+
+// lendPrefix answers a prefix of keys, an MGET's or the rest of one,
+// where every value of the prefix is held in memory (or needs no read at
+// all): the longest whose values take at most replyFlush bytes, and at
+// least one key (Backend.LendHeldPrefix). Each value of at least MinLent
+// bytes is lent in place, as a GET's, the shorter ones copied. With array
+// at least 0 the reply's array header of that length goes first. It
+// returns how many keys it answered; it reports false, having written
+// nothing, where it cannot: a value to read elsewhere, or no room in the
+// clients' memory for what it may copy.
+func lendPrefix(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, array int) (int, bool) {
+	// redcon counts the reply's buffer in the clients' memory once the
+	// command is answered; the room is held until then.
+	copied := int64(min(len(keys)*MinLent, replyFlush))
+	if !s.clients.TryReserve(copied) {
+		return 0, false
+	}
+	defer s.clients.Release(copied)
+	held, ok := s.backend.LendHeldPrefix(s.readCtx(st), keys, replyFlush, st.held[:0])
+	if !ok {
+		return 0, false
+	}
+	if array >= 0 {
+		c.WriteArray(array)
 	}
 	for i := range held {
 		h := &held[i]
@@ -423,7 +473,7 @@ func lendPart(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, whol
 		*h = Held{}
 	}
 	st.held = held[:0]
-	return true
+	return len(held), true
 }
 
 // fastSet answers a SET on an event loop where the value is at most

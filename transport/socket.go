@@ -50,16 +50,18 @@ type Backend interface {
 	// caller calls LendGet. Otherwise it answers as LendGet, with held
 	// true.
 	LendHeld(ctx context.Context, key, dst []byte, head func(dst []byte, n int) []byte) (result []byte, loan Loan, found, held bool, err error)
-	// LendHeldAll answers the keys of an MGET for a caller that must not
-	// wait, all of them or none: it lends the value of every key held in
-	// memory in place, whatever its size, checksum-verified there, and
-	// appends one Held per key to into, in order, answered as LendGet
-	// would answer it. Where any key's value would have to be read from
-	// elsewhere than this node's memory, or the values would take more
-	// than maxBytes, it lends and counts nothing and returns ok false;
-	// the caller then answers with MGet. The caller gives every value
-	// lent back with Return, exactly once.
-	LendHeldAll(ctx context.Context, keys [][]byte, maxBytes int, into []Held) (held []Held, ok bool)
+	// LendHeldPrefix answers keys of an MGET for a caller that must not
+	// wait, a prefix of them at a time: the longest whose values take at
+	// most maxBytes, and at least the first key. It lends the value of
+	// every key of the prefix held in memory in place, whatever its size,
+	// checksum-verified there, and appends one Held per key of the prefix
+	// to into, in order, answered as LendGet would answer it: how many it
+	// appends is the prefix's length. Where any key of the prefix would
+	// have to be read from elsewhere than this node's memory, it lends and
+	// counts nothing and returns ok false; the caller then answers those
+	// keys with MGet. The caller gives every value lent back with Return,
+	// exactly once.
+	LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, into []Held) (held []Held, ok bool)
 	// Return gives back a value lent by LendGet. It is safe after the
 	// backend is closed.
 	Return(token uint64)
@@ -123,7 +125,7 @@ type Loan struct {
 	Token uint64
 }
 
-// Held is one key's answer from LendHeldAll: its value lent (Found), or
+// Held is one key's answer from LendHeldPrefix: its value lent (Found), or
 // not found, or Err.
 type Held struct {
 	Loan  Loan
@@ -133,8 +135,8 @@ type Held struct {
 
 // MinLent is the shortest value LendGet lends; shorter ones cost less to
 // copy than to write out from where they lie. Replies are written out
-// every 256 KiB, and an MGET lends at most replyPart at a time, which
-// bounds the values a connection holds lent.
+// every 256 KiB, and an MGET holds at most replyPart and one chunk lent
+// (cmdMGet), which bounds the values a connection holds lent.
 const MinLent = 1 << 10
 
 // Batch is one MGet's keys being answered. It is used by one goroutine.
@@ -225,13 +227,16 @@ const (
 	// proto-max-bulk-len.
 	maxValueLimit = 512 << 20
 	// replyPart is how many bytes of values one part of an MGET reply
-	// holds at most (one value may be larger), and what one lent part of
-	// an MGET holds at most; maxReplyWait is how long
-	// a part waits for room in the clients' budget.
+	// read through holds at most (one value may be larger), and how many
+	// bytes of an MGET's lent values wait to be written at most before
+	// the next are lent; maxReplyWait is how long a part waits for room
+	// in the clients' budget.
 	replyPart    = 4 << 20
 	maxReplyWait = 5 * time.Second
-	// replyFlush is how many bytes of an MGET's reply wait at most (and
-	// one value) before they are written out.
+	// replyFlush is how many bytes of an MGET's reply read through wait
+	// at most (and one value) before they are written out, and how many
+	// bytes of values an MGET lends at a time: an event loop answers an
+	// MGET of at most that itself.
 	replyFlush = 256 << 10
 	// maxLoopSet is the longest value a SET an event loop answers may
 	// store; a longer one goes to a goroutine, so that its copy into the
@@ -325,9 +330,11 @@ type connState struct {
 	// the job the connection last named (SHADE.JOB, or JOB on
 	// SHADE.ORDER); nil until it names one.
 	ctx context.Context
-	// held is the answers of an MGET answered on a loop (fastMGet), kept
-	// for the next one.
-	held []Held
+	// held is the answers of an MGET's values lent (lendPrefix), kept for
+	// the next one; mgetFrom, where not 0, is the key an MGET an event
+	// loop began goes on from on a goroutine (fastMGet, cmdMGet).
+	held     []Held
+	mgetFrom int
 }
 
 // readCtx is the context a connection's reads are served with.
