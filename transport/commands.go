@@ -19,7 +19,9 @@ import (
 // argument count including the command name; max < 0 means no upper bound.
 // fast, where set, answers the command on an event loop if it can without
 // waiting, and reports whether it did (see SocketServer.fast); nil: the
-// command always goes to a goroutine.
+// command always goes to a goroutine. A fast that reports false has
+// written nothing, or has left in connState where run goes on from (an
+// MGET's mgetFrom).
 type handler struct {
 	min, max int
 	run      func(s *SocketServer, conn redcon.Conn, st *connState, args [][]byte)

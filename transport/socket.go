@@ -569,10 +569,10 @@ func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 }
 
 // fast answers, on an event loop, a command that needs no wait: a GET of a
-// value held in memory, a short MGET of values held in memory, a
-// SHADE.LOCATE, a PING (see handler.fast). It
-// reports whether it did; anything else, and anything handle would refuse,
-// goes to handle on a goroutine.
+// value held in memory, an MGET as far as its values are held in memory
+// (see fastMGet), a SHADE.LOCATE, a PING (see handler.fast). It reports
+// whether it did; anything else, and anything handle would refuse, goes
+// to handle on a goroutine.
 func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
 	st := conn.Context().(*connState)
 	if !st.authed {
