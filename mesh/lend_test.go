@@ -270,33 +270,8 @@ func TestLongMGetLentInParts(t *testing.T) {
 	}
 
 	// Unread, the first part's values stay lent.
-	raw, err := net.Dial("unix", p.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	req := fmt.Appendf(nil, "*%d\r\n$4\r\nMGET\r\n", len(keys)+1)
-	for _, k := range keys {
-		req = fmt.Appendf(req, "$%d\r\n%s\r\n", len(k), k)
-	}
-	if _, err := raw.Write(req); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "values lent to the unread reply", func() bool { return p.node.store.Stats().Loans > 0 })
-	br := bufio.NewReader(raw)
-	if line, err := br.ReadString('\n'); err != nil || line != fmt.Sprintf("*%d\r\n", held) {
-		t.Fatalf("reply header %q, %v", line, err)
-	}
-	for i := range held {
-		line, err := br.ReadString('\n')
-		if err != nil || line != fmt.Sprintf("$%d\r\n", len(files[i])) {
-			t.Fatalf("value %d: header %q, %v", i, line, err)
-		}
-		v := make([]byte, len(files[i])+2)
-		if _, err := io.ReadFull(br, v); err != nil || !bytes.Equal(v[:len(files[i])], files[i]) {
-			t.Fatalf("value %d: wrong bytes (%v)", i, err)
-		}
-	}
+	_, br := sendUnread(t, p, keys)
+	readSamples(t, br, files, held)
 
 	// Every sample, a free-form key and an absent one, shuffled: the
 	// first time with samples to read through, then all held.
@@ -374,11 +349,28 @@ func TestMGetGoesOnFromTheLoop(t *testing.T) {
 	for i := range 50 {
 		keys = append(keys, key(i))
 	}
+	raw, br := sendUnread(t, p, keys)
+	readSamples(t, br, files, len(keys))
+	// The connection still answers, in order.
+	if _, err := raw.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("after the MGET: %q, %v", line, err)
+	}
+	p.loansBack(t)
+}
+
+// sendUnread sends MGET keys on a connection of its own, closed at the
+// test's end, and waits until values are lent to the reply it has not
+// read yet.
+func sendUnread(t *testing.T, p *testPeer, keys []string) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	raw, err := net.Dial("unix", p.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Close()
+	t.Cleanup(func() { raw.Close() })
 	req := fmt.Appendf(nil, "*%d\r\n$4\r\nMGET\r\n", len(keys)+1)
 	for _, k := range keys {
 		req = fmt.Appendf(req, "$%d\r\n%s\r\n", len(k), k)
@@ -387,11 +379,17 @@ func TestMGetGoesOnFromTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "values lent to the unread reply", func() bool { return p.node.store.Stats().Loans > 0 })
-	br := bufio.NewReader(raw)
-	if line, err := br.ReadString('\n'); err != nil || line != fmt.Sprintf("*%d\r\n", len(keys)) {
+	return raw, bufio.NewReader(raw)
+}
+
+// readSamples reads an MGET's reply of samples 0 to n-1: each must be
+// files[i], exact.
+func readSamples(t *testing.T, br *bufio.Reader, files [][]byte, n int) {
+	t.Helper()
+	if line, err := br.ReadString('\n'); err != nil || line != fmt.Sprintf("*%d\r\n", n) {
 		t.Fatalf("reply header %q, %v", line, err)
 	}
-	for i := range keys {
+	for i := range n {
 		line, err := br.ReadString('\n')
 		if err != nil || line != fmt.Sprintf("$%d\r\n", len(files[i])) {
 			t.Fatalf("value %d: header %q, %v", i, line, err)
@@ -401,14 +399,6 @@ func TestMGetGoesOnFromTheLoop(t *testing.T) {
 			t.Fatalf("value %d: wrong bytes (%v)", i, err)
 		}
 	}
-	// The connection still answers, in order.
-	if _, err := raw.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := br.ReadString('\n'); err != nil || line != "+PONG\r\n" {
-		t.Fatalf("after the MGET: %q, %v", line, err)
-	}
-	p.loansBack(t)
 }
 
 // TestSetAroundTheLoopBound stores free-form values on both sides of the
