@@ -9,10 +9,10 @@ import (
 	"strings"
 )
 
-// headroom is the memory New leaves under the process's limit for the
-// rest of the process (its Go heap, stacks and buffers): an arena that
-// reaches closer to the limit has the kernel kill the process as the
-// arena is faulted in.
+// headroom is the memory New leaves under the process's limit, beyond
+// what the process holds already, for the rest of the process (its Go
+// heap, stacks and buffers to come): an arena that reaches closer to the
+// limit has the kernel kill the process as the arena is faulted in.
 const headroom = 32 << 20
 
 // memoryLimit returns the most memory this process may use, and where
@@ -123,7 +123,22 @@ func readLimit(path string) (int64, bool) {
 
 // meminfo returns a field of /proc/meminfo, in kB.
 func meminfo(root, field string) (int64, bool) {
-	f, err := os.Open(filepath.Join(root, "/proc/meminfo"))
+	return procField(filepath.Join(root, "/proc/meminfo"), field)
+}
+
+// resident returns the memory this process holds now, in bytes: its
+// resident pages (VmRSS in /proc/self/status: anonymous, file and shared
+// ones, an arena already faulted in among them); 0 where it cannot be
+// read. root is as memoryLimit's.
+func resident(root string) int64 {
+	kb, _ := procField(filepath.Join(root, "/proc/self/status"), "VmRSS")
+	return kb << 10
+}
+
+// procField returns the kB of field in a /proc file of "name: N kB"
+// lines.
+func procField(path, field string) (int64, bool) {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, false
 	}

@@ -98,15 +98,28 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 // TestNewRefusesMoreThanTheLimit runs New in a process of its own, in a
-// memory cgroup of 128 MiB made for it, for an arena of 256 MiB: it must
-// fail with a clear error instead of the kernel killing the process as
-// the arena is faulted in. Skipped where no memory cgroup can be made.
+// memory cgroup of 128 MiB made for it, for an arena of 256 MiB, and for
+// two of 64 MiB: the first large one and the second small one must fail
+// with a clear error instead of the kernel killing the process as the
+// arena is faulted in. Skipped where no memory cgroup can be made.
 func TestNewRefusesMoreThanTheLimit(t *testing.T) {
 	if os.Getenv("STORE_TEST_LIMIT_CHILD") != "" {
 		_, err := New(Config{Capacity: 256 << 20})
 		fmt.Printf("New: %v\n", err)
 		if !errors.Is(err, ErrInvalidConfig) {
 			os.Exit(3)
+		}
+		// Half the limit fits; another half, beside the first, does not.
+		first, err := New(Config{Capacity: 64 << 20})
+		if err != nil {
+			fmt.Printf("the first 64 MiB: %v\n", err)
+			os.Exit(4)
+		}
+		defer first.Close()
+		_, err = New(Config{Capacity: 64 << 20})
+		fmt.Printf("New beside another: %v\n", err)
+		if !errors.Is(err, ErrInvalidConfig) {
+			os.Exit(5)
 		}
 		return
 	}
@@ -140,7 +153,22 @@ func TestNewRefusesMoreThanTheLimit(t *testing.T) {
 	case errors.As(err, &exit) && exit.ExitCode() == cannotJoin:
 		t.Skipf("cannot join the memory cgroup: %s", out)
 	}
-	if err != nil || !strings.Contains(string(out), "this process may use ("+dir) {
+	if err != nil || strings.Count(string(out), "it may use ("+dir) != 2 {
 		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func TestResident(t *testing.T) {
+	root := fakeSystem(t, map[string]string{
+		"proc/self/status": "Name:\tshade-peer\nVmPeak:\t 9000000 kB\nVmRSS:\t  123456 kB\nRssAnon:\t   20000 kB\n",
+	})
+	if got := resident(root); got != 123456<<10 {
+		t.Fatalf("resident %d, want %d", got, 123456<<10)
+	}
+	if got := resident(t.TempDir()); got != 0 {
+		t.Fatalf("resident %d where nothing is readable, want 0", got)
+	}
+	if got := resident(""); got <= 0 {
+		t.Fatalf("this process holds %d bytes", got)
 	}
 }

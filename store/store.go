@@ -188,8 +188,9 @@ type Stats struct {
 
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
 // caller must Close it to release the memory. It refuses (ErrInvalidConfig)
-// a capacity that, with 32 MiB for the rest of the process, is more than
-// the process may use: its memory cgroup's limit, or the machine's memory
+// a capacity that, with what the process holds already (another Store's
+// arena among it) and 32 MiB for the rest of the process, is more than the
+// process may use: its memory cgroup's limit, or the machine's memory
 // (memoryLimit); the kernel would otherwise kill the process as the arena
 // is faulted in.
 func New(cfg Config) (*Store, error) { return newStoreWith(cfg, arenaOptions{}) }
@@ -209,10 +210,12 @@ func newStoreWith(cfg Config, opt arenaOptions) (*Store, error) {
 	if cfg.Name == "" {
 		cfg.Name = defaultName
 	}
-	if limit, where := memoryLimit(""); limit > 0 && cfg.Capacity > limit-headroom {
-		return nil, fmt.Errorf("%w: capacity %s plus %s for the rest of the process is more than the %s this process may use (%s): "+
-			"the kernel would kill it as the memory is faulted in", ErrInvalidConfig,
-			bytesize.Format(cfg.Capacity), bytesize.Format(headroom), bytesize.Format(limit), where)
+	if limit, where := memoryLimit(""); limit > 0 {
+		if held := resident(""); cfg.Capacity > limit-held-headroom {
+			return nil, fmt.Errorf("%w: capacity %s, with the %s this process holds and %s for the rest of it, is more than the %s it may use (%s): "+
+				"the kernel would kill it as the memory is faulted in", ErrInvalidConfig,
+				bytesize.Format(cfg.Capacity), bytesize.Format(held), bytesize.Format(headroom), bytesize.Format(limit), where)
+		}
 	}
 	mem, fd, err := mapArena(cfg.Name, int(cfg.Capacity), opt)
 	if err != nil {
