@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Seque
 
 import redis
 
-from . import shm
+from . import malloc, shm
 from .errors import (AuthError, InvalidArgument, OrderTimeout, PeerUnavailable, ProtocolError,
                      RequestError, SampleError)
 
@@ -123,7 +123,7 @@ class Client:
     def __init__(self, socket_path: Union[str, "os.PathLike[str]"],
                  password: Optional[str] = None, timeout: Optional[float] = 60.0,
                  retry_for: float = 30.0, shared_memory: bool = True,
-                 job: Optional[str] = None) -> None:
+                 job: Optional[str] = None, retain_freed_memory: bool = True) -> None:
         """``timeout``: seconds to wait for any reply but SHADE.ORDER's
         (whose wait is bounded by its own timeout_ms and by the peer);
         ``retry_for``: seconds to keep retrying an unreachable peer;
@@ -132,7 +132,13 @@ class Client:
         receiving them over the socket, where the peer can share it;
         ``job``: the training job this client acts and reads for (1-64
         characters of A-Z a-z 0-9 . _ -; InvalidArgument otherwise), None
-        for the dataset's default job."""
+        for the dataset's default job; ``retain_freed_memory``: have this
+        process's malloc keep freed memory for the next batch's samples
+        instead of faulting it in afresh (:mod:`shade.malloc`; glibc only,
+        and not where the user set MALLOC_TRIM_THRESHOLD_ or
+        MALLOC_MMAP_THRESHOLD_)."""
+        if retain_freed_memory:
+            malloc.retain_freed_memory()
         #: the job named on every command and connection, None for the
         #: dataset's default job
         self.job: Optional[str] = None if job is None else check_job(job)
