@@ -21,7 +21,7 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 # Debian packages, installed only where missing.
-PY_PKGS := python3-redis python3-numpy python3-torch python3-pil python3-matplotlib
+PY_PKGS := python3-redis python3-hiredis python3-numpy python3-torch python3-pil python3-matplotlib
 deps-test:
 	@./.ci/deps.sh redis-server redis-tools dataset-fashion-mnist iproute2 \
 		python3-pytest python3-msgpack $(PY_PKGS)
