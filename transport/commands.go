@@ -293,7 +293,7 @@ func overMaxKeys(s *SocketServer, c redcon.Conn, n int, things, command string) 
 // through nor the reply is ever the whole batch. Values held in memory are
 // lent (lendPrefix) about replyFlush bytes at a time, and each chunk goes
 // to the socket as far as it takes it at once (FlushSome): the client
-// reads the reply's start while the rest is lent and checked. Once
+// reads the reply's start while the rest is lent and checked. While
 // replyPart bytes wait, the reply is written out before the next chunk is
 // lent, so a connection holds at most replyPart bytes and one chunk of
 // loans. A chunk with a value not held in memory starts a part of about
@@ -316,9 +316,12 @@ func cmdMGet(s *SocketServer, c redcon.Conn, st *connState, a [][]byte) {
 	}
 	limit := s.clients.Limit()
 	for start < len(keys) {
+		if c.Buffered() >= replyPart && c.Flush() != nil {
+			return // the connection is closed
+		}
 		if n, ok := lendPrefix(s, c, st, keys[start:], -1); ok {
 			// Every value of the chunk held in memory: lent, not copied.
-			if start += n; start < len(keys) && flushLent(c) != nil {
+			if start += n; start < len(keys) && c.FlushSome() != nil {
 				return // the connection is closed
 			}
 			continue
@@ -366,15 +369,6 @@ func nextPart(s *SocketServer, keys [][]byte, start int, limit int64) (end int, 
 		largest = max(largest, n)
 	}
 	return end, bytes, largest
-}
-
-// flushLent sends an MGET's lent values on as the socket takes them, and
-// waits for the socket only once replyPart bytes wait to go.
-func flushLent(c redcon.Conn) error {
-	if c.Buffered() >= replyPart {
-		return c.Flush()
-	}
-	return c.FlushSome()
 }
 
 // writePart appends the values of one part of an MGET to the reply,
