@@ -126,13 +126,17 @@ func meminfo(root, field string) (int64, bool) {
 	return procField(filepath.Join(root, "/proc/meminfo"), field)
 }
 
-// resident returns the memory this process holds now, in bytes: its
-// resident pages (VmRSS in /proc/self/status: anonymous, file and shared
-// ones, an arena already faulted in among them); 0 where it cannot be
-// read. root is as memoryLimit's.
+// resident returns the memory this process holds now that the kernel
+// cannot reclaim, in bytes: its resident anonymous and shared pages
+// (RssAnon and RssShmem in /proc/self/status, an arena already faulted in
+// among them), not the file pages it maps, which the kernel drops and
+// reads again under pressure; 0 where they cannot be read. root is as
+// memoryLimit's.
 func resident(root string) int64 {
-	kb, _ := procField(filepath.Join(root, "/proc/self/status"), "VmRSS")
-	return kb << 10
+	path := filepath.Join(root, "/proc/self/status")
+	anon, _ := procField(path, "RssAnon")
+	shmem, _ := procField(path, "RssShmem")
+	return (anon + shmem) << 10
 }
 
 // procField returns the kB of field in a /proc file of "name: N kB"

@@ -188,11 +188,11 @@ type Stats struct {
 
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
 // caller must Close it to release the memory. It refuses (ErrInvalidConfig)
-// a capacity that, with what the process holds already (another Store's
-// arena among it) and 32 MiB for the rest of the process, is more than the
-// process may use: its memory cgroup's limit, or the machine's memory
-// (memoryLimit); the kernel would otherwise kill the process as the arena
-// is faulted in.
+// a capacity that, with the memory the process holds that the kernel
+// cannot reclaim (another Store's arena among it, see resident) and 32 MiB
+// for the rest of the process, is more than the process may use: its
+// memory cgroup's limit, or the machine's memory (memoryLimit); the kernel
+// would otherwise kill the process as the arena is faulted in.
 func New(cfg Config) (*Store, error) { return newStoreWith(cfg, arenaOptions{}) }
 
 // newStoreWith is New, with the arena mapped as opt says, so that tests
