@@ -66,13 +66,13 @@ func (n *Node) hintAhead(keys [][]byte, i int) {
 // LendHeldPrefix implements transport.Backend: it lends the value of
 // every key of a prefix of keys held here in place, whatever its size,
 // its checksum verified there (store.Lend), or lends nothing. The prefix
-// ends where the values would pass maxBytes: the samples' sizes are known
-// from their manifests before any value is lent, a free-form value's once
-// it is found. It lends the prefix's keys in turn, each hinted to the
-// store some keys before it is lent (hintAhead), and stops, giving back
-// what it lent, at the first sample not held here. Only when every key of
-// the prefix is answered does it count the reads, as LendGet counts each,
-// and tell the policy of the hits in one call.
+// ends before the key whose value would take the values past maxBytes: a
+// sample's size is known from its manifest before it is lent, a
+// free-form value's once it is found. It routes and lends the keys in
+// turn, each hinted to the store some keys before it is lent (hintAhead),
+// and stops, giving back what it lent, at the first sample not held here.
+// Only when every key of the prefix is answered does it count the reads,
+// as LendGet counts each, and tell the policy of the hits in one call.
 func (n *Node) LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, into []transport.Held) ([]transport.Held, bool) {
 	if len(keys) == 0 {
 		return into, true
@@ -87,44 +87,38 @@ func (n *Node) LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, 
 	var idBuf [keysOnStack]policy.ID
 	routes, ids := routeBuf[:0], idBuf[:0]
 	bytes := 0
-	for _, key := range keys {
-		var r heldRoute
-		r.ds, r.idx, r.out, r.err = n.route(key)
-		size := 0
-		if r.err == nil && !r.out && r.ds != nil {
-			size = int(r.ds.manifest.Sizes[r.idx])
-		}
-		if len(routes) > 0 && bytes+size > maxBytes {
-			break
-		}
-		bytes += size
-		routes = append(routes, r)
-	}
-	keys = keys[:len(routes)]
 	for i, key := range keys {
 		n.hintAhead(keys, i)
-		r := &routes[i]
-		h := transport.Held{Err: r.err}
-		lend := r.err == nil && !r.out
+		var r heldRoute
+		var h transport.Held
+		r.ds, r.idx, r.out, h.Err = n.route(key)
+		lend := h.Err == nil && !r.out
+		if lend && r.ds != nil {
+			size := int(r.ds.manifest.Sizes[r.idx])
+			if i > 0 && bytes+size > maxBytes {
+				break // the prefix ends before this sample
+			}
+			bytes += size
+		}
 		if lend {
 			_, h.Loan.Value, h.Loan.Token, h.Found = n.store.Lend(nil, key, nil, 0)
 		}
 		if h.Found && r.ds == nil {
 			if i > 0 && bytes+len(h.Loan.Value) > maxBytes {
-				// The prefix ends before this free-form value.
 				n.store.Return(h.Loan.Token)
-				keys, routes = keys[:i], routes[:i]
-				break
+				break // the prefix ends before this free-form value
 			}
 			bytes += len(h.Loan.Value)
 		}
-		held = append(held, h)
 		// A sample not held here would have to be read from elsewhere.
 		if lend && r.ds != nil && !h.Found {
 			n.returnHeld(held[start:])
 			return held[:start], false
 		}
+		held = append(held, h)
+		routes = append(routes, r)
 	}
+	keys = keys[:len(routes)]
 	for i, key := range keys {
 		r, h := &routes[i], &held[start+i]
 		switch {
@@ -149,7 +143,7 @@ func (n *Node) LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, 
 }
 
 // keysOnStack is the most keys whose routes and ids LendHeldPrefix keeps
-// on the stack (3 KiB of it).
+// on the stack (2 KiB of it).
 const keysOnStack = 64
 
 // heldRoute is where LendHeldPrefix found one key: as Node.route returns it.
@@ -157,7 +151,6 @@ type heldRoute struct {
 	ds  *datasetState
 	idx int
 	out bool
-	err error
 }
 
 // returnHeld gives back the values lent in held.

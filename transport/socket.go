@@ -235,8 +235,8 @@ const (
 	maxReplyWait = 5 * time.Second
 	// replyFlush is how many bytes of an MGET's reply read through wait
 	// at most (and one value) before they are written out, and how many
-	// bytes of values an MGET lends at a time: an event loop answers an
-	// MGET of at most that itself.
+	// bytes of values an MGET lends at a time, on a loop or a goroutine,
+	// before it hands them to the socket.
 	replyFlush = 256 << 10
 	// maxLoopSet is the longest value a SET an event loop answers may
 	// store; a longer one goes to a goroutine, so that its copy into the
