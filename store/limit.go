@@ -22,7 +22,7 @@ const headroom = 32 << 20
 // is prefixed to every path read ("" for this system's; tests give a
 // directory that mimics /proc and /sys).
 func memoryLimit(root string) (limit int64, where string) {
-	if kb, ok := meminfo(root, "MemTotal"); ok {
+	if kb, ok := procKB(filepath.Join(root, "/proc/meminfo"), "MemTotal"); ok {
 		limit, where = kb<<10, "the machine's memory"
 	}
 	for _, c := range memoryCgroups(root) {
@@ -121,11 +121,6 @@ func readLimit(path string) (int64, bool) {
 	return n, true
 }
 
-// meminfo returns a field of /proc/meminfo, in kB.
-func meminfo(root, field string) (int64, bool) {
-	return procField(filepath.Join(root, "/proc/meminfo"), field)
-}
-
 // resident returns the memory this process holds now that the kernel
 // cannot reclaim, in bytes: its resident anonymous and shared pages
 // (RssAnon and RssShmem in /proc/self/status, an arena already faulted in
@@ -133,15 +128,14 @@ func meminfo(root, field string) (int64, bool) {
 // reads again under pressure; 0 where they cannot be read. root is as
 // memoryLimit's.
 func resident(root string) int64 {
-	path := filepath.Join(root, "/proc/self/status")
-	anon, _ := procField(path, "RssAnon")
-	shmem, _ := procField(path, "RssShmem")
-	return (anon + shmem) << 10
+	kb, _ := procKB(filepath.Join(root, "/proc/self/status"), "RssAnon", "RssShmem")
+	return kb << 10
 }
 
-// procField returns the kB of field in a /proc file of "name: N kB"
-// lines.
-func procField(path, field string) (int64, bool) {
+// procKB returns the sum of the named fields of a /proc file of
+// "name: N kB" lines, in kB, read in one pass; ok is false where none of
+// them is there.
+func procKB(path string, fields ...string) (kb int64, ok bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, false
@@ -149,14 +143,18 @@ func procField(path, field string) (int64, bool) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if name, rest, _ := strings.Cut(sc.Text(), ":"); name == field {
-			return kilobytes(rest)
+		name, rest, _ := strings.Cut(sc.Text(), ":")
+		if !slices.Contains(fields, name) {
+			continue
+		}
+		if n, parsed := kilobytes(rest); parsed {
+			kb, ok = kb+n, true
 		}
 	}
-	return 0, false
+	return kb, ok
 }
 
-// kilobytes parses the value of a /proc/meminfo or /proc/self/smaps field,
+// kilobytes parses the value of a /proc/meminfo, status or smaps field,
 // such as "   24683656 kB", in kB.
 func kilobytes(s string) (int64, bool) {
 	n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(s), " kB"), 10, 64)
