@@ -618,13 +618,15 @@ func (c *conn) written(err error) {
 // *scratch for the vector: nil when it is all out, EAGAIN when the rest
 // must wait.
 func writev(c *conn, scratch *[]unix.Iovec) error {
-	return writevFd(c.ls.fd, &c.ls.out, scratch)
+	_, err := writevFd(c.ls.fd, &c.ls.out, scratch)
+	return err
 }
 
 // writevFd writes as much of *out as the non-blocking socket fd takes now,
-// dropping what it wrote from *out, with *scratch for the vector: nil
-// when it is all out, EAGAIN when the rest must wait.
-func writevFd(fd int, out *net.Buffers, scratch *[]unix.Iovec) error {
+// dropping what it wrote from *out, with *scratch for the vector, and
+// returns how many bytes it wrote: err is nil when it is all out, EAGAIN
+// when the rest must wait.
+func writevFd(fd int, out *net.Buffers, scratch *[]unix.Iovec) (written int, err error) {
 	for len(*out) > 0 {
 		iov := (*scratch)[:0]
 		for _, b := range *out {
@@ -650,11 +652,12 @@ func writevFd(fd int, out *net.Buffers, scratch *[]unix.Iovec) error {
 		case e == unix.EINTR:
 			continue
 		case e != 0:
-			return e
+			return written, e
 		}
 		consume(out, int(r))
+		written += int(r)
 	}
-	return nil
+	return written, nil
 }
 
 // consume drops the first n bytes of v.

@@ -710,7 +710,11 @@ func (c *conn) overBudget() bool {
 // timeout; a handler that writes a long reply in parts calls it between
 // parts so that the reply need not be held whole.
 func (c *conn) Flush() error {
-	err := c.flush()
+	return c.closeOn(c.flush())
+}
+
+// closeOn closes c after a failed write (shade): err, where not nil.
+func (c *conn) closeOn(err error) error {
 	if err != nil {
 		c.closed = true
 		if c.conn != nil { // shade: an event loop's worker then ends c
@@ -728,12 +732,13 @@ func (c *conn) FlushSome() error {
 		return c.wr.err
 	}
 	out := c.wr.vector()
-	before := buffersLen(out)
+	var n int
 	var err error
 	switch {
 	case c.lp != nil && !c.detached:
-		err = writevFd(c.ls.fd, &out, &c.ls.iov)
+		n, err = writevFd(c.ls.fd, &out, &c.ls.iov)
 	case c.conn != nil:
+		// A goroutine's connection: no loop uses c.ls's scratch.
 		sc, ok := c.conn.(syscall.Conn)
 		if !ok {
 			return nil // a TLS connection: its next Flush writes it all
@@ -743,7 +748,7 @@ func (c *conn) FlushSome() error {
 			return nil
 		}
 		if werr := rc.Write(func(fd uintptr) bool {
-			err = writevFd(int(fd), &out, &c.ls.iov)
+			n, err = writevFd(int(fd), &out, &c.ls.iov)
 			return true // one try: never wait
 		}); werr != nil {
 			err = werr
@@ -751,28 +756,15 @@ func (c *conn) FlushSome() error {
 	default:
 		return nil
 	}
-	c.wr.advance(before - buffersLen(out))
+	c.wr.advance(n)
 	clear(c.wr.iov) // hold no reply
 	if err == unix.EAGAIN {
 		err = nil
 	}
 	if err != nil {
 		c.wr.written(err)
-		c.closed = true
-		if c.conn != nil {
-			c.conn.Close()
-		}
 	}
-	return err
-}
-
-// buffersLen returns the bytes of v.
-func buffersLen(v net.Buffers) int {
-	n := 0
-	for _, b := range v {
-		n += len(b)
-	}
-	return n
+	return c.closeOn(err)
 }
 
 func (c *conn) Buffered() int { return len(c.wr.b) - c.wr.sent + c.wr.lentLen }
