@@ -38,6 +38,10 @@ _SERVER_ORDER_LIMIT = 600.0
 # Seconds before SHADE.MAP is tried again after it failed.
 _MAP_RETRY = 5.0
 
+#: bytes of samples one SHADE.LOCATE asks for where a batch is located in
+#: parts (Client._locate)
+LOCATE_PART = 1 << 20
+
 # A job name, as the peer checks it (Go: protocol/samplekey.ValidName):
 # 1 to 64 bytes of A-Z a-z 0-9 . _ -, and neither "." nor "..".
 _JOB_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -52,6 +56,16 @@ def sample_key(dataset: str, i: int) -> str:
     Go reference builds it (protocol/samplekey.Format). Not validated: the
     peer answers a bad key with an error."""
     return f"{dataset}/{int(i)}"
+
+
+def _pack_samples(command: str, dataset: str, ids: Sequence[int]) -> bytes:
+    """``command`` with the key of each of ids (ints), RESP-encoded as
+    redis-py's pack_command encodes it, in one pass: a third of
+    pack_command's time for the many keys of a batch."""
+    prefix = f"{dataset}/"
+    n = len(prefix.encode())
+    head = f"*{len(ids) + 1}\r\n${len(command)}\r\n{command}\r\n"
+    return (head + "".join([f"${n + len(i)}\r\n{prefix}{i}\r\n" for i in map(str, ids)])).encode()
 
 
 def check_job(name: str) -> str:
@@ -157,6 +171,10 @@ class Client:
         #: moved before their copy (read again over the socket)
         self.shared_copies = 0
         self.shared_moved = 0
+        # bytes and count of the samples located so far: their mean sizes
+        # the parts a batch is located in
+        self._located_bytes = 0
+        self._located_keys = 0
         common = dict(
             unix_socket_path=self.socket_path,
             password=password,
@@ -176,11 +194,38 @@ class Client:
 
     def _execute(self, *args: Any, blocking: bool = False) -> Any:
         conn = self._blocking if blocking else self._redis
+        return self._retrying(args, lambda: conn.execute_command(*args))
+
+    def _execute_samples(self, command: str, dataset: str, ids: Sequence[int]) -> Any:
+        """``command`` with the keys of ids, packed by _pack_samples."""
+        packed = _pack_samples(command, dataset, ids)
+        return self._retrying((command, sample_key(dataset, ids[0])), lambda: self._roundtrip(packed))
+
+    def _roundtrip(self, packed: bytes) -> Any:
+        """Sends one packed command on a connection of the pool and reads
+        its reply, as redis-py's execute_command does for unpacked ones."""
+        pool = self._redis.connection_pool
+        conn = pool.get_connection("")
+        try:
+            conn.send_packed_command([packed])
+            return conn.read_response()
+        except redis.ResponseError:
+            raise  # an error reply, read whole: the connection is fit
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+
+    def _retrying(self, args: Sequence[Any], call: Callable[[], Any]) -> Any:
+        """call's reply, call retried while the peer is unreachable (up to
+        retry_for); redis-py's errors raised as this package's, naming
+        args (the command and its first argument)."""
         deadline = None
         delay = 0.05
         while True:
             try:
-                reply = conn.execute_command(*args)
+                reply = call()
                 if deadline is not None:
                     log.warning("shade peer at %s answers again", self.socket_path)
                 return reply
@@ -233,17 +278,17 @@ class Client:
         ids = [int(i) for i in _as_list(ids)]
         if not ids:
             return []
-        keys = [sample_key(dataset, i) for i in ids]
         values = None
         m = self._shared()
         if m is not None:
-            values = self._locate(m, keys)
+            values = self._locate(m, dataset, ids)
         if values is None:
-            values = self._execute("MGET", *keys)
-        for key, v in zip(keys, values):
-            if v is None:
-                raise SampleError(f"no sample {key} (index out of range or unknown dataset)")
-            if isinstance(v, Exception):
+            values = self._execute_samples("MGET", dataset, ids)
+        for k, v in enumerate(values):
+            if v.__class__ is not bytes:
+                key = sample_key(dataset, ids[k])
+                if v is None:
+                    raise SampleError(f"no sample {key} (index out of range or unknown dataset)")
                 raise SampleError(f"sample {key}: {v}")
         return values
 
@@ -275,41 +320,105 @@ class Client:
                     self._map_retry_at = time.monotonic() + _MAP_RETRY
             return self._mapping
 
-    def _locate(self, m: shm.Mapping, keys: List[str]) -> Optional[List[Any]]:
-        """Values of keys: those the peer holds copied out of the mapping m,
-        the rest (and any that moved during the copy) read with one MGET;
-        None if the peer's memory is no longer the one mapped (it
-        restarted)."""
-        reply = self._execute("SHADE.LOCATE", *keys)
+    def _locate(self, m: shm.Mapping, dataset: str, ids: List[int]) -> Optional[List[Any]]:
+        """Values of the samples ids: those the peer holds copied out of
+        the mapping m, the rest (and any that moved during the copy) read
+        with one MGET; None if the peer's memory is no longer the one
+        mapped (it restarted). A batch of more than twice LOCATE_PART's
+        bytes (as the samples located so far measure) is located a part at
+        a time, the next part asked for before this one is copied: the
+        peer checks the next part's samples while this process copies this
+        part's."""
+        values: List[Any] = [None] * len(ids)
+        step = self._locate_step(len(ids))
+        done = 0
+        if step < len(ids):
+            done = self._locate_in_parts(m, dataset, ids, step, values)
+            if done is None:
+                return None
+        if done < len(ids):  # in one command, retried while the peer is away
+            reply = self._execute_samples("SHADE.LOCATE", dataset, ids[done:])
+            if not self._copy_located(m, reply, values, done, len(ids)):
+                return None
+        rest = [k for k, v in enumerate(values) if v is None]
+        if rest:
+            again = self._execute_samples("MGET", dataset, [ids[k] for k in rest])
+            for k, v in zip(rest, again):
+                values[k] = v
+        return values
+
+    def _locate_step(self, n: int) -> int:
+        """Keys per SHADE.LOCATE for a batch of n: n unless the samples
+        located so far say the batch holds more than twice LOCATE_PART."""
+        per_key = self._located_bytes / self._located_keys if self._located_keys else 0
+        if per_key * n <= 2 * LOCATE_PART:
+            return n
+        return max(1, int(LOCATE_PART // per_key))
+
+    def _locate_in_parts(self, m: shm.Mapping, dataset: str, ids: List[int], step: int,
+                         values: List[Any]) -> Optional[int]:
+        """Locates and copies ids step at a time on one connection, one
+        SHADE.LOCATE ahead of the copies, filling values as _copy_located
+        does. Returns how many ids it saw to (all, or those before the
+        connection failed), or None if the peer's memory is no longer m."""
+        pool = self._redis.connection_pool
+        done = 0
+        try:
+            conn = pool.get_connection("SHADE.LOCATE")
+        except redis.AuthenticationError as e:
+            raise AuthError(f"SHADE.LOCATE: peer at {self.socket_path}: {e}", "AUTH") from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return done
+        try:
+            conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[:step])])
+            while done < len(ids):
+                reply = conn.read_response()
+                after = done + step
+                if after < len(ids):
+                    conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[after:after + step])])
+                done, start = min(after, len(ids)), done
+                if not self._copy_located(m, reply, values, start, done):
+                    return None
+            return done
+        except redis.AuthenticationError as e:
+            raise AuthError(f"SHADE.LOCATE: peer at {self.socket_path}: {e}", "AUTH") from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return done
+        except redis.ResponseError as e:
+            raise _request_error(e, ["SHADE.LOCATE"]) from None
+        except redis.RedisError as e:
+            raise ProtocolError(f"SHADE.LOCATE: peer at {self.socket_path}: {e}") from e
+        finally:
+            if done < len(ids):
+                # A reply may still be on its way: the connection is not
+                # fit for the next command.
+                conn.disconnect()
+            pool.release(conn)
+
+    def _copy_located(self, m: shm.Mapping, reply: Any, values: List[Any], start: int, stop: int) -> bool:
+        """Copies the samples a SHADE.LOCATE reply for the keys of
+        values[start:stop] locates out of m into those places; a sample
+        not held, or moved during its copy, is left None (to read over the
+        socket). False if the reply is from a memory other than m (the peer
+        restarted): the mapping is dropped, to be made again next time."""
         if not isinstance(reply, list) or len(reply) != 2 or reply[0] != m.id:
             with self._map_lock:
                 if self._mapping is m:
                     self._mapping = None  # map the new memory next time
-            return None
+            return False
+        n = stop - start
         locs = reply[1]
-        if len(locs) != shm.LOCATION_SIZE * len(keys):
-            raise RequestError(f"SHADE.LOCATE: {len(locs)}-byte reply for {len(keys)} keys")
-        words = memoryview(locs).cast("Q")
-        values = [None] * len(keys)
-        rest = []
-        moved = 0
-        for k in range(len(keys)):
-            w = words[5 * k:5 * k + 4]
-            if w[0] == 0:
-                rest.append(k)
-                continue
-            try:
-                values[k] = m.copy(w)
-            except shm.Moved:
-                moved += 1
-                rest.append(k)
-        self.shared_copies += len(keys) - len(rest)
+        if len(locs) != shm.LOCATION_SIZE * n:
+            raise RequestError(f"SHADE.LOCATE: {len(locs)}-byte reply for {n} keys")
+        words = memoryview(locs).cast("Q").tolist()
+        copies, moved = m.copy_located(words)
+        values[start:stop] = copies
+        located = n - words[0::shm.LOCATION_WORDS].count(0)
+        self.shared_copies += located - moved
         self.shared_moved += moved
-        if rest:
-            again = self._execute("MGET", *[keys[k] for k in rest])
-            for k, v in zip(rest, again):
-                values[k] = v
-        return values
+        self._located_bytes += sum(words[3::shm.LOCATION_WORDS])
+        self._located_keys += located
+        return True
 
     def manifest(self, dataset: str) -> List[str]:
         """Relative paths of the dataset's samples in index order."""

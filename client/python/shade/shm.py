@@ -28,7 +28,7 @@ import mmap
 import os
 import platform
 import socket
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from .errors import MapError, Moved, ProtocolError
 
@@ -39,6 +39,9 @@ SUPPORTED: bool = platform.machine() in ("x86_64", "AMD64")
 
 #: bytes of one key's location in a SHADE.LOCATE reply (shm.LocationSize)
 LOCATION_SIZE: int = 40
+#: native 8-byte words of one location: generation, generation's offset,
+#: offset, length, checksum
+LOCATION_WORDS: int = LOCATION_SIZE // 8
 
 
 class Mapping:
@@ -86,22 +89,41 @@ class Mapping:
         for a location outside the mapping (or a closed mapping). The
         generation check alone guards the copy, as Go's
         Mapping.CopyUnverified does."""
-        mm, words = self._mm, self._words
-        if mm is None or words is None:
+        copies, _ = self.copy_located([loc[0], loc[1], loc[2], loc[3], 0])
+        if copies[0] is None:  # moved, or generation 0: no block
+            raise Moved()
+        return copies[0]
+
+    def copy_located(self, words: Sequence[int]) -> Tuple[List[Optional[bytes]], int]:
+        """Copies of the locations in words (LOCATION_WORDS each, a
+        SHADE.LOCATE reply's as native 8-byte words) and how many moved:
+        the bytes at each location, None where the location is empty (gen
+        0: not held) or the block changed during the copy (moved).
+        ProtocolError as copy raises it. copy for a batch, in one pass."""
+        mm, gens, size = self._mm, self._words, self.size
+        if mm is None or gens is None:
             raise ProtocolError("copy from a closed mapping")
-        gen, gen_off, off, length = loc[0], loc[1], loc[2], loc[3]
-        if gen_off % 8 or gen_off > self.size - 8 or off + length > self.size:
-            raise ProtocolError(f"location {list(loc)!r} outside a {self.size}-byte mapping")
-        word = gen_off // 8
-        try:
-            if words[word] != gen:
-                raise Moved()
-            data = mm[off:off + length]
-            if words[word] != gen:
-                raise Moved()
-        except ValueError:  # closed by another thread meanwhile
-            raise ProtocolError("mapping closed during a copy") from None
-        return data
+        copies: List[Optional[bytes]] = [None] * (len(words) // LOCATION_WORDS)
+        moved = 0
+        for k in range(len(copies)):
+            i = LOCATION_WORDS * k
+            gen = words[i]
+            if gen == 0:
+                continue
+            gen_off, off, length = words[i + 1], words[i + 2], words[i + 3]
+            if gen_off % 8 or gen_off > size - 8 or off + length > size:
+                raise ProtocolError(f"location {list(words[i:i + 4])!r} outside a {size}-byte mapping")
+            word = gen_off >> 3
+            try:
+                if gens[word] == gen:
+                    data = mm[off:off + length]
+                    if gens[word] == gen:
+                        copies[k] = data
+                        continue
+            except ValueError:  # closed by another thread meanwhile
+                raise ProtocolError("mapping closed during a copy") from None
+            moved += 1
+        return copies, moved
 
 
 def _read_reply_line(sock: socket.socket, buf: bytes) -> Tuple[bytes, bytes]:
