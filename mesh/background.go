@@ -86,7 +86,7 @@ func (n *Node) setScores(js *jobState, ids []uint32, scores []float64, mean floa
 	}
 	ds := js.ds
 	jobs := ds.jobList()
-	n.polMu.Lock()
+	n.lockPolicy()
 	defer n.polMu.Unlock()
 	if js.owned == nil {
 		js.owned = make([]float32, ds.len)
@@ -143,7 +143,7 @@ func (n *Node) forgetJobScores(js *jobState) {
 	jobs := ds.jobList()
 	const chunk = 4096
 	for start := 0; start < ds.len; start += chunk {
-		n.polMu.Lock()
+		n.lockPolicy()
 		if js.owned == nil {
 			n.polMu.Unlock()
 			return
@@ -155,7 +155,7 @@ func (n *Node) forgetJobScores(js *jobState) {
 		}
 		n.polMu.Unlock()
 	}
-	n.polMu.Lock()
+	n.lockPolicy()
 	n.scorer.SetDefaultScore(unionMean(jobs))
 	js.owned = nil
 	n.polMu.Unlock()

@@ -321,7 +321,9 @@ func BenchmarkPeerReads(b *testing.B) {
 // BenchmarkHeldBatches answers batches of 64 random 4 KiB samples held in
 // memory, as a minibatch asks for them: "locate" finds where each lies
 // (SHADE.LOCATE, for a trainer that maps the memory), "lend" lends each
-// in place, its checksum checked (an MGET answered on an event loop). The
+// in place, its checksum checked (an MGET answered on an event loop);
+// each batch then settled, as the socket settles it once the reply is
+// sent (ns-to-reply: the part before, which a trainer waits for). The
 // node holds 32,768 samples (128 MiB, more than the CPU's cache). ns/op
 // is per batch.
 func BenchmarkHeldBatches(b *testing.B) {
@@ -335,22 +337,35 @@ func BenchmarkHeldBatches(b *testing.B) {
 			keys[i] = []byte("ds/" + strconv.Itoa(rng.IntN(samples)))
 		}
 	}
+	var toReply time.Duration
+	settle := func(b *testing.B, start time.Time) {
+		toReply += time.Since(start)
+		n.Settle()
+	}
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(toReply.Nanoseconds())/float64(b.N), "ns-to-reply/op")
+		toReply = 0
+	}
 	b.Run("locate", func(b *testing.B) {
 		for b.Loop() {
 			draw()
+			start := time.Now()
 			_, locs := n.Locate(ctx, keys)
 			for _, l := range locs {
 				if l.Len != size {
 					b.Fatal("a sample not located")
 				}
 			}
+			settle(b, start)
 		}
+		report(b)
 	})
 	b.Run("lend", func(b *testing.B) {
 		b.SetBytes(batch * size)
 		var held []transport.Held
 		for b.Loop() {
 			draw()
+			start := time.Now()
 			var ok bool
 			if held, ok = n.LendHeldPrefix(ctx, keys, 8<<20, held[:0]); !ok || len(held) != len(keys) {
 				b.Fatal("a sample not held")
@@ -358,7 +373,9 @@ func BenchmarkHeldBatches(b *testing.B) {
 			for _, h := range held {
 				n.Return(h.Loan.Token)
 			}
+			settle(b, start)
 		}
+		report(b)
 	})
 }
 
@@ -366,8 +383,8 @@ func BenchmarkHeldBatches(b *testing.B) {
 // values held in memory, as an event loop answers redis-benchmark -P 16:
 // each pipeline's keys hinted first (transport.PrefetchAhead), then each
 // value lent in place with its checksum checked, its reply's bulk header
-// appended as the loop appends it, and the loan given back. No socket:
-// the node's and the store's part of a GET alone. "1000" is 4 MiB of
+// appended as the loop appends it, and the loan given back; the pipeline
+// then settled. No socket: the node's and the store's part of a GET alone. "1000" is 4 MiB of
 // values, "100000" 400 MiB, out of the CPU's caches. The policy is
 // shade-peer's default. ns/op is per GET.
 func BenchmarkHeldGets(b *testing.B) {
@@ -403,6 +420,7 @@ func BenchmarkHeldGets(b *testing.B) {
 						p.node.Return(loan.Token)
 					}
 				}
+				p.node.Settle() // as the loop does once the pipeline's replies are out
 			}
 		})
 	}

@@ -132,7 +132,7 @@ func (n *Node) residentWords(ds *datasetState) []uint64 {
 	words := make([]uint64, (ds.len+63)/64)
 	const chunk = 4096
 	for start := 0; start < ds.len; start += chunk {
-		n.polMu.Lock()
+		n.lockPolicy()
 		for i := start; i < min(start+chunk, ds.len); i++ {
 			if n.pol.Resident(sampleID(ds, i)) {
 				words[i/64] |= 1 << (i % 64)

@@ -67,8 +67,15 @@ type Node struct {
 	// polMu serializes the policy and every mutation of the store, so the
 	// policy's view of what is resident and the store's always agree. Reads
 	// of the store take no node lock.
-	polMu    sync.Mutex
-	pol      policy.Policy
+	polMu sync.Mutex
+	pol   policy.Policy
+	// hitMu guards pending: reads from memory the policy has not heard
+	// of yet. It hears of them before it decides anything (lockPolicy),
+	// once the socket has sent the replies that made them (Settle), or
+	// once maxPendingHits wait. told is pending's spare, under polMu.
+	hitMu    sync.Mutex
+	pending  []policy.ID
+	told     []policy.ID
 	scorer   policy.Scorer // pol, if it weighs importance; else nil
 	freeKeys map[policy.ID]string
 	room     room          // the admission's room, set under polMu (no allocation per admission)
@@ -199,7 +206,7 @@ func (n *Node) Close() error {
 	}
 	n.stop()
 	n.saveScores()
-	n.polMu.Lock()
+	n.lockPolicy()
 	defer n.polMu.Unlock()
 	if err := n.trace.Close(); err != nil {
 		n.cfg.Logger.Warn().Err(err).Msg("writing the access trace")
@@ -283,7 +290,7 @@ func (n *Node) evictLocked(id policy.ID) {
 // admit offers a value that was just read to the policy and stores it if
 // admitted. It reports whether the value is now cached.
 func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
-	n.polMu.Lock()
+	n.lockPolicy()
 	defer n.polMu.Unlock()
 	return n.admitLocked(id, key, value, ds)
 }
@@ -337,16 +344,53 @@ func (n *Node) countRejected(ds *datasetState) {
 	ds.counters.Current().Rejected.Add(1)
 }
 
-// hits tells the policy that these ids were read from memory. One that
-// has just left the policy (a race with an eviction) is counted as the
-// policy counts a read of an id it does not hold (policy.Policy.Hit): the
-// read was made.
+// maxPendingHits is the most reads from memory a node keeps for its
+// policy to hear of later (8 bytes each).
+const maxPendingHits = 4096
+
+// hits records that these ids were read from memory, for the policy to
+// hear of before its next decision (lockPolicy), when the socket has sent
+// their replies (Settle), or at once where maxPendingHits wait: a reply
+// need not wait for the policy, whose re-keying is a read's costliest
+// step. One that has left the policy meanwhile (a race with an eviction)
+// is counted as the policy counts a read of an id it does not hold
+// (policy.Policy.Hit): the read was made. The caller must not hold polMu.
 func (n *Node) hits(ids ...policy.ID) {
+	n.hitMu.Lock()
+	n.pending = append(n.pending, ids...)
+	full := len(n.pending) >= maxPendingHits
+	n.hitMu.Unlock()
+	if full {
+		n.lockPolicy()
+		n.polMu.Unlock()
+	}
+}
+
+// Settle implements transport.Backend: the policy hears of the reads from
+// memory recorded so far.
+func (n *Node) Settle() {
+	n.hitMu.Lock()
+	none := len(n.pending) == 0
+	n.hitMu.Unlock()
+	if !none {
+		n.lockPolicy()
+		n.polMu.Unlock()
+	}
+}
+
+// lockPolicy locks polMu and tells the policy of the reads recorded before
+// (hits), so that whatever it decides next counts them. Every holder of
+// polMu takes it here.
+func (n *Node) lockPolicy() {
 	n.polMu.Lock()
+	n.hitMu.Lock()
+	ids := n.pending
+	n.pending = n.told[:0]
+	n.hitMu.Unlock()
 	for _, id := range ids {
 		n.pol.Hit(id)
 	}
-	n.polMu.Unlock()
+	n.told = ids
 }
 
 // traceRead records a sample read if tracing is on; nothing is computed
@@ -374,7 +418,7 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 		return false, fmt.Errorf("%w: %d bytes", store.ErrTooLarge, len(value)) // the old value stays
 	}
 	id := freeID(key)
-	n.polMu.Lock()
+	n.lockPolicy()
 	defer n.polMu.Unlock()
 	// The policy decides on the new value as on any it does not hold: the
 	// old one leaves the policy first. Where the new value fits beside the
@@ -417,7 +461,7 @@ func (n *Node) Delete(key []byte) bool {
 	if err != nil || out {
 		return false
 	}
-	n.polMu.Lock()
+	n.lockPolicy()
 	defer n.polMu.Unlock()
 	if !n.store.Delete(key) {
 		return false

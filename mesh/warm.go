@@ -178,7 +178,7 @@ func (n *Node) lookahead(js *jobState, p *wire.PublishMsg) {
 		}
 	}
 	others := mergePace(p, appendTo, newest)
-	n.polMu.Lock()
+	n.lockPolicy()
 	defer n.polMu.Unlock()
 	la.MergeEpoch(p.Epoch, reads, start, others)
 }

@@ -116,6 +116,10 @@ type Backend interface {
 	// (Gen 0) where it is not held; the trainer reads those with MGET. id
 	// is the ID of the memory the locations refer to.
 	Locate(ctx context.Context, keys [][]byte) (id uint64, locs []shm.Location)
+	// Settle does the work of the reads answered so far that their
+	// replies need not wait for (the eviction policy hearing of them).
+	// The socket calls it once it has sent a pipeline's replies.
+	Settle()
 }
 
 // Loan is a value a Backend lends in place (LendGet), to be written out
@@ -549,7 +553,7 @@ func (s *SocketServer) closed(conn redcon.Conn, err error) {
 // commands of one connection in order, and flushes after a pipeline.
 func (s *SocketServer) handle(conn redcon.Conn, cmd redcon.Command) {
 	st := conn.Context().(*connState)
-	defer func() { st.fresh = len(conn.PeekPipeline()) == 0 }()
+	defer s.replied(conn, st)
 	var lower [32]byte
 	name := commandName(&lower, cmd.Args[0])
 	if !st.authed && string(name) != "auth" && string(name) != "quit" && string(name) != "hello" {
@@ -587,8 +591,20 @@ func (s *SocketServer) fast(conn redcon.Conn, cmd redcon.Command) bool {
 	if !h.fast(s, conn, st, cmd.Args) {
 		return false
 	}
-	st.fresh = len(conn.PeekPipeline()) == 0
+	s.replied(conn, st)
 	return true
+}
+
+// replied ends a command. Where it was the last of its pipeline, its
+// replies go to the socket, as far as it takes them at once, and the
+// backend then settles the reads they answered (Backend.Settle): the
+// client has its replies while the backend ends the reads' work.
+func (s *SocketServer) replied(conn redcon.Conn, st *connState) {
+	st.fresh = len(conn.PeekPipeline()) == 0
+	if st.fresh {
+		conn.FlushSome()
+		s.backend.Settle()
+	}
 }
 
 // commandName lower-cases an ASCII command name into buf and returns it, or
