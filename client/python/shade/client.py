@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import logging
 import math
@@ -11,7 +12,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import redis
 
@@ -219,18 +220,17 @@ class Client:
 
     def _retrying(self, args: Sequence[Any], call: Callable[[], Any]) -> Any:
         """call's reply, call retried while the peer is unreachable (up to
-        retry_for); redis-py's errors raised as this package's, naming
-        args (the command and its first argument)."""
+        retry_for); redis-py's errors raised as this package's
+        (_shade_errors)."""
         deadline = None
         delay = 0.05
         while True:
             try:
-                reply = call()
+                with self._shade_errors(args):
+                    reply = call()
                 if deadline is not None:
                     log.warning("shade peer at %s answers again", self.socket_path)
                 return reply
-            except redis.AuthenticationError as e:
-                raise AuthError(f"{args[0]}: peer at {self.socket_path}: {e}", "AUTH") from None
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 now = time.monotonic()
                 if deadline is None:
@@ -247,12 +247,25 @@ class Client:
                     ) from e
                 time.sleep(min(delay, deadline - now))
                 delay = min(delay * 2, 1.0)
-            except redis.ResponseError as e:
-                raise _request_error(e, args) from None
-            except redis.DataError as e:  # an argument redis-py cannot send
-                raise InvalidArgument(f"{args[0]}: {e}") from None
-            except redis.RedisError as e:  # a reply redis-py could not read
-                raise ProtocolError(f"{args[0]}: peer at {self.socket_path}: {e}") from e
+
+    @contextlib.contextmanager
+    def _shade_errors(self, args: Sequence[Any]) -> Iterator[None]:
+        """Raises redis-py's errors in its body as this package's, naming
+        args (the command and its first argument); the connection's own
+        failures (ConnectionError, TimeoutError, OSError) go on as they
+        are, for the caller to retry."""
+        try:
+            yield
+        except redis.AuthenticationError as e:  # a ConnectionError in redis-py
+            raise AuthError(f"{args[0]}: peer at {self.socket_path}: {e}", "AUTH") from None
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise
+        except redis.ResponseError as e:
+            raise _request_error(e, args) from None
+        except redis.DataError as e:  # an argument redis-py cannot send
+            raise InvalidArgument(f"{args[0]}: {e}") from None
+        except redis.RedisError as e:  # a reply redis-py could not read
+            raise ProtocolError(f"{args[0]}: peer at {self.socket_path}: {e}") from e
 
     # -- samples --------------------------------------------------------
 
@@ -362,32 +375,27 @@ class Client:
         does. Returns how many ids it saw to (all, or those before the
         connection failed), or None if the peer's memory is no longer m."""
         pool = self._redis.connection_pool
+        args = ("SHADE.LOCATE", sample_key(dataset, ids[0]))
         done = 0
         try:
-            conn = pool.get_connection("SHADE.LOCATE")
-        except redis.AuthenticationError as e:
-            raise AuthError(f"SHADE.LOCATE: peer at {self.socket_path}: {e}", "AUTH") from None
+            with self._shade_errors(args):
+                conn = pool.get_connection("SHADE.LOCATE")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return done
         try:
-            conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[:step])])
-            while done < len(ids):
-                reply = conn.read_response()
-                after = done + step
-                if after < len(ids):
-                    conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[after:after + step])])
-                done, start = min(after, len(ids)), done
-                if not self._copy_located(m, reply, values, start, done):
-                    return None
+            with self._shade_errors(args):
+                conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[:step])])
+                while done < len(ids):
+                    reply = conn.read_response()
+                    after = done + step
+                    if after < len(ids):
+                        conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[after:after + step])])
+                    done, start = min(after, len(ids)), done
+                    if not self._copy_located(m, reply, values, start, done):
+                        return None
             return done
-        except redis.AuthenticationError as e:
-            raise AuthError(f"SHADE.LOCATE: peer at {self.socket_path}: {e}", "AUTH") from None
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return done
-        except redis.ResponseError as e:
-            raise _request_error(e, ["SHADE.LOCATE"]) from None
-        except redis.RedisError as e:
-            raise ProtocolError(f"SHADE.LOCATE: peer at {self.socket_path}: {e}") from e
         finally:
             if done < len(ids):
                 # A reply may still be on its way: the connection is not
