@@ -179,7 +179,7 @@ func TestLoansComeBackWhenTheClientLeaves(t *testing.T) {
 // reply must be exact, every read counted as a hit, and every loan given
 // back.
 func TestMGetFromTheLoop(t *testing.T) {
-	dir, files := makeDataset(t, 40, 200, 3000)
+	dir, files := makeDataset(t, 40, 200, 2*transport.MinLent)
 	p := startPeer(t, Config{CacheSize: 4 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
 	ctx := context.Background()
 	c := p.client(t)
