@@ -670,6 +670,9 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		}(id, key, it)
 	}
 	wg.Wait()
+	// No socket settles another peer's reads once their reply is sent
+	// (Backend.Settle): the policy hears of this fetch's at once.
+	n.Settle()
 	all := vals.bytes()
 	for _, c := range inVals {
 		items[c.item].Value = all[c.start:c.end:c.end]

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -122,5 +124,38 @@ func TestRepliesSentBeforeThePolicyHears(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestThePolicyHearsOfFetchesAtOnce: the reads from memory of another
+// peer's fetch reach the policy by the time the answer is made, since no
+// socket settles them.
+func TestThePolicyHearsOfFetchesAtOnce(t *testing.T) {
+	_, peers := StartMeshForTest(t, 1, testsupport.DatasetSpec{Samples: 40, MinSize: 1000, MaxSize: 1000, Seed: 1}, 1, func(int, *Config) {})
+	n := peers[0].Node
+	if held, err := n.Warm(context.Background(), "ds"); err != nil || held != 40 {
+		t.Fatalf("warmed %d of 40: %v", held, err)
+	}
+	h := &heldHits{}
+	n.polMu.Lock()
+	h.Policy = n.pol
+	n.pol = h
+	n.polMu.Unlock()
+	ds, err := n.dataset("ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, release, err := n.answerFetch(context.Background(), &wire.FetchReq{Dataset: "ds", Version: ds.manifest.Version, IDs: []uint32{1, 7, 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	for i, it := range items {
+		if !it.Hit || len(it.Value) != 1000 {
+			t.Fatalf("item %d not answered from memory: %+v", i, it.Err)
+		}
+	}
+	if got := h.hits.Load(); got != 3 {
+		t.Fatalf("the policy heard of %d of the fetch's 3 reads", got)
 	}
 }
