@@ -37,11 +37,16 @@ func heldPeer(t *testing.T, h *heldHits, sc transport.SocketConfig) *testPeer {
 	if held, err := p.node.Warm(context.Background(), "ds"); err != nil || held != 40 {
 		t.Fatalf("warmed %d of 40: %v", held, err)
 	}
-	p.node.polMu.Lock()
-	h.Policy = p.node.pol
-	p.node.pol = h
-	p.node.polMu.Unlock()
+	h.wrap(p.node)
 	return p
+}
+
+// wrap puts h around n's policy.
+func (h *heldHits) wrap(n *Node) {
+	n.polMu.Lock()
+	h.Policy = n.pol
+	n.pol = h
+	n.polMu.Unlock()
 }
 
 // TestThePolicyHearsOfReadsLater: reads from memory (SHADE.LOCATE, an
@@ -137,10 +142,7 @@ func TestThePolicyHearsOfFetchesAtOnce(t *testing.T) {
 		t.Fatalf("warmed %d of 40: %v", held, err)
 	}
 	h := &heldHits{}
-	n.polMu.Lock()
-	h.Policy = n.pol
-	n.pol = h
-	n.polMu.Unlock()
+	h.wrap(n)
 	ds, err := n.dataset("ds")
 	if err != nil {
 		t.Fatal(err)
