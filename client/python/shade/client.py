@@ -60,9 +60,9 @@ def sample_key(dataset: str, i: int) -> str:
 
 
 def _pack_samples(command: str, dataset: str, ids: Sequence[int]) -> bytes:
-    """``command`` with the key of each of ids (ints), RESP-encoded as
-    redis-py's pack_command encodes it, in one pass: a third of
-    pack_command's time for the many keys of a batch."""
+    """``command`` with the key of each of ids (ints), as sample_key makes
+    it, RESP-encoded as redis-py's pack_command encodes it, in one pass: a
+    third of pack_command's time for the many keys of a batch."""
     prefix = f"{dataset}/"
     n = len(prefix.encode())
     head = f"*{len(ids) + 1}\r\n${len(command)}\r\n{command}\r\n"
@@ -205,13 +205,22 @@ class Client:
     def _roundtrip(self, packed: bytes) -> Any:
         """Sends one packed command on a connection of the pool and reads
         its reply, as redis-py's execute_command does for unpacked ones."""
+        with self._pooled() as conn:
+            conn.send_packed_command([packed])
+            return conn.read_response()
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[Any]:
+        """A connection of the ordinary pool for an exchange this client
+        makes itself (packed commands, a batch's parts), given back after;
+        closed first where the exchange failed other than by an error
+        reply (which is read whole and leaves the connection fit)."""
         pool = self._redis.connection_pool
         conn = pool.get_connection("")
         try:
-            conn.send_packed_command([packed])
-            return conn.read_response()
+            yield conn
         except redis.ResponseError:
-            raise  # an error reply, read whole: the connection is fit
+            raise
         except BaseException:
             conn.disconnect()
             raise
@@ -374,34 +383,28 @@ class Client:
         SHADE.LOCATE ahead of the copies, filling values as _copy_located
         does. Returns how many ids it saw to (all, or those before the
         connection failed), or None if the peer's memory is no longer m."""
-        pool = self._redis.connection_pool
         args = ("SHADE.LOCATE", sample_key(dataset, ids[0]))
         done = 0
         try:
-            with self._shade_errors(args):
-                conn = pool.get_connection("SHADE.LOCATE")
+            with self._shade_errors(args), self._pooled() as conn:
+                try:
+                    conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[:step])])
+                    while done < len(ids):
+                        reply = conn.read_response()
+                        after = done + step
+                        if after < len(ids):
+                            conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[after:after + step])])
+                        done, start = min(after, len(ids)), done
+                        if not self._copy_located(m, reply, values, start, done):
+                            return None
+                finally:
+                    if done < len(ids):
+                        # A reply may still be on its way: the connection
+                        # is not fit for the next command.
+                        conn.disconnect()
+            return done
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return done
-        try:
-            with self._shade_errors(args):
-                conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[:step])])
-                while done < len(ids):
-                    reply = conn.read_response()
-                    after = done + step
-                    if after < len(ids):
-                        conn.send_packed_command([_pack_samples("SHADE.LOCATE", dataset, ids[after:after + step])])
-                    done, start = min(after, len(ids)), done
-                    if not self._copy_located(m, reply, values, start, done):
-                        return None
-            return done
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return done
-        finally:
-            if done < len(ids):
-                # A reply may still be on its way: the connection is not
-                # fit for the next command.
-                conn.disconnect()
-            pool.release(conn)
 
     def _copy_located(self, m: shm.Mapping, reply: Any, values: List[Any], start: int, stop: int) -> bool:
         """Copies the samples a SHADE.LOCATE reply for the keys of
