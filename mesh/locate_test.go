@@ -14,7 +14,7 @@ import (
 )
 
 // heldHits wraps the node's policy: it counts the hits it is told of and,
-// while hold is open, keeps each Hit waiting until it is closed.
+// where hold is set, keeps each Hit waiting until hold is closed.
 type heldHits struct {
 	policy.Policy
 	hits atomic.Int64
@@ -102,15 +102,16 @@ func TestRepliesSentBeforeThePolicyHears(t *testing.T) {
 	for _, loops := range []int{1, -1} {
 		for _, cmd := range [][]any{{"GET", "ds/5"}, {"MGET", "ds/5", "ds/6"}, {"SHADE.LOCATE", "ds/5", "ds/6"}} {
 			t.Run(fmt.Sprintf("%s/loops=%d", cmd[0], loops), func(t *testing.T) {
-				h := &heldHits{}
+				// hold is set before the policy is wrapped (under its lock),
+				// which every Hit takes after.
+				h := &heldHits{hold: make(chan struct{})}
+				defer close(h.hold)
 				p := heldPeer(t, h, transport.SocketConfig{Loops: loops})
 				c := p.client(t)
 				ctx := context.Background()
 				if err := c.Ping(ctx).Err(); err != nil { // the connection made, its set-up answered
 					t.Fatal(err)
 				}
-				h.hold = make(chan struct{})
-				defer close(h.hold)
 				reply := make(chan error, 1)
 				go func() {
 					v, err := c.Do(ctx, cmd...).Result()

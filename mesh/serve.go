@@ -72,7 +72,8 @@ func (n *Node) hintAhead(keys [][]byte, i int) {
 // turn, each hinted to the store some keys before it is lent (hintAhead),
 // and stops, giving back what it lent, at the first sample not held here.
 // Only when every key of the prefix is answered does it count the reads,
-// as LendGet counts each, and tell the policy of the hits in one call.
+// as LendGet counts each, and record the hits for the policy in one call
+// (Node.hits).
 func (n *Node) LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, into []transport.Held) ([]transport.Held, bool) {
 	if len(keys) == 0 {
 		return into, true
@@ -256,9 +257,10 @@ func (n *Node) ValueSize(key []byte) int {
 	}
 }
 
-// MGet implements transport.Backend: it routes every key, tells the
-// policy of the keys held here (before the misses are admitted, so that
-// admitting them cannot evict this batch's hits first), reads the samples
+// MGet implements transport.Backend: it routes every key, records the
+// hits of the keys held here (the policy hears of them before it admits
+// the misses, lockPolicy, so that admitting them cannot evict this
+// batch's hits first), reads the samples
 // not held here in parallel (at most SourceReads at once), and returns the
 // batch; its Append copies each held value from the cache.
 func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
