@@ -1,5 +1,7 @@
 package policy
 
+import "hash/maphash"
+
 // idHeap is a 4-ary min-heap of ids keyed by K, with an index from id to
 // position so that any member can be re-keyed or removed in O(log n). Four
 // children a node, not two, halve the levels an item crosses when it is
@@ -9,14 +11,20 @@ package policy
 //
 // The heap array holds keys and slot numbers; a slot holds the id and its
 // current heap position. Moving an item during a sift therefore writes an
-// array element, never the map, which is touched only to find, add or drop
-// an id. Nothing in it is a pointer, so the garbage collector does not scan
-// it however many residents there are.
+// array element and its slot, never anything else. The slots are
+// themselves the index from id to position: an open-addressing hash table
+// (linear probing, at most half full, deletion by shifting the slots after
+// it back), so that finding a resident waits for memory twice, its slot
+// and its item, where a Go map and a separate slot array took four loads
+// that miss the CPU's caches in a large heap. The table hashes ids with a
+// seed of its own (hash/maphash, as Go's maps do), so that ids chosen to
+// collide (a client picking keys) cannot be found without the seed. Nothing
+// in it is a pointer, so the garbage collector does not scan it however
+// many residents there are.
 type idHeap[K any] struct {
 	items []heapEntry[K] // heap order
-	slots []heapSlot     // by slot number; freed ones listed in free
-	free  []int32
-	at    map[ID]int32 // id -> slot number
+	slots []heapSlot     // the id table: a power of two long, or empty
+	seed  maphash.Seed
 	less  func(a, b K) bool
 }
 
@@ -25,6 +33,8 @@ type heapEntry[K any] struct {
 	slot int32
 }
 
+// heapSlot is a slot of the id table: an id and its heap position, or a
+// position of -1 for an empty slot.
 type heapSlot struct {
 	id  ID
 	pos int32
@@ -37,24 +47,24 @@ type heapItem[K any] struct {
 }
 
 func newIDHeap[K any](less func(a, b K) bool) idHeap[K] {
-	return idHeap[K]{at: make(map[ID]int32), less: less}
+	return idHeap[K]{seed: maphash.MakeSeed(), less: less}
 }
 
 func (h *idHeap[K]) len() int { return len(h.items) }
 
 func (h *idHeap[K]) has(id ID) bool {
-	_, ok := h.at[id]
+	_, ok := h.find(id)
 	return ok
 }
 
 // key returns id's key and whether id is in the heap.
 func (h *idHeap[K]) key(id ID) (K, bool) {
-	s, ok := h.at[id]
+	s, ok := h.find(id)
 	if !ok {
 		var zero K
 		return zero, false
 	}
-	return h.items[h.slots[s].pos].key, true
+	return h.keyOf(s), true
 }
 
 // top returns the least item; the heap must not be empty.
@@ -65,17 +75,12 @@ func (h *idHeap[K]) top() heapItem[K] {
 
 // push adds id, which must not be in the heap.
 func (h *idHeap[K]) push(id ID, k K) {
-	var s int32
-	if n := len(h.free); n > 0 {
-		s = h.free[n-1]
-		h.free = h.free[:n-1]
-	} else {
-		s = int32(len(h.slots))
-		h.slots = append(h.slots, heapSlot{})
+	if 2*(len(h.items)+1) > len(h.slots) {
+		h.grow()
 	}
 	i := len(h.items)
+	s := h.vacant(id)
 	h.slots[s] = heapSlot{id: id, pos: int32(i)}
-	h.at[id] = s
 	h.items = append(h.items, heapEntry[K]{k, s})
 	h.up(i)
 }
@@ -90,7 +95,7 @@ func (h *idHeap[K]) pop() heapItem[K] {
 // remove takes id out of the heap and returns its key, and whether it was
 // there.
 func (h *idHeap[K]) remove(id ID) (K, bool) {
-	s, ok := h.at[id]
+	s, ok := h.find(id)
 	if !ok {
 		var zero K
 		return zero, false
@@ -102,17 +107,82 @@ func (h *idHeap[K]) remove(id ID) (K, bool) {
 }
 
 // find returns id's slot number, for keyOf and setSlot, and whether id is in
-// the heap. A slot number is valid until id leaves the heap.
+// the heap. A slot number is valid until an id joins or leaves the heap
+// (either may move slots in the table).
 func (h *idHeap[K]) find(id ID) (int32, bool) {
-	s, ok := h.at[id]
-	return s, ok
+	if len(h.slots) == 0 {
+		return 0, false
+	}
+	mask := len(h.slots) - 1
+	for i := h.home(id); ; i = (i + 1) & mask {
+		switch sl := &h.slots[i]; {
+		case sl.pos < 0:
+			return 0, false
+		case sl.id == id:
+			return int32(i), true
+		}
+	}
+}
+
+// home is the slot where id's search in the table starts.
+func (h *idHeap[K]) home(id ID) int {
+	return int(maphash.Comparable(h.seed, id)) & (len(h.slots) - 1)
+}
+
+// vacant returns the empty slot where id, which is not in the table, goes:
+// the first after its home. The table must have one.
+func (h *idHeap[K]) vacant(id ID) int32 {
+	mask := len(h.slots) - 1
+	i := h.home(id)
+	for h.slots[i].pos >= 0 {
+		i = (i + 1) & mask
+	}
+	return int32(i)
+}
+
+// grow doubles the table (16 slots at first) and moves every id to its
+// slot in the new one.
+func (h *idHeap[K]) grow() {
+	old := h.slots
+	h.slots = make([]heapSlot, max(16, 2*len(old)))
+	for i := range h.slots {
+		h.slots[i].pos = -1
+	}
+	for _, sl := range old {
+		if sl.pos >= 0 {
+			s := h.vacant(sl.id)
+			h.slots[s] = sl
+			h.items[sl.pos].slot = s
+		}
+	}
+}
+
+// vacate empties slot s and shifts the slots after it back, as far as
+// their ids' homes allow, so that every id stays reachable from its home
+// without a gap: the table needs no tombstones.
+func (h *idHeap[K]) vacate(s int32) {
+	mask := len(h.slots) - 1
+	i := int(s)
+	for j := (i + 1) & mask; h.slots[j].pos >= 0; j = (j + 1) & mask {
+		// The id in slot j may move back to slot i if i lies between
+		// its home and j (cyclically).
+		if (j-i)&mask <= (j-h.home(h.slots[j].id))&mask {
+			h.slots[i] = h.slots[j]
+			h.items[h.slots[i].pos].slot = int32(i)
+			i = j
+		}
+	}
+	h.slots[i] = heapSlot{pos: -1}
 }
 
 // keyOf returns the key of the id in slot s.
 func (h *idHeap[K]) keyOf(s int32) K { return h.items[h.slots[s].pos].key }
 
 // set re-keys id, which must be in the heap.
-func (h *idHeap[K]) set(id ID, k K) { h.setSlot(h.at[id], k) }
+func (h *idHeap[K]) set(id ID, k K) {
+	s, _ := h.find(id)
+	h.setSlot(s, k)
+}
 
 // setSlot re-keys the id in slot s.
 func (h *idHeap[K]) setSlot(s int32, k K) {
@@ -146,10 +216,7 @@ func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {
 }
 
 func (h *idHeap[K]) removeAt(i int) {
-	s := h.items[i].slot
-	delete(h.at, h.slots[s].id)
-	h.slots[s] = heapSlot{}
-	h.free = append(h.free, s)
+	h.vacate(h.items[i].slot)
 	last := len(h.items) - 1
 	if i != last {
 		h.items[i] = h.items[last]

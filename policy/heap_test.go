@@ -5,16 +5,24 @@ import (
 	"testing"
 )
 
-// checkHeap verifies the heap order, the slots and the id index.
+// checkHeap verifies the heap order, the slots and the id table: every
+// item's slot names it, every id is found from its home without crossing
+// an empty slot, and no other slot is used.
 func checkHeap[K any](t *testing.T, h *idHeap[K]) {
 	t.Helper()
-	if len(h.at) != len(h.items) || len(h.slots) != len(h.items)+len(h.free) {
-		t.Fatalf("index has %d ids, heap %d, slots %d with %d free", len(h.at), len(h.items), len(h.slots), len(h.free))
+	used := 0
+	for _, sl := range h.slots {
+		if sl.pos >= 0 {
+			used++
+		}
+	}
+	if used != len(h.items) || len(h.slots)&(len(h.slots)-1) != 0 || 2*len(h.items) > len(h.slots) {
+		t.Fatalf("table of %d slots has %d used, heap %d items", len(h.slots), used, len(h.items))
 	}
 	for i, e := range h.items {
 		sl := h.slots[e.slot]
-		if int(sl.pos) != i || h.at[sl.id] != e.slot {
-			t.Fatalf("item %d: slot %d says id %d at %d, index says slot %d", i, e.slot, sl.id, sl.pos, h.at[sl.id])
+		if s, ok := h.find(sl.id); int(sl.pos) != i || !ok || s != e.slot {
+			t.Fatalf("item %d: slot %d says id %d at %d, the table finds slot %d (%v)", i, e.slot, sl.id, sl.pos, s, ok)
 		}
 		if i > 0 && h.less(e.key, h.items[parent(i)].key) {
 			t.Fatalf("item %d less than its parent", i)

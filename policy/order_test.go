@@ -592,8 +592,7 @@ func (m *merging) BeginEpoch(epoch int, reads []ID) {
 	if got := m.unconsumed(0); !slices.Equal(got, m.model) {
 		m.t.Fatalf("epoch %d, start %d, others %d: order %v, model %v", epoch, start, others, got, m.model)
 	}
-	for id := range m.heap.at {
-		k, _ := m.heap.key(id)
+	m.heap.each(func(id ID, k orderKey) {
 		want := int64(slices.Index(m.model, id))
 		if want < 0 {
 			want = never
@@ -601,7 +600,7 @@ func (m *merging) BeginEpoch(epoch int, reads []ID) {
 		if k.next != want {
 			m.t.Fatalf("epoch %d: %d next %d, want %d", epoch, id, k.next, want)
 		}
-	}
+	})
 }
 
 func (m *merging) consume(id ID) {
