@@ -453,6 +453,9 @@ func lendPrefix(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, ar
 	if array >= 0 {
 		c.WriteArray(array)
 	}
+	// Room for the values copied, so that a long reply's buffer comes
+	// from the ones kept for long replies, not from append.
+	c.Grow(replyRoom(held))
 	for i := range held {
 		h := &held[i]
 		switch v := h.Loan.Value; {
@@ -470,6 +473,20 @@ func lendPrefix(s *SocketServer, c redcon.Conn, st *connState, keys [][]byte, ar
 	}
 	st.held = held[:0]
 	return len(held), true
+}
+
+// replyRoom is about the bytes lendPrefix appends to the reply for held:
+// each value under MinLent copied, and 64 a key for its bulk header and
+// CRLF, a nil or an error (a longer error grows the reply as append does).
+func replyRoom(held []Held) int {
+	n := 0
+	for i := range held {
+		if v := held[i].Loan.Value; len(v) < MinLent {
+			n += len(v)
+		}
+		n += 64 // a bulk header and CRLF, or a nil or an error's start
+	}
+	return n
 }
 
 // fastSet answers a SET on an event loop where the value is at most

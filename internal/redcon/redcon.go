@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +131,9 @@ const (
 	// (upstream dropped any above maxBufferCap, so every pipeline of large
 	// replies reallocated it).
 	maxWriteKeep = 1 << 20
+	// maxBigKept bounds the bytes of longer write buffers the server
+	// keeps for the next long reply (bigBuffers).
+	maxBigKept = 16 << 20
 )
 
 type errProtocol struct {
@@ -168,6 +172,11 @@ type Conn interface {
 	// SetReply makes b, the result of appending to Reply(), the buffer of
 	// replies not yet flushed (shade).
 	SetReply(b []byte)
+	// Grow makes room for n more bytes of replies before a handler appends
+	// them to Reply (shade): where the buffer must grow, it takes a buffer
+	// a long reply of any connection let go (see bigBuffers) if one is
+	// long enough, instead of a new one.
+	Grow(n int)
 	// WriteLent writes b after the replies written so far without copying
 	// it (shade): the connection borrows b and writes it out in place,
 	// with the replies around it in one writev, then calls release(token).
@@ -536,6 +545,10 @@ func serve(s *Server) error {
 		c.rd.share = budget.NewShare(lim.Budget)
 		c.rd.share.Force(int64(len(c.rd.buf)))
 		c.wshare = budget.NewShare(lim.Budget)
+		if s.big == nil {
+			s.big = &bigBuffers{share: budget.NewShare(lim.Budget)}
+		}
+		c.wr.big = s.big
 		c.writeTimeout = lim.WriteTimeout
 		c.idleClose = s.idleClose
 		s.conns[c] = true
@@ -782,6 +795,8 @@ func (c *conn) SetReply(b []byte) {
 	}
 }
 
+func (c *conn) Grow(n int) { c.wr.grow(n) }
+
 func (c *conn) WriteLent(b []byte, release func(uint64), token uint64) {
 	c.wr.WriteLent(b, release, token)
 }
@@ -943,6 +958,9 @@ type Server struct {
 	nloops int
 	fast   func(conn Conn, cmd Command) bool
 	loops  *loops
+	// shade: write buffers longer than maxWriteKeep kept for the next
+	// long reply; made with the first connection, under the limits.
+	big *bigBuffers
 
 	// AcceptError is an optional function used to handle Accept errors.
 	AcceptError func(err error)
@@ -968,6 +986,9 @@ type Writer struct {
 	lentLen int
 	iov     net.Buffers
 	sent    int
+	// shade: where a buffer longer than maxWriteKeep goes once written,
+	// and where grow looks first; nil: nowhere.
+	big *bigBuffers
 }
 
 // lentValue is a value lent to a Writer, to go out after b[:at] (shade).
@@ -1072,6 +1093,9 @@ func (w *Writer) written(err error) {
 	}
 	w.sent = 0
 	if cap(w.b) > maxWriteKeep || w.err != nil {
+		if w.err == nil {
+			w.big.put(w.b)
+		}
 		w.b = nil
 	} else {
 		w.b = w.b[:0]
@@ -1108,6 +1132,81 @@ func (w *Writer) advance(n int) {
 	if len(w.lent) == 0 && w.sent == len(w.b) {
 		w.b, w.sent = w.b[:0], 0
 	}
+}
+
+// grow makes room for n more bytes in the buffer (shade): in a buffer a
+// long reply let go (bigBuffers) where one is long enough, otherwise as
+// append grows it. What waits to be written, lent values' places and the
+// bytes sent included, moves with it; the old buffer is left to the
+// garbage collector, as append leaves it, since a write may still use it.
+func (w *Writer) grow(n int) {
+	if w.err != nil || cap(w.b)-len(w.b) >= n {
+		return
+	}
+	if b := w.big.take(len(w.b) + n); b != nil {
+		w.b = append(b, w.b...)
+		return
+	}
+	w.b = slices.Grow(w.b, n)
+}
+
+// bigBuffers keeps write buffers longer than maxWriteKeep once their
+// replies are written, up to maxBigKept bytes in all, for the next long
+// reply of any connection to take (shade). Without it every MGET reply
+// longer than maxWriteKeep (256 values of 4 KiB, copied into the reply)
+// grew a new buffer, 8 KiB, 16 KiB, ... to 2 MiB, and let it go: the
+// garbage made the peer's small Go heap collect every few replies, and the
+// collector's work held up the loop that answers the replies (the MGET's
+// latency past 4 ms in one call of ten). The kept buffers are charged to
+// the clients' budget, and none is kept while it is spent. Safe for
+// concurrent use: loops and worker goroutines share it.
+type bigBuffers struct {
+	mu    sync.Mutex
+	bufs  [][]byte // each empty, of capacity above maxWriteKeep
+	held  int      // their capacities added up
+	share *budget.Share
+}
+
+// put keeps b, if it fits within maxBigKept and the clients' budget;
+// b must no longer be used.
+func (k *bigBuffers) put(b []byte) {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.held+cap(b) > maxBigKept || !k.share.Grow(int64(cap(b))) {
+		return
+	}
+	k.bufs = append(k.bufs, b[:0])
+	k.held += cap(b)
+}
+
+// take returns the shortest kept buffer with room for n bytes, empty, and
+// no longer kept; nil if there is none.
+func (k *bigBuffers) take(n int) []byte {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	best := -1
+	for i, b := range k.bufs {
+		if cap(b) >= n && (best < 0 || cap(b) < cap(k.bufs[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	b := k.bufs[best]
+	last := len(k.bufs) - 1
+	k.bufs[best] = k.bufs[last]
+	k.bufs[last] = nil
+	k.bufs = k.bufs[:last]
+	k.held -= cap(b)
+	k.share.Shrink(int64(cap(b)))
+	return b
 }
 
 // WriteLent writes b without copying it (shade): the writer borrows b

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -809,5 +810,137 @@ func testFlushSomeNeverWaits(t *testing.T, m mode) {
 		if n := times[i].Load(); n != 1 {
 			t.Errorf("value %d given back %d times", i, n)
 		}
+	}
+}
+
+// TestLongRepliesReuseKeptBuffers: a reply longer than maxWriteKeep, its
+// room made with Grow and written out in parts with FlushSome, leaves its
+// buffer with the server once written, charged to the clients' budget,
+// and the next long reply grows into that same buffer instead of a new
+// one; every byte arrives right. Where the budget has no room for it, the
+// buffer is not kept.
+func TestLongRepliesReuseKeptBuffers(t *testing.T) {
+	for _, m := range []mode{goroutines, workers, loopsOnly} {
+		t.Run(m.String(), func(t *testing.T) {
+			t.Run("kept", func(t *testing.T) { testLongRepliesReuseKeptBuffers(t, m, 64<<20) })
+			t.Run("no room", func(t *testing.T) { testLongRepliesReuseKeptBuffers(t, m, 1<<20) })
+		})
+	}
+}
+
+func testLongRepliesReuseKeptBuffers(t *testing.T, m mode, limit int64) {
+	const size, part = 3 << 19, 256 << 10 // 1.5 MiB in parts of 256 KiB
+	b := budget.New(limit)
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make(chan uintptr, 16) // where each long reply was made
+	var s *Server
+	handler := func(conn Conn, cmd Command) {
+		switch string(cmd.Args[0]) {
+		case "KEPT":
+			s.big.mu.Lock()
+			held := s.big.held
+			s.big.mu.Unlock()
+			conn.WriteInt(held)
+		case "LONG": // LONG tag: a bulk of size bytes, each tag's first byte
+			conn.Grow(size + 32)
+			bufs <- uintptr(unsafe.Pointer(unsafe.SliceData(conn.Reply())))
+			r := AppendBulkHeader(conn.Reply(), size)
+			for n := 0; n < size; n += part {
+				r = append(r, bytes.Repeat(cmd.Args[1][:1], part)...)
+				conn.SetReply(r)
+				if conn.FlushSome() != nil {
+					return
+				}
+				r = conn.Reply()
+			}
+			conn.SetReply(append(r, '\r', '\n'))
+		}
+	}
+	s = NewServerNetwork("unix", path, handler, nil, nil)
+	s.SetLimits(Limits{Budget: b})
+	m.set(s, handler)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(ln) }()
+	defer func() { ln.Close(); <-done }()
+
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	var first uintptr
+	for round := range 4 {
+		tag := byte('a' + round)
+		if _, err := c.Write(respCommand([]byte("LONG"), []byte{tag})); err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, len(AppendBulkHeader(nil, size))+size+2)
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		if want := AppendBulk(nil, bytes.Repeat([]byte{tag}, size)); !bytes.Equal(body, want) {
+			t.Fatalf("round %d: wrong bytes", round)
+		}
+		// Answered once the reply before it is out, so after its
+		// buffer went back.
+		if _, err := c.Write(respCommand([]byte("KEPT"))); err != nil {
+			t.Fatal(err)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, _ := strconv.Atoi(line[1 : len(line)-2])
+		buf := <-bufs
+		switch {
+		case limit < size:
+			if kept != 0 {
+				t.Fatalf("round %d: %d bytes kept where the budget (%d) has no room", round, kept, limit)
+			}
+			continue
+		case kept <= maxWriteKeep || kept > maxBigKept:
+			t.Fatalf("round %d: %d bytes kept, want one buffer of the reply's length", round, kept)
+		case b.Used() < int64(kept):
+			t.Fatalf("round %d: the budget holds %d bytes, less than the %d kept", round, b.Used(), kept)
+		case round == 0:
+			first = buf
+		case buf != first:
+			t.Fatalf("round %d: the reply grew into a new buffer, not the one kept", round)
+		}
+	}
+}
+
+// TestWriterGrowsIntoAKeptBuffer: grow moves what waits to be written,
+// part of it sent and with lent values among it, into a kept buffer long
+// enough, which is kept no more; the bytes written are the same.
+func TestWriterGrowsIntoAKeptBuffer(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out)
+	w.big = &bigBuffers{}
+	kept := make([]byte, 0, 2<<20)
+	w.big.put(make([]byte, 0, maxWriteKeep+1)) // too short for what follows
+	w.big.put(kept)
+	w.WriteString("first")
+	w.WriteLent([]byte("lent"), func(uint64) {}, 1)
+	w.WriteString("second")
+	w.advance(3) // "+fi" sent
+	w.grow(maxWriteKeep + 4096)
+	if unsafe.SliceData(w.b) != unsafe.SliceData(kept) || len(w.big.bufs) != 1 || w.big.held != maxWriteKeep+1 {
+		t.Fatalf("grew into a buffer of %d bytes; %d kept (%d bytes)", cap(w.b), len(w.big.bufs), w.big.held)
+	}
+	w.WriteString("third")
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "rst\r\nlent+second\r\n+third\r\n"; got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+	if w.big.held != maxWriteKeep+1+cap(kept) || len(w.b) != 0 {
+		t.Fatalf("after the write %d bytes kept, the writer holds %d", w.big.held, len(w.b))
 	}
 }
