@@ -24,8 +24,14 @@ type Budget struct {
 	used  atomic.Int64
 	peak  atomic.Int64
 
-	mu   sync.Mutex
-	free chan struct{} // closed and replaced on every Release
+	// Callers of Reserve that wait count themselves in waiting, then wait
+	// for free, which a Release closes and replaces while anyone waits.
+	// A Release with none waiting touches neither: on the trainer
+	// socket's paths it runs several times a reply, and a new channel
+	// each time was garbage enough to have the Go heap collected often.
+	mu      sync.Mutex
+	free    chan struct{}
+	waiting atomic.Int32
 }
 
 // New returns a budget of limit bytes; limit <= 0 means no limit.
@@ -73,15 +79,25 @@ func (b *Budget) Reserve(ctx context.Context, n int64) error {
 		return ErrTooLarge
 	}
 	for {
+		if b.TryReserve(n) {
+			return nil
+		}
 		b.mu.Lock()
 		free := b.free
+		b.waiting.Add(1)
 		b.mu.Unlock()
+		// Counted as waiting before trying again: a Release after this
+		// try sees the count and closes free; one before it left the
+		// bytes this try finds.
 		if b.TryReserve(n) {
+			b.waiting.Add(-1)
 			return nil
 		}
 		select {
 		case <-free:
+			b.waiting.Add(-1)
 		case <-ctx.Done():
+			b.waiting.Add(-1)
 			return ctx.Err()
 		}
 	}
@@ -102,6 +118,9 @@ func (b *Budget) Release(n int64) {
 		return
 	}
 	b.used.Add(-n)
+	if b.waiting.Load() == 0 {
+		return
+	}
 	b.mu.Lock()
 	close(b.free)
 	b.free = make(chan struct{})

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -100,5 +101,43 @@ func TestUnlimited(t *testing.T) {
 	b := New(0)
 	if !b.TryReserve(1<<50) || b.Limit() != 0 {
 		t.Fatal("an unlimited budget refused")
+	}
+}
+
+// TestReleaseWakesEveryWaiter: holders that reserve and release a budget
+// too small for them all at once, concurrently, all finish: no Release
+// goes unseen by a waiting Reserve (a lost wakeup would hang the test).
+func TestReleaseWakesEveryWaiter(t *testing.T) {
+	b := New(10)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				n := int64(1 + (g+i)%10)
+				if err := b.Reserve(context.Background(), n); err != nil {
+					t.Error(err)
+					return
+				}
+				b.Release(n)
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Used() != 0 || b.waiting.Load() != 0 {
+		t.Fatalf("used %d, %d waiting after every holder released", b.Used(), b.waiting.Load())
+	}
+}
+
+// TestReleaseWithNoWaiterAllocatesNothing: a Release that no Reserve
+// waits for makes no garbage.
+func TestReleaseWithNoWaiterAllocatesNothing(t *testing.T) {
+	b := New(10)
+	if n := testing.AllocsPerRun(100, func() {
+		b.TryReserve(4)
+		b.Release(4)
+	}); n != 0 {
+		t.Fatalf("%v allocations a reserve and release", n)
 	}
 }

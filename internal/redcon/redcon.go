@@ -751,20 +751,9 @@ func (c *conn) FlushSome() error {
 	case c.lp != nil && !c.detached:
 		n, err = writevFd(c.ls.fd, &out, &c.ls.iov)
 	case c.conn != nil:
-		// A goroutine's connection: no loop uses c.ls's scratch.
-		sc, ok := c.conn.(syscall.Conn)
-		if !ok {
+		var ok bool
+		if n, ok, err = c.writeSomeConn(out); !ok {
 			return nil // a TLS connection: its next Flush writes it all
-		}
-		rc, rerr := sc.SyscallConn()
-		if rerr != nil {
-			return nil
-		}
-		if werr := rc.Write(func(fd uintptr) bool {
-			n, err = writevFd(int(fd), &out, &c.ls.iov)
-			return true // one try: never wait
-		}); werr != nil {
-			err = werr
 		}
 	default:
 		return nil
@@ -778,6 +767,29 @@ func (c *conn) FlushSome() error {
 		c.wr.written(err)
 	}
 	return c.closeOn(err)
+}
+
+// writeSomeConn writes as much of out as a goroutine's connection takes
+// in one try (shade): no loop uses c.ls's scratch then. ok is false where
+// the connection gives no descriptor to write (TLS). Apart from FlushSome
+// so that the closure's variables escape to the heap here alone, not on
+// an event loop's FlushSome.
+func (c *conn) writeSomeConn(out net.Buffers) (n int, ok bool, err error) {
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return 0, false, nil
+	}
+	rc, rerr := sc.SyscallConn()
+	if rerr != nil {
+		return 0, false, nil
+	}
+	if werr := rc.Write(func(fd uintptr) bool {
+		n, err = writevFd(int(fd), &out, &c.ls.iov)
+		return true // one try: never wait
+	}); werr != nil {
+		err = werr
+	}
+	return n, true, err
 }
 
 func (c *conn) Buffered() int { return len(c.wr.b) - c.wr.sent + c.wr.lentLen }
