@@ -252,48 +252,64 @@ func (c *Client) Get(ctx context.Context, dataset string, id int) ([]byte, error
 // Samples the peer holds are copied straight out of its memory where it
 // can be shared (see Options.NoSharedMemory); the result is the same.
 func (c *Client) MGet(ctx context.Context, dataset string, ids []int) ([][]byte, error) {
+	return c.MGetInto(ctx, dataset, ids, nil)
+}
+
+// MGetInto is MGet into the caller's buffers, for a loop that reads batch
+// after batch: sample ids[k] goes into dst[k]'s memory where it has room
+// (append(dst[k][:0], sample...)), and the result reuses dst's array
+// where it is long enough; pass the result of one call as dst of the
+// next. A batch of a few MB into fresh slices costs more than the copies
+// themselves: the allocation, and the garbage collections it brings
+// (BenchmarkMGet). dst's buffers must not overlap; on an error their
+// contents are undefined.
+func (c *Client) MGetInto(ctx context.Context, dataset string, ids []int, dst [][]byte) ([][]byte, error) {
 	if len(ids) == 0 {
-		return [][]byte{}, nil
+		if dst == nil {
+			return [][]byte{}, nil
+		}
+		return dst[:0], nil
 	}
+	out := slices.Grow(dst[:0], len(ids))[:len(ids)]
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = sampleKey(dataset, id)
 	}
 	if m := c.shm.mapping(); m != nil {
-		out, err := c.locate(ctx, m, keys)
+		err := c.locate(ctx, m, keys, out)
 		if !errors.Is(err, errStale) {
 			return out, err
 		}
 		c.shm.drop(m) // the peer restarted: map its new memory next time
 	}
-	return c.mgetKeys(ctx, keys)
+	return out, c.mgetKeys(ctx, keys, out)
 }
 
-// mgetKeys is MGet of keys over the socket.
-func (c *Client) mgetKeys(ctx context.Context, keys []string) ([][]byte, error) {
+// mgetKeys is MGet of keys over the socket, each value into out's slot
+// of the same index (appended to its [:0]).
+func (c *Client) mgetKeys(ctx context.Context, keys []string, out [][]byte) error {
 	args := command("MGET", keys)
 	v, err := c.do(ctx, c.rdb, 0, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	elems, ok := v.([]any)
 	if !ok || len(elems) != len(keys) {
-		return nil, unexpected("MGET", v)
+		return unexpected("MGET", v)
 	}
-	out := make([][]byte, len(elems))
 	for i, e := range elems {
 		switch e := e.(type) {
 		case string:
-			out[i] = []byte(e)
+			out[i] = append(out[i][:0], e...)
 		case nil:
-			return nil, &SampleError{Key: args[1+i].(string), Err: ErrNotFound}
+			return &SampleError{Key: args[1+i].(string), Err: ErrNotFound}
 		case redis.Error:
-			return nil, &SampleError{Key: args[1+i].(string), Err: parseServerError(e.Error())}
+			return &SampleError{Key: args[1+i].(string), Err: parseServerError(e.Error())}
 		default:
-			return nil, unexpected("MGET", e)
+			return unexpected("MGET", e)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Manifest returns the relative paths of the dataset's samples, in index

@@ -66,7 +66,7 @@ func newClient(t *testing.T, o Options) *Client {
 	return c
 }
 
-func socketPath(t *testing.T) string { return filepath.Join(t.TempDir(), "shade.sock") }
+func socketPath(tb testing.TB) string { return filepath.Join(tb.TempDir(), "shade.sock") }
 
 func TestSamplesManifestLabels(t *testing.T) {
 	d, sock := startToy(t)

@@ -178,34 +178,34 @@ func parseMapReply(b []byte) (size int64, id uint64, err error) {
 	return s, uint64(i), nil
 }
 
-// locate reads samples through SHADE.LOCATE and the mapping m: held
-// samples are copied out of the peer's memory; the others, and those that
-// moved while being copied, are read with one MGET. It returns errStale if
-// the peer's memory is no longer the one mapped.
-func (c *Client) locate(ctx context.Context, m *shm.Mapping, keys []string) ([][]byte, error) {
+// locate reads samples through SHADE.LOCATE and the mapping m into out's
+// slots of the same indexes (appended to their [:0]): held samples are
+// copied out of the peer's memory; the others, and those that moved while
+// being copied, are read with one MGET. It returns errStale if the peer's
+// memory is no longer the one mapped.
+func (c *Client) locate(ctx context.Context, m *shm.Mapping, keys []string, out [][]byte) error {
 	v, err := c.do(ctx, c.rdb, 0, command("SHADE.LOCATE", keys)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	elems, ok := v.([]any)
 	if !ok || len(elems) != 2 {
-		return nil, unexpected("SHADE.LOCATE", v)
+		return unexpected("SHADE.LOCATE", v)
 	}
 	id, ok1 := elems[0].(int64)
 	blob, ok2 := elems[1].(string)
 	if !ok1 || !ok2 || len(blob) != shm.LocationSize*len(keys) {
-		return nil, fmt.Errorf("client: SHADE.LOCATE: malformed reply for %d keys", len(keys))
+		return fmt.Errorf("client: SHADE.LOCATE: malformed reply for %d keys", len(keys))
 	}
 	if uint64(id) != m.ID() {
-		return nil, errStale
+		return errStale
 	}
 	locs := []byte(blob)
-	out := make([][]byte, len(keys))
 	var rest []int // not held, or moved: read with MGET
 	c.shm.mu.RLock()
 	if c.shm.m != m { // another call found the memory stale and unmapped it
 		c.shm.mu.RUnlock()
-		return nil, errStale
+		return errStale
 	}
 	for i := range keys {
 		loc := shm.DecodeLocation(locs[i*shm.LocationSize:])
@@ -213,7 +213,8 @@ func (c *Client) locate(ctx context.Context, m *shm.Mapping, keys []string) ([][
 			rest = append(rest, i)
 			continue
 		}
-		b, err := m.Copy(make([]byte, 0, loc.Len), loc)
+		b, err := m.Copy(out[i][:0], loc)
+		out[i] = b
 		if errors.Is(err, shm.ErrMoved) {
 			c.shm.moved.Add(1)
 			rest = append(rest, i)
@@ -221,26 +222,25 @@ func (c *Client) locate(ctx context.Context, m *shm.Mapping, keys []string) ([][
 		}
 		if err != nil {
 			c.shm.mu.RUnlock()
-			return nil, &SampleError{Key: keys[i], Err: err}
+			return &SampleError{Key: keys[i], Err: err}
 		}
 		c.shm.copied.Add(1)
-		out[i] = b
 	}
 	c.shm.mu.RUnlock()
 	if len(rest) > 0 {
 		again := make([]string, len(rest))
+		vals := make([][]byte, len(rest))
 		for j, i := range rest {
-			again[j] = keys[i]
+			again[j], vals[j] = keys[i], out[i]
 		}
-		vals, err := c.mgetKeys(ctx, again)
-		if err != nil {
-			return nil, err
+		if err := c.mgetKeys(ctx, again, vals); err != nil {
+			return err
 		}
 		for j, i := range rest {
 			out[i] = vals[j]
 		}
 	}
-	return out, nil
+	return nil
 }
 
 var errStale = errors.New("client: the peer's memory is not the one mapped")

@@ -2,9 +2,11 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
 )
@@ -100,4 +102,99 @@ func TestSharedMemoryUnderEviction(t *testing.T) {
 	if copied == 0 {
 		t.Fatal("no sample was copied from shared memory")
 	}
+}
+
+// TestMGetIntoReusesBuffers: MGetInto puts each sample into the buffer of
+// the same index where it has room, growing those too short, and returns
+// a slice on dst's array; read through, held in shared memory, or over
+// the socket alike, the bytes are the files'.
+func TestMGetIntoReusesBuffers(t *testing.T) {
+	d, sock := startToy(t)
+	ctx := t.Context()
+	ids := []int{3, 0, 17, 3, 9, 12}
+	for _, o := range []Options{{Socket: sock}, {Socket: sock, NoSharedMemory: true}} {
+		c := newClient(t, o)
+		dst := make([][]byte, len(ids)+2, len(ids)+4) // longer than the batch
+		for k := range dst {
+			dst[k] = make([]byte, 0, 4000) // room for any sample of the dataset
+		}
+		dst[1] = make([]byte, 0, 1) // too short: grown
+		bufs := make([]*byte, len(dst))
+		for k := range dst {
+			bufs[k] = unsafe.SliceData(dst[k])
+		}
+		for pass := range 3 { // read through, then held
+			got, err := c.MGetInto(ctx, "toy", ids, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(ids) || unsafe.SliceData(got) != unsafe.SliceData(dst) {
+				t.Fatalf("shared memory %v, pass %d: %d results, on dst's array %v", c.SharedMemory(), pass, len(got), unsafe.SliceData(got) == unsafe.SliceData(dst))
+			}
+			for k, id := range ids {
+				if !bytes.Equal(got[k], d.Files[id]) {
+					t.Fatalf("shared memory %v, pass %d: sample %d differs", c.SharedMemory(), pass, id)
+				}
+				if k != 1 && unsafe.SliceData(got[k]) != bufs[k] {
+					t.Fatalf("shared memory %v, pass %d: sample %d not in its buffer", c.SharedMemory(), pass, id)
+				}
+			}
+			dst = got
+		}
+	}
+	c := newClient(t, Options{Socket: sock})
+	if got, err := c.MGetInto(ctx, "toy", nil, make([][]byte, 3)); err != nil || len(got) != 0 {
+		t.Fatalf("no ids: %d results, %v", len(got), err)
+	}
+}
+
+// BenchmarkMGet reads batches of 64 samples of 100 KiB held in the peer's
+// memory, copied out of it (shared memory), into fresh slices (MGet) and
+// into the slices of the batch before (MGetInto). ns/op is per batch.
+func BenchmarkMGet(b *testing.B) {
+	const samples, size, batch = 512, 100 << 10, 64
+	ds := testsupport.WriteDataset(b, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1})
+	sock := socketPath(b)
+	testsupport.StartPeer(b, testsupport.PeerOptions{
+		Bin: bins.Path("shade-peer"), Socket: sock,
+		Args: []string{"--name", "client-bench", "--log-format", "json", "--cache-size", "256MiB", "--dataset", "ds=" + ds.Dir},
+	})
+	c, err := New(Options{Socket: sock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if !c.SharedMemory() {
+		b.Skip("the client could not map the peer's memory")
+	}
+	ctx := context.Background()
+	if _, err := c.Warm(ctx, "ds"); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := make([]int, batch)
+	draw := func() {
+		for i := range ids {
+			ids[i] = rng.IntN(samples)
+		}
+	}
+	b.Run("fresh", func(b *testing.B) {
+		b.SetBytes(batch * size)
+		for b.Loop() {
+			draw()
+			if _, err := c.MGet(ctx, "ds", ids); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("into", func(b *testing.B) {
+		b.SetBytes(batch * size)
+		var bufs [][]byte
+		for b.Loop() {
+			draw()
+			if bufs, err = c.MGetInto(ctx, "ds", ids, bufs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
