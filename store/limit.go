@@ -11,9 +11,11 @@ import (
 
 // headroom is the memory New leaves under the process's limit, beyond
 // what the process holds already, for the rest of the process (its Go
-// heap, stacks and buffers to come): an arena that reaches closer to the
-// limit has the kernel kill the process as the arena is faulted in.
-const headroom = 32 << 20
+// heap, which shade-peer lets grow to 64 MiB between collections, see
+// internal/gcfloor; stacks and buffers to come): an arena that reaches
+// closer to the limit has the kernel kill the process as the arena is
+// faulted in.
+const headroom = 96 << 20
 
 // memoryLimit returns the most memory this process may use, and where
 // that limit is set: the tightest of its memory cgroup's limit and its

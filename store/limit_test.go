@@ -98,25 +98,26 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 // TestNewRefusesMoreThanTheLimit runs New in a process of its own, in a
-// memory cgroup of 128 MiB made for it, for an arena of 256 MiB, and for
-// two of 64 MiB: the first large one and the second small one must fail
+// memory cgroup of 256 MiB made for it, for an arena of 512 MiB, and for
+// two of 128 MiB: the first large one and the second small one must fail
 // with a clear error instead of the kernel killing the process as the
 // arena is faulted in. Skipped where no memory cgroup can be made.
 func TestNewRefusesMoreThanTheLimit(t *testing.T) {
 	if os.Getenv("STORE_TEST_LIMIT_CHILD") != "" {
-		_, err := New(Config{Capacity: 256 << 20})
+		_, err := New(Config{Capacity: 512 << 20})
 		fmt.Printf("New: %v\n", err)
 		if !errors.Is(err, ErrInvalidConfig) {
 			os.Exit(3)
 		}
-		// Half the limit fits; another half, beside the first, does not.
-		first, err := New(Config{Capacity: 64 << 20})
+		// Half the limit fits (with headroom's 96 MiB); another half,
+		// beside the first, does not.
+		first, err := New(Config{Capacity: 128 << 20})
 		if err != nil {
-			fmt.Printf("the first 64 MiB: %v\n", err)
+			fmt.Printf("the first 128 MiB: %v\n", err)
 			os.Exit(4)
 		}
 		defer first.Close()
-		_, err = New(Config{Capacity: 64 << 20})
+		_, err = New(Config{Capacity: 128 << 20})
 		fmt.Printf("New beside another: %v\n", err)
 		if !errors.Is(err, ErrInvalidConfig) {
 			os.Exit(5)
@@ -137,7 +138,7 @@ func TestNewRefusesMoreThanTheLimit(t *testing.T) {
 		t.Skipf("cannot make a memory cgroup: %v", err)
 	}
 	t.Cleanup(func() { os.Remove(dir) })
-	if err := os.WriteFile(filepath.Join(dir, parent.file), []byte(fmt.Sprint(128<<20)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, parent.file), []byte(fmt.Sprint(256<<20)), 0o644); err != nil {
 		t.Skipf("cannot limit a memory cgroup: %v", err)
 	}
 	// The shell joins the cgroup, then becomes the test binary.

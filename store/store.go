@@ -189,7 +189,7 @@ type Stats struct {
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
 // caller must Close it to release the memory. It refuses (ErrInvalidConfig)
 // a capacity that, with the memory the process holds that the kernel
-// cannot reclaim (another Store's arena among it, see resident) and 32 MiB
+// cannot reclaim (another Store's arena among it, see resident) and 96 MiB
 // for the rest of the process, is more than the process may use: its
 // memory cgroup's limit, or the machine's memory (memoryLimit); the kernel
 // would otherwise kill the process as the arena is faulted in.

@@ -24,6 +24,7 @@ import (
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/dataset/shards"
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/internal/gcfloor"
 	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -55,6 +56,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "shade-peer: %v\n", err)
 		return 2
+	}
+	// The samples are off the Go heap, which is small: let it grow to 64
+	// MiB between collections (package gcfloor). GOGC, where set, is the
+	// operator's choice instead.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		defer gcfloor.Floor{}.Start()()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
