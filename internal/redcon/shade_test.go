@@ -157,12 +157,20 @@ func TestBulkLengthBounds(t *testing.T) {
 // serveUnix runs a server with handler on a socket in a temporary folder.
 func serveUnix(t *testing.T, m mode, handler func(conn Conn, cmd Command)) string {
 	t.Helper()
+	return serveUnixLimited(t, m, Limits{}, handler, nil)
+}
+
+// serveUnixLimited is serveUnix with limits, and closed called with every
+// connection's end (nil: none).
+func serveUnixLimited(t *testing.T, m mode, lim Limits, handler func(conn Conn, cmd Command), closed func(Conn, error)) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewServerNetwork("unix", path, handler, nil, nil)
+	s := NewServerNetwork("unix", path, handler, nil, closed)
+	s.SetLimits(lim)
 	m.set(s, handler)
 	done := make(chan struct{})
 	go func() { defer close(done); s.Serve(ln) }()
@@ -526,19 +534,9 @@ func TestClientMemoryBudget(t *testing.T) { forModes(t, testClientMemoryBudget) 
 
 func testClientMemoryBudget(t *testing.T, m mode) {
 	b := budget.New(1 << 20)
-	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	closed := make(chan error, 16)
-	s := NewServerNetwork("unix", path, func(conn Conn, cmd Command) { conn.WriteString("OK") }, nil,
+	path := serveUnixLimited(t, m, Limits{Budget: b}, func(conn Conn, cmd Command) { conn.WriteString("OK") },
 		func(_ Conn, err error) { closed <- err })
-	s.SetLimits(Limits{Budget: b})
-	m.set(s, func(conn Conn, cmd Command) { conn.WriteString("OK") })
-	done := make(chan struct{})
-	go func() { defer close(done); s.Serve(ln) }()
-	defer func() { ln.Close(); <-done }()
 
 	c, err := net.Dial("unix", path)
 	if err != nil {
@@ -831,42 +829,31 @@ func TestLongRepliesReuseKeptBuffers(t *testing.T) {
 func testLongRepliesReuseKeptBuffers(t *testing.T, m mode, limit int64) {
 	const size, part = 3 << 19, 256 << 10 // 1.5 MiB in parts of 256 KiB
 	b := budget.New(limit)
-	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bufs := make(chan uintptr, 16) // where each long reply was made
-	var s *Server
-	handler := func(conn Conn, cmd Command) {
+	handler := func(cn Conn, cmd Command) {
 		switch string(cmd.Args[0]) {
-		case "KEPT":
-			s.big.mu.Lock()
-			held := s.big.held
-			s.big.mu.Unlock()
-			conn.WriteInt(held)
+		case "KEPT": // the bytes the server keeps
+			big := cn.(*conn).wr.big
+			big.mu.Lock()
+			held := big.held
+			big.mu.Unlock()
+			cn.WriteInt(held)
 		case "LONG": // LONG tag: a bulk of size bytes, each tag's first byte
-			conn.Grow(size + 32)
-			bufs <- uintptr(unsafe.Pointer(unsafe.SliceData(conn.Reply())))
-			r := AppendBulkHeader(conn.Reply(), size)
+			cn.Grow(size + 32)
+			bufs <- uintptr(unsafe.Pointer(unsafe.SliceData(cn.Reply())))
+			r := AppendBulkHeader(cn.Reply(), size)
 			for n := 0; n < size; n += part {
 				r = append(r, bytes.Repeat(cmd.Args[1][:1], part)...)
-				conn.SetReply(r)
-				if conn.FlushSome() != nil {
+				cn.SetReply(r)
+				if cn.FlushSome() != nil {
 					return
 				}
-				r = conn.Reply()
+				r = cn.Reply()
 			}
-			conn.SetReply(append(r, '\r', '\n'))
+			cn.SetReply(append(r, '\r', '\n'))
 		}
 	}
-	s = NewServerNetwork("unix", path, handler, nil, nil)
-	s.SetLimits(Limits{Budget: b})
-	m.set(s, handler)
-	done := make(chan struct{})
-	go func() { defer close(done); s.Serve(ln) }()
-	defer func() { ln.Close(); <-done }()
-
+	path := serveUnixLimited(t, m, Limits{Budget: b}, handler, nil)
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
