@@ -517,6 +517,12 @@ func TestJobsAheadBeginEpochsTogether(t *testing.T) {
 			if err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 1, "JOB", "b").Err(); err != nil {
 				t.Fatalf("job b's order of epoch 1: %v", err)
 			}
+			// That b began epoch 1 reaches a's node with the leader's
+			// order of b's epoch 2, drawn ahead: a's rank asking before it
+			// arrives would be held again until it does.
+			if !isolate {
+				waitBegun(t, p.node.ordered[0].lookupJob("b"), 1)
+			}
 			if err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1, 30000, "JOB", "a").Err(); err != nil {
 				t.Fatalf("job a's order of epoch 1: %v", err)
 			}
@@ -534,6 +540,23 @@ func TestJobsAheadBeginEpochsTogether(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// waitBegun waits until the orders js's node holds say it began epoch
+// (as awaitStart reads them), or the test's deadline.
+func waitBegun(t *testing.T, js *jobState, epoch int) {
+	t.Helper()
+	for {
+		changed := js.book.Changes()
+		if q := js.book.Newest(); q != nil && q.Epoch-q.Ahead >= epoch {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.Context().Done():
+			t.Fatalf("job %s never began epoch %d here", js.name, epoch)
+		}
 	}
 }
 
