@@ -252,7 +252,11 @@ func (c *Client) Get(ctx context.Context, dataset string, id int) ([]byte, error
 // Samples the peer holds are copied straight out of its memory where it
 // can be shared (see Options.NoSharedMemory); the result is the same.
 func (c *Client) MGet(ctx context.Context, dataset string, ids []int) ([][]byte, error) {
-	return c.MGetInto(ctx, dataset, ids, nil)
+	out, err := c.MGetInto(ctx, dataset, ids, nil)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // MGetInto is MGet into the caller's buffers, for a loop that reads batch
@@ -261,8 +265,9 @@ func (c *Client) MGet(ctx context.Context, dataset string, ids []int) ([][]byte,
 // where it is long enough; pass the result of one call as dst of the
 // next. A batch of a few MB into fresh slices costs more than the copies
 // themselves: the allocation, and the garbage collections it brings
-// (BenchmarkMGet). dst's buffers must not overlap; on an error their
-// contents are undefined.
+// (BenchmarkMGet). dst's buffers must not overlap. On an error it
+// returns no samples: an empty slice on dst's array, the buffers still
+// in it past its length for the next call (their contents undefined).
 func (c *Client) MGetInto(ctx context.Context, dataset string, ids []int, dst [][]byte) ([][]byte, error) {
 	if len(ids) == 0 {
 		if dst == nil {
@@ -275,14 +280,19 @@ func (c *Client) MGetInto(ctx context.Context, dataset string, ids []int, dst []
 	for i, id := range ids {
 		keys[i] = sampleKey(dataset, id)
 	}
+	err := errStale
 	if m := c.shm.mapping(); m != nil {
-		err := c.locate(ctx, m, keys, out)
-		if !errors.Is(err, errStale) {
-			return out, err
+		if err = c.locate(ctx, m, keys, out); errors.Is(err, errStale) {
+			c.shm.drop(m) // the peer restarted: map its new memory next time
 		}
-		c.shm.drop(m) // the peer restarted: map its new memory next time
 	}
-	return out, c.mgetKeys(ctx, keys, out)
+	if errors.Is(err, errStale) {
+		err = c.mgetKeys(ctx, keys, out)
+	}
+	if err != nil {
+		return out[:0], err
+	}
+	return out, nil
 }
 
 // mgetKeys is MGet of keys over the socket, each value into out's slot

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -145,6 +146,15 @@ func TestMGetIntoReusesBuffers(t *testing.T) {
 	c := newClient(t, Options{Socket: sock})
 	if got, err := c.MGetInto(ctx, "toy", nil, make([][]byte, 3)); err != nil || len(got) != 0 {
 		t.Fatalf("no ids: %d results, %v", len(got), err)
+	}
+	// A missing sample: no samples, the buffers kept past the length.
+	dst := [][]byte{make([]byte, 0, 4000), make([]byte, 0, 4000)}
+	got, err := c.MGetInto(ctx, "toy", []int{2, len(d.Files)}, dst)
+	if !errors.Is(err, ErrNotFound) || len(got) != 0 || cap(got) < 2 || unsafe.SliceData(got[:2][1]) != unsafe.SliceData(dst[1]) {
+		t.Fatalf("a missing sample: %d results, %v", len(got), err)
+	}
+	if got, err := c.MGet(ctx, "toy", []int{2, len(d.Files)}); got != nil || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("MGet of a missing sample: %d results, %v", len(got), err)
 	}
 }
 
