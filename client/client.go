@@ -280,19 +280,24 @@ func (c *Client) MGetInto(ctx context.Context, dataset string, ids []int, dst []
 	for i, id := range ids {
 		keys[i] = sampleKey(dataset, id)
 	}
-	err := errStale
-	if m := c.shm.mapping(); m != nil {
-		if err = c.locate(ctx, m, keys, out); errors.Is(err, errStale) {
-			c.shm.drop(m) // the peer restarted: map its new memory next time
-		}
-	}
-	if errors.Is(err, errStale) {
-		err = c.mgetKeys(ctx, keys, out)
-	}
-	if err != nil {
+	if err := c.readInto(ctx, keys, out); err != nil {
 		return out[:0], err
 	}
 	return out, nil
+}
+
+// readInto reads keys into out's slots of the same indexes: from the
+// peer's memory where it is mapped, over the socket where it is not or
+// the peer restarted.
+func (c *Client) readInto(ctx context.Context, keys []string, out [][]byte) error {
+	if m := c.shm.mapping(); m != nil {
+		err := c.locate(ctx, m, keys, out)
+		if !errors.Is(err, errStale) {
+			return err
+		}
+		c.shm.drop(m) // the peer restarted: map its new memory next time
+	}
+	return c.mgetKeys(ctx, keys, out)
 }
 
 // mgetKeys is MGet of keys over the socket, each value into out's slot

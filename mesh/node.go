@@ -361,8 +361,7 @@ func (n *Node) hits(ids ...policy.ID) {
 	full := len(n.pending) >= maxPendingHits
 	n.hitMu.Unlock()
 	if full {
-		n.lockPolicy()
-		n.polMu.Unlock()
+		n.Settle()
 	}
 }
 
