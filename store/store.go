@@ -119,8 +119,10 @@ func charge(keyLen, valueLen int) int64 {
 //
 // Lock order, outermost first:
 //
-//  1. life: read-held by Put for its whole duration (it writes into the
-//     arena outside the other locks), write-held by Close.
+//  1. life: read-held by Put, Delete and the drop of a corrupt entry for
+//     their whole duration (they touch the arena outside the other locks:
+//     a new block's bytes, an unlinked block's loan word), write-held by
+//     Close, which may unmap the arena.
 //  2. shard.mu: at most one at a time, except Close, which takes them all
 //     in index order.
 //  3. tlsf.mu: innermost; nothing else is taken while it is held.
@@ -383,6 +385,8 @@ func touchedThenVerified(v []byte, sum uint64) bool {
 // entry. The caller holds no lock.
 func (s *Store) dropCorrupt(sh *shard, h, off uint64) {
 	s.corrupt.Add(1)
+	s.life.RLock()
+	defer s.life.RUnlock()
 	sh.mu.Lock()
 	cur, ok := sh.m[h]
 	drop := ok && cur == off && !s.closed.Load()
@@ -612,6 +616,8 @@ func (s *Store) ValueLen(key []byte) (int, bool) {
 func (s *Store) Delete(key []byte) bool {
 	h := xxhash.Sum64(key)
 	sh := s.shard(h)
+	s.life.RLock()
+	defer s.life.RUnlock()
 	sh.mu.Lock()
 	off, _, _, found, corrupt := s.lookup(sh, h, key, false)
 	ok := found || corrupt
