@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -113,6 +114,43 @@ func TestDirReadChanged(t *testing.T) {
 				t.Errorf("Read returned %q, want dst unchanged", got)
 			}
 		})
+	}
+}
+
+// TestDirReadSizeChangesWhileReading reads files of the kernel's whose
+// contents are not the size their fstat gives, as a file that grew or
+// shrank between the fstat and the read would be: a /proc file is 0 bytes
+// by fstat and longer to read, a /sys file 4,096 bytes and shorter. Each
+// is refused as changed, with dst as it was given. A FIFO in a sample's
+// place is refused without blocking the open.
+func TestDirReadSizeChangesWhileReading(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		size int64
+		want string
+	}{
+		{"/proc/self/status", 0, "grew while being read"},
+		{"/sys/kernel/mm/transparent_hugepage/enabled", 4096, "shrank while being read"},
+		{fifo, 0, "no longer a regular file"},
+	} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(tc.path, &st); err != nil || (tc.path != fifo && st.Size != tc.size) {
+			t.Logf("%s: %v, %d bytes by stat: not the case this test needs", tc.path, err, st.Size)
+			continue
+		}
+		d := &Dir{root: filepath.Dir(tc.path), m: &Manifest{Names: []string{filepath.Base(tc.path)}, Sizes: []int64{tc.size}}}
+		dst := []byte("abc")
+		got, err := d.Read(0, dst)
+		if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {
+			t.Errorf("Read(%s) = %v, want ErrChanged: %s, naming the path", tc.path, err, tc.want)
+		}
+		if string(got) != "abc" {
+			t.Errorf("Read(%s) returned %d bytes, want dst unchanged (abc)", tc.path, len(got))
+		}
 	}
 }
 
