@@ -238,7 +238,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // A peer whose hedged request lost cancels it, and that must not fail
 // the same read for this node's own trainers.
 func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, error) {
-	shared := n.flight.DoChan(string(key), func() (any, error) {
+	call := n.flight.Do(key, func() (read, error) {
 		ctx := n.ctx
 		// The first owner in the ring's order reads the source for all of
 		// them: an owner after it asks it to read through instead of
@@ -294,7 +294,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 		got, how, err := hedge.First(ctx, n.throughWait(ds), tries...)
 		ds.counters.Current().Hedged.Add(int64(how.Hedged))
 		if err != nil {
-			return nil, err
+			return read{}, err
 		}
 		if n.admit(sampleID(ds, idx), key, got.v, ds) && got.source {
 			n.offer(ds, uint32(idx), got.v, owners, false)
@@ -302,11 +302,11 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 		return got, nil
 	})
 	select {
-	case r := <-shared:
-		if r.Err != nil {
-			return nil, false, r.Err
+	case <-call.Done():
+		res, err := call.Result()
+		if err != nil {
+			return nil, false, err
 		}
-		res := r.Val.(read)
 		return res.v, res.mem, nil
 	case <-ctx.Done():
 		return nil, false, ctx.Err()

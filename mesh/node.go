@@ -11,9 +11,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
+	"github.com/shade-mesh/shade/internal/flight"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/outbox"
@@ -62,7 +62,7 @@ type Node struct {
 	datasets map[string]*datasetState // fixed after New
 	ordered  []*datasetState          // by ordinal
 	jobsMu   sync.Mutex               // held while a job is started
-	flight   singleflight.Group
+	flight   flight.Group[read]
 
 	// polMu serializes the policy and every mutation of the store, so the
 	// policy's view of what is resident and the store's always agree. Reads
@@ -224,6 +224,7 @@ func (n *Node) stop() {
 		c.wire.Close()
 	}
 	n.bg.Wait()
+	n.flight.Close()
 }
 
 // route classifies a key: a sample of a known dataset (ds non-nil), or a
