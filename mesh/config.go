@@ -203,6 +203,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SourceReads == 0 {
 		c.SourceReads = 16
 	}
+	if c.SourceReads < 0 {
+		return c, fmt.Errorf("%w: source reads %d", ErrConfig, c.SourceReads)
+	}
 	if c.PrefetchMemory == 0 {
 		c.PrefetchMemory = 64 << 20
 	}

@@ -401,3 +401,21 @@ func TestResidentBitmapIsTheCache(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesNegativeBounds: a negative bound in the configuration is
+// refused as a configuration error, not taken for a default or let panic.
+func TestNewRefusesNegativeBounds(t *testing.T) {
+	for name, c := range map[string]Config{
+		"source reads":    {SourceReads: -1},
+		"max world":       {MaxWorld: -1},
+		"prefetch memory": {PrefetchMemory: -1},
+	} {
+		c.Name, c.CacheSize = "n", 1<<20
+		if n, err := New(c); !errors.Is(err, ErrConfig) {
+			if n != nil {
+				n.Close()
+			}
+			t.Errorf("%s -1: New = %v, want ErrConfig", name, err)
+		}
+	}
+}

@@ -9,10 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport"
@@ -250,4 +253,70 @@ func TestSocketReadsUnderEviction(t *testing.T) {
 		t.Errorf("the reads did not both hit and evict: %+v", st.Datasets[0].Total)
 	}
 	p.loansBack(t)
+}
+
+// gatedSource is a directory source whose reads wait, until gate is
+// closed, and count how many are under way at once.
+type gatedSource struct {
+	*dataset.Dir
+	gate     chan struct{}
+	inflight atomic.Int64
+	most     atomic.Int64
+	started  chan struct{} // one send a read
+}
+
+func (s *gatedSource) Read(i int, dst []byte) ([]byte, error) {
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	s.started <- struct{}{}
+	<-s.gate
+	return s.Dir.Read(i, dst)
+}
+
+// TestMGetReadsMissesWithinSourceReads: an MGET of 64 samples none of
+// which is held reads them all, right, with SourceReads (4) source reads
+// under way at once and never more.
+func TestMGetReadsMissesWithinSourceReads(t *testing.T) {
+	data := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: 64, MinSize: 100, MaxSize: 400, Seed: 3})
+	dir, err := dataset.OpenDir(data.Dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &gatedSource{Dir: dir, gate: make(chan struct{}), started: make(chan struct{}, 64)}
+	n, err := New(Config{Name: "n", CacheSize: 1 << 20, SourceReads: 4,
+		Datasets: []DatasetConfig{{Name: "ds", Source: src}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = []byte(testsupport.Key("ds", i))
+	}
+	done := make(chan transport.Batch)
+	go func() { done <- n.MGet(context.Background(), keys) }()
+	for k := range 4 { // four reads wait at the gate
+		select {
+		case <-src.started:
+		case <-time.After(20 * time.Second): // a guard against a hang, not a measure
+			t.Fatalf("%d source reads began, want 4", k)
+		}
+	}
+	close(src.gate)
+	b := <-done
+	defer b.Close()
+	for i := range keys {
+		v, found, err := b.Append(i, nil, nil)
+		if err != nil || !found {
+			t.Fatalf("sample %d: found %v, %v", i, found, err)
+		}
+		if err := data.Check(i, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if most := src.most.Load(); most != 4 {
+		t.Fatalf("%d source reads under way at once, want 4 (SourceReads)", most)
+	}
 }
