@@ -3,6 +3,8 @@ package hedge
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -249,4 +251,73 @@ func BenchmarkFirst(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestNthIsTheSortedElement checks nth against a sort, for every k, on
+// arrays of many shapes: random, with few distinct values, sorted,
+// reversed, a sorted ring rotated (the window's order as latencies
+// climb), and all equal.
+func TestNthIsTheSortedElement(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	shapes := map[string]func(n int) []time.Duration{
+		"random": func(n int) []time.Duration {
+			a := make([]time.Duration, n)
+			for i := range a {
+				a[i] = time.Duration(rng.Int64N(1 << 30))
+			}
+			return a
+		},
+		"few values": func(n int) []time.Duration {
+			a := make([]time.Duration, n)
+			for i := range a {
+				a[i] = time.Duration(rng.IntN(3))
+			}
+			return a
+		},
+		"sorted":   func(n int) []time.Duration { return ramp(n, 1) },
+		"reversed": func(n int) []time.Duration { return ramp(n, -1) },
+		"rotated": func(n int) []time.Duration {
+			a := ramp(n, 1)
+			r := rng.IntN(n)
+			return append(a[r:], a[:r]...)
+		},
+		"equal": func(n int) []time.Duration { return make([]time.Duration, n) },
+	}
+	for name, shape := range shapes {
+		for _, n := range []int{1, 2, 3, 5, 31, 32, 100, 512} {
+			a := shape(n)
+			sorted := slices.Sorted(slices.Values(a))
+			for k := range n {
+				b := slices.Clone(a)
+				if got := nth(b, k); got != sorted[k] {
+					t.Fatalf("%s, %d elements: nth(%d) = %d, want %d", name, n, k, got, sorted[k])
+				}
+				if !slices.Equal(slices.Sorted(slices.Values(b)), sorted) {
+					t.Fatalf("%s, %d elements: nth(%d) changed the elements, not only their order", name, n, k)
+				}
+			}
+		}
+	}
+}
+
+func ramp(n, step int) []time.Duration {
+	a := make([]time.Duration, n)
+	for i := range a {
+		a[i] = time.Duration(1000 + step*i)
+	}
+	return a
+}
+
+// BenchmarkDelayObserve is one answer's latency recorded, the quantile
+// worked out again every learnEvery of them.
+func BenchmarkDelayObserve(b *testing.B) {
+	var d Delay
+	rng := rand.New(rand.NewPCG(1, 2))
+	lat := make([]time.Duration, 4096)
+	for i := range lat {
+		lat[i] = time.Duration(rng.Int64N(int64(50 * time.Millisecond)))
+	}
+	for i := 0; b.Loop(); i++ {
+		d.Observe(lat[i%len(lat)])
+	}
 }
