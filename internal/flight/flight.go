@@ -30,11 +30,17 @@ type Group[T any] struct {
 	once sync.Once
 
 	started atomic.Int64 // workers ever started
+	live    atomic.Int64 // workers running or waiting now
 	idle    atomic.Int64 // workers waiting for a run now
 }
 
-// IdleFor is how long a worker waits for the next run before it ends.
-const IdleFor = 10 * time.Second
+// IdleFor is how long a worker waits for the next run before it ends,
+// and MaxIdle the most workers that wait at once: past a burst of misses
+// the rest end as their runs do.
+const (
+	IdleFor = 10 * time.Second
+	MaxIdle = 256
+)
 
 // Call is one run of a function for a key, shared by every caller that
 // asked for that key while it ran.
@@ -93,22 +99,26 @@ func (g *Group[T]) run(r func()) {
 	case g.work <- r:
 	default:
 		g.started.Add(1)
+		g.live.Add(1)
 		go g.worker(r)
 	}
 }
 
 // worker runs r, then each run handed to it, until it has waited IdleFor
-// for one or the group is closed.
+// for one, MaxIdle others wait already, or the group is closed.
 func (g *Group[T]) worker(r func()) {
+	defer g.live.Add(-1)
 	var idle *time.Timer
 	for {
 		r()
+		if !g.waiting() {
+			return
+		}
 		if idle == nil {
 			idle = time.NewTimer(IdleFor)
 		} else {
 			idle.Reset(IdleFor)
 		}
-		g.idle.Add(1)
 		select {
 		case r = <-g.work:
 			g.idle.Add(-1)
@@ -119,6 +129,19 @@ func (g *Group[T]) worker(r func()) {
 			g.idle.Add(-1)
 			idle.Stop()
 			return
+		}
+	}
+}
+
+// waiting counts a worker among the idle ones, unless MaxIdle are.
+func (g *Group[T]) waiting() bool {
+	for {
+		n := g.idle.Load()
+		if n >= MaxIdle {
+			return false
+		}
+		if g.idle.CompareAndSwap(n, n+1) {
+			return true
 		}
 	}
 }

@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -100,6 +101,32 @@ func TestRunsGoToAnIdleWorker(t *testing.T) {
 		t.Fatalf("a run after Close returned %d", v)
 	}
 	waitIdle(t, &g, 0)
+}
+
+// TestAtMostMaxIdleWorkersWait runs more calls at once than MaxIdle:
+// once they have returned, MaxIdle workers wait for more and the others
+// have ended.
+func TestAtMostMaxIdleWorkersWait(t *testing.T) {
+	var g Group[int]
+	defer g.Close()
+	release := make(chan struct{})
+	calls := make([]*Call[int], MaxIdle+44)
+	for i := range calls {
+		calls[i] = g.Do([]byte(strconv.Itoa(i)), func() (int, error) { <-release; return i, nil })
+	}
+	close(release)
+	for i, c := range calls {
+		<-c.Done()
+		if v, _ := c.Result(); v != i {
+			t.Fatalf("call %d returned %d", i, v)
+		}
+	}
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return g.live.Load() == g.idle.Load() }); err != nil {
+		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", g.live.Load(), g.idle.Load())
+	}
+	if n := g.idle.Load(); n != MaxIdle {
+		t.Fatalf("%d workers wait after %d calls at once, want MaxIdle (%d)", n, len(calls), MaxIdle)
+	}
 }
 
 // waitIdle waits until n workers wait for work (a worker counts itself
