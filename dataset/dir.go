@@ -80,7 +80,7 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 	//
 	// O_NONBLOCK so that a FIFO swapped in for the file cannot block the
 	// open; it is refused below, and is a no-op for regular files.
-	fd, err := ignoringEINTR(func() (int, error) {
+	fd, err := IgnoringEINTR(func() (int, error) {
 		return syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	})
 	if err != nil {
@@ -92,7 +92,7 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 	}
 	defer syscall.Close(fd)
 	var st syscall.Stat_t
-	if _, err := ignoringEINTR(func() (int, error) { return 0, syscall.Fstat(fd, &st) }); err != nil {
+	if _, err := IgnoringEINTR(func() (int, error) { return 0, syscall.Fstat(fd, &st) }); err != nil {
 		return dst, fmt.Errorf("dataset: %w", &fs.PathError{Op: "stat", Path: path, Err: err})
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
@@ -109,7 +109,7 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 	out := slices.Grow(dst, want+1)[:n+want+1]
 	got := 0
 	for {
-		k, err := ignoringEINTR(func() (int, error) { return syscall.Read(fd, out[n+got:]) })
+		k, err := IgnoringEINTR(func() (int, error) { return syscall.Read(fd, out[n+got:]) })
 		if err != nil {
 			return dst, fmt.Errorf("dataset: %w", &fs.PathError{Op: "read", Path: path, Err: err})
 		}
@@ -125,9 +125,10 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 	}
 }
 
-// ignoringEINTR calls f until it fails with an error other than EINTR
-// (the Go runtime's signals interrupt system calls), as package os does.
-func ignoringEINTR(f func() (int, error)) (int, error) {
+// IgnoringEINTR calls f, a system call, until it fails with an error
+// other than EINTR (the Go runtime's signals interrupt system calls), as
+// package os does for its own.
+func IgnoringEINTR(f func() (int, error)) (int, error) {
 	for {
 		n, err := f()
 		if err != syscall.EINTR {

@@ -46,6 +46,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/shade-mesh/shade/dataset"
@@ -115,7 +116,16 @@ type Source struct {
 	st      store
 	samples []sample
 	m       *dataset.Manifest
+
+	// spans keeps the buffers a sample's span of its shard is read into
+	// (*[]byte), up to maxKeptSpan bytes: Read copies the members out of
+	// the span into the caller's dst, and the span is read again into
+	// the next buffer instead of a new one each sample.
+	spans sync.Pool
 }
+
+// maxKeptSpan is the longest span buffer Source keeps for the next read.
+const maxKeptSpan = 4 << 20
 
 // Open finds the shards at cfg.Location, builds or loads their index and
 // returns the Source. ctx bounds the listing and indexing.
@@ -177,11 +187,19 @@ func (s *Source) Read(i int, dst []byte) ([]byte, error) {
 		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.samples))
 	}
 	smp := s.samples[i]
-	span, err := s.st.readAt(smp.Shard, smp.Start, smp.End-smp.Start, nil)
-	if err != nil {
-		return dst, err
+	buf, _ := s.spans.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
 	}
-	return appendSample(dst, smp.Members, span), nil
+	span, err := s.st.readAt(smp.Shard, smp.Start, smp.End-smp.Start, (*buf)[:0])
+	if err == nil {
+		dst = appendSample(dst, smp.Members, span)
+	}
+	if cap(span) <= maxKeptSpan {
+		*buf = span[:0]
+		s.spans.Put(buf)
+	}
+	return dst, err
 }
 
 // appendSample encodes the members, whose bytes lie in span at their
@@ -479,25 +497,39 @@ func (d *dirStore) stream(_ context.Context, i int) (io.ReadCloser, error) {
 }
 
 // readAt preads n bytes at off from shard i, after checking that the shard
-// still has the size and modification time it was indexed with.
+// still has the size and modification time it was indexed with. As
+// dataset.Dir.Read does, it makes the system calls itself (open, fstat,
+// pread, close) rather than through an os.File, which adds a try at the
+// poller that regular files refuse.
 func (d *dirStore) readAt(i int, off, n int64, dst []byte) ([]byte, error) {
 	p := d.path(d.names[i])
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// O_NONBLOCK so that a FIFO swapped in for the shard cannot block the
+	// open; it is refused below.
+	fd, err := dataset.IgnoringEINTR(func() (int, error) {
+		return syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	})
 	if err != nil {
 		return dst, fmt.Errorf("%w: shard %s: %v", dataset.ErrChanged, p, err)
 	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return dst, fmt.Errorf("shards: %w", err)
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if _, err := dataset.IgnoringEINTR(func() (int, error) { return 0, syscall.Fstat(fd, &st) }); err != nil {
+		return dst, fmt.Errorf("shards: %s: %w", p, err)
 	}
-	if !info.Mode().IsRegular() || info.Size() != d.sizes[i] || info.ModTime().UnixNano() != d.mtimes[i] {
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size != d.sizes[i] || st.Mtim.Nano() != d.mtimes[i] {
 		return dst, fmt.Errorf("%w: shard %s was modified since it was indexed", dataset.ErrChanged, p)
 	}
 	start := len(dst)
 	dst = slices.Grow(dst, int(n))[:start+int(n)]
-	if _, err := f.ReadAt(dst[start:], off); err != nil {
-		return dst[:start], fmt.Errorf("shards: %s: %w", p, err)
+	for got := 0; got < int(n); {
+		k, err := dataset.IgnoringEINTR(func() (int, error) { return syscall.Pread(fd, dst[start+got:], off+int64(got)) })
+		if err != nil {
+			return dst[:start], fmt.Errorf("shards: %s: %w", p, err)
+		}
+		if k == 0 {
+			return dst[:start], fmt.Errorf("%w: shard %s ends before byte %d", dataset.ErrChanged, p, off+n)
+		}
+		got += k
 	}
 	return dst, nil
 }

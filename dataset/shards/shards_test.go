@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,7 +51,7 @@ func writeTar(t testing.TB, path string, files []file) []byte {
 // makeShards writes nShards shards of per samples each (members jpg, cls
 // and, for every third sample, a long-named json) and returns the expected
 // samples in order: key and members.
-func makeShards(t *testing.T, dir string, nShards, per int) ([]string, []map[string][]byte, [][]byte) {
+func makeShards(t testing.TB, dir string, nShards, per int) ([]string, []map[string][]byte, [][]byte) {
 	t.Helper()
 	var keys []string
 	var want []map[string][]byte
@@ -200,5 +202,96 @@ func TestS3ShardsByRangedReads(t *testing.T) {
 	checkAll(t, src, keys, want)
 	if gets := g.GetCounts(t, "shade-wds"); gets["wds/shard-000.tar"] != 1+30 {
 		t.Fatalf("GETs of shard 0 after reading its 30 samples: %d, want 1 + 30 ranged reads", gets["wds/shard-000.tar"])
+	}
+}
+
+// BenchmarkDirShardRead reads random samples (100 to 3,100 bytes of jpg,
+// a class, some metadata) out of 8 shards of 200 in a folder.
+func BenchmarkDirShardRead(b *testing.B) {
+	dir := b.TempDir()
+	keys, _, _ := makeShards(b, dir, 8, 200)
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var buf []byte
+	for i := 0; b.Loop(); i++ {
+		if buf, err = src.Read(i*7919%len(keys), buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestDirShardsReadConcurrently reads every sample from four goroutines at
+// once, each into buffers it reuses, while the Source reuses its span
+// buffers between them: every sample is byte-exact.
+func TestDirShardsReadConcurrently(t *testing.T) {
+	dir := t.TempDir()
+	_, want, _ := makeShards(t, dir, 3, 40)
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			var buf []byte
+			var err error
+			for k := range len(want) * 3 {
+				i := (k*7 + g*13) % len(want)
+				if buf, err = src.Read(i, buf[:0]); err != nil {
+					errs <- err
+					return
+				}
+				var got map[string][]byte
+				if err := msgpack.Unmarshal(buf, &got); err != nil || len(got) != len(want[i]) {
+					errs <- fmt.Errorf("sample %d: %d members, %v", i, len(got), err)
+					return
+				}
+				for ext, data := range want[i] {
+					if !bytes.Equal(got[ext], data) {
+						errs <- fmt.Errorf("sample %d member %s: wrong bytes", i, ext)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestDirShardReplacedRefused: a shard cut short, and a FIFO put in a
+// shard's place, fail their samples as changed (the FIFO without blocking
+// the open); the other shards serve.
+func TestDirShardReplacedRefused(t *testing.T) {
+	dir := t.TempDir()
+	makeShards(t, dir, 3, 40)
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "shard-002.tar"), 1024); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "shard-000.tar")
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 39, 80, 119} {
+		if _, err := src.Read(i, nil); !errors.Is(err, dataset.ErrChanged) {
+			t.Errorf("sample %d: %v, want ErrChanged", i, err)
+		}
+	}
+	if _, err := src.Read(40, nil); err != nil {
+		t.Errorf("sample 40, of a shard as it was: %v", err)
 	}
 }
