@@ -32,20 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 import redis  # noqa: E402
 
-
-def wait_socket(path, proc, limit=30.0):
-    import socket
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(path))
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing answers on {path}")
+from zero_copy import wait_socket  # noqa: E402
 
 
 def cpu_seconds(pid):
