@@ -283,39 +283,54 @@ func BenchmarkPeerReads(b *testing.B) {
 		name  string
 		after time.Duration
 	}{{"hedged", 0}, {"never", -1}} {
-		_, peers := StartMeshForTest(b, 3, spec, 2, func(_ int, c *Config) {
-			c.CacheSize = 64 << 10
-			c.Cluster.HedgeAfter = mode.after
-		})
-		b.Run(mode.name, func(b *testing.B) {
-			hedged := func() (n int64) {
-				for _, p := range peers {
-					n += p.Node.ordered[0].stats().Total.Hedged
-				}
-				return n
-			}
-			before := hedged()
-			var next atomic.Int64
-			b.SetParallelism(16)
-			b.RunParallel(func(pb *testing.PB) {
-				i := next.Add(1)
-				n := peers[int(i)%len(peers)].Node
-				ds := n.ordered[0]
-				rng := rand.New(rand.NewPCG(uint64(i), 1))
-				ctx := context.Background()
-				var dst []byte
-				for pb.Next() {
-					v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, uint32(rng.IntN(ds.len)))), dst[:0])
-					if err != nil || !ok {
-						b.Errorf("read: %v, found %v", err, ok)
-						return
-					}
-					dst = v
-				}
-			})
-			b.ReportMetric(float64(hedged()-before)/float64(b.N), "hedged/op")
-		})
+		benchPeerReads(b, mode.name, spec, mode.after)
 	}
+}
+
+// BenchmarkPeerReadsThrough is BenchmarkPeerReads with samples of 100
+// KiB, without hedging: nearly every read goes to the source at one of
+// its owners, which admits the sample, offers it to the other owner, and
+// answers the node that asked where that is another.
+func BenchmarkPeerReadsThrough(b *testing.B) {
+	benchPeerReads(b, "100KiB", testsupport.DatasetSpec{Samples: 600, MinSize: 100 << 10, MaxSize: 100 << 10, Seed: 1}, -1)
+}
+
+// benchPeerReads runs sub-benchmark name: random samples of spec read
+// from the nodes of a mesh of 3 (2 owners a sample, 64 KiB of cache a
+// node), 16 readers a CPU.
+func benchPeerReads(b *testing.B, name string, spec testsupport.DatasetSpec, hedgeAfter time.Duration) {
+	_, peers := StartMeshForTest(b, 3, spec, 2, func(_ int, c *Config) {
+		c.CacheSize = 64 << 10
+		c.Cluster.HedgeAfter = hedgeAfter
+	})
+	b.Run(name, func(b *testing.B) {
+		hedged := func() (n int64) {
+			for _, p := range peers {
+				n += p.Node.ordered[0].stats().Total.Hedged
+			}
+			return n
+		}
+		before := hedged()
+		var next atomic.Int64
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			i := next.Add(1)
+			n := peers[int(i)%len(peers)].Node
+			ds := n.ordered[0]
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			ctx := context.Background()
+			var dst []byte
+			for pb.Next() {
+				v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, uint32(rng.IntN(ds.len)))), dst[:0])
+				if err != nil || !ok {
+					b.Errorf("read: %v, found %v", err, ok)
+					return
+				}
+				dst = v
+			}
+		})
+		b.ReportMetric(float64(hedged()-before)/float64(b.N), "hedged/op")
+	})
 }
 
 // BenchmarkHeldBatches answers batches of 64 random 4 KiB samples held in
