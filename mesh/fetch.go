@@ -601,9 +601,11 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	items = make([]wire.FetchItem, len(req.IDs))
 	// Values found in memory are copied into vals, back to back, so that
 	// the reply sends runs of them with one write; each item's value is
-	// cut from it once every copy is made.
-	vals := newCopyBuffer(int(need))
-	inVals := make([]copied, 0, len(req.IDs))
+	// cut from it once every copy is made. vals is made at the first value
+	// found: a fetch of samples read through (each a buffer of its own)
+	// makes none.
+	var vals *copyBuffer
+	var inVals []copied
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.SourceReads)
 	for i, id := range req.IDs {
@@ -627,6 +629,10 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			}
 			it.Found, it.Hit, it.Sum = true, true, sum
 			if !req.Warm {
+				if vals == nil {
+					vals = newCopyBuffer(int(need))
+					inVals = make([]copied, 0, len(req.IDs))
+				}
 				if start, ok := vals.add(v); ok {
 					inVals = append(inVals, copied{item: i, start: start, end: start + len(v)})
 				} else {
@@ -673,9 +679,11 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	// No socket settles another peer's reads once their reply is sent
 	// (Backend.Settle): the policy hears of this fetch's at once.
 	n.Settle()
-	all := vals.bytes()
-	for _, c := range inVals {
-		items[c.item].Value = all[c.start:c.end:c.end]
+	if vals != nil {
+		all := vals.bytes()
+		for _, c := range inVals {
+			items[c.item].Value = all[c.start:c.end:c.end]
+		}
 	}
 	return items, release, nil
 }
