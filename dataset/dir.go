@@ -72,17 +72,8 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 	}
 	path := d.Path(i)
 	want := int(d.m.Sizes[i])
-	// The file is read with the system calls themselves, not an os.File:
-	// open, fstat, one read and close, where an os.File adds a try at the
-	// poller (which regular files refuse), a second read for the end and
-	// an object of its own. On the read-through path, that is a third of
-	// the calls for every sample missed.
-	//
-	// O_NONBLOCK so that a FIFO swapped in for the file cannot block the
-	// open; it is refused below, and is a no-op for regular files.
-	fd, err := IgnoringEINTR(func() (int, error) {
-		return syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	})
+	// Four system calls (see OpenForRead): open, fstat, one read, close.
+	fd, err := OpenForRead(path)
 	if err != nil {
 		err = &fs.PathError{Op: "open", Path: path, Err: err}
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
@@ -91,11 +82,11 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 		return dst, fmt.Errorf("dataset: %w", err)
 	}
 	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if _, err := IgnoringEINTR(func() (int, error) { return 0, syscall.Fstat(fd, &st) }); err != nil {
+	st, err := Fstat(fd)
+	if err != nil {
 		return dst, fmt.Errorf("dataset: %w", &fs.PathError{Op: "stat", Path: path, Err: err})
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG { // a FIFO, a folder, a device
 		return dst, fmt.Errorf("%w: %s is no longer a regular file", ErrChanged, path)
 	}
 	if st.Size != int64(want) {
@@ -121,18 +112,6 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 			return dst, fmt.Errorf("%w: %s shrank while being read (the manifest says %d bytes)", ErrChanged, path, want)
 		case k == 0 || got == want:
 			return out[:n+want], nil
-		}
-	}
-}
-
-// IgnoringEINTR calls f, a system call, until it fails with an error
-// other than EINTR (the Go runtime's signals interrupt system calls), as
-// package os does for its own.
-func IgnoringEINTR(f func() (int, error)) (int, error) {
-	for {
-		n, err := f()
-		if err != syscall.EINTR {
-			return n, err
 		}
 	}
 }

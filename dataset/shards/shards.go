@@ -497,23 +497,17 @@ func (d *dirStore) stream(_ context.Context, i int) (io.ReadCloser, error) {
 }
 
 // readAt preads n bytes at off from shard i, after checking that the shard
-// still has the size and modification time it was indexed with. As
-// dataset.Dir.Read does, it makes the system calls itself (open, fstat,
-// pread, close) rather than through an os.File, which adds a try at the
-// poller that regular files refuse.
+// still has the size and modification time it was indexed with: open,
+// fstat, pread, close, as dataset.Dir.Read reads (dataset.OpenForRead).
 func (d *dirStore) readAt(i int, off, n int64, dst []byte) ([]byte, error) {
 	p := d.path(d.names[i])
-	// O_NONBLOCK so that a FIFO swapped in for the shard cannot block the
-	// open; it is refused below.
-	fd, err := dataset.IgnoringEINTR(func() (int, error) {
-		return syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	})
+	fd, err := dataset.OpenForRead(p)
 	if err != nil {
 		return dst, fmt.Errorf("%w: shard %s: %v", dataset.ErrChanged, p, err)
 	}
 	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if _, err := dataset.IgnoringEINTR(func() (int, error) { return 0, syscall.Fstat(fd, &st) }); err != nil {
+	st, err := dataset.Fstat(fd)
+	if err != nil {
 		return dst, fmt.Errorf("shards: %s: %w", p, err)
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size != d.sizes[i] || st.Mtim.Nano() != d.mtimes[i] {
