@@ -544,12 +544,12 @@ func TestJobsAheadBeginEpochsTogether(t *testing.T) {
 }
 
 // waitBegun waits until the orders js's node holds say it began epoch
-// (as awaitStart reads them), or the test's deadline.
+// (datasetState.Head), or the test's deadline.
 func waitBegun(t *testing.T, js *jobState, epoch int) {
 	t.Helper()
 	for {
 		changed := js.book.Changes()
-		if q := js.book.Newest(); q != nil && q.Epoch-q.Ahead >= epoch {
+		if _, training := js.ds.Head(js.name); training >= epoch {
 			return
 		}
 		select {
