@@ -29,9 +29,8 @@ type Group[T any] struct {
 	quit chan struct{} // closed by Close
 	once sync.Once
 
-	started atomic.Int64 // workers ever started
-	live    atomic.Int64 // workers running or waiting now
-	idle    atomic.Int64 // workers waiting for a run now
+	live atomic.Int64 // workers running or waiting now
+	idle atomic.Int64 // workers waiting for a run now
 }
 
 // IdleFor is how long a worker waits for the next run before it ends,
@@ -98,7 +97,6 @@ func (g *Group[T]) run(r func()) {
 	select {
 	case g.work <- r:
 	default:
-		g.started.Add(1)
 		g.live.Add(1)
 		go g.worker(r)
 	}

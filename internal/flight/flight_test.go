@@ -89,8 +89,8 @@ func TestRunsGoToAnIdleWorker(t *testing.T) {
 		}
 		waitIdle(t, &g, 1)
 	}
-	if n := g.started.Load(); n != 1 {
-		t.Fatalf("%d workers started for runs one at a time, want 1", n)
+	if n := g.live.Load(); n != 1 {
+		t.Fatalf("%d workers for runs one at a time, want 1", n)
 	}
 	g.Close()
 	waitIdle(t, &g, 0)
