@@ -60,12 +60,12 @@ type Delay struct {
 	learnt atomic.Int64
 
 	// mu guards the fields below.
-	mu     sync.Mutex
-	lat    [window]time.Duration // ring of recent latencies
-	n      int                   // latencies in lat, up to window
-	next   int                   // where the next latency goes
-	fresh  int                   // latencies since learnt was worked out
-	sorted []time.Duration       // scratch for the quantile
+	mu    sync.Mutex
+	lat   [window]time.Duration // ring of recent latencies
+	n     int                   // latencies in lat, up to window
+	next  int                   // where the next latency goes
+	fresh int                   // latencies since learnt was worked out
+	work  []time.Duration       // scratch for the quantile's selection
 }
 
 // Observe records the latency of one answer. Only answers count: a
@@ -80,12 +80,12 @@ func (d *Delay) Observe(latency time.Duration) {
 	d.fresh++
 	if d.fresh >= learnEvery {
 		d.fresh = 0
-		d.sorted = append(d.sorted[:0], d.lat[:d.n]...)
+		d.work = append(d.work[:0], d.lat[:d.n]...)
 		q := d.Quantile
 		if q <= 0 || q >= 1 {
 			q = DefaultQuantile
 		}
-		d.learnt.Store(max(int64(nth(d.sorted, min(int(q*float64(d.n)), d.n-1))), 1))
+		d.learnt.Store(max(int64(nth(d.work, min(int(q*float64(d.n)), d.n-1))), 1))
 	}
 }
 
