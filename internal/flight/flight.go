@@ -86,10 +86,8 @@ func (g *Group[T]) Do(key []byte, fn func() (T, error)) *Call[T] {
 // init makes the map and channels; g.mu is held.
 func (g *Group[T]) init() {
 	g.calls = make(map[string]*Call[T])
-	if g.work == nil {
-		g.work = make(chan func())
-		g.quit = make(chan struct{})
-	}
+	g.work = make(chan func())
+	g.quit = make(chan struct{})
 }
 
 // run hands r to an idle worker, or to a new one where none waits.
