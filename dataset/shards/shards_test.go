@@ -205,17 +205,27 @@ func TestS3ShardsByRangedReads(t *testing.T) {
 	}
 }
 
+// openDirShards writes nShards shards of per samples (makeShards) to a
+// new folder and opens them; it returns the folder and what makeShards
+// returns.
+func openDirShards(tb testing.TB, nShards, per int) (*shards.Source, string, []string, []map[string][]byte) {
+	tb.Helper()
+	dir := tb.TempDir()
+	keys, want, _ := makeShards(tb, dir, nShards, per)
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return src, dir, keys, want
+}
+
 // BenchmarkDirShardRead reads random samples (100 to 3,100 bytes of jpg,
 // a class, some metadata) out of 8 shards of 200 in a folder.
 func BenchmarkDirShardRead(b *testing.B) {
-	dir := b.TempDir()
-	keys, _, _ := makeShards(b, dir, 8, 200)
-	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	src, _, keys, _ := openDirShards(b, 8, 200)
 	b.ReportAllocs()
 	var buf []byte
+	var err error
 	for i := 0; b.Loop(); i++ {
 		if buf, err = src.Read(i*7919%len(keys), buf[:0]); err != nil {
 			b.Fatal(err)
@@ -227,12 +237,7 @@ func BenchmarkDirShardRead(b *testing.B) {
 // once, each into buffers it reuses, while the Source reuses its span
 // buffers between them: every sample is byte-exact.
 func TestDirShardsReadConcurrently(t *testing.T) {
-	dir := t.TempDir()
-	_, want, _ := makeShards(t, dir, 3, 40)
-	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, _, _, want := openDirShards(t, 3, 40)
 	errs := make(chan error, 4)
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -270,12 +275,7 @@ func TestDirShardsReadConcurrently(t *testing.T) {
 // shard's place, fail their samples as changed (the FIFO without blocking
 // the open); the other shards serve.
 func TestDirShardReplacedRefused(t *testing.T) {
-	dir := t.TempDir()
-	makeShards(t, dir, 3, 40)
-	src, err := shards.Open(context.Background(), shards.Config{Location: dir, StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dir, _, _ := openDirShards(t, 3, 40)
 	if err := os.Truncate(filepath.Join(dir, "shard-002.tar"), 1024); err != nil {
 		t.Fatal(err)
 	}
