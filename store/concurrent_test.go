@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // sampleValue is the value for version v of key k: a header naming both,
@@ -35,7 +36,8 @@ func checkSample(got []byte, k int) (uint64, error) {
 }
 
 // TestConcurrent runs writers, readers and deleters over one key space.
-// Each key has one writer, which publishes versions in order; readers and
+// Each key has one writer, which publishes versions in order, by Put and
+// by Reserve and Commit in turn; readers and
 // deleters touch every key. A reader must see exactly a version of its key
 // no older than the one completed before its read began and no newer than
 // the one started after it ended.
@@ -59,12 +61,27 @@ func TestConcurrent(t *testing.T) {
 			for i := range ops {
 				k := (i*writers + w) % keys // keys owned by w
 				v := started[k].Add(1)
-				err := s.Put(keyName(k), sampleValue(buf, k, v))
+				value := sampleValue(buf, k, v)
+				var err error
+				stored := false
+				if i%2 == 0 {
+					err = s.Put(keyName(k), value)
+					stored = err == nil
+				} else {
+					// Reserved, then filled while the others read,
+					// delete and replace, then committed.
+					var r Reservation
+					if r, err = s.Reserve(keyName(k), len(value)); err == nil {
+						copy(r.Value, value)
+						runtime.Gosched()
+						stored = r.Commit(shm.Checksum(value))
+					}
+				}
 				if err != nil && !errors.Is(err, ErrNoSpace) {
 					errs <- err
 					return
 				}
-				if err == nil {
+				if stored {
 					done[k].Store(v)
 				}
 			}

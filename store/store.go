@@ -130,8 +130,11 @@ func charge(keyLen, valueLen int) int64 {
 // Readers (Get, View, Has) copy out of the arena under their shard's read
 // lock. Delete and replacing Put unlink an offset under the shard's write
 // lock and only then free the block, so no block is ever freed while a
-// reader can still reach it. A new block is filled before it is linked,
-// with no lock but life held.
+// reader can still reach it. A new block is filled before it is linked:
+// by Put with no lock but life held, and after Reserve with no lock at
+// all, its holder's loan (below) keeping the arena mapped. A reserved
+// block waits in its shard's pending map, where no reader looks, until
+// Commit moves it into the index.
 //
 // A block that is lent (Lend) when it is unlinked is freed by the last
 // Return of it instead: its loan word counts the loans out and carries
@@ -161,11 +164,12 @@ type Store struct {
 }
 
 type shard struct {
-	mu     sync.RWMutex
-	m      map[uint64]uint64 // xxhash64(key) -> block offset
-	hits   atomic.Uint64
-	misses atomic.Uint64
-	_      [64]byte // keep neighbouring shards off one cache line
+	mu      sync.RWMutex
+	m       map[uint64]uint64 // xxhash64(key) -> block offset
+	pending map[uint64]uint64 // the same, for blocks reserved and not yet committed
+	hits    atomic.Uint64
+	misses  atomic.Uint64
+	_       [64]byte // keep neighbouring shards off one cache line
 }
 
 // Stats is a snapshot of a Store's counters and memory. Byte figures are
@@ -177,12 +181,15 @@ type Stats struct {
 	FreeBytes   int64  // arena bytes not charged to any sample
 	LargestFree int64  // largest free block that can hold an entry
 	Capacity    int64  // Config.Capacity
-	Puts        uint64 // Put calls that stored a sample
+	Puts        uint64 // Put and Commit calls that stored a sample
 	Hits        uint64 // Get, Append, Lend and View that found the key
 	Misses      uint64 // Get, Append, Lend and View that did not
 	Corrupt     uint64 // checksum mismatches found on read (each dropped)
-	Deletes     uint64 // Delete calls that removed a sample
-	Loans       int    // values lent (Lend) and not yet returned, also after Close
+	Deletes     uint64 // Delete calls that removed a sample or a reservation
+	// Loans is the values lent (Lend) and not yet returned, and the
+	// entries reserved (Reserve) and not yet committed or abandoned, also
+	// after Close.
+	Loans int
 	// HugePageBytes is how much of the arena the kernel mapped in huge
 	// pages when New mapped it (see prefault); 0 with 4 KiB pages only.
 	HugePageBytes int64
@@ -235,6 +242,7 @@ func newStoreWith(cfg Config, opt arenaOptions) (*Store, error) {
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]uint64)
+		s.shards[i].pending = make(map[uint64]uint64)
 	}
 	return s, nil
 }
@@ -299,11 +307,16 @@ func (s *Store) Put(key, value []byte) error {
 	sh.mu.Lock()
 	old, had := sh.m[h]
 	sh.m[h] = off
+	reserved, pending := sh.pending[h]
+	delete(sh.pending, h) // a later Put wins over a Reserve not yet committed
 	sh.mu.Unlock()
 	if had {
 		s.unlinked(old)
 	} else {
 		s.entries.Add(1)
+	}
+	if pending {
+		s.unlinked(reserved)
 	}
 	s.puts.Add(1)
 	return nil
@@ -589,13 +602,17 @@ func (s *Store) Locate(key []byte) (shm.Location, bool) {
 	return loc, ok
 }
 
-// Has reports whether key is held. It compares the stored key but does not
-// verify the checksum, and counts neither a hit nor a miss.
+// Has reports whether key is held, or reserved (Reserve) and not yet
+// committed. It compares the stored key but does not verify the checksum,
+// and counts neither a hit nor a miss.
 func (s *Store) Has(key []byte) bool {
 	h := xxhash.Sum64(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	_, _, _, found, _ := s.lookup(sh, h, key, false)
+	if !found {
+		_, found = s.pendingOf(sh, h, key)
+	}
 	sh.mu.RUnlock()
 	return found
 }
@@ -611,8 +628,9 @@ func (s *Store) ValueLen(key []byte) (int, bool) {
 	return len(v), found
 }
 
-// Delete removes key and frees its block. It reports whether key was held;
-// false after Close.
+// Delete removes key and frees its block, and removes an entry reserved
+// for key and not yet committed (whose Commit then reports false). It
+// reports whether key was held or reserved (Has); false after Close.
 func (s *Store) Delete(key []byte) bool {
 	h := xxhash.Sum64(key)
 	sh := s.shard(h)
@@ -624,13 +642,22 @@ func (s *Store) Delete(key []byte) bool {
 	if ok {
 		delete(sh.m, h)
 	}
+	reserved, pending := s.pendingOf(sh, h, key)
+	if pending {
+		delete(sh.pending, h)
+	}
 	sh.mu.Unlock()
-	if !ok {
+	if pending {
+		s.unlinked(reserved) // its holder's Commit or Abandon frees it
+	}
+	if !ok && !pending {
 		return false
 	}
-	s.entries.Add(-1)
+	if ok {
+		s.entries.Add(-1)
+		s.unlinked(off)
+	}
 	s.deletes.Add(1)
-	s.unlinked(off)
 	return true
 }
 
@@ -730,6 +757,7 @@ func (s *Store) Close() error {
 	s.alloc.mu.Unlock()
 	for i := range s.shards {
 		s.shards[i].m = nil
+		s.shards[i].pending = nil
 		s.shards[i].mu.Unlock()
 	}
 	return err
