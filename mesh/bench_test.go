@@ -440,3 +440,40 @@ func BenchmarkHeldGets(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAdmit admits samples read through into a node's cache from
+// several goroutines at once, as a node's source readers do: 64 samples
+// of 100 KiB, read once (6.4 MiB: they stay in the CPU's last-level
+// cache, as a value just read is), and a cache of 2 MiB (about 20 of
+// them), so nearly every admission evicts. An admission takes the node's
+// policy lock, which every decision of the policy and every report of
+// hits also takes; run it with -cpu 1,2,... to see how admissions scale
+// with cores. ns/op is per admission tried; admitted/op the share the
+// policy admitted.
+func BenchmarkAdmit(b *testing.B) {
+	const samples, size = 64, 100 << 10
+	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
+		func(_ int, c *Config) { c.CacheSize = 2 << 20 })
+	n := peers[0].Node
+	ds := n.ordered[0]
+	values, keys := make([][]byte, samples), make([][]byte, samples)
+	for i := range samples {
+		v, err := n.readSource(ds, i)
+		if err != nil {
+			b.Fatal(err)
+		}
+		values[i], keys[i] = v, []byte(keyOfSample(ds, uint32(i)))
+	}
+	var next, admitted atomic.Int64
+	b.SetBytes(size)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(next.Add(1) * 29 % samples) // each id again only after the others
+			if n.admit(sampleID(ds, i), keys[i], values[i], ds) {
+				admitted.Add(1)
+			}
+		}
+	})
+	b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+}

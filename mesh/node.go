@@ -21,6 +21,7 @@ import (
 	"github.com/shade-mesh/shade/mesh/trace"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/samplekey"
+	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/store"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -289,52 +290,92 @@ func (n *Node) evictLocked(id policy.ID) {
 }
 
 // admit offers a value that was just read to the policy and stores it if
-// admitted. It reports whether the value is now cached.
+// admitted. It reports whether the value is now cached. The policy
+// decides, and the store makes room for the value, under polMu; the
+// value is copied in and its checksum worked out (on the value as read,
+// not the copy) after polMu is let go (store.Reserve), so that admissions
+// on several cores copy at once, and the policy's other work (hits heard,
+// other admissions decided) does not wait for them. A sample the policy
+// evicts meanwhile is not cached (its reservation's Commit reports
+// false).
 func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
 	n.lockPolicy()
-	defer n.polMu.Unlock()
-	return n.admitLocked(id, key, value, ds)
+	r, reserved, held := n.reserveLocked(id, key, len(value), ds)
+	n.polMu.Unlock()
+	if !reserved {
+		return held
+	}
+	copy(r.Value, value)
+	return r.Commit(shm.Checksum(value))
 }
 
-// admitLocked is admit with polMu held.
-func (n *Node) admitLocked(id policy.ID, key, value []byte, ds *datasetState) bool {
+// reserveLocked is admit's part under polMu: reserved reports a
+// reservation made for the value, to fill and commit; held, where none
+// was made, whether the store already holds key (or another admission is
+// filling it).
+func (n *Node) reserveLocked(id policy.ID, key []byte, valueLen int, ds *datasetState) (r store.Reservation, reserved, held bool) {
 	if n.closed.Load() {
-		return false
+		return r, false, false
 	}
 	if n.store.Has(key) {
-		return true // another reader admitted it meanwhile
+		return r, false, true // another reader admitted it meanwhile
 	}
 	if n.pol.Resident(id) {
 		n.pol.Remove(id) // the store lost it (corruption): forget it too
 	}
-	return n.putLocked(id, key, value, ds)
+	if !n.admittedLocked(id, key, valueLen, ds) {
+		return r, false, false
+	}
+	r, err := n.store.Reserve(key, valueLen)
+	if err != nil {
+		n.refusedLocked(id, ds, err)
+		return r, false, false
+	}
+	if ds != nil {
+		ds.resident.Add(1)
+	}
+	return r, true, false
 }
 
 // putLocked asks the policy to admit id, a value it does not hold, and
 // stores the value if it does, in place of any value the store holds for
 // key. Called with polMu held.
 func (n *Node) putLocked(id policy.ID, key, value []byte, ds *datasetState) bool {
-	if n.closed.Load() {
-		return false
-	}
-	charge := n.store.Charge(len(key), len(value))
-	n.room = room{n: n, keyLen: len(key), valLen: len(value)}
-	if !n.pol.Miss(id, charge, &n.room) {
-		n.countRejected(ds)
+	if n.closed.Load() || !n.admittedLocked(id, key, len(value), ds) {
 		return false
 	}
 	if err := n.store.Put(key, value); err != nil {
-		// Fits and Put share one allocator search under polMu, so this is
-		// not expected; undo the admission rather than diverge.
-		n.pol.Remove(id)
-		n.countRejected(ds)
-		n.cfg.Logger.Warn().Err(err).Msg("store refused an admitted sample")
+		n.refusedLocked(id, ds, err)
 		return false
 	}
 	if ds != nil {
 		ds.resident.Add(1)
 	}
 	return true
+}
+
+// admittedLocked asks the policy to admit id, evicting to make room in
+// the store for its key and a value of valueLen bytes, and counts a
+// refusal. Called with polMu held.
+func (n *Node) admittedLocked(id policy.ID, key []byte, valueLen int, ds *datasetState) bool {
+	charge := n.store.Charge(len(key), valueLen)
+	n.room = room{n: n, keyLen: len(key), valLen: valueLen}
+	if !n.pol.Miss(id, charge, &n.room) {
+		n.countRejected(ds)
+		return false
+	}
+	return true
+}
+
+// refusedLocked undoes the admission of id, which the store refused.
+// Called with polMu held.
+func (n *Node) refusedLocked(id policy.ID, ds *datasetState, err error) {
+	// Fits and the store's allocation share one allocator search under
+	// polMu, so this is not expected; undo the admission rather than
+	// diverge.
+	n.pol.Remove(id)
+	n.countRejected(ds)
+	n.cfg.Logger.Warn().Err(err).Msg("store refused an admitted sample")
 }
 
 func (n *Node) countRejected(ds *datasetState) {

@@ -419,3 +419,50 @@ func TestNewRefusesNegativeBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionsRacingEvictions: goroutines admit samples at once into a
+// cache that holds a few of them, so that the policy chooses victims
+// while other admissions are still copying their values in (an admission
+// fills its room after letting the policy's lock go). Afterwards a sample
+// is in the store exactly when the policy holds it, the dataset's count
+// of resident samples is the store's, no room reserved is left out, and
+// every value held is its file's.
+func TestAdmissionsRacingEvictions(t *testing.T) {
+	dir, files := makeDataset(t, 128, 4<<10, 8<<10)
+	p := startPeer(t, Config{CacheSize: 128 << 10, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	n := p.node
+	ds, err := n.dataset("ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 3000 {
+				idx := (i*31 + g*7) % len(files)
+				n.admit(sampleID(ds, idx), []byte(keyOfSample(ds, uint32(idx))), files[idx], ds)
+			}
+		})
+	}
+	wg.Wait()
+	n.lockPolicy()
+	defer n.polMu.Unlock()
+	held := 0
+	for idx := range files {
+		key := []byte(keyOfSample(ds, uint32(idx)))
+		inStore, inPolicy := n.store.Has(key), n.pol.Resident(sampleID(ds, idx))
+		if inStore != inPolicy {
+			t.Errorf("sample %d: in the store %v, in the policy %v", idx, inStore, inPolicy)
+		}
+		if v, ok := n.store.Get(nil, key); ok {
+			held++
+			if !bytes.Equal(v, files[idx]) {
+				t.Errorf("sample %d: the store holds wrong bytes", idx)
+			}
+		}
+	}
+	st := n.store.Stats()
+	if held == 0 || st.Entries != held || int(ds.resident.Load()) != held || st.Loans != 0 {
+		t.Fatalf("%d samples held, %d entries, %d resident, %d loans out", held, st.Entries, ds.resident.Load(), st.Loans)
+	}
+}
