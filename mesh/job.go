@@ -237,7 +237,7 @@ func (ds *datasetState) Head(job string) (gen uint64, epoch int) {
 	if p == nil {
 		return 0, -1
 	}
-	return p.Gen, p.Epoch - p.Ahead
+	return p.Gen, p.TrainingEpoch()
 }
 
 // lookupJob returns the dataset's job of that name, or nil.

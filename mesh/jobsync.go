@@ -82,7 +82,7 @@ func (n *Node) awaited(js *jobState, epoch int) (time.Duration, []*jobState) {
 		if o == js || o.idle(now) > activeWithin {
 			continue
 		}
-		if q := o.book.Newest(); q == nil || q.Epoch-q.Ahead != epoch {
+		if q := o.book.Newest(); q == nil || q.TrainingEpoch() != epoch {
 			continue // not training the epoch this job finished
 		}
 		// A job that reported all of it is done or waits for its next
@@ -162,7 +162,7 @@ func (n *Node) awaitStart(ctx context.Context, js *jobState, p *wire.PublishMsg)
 				break
 			}
 			changed := o.book.Changes()
-			if q := o.book.Newest(); q == nil || q.Epoch < 0 || q.Epoch-q.Ahead >= epoch {
+			if q := o.book.Newest(); q == nil || q.Epoch < 0 || q.TrainingEpoch() >= epoch {
 				break // begun, reset or retired
 			}
 			held = true

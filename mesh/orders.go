@@ -275,7 +275,7 @@ func (n *Node) Reset(name, job string) error {
 // ahead of it: the ranks still train epoch.
 func publishedAhead(js *jobState, epoch int) bool {
 	newest := js.book.Newest()
-	return newest != nil && newest.Ahead > 0 && epoch >= newest.Epoch-newest.Ahead && epoch < newest.Epoch
+	return newest != nil && newest.Ahead > 0 && epoch >= newest.TrainingEpoch() && epoch < newest.Epoch
 }
 
 // fetchExact asks the leader for epoch's order of a job and installs it,

@@ -222,7 +222,7 @@ func mergePace(p *wire.PublishMsg, appendTo bool, others []*wire.PublishMsg) int
 			continue
 		}
 		n++
-		if q.Ahead > 0 || q.Epoch-q.Ahead >= p.Epoch-p.Ahead {
+		if q.Ahead > 0 || q.TrainingEpoch() >= p.TrainingEpoch() {
 			reading++
 		}
 	}

@@ -123,7 +123,7 @@ func (b *Book) Current() []*wire.PublishMsg {
 		return nil
 	}
 	var out []*wire.PublishMsg
-	for e := b.latest.Epoch - b.latest.Ahead; e < b.latest.Epoch; e++ {
+	for e := b.latest.TrainingEpoch(); e < b.latest.Epoch; e++ {
 		if p := b.kept[e]; p != nil {
 			out = append(out, p)
 		}
@@ -272,7 +272,7 @@ func (b *Book) MarkDone(epoch, rank int) (*wire.PublishMsg, DoneResult) {
 		return p, BadRank
 	case epoch > p.Epoch:
 		return p, Ahead
-	case epoch < p.Epoch-p.Ahead:
+	case epoch < p.TrainingEpoch():
 		return p, Late
 	case epoch < p.Epoch:
 		b.prev[rank] = true

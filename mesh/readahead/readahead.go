@@ -226,7 +226,7 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 	// done: a new epoch is published once every rank finished the last
 	// (or, with orders published ahead, the one before it).
 	for k, c := range r.cursors {
-		if k.ds == ds && k.job == p.Job && orderAfter(p.Gen, p.Epoch-p.Ahead, c.gen, c.epoch) {
+		if k.ds == ds && k.job == p.Job && orderAfter(p.Gen, p.TrainingEpoch(), c.gen, c.epoch) {
 			r.stopCursorLocked(c)
 		}
 	}

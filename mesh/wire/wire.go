@@ -323,6 +323,10 @@ type PublishMsg struct {
 	Retired bool `msgpack:"z,omitempty"`
 }
 
+// TrainingEpoch is the epoch the job trains while p is its newest order:
+// p's own, or where orders run ahead (Ahead 1) the one before it.
+func (p *PublishMsg) TrainingEpoch() int { return p.Epoch - p.Ahead }
+
 // Weight returns the weights of rank's slice: nil when every weight is 1.
 func (p *PublishMsg) Weight(rank int) []float32 {
 	if rank < 0 || rank >= len(p.Weights) {
