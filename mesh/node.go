@@ -323,59 +323,37 @@ func (n *Node) reserveLocked(id policy.ID, key []byte, valueLen int, ds *dataset
 	if n.pol.Resident(id) {
 		n.pol.Remove(id) // the store lost it (corruption): forget it too
 	}
-	if !n.admittedLocked(id, key, valueLen, ds) {
-		return r, false, false
-	}
-	r, err := n.store.Reserve(key, valueLen)
-	if err != nil {
-		n.refusedLocked(id, ds, err)
-		return r, false, false
-	}
-	if ds != nil {
-		ds.resident.Add(1)
-	}
-	return r, true, false
+	r, reserved = n.roomLocked(id, key, valueLen, ds)
+	return r, reserved, false
 }
 
-// putLocked asks the policy to admit id, a value it does not hold, and
-// stores the value if it does, in place of any value the store holds for
-// key. Called with polMu held.
-func (n *Node) putLocked(id policy.ID, key, value []byte, ds *datasetState) bool {
-	if n.closed.Load() || !n.admittedLocked(id, key, len(value), ds) {
-		return false
+// roomLocked asks the policy to admit id, a value it does not hold, and
+// where it does, reserves the value's room in the store (store.Reserve),
+// beside any value the store holds for key until the reservation is
+// committed. Called with polMu held.
+func (n *Node) roomLocked(id policy.ID, key []byte, valueLen int, ds *datasetState) (store.Reservation, bool) {
+	if n.closed.Load() {
+		return store.Reservation{}, false
 	}
-	if err := n.store.Put(key, value); err != nil {
-		n.refusedLocked(id, ds, err)
-		return false
-	}
-	if ds != nil {
-		ds.resident.Add(1)
-	}
-	return true
-}
-
-// admittedLocked asks the policy to admit id, evicting to make room in
-// the store for its key and a value of valueLen bytes, and counts a
-// refusal. Called with polMu held.
-func (n *Node) admittedLocked(id policy.ID, key []byte, valueLen int, ds *datasetState) bool {
 	charge := n.store.Charge(len(key), valueLen)
 	n.room = room{n: n, keyLen: len(key), valLen: valueLen}
 	if !n.pol.Miss(id, charge, &n.room) {
 		n.countRejected(ds)
-		return false
+		return store.Reservation{}, false
 	}
-	return true
-}
-
-// refusedLocked undoes the admission of id, which the store refused.
-// Called with polMu held.
-func (n *Node) refusedLocked(id policy.ID, ds *datasetState, err error) {
-	// Fits and the store's allocation share one allocator search under
-	// polMu, so this is not expected; undo the admission rather than
-	// diverge.
-	n.pol.Remove(id)
-	n.countRejected(ds)
-	n.cfg.Logger.Warn().Err(err).Msg("store refused an admitted sample")
+	r, err := n.store.Reserve(key, valueLen)
+	if err != nil {
+		// Fits and Reserve share one allocator search under polMu, so
+		// this is not expected; undo the admission rather than diverge.
+		n.pol.Remove(id)
+		n.countRejected(ds)
+		n.cfg.Logger.Warn().Err(err).Msg("store refused an admitted sample")
+		return store.Reservation{}, false
+	}
+	if ds != nil {
+		ds.resident.Add(1)
+	}
+	return r, true
 }
 
 func (n *Node) countRejected(ds *datasetState) {
@@ -460,13 +438,12 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	}
 	id := freeID(key)
 	n.lockPolicy()
-	defer n.polMu.Unlock()
 	// The policy decides on the new value as on any it does not hold: the
 	// old one leaves the policy first. Where the new value fits beside the
-	// old one, the old one stays in the store until the store replaces it
-	// (store.Put), so that a read meanwhile finds one or the other, never
-	// none. Where it does not, the old one goes first, and its room counts
-	// for the new one, as the policy would count it.
+	// old one, the old one stays in the store until the new one is
+	// committed (store.Reserve), so that a read meanwhile finds one or the
+	// other, never none. Where it does not, the old one goes first, and its
+	// room counts for the new one, as the policy would count it.
 	if n.pol.Resident(id) {
 		n.pol.Remove(id)
 	}
@@ -476,11 +453,19 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	if n.freeKeys[id] != string(key) { // a key set again keeps its entry
 		n.freeKeys[id] = string(key)
 	}
-	if !n.putLocked(id, key, value, nil) {
+	r, ok := n.roomLocked(id, key, len(value), nil)
+	if !ok {
 		n.store.Delete(key) // refused: the old value goes too
 		delete(n.freeKeys, id)
+		n.polMu.Unlock()
 		return false, nil
 	}
+	n.polMu.Unlock()
+	// The value is copied in after polMu is let go, as admit does. A
+	// Commit that reports false was overtaken by a DEL, a later SET or an
+	// eviction of the key, each after this SET.
+	copy(r.Value, value)
+	r.Commit(shm.Checksum(value))
 	return true, nil
 }
 

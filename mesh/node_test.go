@@ -466,3 +466,53 @@ func TestAdmissionsRacingEvictions(t *testing.T) {
 		t.Fatalf("%d samples held, %d entries, %d resident, %d loans out", held, st.Entries, ds.resident.Load(), st.Loans)
 	}
 }
+
+// TestSetsRacingSetsAndEvictions: goroutines SET the same free-form keys
+// at once, with values of their own, in a cache that holds a few of them
+// (each SET copies its value in after letting the policy's lock go).
+// Afterwards a key is in the store exactly when the policy holds it and
+// it is among the node's free keys, each value held is one that was SET
+// for its key, and the store's bytes in use are the values held: no room
+// reserved is left out or lost.
+func TestSetsRacingSetsAndEvictions(t *testing.T) {
+	p := startPeer(t, Config{CacheSize: 256 << 10}, transport.SocketConfig{})
+	n := p.node
+	const keys, writers = 24, 4
+	value := func(w, k int) []byte { return bytes.Repeat([]byte{byte(w*keys + k)}, 20_000+1000*k) }
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range 2000 {
+				k := (i*7 + w) % keys
+				if _, err := n.Set(fmt.Appendf(nil, "free:%d", k), value(w, k)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n.lockPolicy()
+	defer n.polMu.Unlock()
+	held, charged := 0, int64(0)
+	for k := range keys {
+		key := fmt.Appendf(nil, "free:%d", k)
+		id := freeID(key)
+		inStore, inPolicy, named := n.store.Has(key), n.pol.Resident(id), n.freeKeys[id] == string(key)
+		if inStore != inPolicy || inStore != named {
+			t.Errorf("%s: in the store %v, in the policy %v, a free key %v", key, inStore, inPolicy, named)
+		}
+		got, ok := n.store.Get(nil, key)
+		if !ok {
+			continue
+		}
+		held++
+		charged += n.store.Charge(len(key), len(got))
+		if w := int(got[0]) - k; w%keys != 0 || !bytes.Equal(got, value(w/keys, k)) {
+			t.Errorf("%s: the store holds %d bytes that no SET wrote", key, len(got))
+		}
+	}
+	if st := n.store.Stats(); held == 0 || st.Entries != held || st.UsedBytes != charged || st.Loans != 0 {
+		t.Fatalf("%d keys held (%d bytes), %d entries, %d bytes used, %d loans out", held, charged, st.Entries, st.UsedBytes, st.Loans)
+	}
+}
