@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // FuzzStore decodes operations from the input, three bytes each (op, key,
@@ -25,10 +27,21 @@ func FuzzStore(f *testing.F) {
 			op, k, n := ops[i]%5, ops[i+1]%32, int(ops[i+2])
 			key := []byte(fmt.Sprintf("d/%d", k))
 			switch op {
-			case 0: // put, n*40 bytes: up to 10200, above the arena
+			case 0: // put, n*40 bytes: up to 10200, above the arena; odd n by Reserve and Commit
 				value := bytes.Repeat([]byte{byte(i)}, n*40)
 				fits := s.Fits(len(key), len(value))
-				err := s.Put(key, value)
+				var err error
+				if n%2 == 0 {
+					err = s.Put(key, value)
+				} else {
+					var r Reservation
+					if r, err = s.Reserve(key, len(value)); err == nil {
+						copy(r.Value, value)
+						if !r.Commit(shm.Checksum(value)) {
+							t.Fatalf("op %d: Commit of a reservation nobody removed reported false", i)
+						}
+					}
+				}
 				switch {
 				case err == nil:
 					model[string(key)] = value
