@@ -96,14 +96,7 @@ func TestLentBlockOutlivesItsKey(t *testing.T) {
 // stays readable, and the arena is unmapped by the last Return.
 func TestCloseWithLoansOut(t *testing.T) {
 	const name = "shade-lend-close-test"
-	s, err := New(Config{Capacity: 1 << 20, Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Fd() < 0 {
-		s.Close()
-		t.Skip("memfd unavailable; anonymous fallback in use")
-	}
+	s := newMemfdStore(t, name)
 	value := bytes.Repeat([]byte("x"), 5000)
 	s.Put([]byte("d/1"), value)
 	_, lent, loan, ok := s.Lend(nil, []byte("d/1"), nil, 0)
@@ -129,6 +122,22 @@ func TestCloseWithLoansOut(t *testing.T) {
 	if s.Stats().Loans != 0 {
 		t.Fatalf("%d loans out after the last Return", s.Stats().Loans)
 	}
+}
+
+// newMemfdStore returns a store of 1 MiB whose arena is a memfd of the
+// given name (see mapped), which the test closes itself, or skips the
+// test where memfds are not available.
+func newMemfdStore(t *testing.T, name string) *Store {
+	t.Helper()
+	s, err := New(Config{Capacity: 1 << 20, Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Fd() < 0 {
+		s.Close()
+		t.Skip("memfd unavailable; anonymous fallback in use")
+	}
+	return s
 }
 
 // mapped reports whether this process maps a memfd of the given name.

@@ -185,14 +185,7 @@ func TestReserveRefuses(t *testing.T) {
 // unmapped by it.
 func TestCloseWhileReserved(t *testing.T) {
 	const name = "shade-reserve-close-test"
-	s, err := New(Config{Capacity: 1 << 20, Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Fd() < 0 {
-		s.Close()
-		t.Skip("memfd unavailable; anonymous fallback in use")
-	}
+	s := newMemfdStore(t, name)
 	r, err := s.Reserve([]byte("d/1"), 5000)
 	if err != nil {
 		t.Fatal(err)
