@@ -119,10 +119,11 @@ func charge(keyLen, valueLen int) int64 {
 //
 // Lock order, outermost first:
 //
-//  1. life: read-held by Put, Delete and the drop of a corrupt entry for
-//     their whole duration (they touch the arena outside the other locks:
-//     a new block's bytes, an unlinked block's loan word), write-held by
-//     Close, which may unmap the arena.
+//  1. life: read-held by Put, Reserve, Delete and the drop of a corrupt
+//     entry for their whole duration (they touch the arena outside the
+//     other locks: a new block's bytes, an unlinked block's loan word),
+//     write-held by Close, which may unmap the arena. Commit and Abandon
+//     do not take it: the reservation's loan keeps the arena mapped.
 //  2. shard.mu: at most one at a time, except Close, which takes them all
 //     in index order.
 //  3. tlsf.mu: innermost; nothing else is taken while it is held.
