@@ -606,8 +606,7 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	// makes none.
 	var vals *copyBuffer
 	var inVals []copied
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, n.cfg.SourceReads)
+	var misses []fetchMiss // items not in memory, to read through
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
 			items[i].Err = "index out of range"
@@ -646,36 +645,34 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			}
 			continue
 		}
-		if req.MemoryOnly {
-			continue
+		if !req.MemoryOnly {
+			misses = append(misses, fetchMiss{i, key})
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(id uint32, key []byte, it *wire.FetchItem) {
-			defer func() { <-sem; wg.Done() }()
-			var v []byte
-			var err error
-			if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
-				v, _, err = n.readThrough(ctx, ds, int(id), key, owners, !req.First)
-			} else {
-				v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
-			}
-			if err != nil {
-				it.Err = err.Error()
-				return
-			}
-			if int64(len(v)) != ds.manifest.Sizes[id] {
-				it.Err = errSizeDiffers
-				return
-			}
-			ds.counters.Current().ServedPeers.Add(1)
-			it.Found, it.Sum = true, shm.Checksum(v)
-			if !req.Warm {
-				it.Value = v
-			}
-		}(id, key, it)
 	}
-	wg.Wait()
+	eachOnWorkers(len(misses), n.cfg.SourceReads, func(k int) {
+		m := misses[k]
+		id, it := req.IDs[m.item], &items[m.item]
+		var v []byte
+		var err error
+		if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
+			v, _, err = n.readThrough(ctx, ds, int(id), m.key, owners, !req.First)
+		} else {
+			v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
+		}
+		if err != nil {
+			it.Err = err.Error()
+			return
+		}
+		if int64(len(v)) != ds.manifest.Sizes[id] {
+			it.Err = errSizeDiffers
+			return
+		}
+		ds.counters.Current().ServedPeers.Add(1)
+		it.Found, it.Sum = true, shm.Checksum(v)
+		if !req.Warm {
+			it.Value = v
+		}
+	})
 	// No socket settles another peer's reads once their reply is sent
 	// (Backend.Settle): the policy hears of this fetch's at once.
 	n.Settle()
@@ -733,4 +730,28 @@ const errSizeDiffers = "size differs from the manifest"
 // order (see package readahead); calls for a slice already followed do nothing.
 func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
 	n.readAhead.Follow(ds, p, rank)
+}
+
+// fetchMiss is an item of a fetch that answerFetch reads through: its
+// index in the request, and its sample's key.
+type fetchMiss struct {
+	item int
+	key  []byte
+}
+
+// eachOnWorkers calls fn(k) for every k in [0, n) on up to workers
+// goroutines, each taking the next k once it is done with one (not a
+// goroutine a call), and returns once every call has returned: the source
+// reads of an MGet's misses and of a peer's fetch.
+func eachOnWorkers(n, workers int, fn func(k int)) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(n, workers) {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				fn(int(k))
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -3,8 +3,6 @@ package mesh
 import (
 	"context"
 	"math"
-	"sync"
-	"sync/atomic"
 
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/transport"
@@ -297,24 +295,16 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	if len(held) > 0 {
 		n.hits(held...)
 	}
-	// The misses are read by up to SourceReads goroutines, each taking
-	// the next miss when it is done with one (not a goroutine a miss).
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(len(misses), n.cfg.SourceReads) {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(len(misses)); k = next.Add(1) - 1 {
-				i := misses[k]
-				it := &b.items[i]
-				it.value, it.mem, it.err = n.readMissing(ctx, it.ds, it.idx, keys[i])
-				if it.err == nil {
-					it.ds.counters.Missed(it.idx, it.mem)
-					it.read = true
-				}
-			}
-		})
-	}
-	wg.Wait()
+	// The misses are read by up to SourceReads goroutines.
+	eachOnWorkers(len(misses), n.cfg.SourceReads, func(k int) {
+		i := misses[k]
+		it := &b.items[i]
+		it.value, it.mem, it.err = n.readMissing(ctx, it.ds, it.idx, keys[i])
+		if it.err == nil {
+			it.ds.counters.Missed(it.idx, it.mem)
+			it.read = true
+		}
+	})
 	return b
 }
 
