@@ -24,7 +24,8 @@
 //
 // The package owns its cursors, workers and buffer; it reaches owners,
 // the source and the cache only through Host and Dataset, which the node
-// implements. It imports mesh/wire, mesh/hedge and store (for its buffer)
+// implements. It imports mesh/wire, mesh/hedge, store (for its buffer) and
+// protocol/shm (its checksum)
 // and must not import mesh, policy, the ring or any network package.
 package readahead
 
@@ -39,6 +40,7 @@ import (
 
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/store"
 )
 
@@ -653,18 +655,43 @@ func (r *ReadAhead) fail(part []pending) {
 }
 
 // fill ends an entry's fetch: the bytes go into the buffer if the entry
-// is still held, and readers waiting on it are released.
+// is still held, and readers waiting on it are released. The room is
+// reserved under mu, and the bytes are copied in and their checksum
+// worked out without it (store.Reserve), so that Take, the cursors' moves
+// and the other fills do not wait for a sample's copy. An entry released
+// meanwhile is abandoned at the end; a newer entry of the same sample
+// (released and picked again while this fetch ran) is the one whose
+// reservation holds: the store removed this one's when it reserved again.
 func (r *ReadAhead) fill(e *entry, v []byte, mem, ok bool) {
 	if ok {
 		r.wait.Observe(time.Since(e.began))
 	}
+	var res store.Reservation
+	reserved := false
+	r.mu.Lock()
+	if ok && e.uses > 0 && r.buf != nil {
+		var err error
+		res, err = r.buf.Reserve([]byte(e.key), len(v))
+		reserved = err == nil
+	}
+	if !reserved {
+		close(e.ready)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+
+	copy(res.Value, v)
+	sum := shm.Checksum(v)
+
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok && e.uses > 0 && r.buf != nil {
-		if err := r.buf.Put([]byte(e.key), v); err == nil {
-			e.ok, e.mem = true, mem
-			r.fetched.Add(1)
-		}
+	switch {
+	case e.uses == 0 || r.buf == nil:
+		res.Abandon()
+	case res.Commit(sum):
+		e.ok, e.mem = true, mem
+		r.fetched.Add(1)
 	}
 	close(e.ready)
 }
