@@ -105,6 +105,7 @@ type loop struct {
 	next      int
 	iov       []unix.Iovec
 	writing   int       // connections waiting to write
+	spare     []byte    // a reply buffer no connection holds (lendSpare)
 	now       time.Time // as of the last wake, where a deadline needs it
 	swept     time.Time
 	done      chan struct{}
@@ -452,6 +453,7 @@ func (l *loop) serve(c *conn, events uint32) (work bool) {
 // process answers c's commands until it needs input, a worker, or room to
 // write; it reports whether c is to go to a worker.
 func (l *loop) process(c *conn) (work bool) {
+	l.lendSpare(c)
 	for {
 		for len(c.cmds) > 0 {
 			rest := c.cmds
@@ -483,10 +485,31 @@ func (l *loop) process(c *conn) (work bool) {
 		}
 		c.cmds = cmds
 	}
-	if c.Buffered() > 0 {
-		l.startWrite(c)
+	if c.Buffered() == 0 || l.startWrite(c) {
+		l.takeSpare(c)
 	}
 	return false
+}
+
+// lendSpare gives c the loop's spare reply buffer where c holds none,
+// and takeSpare takes it back once c's replies are out. The loop answers
+// its connections one at a time, so with replies that go out whole, they
+// are all written into the one buffer: it stays in the CPU's caches, where
+// a buffer of each connection's own would be out of them by the time that
+// connection is answered again (50 connections with 16 GETs of 4 KiB in
+// each pipeline: 3.2 MiB of buffers, written once a round).
+func (l *loop) lendSpare(c *conn) {
+	if c.wr.b == nil && l.spare != nil {
+		c.wr.b, l.spare = l.spare, nil
+	}
+}
+
+func (l *loop) takeSpare(c *conn) {
+	if c.wr.err != nil || c.Buffered() > 0 || c.wr.b == nil || cap(c.wr.b) > maxWriteKeep {
+		return
+	}
+	l.spare, c.wr.b = c.wr.b[:0], nil
+	c.wshare.Set(0)
 }
 
 // refuse answers a protocol error, as far as the socket takes it at once,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -340,6 +341,100 @@ func testInputWhileRepliesWait(t *testing.T, m mode) {
 		body := make([]byte, n+2)
 		if _, err := io.ReadFull(br, body); err != nil || !bytes.Equal(body[:n], bytes.Repeat([]byte{strconv.Itoa(n)[0]}, n)) {
 			t.Fatalf("reply %d: %v", i, err)
+		}
+	}
+}
+
+// TestLoopLendsItsSpareBuffer: a loop writes the replies of the
+// connections whose replies go out whole into one buffer it passes from
+// one to the next, and a connection whose replies wait for room keeps
+// its own. While one client's long replies wait unread, other clients'
+// pipelines are answered; then it reads its replies, and every byte of
+// every reply is its own.
+func TestLoopLendsItsSpareBuffer(t *testing.T) {
+	began := make(chan struct{})
+	var once sync.Once
+	path := serveUnix(t, loopsOnly, func(conn Conn, cmd Command) {
+		if string(cmd.Args[0]) == "XGET" {
+			once.Do(func() { close(began) })
+		}
+		n, _ := strconv.Atoi(string(cmd.Args[2]))
+		conn.WriteBulk(bytes.Repeat(cmd.Args[1][:1], n))
+	})
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(time.Minute)) // a stall fails, not hangs
+		return c, bufio.NewReader(c)
+	}
+	// fill: byte i of the alphabet, n times.
+	check := func(br *bufio.Reader, fill byte, n int) error {
+		line, err := br.ReadString('\n')
+		if err != nil || line != "$"+strconv.Itoa(n)+"\r\n" {
+			return fmt.Errorf("header %q %v, want %d bytes", line, err, n)
+		}
+		body := make([]byte, n+2)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return err
+		}
+		if !bytes.Equal(body[:n], bytes.Repeat([]byte{fill}, n)) {
+			return fmt.Errorf("%d bytes of %q, not all %q", n, body[:min(n, 16)], fill)
+		}
+		return nil
+	}
+
+	// The waiting client: 252 KiB of replies, more than its socket takes
+	// (a Unix socket's send buffer is 208 KiB by default) and less than
+	// the loop writes out before the pipeline's end (maxBufferCap): the
+	// one loop answers them all, writes what the socket takes, and only
+	// then answers the other clients, while the rest waits in the buffer.
+	const xn, xlen = 7, 36 << 10
+	x, xr := dial()
+	var pipeline []byte
+	for i := range xn {
+		pipeline = append(pipeline, respCommand([]byte("XGET"), []byte{'a' + byte(i)}, []byte(strconv.Itoa(xlen)))...)
+	}
+	if _, err := x.Write(pipeline); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-began:
+	case <-time.After(time.Minute):
+		t.Fatal("the loop never began on the waiting client's pipeline")
+	}
+
+	var wg sync.WaitGroup
+	for client := range 4 {
+		wg.Go(func() {
+			c, br := dial()
+			for round := range 20 {
+				// 512 KiB of replies: as far into the buffer as the
+				// waiting client's unwritten replies lie.
+				var out []byte
+				fill := 'A' + byte((client*20+round)%26)
+				for range 16 {
+					out = append(out, respCommand([]byte("GET"), []byte{fill}, []byte("32768"))...)
+				}
+				if _, err := c.Write(out); err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range 16 {
+					if err := check(br, fill, 32768); err != nil {
+						t.Errorf("client %d round %d reply %d: %v", client, round, i, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range xn {
+		if err := check(xr, 'a'+byte(i), xlen); err != nil {
+			t.Fatalf("waiting client, reply %d: %v", i, err)
 		}
 	}
 }
