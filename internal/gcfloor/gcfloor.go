@@ -41,8 +41,10 @@ type Floor struct {
 	Bytes int64 // the least heap goal in bytes; 0: DefaultBytes
 	Base  int   // the percent where the live heap alone passes Bytes; 0: 100
 
-	// adjusted, where set, is called with each percent set (tests).
-	adjusted func(percent int)
+	// adjusted, where set, is called with each percent set and the
+	// number of collections the runtime had completed when the live heap
+	// it follows was read (tests).
+	adjusted func(percent int, cycles uint64)
 }
 
 // Percent is the collector's percent that gives a live heap of live bytes,
@@ -70,9 +72,11 @@ func (f Floor) Start() (stop func()) {
 	var stopped atomic.Bool
 	var mu sync.Mutex // orders an adjustment against stop's reset
 	// The live heap as the last collection marked it, and the stacks and
-	// globals it scanned: what the runtime's goal is made of.
+	// globals it scanned: what the runtime's goal is made of; and which
+	// collection that was.
 	sample := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
 	}
 	adjust := func() {
 		mu.Lock()
@@ -81,7 +85,7 @@ func (f Floor) Start() (stop func()) {
 			return
 		}
 		metrics.Read(sample)
-		var v [3]int64
+		var v [4]int64
 		for i, s := range sample {
 			if s.Value.Kind() == metrics.KindUint64 {
 				v[i] = int64(s.Value.Uint64())
@@ -90,18 +94,19 @@ func (f Floor) Start() (stop func()) {
 		p := Percent(v[0], v[1]+v[2], f.Bytes, f.Base)
 		debug.SetGCPercent(p)
 		if f.adjusted != nil {
-			f.adjusted(p)
+			f.adjusted(p, uint64(v[3]))
 		}
 	}
 	// A sentinel that nothing references is found by the next collection,
-	// which runs its cleanup: adjust, and a sentinel for the collection
-	// after.
+	// which runs its cleanup: a sentinel for the collection after, then
+	// adjust. The sentinel comes first so that it is made before anything
+	// adjust lets go on (a test's next collection) begins.
 	var arm func()
 	arm = func() {
 		runtime.AddCleanup(new(sentinel), func(struct{}) {
 			if !stopped.Load() {
-				adjust()
 				arm()
+				adjust()
 			}
 		}, struct{}{})
 	}

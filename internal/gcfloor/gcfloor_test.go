@@ -1,10 +1,12 @@
 package gcfloor
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 func TestPercent(t *testing.T) {
@@ -36,16 +38,41 @@ func TestPercent(t *testing.T) {
 
 // TestFloorFollowsTheLiveHeap: after each collection the percent is the
 // one Percent gives for the live heap then; stop puts back the base.
+//
+// The collector is off until the floor's first adjustment, so that
+// allocating the first round's buffer starts no collection of its own:
+// each collection is then one the test asks for, and each adjustment
+// follows one. The adjustments say which collection they follow, and the
+// test checks it.
 func TestFloorFollowsTheLiveHeap(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	const floor = 256 << 20
-	adjusted := make(chan int, 16)
-	stop := Floor{Bytes: floor, Base: 100, adjusted: func(p int) { adjusted <- p }}.Start()
+	type adjustment struct {
+		percent int
+		cycles  uint64
+	}
+	adjusted := make(chan adjustment, 16)
+	stop := Floor{Bytes: floor, Base: 100, adjusted: func(p int, cycles uint64) { adjusted <- adjustment{p, cycles} }}.Start()
+	// collect runs a collection and returns the percent the floor set
+	// after it.
+	collect := func(what string) int {
+		runtime.GC()
+		done := uint64(metric("/gc/cycles/total:gc-cycles"))
+		select {
+		case a := <-adjusted:
+			if a.cycles != done {
+				t.Fatalf("%s: the percent set follows collection %d, not the test's, %d", what, a.cycles, done)
+			}
+			return a.percent
+		case <-time.After(10 * time.Second): // a failure, not a wait
+			t.Fatalf("%s: no percent set after the collection", what)
+			return 0
+		}
+	}
 	var keep [][]byte
 	for round := range 3 {
 		keep = append(keep, make([]byte, 16<<20)) // more live heap each round
-		runtime.GC()
-		got := <-adjusted // the collection's cleanup
+		got := collect(fmt.Sprintf("round %d", round))
 		if now := metric("/gc/gogc:percent"); now != int64(got) {
 			t.Errorf("round %d: the runtime's percent is %d, the floor set %d", round, now, got)
 		}
@@ -58,8 +85,7 @@ func TestFloorFollowsTheLiveHeap(t *testing.T) {
 	// A small live heap: the goal is the floor still, not the runtime's
 	// minimum scaled by a large percent.
 	keep = nil
-	runtime.GC()
-	got := <-adjusted
+	got := collect("small heap")
 	if goal := metric("/gc/heap/goal:bytes"); goal < floor*95/100 || goal > floor*105/100 {
 		t.Errorf("small heap: goal %d with %d bytes live, percent %d; want about %d", goal, metric("/gc/heap/live:bytes"), got, floor)
 	}
@@ -70,8 +96,8 @@ func TestFloorFollowsTheLiveHeap(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	select {
-	case p := <-adjusted:
-		t.Errorf("percent %d set after stop", p)
+	case a := <-adjusted:
+		t.Errorf("percent %d set after stop", a.percent)
 	default:
 	}
 	if now := metric("/gc/gogc:percent"); now != 100 {
