@@ -504,6 +504,8 @@ func (l *loop) lendSpare(c *conn) {
 	}
 }
 
+// takeSpare makes c's reply buffer the loop's spare, where c's replies
+// are all out and the buffer is one a connection keeps (maxWriteKeep).
 func (l *loop) takeSpare(c *conn) {
 	if c.wr.err != nil || c.Buffered() > 0 || c.wr.b == nil || cap(c.wr.b) > maxWriteKeep {
 		return

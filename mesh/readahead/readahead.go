@@ -25,8 +25,8 @@
 // The package owns its cursors, workers and buffer; it reaches owners,
 // the source and the cache only through Host and Dataset, which the node
 // implements. It imports mesh/wire, mesh/hedge, store (for its buffer) and
-// protocol/shm (its checksum)
-// and must not import mesh, policy, the ring or any network package.
+// protocol/shm (for the checksum of what it puts there), and must not
+// import mesh, policy, the ring or any network package.
 package readahead
 
 import (
