@@ -12,6 +12,7 @@
 package flight
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,14 +24,16 @@ type Group[T any] struct {
 	mu    sync.Mutex
 	calls map[string]*Call[T]
 
-	// work hands a run to an idle worker; a worker waits on it for
-	// IdleFor after each run, then ends.
-	work chan func()
-	quit chan struct{} // closed by Close
-	once sync.Once
+	// idlers are the workers waiting for a run, the latest last, each by
+	// the channel it takes its next run from; under mu. A worker is
+	// listed before it waits, so that a run handed to a listed worker
+	// always reaches it. closed is set by Close, under mu.
+	idlers []chan func()
+	closed bool
+	quit   chan struct{} // closed by Close
 
 	live atomic.Int64 // workers running or waiting now
-	idle atomic.Int64 // workers waiting for a run now
+	idle atomic.Int64 // len(idlers), for tests
 }
 
 // IdleFor is how long a worker waits for the next run before it ends,
@@ -72,42 +75,53 @@ func (g *Group[T]) Do(key []byte, fn func() (T, error)) *Call[T] {
 	c := &Call[T]{done: make(chan struct{})}
 	k := string(key)
 	g.calls[k] = c
+	next := g.takeIdlerLocked()
 	g.mu.Unlock()
-	g.run(func() {
+	r := func() {
 		c.val, c.err = fn()
 		g.mu.Lock()
 		delete(g.calls, k)
 		g.mu.Unlock()
 		close(c.done)
-	})
-	return c
-}
-
-// init makes the map and channels; g.mu is held.
-func (g *Group[T]) init() {
-	g.calls = make(map[string]*Call[T])
-	g.work = make(chan func())
-	g.quit = make(chan struct{})
-}
-
-// run hands r to an idle worker, or to a new one where none waits.
-func (g *Group[T]) run(r func()) {
-	select {
-	case g.work <- r:
-	default:
+	}
+	if next != nil {
+		next <- r // its buffer takes it: the worker is the only receiver
+	} else {
 		g.live.Add(1)
 		go g.worker(r)
 	}
+	return c
+}
+
+// init makes the map and the channel Close closes; g.mu is held.
+func (g *Group[T]) init() {
+	g.calls = make(map[string]*Call[T])
+	g.quit = make(chan struct{})
+}
+
+// takeIdlerLocked takes the worker that began waiting last off the idle
+// list and returns its channel, or nil where none waits; g.mu is held.
+func (g *Group[T]) takeIdlerLocked() chan func() {
+	n := len(g.idlers)
+	if n == 0 {
+		return nil
+	}
+	next := g.idlers[n-1]
+	g.idlers[n-1] = nil
+	g.idlers = g.idlers[:n-1]
+	g.idle.Add(-1)
+	return next
 }
 
 // worker runs r, then each run handed to it, until it has waited IdleFor
 // for one, MaxIdle others wait already, or the group is closed.
 func (g *Group[T]) worker(r func()) {
 	defer g.live.Add(-1)
+	next := make(chan func(), 1)
 	var idle *time.Timer
 	for {
 		r()
-		if !g.waiting() {
+		if !g.listIdle(next) {
 			return
 		}
 		if idle == nil {
@@ -116,39 +130,57 @@ func (g *Group[T]) worker(r func()) {
 			idle.Reset(IdleFor)
 		}
 		select {
-		case r = <-g.work:
-			g.idle.Add(-1)
+		case r = <-next:
+			continue
 		case <-idle.C:
-			g.idle.Add(-1)
-			return
 		case <-g.quit:
-			g.idle.Add(-1)
 			idle.Stop()
+		}
+		if g.unlistIdle(next) {
 			return
 		}
+		// A run was handed to this worker as it stopped waiting: run it.
+		r = <-next
 	}
 }
 
-// waiting counts a worker among the idle ones, unless MaxIdle are.
-func (g *Group[T]) waiting() bool {
-	for {
-		n := g.idle.Load()
-		if n >= MaxIdle {
-			return false
-		}
-		if g.idle.CompareAndSwap(n, n+1) {
-			return true
-		}
+// listIdle lists a worker, by its channel, among the idle ones, unless
+// MaxIdle are or the group is closed.
+func (g *Group[T]) listIdle(next chan func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || len(g.idlers) >= MaxIdle {
+		return false
 	}
+	g.idlers = append(g.idlers, next)
+	g.idle.Add(1)
+	return true
+}
+
+// unlistIdle takes a worker off the idle list; false where run took it
+// off already, and has handed it a run or is about to.
+func (g *Group[T]) unlistIdle(next chan func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.Index(g.idlers, next)
+	if i < 0 {
+		return false
+	}
+	g.idlers = slices.Delete(g.idlers, i, i+1)
+	g.idle.Add(-1)
+	return true
 }
 
 // Close ends the idle workers; the runs under way finish. Do may still be
 // called afterwards, each run then on a goroutine of its own.
 func (g *Group[T]) Close() {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.calls == nil {
 		g.init()
 	}
-	g.mu.Unlock()
-	g.once.Do(func() { close(g.quit) })
+	if !g.closed {
+		g.closed = true
+		close(g.quit)
+	}
 }
