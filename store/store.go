@@ -119,11 +119,12 @@ func charge(keyLen, valueLen int) int64 {
 //
 // Lock order, outermost first:
 //
-//  1. life: read-held by Put, Reserve, Delete and the drop of a corrupt
-//     entry for their whole duration (they touch the arena outside the
-//     other locks: a new block's bytes, an unlinked block's loan word),
-//     write-held by Close, which may unmap the arena. Commit and Abandon
-//     do not take it: the reservation's loan keeps the arena mapped.
+//  1. life: read-held by Reserve (and so Put), Delete and the drop of a
+//     corrupt entry for their whole duration (they touch the arena
+//     outside the other locks: a new block's header, an unlinked block's
+//     loan word), write-held by Close, which may unmap the arena. Commit
+//     and Abandon do not take it: the reservation's loan keeps the arena
+//     mapped.
 //  2. shard.mu: at most one at a time, except Close, which takes them all
 //     in index order.
 //  3. tlsf.mu: innermost; nothing else is taken while it is held.
@@ -131,11 +132,11 @@ func charge(keyLen, valueLen int) int64 {
 // Readers (Get, View, Has) copy out of the arena under their shard's read
 // lock. Delete and replacing Put unlink an offset under the shard's write
 // lock and only then free the block, so no block is ever freed while a
-// reader can still reach it. A new block is filled before it is linked:
-// by Put with no lock but life held, and after Reserve with no lock at
-// all, its holder's loan (below) keeping the arena mapped. A reserved
-// block waits in its shard's pending map, where no reader looks, until
-// Commit moves it into the index.
+// reader can still reach it. A new block is filled before it is linked,
+// after Reserve (Put reserves too) with no lock at all, its holder's loan
+// (below) keeping the arena mapped. A reserved block waits in its shard's
+// pending map, where no reader looks, until Commit moves it into the
+// index.
 //
 // A block that is lent (Lend) when it is unlinked is freed by the last
 // Return of it instead: its loan word counts the loans out and carries
@@ -278,48 +279,17 @@ func (s *Store) Fits(keyLen, valueLen int) bool {
 // no free block fits now (any previous entry for key is then kept), and
 // ErrClosed after Close. The caller keeps ownership of key and value.
 func (s *Store) Put(key, value []byte) error {
-	c := charge(len(key), len(value))
-	if uint64(c) > s.alloc.total {
-		return fmt.Errorf("%w: %d-byte key and %d-byte value need %d bytes, arena has %d",
-			ErrTooLarge, len(key), len(value), c, s.alloc.total)
-	}
-	size := uint64(c)
-	h := xxhash.Sum64(key)
 	sum := shm.Checksum(value)
-
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	off, err := s.alloc.alloc(size)
+	r, err := s.Reserve(key, len(value))
 	if err != nil {
 		return err
 	}
-	e := s.mem[off : off+size]
-	binary.LittleEndian.PutUint64(e[sumOff:], sum)
-	binary.LittleEndian.PutUint64(e[vlenOff:], uint64(len(value)))
-	binary.LittleEndian.PutUint32(e[klenOff:], uint32(len(key)))
-	binary.LittleEndian.PutUint32(e[loanOff:], 0)
-	copy(e[headerSize:], key)
-	copy(e[valueOffset(uint64(len(key))):], value)
-
-	sh := s.shard(h)
-	sh.mu.Lock()
-	old, had := sh.m[h]
-	sh.m[h] = off
-	reserved, pending := sh.pending[h]
-	delete(sh.pending, h) // a later Put wins over a Reserve not yet committed
-	sh.mu.Unlock()
-	if had {
-		s.unlinked(old)
-	} else {
-		s.entries.Add(1)
+	copy(r.Value, value)
+	// A Commit that reports false was overtaken by a Delete, Put or
+	// Reserve of key, each later than this Put; or by Close.
+	if !r.Commit(sum) && s.closed.Load() {
+		return ErrClosed
 	}
-	if pending {
-		s.unlinked(reserved)
-	}
-	s.puts.Add(1)
 	return nil
 }
 
