@@ -33,7 +33,6 @@ type Group[T any] struct {
 	quit   chan struct{} // closed by Close
 
 	live atomic.Int64 // workers running or waiting now
-	idle atomic.Int64 // len(idlers), for tests
 }
 
 // IdleFor is how long a worker waits for the next run before it ends,
@@ -109,7 +108,6 @@ func (g *Group[T]) takeIdlerLocked() chan func() {
 	next := g.idlers[n-1]
 	g.idlers[n-1] = nil
 	g.idlers = g.idlers[:n-1]
-	g.idle.Add(-1)
 	return next
 }
 
@@ -153,11 +151,10 @@ func (g *Group[T]) listIdle(next chan func()) bool {
 		return false
 	}
 	g.idlers = append(g.idlers, next)
-	g.idle.Add(1)
 	return true
 }
 
-// unlistIdle takes a worker off the idle list; false where run took it
+// unlistIdle takes a worker off the idle list; false where Do took it
 // off already, and has handed it a run or is about to.
 func (g *Group[T]) unlistIdle(next chan func()) bool {
 	g.mu.Lock()
@@ -167,7 +164,6 @@ func (g *Group[T]) unlistIdle(next chan func()) bool {
 		return false
 	}
 	g.idlers = slices.Delete(g.idlers, i, i+1)
-	g.idle.Add(-1)
 	return true
 }
 

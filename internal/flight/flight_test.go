@@ -121,19 +121,26 @@ func TestAtMostMaxIdleWorkersWait(t *testing.T) {
 			t.Fatalf("call %d returned %d", i, v)
 		}
 	}
-	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return g.live.Load() == g.idle.Load() }); err != nil {
-		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", g.live.Load(), g.idle.Load())
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return g.live.Load() == idling(&g) }); err != nil {
+		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", g.live.Load(), idling(&g))
 	}
-	if n := g.idle.Load(); n != MaxIdle {
+	if n := idling(&g); n != MaxIdle {
 		t.Fatalf("%d workers wait after %d calls at once, want MaxIdle (%d)", n, len(calls), MaxIdle)
 	}
+}
+
+// idling returns how many workers wait for a run.
+func idling[T any](g *Group[T]) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return int64(len(g.idlers))
 }
 
 // waitIdle waits until n workers wait for work (a worker counts itself
 // idle just after its run's callers are told).
 func waitIdle(t *testing.T, g *Group[int], n int64) {
 	t.Helper()
-	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return g.idle.Load() == n }); err != nil {
-		t.Fatalf("%d workers idle, want %d", g.idle.Load(), n)
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return idling(g) == n }); err != nil {
+		t.Fatalf("%d workers idle, want %d", idling(g), n)
 	}
 }
