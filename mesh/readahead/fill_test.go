@@ -20,35 +20,27 @@ type sizedDataset struct {
 
 func (d *sizedDataset) Size(uint32) int64 { return int64(d.size) }
 
-// sizedHost is host whose source gives sample i as the size bytes of its
-// pattern from byte i%256 on (each byte its index mod 256), yielding first
-// so that the cursors move while reads are under way. The bytes are
-// made once, as windows on one buffer: a read costs little beside its
-// copy into the buffer, and most of a fetch's time is that copy.
+// sizedHost is host whose source gives sample i as size bytes of byte(i),
+// yielding first so that the cursors move while reads are under way. The
+// values are made once: a read costs little beside its copy into the
+// buffer, and most of a fetch's time is that copy.
 type sizedHost struct {
 	host
-	pattern []byte
-	size    int
+	values [256][]byte
 }
 
 func newSizedHost(size int) *sizedHost {
-	h := &sizedHost{pattern: make([]byte, size+256), size: size}
-	for i := range h.pattern {
-		h.pattern[i] = byte(i)
+	h := &sizedHost{}
+	for i := range h.values {
+		h.values[i] = bytes.Repeat([]byte{byte(i)}, size)
 	}
 	return h
-}
-
-// value is sample id's bytes.
-func (h *sizedHost) value(id uint32) []byte {
-	from := int(id % 256)
-	return h.pattern[from : from+h.size : from+h.size]
 }
 
 func (h *sizedHost) ReadSource(_ Dataset, id uint32) ([]byte, error) {
 	h.reads.Add(1)
 	runtime.Gosched()
-	return h.value(id), nil
+	return h.values[byte(id)], nil
 }
 
 // TestFillsRacingReleases: orders replace each other while their samples
@@ -95,7 +87,7 @@ func TestFillsRacingReleases(t *testing.T) {
 					if !ok {
 						continue
 					}
-					if !bytes.Equal(v, h.value(slice[p])) {
+					if !bytes.Equal(v, h.values[byte(slice[p])]) {
 						t.Errorf("order %d: sample %d taken with wrong bytes", gen, slice[p])
 					}
 					mu.Lock()
