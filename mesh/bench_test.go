@@ -295,6 +295,78 @@ func BenchmarkPeerReadsThrough(b *testing.B) {
 	benchPeerReads(b, "100KiB", testsupport.DatasetSpec{Samples: 600, MinSize: 100 << 10, MaxSize: 100 << 10, Seed: 1}, -1)
 }
 
+// BenchmarkRemoteHits reads samples held in memory at their owners from
+// a node of a mesh of 3 that owns none of them (2 owners a sample, every
+// node's share warmed into a cache that holds it all): a read is one
+// request to an owner over QUIC and the owner's copy out of its memory, no
+// source read and no admission. "1-reader" reads one sample after
+// another from one node (ns/op is then a read's latency), "16-per-cpu"
+// from all three nodes at once. ns/op is per read, and cpu-us/op the CPU
+// that the three nodes, all in this process, spent on it.
+func BenchmarkRemoteHits(b *testing.B) {
+	const samples = 5000
+	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: samples, MinSize: 50, MaxSize: 800, Seed: 1}, 2,
+		func(_ int, c *Config) { c.CacheSize = 64 << 20 })
+	ctx := context.Background()
+	others := make([][]uint32, len(peers)) // per node, the samples it does not own
+	for i, p := range peers {
+		ds := p.Node.ordered[0]
+		testsupport.WaitFor(b, 10*time.Second, "the dataset's samples are hashed", func() bool { return ds.samples.Load() != nil })
+		if _, err := p.Node.Warm(ctx, "ds"); err != nil {
+			b.Fatal(err)
+		}
+		for id := range uint32(samples) {
+			if !contains(p.Node.ownersView(ds, id), p.Node.cfg.Name) {
+				others[i] = append(others[i], id)
+			}
+		}
+	}
+	totals := func() (peerHits, sourceReads int64) {
+		for _, p := range peers {
+			t := p.Node.ordered[0].stats().Total
+			peerHits, sourceReads = peerHits+t.PeerHits, sourceReads+t.SourceReads
+		}
+		return peerHits, sourceReads
+	}
+	// reads reads random samples of others[i] from node i until more
+	// says stop.
+	reads := func(b *testing.B, i int, more func() bool) {
+		n, ids := peers[i].Node, others[i]
+		ds := n.ordered[0]
+		rng := rand.New(rand.NewPCG(uint64(i), 2))
+		var dst []byte
+		for more() {
+			id := ids[rng.IntN(len(ids))]
+			v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, id)), dst[:0])
+			if err != nil || !ok || len(v) != int(ds.manifest.Sizes[id]) {
+				b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
+				return
+			}
+			dst = v
+		}
+	}
+	measured := func(b *testing.B, run func()) {
+		peerHits0, sourceReads0 := totals()
+		cpu := testsupport.ProcessCPU()
+		run()
+		b.StopTimer()
+		b.ReportMetric(float64((testsupport.ProcessCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+		peerHits, sourceReads := totals()
+		b.ReportMetric(float64(peerHits-peerHits0)/float64(b.N), "peer-hits/op")
+		b.ReportMetric(float64(sourceReads-sourceReads0)/float64(b.N), "source-reads/op")
+	}
+	b.Run("1-reader", func(b *testing.B) {
+		measured(b, func() { reads(b, 0, b.Loop) })
+	})
+	b.Run("16-per-cpu", func(b *testing.B) {
+		var next atomic.Int64
+		b.SetParallelism(16)
+		measured(b, func() {
+			b.RunParallel(func(pb *testing.PB) { reads(b, int(next.Add(1))%len(peers), pb.Next) })
+		})
+	})
+}
+
 // benchPeerReads runs sub-benchmark name: random samples of spec read
 // from the nodes of a mesh of 3 (2 owners a sample, 64 KiB of cache a
 // node), 16 readers a CPU.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/quic/internal/protocol"
 	"github.com/shade-mesh/shade/internal/quic/internal/utils"
+	"github.com/shade-mesh/shade/internal/quic/internal/wire"
 )
 
 // TestPinnedBufferOutlivesItsPacket checks the holders of a received
@@ -142,5 +143,67 @@ func TestSentFramesSizedByTheirData(t *testing.T) {
 	}
 	if !bytes.Equal(sent, written) {
 		t.Fatal("the frames' bytes are not what was written")
+	}
+}
+
+// TestMaxStreamsOnceHalfUsed checks that new stream credit goes to the
+// peer once it may open no more than half of the streams allowed under
+// the limit it was last given, not as each stream ends, and that a peer
+// that has used all of its credit gets more as soon as a stream ends.
+func TestMaxStreamsOnceHalfUsed(t *testing.T) {
+	const allowed = 8
+	var frames []*wire.MaxStreamsFrame
+	m := newIncomingStreamsMap(protocol.StreamTypeBidi,
+		func(protocol.StreamID) *ReceiveStream { return &ReceiveStream{} },
+		allowed, false,
+		func(f wire.Frame) { frames = append(frames, f.(*wire.MaxStreamsFrame)) },
+		protocol.PerspectiveServer)
+	id := protocol.FirstIncomingBidiStreamServer
+	// One request at a time: open, accept, end.
+	oneRequest := func() {
+		t.Helper()
+		if _, err := m.GetOrOpenStream(id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.AcceptStream(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.DeleteStream(id); err != nil {
+			t.Fatal(err)
+		}
+		id += 4
+	}
+	for k := range 3 {
+		oneRequest()
+		if len(frames) != 0 {
+			t.Fatalf("stream credit sent after %d of %d streams were used", k+1, allowed)
+		}
+	}
+	oneRequest() // the fourth: four left, half of the eight
+	if len(frames) != 1 || frames[0].MaxStreamNum != 4+allowed {
+		t.Fatalf("after half the streams were used, frames %+v, want one raising the limit to %d", frames, 4+allowed)
+	}
+
+	// All the credit used, every stream open: each that ends gives more.
+	frames = nil
+	var open []protocol.StreamID
+	for range allowed {
+		if _, err := m.GetOrOpenStream(id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.AcceptStream(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, id)
+		id += 4
+	}
+	if _, err := m.GetOrOpenStream(id); err == nil {
+		t.Fatal("the peer opened a stream past its limit")
+	}
+	if err := m.DeleteStream(open[0]); err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 1 || frames[0].MaxStreamNum != 4+allowed+1 {
+		t.Fatalf("after a stream ended with no credit left, frames %+v, want one raising the limit to %d", frames, 4+allowed+1)
 	}
 }

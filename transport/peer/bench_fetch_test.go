@@ -12,11 +12,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // The batch fetch benchmark moves what a mesh fetch of many samples moves:
@@ -71,24 +71,15 @@ type benchFetchMeta struct {
 	Err   string `msgpack:"e,omitempty"`
 }
 
-// cpuTime is the CPU time (user and system) this process has used: both
-// ends of every benchmark run in it.
-
 // castagnoli: samples carry CRC-32C, as the mesh's do (shm.Checksum).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// measureCPU reports the CPU both ends spent per batch, and the bytes moved
+// measureCPU reports the CPU both ends (both run in this process) spent per batch, and the bytes moved
 // per CPU second: figures that a busy machine disturbs less than MB/s.
 func measureCPU(b *testing.B, batchBytes int64) func() {
-	start := cpuTime()
+	start := testsupport.ProcessCPU()
 	return func() {
-		cpu := cpuTime() - start
+		cpu := testsupport.ProcessCPU() - start
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		b.ReportMetric(float64(batchBytes)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 	}

@@ -770,6 +770,77 @@ func TestEncodedRequestGoesAsItIs(t *testing.T) {
 	}
 }
 
+// TestShortCallIsOnePacketEachWay: a call whose request and reply are
+// short sends one packet each way (the request or the reply with its FIN
+// and the acknowledgement of the packet before), not a packet for the
+// data, another for the FIN, and stream credit in packets of their own,
+// which also made the other side acknowledge at once. Calls one after
+// another, with a msgpack reply and with a raw one of owned values (a
+// fetch's); an acknowledgement that waits past its delay (25 ms) on a busy
+// machine adds a packet, so the bound is 1.5 a call, not 1.
+func TestShortCallIsOnePacketEachWay(t *testing.T) {
+	dir := t.TempDir()
+	echo := newTestHandler()
+	b := testNode(t, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
+		if m != mRaw {
+			return echo.ServePeer(ctx, from, m, body)
+		}
+		v := bytes.Repeat([]byte{byte(len(body))}, 1000)
+		return &RawReply{Head: []int{len(v)}, Values: [][]byte{v}, Owned: true}, nil
+	}))
+	a := testNode(t, dir, "node-a", newTestHandler())
+	ctx := ctxT(t)
+	calls := map[string]func(i int) error{
+		"msgpack reply": func(i int) error {
+			var got echoMsg
+			if err := a.Call(ctx, b.Addr(), "node-b", mEcho, echoMsg{Text: "short", N: i}, &got); err != nil {
+				return err
+			}
+			if got.N != i+1 || got.Text != "short" {
+				return fmt.Errorf("call %d echoed %+v", i, got)
+			}
+			return nil
+		},
+		"raw reply": func(i int) error {
+			var lens []int
+			var got [][]byte
+			if err := a.CallRaw(ctx, b.Addr(), "node-b", mRaw, i, &lens, readInto(&lens, &got)); err != nil {
+				return err
+			}
+			if len(got) != 1 || len(got[0]) != 1000 {
+				return fmt.Errorf("call %d: values %d", i, len(got))
+			}
+			return nil
+		},
+	}
+	for name, call := range calls {
+		if err := call(0); err != nil { // the connection
+			t.Fatal(err)
+		}
+		heard := func() (fromB, fromA uint64) {
+			fromB, okB := a.Heard(b.Addr())
+			fromA, okA := b.Heard(a.Addr())
+			if !okB || !okA {
+				t.Fatalf("no connection between the two (a hears b: %v, b hears a: %v)", okB, okA)
+			}
+			return fromB, fromA
+		}
+		const n = 400
+		b0, a0 := heard()
+		for i := range n {
+			if err := call(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b1, a1 := heard()
+		replies, requests := float64(b1-b0)/n, float64(a1-a0)/n
+		t.Logf("%s: packets a call: %.2f from the caller, %.2f from the callee", name, requests, replies)
+		if replies > 1.5 || requests > 1.5 {
+			t.Errorf("%s: packets a call: %.2f from the caller, %.2f from the callee, want at most 1.5 each", name, requests, replies)
+		}
+	}
+}
+
 // TestHeard: while a handler blocks, the peer's QUIC stack still
 // acknowledges the request, so the packets heard from it grow; once the
 // peer has vanished (no CONNECTION_CLOSE), a call to it hears nothing.
