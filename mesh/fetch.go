@@ -156,7 +156,7 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 			return n.fetchOne(ctx, owner, ds, idx, fetchMode{})
 		}
 	}
-	r, how, err := hedge.First(ctx, n.fetchWait.Get(), tries...)
+	r, how, err := hedge.First(ctx, n.tries.Go, n.fetchWait.Get(), tries...)
 	ds.counters.Current().Hedged.Add(int64(how.Hedged))
 	if err == nil || ctx.Err() != nil {
 		return r.v, r.mem, err
@@ -291,7 +291,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			v, err := n.readSource(ds, idx)
 			return read{v: v, source: true}, err
 		})
-		got, how, err := hedge.First(ctx, n.throughWait(ds), tries...)
+		got, how, err := hedge.First(ctx, n.tries.Go, n.throughWait(ds), tries...)
 		ds.counters.Current().Hedged.Add(int64(how.Hedged))
 		if err != nil {
 			return read{}, err
@@ -742,8 +742,15 @@ type fetchMiss struct {
 // eachOnWorkers calls fn(k) for every k in [0, n) on up to workers
 // goroutines, each taking the next k once it is done with one (not a
 // goroutine a call), and returns once every call has returned: the source
-// reads of an MGet's misses and of a peer's fetch.
+// reads of an MGet's misses and of a peer's fetch. One at a time (n or
+// workers 1), the calls run on the caller's goroutine.
 func eachOnWorkers(n, workers int, fn func(k int)) {
+	if min(n, workers) == 1 { // one at a time: on the caller's goroutine
+		for k := range n {
+			fn(k)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	var next atomic.Int64
 	for range min(n, workers) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/internal/flight"
+	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/outbox"
@@ -64,6 +65,10 @@ type Node struct {
 	ordered  []*datasetState          // by ordinal
 	jobsMu   sync.Mutex               // held while a job is started
 	flight   flight.Group[read]
+	// tries runs the tries of hedged reads (hedge.First) on goroutines
+	// kept from earlier reads: a try calls deep (a request to a peer over
+	// QUIC), and a new goroutine grew its stack, and copied it, each time.
+	tries workers.Pool
 
 	// polMu serializes the policy and every mutation of the store, so the
 	// policy's view of what is resident and the store's always agree. Reads
@@ -226,6 +231,7 @@ func (n *Node) stop() {
 	}
 	n.bg.Wait()
 	n.flight.Close()
+	n.tries.Close()
 }
 
 // route classifies a key: a sample of a known dataset (ds non-nil), or a

@@ -1,12 +1,9 @@
 package flight
 
 import (
-	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
 )
@@ -76,71 +73,27 @@ func TestKeyIsCopied(t *testing.T) {
 	}
 }
 
-// TestRunsGoToAnIdleWorker runs one call after another, each once the
-// worker of the one before waits for work: every run goes to that worker,
-// no other is started. Close ends it.
-func TestRunsGoToAnIdleWorker(t *testing.T) {
+// TestRunsAfterClose: Close ends the idle workers, and a call after it
+// still runs and is shared as before.
+func TestRunsAfterClose(t *testing.T) {
 	var g Group[int]
-	for i := range 50 {
-		c := g.Do([]byte("k"), func() (int, error) { return i, nil })
-		<-c.Done()
-		if v, _ := c.Result(); v != i {
-			t.Fatalf("run %d returned %d", i, v)
-		}
-		waitIdle(t, &g, 1)
-	}
-	if n := g.live.Load(); n != 1 {
-		t.Fatalf("%d workers for runs one at a time, want 1", n)
-	}
-	g.Close()
-	waitIdle(t, &g, 0)
-	// After Close a run still runs, on a goroutine of its own that ends.
-	c := g.Do([]byte("k"), func() (int, error) { return -1, nil })
+	c := g.Do([]byte("k"), func() (int, error) { return 1, nil })
 	<-c.Done()
-	if v, _ := c.Result(); v != -1 {
-		t.Fatalf("a run after Close returned %d", v)
-	}
-	waitIdle(t, &g, 0)
-}
-
-// TestAtMostMaxIdleWorkersWait runs more calls at once than MaxIdle:
-// once they have returned, MaxIdle workers wait for more and the others
-// have ended.
-func TestAtMostMaxIdleWorkersWait(t *testing.T) {
-	var g Group[int]
-	defer g.Close()
+	g.Close()
 	release := make(chan struct{})
-	calls := make([]*Call[int], MaxIdle+44)
-	for i := range calls {
-		calls[i] = g.Do([]byte(strconv.Itoa(i)), func() (int, error) { <-release; return i, nil })
+	c = g.Do([]byte("k"), func() (int, error) { <-release; return 2, nil })
+	if again := g.Do([]byte("k"), func() (int, error) { return 3, nil }); again != c {
+		t.Fatal("a second caller of a running key got a call of its own")
 	}
 	close(release)
-	for i, c := range calls {
-		<-c.Done()
-		if v, _ := c.Result(); v != i {
-			t.Fatalf("call %d returned %d", i, v)
-		}
-	}
-	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return g.live.Load() == idling(&g) }); err != nil {
-		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", g.live.Load(), idling(&g))
-	}
-	if n := idling(&g); n != MaxIdle {
-		t.Fatalf("%d workers wait after %d calls at once, want MaxIdle (%d)", n, len(calls), MaxIdle)
+	<-c.Done()
+	if v, err := c.Result(); v != 2 || err != nil {
+		t.Fatalf("the call after Close returned %d, %v", v, err)
 	}
 }
 
-// idling returns how many workers wait for a run.
-func idling[T any](g *Group[T]) int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return int64(len(g.idlers))
-}
-
-// waitIdle waits until n workers wait for work (a worker counts itself
-// idle just after its run's callers are told).
-func waitIdle(t *testing.T, g *Group[int], n int64) {
-	t.Helper()
-	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return idling(g) == n }); err != nil {
-		t.Fatalf("%d workers idle, want %d", idling(g), n)
-	}
+// TestImportsOnlyWorkers: of this module, the package imports only
+// internal/workers.
+func TestImportsOnlyWorkers(t *testing.T) {
+	testsupport.CheckImports(t, "github.com/shade-mesh/shade/internal/workers")
 }

@@ -8,8 +8,8 @@
 // answers, so that only the slowest few reads send a second request and
 // the load they add stays small.
 //
-// The package owns no goroutine beyond a First call's tries, and imports
-// no network package.
+// The package owns no goroutine beyond a First call's tries (started by
+// the caller's spawn, or its own), and imports no network package.
 package hedge
 
 import (
@@ -167,9 +167,15 @@ type Outcome struct {
 // started last, whatever order the errors arrived in: where the tries go
 // from the nearest place to the last resort, that error says why the last
 // resort failed. When ctx ends first, First returns ctx's error. With no
-// tries it returns ctx's error, or nil. A single try runs on the
-// caller's goroutine.
-func First[T any](ctx context.Context, delay time.Duration, tries ...func(context.Context) (T, error)) (T, Outcome, error) {
+// tries it returns ctx's error, or nil.
+//
+// A single try runs on the caller's goroutine; where there are more, each
+// runs on a goroutine that spawn starts (spawn(run) must run run, and
+// return without waiting for it), or on one of its own where spawn is
+// nil. A spawn that hands runs to goroutines kept from earlier runs
+// (internal/workers) spares a try that calls deep the growth of a new
+// goroutine's stack.
+func First[T any](ctx context.Context, spawn func(func()), delay time.Duration, tries ...func(context.Context) (T, error)) (T, Outcome, error) {
 	var zero T
 	out := Outcome{Index: -1}
 	switch len(tries) {
@@ -195,10 +201,15 @@ func First[T any](ctx context.Context, delay time.Duration, tries ...func(contex
 	defer cancel()
 	answers := make(chan answer, len(tries)) // never blocks a try
 	start := func(i int) {
-		go func() {
+		run := func() {
 			v, err := tries[i](ctx)
 			answers <- answer{v, i, err}
-		}()
+		}
+		if spawn == nil {
+			go run()
+			return
+		}
+		spawn(run)
 	}
 	var timer *time.Timer
 	var tick <-chan time.Time

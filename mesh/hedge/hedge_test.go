@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -123,7 +124,7 @@ func runFirst(ctx context.Context, delay time.Duration, tries ...*try) chan resu
 	}
 	out := make(chan result, 1)
 	go func() {
-		v, o, err := First(ctx, delay, fns...)
+		v, o, err := First(ctx, nil, delay, fns...)
 		out <- result{v, o, err}
 	}()
 	return out
@@ -220,14 +221,36 @@ func TestFirstAllFail(t *testing.T) {
 		}
 	}
 	one := errors.New("one")
-	if _, o, err := First(context.Background(), time.Hour, func(context.Context) (int, error) { return 0, one }); !errors.Is(err, one) || o.Index != -1 {
+	if _, o, err := First(context.Background(), nil, time.Hour, func(context.Context) (int, error) { return 0, one }); !errors.Is(err, one) || o.Index != -1 {
 		t.Fatalf("First of one failing try = %+v, %v; want index -1 and its error", o, err)
 	}
-	if v, o, err := First(context.Background(), time.Hour, func(context.Context) (int, error) { return 7, nil }); err != nil || v != 7 || o.Index != 0 {
+	if v, o, err := First(context.Background(), nil, time.Hour, func(context.Context) (int, error) { return 7, nil }); err != nil || v != 7 || o.Index != 0 {
 		t.Fatalf("First of one try = %d, %+v, %v; want 7, index 0, nil", v, o, err)
 	}
-	if _, o, err := First[int](context.Background(), time.Hour); err != nil || o.Index != -1 {
+	if _, o, err := First[int](context.Background(), nil, time.Hour); err != nil || o.Index != -1 {
 		t.Fatalf("First with no tries = %+v, %v; want index -1, nil", o, err)
+	}
+}
+
+// TestFirstStartsTriesWithSpawn: where First is given a spawn, every try
+// it starts goes through it (a single try runs on the caller's goroutine).
+func TestFirstStartsTriesWithSpawn(t *testing.T) {
+	var spawned atomic.Int64
+	spawn := func(run func()) { spawned.Add(1); go run() }
+	fail := func(context.Context) (int, error) { return 0, errors.New("not found") }
+	v, o, err := First(context.Background(), spawn, time.Hour, fail, fail, func(context.Context) (int, error) { return 3, nil })
+	if err != nil || v != 3 || o.Index != 2 {
+		t.Fatalf("First = %d, %+v, %v; want 3 from the third try", v, o, err)
+	}
+	if n := spawned.Load(); n != 3 {
+		t.Fatalf("%d tries went through spawn, want 3", n)
+	}
+	spawned.Store(0)
+	if v, _, err := First(context.Background(), spawn, time.Hour, func(context.Context) (int, error) { return 4, nil }); err != nil || v != 4 {
+		t.Fatalf("First of one try = %d, %v", v, err)
+	}
+	if n := spawned.Load(); n != 0 {
+		t.Fatalf("a single try went through spawn %d times", n)
 	}
 }
 
@@ -246,7 +269,7 @@ func BenchmarkFirst(b *testing.B) {
 	b.Run("first", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if v, _, _ := First(ctx, time.Second, try, try); v != 1 {
+			if v, _, _ := First(ctx, nil, time.Second, try, try); v != 1 {
 				b.Fatal(v)
 			}
 		}

@@ -1,0 +1,91 @@
+package workers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+)
+
+// TestRunsGoToAnIdleWorker runs functions one at a time: each goes to the
+// worker the one before left waiting, so one worker runs them all; after
+// Close the worker ends, and a run still runs, on a goroutine of its own.
+func TestRunsGoToAnIdleWorker(t *testing.T) {
+	var p Pool
+	for i := range 50 {
+		ran := make(chan int, 1)
+		p.Go(func() { ran <- i })
+		if v := <-ran; v != i {
+			t.Fatalf("run %d ran %d", i, v)
+		}
+		waitIdle(t, &p, 1)
+	}
+	if n := p.live.Load(); n != 1 {
+		t.Fatalf("%d workers for runs one at a time, want 1", n)
+	}
+	p.Close()
+	waitIdle(t, &p, 0)
+	waitLive(t, &p, 0)
+	ran := make(chan struct{})
+	p.Go(func() { close(ran) })
+	<-ran
+	waitLive(t, &p, 0)
+}
+
+// TestAtMostMaxIdleWorkersWait runs more functions at once than MaxIdle:
+// once they have returned, MaxIdle workers wait for more and the others
+// have ended.
+func TestAtMostMaxIdleWorkersWait(t *testing.T) {
+	var p Pool
+	defer p.Close()
+	release := make(chan struct{})
+	const runs = MaxIdle + 44
+	done := make(chan int, runs)
+	for i := range runs {
+		p.Go(func() { <-release; done <- i })
+	}
+	close(release)
+	seen := make([]bool, runs)
+	for range runs {
+		seen[<-done] = true
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Fatalf("run %d did not run", i)
+		}
+	}
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return p.live.Load() == idling(&p) }); err != nil {
+		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", p.live.Load(), idling(&p))
+	}
+	if n := idling(&p); n != MaxIdle {
+		t.Fatalf("%d workers wait after %d runs at once, want MaxIdle (%d)", n, runs, MaxIdle)
+	}
+}
+
+// idling returns how many workers wait for a run.
+func idling(p *Pool) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(len(p.idlers))
+}
+
+// waitIdle waits until n workers wait for a run (a worker lists itself
+// idle just after its run returns).
+func waitIdle(t *testing.T, p *Pool, n int64) {
+	t.Helper()
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return idling(p) == n }); err != nil {
+		t.Fatalf("%d workers idle, want %d", idling(p), n)
+	}
+}
+
+// waitLive waits until n workers are live.
+func waitLive(t *testing.T, p *Pool, n int64) {
+	t.Helper()
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return p.live.Load() == n }); err != nil {
+		t.Fatalf("%d workers live, want %d", p.live.Load(), n)
+	}
+}
+
+// TestImportsNothingOfTheModule: the package is a leaf.
+func TestImportsNothingOfTheModule(t *testing.T) { testsupport.CheckImports(t) }
