@@ -2,7 +2,8 @@
 # QUIC batch fetch between two peers against TCP on the same machine, side
 # by side in one run: BenchmarkBatchFetch (transport/peer) moves batches of
 # samples (default 256 and 32 samples of 100 KiB; 32 x 100 KiB is about
-# what one read-ahead request of the mesh asks an owner for) between two
+# what one read-ahead request of the mesh asks an owner for; and, stream
+# layouts only, 1 sample of 1 KiB, a single read from a peer) between two
 # nodes on loopback, in the mesh's stream layout (wire.MethodFetchStream: a
 # msgpack head, then the samples' bytes as they are) and its msgpack layout
 # (wire.MethodFetch: every value encoded into one frame), over
@@ -34,6 +35,11 @@ for samples in 256 32; do
 	BENCH_FETCH_SAMPLES=$samples "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch' \
 		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt" || { cat "$out/bench.txt"; exit 1; }
 done
+# One sample of 1 KiB a request: a read from a peer that no read-ahead
+# batches, where the per-request costs (packets, goroutines, contexts)
+# are all there is; 100 times as many requests.
+BENCH_FETCH_SAMPLES=1 BENCH_FETCH_SIZE=1024 "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch/(quic|tcp-tls)-stream' \
+	-test.benchtime "$((N * 100))x" -test.count "$COUNT" >>"$out/bench.txt" || { cat "$out/bench.txt"; exit 1; }
 /usr/bin/python3 - "$out/bench.txt" <<'EOF'
 import re, statistics, sys
 runs = {}
@@ -49,7 +55,7 @@ def med_ms(batch, v):
 for batch in sorted({k[0] for k in runs}, key=lambda b: -int(b.split("x")[0])):
     for q_, t_ in (("quic-stream", "tcp-tls-stream"), ("quic-msgpack", "tcp-tls-msgpack")):
         if (batch, q_) in runs and (batch, t_) in runs:
-            ratios.append(f"{batch:<12}{q_} {med_ms(batch, q_):.1f} cpu-ms/batch, {t_} {med_ms(batch, t_):.1f}: QUIC takes {med_ms(batch, q_) / med_ms(batch, t_):.2f}x the CPU of TLS over TCP")
+            ratios.append(f"{batch:<12}{q_} {med_ms(batch, q_):.3g} cpu-ms/batch, {t_} {med_ms(batch, t_):.3g}: QUIC takes {med_ms(batch, q_) / med_ms(batch, t_):.2f}x the CPU of TLS over TCP")
     q = runs[(batch, "quic-stream")]
     qs, qc = statistics.median(r[0] for r in q), statistics.median(r[1] for r in q)
     for v in variants:
@@ -57,7 +63,7 @@ for batch in sorted({k[0] for k in runs}, key=lambda b: -int(b.split("x")[0])):
         if not rs:
             continue
         s, c, ms = (statistics.median(r[i] for r in rs) for i in range(3))
-        print(f"{batch:<12}{v:<17}{s:9.0f}{s / qs:7.1f}x{ms:14.1f}{c:10.0f}{c / qc:7.1f}x")
+        print(f"{batch:<12}{v:<17}{s:9.0f}{s / qs:7.1f}x{ms:14.3g}{c:10.0f}{c / qc:7.1f}x")
 print()
 print("# QUIC against TLS over TCP with the same layout (target: QUIC's CPU per batch at most TLS over TCP's)")
 print("\n".join(ratios))
