@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,3 +90,51 @@ func waitLive(t *testing.T, p *Pool, n int64) {
 
 // TestImportsNothingOfTheModule: the package is a leaf.
 func TestImportsNothingOfTheModule(t *testing.T) { testsupport.CheckImports(t) }
+
+// BenchmarkGo starts runs that call deep (about 16 KiB of stack, as a
+// request to a peer does) and waits for each, on a new goroutine each
+// ("go") and on a Pool ("pool"); "-parallel" starts them from several
+// goroutines at once.
+func BenchmarkGo(b *testing.B) {
+	var sink atomic.Int64
+	run := func(done chan<- struct{}) func() {
+		return func() { sink.Add(int64(deep(16))); done <- struct{}{} }
+	}
+	var p Pool
+	defer p.Close()
+	starts := map[string]func(func()){
+		"go":   func(f func()) { go f() },
+		"pool": p.Go,
+	}
+	for _, name := range []string{"go", "pool"} {
+		start := starts[name]
+		b.Run(name, func(b *testing.B) {
+			done := make(chan struct{})
+			for b.Loop() {
+				start(run(done))
+				<-done
+			}
+		})
+		b.Run(name+"-parallel", func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				done := make(chan struct{})
+				for pb.Next() {
+					start(run(done))
+					<-done
+				}
+			})
+		})
+	}
+}
+
+// deep recurses n frames of about 1 KiB each.
+//
+//go:noinline
+func deep(n int) int {
+	var pad [1024]byte
+	pad[n] = byte(n)
+	if n == 0 {
+		return int(pad[0])
+	}
+	return deep(n-1) + int(pad[n])
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/quic"
+	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -65,6 +66,12 @@ type Node struct {
 	peers  map[string]*peerState // by address, see addrKey
 	conns  map[*peerConn]struct{}
 	wg     sync.WaitGroup // the accept loop, connection and stream goroutines
+
+	// streams serves accepted streams on goroutines kept from earlier
+	// requests: a request's handling calls deep (the stream's reads, the
+	// handler), and a new goroutine grew its stack, and copied it, each
+	// time.
+	streams workers.Pool
 }
 
 // peerState is what a Node knows of one peer address.
@@ -202,6 +209,7 @@ func (n *Node) Close() error {
 		err = cerr
 	}
 	n.wg.Wait()
+	n.streams.Close()
 	return err
 }
 
@@ -356,7 +364,7 @@ func (n *Node) serveConn(c *peerConn) {
 		}
 		n.wg.Add(1)
 		n.mu.Unlock()
-		go n.serveStream(c, str)
+		n.streams.Go(func() { n.serveStream(c, str) })
 	}
 	n.mu.Lock()
 	delete(n.conns, c)
