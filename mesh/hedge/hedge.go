@@ -173,8 +173,8 @@ type Outcome struct {
 // runs on a goroutine that spawn starts (spawn(run) must run run, and
 // return without waiting for it), or on one of its own where spawn is
 // nil. A spawn that hands runs to goroutines kept from earlier runs
-// (internal/workers) spares a try that calls deep the growth of a new
-// goroutine's stack.
+// (internal/workers) spares each try that calls deep the growth of a new
+// goroutine's stack on its way down.
 func First[T any](ctx context.Context, spawn func(func()), delay time.Duration, tries ...func(context.Context) (T, error)) (T, Outcome, error) {
 	var zero T
 	out := Outcome{Index: -1}
