@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/cputime"
 	"github.com/shade-mesh/shade/internal/redcon"
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -347,10 +348,10 @@ func BenchmarkRemoteHits(b *testing.B) {
 	}
 	measured := func(b *testing.B, run func()) {
 		peerHits0, sourceReads0 := totals()
-		cpu := testsupport.ProcessCPU()
+		cpu := cputime.Process()
 		run()
 		b.StopTimer()
-		b.ReportMetric(float64((testsupport.ProcessCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+		b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
 		peerHits, sourceReads := totals()
 		b.ReportMetric(float64(peerHits-peerHits0)/float64(b.N), "peer-hits/op")
 		b.ReportMetric(float64(sourceReads-sourceReads0)/float64(b.N), "source-reads/op")

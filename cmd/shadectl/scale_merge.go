@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/internal/cputime"
 	meshleader "github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -53,11 +53,11 @@ type meter struct {
 func (m *meter) run(fn func() error) error {
 	var a, b runtime.MemStats
 	runtime.ReadMemStats(&a)
-	cpu := processCPU()
+	cpu := cputime.Process()
 	start := time.Now()
 	err := fn()
 	m.Dur += time.Since(start)
-	m.CPU += processCPU() - cpu
+	m.CPU += cputime.Process() - cpu
 	runtime.ReadMemStats(&b)
 	m.Allocs += b.Mallocs - a.Mallocs
 	m.Bytes += b.TotalAlloc - a.TotalAlloc
@@ -84,16 +84,6 @@ type mergeStep struct {
 func (s mergeStep) perEpoch() time.Duration { return time.Duration(float64(s.Dur) * s.Times) }
 
 func (s mergeStep) cpuPerEpoch() time.Duration { return time.Duration(float64(s.CPU) * s.Times) }
-
-// processCPU is the CPU time this process has used, user and system, on
-// every core.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // mergeResult is the leader half of shadectl scale.
 type mergeResult struct {

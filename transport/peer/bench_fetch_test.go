@@ -16,7 +16,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/internal/cputime"
 )
 
 // The batch fetch benchmark moves what a mesh fetch of many samples moves:
@@ -77,9 +77,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // measureCPU reports the CPU both ends (both run in this process) spent per batch, and the bytes moved
 // per CPU second: figures that a busy machine disturbs less than MB/s.
 func measureCPU(b *testing.B, batchBytes int64) func() {
-	start := testsupport.ProcessCPU()
+	start := cputime.Process()
 	return func() {
-		cpu := testsupport.ProcessCPU() - start
+		cpu := cputime.Process() - start
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		b.ReportMetric(float64(batchBytes)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 	}
