@@ -329,22 +329,9 @@ func BenchmarkRemoteHits(b *testing.B) {
 		}
 		return peerHits, sourceReads
 	}
-	// reads reads random samples of others[i] from node i until more
-	// says stop.
 	reads := func(b *testing.B, i int, more func() bool) {
-		n, ids := peers[i].Node, others[i]
-		ds := n.ordered[0]
-		rng := rand.New(rand.NewPCG(uint64(i), 2))
-		var dst []byte
-		for more() {
-			id := ids[rng.IntN(len(ids))]
-			v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, id)), dst[:0])
-			if err != nil || !ok || len(v) != int(ds.manifest.Sizes[id]) {
-				b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
-				return
-			}
-			dst = v
-		}
+		ids := others[i]
+		readRandomSamples(b, peers[i].Node, uint64(i), func(rng *rand.Rand) uint32 { return ids[rng.IntN(len(ids))] }, more)
 	}
 	measured := func(b *testing.B, run func()) {
 		peerHits0, sourceReads0 := totals()
@@ -368,6 +355,25 @@ func BenchmarkRemoteHits(b *testing.B) {
 	})
 }
 
+// readRandomSamples reads the samples of n's first dataset that pick draws (a
+// generator seeded with seed), through n, until more says stop; each must
+// be found, and be of its manifest's size.
+func readRandomSamples(b *testing.B, n *Node, seed uint64, pick func(*rand.Rand) uint32, more func() bool) {
+	ds := n.ordered[0]
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ctx := context.Background()
+	var dst []byte
+	for more() {
+		id := pick(rng)
+		v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, id)), dst[:0])
+		if err != nil || !ok || len(v) != int(ds.manifest.Sizes[id]) {
+			b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
+			return
+		}
+		dst = v
+	}
+}
+
 // benchPeerReads runs sub-benchmark name: random samples of spec read
 // from the nodes of a mesh of 3 (2 owners a sample, 64 KiB of cache a
 // node), 16 readers a CPU.
@@ -389,18 +395,8 @@ func benchPeerReads(b *testing.B, name string, spec testsupport.DatasetSpec, hed
 		b.RunParallel(func(pb *testing.PB) {
 			i := next.Add(1)
 			n := peers[int(i)%len(peers)].Node
-			ds := n.ordered[0]
-			rng := rand.New(rand.NewPCG(uint64(i), 1))
-			ctx := context.Background()
-			var dst []byte
-			for pb.Next() {
-				v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, uint32(rng.IntN(ds.len)))), dst[:0])
-				if err != nil || !ok {
-					b.Errorf("read: %v, found %v", err, ok)
-					return
-				}
-				dst = v
-			}
+			samples := n.ordered[0].len
+			readRandomSamples(b, n, uint64(i), func(rng *rand.Rand) uint32 { return uint32(rng.IntN(samples)) }, pb.Next)
 		})
 		b.ReportMetric(float64(hedged()-before)/float64(b.N), "hedged/op")
 	})
