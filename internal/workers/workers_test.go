@@ -102,12 +102,11 @@ func BenchmarkGo(b *testing.B) {
 	}
 	var p Pool
 	defer p.Close()
-	starts := map[string]func(func()){
-		"go":   func(f func()) { go f() },
-		"pool": p.Go,
-	}
-	for _, name := range []string{"go", "pool"} {
-		start := starts[name]
+	for _, s := range []struct {
+		name  string
+		start func(func())
+	}{{"go", func(f func()) { go f() }}, {"pool", p.Go}} {
+		name, start := s.name, s.start
 		b.Run(name, func(b *testing.B) {
 			done := make(chan struct{})
 			for b.Loop() {
