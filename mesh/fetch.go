@@ -156,7 +156,7 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 			return n.fetchOne(ctx, owner, ds, idx, fetchMode{})
 		}
 	}
-	r, how, err := hedge.First(ctx, n.tries.Go, n.fetchWait.Get(), tries...)
+	r, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
 	ds.counters.Current().Hedged.Add(int64(how.Hedged))
 	if err == nil || ctx.Err() != nil {
 		return r.v, r.mem, err
@@ -291,7 +291,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			v, err := n.readSource(ds, idx)
 			return read{v: v, source: true}, err
 		})
-		got, how, err := hedge.First(ctx, n.tries.Go, n.throughWait(ds), tries...)
+		got, how, err := hedge.First(ctx, n.workers.Go, n.throughWait(ds), tries...)
 		ds.counters.Current().Hedged.Add(int64(how.Hedged))
 		if err != nil {
 			return read{}, err

@@ -65,10 +65,11 @@ type Node struct {
 	ordered  []*datasetState          // by ordinal
 	jobsMu   sync.Mutex               // held while a job is started
 	flight   flight.Group[read]
-	// tries runs the tries of hedged reads (hedge.First) on goroutines
-	// kept from earlier reads: a try calls deep (a request to a peer over
-	// QUIC), and a new goroutine grew its stack, and copied it, each time.
-	tries workers.Pool
+	// workers runs the reads through (flight's runs) and the tries of
+	// hedged reads (hedge.First) on goroutines kept from earlier reads:
+	// both call deep (a request to a peer over QUIC, the source), and a
+	// new goroutine grew its stack, and copied it, each time.
+	workers workers.Pool
 
 	// polMu serializes the policy and every mutation of the store, so the
 	// policy's view of what is resident and the store's always agree. Reads
@@ -133,6 +134,7 @@ func New(cfg Config) (*Node, error) {
 		inflight: make(map[string]int64),
 	}
 	n.fetchWait.Fixed = cfg.Cluster.HedgeAfter
+	n.flight.Workers = &n.workers
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.readAhead = readahead.New(readahead.Config{
 		Self: cfg.Name, Prefetch: cfg.Cluster.Prefetch, Memory: cfg.PrefetchMemory, SourceReads: cfg.SourceReads,
@@ -230,8 +232,7 @@ func (n *Node) stop() {
 		c.wire.Close()
 	}
 	n.bg.Wait()
-	n.flight.Close()
-	n.tries.Close()
+	n.workers.Close()
 }
 
 // route classifies a key: a sample of a known dataset (ds non-nil), or a

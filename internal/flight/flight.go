@@ -1,9 +1,10 @@
 // Package flight collapses concurrent calls for one key into one run, as
 // golang.org/x/sync/singleflight's DoChan does, for a cache's miss path:
 //
-//   - A run goes to a worker of a workers.Pool, a goroutine that an
-//     earlier run left idle where one waits, instead of a new goroutine
-//     each time, so that the run's deep calls do not grow a new stack.
+//   - A run goes to a worker of a workers.Pool (the group's own, or one it
+//     shares), a goroutine that an earlier run left idle where one waits,
+//     instead of a new goroutine each time, so that the run's deep calls
+//     do not grow a new stack.
 //   - Results are typed, and the key is looked up without a copy.
 //
 // Of this module it imports only internal/workers, a leaf.
@@ -18,9 +19,14 @@ import (
 // Group runs calls by key. The zero value is ready to use; a Group must
 // not be copied after first use. All methods are safe for concurrent use.
 type Group[T any] struct {
-	mu      sync.Mutex
-	calls   map[string]*Call[T]
-	workers workers.Pool
+	// Workers, where set before first use, runs the calls: a pool the
+	// group shares with other work, which its owner closes. Where nil,
+	// the group runs them on a pool of its own.
+	Workers *workers.Pool
+
+	mu    sync.Mutex
+	calls map[string]*Call[T]
+	own   workers.Pool
 }
 
 // Call is one run of a function for a key, shared by every caller that
@@ -55,7 +61,7 @@ func (g *Group[T]) Do(key []byte, fn func() (T, error)) *Call[T] {
 	k := string(key)
 	g.calls[k] = c
 	g.mu.Unlock()
-	g.workers.Go(func() {
+	g.pool().Go(func() {
 		c.val, c.err = fn()
 		g.mu.Lock()
 		delete(g.calls, k)
@@ -65,6 +71,15 @@ func (g *Group[T]) Do(key []byte, fn func() (T, error)) *Call[T] {
 	return c
 }
 
-// Close ends the idle workers; the runs under way finish. Do may still be
-// called afterwards, each run then on a goroutine of its own.
-func (g *Group[T]) Close() { g.workers.Close() }
+// pool is the pool the calls run on.
+func (g *Group[T]) pool() *workers.Pool {
+	if g.Workers != nil {
+		return g.Workers
+	}
+	return &g.own
+}
+
+// Close ends the idle workers of the group's own pool (not a shared
+// Workers); the runs under way finish. Do may still be called afterwards,
+// each run then on a goroutine of its own.
+func (g *Group[T]) Close() { g.own.Close() }

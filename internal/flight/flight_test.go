@@ -1,11 +1,14 @@
 package flight
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/internal/workers"
 )
 
 // TestCallersOfOneKeyShareOneRun has many goroutines ask for one key while
@@ -96,4 +99,19 @@ func TestRunsAfterClose(t *testing.T) {
 // internal/workers.
 func TestImportsOnlyWorkers(t *testing.T) {
 	testsupport.CheckImports(t, "github.com/shade-mesh/shade/internal/workers")
+}
+
+// TestRunsOnASharedPool: where Workers is set, the calls run on that
+// pool (its worker waits there after the run), and the group's Close
+// leaves the pool to its owner.
+func TestRunsOnASharedPool(t *testing.T) {
+	var pool workers.Pool
+	defer pool.Close()
+	g := Group[int]{Workers: &pool}
+	c := g.Do([]byte("k"), func() (int, error) { return 1, nil })
+	<-c.Done()
+	g.Close()
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return pool.Idle() == 1 }); err != nil {
+		t.Fatalf("%d workers wait in the shared pool after the group's run, want 1", pool.Idle())
+	}
 }

@@ -122,6 +122,13 @@ func (p *Pool) unlistIdle(next chan func()) bool {
 	return true
 }
 
+// Idle is how many workers wait for a run now.
+func (p *Pool) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idlers)
+}
+
 // Close ends the idle workers; the runs under way finish. Go may still be
 // called afterwards, each run then on a goroutine of its own.
 func (p *Pool) Close() {

@@ -56,27 +56,20 @@ func TestAtMostMaxIdleWorkersWait(t *testing.T) {
 			t.Fatalf("run %d did not run", i)
 		}
 	}
-	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return p.live.Load() == idling(&p) }); err != nil {
-		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", p.live.Load(), idling(&p))
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return p.live.Load() == int64(p.Idle()) }); err != nil {
+		t.Fatalf("%d workers live, %d idle: some neither ended nor wait", p.live.Load(), int64(p.Idle()))
 	}
-	if n := idling(&p); n != MaxIdle {
+	if n := int64(p.Idle()); n != MaxIdle {
 		t.Fatalf("%d workers wait after %d runs at once, want MaxIdle (%d)", n, runs, MaxIdle)
 	}
-}
-
-// idling returns how many workers wait for a run.
-func idling(p *Pool) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return int64(len(p.idlers))
 }
 
 // waitIdle waits until n workers wait for a run (a worker lists itself
 // idle just after its run returns).
 func waitIdle(t *testing.T, p *Pool, n int64) {
 	t.Helper()
-	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return idling(p) == n }); err != nil {
-		t.Fatalf("%d workers idle, want %d", idling(p), n)
+	if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool { return int64(p.Idle()) == n }); err != nil {
+		t.Fatalf("%d workers idle, want %d", int64(p.Idle()), n)
 	}
 }
 
