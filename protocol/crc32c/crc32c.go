@@ -1,7 +1,8 @@
 // Package crc32c computes CRC-32C (Castagnoli), the checksum every cached
-// sample carries, faster than hash/crc32 on CPUs with AVX-512 carry-less
-// multiplication (VPCLMULQDQ), and exactly as hash/crc32 does everywhere
-// else.
+// sample carries, faster than hash/crc32 on CPUs with vector carry-less
+// multiplication (VPCLMULQDQ, with AVX-512 or with AVX2 alone), and exactly
+// as hash/crc32 does everywhere else; and it copies a value and computes
+// its CRC in one pass (Copy, Append).
 //
 // hash/crc32 computes CRC-32C with the SSE4.2 CRC32 instruction, 8 bytes at
 // a time in three interleaved streams: about 27 GB/s on a current x86
@@ -10,7 +11,9 @@
 // independent 512-bit accumulators (the method of Intel's "Fast CRC
 // Computation for Generic Polynomials Using PCLMULQDQ Instruction", which
 // hash/crc32 applies to IEEE CRC-32 with one accumulator) is about twice
-// as fast; see BenchmarkChecksum.
+// as fast; see BenchmarkChecksum. CPUs with VPCLMULQDQ but no AVX-512
+// (AMD's Zen 3, Intel's Alder Lake) fold 128 bytes at a time in 256-bit
+// registers instead.
 //
 // The folding constants are computed from the polynomial when the package
 // loads (foldConstants), not copied in as numbers.
@@ -19,29 +22,68 @@ package crc32c
 import (
 	"hash/crc32"
 	"math/bits"
+	"slices"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	table      = foldConstants(castagnoli33) // the fold's constants
+)
 
 // Checksum returns the CRC-32C of b, equal to
 // crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)).
 func Checksum(b []byte) uint32 { return Update(0, b) }
 
-// Folds reports whether Update folds with AVX-512 on this CPU (inputs of
-// 256 bytes or more). The fold loads 256 bytes, four cache lines, at a
-// time, independently of the CRC so far, so an input out of the CPU's
-// caches comes in from memory several lines at once; the CRC32
-// instruction's loads wait for one line at a time.
-func Folds() bool { return canFold }
+// Folds reports whether Update folds with VPCLMULQDQ on this CPU (inputs
+// of minFold bytes or more). The fold loads several cache lines at a time
+// (four with AVX-512, two with AVX2), independently of the CRC so far, so
+// an input out of the CPU's caches comes in from memory several lines at
+// once; the CRC32 instruction's loads wait for one line at a time.
+func Folds() bool { return canFold || canFoldAVX2 }
 
 // Update returns the CRC-32C of crc's data followed by b, equal to
 // crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), b).
 func Update(crc uint32, b []byte) uint32 {
-	if n := len(b) &^ 63; n >= minFold && canFold {
+	switch {
+	case canFold && len(b) >= minFold:
+		n := len(b) &^ 63
 		crc = fold(crc, b[:n])
+		b = b[n:]
+	case canFoldAVX2 && len(b) >= minFoldAVX2:
+		n := len(b) &^ 31
+		crc = ^foldAVX2(^crc, nil, b[:n], table)
 		b = b[n:]
 	}
 	return crc32.Update(crc, castagnoli, b)
+}
+
+// Copy copies src into dst, which must be at least as long (Copy panics
+// otherwise), and returns the CRC-32C of src. Where the CPU folds with
+// AVX2, it loads each byte of src once, into a register that it both
+// stores and folds into the CRC: a copy from memory the CPU's caches do
+// not hold waits for the loads once, not again for the CRC; and the
+// bytes checked are the bytes stored. Elsewhere it copies, then computes
+// the CRC of the copy.
+func Copy(dst, src []byte) uint32 {
+	if len(dst) < len(src) {
+		panic("crc32c: Copy into a shorter slice")
+	}
+	n := 0
+	var crc uint32
+	if canFoldAVX2 && len(src) >= minFoldAVX2 {
+		n = len(src) &^ 31
+		crc = ^foldAVX2(^uint32(0), &dst[0], src[:n], table)
+	}
+	copy(dst[n:], src[n:])
+	return Update(crc, dst[n:len(src)])
+}
+
+// Append appends src to dst, as append does, and returns the result with
+// the CRC-32C of the bytes appended, copied as Copy copies them.
+func Append(dst, src []byte) ([]byte, uint32) {
+	start := len(dst)
+	dst = slices.Grow(dst, len(src))[:start+len(src)]
+	return dst, Copy(dst[start:], src)
 }
 
 // The constants of the fold, for CRC-32C's polynomial in its reflected
@@ -56,6 +98,8 @@ type constants struct {
 	fold64   uint64    // k(64): 128 bits of remainder to 64
 	_        uint64
 	barrett  [2]uint64 // P and floor(x^64 / P), both reflected over 33 bits
+	fold1024 [2]uint64 // k(1056), k(992): four 256-bit accumulators, 128 bytes on
+	fold256  [2]uint64 // k(288), k(224): one 256-bit accumulator, 32 bytes on
 }
 
 // castagnoli33 is CRC-32C's polynomial P with its x^32 term, the most
@@ -71,6 +115,8 @@ func foldConstants(p uint64) *constants {
 		fold128:  [2]uint64{k(128 + 32), k(128 - 32)},
 		fold64:   k(64),
 		barrett:  [2]uint64{reflect(p, 33), reflect(x64DivP(p), 33)},
+		fold1024: [2]uint64{k(1024 + 32), k(1024 - 32)},
+		fold256:  [2]uint64{k(256 + 32), k(256 - 32)},
 	}
 }
 

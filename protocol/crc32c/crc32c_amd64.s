@@ -16,6 +16,32 @@
 	PXOR      X5, acc      \
 	PXOR      data, acc
 
+// REDUCE128 reduces the 128-bit remainder in X1 to the CRC's 32-bit
+// register in AX (as hash/crc32's ieeeCLMUL does, with CRC-32C's
+// constants; on entry k is in AX, and k.fold128 in X0): 128 bits to 64,
+// the first 64 bits times k(96) onto the last 64; 64 bits to 32 plus 32,
+// times k(64); then a Barrett reduction. X0, X2 and X3 are clobbered.
+#define REDUCE128 \
+	PCMPEQB   X3, X3     \
+	PCLMULQDQ $1, X1, X0 \
+	PSRLDQ    $8, X1     \
+	PXOR      X0, X1     \
+	MOVOA     X1, X2     \
+	MOVQ      48(AX), X0 \
+	PSRLQ     $32, X3    \
+	PSRLDQ    $4, X2     \
+	PAND      X3, X1     \
+	PCLMULQDQ $0, X0, X1 \
+	PXOR      X2, X1     \
+	MOVOU     64(AX), X0 \
+	MOVOA     X1, X2     \
+	PAND      X3, X1     \
+	PCLMULQDQ $0x10, X0, X1 \
+	PAND      X3, X1     \
+	PCLMULQDQ $0, X0, X1 \
+	PXOR      X2, X1     \
+	PEXTRD    $1, X1, AX
+
 // func foldAVX512(crc uint32, b []byte, k *constants) uint32
 //
 // len(b) is a multiple of 64 and at least 256. Four 512-bit accumulators
@@ -93,31 +119,124 @@ lanes:
 	FOLD128(X1, X3)
 	FOLD128(X1, X4)
 
-	// 128 bits to 64: the first 64 bits times k(96) (X0's second half),
-	// onto the last 64.
-	PCMPEQB   X3, X3
-	PCLMULQDQ $1, X1, X0
-	PSRLDQ    $8, X1
-	PXOR      X0, X1
+	REDUCE128
+	MOVL AX, ret+40(FP)
+	RET
 
-	// 64 bits to 32 plus 32.
-	MOVOA  X1, X2
-	MOVQ   48(AX), X0 // fold64
-	PSRLQ  $32, X3    // a mask of 32 bits
-	PSRLDQ $4, X2
-	PAND   X3, X1
-	PCLMULQDQ $0, X0, X1
-	PXOR   X2, X1
+// FOLD256 folds acc (two 128-bit lanes) forward over the distance whose
+// constants are in Y0, onto data, lane by lane. tmp is clobbered.
+#define FOLD256(acc, tmp, data) \
+	VPCLMULQDQ $0x11, Y0, acc, tmp \
+	VPCLMULQDQ $0, Y0, acc, acc    \
+	VPXOR      tmp, acc, acc       \
+	VPXOR      data, acc, acc
 
-	// Barrett reduction to the 32-bit remainder.
-	MOVOU     64(AX), X0 // barrett
-	MOVOA     X1, X2
-	PAND      X3, X1
-	PCLMULQDQ $0x10, X0, X1
-	PAND      X3, X1
-	PCLMULQDQ $0, X0, X1
-	PXOR      X2, X1
+// COPY32 stores the 32 bytes in y at off(DI), unless DI is nil.
+#define COPY32(y, off) \
+	TESTQ   DI, DI \
+	JZ      2(PC)  \
+	VMOVDQU y, off(DI)
 
-	PEXTRD $1, X1, AX
-	MOVL   AX, ret+40(FP)
+// func foldAVX2(crc uint32, dst *byte, src []byte, k *constants) uint32
+//
+// len(src) is a multiple of 32 and at least 128. foldAVX512's method with
+// 256-bit registers, for CPUs with VPCLMULQDQ but not AVX-512: four
+// accumulators (Y1-Y4: eight lanes, the remainder of 128 bytes) are
+// folded 128 bytes forward per round, then into one (Y1), which folds the
+// 32-byte blocks left; then its two lanes into one. Unless dst is nil, each
+// block is also stored at dst as it is loaded, so that a copy and its CRC
+// read the source once.
+TEXT ·foldAVX2(SB), NOSPLIT, $0-52
+	MOVQ dst+8(FP), DI
+	MOVQ src_base+16(FP), SI
+	MOVQ src_len+24(FP), CX
+	MOVQ k+40(FP), AX
+
+	// The first 128 bytes, with the CRC so far in the first 32 bits.
+	MOVL    crc+0(FP), BX
+	VMOVD   BX, X10
+	VMOVDQU (SI), Y1
+	VMOVDQU 32(SI), Y2
+	VMOVDQU 64(SI), Y3
+	VMOVDQU 96(SI), Y4
+	COPY32(Y1, 0)
+	COPY32(Y2, 32)
+	COPY32(Y3, 64)
+	COPY32(Y4, 96)
+	VPXOR   Y10, Y1, Y1
+	ADDQ    $128, SI
+	SUBQ    $128, CX
+	TESTQ   DI, DI
+	JZ      2(PC)
+	ADDQ    $128, DI
+	CMPQ    CX, $128
+	JB      fold4
+
+	VBROADCASTI128 80(AX), Y0 // fold1024
+
+	PCALIGN $16
+loop128:
+	VMOVDQU (SI), Y11
+	VMOVDQU 32(SI), Y12
+	VMOVDQU 64(SI), Y13
+	VMOVDQU 96(SI), Y14
+	COPY32(Y11, 0)
+	COPY32(Y12, 32)
+	COPY32(Y13, 64)
+	COPY32(Y14, 96)
+	FOLD256(Y1, Y5, Y11)
+	FOLD256(Y2, Y6, Y12)
+	FOLD256(Y3, Y7, Y13)
+	FOLD256(Y4, Y8, Y14)
+	ADDQ    $128, SI
+	SUBQ    $128, CX
+	TESTQ   DI, DI
+	JZ      2(PC)
+	ADDQ    $128, DI
+	CMPQ    CX, $128
+	JAE     loop128
+
+fold4:
+	// Y1 into Y2, Y2 into Y3, Y3 into Y4: each 32 bytes ahead of the
+	// one before.
+	VBROADCASTI128 96(AX), Y0 // fold256
+	FOLD256(Y1, Y5, Y2)
+	FOLD256(Y1, Y5, Y3)
+	FOLD256(Y1, Y5, Y4)
+
+	CMPQ CX, $32
+	JB   lanes
+
+loop32:
+	VMOVDQU (SI), Y11
+	COPY32(Y11, 0)
+	FOLD256(Y1, Y5, Y11)
+	ADDQ    $32, SI
+	SUBQ    $32, CX
+	TESTQ   DI, DI
+	JZ      2(PC)
+	ADDQ    $32, DI
+	CMPQ    CX, $32
+	JAE     loop32
+
+lanes:
+	// Y1's two 128-bit lanes into X1, the second 16 bytes ahead.
+	VEXTRACTI128 $1, Y1, X2
+	VZEROUPPER
+	MOVOU 32(AX), X0 // fold128
+	FOLD128(X1, X2)
+
+	REDUCE128
+	MOVL AX, ret+48(FP)
+	RET
+
+// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
 	RET

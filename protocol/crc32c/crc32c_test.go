@@ -1,16 +1,43 @@
 package crc32c
 
 import (
+	"bytes"
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
 )
 
+// eachWay runs f once for each way this CPU can compute the CRC: each fold
+// it has alone, and none (hash/crc32), each as a subtest.
+func eachWay(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	avx512, avx2 := canFold, canFoldAVX2
+	t.Cleanup(func() { canFold, canFoldAVX2 = avx512, avx2 })
+	ways := []struct {
+		name         string
+		avx512, avx2 bool
+	}{
+		{"avx512", avx512, false},
+		{"avx2", false, avx2},
+		{"hash-crc32", false, false},
+	}
+	for _, w := range ways {
+		if w.name != "hash-crc32" && !w.avx512 && !w.avx2 {
+			t.Logf("this CPU cannot fold with %s", w.name)
+			continue
+		}
+		canFold, canFoldAVX2 = w.avx512, w.avx2
+		t.Run(w.name, f)
+	}
+}
+
 // TestMatchesHashCRC32 compares Update with hash/crc32 on every length up
 // to 4 KiB and some longer ones, at every alignment of the first byte
 // within a cache line, from random initial CRCs.
-func TestMatchesHashCRC32(t *testing.T) {
+func TestMatchesHashCRC32(t *testing.T) { eachWay(t, testMatchesHashCRC32) }
+
+func testMatchesHashCRC32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 300<<10+64)
 	for i := range buf {
@@ -37,19 +64,94 @@ func TestMatchesHashCRC32(t *testing.T) {
 	}
 }
 
-// TestFoldSeesEveryByte flips each bit of a buffer the fold covers (the
-// first 256 bytes, one round of the loop and the 64-byte tail) and checks
-// that the CRC changes as hash/crc32's does.
-func TestFoldSeesEveryByte(t *testing.T) {
-	b := make([]byte, 256+256+64+64+13)
+// TestAppendCopiesAndChecks appends every length up to 4 KiB and some
+// longer ones, at several alignments of source and destination, after
+// bytes already in dst (with room for the value, and without): the bytes
+// before must stay, the copy must equal the source, the CRC hash/crc32's,
+// and nothing past the copy in dst's spare room may be written.
+func TestAppendCopiesAndChecks(t *testing.T) { eachWay(t, testAppendCopiesAndChecks) }
+
+func testAppendCopiesAndChecks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]byte, 100<<10+64)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	lengths := []int{100 << 10, 8<<10 + 31, 128*3 + 32*2 + 7}
+	for n := 0; n <= 4096; n++ {
+		lengths = append(lengths, n)
+	}
+	buf := make([]byte, 200<<10)
+	for _, n := range lengths {
+		for _, off := range []int{0, 1, 13, 32} {
+			v := src[off : off+n]
+			want := crc32.Checksum(v, castagnoli)
+			// Room in dst: the copy must stop at its end.
+			for i := range buf {
+				buf[i] = 0xA5
+			}
+			head := 3 + off%5
+			got, sum := Append(buf[:head], v)
+			if sum != want || !bytes.Equal(got[head:], v) || len(got) != head+n {
+				t.Fatalf("Append of %d bytes at offset %d: sum %#x want %#x, copy equal %v, length %d",
+					n, off, sum, want, bytes.Equal(got[head:], v), len(got))
+			}
+			if &got[0] != &buf[0] {
+				t.Fatalf("Append of %d bytes into room for them moved dst", n)
+			}
+			if !bytes.Equal(buf[:head], bytes.Repeat([]byte{0xA5}, head)) {
+				t.Fatalf("Append of %d bytes changed the bytes before", n)
+			}
+			for i, b := range buf[head+n : head+n+64] {
+				if b != 0xA5 {
+					t.Fatalf("Append of %d bytes wrote byte %d past the copy", n, i)
+				}
+			}
+			// No room: Append grows dst, as append does.
+			got, sum = Append([]byte("head"), v)
+			if sum != want || string(got[:4]) != "head" || !bytes.Equal(got[4:], v) {
+				t.Fatalf("Append of %d bytes at offset %d to a full dst: sum %#x want %#x", n, off, sum, want)
+			}
+		}
+	}
+}
+
+// TestCopyIntoShorterPanics: Copy never copies part of src.
+func TestCopyIntoShorterPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Copy of 200 bytes into 199 did not panic")
+		}
+	}()
+	Copy(make([]byte, 199), make([]byte, 200))
+}
+
+// TestFoldSeesEveryByte flips each bit of buffers the folds cover (the
+// first 256 bytes, rounds of the loop and the 64-byte tail; with AVX2, the
+// first 128 bytes, rounds and 32-byte blocks) and checks that the CRC,
+// computed and appended, changes as hash/crc32's does.
+func TestFoldSeesEveryByte(t *testing.T) { eachWay(t, testFoldSeesEveryByte) }
+
+func testFoldSeesEveryByte(t *testing.T) {
+	for _, n := range []int{256 + 256 + 64 + 64 + 13, 128 + 128*2 + 32*3 + 13} {
+		flipEachBit(t, n)
+	}
+}
+
+func flipEachBit(t *testing.T, n int) {
+	b := make([]byte, n)
 	for i := range b {
 		b[i] = byte(i * 31)
 	}
 	for i := range b {
 		for bit := range 8 {
 			b[i] ^= 1 << bit
-			if got, want := Checksum(b), crc32.Checksum(b, castagnoli); got != want {
+			want := crc32.Checksum(b, castagnoli)
+			if got := Checksum(b); got != want {
 				t.Fatalf("bit %d of byte %d flipped: %#x, want %#x", bit, i, got, want)
+			}
+			if _, got := Append(nil, b); got != want {
+				t.Fatalf("bit %d of byte %d flipped, appended: %#x, want %#x", bit, i, got, want)
 			}
 			b[i] ^= 1 << bit
 		}
@@ -73,7 +175,8 @@ func TestConstants(t *testing.T) {
 		fold64:  0x163cd6124,
 		barrett: [2]uint64{0x1db710641, 0x1f7011641},
 	}
-	ieee.fold2048 = [2]uint64{} // hash/crc32 has no four-accumulator fold
+	// hash/crc32 has no four-accumulator fold, nor one in 256-bit registers
+	ieee.fold2048, ieee.fold1024, ieee.fold256 = [2]uint64{}, [2]uint64{}, [2]uint64{}
 	if *ieee != want {
 		t.Errorf("IEEE constants = %#x, want %#x", *ieee, want)
 	}
@@ -83,8 +186,8 @@ func TestConstants(t *testing.T) {
 	if got := foldConstants(castagnoli33).barrett; got != [2]uint64{0x105ec76f1, 0xdea713f1} {
 		t.Errorf("CRC-32C Barrett constants = %#x", got)
 	}
-	if !canFold {
-		t.Log("this CPU has no AVX-512 VPCLMULQDQ: Update uses hash/crc32 alone")
+	if !Folds() {
+		t.Log("this CPU has no VPCLMULQDQ: Update uses hash/crc32 alone")
 	}
 }
 
@@ -106,5 +209,49 @@ func BenchmarkChecksum(b *testing.B) {
 				Checksum(buf)
 			}
 		})
+	}
+}
+
+// BenchmarkAppend copies a value and computes its CRC: Append, against
+// append then Checksum, from a source in the CPU's caches (one value read
+// again and again) and from one out of them (values in turn from 256 MiB).
+func BenchmarkAppend(b *testing.B) {
+	const arena = 256 << 20
+	src := make([]byte, arena)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	for _, n := range []int{1 << 10, 4 << 10, 100 << 10} {
+		for _, cold := range []bool{false, true} {
+			where := "cached"
+			if cold {
+				where = "cold"
+			}
+			dst := make([]byte, 0, n)
+			value := func(i int) []byte {
+				if !cold {
+					return src[:n]
+				}
+				off := (i * 4099 * 64) % (arena - n) // apart from the last, past the prefetcher
+				return src[off : off+n]
+			}
+			b.Run(fmt.Sprintf("%dB/%s/append-then-checksum", n, where), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				i := 0
+				for b.Loop() {
+					out := append(dst[:0], value(i)...)
+					Checksum(out)
+					i++
+				}
+			})
+			b.Run(fmt.Sprintf("%dB/%s/append", n, where), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				i := 0
+				for b.Loop() {
+					Append(dst[:0], value(i))
+					i++
+				}
+			})
+		}
 	}
 }
