@@ -299,8 +299,8 @@ func (n *Node) evictLocked(id policy.ID) {
 // admit offers a value that was just read to the policy and stores it if
 // admitted. It reports whether the value is now cached. The policy
 // decides, and the store makes room for the value, under polMu; the
-// value is copied in and its checksum worked out (on the value as read,
-// not the copy) after polMu is let go (store.Reserve), so that admissions
+// value is copied in and its checksum worked out, in one pass over the
+// value as read (shm.Copy), after polMu is let go (store.Reserve), so that admissions
 // on several cores copy at once, and the policy's other work (hits heard,
 // other admissions decided) does not wait for them. A sample the policy
 // evicts meanwhile is not cached (its reservation's Commit reports
@@ -312,8 +312,7 @@ func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
 	if !reserved {
 		return held
 	}
-	copy(r.Value, value)
-	return r.Commit(shm.Checksum(value))
+	return r.Commit(shm.Copy(r.Value, value))
 }
 
 // reserveLocked is admit's part under polMu: reserved reports a
@@ -471,8 +470,7 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	// The value is copied in after polMu is let go, as admit does. A
 	// Commit that reports false was overtaken by a DEL, a later SET or an
 	// eviction of the key, each after this SET.
-	copy(r.Value, value)
-	r.Commit(shm.Checksum(value))
+	r.Commit(shm.Copy(r.Value, value))
 	return true, nil
 }
 

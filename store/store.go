@@ -396,9 +396,9 @@ func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
 // to dst and returns the result, like append; the result is the caller's.
 // head (nil: none) frames the value for its reader, as a RESP bulk
 // header does; it runs under the shard's read lock, so it must be quick
-// and must not call the Store. The checksum is verified on the copy, once
-// it is made (unless SkipVerify): the bytes checked are the bytes the
-// caller gets, and the check reads them from cache instead of the arena. If
+// and must not call the Store. The checksum is verified on the copy as it
+// is made (unless SkipVerify; crc32c.Append): the bytes checked are the
+// bytes the caller gets, read from the arena once. If
 // key is absent, the store is closed, or the copy fails its checksum (the
 // entry is then dropped and counted in Stats.Corrupt), Append returns dst
 // as it was given (its length; bytes past it may have been written) and
@@ -443,10 +443,12 @@ func (s *Store) Lend(dst, key []byte, head func(dst []byte, n int) []byte, min i
 		switch {
 		case lend && !s.cfg.SkipVerify:
 			good = verifiedInPlace(v, sum)
-		case !lend:
-			vstart := len(dst)
+		case !lend && s.cfg.SkipVerify:
 			dst = append(dst, v...)
-			good = s.cfg.SkipVerify || shm.Checksum(dst[vstart:]) == sum
+		case !lend:
+			var copied uint32
+			dst, copied = crc32c.Append(dst, v)
+			good = uint64(copied) == sum
 		}
 		switch {
 		case !good:

@@ -681,8 +681,7 @@ func (r *ReadAhead) fill(e *entry, v []byte, mem, ok bool) {
 	}
 	r.mu.Unlock()
 
-	copy(res.Value, v)
-	sum := shm.Checksum(v)
+	sum := shm.Copy(res.Value, v)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -41,11 +41,15 @@ var (
 
 // Checksum is the checksum every cached value carries: CRC-32C
 // (Castagnoli), which CPUs compute in hardware (SSE4.2, ARMv8 CRC32; with
-// AVX-512 carry-less multiplication, package crc32c, about 50 GB/s on a
-// current x86 core), held in 64 bits. The store puts it beside every value
+// vector carry-less multiplication, package crc32c, about 50 GB/s on a
+// current x86 core with AVX-512), held in 64 bits. The store puts it beside every value
 // and verifies it on every read, the mesh checks it on every sample that
 // crosses a socket, and Location.Sum carries it.
 func Checksum(b []byte) uint64 { return uint64(crc32c.Checksum(b)) }
+
+// Copy copies src into dst, which must be at least as long, and returns
+// Checksum(src), reading src once where the CPU can (crc32c.Copy).
+func Copy(dst, src []byte) uint64 { return uint64(crc32c.Copy(dst, src)) }
 
 // Location says where a value lies in the peer's arena, for a reader that
 // maps the arena (MapShared) and copies the value out itself. All offsets
