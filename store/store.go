@@ -343,8 +343,10 @@ func (s *Store) lookup(sh *shard, h uint64, key []byte, verify bool) (off uint64
 // so a value that is not in the CPU's cache comes in from memory many
 // lines at a time, where the checksum's loads would wait for each line in
 // turn. On a 100 KiB value out of cache that makes the check about twice
-// as fast. The AVX-512 fold (crc32c.Folds) loads four lines at a time
-// itself, and reading them first only slows it (BenchmarkVerifyInPlace).
+// as fast. The carry-less multiplication fold (crc32c.Folds: AVX-512, or
+// AVX2 with VPCLMULQDQ) loads two to four lines at a time itself, and
+// reading them first only slows it (BenchmarkVerifyInPlace, 100 KiB, AVX2:
+// 7.4 us a value against 10.3 touched first).
 func verifiedInPlace(v []byte, sum uint64) bool {
 	if crc32c.Folds() {
 		return shm.Checksum(v) == sum
