@@ -20,9 +20,10 @@
 # other processes' load disturbs less than throughput, and its context
 # switches per 1,000 requests (threads put to sleep and woken: where a Go
 # server with several threads spends CPU that single-threaded Redis does
-# not). Before the GETs
-# it checks that both servers hold every key at the full value size, so
-# that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
+# not), and the CPU redis-benchmark itself used, in % of one core: it runs
+# in one thread, so near 100% it is the client that sets the rate. Before
+# the GETs it checks that both servers hold every key at the full value
+# size, so that no GET is answered nil. BIN=<dir> runs that shade-peer binary;
 # otherwise the current tree is built into a temporary folder. The peer
 # runs with --cache-size $CACHE (default 1GiB, ten times what the keys
 # take; the peer pre-faults it), --admin-addr $ADMIN (default off; an
@@ -68,10 +69,14 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # thread put to sleep, or woken, by the kernel).
 switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}'; }
 hz=$(getconf CLK_TCK)
-run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-per-request switches-per-1000-requests"
-	local t0 r t1 w0 w1
+# children: CPU ticks of the processes this shell ($1) has waited for.
+children() { awk '{print $16 + $17}' "/proc/$1/stat"; }
+run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-per-request switches-per-1000-requests client-cpu-share"
+	local t0 r t1 w0 w1 c0 c1 e0 e1 me=$BASHPID
 	t0=$(ticks "$2")
 	w0=$(switches "$2")
+	c0=$(children $me)
+	e0=$(date +%s%N)
 	local n=$N
 	if [ "$4" = mget ]; then
 		n=$((N / MGET_KEYS))
@@ -81,9 +86,12 @@ run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-
 		r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" --csv 2>/dev/null |
 			awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
 	fi
+	e1=$(date +%s%N)
+	c1=$(children $me)
 	t1=$(ticks "$2")
 	w1=$(switches "$2")
-	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$n" 'BEGIN {print (b - a) * 1e6 / hz / n}') $(awk -v a="$w0" -v b="$w1" -v n="$n" 'BEGIN {print (b - a) * 1000 / n}')"
+	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$n" 'BEGIN {print (b - a) * 1e6 / hz / n}') $(awk -v a="$w0" -v b="$w1" -v n="$n" 'BEGIN {print (b - a) * 1000 / n}')" \
+		"$(awk -v a="$c0" -v b="$c1" -v hz="$hz" -v e0="$e0" -v e1="$e1" 'BEGIN {print (b - a) / hz / ((e1 - e0) / 1e9) * 100}')"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # held socket size: fail unless every benchmark key is held at full size.
@@ -102,7 +110,7 @@ held() {
 # memory huge pages (README, "Huge pages"); its log says what it got.
 thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null || echo none)
 echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3); shmem_enabled $thp"
-printf '%-6s %-7s %7s %13s %13s %6s %12s %12s %9s %9s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "redis sw" "shade sw" "rounds (redis/shade rps)"
+printf '%-6s %-7s %7s %13s %13s %6s %12s %12s %9s %9s %9s %9s   %s\n' test value clients "redis-server" "shade-peer" ratio "redis us/req" "shade us/req" "redis sw" "shade sw" "redis rb%" "shade rb%" "rounds (redis/shade rps)"
 for size in $SIZES; do
 	case " $TESTS " in
 	*" set "*) ;;
@@ -114,28 +122,31 @@ for size in $SIZES; do
 	for t in $TESTS; do
 		case $t in get | mget) held "$dir/redis.sock" $size; held "$dir/shade.sock" $size ;; esac
 		for c in $CLIENTS; do
-			rs=() ss=() rc=() sc=() rw=() sw=()
+			rs=() ss=() rc=() sc=() rw=() sw=() rb=() sb=()
 			for round in $(seq "$ROUNDS"); do
 				if [ $((round % 2)) -eq 1 ]; then
-					read -r a b x < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
-					read -r e d y < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
+					read -r a b x u < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
+					read -r e d y v < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
 				else
-					read -r e d y < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
-					read -r a b x < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
+					read -r e d y v < <(run "$dir/shade.sock" $shade_pid $size $t "$c")
+					read -r a b x u < <(run "$dir/redis.sock" $redis_pid $size $t "$c")
 				fi
-				rs+=("$a") rc+=("$b") ss+=("$e") sc+=("$d") rw+=("$x") sw+=("$y")
+				rs+=("$a") rc+=("$b") ss+=("$e") sc+=("$d") rw+=("$x") sw+=("$y") rb+=("$u") sb+=("$v")
 			done
 			r=$(printf '%s\n' "${rs[@]}" | median)
 			s=$(printf '%s\n' "${ss[@]}" | median)
 			detail=$(paste -d/ <(printf '%.0f\n' "${rs[@]}") <(printf '%.0f\n' "${ss[@]}") | paste -sd' ')
-			printf '%-6s %-7s %7s %13.0f %13.0f %6.2f %12.2f %12.2f %9.1f %9.1f   %s\n' $t $size "$c" "$r" "$s" \
+			printf '%-6s %-7s %7s %13.0f %13.0f %6.2f %12.2f %12.2f %9.1f %9.1f %9.0f %9.0f   %s\n' $t $size "$c" "$r" "$s" \
 				"$(awk -v a="$s" -v b="$r" 'BEGIN{print a/b}')" \
 				"$(printf '%s\n' "${rc[@]}" | median)" "$(printf '%s\n' "${sc[@]}" | median)" \
-				"$(printf '%s\n' "${rw[@]}" | median)" "$(printf '%s\n' "${sw[@]}" | median)" "$detail"
+				"$(printf '%s\n' "${rw[@]}" | median)" "$(printf '%s\n' "${sw[@]}" | median)" \
+				"$(printf '%s\n' "${rb[@]}" | median)" "$(printf '%s\n' "${sb[@]}" | median)" "$detail"
 		done
 	done
 done
 echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c <clients> -r $KEYS --csv; medians of $ROUNDS rounds;"
 case " $TESTS " in *" mget "*) echo " mget: redis-benchmark -s <socket> -n $((N / MGET_KEYS)) -c <clients> -r $KEYS --csv MGET <$MGET_KEYS x key:__rand_int__>;" ;; esac
 echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request;"
-echo " sw = the server's context switches per 1,000 requests, all its threads: each is a thread put to sleep or woken)"
+echo " sw = the server's context switches per 1,000 requests, all its threads: each is a thread put to sleep or woken;"
+echo " rb% = redis-benchmark's own CPU while it ran against that server, in % of one core: near 100, the client,"
+echo " not the server, set the rate, and the ratio says little; compare us/req)"
