@@ -89,7 +89,7 @@ areas = [
     ("owner copies values out of memory", r"peer\.\(\*benchSamples\)\.streamReply$"),
     ("reading the stream (quic-go Stream.Read)", r"internal/quic\.\(\*ReceiveStream\)\.Read$"),
     ("msgpack decode", r"msgpack/v5\.Unmarshal$"),
-    ("checksums (CRC-32C)", r"crc32\.Checksum$"),
+    ("checksums (CRC-32C)", r"crc32c\.Update$"),
     ("zeroing new buffers (memclr)", r"runtime\.memclrNoHeapPointers$"),
     ("growing buffers (growslice)", r"runtime\.growslice$"),
     ("garbage collection", r"runtime\.gcBgMarkWorker$"),

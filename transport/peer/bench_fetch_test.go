@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/cputime"
+	"github.com/shade-mesh/shade/protocol/crc32c"
 )
 
 // The batch fetch benchmark moves what a mesh fetch of many samples moves:
@@ -71,8 +71,9 @@ type benchFetchMeta struct {
 	Err   string `msgpack:"e,omitempty"`
 }
 
-// castagnoli: samples carry CRC-32C, as the mesh's do (shm.Checksum).
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// checksum is the samples' CRC-32C, computed as the mesh computes it
+// (shm.Checksum).
+func checksum(v []byte) uint64 { return uint64(crc32c.Checksum(v)) }
 
 // measureCPU reports the CPU both ends (both run in this process) spent per batch, and the bytes moved
 // per CPU second: figures that a busy machine disturbs less than MB/s.
@@ -107,7 +108,7 @@ func newBenchSamples(n, size int) *benchSamples {
 			v[j] = byte(i*31 + j)
 		}
 		s.values = append(s.values, v)
-		s.sums = append(s.sums, uint64(crc32.Checksum(v, castagnoli)))
+		s.sums = append(s.sums, checksum(v))
 		s.raw = append(s.raw, v...)
 	}
 	return s
@@ -172,7 +173,7 @@ func readStreamValues(b *testing.B, req *benchFetchReq, head *benchFetchHead, wa
 		for _, m := range head.Items {
 			v := buf[:m.Len:m.Len]
 			buf = buf[m.Len:]
-			if !m.Found || uint64(crc32.Checksum(v, castagnoli)) != m.Sum {
+			if !m.Found || checksum(v) != m.Sum {
 				b.Fatal("bad item")
 			}
 		}
@@ -186,7 +187,7 @@ func verify(b *testing.B, req *benchFetchReq, resp *benchFetchResp) {
 		b.Fatalf("%d items for %d ids", len(resp.Items), len(req.IDs))
 	}
 	for _, it := range resp.Items {
-		if !it.Found || uint64(crc32.Checksum(it.Value, castagnoli)) != it.Sum {
+		if !it.Found || checksum(it.Value) != it.Sum {
 			b.Fatal("bad item")
 		}
 	}
