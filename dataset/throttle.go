@@ -18,7 +18,9 @@ var ErrThrottleSpec = errors.New("dataset: invalid throttle")
 // *Dir implements it.
 type Source interface {
 	Manifest() *Manifest
-	// Read appends sample i's bytes to dst. It is called concurrently.
+	// Read appends sample i's bytes to dst. It is called concurrently,
+	// and dst's spare capacity may hold stale bytes: the result must end
+	// at the last byte Read wrote (a short read is an error).
 	Read(i int, dst []byte) ([]byte, error)
 }
 

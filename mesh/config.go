@@ -22,7 +22,10 @@ import (
 // bytes. *dataset.Dir implements it.
 type Source interface {
 	Manifest() *dataset.Manifest
-	// Read appends sample i's bytes to dst. It is called concurrently.
+	// Read appends sample i's bytes to dst. It is called concurrently,
+	// with a dst whose spare capacity was not cleared: the result must
+	// end at the last byte Read wrote, never at bytes it only resliced
+	// into (a short read is an error).
 	Read(i int, dst []byte) ([]byte, error)
 }
 

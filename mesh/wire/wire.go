@@ -18,6 +18,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/nozero"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -180,7 +181,8 @@ func ReadFetchValues(r io.Reader, size int, h *FetchHead, maxLen []int64) ([]Fet
 	if total != int64(size) {
 		return nil, fmt.Errorf("%w: items of %d bytes in all, %d bytes follow the head", ErrBadFetchReply, total, size)
 	}
-	buf := make([]byte, size)
+	// Read in full or not at all: the buffer is not cleared first.
+	buf := nozero.Bytes(size)[:size]
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, err
 	}
