@@ -16,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/cputime"
+	"github.com/shade-mesh/shade/internal/nozero"
 	"github.com/shade-mesh/shade/protocol/crc32c"
 )
 
@@ -134,7 +135,7 @@ func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
 	for _, id := range req.IDs {
 		size += len(s.values[int(id)%len(s.values)])
 	}
-	vals := make([]byte, 0, size)
+	vals := nozero.Bytes(size) // as the mesh's copyBuffer
 	head := &benchFetchHead{Items: make([]benchFetchMeta, len(req.IDs))}
 	values := make([][]byte, len(req.IDs))
 	for i, id := range req.IDs {
@@ -166,7 +167,7 @@ func readStreamValues(b *testing.B, req *benchFetchReq, head *benchFetchHead, wa
 		if total != size {
 			return fmt.Errorf("items of %d bytes, %d follow", total, size)
 		}
-		buf := make([]byte, size)
+		buf := nozero.Bytes(size)[:size]
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return err
 		}
