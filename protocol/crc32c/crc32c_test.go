@@ -191,64 +191,87 @@ func TestConstants(t *testing.T) {
 	}
 }
 
+// BenchmarkChecksum computes CRCs with hash/crc32 and with this package,
+// of one input read again and again ("cached") and of inputs in turn
+// from 256 MiB, out of the CPU's caches ("cold", from 4 KiB).
 func BenchmarkChecksum(b *testing.B) {
+	src := make([]byte, benchArena)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
 	for _, n := range []int{256, 1 << 10, 4 << 10, 100 << 10} {
-		buf := make([]byte, n)
-		for i := range buf {
-			buf[i] = byte(i)
+		for _, cold := range []bool{false, true} {
+			if cold && n < 4<<10 {
+				continue
+			}
+			in := benchInput(src, n, cold)
+			b.Run(fmt.Sprintf("%dB/%s/hash-crc32", n, where(cold)), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				i := 0
+				for b.Loop() {
+					crc32.Checksum(in(i), castagnoli)
+					i++
+				}
+			})
+			b.Run(fmt.Sprintf("%dB/%s/crc32c", n, where(cold)), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				i := 0
+				for b.Loop() {
+					Checksum(in(i))
+					i++
+				}
+			})
 		}
-		b.Run(fmt.Sprintf("%dB/hash-crc32", n), func(b *testing.B) {
-			b.SetBytes(int64(n))
-			for b.Loop() {
-				crc32.Checksum(buf, castagnoli)
-			}
-		})
-		b.Run(fmt.Sprintf("%dB/crc32c", n), func(b *testing.B) {
-			b.SetBytes(int64(n))
-			for b.Loop() {
-				Checksum(buf)
-			}
-		})
 	}
 }
 
+// benchArena is the memory the cold benchmarks read their inputs from.
+const benchArena = 256 << 20
+
+// benchInput returns the benchmarks' i-th input of n bytes: the start of
+// src every time, or, cold, inputs apart from the last (by 4,099 cache
+// lines, past the CPU's prefetchers) across all of src.
+func benchInput(src []byte, n int, cold bool) func(i int) []byte {
+	return func(i int) []byte {
+		if !cold {
+			return src[:n]
+		}
+		off := (i * 4099 * 64) % (len(src) - n)
+		return src[off : off+n]
+	}
+}
+
+func where(cold bool) string {
+	if cold {
+		return "cold"
+	}
+	return "cached"
+}
+
 // BenchmarkAppend copies a value and computes its CRC: Append, against
-// append then Checksum, from a source in the CPU's caches (one value read
-// again and again) and from one out of them (values in turn from 256 MiB).
+// append then Checksum, from inputs as BenchmarkChecksum reads them.
 func BenchmarkAppend(b *testing.B) {
-	const arena = 256 << 20
-	src := make([]byte, arena)
+	src := make([]byte, benchArena)
 	for i := range src {
 		src[i] = byte(i * 7)
 	}
 	for _, n := range []int{1 << 10, 4 << 10, 100 << 10} {
 		for _, cold := range []bool{false, true} {
-			where := "cached"
-			if cold {
-				where = "cold"
-			}
+			in := benchInput(src, n, cold)
 			dst := make([]byte, 0, n)
-			value := func(i int) []byte {
-				if !cold {
-					return src[:n]
-				}
-				off := (i * 4099 * 64) % (arena - n) // apart from the last, past the prefetcher
-				return src[off : off+n]
-			}
-			b.Run(fmt.Sprintf("%dB/%s/append-then-checksum", n, where), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%dB/%s/append-then-checksum", n, where(cold)), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				i := 0
 				for b.Loop() {
-					out := append(dst[:0], value(i)...)
-					Checksum(out)
+					Checksum(append(dst[:0], in(i)...))
 					i++
 				}
 			})
-			b.Run(fmt.Sprintf("%dB/%s/append", n, where), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%dB/%s/append", n, where(cold)), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				i := 0
 				for b.Loop() {
-					Append(dst[:0], value(i))
+					Append(dst[:0], in(i))
 					i++
 				}
 			})
