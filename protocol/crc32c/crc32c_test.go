@@ -87,10 +87,10 @@ func testAppendCopiesAndChecks(t *testing.T) {
 			v := src[off : off+n]
 			want := crc32.Checksum(v, castagnoli)
 			// Room in dst: the copy must stop at its end.
-			for i := range buf {
+			head := 3 + off%5
+			for i := range buf[:head+n+64] {
 				buf[i] = 0xA5
 			}
-			head := 3 + off%5
 			got, sum := Append(buf[:head], v)
 			if sum != want || !bytes.Equal(got[head:], v) || len(got) != head+n {
 				t.Fatalf("Append of %d bytes at offset %d: sum %#x want %#x, copy equal %v, length %d",
