@@ -32,6 +32,24 @@ func eachWay(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
+// randomBytes returns n bytes drawn from rng.
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// testLengths is every length from 0 to 4 KiB, then more.
+func testLengths(more ...int) []int {
+	var l []int
+	for n := 0; n <= 4096; n++ {
+		l = append(l, n)
+	}
+	return append(l, more...)
+}
+
 // TestMatchesHashCRC32 compares Update with hash/crc32 on every length up
 // to 4 KiB and some longer ones, at every alignment of the first byte
 // within a cache line, from random initial CRCs.
@@ -39,15 +57,8 @@ func TestMatchesHashCRC32(t *testing.T) { eachWay(t, testMatchesHashCRC32) }
 
 func testMatchesHashCRC32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	buf := make([]byte, 300<<10+64)
-	for i := range buf {
-		buf[i] = byte(rng.Uint32())
-	}
-	lengths := []int{100 << 10, 300 << 10, 256*5 + 64*3, 1 << 20 >> 2}
-	for n := 0; n <= 4096; n++ {
-		lengths = append(lengths, n)
-	}
-	for _, n := range lengths {
+	buf := randomBytes(rng, 300<<10+64)
+	for _, n := range testLengths(100<<10, 300<<10, 256*5+64*3, 1<<20>>2) {
 		if n > len(buf)-64 {
 			continue
 		}
@@ -73,16 +84,9 @@ func TestAppendCopiesAndChecks(t *testing.T) { eachWay(t, testAppendCopiesAndChe
 
 func testAppendCopiesAndChecks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	src := make([]byte, 100<<10+64)
-	for i := range src {
-		src[i] = byte(rng.Uint32())
-	}
-	lengths := []int{100 << 10, 8<<10 + 31, 128*3 + 32*2 + 7}
-	for n := 0; n <= 4096; n++ {
-		lengths = append(lengths, n)
-	}
+	src := randomBytes(rng, 100<<10+64)
 	buf := make([]byte, 200<<10)
-	for _, n := range lengths {
+	for _, n := range testLengths(100<<10, 8<<10+31, 128*3+32*2+7) {
 		for _, off := range []int{0, 1, 13, 32} {
 			v := src[off : off+n]
 			want := crc32.Checksum(v, castagnoli)
