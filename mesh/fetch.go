@@ -628,24 +628,52 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		}
 		key := []byte(keyOfSample(ds, id))
 		it := &items[i]
-		if n.store.View(key, func(v []byte, sum uint64) {
-			if int64(len(v)) != size {
-				it.Err = errSizeDiffers
-				return
-			}
-			it.Found, it.Hit, it.Sum = true, true, sum
-			if !req.Warm {
+		var held bool
+		if req.Warm {
+			held = n.store.View(key, func(v []byte, sum uint64) {
+				if int64(len(v)) != size {
+					it.Err = errSizeDiffers
+					return
+				}
+				it.Found, it.Hit, it.Sum = true, true, sum
+			})
+		} else {
+			// The value is copied into vals (or memory of its own where
+			// vals has no room) and checked in the same pass
+			// (store.CopyTo).
+			sized, at, own := false, -1, []byte(nil)
+			sum, ok := n.store.CopyTo(key, func(vlen int) []byte {
+				if sized = int64(vlen) == size; !sized {
+					return nil
+				}
 				if vals == nil {
 					vals = newCopyBuffer(int(need))
 					inVals = make([]copied, 0, len(req.IDs))
 				}
-				if start, ok := vals.add(v); ok {
-					inVals = append(inVals, copied{item: i, start: start, end: start + len(v)})
+				if dst, start, fits := vals.reserve(vlen); fits {
+					at = start
+					return dst
+				}
+				own = nozero.Bytes(vlen)[:vlen]
+				return own
+			})
+			held = ok
+			switch {
+			case !ok && at >= 0:
+				vals.truncate(at) // the copy failed its check: read it through
+			case !ok:
+			case !sized:
+				it.Err = errSizeDiffers
+			default:
+				it.Found, it.Hit, it.Sum = true, true, sum
+				if at >= 0 {
+					inVals = append(inVals, copied{item: i, start: at, end: at + int(size)})
 				} else {
-					it.Value = append([]byte(nil), v...)
+					it.Value = own
 				}
 			}
-		}) {
+		}
+		if held {
 			if it.Found {
 				n.hits(sampleID(ds, int(id)))
 				ds.counters.Current().ServedPeers.Add(1)
@@ -709,16 +737,22 @@ func newCopyBuffer(n int) *copyBuffer {
 	return &copyBuffer{b: nozero.Bytes(n), room: n}
 }
 
-// add copies v in after the values before it and returns where it starts,
-// or returns false, copying nothing, if v does not fit in the n bytes.
-func (c *copyBuffer) add(v []byte) (start int, ok bool) {
+// reserve extends the buffer by n bytes, after the values before them,
+// for a value about to be copied in whole, and returns them and where
+// they start; or returns false, extending nothing, if they do not fit in
+// the buffer's room.
+func (c *copyBuffer) reserve(n int) (dst []byte, start int, ok bool) {
 	start = len(c.b)
-	if start+len(v) > c.room {
-		return 0, false
+	if start+n > c.room {
+		return nil, 0, false
 	}
-	c.b = append(c.b, v...)
-	return start, true
+	c.b = c.b[:start+n]
+	return c.b[start : start+n : start+n], start, true
 }
+
+// truncate drops the bytes from start on: those of a copy that failed
+// its check.
+func (c *copyBuffer) truncate(start int) { c.b = c.b[:start] }
 
 // bytes returns the values copied in, back to back. Nothing may be added
 // after, and they must not be changed: they are the buffer's own memory.

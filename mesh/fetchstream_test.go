@@ -168,19 +168,33 @@ func TestFetchFromLyingOwner(t *testing.T) {
 }
 
 // TestCopyBuffer: values copied into a fetch reply's buffer come back
-// back to back, and one that does not fit in the room left is refused
-// without a byte of it copied.
+// back to back, one that does not fit in the room left is refused without
+// the buffer growing, and a copy truncated away leaves no byte behind.
 func TestCopyBuffer(t *testing.T) {
 	c := newCopyBuffer(10)
+	add := func(v string) (int, bool) {
+		dst, start, ok := c.reserve(len(v))
+		if ok {
+			if len(dst) != len(v) || cap(dst) != len(v) {
+				t.Fatalf("reserved %d bytes (capacity %d) for %q", len(dst), cap(dst), v)
+			}
+			copy(dst, v)
+		}
+		return start, ok
+	}
 	for _, v := range []string{"abcd", "", "efg"} {
-		if _, ok := c.add([]byte(v)); !ok {
+		if _, ok := add(v); !ok {
 			t.Fatalf("%q refused with room left", v)
 		}
 	}
-	if _, ok := c.add([]byte("hijk")); ok {
+	if _, ok := add("hijk"); ok {
 		t.Fatal("a value past the room was taken")
 	}
-	if start, ok := c.add([]byte("hij")); !ok || start != 7 {
+	if start, ok := add("xy"); !ok || start != 7 {
+		t.Fatalf("a value to truncate: start %d, %v", start, ok)
+	}
+	c.truncate(7)
+	if start, ok := add("hij"); !ok || start != 7 {
 		t.Fatalf("the last value fitting the room: start %d, %v", start, ok)
 	}
 	if got := string(c.bytes()); got != "abcdefghij" {

@@ -419,6 +419,36 @@ func (s *Store) View(key []byte, fn func(value []byte, sum uint64)) bool {
 	return s.read(key, func(_ uint64, v []byte, sum uint64) { fn(v, sum) })
 }
 
+// CopyTo finds key as Append does and copies its value into the slice
+// that into returns for the value's length n: the checksum is computed
+// on the bytes as they are copied (crc32c.Copy) and verified, unless
+// SkipVerify. into runs under the shard's read lock, so it must be quick
+// and must not call the Store; it returns a slice at least n bytes long,
+// or nil to copy nothing (a value of a length the caller did not expect).
+// CopyTo returns the value's checksum (meaningful where it copied) and
+// true where key is held and the copy, if made, verified; false where key
+// is absent, the Store is closed, or the copy failed its checksum (the
+// entry is then dropped and counted in Stats.Corrupt, and the bytes
+// written into the slice must not be used).
+func (s *Store) CopyTo(key []byte, into func(n int) []byte) (sum uint64, ok bool) {
+	h := xxhash.Sum64(key)
+	sh := s.shard(h)
+	sh.mu.RLock()
+	off, v, sum, found, corrupt := s.lookup(sh, h, key, false)
+	if found {
+		switch dst := into(len(v)); {
+		case dst == nil:
+		case s.cfg.SkipVerify:
+			copy(dst, v)
+		case shm.Copy(dst, v) != sum:
+			found, corrupt = false, true
+		}
+	}
+	sh.mu.RUnlock()
+	s.readDone(sh, h, off, found, corrupt)
+	return sum, found
+}
+
 // Lend finds key as Append does and, if its value has at least min bytes,
 // lends the value in place instead of copying it: it appends head(dst, n)
 // alone to dst and returns the value as it lies in the arena, with the

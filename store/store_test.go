@@ -360,12 +360,48 @@ func TestAppend(t *testing.T) {
 	}
 }
 
+// TestCopyTo: the value goes into the slice into returns for its length,
+// with its checksum; nothing is copied where into declines; an absent key
+// never calls into.
+func TestCopyTo(t *testing.T) {
+	s := newStore(t, Config{Capacity: 1 << 20})
+	for _, size := range []int{10, 300, 4 << 10} {
+		key := []byte(fmt.Sprintf("d/%d", size))
+		value := bytes.Repeat([]byte{byte(size)}, size)
+		value[size/2] = 7
+		if err := s.Put(key, value); err != nil {
+			t.Fatal(err)
+		}
+		dst := bytes.Repeat([]byte{0xA5}, size+8)
+		sum, ok := s.CopyTo(key, func(n int) []byte {
+			if n != size {
+				t.Fatalf("into asked for %d bytes, want %d", n, size)
+			}
+			return dst
+		})
+		if !ok || sum != shm.Checksum(value) || !bytes.Equal(dst[:size], value) || !bytes.Equal(dst[size:], bytes.Repeat([]byte{0xA5}, 8)) {
+			t.Fatalf("CopyTo of %d bytes: ok %v, sum %#x (want %#x), copy equal %v", size, ok, sum, shm.Checksum(value), bytes.Equal(dst[:size], value))
+		}
+		if _, ok := s.CopyTo(key, func(int) []byte { return nil }); !ok {
+			t.Fatalf("CopyTo of %d bytes declined by into: not held", size)
+		}
+	}
+	if _, ok := s.CopyTo([]byte("d/absent"), func(int) []byte { t.Fatal("into called for an absent key"); return nil }); ok {
+		t.Fatal("an absent key copied")
+	}
+	if st := s.Stats(); st.Hits != 6 || st.Misses != 1 {
+		t.Fatalf("hits %d, misses %d; want 6 and 1", st.Hits, st.Misses)
+	}
+}
+
 func TestCorruptValue(t *testing.T) {
-	for _, read := range []string{"get", "view", "append", "lend"} {
+	for _, read := range []string{"get", "view", "append", "lend", "copyto"} {
 		t.Run(read, func(t *testing.T) {
 			s := newStore(t, Config{Capacity: 1 << 16})
 			key := []byte("d/1")
-			if err := s.Put(key, []byte("good bytes")); err != nil {
+			// Long enough for the checks that fold (crc32c), short ones
+			// being hash/crc32's.
+			if err := s.Put(key, bytes.Repeat([]byte("good bytes"), 30)); err != nil {
 				t.Fatal(err)
 			}
 			h := xxhash.Sum64(key)
@@ -383,6 +419,8 @@ func TestCorruptValue(t *testing.T) {
 				if string(got) != "pre" {
 					t.Fatalf("Append of a corrupt value returned %q, want the dst given", got)
 				}
+			case "copyto":
+				_, ok = s.CopyTo(key, func(n int) []byte { return make([]byte, n) })
 			case "lend":
 				var got, lent []byte
 				got, lent, _, ok = s.Lend([]byte("pre"), key, func(dst []byte, n int) []byte { return append(dst, "head"...) }, 0)
