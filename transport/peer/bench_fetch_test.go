@@ -115,21 +115,33 @@ func newBenchSamples(n, size int) *benchSamples {
 	return s
 }
 
+// appendValue is how a mesh owner copies a value out of its memory
+// (store.CopyTo): appended to dst with its checksum computed as it is
+// copied, and checked; a value that fails the check is not found.
+func (s *benchSamples) appendValue(dst []byte, id uint32) (out []byte, sum uint64, found bool) {
+	i := int(id) % len(s.values)
+	out, c := crc32c.Append(dst, s.values[i])
+	if uint64(c) != s.sums[i] {
+		return dst, 0, false
+	}
+	return out, s.sums[i], true
+}
+
 // reply is what a mesh owner answers: a copy of each value out of its
 // memory, with the value's checksum.
 func (s *benchSamples) reply(req *benchFetchReq) *benchFetchResp {
 	resp := &benchFetchResp{Items: make([]benchFetchItem, len(req.IDs))}
 	for i, id := range req.IDs {
-		v := s.values[int(id)%len(s.values)]
-		resp.Items[i] = benchFetchItem{Found: true, Hit: true, Sum: s.sums[int(id)%len(s.sums)], Value: append([]byte(nil), v...)}
+		v, sum, found := s.appendValue(nil, id)
+		resp.Items[i] = benchFetchItem{Found: found, Hit: found, Sum: sum, Value: v}
 	}
 	return resp
 }
 
 // streamReply is what a mesh owner answers to a streamed fetch: each
-// value copied out of its memory into one buffer, back to back, and a head
-// of their checksums and lengths; the buffer is the reply's own (as the
-// mesh's answerFetch and wire.FetchRawReply build it).
+// value copied out of its memory (appendValue) into one buffer, back to
+// back, and a head of their checksums and lengths; the buffer is the
+// reply's own (as the mesh's answerFetch and wire.FetchRawReply build it).
 func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
 	size := 0
 	for _, id := range req.IDs {
@@ -139,11 +151,12 @@ func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
 	head := &benchFetchHead{Items: make([]benchFetchMeta, len(req.IDs))}
 	values := make([][]byte, len(req.IDs))
 	for i, id := range req.IDs {
-		v := s.values[int(id)%len(s.values)]
 		start := len(vals)
-		vals = append(vals, v...)
+		var sum uint64
+		var found bool
+		vals, sum, found = s.appendValue(vals, id)
 		values[i] = vals[start:len(vals)]
-		head.Items[i] = benchFetchMeta{Found: true, Hit: true, Sum: s.sums[int(id)%len(s.sums)], Len: uint32(len(v))}
+		head.Items[i] = benchFetchMeta{Found: found, Hit: found, Sum: sum, Len: uint32(len(vals) - start)}
 	}
 	return &RawReply{Head: head, Values: values, Owned: true}
 }
