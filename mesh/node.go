@@ -300,9 +300,9 @@ func (n *Node) evictLocked(id policy.ID) {
 // admitted. It reports whether the value is now cached. The policy
 // decides, and the store makes room for the value, under polMu; the
 // value is copied in and its checksum worked out, in one pass over the
-// value as read (shm.Copy), after polMu is let go (store.Reserve), so that admissions
-// on several cores copy at once, and the policy's other work (hits heard,
-// other admissions decided) does not wait for them. A sample the policy
+// value as read (shm.Copy), after polMu is let go (store.Reserve), so
+// that admissions on several cores copy at once, and the policy's other
+// work (hits heard, other admissions decided) does not wait for them. A sample the policy
 // evicts meanwhile is not cached (its reservation's Commit reports
 // false).
 func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {

@@ -400,11 +400,10 @@ func (s *Store) Get(dst, key []byte) (result []byte, ok bool) {
 // header does; it runs under the shard's read lock, so it must be quick
 // and must not call the Store. The checksum is verified on the copy as it
 // is made (unless SkipVerify; crc32c.Append): the bytes checked are the
-// bytes the caller gets, read from the arena once. If
-// key is absent, the store is closed, or the copy fails its checksum (the
-// entry is then dropped and counted in Stats.Corrupt), Append returns dst
-// as it was given (its length; bytes past it may have been written) and
-// false.
+// bytes the caller gets, read from the arena once. If key is absent, the
+// store is closed, or the copy fails its checksum (the entry is then
+// dropped and counted in Stats.Corrupt), Append returns dst as it was
+// given (its length; bytes past it may have been written) and false.
 func (s *Store) Append(dst, key []byte, head func(dst []byte, n int) []byte) (result []byte, ok bool) {
 	result, _, _, ok = s.Lend(dst, key, head, math.MaxInt)
 	return result, ok

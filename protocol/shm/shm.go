@@ -42,9 +42,9 @@ var (
 // Checksum is the checksum every cached value carries: CRC-32C
 // (Castagnoli), which CPUs compute in hardware (SSE4.2, ARMv8 CRC32; with
 // vector carry-less multiplication, package crc32c, about 50 GB/s on a
-// current x86 core with AVX-512), held in 64 bits. The store puts it beside every value
-// and verifies it on every read, the mesh checks it on every sample that
-// crosses a socket, and Location.Sum carries it.
+// current x86 core with AVX-512), held in 64 bits. The store puts it
+// beside every value and verifies it on every read, the mesh checks it on
+// every sample that crosses a socket, and Location.Sum carries it.
 func Checksum(b []byte) uint64 { return uint64(crc32c.Checksum(b)) }
 
 // Copy copies src into dst, which must be at least as long, and returns
