@@ -14,28 +14,16 @@ import (
 )
 
 // reflectReq, reflectHead and reflectMeta are FetchReq, FetchHead and
-// FetchMeta without their codecs: msgpack's reflection encodes and
-// decodes them, as it did the wire types before they had their own.
-type reflectReq struct {
-	Dataset    string   `msgpack:"d"`
-	Version    string   `msgpack:"v"`
-	IDs        []uint32 `msgpack:"i"`
-	MemoryOnly bool     `msgpack:"m"`
-	Warm       bool     `msgpack:"w"`
-	First      bool     `msgpack:"p,omitempty"`
-}
-
-type reflectHead struct {
-	Items []reflectMeta `msgpack:"i"`
-}
-
-type reflectMeta struct {
-	Found bool   `msgpack:"f"`
-	Hit   bool   `msgpack:"h"`
-	Sum   uint64 `msgpack:"s"`
-	Len   uint32 `msgpack:"n"`
-	Err   string `msgpack:"e,omitempty"`
-}
+// FetchMeta without their codecs (a defined type has none of its base's
+// methods): msgpack's reflection encodes and decodes them, as it did the
+// wire types before they had their own.
+type (
+	reflectReq  FetchReq
+	reflectMeta FetchMeta
+	reflectHead struct {
+		Items []reflectMeta `msgpack:"i"`
+	}
+)
 
 func toReflectHead(h FetchHead) reflectHead {
 	if h.Items == nil {
@@ -93,41 +81,32 @@ func randomHead(rng *rand.Rand) FetchHead {
 func TestFetchCodecMatchesReflection(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range 2000 {
-		req := randomReq(rng)
-		mine, err := msgpack.Marshal(&req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref := reflectReq(req)
-		theirs, err := msgpack.Marshal(&ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(mine, theirs) {
-			t.Fatalf("request %d: encoded\n%x, reflection\n%x", i, mine, theirs)
-		}
-		var back FetchReq
-		if err := msgpack.Unmarshal(theirs, &back); err != nil || !reflect.DeepEqual(back, req) {
-			t.Fatalf("request %d decoded as %+v (%v), want %+v", i, back, err, req)
-		}
+		req, head := randomReq(rng), randomHead(rng)
+		ref, refHead := reflectReq(req), toReflectHead(head)
+		sameAsReflection(t, fmt.Sprintf("request %d", i), &req, &ref)
+		sameAsReflection(t, fmt.Sprintf("head %d", i), &head, &refHead)
+	}
+}
 
-		head := randomHead(rng)
-		mine, err = msgpack.Marshal(&head)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refHead := toReflectHead(head)
-		theirs, err = msgpack.Marshal(&refHead)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(mine, theirs) {
-			t.Fatalf("head %d: encoded\n%x, reflection\n%x", i, mine, theirs)
-		}
-		var backHead FetchHead
-		if err := msgpack.Unmarshal(theirs, &backHead); err != nil || !reflect.DeepEqual(backHead, head) {
-			t.Fatalf("head %d decoded as %+v (%v), want %+v", i, backHead, err, head)
-		}
+// sameAsReflection fails unless v encodes to the bytes the reflection
+// makes of ref (v's value, in a type without the codec), and those bytes
+// decode to v.
+func sameAsReflection[T, R any](t *testing.T, what string, v *T, ref *R) {
+	t.Helper()
+	mine, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := msgpack.Marshal(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mine, theirs) {
+		t.Fatalf("%s: encoded\n%x, reflection\n%x", what, mine, theirs)
+	}
+	var back T
+	if err := msgpack.Unmarshal(theirs, &back); err != nil || !reflect.DeepEqual(back, *v) {
+		t.Fatalf("%s decoded as %+v (%v), want %+v", what, back, err, *v)
 	}
 }
 
