@@ -607,12 +607,10 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	release = func() { once.Do(func() { n.cluster.serving.Release(need) }) }
 	items = make([]wire.FetchItem, len(req.IDs))
 	// Values found in memory are copied into vals, back to back, so that
-	// the reply sends runs of them with one write; each item's value is
-	// cut from it once every copy is made. vals is made at the first value
-	// found: a fetch of samples read through (each a buffer of its own)
-	// makes none.
+	// the reply sends runs of them with one write. vals is made at the
+	// first value found: a fetch of samples read through (each a buffer of
+	// its own) makes none.
 	var vals *copyBuffer
-	var inVals []copied
 	var misses []fetchMiss // items not in memory, to read through
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
@@ -641,36 +639,29 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			// The value is copied into vals (or memory of its own where
 			// vals has no room) and checked in the same pass
 			// (store.CopyTo).
-			sized, at, own := false, -1, []byte(nil)
+			var dst []byte
+			sized, inVals := false, false
 			sum, ok := n.store.CopyTo(key, func(vlen int) []byte {
 				if sized = int64(vlen) == size; !sized {
 					return nil
 				}
 				if vals == nil {
 					vals = newCopyBuffer(int(need))
-					inVals = make([]copied, 0, len(req.IDs))
 				}
-				if dst, start, fits := vals.reserve(vlen); fits {
-					at = start
-					return dst
+				if dst, inVals = vals.reserve(vlen); !inVals {
+					dst = nozero.Bytes(vlen)[:vlen]
 				}
-				own = nozero.Bytes(vlen)[:vlen]
-				return own
+				return dst
 			})
 			held = ok
 			switch {
-			case !ok && at >= 0:
-				vals.truncate(at) // the copy failed its check: read it through
+			case !ok && inVals:
+				vals.unreserve(len(dst)) // the copy failed its check: read it through
 			case !ok:
 			case !sized:
 				it.Err = errSizeDiffers
 			default:
-				it.Found, it.Hit, it.Sum = true, true, sum
-				if at >= 0 {
-					inVals = append(inVals, copied{item: i, start: at, end: at + int(size)})
-				} else {
-					it.Value = own
-				}
+				it.Found, it.Hit, it.Sum, it.Value = true, true, sum, dst
 			}
 		}
 		if held {
@@ -711,22 +702,15 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	// No socket settles another peer's reads once their reply is sent
 	// (Backend.Settle): the policy hears of this fetch's at once.
 	n.Settle()
-	if vals != nil {
-		all := vals.bytes()
-		for _, c := range inVals {
-			items[c.item].Value = all[c.start:c.end:c.end]
-		}
-	}
 	return items, release, nil
 }
 
-// copied is where item's value lies in a copyBuffer.
-type copied struct{ item, start, end int }
-
-// copyBuffer is memory for values copied in whole, taken without being
-// zeroed first (nozero), since the copies overwrite every byte of it:
-// zeroing took a fifth of the CPU of a fetch reply of 256 x 100 KiB
-// samples held in memory (BenchmarkAnswerFetch).
+// copyBuffer is memory for values copied in whole, back to back, taken
+// without being zeroed first (nozero), since the copies overwrite every
+// byte of it: zeroing took a fifth of the CPU of a fetch reply of 256 x
+// 100 KiB samples held in memory (BenchmarkAnswerFetch). It is taken at
+// its full room at once and never moves, so each value's slice of it is
+// the value's from the moment it is reserved.
 type copyBuffer struct {
 	b    []byte
 	room int
@@ -737,26 +721,22 @@ func newCopyBuffer(n int) *copyBuffer {
 	return &copyBuffer{b: nozero.Bytes(n), room: n}
 }
 
-// reserve extends the buffer by n bytes, after the values before them,
-// for a value about to be copied in whole, and returns them and where
-// they start; or returns false, extending nothing, if they do not fit in
-// the buffer's room.
-func (c *copyBuffer) reserve(n int) (dst []byte, start int, ok bool) {
-	start = len(c.b)
+// reserve takes the n bytes after the values before them, for a value
+// about to be copied in whole, and returns them (their capacity theirs
+// alone); or returns false, taking nothing, if they do not fit in the
+// buffer's room.
+func (c *copyBuffer) reserve(n int) (dst []byte, ok bool) {
+	start := len(c.b)
 	if start+n > c.room {
-		return nil, 0, false
+		return nil, false
 	}
 	c.b = c.b[:start+n]
-	return c.b[start : start+n : start+n], start, true
+	return c.b[start : start+n : start+n], true
 }
 
-// truncate drops the bytes from start on: those of a copy that failed
-// its check.
-func (c *copyBuffer) truncate(start int) { c.b = c.b[:start] }
-
-// bytes returns the values copied in, back to back. Nothing may be added
-// after, and they must not be changed: they are the buffer's own memory.
-func (c *copyBuffer) bytes() []byte { return c.b }
+// unreserve gives back the last n bytes reserved: a copy that failed its
+// check.
+func (c *copyBuffer) unreserve(n int) { c.b = c.b[:len(c.b)-n] }
 
 // errSizeDiffers answers for a sample whose bytes here differ in length
 // from the manifest: the caller would discard them.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,40 +168,43 @@ func TestFetchFromLyingOwner(t *testing.T) {
 	}
 }
 
-// TestCopyBuffer: values copied into a fetch reply's buffer come back
-// back to back, one that does not fit in the room left is refused without
-// the buffer growing, and a copy truncated away leaves no byte behind.
+// TestCopyBuffer: values copied into a fetch reply's buffer lie back to
+// back in it, one that does not fit in the room left is refused without
+// the buffer growing, and a copy given back leaves no byte behind.
 func TestCopyBuffer(t *testing.T) {
 	c := newCopyBuffer(10)
-	add := func(v string) (int, bool) {
-		dst, start, ok := c.reserve(len(v))
+	var got []string
+	add := func(v string) bool {
+		dst, ok := c.reserve(len(v))
 		if ok {
 			if len(dst) != len(v) || cap(dst) != len(v) {
 				t.Fatalf("reserved %d bytes (capacity %d) for %q", len(dst), cap(dst), v)
 			}
 			copy(dst, v)
+			got = append(got, string(dst))
 		}
-		return start, ok
+		return ok
 	}
 	for _, v := range []string{"abcd", "", "efg"} {
-		if _, ok := add(v); !ok {
+		if !add(v) {
 			t.Fatalf("%q refused with room left", v)
 		}
 	}
-	if _, ok := add("hijk"); ok {
+	if add("hijk") {
 		t.Fatal("a value past the room was taken")
 	}
-	if start, ok := add("xy"); !ok || start != 7 {
-		t.Fatalf("a value to truncate: start %d, %v", start, ok)
+	if !add("xy") {
+		t.Fatal("a value to give back was refused")
 	}
-	c.truncate(7)
-	if start, ok := add("hij"); !ok || start != 7 {
-		t.Fatalf("the last value fitting the room: start %d, %v", start, ok)
+	c.unreserve(2)
+	got = got[:len(got)-1]
+	if !add("hij") {
+		t.Fatal("the last value fitting the room was refused")
 	}
-	if got := string(c.bytes()); got != "abcdefghij" {
-		t.Fatalf("bytes %q", got)
+	if string(c.b) != "abcdefghij" || strings.Join(got, "") != "abcdefghij" {
+		t.Fatalf("buffer %q, values %q", c.b, got)
 	}
-	if got := newCopyBuffer(0).bytes(); len(got) != 0 {
-		t.Fatalf("an empty buffer's bytes: %q", got)
+	if d, ok := newCopyBuffer(0).reserve(0); !ok || len(d) != 0 {
+		t.Fatalf("an empty buffer refused an empty value")
 	}
 }
