@@ -302,9 +302,9 @@ func (n *Node) evictLocked(id policy.ID) {
 // value is copied in and its checksum worked out, in one pass over the
 // value as read (shm.Copy), after polMu is let go (store.Reserve), so
 // that admissions on several cores copy at once, and the policy's other
-// work (hits heard, other admissions decided) does not wait for them. A sample the policy
-// evicts meanwhile is not cached (its reservation's Commit reports
-// false).
+// work (hits heard, other admissions decided) does not wait for them. A
+// sample the policy evicts meanwhile is not cached (its reservation's
+// Commit reports false).
 func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
 	n.lockPolicy()
 	r, reserved, held := n.reserveLocked(id, key, len(value), ds)

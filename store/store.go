@@ -279,15 +279,13 @@ func (s *Store) Fits(keyLen, valueLen int) bool {
 // no free block fits now (any previous entry for key is then kept), and
 // ErrClosed after Close. The caller keeps ownership of key and value.
 func (s *Store) Put(key, value []byte) error {
-	sum := shm.Checksum(value)
 	r, err := s.Reserve(key, len(value))
 	if err != nil {
 		return err
 	}
-	copy(r.Value, value)
 	// A Commit that reports false was overtaken by a Delete, Put or
 	// Reserve of key, each later than this Put; or by Close.
-	if !r.Commit(sum) && s.closed.Load() {
+	if !r.Commit(shm.Copy(r.Value, value)) && s.closed.Load() {
 		return ErrClosed
 	}
 	return nil
