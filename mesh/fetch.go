@@ -140,13 +140,16 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 		if !mem {
 			ds.counters.Current().PrefetchHits.Add(1) // else a peer hit, as without read-ahead
 		}
-		if own && n.admit(sampleID(ds, idx), key, v, ds) && !mem {
-			n.offer(ds, uint32(idx), v, owners, false)
+		if own {
+			if cached, sum := n.admit(sampleID(ds, idx), key, v, ds); cached && !mem {
+				n.offer(ds, uint32(idx), v, sum, owners, false)
+			}
 		}
 		return v, mem, nil
 	}
 	if own {
-		return n.readThrough(ctx, ds, idx, key, owners, true)
+		v, mem, _, err := n.readThrough(ctx, ds, idx, key, owners, true)
+		return v, mem, err
 	}
 	preferred := n.preferred(owners)
 	tries := make([]func(context.Context) (read, error), len(preferred))
@@ -174,6 +177,24 @@ type read struct {
 	v      []byte
 	mem    bool
 	source bool
+	sum    knownSum
+}
+
+// knownSum is a value's checksum (shm.Checksum) where it was worked out
+// on the value's way here (an admission's copy, a fetch reply's check),
+// so that what passes the value on does not read it again for it; ok is
+// false where it was not.
+type knownSum struct {
+	v  uint64
+	ok bool
+}
+
+// of returns the checksum of value, whose checksum k is if k.ok.
+func (k knownSum) of(value []byte) uint64 {
+	if k.ok {
+		return k.v
+	}
+	return shm.Checksum(value)
 }
 
 // errNotFound is a try of a hedged read whose owner did not have the
@@ -192,7 +213,8 @@ func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx
 	if !items[0].Found {
 		return read{}, errNotFound
 	}
-	return read{v: items[0].Value, mem: items[0].Hit}, nil
+	// fetchFrom checked the value against its sum.
+	return read{v: items[0].Value, mem: items[0].Hit, sum: knownSum{items[0].Sum, true}}, nil
 }
 
 // throughWait is how long a read through waits for a co-owner before it
@@ -244,7 +266,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // callers: one that gives up (its ctx ends) stops waiting for it alone.
 // A peer whose hedged request lost cancels it, and that must not fail
 // the same read for this node's own trainers.
-func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, error) {
+func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, knownSum, error) {
 	call := n.flight.Do(key, func() (read, error) {
 		ctx := n.ctx
 		// The first owner in the ring's order reads the source for all of
@@ -303,8 +325,12 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 		if err != nil {
 			return read{}, err
 		}
-		if n.admit(sampleID(ds, idx), key, got.v, ds) && got.source {
-			n.offer(ds, uint32(idx), got.v, owners, false)
+		cached, sum := n.admit(sampleID(ds, idx), key, got.v, ds)
+		if !got.sum.ok {
+			got.sum = sum
+		}
+		if cached && got.source {
+			n.offer(ds, uint32(idx), got.v, got.sum, owners, false)
 		}
 		return got, nil
 	})
@@ -312,11 +338,11 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 	case <-call.Done():
 		res, err := call.Result()
 		if err != nil {
-			return nil, false, err
+			return nil, false, knownSum{}, err
 		}
-		return res.v, res.mem, nil
+		return res.v, res.mem, res.sum, nil
 	case <-ctx.Done():
-		return nil, false, ctx.Err()
+		return nil, false, knownSum{}, ctx.Err()
 	}
 }
 
@@ -395,13 +421,14 @@ func (t *coOwnerTry) until(ctx context.Context, tick <-chan time.Time) (stop boo
 
 // offer queues a sample read from the source for the other owners, so
 // that it becomes resident on all of them. The runLoops flush sends the
-// queue in batches. leaving marks the hand-over of a member about to
-// leave (see wire.OfferItem.Leaving).
-func (n *Node) offer(ds *datasetState, id uint32, value []byte, owners []string, leaving bool) {
+// queue in batches. sum is the value's checksum where it is known.
+// leaving marks the hand-over of a member about to leave (see
+// wire.OfferItem.Leaving).
+func (n *Node) offer(ds *datasetState, id uint32, value []byte, sum knownSum, owners []string, leaving bool) {
 	if n.cluster == nil {
 		return
 	}
-	item := wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: shm.Checksum(value), Value: value, Leaving: leaving}
+	item := wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: id, Sum: sum.of(value), Value: value, Leaving: leaving}
 	n.out.QueueOffer(item, owners, n.cfg.Name)
 }
 
@@ -679,9 +706,10 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		m := misses[k]
 		id, it := req.IDs[m.item], &items[m.item]
 		var v []byte
+		var sum knownSum
 		var err error
 		if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
-			v, _, err = n.readThrough(ctx, ds, int(id), m.key, owners, !req.First)
+			v, _, sum, err = n.readThrough(ctx, ds, int(id), m.key, owners, !req.First)
 		} else {
 			v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
 		}
@@ -694,7 +722,7 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			return
 		}
 		ds.counters.Current().ServedPeers.Add(1)
-		it.Found, it.Sum = true, shm.Checksum(v)
+		it.Found, it.Sum = true, sum.of(v)
 		if !req.Warm {
 			it.Value = v
 		}

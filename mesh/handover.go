@@ -50,7 +50,7 @@ func (n *Node) handOver(timeout time.Duration) {
 			if !ok {
 				continue
 			}
-			n.offer(ds, uint32(id), v, after.Owners([]byte(key)), true)
+			n.offer(ds, uint32(id), v, knownSum{}, after.Owners([]byte(key)), true)
 			offered++
 			for n.out.OfferBacklog() > outbox.MaxOfferBytes/2 && ctx.Err() == nil {
 				n.flushOffers(ctx)

@@ -297,22 +297,24 @@ func (n *Node) evictLocked(id policy.ID) {
 }
 
 // admit offers a value that was just read to the policy and stores it if
-// admitted. It reports whether the value is now cached. The policy
-// decides, and the store makes room for the value, under polMu; the
-// value is copied in and its checksum worked out, in one pass over the
-// value as read (shm.Copy), after polMu is let go (store.Reserve), so
-// that admissions on several cores copy at once, and the policy's other
-// work (hits heard, other admissions decided) does not wait for them. A
-// sample the policy evicts meanwhile is not cached (its reservation's
-// Commit reports false).
-func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) bool {
+// admitted. It reports whether the value is now cached, and the value's
+// checksum where it copied the value in (sum.ok), for what passes the
+// value on. The policy decides, and the store makes room for the value,
+// under polMu; the value is copied in and its checksum worked out, in
+// one pass over the value as read (shm.Copy), after polMu is let go
+// (store.Reserve), so that admissions on several cores copy at once, and
+// the policy's other work (hits heard, other admissions decided) does not
+// wait for them. A sample the policy evicts meanwhile is not cached (its
+// reservation's Commit reports false).
+func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) (cached bool, sum knownSum) {
 	n.lockPolicy()
 	r, reserved, held := n.reserveLocked(id, key, len(value), ds)
 	n.polMu.Unlock()
 	if !reserved {
-		return held
+		return held, knownSum{}
 	}
-	return r.Commit(shm.Copy(r.Value, value))
+	sum = knownSum{shm.Copy(r.Value, value), true}
+	return r.Commit(sum.v), sum
 }
 
 // reserveLocked is admit's part under polMu: reserved reports a
