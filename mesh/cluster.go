@@ -600,7 +600,7 @@ func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[p
 		wire.MethodFetchStream: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
 			return n.serveFetchStream(ctx, req)
 		}),
-		wire.MethodOffer:     noReply(n.serveOffer),
+		wire.MethodOffer:     n.serveOffer,
 		wire.MethodReport:    serve(n.serveReport),
 		wire.MethodJoin:      noReply(n.leaderJoin),
 		wire.MethodDone:      serve(n.serveDone),

@@ -437,8 +437,16 @@ func (n *Node) offer(ds *datasetState, id uint32, value []byte, sum knownSum, ow
 func (n *Node) flushOffers(ctx context.Context) {
 	for co, batch := range n.out.TakeOffers() {
 		n.goBackground(func(ctx context.Context) {
+			// The samples go to the stream as they lie (OfferReq.Parts).
+			req := wire.OfferReq{Items: batch}
+			parts, err := req.Parts()
+			if err != nil {
+				n.cfg.Logger.Error().Err(err).Str("owner", co).Msg("offers not encoded")
+				n.out.Offered(co, batch, false)
+				return
+			}
 			cctx, cancel := context.WithTimeout(ctx, 4*n.cfg.Cluster.FetchTimeout)
-			err := n.cluster.callName(cctx, co, wire.MethodOffer, &wire.OfferReq{Items: batch}, nil)
+			err = n.cluster.callName(cctx, co, wire.MethodOffer, parts, nil)
 			cancel()
 			if err == nil || ctx.Err() != nil || peer.CodeOf(err) == peer.CodeBadRequest {
 				n.out.Offered(co, batch, false)
@@ -452,16 +460,23 @@ func (n *Node) flushOffers(ctx context.Context) {
 	}
 }
 
-// serveOffer admits samples a co-owner read from the source. A bad item is
-// skipped; the first such error is returned after the rest are admitted.
-func (n *Node) serveOffer(req *wire.OfferReq) error {
+// serveOffer admits the samples of an offer, body, that a co-owner read
+// from the source, each copied into the store from body as it lies
+// (wire.DecodeOfferReq), which the transport keeps until this returns. A
+// bad item is skipped; the first such error is returned after the rest
+// are admitted.
+func (n *Node) serveOffer(_ context.Context, _ string, body []byte) (any, error) {
+	var req wire.OfferReq
+	if err := wire.DecodeOfferReq(body, &req); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "mesh: " + err.Error()}
+	}
 	var first error
 	for i := range req.Items {
 		if err := n.admitOffered(&req.Items[i]); err != nil && first == nil {
 			first = err
 		}
 	}
-	return first
+	return nil, first
 }
 
 func (n *Node) admitOffered(it *wire.OfferItem) error {
