@@ -300,12 +300,14 @@ func BenchmarkPeerReadsThrough(b *testing.B) {
 
 // BenchmarkRemoteHits reads samples held in memory at their owners from
 // a node of a mesh of 3 that owns none of them (2 owners a sample, every
-// node's share warmed into a cache that holds it all): a read is one
+// node's share warmed into a cache that holds it all): a read is a
 // request to an owner over QUIC and the owner's copy out of its memory, no
 // source read and no admission. "1-reader" reads one sample after
-// another from one node (ns/op is then a read's latency), "16-per-cpu"
-// from all three nodes at once. ns/op is per read, and cpu-us/op the CPU
-// that the three nodes, all in this process, spent on it.
+// another from one node (ns/op is then a read's latency: a request a
+// read), "16-per-cpu" from all three nodes at once (the reads that come
+// while a node's request to an owner is in flight go to it together:
+// Node.fetches). ns/op is per read, and cpu-us/op the CPU that the three
+// nodes, all in this process, spent on it.
 func BenchmarkRemoteHits(b *testing.B) {
 	const samples = 5000
 	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: samples, MinSize: 50, MaxSize: 800, Seed: 1}, 2,

@@ -201,20 +201,54 @@ func (k knownSum) of(value []byte) uint64 {
 // sample (or sent a copy that failed verification).
 var errNotFound = errors.New("mesh: sample not found")
 
-// fetchOne asks owner for sample idx alone, and teaches Node.fetchWait how
-// long the answer took.
+// fetchOne asks owner for sample idx, and teaches Node.fetchWait how long
+// the answer took. The request goes at once where none is in flight to
+// owner for ds (in mode); otherwise it waits for that one, and goes with
+// the others that came meanwhile in one (Node.fetches).
 func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx int, mode fetchMode) (read, error) {
 	start := time.Now()
-	items, err := n.fetchFrom(ctx, owner, ds, []uint32{uint32(idx)}, mode)
+	it, err := n.fetches.Call(ctx, fetchKey{owner, ds, mode}, fetchRef{uint32(idx), ds.manifest.Sizes[idx]})
 	if err != nil {
 		return read{}, err
 	}
 	n.fetchWait.Observe(time.Since(start))
-	if !items[0].Found {
+	if !it.Found {
 		return read{}, errNotFound
 	}
 	// fetchFrom checked the value against its sum.
-	return read{v: items[0].Value, mem: items[0].Hit, sum: knownSum{items[0].Sum, true}}, nil
+	return read{v: it.Value, mem: it.Hit, sum: knownSum{it.Sum, true}}, nil
+}
+
+// fetchKey is where Node.fetches sends a read: an owner, and the dataset
+// and mode of its request.
+type fetchKey struct {
+	owner string
+	ds    *datasetState
+	mode  fetchMode
+}
+
+// fetchRef is a sample Node.fetches reads, and its size in the manifest.
+type fetchRef struct {
+	id   uint32
+	size int64
+}
+
+// The bounds of a request of Node.fetches: as many samples as an MGET of
+// a minibatch may miss, and bytes as the read-ahead asks an owner for at
+// once.
+const (
+	maxFetchBatch      = 64
+	maxFetchBatchBytes = 4 << 20
+)
+
+// fetchBatch is Node.fetches' request: one fetch of the samples refs from
+// the owner of key.
+func (n *Node) fetchBatch(ctx context.Context, key fetchKey, refs []fetchRef) ([]wire.FetchItem, error) {
+	ids := make([]uint32, len(refs))
+	for i, r := range refs {
+		ids[i] = r.id
+	}
+	return n.fetchFrom(ctx, key.owner, key.ds, ids, key.mode)
 }
 
 // throughWait is how long a read through waits for a co-owner before it
@@ -523,14 +557,14 @@ func (n *Node) preferred(owners []string) []string {
 	return out
 }
 
-// fetchFrom asks one owner for samples and verifies every value against
-// its checksum and the manifest's size. Items that fail verification come
-// back not Found.
 // fetchMode says how an owner answers a fetch: from its memory only, or
 // reading through; first asks it to read through itself (see
 // wire.FetchReq.First).
 type fetchMode struct{ memoryOnly, first bool }
 
+// fetchFrom asks one owner for samples and verifies every value against
+// its checksum and the manifest's size. Items that fail verification come
+// back not Found.
 func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, mode fetchMode) ([]wire.FetchItem, error) {
 	n.inflightMu.Lock()
 	n.inflight[owner]++

@@ -3,10 +3,15 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -185,4 +190,72 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 			t.Fatalf("%d source reads, want the first owner's %d", n, want)
 		}
 	})
+}
+
+// TestReadsFromOneOwnerGoTogether: reads of samples at a node that owns
+// none of them, made while its request to their owner is in flight, go to
+// the owner in one request once that one is answered (Node.fetches), and
+// each gets its own sample's bytes.
+func TestReadsFromOneOwnerGoTogether(t *testing.T) {
+	release := make(chan struct{})
+	var holding atomic.Bool
+	entered := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var asked []int // ids a fetch request, in the owner's order of arrival
+	m := startMesh(t, 2, meshOpts{samples: 100, replicas: 1, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = -1 // one owner a sample: nothing to hedge to
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			if n.Name() != "n1" {
+				return
+			}
+			fetch := held(h[wire.MethodFetchStream], holding.Load, entered, release)
+			h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var req wire.FetchReq
+				if err := msgpack.Unmarshal(body, &req); err == nil {
+					mu.Lock()
+					asked = append(asked, len(req.IDs))
+					mu.Unlock()
+				}
+				return fetch(ctx, from, body)
+			}
+		}
+	}})
+	reader, owner := m.peers[0].node, m.peers[1].node
+	ds := reader.ordered[0]
+	var ids []int
+	for i := range ds.len {
+		if owners := reader.owners(ds, uint32(i)); len(owners) == 1 && owners[0] == owner.Name() {
+			ids = append(ids, i)
+		}
+	}
+	const reads = 9
+	if len(ids) < reads {
+		t.Fatalf("%s owns %d samples, want %d", owner.Name(), len(ids), reads)
+	}
+	holding.Store(true)
+	var wg sync.WaitGroup
+	read := func(id int) {
+		wg.Go(func() {
+			v, _, err := reader.Get(context.Background(), []byte(keyOfSample(ds, uint32(id))), nil)
+			if err != nil || !bytes.Equal(v, m.files[id]) {
+				t.Errorf("sample %d: %d bytes (%v), want the file's %d", id, len(v), err, len(m.files[id]))
+			}
+		})
+	}
+	read(ids[0])
+	<-entered // the first read's request is in flight, and held
+	key := fetchKey{owner.Name(), ds, fetchMode{}}
+	for k, id := range ids[1:reads] {
+		read(id)
+		testsupport.WaitFor(t, 10*time.Second, "the read waits for the one in flight", func() bool { return reader.fetches.Waiting(key) == k+1 })
+	}
+	holding.Store(false)
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, reads - 1}; !slices.Equal(asked, want) {
+		t.Fatalf("the owner was asked for %v samples a request, want %v", asked, want)
+	}
 }

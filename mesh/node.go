@@ -15,11 +15,13 @@ import (
 	"github.com/shade-mesh/shade/internal/bytesize"
 	"github.com/shade-mesh/shade/internal/flight"
 	"github.com/shade-mesh/shade/internal/workers"
+	"github.com/shade-mesh/shade/mesh/coalesce"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/mesh/trace"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/shm"
@@ -105,6 +107,10 @@ type Node struct {
 	// asks the next (ClusterConfig.HedgeAfter), learned from the answers
 	// to fetches of one sample.
 	fetchWait hedge.Delay
+	// fetches sends the reads of single samples from an owner, one at a
+	// time or, where they come while one is in flight, together
+	// (fetchOne).
+	fetches coalesce.Group[fetchKey, fetchRef, wire.FetchItem]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -136,6 +142,10 @@ func New(cfg Config) (*Node, error) {
 	n.fetchWait.Fixed = cfg.Cluster.HedgeAfter
 	n.flight.Workers = &n.workers
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.fetches = coalesce.Group[fetchKey, fetchRef, wire.FetchItem]{
+		Do: n.fetchBatch, Go: n.workers.Go, Base: n.ctx,
+		MaxItems: maxFetchBatch, MaxWeight: maxFetchBatchBytes, Weight: func(r fetchRef) int64 { return r.size },
+	}
 	n.readAhead = readahead.New(readahead.Config{
 		Self: cfg.Name, Prefetch: cfg.Cluster.Prefetch, Memory: cfg.PrefetchMemory, SourceReads: cfg.SourceReads,
 		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger, HedgeAfter: cfg.Cluster.HedgeAfter,

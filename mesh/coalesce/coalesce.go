@@ -1,0 +1,200 @@
+// Package coalesce sends requests for single items to one place together:
+// a request made while another to the same place is in flight waits for
+// it, and every request that waited goes in the next one, as a database
+// commits the transactions that queued behind a log write in one write
+// (group commit). A node reading samples one at a time from its peers
+// (many trainers' reads, an MGET's misses) so pays a peer's per-request
+// cost (a stream, its packets, the wake-ups on both ends) once a batch
+// instead of once a sample; a request to an idle place goes alone at
+// once, and waits for nothing.
+//
+// The package owns no goroutine beyond the batches it runs (started by the
+// caller's spawn), and imports no network package.
+package coalesce
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// Group sends the items asked of each place, its key, in batches: at
+// most one batch in flight a key. Set the fields before first use; the
+// methods are safe for concurrent use, and a Group must not be copied
+// after first use.
+type Group[K comparable, Q, R any] struct {
+	// Do asks key for qs (at least one) in one request and returns one
+	// result per item, in order, or an error that is every item's. It
+	// must return once ctx is done.
+	Do func(ctx context.Context, key K, qs []Q) ([]R, error)
+	// Go runs a batch on a goroutine; nil: a new goroutine.
+	Go func(func())
+	// Base is the context of the batches of items that waited, which no
+	// one caller's context bounds: a batch ends when Base ends, or when
+	// every caller of the batch has stopped waiting. nil means
+	// context.Background.
+	Base context.Context
+	// MaxItems bounds a batch's items; 0 means 64. MaxWeight bounds the
+	// sum of Weight over a batch's items, unless its first item alone
+	// exceeds it; 0 (or a nil Weight) means no bound.
+	MaxItems  int
+	MaxWeight int64
+	Weight    func(Q) int64
+
+	mu    sync.Mutex
+	lanes map[K]*lane[Q, R] // keys with a request in flight; under mu
+}
+
+// DefaultMaxItems is the most items of a batch where MaxItems is 0.
+const DefaultMaxItems = 64
+
+// lane is one key's requests: one in flight, and those waiting.
+type lane[Q, R any] struct {
+	waiting []*call[Q, R] // in order of arrival
+}
+
+// call is one caller's item, waiting for a batch.
+type call[Q, R any] struct {
+	q    Q
+	r    R
+	err  error
+	done chan struct{} // closed once r and err are set
+	// b is the batch that took the call, once one has; gone is set when
+	// the caller stops waiting. Both under the Group's mu.
+	b    *batch
+	gone bool
+}
+
+// batch is a request of several calls in flight.
+type batch struct {
+	cancel context.CancelFunc
+	live   int // calls of the batch still waited for; under the Group's mu
+}
+
+// Call asks key for q and returns its result, or the error of the
+// request that carried it, or ctx's error if ctx ends first: a caller
+// that stops waiting leaves its item's batch (a batch that no caller
+// waits for any more is cancelled), and its result is dropped. With no
+// request to key in flight, q goes at once, alone, on this goroutine
+// under ctx; otherwise it waits for the next batch, which leaves when the
+// request in flight has returned.
+func (g *Group[K, Q, R]) Call(ctx context.Context, key K, q Q) (R, error) {
+	g.mu.Lock()
+	if g.lanes == nil {
+		g.lanes = make(map[K]*lane[Q, R])
+	}
+	l := g.lanes[key]
+	if l == nil {
+		l = &lane[Q, R]{}
+		g.lanes[key] = l // in flight: whoever comes now waits
+		g.mu.Unlock()
+		rs, err := g.Do(ctx, key, []Q{q})
+		g.next(key, l)
+		var r R
+		if err == nil {
+			r = rs[0]
+		}
+		return r, err
+	}
+	c := &call[Q, R]{q: q, done: make(chan struct{})}
+	l.waiting = append(l.waiting, c)
+	g.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.r, c.err
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	c.gone = true
+	if c.b != nil {
+		if c.b.live--; c.b.live == 0 {
+			c.b.cancel()
+		}
+	}
+	g.mu.Unlock()
+	var zero R
+	return zero, ctx.Err()
+}
+
+// Waiting returns how many calls wait for a batch to key.
+func (g *Group[K, Q, R]) Waiting(key K) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l := g.lanes[key]; l != nil {
+		return len(l.waiting)
+	}
+	return 0
+}
+
+// next runs the calls waiting on l, once its request in flight has
+// returned: the next batch of them on a goroutine of its own, or, with
+// none, it retires l.
+func (g *Group[K, Q, R]) next(key K, l *lane[Q, R]) {
+	g.mu.Lock()
+	calls := g.takeLocked(l)
+	if len(calls) == 0 {
+		delete(g.lanes, key)
+		g.mu.Unlock()
+		return
+	}
+	base := g.Base
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithCancel(base)
+	b := &batch{cancel: cancel, live: len(calls)}
+	for _, c := range calls {
+		c.b = b
+	}
+	g.mu.Unlock()
+	run := func() {
+		defer cancel()
+		qs := make([]Q, len(calls))
+		for i, c := range calls {
+			qs[i] = c.q
+		}
+		rs, err := g.Do(ctx, key, qs)
+		for i, c := range calls {
+			if err == nil {
+				c.r = rs[i]
+			}
+			c.err = err
+			close(c.done)
+		}
+		g.next(key, l)
+	}
+	if g.Go != nil {
+		g.Go(run)
+	} else {
+		go run()
+	}
+}
+
+// takeLocked takes the next batch's calls off l: the first waiting, then
+// as many more as the bounds allow, skipping callers gone. Called with mu
+// held.
+func (g *Group[K, Q, R]) takeLocked(l *lane[Q, R]) []*call[Q, R] {
+	maxItems := g.MaxItems
+	if maxItems <= 0 {
+		maxItems = DefaultMaxItems
+	}
+	var calls []*call[Q, R]
+	var weight int64
+	k := 0
+	for ; k < len(l.waiting) && len(calls) < maxItems; k++ {
+		c := l.waiting[k]
+		if c.gone {
+			continue
+		}
+		if g.MaxWeight > 0 && g.Weight != nil {
+			w := g.Weight(c.q)
+			if len(calls) > 0 && weight+w > g.MaxWeight {
+				break
+			}
+			weight += w
+		}
+		calls = append(calls, c)
+	}
+	l.waiting = slices.Delete(l.waiting, 0, k)
+	return calls
+}
