@@ -306,8 +306,12 @@ func BenchmarkPeerReadsThrough(b *testing.B) {
 // another from one node (ns/op is then a read's latency: a request a
 // read), "16-per-cpu" from all three nodes at once (the reads that come
 // while a node's request to an owner is in flight go to it together:
-// Node.fetches). ns/op is per read, and cpu-us/op the CPU that the three
-// nodes, all in this process, spent on it.
+// Node.fetches); "mget-64" MGETs 64 of them at a time from one node, as
+// a trainer's minibatch without the shared memory (Node.MGet: up to
+// SourceReads reads at once). ns/op is per read (an MGET for "mget-64",
+// with ns/sample beside it), cpu-us/op the CPU that the three nodes, all
+// in this process, spent on it, and requests/op the requests between
+// them.
 func BenchmarkRemoteHits(b *testing.B) {
 	const samples = 5000
 	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: samples, MinSize: 50, MaxSize: 800, Seed: 1}, 2,
@@ -326,26 +330,30 @@ func BenchmarkRemoteHits(b *testing.B) {
 			}
 		}
 	}
-	totals := func() (peerHits, sourceReads int64) {
+	totals := func() (peerHits, sourceReads, requests int64) {
 		for _, p := range peers {
 			t := p.Node.ordered[0].stats().Total
 			peerHits, sourceReads = peerHits+t.PeerHits, sourceReads+t.SourceReads
+			for _, st := range p.Node.cluster.wire.PeerStats() {
+				requests += int64(st.Requests)
+			}
 		}
-		return peerHits, sourceReads
+		return peerHits, sourceReads, requests
 	}
 	reads := func(b *testing.B, i int, more func() bool) {
 		ids := others[i]
 		readRandomSamples(b, peers[i].Node, uint64(i), func(rng *rand.Rand) uint32 { return ids[rng.IntN(len(ids))] }, more)
 	}
 	measured := func(b *testing.B, run func()) {
-		peerHits0, sourceReads0 := totals()
+		peerHits0, sourceReads0, requests0 := totals()
 		cpu := cputime.Process()
 		run()
 		b.StopTimer()
 		b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
-		peerHits, sourceReads := totals()
+		peerHits, sourceReads, requests := totals()
 		b.ReportMetric(float64(peerHits-peerHits0)/float64(b.N), "peer-hits/op")
 		b.ReportMetric(float64(sourceReads-sourceReads0)/float64(b.N), "source-reads/op")
+		b.ReportMetric(float64(requests-requests0)/float64(b.N), "requests/op")
 	}
 	b.Run("1-reader", func(b *testing.B) {
 		measured(b, func() { reads(b, 0, b.Loop) })
@@ -356,6 +364,30 @@ func BenchmarkRemoteHits(b *testing.B) {
 		measured(b, func() {
 			b.RunParallel(func(pb *testing.PB) { reads(b, int(next.Add(1))%len(peers), pb.Next) })
 		})
+	})
+	b.Run("mget-64", func(b *testing.B) {
+		ids := others[0]
+		ds, n := peers[0].Node.ordered[0], peers[0].Node
+		rng := rand.New(rand.NewPCG(3, 4))
+		keys := make([][]byte, 64)
+		measured(b, func() {
+			for b.Loop() {
+				for i := range keys {
+					keys[i] = []byte(keyOfSample(ds, ids[rng.IntN(len(ids))]))
+				}
+				batch := n.MGet(context.Background(), keys)
+				var dst []byte
+				for i := range keys {
+					var found bool
+					var err error
+					if dst, found, err = batch.Append(i, dst[:0], nil); err != nil || !found {
+						b.Fatalf("key %s: found %v, %v", keys[i], found, err)
+					}
+				}
+				batch.Close()
+			}
+		})
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/64, "ns/sample")
 	})
 }
 

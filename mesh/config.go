@@ -134,8 +134,10 @@ type Config struct {
 	// of the faster job's wait. 0 means 0.25; negative, never (as with
 	// IsolateJobs).
 	JobSync float64
-	// SourceReads bounds concurrent source reads of one MGET, and the
-	// fetches in flight of each rank's read-ahead; 0 means 16.
+	// SourceReads bounds the concurrent reads through (source reads, at
+	// worst) of the samples of one MGET that this node owns, and the
+	// fetches in flight of each rank's read-ahead; 0 means 16. An MGET's
+	// samples that other nodes own are asked of them, up to 64 at once.
 	SourceReads int
 	// SourceThrottle slows every dataset's source down like a remote
 	// object store (latency, a shared byte rate, bounded connections); the

@@ -206,6 +206,7 @@ var errNotFound = errors.New("mesh: sample not found")
 // owner for ds (in mode); otherwise it waits for that one, and goes with
 // the others that came meanwhile in one (Node.fetches).
 func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx int, mode fetchMode) (read, error) {
+	defer n.asking(owner, 1)()
 	start := time.Now()
 	it, err := n.fetches.Call(ctx, fetchKey{owner, ds, mode}, fetchRef{uint32(idx), ds.manifest.Sizes[idx]})
 	if err != nil {
@@ -543,8 +544,24 @@ func (n *Node) admitOffered(it *wire.OfferItem) error {
 	return nil
 }
 
-// preferred orders owners for a read: fewest requests in flight from this
-// node first, the ring's order breaking ties.
+// asking counts k samples asked of owner until done is called, for
+// preferred: a read's while it waits for its request and while the
+// request is in flight, so that reads spread over the owners by what
+// each has yet to answer.
+func (n *Node) asking(owner string, k int) (done func()) {
+	n.inflightMu.Lock()
+	n.inflight[owner] += int64(k)
+	n.inflightMu.Unlock()
+	return func() {
+		n.inflightMu.Lock()
+		n.inflight[owner] -= int64(k)
+		n.inflightMu.Unlock()
+	}
+}
+
+// preferred orders owners for a read: fewest samples asked of them by
+// this node and not yet answered first (asking), the ring's order
+// breaking ties.
 func (n *Node) preferred(owners []string) []string {
 	out := append([]string(nil), owners...)
 	load := make(map[string]int64, len(out))
@@ -566,14 +583,6 @@ type fetchMode struct{ memoryOnly, first bool }
 // its checksum and the manifest's size. Items that fail verification come
 // back not Found.
 func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, ids []uint32, mode fetchMode) ([]wire.FetchItem, error) {
-	n.inflightMu.Lock()
-	n.inflight[owner]++
-	n.inflightMu.Unlock()
-	defer func() {
-		n.inflightMu.Lock()
-		n.inflight[owner]--
-		n.inflightMu.Unlock()
-	}()
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
 	req := &wire.FetchReq{Dataset: ds.name, Version: ds.manifest.Version, IDs: ids, MemoryOnly: mode.memoryOnly, First: mode.first}

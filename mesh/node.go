@@ -102,7 +102,7 @@ type Node struct {
 	flushMu    sync.Mutex           // one flush of the queued reports at a time: none is sent twice
 	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
 	inflightMu sync.Mutex
-	inflight   map[string]int64 // fetches in flight per owner
+	inflight   map[string]int64 // samples asked of each owner and not yet answered (asking)
 	// fetchWait is how long a read waits for an owner before it also
 	// asks the next (ClusterConfig.HedgeAfter), learned from the answers
 	// to fetches of one sample.

@@ -27,6 +27,7 @@ func (h raHost) Owners(ds readahead.Dataset, id uint32) []string {
 func (h raHost) Preferred(owners []string) []string { return h.n.preferred(owners) }
 
 func (h raHost) Fetch(ctx context.Context, owner string, ds readahead.Dataset, ids []uint32, memoryOnly bool) ([]wire.FetchItem, error) {
+	defer h.n.asking(owner, len(ids))()
 	return h.n.fetchFrom(ctx, owner, ds.(*datasetState), ids, fetchMode{memoryOnly: memoryOnly})
 }
 

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"math"
+	"sync"
 
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/transport"
@@ -259,9 +260,10 @@ func (n *Node) ValueSize(key []byte) int {
 // MGet implements transport.Backend: it routes every key, records the
 // hits of the keys held here (the policy hears of them before it admits
 // the misses, lockPolicy, so that admitting them cannot evict this
-// batch's hits first), reads the samples
-// not held here in parallel (at most SourceReads at once), and returns the
-// batch; its Append copies each held value from the cache.
+// batch's hits first), reads the samples not held here in parallel (at
+// most SourceReads of those this node owns at once, and up to
+// maxFetchBatch of the others, which go to their owners together), and
+// returns the batch; its Append copies each held value from the cache.
 func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	b := &mgetBatch{n: n, ctx: ctx, keys: keys, items: make([]mgetItem, len(keys))}
 	if n.closed.Load() {
@@ -295,16 +297,31 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	if len(held) > 0 {
 		n.hits(held...)
 	}
-	// The misses are read by up to SourceReads goroutines.
-	eachOnWorkers(len(misses), n.cfg.SourceReads, func(k int) {
-		i := misses[k]
+	// A miss this node owns is read through (from the source, at worst):
+	// up to SourceReads at once. One it does not own is asked of an owner,
+	// which takes the reads that come while a request to it is in flight
+	// together in the next (Node.fetches): as many at once as a request
+	// takes, so that they all come together.
+	var own, others []int
+	for _, i := range misses {
+		if it := &b.items[i]; contains(n.ownersView(it.ds, uint32(it.idx)), n.cfg.Name) {
+			own = append(own, i)
+		} else {
+			others = append(others, i)
+		}
+	}
+	read := func(i int) {
 		it := &b.items[i]
 		it.value, it.mem, it.err = n.readMissing(ctx, it.ds, it.idx, keys[i])
 		if it.err == nil {
 			it.ds.counters.Missed(it.idx, it.mem)
 			it.read = true
 		}
-	})
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { eachOnWorkers(len(others), maxFetchBatch, func(k int) { read(others[k]) }) })
+	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) { read(own[k]) })
+	wg.Wait()
 	return b
 }
 
