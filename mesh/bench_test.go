@@ -3,7 +3,9 @@ package mesh
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -296,6 +298,46 @@ func BenchmarkPeerReads(b *testing.B) {
 // where that is another.
 func BenchmarkPeerReadsThrough(b *testing.B) {
 	benchPeerReads(b, "100KiB", testsupport.DatasetSpec{Samples: 600, MinSize: 100 << 10, MaxSize: 100 << 10, Seed: 1}, 6<<20, -1)
+}
+
+// BenchmarkSlowSourceReads reads random samples of 1,000 bytes at the
+// nodes of a mesh of 3 (2 owners a sample, 64 KiB of cache a node: nearly
+// every read is read through) whose source answers each read 5 ms after
+// it is asked, 16 readers a CPU, and reports the 50th and 99th
+// percentiles of a read's latency: reads that wait behind a request to
+// an owner reading through (Node.fetches) wait at most fetchBatchWait.
+func BenchmarkSlowSourceReads(b *testing.B) {
+	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: 3000, MinSize: 1000, MaxSize: 1000, Seed: 1}, 2, func(_ int, c *Config) {
+		c.CacheSize = 64 << 10
+		c.SourceThrottle.Latency = 5 * time.Millisecond
+		c.SourceThrottle.Concurrency = 64
+	})
+	var next atomic.Int64
+	var mu sync.Mutex
+	var took []time.Duration
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(1)
+		n := peers[int(i)%len(peers)].Node
+		ds := n.ordered[0]
+		rng := rand.New(rand.NewPCG(uint64(i), 1))
+		var mine []time.Duration
+		for pb.Next() {
+			id := uint32(rng.IntN(ds.len))
+			start := time.Now()
+			if v, ok, err := n.Get(context.Background(), []byte(keyOfSample(ds, id)), nil); err != nil || !ok || len(v) != 1000 {
+				b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
+				return
+			}
+			mine = append(mine, time.Since(start))
+		}
+		mu.Lock()
+		took = append(took, mine...)
+		mu.Unlock()
+	})
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-us")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-us")
 }
 
 // BenchmarkRemoteHits reads samples held in memory at their owners from

@@ -222,6 +222,9 @@ func TestReadsFromOneOwnerGoTogether(t *testing.T) {
 		}
 	}})
 	reader, owner := m.peers[0].node, m.peers[1].node
+	// No bound on the wait (fetchBatchWait): the held request returns only
+	// when the test lets it. Set before the node's first read.
+	reader.fetches.MaxWait = 0
 	ds := reader.ordered[0]
 	var ids []int
 	for i := range ds.len {

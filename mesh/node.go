@@ -145,6 +145,7 @@ func New(cfg Config) (*Node, error) {
 	n.fetches = coalesce.Group[fetchKey, fetchRef, wire.FetchItem]{
 		Do: n.fetchBatch, Go: n.workers.Go, Base: n.ctx,
 		MaxItems: maxFetchBatch, MaxWeight: maxFetchBatchBytes, Weight: func(r fetchRef) int64 { return r.size },
+		MaxWait: fetchBatchWait,
 	}
 	n.readAhead = readahead.New(readahead.Config{
 		Self: cfg.Name, Prefetch: cfg.Cluster.Prefetch, Memory: cfg.PrefetchMemory, SourceReads: cfg.SourceReads,

@@ -6,7 +6,11 @@
 // (many trainers' reads, an MGET's misses) so pays a peer's per-request
 // cost (a stream, its packets, the wake-ups on both ends) once a batch
 // instead of once a sample; a request to an idle place goes alone at
-// once, and waits for nothing.
+// once, and waits for nothing. A request waits behind one in flight at
+// most MaxWait after that one went: a place slow to answer (an owner
+// reading the sample from a remote store) then gets the requests that
+// came meanwhile in one request of their own rather than after its
+// answer.
 //
 // The package owns no goroutine beyond the batches it runs (started by the
 // caller's spawn), and imports no network package.
@@ -16,6 +20,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Group sends the items asked of each place, its key, in batches: at
@@ -40,17 +45,25 @@ type Group[K comparable, Q, R any] struct {
 	MaxItems  int
 	MaxWeight int64
 	Weight    func(Q) int64
+	// MaxWait bounds how long after the newest request to a key went a
+	// call waits for it: then the calls waiting go in a request of their
+	// own, beside it, and a call that comes later goes at once. 0 means
+	// no bound: calls wait for a request in flight to return.
+	MaxWait time.Duration
 
 	mu    sync.Mutex
-	lanes map[K]*lane[Q, R] // keys with a request in flight; under mu
+	lanes map[K]*lane[Q, R] // keys with requests in flight or calls waiting; under mu
 }
 
 // DefaultMaxItems is the most items of a batch where MaxItems is 0.
 const DefaultMaxItems = 64
 
-// lane is one key's requests: one in flight, and those waiting.
+// lane is one key's requests: those in flight, and the calls waiting.
 type lane[Q, R any] struct {
-	waiting []*call[Q, R] // in order of arrival
+	waiting  []*call[Q, R] // in order of arrival
+	inflight int           // requests in flight
+	last     time.Time     // when the newest of them went
+	timer    *time.Timer   // while calls wait, to send them MaxWait after last
 }
 
 // call is one caller's item, waiting for a batch.
@@ -75,9 +88,10 @@ type batch struct {
 // request that carried it, or ctx's error if ctx ends first: a caller
 // that stops waiting leaves its item's batch (a batch that no caller
 // waits for any more is cancelled), and its result is dropped. With no
-// request to key in flight, q goes at once, alone, on this goroutine
-// under ctx; otherwise it waits for the next batch, which leaves when the
-// request in flight has returned.
+// request to key in flight, or none that went within MaxWait, q goes at
+// once, alone, on this goroutine under ctx; otherwise it waits for the
+// next batch, which leaves when a request in flight returns, or MaxWait
+// after the newest went.
 func (g *Group[K, Q, R]) Call(ctx context.Context, key K, q Q) (R, error) {
 	g.mu.Lock()
 	if g.lanes == nil {
@@ -86,10 +100,15 @@ func (g *Group[K, Q, R]) Call(ctx context.Context, key K, q Q) (R, error) {
 	l := g.lanes[key]
 	if l == nil {
 		l = &lane[Q, R]{}
-		g.lanes[key] = l // in flight: whoever comes now waits
+		g.lanes[key] = l
+	}
+	now := time.Now()
+	if l.inflight == 0 || len(l.waiting) == 0 && g.MaxWait > 0 && now.Sub(l.last) >= g.MaxWait {
+		l.inflight++
+		l.last = now
 		g.mu.Unlock()
 		rs, err := g.Do(ctx, key, []Q{q})
-		g.next(key, l)
+		g.returned(key, l)
 		var r R
 		if err == nil {
 			r = rs[0]
@@ -98,6 +117,7 @@ func (g *Group[K, Q, R]) Call(ctx context.Context, key K, q Q) (R, error) {
 	}
 	c := &call[Q, R]{q: q, done: make(chan struct{})}
 	l.waiting = append(l.waiting, c)
+	g.armLocked(key, l)
 	g.mu.Unlock()
 	select {
 	case <-c.done:
@@ -126,17 +146,56 @@ func (g *Group[K, Q, R]) Waiting(key K) int {
 	return 0
 }
 
-// next runs the calls waiting on l, once its request in flight has
-// returned: the next batch of them on a goroutine of its own, or, with
-// none, it retires l.
-func (g *Group[K, Q, R]) next(key K, l *lane[Q, R]) {
+// returned is told that a request to key on l has returned: the calls
+// waiting go in the next batch, or, with none and nothing in flight, l is
+// retired.
+func (g *Group[K, Q, R]) returned(key K, l *lane[Q, R]) {
 	g.mu.Lock()
-	calls := g.takeLocked(l)
-	if len(calls) == 0 {
-		delete(g.lanes, key)
-		g.mu.Unlock()
+	l.inflight--
+	start := g.sendLocked(key, l)
+	g.mu.Unlock()
+	start()
+}
+
+// armLocked sets l's timer, unless it is set, to send the calls waiting
+// MaxWait after l's newest request went. Called with mu held.
+func (g *Group[K, Q, R]) armLocked(key K, l *lane[Q, R]) {
+	if g.MaxWait <= 0 || l.timer != nil || len(l.waiting) == 0 {
 		return
 	}
+	l.timer = time.AfterFunc(time.Until(l.last.Add(g.MaxWait)), func() {
+		g.mu.Lock()
+		l.timer = nil
+		start := g.sendLocked(key, l)
+		g.mu.Unlock()
+		start()
+	})
+}
+
+// sendLocked takes the next batch of the calls waiting on l and returns
+// what starts it on a goroutine of its own, to be called once mu is let
+// go, and sets l's timer for the calls left; with no call waiting and
+// nothing in flight it retires l, and what it returns does nothing.
+// Called with mu held.
+func (g *Group[K, Q, R]) sendLocked(key K, l *lane[Q, R]) (start func()) {
+	calls := g.takeLocked(l)
+	if len(calls) == 0 {
+		if l.inflight == 0 && g.lanes[key] == l {
+			if l.timer != nil {
+				l.timer.Stop()
+				l.timer = nil
+			}
+			delete(g.lanes, key)
+		}
+		return func() {}
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.inflight++
+	l.last = time.Now()
+	g.armLocked(key, l) // for the calls past the batch's bounds
 	base := g.Base
 	if base == nil {
 		base = context.Background()
@@ -146,7 +205,6 @@ func (g *Group[K, Q, R]) next(key K, l *lane[Q, R]) {
 	for _, c := range calls {
 		c.b = b
 	}
-	g.mu.Unlock()
 	run := func() {
 		defer cancel()
 		qs := make([]Q, len(calls))
@@ -161,13 +219,12 @@ func (g *Group[K, Q, R]) next(key K, l *lane[Q, R]) {
 			c.err = err
 			close(c.done)
 		}
-		g.next(key, l)
+		g.returned(key, l)
 	}
 	if g.Go != nil {
-		g.Go(run)
-	} else {
-		go run()
+		return func() { g.Go(run) }
 	}
+	return func() { go run() }
 }
 
 // takeLocked takes the next batch's calls off l: the first waiting, then

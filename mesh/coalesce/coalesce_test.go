@@ -242,3 +242,35 @@ func TestManyCallersEachGetTheirOwn(t *testing.T) {
 	}
 	t.Logf("%d items in %d requests", items, batches)
 }
+
+// TestWaitIsBounded: a call behind a request that does not return goes
+// in a request of its own MaxWait after that one went (or at once, if
+// the one in flight went longer ago), and gets its result while the first
+// is still held.
+func TestWaitIsBounded(t *testing.T) {
+	d := newGated()
+	g := &Group[string, int, int]{Do: d.do, MaxWait: time.Millisecond}
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.Call(context.Background(), "k", 1)
+		first <- err
+	}()
+	testsupport.WaitFor(t, 10*time.Second, "the first call is in flight", func() bool { return len(d.seen()) == 1 })
+	for q := 2; q <= 3; q++ {
+		if r, err := g.Call(context.Background(), "k", q); r != 2*q || err != nil {
+			t.Fatalf("call %d behind a held one: %d, %v", q, r, err)
+		}
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the held call returned (%v)", err)
+	default:
+	}
+	close(d.hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if b := d.seen(); !slices.EqualFunc(b, [][]int{{1}, {2}, {3}}, slices.Equal) {
+		t.Fatalf("batches %v", b)
+	}
+}
