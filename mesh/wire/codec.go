@@ -91,19 +91,9 @@ func (h *FetchHead) DecodeMsgpack(dec *msgpack.Decoder) error {
 		if key != "i" {
 			return dec.Skip()
 		}
-		n, err := dec.DecodeArrayLen()
-		if err != nil || n < 0 {
-			return err
-		}
-		h.Items = make([]FetchMeta, 0, min(n, maxPrealloc))
-		for range n {
-			var m FetchMeta
-			if err := m.decode(dec); err != nil {
-				return err
-			}
-			h.Items = append(h.Items, m)
-		}
-		return nil
+		var err error
+		h.Items, err = decodeArray(dec, func(m *FetchMeta) error { return m.decode(dec) })
+		return err
 	})
 }
 
@@ -195,14 +185,23 @@ func encodeU32Array(enc *msgpack.Encoder, l []uint32) error {
 // decodeU32Array decodes an array of integers that fit 32 bits; nil for
 // nil.
 func decodeU32Array(dec *msgpack.Decoder) ([]uint32, error) {
+	return decodeArray(dec, func(v *uint32) (err error) {
+		*v, err = dec.DecodeUint32()
+		return err
+	})
+}
+
+// decodeArray decodes an array, each element into a new T by decode; nil
+// for nil.
+func decodeArray[T any](dec *msgpack.Decoder, decode func(*T) error) ([]T, error) {
 	n, err := dec.DecodeArrayLen()
 	if err != nil || n < 0 {
 		return nil, err
 	}
-	l := make([]uint32, 0, min(n, maxPrealloc))
+	l := make([]T, 0, min(n, maxPrealloc))
 	for range n {
-		v, err := dec.DecodeUint32()
-		if err != nil {
+		var v T
+		if err := decode(&v); err != nil {
 			return nil, err
 		}
 		l = append(l, v)

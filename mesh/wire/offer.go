@@ -86,14 +86,9 @@ func DecodeOfferReq(body []byte, r *OfferReq) error {
 		if key != "o" {
 			return dec.Skip()
 		}
-		n, err := dec.DecodeArrayLen()
-		if err != nil || n < 0 {
-			return err
-		}
-		r.Items = make([]OfferItem, 0, min(n, maxPrealloc))
-		for range n {
-			var it OfferItem
-			err := decodeMap(dec, "offer item", func(key string) (err error) {
+		var err error
+		r.Items, err = decodeArray(dec, func(it *OfferItem) error {
+			return decodeMap(dec, "offer item", func(key string) (err error) {
 				switch key {
 				case "d":
 					it.Dataset, err = dec.DecodeString()
@@ -112,12 +107,8 @@ func DecodeOfferReq(body []byte, r *OfferReq) error {
 				}
 				return err
 			})
-			if err != nil {
-				return err
-			}
-			r.Items = append(r.Items, it)
-		}
-		return nil
+		})
+		return err
 	})
 }
 
