@@ -163,13 +163,19 @@ func (g *Group[K, Q, R]) armLocked(key K, l *lane[Q, R]) {
 	if g.MaxWait <= 0 || l.timer != nil || len(l.waiting) == 0 {
 		return
 	}
-	l.timer = time.AfterFunc(time.Until(l.last.Add(g.MaxWait)), func() {
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(l.last.Add(g.MaxWait)), func() {
 		g.mu.Lock()
+		if l.timer != t { // stopped (a batch left) after it fired
+			g.mu.Unlock()
+			return
+		}
 		l.timer = nil
 		start := g.sendLocked(key, l)
 		g.mu.Unlock()
 		start()
 	})
+	l.timer = t // before mu is let go, which the function waits for
 }
 
 // sendLocked takes the next batch of the calls waiting on l and returns
