@@ -304,7 +304,8 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	// takes, so that they all come together.
 	var own, others []int
 	for _, i := range misses {
-		if it := &b.items[i]; contains(n.ownersView(it.ds, uint32(it.idx)), n.cfg.Name) {
+		it := &b.items[i]
+		if owners := n.ownersView(it.ds, uint32(it.idx)); len(owners) == 0 || contains(owners, n.cfg.Name) { // as readMissing
 			own = append(own, i)
 		} else {
 			others = append(others, i)
@@ -319,7 +320,9 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 		}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { eachOnWorkers(len(others), maxFetchBatch, func(k int) { read(others[k]) }) })
+	if len(others) > 0 {
+		wg.Go(func() { eachOnWorkers(len(others), maxFetchBatch, func(k int) { read(others[k]) }) })
+	}
 	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) { read(own[k]) })
 	wg.Wait()
 	return b
