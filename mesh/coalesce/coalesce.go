@@ -18,15 +18,17 @@ package coalesce
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 )
 
-// Group sends the items asked of each place, its key, in batches: at
-// most one batch in flight a key. Set the fields before first use; the
-// methods are safe for concurrent use, and a Group must not be copied
-// after first use.
+// Group sends the items asked of each place, its key, in batches: a call
+// waits while a request to its key is in flight (at most MaxWait after
+// the newest went), and the calls that waited go together. Set the fields
+// before first use; the methods are safe for concurrent use, and a Group
+// must not be copied after first use.
 type Group[K comparable, Q, R any] struct {
 	// Do asks key for qs (at least one) in one request and returns one
 	// result per item, in order, or an error that is every item's. It
@@ -107,7 +109,7 @@ func (g *Group[K, Q, R]) Call(ctx context.Context, key K, q Q) (R, error) {
 		l.inflight++
 		l.last = now
 		g.mu.Unlock()
-		rs, err := g.Do(ctx, key, []Q{q})
+		rs, err := g.do(ctx, key, []Q{q})
 		g.returned(key, l)
 		var r R
 		if err == nil {
@@ -134,6 +136,15 @@ func (g *Group[K, Q, R]) Call(ctx context.Context, key K, q Q) (R, error) {
 	g.mu.Unlock()
 	var zero R
 	return zero, ctx.Err()
+}
+
+// do is Do, with a result for every item or an error.
+func (g *Group[K, Q, R]) do(ctx context.Context, key K, qs []Q) ([]R, error) {
+	rs, err := g.Do(ctx, key, qs)
+	if err == nil && len(rs) != len(qs) {
+		return nil, fmt.Errorf("coalesce: %d results for %d items", len(rs), len(qs))
+	}
+	return rs, err
 }
 
 // Waiting returns how many calls wait for a batch to key.
@@ -217,7 +228,7 @@ func (g *Group[K, Q, R]) sendLocked(key K, l *lane[Q, R]) (start func()) {
 		for i, c := range calls {
 			qs[i] = c.q
 		}
-		rs, err := g.Do(ctx, key, qs)
+		rs, err := g.do(ctx, key, qs)
 		for i, c := range calls {
 			if err == nil {
 				c.r = rs[i]

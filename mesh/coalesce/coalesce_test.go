@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -285,5 +286,14 @@ func TestWaitIsBounded(t *testing.T) {
 	}
 	if b := d.seen(); !slices.EqualFunc(b, [][]int{{1}, {2}, {3}}, slices.Equal) {
 		t.Fatalf("batches %v", b)
+	}
+}
+
+// TestTooFewResults: a Do that answers fewer results than items is an
+// error for each of them, not a crash.
+func TestTooFewResults(t *testing.T) {
+	g := &Group[string, int, int]{Do: func(context.Context, string, []int) ([]int, error) { return nil, nil }}
+	if _, err := g.Call(context.Background(), "k", 1); err == nil || !strings.Contains(err.Error(), "0 results for 1 items") {
+		t.Fatalf("err %v", err)
 	}
 }
