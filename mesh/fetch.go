@@ -309,6 +309,14 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // the same read for this node's own trainers.
 func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, knownSum, error) {
 	call := n.flight.Do(key, func() (read, error) {
+		// A caller found the sample missing some time ago (an MGET's
+		// misses are looked up before any is read); another read through
+		// of it may have ended and cached it since. Read it again then
+		// and the source would be read twice for one sample.
+		if v, ok := n.store.Get(nil, key); ok {
+			n.hits(sampleID(ds, idx))
+			return read{v: v, mem: true}, nil
+		}
 		ctx := n.ctx
 		// The first owner in the ring's order reads the source for all of
 		// them: an owner after it asks it to read through instead of

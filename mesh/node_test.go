@@ -516,3 +516,24 @@ func TestSetsRacingSetsAndEvictions(t *testing.T) {
 		t.Fatalf("%d keys held (%d bytes), %d entries, %d bytes used, %d loans out", held, charged, st.Entries, st.UsedBytes, st.Loans)
 	}
 }
+
+// TestReadThroughOfACachedSample: a read through that starts after
+// another has read the sample and cached it (an MGET looks all its
+// misses up before it reads any of them) takes it from memory, and does
+// not read the source again.
+func TestReadThroughOfACachedSample(t *testing.T) {
+	dir, files := makeDataset(t, 4, 1000, 1000)
+	p := startPeer(t, Config{CacheSize: 64 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	n, ctx := p.node, context.Background()
+	ds := n.ordered[0]
+	key := []byte(keyOfSample(ds, 2))
+	for i, wantMem := range []bool{false, true} {
+		v, mem, _, err := n.readThrough(ctx, ds, 2, key, n.owners(ds, 2), true)
+		if err != nil || !bytes.Equal(v, files[2]) || mem != wantMem {
+			t.Fatalf("read %d: %d bytes, from memory %v (%v); want the file's %d, from memory %v", i, len(v), mem, err, len(files[2]), wantMem)
+		}
+		if reads := ds.stats().Total.SourceReads; reads != 1 {
+			t.Fatalf("after read %d: %d source reads, want 1", i, reads)
+		}
+	}
+}
