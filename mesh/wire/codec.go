@@ -199,12 +199,14 @@ func decodeArray[T any](dec *msgpack.Decoder, decode func(*T) error) ([]T, error
 		return nil, err
 	}
 	l := make([]T, 0, min(n, maxPrealloc))
+	var zero T
 	for range n {
-		var v T
-		if err := decode(&v); err != nil {
+		// Decoded in place: a T of its own would escape to the heap,
+		// handed to decode, one allocation an element.
+		l = append(l, zero)
+		if err := decode(&l[len(l)-1]); err != nil {
 			return nil, err
 		}
-		l = append(l, v)
 	}
 	return l, nil
 }
