@@ -201,7 +201,7 @@ func TestReadsFromOneOwnerGoTogether(t *testing.T) {
 	var holding atomic.Bool
 	entered := make(chan struct{}, 1)
 	var mu sync.Mutex
-	var asked []int // ids a fetch request, in the owner's order of arrival
+	var asked []int // how many ids each fetch request names, as the owner takes them in
 	m := startMesh(t, 2, meshOpts{samples: 100, replicas: 1, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
 		c.Cluster.HedgeAfter = -1 // one owner a sample: nothing to hedge to
