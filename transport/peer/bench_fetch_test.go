@@ -18,6 +18,7 @@ import (
 	"github.com/shade-mesh/shade/internal/cputime"
 	"github.com/shade-mesh/shade/internal/nozero"
 	"github.com/shade-mesh/shade/protocol/crc32c"
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // The batch fetch benchmark moves what a mesh fetch of many samples moves:
@@ -72,10 +73,6 @@ type benchFetchMeta struct {
 	Err   string `msgpack:"e,omitempty"`
 }
 
-// checksum is the samples' CRC-32C, computed as the mesh computes it
-// (shm.Checksum).
-func checksum(v []byte) uint64 { return uint64(crc32c.Checksum(v)) }
-
 // measureCPU reports the CPU both ends (both run in this process) spent per batch, and the bytes moved
 // per CPU second: figures that a busy machine disturbs less than MB/s.
 func measureCPU(b *testing.B, batchBytes int64) func() {
@@ -109,7 +106,7 @@ func newBenchSamples(n, size int) *benchSamples {
 			v[j] = byte(i*31 + j)
 		}
 		s.values = append(s.values, v)
-		s.sums = append(s.sums, checksum(v))
+		s.sums = append(s.sums, shm.Checksum(v))
 		s.raw = append(s.raw, v...)
 	}
 	return s
@@ -187,7 +184,7 @@ func readStreamValues(b *testing.B, req *benchFetchReq, head *benchFetchHead, wa
 		for _, m := range head.Items {
 			v := buf[:m.Len:m.Len]
 			buf = buf[m.Len:]
-			if !m.Found || checksum(v) != m.Sum {
+			if !m.Found || shm.Checksum(v) != m.Sum {
 				b.Fatal("bad item")
 			}
 		}
@@ -201,7 +198,7 @@ func verify(b *testing.B, req *benchFetchReq, resp *benchFetchResp) {
 		b.Fatalf("%d items for %d ids", len(resp.Items), len(req.IDs))
 	}
 	for _, it := range resp.Items {
-		if !it.Found || checksum(it.Value) != it.Sum {
+		if !it.Found || shm.Checksum(it.Value) != it.Sum {
 			b.Fatal("bad item")
 		}
 	}
