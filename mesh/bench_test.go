@@ -286,7 +286,10 @@ func BenchmarkPeerReads(b *testing.B) {
 		name  string
 		after time.Duration
 	}{{"hedged", 0}, {"never", -1}} {
-		benchPeerReads(b, mode.name, spec, 64<<10, mode.after)
+		benchPeerReads(b, mode.name, spec, func(c *Config) {
+			c.CacheSize = 64 << 10
+			c.Cluster.HedgeAfter = mode.after
+		})
 	}
 }
 
@@ -297,50 +300,23 @@ func BenchmarkPeerReads(b *testing.B) {
 // other owner, which admits it too, and answers the node that asked
 // where that is another.
 func BenchmarkPeerReadsThrough(b *testing.B) {
-	benchPeerReads(b, "100KiB", testsupport.DatasetSpec{Samples: 600, MinSize: 100 << 10, MaxSize: 100 << 10, Seed: 1}, 6<<20, -1)
+	benchPeerReads(b, "100KiB", testsupport.DatasetSpec{Samples: 600, MinSize: 100 << 10, MaxSize: 100 << 10, Seed: 1}, func(c *Config) {
+		c.CacheSize = 6 << 20
+		c.Cluster.HedgeAfter = -1
+	})
 }
 
-// BenchmarkSlowSourceReads reads random samples of 1,000 bytes at the
-// nodes of a mesh of 3 (2 owners a sample, 64 KiB of cache a node: nearly
-// every read is read through) whose source answers each read 5 ms after
-// it is asked, 16 readers a CPU, and reports the 50th and 99th
-// percentiles of a read's latency: reads that wait behind a request to
-// an owner reading through (Node.fetches) wait at most fetchBatchWait.
+// BenchmarkSlowSourceReads is BenchmarkPeerReads with samples of 1,000
+// bytes and 64 KiB of cache a node (nearly every read is read through)
+// over a source that answers each read 5 ms after it is asked: reads that
+// wait behind a request to an owner reading through (Node.fetches) wait
+// at most fetchBatchWait, which p50-us and p99-us show.
 func BenchmarkSlowSourceReads(b *testing.B) {
-	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: 3000, MinSize: 1000, MaxSize: 1000, Seed: 1}, 2, func(_ int, c *Config) {
+	benchPeerReads(b, "5ms", testsupport.DatasetSpec{Samples: 3000, MinSize: 1000, MaxSize: 1000, Seed: 1}, func(c *Config) {
 		c.CacheSize = 64 << 10
 		c.SourceThrottle.Latency = 5 * time.Millisecond
 		c.SourceThrottle.Concurrency = 64
 	})
-	var next atomic.Int64
-	var mu sync.Mutex
-	var took []time.Duration
-	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		i := next.Add(1)
-		n := peers[int(i)%len(peers)].Node
-		ds := n.ordered[0]
-		rng := rand.New(rand.NewPCG(uint64(i), 1))
-		var mine []time.Duration
-		for pb.Next() {
-			id := uint32(rng.IntN(ds.len))
-			start := time.Now()
-			if v, ok, err := n.Get(context.Background(), []byte(keyOfSample(ds, id)), nil); err != nil || !ok || len(v) != 1000 {
-				b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
-				return
-			}
-			mine = append(mine, time.Since(start))
-		}
-		mu.Lock()
-		took = append(took, mine...)
-		mu.Unlock()
-	})
-	if len(took) == 0 {
-		return // every reader failed, and said why
-	}
-	slices.Sort(took)
-	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-us")
-	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-us")
 }
 
 // BenchmarkRemoteHits reads samples held in memory at their owners from
@@ -387,7 +363,7 @@ func BenchmarkRemoteHits(b *testing.B) {
 	}
 	reads := func(b *testing.B, i int, more func() bool) {
 		ids := others[i]
-		readRandomSamples(b, peers[i].Node, uint64(i), func(rng *rand.Rand) uint32 { return ids[rng.IntN(len(ids))] }, more)
+		readRandomSamples(b, peers[i].Node, uint64(i), func(rng *rand.Rand) uint32 { return ids[rng.IntN(len(ids))] }, more, nil)
 	}
 	measured := func(b *testing.B, run func()) {
 		peerHits0, sourceReads0, requests0 := totals()
@@ -438,32 +414,35 @@ func BenchmarkRemoteHits(b *testing.B) {
 
 // readRandomSamples reads the samples of n's first dataset that pick draws (a
 // generator seeded with seed), through n, until more says stop; each must
-// be found, and be of its manifest's size.
-func readRandomSamples(b *testing.B, n *Node, seed uint64, pick func(*rand.Rand) uint32, more func() bool) {
+// be found, and be of its manifest's size. took, unless nil, is told how
+// long each read took.
+func readRandomSamples(b *testing.B, n *Node, seed uint64, pick func(*rand.Rand) uint32, more func() bool, took func(time.Duration)) {
 	ds := n.ordered[0]
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ctx := context.Background()
 	var dst []byte
 	for more() {
 		id := pick(rng)
+		start := time.Now()
 		v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, id)), dst[:0])
 		if err != nil || !ok || len(v) != int(ds.manifest.Sizes[id]) {
 			b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
 			return
+		}
+		if took != nil {
+			took(time.Since(start))
 		}
 		dst = v
 	}
 }
 
 // benchPeerReads runs sub-benchmark name: random samples of spec read
-// from the nodes of a mesh of 3 (2 owners a sample, cache bytes of cache
-// a node), 16 readers a CPU; cpu-us/op is the CPU the three nodes, all in
-// this process, spent a read.
-func benchPeerReads(b *testing.B, name string, spec testsupport.DatasetSpec, cache int64, hedgeAfter time.Duration) {
-	_, peers := StartMeshForTest(b, 3, spec, 2, func(_ int, c *Config) {
-		c.CacheSize = cache
-		c.Cluster.HedgeAfter = hedgeAfter
-	})
+// from the nodes of a mesh of 3 (2 owners a sample, each node configured
+// by configure), 16 readers a CPU; cpu-us/op is the CPU the three nodes,
+// all in this process, spent a read, p50-us and p99-us percentiles of a
+// read's latency.
+func benchPeerReads(b *testing.B, name string, spec testsupport.DatasetSpec, configure func(c *Config)) {
+	_, peers := StartMeshForTest(b, 3, spec, 2, func(_ int, c *Config) { configure(c) })
 	b.Run(name, func(b *testing.B) {
 		hedged := func() (n int64) {
 			for _, p := range peers {
@@ -473,15 +452,27 @@ func benchPeerReads(b *testing.B, name string, spec testsupport.DatasetSpec, cac
 		}
 		before, cpu := hedged(), cputime.Process()
 		var next atomic.Int64
+		var mu sync.Mutex
+		var took []time.Duration
 		b.SetParallelism(16)
 		b.RunParallel(func(pb *testing.PB) {
 			i := next.Add(1)
 			n := peers[int(i)%len(peers)].Node
 			samples := n.ordered[0].len
-			readRandomSamples(b, n, uint64(i), func(rng *rand.Rand) uint32 { return uint32(rng.IntN(samples)) }, pb.Next)
+			var mine []time.Duration
+			readRandomSamples(b, n, uint64(i), func(rng *rand.Rand) uint32 { return uint32(rng.IntN(samples)) }, pb.Next,
+				func(d time.Duration) { mine = append(mine, d) })
+			mu.Lock()
+			took = append(took, mine...)
+			mu.Unlock()
 		})
 		b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
 		b.ReportMetric(float64(hedged()-before)/float64(b.N), "hedged/op")
+		if len(took) > 0 { // else every reader failed, and said why
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-us")
+			b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-us")
+		}
 	})
 }
 
