@@ -135,7 +135,7 @@ func contains(list []string, s string) bool {
 // that wait, not the time to find it dead.
 func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
 	owners := n.owners(ds, uint32(idx))
-	own := len(owners) == 0 || contains(owners, n.cfg.Name)
+	own := n.readsThrough(owners)
 	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
 		if !mem {
 			ds.counters.Current().PrefetchHits.Add(1) // else a peer hit, as without read-ahead
@@ -148,8 +148,8 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 		return v, mem, nil
 	}
 	if own {
-		v, mem, _, err := n.readThrough(ctx, ds, idx, key, owners, true)
-		return v, mem, err
+		r, err := n.readThrough(ctx, ds, idx, key, owners, true)
+		return r.v, r.mem, err
 	}
 	preferred := n.preferred(owners)
 	tries := make([]func(context.Context) (read, error), len(preferred))
@@ -169,6 +169,12 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	ds.counters.Current().SourceFallbacks.Add(1)
 	v, err = n.readSource(ds, idx)
 	return v, false, err
+}
+
+// readsThrough reports whether this node reads a sample of owners
+// through itself (readMissing): it is one of them, or there are none.
+func (n *Node) readsThrough(owners []string) bool {
+	return len(owners) == 0 || contains(owners, n.cfg.Name)
 }
 
 // read is a sample's bytes as a try of a hedged read got them: from a
@@ -296,10 +302,13 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	return b, nil
 }
 
-// readThrough reads a sample this node owns: from a co-owner's memory if
-// one has it, else from the source, and offers it to the policy. Concurrent
-// misses for one key collapse into one read; the result is shared between
-// them: read only. With forward, an owner before this one in the ring's
+// readThrough reads a sample this node owns: from its own memory if
+// another read has cached it since the caller looked, from a co-owner's
+// memory if one has it, else from the source, and offers it to the
+// policy. It returns the bytes with where they came from and their
+// checksum where it was worked out on the way (read). Concurrent misses
+// for one key collapse into one read; the result is shared between them:
+// read only. With forward, an owner before this one in the ring's
 // order is asked to read the sample through instead (see below); a node
 // serving such a request passes forward false, so requests never loop.
 //
@@ -307,7 +316,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // callers: one that gives up (its ctx ends) stops waiting for it alone.
 // A peer whose hedged request lost cancels it, and that must not fail
 // the same read for this node's own trainers.
-func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) ([]byte, bool, knownSum, error) {
+func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) (read, error) {
 	call := n.flight.Do(key, func() (read, error) {
 		// A caller found the sample missing some time ago (an MGET's
 		// misses are looked up before any is read); another read through
@@ -387,11 +396,11 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 	case <-call.Done():
 		res, err := call.Result()
 		if err != nil {
-			return nil, false, knownSum{}, err
+			return read{}, err
 		}
-		return res.v, res.mem, res.sum, nil
+		return res, nil
 	case <-ctx.Done():
-		return nil, false, knownSum{}, ctx.Err()
+		return read{}, ctx.Err()
 	}
 }
 
@@ -777,14 +786,14 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	eachOnWorkers(len(misses), n.cfg.SourceReads, func(k int) {
 		m := misses[k]
 		id, it := req.IDs[m.item], &items[m.item]
-		var v []byte
-		var sum knownSum
+		var r read
 		var err error
 		if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
-			v, _, sum, err = n.readThrough(ctx, ds, int(id), m.key, owners, !req.First)
+			r, err = n.readThrough(ctx, ds, int(id), m.key, owners, !req.First)
 		} else {
-			v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
+			r.v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
 		}
+		v := r.v
 		if err != nil {
 			it.Err = err.Error()
 			return
@@ -794,7 +803,7 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 			return
 		}
 		ds.counters.Current().ServedPeers.Add(1)
-		it.Found, it.Sum = true, sum.of(v)
+		it.Found, it.Sum = true, r.sum.of(v)
 		if !req.Warm {
 			it.Value = v
 		}

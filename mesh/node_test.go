@@ -528,9 +528,9 @@ func TestReadThroughOfACachedSample(t *testing.T) {
 	ds := n.ordered[0]
 	key := []byte(keyOfSample(ds, 2))
 	for i, wantMem := range []bool{false, true} {
-		v, mem, _, err := n.readThrough(ctx, ds, 2, key, n.owners(ds, 2), true)
-		if err != nil || !bytes.Equal(v, files[2]) || mem != wantMem {
-			t.Fatalf("read %d: %d bytes, from memory %v (%v); want the file's %d, from memory %v", i, len(v), mem, err, len(files[2]), wantMem)
+		r, err := n.readThrough(ctx, ds, 2, key, n.owners(ds, 2), true)
+		if err != nil || !bytes.Equal(r.v, files[2]) || r.mem != wantMem {
+			t.Fatalf("read %d: %d bytes, from memory %v (%v); want the file's %d, from memory %v", i, len(r.v), r.mem, err, len(files[2]), wantMem)
 		}
 		if reads := ds.stats().Total.SourceReads; reads != 1 {
 			t.Fatalf("after read %d: %d source reads, want 1", i, reads)

@@ -305,7 +305,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	var own, others []int
 	for _, i := range misses {
 		it := &b.items[i]
-		if owners := n.ownersView(it.ds, uint32(it.idx)); len(owners) == 0 || contains(owners, n.cfg.Name) { // as readMissing
+		if n.readsThrough(n.ownersView(it.ds, uint32(it.idx))) {
 			own = append(own, i)
 		} else {
 			others = append(others, i)
