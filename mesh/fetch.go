@@ -151,6 +151,13 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 		r, err := n.readThrough(ctx, ds, idx, key, owners, true)
 		return r.v, r.mem, err
 	}
+	return n.readFromOwners(ctx, ds, idx, owners)
+}
+
+// readFromOwners reads sample idx of ds, which this node does not own,
+// from owners (hedged, the least loaded first), and from the source,
+// uncached, where none answers. With no owners it reads the source.
+func (n *Node) readFromOwners(ctx context.Context, ds *datasetState, idx int, owners []string) (v []byte, fromMemory bool, err error) {
 	preferred := n.preferred(owners)
 	tries := make([]func(context.Context) (read, error), len(preferred))
 	for i, owner := range preferred {
@@ -160,8 +167,11 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	}
 	r, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
 	ds.counters.Current().Hedged.Add(int64(how.Hedged))
-	if err == nil || ctx.Err() != nil {
-		return r.v, r.mem, err
+	switch {
+	case len(tries) > 0 && err == nil:
+		return r.v, r.mem, nil
+	case ctx.Err() != nil:
+		return nil, false, ctx.Err()
 	}
 	// No owner answered: read the source, without caching what this node
 	// does not own. The source is not raced against slow owners: it is

@@ -261,8 +261,8 @@ func (n *Node) ValueSize(key []byte) int {
 // hits of the keys held here (the policy hears of them before it admits
 // the misses, lockPolicy, so that admitting them cannot evict this
 // batch's hits first), reads the samples not held here in parallel (at
-// most SourceReads of those this node owns at once, and up to
-// maxFetchBatch of the others, which go to their owners together), and
+// most SourceReads of those this node owns at once; the others asked of
+// their owners, each owner for its share at once, readElsewhere), and
 // returns the batch; its Append copies each held value from the cache.
 func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	b := &mgetBatch{n: n, ctx: ctx, keys: keys, items: make([]mgetItem, len(keys))}
@@ -298,33 +298,35 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 		n.hits(held...)
 	}
 	// A miss this node owns is read through (from the source, at worst):
-	// up to SourceReads at once. One it does not own is asked of an owner,
-	// which takes the reads that come while a request to it is in flight
-	// together in the next (Node.fetches): as many at once as a request
-	// takes, so that they all come together.
-	var own, others []int
+	// up to SourceReads at once. Those it does not own are asked of their
+	// owners, each owner for its share at once (readElsewhere), beside.
+	var (
+		own    []int
+		others []int
+		ms     []missing
+	)
 	for _, i := range misses {
 		it := &b.items[i]
-		if n.readsThrough(n.ownersView(it.ds, uint32(it.idx))) {
+		if owners := n.ownersView(it.ds, uint32(it.idx)); n.readsThrough(owners) {
 			own = append(own, i)
 		} else {
 			others = append(others, i)
-		}
-	}
-	read := func(i int) {
-		it := &b.items[i]
-		it.value, it.mem, it.err = n.readMissing(ctx, it.ds, it.idx, keys[i])
-		if it.err == nil {
-			it.ds.counters.Missed(it.idx, it.mem)
-			it.read = true
+			ms = append(ms, missing{ds: it.ds, idx: it.idx, owners: owners})
 		}
 	}
 	var wg sync.WaitGroup
-	if len(others) > 0 {
-		wg.Go(func() { eachOnWorkers(len(others), maxFetchBatch, func(k int) { read(others[k]) }) })
+	if len(ms) > 0 {
+		wg.Go(func() { n.readElsewhere(ctx, ms) })
 	}
-	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) { read(own[k]) })
+	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) {
+		it := &b.items[own[k]]
+		v, mem, err := n.readMissing(ctx, it.ds, it.idx, keys[own[k]])
+		it.missed(v, mem, err)
+	})
 	wg.Wait()
+	for k, m := range ms {
+		b.items[others[k]].missed(m.v, m.mem, m.err)
+	}
 	return b
 }
 
@@ -347,6 +349,15 @@ type mgetItem struct {
 	value  []byte // the value read through
 	mem    bool   // served from memory, here or a peer's (for deciles)
 	served bool   // Append answered it with a value (for deciles)
+}
+
+// missed records what reading the item's sample, a miss, got.
+func (it *mgetItem) missed(v []byte, mem bool, err error) {
+	it.value, it.mem, it.err = v, mem, err
+	if err == nil {
+		it.ds.counters.Missed(it.idx, mem)
+		it.read = true
+	}
 }
 
 // Append implements transport.Batch.

@@ -413,9 +413,24 @@ func (r *ReadAhead) observeLocked(ds Dataset, id uint32) {
 // until the fetch has run Config.HedgeAfter: then it gives up on it, and
 // the caller reads the sample itself (the fetch goes on). If the sample
 // is not there at all it returns at once. The bytes are the caller's.
+// Take is Claim, then the Claim's Wait.
 func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, fromMemory, ok bool) {
-	if r.cfg.Prefetch <= 0 {
+	c, ok := r.Claim(ds, id)
+	if !ok {
 		return nil, false, false
+	}
+	return c.Wait(ctx)
+}
+
+// Claim tells the read-ahead that sample id of ds is being read, as Take
+// does, without waiting: ok is false where the read-ahead neither holds
+// the sample nor is fetching it, and the caller reads it itself at once;
+// otherwise the Claim's Wait takes it. A reader of many samples (an MGET)
+// claims them all, reads at once those the read-ahead does not have, and
+// only then waits for the rest.
+func (r *ReadAhead) Claim(ds Dataset, id uint32) (c Claim, ok bool) {
+	if r.cfg.Prefetch <= 0 {
+		return Claim{}, false
 	}
 	r.mu.Lock()
 	r.observeLocked(ds, id)
@@ -423,6 +438,26 @@ func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, 
 	buf := r.buf
 	r.mu.Unlock()
 	if e == nil || buf == nil {
+		return Claim{}, false
+	}
+	return Claim{r: r, e: e, buf: buf}, true
+}
+
+// Claim is a sample the read-ahead holds or is fetching, claimed by a
+// read (ReadAhead.Claim). The zero value is no sample.
+type Claim struct {
+	r   *ReadAhead
+	e   *entry
+	buf *store.Store
+}
+
+// Wait returns the claimed sample as Take does: it waits for its fetch,
+// or ctx, until the fetch has run Config.HedgeAfter; ok is false where
+// the fetch failed or was given up, and the caller reads the sample
+// itself. The bytes are the caller's.
+func (c Claim) Wait(ctx context.Context) (v []byte, fromMemory, ok bool) {
+	r, e := c.r, c.e
+	if e == nil {
 		return nil, false, false
 	}
 	var giveUp <-chan time.Time
@@ -446,7 +481,7 @@ func (r *ReadAhead) Take(ctx context.Context, ds Dataset, id uint32) (v []byte, 
 	}
 	// If the entry was dropped meanwhile, Get finds nothing, or the bytes
 	// of a newer entry for the same sample: the same bytes.
-	v, ok = buf.Get(nil, []byte(e.key))
+	v, ok = c.buf.Get(nil, []byte(e.key))
 	if ok {
 		e.taken.Store(true)
 	}

@@ -1,0 +1,213 @@
+package mesh
+
+import (
+	"context"
+	"time"
+
+	"github.com/shade-mesh/shade/mesh/hedge"
+	"github.com/shade-mesh/shade/mesh/readahead"
+)
+
+// missing is one sample an MGET did not find in this node's memory and
+// does not own (readsThrough is false for it), and what reading it got.
+type missing struct {
+	ds     *datasetState
+	idx    int
+	owners []string // its owners, as the ring's view (read only)
+
+	v   []byte
+	mem bool // some node served it from memory
+	err error
+}
+
+// readElsewhere reads samples this node does not own, for an MGET, as
+// readMissing would read each, but each owner asked for its share at
+// once rather than each sample on its own: a request (and its hedge)
+// per owner where the per-sample path cost a hedged read, its goroutine,
+// contexts and timer a sample.
+//
+// A sample the read-ahead holds or is fetching is taken from there, once
+// the requests for the others are out. Each other sample is asked of
+// its least loaded owner (samples already asked of each, this MGET's
+// included), in requests of at most maxFetchBatch samples and
+// maxFetchBatchBytes. A request that has not answered within
+// Node.fetchWait is hedged: its samples are read one at a time from
+// their other owners (Node.fetches takes those together), and the first
+// answer for the request is kept. Samples an owner did not have, and
+// those of a request no owner answered, are read as readMissing reads
+// them from the owners left and at last the source. Every sample of ms
+// is read when readElsewhere returns.
+func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
+	var (
+		claims  []readahead.Claim
+		claimed []int // indices into ms of claims
+		ask     []int
+	)
+	for i := range ms {
+		if c, ok := n.readAhead.Claim(ms[i].ds, uint32(ms[i].idx)); ok {
+			claims, claimed = append(claims, c), append(claimed, i)
+		} else {
+			ask = append(ask, i)
+		}
+	}
+	reqs := n.planElsewhere(ms, ask)
+	// The claimed samples are waited for beside the requests; those the
+	// read-ahead did not get in time are read after them, one at a time.
+	late := make(chan int, len(claims))
+	if len(claims) > 0 {
+		go func() {
+			defer close(late)
+			for k, c := range claims {
+				m := &ms[claimed[k]]
+				v, mem, ok := c.Wait(ctx)
+				if !ok {
+					late <- claimed[k]
+					continue
+				}
+				if !mem {
+					m.ds.counters.Current().PrefetchHits.Add(1) // else a peer hit, as without read-ahead
+				}
+				m.v, m.mem = v, mem
+			}
+		}()
+	} else {
+		close(late)
+	}
+	eachOnWorkers(len(reqs), len(reqs), func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
+	var rest []int
+	for i := range late {
+		rest = append(rest, i)
+	}
+	eachOnWorkers(len(rest), maxFetchBatch, func(k int) {
+		m := &ms[rest[k]]
+		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, m.owners)
+	})
+}
+
+// elsewhereReq is one request readElsewhere sends: samples of one
+// dataset asked of one owner.
+type elsewhereReq struct {
+	owner  string
+	ds     *datasetState
+	items  []int    // indices into the MGET's missing samples
+	ids    []uint32 // their samples, in the same order
+	bytes  int64    // their sizes in the manifest, added up
+	hedged bool     // every sample has another owner to hedge to
+}
+
+// planElsewhere groups the samples ms[ask] into requests: each to the
+// least loaded of its owners, counting those this plan has given each,
+// the ring's order breaking ties. A sample whose owner is alone goes in
+// a request of its own kind, which is not hedged: the source is not
+// raced against a slow owner.
+func (n *Node) planElsewhere(ms []missing, ask []int) []*elsewhereReq {
+	type group struct {
+		owner  string
+		ds     *datasetState
+		hedged bool
+	}
+	var (
+		reqs  []*elsewhereReq
+		open  = make(map[group]*elsewhereReq)
+		owned = make(map[string]int64)
+	)
+	n.inflightMu.Lock()
+	defer n.inflightMu.Unlock()
+	loadOf := func(o string) int64 {
+		l, ok := owned[o]
+		if !ok {
+			l = n.inflight[o]
+			owned[o] = l
+		}
+		return l
+	}
+	for _, i := range ask {
+		m := &ms[i]
+		best := m.owners[0]
+		for _, o := range m.owners[1:] {
+			if loadOf(o) < loadOf(best) {
+				best = o
+			}
+		}
+		owned[best] = loadOf(best) + 1
+		g := group{best, m.ds, len(m.owners) > 1}
+		size := m.ds.manifest.Sizes[m.idx]
+		r := open[g]
+		if r == nil || len(r.ids) == maxFetchBatch || r.bytes+size > maxFetchBatchBytes {
+			r = &elsewhereReq{owner: best, ds: m.ds, hedged: g.hedged}
+			open[g] = r
+			reqs = append(reqs, r)
+		}
+		r.items, r.ids, r.bytes = append(r.items, i), append(r.ids, uint32(m.idx)), r.bytes+size
+	}
+	return reqs
+}
+
+// askElsewhere reads the samples of one request of readElsewhere into ms.
+func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) {
+	type answer struct {
+		v     []byte
+		mem   bool
+		found bool
+		err   error
+	}
+	tries := []func(context.Context) ([]answer, error){func(ctx context.Context) ([]answer, error) {
+		defer n.asking(r.owner, len(r.ids))()
+		start := time.Now()
+		items, err := n.fetchFrom(ctx, r.owner, r.ds, r.ids, fetchMode{})
+		if err != nil {
+			return nil, err
+		}
+		n.fetchWait.Observe(time.Since(start))
+		out := make([]answer, len(items))
+		for k, it := range items {
+			out[k] = answer{v: it.Value, mem: it.Hit, found: it.Found}
+		}
+		return out, nil
+	}}
+	if r.hedged {
+		tries = append(tries, func(ctx context.Context) ([]answer, error) {
+			out := make([]answer, len(r.ids))
+			eachOnWorkers(len(r.ids), maxFetchBatch, func(k int) {
+				a := &out[k]
+				m := &ms[r.items[k]]
+				a.v, a.mem, a.err = n.readFromOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
+				a.found = a.err == nil
+			})
+			return out, ctx.Err()
+		})
+	}
+	answers, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
+	r.ds.counters.Current().Hedged.Add(int64(how.Hedged * len(r.ids)))
+	var rest []int // positions in r of samples still to read
+	for k, i := range r.items {
+		m := &ms[i]
+		switch {
+		case ctx.Err() != nil:
+			m.err = ctx.Err()
+		case err != nil || !answers[k].found && answers[k].err == nil:
+			rest = append(rest, k)
+		default:
+			m.v, m.mem, m.err = answers[k].v, answers[k].mem, answers[k].err
+		}
+	}
+	// The owner asked did not have these (or its request failed): the
+	// others, then the source.
+	eachOnWorkers(len(rest), maxFetchBatch, func(j int) {
+		k := rest[j]
+		m := &ms[r.items[k]]
+		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
+	})
+}
+
+// without returns owners but one, in their order; the slice is the
+// caller's.
+func without(owners []string, but string) []string {
+	out := make([]string, 0, len(owners))
+	for _, o := range owners {
+		if o != but {
+			out = append(out, o)
+		}
+	}
+	return out
+}

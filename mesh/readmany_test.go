@@ -1,0 +1,204 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// fetchLog records, per node, the number of ids of each fetch request it
+// takes in; rewrite, where set, may change a request before the node
+// answers it.
+type fetchLog struct {
+	mu      sync.Mutex
+	asked   map[string][]int
+	rewrite func(node string, req *wire.FetchReq)
+}
+
+func (l *fetchLog) handlers(n *Node, h map[peer.Method]peerHandler) {
+	fetch := h[wire.MethodFetchStream]
+	h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+		var req wire.FetchReq
+		if err := msgpack.Unmarshal(body, &req); err == nil {
+			l.mu.Lock()
+			if l.asked == nil {
+				l.asked = make(map[string][]int)
+			}
+			l.asked[n.Name()] = append(l.asked[n.Name()], len(req.IDs))
+			l.mu.Unlock()
+			if l.rewrite != nil {
+				l.rewrite(n.Name(), &req)
+				var err error
+				if body, err = msgpack.Marshal(&req); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return fetch(ctx, from, body)
+	}
+}
+
+// reset forgets the requests logged so far.
+func (l *fetchLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.asked)
+}
+
+func (l *fetchLog) of(node string) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.asked[node])
+}
+
+// mgetOthers returns the keys of up to k samples of n's dataset that n
+// does not own, and their ids.
+func mgetOthers(n *Node, k int) (keys [][]byte, ids []int) {
+	ds := n.ordered[0]
+	for i := range ds.len {
+		if len(ids) < k && !contains(n.ownersView(ds, uint32(i)), n.Name()) {
+			keys, ids = append(keys, []byte(keyOfSample(ds, uint32(i)))), append(ids, i)
+		}
+	}
+	return keys, ids
+}
+
+// checkMGet reads keys with one MGet at n and fails t unless each is the
+// file of its id, or unless that MGET returns within a minute.
+func checkMGet(t *testing.T, m *testMesh, n *Node, keys [][]byte, ids []int) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		b := n.MGet(context.Background(), keys)
+		defer b.Close()
+		for i := range keys {
+			v, found, err := b.Append(i, nil, nil)
+			if err != nil || !found || !bytes.Equal(v, m.files[ids[i]]) {
+				done <- fmt.Errorf("%s: found %v, %d bytes (%v), want the file's %d", keys[i], found, len(v), err, len(m.files[ids[i]]))
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the MGET still waits a minute later")
+	}
+}
+
+// TestMGetAsksEachOwnerOnce: an MGET at a node of 100 samples it does not
+// own, in a mesh of three with two replicas (so the two other nodes own
+// every one of them, and hold them), asks each of the two for half of
+// them in one request and gets every file's bytes from their memory.
+func TestMGetAsksEachOwnerOnce(t *testing.T) {
+	var log fetchLog
+	m := startMesh(t, 3, meshOpts{samples: 600, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.handlers = log.handlers
+	}})
+	for _, p := range m.peers[1:] {
+		if _, err := p.node.Warm(context.Background(), "ds"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := m.peers[0].node
+	keys, ids := mgetOthers(reader, 100)
+	if len(keys) != 100 {
+		t.Fatalf("%s does not own %d samples, want 100", reader.Name(), len(keys))
+	}
+	before := reader.ordered[0].stats().Total
+	log.reset() // warming asked co-owners for samples
+	checkMGet(t, m, reader, keys, ids)
+	for _, p := range m.peers[1:] {
+		if got := log.of(p.node.Name()); len(got) != 1 || got[0] != 50 {
+			t.Errorf("%s was asked for %v samples a request, want [50]", p.node.Name(), got)
+		}
+	}
+	after := reader.ordered[0].stats().Total
+	if hits, src := after.PeerHits-before.PeerHits, after.SourceReads-before.SourceReads; hits != 100 || src != 0 {
+		t.Errorf("%d peer hits and %d source reads, want 100 and 0", hits, src)
+	}
+}
+
+// TestMGetHedgesPastAStalledOwner: an MGET's request to an owner that
+// stalls is hedged: once the wait has passed, its samples are read from
+// their other owner's memory, and the MGET gets every file's bytes while
+// the stalled owner still holds the request.
+func TestMGetHedgesPastAStalledOwner(t *testing.T) {
+	release := make(chan struct{})
+	var holding atomic.Bool
+	var pings atomic.Int64
+	entered := make(chan struct{}, 1)
+	const stalled = "n1"
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.HedgeAfter = 50 * time.Millisecond
+		c.Cluster.Prefetch = -1
+		c.Cluster.handlers = fetchStalled(stalled, &holding, entered, release, &pings)
+	}})
+	t.Cleanup(func() { close(release) })
+	if _, err := m.peers[2].node.Warm(context.Background(), "ds"); err != nil {
+		t.Fatal(err)
+	}
+	reader := m.peers[0].node
+	keys, ids := mgetOthers(reader, 64)
+	holding.Store(true)
+	before := reader.ordered[0].stats().Total
+	checkMGet(t, m, reader, keys, ids)
+	select {
+	case <-entered:
+	default:
+		t.Fatalf("%s was not asked", stalled)
+	}
+	after := reader.ordered[0].stats().Total
+	if hedged := after.Hedged - before.Hedged; hedged < 1 {
+		t.Errorf("%d reads hedged, want some", hedged)
+	}
+	if hits, src := after.PeerHits-before.PeerHits, after.SourceReads-before.SourceReads; hits != 64 || src != 0 {
+		t.Errorf("%d peer hits and %d source reads, want 64 and 0", hits, src)
+	}
+}
+
+// TestMGetReadsElsewhereWhatAnOwnerLacks: an owner that answers an MGET's
+// request with none of its samples (here it is asked for its memory only,
+// and holds none) costs the MGET nothing but time: each sample is read
+// from its other owner, which reads it through, and the bytes are right.
+func TestMGetReadsElsewhereWhatAnOwnerLacks(t *testing.T) {
+	const lacking = "n1"
+	log := fetchLog{rewrite: func(node string, req *wire.FetchReq) {
+		if node == lacking {
+			req.MemoryOnly = true
+		}
+	}}
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.handlers = log.handlers
+	}})
+	reader := m.peers[0].node
+	keys, ids := mgetOthers(reader, 64)
+	checkMGet(t, m, reader, keys, ids)
+	if got := log.of(lacking); len(got) == 0 {
+		t.Fatalf("%s was not asked", lacking)
+	}
+	var src int64
+	for _, p := range m.peers {
+		src += p.node.ordered[0].stats().Total.SourceReads
+	}
+	if src != 64 {
+		t.Errorf("%d source reads in the mesh, want 64 (each sample once)", src)
+	}
+}
