@@ -73,7 +73,7 @@ func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
 	} else {
 		close(late)
 	}
-	eachOnWorkers(len(reqs), len(reqs), func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
+	eachOnWorkers(len(reqs), elsewhereAtOnce, func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
 	var rest []int
 	for i := range late {
 		rest = append(rest, i)
@@ -83,6 +83,12 @@ func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
 		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, m.owners)
 	})
 }
+
+// elsewhereAtOnce bounds the requests one readElsewhere has in flight:
+// an MGET's part (4 MiB of values, transport.cmdMGet) of samples of a
+// few hundred bytes is thousands of samples, and its requests go a few at
+// a time rather than all at once.
+const elsewhereAtOnce = 8
 
 // elsewhereReq is one request readElsewhere sends: samples of one
 // dataset asked of one owner.
