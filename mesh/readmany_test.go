@@ -202,3 +202,52 @@ func TestMGetReadsElsewhereWhatAnOwnerLacks(t *testing.T) {
 		t.Errorf("%d source reads in the mesh, want 64 (each sample once)", src)
 	}
 }
+
+// TestMGetBoundsItsRequests: an MGET of 1,200 small samples that other
+// nodes own (about 19 requests of 64) has at most elsewhereAtOnce of them
+// in flight at once. Each owner holds a request until more than that are
+// in flight across the owners, or a tenth of a second has passed, so
+// that requests sent past the bound are seen together.
+func TestMGetBoundsItsRequests(t *testing.T) {
+	var inflight, most atomic.Int64
+	over := make(chan struct{})
+	var once sync.Once
+	m := startMesh(t, 3, meshOpts{samples: 4500, minSize: 10, maxSize: 20, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = -1 // the requests held must not be hedged: a hedge adds requests of its own
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			fetch := h[wire.MethodFetchStream]
+			h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if from != "n0" {
+					return fetch(ctx, from, body)
+				}
+				k := inflight.Add(1)
+				defer inflight.Add(-1)
+				for {
+					if cur := most.Load(); k <= cur || most.CompareAndSwap(cur, k) {
+						break
+					}
+				}
+				if k > elsewhereAtOnce {
+					once.Do(func() { close(over) })
+				}
+				t := time.NewTimer(100 * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-over:
+				case <-t.C:
+				}
+				return fetch(ctx, from, body)
+			}
+		}
+	}})
+	reader := m.peers[0].node
+	keys, ids := mgetOthers(reader, 1200)
+	if len(keys) != 1200 {
+		t.Fatalf("%s does not own %d samples, want 1200", reader.Name(), len(keys))
+	}
+	checkMGet(t, m, reader, keys, ids)
+	if got := most.Load(); got > elsewhereAtOnce || got < 2 {
+		t.Errorf("%d requests in flight at most, want 2 to %d", got, elsewhereAtOnce)
+	}
+}
