@@ -15,6 +15,7 @@ import (
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/sampling"
@@ -730,6 +731,8 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 	// its own) makes none.
 	var vals *copyBuffer
 	var misses []fetchMiss // items not in memory, to read through
+	var keyBuf []byte      // the key of the item looked up; a miss keeps a copy
+	var hit []policy.ID    // the items served from memory
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
 			items[i].Err = "index out of range"
@@ -742,7 +745,8 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 				continue
 			}
 		}
-		key := []byte(keyOfSample(ds, id))
+		keyBuf = samplekey.Append(keyBuf[:0], ds.name, int(id))
+		key := keyBuf
 		it := &items[i]
 		var held bool
 		if req.Warm {
@@ -784,14 +788,19 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		}
 		if held {
 			if it.Found {
-				n.hits(sampleID(ds, int(id)))
-				ds.counters.Current().ServedPeers.Add(1)
+				hit = append(hit, sampleID(ds, int(id)))
 			}
 			continue
 		}
 		if !req.MemoryOnly {
-			misses = append(misses, fetchMiss{i, key})
+			misses = append(misses, fetchMiss{i, slices.Clone(key)})
 		}
+	}
+	// The policy hears of the values served from memory at once, before
+	// the misses are read through (and admitted).
+	if len(hit) > 0 {
+		n.hits(hit...)
+		ds.counters.Current().ServedPeers.Add(int64(len(hit)))
 	}
 	eachOnWorkers(len(misses), n.cfg.SourceReads, func(k int) {
 		m := misses[k]
