@@ -156,20 +156,12 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 }
 
 // readFromOwners reads sample idx of ds, which this node does not own,
-// from owners (hedged, the least loaded first), and from the source,
-// uncached, where none answers. With no owners it reads the source.
+// from owners (askOwners), and from the source, uncached, where none
+// answers. With no owners it reads the source.
 func (n *Node) readFromOwners(ctx context.Context, ds *datasetState, idx int, owners []string) (v []byte, fromMemory bool, err error) {
-	preferred := n.preferred(owners)
-	tries := make([]func(context.Context) (read, error), len(preferred))
-	for i, owner := range preferred {
-		tries[i] = func(ctx context.Context) (read, error) {
-			return n.fetchOne(ctx, owner, ds, idx, fetchMode{})
-		}
-	}
-	r, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
-	ds.counters.Current().Hedged.Add(int64(how.Hedged))
+	r, err := n.askOwners(ctx, ds, idx, owners)
 	switch {
-	case len(tries) > 0 && err == nil:
+	case err == nil:
 		return r.v, r.mem, nil
 	case ctx.Err() != nil:
 		return nil, false, ctx.Err()
@@ -180,6 +172,25 @@ func (n *Node) readFromOwners(ctx context.Context, ds *datasetState, idx int, ow
 	ds.counters.Current().SourceFallbacks.Add(1)
 	v, err = n.readSource(ds, idx)
 	return v, false, err
+}
+
+// askOwners asks owners for sample idx of ds, hedged (package hedge),
+// the least loaded first, and returns the first answer; with no owners,
+// errNotFound.
+func (n *Node) askOwners(ctx context.Context, ds *datasetState, idx int, owners []string) (read, error) {
+	if len(owners) == 0 {
+		return read{}, errNotFound
+	}
+	preferred := n.preferred(owners)
+	tries := make([]func(context.Context) (read, error), len(preferred))
+	for i, owner := range preferred {
+		tries[i] = func(ctx context.Context) (read, error) {
+			return n.fetchOne(ctx, owner, ds, idx, fetchMode{})
+		}
+	}
+	r, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
+	ds.counters.Current().Hedged.Add(int64(how.Hedged))
+	return r, err
 }
 
 // readsThrough reports whether this node reads a sample of owners

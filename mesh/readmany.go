@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/hedge"
@@ -31,12 +32,14 @@ type missing struct {
 // its least loaded owner (samples already asked of each, this MGET's
 // included), in requests of at most maxFetchBatch samples and
 // maxFetchBatchBytes. A request that has not answered within
-// Node.fetchWait is hedged: its samples are read one at a time from
-// their other owners (Node.fetches takes those together), and the first
-// answer for the request is kept. Samples an owner did not have, and
-// those of a request no owner answered, are read as readMissing reads
-// them from the owners left and at last the source. Every sample of ms
-// is read when readElsewhere returns.
+// Node.fetchWait is hedged: its samples are asked one at a time of their
+// other owners (Node.fetches takes those together), and the first try to
+// get them all is kept. The hedge does not read the source: where the
+// other owners fail, the request is waited for, as a single read waits
+// for its last owner. Samples an owner did not have are asked of the
+// others, then read from the source; the source is read for those no
+// owner had once every owner was asked. Every sample of ms is read when
+// readElsewhere returns.
 func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
 	var (
 		claims  []readahead.Claim
@@ -155,7 +158,6 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 		v     []byte
 		mem   bool
 		found bool
-		err   error
 	}
 	tries := []func(context.Context) ([]answer, error){func(ctx context.Context) ([]answer, error) {
 		defer n.asking(r.owner, len(r.ids))()
@@ -171,38 +173,61 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 		}
 		return out, nil
 	}}
+	// The hedge asks each sample's other owners, not the source: where
+	// they all fail, it fails, and the request to r.owner is waited for.
+	// What they answered is kept for when that request fails too.
+	var alt []answer
 	if r.hedged {
+		alt = make([]answer, len(r.ids))
 		tries = append(tries, func(ctx context.Context) ([]answer, error) {
-			out := make([]answer, len(r.ids))
+			var failed atomic.Bool
 			eachOnWorkers(len(r.ids), maxFetchBatch, func(k int) {
-				a := &out[k]
 				m := &ms[r.items[k]]
-				a.v, a.mem, a.err = n.readFromOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
-				a.found = a.err == nil
+				got, err := n.askOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
+				if err != nil {
+					failed.Store(true)
+					return
+				}
+				alt[k] = answer{v: got.v, mem: got.mem, found: true}
 			})
-			return out, ctx.Err()
+			if failed.Load() {
+				return nil, errNotFound
+			}
+			return alt, nil
 		})
 	}
 	answers, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
 	r.ds.counters.Current().Hedged.Add(int64(how.Hedged * len(r.ids)))
+	if ctx.Err() != nil {
+		for _, i := range r.items {
+			ms[i].err = ctx.Err()
+		}
+		return
+	}
+	// Where every try failed, each has ended: the samples the hedge got
+	// are kept, and the source is read for the others, every owner asked.
+	// Where an owner answered that it did not have samples, the others
+	// are asked for them, then the source.
 	var rest []int // positions in r of samples still to read
 	for k, i := range r.items {
 		m := &ms[i]
 		switch {
-		case ctx.Err() != nil:
-			m.err = ctx.Err()
-		case err != nil || !answers[k].found && answers[k].err == nil:
+		case err != nil && alt != nil && alt[k].found:
+			m.v, m.mem = alt[k].v, alt[k].mem
+		case err != nil || !answers[k].found:
 			rest = append(rest, k)
 		default:
-			m.v, m.mem, m.err = answers[k].v, answers[k].mem, answers[k].err
+			m.v, m.mem = answers[k].v, answers[k].mem
 		}
 	}
-	// The owner asked did not have these (or its request failed): the
-	// others, then the source.
 	eachOnWorkers(len(rest), maxFetchBatch, func(j int) {
 		k := rest[j]
 		m := &ms[r.items[k]]
-		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
+		owners := without(m.owners, r.owner)
+		if err != nil {
+			owners = nil // asked already, by the hedge (if any): the source
+		}
+		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, owners)
 	})
 }
 

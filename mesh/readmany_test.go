@@ -73,23 +73,25 @@ func mgetOthers(n *Node, k int) (keys [][]byte, ids []int) {
 	return keys, ids
 }
 
-// checkMGet reads keys with one MGet at n and fails t unless each is the
-// file of its id, or unless that MGET returns within a minute.
+// readMGet reads keys with one MGet at n, and returns an error unless
+// each is the file of its id.
+func readMGet(m *testMesh, n *Node, keys [][]byte, ids []int) error {
+	b := n.MGet(context.Background(), keys)
+	defer b.Close()
+	for i := range keys {
+		v, found, err := b.Append(i, nil, nil)
+		if err != nil || !found || !bytes.Equal(v, m.files[ids[i]]) {
+			return fmt.Errorf("%s: found %v, %d bytes (%v), want the file's %d", keys[i], found, len(v), err, len(m.files[ids[i]]))
+		}
+	}
+	return nil
+}
+
+// checkMGet fails t unless readMGet succeeds within a minute.
 func checkMGet(t *testing.T, m *testMesh, n *Node, keys [][]byte, ids []int) {
 	t.Helper()
 	done := make(chan error, 1)
-	go func() {
-		b := n.MGet(context.Background(), keys)
-		defer b.Close()
-		for i := range keys {
-			v, found, err := b.Append(i, nil, nil)
-			if err != nil || !found || !bytes.Equal(v, m.files[ids[i]]) {
-				done <- fmt.Errorf("%s: found %v, %d bytes (%v), want the file's %d", keys[i], found, len(v), err, len(m.files[ids[i]]))
-				return
-			}
-		}
-		done <- nil
-	}()
+	go func() { done <- readMGet(m, n, keys, ids) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -249,5 +251,121 @@ func TestMGetBoundsItsRequests(t *testing.T) {
 	checkMGet(t, m, reader, keys, ids)
 	if got := most.Load(); got > elsewhereAtOnce || got < 2 {
 		t.Errorf("%d requests in flight at most, want 2 to %d", got, elsewhereAtOnce)
+	}
+}
+
+// TestMGetHedgeDoesNotReadTheSource: where an MGET's request to one owner
+// stalls and the other owner has none of its samples (it is asked for its
+// memory only, and holds none), the hedge fails and the MGET waits for
+// the stalled owner, as a single read waits for its last owner: the
+// reader does not read the source beside it. Released, the owner answers
+// (reading each sample through), and the bytes are right.
+func TestMGetHedgeDoesNotReadTheSource(t *testing.T) {
+	release := make(chan struct{})
+	var holding atomic.Bool
+	var pings, answered atomic.Int64
+	entered := make(chan struct{}, 1)
+	const stalled, lacking = "n1", "n2"
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.HedgeAfter = 20 * time.Millisecond
+		c.Cluster.Prefetch = -1
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			fetchStalled(stalled, &holding, entered, release, &pings)(n, h)
+			if n.Name() != lacking {
+				return
+			}
+			fetch := h[wire.MethodFetchStream]
+			h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var req wire.FetchReq
+				if err := msgpack.Unmarshal(body, &req); err != nil {
+					return fetch(ctx, from, body)
+				}
+				req.MemoryOnly = true
+				b, err := msgpack.Marshal(&req)
+				if err != nil {
+					return nil, err
+				}
+				defer answered.Add(int64(len(req.IDs)))
+				return fetch(ctx, from, b)
+			}
+		}
+	}})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	reader := m.peers[0].node
+	keys, ids := mgetOthers(reader, 64)
+	holding.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- readMGet(m, reader, keys, ids) }()
+	<-entered
+	// The lacking owner has answered, for none, every sample: its own
+	// share, and the stalled owner's through the hedge.
+	waitFor(t, time.Minute, "the other owner answers every sample", func() bool { return answered.Load() >= int64(len(keys)) })
+	holding.Store(false)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := reader.ordered[0].stats().Total
+	if st.SourceFallback != 0 || st.SourceReads != 0 {
+		t.Errorf("the reader read the source: %d fallbacks, %d reads", st.SourceFallback, st.SourceReads)
+	}
+	if st.Hedged == 0 {
+		t.Error("no read was hedged")
+	}
+}
+
+// TestMGetKeepsWhatTheHedgeGot: where an MGET's request to one owner
+// fails and the hedge to the other owner gets only some of its samples
+// (the other is asked for its memory only, and holds half of the MGET's
+// samples), the MGET keeps those, and reads the source for the others
+// alone: each sample no owner holds is read from the source once.
+func TestMGetKeepsWhatTheHedgeGot(t *testing.T) {
+	const failing, lacking = "n1", "n2"
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			fetch := h[wire.MethodFetchStream]
+			switch n.Name() {
+			case failing:
+				h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+					if from == "n0" {
+						return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: "failing for the test"}
+					}
+					return fetch(ctx, from, body)
+				}
+			case lacking:
+				h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+					var req wire.FetchReq
+					if err := msgpack.Unmarshal(body, &req); err != nil || from != "n0" {
+						return fetch(ctx, from, body)
+					}
+					req.MemoryOnly = true
+					b, err := msgpack.Marshal(&req)
+					if err != nil {
+						return nil, err
+					}
+					return fetch(ctx, from, b)
+				}
+			}
+		}
+	}})
+	reader, other := m.peers[0].node, m.peers[2].node
+	keys, ids := mgetOthers(reader, 64)
+	for _, key := range keys[:32] { // cached at the lacking owner
+		if _, _, err := other.Get(context.Background(), key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkMGet(t, m, reader, keys, ids)
+	st := reader.ordered[0].stats().Total
+	if st.SourceFallback != 32 || st.PeerHits != 32 {
+		t.Errorf("%d samples read from the source and %d from a peer's memory, want 32 and 32", st.SourceFallback, st.PeerHits)
 	}
 }
