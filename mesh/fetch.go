@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -606,16 +605,23 @@ func (n *Node) asking(owner string, k int) (done func()) {
 
 // preferred orders owners for a read: fewest samples asked of them by
 // this node and not yet answered first (asking), the ring's order
-// breaking ties.
+// breaking ties. The slice is the caller's.
 func (n *Node) preferred(owners []string) []string {
-	out := append([]string(nil), owners...)
-	load := make(map[string]int64, len(out))
+	out := slices.Clone(owners)
+	var loadBuf [4]int64 // a sample has a few owners: no allocation
+	load := loadBuf[:0]
 	n.inflightMu.Lock()
 	for _, o := range out {
-		load[o] = n.inflight[o]
+		load = append(load, n.inflight[o])
 	}
 	n.inflightMu.Unlock()
-	sort.SliceStable(out, func(a, b int) bool { return load[out[a]] < load[out[b]] })
+	// Insertion sort: stable, and the lists are short.
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && load[j] < load[j-1]; j-- {
+			load[j], load[j-1] = load[j-1], load[j]
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
 	return out
 }
 

@@ -369,3 +369,20 @@ func TestMGetKeepsWhatTheHedgeGot(t *testing.T) {
 		t.Errorf("%d samples read from the source and %d from a peer's memory, want 32 and 32", st.SourceFallback, st.PeerHits)
 	}
 }
+
+// TestPreferredOrdersByLoad: owners are ordered by the samples asked of
+// them and not yet answered, fewest first, the ring's order kept between
+// equals; the caller's list is left as it was.
+func TestPreferredOrdersByLoad(t *testing.T) {
+	n := &Node{inflight: map[string]int64{"a": 3, "b": 1, "c": 1, "e": 2}}
+	owners := []string{"a", "b", "c", "d", "e"}
+	if got, want := n.preferred(owners), []string{"d", "b", "c", "e", "a"}; !slices.Equal(got, want) {
+		t.Errorf("preferred %v, want %v", got, want)
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(owners, want) {
+		t.Errorf("the owners became %v", owners)
+	}
+	if got := n.preferred([]string{"c", "b"}); !slices.Equal(got, []string{"c", "b"}) {
+		t.Errorf("preferred %v of two equals, want the ring's order", got)
+	}
+}
