@@ -16,24 +16,41 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// fetchStalled is a ClusterConfig.handlers: while holding is set, the
-// fetch handlers of the node named stalled take requests in, say so on
-// entered (if it has room), and answer none until release closes, as a
-// peer that hangs does. Its QUIC stack still acknowledges them. pings
-// counts the MethodPing requests it answers.
-func fetchStalled(stalled string, holding *atomic.Bool, entered chan<- struct{}, release <-chan struct{}, pings *atomic.Int64) func(*Node, map[peer.Method]peerHandler) {
-	return func(n *Node, h map[peer.Method]peerHandler) {
-		if n.Name() != stalled {
-			return
-		}
-		for _, m := range []peer.Method{wire.MethodFetch, wire.MethodFetchStream} {
-			h[m] = held(h[m], holding.Load, entered, release)
-		}
-		ping := h[wire.MethodPing]
-		h[wire.MethodPing] = func(ctx context.Context, from string, body []byte) (any, error) {
-			pings.Add(1)
-			return ping(ctx, from, body)
-		}
+// stall makes the node named name hang: while holding is set, its fetch
+// handlers take requests in, say so on entered (if it has room), and
+// answer none until release closes (let), as a peer that hangs does. Its
+// QUIC stack still acknowledges them. pings counts the MethodPing
+// requests it answers. newStall makes one, released when the test ends.
+type stall struct {
+	name    string
+	holding atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	pings   atomic.Int64
+	once    sync.Once
+}
+
+func newStall(t testing.TB, name string) *stall {
+	s := &stall{name: name, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(s.let)
+	return s
+}
+
+// let answers the requests held, and any that come after.
+func (s *stall) let() { s.once.Do(func() { close(s.release) }) }
+
+// handlers is a ClusterConfig.handlers that sets the stall up on its node.
+func (s *stall) handlers(n *Node, h map[peer.Method]peerHandler) {
+	if n.Name() != s.name {
+		return
+	}
+	for _, m := range []peer.Method{wire.MethodFetch, wire.MethodFetchStream} {
+		h[m] = held(h[m], s.holding.Load, s.entered, s.release)
+	}
+	ping := h[wire.MethodPing]
+	h[wire.MethodPing] = func(ctx context.Context, from string, body []byte) (any, error) {
+		s.pings.Add(1)
+		return ping(ctx, from, body)
 	}
 }
 
@@ -51,23 +68,13 @@ func fetchStalled(stalled string, holding *atomic.Bool, entered chan<- struct{},
 // The wait is the default one, learned, which is DefaultMax before any
 // answer.
 func TestReadsHedgePastAStalledOwner(t *testing.T) {
-	release := make(chan struct{})
-	var holding atomic.Bool
-	var pings atomic.Int64
-	entered := make(chan struct{}, 1)
 	const stalled = "n1"
+	st := newStall(t, stalled)
 	m := startMesh(t, 3, meshOpts{samples: 200, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.Prefetch = -1
-		c.Cluster.handlers = fetchStalled(stalled, &holding, entered, release, &pings)
+		c.Cluster.handlers = st.handlers
 	}})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
 	node := func(name string) *Node {
 		for _, p := range m.peers {
 			if p.node.Name() == name {
@@ -128,7 +135,7 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 
 	t.Run("not an owner", func(t *testing.T) {
 		within("the other owner's read through", get(other, ids[0]), ids[0]) // now in its memory
-		holding.Store(true)
+		st.holding.Store(true)
 		hedged := node(reader).ordered[0].counters.Current().Hedged.Load()
 		within("a read at a node that owns no copy", get(reader, ids[0]), ids[0])
 		if node(reader).ordered[0].counters.Current().Hedged.Load() == hedged {
@@ -136,8 +143,8 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 		}
 	})
 	t.Run("an owner waits for a live co-owner", func(t *testing.T) {
-		for len(entered) > 0 {
-			<-entered
+		for len(st.entered) > 0 {
+			<-st.entered
 		}
 		before := sourceReads()
 		// Two reads share one read through; the first gives up while the
@@ -149,14 +156,14 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 			_, _, err := n.Get(ctx, key(n, ids[1]), nil)
 			gaveUp <- err
 		}()
-		<-entered // the shared read asks the stalled node first
+		<-st.entered // the shared read asks the stalled node first
 		got := get(other, ids[1])
 		cancel()
 		if err := <-gaveUp; err == nil {
 			t.Error("the first read was answered before it gave up")
 		}
 		// More reads through wait on the stalled owner beside it.
-		pingsBefore, since := pings.Load(), time.Now()
+		pingsBefore, since := st.pings.Load(), time.Now()
 		var more []<-chan []byte
 		for _, id := range ids[2:10] {
 			more = append(more, get(other, id))
@@ -176,12 +183,12 @@ func TestReadsHedgePastAStalledOwner(t *testing.T) {
 		// ping of its own: about one an ackWindow between them, not one
 		// each.
 		windows := int64(time.Since(since) / ackWindow)
-		sent := pings.Load() - pingsBefore
+		sent := st.pings.Load() - pingsBefore
 		t.Logf("%d reads waiting %d ack windows sent %d pings", len(more)+1, windows, sent)
 		if limit := windows + int64(len(more)); sent > limit {
 			t.Errorf("%d reads waiting %d ack windows sent %d pings, want at most %d", len(more)+1, windows, sent, limit)
 		}
-		close(release)
+		st.let()
 		within("the read through once its first owner answers", got, ids[1])
 		for i, c := range more {
 			within("a read through once its first owner answers", c, ids[2+i])

@@ -141,30 +141,25 @@ func TestMGetAsksEachOwnerOnce(t *testing.T) {
 // their other owner's memory, and the MGET gets every file's bytes while
 // the stalled owner still holds the request.
 func TestMGetHedgesPastAStalledOwner(t *testing.T) {
-	release := make(chan struct{})
-	var holding atomic.Bool
-	var pings atomic.Int64
-	entered := make(chan struct{}, 1)
-	const stalled = "n1"
+	st := newStall(t, "n1")
 	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.HedgeAfter = 50 * time.Millisecond
 		c.Cluster.Prefetch = -1
-		c.Cluster.handlers = fetchStalled(stalled, &holding, entered, release, &pings)
+		c.Cluster.handlers = st.handlers
 	}})
-	t.Cleanup(func() { close(release) })
 	if _, err := m.peers[2].node.Warm(context.Background(), "ds"); err != nil {
 		t.Fatal(err)
 	}
 	reader := m.peers[0].node
 	keys, ids := mgetOthers(reader, 64)
-	holding.Store(true)
+	st.holding.Store(true)
 	before := reader.ordered[0].stats().Total
 	checkMGet(t, m, reader, keys, ids)
 	select {
-	case <-entered:
+	case <-st.entered:
 	default:
-		t.Fatalf("%s was not asked", stalled)
+		t.Fatalf("%s was not asked", st.name)
 	}
 	after := reader.ordered[0].stats().Total
 	if hedged := after.Hedged - before.Hedged; hedged < 1 {
@@ -261,17 +256,15 @@ func TestMGetBoundsItsRequests(t *testing.T) {
 // reader does not read the source beside it. Released, the owner answers
 // (reading each sample through), and the bytes are right.
 func TestMGetHedgeDoesNotReadTheSource(t *testing.T) {
-	release := make(chan struct{})
-	var holding atomic.Bool
-	var pings, answered atomic.Int64
-	entered := make(chan struct{}, 1)
-	const stalled, lacking = "n1", "n2"
+	var answered atomic.Int64
+	st := newStall(t, "n1")
+	const lacking = "n2"
 	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.HedgeAfter = 20 * time.Millisecond
 		c.Cluster.Prefetch = -1
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
-			fetchStalled(stalled, &holding, entered, release, &pings)(n, h)
+			st.handlers(n, h)
 			if n.Name() != lacking {
 				return
 			}
@@ -291,32 +284,25 @@ func TestMGetHedgeDoesNotReadTheSource(t *testing.T) {
 			}
 		}
 	}})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
 	reader := m.peers[0].node
 	keys, ids := mgetOthers(reader, 64)
-	holding.Store(true)
+	st.holding.Store(true)
 	done := make(chan error, 1)
 	go func() { done <- readMGet(m, reader, keys, ids) }()
-	<-entered
+	<-st.entered
 	// The lacking owner has answered, for none, every sample: its own
 	// share, and the stalled owner's through the hedge.
 	waitFor(t, time.Minute, "the other owner answers every sample", func() bool { return answered.Load() >= int64(len(keys)) })
-	holding.Store(false)
-	close(release)
+	st.holding.Store(false)
+	st.let()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	st := reader.ordered[0].stats().Total
-	if st.SourceFallback != 0 || st.SourceReads != 0 {
-		t.Errorf("the reader read the source: %d fallbacks, %d reads", st.SourceFallback, st.SourceReads)
+	total := reader.ordered[0].stats().Total
+	if total.SourceFallback != 0 || total.SourceReads != 0 {
+		t.Errorf("the reader read the source: %d fallbacks, %d reads", total.SourceFallback, total.SourceReads)
 	}
-	if st.Hedged == 0 {
+	if total.Hedged == 0 {
 		t.Error("no read was hedged")
 	}
 }
