@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""MGETs of samples held in other peers' memory, two shade-peer builds side
+by side in one run: a trainer process asks one peer of a local mesh
+(deploy/local/mesh.sh) for random minibatches through redis-py, and every
+sample is already in the memory of its owner, so a minibatch's samples
+owned by other peers are fetched from them over QUIC. Prints, per build,
+samples/s, the CPU time of all the mesh's peers per sample (user + system,
+from /proc), the MGET's 50th and 90th percentile, and the share of samples
+that came from another peer's memory; the median of the rounds, and the
+ratios of B to A.
+
+    test/bench/remote_mget.py --a <dir> --b <dir> [--peers 3] [--replicas 1]
+        [--samples 6000] [--size 512] [--batch 64] [--seconds 6] [--rounds 3]
+
+--a and --b are folders holding shade-peer (the base first); without --a
+the current tree's bin/ is both. Every round runs each build on a fresh
+mesh (--prefetch 0, a cache that holds the dataset), alternating which
+goes first, over the same dataset and the same minibatches. Before the
+timed reads, one pass over the dataset through the asking peer has each
+owner read its samples and keep them; every value is checked against its
+file.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+import redis  # noqa: E402
+
+from read_through import cpu_seconds  # noqa: E402
+
+
+def peer_pids(mesh_dir, n):
+    return [int((mesh_dir / f"n{i}.pid").read_text()) for i in range(n)]
+
+
+def peer_stats(r):
+    import json
+    return json.loads(r.execute_command("SHADE.STATS", "rt"))["datasets"][0]["total"]
+
+
+def one_round(build, data, files, batches, args, tmp):
+    mesh_dir = tmp / f"mesh-{time.monotonic_ns()}"
+    script = str(REPO / "deploy" / "local" / "mesh.sh")
+    env = dict(os.environ, SHADE_BIN=str(build))
+    subprocess.run([script, "start", str(args.peers), str(mesh_dir), "--dataset", f"rt={data}",
+                    "--replicas", str(args.replicas), "--cache-size", "256MiB", "--prefetch", "0",
+                    "--log-level", "warn"], env=env, check=True, stdout=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(unix_socket_path=str(mesh_dir / "n0.sock"))
+        ids = list(range(len(files)))
+        for k in range(0, len(ids), args.batch):  # each owner reads its samples and keeps them
+            part = ids[k:k + args.batch]
+            if r.mget([f"rt/{i}" for i in part]) != [files[i] for i in part]:
+                sys.exit(f"{build}: wrong bytes")
+        pids = peer_pids(mesh_dir, args.peers)
+        before = peer_stats(r)
+        lat, n, k = [], 0, 0
+        cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
+        end = t0 + args.seconds
+        while time.perf_counter() < end:
+            batch = batches[k % len(batches)]
+            k += 1
+            s = time.perf_counter()
+            got = r.mget([f"rt/{i}" for i in batch])
+            lat.append(time.perf_counter() - s)
+            if k % 64 == 0 and got != [files[i] for i in batch]:
+                sys.exit(f"{build}: wrong bytes")
+            n += len(got)
+        took, cpu = time.perf_counter() - t0, sum(cpu_seconds(p) for p in pids) - cpu0
+        after = peer_stats(r)
+        r.close()
+        if after["source_reads"] != before["source_reads"]:
+            sys.exit(f"{build}: {after['source_reads'] - before['source_reads']} samples read from the source "
+                     "in the timed reads; the cache should hold them all")
+        remote = (after["peer_hits"] - before["peer_hits"]) / n
+        lat.sort()
+        return n / took, cpu / n * 1e6, lat[len(lat) // 2] * 1e3, lat[len(lat) * 9 // 10] * 1e3, remote
+    finally:
+        subprocess.run([script, "stop", str(mesh_dir)], env=env, check=False, stdout=subprocess.DEVNULL)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", default=str(REPO / "bin"), help="folder of the base shade-peer")
+    ap.add_argument("--b", default=None, help="folder of the shade-peer to compare (default: --a)")
+    ap.add_argument("--peers", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=1, help="owners of each sample (--replicas)")
+    ap.add_argument("--samples", type=int, default=6000)
+    ap.add_argument("--size", type=int, default=512, help="bytes per sample")
+    ap.add_argument("--batch", type=int, default=64, help="samples per MGET")
+    ap.add_argument("--seconds", type=float, default=6.0, help="seconds of reads per round and build")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    builds = {"A": Path(args.a), "B": Path(args.b or args.a)}
+    if not (builds["A"] / "shade-peer").exists() and args.a == str(REPO / "bin"):
+        subprocess.run(["go", "build", "-o", args.a + "/", "./cmd/..."], cwd=REPO, check=True)
+    for name, b in builds.items():
+        if not (b / "shade-peer").exists():
+            sys.exit(f"build {name}: no {b}/shade-peer")
+
+    tmp = Path(tempfile.mkdtemp(prefix="shade-rm-"))
+    try:
+        rng = random.Random(1)
+        data = tmp / "data"
+        data.mkdir()
+        files = []
+        for i in range(args.samples):
+            b = rng.randbytes(args.size)
+            (data / f"{i:07d}.bin").write_bytes(b)  # names sort in index order
+            files.append(b)
+        batches = [[rng.randrange(args.samples) for _ in range(args.batch)] for _ in range(4096)]
+        results = {name: [] for name in builds}
+        for rnd in range(args.rounds):
+            order = list(builds) if rnd % 2 == 0 else list(reversed(builds))
+            for name in order:
+                results[name].append(one_round(builds[name], data, files, batches, args, tmp))
+        print(f"# {os.cpu_count()} cores, load {' '.join(open('/proc/loadavg').read().split()[:3])}; "
+              f"{args.peers} peers, --replicas {args.replicas}, {args.samples} samples of {args.size} bytes "
+              f"held in memory, MGET of {args.batch} at n0 through redis-py, {args.seconds:g} s a round, "
+              f"median of {args.rounds} rounds")
+        print(f"{'build':<6} {'samples/s':>10} {'cpu us/sample':>14} {'p50 ms':>8} {'p90 ms':>8} {'from peers':>11}"
+              "   rounds (samples/s)")
+        med = {}
+        for name, b in builds.items():
+            rs = results[name]
+            med[name] = [statistics.median(r[i] for r in rs) for i in range(5)]
+            m = med[name]
+            print(f"{name:<6} {m[0]:>10.0f} {m[1]:>14.1f} {m[2]:>8.2f} {m[3]:>8.2f} {m[4]:>10.0%}   "
+                  f"{' '.join(f'{r[0]:.0f}' for r in rs)}   ({b})")
+        a, b = med["A"], med["B"]
+        print(f"B/A: samples/s {b[0] / a[0]:.2f}x, cpu per sample {b[1] / a[1]:.2f}x, "
+              f"p50 {b[2] / a[2]:.2f}x, p90 {b[3] / a[3]:.2f}x")
+        print("(cpu: all the mesh's peers, user + system; from peers: samples an owner served from its memory)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
