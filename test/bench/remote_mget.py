@@ -22,6 +22,7 @@ file.
 """
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -44,7 +45,6 @@ def peer_pids(mesh_dir, n):
 
 
 def peer_stats(r):
-    import json
     return json.loads(r.execute_command("SHADE.STATS", "rt"))["datasets"][0]["total"]
 
 
