@@ -107,6 +107,10 @@ type Node struct {
 	// asks the next (ClusterConfig.HedgeAfter), learned from the answers
 	// to fetches of one sample.
 	fetchWait hedge.Delay
+	// mgetWait is the same wait for an MGET's request to an owner for
+	// its share of the samples (readElsewhere), learned from the answers
+	// to those: a request of 64 samples takes longer than one of a few.
+	mgetWait hedge.Delay
 	// fetches sends the reads of single samples from an owner, one at a
 	// time or, where they come while one is in flight, together
 	// (fetchOne).
@@ -140,6 +144,7 @@ func New(cfg Config) (*Node, error) {
 		inflight: make(map[string]int64),
 	}
 	n.fetchWait.Fixed = cfg.Cluster.HedgeAfter
+	n.mgetWait.Fixed = cfg.Cluster.HedgeAfter
 	n.flight.Workers = &n.workers
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.fetches = coalesce.Group[fetchKey, fetchRef, wire.FetchItem]{

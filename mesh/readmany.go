@@ -32,7 +32,7 @@ type missing struct {
 // its least loaded owner (samples already asked of each, this MGET's
 // included), in requests of at most maxFetchBatch samples and
 // maxFetchBatchBytes. A request that has not answered within
-// Node.fetchWait is hedged: its samples are asked one at a time of their
+// Node.mgetWait is hedged: its samples are asked one at a time of their
 // other owners (Node.fetches takes those together), and the first try to
 // get them all is kept. The hedge does not read the source: where the
 // other owners fail, the request is waited for, as a single read waits
@@ -166,7 +166,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 		if err != nil {
 			return nil, err
 		}
-		n.fetchWait.Observe(time.Since(start))
+		n.mgetWait.Observe(time.Since(start))
 		out := make([]answer, len(items))
 		for k, it := range items {
 			out[k] = answer{v: it.Value, mem: it.Hit, found: it.Found}
@@ -196,7 +196,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 			return alt, nil
 		})
 	}
-	answers, how, err := hedge.First(ctx, n.workers.Go, n.fetchWait.Get(), tries...)
+	answers, how, err := hedge.First(ctx, n.workers.Go, n.mgetWait.Get(), tries...)
 	r.ds.counters.Current().Hedged.Add(int64(how.Hedged * len(r.ids)))
 	if ctx.Err() != nil {
 		for _, i := range r.items {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -370,5 +371,25 @@ func TestPreferredOrdersByLoad(t *testing.T) {
 	}
 	if got := n.preferred([]string{"c", "b"}); !slices.Equal(got, []string{"c", "b"}) {
 		t.Errorf("preferred %v of two equals, want the ring's order", got)
+	}
+}
+
+// TestMGetLearnsItsOwnWait: an MGET's requests teach the wait of MGET
+// requests (Node.mgetWait), not the wait of single reads (Node.fetchWait),
+// which still knows no answer after 40 MGETs of samples held elsewhere.
+func TestMGetLearnsItsOwnWait(t *testing.T) {
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+	}})
+	reader := m.peers[0].node
+	keys, ids := mgetOthers(reader, 64)
+	for range 40 {
+		checkMGet(t, m, reader, keys, ids)
+	}
+	if got := reader.fetchWait.Get(); got != hedge.DefaultMax {
+		t.Errorf("the wait of single reads is %v, want %v (nothing learned)", got, hedge.DefaultMax)
+	}
+	if got := reader.mgetWait.Get(); got >= hedge.DefaultMax {
+		t.Errorf("the wait of MGET requests is %v after 40 MGETs, want it learned (under %v)", got, hedge.DefaultMax)
 	}
 }
