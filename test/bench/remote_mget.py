@@ -24,12 +24,8 @@ file.
 import argparse
 import json
 import os
-import random
-import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 import redis  # noqa: E402
 
-from read_through import cpu_seconds  # noqa: E402
+from read_through import compare, cpu_seconds, timed_mgets  # noqa: E402
 
 
 def peer_pids(mesh_dir, n):
@@ -64,27 +60,14 @@ def one_round(build, data, files, batches, args, tmp):
                 sys.exit(f"{build}: wrong bytes")
         pids = peer_pids(mesh_dir, args.peers)
         before = peer_stats(r)
-        lat, n, k = [], 0, 0
-        cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
-        end = t0 + args.seconds
-        while time.perf_counter() < end:
-            batch = batches[k % len(batches)]
-            k += 1
-            s = time.perf_counter()
-            got = r.mget([f"rt/{i}" for i in batch])
-            lat.append(time.perf_counter() - s)
-            if k % 64 == 0 and got != [files[i] for i in batch]:
-                sys.exit(f"{build}: wrong bytes")
-            n += len(got)
-        took, cpu = time.perf_counter() - t0, sum(cpu_seconds(p) for p in pids) - cpu0
+        result = timed_mgets(r, files, batches, args.seconds, lambda: sum(cpu_seconds(p) for p in pids), build)
         after = peer_stats(r)
         r.close()
         if after["source_reads"] != before["source_reads"]:
             sys.exit(f"{build}: {after['source_reads'] - before['source_reads']} samples read from the source "
                      "in the timed reads; the cache should hold them all")
-        remote = (after["peer_hits"] - before["peer_hits"]) / n
-        lat.sort()
-        return n / took, cpu / n * 1e6, lat[len(lat) // 2] * 1e3, lat[len(lat) * 9 // 10] * 1e3, remote
+        reads = sum(after[k] - before[k] for k in ("hits", "cold_misses", "capacity_misses"))
+        return result + ((after["peer_hits"] - before["peer_hits"]) / reads,)
     finally:
         subprocess.run([script, "stop", str(mesh_dir)], env=env, check=False, stdout=subprocess.DEVNULL)
 
@@ -101,48 +84,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=6.0, help="seconds of reads per round and build")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    builds = {"A": Path(args.a), "B": Path(args.b or args.a)}
-    if not (builds["A"] / "shade-peer").exists() and args.a == str(REPO / "bin"):
-        subprocess.run(["go", "build", "-o", args.a + "/", "./cmd/..."], cwd=REPO, check=True)
-    for name, b in builds.items():
-        if not (b / "shade-peer").exists():
-            sys.exit(f"build {name}: no {b}/shade-peer")
-
-    tmp = Path(tempfile.mkdtemp(prefix="shade-rm-"))
-    try:
-        rng = random.Random(1)
-        data = tmp / "data"
-        data.mkdir()
-        files = []
-        for i in range(args.samples):
-            b = rng.randbytes(args.size)
-            (data / f"{i:07d}.bin").write_bytes(b)  # names sort in index order
-            files.append(b)
-        batches = [[rng.randrange(args.samples) for _ in range(args.batch)] for _ in range(4096)]
-        results = {name: [] for name in builds}
-        for rnd in range(args.rounds):
-            order = list(builds) if rnd % 2 == 0 else list(reversed(builds))
-            for name in order:
-                results[name].append(one_round(builds[name], data, files, batches, args, tmp))
-        print(f"# {os.cpu_count()} cores, load {' '.join(open('/proc/loadavg').read().split()[:3])}; "
-              f"{args.peers} peers, --replicas {args.replicas}, {args.samples} samples of {args.size} bytes "
-              f"held in memory, MGET of {args.batch} at n0 through redis-py, {args.seconds:g} s a round, "
-              f"median of {args.rounds} rounds")
-        print(f"{'build':<6} {'samples/s':>10} {'cpu us/sample':>14} {'p50 ms':>8} {'p90 ms':>8} {'from peers':>11}"
-              "   rounds (samples/s)")
-        med = {}
-        for name, b in builds.items():
-            rs = results[name]
-            med[name] = [statistics.median(r[i] for r in rs) for i in range(5)]
-            m = med[name]
-            print(f"{name:<6} {m[0]:>10.0f} {m[1]:>14.1f} {m[2]:>8.2f} {m[3]:>8.2f} {m[4]:>10.0%}   "
-                  f"{' '.join(f'{r[0]:.0f}' for r in rs)}   ({b})")
-        a, b = med["A"], med["B"]
-        print(f"B/A: samples/s {b[0] / a[0]:.2f}x, cpu per sample {b[1] / a[1]:.2f}x, "
-              f"p50 {b[2] / a[2]:.2f}x, p90 {b[3] / a[3]:.2f}x")
-        print("(cpu: all the mesh's peers, user + system; from peers: samples an owner served from its memory)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    compare(args, one_round, "shade-rm-",
+            f"{args.peers} peers, --replicas {args.replicas}, {args.samples} samples of {args.size} bytes held "
+            f"in memory, MGET of {args.batch} at n0 through redis-py",
+            extra=("from peers", ".0%"),
+            footer="(cpu: all the mesh's peers, user + system; from peers: samples an owner served from its memory)")
 
 
 if __name__ == "__main__":
