@@ -137,9 +137,7 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	owners := n.owners(ds, uint32(idx))
 	own := n.readsThrough(owners)
 	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
-		if !mem {
-			ds.counters.Current().PrefetchHits.Add(1) // else a peer hit, as without read-ahead
-		}
+		tookAhead(ds, mem)
 		if own {
 			if cached, sum := n.admit(sampleID(ds, idx), key, v, ds); cached && !mem {
 				n.offer(ds, uint32(idx), v, sum, owners, false)
@@ -152,6 +150,14 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 		return r.v, r.mem, err
 	}
 	return n.readFromOwners(ctx, ds, idx, owners)
+}
+
+// tookAhead counts a read that the read-ahead served (mem: with bytes
+// from a node's memory, which count as a peer hit, as without it).
+func tookAhead(ds *datasetState, mem bool) {
+	if !mem {
+		ds.counters.Current().PrefetchHits.Add(1)
+	}
 }
 
 // readFromOwners reads sample idx of ds, which this node does not own,

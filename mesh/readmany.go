@@ -9,19 +9,8 @@ import (
 	"github.com/shade-mesh/shade/mesh/readahead"
 )
 
-// missing is one sample an MGET did not find in this node's memory and
-// does not own (readsThrough is false for it), and what reading it got.
-type missing struct {
-	ds     *datasetState
-	idx    int
-	owners []string // its owners, as the ring's view (read only)
-
-	v   []byte
-	mem bool // some node served it from memory
-	err error
-}
-
-// readElsewhere reads samples this node does not own, for an MGET, as
+// readElsewhere reads the misses of an MGET that this node does not own
+// (readsThrough is false for each; each item's owners set), as
 // readMissing would read each, but each owner asked for its share at
 // once rather than each sample on its own: a request (and its hedge)
 // per owner where the per-sample path cost a hedged read, its goroutine,
@@ -38,9 +27,9 @@ type missing struct {
 // other owners fail, the request is waited for, as a single read waits
 // for its last owner. Samples an owner did not have are asked of the
 // others, then read from the source; the source is read for those no
-// owner had once every owner was asked. Every sample of ms is read when
-// readElsewhere returns.
-func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
+// owner had once every owner was asked. Every item of ms has what its
+// read got (mgetItem.missed) when readElsewhere returns.
+func (n *Node) readElsewhere(ctx context.Context, ms []*mgetItem) {
 	var (
 		claims  []readahead.Claim
 		claimed []int // indices into ms of claims
@@ -61,16 +50,14 @@ func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
 		go func() {
 			defer close(late)
 			for k, c := range claims {
-				m := &ms[claimed[k]]
+				m := ms[claimed[k]]
 				v, mem, ok := c.Wait(ctx)
 				if !ok {
 					late <- claimed[k]
 					continue
 				}
-				if !mem {
-					m.ds.counters.Current().PrefetchHits.Add(1) // else a peer hit, as without read-ahead
-				}
-				m.v, m.mem = v, mem
+				tookAhead(m.ds, mem)
+				m.missed(v, mem, nil)
 			}
 		}()
 	} else {
@@ -82,8 +69,8 @@ func (n *Node) readElsewhere(ctx context.Context, ms []missing) {
 		rest = append(rest, i)
 	}
 	eachOnWorkers(len(rest), maxFetchBatch, func(k int) {
-		m := &ms[rest[k]]
-		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, m.owners)
+		m := ms[rest[k]]
+		m.missed(n.readFromOwners(ctx, m.ds, m.idx, m.owners))
 	})
 }
 
@@ -98,7 +85,7 @@ const elsewhereAtOnce = 8
 type elsewhereReq struct {
 	owner  string
 	ds     *datasetState
-	items  []int    // indices into the MGET's missing samples
+	items  []int    // indices into the misses readElsewhere reads
 	ids    []uint32 // their samples, in the same order
 	bytes  int64    // their sizes in the manifest, added up
 	hedged bool     // every sample has another owner to hedge to
@@ -109,7 +96,7 @@ type elsewhereReq struct {
 // the ring's order breaking ties. A sample whose owner is alone goes in
 // a request of its own kind, which is not hedged: the source is not
 // raced against a slow owner.
-func (n *Node) planElsewhere(ms []missing, ask []int) []*elsewhereReq {
+func (n *Node) planElsewhere(ms []*mgetItem, ask []int) []*elsewhereReq {
 	type group struct {
 		owner  string
 		ds     *datasetState
@@ -131,7 +118,7 @@ func (n *Node) planElsewhere(ms []missing, ask []int) []*elsewhereReq {
 		return l
 	}
 	for _, i := range ask {
-		m := &ms[i]
+		m := ms[i]
 		best := m.owners[0]
 		for _, o := range m.owners[1:] {
 			if loadOf(o) < loadOf(best) {
@@ -153,7 +140,7 @@ func (n *Node) planElsewhere(ms []missing, ask []int) []*elsewhereReq {
 }
 
 // askElsewhere reads the samples of one request of readElsewhere into ms.
-func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) {
+func (n *Node) askElsewhere(ctx context.Context, ms []*mgetItem, r *elsewhereReq) {
 	type answer struct {
 		v     []byte
 		mem   bool
@@ -182,7 +169,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 		tries = append(tries, func(ctx context.Context) ([]answer, error) {
 			var failed atomic.Bool
 			eachOnWorkers(len(r.ids), maxFetchBatch, func(k int) {
-				m := &ms[r.items[k]]
+				m := ms[r.items[k]]
 				got, err := n.askOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
 				if err != nil {
 					failed.Store(true)
@@ -200,7 +187,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 	r.ds.counters.Current().Hedged.Add(int64(how.Hedged * len(r.ids)))
 	if ctx.Err() != nil {
 		for _, i := range r.items {
-			ms[i].err = ctx.Err()
+			ms[i].missed(nil, false, ctx.Err())
 		}
 		return
 	}
@@ -210,24 +197,23 @@ func (n *Node) askElsewhere(ctx context.Context, ms []missing, r *elsewhereReq) 
 	// are asked for them, then the source.
 	var rest []int // positions in r of samples still to read
 	for k, i := range r.items {
-		m := &ms[i]
 		switch {
 		case err != nil && alt != nil && alt[k].found:
-			m.v, m.mem = alt[k].v, alt[k].mem
+			ms[i].missed(alt[k].v, alt[k].mem, nil)
 		case err != nil || !answers[k].found:
 			rest = append(rest, k)
 		default:
-			m.v, m.mem = answers[k].v, answers[k].mem
+			ms[i].missed(answers[k].v, answers[k].mem, nil)
 		}
 	}
 	eachOnWorkers(len(rest), maxFetchBatch, func(j int) {
 		k := rest[j]
-		m := &ms[r.items[k]]
+		m := ms[r.items[k]]
 		owners := without(m.owners, r.owner)
 		if err != nil {
 			owners = nil // asked already, by the hedge (if any): the source
 		}
-		m.v, m.mem, m.err = n.readFromOwners(ctx, m.ds, m.idx, owners)
+		m.missed(n.readFromOwners(ctx, m.ds, m.idx, owners))
 	})
 }
 

@@ -302,21 +302,20 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	// owners, each owner for its share at once (readElsewhere), beside.
 	var (
 		own    []int
-		others []int
-		ms     []missing
+		others []*mgetItem
 	)
 	for _, i := range misses {
 		it := &b.items[i]
 		if owners := n.ownersView(it.ds, uint32(it.idx)); n.readsThrough(owners) {
 			own = append(own, i)
 		} else {
-			others = append(others, i)
-			ms = append(ms, missing{ds: it.ds, idx: it.idx, owners: owners})
+			it.owners = owners
+			others = append(others, it)
 		}
 	}
 	var wg sync.WaitGroup
-	if len(ms) > 0 {
-		wg.Go(func() { n.readElsewhere(ctx, ms) })
+	if len(others) > 0 {
+		wg.Go(func() { n.readElsewhere(ctx, others) })
 	}
 	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) {
 		it := &b.items[own[k]]
@@ -324,9 +323,6 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 		it.missed(v, mem, err)
 	})
 	wg.Wait()
-	for k, m := range ms {
-		b.items[others[k]].missed(m.v, m.mem, m.err)
-	}
 	return b
 }
 
@@ -349,9 +345,13 @@ type mgetItem struct {
 	value  []byte // the value read through
 	mem    bool   // served from memory, here or a peer's (for deciles)
 	served bool   // Append answered it with a value (for deciles)
+	// owners of a miss that other nodes own (readElsewhere): the ring's
+	// view, read only.
+	owners []string
 }
 
-// missed records what reading the item's sample, a miss, got.
+// missed records what reading the item's sample, a miss, got. Items of
+// one batch may record theirs concurrently, each its own.
 func (it *mgetItem) missed(v []byte, mem bool, err error) {
 	it.value, it.mem, it.err = v, mem, err
 	if err == nil {
