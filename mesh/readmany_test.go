@@ -18,12 +18,10 @@ import (
 )
 
 // fetchLog records, per node, the number of ids of each fetch request it
-// takes in; rewrite, where set, may change a request before the node
-// answers it.
+// takes in.
 type fetchLog struct {
-	mu      sync.Mutex
-	asked   map[string][]int
-	rewrite func(node string, req *wire.FetchReq)
+	mu    sync.Mutex
+	asked map[string][]int
 }
 
 func (l *fetchLog) handlers(n *Node, h map[peer.Method]peerHandler) {
@@ -37,15 +35,37 @@ func (l *fetchLog) handlers(n *Node, h map[peer.Method]peerHandler) {
 			}
 			l.asked[n.Name()] = append(l.asked[n.Name()], len(req.IDs))
 			l.mu.Unlock()
-			if l.rewrite != nil {
-				l.rewrite(n.Name(), &req)
-				var err error
-				if body, err = msgpack.Marshal(&req); err != nil {
-					return nil, err
-				}
-			}
 		}
 		return fetch(ctx, from, body)
+	}
+}
+
+// lacking makes the node named name answer every fetch that n0 (the
+// tests' reader) sends it from its memory only, as if n0 had asked so,
+// and counts the samples it has answered, found or not.
+type lacking struct {
+	name     string
+	answered atomic.Int64
+}
+
+// handlers is a ClusterConfig.handlers that sets l up on its node.
+func (l *lacking) handlers(n *Node, h map[peer.Method]peerHandler) {
+	if n.Name() != l.name {
+		return
+	}
+	fetch := h[wire.MethodFetchStream]
+	h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+		var req wire.FetchReq
+		if err := msgpack.Unmarshal(body, &req); err != nil || from != "n0" {
+			return fetch(ctx, from, body)
+		}
+		req.MemoryOnly = true
+		b, err := msgpack.Marshal(&req)
+		if err != nil {
+			return nil, err
+		}
+		defer l.answered.Add(int64(len(req.IDs)))
+		return fetch(ctx, from, b)
 	}
 }
 
@@ -111,6 +131,9 @@ func TestMGetAsksEachOwnerOnce(t *testing.T) {
 	var log fetchLog
 	m := startMesh(t, 3, meshOpts{samples: 600, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
+		// Neither hedged nor timed out on a busy machine: either asks again.
+		c.Cluster.HedgeAfter = -1
+		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.handlers = log.handlers
 	}})
 	for _, p := range m.peers[1:] {
@@ -176,21 +199,17 @@ func TestMGetHedgesPastAStalledOwner(t *testing.T) {
 // and holds none) costs the MGET nothing but time: each sample is read
 // from its other owner, which reads it through, and the bytes are right.
 func TestMGetReadsElsewhereWhatAnOwnerLacks(t *testing.T) {
-	const lacking = "n1"
-	log := fetchLog{rewrite: func(node string, req *wire.FetchReq) {
-		if node == lacking {
-			req.MemoryOnly = true
-		}
-	}}
+	l := &lacking{name: "n1"}
 	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
-		c.Cluster.handlers = log.handlers
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.handlers = l.handlers
 	}})
 	reader := m.peers[0].node
 	keys, ids := mgetOthers(reader, 64)
 	checkMGet(t, m, reader, keys, ids)
-	if got := log.of(lacking); len(got) == 0 {
-		t.Fatalf("%s was not asked", lacking)
+	if l.answered.Load() == 0 {
+		t.Fatalf("%s was not asked", l.name)
 	}
 	var src int64
 	for _, p := range m.peers {
@@ -212,7 +231,10 @@ func TestMGetBoundsItsRequests(t *testing.T) {
 	var once sync.Once
 	m := startMesh(t, 3, meshOpts{samples: 4500, minSize: 10, maxSize: 20, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
-		c.Cluster.HedgeAfter = -1 // the requests held must not be hedged: a hedge adds requests of its own
+		// The requests held must be neither hedged nor timed out: either
+		// sends the samples again, in requests of their own.
+		c.Cluster.HedgeAfter = -1
+		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
 			fetch := h[wire.MethodFetchStream]
 			h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
@@ -257,32 +279,14 @@ func TestMGetBoundsItsRequests(t *testing.T) {
 // reader does not read the source beside it. Released, the owner answers
 // (reading each sample through), and the bytes are right.
 func TestMGetHedgeDoesNotReadTheSource(t *testing.T) {
-	var answered atomic.Int64
-	st := newStall(t, "n1")
-	const lacking = "n2"
+	st, l := newStall(t, "n1"), &lacking{name: "n2"}
 	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.HedgeAfter = 20 * time.Millisecond
 		c.Cluster.Prefetch = -1
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
 			st.handlers(n, h)
-			if n.Name() != lacking {
-				return
-			}
-			fetch := h[wire.MethodFetchStream]
-			h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
-				var req wire.FetchReq
-				if err := msgpack.Unmarshal(body, &req); err != nil {
-					return fetch(ctx, from, body)
-				}
-				req.MemoryOnly = true
-				b, err := msgpack.Marshal(&req)
-				if err != nil {
-					return nil, err
-				}
-				defer answered.Add(int64(len(req.IDs)))
-				return fetch(ctx, from, b)
-			}
+			l.handlers(n, h)
 		}
 	}})
 	reader := m.peers[0].node
@@ -293,7 +297,7 @@ func TestMGetHedgeDoesNotReadTheSource(t *testing.T) {
 	<-st.entered
 	// The lacking owner has answered, for none, every sample: its own
 	// share, and the stalled owner's through the hedge.
-	waitFor(t, time.Minute, "the other owner answers every sample", func() bool { return answered.Load() >= int64(len(keys)) })
+	waitFor(t, time.Minute, "the other owner answers every sample", func() bool { return l.answered.Load() >= int64(len(keys)) })
 	st.holding.Store(false)
 	st.let()
 	if err := <-done; err != nil {
@@ -314,32 +318,22 @@ func TestMGetHedgeDoesNotReadTheSource(t *testing.T) {
 // samples), the MGET keeps those, and reads the source for the others
 // alone: each sample no owner holds is read from the source once.
 func TestMGetKeepsWhatTheHedgeGot(t *testing.T) {
-	const failing, lacking = "n1", "n2"
+	const failing = "n1"
+	l := &lacking{name: "n2"}
 	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
+		c.Cluster.FetchTimeout = 10 * time.Minute
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			l.handlers(n, h)
+			if n.Name() != failing {
+				return
+			}
 			fetch := h[wire.MethodFetchStream]
-			switch n.Name() {
-			case failing:
-				h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
-					if from == "n0" {
-						return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: "failing for the test"}
-					}
-					return fetch(ctx, from, body)
+			h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if from == "n0" {
+					return nil, &peer.Error{Code: peer.CodeUnavailable, Msg: "failing for the test"}
 				}
-			case lacking:
-				h[wire.MethodFetchStream] = func(ctx context.Context, from string, body []byte) (any, error) {
-					var req wire.FetchReq
-					if err := msgpack.Unmarshal(body, &req); err != nil || from != "n0" {
-						return fetch(ctx, from, body)
-					}
-					req.MemoryOnly = true
-					b, err := msgpack.Marshal(&req)
-					if err != nil {
-						return nil, err
-					}
-					return fetch(ctx, from, b)
-				}
+				return fetch(ctx, from, body)
 			}
 		}
 	}})
@@ -375,21 +369,30 @@ func TestPreferredOrdersByLoad(t *testing.T) {
 }
 
 // TestMGetLearnsItsOwnWait: an MGET's requests teach the wait of MGET
-// requests (Node.mgetWait), not the wait of single reads (Node.fetchWait),
-// which still knows no answer after 40 MGETs of samples held elsewhere.
+// requests (Node.mgetWait), not the wait of single reads (Node.fetchWait):
+// MGETs of samples held in their owners' memory go on until the first is
+// learned (at most 400), and the second still knows no answer. One owner
+// a sample: nothing is hedged, and warming the owners asks the reader
+// nothing.
 func TestMGetLearnsItsOwnWait(t *testing.T) {
-	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 1, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
 	}})
+	for _, p := range m.peers[1:] {
+		if _, err := p.node.Warm(context.Background(), "ds"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	reader := m.peers[0].node
 	keys, ids := mgetOthers(reader, 64)
-	for range 40 {
+	mgets := 0
+	for ; mgets < 400 && reader.mgetWait.Get() >= hedge.DefaultMax; mgets++ {
 		checkMGet(t, m, reader, keys, ids)
 	}
-	if got := reader.fetchWait.Get(); got != hedge.DefaultMax {
-		t.Errorf("the wait of single reads is %v, want %v (nothing learned)", got, hedge.DefaultMax)
-	}
 	if got := reader.mgetWait.Get(); got >= hedge.DefaultMax {
-		t.Errorf("the wait of MGET requests is %v after 40 MGETs, want it learned (under %v)", got, hedge.DefaultMax)
+		t.Fatalf("the wait of MGET requests is %v after %d MGETs, want it learned (under %v)", got, mgets, hedge.DefaultMax)
+	}
+	if got := reader.fetchWait.Get(); got != hedge.DefaultMax {
+		t.Errorf("the wait of single reads is %v after %d MGETs, want %v (nothing learned)", got, mgets, hedge.DefaultMax)
 	}
 }
