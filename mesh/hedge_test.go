@@ -211,7 +211,7 @@ func TestReadsFromOneOwnerGoTogether(t *testing.T) {
 	var asked []int // how many ids each fetch request names, as the owner takes them in
 	m := startMesh(t, 2, meshOpts{samples: 100, replicas: 1, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
-		c.Cluster.HedgeAfter = -1 // one owner a sample: nothing to hedge to
+		c.Cluster.HedgeAfter = -1                 // one owner a sample: nothing to hedge to
 		c.Cluster.FetchTimeout = 10 * time.Minute // held until the reads queue, however slow the machine
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
 			if n.Name() != "n1" {
