@@ -217,8 +217,11 @@ func (g *Gateway) start() error {
 	if g.out == nil {
 		g.out = new(bytes.Buffer)
 	}
+	// --keep-alive: connections stay open between requests, as S3's do;
+	// without it the gateway closes each after one answer, and every GET
+	// pays a connection's setup.
 	g.cmd = exec.Command(g.bin, "--access", g.AccessKey, "--secret", g.SecretKey, "--port", g.addr,
-		"--access-log", g.LogPath, "posix", g.Root)
+		"--access-log", g.LogPath, "--keep-alive", "posix", g.Root)
 	g.cmd.Stdout, g.cmd.Stderr = g.out, g.out
 	// Killed with the test process too, should it die before Cleanup.
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
