@@ -42,6 +42,13 @@ type DatasetConfig struct {
 	Source Source
 }
 
+// DefaultSourceReads is Config.SourceReads' default. An MGET's reads
+// through wait on the source, an object store's time to first byte most
+// of all, and each DataLoader worker asks one MGET at a time: the reads in
+// flight for one MGET bound how fast a cold or undersized cache serves
+// it.
+const DefaultSourceReads = 64
+
 // Config configures a Node. The zero value of every field means its
 // default; New fills defaults on a copy and never writes into the caller's
 // Config.
@@ -136,9 +143,10 @@ type Config struct {
 	JobSync float64
 	// SourceReads bounds the concurrent reads through (source reads, at
 	// worst) of the samples of one MGET that this node owns, and the
-	// fetches in flight of each rank's read-ahead; 0 means 16. An MGET's
-	// samples that other nodes own are asked of them, each owner for its
-	// share at once (up to 64 samples and 4 MiB a request).
+	// fetches in flight of each rank's read-ahead; 0 means
+	// DefaultSourceReads. An MGET's samples that other nodes own are
+	// asked of them, each owner for its share at once (up to 64 samples
+	// and 4 MiB a request).
 	SourceReads int
 	// SourceThrottle slows every dataset's source down like a remote
 	// object store (latency, a shared byte rate, bounded connections); the
@@ -207,7 +215,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: max world %d", ErrConfig, c.MaxWorld)
 	}
 	if c.SourceReads == 0 {
-		c.SourceReads = 16
+		c.SourceReads = DefaultSourceReads
 	}
 	if c.SourceReads < 0 {
 		return c, fmt.Errorf("%w: source reads %d", ErrConfig, c.SourceReads)

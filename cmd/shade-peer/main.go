@@ -177,6 +177,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		s3Endpoint  = fs.String("s3-endpoint", "", "URL of the S3-compatible store of s3:// datasets, http(s)://HOST[:PORT] (default: AWS S3); credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or the shared AWS credentials and config files")
 		s3Region    = fs.String("s3-region", "", "region of the s3:// datasets' buckets (default: found by the client, or us-east-1)")
 		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
+		s3InFlight  = fs.Int("s3-max-in-flight", s3source.DefaultMaxInFlight, "GET requests in flight to the store for each s3:// dataset (and the connections kept open to it); a store with a high time to first byte needs many to keep trainers fed")
 		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB); 0 caches nothing (every read goes to the source)")
 		pol         = fs.String("policy", "order", "eviction and admission policy: order (APP that also evicts by next use in the published orders), app (SHADE's), lru, fifo, lfu, minio, none (cache nothing)")
@@ -207,6 +208,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		deadline    = fs.Duration("epoch-deadline", 0, "publish the next epoch this long after the first rank finished, even if others have not (0: wait for all)")
 		prefetch    = fs.Int("prefetch", 1024, "samples kept read ahead of each local rank's reads in its slice of the epoch's order (0: no read-ahead)")
 		prefetchMem = fs.String("prefetch-memory", "64MiB", "off-heap memory for samples read ahead, beside --cache-size")
+		srcReads    = fs.Int("source-reads", mesh.DefaultSourceReads, "reads through in flight for one MGET (its samples this node owns and does not hold, from the source at worst), and fetches in flight for each local rank's read-ahead")
 		hedgeAfter  = fs.String("hedge-after", "auto", "how long a read waits for the owner it asked before it also asks the next owner, or the source, and keeps the first answer: auto (the 99th percentile of recent answers' latencies, within 10ms..500ms), a duration such as 50ms, or off (ask the next only once the one before failed); an owner reads the source beside a co-owner only once it no longer hears from it")
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
@@ -300,6 +302,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 	if err != nil || raMem <= 0 {
 		return cfg, nop, fmt.Errorf("--prefetch-memory %q: want a positive size such as 64MiB", *prefetchMem)
 	}
+	if *srcReads < 1 {
+		return cfg, nop, fmt.Errorf("--source-reads %d: want at least 1", *srcReads)
+	}
+	if *s3InFlight < 1 {
+		return cfg, nop, fmt.Errorf("--s3-max-in-flight %d: want at least 1", *s3InFlight)
+	}
 	sizes := map[string]*int64{}
 	for _, f := range []struct {
 		flag, val string
@@ -364,7 +372,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		Alpha: *alpha, Lambda: *lambda, UniformFloor: orNone(*floor), CoverageEpochs: int(orNone(float64(*coverage))),
 		Score: scoreKind, MaxWeight: *maxWeight, Boost: *boost, Strata: *strata, OrderAhead: *orderAhead, OrderAheadAt: *aheadAt,
 		TracePath: *tracePath, StateDir: *stateDir, NoWarm: *warm == "off", Logger: log,
-		PrefetchMemory: raMem, SourceThrottle: shape,
+		PrefetchMemory: raMem, SourceThrottle: shape, SourceReads: *srcReads,
 	}
 	for _, d := range *datasets {
 		n, dir, ok := strings.Cut(d, "=")
@@ -372,7 +380,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 			return cfg, nop, fmt.Errorf("--dataset %q: want NAME=DIR", d)
 		}
 		s3cfg := s3source.Config{Endpoint: *s3Endpoint, Region: *s3Region, PathStyle: *s3PathStyle,
-			StateDir: *stateDir, Relist: *s3Relist}
+			StateDir: *stateDir, Relist: *s3Relist, MaxInFlight: *s3InFlight}
 		switch loc, isShards := strings.CutPrefix(dir, shards.Prefix); {
 		case isShards:
 			if loc == "" {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/sampling"
 )
@@ -164,6 +166,31 @@ func TestS3DatasetFlags(t *testing.T) {
 	for _, bad := range []string{"x=s3://", "x=shards:", "x=shards:s3://"} {
 		if _, _, err := parseConfig([]string{"--dataset", bad}, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("--dataset %s accepted", bad)
+		}
+	}
+}
+
+func TestSourceReadFlags(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--dataset", "a=s3://bucket/train", "--dataset", "b=shards:s3://bucket/wds"}, noEnv, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.SourceReads != mesh.DefaultSourceReads || cfg.opened[0].s3.MaxInFlight != s3source.DefaultMaxInFlight ||
+		cfg.opened[1].shards.S3.MaxInFlight != s3source.DefaultMaxInFlight {
+		t.Errorf("defaults: source reads %d, in flight %d and %d", cfg.Node.SourceReads, cfg.opened[0].s3.MaxInFlight, cfg.opened[1].shards.S3.MaxInFlight)
+	}
+	env := map[string]string{"SHADE_S3_MAX_IN_FLIGHT": "200"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, _, err = parseConfig([]string{"--dataset", "a=s3://bucket/train", "--source-reads", "8"}, lookup, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.SourceReads != 8 || cfg.opened[0].s3.MaxInFlight != 200 {
+		t.Errorf("source reads %d, in flight %d; want 8, 200", cfg.Node.SourceReads, cfg.opened[0].s3.MaxInFlight)
+	}
+	for _, bad := range [][]string{{"--source-reads", "0"}, {"--source-reads", "-3"}, {"--s3-max-in-flight", "0"}, {"--s3-max-in-flight", "many"}} {
+		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
 		}
 	}
 }
