@@ -2,21 +2,28 @@
 # Shade over S3, measured (issue 13): Fashion-MNIST in a real Versity S3
 # Gateway bucket on loopback, read by a PyTorch DataLoader two ways with the
 # same settings (batch size, workers, seeded order, PIL decode):
-#   boto3  a plain Dataset: one boto3 GetObject per sample (path-style), after
-#          a sleep of LATENCY, the same latency the peer's throttle adds
+#   boto3  a plain Dataset: one boto3 GetObject per sample (path-style),
+#          after a sleep of LATENCY, the same latency the peer's throttle adds
 #   boto3-threads  the same Dataset asked for whole batches (ds[[i, ...]]),
-#          GETting a batch on THREADS threads per worker (16, the peer's
-#          own limit of S3 requests per dataset; 32 in all with 2 workers)
+#          GETting a batch on THREADS threads per worker (16: 32 GETs in
+#          flight with 2 workers; 32 threads a worker, as many GETs as the
+#          peer's default allows itself, ran slower on 2 cores)
 #   shade  shade.torch.ShadeDataset through one shade-peer serving
 #          fmnist=s3://BUCKET/PREFIX with --source-throttle latency=LATENCY
-# Per epoch: epoch time, data wait (time the loop waited for its next batch),
-# the GetObject requests in the gateway's own access log, and for Shade the
-# peer's hits and misses from SHADE.STATS. Usage:
+#   shade-alt  (only with ALT_FLAGS) the same through a peer started with
+#          ALT_FLAGS as well, such as "--source-reads 16 --s3-max-in-flight
+#          16", in the same run
+# The gateway keeps connections open between requests (--keep-alive), as S3
+# does. Per epoch: epoch time, data wait (time the loop waited for its next
+# batch), the GetObject requests in the gateway's own access log, and for
+# Shade the peer's hits and misses from SHADE.STATS. Usage:
 #   test/bench/s3.sh [epochs]
 # Environment: LIMIT (training images imported, default 6000; 0: all 60,000),
 # BATCH (64), WORKERS (DataLoader workers, 2), LATENCY (20ms), THREADS (16),
-# CACHE_SIZE (the peer's --cache-size, 1GiB: the whole subset), BIN (bin),
-# SHADE_VERSITYGW (the gateway binary; default: .ci/versitygw.sh builds it).
+# CACHE_SIZE (the peer's --cache-size, 1GiB: the whole subset), READERS (the
+# readers run, default "boto3 boto3-threads shade"), ALT_FLAGS (none), BIN
+# (bin), SHADE_VERSITYGW (the gateway binary; default: .ci/versitygw.sh
+# builds it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 EPOCHS=${1:-3}
@@ -25,10 +32,13 @@ BATCH=${BATCH:-64}
 WORKERS=${WORKERS:-2}
 LATENCY=${LATENCY:-20ms}
 THREADS=${THREADS:-16}
+READERS=${READERS:-boto3 boto3-threads shade}
+ALT_FLAGS=${ALT_FLAGS:-}
 CACHE_SIZE=${CACHE_SIZE:-1GiB}
 BIN=${BIN:-bin}
 PY=/usr/bin/python3
 BUCKET=fmnist PREFIX=train
+./.ci/deps.sh python3-torch python3-numpy python3-redis python3-msgpack python3-boto3 dataset-fashion-mnist
 [ -x "$BIN/shade-peer" ] && [ -x "$BIN/shadectl" ] || go build -o "$BIN/" ./cmd/...
 VGW=${SHADE_VERSITYGW:-$(.ci/versitygw.sh)}
 
@@ -46,7 +56,7 @@ export AWS_ACCESS_KEY_ID=shadebench AWS_SECRET_ACCESS_KEY=shade-bench-secret-key
 endpoint=http://127.0.0.1:$(free_port)
 mkdir -p "$work/root"
 "$VGW" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "${endpoint#http://}" \
-	--access-log "$work/access.log" posix "$work/root" >"$work/vgw.log" 2>&1 &
+	--access-log "$work/access.log" --keep-alive posix "$work/root" >"$work/vgw.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 300); do
 	$PY -c "import urllib.request, sys
@@ -65,39 +75,66 @@ secs=$($PY -c "import re; v, u = re.fullmatch(r'([0-9.]+)(ms|s)', '$LATENCY').gr
 common=(--endpoint "$endpoint" --bucket "$BUCKET" --prefix "$PREFIX" --access-log "$work/access.log"
 	--epochs "$EPOCHS" --batch "$BATCH" --workers "$WORKERS")
 start=$(date +%s)
-OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3 "${common[@]}" --latency "$secs" | tee "$work/rows.jsonl"
-OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3-threads "${common[@]}" --latency "$secs" --threads "$THREADS" |
-	tee -a "$work/rows.jsonl"
-
-"$BIN/shade-peer" --name bench --socket "$work/shade.sock" --dataset "fmnist=s3://$BUCKET/$PREFIX" \
-	--s3-endpoint "$endpoint" --s3-path-style --source-throttle "latency=$LATENCY" \
-	--cache-size "$CACHE_SIZE" \
-	--admin-addr off --log-level warn 2>>"$work/peer.log" &
-pids+=($!)
-for _ in $(seq 300); do [ -S "$work/shade.sock" ] && break; sleep 0.1; done
-OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py shade "${common[@]}" --socket "$work/shade.sock" | tee -a "$work/rows.jsonl"
+: >"$work/rows.jsonl"
+# shade LABEL [FLAGS...]: a fresh peer with the throttle and FLAGS, read by
+# the shade reader, its rows labelled LABEL; the peer stopped after.
+shade() {
+	local label=$1 sock=$work/$1.sock
+	shift
+	"$BIN/shade-peer" --name bench --socket "$sock" --dataset "fmnist=s3://$BUCKET/$PREFIX" \
+		--s3-endpoint "$endpoint" --s3-path-style --source-throttle "latency=$LATENCY" \
+		--cache-size "$CACHE_SIZE" --admin-addr off --log-level warn "$@" 2>>"$work/peer.log" &
+	local pid=$!
+	pids+=($pid)
+	for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+	OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py shade "${common[@]}" --socket "$sock" --label "$label" |
+		tee -a "$work/rows.jsonl"
+	kill -TERM "$pid"
+	wait "$pid" || true
+}
+for r in $READERS; do
+	case $r in
+	boto3) OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3 "${common[@]}" --latency "$secs" | tee -a "$work/rows.jsonl" ;;
+	boto3-threads) OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py boto3-threads "${common[@]}" --latency "$secs" \
+		--threads "$THREADS" | tee -a "$work/rows.jsonl" ;;
+	shade) shade shade ;;
+	*) echo "READERS: unknown reader $r" >&2; exit 2 ;;
+	esac
+done
+# shellcheck disable=SC2086 # ALT_FLAGS is a list of flags
+[ -z "$ALT_FLAGS" ] || shade shade-alt $ALT_FLAGS
 echo "# all runs took $(($(date +%s) - start)) s"
 echo
 
-$PY - "$work/rows.jsonl" <<'EOF'
+$PY - "$work/rows.jsonl" "$ALT_FLAGS" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+alt_flags = sys.argv[2]
 by = {(r["mode"], r["epoch"]): r for r in rows}
 epochs = sorted({r["epoch"] for r in rows})
-modes = ["boto3", "boto3-threads", "shade"]
+modes = [m for m in ["boto3", "boto3-threads", "shade", "shade-alt"] if any(r["mode"] == m for r in rows)]
+others = [m for m in modes if m != "shade"]
 n = rows[0]["samples"]
 print(f"{n} samples per epoch; seconds; GETs from the gateway's access log; hit ratio from the peer's SHADE.STATS")
+if alt_flags:
+    print(f"shade-alt: the peer with {alt_flags}")
+width = {m: max(12, len(m) + 8) for m in others}
 print(f'{"epoch":<8}' + "".join(f'{m + " time":>20}{"wait":>8}{"GETs":>6}' for m in modes)
-      + f'{"hit ratio":>10}{"boto3/shade":>12}{"threads/shade":>14}')
+      + (f'{"hit ratio":>10}' + "".join(f'{m + "/shade":>{width[m]}}' for m in others) if "shade" in modes else ""))
 for e in epochs:
-    r = [by[(m, e)] for m in modes]
     label = f"{e} " + ("cold" if e == 0 else "warm")
-    print(f"{label:<8}" + "".join(f'{x["epoch_time"]:20.2f}{x["data_wait"]:8.2f}{x["gets"]:6d}' for x in r)
-          + f'{100 * r[2]["hit_ratio"]:9.1f}%{r[0]["epoch_time"] / r[2]["epoch_time"]:11.1f}x'
-          f'{r[1]["epoch_time"] / r[2]["epoch_time"]:13.1f}x')
+    line = f"{label:<8}" + "".join(f'{by[(m, e)]["epoch_time"]:20.2f}{by[(m, e)]["data_wait"]:8.2f}{by[(m, e)]["gets"]:6d}'
+                                   for m in modes)
+    if "shade" in modes:
+        s = by[("shade", e)]
+        line += f'{100 * s["hit_ratio"]:9.1f}%' + "".join(
+            f'{by[(m, e)]["epoch_time"] / s["epoch_time"]:{width[m] - 1}.1f}x' for m in others)
+    print(line)
+if "shade" not in modes:
+    sys.exit(0)
 s0 = by[("shade", 0)]
 print()
-for m in modes[:2]:
+for m in [m for m in others if m.startswith("boto3")]:
     b0 = by[(m, 0)]
     ok = s0["epoch_time"] <= b0["epoch_time"]
     print(f"target: Shade's cold epoch no slower than {m}'s: {s0['epoch_time']:.2f}s vs {b0['epoch_time']:.2f}s:"

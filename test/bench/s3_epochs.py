@@ -70,7 +70,7 @@ class Boto3Dataset(Dataset):
             from botocore.config import Config
             self._client = boto3.session.Session().client(
                 "s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                config=Config(s3={"addressing_style": "path"}, max_pool_connections=16))
+                config=Config(s3={"addressing_style": "path"}, max_pool_connections=max(10, self.threads)))
             self._pid = os.getpid()
         return self._client
 
@@ -120,6 +120,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=16, help="GETs in flight per worker (boto3-threads)")
+    ap.add_argument("--label", help="the rows' mode (default: the mode), to tell two runs of one mode apart")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -158,7 +159,7 @@ def main():
             seen += len(i)
             pixels += float(x.sum())  # touch the decoded images
         elapsed = time.perf_counter() - t0
-        row = {"mode": args.mode, "epoch": epoch, "samples": seen, "epoch_time": round(elapsed, 3),
+        row = {"mode": args.label or args.mode, "epoch": epoch, "samples": seen, "epoch_time": round(elapsed, 3),
                "data_wait": round(wait, 3), "gets": count_gets(args.access_log, args.bucket) - gets0,
                "batch": args.batch, "workers": args.workers}
         if s0 is not None:
