@@ -208,7 +208,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		deadline    = fs.Duration("epoch-deadline", 0, "publish the next epoch this long after the first rank finished, even if others have not (0: wait for all)")
 		prefetch    = fs.Int("prefetch", 1024, "samples kept read ahead of each local rank's reads in its slice of the epoch's order (0: no read-ahead)")
 		prefetchMem = fs.String("prefetch-memory", "64MiB", "off-heap memory for samples read ahead, beside --cache-size")
-		srcReads    = fs.Int("source-reads", mesh.DefaultSourceReads, "reads through in flight for one MGET (its samples this node owns and does not hold, from the source at worst), and fetches in flight for each local rank's read-ahead")
+		srcReads    = fs.Int("source-reads", mesh.DefaultSourceReads, "reads through in flight (from the source at worst) for one MGET's samples this node owns and does not hold, and for one other peer's request; and fetches in flight for each local rank's read-ahead")
 		hedgeAfter  = fs.String("hedge-after", "auto", "how long a read waits for the owner it asked before it also asks the next owner, or the source, and keeps the first answer: auto (the 99th percentile of recent answers' latencies, within 10ms..500ms), a duration such as 50ms, or off (ask the next only once the one before failed); an owner reads the source beside a co-owner only once it no longer hears from it")
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
