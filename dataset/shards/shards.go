@@ -47,6 +47,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/shade-mesh/shade/dataset"
@@ -79,6 +80,10 @@ type Config struct {
 	// Reindex builds the index (and lists a bucket) even when StateDir
 	// holds one.
 	Reindex bool
+	// IndexShards is how many shards are read at once to build the index;
+	// 0 means DefaultIndexShards. In a bucket, each holds one of the S3
+	// source's MaxInFlight requests while it is read.
+	IndexShards int
 }
 
 // member is one tar member of a sample: its extension, and its data's
@@ -130,6 +135,9 @@ const maxKeptSpan = 4 << 20
 // Open finds the shards at cfg.Location, builds or loads their index and
 // returns the Source. ctx bounds the listing and indexing.
 func Open(ctx context.Context, cfg Config) (*Source, error) {
+	if cfg.IndexShards <= 0 {
+		cfg.IndexShards = DefaultIndexShards
+	}
 	var (
 		st  store
 		err error
@@ -158,7 +166,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		s.samples = loadIndex(statePath, st.check())
 	}
 	if s.samples == nil {
-		if s.samples, err = buildIndex(ctx, st); err != nil {
+		if s.samples, err = buildIndex(ctx, st, cfg.IndexShards); err != nil {
 			return nil, err
 		}
 		if statePath != "" {
@@ -309,40 +317,86 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// DefaultIndexShards is Config.IndexShards' default. A shard in an object
+// store is read as one stream, at what one connection carries, and a
+// shard in a directory is parsed on one core: reading several at once
+// keeps the store's connections and the cores busy (BenchmarkIndex).
+const DefaultIndexShards = 16
+
 // buildIndex reads every shard's tar headers and groups members into
-// samples.
-func buildIndex(ctx context.Context, st store) ([]sample, error) {
+// samples. It reads up to at shards at once and returns what reading them
+// in order would: the samples in shard order, or the first error in that
+// order (a shard after a failed one is not begun).
+func buildIndex(ctx context.Context, st store, at int) ([]sample, error) {
 	names, sizes := st.shards()
+	per := make([][]sample, len(names))
+	errs := make([]error, len(names))
+	var next, failed atomic.Int64
+	failed.Store(int64(len(names)))
+	var wg sync.WaitGroup
+	for range min(at, len(names)) {
+		wg.Go(func() {
+			for {
+				si := int(next.Add(1) - 1)
+				if si >= len(names) || int64(si) > failed.Load() {
+					return
+				}
+				per[si], errs[si] = indexShard(ctx, st, si, names[si])
+				if errs[si] != nil {
+					lower(&failed, int64(si))
+				}
+			}
+		})
+	}
+	wg.Wait()
 	var samples []sample
 	seen := map[string]bool{}
 	for si, shardName := range names {
-		first := len(samples)
-		if err := indexShard(ctx, st, si, shardName, seen, &samples); err != nil {
-			return nil, err
+		// The checks across shards come before the shard's own error, as
+		// one pass over the shards in order would meet them.
+		for _, smp := range per[si] {
+			if _, ok := seen[smp.Key]; ok {
+				return nil, fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, smp.Key, shardName)
+			}
+			seen[smp.Key] = true
 		}
-		for _, smp := range samples[first:] {
+		if errs[si] != nil {
+			return nil, errs[si]
+		}
+		for _, smp := range per[si] {
 			if smp.End > sizes[si] {
 				return nil, fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, shardName, smp.Key, smp.End, sizes[si])
 			}
 		}
+		samples = append(samples, per[si]...)
 	}
 	return samples, nil
 }
 
-func indexShard(ctx context.Context, st store, si int, shardName string, seen map[string]bool, samples *[]sample) error {
+// lower sets v to x where x is less.
+func lower(v *atomic.Int64, x int64) {
+	for f := v.Load(); x < f && !v.CompareAndSwap(f, x); f = v.Load() {
+	}
+}
+
+// indexShard reads shard si's tar headers and returns its samples; on
+// error, those before it and the error.
+func indexShard(ctx context.Context, st store, si int, shardName string) ([]sample, error) {
+	var samples []sample
+	seen := map[string]bool{}
 	rc, err := st.stream(ctx, si)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rc.Close()
 	head := make([]byte, 6)
 	k, err := io.ReadFull(rc, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("shards: %s: %w", shardName, err)
+		return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 	}
 	head = head[:k]
 	if c := magic(head); c != "" {
-		return fmt.Errorf("%w: %s is %s-compressed", ErrCompressed, shardName, c)
+		return samples, fmt.Errorf("%w: %s is %s-compressed", ErrCompressed, shardName, c)
 	}
 	// offset gives the position of the member data after tr.Next: a file
 	// is read through directly, so tar seeks over member data rather than
@@ -353,7 +407,7 @@ func indexShard(ctx context.Context, st store, si int, shardName string, seen ma
 	)
 	if f, ok := rc.(io.ReadSeeker); ok {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return fmt.Errorf("shards: %s: %w", shardName, err)
+			return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 		}
 		tr = tar.NewReader(f)
 		offset = func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
@@ -362,14 +416,13 @@ func indexShard(ctx context.Context, st store, si int, shardName string, seen ma
 		tr = tar.NewReader(cr)
 		offset = func() int64 { return cr.n }
 	}
-	first := len(*samples)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return samples, nil
 		}
 		if err != nil {
-			return fmt.Errorf("shards: %s: %w", shardName, err)
+			return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 		}
 		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA {
 			continue
@@ -380,26 +433,25 @@ func indexShard(ctx context.Context, st store, si int, shardName string, seen ma
 			continue
 		}
 		if hdr.Size >= 1<<32 {
-			return fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, hdr.Size)
+			return samples, fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, hdr.Size)
 		}
 		key, ext, _ := strings.Cut(base, ".")
 		key = dir + key
 		off := offset()
-		last := len(*samples) - 1
-		if last >= first && (*samples)[last].Key == key {
-			s := &(*samples)[last]
+		if last := len(samples) - 1; last >= 0 && samples[last].Key == key {
+			s := &samples[last]
 			if slices.ContainsFunc(s.Members, func(m member) bool { return m.Ext == ext }) {
-				return fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, shardName, key, ext)
+				return samples, fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, shardName, key, ext)
 			}
 			s.Members = append(s.Members, member{Ext: ext, Off: off - s.Start, Size: hdr.Size})
 			s.End = off + hdr.Size
 			continue
 		}
 		if seen[key] {
-			return fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
+			return samples, fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
 		}
 		seen[key] = true
-		*samples = append(*samples, sample{Key: key, Shard: si, Start: off, End: off + hdr.Size,
+		samples = append(samples, sample{Key: key, Shard: si, Start: off, End: off + hdr.Size,
 			Members: []member{{Ext: ext, Off: 0, Size: hdr.Size}}})
 	}
 }

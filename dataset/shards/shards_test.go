@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -293,5 +294,104 @@ func TestDirShardReplacedRefused(t *testing.T) {
 	}
 	if _, err := src.Read(40, nil); err != nil {
 		t.Errorf("sample 40, of a shard as it was: %v", err)
+	}
+}
+
+// TestIndexOfManyShards: more shards than are indexed at once give the
+// samples in shard order, every byte right, as one pass would.
+func TestIndexOfManyShards(t *testing.T) {
+	dir := t.TempDir()
+	keys, want, _ := makeShards(t, dir, 41, 7)
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(t, src, keys, want)
+}
+
+// TestIndexErrorIsTheFirstInShardOrder: shards indexed at once still
+// report the error one pass over the shards in order meets first, and a
+// key in two shards is found wherever they are read.
+func TestIndexErrorIsTheFirstInShardOrder(t *testing.T) {
+	broken := func(t *testing.T, bad map[int][]file) string {
+		dir := t.TempDir()
+		for s := range 40 {
+			files := bad[s]
+			if files == nil {
+				files = []file{{fmt.Sprintf("k%02d-a.jpg", s), []byte("a")}, {fmt.Sprintf("k%02d-b.jpg", s), []byte("b")}}
+			}
+			writeTar(t, filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", s)), files)
+		}
+		return dir
+	}
+	apart := []file{{"x.jpg", []byte("1")}, {"y.jpg", []byte("2")}, {"x.cls", []byte("3")}}
+	twice := []file{{"z.jpg", []byte("1")}, {"z.jpg", []byte("2")}}
+	for _, c := range []struct {
+		name string
+		bad  map[int][]file
+		want string
+	}{
+		{"two broken shards", map[int][]file{5: apart, 30: twice}, "sample x appears twice (again in shard-005.tar)"},
+		{"another layout error first", map[int][]file{5: twice, 30: apart}, "shard-005.tar holds z.jpg twice"},
+		{"a key in two shards", map[int][]file{3: {{"k03-a.jpg", []byte("a")}}, 21: {{"k03-a.cls", []byte("a")}}},
+			"sample k03-a appears twice (again in shard-021.tar)"},
+		{"a key in two shards before a broken one", map[int][]file{3: {{"dup.jpg", []byte("a")}}, 21: {{"dup.cls", []byte("a")}}, 35: apart},
+			"sample dup appears twice (again in shard-021.tar)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := broken(t, c.bad)
+			for range 5 {
+				_, err := shards.Open(context.Background(), shards.Config{Location: dir})
+				if !errors.Is(err, shards.ErrLayout) || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("error %v, want ErrLayout saying %q", err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkIndex builds the index of 32 shards of 1 MiB (40 samples of
+// 25 KiB each) in a directory and in a bucket of a real gateway on
+// loopback, reading one shard at a time and DefaultIndexShards at once.
+// A bucket's shards are streamed whole (a stream cannot seek over member
+// data); a directory's are read by their headers.
+func BenchmarkIndex(b *testing.B) {
+	const nShards, per = 32, 40
+	dir := b.TempDir()
+	var tars [][]byte
+	for s := range nShards {
+		var files []file
+		for j := range per {
+			files = append(files, file{fmt.Sprintf("s%03d-%03d.jpg", s, j), bytes.Repeat([]byte{byte(j)}, 25<<10)})
+		}
+		tars = append(tars, writeTar(b, filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", s)), files))
+	}
+	g := s3test.Start(b)
+	g.CreateBucket(b, "bench-wds")
+	var total int64
+	for i, t := range tars {
+		g.Put(b, "bench-wds", fmt.Sprintf("wds/shard-%03d.tar", i), t)
+		total += int64(len(t))
+	}
+	s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	for _, where := range []string{"dir", "s3"} {
+		for _, at := range []int{1, shards.DefaultIndexShards} {
+			b.Run(fmt.Sprintf("%s/%d-at-once", where, at), func(b *testing.B) {
+				cfg := shards.Config{Location: dir, IndexShards: at}
+				if where == "s3" {
+					cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, IndexShards: at}
+				}
+				b.SetBytes(total)
+				for b.Loop() {
+					src, err := shards.Open(context.Background(), cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if n := src.Manifest().Len(); n != nShards*per {
+						b.Fatalf("%d samples, want %d", n, nShards*per)
+					}
+				}
+			})
+		}
 	}
 }
