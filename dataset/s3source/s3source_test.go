@@ -400,3 +400,48 @@ func TestSilentEndpointFailsOpen(t *testing.T) {
 	}
 	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
 }
+
+// TestListingOfFolders: a prefix's samples are its objects at every
+// depth, folder markers and hidden keys left out, in key order.
+func TestListingOfFolders(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-ls")
+	var want []string
+	put := func(key string, sample bool) {
+		data := []byte(key)
+		if strings.HasSuffix(key, "/") {
+			data = nil // a folder marker is empty
+		}
+		g.Put(t, "shade-ls", "ds/"+key, data)
+		if sample {
+			want = append(want, key)
+		}
+	}
+	for c := range 21 {
+		for j := range 3 {
+			put(fmt.Sprintf("c%02d/%d.bin", c, j), true)
+		}
+	}
+	put("top.bin", true)
+	put("c050.bin", true) // between c05/ and c06/ in key order
+	put("a/b/c/deep.bin", true)
+	put("a/b/", false) // a folder marker
+	put("c03/", false)
+	put("c04/.hidden", false)
+	put(".cache/x.bin", false)
+	put("z/y/.git/HEAD", false)
+	g.Put(t, "shade-ls", "ds-other/x.bin", []byte("beside the prefix"))
+	slices.Sort(want)
+	src, err := s3source.Open(context.Background(), config(g, "s3://shade-ls/ds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := src.Manifest().Names; !slices.Equal(got, want) {
+		t.Fatalf("listed %d: %v\nwant %d: %v", len(got), got, len(want), want)
+	}
+	for i, name := range want {
+		if b, err := src.Read(i, nil); err != nil || string(b) != name {
+			t.Fatalf("sample %d (%s): %q, %v", i, name, b, err)
+		}
+	}
+}
