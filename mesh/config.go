@@ -144,9 +144,9 @@ type Config struct {
 	// SourceReads bounds the concurrent reads through (source reads, at
 	// worst) of the samples of one MGET that this node owns, and of one
 	// fetch another node asks of it, and the fetches in flight of each
-	// rank's read-ahead; 0 means DefaultSourceReads. An MGET's samples that other nodes own are
-	// asked of them, each owner for its share at once (up to 64 samples
-	// and 4 MiB a request).
+	// rank's read-ahead; 0 means DefaultSourceReads. An MGET's samples
+	// that other nodes own are asked of them, each owner for its share at
+	// once (up to 64 samples and 4 MiB a request).
 	SourceReads int
 	// SourceThrottle slows every dataset's source down like a remote
 	// object store (latency, a shared byte rate, bounded connections); the

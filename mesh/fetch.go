@@ -133,8 +133,10 @@ func contains(list []string, s string) bool {
 // Node.fetchWait is not waited for alone, the next owner is asked too, and
 // the first answer is kept. A peer that died, or stalls, then costs a read
 // that wait, not the time to find it dead.
-func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte) (v []byte, fromMemory bool, err error) {
-	owners := n.owners(ds, uint32(idx))
+//
+// owners are the sample's owners (Node.owners): a copy readMissing may
+// keep.
+func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string) (v []byte, fromMemory bool, err error) {
 	own := n.readsThrough(owners)
 	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
 		tookAhead(ds, mem)

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/shade-mesh/shade/policy"
@@ -205,7 +206,7 @@ func (n *Node) get(ctx context.Context, key, dst []byte, head func(dst []byte, n
 		countJobRead(ctx, ds, idx, true)
 		return r, transport.Loan{Value: v, Token: token}, true, true, nil
 	}
-	v, mem, err := n.readMissing(ctx, ds, idx, key)
+	v, mem, err := n.readMissing(ctx, ds, idx, key, n.owners(ds, uint32(idx)))
 	if err != nil {
 		return dst, loan, false, true, err
 	}
@@ -308,6 +309,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 		it := &b.items[i]
 		if owners := n.ownersView(it.ds, uint32(it.idx)); n.readsThrough(owners) {
 			own = append(own, i)
+			it.owners = slices.Clone(owners) // readMissing's to keep
 		} else {
 			it.owners = owners
 			others = append(others, it)
@@ -319,7 +321,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	}
 	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) {
 		it := &b.items[own[k]]
-		v, mem, err := n.readMissing(ctx, it.ds, it.idx, keys[own[k]])
+		v, mem, err := n.readMissing(ctx, it.ds, it.idx, keys[own[k]], it.owners)
 		it.missed(v, mem, err)
 	})
 	wg.Wait()
@@ -345,8 +347,9 @@ type mgetItem struct {
 	value  []byte // the value read through
 	mem    bool   // served from memory, here or a peer's (for deciles)
 	served bool   // Append answered it with a value (for deciles)
-	// owners of a miss that other nodes own (readElsewhere): the ring's
-	// view, read only.
+	// owners of a miss: for one this node owns, a copy (readMissing);
+	// for one other nodes own, the ring's view, read only
+	// (readElsewhere).
 	owners []string
 }
 
@@ -392,7 +395,7 @@ func (b *mgetBatch) Append(i int, dst []byte, head func([]byte, int) []byte) ([]
 	}
 	// Held when the batch began, gone since (evicted, or corrupt): read
 	// it through now, alone.
-	v, mem, err := n.readMissing(b.ctx, it.ds, it.idx, key)
+	v, mem, err := n.readMissing(b.ctx, it.ds, it.idx, key, n.owners(it.ds, uint32(it.idx)))
 	if err != nil {
 		return dst, false, err
 	}
