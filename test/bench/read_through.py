@@ -61,6 +61,21 @@ def compare(args, one_round, prefix, what, extra=None, footer=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def compare_args(doc, samples, size, batch):
+    """An argument parser with what compare reads: the builds (--a, --b),
+    the dataset (--samples of --size bytes), the MGETs (--batch) and the
+    rounds (--seconds, --rounds), with these defaults."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", default=str(REPO / "bin"), help="folder of the base shade-peer")
+    ap.add_argument("--b", default=None, help="folder of the shade-peer to compare (default: --a)")
+    ap.add_argument("--samples", type=int, default=samples)
+    ap.add_argument("--size", type=int, default=size, help="bytes per sample")
+    ap.add_argument("--batch", type=int, default=batch, help="samples per MGET")
+    ap.add_argument("--seconds", type=float, default=6.0, help="seconds of reads per round and build")
+    ap.add_argument("--rounds", type=int, default=3)
+    return ap
+
+
 def builds_of(args):
     """The folders of the two builds (--a, --b), each holding shade-peer;
     without --a, the current tree is built into bin/ first."""
@@ -163,15 +178,8 @@ def one_round(build, data, files, batches, args, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", default=str(REPO / "bin"), help="folder of the base shade-peer")
-    ap.add_argument("--b", default=None, help="folder of the shade-peer to compare (default: --a)")
-    ap.add_argument("--samples", type=int, default=20000)
-    ap.add_argument("--size", type=int, default=4096, help="bytes per sample")
-    ap.add_argument("--batch", type=int, default=256, help="samples per MGET")
+    ap = compare_args(__doc__, samples=20000, size=4096, batch=256)
     ap.add_argument("--cache", default="16MiB", help="the peer's --cache-size")
-    ap.add_argument("--seconds", type=float, default=6.0, help="seconds of reads per round and build")
-    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     compare(args, one_round, "shade-rt-",
             f"{args.samples} samples of {args.size} bytes, cache {args.cache}, MGET of {args.batch} through redis-py")

@@ -21,7 +21,6 @@ owner read its samples and keep them; every value is checked against its
 file.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -33,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 import redis  # noqa: E402
 
-from read_through import compare, cpu_seconds, timed_mgets  # noqa: E402
+from read_through import compare, compare_args, cpu_seconds, timed_mgets  # noqa: E402
 
 
 def peer_pids(mesh_dir, n):
@@ -73,16 +72,9 @@ def one_round(build, data, files, batches, args, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", default=str(REPO / "bin"), help="folder of the base shade-peer")
-    ap.add_argument("--b", default=None, help="folder of the shade-peer to compare (default: --a)")
+    ap = compare_args(__doc__, samples=6000, size=512, batch=64)
     ap.add_argument("--peers", type=int, default=3)
     ap.add_argument("--replicas", type=int, default=1, help="owners of each sample (--replicas)")
-    ap.add_argument("--samples", type=int, default=6000)
-    ap.add_argument("--size", type=int, default=512, help="bytes per sample")
-    ap.add_argument("--batch", type=int, default=64, help="samples per MGET")
-    ap.add_argument("--seconds", type=float, default=6.0, help="seconds of reads per round and build")
-    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     compare(args, one_round, "shade-rm-",
             f"{args.peers} peers, --replicas {args.replicas}, {args.samples} samples of {args.size} bytes held "
