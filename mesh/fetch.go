@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/internal/nozero"
+	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -827,7 +828,7 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		n.hits(hit...)
 		ds.counters.Current().ServedPeers.Add(int64(len(hit)))
 	}
-	eachOnWorkers(len(misses), n.cfg.SourceReads, func(k int) {
+	workers.Each(len(misses), n.cfg.SourceReads, func(k int) {
 		m := misses[k]
 		id, it := req.IDs[m.item], &items[m.item]
 		var r read
@@ -906,28 +907,4 @@ func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
 type fetchMiss struct {
 	item int
 	key  []byte
-}
-
-// eachOnWorkers calls fn(k) for every k in [0, n) on up to workers
-// goroutines, each taking the next k once it is done with one (not a
-// goroutine a call), and returns once every call has returned: the source
-// reads of an MGet's misses and of a peer's fetch. One at a time (n or
-// workers 1), the calls run on the caller's goroutine.
-func eachOnWorkers(n, workers int, fn func(k int)) {
-	if min(n, workers) == 1 { // one at a time: on the caller's goroutine
-		for k := range n {
-			fn(k)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(n, workers) {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-				fn(int(k))
-			}
-		})
-	}
-	wg.Wait()
 }

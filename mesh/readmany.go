@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/readahead"
 )
@@ -63,12 +64,12 @@ func (n *Node) readElsewhere(ctx context.Context, ms []*mgetItem) {
 	} else {
 		close(late)
 	}
-	eachOnWorkers(len(reqs), elsewhereAtOnce, func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
+	workers.Each(len(reqs), elsewhereAtOnce, func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
 	var rest []int
 	for i := range late {
 		rest = append(rest, i)
 	}
-	eachOnWorkers(len(rest), maxFetchBatch, func(k int) {
+	workers.Each(len(rest), maxFetchBatch, func(k int) {
 		m := ms[rest[k]]
 		m.missed(n.readFromOwners(ctx, m.ds, m.idx, m.owners))
 	})
@@ -168,7 +169,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []*mgetItem, r *elsewhereReq
 		alt = make([]answer, len(r.ids))
 		tries = append(tries, func(ctx context.Context) ([]answer, error) {
 			var failed atomic.Bool
-			eachOnWorkers(len(r.ids), maxFetchBatch, func(k int) {
+			workers.Each(len(r.ids), maxFetchBatch, func(k int) {
 				m := ms[r.items[k]]
 				got, err := n.askOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
 				if err != nil {
@@ -206,7 +207,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []*mgetItem, r *elsewhereReq
 			ms[i].missed(answers[k].v, answers[k].mem, nil)
 		}
 	}
-	eachOnWorkers(len(rest), maxFetchBatch, func(j int) {
+	workers.Each(len(rest), maxFetchBatch, func(j int) {
 		k := rest[j]
 		m := ms[r.items[k]]
 		owners := without(m.owners, r.owner)

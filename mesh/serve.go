@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -319,7 +320,7 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	if len(others) > 0 {
 		wg.Go(func() { n.readElsewhere(ctx, others) })
 	}
-	eachOnWorkers(len(own), n.cfg.SourceReads, func(k int) {
+	workers.Each(len(own), n.cfg.SourceReads, func(k int) {
 		it := &b.items[own[k]]
 		v, mem, err := n.readMissing(ctx, it.ds, it.idx, keys[own[k]], it.owners)
 		it.missed(v, mem, err)

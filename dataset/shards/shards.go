@@ -53,6 +53,7 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/workers"
 )
 
 var (
@@ -331,24 +332,16 @@ func buildIndex(ctx context.Context, st store, at int) ([]sample, error) {
 	names, sizes := st.shards()
 	per := make([][]sample, len(names))
 	errs := make([]error, len(names))
-	var next, failed atomic.Int64
+	var failed atomic.Int64 // the first shard that failed so far
 	failed.Store(int64(len(names)))
-	var wg sync.WaitGroup
-	for range min(at, len(names)) {
-		wg.Go(func() {
-			for {
-				si := int(next.Add(1) - 1)
-				if si >= len(names) || int64(si) > failed.Load() {
-					return
-				}
-				per[si], errs[si] = indexShard(ctx, st, si, names[si])
-				if errs[si] != nil {
-					lower(&failed, int64(si))
-				}
-			}
-		})
-	}
-	wg.Wait()
+	workers.Each(len(names), at, func(si int) {
+		if int64(si) > failed.Load() {
+			return
+		}
+		if per[si], errs[si] = indexShard(ctx, st, si, names[si]); errs[si] != nil {
+			lower(&failed, int64(si))
+		}
+	})
 	var samples []sample
 	seen := map[string]bool{}
 	for si, shardName := range names {

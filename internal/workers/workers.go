@@ -140,3 +140,26 @@ func (p *Pool) Close() {
 		close(p.quit)
 	}
 }
+
+// Each calls fn(k) for every k in [0, n) on up to at goroutines, each
+// taking the next k once it is done with one (not a goroutine a call),
+// and returns once every call has returned. One at a time (n or at 1),
+// the calls run on the caller's goroutine.
+func Each(n, at int, fn func(k int)) {
+	if min(n, at) == 1 {
+		for k := range n {
+			fn(k)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(n, at) {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				fn(int(k))
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,4 +130,44 @@ func deep(n int) int {
 		return int(pad[0])
 	}
 	return deep(n-1) + int(pad[n])
+}
+
+// TestEachCallsEveryIndexOnceWithinItsBound: every k in [0, n) is called
+// exactly once, never more than at of them at once, and one at a time in
+// order.
+func TestEachCallsEveryIndexOnceWithinItsBound(t *testing.T) {
+	const n, at = 200, 4
+	var calls [n]atomic.Int32
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Each(n, at, func(k int) {
+			r := running.Add(1)
+			for p := peak.Load(); r > p && !peak.CompareAndSwap(p, r); p = peak.Load() {
+			}
+			<-release // the first calls are held until at of them run
+			calls[k].Add(1)
+			running.Add(-1)
+		})
+	}()
+	func() {
+		defer close(release)
+		testsupport.WaitFor(t, 10*time.Second, "at calls at once", func() bool { return running.Load() >= at })
+	}()
+	<-done
+	for k := range n {
+		if c := calls[k].Load(); c != 1 {
+			t.Fatalf("k %d called %d times", k, c)
+		}
+	}
+	if p := peak.Load(); p != at {
+		t.Fatalf("at most %d calls at once, want %d", p, at)
+	}
+	var order []int
+	Each(5, 1, func(k int) { order = append(order, k) }) // no lock: one at a time
+	if !slices.Equal(order, []int{0, 1, 2, 3, 4}) {
+		t.Fatalf("one at a time: order %v", order)
+	}
 }
