@@ -212,7 +212,6 @@ type Source struct {
 	cfg     Config
 	loc     Location
 	client  *minio.Client
-	core    minio.Core // client's requests without minio.Object (get)
 	objects []object
 	m       *dataset.Manifest
 	slots   chan struct{} // MaxInFlight tokens
@@ -232,7 +231,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, loc: loc, client: client, core: minio.Core{Client: client}, slots: make(chan struct{}, cfg.MaxInFlight)}
+	s := &Source{cfg: cfg, loc: loc, client: client, slots: make(chan struct{}, cfg.MaxInFlight)}
 	state := s.statePath()
 	if state != "" && !cfg.Relist {
 		s.objects, err = loadListing(state, cfg.Endpoint, loc)
@@ -384,12 +383,12 @@ func (s *Source) Stream(ctx context.Context, i int) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
 	}
 	o := s.objects[i]
-	opts, err := s.getOptions(o)
+	opts, err := getOptions(o)
 	if err != nil {
 		return nil, err
 	}
 	s.slots <- struct{}{}
-	body, _, _, err := s.core.GetObject(ctx, s.loc.Bucket, o.Key, opts)
+	body, _, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.loc.Bucket, o.Key, opts)
 	if err != nil {
 		<-s.slots
 		return nil, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, s.readError(o, err))
@@ -435,7 +434,7 @@ func (s *Source) get(o object, off, n int64, dst []byte) ([]byte, error) {
 	defer func() { <-s.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
-	opts, err := s.getOptions(o)
+	opts, err := getOptions(o)
 	if err != nil {
 		return dst, err
 	}
@@ -444,7 +443,7 @@ func (s *Source) get(o object, off, n int64, dst []byte) ([]byte, error) {
 			return dst, err
 		}
 	}
-	body, info, _, err := s.core.GetObject(ctx, s.loc.Bucket, o.Key, opts)
+	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.loc.Bucket, o.Key, opts)
 	if err != nil {
 		return dst, s.readError(o, err)
 	}
@@ -474,7 +473,7 @@ func (s *Source) get(o object, off, n int64, dst []byte) ([]byte, error) {
 }
 
 // getOptions conditions a GET of o on its listed ETag, where it has one.
-func (s *Source) getOptions(o object) (minio.GetObjectOptions, error) {
+func getOptions(o object) (minio.GetObjectOptions, error) {
 	var opts minio.GetObjectOptions
 	if o.ETag != "" {
 		if err := opts.SetMatchETag(o.ETag); err != nil {
