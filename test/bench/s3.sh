@@ -9,7 +9,10 @@
 #          flight with 2 workers; 32 threads a worker, as many GETs as the
 #          peer's default allows itself, ran slower on 2 cores)
 #   shade  shade.torch.ShadeDataset through one shade-peer serving
-#          fmnist=s3://BUCKET/PREFIX with --source-throttle latency=LATENCY
+#          fmnist=s3://BUCKET/PREFIX with --source-throttle latency=LATENCY;
+#          with PEERS=N (N > 1), through a local mesh of N such peers
+#          (deploy/local/mesh.sh), each epoch's batches split among them in
+#          turn as N trainers, one a peer, would split them
 #   shade-alt  (only with ALT_FLAGS) the same through a peer started with
 #          ALT_FLAGS as well, such as "--source-reads 16 --s3-max-in-flight
 #          16", in the same run
@@ -20,7 +23,8 @@
 #   test/bench/s3.sh [epochs]
 # Environment: LIMIT (training images imported, default 6000; 0: all 60,000),
 # BATCH (64), WORKERS (DataLoader workers, 2), LATENCY (20ms), THREADS (16),
-# CACHE_SIZE (the peer's --cache-size, 1GiB: the whole subset), READERS (the
+# PEERS (1), CACHE_SIZE (each peer's --cache-size, 1GiB: the whole subset),
+# SHADE_BASE_PORT (the mesh's first port, 28946), READERS (the
 # readers run, default "boto3 boto3-threads shade"), ALT_FLAGS (none), BIN
 # (bin), SHADE_VERSITYGW (the gateway binary; default: .ci/versitygw.sh
 # builds it).
@@ -35,7 +39,9 @@ THREADS=${THREADS:-16}
 READERS=${READERS:-boto3 boto3-threads shade}
 ALT_FLAGS=${ALT_FLAGS:-}
 CACHE_SIZE=${CACHE_SIZE:-1GiB}
+PEERS=${PEERS:-1}
 BIN=${BIN:-bin}
+export SHADE_BIN=$BIN SHADE_BASE_PORT=${SHADE_BASE_PORT:-28946}
 PY=/usr/bin/python3
 BUCKET=fmnist PREFIX=train
 ./.ci/deps.sh python3-torch python3-numpy python3-redis python3-msgpack python3-boto3 dataset-fashion-mnist
@@ -45,6 +51,7 @@ VGW=${SHADE_VERSITYGW:-$(.ci/versitygw.sh)}
 work=$(mktemp -d)
 pids=()
 cleanup() {
+	deploy/local/mesh.sh stop "$work/mesh" >/dev/null 2>&1 || true
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	rm -rf "$work"
@@ -57,7 +64,8 @@ endpoint=http://127.0.0.1:$(free_port)
 mkdir -p "$work/root"
 "$VGW" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "${endpoint#http://}" \
 	--access-log "$work/access.log" --keep-alive posix "$work/root" >"$work/vgw.log" 2>&1 &
-pids+=($!)
+vgw=$!
+pids+=($vgw)
 for _ in $(seq 300); do
 	$PY -c "import urllib.request, sys
 try: urllib.request.urlopen('$endpoint/', timeout=1)
@@ -69,28 +77,60 @@ done
 "$BIN/shadectl" dataset import-idx --limit "$LIMIT" --dst "$work/fmnist" >/dev/null 2>&1
 "$BIN/shadectl" dataset upload "$work/fmnist/train" "s3://$BUCKET/$PREFIX" --s3-endpoint "$endpoint" --s3-path-style 2>/dev/null
 echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(basename "$(dirname "$VGW")") on $endpoint (loopback, POSIX backend);" \
-	"batch $BATCH, $WORKERS DataLoader workers, $EPOCHS epochs; latency $LATENCY per GET on both sides; peer cache $CACHE_SIZE"
+	"batch $BATCH, $WORKERS DataLoader workers, $EPOCHS epochs; latency $LATENCY per GET on both sides;" \
+	"$PEERS peer(s), cache $CACHE_SIZE each"
 
 secs=$($PY -c "import re; v, u = re.fullmatch(r'([0-9.]+)(ms|s)', '$LATENCY').groups(); print(float(v) / (1000 if u == 'ms' else 1))")
 common=(--endpoint "$endpoint" --bucket "$BUCKET" --prefix "$PREFIX" --access-log "$work/access.log"
 	--epochs "$EPOCHS" --batch "$BATCH" --workers "$WORKERS")
 start=$(date +%s)
 : >"$work/rows.jsonl"
-# shade LABEL [FLAGS...]: a fresh peer with the throttle and FLAGS, read by
-# the shade reader, its rows labelled LABEL; the peer stopped after.
+# cpu PID...: seconds of CPU (user + system) the processes used so far.
+cpu() {
+	local stats=()
+	for p in "$@"; do stats+=("/proc/$p/stat"); done
+	awk -v hz="$(getconf CLK_TCK)" '{t += $14 + $15} END {printf "%.1f", t / hz}' "${stats[@]}"
+}
+# requests: the requests the mesh's peers sent each other so far, and
+# their frame bytes (each peer's /metrics).
+requests() {
+	for i in $(seq 0 $((PEERS - 1))); do
+		$PY -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
+			"http://127.0.0.1:$((SHADE_BASE_PORT + 100 + i))/metrics"
+	done | awk '/^shade_peer_requests_total/ {r += $2} /^shade_peer_bytes_total.*direction="out"/ {b += $2}
+		END {printf "%d requests, %.1f MB sent", r, b / 1e6}'
+}
+delta() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a - b}'; }
+# shade LABEL [FLAGS...]: a fresh peer (or mesh of PEERS peers) with the
+# throttle and FLAGS, read by the shade reader, its rows labelled LABEL;
+# stopped after.
 shade() {
 	local label=$1 sock=$work/$1.sock
 	shift
-	"$BIN/shade-peer" --name bench --socket "$sock" --dataset "fmnist=s3://$BUCKET/$PREFIX" \
-		--s3-endpoint "$endpoint" --s3-path-style --source-throttle "latency=$LATENCY" \
-		--cache-size "$CACHE_SIZE" --admin-addr off --log-level warn "$@" 2>>"$work/peer.log" &
-	local pid=$!
-	pids+=($pid)
-	for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+	local flags=(--dataset "fmnist=s3://$BUCKET/$PREFIX" --s3-endpoint "$endpoint" --s3-path-style
+		--source-throttle "latency=$LATENCY" --cache-size "$CACHE_SIZE" --log-level warn "$@")
+	if [ "$PEERS" -gt 1 ]; then
+		deploy/local/mesh.sh start "$PEERS" "$work/mesh" "${flags[@]}" >/dev/null
+		sock=$(seq -s, -f "$work/mesh/n%g.sock" 0 $((PEERS - 1)))
+	else
+		"$BIN/shade-peer" --name bench --socket "$sock" --admin-addr off "${flags[@]}" 2>>"$work/peer.log" &
+		pids+=($!)
+		for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+	fi
+	local peers=("${pids[-1]}") peers0 gw0
+	[ "$PEERS" -gt 1 ] && mapfile -t peers < <(cat "$work"/mesh/n*.pid)
+	peers0=$(cpu "${peers[@]}") gw0=$(cpu "$vgw")
 	OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py shade "${common[@]}" --socket "$sock" --label "$label" |
 		tee -a "$work/rows.jsonl"
-	kill -TERM "$pid"
-	wait "$pid" || true
+	echo "# $label: CPU over its epochs: the peers $(delta "$(cpu "${peers[@]}")" "$peers0") s" \
+		"(starting: $peers0 s), the gateway $(delta "$(cpu "$vgw")" "$gw0") s"
+	[ "$PEERS" -gt 1 ] && echo "# $label: requests between the peers (start included): $(requests)"
+	if [ "$PEERS" -gt 1 ]; then
+		deploy/local/mesh.sh stop "$work/mesh"
+	else
+		kill -TERM "${pids[-1]}"
+		wait "${pids[-1]}" || true
+	fi
 }
 for r in $READERS; do
 	case $r in
@@ -134,6 +174,13 @@ if "shade" not in modes:
     sys.exit(0)
 s0 = by[("shade", 0)]
 print()
+for m in [m for m in modes if m.startswith("shade")]:
+    # Every sample is asked for once an epoch: more GETs than samples in
+    # the cold epoch are reads the store served twice.
+    r = by[(m, 0)]
+    print(f"{m}: cold epoch {r['gets']} GETs for {r['samples']} samples ({r['gets'] / r['samples']:.3f} a sample);"
+          f" {r['peer_source_reads']} source reads counted by the peers; {r['hits_from_other_peers']} hits in other"
+          f" peers' memory")
 for m in [m for m in others if m.startswith("boto3")]:
     b0 = by[(m, 0)]
     ok = s0["epoch_time"] <= b0["epoch_time"]

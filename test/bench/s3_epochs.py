@@ -9,6 +9,9 @@ two ways, for test/bench/s3.sh:
          once on --threads threads (a stronger baseline than the plain one:
          as many GETs in flight as the peer allows itself per dataset)
   shade  shade.torch.ShadeDataset over a peer's socket: one MGET per batch.
+         Given several sockets (a mesh, one peer per trainer), batch b goes
+         to peer b mod the sockets, as the ranks of a job would split an
+         epoch's batches among their own peers.
 
 Both iterate the same seeded random order per epoch, in batches of --batch,
 with --workers DataLoader workers, and decode every image to a float tensor
@@ -99,6 +102,20 @@ class Boto3Dataset(Dataset):
         return decode_image(self._get(i)), self.labels[i], i
 
 
+class MeshDataset(Dataset):
+    """ds[(k, [i, j, ...])] = peer k's ShadeDataset's batch of those ids."""
+
+    def __init__(self, peers):
+        self.peers = peers
+
+    def __len__(self):
+        return len(self.peers[0])
+
+    def __getitem__(self, index):
+        k, ids = index
+        return self.peers[k].batch(ids)
+
+
 def order(n, seed, epoch):
     g = torch.Generator()
     g.manual_seed(seed * 1000 + epoch)
@@ -112,7 +129,7 @@ def main():
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--access-log", required=True)
-    ap.add_argument("--socket", help="the peer's socket (shade)")
+    ap.add_argument("--socket", help="the peer's socket, or a mesh's sockets joined by commas (shade)")
     ap.add_argument("--dataset", default="fmnist", help="the peer's dataset name (shade)")
     ap.add_argument("--latency", type=float, default=0.020, help="seconds slept before each boto3 GET")
     ap.add_argument("--epochs", type=int, default=3)
@@ -127,14 +144,24 @@ def main():
     if args.mode.startswith("boto3"):
         ds = Boto3Dataset(args.endpoint, args.bucket, args.prefix, args.latency, args.threads)
     else:
-        ds = ShadeDataset(args.socket, args.dataset)
+        peers = [ShadeDataset(s, args.dataset) for s in args.socket.split(",")]
+        ds = peers[0] if len(peers) == 1 else MeshDataset(peers)
     n = len(ds)
 
     def stats():
+        """The peers' SHADE.STATS counters, summed over the mesh."""
         if args.mode != "shade":
             return None
-        st = ds.client.stats(args.dataset)
-        return dict(st["datasets"][0]["total"], cache_entries=st["cache_entries"], cache_used=st["cache_used"])
+        total = {}
+        for p in peers:
+            st = p.client.stats(args.dataset)
+            for k, v in dict(st["datasets"][0]["total"], cache_entries=st["cache_entries"],
+                             cache_used=st["cache_used"]).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    total[k] = total.get(k, 0) + v
+        reads = total["hits"] + total["cold_misses"] + total["capacity_misses"]
+        total["hit_ratio"] = total["hits"] / reads if reads else 0.0
+        return total
 
     for epoch in range(args.epochs):
         ids = order(n, args.seed, epoch)
@@ -144,6 +171,8 @@ def main():
         else:
             # The same batches, each one call: ds[[i, j, ...]] (an MGET for shade).
             batches = [ids[b:b + args.batch] for b in range(0, n, args.batch)]
+            if isinstance(ds, MeshDataset):
+                batches = [(b % len(ds.peers), ids) for b, ids in enumerate(batches)]
             loader = DataLoader(ds, sampler=batches, batch_size=None, num_workers=args.workers)
         gets0, s0 = count_gets(args.access_log, args.bucket), stats()
         t0 = time.perf_counter()
@@ -164,11 +193,11 @@ def main():
                "batch": args.batch, "workers": args.workers}
         if s0 is not None:
             s1 = stats()
-            d = {k: s1[k] - s0[k] for k in ("hits", "cold_misses", "capacity_misses", "source_reads",
+            d = {k: s1[k] - s0[k] for k in ("hits", "peer_hits", "cold_misses", "capacity_misses", "source_reads",
                                             "evictions", "rejected_admissions")}
             reads = d["hits"] + d["cold_misses"] + d["capacity_misses"]
-            row.update({"peer_hits": d["hits"], "peer_misses": d["cold_misses"] + d["capacity_misses"],
-                        "peer_source_reads": d["source_reads"],
+            row.update({"peer_hits": d["hits"], "hits_from_other_peers": d["peer_hits"],
+                        "peer_misses": d["cold_misses"] + d["capacity_misses"], "peer_source_reads": d["source_reads"],
                         "hit_ratio": d["hits"] / reads if reads else 0.0,
                         "hit_ratio_total": s1["hit_ratio"], "evictions": d["evictions"],
                         "rejected_admissions": d["rejected_admissions"],
