@@ -136,7 +136,7 @@ func BenchmarkAnswerFetch(b *testing.B) {
 		for i := range req.IDs {
 			req.IDs[i] = uint32(rng.IntN(samples))
 		}
-		items, release, err := n.answerFetch(ctx, req)
+		items, release, err := n.answerFetch(ctx, "", req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -594,27 +594,23 @@ func noReply[Req any](fn func(req *Req) error) peerHandler {
 // if set, may change them (ClusterConfig.handlers).
 func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[peer.Method]peerHandler {
 	h := map[peer.Method]peerHandler{
-		wire.MethodFetch: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
-			return n.serveFetch(ctx, req)
-		}),
-		wire.MethodFetchStream: serve(func(ctx context.Context, _ string, req *wire.FetchReq) (any, error) {
-			return n.serveFetchStream(ctx, req)
-		}),
-		wire.MethodOffer:     n.serveOffer,
-		wire.MethodReport:    serve(n.serveReport),
-		wire.MethodJoin:      noReply(n.leaderJoin),
-		wire.MethodDone:      serve(n.serveDone),
-		wire.MethodReset:     noReply(n.leaderReset),
-		wire.MethodPublish:   serve(n.servePublish),
-		wire.MethodRelay:     serve(n.serveRelay),
-		wire.MethodScores:    noReply(n.applyScores),
-		wire.MethodReplicate: noReply(n.applyReplica),
-		wire.MethodState:     serve(n.serveState),
-		wire.MethodGetTable:  serve(n.serveGetTable),
-		wire.MethodGetOrder:  serve(n.serveGetOrder),
-		wire.MethodGetPart:   serve(n.serveGetPart),
-		wire.MethodResident:  noReply(n.leaderResident),
-		wire.MethodPing:      func(context.Context, string, []byte) (any, error) { return nil, nil },
+		wire.MethodFetch:       serve(n.serveFetch),
+		wire.MethodFetchStream: serve(n.serveFetchStream),
+		wire.MethodOffer:       n.serveOffer,
+		wire.MethodReport:      serve(n.serveReport),
+		wire.MethodJoin:        noReply(n.leaderJoin),
+		wire.MethodDone:        serve(n.serveDone),
+		wire.MethodReset:       noReply(n.leaderReset),
+		wire.MethodPublish:     serve(n.servePublish),
+		wire.MethodRelay:       serve(n.serveRelay),
+		wire.MethodScores:      noReply(n.applyScores),
+		wire.MethodReplicate:   noReply(n.applyReplica),
+		wire.MethodState:       serve(n.serveState),
+		wire.MethodGetTable:    serve(n.serveGetTable),
+		wire.MethodGetOrder:    serve(n.serveGetOrder),
+		wire.MethodGetPart:     serve(n.serveGetPart),
+		wire.MethodResident:    noReply(n.leaderResident),
+		wire.MethodPing:        func(context.Context, string, []byte) (any, error) { return nil, nil },
 	}
 	if edit != nil {
 		edit(n, h)

@@ -142,14 +142,12 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 	if v, mem, ok := n.readAhead.Take(ctx, ds, uint32(idx)); ok {
 		tookAhead(ds, mem)
 		if own {
-			if cached, sum := n.admit(sampleID(ds, idx), key, v, ds); cached && !mem {
-				n.offer(ds, uint32(idx), v, sum, owners, false)
-			}
+			n.keepAhead(ds, idx, key, v, mem, owners)
 		}
 		return v, mem, nil
 	}
 	if own {
-		r, err := n.readThrough(ctx, ds, idx, key, owners, true)
+		r, err := n.readThrough(ctx, ds, idx, key, owners, true, false)
 		return r.v, r.mem, err
 	}
 	return n.readFromOwners(ctx, ds, idx, owners)
@@ -160,6 +158,15 @@ func (n *Node) readMissing(ctx context.Context, ds *datasetState, idx int, key [
 func tookAhead(ds *datasetState, mem bool) {
 	if !mem {
 		ds.counters.Current().PrefetchHits.Add(1)
+	}
+}
+
+// keepAhead offers a sample of this node's that the read-ahead served to
+// the policy, and where it came from the source (not mem), to the other
+// owners, as a read through would.
+func (n *Node) keepAhead(ds *datasetState, idx int, key, v []byte, mem bool, owners []string) {
+	if cached, sum := n.admit(sampleID(ds, idx), key, v, ds); cached && !mem {
+		n.offer(ds, uint32(idx), v, sum, owners, false)
 	}
 }
 
@@ -341,12 +348,14 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 // read only. With forward, an owner before this one in the ring's
 // order is asked to read the sample through instead (see below); a node
 // serving such a request passes forward false, so requests never loop.
+// With asked, the caller has asked every co-owner already, as the read
+// would (readThroughMany), and none had it: the read goes to the source.
 //
 // The shared read runs until it ends, or the node closes, whatever its
 // callers: one that gives up (its ctx ends) stops waiting for it alone.
 // A peer whose hedged request lost cancels it, and that must not fail
 // the same read for this node's own trainers.
-func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward bool) (read, error) {
+func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key []byte, owners []string, forward, asked bool) (read, error) {
 	call := n.flight.Do(key, func() (read, error) {
 		// A caller found the sample missing some time ago (an MGET's
 		// misses are looked up before any is read); another read through
@@ -369,7 +378,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 		// heard from (coOwnerTry.whileAlive).
 		var (
 			tries []func(context.Context) (read, error)
-			asked []*coOwnerTry
+			tried []*coOwnerTry
 		)
 		before := forward
 		for _, co := range owners {
@@ -377,12 +386,12 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 				before = false
 				continue
 			}
-			if n.cluster == nil {
+			if n.cluster == nil || asked {
 				continue
 			}
 			mode := fetchMode{memoryOnly: !before, first: before}
 			t := newCoOwnerTry(n.cluster, co)
-			asked = append(asked, t)
+			tried = append(tried, t)
 			tries = append(tries, func(ctx context.Context) (read, error) {
 				defer close(t.ended)
 				r, err := n.fetchOne(ctx, co, ds, idx, mode)
@@ -396,7 +405,7 @@ func (n *Node) readThrough(ctx context.Context, ds *datasetState, idx int, key [
 			// slow: it may be reading the source itself, so wait for its
 			// answer rather than read the source beside it. One not
 			// heard from may have died: read the source now.
-			for _, t := range asked {
+			for _, t := range tried {
 				if err := t.whileAlive(ctx, n.cluster); err != nil {
 					return read{}, err
 				}
@@ -696,8 +705,8 @@ func (n *Node) fetchStream(ctx context.Context, owner string, ds *datasetState, 
 
 // serveFetch answers an owner's part of a read (MethodFetch): the values
 // msgpack-encoded in the reply.
-func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchResp, error) {
-	items, release, err := n.answerFetch(ctx, req)
+func (n *Node) serveFetch(ctx context.Context, from string, req *wire.FetchReq) (any, error) {
+	items, release, err := n.answerFetch(ctx, from, req)
 	if err != nil {
 		return nil, err
 	}
@@ -708,8 +717,8 @@ func (n *Node) serveFetch(ctx context.Context, req *wire.FetchReq) (*wire.FetchR
 // serveFetchStream answers an owner's part of a read (MethodFetchStream):
 // the values go to the stream as they are, and the serving memory they
 // take is held until the reply is sent.
-func (n *Node) serveFetchStream(ctx context.Context, req *wire.FetchReq) (any, error) {
-	items, release, err := n.answerFetch(ctx, req)
+func (n *Node) serveFetchStream(ctx context.Context, from string, req *wire.FetchReq) (any, error) {
+	items, release, err := n.answerFetch(ctx, from, req)
 	if err != nil {
 		return nil, err
 	}
@@ -720,8 +729,10 @@ func (n *Node) serveFetchStream(ctx context.Context, req *wire.FetchReq) (any, e
 // order of its ids: from memory (copied into one buffer, back to back),
 // else (unless MemoryOnly) read through. The bytes the values may take
 // are reserved in the node's serving memory before any is read; release
-// gives them back, once the values are no longer used.
-func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wire.FetchItem, release func(), err error) {
+// gives them back, once the values are no longer used. from, the node
+// that asked, is not asked for the samples it asked for, nor offered
+// them: it does not hold them, and keeps what this answer gives it.
+func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq) (items []wire.FetchItem, release func(), err error) {
 	ds, err := n.dataset(req.Dataset)
 	if err != nil {
 		return nil, nil, &peer.Error{Code: peer.CodeNotFound, Msg: err.Error()}
@@ -828,31 +839,47 @@ func (n *Node) answerFetch(ctx context.Context, req *wire.FetchReq) (items []wir
 		n.hits(hit...)
 		ds.counters.Current().ServedPeers.Add(int64(len(hit)))
 	}
-	workers.Each(len(misses), n.cfg.SourceReads, func(k int) {
-		m := misses[k]
-		id, it := req.IDs[m.item], &items[m.item]
-		var r read
-		var err error
+	// The misses this node owns are read through, each co-owner asked for
+	// its share at once (readThroughMany); any other (the asker's ring
+	// differs from this node's) is read from the source, served and not
+	// cached.
+	got := make([]throughItem, len(misses))
+	var owned, stale []*throughItem
+	for k, m := range misses {
+		id := req.IDs[m.item]
+		got[k] = throughItem{ds: ds, idx: int(id), key: m.key}
 		if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
-			r, err = n.readThrough(ctx, ds, int(id), m.key, owners, !req.First)
+			if contains(owners, from) {
+				owners = without(owners, from)
+			}
+			got[k].owners = owners
+			owned = append(owned, &got[k])
 		} else {
-			r.v, err = n.readSource(ds, int(id)) // not ours (a stale ring): serve, don't cache
+			stale = append(stale, &got[k])
 		}
-		v := r.v
-		if err != nil {
-			it.Err = err.Error()
-			return
+	}
+	n.readThroughMany(ctx, owned, !req.First)
+	workers.Each(len(stale), n.cfg.SourceReads, func(k int) {
+		t := stale[k]
+		t.r.v, t.err = n.readSource(ds, t.idx)
+	})
+	for k, m := range misses {
+		id, it, t := req.IDs[m.item], &items[m.item], &got[k]
+		if t.err != nil {
+			it.Err = t.err.Error()
+			continue
 		}
+		v := t.r.v
 		if int64(len(v)) != ds.manifest.Sizes[id] {
 			it.Err = errSizeDiffers
-			return
+			continue
 		}
 		ds.counters.Current().ServedPeers.Add(1)
-		it.Found, it.Sum = true, r.sum.of(v)
+		it.Found, it.Sum = true, t.r.sum.of(v)
 		if !req.Warm {
 			it.Value = v
 		}
-	})
+	}
 	// No socket settles another peer's reads once their reply is sent
 	// (Backend.Settle): the policy hears of this fetch's at once.
 	n.Settle()

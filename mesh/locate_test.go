@@ -148,7 +148,7 @@ func TestThePolicyHearsOfFetchesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items, release, err := n.answerFetch(context.Background(), &wire.FetchReq{Dataset: "ds", Version: ds.manifest.Version, IDs: []uint32{1, 7, 30}})
+	items, release, err := n.answerFetch(context.Background(), "", &wire.FetchReq{Dataset: "ds", Version: ds.manifest.Version, IDs: []uint32{1, 7, 30}})
 	if err != nil {
 		t.Fatal(err)
 	}

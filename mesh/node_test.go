@@ -528,7 +528,7 @@ func TestReadThroughOfACachedSample(t *testing.T) {
 	ds := n.ordered[0]
 	key := []byte(keyOfSample(ds, 2))
 	for i, wantMem := range []bool{false, true} {
-		r, err := n.readThrough(ctx, ds, 2, key, n.owners(ds, 2), true)
+		r, err := n.readThrough(ctx, ds, 2, key, n.owners(ds, 2), true, false)
 		if err != nil || !bytes.Equal(r.v, files[2]) || r.mem != wantMem {
 			t.Fatalf("read %d: %d bytes, from memory %v (%v); want the file's %d, from memory %v", i, len(r.v), r.mem, err, len(files[2]), wantMem)
 		}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -228,4 +229,179 @@ func without(owners []string, but string) []string {
 		}
 	}
 	return out
+}
+
+// throughItem is a sample readThroughMany reads through: one this node
+// owns (owners holds its name) and does not hold.
+type throughItem struct {
+	ds     *datasetState
+	idx    int
+	key    []byte
+	owners []string // the sample's owners, in the ring's order: kept
+	r      read     // what the read got, where err is nil
+	err    error
+	asked  int  // co-owners asked so far (owners but this node, in order)
+	done   bool // a co-owner answered it
+}
+
+// readThroughMany reads samples this node owns through, as readThrough
+// reads each (forward as there), but asks each co-owner for its share of
+// them at once: the misses of an MGET, or of a fetch another peer sent
+// this node, cost a request to each co-owner, not one a sample with its
+// hedge, goroutines and timer. In a replicated mesh reading a cold
+// dataset those per-sample asks were most of the requests between the
+// peers (test/results/s3.md).
+//
+// The co-owners are asked in the ring's order, as readThrough asks them:
+// one before this node (with forward) to read the sample through for
+// it, the others for their memory. The samples whose next co-owner,
+// dataset and mode are the same go in one request, of at most
+// maxFetchBatch samples and maxFetchBatchBytes; a sample a co-owner
+// answered is admitted here and done, and as soon as a request ends the
+// samples it did not get go on to their next co-owner. A request not
+// answered within throughWait is waited for while its co-owner is heard
+// from (coOwnerTry.whileAlive) and given up when it is not. A sample no
+// co-owner had is read through (readThrough with asked): from the
+// source, at most SourceReads at once, one source read for concurrent
+// reads of one sample. Every item has what its read got when
+// readThroughMany returns.
+func (n *Node) readThroughMany(ctx context.Context, items []*throughItem, forward bool) {
+	var wg sync.WaitGroup
+	sources := make(chan struct{}, n.cfg.SourceReads)
+	var next func(items []*throughItem)
+	next = func(items []*throughItem) {
+		reqs, rest := n.planThrough(ctx, items, forward)
+		// From here on each request's items are its own goroutine's.
+		for _, r := range reqs {
+			wg.Go(func() {
+				n.askCoOwner(ctx, r)
+				next(r.items)
+			})
+		}
+		for _, it := range rest {
+			sources <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sources }()
+				it.r, it.err = n.readThrough(ctx, it.ds, it.idx, it.key, it.owners, forward, true)
+			})
+		}
+	}
+	next(items)
+	wg.Wait()
+}
+
+// throughReq is one request of readThroughMany: samples of one dataset
+// asked of one co-owner in one mode.
+type throughReq struct {
+	co    string
+	ds    *datasetState
+	mode  fetchMode
+	items []*throughItem
+	ids   []uint32
+	bytes int64
+}
+
+// planThrough groups the items not done that have a co-owner left to ask
+// into requests to that co-owner (see readThroughMany); rest are the
+// others not done, to read from the source (all of them in a node
+// outside a mesh, or once ctx has ended).
+func (n *Node) planThrough(ctx context.Context, items []*throughItem, forward bool) (reqs []*throughReq, rest []*throughItem) {
+	type group struct {
+		co   string
+		ds   *datasetState
+		mode fetchMode
+	}
+	open := make(map[group]*throughReq)
+	for _, it := range items {
+		if it.done {
+			continue
+		}
+		co, mode, ok := n.coOwner(it.owners, it.asked, forward)
+		if !ok || n.cluster == nil || ctx.Err() != nil {
+			rest = append(rest, it)
+			continue
+		}
+		g := group{co, it.ds, mode}
+		size := it.ds.manifest.Sizes[it.idx]
+		r := open[g]
+		if r == nil || len(r.ids) == maxFetchBatch || r.bytes+size > maxFetchBatchBytes {
+			r = &throughReq{co: co, ds: it.ds, mode: mode}
+			open[g] = r
+			reqs = append(reqs, r)
+		}
+		r.items, r.ids, r.bytes = append(r.items, it), append(r.ids, uint32(it.idx)), r.bytes+size
+	}
+	return reqs, rest
+}
+
+// coOwner returns the k-th co-owner among owners (this node left out, in
+// the ring's order) and how readThrough asks it: one before this node,
+// with forward, to read the sample through (first), any other for its
+// memory. ok is false where there are k co-owners or fewer.
+func (n *Node) coOwner(owners []string, k int, forward bool) (co string, mode fetchMode, ok bool) {
+	before := forward
+	for _, o := range owners {
+		if o == n.cfg.Name {
+			before = false
+			continue
+		}
+		if k == 0 {
+			return o, fetchMode{memoryOnly: !before, first: before}, true
+		}
+		k--
+	}
+	return "", fetchMode{}, false
+}
+
+// askCoOwner sends one request of readThroughMany. A sample the co-owner
+// answered is admitted and done (from the co-owner's memory, or read
+// through by it); any other goes on to its next co-owner, as do all of
+// them where the request failed or was given up.
+func (n *Node) askCoOwner(ctx context.Context, r *throughReq) {
+	defer n.asking(r.co, len(r.ids))()
+	t := newCoOwnerTry(n.cluster, r.co)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var gaveUp atomic.Bool
+	if d := n.throughWait(r.ds); d >= 0 { // negative: never hedged, the request waited for
+		go func() { // gives the request up once its co-owner is not heard from
+			wait := time.NewTimer(d)
+			defer wait.Stop()
+			if stop, _ := t.until(rctx, wait.C); stop {
+				return
+			}
+			if t.whileAlive(rctx, n.cluster) != nil {
+				return
+			}
+			select {
+			case <-t.ended:
+			default:
+				gaveUp.Store(true)
+				cancel()
+			}
+		}()
+	}
+	start := time.Now()
+	got, err := n.fetchFrom(rctx, r.co, r.ds, r.ids, r.mode)
+	close(t.ended)
+	if err == nil && r.mode.memoryOnly {
+		// An answer from memory: what Node.fetchWait learns (a co-owner
+		// asked to read through answers after its source reads, which
+		// throughWait adds).
+		n.fetchWait.Observe(time.Since(start))
+	}
+	if err != nil && gaveUp.Load() {
+		r.ds.counters.Current().Hedged.Add(int64(len(r.ids)))
+	}
+	for k, it := range r.items {
+		it.asked++
+		if err != nil || !got[k].Found {
+			continue
+		}
+		v := got[k].Value
+		// fetchFrom checked the value against its sum.
+		n.admit(sampleID(it.ds, it.idx), it.key, v, it.ds)
+		it.r = read{v: v, mem: got[k].Hit || r.mode.memoryOnly, sum: knownSum{got[k].Sum, true}}
+		it.done = true
+	}
 }

@@ -396,3 +396,154 @@ func TestMGetLearnsItsOwnWait(t *testing.T) {
 		t.Errorf("the wait of single reads is %v after %d MGETs, want %v (nothing learned)", got, mgets, hedge.DefaultMax)
 	}
 }
+
+// mgetOwned returns the keys of up to k samples of n's dataset that n
+// owns, with owner (if not "") its co-owner, and their ids.
+func mgetOwned(n *Node, k int, owner string) (keys [][]byte, ids []int) {
+	ds := n.ordered[0]
+	for i := range ds.len {
+		owners := n.ownersView(ds, uint32(i))
+		if len(ids) < k && contains(owners, n.Name()) && (owner == "" || contains(owners, owner)) {
+			keys, ids = append(keys, []byte(keyOfSample(ds, uint32(i)))), append(ids, i)
+		}
+	}
+	return keys, ids
+}
+
+// meshSourceReads is the source reads of every node of m.
+func meshSourceReads(m *testMesh) (n int64) {
+	for _, p := range m.peers {
+		n += p.node.ordered[0].stats().Total.SourceReads
+	}
+	return n
+}
+
+// TestMGetAsksEachCoOwnerOnce: an MGET at a node of 48 samples it owns,
+// none of them in any node's memory, in a mesh of three with two
+// replicas, asks each co-owner in one request a mode (read the sample
+// through for it where the co-owner comes first in the ring's order, its
+// memory otherwise), not a request a sample; the co-owners reading
+// through for it do not ask it back; the source is read once a sample,
+// and the node holds every one after.
+func TestMGetAsksEachCoOwnerOnce(t *testing.T) {
+	var log fetchLog
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = -1
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.handlers = log.handlers
+	}})
+	reader := m.peers[0].node
+	keys, ids := mgetOwned(reader, 48, "")
+	if len(keys) != 48 {
+		t.Fatalf("%s owns %d samples, want 48", reader.Name(), len(keys))
+	}
+	before := meshSourceReads(m)
+	checkMGet(t, m, reader, keys, ids)
+	asked := 0
+	for _, p := range m.peers[1:] {
+		got := log.of(p.node.Name())
+		if len(got) > 2 {
+			t.Errorf("%s was asked in %d requests (%v samples each), want at most 2", p.node.Name(), len(got), got)
+		}
+		for _, k := range got {
+			asked += k
+		}
+	}
+	if asked != len(ids) {
+		t.Errorf("the co-owners were asked for %d samples, want each of the %d once", asked, len(ids))
+	}
+	if got := log.of(reader.Name()); len(got) != 0 {
+		t.Errorf("%s was asked back for %v samples", reader.Name(), got)
+	}
+	if n := meshSourceReads(m) - before; n != int64(len(ids)) {
+		t.Errorf("%d source reads, want %d: one a sample", n, len(ids))
+	}
+	for _, k := range keys {
+		if !reader.store.Has(k) {
+			t.Errorf("%s does not hold %s after reading it through", reader.Name(), k)
+		}
+	}
+}
+
+// TestMGetOwnedWaitsForALiveCoOwner: an MGET of samples a node owns with
+// a co-owner that stalls (its QUIC stack still acknowledges, and it
+// answers pings) waits for it rather than read the source beside it,
+// and gets every file's bytes once it answers; the source is read once
+// a sample.
+func TestMGetOwnedWaitsForALiveCoOwner(t *testing.T) {
+	const stalled = "n1"
+	st := newStall(t, stalled)
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = 50 * time.Millisecond
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.handlers = st.handlers
+	}})
+	reader := m.peers[0].node
+	keys, ids := mgetOwned(reader, 32, stalled)
+	if len(keys) != 32 {
+		t.Fatalf("%s owns %d samples with %s, want 32", reader.Name(), len(keys), stalled)
+	}
+	before := meshSourceReads(m)
+	st.holding.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- readMGet(m, reader, keys, ids) }()
+	<-st.entered
+	select {
+	case err := <-done:
+		t.Fatalf("the MGET ended while its co-owner stalled: %v", err)
+	case <-time.After(2 * time.Second): // past the hedge wait and many ack windows
+	}
+	if n := meshSourceReads(m) - before; n != 0 {
+		t.Fatalf("%d source reads beside a co-owner that is alive", n)
+	}
+	st.let()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the MGET still waits a minute after its co-owner answered")
+	}
+	if n := meshSourceReads(m) - before; n != int64(len(ids)) {
+		t.Errorf("%d source reads, want %d: one a sample", n, len(ids))
+	}
+}
+
+// TestMGetOwnedPastAKilledCoOwner: an MGET of samples a node owns whose
+// co-owner is killed while it holds the MGET's requests gets every
+// file's bytes, from the source.
+func TestMGetOwnedPastAKilledCoOwner(t *testing.T) {
+	const victim = "n1"
+	st := newStall(t, victim)
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = 50 * time.Millisecond
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.handlers = st.handlers
+	}})
+	reader := m.peers[0].node
+	keys, ids := mgetOwned(reader, 32, victim)
+	if len(keys) != 32 {
+		t.Fatalf("%s owns %d samples with %s, want 32", reader.Name(), len(keys), victim)
+	}
+	st.holding.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- readMGet(m, reader, keys, ids) }()
+	<-st.entered
+	for _, p := range m.peers {
+		if p.node.Name() == victim {
+			p.node.kill()
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the MGET still waits a minute after its co-owner was killed")
+	}
+}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/shade-mesh/shade/internal/workers"
+	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/transport"
 )
@@ -262,10 +262,12 @@ func (n *Node) ValueSize(key []byte) int {
 // MGet implements transport.Backend: it routes every key, records the
 // hits of the keys held here (the policy hears of them before it admits
 // the misses, lockPolicy, so that admitting them cannot evict this
-// batch's hits first), reads the samples not held here in parallel (at
-// most SourceReads of those this node owns at once; the others asked of
-// their owners, each owner for its share at once, readElsewhere), and
-// returns the batch; its Append copies each held value from the cache.
+// batch's hits first), reads the samples not held here in parallel
+// (those this node owns through its co-owners, each asked for its share
+// at once, then the source, at most SourceReads at once: readOwned; the
+// others asked of their owners, each owner for its share at once:
+// readElsewhere), and returns the batch; its Append copies each held
+// value from the cache.
 func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	b := &mgetBatch{n: n, ctx: ctx, keys: keys, items: make([]mgetItem, len(keys))}
 	if n.closed.Load() {
@@ -299,9 +301,9 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	if len(held) > 0 {
 		n.hits(held...)
 	}
-	// A miss this node owns is read through (from the source, at worst):
-	// up to SourceReads at once. Those it does not own are asked of their
-	// owners, each owner for its share at once (readElsewhere), beside.
+	// A miss this node owns is read through (from the source, at worst:
+	// readOwned). Those it does not own are asked of their owners, each
+	// owner for its share at once (readElsewhere), beside.
 	var (
 		own    []int
 		others []*mgetItem
@@ -320,13 +322,55 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 	if len(others) > 0 {
 		wg.Go(func() { n.readElsewhere(ctx, others) })
 	}
-	workers.Each(len(own), n.cfg.SourceReads, func(k int) {
-		it := &b.items[own[k]]
-		v, mem, err := n.readMissing(ctx, it.ds, it.idx, keys[own[k]], it.owners)
-		it.missed(v, mem, err)
-	})
+	n.readOwned(ctx, b, own)
 	wg.Wait()
 	return b
+}
+
+// readOwned reads the misses b.items[own] of an MGET, samples this node
+// owns, as readMissing would read each, but through readThroughMany:
+// each co-owner is asked for its share at once. Samples the read-ahead
+// holds or is fetching are taken from it once the others are read; those
+// it did not get in time are read after them.
+func (n *Node) readOwned(ctx context.Context, b *mgetBatch, own []int) {
+	var (
+		through []*throughItem
+		at      []int // the item of each of through
+		claims  []readahead.Claim
+		claimed []int
+	)
+	add := func(i int) {
+		it := &b.items[i]
+		through = append(through, &throughItem{ds: it.ds, idx: it.idx, key: b.keys[i], owners: it.owners})
+		at = append(at, i)
+	}
+	for _, i := range own {
+		if c, ok := n.readAhead.Claim(b.items[i].ds, uint32(b.items[i].idx)); ok {
+			claims, claimed = append(claims, c), append(claimed, i)
+		} else {
+			add(i)
+		}
+	}
+	readAll := func() {
+		n.readThroughMany(ctx, through, true)
+		for k, t := range through {
+			b.items[at[k]].missed(t.r.v, t.r.mem, t.err)
+		}
+		through, at = through[:0], at[:0]
+	}
+	readAll()
+	for k, c := range claims {
+		it := &b.items[claimed[k]]
+		v, mem, ok := c.Wait(ctx)
+		if !ok {
+			add(claimed[k])
+			continue
+		}
+		tookAhead(it.ds, mem)
+		n.keepAhead(it.ds, it.idx, b.keys[claimed[k]], v, mem, it.owners)
+		it.missed(v, mem, nil)
+	}
+	readAll()
 }
 
 // mgetBatch is one MGet's keys and what is known of them. Used by one

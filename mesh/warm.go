@@ -97,7 +97,7 @@ func (n *Node) Warm(ctx context.Context, name string) (int, error) {
 		if n.store.Has(key) {
 			continue
 		}
-		if _, err := n.readThrough(ctx, ds, int(id), key, owners, true); err != nil {
+		if _, err := n.readThrough(ctx, ds, int(id), key, owners, true, false); err != nil {
 			return loaded, err
 		}
 		if n.store.Has(key) {
