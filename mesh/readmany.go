@@ -279,6 +279,9 @@ func (n *Node) readThroughMany(ctx context.Context, items []*throughItem, forwar
 			})
 		}
 		for _, it := range rest {
+			if it.err = ctx.Err(); it.err != nil {
+				continue // the caller gave up: no read for it alone
+			}
 			sources <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sources }()
