@@ -69,6 +69,20 @@ func (l *lacking) handlers(n *Node, h map[peer.Method]peerHandler) {
 	}
 }
 
+// loggedMesh starts a mesh of 3 with two replicas and the given samples,
+// no read-ahead, whose fetch requests log records; none is hedged or
+// timed out (on a busy machine either asks again).
+func loggedMesh(t *testing.T, samples int) (*testMesh, *fetchLog) {
+	log := new(fetchLog)
+	m := startMesh(t, 3, meshOpts{samples: samples, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = -1
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.handlers = log.handlers
+	}})
+	return m, log
+}
+
 // reset forgets the requests logged so far.
 func (l *fetchLog) reset() {
 	l.mu.Lock()
@@ -128,14 +142,7 @@ func checkMGet(t *testing.T, m *testMesh, n *Node, keys [][]byte, ids []int) {
 // every one of them, and hold them), asks each of the two for half of
 // them in one request and gets every file's bytes from their memory.
 func TestMGetAsksEachOwnerOnce(t *testing.T) {
-	var log fetchLog
-	m := startMesh(t, 3, meshOpts{samples: 600, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.Prefetch = -1
-		// Neither hedged nor timed out on a busy machine: either asks again.
-		c.Cluster.HedgeAfter = -1
-		c.Cluster.FetchTimeout = 10 * time.Minute
-		c.Cluster.handlers = log.handlers
-	}})
+	m, log := loggedMesh(t, 600)
 	for _, p := range m.peers[1:] {
 		if _, err := p.node.Warm(context.Background(), "ds"); err != nil {
 			t.Fatal(err)
@@ -426,13 +433,7 @@ func meshSourceReads(m *testMesh) (n int64) {
 // through for it do not ask it back; the source is read once a sample,
 // and the node holds every one after.
 func TestMGetAsksEachCoOwnerOnce(t *testing.T) {
-	var log fetchLog
-	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.Prefetch = -1
-		c.Cluster.HedgeAfter = -1
-		c.Cluster.FetchTimeout = 10 * time.Minute
-		c.Cluster.handlers = log.handlers
-	}})
+	m, log := loggedMesh(t, 300)
 	reader := m.peers[0].node
 	keys, ids := mgetOwned(reader, 48, "")
 	if len(keys) != 48 {
@@ -466,15 +467,14 @@ func TestMGetAsksEachCoOwnerOnce(t *testing.T) {
 	}
 }
 
-// TestMGetOwnedWaitsForALiveCoOwner: an MGET of samples a node owns with
-// a co-owner that stalls (its QUIC stack still acknowledges, and it
-// answers pings) waits for it rather than read the source beside it,
-// and gets every file's bytes once it answers; the source is read once
-// a sample.
-func TestMGetOwnedWaitsForALiveCoOwner(t *testing.T) {
-	const stalled = "n1"
-	st := newStall(t, stalled)
-	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
+// stalledMGet starts a mesh of 3 with two replicas whose node named
+// stalled holds the fetches it takes in, and an MGET at n0 of 32 samples
+// n0 owns with that node; it returns once the node holds the MGET's
+// first request, with what the MGET will end with (readMGet).
+func stalledMGet(t *testing.T, stalled string) (m *testMesh, st *stall, ids []int, done <-chan error) {
+	t.Helper()
+	st = newStall(t, stalled)
+	m = startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
 		c.Cluster.Prefetch = -1
 		c.Cluster.HedgeAfter = 50 * time.Millisecond
 		c.Cluster.FetchTimeout = 10 * time.Minute
@@ -485,11 +485,34 @@ func TestMGetOwnedWaitsForALiveCoOwner(t *testing.T) {
 	if len(keys) != 32 {
 		t.Fatalf("%s owns %d samples with %s, want 32", reader.Name(), len(keys), stalled)
 	}
-	before := meshSourceReads(m)
 	st.holding.Store(true)
-	done := make(chan error, 1)
-	go func() { done <- readMGet(m, reader, keys, ids) }()
+	end := make(chan error, 1)
+	go func() { end <- readMGet(m, reader, keys, ids) }()
 	<-st.entered
+	return m, st, ids, end
+}
+
+// endsWithin fails t unless done yields nil within a minute.
+func endsWithin(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the MGET still waits a minute after %s", what)
+	}
+}
+
+// TestMGetOwnedWaitsForALiveCoOwner: an MGET of samples a node owns with
+// a co-owner that stalls (its QUIC stack still acknowledges, and it
+// answers pings) waits for it rather than read the source beside it,
+// and gets every file's bytes once it answers; the source is read once
+// a sample.
+func TestMGetOwnedWaitsForALiveCoOwner(t *testing.T) {
+	m, st, ids, done := stalledMGet(t, "n1")
+	before := meshSourceReads(m)
 	select {
 	case err := <-done:
 		t.Fatalf("the MGET ended while its co-owner stalled: %v", err)
@@ -499,14 +522,7 @@ func TestMGetOwnedWaitsForALiveCoOwner(t *testing.T) {
 		t.Fatalf("%d source reads beside a co-owner that is alive", n)
 	}
 	st.let()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the MGET still waits a minute after its co-owner answered")
-	}
+	endsWithin(t, done, "its co-owner answered")
 	if n := meshSourceReads(m) - before; n != int64(len(ids)) {
 		t.Errorf("%d source reads, want %d: one a sample", n, len(ids))
 	}
@@ -517,33 +533,11 @@ func TestMGetOwnedWaitsForALiveCoOwner(t *testing.T) {
 // file's bytes, from the source.
 func TestMGetOwnedPastAKilledCoOwner(t *testing.T) {
 	const victim = "n1"
-	st := newStall(t, victim)
-	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.Prefetch = -1
-		c.Cluster.HedgeAfter = 50 * time.Millisecond
-		c.Cluster.FetchTimeout = 10 * time.Minute
-		c.Cluster.handlers = st.handlers
-	}})
-	reader := m.peers[0].node
-	keys, ids := mgetOwned(reader, 32, victim)
-	if len(keys) != 32 {
-		t.Fatalf("%s owns %d samples with %s, want 32", reader.Name(), len(keys), victim)
-	}
-	st.holding.Store(true)
-	done := make(chan error, 1)
-	go func() { done <- readMGet(m, reader, keys, ids) }()
-	<-st.entered
+	m, _, _, done := stalledMGet(t, victim)
 	for _, p := range m.peers {
 		if p.node.Name() == victim {
 			p.node.kill()
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the MGET still waits a minute after its co-owner was killed")
-	}
+	endsWithin(t, done, "its co-owner was killed")
 }
