@@ -445,3 +445,68 @@ func TestListingOfFolders(t *testing.T) {
 		}
 	}
 }
+
+// damaging flips the first byte of the body of the first n object PUTs
+// on their way to the real gateway, and counts the object PUTs.
+type damaging struct {
+	n, puts atomic.Int64
+	next    http.RoundTripper
+}
+
+func (tr *damaging) RoundTrip(r *http.Request) (*http.Response, error) {
+	parts := strings.SplitN(r.URL.Path, "/", 3)
+	if r.Method == http.MethodPut && len(parts) == 3 && parts[2] != "" {
+		tr.puts.Add(1)
+		if tr.n.Add(-1) >= 0 {
+			body, err := io.ReadAll(r.Body)
+			r.Body.Close()
+			if err != nil {
+				return nil, err
+			}
+			body[0] ^= 0xff
+			r = r.Clone(r.Context())
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+	}
+	return tr.next.RoundTrip(r)
+}
+
+// TestUploadBodyIsChecked: an upload sends each object's MD5 with it, so
+// that a body damaged on its way is refused by the store (BadDigest),
+// not kept: the upload fails saying which object, nothing of it is in
+// the bucket, and a second upload puts the right bytes.
+func TestUploadBodyIsChecked(t *testing.T) {
+	g := s3test.Start(t)
+	dir := t.TempDir()
+	want := []byte("the bytes of one sample, as the trainer must get them")
+	if err := os.MkdirAll(filepath.Join(dir, "c0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "c0", "a.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr := &damaging{next: http.DefaultTransport}
+	tr.n.Store(1)
+	cfg := config(g, "s3://shade-up/p")
+	cfg.Transport = tr
+	if _, err := s3source.Upload(context.Background(), cfg, dir, nil); err == nil || !strings.Contains(err.Error(), "p/c0/a.bin") {
+		t.Fatalf("upload of a damaged body: %v, want an error naming the object", err)
+	}
+	if _, err := s3source.Open(context.Background(), config(g, "s3://shade-up/p")); !errors.Is(err, dataset.ErrEmpty) {
+		t.Fatalf("after the refused upload: %v, want nothing under the prefix", err)
+	}
+	rep, err := s3source.Upload(context.Background(), cfg, dir, nil)
+	if err != nil || rep.Uploaded != 1 {
+		t.Fatalf("second upload: %+v, %v", rep, err)
+	}
+	src, err := s3source.Open(context.Background(), config(g, "s3://shade-up/p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := src.Read(0, nil); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back %q, %v; want %q", got, err, want)
+	}
+	if tr.puts.Load() != 2 {
+		t.Errorf("%d object PUTs, want 2 (a refused body is not retried)", tr.puts.Load())
+	}
+}

@@ -140,6 +140,12 @@ func (s *Source) put(ctx context.Context, key, path string, size int64) error {
 	return nil
 }
 
+// putOnce PUTs the file once. The request's head is signed and the body
+// sent as it is, with its MD5 for the store to check (Content-MD5): to an
+// endpoint without TLS minio-go would otherwise sign the body in signed
+// chunks (aws-chunked), about a tenth of the client's CPU for a PUT of a
+// small object (BenchmarkUpload, four runs each: 492-563 against
+// 546-622 us of CPU an object).
 func (s *Source) putOnce(ctx context.Context, key, path string, size int64) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -148,7 +154,8 @@ func (s *Source) putOnce(ctx context.Context, key, path string, size int64) erro
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	info, err := s.client.PutObject(ctx, s.loc.Bucket, key, f, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	info, err := s.client.PutObject(ctx, s.loc.Bucket, key, f, size, minio.PutObjectOptions{
+		ContentType: "application/octet-stream", SendContentMd5: true, DisableContentSha256: true})
 	if err != nil {
 		return err
 	}
