@@ -9,6 +9,7 @@ import (
 	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/readahead"
+	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // readElsewhere reads the misses of an MGET that this node does not own
@@ -359,42 +360,41 @@ func (n *Node) coOwner(owners []string, k int, forward bool) (co string, mode fe
 // askCoOwner sends one request of readThroughMany. A sample the co-owner
 // answered is admitted and done (from the co-owner's memory, or read
 // through by it); any other goes on to its next co-owner, as do all of
-// them where the request failed or was given up.
+// them where the request failed or was given up. It is hedged as
+// readThrough's tries are (hedge.First, throughWait): past the wait, the
+// request is given up once its co-owner is not heard from
+// (coOwnerTry.whileAlive).
 func (n *Node) askCoOwner(ctx context.Context, r *throughReq) {
 	defer n.asking(r.co, len(r.ids))()
 	t := newCoOwnerTry(n.cluster, r.co)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var gaveUp atomic.Bool
-	if d := n.throughWait(r.ds); d >= 0 { // negative: never hedged, the request waited for
-		go func() { // gives the request up once its co-owner is not heard from
-			wait := time.NewTimer(d)
-			defer wait.Stop()
-			if stop, _ := t.until(rctx, wait.C); stop {
-				return
+	start := time.Now()
+	got, how, err := hedge.First(ctx, n.workers.Go, n.throughWait(r.ds),
+		func(ctx context.Context) ([]wire.FetchItem, error) {
+			defer close(t.ended)
+			got, err := n.fetchFrom(ctx, r.co, r.ds, r.ids, r.mode)
+			if err == nil && r.mode.memoryOnly {
+				// An answer from memory: what Node.fetchWait learns (a
+				// co-owner asked to read through answers after its source
+				// reads, which throughWait adds).
+				n.fetchWait.Observe(time.Since(start))
 			}
-			if t.whileAlive(rctx, n.cluster) != nil {
-				return
+			return got, err
+		},
+		// Giving up: an answer of no items, which ends the request.
+		func(ctx context.Context) ([]wire.FetchItem, error) {
+			if err := t.whileAlive(ctx, n.cluster); err != nil {
+				return nil, err
 			}
 			select {
-			case <-t.ended:
+			case <-t.ended: // answered or failed: the request's outcome stands
+				return nil, errNotFound
 			default:
-				gaveUp.Store(true)
-				cancel()
+				return nil, nil
 			}
-		}()
-	}
-	start := time.Now()
-	got, err := n.fetchFrom(rctx, r.co, r.ds, r.ids, r.mode)
-	close(t.ended)
-	if err == nil && r.mode.memoryOnly {
-		// An answer from memory: what Node.fetchWait learns (a co-owner
-		// asked to read through answers after its source reads, which
-		// throughWait adds).
-		n.fetchWait.Observe(time.Since(start))
-	}
-	if err != nil && gaveUp.Load() {
+		})
+	if err == nil && how.Index == 1 {
 		r.ds.counters.Current().Hedged.Add(int64(len(r.ids)))
+		err = errNotFound
 	}
 	for k, it := range r.items {
 		it.asked++
