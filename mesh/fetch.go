@@ -767,9 +767,10 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 	// first value found: a fetch of samples read through (each a buffer of
 	// its own) makes none.
 	var vals *copyBuffer
-	var misses []fetchMiss // items not in memory, to read through
-	var keyBuf []byte      // the key of the item looked up; a miss keeps a copy
-	var hit []policy.ID    // the items served from memory
+	var misses []throughItem // items not in memory, to read through
+	var missAt []int         // the index in the request of each of misses
+	var keyBuf []byte        // the key of the item looked up; a miss keeps a copy
+	var hit []policy.ID      // the items served from memory
 	for i, id := range req.IDs {
 		if int(id) >= ds.len {
 			items[i].Err = "index out of range"
@@ -830,7 +831,8 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 			continue
 		}
 		if !req.MemoryOnly {
-			misses = append(misses, fetchMiss{i, slices.Clone(key)})
+			misses = append(misses, throughItem{ds: ds, idx: int(id), key: slices.Clone(key)})
+			missAt = append(missAt, i)
 		}
 	}
 	// The policy hears of the values served from memory at once, before
@@ -843,19 +845,17 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 	// its share at once (readThroughMany); any other (the asker's ring
 	// differs from this node's) is read from the source, served and not
 	// cached.
-	got := make([]throughItem, len(misses))
 	var owned, stale []*throughItem
-	for k, m := range misses {
-		id := req.IDs[m.item]
-		got[k] = throughItem{ds: ds, idx: int(id), key: m.key}
-		if owners := n.ownersView(ds, id); contains(owners, n.cfg.Name) {
+	for k := range misses {
+		t := &misses[k]
+		if owners := n.ownersView(ds, uint32(t.idx)); contains(owners, n.cfg.Name) {
 			if contains(owners, from) {
 				owners = without(owners, from)
 			}
-			got[k].owners = owners
-			owned = append(owned, &got[k])
+			t.owners = owners
+			owned = append(owned, t)
 		} else {
-			stale = append(stale, &got[k])
+			stale = append(stale, t)
 		}
 	}
 	n.readThroughMany(ctx, owned, !req.First)
@@ -863,14 +863,14 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 		t := stale[k]
 		t.r.v, t.err = n.readSource(ds, t.idx)
 	})
-	for k, m := range misses {
-		id, it, t := req.IDs[m.item], &items[m.item], &got[k]
+	for k := range misses {
+		it, t := &items[missAt[k]], &misses[k]
 		if t.err != nil {
 			it.Err = t.err.Error()
 			continue
 		}
 		v := t.r.v
-		if int64(len(v)) != ds.manifest.Sizes[id] {
+		if int64(len(v)) != ds.manifest.Sizes[t.idx] {
 			it.Err = errSizeDiffers
 			continue
 		}
@@ -927,11 +927,4 @@ const errSizeDiffers = "size differs from the manifest"
 // order (see package readahead); calls for a slice already followed do nothing.
 func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
 	n.readAhead.Follow(ds, p, rank)
-}
-
-// fetchMiss is an item of a fetch that answerFetch reads through: its
-// index in the request, and its sample's key.
-type fetchMiss struct {
-	item int
-	key  []byte
 }
