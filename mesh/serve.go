@@ -334,43 +334,44 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 // it did not get in time are read after them.
 func (n *Node) readOwned(ctx context.Context, b *mgetBatch, own []int) {
 	var (
-		through []*throughItem
-		at      []int // the item of each of through
-		claims  []readahead.Claim
-		claimed []int
+		claims       []readahead.Claim
+		claimed, ask []int
 	)
-	add := func(i int) {
-		it := &b.items[i]
-		through = append(through, &throughItem{ds: it.ds, idx: it.idx, key: b.keys[i], owners: it.owners})
-		at = append(at, i)
-	}
 	for _, i := range own {
 		if c, ok := n.readAhead.Claim(b.items[i].ds, uint32(b.items[i].idx)); ok {
 			claims, claimed = append(claims, c), append(claimed, i)
 		} else {
-			add(i)
+			ask = append(ask, i)
 		}
 	}
-	readAll := func() {
-		n.readThroughMany(ctx, through, true)
-		for k, t := range through {
-			b.items[at[k]].missed(t.r.v, t.r.mem, t.err)
-		}
-		through, at = through[:0], at[:0]
-	}
-	readAll()
+	n.readThroughItems(ctx, b, ask)
+	var late []int
 	for k, c := range claims {
 		it := &b.items[claimed[k]]
 		v, mem, ok := c.Wait(ctx)
 		if !ok {
-			add(claimed[k])
+			late = append(late, claimed[k])
 			continue
 		}
 		tookAhead(it.ds, mem)
 		n.keepAhead(it.ds, it.idx, b.keys[claimed[k]], v, mem, it.owners)
 		it.missed(v, mem, nil)
 	}
-	readAll()
+	n.readThroughItems(ctx, b, late)
+}
+
+// readThroughItems reads b.items[at], misses this node owns, through
+// readThroughMany, and records what each read got.
+func (n *Node) readThroughItems(ctx context.Context, b *mgetBatch, at []int) {
+	through := make([]*throughItem, len(at))
+	for k, i := range at {
+		it := &b.items[i]
+		through[k] = &throughItem{ds: it.ds, idx: it.idx, key: b.keys[i], owners: it.owners}
+	}
+	n.readThroughMany(ctx, through, true)
+	for k, t := range through {
+		b.items[at[k]].missed(t.r.v, t.r.mem, t.err)
+	}
 }
 
 // mgetBatch is one MGet's keys and what is known of them. Used by one
