@@ -47,10 +47,11 @@ cache=$(/usr/bin/python3 -c "print(max(65536, int($FRACTION * $bytes / $PEERS) /
 echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); dataset $DATA/train ($bytes bytes);" \
 	"$PEERS peers, cache $cache bytes each ($FRACTION of the data over the mesh); source throttle $THROTTLE per peer"
 
+. test/bench/lib.sh
 cpu() { # seconds of CPU (user + system) the peers used so far
-	local stats=()
-	for f in "$work"/mesh/n*.pid; do stats+=("/proc/$(cat "$f")/stat"); done
-	awk -v hz="$(getconf CLK_TCK)" '{t += $14 + $15} END {printf "%.1f", t / hz}' "${stats[@]}"
+	local pids=()
+	for f in "$work"/mesh/n*.pid; do pids+=("$(cat "$f")"); done
+	cpu_seconds "${pids[@]}"
 }
 
 run() { # label cache-size prefetch throttle

@@ -85,12 +85,7 @@ common=(--endpoint "$endpoint" --bucket "$BUCKET" --prefix "$PREFIX" --access-lo
 	--epochs "$EPOCHS" --batch "$BATCH" --workers "$WORKERS")
 start=$(date +%s)
 : >"$work/rows.jsonl"
-# cpu PID...: seconds of CPU (user + system) the processes used so far.
-cpu() {
-	local stats=()
-	for p in "$@"; do stats+=("/proc/$p/stat"); done
-	awk -v hz="$(getconf CLK_TCK)" '{t += $14 + $15} END {printf "%.1f", t / hz}' "${stats[@]}"
-}
+. test/bench/lib.sh
 # requests: the requests the mesh's peers sent each other so far, and
 # their frame bytes (each peer's /metrics).
 requests() {
@@ -119,11 +114,11 @@ shade() {
 	fi
 	local peers=("${pids[-1]}") peers0 gw0
 	[ "$PEERS" -gt 1 ] && mapfile -t peers < <(cat "$work"/mesh/n*.pid)
-	peers0=$(cpu "${peers[@]}") gw0=$(cpu "$vgw")
+	peers0=$(cpu_seconds "${peers[@]}") gw0=$(cpu_seconds "$vgw")
 	OMP_NUM_THREADS=1 $PY test/bench/s3_epochs.py shade "${common[@]}" --socket "$sock" --label "$label" |
 		tee -a "$work/rows.jsonl"
-	echo "# $label: CPU over its epochs: the peers $(delta "$(cpu "${peers[@]}")" "$peers0") s" \
-		"(starting: $peers0 s), the gateway $(delta "$(cpu "$vgw")" "$gw0") s"
+	echo "# $label: CPU over its epochs: the peers $(delta "$(cpu_seconds "${peers[@]}")" "$peers0") s" \
+		"(starting: $peers0 s), the gateway $(delta "$(cpu_seconds "$vgw")" "$gw0") s"
 	[ "$PEERS" -gt 1 ] && echo "# $label: requests between the peers (start included): $(requests)"
 	if [ "$PEERS" -gt 1 ]; then
 		deploy/local/mesh.sh stop "$work/mesh"
