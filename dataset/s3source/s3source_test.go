@@ -369,9 +369,13 @@ func TestInFlightBoundAndRequestTimeout(t *testing.T) {
 
 // isObjectGet reports whether r is a GET of an object (path-style
 // /BUCKET/KEY), not a listing (/BUCKET/?list-type=2).
-func isObjectGet(r *http.Request) bool {
+func isObjectGet(r *http.Request) bool { return r.Method == http.MethodGet && isObject(r) }
+
+// isObject reports whether r names an object (/BUCKET/KEY, path-style),
+// not a bucket.
+func isObject(r *http.Request) bool {
 	parts := strings.SplitN(r.URL.Path, "/", 3)
-	return r.Method == http.MethodGet && len(parts) == 3 && parts[2] != ""
+	return len(parts) == 3 && parts[2] != ""
 }
 
 // TestSilentEndpointFailsOpen: an endpoint that accepts connections but
@@ -454,8 +458,7 @@ type damaging struct {
 }
 
 func (tr *damaging) RoundTrip(r *http.Request) (*http.Response, error) {
-	parts := strings.SplitN(r.URL.Path, "/", 3)
-	if r.Method == http.MethodPut && len(parts) == 3 && parts[2] != "" {
+	if r.Method == http.MethodPut && isObject(r) {
 		tr.puts.Add(1)
 		if tr.n.Add(-1) >= 0 {
 			body, err := io.ReadAll(r.Body)
