@@ -9,7 +9,6 @@ import (
 	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/readahead"
-	"github.com/shade-mesh/shade/mesh/wire"
 )
 
 // readElsewhere reads the misses of an MGET that this node does not own
@@ -233,16 +232,42 @@ func without(owners []string, but string) []string {
 }
 
 // throughItem is a sample readThroughMany reads through: one this node
-// owns (owners holds its name) and does not hold.
+// owns (owners holds its name) and does not hold. Its outcome (r, err)
+// is set once, by the first of its reads to end (settle), and is the
+// caller's once readThroughMany returns.
 type throughItem struct {
 	ds     *datasetState
 	idx    int
 	key    []byte
 	owners []string // the sample's owners, in the ring's order: kept
-	r      read     // what the read got, where err is nil
-	err    error
-	asked  int  // co-owners asked so far (owners but this node, in order)
-	done   bool // a co-owner answered it
+	// asked and late belong to the goroutine that plans the item's next
+	// read (readThroughMany hands items from one to the next whole).
+	asked int           // co-owners asked so far (owners but this node, in order)
+	late  []*throughReq // requests for it still out past their wait
+
+	mu   sync.Mutex
+	done bool // r and err are set
+	r    read // what the read got, where err is nil
+	err  error
+}
+
+// settle records what a read of the item got, unless another read of it
+// ended first; it reports whether this one's was kept.
+func (it *throughItem) settle(r read, err error) bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.done {
+		return false
+	}
+	it.done, it.r, it.err = true, r, err
+	return true
+}
+
+// settled reports whether a read of the item has ended.
+func (it *throughItem) settled() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.done
 }
 
 // readThroughMany reads samples this node owns through, as readThrough
@@ -258,40 +283,66 @@ type throughItem struct {
 // it, the others for their memory. The samples whose next co-owner,
 // dataset and mode are the same go in one request, of at most
 // maxFetchBatch samples and maxFetchBatchBytes; a sample a co-owner
-// answered is admitted here and done, and as soon as a request ends the
-// samples it did not get go on to their next co-owner. A request not
-// answered within throughWait is waited for while its co-owner is heard
-// from (coOwnerTry.whileAlive) and given up when it is not. A sample no
-// co-owner had is read through (readThrough with asked): from the
-// source, at most SourceReads at once, one source read for concurrent
-// reads of one sample. Every item has what its read got when
-// readThroughMany returns.
+// answered is admitted here and settled. As soon as a request ends, or
+// has gone throughWait without an answer, the samples it has not got go
+// on to their next co-owner; a request past its wait goes on beside
+// them, and the first answer for a sample is kept. A sample no co-owner
+// had is read through (readThrough with asked): from the source, at most
+// SourceReads at once, one source read for concurrent reads of a
+// sample; but only once each request still out for it has ended or its
+// co-owner is not heard from (coOwnerTry.whileAlive): a co-owner alive
+// but slow may be reading the source itself. Every item is settled when
+// readThroughMany returns, and no request of it is still out.
 func (n *Node) readThroughMany(ctx context.Context, items []*throughItem, forward bool) {
-	var wg sync.WaitGroup
+	// The requests past their wait (late) are given up once every item
+	// is settled.
+	ctx, cancel := context.WithCancel(ctx)
+	var reads, late sync.WaitGroup
+	defer late.Wait()
+	defer cancel()
 	sources := make(chan struct{}, n.cfg.SourceReads)
+	source := func(it *throughItem) {
+		defer func() { <-sources }()
+		it.settle(n.readThrough(ctx, it.ds, it.idx, it.key, it.owners, forward, true))
+	}
 	var next func(items []*throughItem)
 	next = func(items []*throughItem) {
 		reqs, rest := n.planThrough(ctx, items, forward)
 		// From here on each request's items are its own goroutine's.
 		for _, r := range reqs {
-			wg.Go(func() {
-				n.askCoOwner(ctx, r)
+			reads.Go(func() {
+				n.askCoOwner(ctx, r, &late)
 				next(r.items)
 			})
 		}
 		for _, it := range rest {
-			if it.err = ctx.Err(); it.err != nil {
-				continue // the caller gave up: no read for it alone
+			if len(it.late) > 0 {
+				reads.Go(func() {
+					for _, r := range it.late {
+						<-r.settled
+					}
+					if it.settled() {
+						return // a request still out answered it
+					}
+					if err := ctx.Err(); err != nil {
+						it.settle(read{}, err)
+						return
+					}
+					sources <- struct{}{}
+					source(it)
+				})
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				it.settle(read{}, err) // the caller gave up: no read for it alone
+				continue
 			}
 			sources <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sources }()
-				it.r, it.err = n.readThrough(ctx, it.ds, it.idx, it.key, it.owners, forward, true)
-			})
+			reads.Go(func() { source(it) })
 		}
 	}
 	next(items)
-	wg.Wait()
+	reads.Wait()
 }
 
 // throughReq is one request of readThroughMany: samples of one dataset
@@ -303,11 +354,14 @@ type throughReq struct {
 	items []*throughItem
 	ids   []uint32
 	bytes int64
+	// settled is closed, for a request past its wait, once it has ended
+	// or its co-owner is not heard from.
+	settled chan struct{}
 }
 
-// planThrough groups the items not done that have a co-owner left to ask
-// into requests to that co-owner (see readThroughMany); rest are the
-// others not done, to read from the source (all of them in a node
+// planThrough groups the items not settled that have a co-owner left to
+// ask into requests to that co-owner (see readThroughMany); rest are the
+// others not settled, to read from the source (all of them in a node
 // outside a mesh, or once ctx has ended).
 func (n *Node) planThrough(ctx context.Context, items []*throughItem, forward bool) (reqs []*throughReq, rest []*throughItem) {
 	type group struct {
@@ -317,7 +371,7 @@ func (n *Node) planThrough(ctx context.Context, items []*throughItem, forward bo
 	}
 	open := make(map[group]*throughReq)
 	for _, it := range items {
-		if it.done {
+		if it.settled() {
 			continue
 		}
 		co, mode, ok := n.coOwner(it.owners, it.asked, forward)
@@ -357,54 +411,65 @@ func (n *Node) coOwner(owners []string, k int, forward bool) (co string, mode fe
 	return "", fetchMode{}, false
 }
 
-// askCoOwner sends one request of readThroughMany. A sample the co-owner
-// answered is admitted and done (from the co-owner's memory, or read
-// through by it); any other goes on to its next co-owner, as do all of
-// them where the request failed or was given up. It is hedged as
-// readThrough's tries are (hedge.First, throughWait): past the wait, the
-// request is given up once its co-owner is not heard from
-// (coOwnerTry.whileAlive).
-func (n *Node) askCoOwner(ctx context.Context, r *throughReq) {
-	defer n.asking(r.co, len(r.ids))()
+// askCoOwner sends one request of readThroughMany, on a goroutine of
+// late, and returns when it ends or has gone throughWait without an
+// answer, as readThrough waits for each of its tries. A sample the
+// co-owner answered (from its memory, or read through by it) is admitted
+// and settled, unless another read of it ended first. A request past its
+// wait goes on, and r.settled closes once it has ended or its co-owner
+// is not heard from (coOwnerTry.whileAlive): the samples' source reads
+// wait for that.
+func (n *Node) askCoOwner(ctx context.Context, r *throughReq, late *sync.WaitGroup) {
 	t := newCoOwnerTry(n.cluster, r.co)
+	done := n.asking(r.co, len(r.ids))
 	start := time.Now()
-	got, how, err := hedge.First(ctx, n.workers.Go, n.throughWait(r.ds),
-		func(ctx context.Context) ([]wire.FetchItem, error) {
-			defer close(t.ended)
-			got, err := n.fetchFrom(ctx, r.co, r.ds, r.ids, r.mode)
-			if err == nil && r.mode.memoryOnly {
-				// An answer from memory: what Node.fetchWait learns (a
-				// co-owner asked to read through answers after its source
-				// reads, which throughWait adds).
-				n.fetchWait.Observe(time.Since(start))
-			}
-			return got, err
-		},
-		// Giving up: an answer of no items, which ends the request.
-		func(ctx context.Context) ([]wire.FetchItem, error) {
-			if err := t.whileAlive(ctx, n.cluster); err != nil {
-				return nil, err
-			}
-			select {
-			case <-t.ended: // answered or failed: the request's outcome stands
-				return nil, errNotFound
-			default:
-				return nil, nil
-			}
-		})
-	if err == nil && how.Index == 1 {
-		r.ds.counters.Current().Hedged.Add(int64(len(r.ids)))
-		err = errNotFound
-	}
-	for k, it := range r.items {
-		it.asked++
-		if err != nil || !got[k].Found {
-			continue
+	late.Go(func() {
+		defer done()
+		defer close(t.ended)
+		got, err := n.fetchFrom(ctx, r.co, r.ds, r.ids, r.mode)
+		if err != nil {
+			return
 		}
-		v := got[k].Value
-		// fetchFrom checked the value against its sum.
-		n.admit(sampleID(it.ds, it.idx), it.key, v, it.ds)
-		it.r = read{v: v, mem: got[k].Hit || r.mode.memoryOnly, sum: knownSum{got[k].Sum, true}}
-		it.done = true
+		if r.mode.memoryOnly {
+			// An answer from memory: what Node.fetchWait learns (a
+			// co-owner asked to read through answers after its source
+			// reads, which throughWait adds).
+			n.fetchWait.Observe(time.Since(start))
+		}
+		for k, it := range r.items {
+			if !got[k].Found {
+				continue
+			}
+			// fetchFrom checked the value against its sum.
+			v := got[k].Value
+			if it.settle(read{v: v, mem: got[k].Hit || r.mode.memoryOnly, sum: knownSum{got[k].Sum, true}}, nil) {
+				n.admit(sampleID(it.ds, it.idx), it.key, v, it.ds)
+			}
+		}
+	})
+	for _, it := range r.items {
+		it.asked++
 	}
+	var past <-chan time.Time
+	if wait := n.throughWait(r.ds); wait >= 0 { // less: never
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		past = timer.C
+	}
+	select {
+	case <-t.ended:
+		return
+	case <-ctx.Done():
+		return
+	case <-past:
+	}
+	r.ds.counters.Current().Hedged.Add(int64(len(r.ids)))
+	r.settled = make(chan struct{})
+	for _, it := range r.items {
+		it.late = append(it.late, r)
+	}
+	late.Go(func() {
+		defer close(r.settled)
+		_ = t.whileAlive(ctx, n.cluster) // ctx's end: the source reads see it
+	})
 }

@@ -541,3 +541,55 @@ func TestMGetOwnedPastAKilledCoOwner(t *testing.T) {
 	}
 	endsWithin(t, done, "its co-owner was killed")
 }
+
+// TestMGetOwnedHedgesToTheNextCoOwner: with three replicas, an MGET of
+// samples a node owns whose first co-owner to ask stalls (alive: its QUIC
+// stack acknowledges, and it answers pings) asks the next co-owner once
+// the wait has passed, as a single read does, and gets every file's
+// bytes from its memory while the stalled one still holds the request:
+// no source is read. (The next co-owner holds the samples from a warm.)
+func TestMGetOwnedHedgesToTheNextCoOwner(t *testing.T) {
+	const stalled = "n1"
+	st := newStall(t, stalled)
+	m := startMesh(t, 3, meshOpts{samples: 300, replicas: 3, configure: func(i int, c *Config) {
+		c.Cluster.Prefetch = -1
+		c.Cluster.HedgeAfter = 50 * time.Millisecond
+		c.Cluster.FetchTimeout = 10 * time.Minute
+		c.Cluster.handlers = st.handlers
+	}})
+	if _, err := m.peers[2].node.Warm(context.Background(), "ds"); err != nil {
+		t.Fatal(err)
+	}
+	reader := m.peers[0].node
+	ds := reader.ordered[0]
+	var keys [][]byte
+	var ids []int
+	for i := range ds.len {
+		co, _, _ := reader.coOwner(reader.ownersView(ds, uint32(i)), 0, true)
+		if co == stalled && len(ids) < 32 {
+			keys, ids = append(keys, []byte(keyOfSample(ds, uint32(i)))), append(ids, i)
+		}
+	}
+	if len(ids) != 32 {
+		t.Fatalf("%s asks %s first for %d samples, want 32", reader.Name(), stalled, len(ids))
+	}
+	// Warming offered every sample to the other owners: the reader drops
+	// them again.
+	for _, k := range keys {
+		if !reader.Delete(k) {
+			t.Fatalf("%s does not hold %s after the warm", reader.Name(), k)
+		}
+	}
+	st.holding.Store(true)
+	before := meshSourceReads(m)
+	done := make(chan error, 1)
+	go func() { done <- readMGet(m, reader, keys, ids) }()
+	<-st.entered
+	endsWithin(t, done, "its first co-owner stalled")
+	if n := meshSourceReads(m) - before; n != 0 {
+		t.Errorf("%d source reads, want none: the next co-owner holds every sample", n)
+	}
+	if hedged := ds.stats().Total.Hedged; hedged < int64(len(ids)) {
+		t.Errorf("%d reads hedged, want at least %d", hedged, len(ids))
+	}
+}
