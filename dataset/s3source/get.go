@@ -31,32 +31,37 @@ import (
 // minio-go's: the bucket's URL (path or virtual-host style, the region's
 // host) and its region come from a URL it presigns, and the credentials
 // from its provider, asked at every request (a cached value unless they
-// expire).
+// expire). Where the region was not configured and the store answers that
+// a request was signed for the wrong one, naming the right one (as AWS
+// does where the region could not be looked up), the getter takes that
+// one and sends the request again, as minio-go does.
 type getter struct {
 	rt     http.RoundTripper
 	client *minio.Client // for the credentials
 	base   string        // scheme://host
 	path   string        // the bucket's path on base: "" (virtual host) or "/BUCKET"
-	region string
+	learn  bool          // the region was not configured: take the store's word for it
+	region atomic.Pointer[string]
 	key    atomic.Pointer[dayKey]
 }
 
 // dayKey is a signing key: valid for one day, region and secret.
 type dayKey struct {
-	day, secret string
-	key         []byte
+	day, region, secret string
+	key                 []byte
 }
 
 // probeKey is the object name whose presigned URL shows the bucket's URL
 // (no request is made for it).
 const probeKey = "shade-probe"
 
-// newGetter returns the getter for bucket, or nil where minio-go must
+// newGetter returns the getter for bucket (learn: the region was not
+// configured), or nil where minio-go must
 // send the requests itself: anonymous credentials (minio-go does not
 // presign without credentials), or an S3 Express bucket (its sessions are
 // minio-go's). It may ask the store for the bucket's region (minio-go's
 // lookup, once per client).
-func newGetter(ctx context.Context, client *minio.Client, rt http.RoundTripper, bucket string) (*getter, error) {
+func newGetter(ctx context.Context, client *minio.Client, rt http.RoundTripper, bucket string, learn bool) (*getter, error) {
 	v, err := client.GetCreds()
 	if err != nil {
 		return nil, err
@@ -73,7 +78,9 @@ func newGetter(ctx context.Context, client *minio.Client, rt http.RoundTripper, 
 	if !ok || len(scope) != 5 || scope[2] == "" {
 		return nil, fmt.Errorf("s3source: unexpected presigned URL for bucket %s: %s", bucket, u.Redacted())
 	}
-	return &getter{rt: rt, client: client, base: u.Scheme + "://" + u.Host, path: path, region: scope[2]}, nil
+	g := &getter{rt: rt, client: client, base: u.Scheme + "://" + u.Host, path: path, learn: learn}
+	g.region.Store(&scope[2])
+	return g, nil
 }
 
 // emptySHA256 is the SHA-256 of an empty payload, a GET's.
@@ -85,6 +92,19 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 // that readError and retryable see one kind of error whichever sent the
 // request.
 func (g *getter) get(ctx context.Context, key, etag string, rng bool, off, n int64) (*http.Response, error) {
+	resp, err := g.send(ctx, key, etag, rng, off, n)
+	if er, ok := err.(minio.ErrorResponse); ok && g.learn && er.Region != "" && er.Region != *g.region.Load() {
+		switch er.Code {
+		case "AuthorizationHeaderMalformed", "InvalidRegion", "AccessDenied":
+			g.region.Store(&er.Region)
+			return g.send(ctx, key, etag, rng, off, n)
+		}
+	}
+	return resp, err
+}
+
+// send is one request of get.
+func (g *getter) send(ctx context.Context, key, etag string, rng bool, off, n int64) (*http.Response, error) {
 	v, err := g.client.GetCreds()
 	if err != nil {
 		return nil, err
@@ -167,28 +187,28 @@ func (g *getter) sign(req *http.Request, path string, v credentials.Value, t tim
 	b.WriteString(emptySHA256)
 	sum := sha256.Sum256([]byte(b.String()))
 
-	day := date[:8]
-	scope := day + "/" + g.region + "/s3/aws4_request"
+	day, region := date[:8], *g.region.Load()
+	scope := day + "/" + region + "/s3/aws4_request"
 	toSign := "AWS4-HMAC-SHA256\n" + date + "\n" + scope + "\n" + hex.EncodeToString(sum[:])
-	mac := hmac.New(sha256.New, g.signingKey(day, v.SecretAccessKey))
+	mac := hmac.New(sha256.New, g.signingKey(day, region, v.SecretAccessKey))
 	mac.Write([]byte(toSign))
 	h["Authorization"] = []string{"AWS4-HMAC-SHA256 Credential=" + v.AccessKeyID + "/" + scope +
 		", SignedHeaders=" + signed + ", Signature=" + hex.EncodeToString(mac.Sum(nil))}
 }
 
-// signingKey returns the signing key of day (YYYYMMDD) for secret in the
-// getter's region, derived once a day (or when the secret changes).
-func (g *getter) signingKey(day, secret string) []byte {
-	if k := g.key.Load(); k != nil && k.day == day && k.secret == secret {
+// signingKey returns the signing key of day (YYYYMMDD), region and
+// secret, derived once a day (or when the region or secret changes).
+func (g *getter) signingKey(day, region, secret string) []byte {
+	if k := g.key.Load(); k != nil && k.day == day && k.region == region && k.secret == secret {
 		return k.key
 	}
 	key := []byte("AWS4" + secret)
-	for _, part := range [...]string{day, g.region, "s3", "aws4_request"} {
+	for _, part := range [...]string{day, region, "s3", "aws4_request"} {
 		mac := hmac.New(sha256.New, key)
 		mac.Write([]byte(part))
 		key = mac.Sum(nil)
 	}
-	g.key.Store(&dayKey{day: day, secret: secret, key: key})
+	g.key.Store(&dayKey{day: day, region: region, secret: secret, key: key})
 	return key
 }
 
@@ -236,7 +256,7 @@ type builtGetter struct{ g *getter } // g nil: minio-go sends the GETs
 
 // get returns the getter, building it first if need be; nil (with a nil
 // error) means minio-go sends the GETs.
-func (l *lazyGetter) get(ctx context.Context, client *minio.Client, rt http.RoundTripper, bucket string) (*getter, error) {
+func (l *lazyGetter) get(ctx context.Context, client *minio.Client, rt http.RoundTripper, bucket string, learn bool) (*getter, error) {
 	if b := l.built.Load(); b != nil {
 		return b.g, nil
 	}
@@ -245,7 +265,7 @@ func (l *lazyGetter) get(ctx context.Context, client *minio.Client, rt http.Roun
 	if b := l.built.Load(); b != nil {
 		return b.g, nil
 	}
-	g, err := newGetter(ctx, client, rt, bucket)
+	g, err := newGetter(ctx, client, rt, bucket, learn)
 	if err != nil {
 		return nil, fmt.Errorf("the bucket's address: %w", err)
 	}

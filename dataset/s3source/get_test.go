@@ -1,14 +1,19 @@
 package s3source
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 	"github.com/minio/minio-go/v7/pkg/signer"
+
+	"github.com/shade-mesh/shade/internal/s3test"
 )
 
 // TestSignatureMatchesMinioGo: a getter signs each kind of GET it sends
@@ -31,7 +36,9 @@ func TestSignatureMatchesMinioGo(t *testing.T) {
 					{"If-Match": {`"9b2cf535f27731c974343645a3985328"`}},
 					{"If-Match": {`"9b2cf535f27731c974343645a3985328"`}, "Range": {"bytes=100-4195"}},
 				} {
-					g := &getter{base: host.base, path: host.path, region: "eu-west-3"}
+					g := &getter{base: host.base, path: host.path}
+					region := "eu-west-3"
+					g.region.Store(&region)
 					v := credentials.Value{AccessKeyID: "AKIAIOSFODNN7EXAMPLE",
 						SecretAccessKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", SessionToken: token}
 					path := s3utils.EncodePath(g.path + "/" + key)
@@ -44,7 +51,7 @@ func TestSignatureMatchesMinioGo(t *testing.T) {
 					}
 					theirs := req.Clone(req.Context())
 					theirs.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-					theirs = signer.SignV4(*theirs, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, g.region)
+					theirs = signer.SignV4(*theirs, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, region)
 					at, err := time.Parse("20060102T150405Z", theirs.Header.Get("X-Amz-Date"))
 					if err != nil {
 						t.Fatal(err)
@@ -64,17 +71,82 @@ func TestSignatureMatchesMinioGo(t *testing.T) {
 }
 
 // TestSigningKeyKeptForTheDay: the signing key is derived again when the
-// day or the secret changes, and only then.
+// day, the region or the secret changes, and only then.
 func TestSigningKeyKeptForTheDay(t *testing.T) {
-	g := &getter{region: "us-east-1"}
-	a := g.signingKey("20261129", "s1")
-	if b := g.signingKey("20261129", "s1"); &a[0] != &b[0] {
+	var g getter
+	a := g.signingKey("20261129", "us-east-1", "s1")
+	if b := g.signingKey("20261129", "us-east-1", "s1"); &a[0] != &b[0] {
 		t.Error("the same day's key was derived again")
 	}
-	b := g.signingKey("20261130", "s1")
-	c := g.signingKey("20261130", "s2")
-	if string(a) == string(b) || string(b) == string(c) {
-		t.Error("a new day or secret kept the old key")
+	keys := map[string]bool{string(a): true}
+	for _, k := range [][3]string{{"20261130", "us-east-1", "s1"}, {"20261130", "eu-west-3", "s1"}, {"20261130", "eu-west-3", "s2"}} {
+		key := string(g.signingKey(k[0], k[1], k[2]))
+		if keys[key] {
+			t.Errorf("%v kept an earlier key", k)
+		}
+		keys[key] = true
+	}
+}
+
+// wrongRegion answers, as AWS S3 does, a request signed for another
+// region than the gateway's (us-east-1) with AuthorizationHeaderMalformed
+// naming the right one; the gateway itself answers a bare 400. It passes
+// every other request on, and counts those it answered.
+type wrongRegion struct {
+	rt       http.RoundTripper
+	answered atomic.Int64
+}
+
+func (w *wrongRegion) RoundTrip(req *http.Request) (*http.Response, error) {
+	auth := req.Header.Get("Authorization")
+	if auth == "" || strings.Contains(auth, "/us-east-1/s3/aws4_request") {
+		return w.rt.RoundTrip(req)
+	}
+	w.answered.Add(1)
+	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AuthorizationHeaderMalformed</Code>` +
+		`<Message>The authorization header is malformed; the region 'eu-west-3' is wrong; expecting 'us-east-1'</Message>` +
+		`<Region>us-east-1</Region><RequestId>TEST</RequestId></Error>`
+	return &http.Response{StatusCode: http.StatusBadRequest, Status: "400 Bad Request", Proto: "HTTP/1.1",
+		ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{"Content-Type": {"application/xml"}},
+		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
+}
+
+// TestRegionLearnedFromTheStore: a getter whose region is wrong (AWS's
+// default where the bucket's region could not be looked up) takes the
+// one the store names in its refusal and sends the request again, once:
+// the read gets the bytes, and later reads are signed for that region
+// from the start. With the region configured, the refusal stands, as
+// minio-go lets it stand.
+func TestRegionLearnedFromTheStore(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "rgn")
+	g.Put(t, "rgn", "p/a.bin", []byte("the sample's bytes"))
+	for _, region := range []string{"", "us-east-1"} {
+		learn := region == ""
+		w := &wrongRegion{rt: http.DefaultTransport}
+		src, err := Open(context.Background(), Config{URL: "s3://rgn/p", Endpoint: g.Endpoint, PathStyle: true, Region: region,
+			AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey, Transport: w, Retries: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		get, err := src.getter.get(context.Background(), src.client, src.rt, src.loc.Bucket, learn)
+		if err != nil || get == nil {
+			t.Fatalf("no getter: %v", err)
+		}
+		wrong := "eu-west-3"
+		get.region.Store(&wrong)
+		for range 2 {
+			b, err := src.Read(0, nil)
+			switch {
+			case learn && (err != nil || string(b) != "the sample's bytes"):
+				t.Fatalf("read %q: %v", b, err)
+			case !learn && err == nil:
+				t.Fatalf("read %q signed for another region than the one configured", b)
+			}
+		}
+		if want := map[bool]int64{true: 1, false: 2}[learn]; w.answered.Load() != want {
+			t.Errorf("region %q: %d requests refused for their region, want %d", region, w.answered.Load(), want)
+		}
 	}
 }
 

@@ -485,7 +485,7 @@ func (s *Source) get(o object, off, n int64, dst []byte) ([]byte, error) {
 // as it is (minio.Client's GetObject answers through an object that
 // starts a goroutine and buffers of its own for each request).
 func (s *Source) send(ctx context.Context, o object, rng bool, off, n int64) (io.ReadCloser, string, error) {
-	g, err := s.getter.get(ctx, s.client, s.rt, s.loc.Bucket)
+	g, err := s.getter.get(ctx, s.client, s.rt, s.loc.Bucket, s.cfg.Region == "")
 	if err != nil {
 		return nil, "", err
 	}
