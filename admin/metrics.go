@@ -88,7 +88,7 @@ func newCollector(src Source) *collector {
 		servedPeers:      d("served_peers_total", "Sample reads this node answered for other peers.", ds),
 		sourceFallbacks:  d("source_fallbacks_total", "Reads of samples this node does not own for which no owner answered, so this node read the source.", ds),
 		prefetchHits:     d("prefetch_hits_total", "Reads that missed every node's memory but found their sample already read ahead, so did not wait for the source.", ds),
-		hedged:           d("hedged_requests_total", "Requests that reads of samples sent to another owner, or to the source, because the owner asked first had not answered within the hedge wait (--hedge-after).", ds),
+		hedged:           d("hedged_requests_total", "Reads of a sample sent to another owner, or to the source, because the one asked before had not answered within the hedge wait (--hedge-after); a hedged request of several samples counts each of them.", ds),
 		readAheadFetched: d("readahead_fetched_total", "Samples read ahead of the local ranks' reads into the read-ahead buffer."),
 		readAheadUnused:  d("readahead_unused_total", "Samples read ahead and dropped without being read (the rank passed them, or a newer order came)."),
 		readAheadBytes:   d("readahead_bytes", "Bytes the read-ahead buffer holds or is fetching now (bounded by --prefetch-memory)."),

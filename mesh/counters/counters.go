@@ -29,7 +29,7 @@ type Epoch struct {
 	PeerHits        atomic.Int64 // served from a peer's memory
 	ServedPeers     atomic.Int64 // reads this node answered for peers
 	SourceFallbacks atomic.Int64 // no owner answered: read the source
-	Hedged          atomic.Int64 // requests a read added, the one before being slow (package hedge)
+	Hedged          atomic.Int64 // reads of a sample added, the one before being slow (package hedge): a batched request's samples each
 	ChecksumErrors  atomic.Int64 // a peer's copy failed its checksum
 	ColdMisses      atomic.Int64 // first read of a sample that missed
 	CapacityMisses  atomic.Int64 // a later read that missed
