@@ -56,11 +56,10 @@ type dayKey struct {
 const probeKey = "shade-probe"
 
 // newGetter returns the getter for bucket (learn: the region was not
-// configured), or nil where minio-go must
-// send the requests itself: anonymous credentials (minio-go does not
-// presign without credentials), or an S3 Express bucket (its sessions are
-// minio-go's). It may ask the store for the bucket's region (minio-go's
-// lookup, once per client).
+// configured), or nil where minio-go must send the requests itself:
+// anonymous credentials (minio-go does not presign without credentials),
+// or an S3 Express bucket (its sessions are minio-go's). It may ask the
+// store for the bucket's region (minio-go's lookup, once per client).
 func newGetter(ctx context.Context, client *minio.Client, rt http.RoundTripper, bucket string, learn bool) (*getter, error) {
 	v, err := client.GetCreds()
 	if err != nil {
