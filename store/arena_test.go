@@ -1,10 +1,15 @@
 package store
 
 import (
+	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestArenaHugePages maps an arena on each path (a memfd, and the
@@ -64,4 +69,94 @@ func selected(t *testing.T, file string) string {
 		t.Skipf("%s: no selected value in %q", file, b)
 	}
 	return on
+}
+
+// residentPages counts the pages of mem that are in memory (mincore).
+func residentPages(t testing.TB, mem []byte) int {
+	t.Helper()
+	vec := make([]byte, (len(mem)+os.Getpagesize()-1)/os.Getpagesize())
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(len(mem)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
+	if errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// TestPrefaultOnFaultsEveryPage: prefaultOn faults in every page of
+// memfd mappings of sizes that its parts do not divide, on one thread
+// and on several, and none beyond the mapping.
+func TestPrefaultOnFaultsEveryPage(t *testing.T) {
+	page := os.Getpagesize()
+	for _, size := range []int{page, prefaultPart - page, 3*prefaultPart + 5*page, 7*prefaultPart/2 + smallestHugePage + page} {
+		for _, threads := range []int{1, 2, 3, 8} {
+			fd, err := unix.MemfdCreate("prefault-test", unix.MFD_CLOEXEC)
+			if err != nil {
+				t.Skipf("memfd_create: %v", err)
+			}
+			// Mapped a page longer than the part faulted: that page must
+			// stay out.
+			if err := unix.Ftruncate(fd, int64(size+page)); err != nil {
+				t.Fatal(err)
+			}
+			mem, err := unix.Mmap(fd, 0, size+page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			unix.Close(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := residentPages(t, mem); n != 0 {
+				t.Fatalf("%d pages resident before the fault", n)
+			}
+			if err := prefaultOn(mem[:size], threads); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := residentPages(t, mem[:size]), size/page; got != want {
+				t.Errorf("%d bytes on %d threads: %d of %d pages resident", size, threads, got, want)
+			}
+			if n := residentPages(t, mem[size:]); n != 0 {
+				t.Errorf("%d bytes on %d threads: the page past them faulted in", size, threads)
+			}
+			unix.Munmap(mem)
+		}
+	}
+}
+
+// BenchmarkPrefault faults in a memfd arena of 1 GiB (in 4 KiB pages or
+// huge pages, as the kernel's shmem setting gives them) on one thread and
+// on as many as Go runs, side by side; s/GiB is the time to start a peer
+// spends on each GiB of its cache.
+func BenchmarkPrefault(b *testing.B) {
+	const size = 1 << 30
+	for _, threads := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				fd, err := unix.MemfdCreate("prefault-bench", unix.MFD_CLOEXEC)
+				if err != nil {
+					b.Skipf("memfd_create: %v", err)
+				}
+				if err := unix.Ftruncate(fd, size); err != nil {
+					b.Fatal(err)
+				}
+				mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+				unix.Close(fd)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
+				b.StartTimer()
+				if err := prefaultOn(mem, threads); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				unix.Munmap(mem)
+				b.StartTimer()
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/GiB")
+		})
+	}
 }
