@@ -101,6 +101,9 @@ const prefaultPart = 64 << 20
 // memory is not there.
 func prefaultOn(mem []byte, threads int) error {
 	parts := max(1, min(threads, len(mem)/prefaultPart))
+	if parts == 1 {
+		return populate(mem)
+	}
 	size := (len(mem)/parts + smallestHugePage - 1) / smallestHugePage * smallestHugePage
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
