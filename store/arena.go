@@ -97,8 +97,8 @@ const prefaultPart = 64 << 20
 // it in, one page after another on the thread that asks: 0.9 s a GiB of
 // a memfd in 4 KiB pages on one thread here (BenchmarkPrefault), so a
 // peer with a cache of 100 GiB took a minute and a half to start; the
-// threads share that work. It returns the first error of a part: ENOMEM where the
-// memory is not there.
+// threads share that work. It returns the first error of a part: ENOMEM
+// where the memory is not there.
 func prefaultOn(mem []byte, threads int) error {
 	parts := max(1, min(threads, len(mem)/prefaultPart))
 	if parts == 1 {
