@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shade over S3, measured (issue 13): Fashion-MNIST in a real Versity S3
+# Shade over S3, measured: Fashion-MNIST in a real Versity S3
 # Gateway bucket on loopback, read by a PyTorch DataLoader two ways with the
 # same settings (batch size, workers, seeded order, PIL decode):
 #   boto3  a plain Dataset: one boto3 GetObject per sample (path-style),
