@@ -405,12 +405,13 @@ func TestMGetLearnsItsOwnWait(t *testing.T) {
 }
 
 // mgetOwned returns the keys of up to k samples of n's dataset that n
-// owns, with owner (if not "") its co-owner, and their ids.
-func mgetOwned(n *Node, k int, owner string) (keys [][]byte, ids []int) {
+// owns and keep (if not nil) takes, given the sample's owners, and their
+// ids.
+func mgetOwned(n *Node, k int, keep func(owners []string) bool) (keys [][]byte, ids []int) {
 	ds := n.ordered[0]
 	for i := range ds.len {
 		owners := n.ownersView(ds, uint32(i))
-		if len(ids) < k && contains(owners, n.Name()) && (owner == "" || contains(owners, owner)) {
+		if len(ids) < k && contains(owners, n.Name()) && (keep == nil || keep(owners)) {
 			keys, ids = append(keys, []byte(keyOfSample(ds, uint32(i)))), append(ids, i)
 		}
 	}
@@ -435,7 +436,7 @@ func meshSourceReads(m *testMesh) (n int64) {
 func TestMGetAsksEachCoOwnerOnce(t *testing.T) {
 	m, log := loggedMesh(t, 300)
 	reader := m.peers[0].node
-	keys, ids := mgetOwned(reader, 48, "")
+	keys, ids := mgetOwned(reader, 48, nil)
 	if len(keys) != 48 {
 		t.Fatalf("%s owns %d samples, want 48", reader.Name(), len(keys))
 	}
@@ -481,7 +482,7 @@ func stalledMGet(t *testing.T, stalled string) (m *testMesh, st *stall, ids []in
 		c.Cluster.handlers = st.handlers
 	}})
 	reader := m.peers[0].node
-	keys, ids := mgetOwned(reader, 32, stalled)
+	keys, ids := mgetOwned(reader, 32, func(owners []string) bool { return contains(owners, stalled) })
 	if len(keys) != 32 {
 		t.Fatalf("%s owns %d samples with %s, want 32", reader.Name(), len(keys), stalled)
 	}
@@ -561,15 +562,10 @@ func TestMGetOwnedHedgesToTheNextCoOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := m.peers[0].node
-	ds := reader.ordered[0]
-	var keys [][]byte
-	var ids []int
-	for i := range ds.len {
-		co, _, _ := reader.coOwner(reader.ownersView(ds, uint32(i)), 0, true)
-		if co == stalled && len(ids) < 32 {
-			keys, ids = append(keys, []byte(keyOfSample(ds, uint32(i)))), append(ids, i)
-		}
-	}
+	keys, ids := mgetOwned(reader, 32, func(owners []string) bool {
+		co, _, _ := reader.coOwner(owners, 0, true)
+		return co == stalled
+	})
 	if len(ids) != 32 {
 		t.Fatalf("%s asks %s first for %d samples, want 32", reader.Name(), stalled, len(ids))
 	}
@@ -589,7 +585,7 @@ func TestMGetOwnedHedgesToTheNextCoOwner(t *testing.T) {
 	if n := meshSourceReads(m) - before; n != 0 {
 		t.Errorf("%d source reads, want none: the next co-owner holds every sample", n)
 	}
-	if hedged := ds.stats().Total.Hedged; hedged < int64(len(ids)) {
+	if hedged := reader.ordered[0].stats().Total.Hedged; hedged < int64(len(ids)) {
 		t.Errorf("%d reads hedged, want at least %d", hedged, len(ids))
 	}
 }
