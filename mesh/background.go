@@ -207,9 +207,23 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 
 // runLoops is the node's background work in a mesh: forwarding reports,
 // pushing scores, replicating tables and reconciling with the leader.
+//
+// The outbox is drained at most every wire.FlushEvery, so that what is
+// queued meanwhile goes in one request, and only while something is
+// queued: an idle node does not wake for it. Something queued after a
+// quiet FlushEvery goes at once.
 func (n *Node) runLoops(ctx context.Context) {
-	flush := time.NewTicker(wire.FlushEvery)
+	flush := time.NewTimer(0)
 	defer flush.Stop()
+	flushC := flush.C // nil while nothing is queued
+	queued := n.out.Queued()
+	var flushed time.Time
+	armFlush := func() {
+		if flushC == nil {
+			flush.Reset(time.Until(flushed.Add(wire.FlushEvery)))
+			flushC = flush.C
+		}
+	}
 	replicate := time.NewTicker(n.cfg.Cluster.ReplicateEvery)
 	defer replicate.Stop()
 	reconcile := time.NewTicker(2 * time.Second)
@@ -220,10 +234,16 @@ func (n *Node) runLoops(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-flush.C:
+		case <-queued:
+			armFlush()
+		case <-flushC:
+			flushC, flushed = nil, time.Now()
 			n.flushReports(ctx)
 			n.flushScores(ctx)
 			n.flushOffers(ctx)
+			if n.out.Pending() { // kept for want of a leader, or queued meanwhile
+				armFlush()
+			}
 		case <-replicate.C:
 			n.replicateTables(ctx)
 		case <-reconcile.C:

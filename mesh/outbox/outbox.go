@@ -38,12 +38,15 @@ type queuedReport struct {
 }
 
 // Outbox is a node's queues of what it has yet to send. The node drains
-// it every wire.FlushEvery. The zero value is empty and ready. Its methods
-// are safe for concurrent use and never block.
+// it at most every wire.FlushEvery, and only while something is queued:
+// Queued says when there is, Pending whether anything is left to take.
+// The zero value is empty and ready. Its methods are safe for concurrent
+// use and never block.
 type Outbox struct {
 	// mu guards the queues: reports and reportSeq, scores, and offers,
-	// offerBytes and offering.
+	// offerBytes and offering; and wake.
 	mu         sync.Mutex
+	wake       chan struct{} // holds a value once something is queued; made at first use
 	reports    []queuedReport
 	reportSeq  uint64
 	scores     wire.ScoreQueue
@@ -53,6 +56,49 @@ type Outbox struct {
 
 	reportsDropped atomic.Int64 // reports dropped beyond MaxQueuedReports
 	offersDropped  atomic.Int64 // offers dropped beyond MaxOfferBytes or retries
+}
+
+// Queued returns a channel that can be received from once something has
+// been queued (or an offer's co-owner is free again) since the last
+// receive. One receive stands for any number of queueings.
+func (o *Outbox) Queued() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.wakeLocked()
+}
+
+// Pending reports whether a drain would find anything to take: queued
+// reports or scores, or offers for a co-owner without a request in
+// flight. Offers waiting on a request in flight are not pending; Offered
+// signals Queued when that request ends.
+func (o *Outbox) Pending() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.reports) > 0 || o.scores.Queued() > 0 {
+		return true
+	}
+	for co, items := range o.offers {
+		if len(items) > 0 && !o.offering[co] {
+			return true
+		}
+	}
+	return false
+}
+
+// wakeLocked returns the Queued channel, making it at first use.
+func (o *Outbox) wakeLocked() chan struct{} {
+	if o.wake == nil {
+		o.wake = make(chan struct{}, 1)
+	}
+	return o.wake
+}
+
+// signalLocked makes Queued ready, if it is not already.
+func (o *Outbox) signalLocked() {
+	select {
+	case o.wakeLocked() <- struct{}{}:
+	default:
+	}
 }
 
 // ReportsDropped is the number of minibatches dropped beyond
@@ -74,6 +120,7 @@ func (o *Outbox) QueueReport(b wire.ReportBatch) {
 	}
 	o.reportSeq++
 	o.reports = append(o.reports, queuedReport{seq: o.reportSeq, batch: b})
+	o.signalLocked()
 }
 
 // PeekReports returns the oldest queued minibatches, up to about
@@ -120,6 +167,9 @@ func (o *Outbox) QueuedReports() int {
 func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if len(ids) > 0 {
+		o.signalLocked()
+	}
 	return o.scores.Add(where, self, job, ids, nil)
 }
 
@@ -152,6 +202,7 @@ func (o *Outbox) QueueOffer(item wire.OfferItem, owners []string, self string) {
 		}
 		o.offers[co] = append(o.offers[co], item)
 		o.offerBytes += len(item.Value)
+		o.signalLocked()
 	}
 }
 
@@ -187,11 +238,17 @@ func (o *Outbox) TakeOffers() map[string][]wire.OfferItem {
 
 // Offered ends co's request in flight. If retry, the batch is queued again,
 // each sample up to three tries in all and within MaxOfferBytes; the rest
-// are counted as dropped.
+// are counted as dropped. If samples are left queued for co, Queued is
+// signalled.
 func (o *Outbox) Offered(co string, batch []wire.OfferItem, retry bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.offering, co)
+	defer func() {
+		if len(o.offers[co]) > 0 {
+			o.signalLocked()
+		}
+	}()
 	if !retry {
 		return
 	}

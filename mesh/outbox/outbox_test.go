@@ -53,3 +53,60 @@ func TestOffersRetryThenDrop(t *testing.T) {
 		t.Fatalf("%d dropped after three tries, want 1", o.OffersDropped())
 	}
 }
+
+// ready reports whether Queued can be received from, and receives.
+func ready(o *Outbox) bool {
+	select {
+	case <-o.Queued():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
+	var o Outbox
+	if ready(&o) || o.Pending() {
+		t.Fatal("an empty outbox is ready")
+	}
+
+	o.QueueReport(wire.ReportBatch{Dataset: "ds", IDs: []uint32{1}})
+	o.QueueReport(wire.ReportBatch{Dataset: "ds", IDs: []uint32{2}})
+	if !ready(&o) || ready(&o) {
+		t.Fatal("two reports queued: want Queued ready once")
+	}
+	_, last, _ := o.PeekReports()
+	if !o.Pending() {
+		t.Fatal("reports peeked but not sent are not pending")
+	}
+	o.SentReports(last)
+	if o.Pending() {
+		t.Fatal("pending with every report sent")
+	}
+
+	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a"} }}
+	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, []uint32{3})
+	if !ready(&o) || !o.Pending() {
+		t.Fatal("scores queued: not ready, or not pending")
+	}
+	o.TakeScores()
+
+	o.QueueOffer(wire.OfferItem{ID: 7, Value: []byte("x")}, []string{"a"}, "me")
+	if !ready(&o) || !o.Pending() {
+		t.Fatal("an offer queued: not ready, or not pending")
+	}
+	batch := o.TakeOffers()["a"]
+	o.QueueOffer(wire.OfferItem{ID: 8, Value: []byte("y")}, []string{"a"}, "me")
+	ready(&o)
+	if o.Pending() {
+		t.Fatal("an offer for a co-owner with a request in flight is pending")
+	}
+	o.Offered("a", batch, false)
+	if !ready(&o) || !o.Pending() {
+		t.Fatal("the request in flight ended with an offer left: not ready, or not pending")
+	}
+	o.Offered("a", o.TakeOffers()["a"], false)
+	if ready(&o) || o.Pending() {
+		t.Fatal("ready, or pending, with nothing left")
+	}
+}
