@@ -5,5 +5,5 @@
 cpu_seconds() {
 	local stats=()
 	for p in "$@"; do stats+=("/proc/$p/stat"); done
-	awk -v hz="$(getconf CLK_TCK)" '{t += $14 + $15} END {printf "%.1f", t / hz}' "${stats[@]}"
+	awk -v hz="$(getconf CLK_TCK)" '{t += $14 + $15} END {printf "%.2f", t / hz}' "${stats[@]}"
 }
