@@ -150,7 +150,7 @@ func (m *testMesh) byName(name string) *testPeer {
 }
 
 // readAll MGETs every sample through p's socket and checks every byte.
-func (m *testMesh) readAll(t *testing.T, c *redis.Client) {
+func (m *testMesh) readAll(t testing.TB, c *redis.Client) {
 	t.Helper()
 	for start := 0; start < len(m.files); start += 200 {
 		var keys []string

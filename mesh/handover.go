@@ -52,17 +52,25 @@ func (n *Node) handOver(timeout time.Duration) {
 			}
 			n.offer(ds, uint32(id), v, knownSum{}, after.Owners([]byte(key)), true)
 			offered++
-			for n.out.OfferBacklog() > outbox.MaxOfferBytes/2 && ctx.Err() == nil {
-				n.flushOffers(ctx)
-				time.Sleep(5 * time.Millisecond)
-			}
+			n.drainOffers(ctx, outbox.MaxOfferBytes/2)
 		}
 	}
-	for n.out.OfferBacklog() > 0 && ctx.Err() == nil {
-		n.flushOffers(ctx)
-		time.Sleep(5 * time.Millisecond)
-	}
+	n.drainOffers(ctx, 0)
 	n.cfg.Logger.Info().Int("samples", offered).Bool("complete", ctx.Err() == nil).Msg("handed cached samples over before leaving")
+}
+
+// drainOffers sends queued offers, each co-owner's next request as its
+// last ends, until at most limit bytes are queued or in flight, or ctx
+// ends.
+func (n *Node) drainOffers(ctx context.Context, limit int) {
+	ended := n.out.OfferEnded()
+	for n.out.OfferBacklog() > limit && ctx.Err() == nil {
+		n.flushOffers(ctx)
+		select {
+		case <-ended:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // replicateNow sends every score table to every other member and waits.

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/mesh/outbox"
 )
 
 func TestGracefulStopHandsSamplesAndScoresOver(t *testing.T) {
@@ -68,5 +70,41 @@ func TestGracefulStopHandsSamplesAndScoresOver(t *testing.T) {
 		if got := p.node.ordered[0].def.tableInfo().Scored; got != 300 {
 			t.Errorf("%s holds %d scored samples after the leader's graceful stop, want 300", p.node.Name(), got)
 		}
+	}
+}
+
+// A peer that caches more than half of outbox.MaxOfferBytes hands it over
+// in steps, each co-owner's next request sent as its last ends: nothing is
+// dropped on the way.
+func TestGracefulStopHandsOverMoreThanTheOfferBound(t *testing.T) {
+	const samples, size = 1024, 256 << 10 // about a third of 256 MiB on each peer
+	m := startMesh(t, 3, meshOpts{samples: samples, minSize: size, maxSize: size, replicas: 1, cacheSize: 256 << 20})
+	m.readAll(t, m.peers[0].client(t))
+	leaving := m.peers[1]
+	held := 0
+	for i := range samples {
+		if leaving.node.store.Has([]byte("ds/" + strconv.Itoa(i))) {
+			held++
+		}
+	}
+	if held*size <= outbox.MaxOfferBytes {
+		t.Fatalf("the leaving peer holds %d samples, within the bound on queued offers", held)
+	}
+	leaving.sock.Close()
+	if err := leaving.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	missing := 0
+	for i := range samples {
+		key := []byte("ds/" + strconv.Itoa(i))
+		if !m.peers[0].node.store.Has(key) && !m.peers[2].node.store.Has(key) {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of the %d samples the leaving peer held are on no survivor", missing, held)
+	}
+	if d := leaving.node.out.OffersDropped(); d > 0 {
+		t.Errorf("%d offers dropped", d)
 	}
 }

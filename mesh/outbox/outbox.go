@@ -47,6 +47,7 @@ type Outbox struct {
 	// offerBytes and offering; and wake.
 	mu         sync.Mutex
 	wake       chan struct{} // holds a value once something is queued; made at first use
+	ended      chan struct{} // holds a value once an offer request has ended; made at first use
 	reports    []queuedReport
 	reportSeq  uint64
 	scores     wire.ScoreQueue
@@ -64,7 +65,7 @@ type Outbox struct {
 func (o *Outbox) Queued() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.wakeLocked()
+	return lazyChan(&o.wake)
 }
 
 // Pending reports whether a drain would find anything to take: queued
@@ -85,18 +86,32 @@ func (o *Outbox) Pending() bool {
 	return false
 }
 
-// wakeLocked returns the Queued channel, making it at first use.
-func (o *Outbox) wakeLocked() chan struct{} {
-	if o.wake == nil {
-		o.wake = make(chan struct{}, 1)
-	}
-	return o.wake
+// OfferEnded returns a channel that can be received from once an offer
+// request has ended (Offered was called) since the last receive: where
+// OfferBacklog may have fallen.
+func (o *Outbox) OfferEnded() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return lazyChan(&o.ended)
 }
 
 // signalLocked makes Queued ready, if it is not already.
 func (o *Outbox) signalLocked() {
+	notify(lazyChan(&o.wake))
+}
+
+// lazyChan returns *c, making it (with room for one value) if it is nil.
+func lazyChan(c *chan struct{}) chan struct{} {
+	if *c == nil {
+		*c = make(chan struct{}, 1)
+	}
+	return *c
+}
+
+// notify makes c ready to receive from, if it is not already.
+func notify(c chan struct{}) {
 	select {
-	case o.wakeLocked() <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -244,6 +259,7 @@ func (o *Outbox) Offered(co string, batch []wire.OfferItem, retry bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.offering, co)
+	notify(lazyChan(&o.ended))
 	defer func() {
 		if len(o.offers[co]) > 0 {
 			o.signalLocked()

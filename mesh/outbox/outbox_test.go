@@ -101,7 +101,17 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	if o.Pending() {
 		t.Fatal("an offer for a co-owner with a request in flight is pending")
 	}
+	select {
+	case <-o.OfferEnded():
+		t.Fatal("OfferEnded ready with the request still in flight")
+	default:
+	}
 	o.Offered("a", batch, false)
+	select {
+	case <-o.OfferEnded():
+	default:
+		t.Fatal("the request ended: OfferEnded not ready")
+	}
 	if !ready(&o) || !o.Pending() {
 		t.Fatal("the request in flight ended with an offer left: not ready, or not pending")
 	}
