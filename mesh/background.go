@@ -208,19 +208,17 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 // runLoops is the node's background work in a mesh: forwarding reports,
 // pushing scores, replicating tables and reconciling with the leader.
 //
-// The outbox is drained at most every wire.FlushEvery, so that what is
-// queued meanwhile goes in one request, and only while something is
-// queued: an idle node does not wake for it. Something queued after a
-// quiet FlushEvery goes at once.
+// The outbox is drained wire.FlushEvery after something is queued, so
+// that what is queued meanwhile goes in the same requests, and only then:
+// an idle node does not wake for it.
 func (n *Node) runLoops(ctx context.Context) {
-	flush := time.NewTimer(0)
+	flush := time.NewTimer(wire.FlushEvery)
 	defer flush.Stop()
 	flushC := flush.C // nil while nothing is queued
 	queued := n.out.Queued()
-	var flushed time.Time
 	armFlush := func() {
 		if flushC == nil {
-			flush.Reset(time.Until(flushed.Add(wire.FlushEvery)))
+			flush.Reset(wire.FlushEvery)
 			flushC = flush.C
 		}
 	}
@@ -237,7 +235,7 @@ func (n *Node) runLoops(ctx context.Context) {
 		case <-queued:
 			armFlush()
 		case <-flushC:
-			flushC, flushed = nil, time.Now()
+			flushC = nil
 			n.flushReports(ctx)
 			n.flushScores(ctx)
 			n.flushOffers(ctx)
