@@ -130,12 +130,17 @@ func TestPrefaultOnFaultsEveryPage(t *testing.T) {
 }
 
 // BenchmarkPrefault faults in a memfd arena of 1 GiB (in 4 KiB pages or
-// huge pages, as the kernel's shmem setting gives them) on one thread and
-// on as many as Go runs, side by side; s/GiB is the time to start a peer
-// spends on each GiB of its cache.
+// huge pages, as the kernel's shmem setting gives them) on one thread, on
+// each power of two up to as many as Go runs, and on that many, side by
+// side; s/GiB is the time to start a peer spends on each GiB of its cache.
 func BenchmarkPrefault(b *testing.B) {
 	const size = 1 << 30
-	for _, threads := range []int{1, runtime.GOMAXPROCS(0)} {
+	var counts []int
+	for t := 1; t < runtime.GOMAXPROCS(0); t *= 2 {
+		counts = append(counts, t)
+	}
+	counts = append(counts, runtime.GOMAXPROCS(0))
+	for _, threads := range counts {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
