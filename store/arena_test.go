@@ -7,9 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shade-mesh/shade/internal/cputime"
 )
 
 // TestArenaHugePages maps an arena on each path (a memfd, and the
@@ -132,7 +135,8 @@ func TestPrefaultOnFaultsEveryPage(t *testing.T) {
 // BenchmarkPrefault faults in a memfd arena of 1 GiB (in 4 KiB pages or
 // huge pages, as the kernel's shmem setting gives them) on one thread, on
 // each power of two up to as many as Go runs, and on that many, side by
-// side; s/GiB is the time to start a peer spends on each GiB of its cache.
+// side; s/GiB is the time to start a peer spends on each GiB of its
+// cache, cpu-s/GiB the CPU it spends on it (every thread's).
 func BenchmarkPrefault(b *testing.B) {
 	const size = 1 << 30
 	var counts []int
@@ -142,6 +146,7 @@ func BenchmarkPrefault(b *testing.B) {
 	counts = append(counts, runtime.GOMAXPROCS(0))
 	for _, threads := range counts {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			var cpu time.Duration // the process's, while faulting in
 			for b.Loop() {
 				b.StopTimer()
 				fd, err := unix.MemfdCreate("prefault-bench", unix.MFD_CLOEXEC)
@@ -158,14 +163,17 @@ func BenchmarkPrefault(b *testing.B) {
 				}
 				_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
 				b.StartTimer()
+				t0 := cputime.Process()
 				if err := prefaultOn(mem, threads); err != nil {
 					b.Fatal(err)
 				}
+				cpu += cputime.Process() - t0
 				b.StopTimer()
 				unix.Munmap(mem)
 				b.StartTimer()
 			}
 			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/GiB")
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/GiB")
 		})
 	}
 }
