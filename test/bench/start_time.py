@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""How long a peer takes to start, two shade-peer builds side by side: each
+round launches a standalone peer of each build in turn (alternating which
+goes first) with --cache-size SIZE, and times it from launch to its first
+PING answered on the trainer socket; it also reads the CPU the peer had
+spent by then (user + system, every thread, from /proc). Most of both is
+faulting the cache in. Prints each round, the medians, and B against A.
+
+    test/bench/start_time.py --a <dir> [--b <dir>] [--cache-size 4GiB] [--rounds 2]
+
+--a and --b are folders holding a shade-peer binary (the base first). The
+machine needs the cache's memory free, and the peer refuses a cache larger
+than its memory limit allows.
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+
+def start(binary, size):
+    """Seconds from launch to the first PING answered, and the CPU seconds
+    the peer had used then."""
+    tmp = tempfile.mkdtemp(prefix="shade-start-")
+    path = os.path.join(tmp, "s.sock")
+    log = open(os.path.join(tmp, "peer.log"), "w+")
+    t0 = time.monotonic()
+    peer = subprocess.Popen([binary, "--name", "start", "--socket", path, "--cache-size", size,
+                             "--admin-addr", "off", "--log-level", "warn"], stderr=log)
+    try:
+        while peer.poll() is None and time.monotonic() - t0 < 600:
+            with socket.socket(socket.AF_UNIX) as s:
+                try:
+                    s.connect(path)
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        ready = time.monotonic() - t0
+                        with open(f"/proc/{peer.pid}/stat") as f:
+                            st = f.read().rsplit(")", 1)[1].split()
+                        return ready, (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        log.seek(0)
+        raise SystemExit(f"{binary}: no answer to PING; its log ends:\n{log.read()[-500:]}")
+    finally:
+        peer.terminate()
+        peer.wait()
+        log.close()
+        for name in os.listdir(tmp):
+            os.remove(os.path.join(tmp, name))
+        os.rmdir(tmp)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", required=True, help="folder of the base shade-peer")
+    ap.add_argument("--b", help="folder of the shade-peer to compare (default: --a)")
+    ap.add_argument("--cache-size", default="4GiB")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    builds = {"A": args.a, "B": args.b or args.a}
+    runs = {"A": [], "B": []}
+    print(f"# {os.cpu_count()} cores, load {' '.join(open('/proc/loadavg').read().split()[:3])}; "
+          f"--cache-size {args.cache_size}, {args.rounds} rounds")
+    for r in range(args.rounds):
+        for name in ("AB" if r % 2 == 0 else "BA"):
+            ready, cpu = start(os.path.join(builds[name], "shade-peer"), args.cache_size)
+            runs[name].append((ready, cpu))
+            print(f"round {r + 1} {name}: ready in {ready:.2f} s, CPU {cpu:.2f} s")
+    med = {n: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for n, v in runs.items()}
+    for name in "AB":
+        print(f"{name} {builds[name]}: ready in {med[name][0]:.2f} s, CPU {med[name][1]:.2f} s (medians)")
+    print(f"B / A: ready {med['B'][0] / med['A'][0]:.2f}x, CPU {med['B'][1] / med['A'][1]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
