@@ -38,13 +38,13 @@ type queuedReport struct {
 }
 
 // Outbox is a node's queues of what it has yet to send. The node drains
-// it at most every wire.FlushEvery, and only while something is queued:
-// Queued says when there is, Pending whether anything is left to take.
+// it wire.FlushEvery after something is queued, and only then: Queued
+// says when something is, Pending whether anything is left to take.
 // The zero value is empty and ready. Its methods are safe for concurrent
 // use and never block.
 type Outbox struct {
 	// mu guards the queues: reports and reportSeq, scores, and offers,
-	// offerBytes and offering; and wake.
+	// offerBytes and offering; and the making of wake and ended.
 	mu         sync.Mutex
 	wake       chan struct{} // holds a value once something is queued; made at first use
 	ended      chan struct{} // holds a value once an offer request has ended; made at first use
@@ -60,8 +60,8 @@ type Outbox struct {
 }
 
 // Queued returns a channel that can be received from once something has
-// been queued (or an offer's co-owner is free again) since the last
-// receive. One receive stands for any number of queueings.
+// been queued since the last receive, or a co-owner's offer request has
+// ended with more queued for it. One receive stands for any number.
 func (o *Outbox) Queued() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -68,9 +68,10 @@ const (
 	// ResidentEvery is how often a node tells the leader which samples
 	// it caches (where draws are cache-aware).
 	ResidentEvery = 10 * time.Second
-	// FlushEvery is how often, at most, a node forwards its queued
-	// reports to the leader, sends queued scores to their owners and
-	// queued offers to co-owners; while nothing is queued it does not.
+	// FlushEvery is how long after something is queued a node forwards
+	// its queued reports to the leader, sends queued scores to their
+	// owners and queued offers to co-owners (what is queued meanwhile
+	// goes with it); while nothing is queued it sends nothing.
 	FlushEvery = 25 * time.Millisecond
 	// ReplicateEvery is the default interval at which the leader
 	// replicates changed score tables (mesh.ClusterConfig.ReplicateEvery).
