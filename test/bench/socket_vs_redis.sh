@@ -28,7 +28,10 @@
 # runs with --cache-size $CACHE (default 1GiB, ten times what the keys
 # take; the peer pre-faults it), --admin-addr $ADMIN (default off; an
 # address such as 127.0.0.1:6061 serves /debug/pprof/ for profiling) and
-# any other flags in $PEER_FLAGS (such as --socket-loops 2).
+# any other flags in $PEER_FLAGS (such as --socket-loops 2). RB_THREADS=N
+# runs the timed redis-benchmark on N threads (--threads), for a machine
+# whose servers one client thread cannot keep busy; rb% then counts all
+# of them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-200000}
@@ -39,6 +42,7 @@ SIZES=${SIZES:-4096 102400}
 CLIENTS=${CLIENTS:-8 50}
 TESTS=${TESTS:-set get}
 MGET_KEYS=${MGET_KEYS:-16}
+threads=${RB_THREADS:+--threads $RB_THREADS}
 command -v redis-benchmark >/dev/null || ./.ci/deps.sh redis-server redis-tools
 
 dir=$(mktemp -d)
@@ -80,10 +84,10 @@ run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-
 	local n=$N
 	if [ "$4" = mget ]; then
 		n=$((N / MGET_KEYS))
-		r=$(redis-benchmark -s "$1" -n "$n" -c "$5" -r "$KEYS" --csv MGET $(printf 'key:__rand_int__ %.0s' $(seq "$MGET_KEYS")) 2>/dev/null |
+		r=$(redis-benchmark -s "$1" -n "$n" -c "$5" -r "$KEYS" $threads --csv MGET $(printf 'key:__rand_int__ %.0s' $(seq "$MGET_KEYS")) 2>/dev/null |
 			awk -F'"' '$2 ~ /^MGET/ {print $4}')
 	else
-		r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" --csv 2>/dev/null |
+		r=$(redis-benchmark -s "$1" -t "$4" -d "$3" -P "$P" -n "$N" -c "$5" -r "$KEYS" $threads --csv 2>/dev/null |
 			awk -F'"' -v t="$(echo "$4" | tr a-z A-Z)" '$2==t {print $4}')
 	fi
 	e1=$(date +%s%N)
@@ -144,7 +148,7 @@ for size in $SIZES; do
 		done
 	done
 done
-echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c <clients> -r $KEYS --csv; medians of $ROUNDS rounds;"
+echo "(redis-benchmark -s <socket> -t <test> -d <value> -P $P -n $N -c <clients> -r $KEYS ${threads:+$threads }--csv; medians of $ROUNDS rounds;"
 case " $TESTS " in *" mget "*) echo " mget: redis-benchmark -s <socket> -n $((N / MGET_KEYS)) -c <clients> -r $KEYS --csv MGET <$MGET_KEYS x key:__rand_int__>;" ;; esac
 echo " rps = requests per second; ratio = shade-peer / redis-server; us/req = server CPU microseconds per request;"
 echo " sw = the server's context switches per 1,000 requests, all its threads: each is a thread put to sleep or woken;"
