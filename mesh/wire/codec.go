@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // A fetch's request and its reply's head cross between peers for every
@@ -149,6 +150,12 @@ func keyed(enc *msgpack.Encoder, err error, key string, value func() error) erro
 // value that follows; nil is an empty map, anything else an error naming
 // what.
 func decodeMap(dec *msgpack.Decoder, what string, field func(key string) error) error {
+	// DecodeMapLen reads past an extension's header to a map after it;
+	// msgpack's reflection, which decodes every other message, takes no
+	// extension for a map, and neither does this.
+	if c, err := dec.PeekCode(); err == nil && msgpcode.IsExt(c) {
+		return fmt.Errorf("wire: %s: an extension (code %#x) where a map belongs", what, c)
+	}
 	n, err := dec.DecodeMapLen()
 	if err != nil {
 		return fmt.Errorf("wire: %s: %w", what, err)
