@@ -216,11 +216,12 @@ func (n *Node) runLoops(ctx context.Context) {
 	defer flush.Stop()
 	flushC := flush.C // nil while nothing is queued
 	queued := n.out.Queued()
+	// queuedC is nil while the flush is armed: what is queued meanwhile
+	// goes with it, and does not wake this loop.
+	var queuedC <-chan struct{}
 	armFlush := func() {
-		if flushC == nil {
-			flush.Reset(wire.FlushEvery)
-			flushC = flush.C
-		}
+		flush.Reset(wire.FlushEvery)
+		flushC, queuedC = flush.C, nil
 	}
 	replicate := time.NewTicker(n.cfg.Cluster.ReplicateEvery)
 	defer replicate.Stop()
@@ -232,15 +233,21 @@ func (n *Node) runLoops(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-queued:
+		case <-queuedC:
 			armFlush()
 		case <-flushC:
 			flushC = nil
+			select { // this flush takes what the signal stood for
+			case <-queued:
+			default:
+			}
 			n.flushReports(ctx)
 			n.flushScores(ctx)
 			n.flushOffers(ctx)
 			if n.out.Pending() { // kept for want of a leader, or queued meanwhile
 				armFlush()
+			} else {
+				queuedC = queued
 			}
 		case <-replicate.C:
 			n.replicateTables(ctx)

@@ -204,6 +204,7 @@ func (o *Outbox) TakeScores() map[wire.JobKey]map[string][]uint32 {
 func (o *Outbox) QueueOffer(item wire.OfferItem, owners []string, self string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	queued := false
 	for _, co := range owners {
 		if co == self {
 			continue
@@ -217,6 +218,9 @@ func (o *Outbox) QueueOffer(item wire.OfferItem, owners []string, self string) {
 		}
 		o.offers[co] = append(o.offers[co], item)
 		o.offerBytes += len(item.Value)
+		queued = true
+	}
+	if queued {
 		o.signalLocked()
 	}
 }
