@@ -21,12 +21,6 @@ dir=$(mktemp -d)
 cleanup() { [ -f "$dir/mesh/n0.pid" ] && deploy/local/mesh.sh stop "$dir/mesh" >/dev/null 2>&1; rm -rf "$dir"; }
 trap cleanup EXIT
 
-switches() { # PID... -> thread switches so far, every thread of each
-	local files=()
-	for p in "$@"; do files+=(/proc/"$p"/task/*/status); done
-	awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}' "${files[@]}" 2>/dev/null
-}
-
 for r in $(seq "$ROUNDS"); do
 	for b in $BINS; do
 		SHADE_BIN=$b deploy/local/mesh.sh start "$PEERS" "$dir/mesh" --gossip-profile "$PROFILE" --log-level warn >/dev/null

@@ -34,6 +34,7 @@
 # of them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib.sh
 N=${1:-200000}
 P=${2:-16}
 ROUNDS=${3:-3}
@@ -69,9 +70,6 @@ for s in redis.sock shade.sock; do
 done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# switches pid: context switches of all the process's threads so far (a
-# thread put to sleep, or woken, by the kernel).
-switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}'; }
 hz=$(getconf CLK_TCK)
 # children: CPU ticks of the processes this shell ($1) has waited for.
 children() { awk '{print $16 + $17}' "/proc/$1/stat"; }

@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 import time
 
+from read_through import cpu_seconds
+
 
 def start(binary, size):
     """Seconds from launch to the first PING answered, and the CPU seconds
@@ -38,10 +40,7 @@ def start(binary, size):
                     s.connect(path)
                     s.sendall(b"PING\r\n")
                     if s.recv(16).startswith(b"+PONG"):
-                        ready = time.monotonic() - t0
-                        with open(f"/proc/{peer.pid}/stat") as f:
-                            st = f.read().rsplit(")", 1)[1].split()
-                        return ready, (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+                        return time.monotonic() - t0, cpu_seconds(peer.pid)
                 except OSError:
                     pass
             time.sleep(0.01)
