@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -220,6 +221,61 @@ func TestValueReaderCutShort(t *testing.T) {
 	vr = &valueReader{r: bytes.NewReader([]byte{1, 2, 3, 4}), left: 3}
 	if b, err := io.ReadAll(vr); err != nil || len(b) != 3 || vr.err != nil {
 		t.Fatalf("3 of 4 bytes: %v, %v", b, err)
+	}
+}
+
+// TestLargestFetchFitsTheWindows sends, on a new connection, a reply as
+// large as the mesh's largest fetch (64 samples, 4 MiB) and checks that
+// its writer is done, and its Release called, before the caller reads
+// the values: the flow-control windows a stream and a connection start
+// with take the whole reply, so the owner neither waits on the caller
+// nor holds what it lent meanwhile. With quic-go's starting windows
+// (512 KiB a stream) the writer waits until the caller reads.
+func TestLargestFetchFitsTheWindows(t *testing.T) {
+	dir := t.TempDir()
+	arr := make([]byte, 4<<20)
+	for i := range arr {
+		arr[i] = byte(i*31 + i>>11)
+	}
+	var values [][]byte
+	for v := range slices.Chunk(arr, 64<<10) {
+		values = append(values, v)
+	}
+	lens := make([]int, len(values))
+	for i, v := range values {
+		lens[i] = len(v)
+	}
+	released := make(chan struct{})
+	// The writer's deadline outlasts the caller's wait, so that a writer
+	// waiting on the caller fails the wait below, not the reply.
+	long := func(c *Config) { c.RequestTimeout = 30 * time.Second }
+	a := testNode(t, dir, "node-a", newTestHandler(), long)
+	b := testNode(t, dir, "node-b", HandlerFunc(func(context.Context, string, Method, []byte) (any, error) {
+		return &RawReply{Head: lens, Values: values, Release: func() { close(released) }}, nil
+	}), long)
+	ctx := ctxT(t)
+	var gotLens []int
+	var got [][]byte
+	read := readInto(&gotLens, &got)
+	written := false
+	err := a.CallRaw(ctx, b.Addr(), "node-b", mRaw, nil, &gotLens, func(r io.Reader, size int) error {
+		select {
+		case <-released:
+			written = true
+		case <-ctx.Done():
+		}
+		return read(r, size)
+	})
+	if !written {
+		t.Fatalf("the writer of a %d-byte reply still waited for its caller to read it (%v)", len(arr), err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range values {
+		if i >= len(got) || !bytes.Equal(got[i], values[i]) {
+			t.Fatalf("value %d differs", i)
+		}
 	}
 }
 
