@@ -46,10 +46,9 @@ const maxStreams = 1024
 // 512 KiB the sender of a 3.2 MiB reply stopped for a window update about
 // twice on its way, and such replies moved at 0.7-0.86x the rate they do
 // now (test/results/quic-vs-tcp.md). A connection's window starts at
-// connWindow, four such replies at once.
-// quic-go grows both as the reader keeps up with what arrives, to
-// maxStreamWindow and maxConnWindow, which bound what one peer may leave
-// here unread.
+// connWindow, four such replies at once. quic-go grows both as the reader
+// keeps up with what arrives, to maxStreamWindow and maxConnWindow, which
+// bound what one peer may leave here unread.
 const (
 	streamWindow    = 8 << 20
 	connWindow      = 32 << 20

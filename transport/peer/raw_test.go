@@ -246,12 +246,13 @@ func TestLargestFetchFitsTheWindows(t *testing.T) {
 		lens[i] = len(v)
 	}
 	released := make(chan struct{})
+	var once sync.Once
 	// The writer's deadline outlasts the caller's wait, so that a writer
 	// waiting on the caller fails the wait below, not the reply.
 	long := func(c *Config) { c.RequestTimeout = 30 * time.Second }
 	a := testNode(t, dir, "node-a", newTestHandler(), long)
 	b := testNode(t, dir, "node-b", HandlerFunc(func(context.Context, string, Method, []byte) (any, error) {
-		return &RawReply{Head: lens, Values: values, Release: func() { close(released) }}, nil
+		return &RawReply{Head: lens, Values: values, Release: func() { once.Do(func() { close(released) }) }}, nil
 	}), long)
 	ctx := ctxT(t)
 	var gotLens []int
