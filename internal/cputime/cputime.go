@@ -1,7 +1,9 @@
 // Package cputime reads the CPU time this process has spent: what
 // shadectl scale charges to each step it models, and what benchmarks
 // report per operation (a figure that other processes' load on a small
-// machine disturbs less than the time an operation takes).
+// machine disturbs less than the time an operation takes); and how often
+// its threads were switched out, where a Go program's hand-offs between
+// goroutines wake sleeping threads.
 //
 // It is a leaf: it imports nothing of this module.
 package cputime
@@ -19,4 +21,16 @@ func Process() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Switches is how many times this process's threads have been switched
+// out so far, all of them: to sleep or wait (a thread that the Go
+// scheduler woke to run a goroutine and that found nothing more to run
+// sleeps again), or preempted; 0 where the system does not say.
+func Switches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return int64(ru.Nvcsw + ru.Nivcsw)
 }

@@ -15,7 +15,10 @@
 #   tcp-msgpack      the same frames and msgpack over plain TCP
 #   tcp-raw          the samples' bytes alone over plain TCP
 # and prints the median MB/s of -count runs, the CPU both ends spent per
-# batch, and each figure against quic-stream's; then the ratio that counts
+# batch, and each figure against quic-stream's, with the process's thread
+# switches per batch (threads the Go scheduler woke at hand-offs between
+# goroutines, and that slept again: where a small request's CPU goes, see
+# test/results/quic-vs-tcp.md); then the ratio that counts
 # (QUIC against TLS over TCP, same layout) and a CPU profile of the
 # quic-stream case split by where the time goes. Usage:
 #   [BENCH_FETCH_MTU=9000] test/bench/quic_vs_tcp.sh [iterations-per-run] [runs]
@@ -44,11 +47,11 @@ BENCH_FETCH_SAMPLES=1 BENCH_FETCH_SIZE=1024 "$out/peer.test" -test.run '^$' -tes
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"BenchmarkBatchFetch/([\w-]+)/(\S+?)-\d+\s+\d+\s+\d+ ns/op\s+([\d.]+) MB/s\s+([\d.]+) MB/cpu-s\s+([\d.]+) cpu-ms/op", line)
+    m = re.match(r"BenchmarkBatchFetch/([\w-]+)/(\S+?)-\d+\s+\d+\s+\d+ ns/op\s+([\d.]+) MB/s\s+([\d.]+) MB/cpu-s\s+([\d.]+) cpu-ms/op\s+([\d.]+) switches/op", line)
     if m:
-        runs.setdefault((m[2], m[1]), []).append((float(m[3]), float(m[4]), float(m[5])))
+        runs.setdefault((m[2], m[1]), []).append((float(m[3]), float(m[4]), float(m[5]), float(m[6])))
 variants = ["quic-stream", "quic-msgpack", "tcp-tls-stream", "tcp-tls-msgpack", "tcp-stream", "tcp-msgpack", "tcp-raw"]
-print(f'{"batch":<12}{"transport":<17}{"MB/s":>9}{"x quic":>8}{"cpu-ms/batch":>14}{"MB/cpu-s":>10}{"x quic":>8}')
+print(f'{"batch":<12}{"transport":<17}{"MB/s":>9}{"x quic":>8}{"cpu-ms/batch":>14}{"MB/cpu-s":>10}{"x quic":>8}{"switches/batch":>16}')
 ratios = []
 def med_ms(batch, v):
     return statistics.median(r[2] for r in runs[(batch, v)])
@@ -62,8 +65,8 @@ for batch in sorted({k[0] for k in runs}, key=lambda b: -int(b.split("x")[0])):
         rs = runs.get((batch, v))
         if not rs:
             continue
-        s, c, ms = (statistics.median(r[i] for r in rs) for i in range(3))
-        print(f"{batch:<12}{v:<17}{s:9.0f}{s / qs:7.1f}x{ms:14.3g}{c:10.0f}{c / qc:7.1f}x")
+        s, c, ms, sw = (statistics.median(r[i] for r in rs) for i in range(4))
+        print(f"{batch:<12}{v:<17}{s:9.0f}{s / qs:7.1f}x{ms:14.3g}{c:10.0f}{c / qc:7.1f}x{sw:16.3g}")
 print()
 print("# QUIC against TLS over TCP with the same layout (target: QUIC's CPU per batch at most TLS over TCP's)")
 print("\n".join(ratios))

@@ -74,13 +74,15 @@ type benchFetchMeta struct {
 }
 
 // measureCPU reports the CPU both ends (both run in this process) spent per batch, and the bytes moved
-// per CPU second: figures that a busy machine disturbs less than MB/s.
+// per CPU second: figures that a busy machine disturbs less than MB/s; and the process's thread
+// switches per batch (threads woken at hand-offs between goroutines, and put back to sleep).
 func measureCPU(b *testing.B, batchBytes int64) func() {
-	start := cputime.Process()
+	start, switches := cputime.Process(), cputime.Switches()
 	return func() {
 		cpu := cputime.Process() - start
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		b.ReportMetric(float64(batchBytes)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+		b.ReportMetric(float64(cputime.Switches()-switches)/float64(b.N), "switches/op")
 	}
 }
 
