@@ -212,9 +212,11 @@ func (n *Node) applyReplica(req *wire.ReplicateReq) error {
 // that what is queued meanwhile goes in the same requests, and only then:
 // an idle node does not wake for it.
 func (n *Node) runLoops(ctx context.Context) {
+	// The first drain comes FlushEvery after start (what was queued before
+	// the loop ran); after it, flushC is nil while nothing is queued.
 	flush := time.NewTimer(wire.FlushEvery)
 	defer flush.Stop()
-	flushC := flush.C // nil while nothing is queued
+	flushC := flush.C
 	queued := n.out.Queued()
 	// queuedC is nil while the flush is armed: what is queued meanwhile
 	// goes with it, and does not wake this loop.
