@@ -826,6 +826,9 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 		}
 		if held {
 			if it.Found {
+				if hit == nil {
+					hit = make([]policy.ID, 0, len(req.IDs)-i)
+				}
 				hit = append(hit, sampleID(ds, int(id)))
 			}
 			continue

@@ -35,7 +35,7 @@ func (n *Node) readElsewhere(ctx context.Context, ms []*mgetItem) {
 	var (
 		claims  []readahead.Claim
 		claimed []int // indices into ms of claims
-		ask     []int
+		ask     = make([]int, 0, len(ms))
 	)
 	for i := range ms {
 		if c, ok := n.readAhead.Claim(ms[i].ds, uint32(ms[i].idx)); ok {
@@ -119,7 +119,7 @@ func (n *Node) planElsewhere(ms []*mgetItem, ask []int) []*elsewhereReq {
 		}
 		return l
 	}
-	for _, i := range ask {
+	for k, i := range ask {
 		m := ms[i]
 		best := m.owners[0]
 		for _, o := range m.owners[1:] {
@@ -132,7 +132,10 @@ func (n *Node) planElsewhere(ms []*mgetItem, ask []int) []*elsewhereReq {
 		size := m.ds.manifest.Sizes[m.idx]
 		r := open[g]
 		if r == nil || len(r.ids) == maxFetchBatch || r.bytes+size > maxFetchBatchBytes {
-			r = &elsewhereReq{owner: best, ds: m.ds, hedged: g.hedged}
+			// Room for the rest of ask, up to a request's bound: one
+			// allocation where appends would grow it several times.
+			room := min(len(ask)-k, maxFetchBatch)
+			r = &elsewhereReq{owner: best, ds: m.ds, hedged: g.hedged, items: make([]int, 0, room), ids: make([]uint32, 0, room)}
 			open[g] = r
 			reqs = append(reqs, r)
 		}
@@ -294,6 +297,9 @@ func (it *throughItem) settled() bool {
 // but slow may be reading the source itself. Every item is settled when
 // readThroughMany returns, and no request of it is still out.
 func (n *Node) readThroughMany(ctx context.Context, items []*throughItem, forward bool) {
+	if len(items) == 0 {
+		return // most fetches and MGETs have nothing to read through
+	}
 	// The requests past their wait (late) are given up once every item
 	// is settled.
 	ctx, cancel := context.WithCancel(ctx)

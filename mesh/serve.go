@@ -295,6 +295,9 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 		case has:
 			held = append(held, sampleID(it.ds, it.idx))
 		case it.ds != nil:
+			if misses == nil {
+				misses = make([]int, 0, len(keys)-i)
+			}
 			misses = append(misses, i)
 		}
 	}
@@ -315,6 +318,9 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 			it.owners = slices.Clone(owners) // readMissing's to keep
 		} else {
 			it.owners = owners
+			if others == nil {
+				others = make([]*mgetItem, 0, len(misses))
+			}
 			others = append(others, it)
 		}
 	}
@@ -363,6 +369,9 @@ func (n *Node) readOwned(ctx context.Context, b *mgetBatch, own []int) {
 // readThroughItems reads b.items[at], misses this node owns, through
 // readThroughMany, and records what each read got.
 func (n *Node) readThroughItems(ctx context.Context, b *mgetBatch, at []int) {
+	if len(at) == 0 {
+		return
+	}
 	through := make([]*throughItem, len(at))
 	for k, i := range at {
 		it := &b.items[i]
@@ -456,8 +465,8 @@ func (b *mgetBatch) Append(i int, dst []byte, head func([]byte, int) []byte) ([]
 func (b *mgetBatch) Close() {
 	var (
 		first *datasetState
-		idxs  []int
-		pos   []int
+		idxs  = make([]int, 0, len(b.items))
+		pos   = make([]int, 0, len(b.items))
 	)
 	for {
 		first, idxs, pos = nil, idxs[:0], pos[:0]

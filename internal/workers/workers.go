@@ -143,10 +143,11 @@ func (p *Pool) Close() {
 
 // Each calls fn(k) for every k in [0, n) on up to at goroutines, each
 // taking the next k once it is done with one (not a goroutine a call),
-// and returns once every call has returned. One at a time (n or at 1),
-// the calls run on the caller's goroutine.
+// and returns once every call has returned. One at a time (n or at 1, or
+// below), the calls run on the caller's goroutine; with n 0 nothing is
+// started.
 func Each(n, at int, fn func(k int)) {
-	if min(n, at) == 1 {
+	if min(n, at) <= 1 {
 		for k := range n {
 			fn(k)
 		}

@@ -171,3 +171,18 @@ func TestEachCallsEveryIndexOnceWithinItsBound(t *testing.T) {
 		t.Fatalf("one at a time: order %v", order)
 	}
 }
+
+// TestEachWithNothingToDoStartsNothing: most of the mesh's calls of Each
+// have no work (a fetch with no misses); they must cost nothing. A bound
+// of 0 runs the calls one at a time rather than none.
+func TestEachWithNothingToDoStartsNothing(t *testing.T) {
+	fn := func(int) { t.Error("called with n 0") }
+	if a := testing.AllocsPerRun(100, func() { Each(0, 8, fn) }); a != 0 {
+		t.Fatalf("Each(0, 8) allocated %v times a call", a)
+	}
+	var order []int
+	Each(3, 0, func(k int) { order = append(order, k) })
+	if !slices.Equal(order, []int{0, 1, 2}) {
+		t.Fatalf("bound 0: order %v", order)
+	}
+}
