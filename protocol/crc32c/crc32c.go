@@ -47,7 +47,7 @@ func Update(crc uint32, b []byte) uint32 {
 	switch {
 	case canFold && len(b) >= minFold:
 		n := len(b) &^ 63
-		crc = fold(crc, b[:n])
+		crc = fold(crc, nil, b[:n])
 		b = b[n:]
 	case canFoldAVX2 && len(b) >= minFoldAVX2:
 		n := len(b) &^ 31
@@ -58,19 +58,23 @@ func Update(crc uint32, b []byte) uint32 {
 }
 
 // Copy copies src into dst, which must be at least as long (Copy panics
-// otherwise), and returns the CRC-32C of src. Where the CPU folds with
-// AVX2, it loads each byte of src once, into a register that it both
-// stores and folds into the CRC: a copy from memory the CPU's caches do
-// not hold waits for the loads once, not again for the CRC; and the
-// bytes checked are the bytes stored. Elsewhere it copies, then computes
-// the CRC of the copy.
+// otherwise), and returns the CRC-32C of src. Where the CPU folds (with
+// AVX-512, or AVX2), it loads each byte of src once, into a register that
+// it both stores and folds into the CRC: a copy from memory the CPU's
+// caches do not hold waits for the loads once, not again for the CRC; and
+// the bytes checked are the bytes stored. Elsewhere it copies, then
+// computes the CRC of the copy.
 func Copy(dst, src []byte) uint32 {
 	if len(dst) < len(src) {
 		panic("crc32c: Copy into a shorter slice")
 	}
 	n := 0
 	var crc uint32
-	if canFoldAVX2 && len(src) >= minFoldAVX2 {
+	switch {
+	case canFold && len(src) >= minFold:
+		n = len(src) &^ 63
+		crc = fold(0, &dst[0], src[:n])
+	case canFoldAVX2 && len(src) >= minFoldAVX2:
 		n = len(src) &^ 31
 		crc = ^foldAVX2(^uint32(0), &dst[0], src[:n], table)
 	}

@@ -29,15 +29,18 @@ func hasVPCLMULQDQ() bool {
 	return ecx&(1<<10) != 0
 }
 
-// fold returns the CRC-32C of crc's data followed by b; len(b) is a
-// multiple of 64, at least 256.
-func fold(crc uint32, b []byte) uint32 { return ^foldAVX512(^crc, b, table) }
+// fold returns the CRC-32C of crc's data followed by b, with AVX-512;
+// len(b) is a multiple of 64, at least minFold. Unless dst is nil, it
+// also copies b to dst, which has room for it.
+func fold(crc uint32, dst *byte, b []byte) uint32 { return ^foldAVX512(^crc, dst, b, table) }
 
 // foldAVX512 is in crc32c_amd64.s. It takes and returns the CRC's
-// register, not inverted at either end.
+// register, not inverted at either end; len(b) is a multiple of 64, at
+// least minFold. Unless dst is nil, it also copies b to dst, which has
+// room for it.
 //
 //go:noescape
-func foldAVX512(crc uint32, b []byte, k *constants) uint32
+func foldAVX512(crc uint32, dst *byte, b []byte, k *constants) uint32
 
 // foldAVX2 is in crc32c_amd64.s. It takes and returns the CRC's register,
 // not inverted at either end; len(src) is a multiple of 32, at least

@@ -42,7 +42,13 @@
 	PXOR      X2, X1     \
 	PEXTRD    $1, X1, AX
 
-// func foldAVX512(crc uint32, b []byte, k *constants) uint32
+// COPY64 stores the 64 bytes in z at off(DI), unless DI is nil.
+#define COPY64(z, off) \
+	TESTQ     DI, DI \
+	JZ        2(PC)  \
+	VMOVDQU64 z, off(DI)
+
+// func foldAVX512(crc uint32, dst *byte, b []byte, k *constants) uint32
 //
 // len(b) is a multiple of 64 and at least 256. Four 512-bit accumulators
 // (Z1-Z4: 16 lanes of 128 bits, the remainder of 256 bytes) are folded
@@ -50,12 +56,14 @@
 // carry-less multiplications overlap; then into one (Z1), which folds the
 // 64-byte blocks left; then its four lanes into one 128-bit remainder,
 // which is reduced to 32 bits (as hash/crc32's ieeeCLMUL does, with
-// CRC-32C's constants).
-TEXT ·foldAVX512(SB), NOSPLIT, $0-44
+// CRC-32C's constants). Unless dst is nil, each block is also stored at
+// dst as it is loaded, so that a copy and its CRC read b once.
+TEXT ·foldAVX512(SB), NOSPLIT, $0-52
 	MOVL crc+0(FP), X0
-	MOVQ b_base+8(FP), SI
-	MOVQ b_len+16(FP), CX
-	MOVQ k+32(FP), AX
+	MOVQ dst+8(FP), DI
+	MOVQ b_base+16(FP), SI
+	MOVQ b_len+24(FP), CX
+	MOVQ k+40(FP), AX
 
 	// The first 256 bytes, with the CRC so far in the first 32 bits.
 	VPXORQ    Z10, Z10, Z10
@@ -64,9 +72,16 @@ TEXT ·foldAVX512(SB), NOSPLIT, $0-44
 	VMOVDQU64 64(SI), Z2
 	VMOVDQU64 128(SI), Z3
 	VMOVDQU64 192(SI), Z4
+	COPY64(Z1, 0)
+	COPY64(Z2, 64)
+	COPY64(Z3, 128)
+	COPY64(Z4, 192)
 	VPXORQ    Z10, Z1, Z1
 	ADDQ      $256, SI
 	SUBQ      $256, CX
+	TESTQ     DI, DI
+	JZ        2(PC)
+	ADDQ      $256, DI
 	CMPQ      CX, $256
 	JB        fold4
 
@@ -78,12 +93,19 @@ loop256:
 	VMOVDQU64 64(SI), Z12
 	VMOVDQU64 128(SI), Z13
 	VMOVDQU64 192(SI), Z14
+	COPY64(Z11, 0)
+	COPY64(Z12, 64)
+	COPY64(Z13, 128)
+	COPY64(Z14, 192)
 	FOLD512(Z1, Z5, Z11)
 	FOLD512(Z2, Z6, Z12)
 	FOLD512(Z3, Z7, Z13)
 	FOLD512(Z4, Z8, Z14)
 	ADDQ      $256, SI
 	SUBQ      $256, CX
+	TESTQ     DI, DI
+	JZ        2(PC)
+	ADDQ      $256, DI
 	CMPQ      CX, $256
 	JAE       loop256
 
@@ -100,9 +122,13 @@ fold4:
 
 loop64:
 	VMOVDQU64 (SI), Z11
+	COPY64(Z11, 0)
 	FOLD512(Z1, Z5, Z11)
 	ADDQ      $64, SI
 	SUBQ      $64, CX
+	TESTQ     DI, DI
+	JZ        2(PC)
+	ADDQ      $64, DI
 	CMPQ      CX, $64
 	JAE       loop64
 
@@ -120,7 +146,7 @@ lanes:
 	FOLD128(X1, X4)
 
 	REDUCE128
-	MOVL AX, ret+40(FP)
+	MOVL AX, ret+48(FP)
 	RET
 
 // FOLD256 folds acc (two 128-bit lanes) forward over the distance whose

@@ -8,28 +8,37 @@ import (
 	"testing"
 )
 
+// way is one way to compute the CRC: one fold alone, or none (hash/crc32).
+type way struct {
+	name         string
+	avx512, avx2 bool
+}
+
 // eachWay runs f once for each way this CPU can compute the CRC: each fold
 // it has alone, and none (hash/crc32), each as a subtest.
 func eachWay(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	avx512, avx2 := canFold, canFoldAVX2
-	t.Cleanup(func() { canFold, canFoldAVX2 = avx512, avx2 })
-	ways := []struct {
-		name         string
-		avx512, avx2 bool
-	}{
-		{"avx512", avx512, false},
-		{"avx2", false, avx2},
-		{"hash-crc32", false, false},
-	}
-	for _, w := range ways {
-		if w.name != "hash-crc32" && !w.avx512 && !w.avx2 {
-			t.Logf("this CPU cannot fold with %s", w.name)
-			continue
-		}
+	for _, w := range ways(t) {
 		canFold, canFoldAVX2 = w.avx512, w.avx2
 		t.Run(w.name, f)
 	}
+}
+
+// ways returns the ways this CPU can compute the CRC, each fold it has
+// alone and then none, and restores the package's own choice when tb
+// ends.
+func ways(tb testing.TB) []way {
+	avx512, avx2 := canFold, canFoldAVX2
+	tb.Cleanup(func() { canFold, canFoldAVX2 = avx512, avx2 })
+	var ws []way
+	for _, w := range []way{{"avx512", avx512, false}, {"avx2", false, avx2}, {"hash-crc32", false, false}} {
+		if w.name != "hash-crc32" && !w.avx512 && !w.avx2 {
+			tb.Logf("this CPU cannot fold with %s", w.name)
+			continue
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }
 
 // randomBytes returns n bytes drawn from rng.
@@ -252,17 +261,22 @@ func where(cold bool) string {
 	return "cached"
 }
 
-// BenchmarkAppend copies a value and computes its CRC: Append, against
-// append then Checksum, from inputs as BenchmarkChecksum reads them.
+// BenchmarkAppend copies a value and computes its CRC: Append, each way
+// this CPU can ("append/avx512": AVX-512's fold as it copies), against
+// append then Checksum (the package's own choice of fold), from inputs as
+// BenchmarkChecksum reads them.
 func BenchmarkAppend(b *testing.B) {
 	src := make([]byte, benchArena)
 	for i := range src {
 		src[i] = byte(i * 7)
 	}
+	ws := ways(b)
+	own512, own2 := canFold, canFoldAVX2
 	for _, n := range []int{1 << 10, 4 << 10, 100 << 10} {
 		for _, cold := range []bool{false, true} {
 			in := benchInput(src, n, cold)
 			dst := make([]byte, 0, n)
+			canFold, canFoldAVX2 = own512, own2
 			b.Run(fmt.Sprintf("%dB/%s/append-then-checksum", n, where(cold)), func(b *testing.B) {
 				b.SetBytes(int64(n))
 				i := 0
@@ -271,14 +285,17 @@ func BenchmarkAppend(b *testing.B) {
 					i++
 				}
 			})
-			b.Run(fmt.Sprintf("%dB/%s/append", n, where(cold)), func(b *testing.B) {
-				b.SetBytes(int64(n))
-				i := 0
-				for b.Loop() {
-					Append(dst[:0], in(i))
-					i++
-				}
-			})
+			for _, w := range ws {
+				canFold, canFoldAVX2 = w.avx512, w.avx2
+				b.Run(fmt.Sprintf("%dB/%s/append/%s", n, where(cold), w.name), func(b *testing.B) {
+					b.SetBytes(int64(n))
+					i := 0
+					for b.Loop() {
+						Append(dst[:0], in(i))
+						i++
+					}
+				})
+			}
 		}
 	}
 }
