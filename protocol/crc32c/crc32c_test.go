@@ -24,13 +24,17 @@ func eachWay(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
-// ways returns the ways this CPU can compute the CRC, each fold it has
-// alone and then none, and restores the package's own choice when tb
-// ends.
+// ways returns the ways this CPU can compute the CRC: with both folds,
+// the package's own choice between them ("both": AVX2 folds inputs too
+// short for AVX-512's), then each fold it has alone, then none; and
+// restores the package's own choice when tb ends.
 func ways(tb testing.TB) []way {
 	avx512, avx2 := canFold, canFoldAVX2
 	tb.Cleanup(func() { canFold, canFoldAVX2 = avx512, avx2 })
 	var ws []way
+	if avx512 && avx2 {
+		ws = append(ws, way{"both", true, true})
+	}
 	for _, w := range []way{{"avx512", avx512, false}, {"avx2", false, avx2}, {"hash-crc32", false, false}} {
 		if w.name != "hash-crc32" && !w.avx512 && !w.avx2 {
 			tb.Logf("this CPU cannot fold with %s", w.name)
@@ -297,5 +301,41 @@ func BenchmarkAppend(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkCopyOutOfCache copies values from memory out of the CPU's
+// caches into memory out of them too, as the cache's admissions and an
+// owner's answer to a fetch do: Copy each way this CPU can ("both" is
+// the package's own choice), twice in turn (the same way's runs moved by
+// a fifth with their place in the run, the first the slowest), and the
+// copy alone (memmove).
+func BenchmarkCopyOutOfCache(b *testing.B) {
+	src, dst := make([]byte, benchArena), make([]byte, benchArena)
+	for i := range src {
+		src[i], dst[i] = byte(i*7), 1
+	}
+	ws := ways(b)
+	own512, own2 := canFold, canFoldAVX2
+	for _, n := range []int{4 << 10, 16 << 10, 32 << 10, 100 << 10} {
+		in, out := benchInput(src, n, true), benchInput(dst, n, true)
+		run := func(name string, f func(dst, src []byte)) {
+			b.Run(fmt.Sprintf("%dB/%s", n, name), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				i := 0
+				for b.Loop() {
+					f(out(i+7), in(i)) // apart from the source
+					i++
+				}
+			})
+		}
+		for range 2 {
+			for _, w := range ws {
+				canFold, canFoldAVX2 = w.avx512, w.avx2
+				run("copy/"+w.name, func(dst, src []byte) { Copy(dst, src) })
+			}
+		}
+		canFold, canFoldAVX2 = own512, own2
+		run("memmove", func(dst, src []byte) { copy(dst, src) })
 	}
 }
