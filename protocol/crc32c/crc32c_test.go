@@ -8,14 +8,15 @@ import (
 	"testing"
 )
 
-// way is one way to compute the CRC: one fold alone, or none (hash/crc32).
+// way is one way to compute the CRC: the folds it may use (both, one of
+// them alone, or none: hash/crc32).
 type way struct {
 	name         string
 	avx512, avx2 bool
 }
 
-// eachWay runs f once for each way this CPU can compute the CRC: each fold
-// it has alone, and none (hash/crc32), each as a subtest.
+// eachWay runs f once for each way this CPU can compute the CRC (ways),
+// each as a subtest.
 func eachWay(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	for _, w := range ways(t) {
@@ -316,7 +317,6 @@ func BenchmarkCopyOutOfCache(b *testing.B) {
 		src[i], dst[i] = byte(i*7), 1
 	}
 	ws := ways(b)
-	own512, own2 := canFold, canFoldAVX2
 	for _, n := range []int{4 << 10, 16 << 10, 32 << 10, 100 << 10} {
 		in, out := benchInput(src, n, true), benchInput(dst, n, true)
 		run := func(name string, f func(dst, src []byte)) {
@@ -324,7 +324,7 @@ func BenchmarkCopyOutOfCache(b *testing.B) {
 				b.SetBytes(int64(n))
 				i := 0
 				for b.Loop() {
-					f(out(i+7), in(i)) // apart from the source
+					f(out(i), in(i))
 					i++
 				}
 			})
@@ -335,7 +335,6 @@ func BenchmarkCopyOutOfCache(b *testing.B) {
 				run("copy/"+w.name, func(dst, src []byte) { Copy(dst, src) })
 			}
 		}
-		canFold, canFoldAVX2 = own512, own2
 		run("memmove", func(dst, src []byte) { copy(dst, src) })
 	}
 }
