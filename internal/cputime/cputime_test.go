@@ -1,6 +1,7 @@
 package cputime
 
 import (
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,15 +22,51 @@ func TestProcessCountsWork(t *testing.T) {
 	}
 }
 
-// TestSwitchesCountsSleeps sleeps a millisecond at a time: with nothing
-// else to run, the thread that ran this goroutine sleeps too, and each
-// such sleep is a switch. It stops once 10 have been counted.
-func TestSwitchesCountsSleeps(t *testing.T) {
-	before := Switches()
-	for deadline := time.Now().Add(10 * time.Second); Switches()-before < 10 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+// TestSwitchesCountsHandoffs passes a byte back and forth between two
+// goroutines over two pipes, each waiting in a blocking read for the
+// other's write: a thread that waits in the kernel for another is switched
+// out, as the Go scheduler's threads are at the hand-offs between
+// goroutines that Switches is there to count. In strict turns at least one
+// of the two reads of a round trip finds its pipe empty, so 1,000 round
+// trips must count at least 1,000 switches (about 2,000 here, where
+// counting preemptions alone gave about 800).
+func TestSwitchesCountsHandoffs(t *testing.T) {
+	var ping, pong [2]int
+	for _, p := range []*[2]int{&ping, &pong} {
+		if err := syscall.Pipe(p[:]); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(p[0])
 	}
-	if grew := Switches() - before; grew < 10 {
-		t.Fatalf("thread switches grew by %d over 10 s of sleeping a millisecond at a time", grew)
+	defer syscall.Close(pong[1])
+	echoed := make(chan struct{})
+	go func() { // echoes each byte until ping's writing end is closed
+		defer close(echoed)
+		b := make([]byte, 1)
+		for pipeIO(syscall.Read, ping[0], b) && pipeIO(syscall.Write, pong[1], b) {
+		}
+	}()
+	defer func() { syscall.Close(ping[1]); <-echoed }()
+	before := Switches()
+	b := []byte{1}
+	const rounds = 1000
+	for range rounds {
+		if !pipeIO(syscall.Write, ping[1], b) || !pipeIO(syscall.Read, pong[0], b) {
+			t.Fatal("the echo ended")
+		}
+	}
+	if grew := Switches() - before; grew < rounds {
+		t.Fatalf("thread switches grew by %d over %d round trips through blocking pipes, want one a round trip at least", grew, rounds)
+	}
+}
+
+// pipeIO moves one byte with op (syscall.Read or Write) on fd, again where
+// a signal interrupted it; false at the pipe's end or on an error.
+func pipeIO(op func(int, []byte) (int, error), fd int, b []byte) bool {
+	for {
+		n, err := op(fd, b)
+		if err != syscall.EINTR {
+			return n == 1 && err == nil
+		}
 	}
 }
