@@ -69,13 +69,12 @@ for s in redis.sock shade.sock; do
 	[ -S "$dir/$s" ] || { echo "no socket $s"; cat "$dir"/*.log; exit 1; }
 done
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 # children: CPU ticks of the processes this shell ($1) has waited for.
 children() { awk '{print $16 + $17}' "/proc/$1/stat"; }
 run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-per-request switches-per-1000-requests client-cpu-share"
 	local t0 r t1 w0 w1 c0 c1 e0 e1 me=$BASHPID
-	t0=$(ticks "$2")
+	t0=$(cpu_seconds "$2")
 	w0=$(switches "$2")
 	c0=$(children $me)
 	e0=$(date +%s%N)
@@ -90,9 +89,9 @@ run() { # socket pid size test clients -> "requests-per-second cpu-microseconds-
 	fi
 	e1=$(date +%s%N)
 	c1=$(children $me)
-	t1=$(ticks "$2")
+	t1=$(cpu_seconds "$2")
 	w1=$(switches "$2")
-	echo "$r $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$n" 'BEGIN {print (b - a) * 1e6 / hz / n}') $(awk -v a="$w0" -v b="$w1" -v n="$n" 'BEGIN {print (b - a) * 1000 / n}')" \
+	echo "$r $(awk -v a="$t0" -v b="$t1" -v n="$n" 'BEGIN {print (b - a) * 1e6 / n}') $(awk -v a="$w0" -v b="$w1" -v n="$n" 'BEGIN {print (b - a) * 1000 / n}')" \
 		"$(awk -v a="$c0" -v b="$c1" -v hz="$hz" -v e0="$e0" -v e1="$e1" 'BEGIN {print (b - a) / hz / ((e1 - e0) / 1e9) * 100}')"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
