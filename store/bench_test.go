@@ -173,10 +173,10 @@ func benchVerify(b *testing.B, size, n int) {
 
 // BenchmarkLendBatch lends batches of 16 random 4 KiB values, as an MGET
 // or a pipeline of GETs asks for them, and gives them back: "none" lends
-// them in turn, "prefetch" hints all 16 first (Prefetch). The keys are
-// 1,000 (4 MiB: the values in the last-level cache, as a GET benchmark's
-// keys are) or 32,768 (128 MiB: out of the CPU's caches, as a cache of
-// training data is).
+// them in turn; "prefetch" hints all 16 first (Prefetch), as the socket
+// hints a pipeline; "ahead" hints each key 16 reads before it is lent
+// (Prefetch), and "index" also hints its index 32 reads before
+// (PrefetchIndex), as an MGET's keys are hinted. The keys are
 func BenchmarkLendBatch(b *testing.B) {
 	const size, batch = 4 << 10, lendBatch
 	s, all := fillBench(b, size, false)
@@ -187,12 +187,8 @@ func BenchmarkLendBatch(b *testing.B) {
 		for i := range order {
 			order[i] = keys[r.IntN(n)]
 		}
-		for _, hint := range []bool{false, true} {
-			name := fmt.Sprintf("keys=%d/none", n)
-			if hint {
-				name = fmt.Sprintf("keys=%d/prefetch", n)
-			}
-			b.Run(name, func(b *testing.B) {
+		for _, hint := range []string{"none", "prefetch", "ahead", "index"} {
+			b.Run(fmt.Sprintf("keys=%d/%s", n, hint), func(b *testing.B) {
 				b.SetBytes(size * batch)
 				lendBatches(b, s, order, hint)
 			})
@@ -201,19 +197,26 @@ func BenchmarkLendBatch(b *testing.B) {
 }
 
 // lendBatches lends the keys of order in batches of lendBatch for b.Loop's
-// iterations, each batch hinted first (Prefetch) if hint is set, and gives
-// each batch back. order's length is a multiple of lendBatch.
-func lendBatches(b *testing.B, s *Store, order [][]byte, hint bool) {
+// iterations, hinted as hint says (BenchmarkLendBatch), and gives each
+// batch back. order's length is a multiple of lendBatch.
+func lendBatches(b *testing.B, s *Store, order [][]byte, hint string) {
 	var loans [lendBatch]uint64
 	i := 0
 	for b.Loop() {
 		next := order[i : i+lendBatch]
-		if hint {
+		if hint == "prefetch" {
 			for _, k := range next {
 				s.Prefetch(k)
 			}
 		}
 		for j, k := range next {
+			switch at := i + j; hint {
+			case "index":
+				s.PrefetchIndex(order[(at+2*lendBatch)%len(order)])
+				fallthrough
+			case "ahead":
+				s.Prefetch(order[(at+lendBatch)%len(order)])
+			}
 			_, v, loan, ok := s.Lend(nil, k, nil, 1)
 			if !ok || v == nil {
 				b.Fatal("miss")
@@ -264,7 +267,7 @@ func BenchmarkLendPages(b *testing.B) {
 				order[i] = keys[r.IntN(n)]
 			}
 			b.SetBytes(size * batch)
-			lendBatches(b, s, order, true)
+			lendBatches(b, s, order, "prefetch")
 			b.ReportMetric(float64(s.Stats().HugePageBytes), "huge-bytes")
 		})
 	}

@@ -67,7 +67,7 @@ func TestLentBlockOutlivesItsKey(t *testing.T) {
 				s.Put(key, bytes.Repeat([]byte{0x5a}, 8000))
 			case "drop corrupt":
 				h := xxhash.Sum64(key)
-				s.dropCorrupt(s.shard(h), h, s.shard(h).m[h])
+				s.dropCorrupt(s.shard(h), h, heldOff(s, h))
 			}
 			// Fill the arena: nothing may land in the lent block.
 			for i := 0; ; i++ {

@@ -9,6 +9,26 @@ import "github.com/cespare/xxhash/v2"
 // wait behind them.
 const prefetchedLines = 4
 
+// PrefetchIndex is the first of two hints for a key about to be read:
+// it asks the CPU to start loading the part of the store's index where
+// the key's lookup begins, and returns without waiting and without a
+// lock. Prefetch for the same key some reads later then finds its block
+// without waiting for memory. A caller reading keys in turn hints each
+// key's index some reads before it hints the key (Prefetch), and that
+// some reads before it reads it: the index's loads of many keys then
+// overlap, where Prefetch's lookups under the shard's lock take them one
+// at a time.
+//
+// It changes nothing and counts nothing; where no prefetch instruction is
+// wired up it returns at once.
+func (s *Store) PrefetchIndex(key []byte) {
+	if !canPrefetch {
+		return
+	}
+	h := xxhash.Sum64(key)
+	s.shard(h).m.prefetchSlot(h)
+}
+
 // Prefetch asks the CPU to start loading the block that holds key (its
 // header and the first bytes of its value) into its caches, and returns
 // without waiting. It is a hint for a caller about to read several keys
@@ -27,7 +47,7 @@ func (s *Store) Prefetch(key []byte) {
 	h := xxhash.Sum64(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
-	off, ok := sh.m[h]
+	off, ok := sh.m.get(h)
 	ok = ok && !s.closed.Load()
 	var p *byte
 	n := prefetchedLines

@@ -100,8 +100,7 @@ func (r Reservation) Commit(sum uint64) bool {
 	var had bool
 	if linked {
 		delete(sh.pending, r.h)
-		old, had = sh.m[r.h]
-		sh.m[r.h] = r.off
+		old, had = sh.m.set(r.h, r.off)
 	}
 	sh.mu.Unlock()
 	if linked {

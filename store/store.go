@@ -4,9 +4,12 @@
 // later be shared with trainer processes) and pre-faulted, in huge pages
 // where the kernel allows (Stats.HugePageBytes). Samples are
 // allocated inside the arena by a two-level segregated-fit allocator whose
-// metadata lives in the arena too, and found through a sharded index of
-// map[uint64]uint64 (key hash to arena offset). The Go heap therefore does
-// not grow with the number or size of cached samples.
+// metadata lives in the arena too, and found through a sharded index from
+// each key's hash to its block's offset, an open-addressing table of 16
+// bytes a slot (index) that a reader of many keys can hint to the CPU
+// ahead of its reads (PrefetchIndex, Prefetch). The Go heap therefore
+// grows with the number of cached samples by the index alone, and not
+// with their size.
 //
 // The store never decides what to evict. Put fails with ErrNoSpace when no
 // free block fits; the caller's policy evicts (Delete) and retries, and can
@@ -167,7 +170,7 @@ type Store struct {
 
 type shard struct {
 	mu      sync.RWMutex
-	m       map[uint64]uint64 // xxhash64(key) -> block offset
+	m       index             // xxhash64(key) -> block offset
 	pending map[uint64]uint64 // the same, for blocks reserved and not yet committed
 	hits    atomic.Uint64
 	misses  atomic.Uint64
@@ -243,7 +246,6 @@ func newStoreWith(cfg Config, opt arenaOptions) (*Store, error) {
 		mask:   uint64(cfg.Shards - 1),
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]uint64)
 		s.shards[i].pending = make(map[uint64]uint64)
 	}
 	return s, nil
@@ -317,7 +319,7 @@ func (s *Store) lookup(sh *shard, h uint64, key []byte, verify bool) (off uint64
 	if s.closed.Load() {
 		return 0, nil, 0, false, false
 	}
-	off, ok := sh.m[h]
+	off, ok := sh.m.get(h)
 	if !ok {
 		return 0, nil, 0, false, false
 	}
@@ -372,10 +374,10 @@ func (s *Store) dropCorrupt(sh *shard, h, off uint64) {
 	s.life.RLock()
 	defer s.life.RUnlock()
 	sh.mu.Lock()
-	cur, ok := sh.m[h]
+	cur, ok := sh.m.get(h)
 	drop := ok && cur == off && !s.closed.Load()
 	if drop {
-		delete(sh.m, h)
+		sh.m.del(h)
 	}
 	sh.mu.Unlock()
 	if drop {
@@ -642,7 +644,7 @@ func (s *Store) Delete(key []byte) bool {
 	off, _, _, found, corrupt := s.lookup(sh, h, key, false)
 	ok := found || corrupt
 	if ok {
-		delete(sh.m, h)
+		sh.m.del(h)
 	}
 	reserved, pending := s.pendingOf(sh, h, key)
 	if pending {
@@ -758,7 +760,7 @@ func (s *Store) Close() error {
 	s.alloc.mem = nil
 	s.alloc.mu.Unlock()
 	for i := range s.shards {
-		s.shards[i].m = nil
+		s.shards[i].m.reset()
 		s.shards[i].pending = nil
 		s.shards[i].mu.Unlock()
 	}

@@ -319,8 +319,8 @@ func TestHashCollision(t *testing.T) {
 	ha, hb := xxhash.Sum64(a), xxhash.Sum64(b)
 	sh := s.shard(ha)
 	sh.mu.Lock()
-	sh.m[hb] = sh.m[ha]
-	delete(sh.m, ha)
+	sh.m.set(hb, heldOff(s, ha))
+	sh.m.del(ha)
 	sh.mu.Unlock()
 	if got, ok := s.Get(nil, b); ok {
 		t.Fatalf("Get(b) returned a's bytes %q", got)
@@ -405,7 +405,7 @@ func TestCorruptValue(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := xxhash.Sum64(key)
-			off := s.shard(h).m[h]
+			off := heldOff(s, h)
 			s.mem[off+valueOffset(3)] ^= 0xff // a memory bug
 			var ok bool
 			switch read {
@@ -442,7 +442,7 @@ func TestCorruptValue(t *testing.T) {
 		key := []byte("d/1")
 		s.Put(key, []byte("good bytes"))
 		h := xxhash.Sum64(key)
-		s.mem[s.shard(h).m[h]+valueOffset(3)] ^= 0xff
+		s.mem[heldOff(s, h)+valueOffset(3)] ^= 0xff
 		if _, ok := s.Get(nil, key); !ok {
 			t.Fatal("SkipVerify still verified")
 		}
@@ -469,7 +469,7 @@ func TestStatsCounters(t *testing.T) {
 func TestGenerationChanges(t *testing.T) {
 	s := newStore(t, Config{Capacity: 1 << 16})
 	key := []byte("d/1")
-	offOf := func() uint64 { h := xxhash.Sum64(key); return s.shard(h).m[h] }
+	offOf := func() uint64 { h := xxhash.Sum64(key); return heldOff(s, h) }
 	s.Put(key, []byte("v1"))
 	o1 := offOf()
 	g1 := s.alloc.generation(o1)

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// heldOff returns the block offset the index holds for hash h (0 if none).
+func heldOff(s *Store, h uint64) uint64 {
+	off, _ := s.shard(h).m.get(h)
+	return off
+}
+
+// TestIndexAgainstMap runs random sets and deletions on an index and on a
+// Go map side by side and checks after each that both hold the same: the
+// same answer to every get, the same count. The hashes are drawn from a
+// few hundred values whose top bits (a home slot) collide often, so that
+// long probe runs, runs that wrap past the table's end, and deletions
+// inside them are all exercised, through several growths.
+func TestIndexAgainstMap(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		var x index
+		model := map[uint64]uint64{}
+		hashes := make([]uint64, 50+r.IntN(400))
+		for i := range hashes {
+			// A handful of home slots per table size (the top bits from
+			// few values, the rest distinct), and a quarter of them
+			// homed in the table's last slot, whatever its size, so that
+			// their runs wrap past its end.
+			if r.IntN(4) == 0 {
+				hashes[i] = ^uint64(i)
+			} else {
+				hashes[i] = uint64(r.IntN(8))<<61 | uint64(r.IntN(4))<<58 | uint64(i)
+			}
+		}
+		for op := range 5000 {
+			h := hashes[r.IntN(len(hashes))]
+			if r.IntN(3) == 0 {
+				_, want := model[h]
+				if got := x.del(h); got != want {
+					t.Fatalf("seed %d op %d: del(%#x) = %v, want %v", seed, op, h, got, want)
+				}
+				delete(model, h)
+			} else {
+				off := uint64(r.IntN(1 << 20)) // 0 included: a block at the arena's start
+				old, had := x.set(h, off)
+				if wantOld, wantHad := model[h]; had != wantHad || old != wantOld {
+					t.Fatalf("seed %d op %d: set(%#x) replaced %d, %v; want %d, %v", seed, op, h, old, had, wantOld, wantHad)
+				}
+				model[h] = off
+			}
+			if x.n != len(model) {
+				t.Fatalf("seed %d op %d: %d entries, want %d", seed, op, x.n, len(model))
+			}
+			if op%97 == 0 || op > 4900 {
+				for _, h := range hashes {
+					off, ok := x.get(h)
+					if want, wantOK := model[h]; ok != wantOK || off != want {
+						t.Fatalf("seed %d op %d: get(%#x) = %d, %v; want %d, %v", seed, op, h, off, ok, want, wantOK)
+					}
+				}
+			}
+			if tab := x.t.Load(); tab != nil && 4*x.n > 3*len(tab.slots) {
+				t.Fatalf("seed %d op %d: %d of %d slots used, more than three quarters", seed, op, x.n, len(tab.slots))
+			}
+		}
+	}
+}
+
+// TestIndexResetAndPrefetch: a reset index is empty and usable again, and
+// prefetchSlot on an empty or reset index does nothing.
+func TestIndexResetAndPrefetch(t *testing.T) {
+	var spread uint64 = 0x9e3779b97f4a7c15
+	var x index
+	x.prefetchSlot(42)
+	for i := range uint64(100) {
+		x.set(i*spread, i)
+	}
+	x.prefetchSlot(3 * spread)
+	x.reset()
+	x.prefetchSlot(42)
+	if _, ok := x.get(5 * spread); ok || x.n != 0 {
+		t.Fatal("a reset index holds an entry")
+	}
+	if _, had := x.set(7, 9); had {
+		t.Fatal("set after reset replaced an entry")
+	}
+	if off, ok := x.get(7); !ok || off != 9 {
+		t.Fatalf("get after reset = %d, %v", off, ok)
+	}
+}
