@@ -116,36 +116,44 @@ func BenchmarkOwnedReads(b *testing.B) {
 	}
 }
 
-// BenchmarkAnswerFetch answers fetches of 256 samples of 100 KiB held in
-// memory, as an owner answers another peer's read-ahead or refill: each
-// value's checksum checked in the cache, and the value copied into the
-// reply. The node holds 2,000 such samples (200 MiB, more than the CPU's
-// cache) and each fetch asks for random ones. ns/op is per fetch.
+// BenchmarkAnswerFetch answers fetches of samples held in memory, as an
+// owner answers another peer's read-ahead, refill or MGET: each value's
+// checksum checked as it is copied into the reply. "100KiB": fetches of
+// 256 of 2,000 samples of 100 KiB (200 MiB); "1KiB": fetches of 64 of
+// 100,000 samples of 1 KiB (100 MiB), where finding each sample in the
+// cache memory is much of the work. Both hold more than the CPU's
+// caches, and each fetch asks for random samples. ns/op is per fetch.
 func BenchmarkAnswerFetch(b *testing.B) {
-	const samples, size, batch = 2000, 100 << 10, 256
-	n := warmedNode(b, samples, size)
-	ctx := context.Background()
-	ds, err := n.dataset("ds")
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := &wire.FetchReq{Dataset: "ds", Version: ds.manifest.Version, IDs: make([]uint32, batch)}
-	rng := rand.New(rand.NewPCG(1, 2))
-	b.SetBytes(batch * size)
-	for b.Loop() {
-		for i := range req.IDs {
-			req.IDs[i] = uint32(rng.IntN(samples))
-		}
-		items, release, err := n.answerFetch(ctx, "", req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, it := range items {
-			if !it.Hit || len(it.Value) != size {
-				b.Fatalf("a sample not answered from memory: %+v", it.Err)
+	for _, c := range []struct {
+		name                 string
+		samples, size, batch int
+	}{{"100KiB", 2000, 100 << 10, 256}, {"1KiB", 100_000, 1 << 10, 64}} {
+		b.Run(c.name, func(b *testing.B) {
+			n := warmedNode(b, c.samples, c.size)
+			ctx := context.Background()
+			ds, err := n.dataset("ds")
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-		release()
+			req := &wire.FetchReq{Dataset: "ds", Version: ds.manifest.Version, IDs: make([]uint32, c.batch)}
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.SetBytes(int64(c.batch * c.size))
+			for b.Loop() {
+				for i := range req.IDs {
+					req.IDs[i] = uint32(rng.IntN(c.samples))
+				}
+				items, release, err := n.answerFetch(ctx, "", req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, it := range items {
+					if !it.Hit || len(it.Value) != c.size {
+						b.Fatalf("a sample not answered from memory: %+v", it.Err)
+					}
+				}
+				release()
+			}
+		})
 	}
 }
 

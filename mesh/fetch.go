@@ -771,7 +771,18 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 	var missAt []int         // the index in the request of each of misses
 	var keyBuf []byte        // the key of the item looked up; a miss keeps a copy
 	var hit []policy.ID      // the items served from memory
+	// Each sample is hinted to the store some reads before it is read
+	// (hintKeysAhead), its key built in a buffer of its own.
+	var aheadBuf []byte
+	aheadKey := func(j int) []byte {
+		if int(req.IDs[j]) >= ds.len {
+			return nil
+		}
+		aheadBuf = samplekey.Append(aheadBuf[:0], ds.name, int(req.IDs[j]))
+		return aheadBuf
+	}
 	for i, id := range req.IDs {
+		n.hintKeysAhead(len(req.IDs), i, aheadKey)
 		if int(id) >= ds.len {
 			items[i].Err = "index out of range"
 			continue

@@ -49,19 +49,42 @@ func (n *Node) LendHeld(ctx context.Context, key, dst []byte, head func(dst []by
 // (store.Prefetch).
 func (n *Node) Prefetch(key []byte) { n.store.Prefetch(key) }
 
-// hintAhead hints keys to the store (store.Prefetch) for a loop that
-// reads them in turn and is about to read keys[i]: at i == 0 the first
-// transport.PrefetchAhead, then the one transport.PrefetchAhead after i,
-// so that each is hinted once, about transport.PrefetchAhead reads before
-// it.
+// hintAhead hints keys to the store for a loop that reads them in turn
+// and is about to read keys[i] (hintKeysAhead).
 func (n *Node) hintAhead(keys [][]byte, i int) {
+	n.hintKeysAhead(len(keys), i, func(j int) []byte { return keys[j] })
+}
+
+// hintKeysAhead hints the store for a loop that reads count keys in turn
+// and is about to read the i-th, key(j) being the j-th (nil: none to
+// hint), in two steps: each key's place in the store's index
+// (store.PrefetchIndex) about 2 x transport.PrefetchAhead reads before
+// it, then its block (store.Prefetch, which looks the key up in that
+// index) about transport.PrefetchAhead reads before it. At i == 0 it
+// hints the first keys of both steps; each key is hinted once a step.
+func (n *Node) hintKeysAhead(count, i int, key func(j int) []byte) {
+	const ahead = transport.PrefetchAhead
 	if i == 0 {
-		for _, key := range keys[:min(len(keys), transport.PrefetchAhead)] {
-			n.store.Prefetch(key)
+		for j := range min(count, 2*ahead) {
+			if k := key(j); k != nil {
+				n.store.PrefetchIndex(k)
+			}
+		}
+		for j := range min(count, ahead) {
+			if k := key(j); k != nil {
+				n.store.Prefetch(k)
+			}
 		}
 	}
-	if ahead := i + transport.PrefetchAhead; ahead < len(keys) {
-		n.store.Prefetch(keys[ahead])
+	if j := i + 2*ahead; j < count {
+		if k := key(j); k != nil {
+			n.store.PrefetchIndex(k)
+		}
+	}
+	if j := i + ahead; j < count {
+		if k := key(j); k != nil {
+			n.store.Prefetch(k)
+		}
 	}
 }
 
