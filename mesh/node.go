@@ -430,9 +430,7 @@ func (n *Node) lockPolicy() {
 	ids := n.pending
 	n.pending = n.told[:0]
 	n.hitMu.Unlock()
-	for _, id := range ids {
-		n.pol.Hit(id)
-	}
+	policy.Hits(n.pol, ids)
 	n.told = ids
 }
 

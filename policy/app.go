@@ -150,6 +150,15 @@ func (a *APP) Hit(id ID) {
 	a.ghosts.touch(id)
 }
 
+// hits is Hit of each of ids in turn, each hinted to the CPU some hits
+// before (Hits).
+func (a *APP) hits(ids []ID) {
+	for i, id := range ids {
+		a.heap.hintAhead(ids, i)
+		a.Hit(id)
+	}
+}
+
 // Miss implements Policy.Miss; see the type's comment for the rule.
 func (a *APP) Miss(id ID, size int64, room Room) bool {
 	if a.heap.has(id) {

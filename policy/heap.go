@@ -1,6 +1,11 @@
 package policy
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"unsafe"
+
+	"github.com/shade-mesh/shade/internal/prefetch"
+)
 
 // idHeap is a 4-ary min-heap of ids keyed by K, with an index from id to
 // position so that any member can be re-keyed or removed in O(log n). Four
@@ -121,6 +126,53 @@ func (h *idHeap[K]) find(id ID) (int32, bool) {
 		case sl.id == id:
 			return int32(i), true
 		}
+	}
+}
+
+// hintDistance is how many hits ahead hintAhead hints an id's item; its
+// slot is hinted twice as far ahead.
+const hintDistance = 8
+
+// hintSlots is the table size (1 MiB of slots, 16,384 residents or more)
+// from which hintAhead hints: in a smaller heap the table and items stay
+// in the CPU's caches and hinting only costs (BenchmarkHits: 64 hits on
+// 10,000 residents took 1.25-1.3x the time hinted; on 100,000 0.21-0.41x).
+const hintSlots = 1 << 16
+
+// hintAhead hints the CPU for a loop that hits ids in turn and is about
+// to hit ids[i]: the slot where the search for ids[i+2*hintDistance]
+// begins, and the item of ids[i+hintDistance] (found through its slot,
+// hinted before), so that each hit finds both in the CPU's caches; at
+// i == 0 the first ids of both. In a heap of a large cache's residents
+// each would otherwise wait for memory in turn. It changes nothing, and
+// does nothing for a table of fewer than hintSlots slots.
+func (h *idHeap[K]) hintAhead(ids []ID, i int) {
+	if !prefetch.Enabled || len(h.slots) < hintSlots {
+		return
+	}
+	if i == 0 {
+		for _, id := range ids[:min(len(ids), 2*hintDistance)] {
+			h.hintSlot(id)
+		}
+		for _, id := range ids[:min(len(ids), hintDistance)] {
+			h.hintItem(id)
+		}
+	}
+	if j := i + 2*hintDistance; j < len(ids) {
+		h.hintSlot(ids[j])
+	}
+	if j := i + hintDistance; j < len(ids) {
+		h.hintItem(ids[j])
+	}
+}
+
+func (h *idHeap[K]) hintSlot(id ID) {
+	prefetch.Lines(unsafe.Pointer(&h.slots[h.home(id)]), 1)
+}
+
+func (h *idHeap[K]) hintItem(id ID) {
+	if s, ok := h.find(id); ok {
+		prefetch.Lines(unsafe.Pointer(&h.items[h.slots[s].pos]), 1)
 	}
 }
 

@@ -275,6 +275,15 @@ func (o *OrderAware) Hit(id ID) {
 	o.ghosts.touch(id)
 }
 
+// hits is Hit of each of ids in turn, each hinted to the CPU some hits
+// before (Hits).
+func (o *OrderAware) hits(ids []ID) {
+	for i, id := range ids {
+		o.heap.hintAhead(ids, i)
+		o.Hit(id)
+	}
+}
+
 // Miss implements Policy.Miss; see the type's comment for the rule.
 func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 	if o.heap.has(id) {

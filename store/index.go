@@ -3,6 +3,8 @@ package store
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/shade-mesh/shade/internal/prefetch"
 )
 
 // index maps the hash of each key a shard holds to its block's offset in
@@ -144,6 +146,6 @@ func (x *index) reset() {
 // may be replaced meanwhile, and then the hint is only wasted.
 func (x *index) prefetchSlot(h uint64) {
 	if t := x.t.Load(); t != nil {
-		prefetchLines((*byte)(unsafe.Pointer(&t.slots[t.home(h)])), 1)
+		prefetch.Lines(unsafe.Pointer(&t.slots[t.home(h)]), 1)
 	}
 }

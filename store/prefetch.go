@@ -1,6 +1,12 @@
 package store
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shade-mesh/shade/internal/prefetch"
+)
 
 // prefetchedLines is how much of a block Prefetch asks for: the header
 // and the value's first bytes. The CPU's own prefetcher follows a value
@@ -22,7 +28,7 @@ const prefetchedLines = 4
 // It changes nothing and counts nothing; where no prefetch instruction is
 // wired up it returns at once.
 func (s *Store) PrefetchIndex(key []byte) {
-	if !canPrefetch {
+	if !prefetch.Enabled {
 		return
 	}
 	h := xxhash.Sum64(key)
@@ -41,7 +47,7 @@ func (s *Store) PrefetchIndex(key []byte) {
 // Store closed, is ignored. Where no prefetch instruction is wired up
 // (architectures other than amd64) it returns at once.
 func (s *Store) Prefetch(key []byte) {
-	if !canPrefetch {
+	if !prefetch.Enabled {
 		return
 	}
 	h := xxhash.Sum64(key)
@@ -49,10 +55,10 @@ func (s *Store) Prefetch(key []byte) {
 	sh.mu.RLock()
 	off, ok := sh.m.get(h)
 	ok = ok && !s.closed.Load()
-	var p *byte
+	var p unsafe.Pointer
 	n := prefetchedLines
 	if ok {
-		p = &s.mem[off]
+		p = unsafe.Pointer(&s.mem[off])
 		n = min(n, (len(s.mem)-int(off))/64)
 	}
 	sh.mu.RUnlock()
@@ -60,6 +66,6 @@ func (s *Store) Prefetch(key []byte) {
 		// After the lock, the block may be freed or the arena unmapped:
 		// a prefetch never faults, and p stays inside the mapping's
 		// addresses.
-		prefetchLines(p, n)
+		prefetch.Lines(p, n)
 	}
 }

@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// func prefetchLines(p *byte, n int)
-TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+// func lines(p unsafe.Pointer, n int)
+TEXT ·lines(SB), NOSPLIT, $0-16
 	MOVQ p+0(FP), AX
 	MOVQ n+8(FP), CX
 	TESTQ CX, CX
