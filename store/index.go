@@ -1,6 +1,7 @@
 package store
 
 import (
+	"hash/maphash"
 	"sync/atomic"
 	"unsafe"
 
@@ -11,11 +12,16 @@ import (
 // the arena: open addressing with linear probing over a table of a power
 // of two slots, each slot the hash and the offset side by side, grown to
 // twice the slots when three quarters would be used, a deletion closing
-// its gap by moving later slots back (no tombstones).
+// its gap by moving later slots back (no tombstones). A hash's first slot
+// is chosen by hashing it again with a random seed of the table's
+// (hash/maphash, as Go's maps do): keys are a client's to choose, and
+// xxhash64 is not keyed, so keys whose hashes start in one slot could
+// otherwise be found offline, and their probe runs would make every
+// lookup in the shard slow.
 //
 // It does what a Go map[uint64]uint64 did, in a layout the store can hint
-// to the CPU: the slot of a hash is found from the hash alone, so
-// prefetchSlot can start loading it for a key some reads ahead without
+// to the CPU: the slot of a hash is found from the hash and the table
+// alone, so prefetchSlot can start loading it for a key some reads ahead without
 // taking the shard's lock. A lookup of a key out of the CPU's caches
 // otherwise waits for memory twice in turn, for the slot and then for the
 // block's header, and the lock's atomic instructions keep lookups of
@@ -33,7 +39,8 @@ type index struct {
 // holds its block's offset plus one (a block may lie at offset 0).
 type slotTable struct {
 	slots []slot
-	shift uint // 64 - log2(len(slots)): a hash's home slot is h >> shift
+	shift uint // 64 - log2(len(slots))
+	seed  maphash.Seed
 }
 
 type slot struct{ h, off uint64 }
@@ -41,7 +48,8 @@ type slot struct{ h, off uint64 }
 // minSlots is the size of an index's first table.
 const minSlots = 8
 
-func (t *slotTable) home(h uint64) uint64 { return h >> t.shift }
+// home is the slot where the search for h starts.
+func (t *slotTable) home(h uint64) uint64 { return maphash.Comparable(t.seed, h) >> t.shift }
 
 func (t *slotTable) mask() uint64 { return uint64(len(t.slots) - 1) }
 
@@ -96,7 +104,7 @@ func (x *index) grow(t *slotTable) *slotTable {
 	if t != nil {
 		size, shift = 2*len(t.slots), t.shift-1
 	}
-	next := &slotTable{slots: make([]slot, size), shift: shift}
+	next := &slotTable{slots: make([]slot, size), shift: shift, seed: maphash.MakeSeed()}
 	if t != nil {
 		for _, s := range t.slots {
 			if s.off != 0 {

@@ -13,10 +13,12 @@ func heldOff(s *Store, h uint64) uint64 {
 
 // TestIndexAgainstMap runs random sets and deletions on an index and on a
 // Go map side by side and checks after each that both hold the same: the
-// same answer to every get, the same count. The hashes are drawn from a
-// few hundred values whose top bits (a home slot) collide often, so that
-// long probe runs, runs that wrap past the table's end, and deletions
-// inside them are all exercised, through several growths.
+// same answer to every get, the same count. The index places hashes by a
+// seeded hash of its own, so runs come from load alone: a few hundred
+// hashes kept in tables of 8 to 1,024 slots, up to three quarters full,
+// through several growths, make long probe runs, runs that wrap past the
+// table's end, and deletions inside them (a deletion that ignores the
+// wrap fails this test).
 func TestIndexAgainstMap(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -24,16 +26,9 @@ func TestIndexAgainstMap(t *testing.T) {
 		model := map[uint64]uint64{}
 		hashes := make([]uint64, 50+r.IntN(400))
 		for i := range hashes {
-			// A handful of home slots per table size (the top bits from
-			// few values, the rest distinct), and a quarter of them
-			// homed in the table's last slot, whatever its size, so that
-			// their runs wrap past its end.
-			if r.IntN(4) == 0 {
-				hashes[i] = ^uint64(i)
-			} else {
-				hashes[i] = uint64(r.IntN(8))<<61 | uint64(r.IntN(4))<<58 | uint64(i)
-			}
+			hashes[i] = r.Uint64()
 		}
+		hashes[0] = 0 // a hash may be 0
 		for op := range 5000 {
 			h := hashes[r.IntN(len(hashes))]
 			if r.IntN(3) == 0 {
@@ -89,4 +84,29 @@ func TestIndexResetAndPrefetch(t *testing.T) {
 	if off, ok := x.get(7); !ok || off != 9 {
 		t.Fatalf("get after reset = %d, %v", off, ok)
 	}
+}
+
+// TestIndexCraftedHashesSpread: hashes that share their top 20 bits, as
+// keys chosen to start in one slot of an index placed by the hash alone
+// would, still spread over the table (its seeded hash), so no lookup
+// walks a long run: the farthest entry from its first slot is a few
+// dozen slots away at most, where placed by those bits all 4,096 would
+// lie in one run.
+func TestIndexCraftedHashesSpread(t *testing.T) {
+	var x index
+	for i := range uint64(4096) {
+		x.set(0xabcde<<44|i, i)
+	}
+	tab := x.t.Load()
+	m := tab.mask()
+	farthest := uint64(0)
+	for i, s := range tab.slots {
+		if s.off != 0 {
+			farthest = max(farthest, (uint64(i)-tab.home(s.h))&m)
+		}
+	}
+	if farthest > 200 {
+		t.Fatalf("an entry lies %d slots from its first of %d", farthest, len(tab.slots))
+	}
+	t.Logf("4,096 entries in %d slots: the farthest %d slots from its first", len(tab.slots), farthest)
 }
