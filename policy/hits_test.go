@@ -10,7 +10,7 @@ import (
 // TestHitsAsHitEach: Hits of a run of reads leaves every policy as Hit
 // of each in turn does. Two policies replay one trace side by side, and
 // every 300 events are told of 50 reads drawn from the trace's ids
-// (residents and not, some twice): one by Hit of each, the other by Hits
+// (residents and not, one in ten a repeat of an earlier one of the run): one by Hit of each, the other by Hits
 // of all (long enough that hintAhead hints in both of its steps). The
 // cache holds 20,000 unit-size items, so that APP's and OrderAware's
 // tables are large enough to be hinted (hintSlots). Afterwards the two
@@ -35,6 +35,9 @@ func TestHitsAsHitEach(t *testing.T) {
 					if i%300 == 299 {
 						for k := range run {
 							run[k] = ID(rng.IntN(ids))
+							if k%10 == 9 {
+								run[k] = run[k-5] // read twice in one run
+							}
 							one.Hit(run[k])
 						}
 						Hits(batched, run)
