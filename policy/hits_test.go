@@ -95,31 +95,19 @@ func step(p Policy, room *Budget, tr []Access, i int) {
 // evicts none).
 func evictAll(p Policy, room *Budget) []ID {
 	const fresh = 1 << 30 // ids above the trace's
-	ev := &evictLog{Budget: room}
+	rec := &recRoom{Budget: room}
 	var out []ID
 	for id := ID(fresh); len(out) < p.Len() && id < fresh+1000; id++ {
 		if s, ok := p.(Scorer); ok {
 			s.SetScore(id, 100)
 		}
-		if p.Miss(id, room.capacity, ev) {
-			ev.Admit(id, room.capacity)
-		}
-		for _, e := range ev.evicted {
+		miss(p, id, room.capacity, rec)
+		for _, e := range rec.evicted {
 			if e < fresh {
 				out = append(out, e)
 			}
 		}
-		ev.evicted = ev.evicted[:0]
+		rec.evicted = rec.evicted[:0]
 	}
 	return out
-}
-
-type evictLog struct {
-	*Budget
-	evicted []ID
-}
-
-func (e *evictLog) Evict(id ID) {
-	e.evicted = append(e.evicted, id)
-	e.Budget.Evict(id)
 }
