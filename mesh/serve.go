@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/shade-mesh/shade/internal/prefetch"
 	"github.com/shade-mesh/shade/mesh/readahead"
 	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/transport"
@@ -57,35 +58,22 @@ func (n *Node) hintAhead(keys [][]byte, i int) {
 
 // hintKeysAhead hints the store for a loop that reads count keys in turn
 // and is about to read the i-th, key(j) being the j-th (nil: none to
-// hint), in two steps: each key's place in the store's index
-// (store.PrefetchIndex) about 2 x transport.PrefetchAhead reads before
-// it, then its block (store.Prefetch, which looks the key up in that
-// index) about transport.PrefetchAhead reads before it. At i == 0 it
-// hints the first keys of both steps; each key is hinted once a step.
+// hint), in two steps (prefetch.Ahead): each key's place in the store's
+// index (store.PrefetchIndex) about 2 x transport.PrefetchAhead reads
+// before it, then its block (store.Prefetch, which looks the key up in
+// that index) about transport.PrefetchAhead reads before it.
 func (n *Node) hintKeysAhead(count, i int, key func(j int) []byte) {
-	const ahead = transport.PrefetchAhead
-	if i == 0 {
-		for j := range min(count, 2*ahead) {
+	prefetch.Ahead(count, i, transport.PrefetchAhead,
+		func(j int) {
 			if k := key(j); k != nil {
 				n.store.PrefetchIndex(k)
 			}
-		}
-		for j := range min(count, ahead) {
+		},
+		func(j int) {
 			if k := key(j); k != nil {
 				n.store.Prefetch(k)
 			}
-		}
-	}
-	if j := i + 2*ahead; j < count {
-		if k := key(j); k != nil {
-			n.store.PrefetchIndex(k)
-		}
-	}
-	if j := i + ahead; j < count {
-		if k := key(j); k != nil {
-			n.store.Prefetch(k)
-		}
-	}
+		})
 }
 
 // LendHeldPrefix implements transport.Backend: it lends the value of

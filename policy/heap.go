@@ -140,40 +140,23 @@ const hintDistance = 8
 const hintSlots = 1 << 16
 
 // hintAhead hints the CPU for a loop that hits ids in turn and is about
-// to hit ids[i]: the slot where the search for ids[i+2*hintDistance]
-// begins, and the item of ids[i+hintDistance] (found through its slot,
-// hinted before), so that each hit finds both in the CPU's caches; at
-// i == 0 the first ids of both. In a heap of a large cache's residents
+// to hit ids[i], in two steps (prefetch.Ahead): the slot where the search
+// for an id begins about 2*hintDistance hits before it, then its item
+// (found through that slot) about hintDistance before, so that each hit
+// finds both in the CPU's caches. In a heap of a large cache's residents
 // each would otherwise wait for memory in turn. It changes nothing, and
 // does nothing for a table of fewer than hintSlots slots.
 func (h *idHeap[K]) hintAhead(ids []ID, i int) {
-	if !prefetch.Enabled || len(h.slots) < hintSlots {
+	if len(h.slots) < hintSlots {
 		return
 	}
-	if i == 0 {
-		for _, id := range ids[:min(len(ids), 2*hintDistance)] {
-			h.hintSlot(id)
-		}
-		for _, id := range ids[:min(len(ids), hintDistance)] {
-			h.hintItem(id)
-		}
-	}
-	if j := i + 2*hintDistance; j < len(ids) {
-		h.hintSlot(ids[j])
-	}
-	if j := i + hintDistance; j < len(ids) {
-		h.hintItem(ids[j])
-	}
-}
-
-func (h *idHeap[K]) hintSlot(id ID) {
-	prefetch.Lines(unsafe.Pointer(&h.slots[h.home(id)]), 1)
-}
-
-func (h *idHeap[K]) hintItem(id ID) {
-	if s, ok := h.find(id); ok {
-		prefetch.Lines(unsafe.Pointer(&h.items[h.slots[s].pos]), 1)
-	}
+	prefetch.Ahead(len(ids), i, hintDistance,
+		func(j int) { prefetch.Lines(unsafe.Pointer(&h.slots[h.home(ids[j])]), 1) },
+		func(j int) {
+			if s, ok := h.find(ids[j]); ok {
+				prefetch.Lines(unsafe.Pointer(&h.items[h.slots[s].pos]), 1)
+			}
+		})
 }
 
 // home is the slot where id's search in the table starts.
