@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/shade-mesh/shade/protocol/crc32c"
 	"github.com/shade-mesh/shade/protocol/shm"
@@ -279,7 +280,8 @@ func BenchmarkLendPages(b *testing.B) {
 // shard's index fills while the cache warms (196,608 entries a shard is
 // 12.6 million samples in the default 64 shards), and reports the longest
 // single set of a fill, the median over fills: the longest a shard's
-// readers and writers wait for its lock while its index grows.
+// readers and writers wait for its lock while its index grows; and the
+// bytes of slots the full index holds an entry.
 func BenchmarkIndexFill(b *testing.B) {
 	for _, n := range []int{12_288, 196_608, 1_572_864} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
@@ -288,9 +290,12 @@ func BenchmarkIndexFill(b *testing.B) {
 			for i := range hashes {
 				hashes[i] = r.Uint64()
 			}
-			var worst []time.Duration
+			var (
+				worst []time.Duration
+				x     index
+			)
 			for b.Loop() {
-				var x index
+				x.reset()
 				longest := time.Duration(0)
 				for i, h := range hashes {
 					start := time.Now()
@@ -302,6 +307,11 @@ func BenchmarkIndexFill(b *testing.B) {
 			slices.Sort(worst)
 			b.ReportMetric(float64(worst[len(worst)/2].Nanoseconds())/1e3, "worst-set-us")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/set")
+			slots := 0
+			for tab := range tablesOf(x.d.Load()) {
+				slots += len(tab.slots)
+			}
+			b.ReportMetric(float64(slots*int(unsafe.Sizeof(slot{})))/float64(n), "bytes/entry")
 		})
 	}
 }

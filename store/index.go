@@ -9,54 +9,92 @@ import (
 )
 
 // index maps the hash of each key a shard holds to its block's offset in
-// the arena: open addressing with linear probing over a table of a power
-// of two slots, each slot the hash and the offset side by side, grown to
-// twice the slots when three quarters would be used, a deletion closing
-// its gap by moving later slots back (no tombstones). A hash's first slot
-// is chosen by hashing it again with a random seed of the index's
-// (hash/maphash, as Go's maps do): keys are a client's to choose, and
-// xxhash64 is not keyed, so keys whose hashes start in one slot could
-// otherwise be found offline, and their probe runs would make every
-// lookup in the shard slow.
+// the arena. A hash is hashed again with a random seed of the index's
+// (hash/maphash, as Go's maps do: keys are a client's to choose, and
+// xxhash64 is not keyed, so keys whose hashes meet in one place could
+// otherwise be found offline, and every lookup in the shard would walk
+// past them). The top bits of that seeded hash pick an entry of a
+// directory, which points to a table; its low bits pick the slot where
+// the search starts in that table.
+//
+// A table is open addressing with linear probing over a power of two
+// slots of at most maxTableSlots, each slot the hash and the offset side
+// by side, a deletion closing its gap by moving later slots back (no
+// tombstones). A table grows when three quarters of it would be used: a
+// small one into one of twice the slots; one of maxTableSlots splits into
+// two of that size, by the next bit of the seeded hash, and the
+// directory's entries that pointed to it point to one or the other (the
+// directory doubles first if the table had one entry). This is extendible
+// hashing, the layout of Go's own maps: a set that grows the index moves
+// one table's entries, never the whole index's, so a shard's lock is
+// never held for long while the cache fills (BenchmarkIndexFill). Tables
+// never shrink.
 //
 // It does what a Go map[uint64]uint64 did, in a layout the store can hint
-// to the CPU: the slot of a hash is found from the hash and the table
-// alone, so prefetchSlot can start loading it for a key some reads ahead without
-// taking the shard's lock. A lookup of a key out of the CPU's caches
-// otherwise waits for memory twice in turn, for the slot and then for the
-// block's header, and the lock's atomic instructions keep lookups of
-// different keys from overlapping those waits (BenchmarkLendBatch).
+// to the CPU: the slot of a hash is found from the hash, the directory
+// and the table alone, so prefetchSlot can start loading it for a key
+// some reads ahead without taking the shard's lock. A lookup of a key out
+// of the CPU's caches otherwise waits for memory twice in turn, for the
+// slot and then for the block's header, and the lock's atomic
+// instructions keep lookups of different keys from overlapping those
+// waits (BenchmarkLendBatch).
 //
 // get, set and del need the shard's lock (read lock for get); the zero
 // value is an empty index. prefetchSlot needs no lock.
 type index struct {
-	t atomic.Pointer[slotTable] // nil until the first set, and after reset
-	n int                       // slots used
+	d atomic.Pointer[directory] // nil until the first set, and after reset
+	n int                       // entries held
 }
 
-// slotTable is one generation of an index's slots. It never changes
-// size; growing makes a new one. A slot with off 0 is empty; a used slot
-// holds its block's offset plus one (a block may lie at offset 0).
+// directory points each value of a seeded hash's top bits to the table
+// holding those hashes. A table of depth k has the 1 << (depth-k)
+// consecutive entries that share their top k bits. Its size and seed
+// never change; a deeper directory replaces it, and its entries are
+// swapped atomically, for prefetchSlot's sake.
+type directory struct {
+	tables []atomic.Pointer[slotTable] // 1 << depth
+	depth  uint
+	seed   maphash.Seed
+}
+
+// slotTable is one table of an index. Its slots never change size;
+// growing makes a new one. A slot with off 0 is empty; a used slot holds
+// its block's offset plus one (a block may lie at offset 0).
 type slotTable struct {
 	slots []slot
-	shift uint // 64 - log2(len(slots))
-	seed  maphash.Seed
+	depth uint // the top bits of a seeded hash its entries all share
+	n     int  // slots used
 }
 
 type slot struct{ h, off uint64 }
 
-// minSlots is the size of an index's first table: 1 << (64 - its shift).
-const minSlots = 8
+const (
+	// minSlots is the size of an index's first table.
+	minSlots = 8
+	// maxTableSlots is the most slots a table has (16 KiB): a set that
+	// grows the index moves at most three quarters of this many entries.
+	maxTableSlots = 1024
+	// maxDepth bounds the directory at 1 << maxDepth entries (a table
+	// of seeded hashes that all share this many top bits is beyond
+	// belief): a table that deep grows instead of splitting.
+	maxDepth = 32
+)
 
-// home is the slot where the search for h starts.
-func (t *slotTable) home(h uint64) uint64 { return maphash.Comparable(t.seed, h) >> t.shift }
+// table returns the table holding seeded hash sh.
+func (d *directory) table(sh uint64) *slotTable {
+	return d.tables[sh>>(64-d.depth)].Load() // a shift by 64 is 0 in Go
+}
+
+// home is the slot where the search for seeded hash sh starts.
+func (t *slotTable) home(sh uint64) uint64 { return sh & t.mask() }
 
 func (t *slotTable) mask() uint64 { return uint64(len(t.slots) - 1) }
 
-// find returns the slot of h, or the empty slot where h would go.
-func (t *slotTable) find(h uint64) (i uint64, found bool) {
+// find returns the slot of h (seeded: sh), or the empty slot where it
+// would go.
+func (t *slotTable) find(h, sh uint64) (i uint64, found bool) {
 	m := t.mask()
-	for i = t.home(h); ; i = (i + 1) & m {
+	for i = t.home(sh); ; i = (i + 1) & m {
 		s := &t.slots[i]
 		if s.off == 0 {
 			return i, false
@@ -67,13 +105,22 @@ func (t *slotTable) find(h uint64) (i uint64, found bool) {
 	}
 }
 
+// add puts a slot whose hash (seeded: sh) t does not hold into t.
+func (t *slotTable) add(s slot, sh uint64) {
+	i, _ := t.find(s.h, sh)
+	t.slots[i] = s
+	t.n++
+}
+
 // get returns the offset held for h.
 func (x *index) get(h uint64) (off uint64, ok bool) {
-	t := x.t.Load()
-	if t == nil {
+	d := x.d.Load()
+	if d == nil {
 		return 0, false
 	}
-	i, ok := t.find(h)
+	sh := maphash.Comparable(d.seed, h)
+	t := d.table(sh)
+	i, ok := t.find(h, sh)
 	if !ok {
 		return 0, false
 	}
@@ -82,55 +129,87 @@ func (x *index) get(h uint64) (off uint64, ok bool) {
 
 // set holds off for h and returns the offset it replaces, if any.
 func (x *index) set(h, off uint64) (old uint64, had bool) {
-	t := x.t.Load()
-	if t == nil || 4*(x.n+1) > 3*len(t.slots) {
-		t = x.grow(t)
+	d := x.d.Load()
+	if d == nil {
+		d = &directory{tables: make([]atomic.Pointer[slotTable], 1), seed: maphash.MakeSeed()}
+		d.tables[0].Store(&slotTable{slots: make([]slot, minSlots)})
+		x.d.Store(d)
 	}
-	i, had := t.find(h)
-	s := &t.slots[i]
+	sh := maphash.Comparable(d.seed, h)
+	t := d.table(sh)
+	i, had := t.find(h, sh)
 	if had {
-		old = s.off - 1
-	} else {
-		x.n++
+		old = t.slots[i].off - 1
+		t.slots[i].off = off + 1
+		return old, true
 	}
-	s.h, s.off = h, off+1
-	return old, had
+	for 4*(t.n+1) > 3*len(t.slots) { // once, unless a split left t's entries all in sh's half
+		t = x.grow(x.d.Load(), t, sh)
+		i, _ = t.find(h, sh)
+	}
+	t.slots[i] = slot{h, off + 1}
+	t.n++
+	x.n++
+	return 0, false
 }
 
-// grow replaces t (nil: none yet) by a table of twice its slots (or
-// minSlots) holding the same entries, and returns it.
-//
-// The seed stays: an entry's first slot in the new table is then 2i or
-// 2i+1 for its first slot i in the old, so the copy writes the new table
-// in order instead of at random. With a new seed a growth to 512 Ki slots
-// took 12-24 ms, most of it waiting for memory, while the shard's readers
-// waited for its lock.
-func (x *index) grow(t *slotTable) *slotTable {
-	if t == nil {
-		next := &slotTable{slots: make([]slot, minSlots), shift: 64 - 3, seed: maphash.MakeSeed()}
-		x.t.Store(next)
+// grow makes room in t, the table of seeded hash sh in directory d, and
+// returns the table that now holds sh's entries. A table below
+// maxTableSlots is copied into one of twice the slots; a full-sized one
+// splits into two, by the bit of the seeded hash after its depth, the
+// directory doubling first if t has only one entry in it. Either moves
+// at most one table's entries.
+func (x *index) grow(d *directory, t *slotTable, sh uint64) *slotTable {
+	first := sh >> (64 - t.depth) << (d.depth - t.depth) // t's first entry in d
+	if len(t.slots) < maxTableSlots || t.depth >= maxDepth {
+		next := &slotTable{slots: make([]slot, 2*len(t.slots)), depth: t.depth}
+		for _, s := range t.slots {
+			if s.off != 0 {
+				next.add(s, maphash.Comparable(d.seed, s.h))
+			}
+		}
+		for j := range uint64(1) << (d.depth - t.depth) {
+			d.tables[first+j].Store(next)
+		}
 		return next
 	}
-	next := &slotTable{slots: make([]slot, 2*len(t.slots)), shift: t.shift - 1, seed: t.seed}
+	if t.depth == d.depth {
+		deeper := &directory{tables: make([]atomic.Pointer[slotTable], 2*len(d.tables)), depth: d.depth + 1, seed: d.seed}
+		for j := range d.tables {
+			deeper.tables[2*j].Store(d.tables[j].Load())
+			deeper.tables[2*j+1].Store(d.tables[j].Load())
+		}
+		x.d.Store(deeper)
+		d, first = deeper, 2*first
+	}
+	var halves [2]*slotTable
+	for k := range halves {
+		halves[k] = &slotTable{slots: make([]slot, len(t.slots)), depth: t.depth + 1}
+	}
 	for _, s := range t.slots {
 		if s.off != 0 {
-			i, _ := next.find(s.h)
-			next.slots[i] = s
+			ssh := maphash.Comparable(d.seed, s.h)
+			halves[ssh>>(63-t.depth)&1].add(s, ssh)
 		}
 	}
-	x.t.Store(next)
-	return next
+	half := uint64(1) << (d.depth - t.depth - 1) // entries of each half
+	for j := range 2 * half {
+		d.tables[first+j].Store(halves[j/half])
+	}
+	return halves[sh>>(63-t.depth)&1]
 }
 
 // del removes h and reports whether it was held. The slots after it that
 // probed past it move back, so that every entry stays reachable from its
 // home slot without crossing an empty one.
 func (x *index) del(h uint64) bool {
-	t := x.t.Load()
-	if t == nil {
+	d := x.d.Load()
+	if d == nil {
 		return false
 	}
-	i, ok := t.find(h)
+	sh := maphash.Comparable(d.seed, h)
+	t := d.table(sh)
+	i, ok := t.find(h, sh)
 	if !ok {
 		return false
 	}
@@ -138,27 +217,31 @@ func (x *index) del(h uint64) bool {
 	for j := (i + 1) & m; t.slots[j].off != 0; j = (j + 1) & m {
 		// The entry at j may fill the gap at i if its home is not in
 		// the cyclic range (i, j]: it probed from at or before i.
-		if k := t.home(t.slots[j].h); (j-k)&m >= (j-i)&m {
+		if k := t.home(maphash.Comparable(d.seed, t.slots[j].h)); (j-k)&m >= (j-i)&m {
 			t.slots[i] = t.slots[j]
 			i = j
 		}
 	}
 	t.slots[i] = slot{}
+	t.n--
 	x.n--
 	return true
 }
 
-// reset drops every entry and the table.
+// reset drops every entry and the tables.
 func (x *index) reset() {
-	x.t.Store(nil)
+	x.d.Store(nil)
 	x.n = 0
 }
 
 // prefetchSlot asks the CPU to start loading the slot where a lookup of h
-// begins, without waiting for it. It takes no lock: the table it reads
-// may be replaced meanwhile, and then the hint is only wasted.
+// begins, without waiting for it. It takes no lock: the directory and
+// table it reads may be replaced meanwhile, and then the hint is only
+// wasted.
 func (x *index) prefetchSlot(h uint64) {
-	if t := x.t.Load(); t != nil {
-		prefetch.Lines(unsafe.Pointer(&t.slots[t.home(h)]), 1)
+	if d := x.d.Load(); d != nil {
+		sh := maphash.Comparable(d.seed, h)
+		t := d.table(sh)
+		prefetch.Lines(unsafe.Pointer(&t.slots[t.home(sh)]), 1)
 	}
 }

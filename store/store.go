@@ -5,9 +5,10 @@
 // where the kernel allows (Stats.HugePageBytes). Samples are
 // allocated inside the arena by a two-level segregated-fit allocator whose
 // metadata lives in the arena too, and found through a sharded index from
-// each key's hash to its block's offset, an open-addressing table of 16
-// bytes a slot (index) that a reader of many keys can hint to the CPU
-// ahead of its reads (PrefetchIndex, Prefetch). The Go heap therefore
+// each key's hash to its block's offset, open-addressing tables of 16
+// bytes a slot under a directory (index), which grows a table at a time
+// and which a reader of many keys can hint to the CPU ahead of its reads
+// (PrefetchIndex, Prefetch). The Go heap therefore
 // grows with the number of cached samples by the index alone, and not
 // with their size.
 //
