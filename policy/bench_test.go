@@ -3,8 +3,10 @@ package policy
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // randomIDs returns n ids drawn at random from 0..universe-1, always the
@@ -233,6 +235,37 @@ func BenchmarkHits(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkFill admits n new ids into an empty policy with room for all,
+// as a node's policy fills while its cache warms, timing each Miss, and
+// reports the longest Miss of a fill (the median over fills): the
+// longest the node's reads wait for the policy's lock while it grows.
+func BenchmarkFill(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		for _, name := range []string{"app", "order"} {
+			b.Run(name+"/"+strconv.Itoa(n), func(b *testing.B) {
+				var worst []time.Duration
+				for b.Loop() {
+					p, _ := New(name, Options{})
+					room := NewBudget(int64(n))
+					longest := time.Duration(0)
+					for id := range ID(n) {
+						start := time.Now()
+						if !p.Miss(id, 1, room) {
+							b.Fatalf("id %d refused with room for it", id)
+						}
+						longest = max(longest, time.Since(start))
+						room.Admit(id, 1)
+					}
+					worst = append(worst, longest)
+				}
+				slices.Sort(worst)
+				b.ReportMetric(float64(worst[len(worst)/2].Nanoseconds())/1e6, "worst-miss-ms")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/miss")
+			})
 		}
 	}
 }
