@@ -17,21 +17,77 @@ import (
 // The heap array holds keys and slot numbers; a slot holds the id and its
 // current heap position. Moving an item during a sift therefore writes an
 // array element and its slot, never anything else. The slots are
-// themselves the index from id to position: an open-addressing hash table
+// themselves the index from id to position: open-addressing hash tables
 // (linear probing, at most half full, deletion by shifting the slots after
 // it back), so that finding a resident waits for memory twice, its slot
 // and its item, where a Go map and a separate slot array took four loads
 // that miss the CPU's caches in a large heap. The table hashes ids with a
 // seed of its own (hash/maphash, as Go's maps do), so that ids chosen to
-// collide (a client picking keys) cannot be found without the seed. Nothing
-// in it is a pointer, so the garbage collector does not scan it however
+// collide (a client picking keys) cannot be found without the seed.
+//
+// The heap grows a part at a time, so that no push holds the node's policy
+// lock, and with it every read, for long: a single table and a single
+// array, each copied whole to grow, held it for 43-117 ms at 1,000,000
+// residents (BenchmarkFill). The id table is extendible hashing, as the
+// store's index and Go's own maps are: the top depth bits of an id's
+// seeded hash pick an entry of dir, which points to a table of tabSlots
+// slots; its low bits pick the slot where its search starts. A table
+// that would be more than half full splits in two by the next bit of the
+// hash, the directory doubling first where the table had one entry in
+// it, so growing moves at most one table's ids. The heap array is chunks
+// of itemChunk items, one added when the last is full. An item's slot
+// number is its table's number times tabSlots plus its place. Neither
+// holds pointers, so the garbage collector does not scan them however
 // many residents there are.
 type idHeap[K any] struct {
-	items []heapEntry[K] // heap order
-	slots []heapSlot     // the id table: a power of two long, or empty
-	seed  maphash.Seed
-	less  func(a, b K) bool
+	chunks []*[itemChunk]heapEntry[K] // the heap array, in chunks of itemChunk items
+	n      int                        // items
+	tabs   []*idTable                 // the id table's tables, by number
+	dir    []*idTable                 // each seeded hash's table, by its top depth bits
+	depth  uint
+	seed   maphash.Seed
+	less   func(a, b K) bool
 }
+
+// itemChunk is the items of each chunk of an idHeap's heap array (192-256
+// KiB).
+const (
+	itemBits  = 13
+	itemChunk = 1 << itemBits
+	itemMask  = itemChunk - 1
+)
+
+// item returns item i of the heap array.
+func (h *idHeap[K]) item(i int) *heapEntry[K] { return &h.chunks[i>>itemBits][i&itemMask] }
+
+// idTable is one table of an idHeap's id table.
+type idTable struct {
+	num   int32 // its number in tabs
+	n     int32 // slots used
+	depth uint  // the top bits of a seeded hash its ids all share
+	slots [tabSlots]heapSlot
+}
+
+// newIDTable returns an empty table numbered num, depth bits deep.
+func newIDTable(num int32, depth uint) *idTable {
+	t := &idTable{num: num, depth: depth}
+	for i := range t.slots {
+		t.slots[i] = heapSlot{pos: -1}
+	}
+	return t
+}
+
+const (
+	// tabBits is log2 of tabSlots, the slots of each table of an
+	// idHeap's id table (128 KiB: a split moves at most 4,096 ids).
+	// Smaller tables make a larger directory, which a large heap's
+	// hits push out of the CPU's caches: with 1,024 slots, runs of 64
+	// hits on 1,000,000 residents took a median 1.2-1.5x the time they
+	// took in one table; with 8,192, 0.98-1.04x (BenchmarkHits).
+	tabBits  = 13
+	tabSlots = 1 << tabBits
+	tabMask  = tabSlots - 1
+)
 
 type heapEntry[K any] struct {
 	key  K
@@ -55,7 +111,7 @@ func newIDHeap[K any](less func(a, b K) bool) idHeap[K] {
 	return idHeap[K]{seed: maphash.MakeSeed(), less: less}
 }
 
-func (h *idHeap[K]) len() int { return len(h.items) }
+func (h *idHeap[K]) len() int { return h.n }
 
 func (h *idHeap[K]) has(id ID) bool {
 	_, ok := h.find(id)
@@ -74,19 +130,30 @@ func (h *idHeap[K]) key(id ID) (K, bool) {
 
 // top returns the least item; the heap must not be empty.
 func (h *idHeap[K]) top() heapItem[K] {
-	e := h.items[0]
-	return heapItem[K]{h.slots[e.slot].id, e.key}
+	e := h.item(0)
+	return heapItem[K]{h.slot(e.slot).id, e.key}
 }
 
 // push adds id, which must not be in the heap.
 func (h *idHeap[K]) push(id ID, k K) {
-	if 2*(len(h.items)+1) > len(h.slots) {
-		h.grow()
+	if h.dir == nil {
+		h.tabs = []*idTable{newIDTable(0, 0)}
+		h.dir = []*idTable{h.tabs[0]}
 	}
-	i := len(h.items)
-	s := h.vacant(id)
-	h.slots[s] = heapSlot{id: id, pos: int32(i)}
-	h.items = append(h.items, heapEntry[K]{k, s})
+	sh := maphash.Comparable(h.seed, id)
+	t := h.dir[sh>>(64-h.depth)] // a shift by 64 is 0 in Go
+	for 2*(t.n+1) > tabSlots {   // once, unless a split left t's ids all in sh's half
+		t = h.split(t, sh)
+	}
+	i := h.n
+	s := t.vacant(sh)
+	*h.slot(s) = heapSlot{id: id, pos: int32(i)}
+	t.n++
+	if i>>itemBits == len(h.chunks) {
+		h.chunks = append(h.chunks, new([itemChunk]heapEntry[K]))
+	}
+	*h.item(i) = heapEntry[K]{k, s}
+	h.n++
 	h.up(i)
 }
 
@@ -105,36 +172,43 @@ func (h *idHeap[K]) remove(id ID) (K, bool) {
 		var zero K
 		return zero, false
 	}
-	i := int(h.slots[s].pos)
-	k := h.items[i].key
+	i := int(s.pos)
+	k := h.item(i).key
 	h.removeAt(i)
 	return k, true
 }
 
-// find returns id's slot number, for keyOf and setSlot, and whether id is in
-// the heap. A slot number is valid until an id joins or leaves the heap
-// (either may move slots in the table).
-func (h *idHeap[K]) find(id ID) (int32, bool) {
-	if len(h.slots) == 0 {
-		return 0, false
+// find returns id's slot, for keyOf and setSlot, and whether id is in the
+// heap. The slot is valid until an id joins or leaves the heap (either may
+// move slots in the table).
+func (h *idHeap[K]) find(id ID) (*heapSlot, bool) {
+	if h.dir == nil {
+		return nil, false
 	}
-	mask := len(h.slots) - 1
-	for i := h.home(id); ; i = (i + 1) & mask {
-		switch sl := &h.slots[i]; {
+	sh := maphash.Comparable(h.seed, id)
+	t := h.dir[sh>>(64-h.depth)]
+	for i := sh & tabMask; ; i = (i + 1) & tabMask {
+		switch sl := &t.slots[i]; {
 		case sl.pos < 0:
-			return 0, false
+			return nil, false
 		case sl.id == id:
-			return int32(i), true
+			return sl, true
 		}
 	}
 }
+
+// slot returns slot number s.
+func (h *idHeap[K]) slot(s int32) *heapSlot { return &h.tabs[s>>tabBits].slots[s&tabMask] }
+
+// tableSlots is the number of slots of the id table.
+func (h *idHeap[K]) tableSlots() int { return len(h.tabs) * tabSlots }
 
 // hintDistance is how many hits ahead hintAhead hints an id's item; its
 // slot is hinted twice as far ahead.
 const hintDistance = 8
 
-// hintSlots is the table size (1 MiB of slots, 16,384 residents or more)
-// from which hintAhead hints: in a smaller heap the table and items stay
+// hintSlots is the table size (1 MiB of slots, 64 tables: 16,384 residents
+// or more) from which hintAhead hints: in a smaller heap the table and items stay
 // in the CPU's caches and hinting only costs (BenchmarkHits: 64 hits on
 // 10,000 residents took 1.25-1.3x the time hinted; on 100,000 0.21-0.41x).
 const hintSlots = 1 << 16
@@ -147,71 +221,97 @@ const hintSlots = 1 << 16
 // each would otherwise wait for memory in turn. It changes nothing, and
 // does nothing for a table of fewer than hintSlots slots.
 func (h *idHeap[K]) hintAhead(ids []ID, i int) {
-	if len(h.slots) < hintSlots {
+	if h.tableSlots() < hintSlots {
 		return
 	}
 	prefetch.Ahead(len(ids), i, hintDistance,
-		func(j int) { prefetch.Lines(unsafe.Pointer(&h.slots[h.home(ids[j])]), 1) },
+		func(j int) {
+			sh := maphash.Comparable(h.seed, ids[j])
+			prefetch.Lines(unsafe.Pointer(&h.dir[sh>>(64-h.depth)].slots[sh&tabMask]), 1)
+		},
 		func(j int) {
 			if s, ok := h.find(ids[j]); ok {
-				prefetch.Lines(unsafe.Pointer(&h.items[h.slots[s].pos]), 1)
+				prefetch.Lines(unsafe.Pointer(h.item(int(s.pos))), 1)
 			}
 		})
 }
 
-// home is the slot where id's search in the table starts.
-func (h *idHeap[K]) home(id ID) int {
-	return int(maphash.Comparable(h.seed, id)) & (len(h.slots) - 1)
+// vacant returns the empty slot of t where the id of seeded hash sh,
+// which is not in t, goes: the first from its home on. t must have one.
+func (t *idTable) vacant(sh uint64) int32 {
+	i := sh & tabMask
+	for t.slots[i].pos >= 0 {
+		i = (i + 1) & tabMask
+	}
+	return t.num<<tabBits | int32(i)
 }
 
-// vacant returns the empty slot where id, which is not in the table, goes:
-// the first after its home. The table must have one.
-func (h *idHeap[K]) vacant(id ID) int32 {
-	mask := len(h.slots) - 1
-	i := h.home(id)
-	for h.slots[i].pos >= 0 {
-		i = (i + 1) & mask
+// split makes room in t, the table of seeded hash sh: two new tables
+// take its place and share its ids by the bit of their seeded hash after
+// t's depth, the directory doubling first if t has only one entry in it,
+// and their items learn their new slots. It returns the table that now holds
+// sh's ids. Where t is as deep as ids can be told apart (seeded hashes
+// that share 54 top bits: beyond belief), split fails loudly rather than
+// loop.
+func (h *idHeap[K]) split(t *idTable, sh uint64) *idTable {
+	depth := t.depth
+	if depth >= 64-tabBits {
+		panic("policy: the id table cannot tell its ids apart")
 	}
-	return int32(i)
-}
-
-// grow doubles the table (16 slots at first) and moves every id to its
-// slot in the new one.
-func (h *idHeap[K]) grow() {
-	old := h.slots
-	h.slots = make([]heapSlot, max(16, 2*len(old)))
-	for i := range h.slots {
-		h.slots[i].pos = -1
-	}
-	for _, sl := range old {
-		if sl.pos >= 0 {
-			s := h.vacant(sl.id)
-			h.slots[s] = sl
-			h.items[sl.pos].slot = s
+	if depth == h.depth {
+		dir := make([]*idTable, 2*len(h.dir))
+		for j, u := range h.dir {
+			dir[2*j], dir[2*j+1] = u, u
 		}
+		h.dir = dir
+		h.depth++
 	}
+	// t's entries in dir: those sharing sh's top depth bits. The lower
+	// half's table keeps t's number.
+	halves := [2]*idTable{newIDTable(t.num, depth+1), newIDTable(int32(len(h.tabs)), depth+1)}
+	h.tabs[t.num] = halves[0]
+	h.tabs = append(h.tabs, halves[1])
+	span := uint64(1) << (h.depth - depth)
+	first := sh >> (64 - depth) << (h.depth - depth)
+	for j := range span {
+		h.dir[first+j] = halves[j/(span/2)]
+	}
+	for _, sl := range &t.slots {
+		if sl.pos < 0 {
+			continue
+		}
+		ssh := maphash.Comparable(h.seed, sl.id)
+		to := halves[ssh>>(63-depth)&1]
+		s := to.vacant(ssh)
+		to.slots[s&tabMask] = sl
+		to.n++
+		h.item(int(sl.pos)).slot = s
+	}
+	return halves[sh>>(63-depth)&1]
 }
 
-// vacate empties slot s and shifts the slots after it back, as far as
-// their ids' homes allow, so that every id stays reachable from its home
-// without a gap: the table needs no tombstones.
+// vacate empties slot s and shifts the slots after it in its table back,
+// as far as their ids' homes allow, so that every id stays reachable from
+// its home without a gap: the table needs no tombstones.
 func (h *idHeap[K]) vacate(s int32) {
-	mask := len(h.slots) - 1
-	i := int(s)
-	for j := (i + 1) & mask; h.slots[j].pos >= 0; j = (j + 1) & mask {
+	t := h.tabs[s>>tabBits]
+	slots := &t.slots
+	i := uint64(s & tabMask)
+	for j := (i + 1) & tabMask; slots[j].pos >= 0; j = (j + 1) & tabMask {
 		// The id in slot j may move back to slot i if i lies between
 		// its home and j (cyclically).
-		if (j-i)&mask <= (j-h.home(h.slots[j].id))&mask {
-			h.slots[i] = h.slots[j]
-			h.items[h.slots[i].pos].slot = int32(i)
+		if home := maphash.Comparable(h.seed, slots[j].id) & tabMask; (j-i)&tabMask <= (j-home)&tabMask {
+			slots[i] = slots[j]
+			h.item(int(slots[i].pos)).slot = t.num<<tabBits | int32(i)
 			i = j
 		}
 	}
-	h.slots[i] = heapSlot{pos: -1}
+	slots[i] = heapSlot{pos: -1}
+	t.n--
 }
 
 // keyOf returns the key of the id in slot s.
-func (h *idHeap[K]) keyOf(s int32) K { return h.items[h.slots[s].pos].key }
+func (h *idHeap[K]) keyOf(s *heapSlot) K { return h.item(int(s.pos)).key }
 
 // set re-keys id, which must be in the heap.
 func (h *idHeap[K]) set(id ID, k K) {
@@ -220,9 +320,9 @@ func (h *idHeap[K]) set(id ID, k K) {
 }
 
 // setSlot re-keys the id in slot s.
-func (h *idHeap[K]) setSlot(s int32, k K) {
-	i := int(h.slots[s].pos)
-	h.items[i].key = k
+func (h *idHeap[K]) setSlot(s *heapSlot, k K) {
+	i := int(s.pos)
+	h.item(i).key = k
 	if !h.up(i) {
 		h.down(i)
 	}
@@ -231,19 +331,20 @@ func (h *idHeap[K]) setSlot(s int32, k K) {
 // each calls f with every id in the heap and its key, in no order; f must
 // not change the heap.
 func (h *idHeap[K]) each(f func(id ID, k K)) {
-	for _, e := range h.items {
-		f(h.slots[e.slot].id, e.key)
+	for i := range h.n {
+		e := h.item(i)
+		f(h.slot(e.slot).id, e.key)
 	}
 }
 
 // rekeyAll replaces every key k of an id by f(id, k) and restores the heap
 // order, in O(n).
 func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {
-	for i := range h.items {
-		e := &h.items[i]
-		e.key = f(h.slots[e.slot].id, e.key)
+	for i := range h.n {
+		e := h.item(i)
+		e.key = f(h.slot(e.slot).id, e.key)
 	}
-	if n := len(h.items); n > 1 {
+	if n := h.n; n > 1 {
 		for i := parent(n - 1); i >= 0; i-- {
 			h.down(i)
 		}
@@ -251,14 +352,14 @@ func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {
 }
 
 func (h *idHeap[K]) removeAt(i int) {
-	h.vacate(h.items[i].slot)
-	last := len(h.items) - 1
+	h.vacate(h.item(i).slot)
+	last := h.n - 1
 	if i != last {
-		h.items[i] = h.items[last]
-		h.slots[h.items[i].slot].pos = int32(i)
+		*h.item(i) = *h.item(last)
+		h.slot(h.item(i).slot).pos = int32(i)
 	}
-	h.items[last] = heapEntry[K]{}
-	h.items = h.items[:last]
+	*h.item(last) = heapEntry[K]{}
+	h.n = last
 	if i != last && !h.up(i) {
 		h.down(i)
 	}
@@ -274,47 +375,48 @@ func parent(i int) int { return (i - 1) / arity }
 // up moves item i towards the root and reports whether it moved.
 func (h *idHeap[K]) up(i int) bool {
 	start := i
-	e := h.items[i]
+	e := *h.item(i)
 	for i > 0 {
 		p := parent(i)
-		if !h.less(e.key, h.items[p].key) {
+		pe := h.item(p)
+		if !h.less(e.key, pe.key) {
 			break
 		}
-		h.items[i] = h.items[p]
-		h.slots[h.items[i].slot].pos = int32(i)
+		*h.item(i) = *pe
+		h.slot(pe.slot).pos = int32(i)
 		i = p
 	}
 	if i != start {
-		h.items[i] = e
-		h.slots[e.slot].pos = int32(i)
+		*h.item(i) = e
+		h.slot(e.slot).pos = int32(i)
 	}
 	return i != start
 }
 
 func (h *idHeap[K]) down(i int) {
 	start := i
-	e := h.items[i]
-	n := len(h.items)
+	e := *h.item(i)
+	n := h.n
 	for {
 		first := arity*i + 1
 		if first >= n {
 			break
 		}
-		c := first
+		c, ce := first, h.item(first)
 		for r := first + 1; r < min(first+arity, n); r++ {
-			if h.less(h.items[r].key, h.items[c].key) {
-				c = r
+			if re := h.item(r); h.less(re.key, ce.key) {
+				c, ce = r, re
 			}
 		}
-		if !h.less(h.items[c].key, e.key) {
+		if !h.less(ce.key, e.key) {
 			break
 		}
-		h.items[i] = h.items[c]
-		h.slots[h.items[i].slot].pos = int32(i)
+		*h.item(i) = *ce
+		h.slot(ce.slot).pos = int32(i)
 		i = c
 	}
 	if i != start {
-		h.items[i] = e
-		h.slots[e.slot].pos = int32(i)
+		*h.item(i) = e
+		h.slot(e.slot).pos = int32(i)
 	}
 }

@@ -64,9 +64,9 @@ func TestHitsAsHitEach(t *testing.T) {
 func tableSize(p Policy) int {
 	switch p := p.(type) {
 	case *APP:
-		return len(p.heap.slots)
+		return p.heap.tableSlots()
 	case *OrderAware:
-		return len(p.heap.slots)
+		return p.heap.tableSlots()
 	}
 	return 0
 }
