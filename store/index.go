@@ -17,18 +17,16 @@ import (
 // directory, which points to a table; its low bits pick the slot where
 // the search starts in that table.
 //
-// A table is open addressing with linear probing over a power of two
-// slots of at most maxTableSlots, each slot the hash and the offset side
-// by side, a deletion closing its gap by moving later slots back (no
-// tombstones). A table grows when three quarters of it would be used: a
-// small one into one of twice the slots; one of maxTableSlots splits into
-// two of that size, by the next bit of the seeded hash, and the
-// directory's entries that pointed to it point to one or the other (the
-// directory doubles first if the table had one entry). This is extendible
-// hashing, the layout of Go's own maps: a set that grows the index moves
-// one table's entries, never the whole index's, so a shard's lock is
-// never held for long while the cache fills (BenchmarkIndexFill). Tables
-// never shrink.
+// A table is open addressing with linear probing over tableSlots slots,
+// each slot the hash and the offset side by side, a deletion closing its
+// gap by moving later slots back (no tombstones). A table that would be
+// more than three quarters full splits into two, by the next bit of the
+// seeded hash, and the directory's entries that pointed to it point to
+// one or the other (the directory doubles first if the table had one
+// entry). This is extendible hashing, the layout of Go's own maps: a set
+// that grows the index moves one table's entries, never the whole
+// index's, so a shard's lock is never held for long while the cache
+// fills (BenchmarkIndexFill). Tables never shrink.
 //
 // It does what a Go map[uint64]uint64 did, in a layout the store can hint
 // to the CPU: the slot of a hash is found from the hash, the directory
@@ -57,27 +55,23 @@ type directory struct {
 	seed   maphash.Seed
 }
 
-// slotTable is one table of an index. Its slots never change size;
-// growing makes a new one. A slot with off 0 is empty; a used slot holds
-// its block's offset plus one (a block may lie at offset 0).
+// slotTable is one table of an index. A split makes new ones. A slot
+// with off 0 is empty; a used slot holds its block's offset plus one (a
+// block may lie at offset 0). The slots lie in the table itself, so that
+// a lookup finds its slot from the directory's pointer alone.
 type slotTable struct {
-	slots []slot
 	depth uint // the top bits of a seeded hash its entries all share
 	n     int  // slots used
+	slots [tableSlots]slot
 }
 
 type slot struct{ h, off uint64 }
 
 const (
-	// minSlots is the size of an index's first table.
-	minSlots = 8
-	// maxTableSlots is the most slots a table has (16 KiB): a set that
-	// grows the index moves at most three quarters of this many entries.
-	maxTableSlots = 1024
-	// maxDepth bounds the directory at 1 << maxDepth entries (a table
-	// of seeded hashes that all share this many top bits is beyond
-	// belief): a table that deep grows instead of splitting.
-	maxDepth = 32
+	// tableSlots is the slots of each table (16 KiB): a set that grows
+	// the index moves at most three quarters of this many entries.
+	tableSlots = 1024
+	tableMask  = tableSlots - 1
 )
 
 // table returns the table holding seeded hash sh.
@@ -86,15 +80,12 @@ func (d *directory) table(sh uint64) *slotTable {
 }
 
 // home is the slot where the search for seeded hash sh starts.
-func (t *slotTable) home(sh uint64) uint64 { return sh & t.mask() }
-
-func (t *slotTable) mask() uint64 { return uint64(len(t.slots) - 1) }
+func home(sh uint64) uint64 { return sh & tableMask }
 
 // find returns the slot of h (seeded: sh), or the empty slot where it
 // would go.
 func (t *slotTable) find(h, sh uint64) (i uint64, found bool) {
-	m := t.mask()
-	for i = t.home(sh); ; i = (i + 1) & m {
+	for i = home(sh); ; i = (i + 1) & tableMask {
 		s := &t.slots[i]
 		if s.off == 0 {
 			return i, false
@@ -132,7 +123,7 @@ func (x *index) set(h, off uint64) (old uint64, had bool) {
 	d := x.d.Load()
 	if d == nil {
 		d = &directory{tables: make([]atomic.Pointer[slotTable], 1), seed: maphash.MakeSeed()}
-		d.tables[0].Store(&slotTable{slots: make([]slot, minSlots)})
+		d.tables[0].Store(new(slotTable))
 		x.d.Store(d)
 	}
 	sh := maphash.Comparable(d.seed, h)
@@ -143,7 +134,7 @@ func (x *index) set(h, off uint64) (old uint64, had bool) {
 		t.slots[i].off = off + 1
 		return old, true
 	}
-	for 4*(t.n+1) > 3*len(t.slots) { // once, unless a split left t's entries all in sh's half
+	for 4*(t.n+1) > 3*tableSlots { // once, unless a split left t's entries all in sh's half
 		t = x.grow(x.d.Load(), t, sh)
 		i, _ = t.find(h, sh)
 	}
@@ -154,25 +145,16 @@ func (x *index) set(h, off uint64) (old uint64, had bool) {
 }
 
 // grow makes room in t, the table of seeded hash sh in directory d, and
-// returns the table that now holds sh's entries. A table below
-// maxTableSlots is copied into one of twice the slots; a full-sized one
-// splits into two, by the bit of the seeded hash after its depth, the
-// directory doubling first if t has only one entry in it. Either moves
-// at most one table's entries.
+// returns the table that now holds sh's entries: t splits into two, by
+// the bit of the seeded hash after its depth, the directory doubling
+// first if t has only one entry in it. Where t is as deep as entries can
+// be told apart (seeded hashes that share 54 top bits: beyond belief),
+// grow fails loudly rather than loop.
 func (x *index) grow(d *directory, t *slotTable, sh uint64) *slotTable {
-	first := sh >> (64 - t.depth) << (d.depth - t.depth) // t's first entry in d
-	if len(t.slots) < maxTableSlots || t.depth >= maxDepth {
-		next := &slotTable{slots: make([]slot, 2*len(t.slots)), depth: t.depth}
-		for _, s := range t.slots {
-			if s.off != 0 {
-				next.add(s, maphash.Comparable(d.seed, s.h))
-			}
-		}
-		for j := range uint64(1) << (d.depth - t.depth) {
-			d.tables[first+j].Store(next)
-		}
-		return next
+	if t.depth >= 64-10 {
+		panic("store: the index cannot tell its hashes apart")
 	}
+	first := sh >> (64 - t.depth) << (d.depth - t.depth) // t's first entry in d
 	if t.depth == d.depth {
 		deeper := &directory{tables: make([]atomic.Pointer[slotTable], 2*len(d.tables)), depth: d.depth + 1, seed: d.seed}
 		for j := range d.tables {
@@ -182,11 +164,8 @@ func (x *index) grow(d *directory, t *slotTable, sh uint64) *slotTable {
 		x.d.Store(deeper)
 		d, first = deeper, 2*first
 	}
-	var halves [2]*slotTable
-	for k := range halves {
-		halves[k] = &slotTable{slots: make([]slot, len(t.slots)), depth: t.depth + 1}
-	}
-	for _, s := range t.slots {
+	halves := [2]*slotTable{{depth: t.depth + 1}, {depth: t.depth + 1}}
+	for _, s := range &t.slots {
 		if s.off != 0 {
 			ssh := maphash.Comparable(d.seed, s.h)
 			halves[ssh>>(63-t.depth)&1].add(s, ssh)
@@ -213,11 +192,11 @@ func (x *index) del(h uint64) bool {
 	if !ok {
 		return false
 	}
-	m := t.mask()
+	const m = tableMask
 	for j := (i + 1) & m; t.slots[j].off != 0; j = (j + 1) & m {
 		// The entry at j may fill the gap at i if its home is not in
 		// the cyclic range (i, j]: it probed from at or before i.
-		if k := t.home(maphash.Comparable(d.seed, t.slots[j].h)); (j-k)&m >= (j-i)&m {
+		if k := home(maphash.Comparable(d.seed, t.slots[j].h)); (j-k)&m >= (j-i)&m {
 			t.slots[i] = t.slots[j]
 			i = j
 		}
@@ -242,6 +221,6 @@ func (x *index) prefetchSlot(h uint64) {
 	if d := x.d.Load(); d != nil {
 		sh := maphash.Comparable(d.seed, h)
 		t := d.table(sh)
-		prefetch.Lines(unsafe.Pointer(&t.slots[t.home(sh)]), 1)
+		prefetch.Lines(unsafe.Pointer(&t.slots[home(sh)]), 1)
 	}
 }

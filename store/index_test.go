@@ -21,7 +21,7 @@ func heldOff(s *Store, h uint64) uint64 {
 // same answer to every get, the same count. The index places hashes by a
 // seeded hash of its own, so runs come from load alone: from a few dozen
 // to a few thousand hashes kept in tables up to three quarters full,
-// through growths and splits, make long probe runs, runs that wrap past a
+// through splits, make long probe runs, runs that wrap past a
 // table's end, and deletions inside them (a deletion that ignores the
 // wrap fails this test).
 func TestIndexAgainstMap(t *testing.T) {
@@ -105,10 +105,9 @@ func TestIndexCraftedHashesSpread(t *testing.T) {
 	d := x.d.Load()
 	farthest := uint64(0)
 	for tab := range tablesOf(d) {
-		m := tab.mask()
 		for i, s := range tab.slots {
 			if s.off != 0 {
-				farthest = max(farthest, (uint64(i)-tab.home(maphash.Comparable(d.seed, s.h)))&m)
+				farthest = max(farthest, (uint64(i)-home(maphash.Comparable(d.seed, s.h)))&tableMask)
 			}
 		}
 	}
@@ -119,9 +118,8 @@ func TestIndexCraftedHashesSpread(t *testing.T) {
 }
 
 // TestIndexGrowsByTable fills an index with 200,000 hashes, checking its
-// shape as it goes (checkIndex): no table is larger than maxTableSlots,
-// so a set that grows the index moves at most one table's entries, and
-// the directory sends every hash to the table that holds it.
+// shape as it goes (checkIndex): a set that grows the index splits one
+// table, and the directory sends every hash to the table that holds it.
 func TestIndexGrowsByTable(t *testing.T) {
 	var x index
 	r := rand.New(rand.NewPCG(3, 3))
@@ -133,7 +131,7 @@ func TestIndexGrowsByTable(t *testing.T) {
 	}
 	checkIndex(t, &x)
 	d := x.d.Load()
-	if n := len(slices.Collect(tablesOf(d))); n < 200_000/maxTableSlots {
+	if n := len(slices.Collect(tablesOf(d))); n < 200_000/tableSlots {
 		t.Fatalf("200,000 entries in %d tables", n)
 	}
 }
@@ -186,7 +184,7 @@ func tablesOf(d *directory) iter.Seq[*slotTable] {
 // checkIndex fails t unless x's directory and tables agree: each table
 // of depth k fills the 1 << (depth-k) entries of the directory, from a
 // multiple of that, that share its entries' top k seeded bits; it is at
-// most maxTableSlots and three quarters full, and counts its entries
+// most three quarters full, and counts its entries
 // right; and the tables' entries add up to the index's.
 func checkIndex(t *testing.T, x *index) {
 	t.Helper()
@@ -212,8 +210,8 @@ func checkIndex(t *testing.T, x *index) {
 				t.Fatalf("entry %d of %d's table's %d points elsewhere", k, j, span)
 			}
 		}
-		if len(tab.slots) > maxTableSlots || 4*tab.n > 3*len(tab.slots) {
-			t.Fatalf("a table of %d slots holds %d", len(tab.slots), tab.n)
+		if 4*tab.n > 3*tableSlots {
+			t.Fatalf("a table of %d slots holds %d", tableSlots, tab.n)
 		}
 		used := 0
 		for _, s := range tab.slots {
