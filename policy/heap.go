@@ -207,10 +207,11 @@ func (h *idHeap[K]) tableSlots() int { return len(h.tabs) * tabSlots }
 // slot is hinted twice as far ahead.
 const hintDistance = 8
 
-// hintSlots is the table size (1 MiB of slots, 64 tables: 16,384 residents
-// or more) from which hintAhead hints: in a smaller heap the table and items stay
-// in the CPU's caches and hinting only costs (BenchmarkHits: 64 hits on
-// 10,000 residents took 1.25-1.3x the time hinted; on 100,000 0.21-0.41x).
+// hintSlots is the table size (1 MiB of slots, 8 tables: some 16,384
+// residents or more) from which hintAhead hints: in a smaller heap the
+// table and items stay in the CPU's caches and hinting only costs
+// (BenchmarkHits: 64 hits on 10,000 residents took 1.25-1.3x the time
+// hinted; on 100,000 0.21-0.41x).
 const hintSlots = 1 << 16
 
 // hintAhead hints the CPU for a loop that hits ids in turn and is about
@@ -251,7 +252,7 @@ func (t *idTable) vacant(sh uint64) int32 {
 // t's depth, the directory doubling first if t has only one entry in it,
 // and their items learn their new slots. It returns the table that now holds
 // sh's ids. Where t is as deep as ids can be told apart (seeded hashes
-// that share 54 top bits: beyond belief), split fails loudly rather than
+// that share 51 top bits: beyond belief), split fails loudly rather than
 // loop.
 func (h *idHeap[K]) split(t *idTable, sh uint64) *idTable {
 	depth := t.depth

@@ -70,7 +70,8 @@ type slot struct{ h, off uint64 }
 const (
 	// tableSlots is the slots of each table (16 KiB): a set that grows
 	// the index moves at most three quarters of this many entries.
-	tableSlots = 1024
+	tableBits  = 10
+	tableSlots = 1 << tableBits
 	tableMask  = tableSlots - 1
 )
 
@@ -151,7 +152,7 @@ func (x *index) set(h, off uint64) (old uint64, had bool) {
 // be told apart (seeded hashes that share 54 top bits: beyond belief),
 // grow fails loudly rather than loop.
 func (x *index) grow(d *directory, t *slotTable, sh uint64) *slotTable {
-	if t.depth >= 64-10 {
+	if t.depth >= 64-tableBits {
 		panic("store: the index cannot tell its hashes apart")
 	}
 	first := sh >> (64 - t.depth) << (d.depth - t.depth) // t's first entry in d
