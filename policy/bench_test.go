@@ -206,17 +206,25 @@ func BenchmarkReplay(b *testing.B) {
 // policy of a minibatch's reads from memory: "each" calls Hit for each,
 // "hits" calls Hits for the run (hinting the CPU ahead). 1,000,000
 // residents (a large cache's samples: their table and heap out of the
-// CPU's caches) and 10,000 (in them). ns/op is per run.
+// CPU's caches) and 10,000 (in them). "order+epoch" is OrderAware with
+// an order installed, eight reads of each resident, whose hits also
+// follow each resident's chain of places in the order. ns/op is per run.
 func BenchmarkHits(b *testing.B) {
 	const run = 64
 	for _, residents := range []int{10_000, 100_000, 1_000_000} {
-		for _, name := range []string{"app", "order"} {
+		for _, name := range []string{"app", "order", "order+epoch"} {
 			var p Policy
-			if name == "app" {
+			switch name {
+			case "app":
 				p, _ = fullAPP(residents)
-			} else {
+			case "order":
 				p = NewOrderAware(Options{})
 				fill(p, residents)
+			case "order+epoch":
+				o := NewOrderAware(Options{})
+				fill(o, residents)
+				o.BeginEpoch(0, randomIDs(8*residents, residents, 3))
+				p = o
 			}
 			ids := residentIDs(residents)
 			for _, way := range []string{"each", "hits"} {
