@@ -41,7 +41,6 @@ import (
 // value is an empty index. prefetchSlot needs no lock.
 type index struct {
 	d atomic.Pointer[directory] // nil until the first set, and after reset
-	n int                       // entries held
 }
 
 // directory points each value of a seeded hash's top bits to the table
@@ -136,22 +135,21 @@ func (x *index) set(h, off uint64) (old uint64, had bool) {
 		return old, true
 	}
 	for 4*(t.n+1) > 3*tableSlots { // once, unless a split left t's entries all in sh's half
-		t = x.grow(x.d.Load(), t, sh)
+		t = x.split(x.d.Load(), t, sh)
 		i, _ = t.find(h, sh)
 	}
 	t.slots[i] = slot{h, off + 1}
 	t.n++
-	x.n++
 	return 0, false
 }
 
-// grow makes room in t, the table of seeded hash sh in directory d, and
+// split makes room in t, the table of seeded hash sh in directory d, and
 // returns the table that now holds sh's entries: t splits into two, by
 // the bit of the seeded hash after its depth, the directory doubling
 // first if t has only one entry in it. Where t is as deep as entries can
 // be told apart (seeded hashes that share 54 top bits: beyond belief),
-// grow fails loudly rather than loop.
-func (x *index) grow(d *directory, t *slotTable, sh uint64) *slotTable {
+// split fails loudly rather than loop.
+func (x *index) split(d *directory, t *slotTable, sh uint64) *slotTable {
 	if t.depth >= 64-tableBits {
 		panic("store: the index cannot tell its hashes apart")
 	}
@@ -204,14 +202,12 @@ func (x *index) del(h uint64) bool {
 	}
 	t.slots[i] = slot{}
 	t.n--
-	x.n--
 	return true
 }
 
 // reset drops every entry and the tables.
 func (x *index) reset() {
 	x.d.Store(nil)
-	x.n = 0
 }
 
 // prefetchSlot asks the CPU to start loading the slot where a lookup of h
