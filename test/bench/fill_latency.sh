@@ -13,6 +13,7 @@
 # (default 2), CACHE (the peer's --cache-size; default 2GiB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib.sh
 N=${1:-3000000}
 SIZE=${2:-64}
 BINS=${BINS:-bin}
@@ -29,8 +30,7 @@ for r in $(seq "$ROUNDS"); do
 		"$b/shade-peer" --name bench --socket "$dir/shade.sock" --cache-size "${CACHE:-2GiB}" \
 			--admin-addr off --log-level warn 2>"$dir/shade.log" &
 		pid=$!
-		for _ in $(seq 600); do [ -S "$dir/shade.sock" ] && break; sleep 0.1; done
-		[ -S "$dir/shade.sock" ] || { cat "$dir/shade.log"; exit 1; }
+		wait_socket "$dir/shade.sock" || { cat "$dir/shade.log"; exit 1; }
 		# "SET",rps,avg,min,p50,p95,p99,max (ms)
 		line=$(redis-benchmark -s "$dir/shade.sock" -t set -n "$N" -r "$N" -d "$SIZE" -P 16 -c 8 --csv | tail -1 | tr -d '"')
 		held=$(redis-cli -s "$dir/shade.sock" dbsize)

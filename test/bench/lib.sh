@@ -15,3 +15,15 @@ switches() {
 	for p in "$@"; do files+=(/proc/"$p"/task/*/status); done
 	awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}' "${files[@]}" 2>/dev/null
 }
+
+# wait_socket PATH [SECONDS]: wait until PATH is a Unix socket (a peer or a
+# server has started listening), at most SECONDS (default 60); fails if it
+# never is.
+wait_socket() {
+	local i
+	for i in $(seq $((${2:-60} * 10))); do
+		[ -S "$1" ] && return 0
+		sleep 0.1
+	done
+	[ -S "$1" ]
+}

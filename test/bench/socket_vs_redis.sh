@@ -65,8 +65,7 @@ redis_pid=$!
 pids+=($!)
 shade_pid=$!
 for s in redis.sock shade.sock; do
-	for _ in $(seq 600); do [ -S "$dir/$s" ] && break; sleep 0.1; done
-	[ -S "$dir/$s" ] || { echo "no socket $s"; cat "$dir"/*.log; exit 1; }
+	wait_socket "$dir/$s" || { echo "no socket $s"; cat "$dir"/*.log; exit 1; }
 done
 
 hz=$(getconf CLK_TCK)

@@ -6,6 +6,7 @@
 # dataset-root holds train/ and test/ (shadectl dataset import-idx --dst).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib.sh
 DATA=${1:-.data/fashion-mnist}
 EPOCHS=${2:-3}
 CACHE=${3:-330KiB}
@@ -20,7 +21,7 @@ run() { # label -> appends to $dir/runs.csv
 	"$BIN/shade-peer" --name warm --socket "$dir/s.sock" --dataset "fmnist-train=$DATA/train" \
 		--cache-size "$CACHE" --state-dir "$dir/state" --prefetch 0 --log-level warn 2>>"$dir/peer.log" &
 	pid=$!
-	for _ in $(seq 100); do [ -S "$dir/s.sock" ] && break; sleep 0.1; done
+	wait_socket "$dir/s.sock" || { cat "$dir/peer.log"; exit 1; }
 	PYTHONPATH=client/python /usr/bin/python3 test/train/train_fmnist.py --sockets "$dir/s.sock" --world 3 \
 		--epochs "$EPOCHS" --test-dir "$DATA/test" --csv "$dir/runs.csv" --label "$1" | grep '^epoch' | sed "s/^/$1 /"
 	kill -TERM "$pid"; wait "$pid" || true; pid=
