@@ -81,9 +81,11 @@ const (
 	// tabBits is log2 of tabSlots, the slots of each table of an
 	// idHeap's id table (128 KiB: a split moves at most 4,096 ids).
 	// Smaller tables make a larger directory, which a large heap's
-	// hits push out of the CPU's caches: with 1,024 slots, runs of 64
-	// hits on 1,000,000 residents took a median 1.2-1.5x the time they
-	// took in one table; with 8,192, 0.98-1.04x (BenchmarkHits).
+	// hits probably push out of the CPU's caches: runs of 64 hits on
+	// 1,000,000 residents took a median 1.2-1.5x the time they took in
+	// one table with 1,024 slots, 1.11-1.15x with 8,192 (both with a
+	// find that also loaded the table's number), 0.98-1.04x with 8,192
+	// and find as it is (BenchmarkHits).
 	tabBits  = 13
 	tabSlots = 1 << tabBits
 	tabMask  = tabSlots - 1
