@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/shade-mesh/shade/internal/bytesize"
@@ -49,7 +48,10 @@ func (e codedError) Error() string { return e.msg }
 func (e codedError) Code() string  { return e.code }
 
 // freeBit marks policy ids of free-form keys (SET by clients); sample ids
-// carry the dataset's ordinal in bits 32..62 and the index below.
+// carry the dataset's ordinal in bits 32..62 and the index below. A free
+// key's id is its store hash (store.Hash) with this bit set, by which the
+// node finds the key again in the store to evict it (evictFreeLocked): it
+// keeps no copy of free keys' names.
 const freeBit = policy.ID(1) << 63
 
 // Node serves datasets from a byte-bounded off-heap cache. It is safe for
@@ -82,13 +84,15 @@ type Node struct {
 	// of yet. It hears of them before it decides anything (lockPolicy),
 	// once the socket has sent the replies that made them (Settle), or
 	// once maxPendingHits wait. told is pending's spare, under polMu.
-	hitMu    sync.Mutex
-	pending  []policy.ID
-	told     []policy.ID
-	scorer   policy.Scorer // pol, if it weighs importance; else nil
-	freeKeys map[policy.ID]string
-	room     room          // the admission's room, set under polMu (no allocation per admission)
-	trace    *trace.Writer // nil unless Config.TracePath
+	hitMu   sync.Mutex
+	pending []policy.ID
+	told    []policy.ID
+	scorer  policy.Scorer // pol, if it weighs importance; else nil
+	room    room          // the admission's room, set under polMu (no allocation per admission)
+	// victimKey is the key of the policy's victim, under polMu: its bytes
+	// are kept from one eviction to the next.
+	victimKey []byte
+	trace     *trace.Writer // nil unless Config.TracePath
 
 	freeHits, freeMisses, freeRejected atomic.Int64
 	closed                             atomic.Bool
@@ -139,7 +143,6 @@ func New(cfg Config) (*Node, error) {
 		cfg:      cfg,
 		datasets: make(map[string]*datasetState),
 		pol:      pol,
-		freeKeys: make(map[policy.ID]string),
 		kick:     make(chan struct{}, 1),
 		inflight: make(map[string]int64),
 	}
@@ -277,16 +280,7 @@ func sampleID(ds *datasetState, idx int) policy.ID {
 	return policy.ID(ds.ordinal+1)<<32 | policy.ID(idx)
 }
 
-func freeID(key []byte) policy.ID { return policy.ID(xxhash.Sum64(key)) | freeBit }
-
-// keyOf returns the store key of a policy id. Called with polMu held.
-func (n *Node) keyOf(id policy.ID) (key string, ds *datasetState) {
-	if id&freeBit != 0 {
-		return n.freeKeys[id], nil
-	}
-	ds = n.ordered[int(id>>32)-1]
-	return samplekey.Format(ds.name, int(uint32(id))), ds
-}
+func freeID(key []byte) policy.ID { return policy.ID(store.Hash(key)) | freeBit }
 
 // room is the policy's view of the store's space for one admission.
 type room struct {
@@ -299,17 +293,34 @@ func (r *room) Evict(id policy.ID)         { r.n.evictLocked(id) }
 
 // evictLocked removes a victim chosen by the policy. Called with polMu held.
 func (n *Node) evictLocked(id policy.ID) {
-	key, ds := n.keyOf(id)
-	if key == "" {
+	if id&freeBit != 0 {
+		n.evictFreeLocked(id)
 		return
 	}
-	n.store.Delete([]byte(key))
-	if ds == nil {
-		delete(n.freeKeys, id)
-		return
-	}
+	ds := n.ordered[int(id>>32)-1]
+	n.victimKey = samplekey.Append(n.victimKey[:0], ds.name, int(uint32(id)))
+	n.store.Delete(n.victimKey)
 	ds.resident.Add(-1)
 	ds.counters.Current().Evictions.Add(1)
+}
+
+// evictFreeLocked removes the free-form key of policy id from the store,
+// found by its hash: the id is the key's store hash with its top bit set,
+// so the key is the one the store holds under either of the two hashes
+// with the id's other bits (both, where two keys meet there: the policy
+// counted them as one). A key the store holds there that is not free-form
+// (a sample whose hash meets the id) stays. Called with polMu held.
+func (n *Node) evictFreeLocked(id policy.ID) {
+	for _, h := range [2]uint64{uint64(id &^ freeBit), uint64(id)} {
+		key, ok := n.store.AppendKey(n.victimKey[:0], h)
+		n.victimKey = key
+		if !ok || freeID(key) != id {
+			continue
+		}
+		if ds, _, _, err := n.route(key); ds == nil && err == nil {
+			n.store.Delete(key)
+		}
+	}
 }
 
 // admit offers a value that was just read to the policy and stores it if
@@ -472,13 +483,9 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	if !n.store.Fits(len(key), len(value)) {
 		n.store.Delete(key)
 	}
-	if n.freeKeys[id] != string(key) { // a key set again keeps its entry
-		n.freeKeys[id] = string(key)
-	}
 	r, ok := n.roomLocked(id, key, len(value), nil)
 	if !ok {
 		n.store.Delete(key) // refused: the old value goes too
-		delete(n.freeKeys, id)
 		n.polMu.Unlock()
 		return false, nil
 	}
@@ -514,9 +521,7 @@ func (n *Node) Delete(key []byte) bool {
 		return false
 	}
 	if ds == nil {
-		id := freeID(key)
-		n.pol.Remove(id)
-		delete(n.freeKeys, id)
+		n.pol.Remove(freeID(key))
 		return true
 	}
 	n.pol.Remove(sampleID(ds, idx))

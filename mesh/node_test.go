@@ -19,7 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/stats"
+	"github.com/shade-mesh/shade/store"
 	"github.com/shade-mesh/shade/transport"
 )
 
@@ -470,9 +472,9 @@ func TestAdmissionsRacingEvictions(t *testing.T) {
 // TestSetsRacingSetsAndEvictions: goroutines SET the same free-form keys
 // at once, with values of their own, in a cache that holds a few of them
 // (each SET copies its value in after letting the policy's lock go).
-// Afterwards a key is in the store exactly when the policy holds it and
-// it is among the node's free keys, each value held is one that was SET
-// for its key, and the store's bytes in use are the values held: no room
+// Afterwards a key is in the store exactly when the policy holds it (an
+// eviction finds the key by its id alone), each value held is one that
+// was SET for its key, and the store's bytes in use are the values held: no room
 // reserved is left out or lost.
 func TestSetsRacingSetsAndEvictions(t *testing.T) {
 	p := startPeer(t, Config{CacheSize: 256 << 10}, transport.SocketConfig{})
@@ -497,10 +499,9 @@ func TestSetsRacingSetsAndEvictions(t *testing.T) {
 	held, charged := 0, int64(0)
 	for k := range keys {
 		key := fmt.Appendf(nil, "free:%d", k)
-		id := freeID(key)
-		inStore, inPolicy, named := n.store.Has(key), n.pol.Resident(id), n.freeKeys[id] == string(key)
-		if inStore != inPolicy || inStore != named {
-			t.Errorf("%s: in the store %v, in the policy %v, a free key %v", key, inStore, inPolicy, named)
+		inStore, inPolicy := n.store.Has(key), n.pol.Resident(freeID(key))
+		if inStore != inPolicy {
+			t.Errorf("%s: in the store %v, in the policy %v", key, inStore, inPolicy)
 		}
 		got, ok := n.store.Get(nil, key)
 		if !ok {
@@ -514,6 +515,39 @@ func TestSetsRacingSetsAndEvictions(t *testing.T) {
 	}
 	if st := n.store.Stats(); held == 0 || st.Entries != held || st.UsedBytes != charged || st.Loans != 0 {
 		t.Fatalf("%d keys held (%d bytes), %d entries, %d bytes used, %d loans out", held, charged, st.Entries, st.UsedBytes, st.Loans)
+	}
+}
+
+// TestEvictionFindsFreeKeysByHash: the node keeps no names of free-form
+// keys; an eviction finds the key the store holds under its id's hash.
+// A sample whose store hash gives a free key's id (a meeting of 63 hash
+// bits, which the test makes by calling the eviction with the sample's
+// hash) is not evicted by it: only a free-form key is.
+func TestEvictionFindsFreeKeysByHash(t *testing.T) {
+	dir, files := makeDataset(t, 4, 1000, 1000)
+	p := startPeer(t, Config{Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
+	n := p.node
+	ds, err := n.dataset("ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := []byte(keyOfSample(ds, 1))
+	if cached, _ := n.admit(sampleID(ds, 1), sample, files[1], ds); !cached {
+		t.Fatal("sample not cached")
+	}
+	free := []byte("free:1")
+	if ok, err := n.Set(free, []byte("value")); !ok || err != nil {
+		t.Fatalf("Set = %v, %v", ok, err)
+	}
+	n.lockPolicy()
+	n.evictFreeLocked(policy.ID(store.Hash(sample)) | freeBit)
+	n.evictFreeLocked(freeID(free))
+	n.polMu.Unlock()
+	if !n.store.Has(sample) {
+		t.Error("a sample went from the store by a free id its hash gives")
+	}
+	if n.store.Has(free) {
+		t.Error("the free key stayed in the store when evicted by its id")
 	}
 }
 

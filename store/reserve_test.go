@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -225,5 +226,57 @@ func TestCommitChecksumIsTheHolders(t *testing.T) {
 	}
 	if st := s.Stats(); st.Corrupt != 1 || st.Entries != 0 || st.UsedBytes != 0 {
 		t.Fatalf("after the read: %+v, want 1 corrupt and nothing held", st)
+	}
+}
+
+// TestAppendKey: the key filed under a hash is found from the hash alone,
+// committed or reserved; a hash held by no key, a deleted key and a
+// closed store find none; an entry whose header is corrupt is dropped,
+// as a read drops it, and not named.
+func TestAppendKey(t *testing.T) {
+	s := newStore(t, Config{Capacity: 1 << 16})
+	held, reserved := []byte("free:held"), []byte("free:reserved")
+	if err := s.Put(held, []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	r := reserveFilled(t, s, reserved, []byte("later"))
+	for _, key := range [][]byte{held, reserved} {
+		got, ok := s.AppendKey([]byte("pre:"), Hash(key))
+		if !ok || string(got) != "pre:"+string(key) {
+			t.Fatalf("AppendKey(Hash(%s)) = %q, %v", key, got, ok)
+		}
+	}
+	if got, ok := s.AppendKey([]byte("pre:"), Hash([]byte("free:absent"))); ok || string(got) != "pre:" {
+		t.Fatalf("AppendKey of a hash no key has = %q, %v", got, ok)
+	}
+	if !r.commit() {
+		t.Fatal("Commit reported false")
+	}
+	if got, ok := s.AppendKey(nil, Hash(reserved)); !ok || !bytes.Equal(got, reserved) {
+		t.Fatalf("AppendKey once committed = %q, %v", got, ok)
+	}
+	s.Delete(reserved)
+	if _, ok := s.AppendKey(nil, Hash(reserved)); ok {
+		t.Fatal("AppendKey named a deleted key")
+	}
+	if st := s.Stats(); st.Hits != 0 || st.Misses != 0 {
+		t.Fatalf("AppendKey counted %d hits, %d misses", st.Hits, st.Misses)
+	}
+
+	h := Hash(held)
+	binary.LittleEndian.PutUint64(s.mem[heldOff(s, h)+vlenOff:], 1<<40) // a memory bug
+	if got, ok := s.AppendKey(nil, h); ok || len(got) != 0 {
+		t.Fatalf("AppendKey of a corrupt entry = %q, %v", got, ok)
+	}
+	if st := s.Stats(); st.Corrupt != 1 || st.Entries != 0 || st.UsedBytes != 0 || s.Has(held) {
+		t.Fatalf("after a corrupt header: %+v", st)
+	}
+
+	if err := s.Put(held, []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, ok := s.AppendKey(nil, h); ok {
+		t.Fatal("AppendKey named a key after Close")
 	}
 }

@@ -622,6 +622,41 @@ func (s *Store) Has(key []byte) bool {
 	return found
 }
 
+// Hash returns the 64-bit hash the store files key under, by which
+// AppendKey finds the key again: xxhash64 of its bytes.
+func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// AppendKey appends to dst the key held under hash h (Hash), or reserved
+// under it and not yet committed, and reports whether there is one. A
+// caller that keeps only its keys' hashes (an eviction policy's ids) can
+// thus name a key again without keeping its bytes on the Go heap. A
+// committed entry whose header is corrupt is dropped and counted in
+// Stats.Corrupt, as a read drops it, and reported absent. It counts
+// neither a hit nor a miss; false after Close.
+func (s *Store) AppendKey(dst []byte, h uint64) ([]byte, bool) {
+	sh := s.shard(h)
+	sh.mu.RLock()
+	var off uint64
+	found, corrupt := false, false
+	if !s.closed.Load() {
+		var ok bool
+		if off, ok = sh.m.get(h); ok {
+			k, _, _, whole := s.entry(off)
+			found, corrupt = whole, !whole
+			dst = append(dst, k...)
+		} else if p, ok := sh.pending[h]; ok {
+			klen := uint64(binary.LittleEndian.Uint32(s.mem[p+klenOff:]))
+			found = true
+			dst = append(dst, s.mem[p+headerSize:p+headerSize+klen]...)
+		}
+	}
+	sh.mu.RUnlock()
+	if corrupt {
+		s.dropCorrupt(sh, h, off)
+	}
+	return dst, found
+}
+
 // ValueLen returns the length of the value held for key and true, or 0
 // and false. Like Has it neither verifies the checksum nor counts.
 func (s *Store) ValueLen(key []byte) (int, bool) {
