@@ -88,7 +88,11 @@ type Node struct {
 	pending []policy.ID
 	told    []policy.ID
 	scorer  policy.Scorer // pol, if it weighs importance; else nil
-	room    room          // the admission's room, set under polMu (no allocation per admission)
+	// forgetter is pol, if it remembers ids that left (APP's ghost
+	// entries); else nil. The node has it forget each free-form key's id
+	// that leaves (forgetFree): their names are the clients', unbounded.
+	forgetter policy.Forgetter
+	room      room // the admission's room, set under polMu (no allocation per admission)
 	// victimKey is the key of the policy's victim, under polMu: its bytes
 	// are kept from one eviction to the next.
 	victimKey []byte
@@ -160,6 +164,7 @@ func New(cfg Config) (*Node, error) {
 		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger, HedgeAfter: cfg.Cluster.HedgeAfter,
 	}, raHost{n})
 	n.scorer, _ = pol.(policy.Scorer)
+	n.forgetter, _ = pol.(policy.Forgetter)
 	for i, dc := range cfg.Datasets {
 		ds, err := openDataset(i, dc, cfg)
 		if err != nil {
@@ -321,6 +326,18 @@ func (n *Node) evictFreeLocked(id policy.ID) {
 			n.store.Delete(key)
 		}
 	}
+	n.forgetFree(id)
+}
+
+// forgetFree has the policy forget id, a free-form key's, unless it is
+// resident: what it remembers of ids that left is then bounded by the
+// residents and the datasets' samples, however many names clients SET.
+// A free key that comes back is as new to the policy. Called with polMu
+// held.
+func (n *Node) forgetFree(id policy.ID) {
+	if n.forgetter != nil {
+		n.forgetter.Forget(id)
+	}
 }
 
 // admit offers a value that was just read to the policy and stores it if
@@ -442,6 +459,15 @@ func (n *Node) lockPolicy() {
 	n.pending = n.told[:0]
 	n.hitMu.Unlock()
 	policy.Hits(n.pol, ids)
+	if n.forgetter != nil {
+		// A hit of a free key evicted since its read made the policy
+		// remember it.
+		for _, id := range ids {
+			if id&freeBit != 0 {
+				n.forgetter.Forget(id)
+			}
+		}
+	}
 	n.told = ids
 }
 
@@ -486,6 +512,7 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	r, ok := n.roomLocked(id, key, len(value), nil)
 	if !ok {
 		n.store.Delete(key) // refused: the old value goes too
+		n.forgetFree(id)
 		n.polMu.Unlock()
 		return false, nil
 	}
@@ -521,7 +548,9 @@ func (n *Node) Delete(key []byte) bool {
 		return false
 	}
 	if ds == nil {
-		n.pol.Remove(freeID(key))
+		id := freeID(key)
+		n.pol.Remove(id)
+		n.forgetFree(id)
 		return true
 	}
 	n.pol.Remove(sampleID(ds, idx))

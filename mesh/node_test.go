@@ -551,6 +551,49 @@ func TestEvictionFindsFreeKeysByHash(t *testing.T) {
 	}
 }
 
+// TestFreeKeysLeaveNothingBehind: a client that SETs ever new names (here
+// 3,000 into a cache of about 60 values), DELs some, reads some, one of
+// them heard of by the policy after its eviction, and has some refused (the cache full of keys read
+// more often) leaves the policy remembering no more ids than it holds:
+// what a node keeps of free-form keys is bounded by its cache, not by the
+// names its clients make up.
+func TestFreeKeysLeaveNothingBehind(t *testing.T) {
+	for _, name := range []string{"app", "order"} {
+		t.Run(name, func(t *testing.T) {
+			p := startPeer(t, Config{CacheSize: 64 << 10, Policy: name}, transport.SocketConfig{})
+			n, c, ctx := p.node, p.client(t), context.Background()
+			value := bytes.Repeat([]byte{'v'}, 1000)
+			refused := 0
+			for i := range 3000 {
+				key := fmt.Sprintf("free:%d", i)
+				if err := c.Set(ctx, key, value, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Get(ctx, fmt.Sprintf("free:%d", i-i%7)).Err(); err != nil && !errors.Is(err, redis.Nil) {
+					t.Fatal(err)
+				}
+				switch {
+				case i%5 == 0:
+					if err := c.Del(ctx, key).Err(); err != nil {
+						t.Fatal(err)
+					}
+				case i >= 2000 && !n.store.Has([]byte(key)):
+					refused++
+				}
+			}
+			// A read of a key made before its eviction, which the policy
+			// hears of after (as a read on another connection may be).
+			n.hits(freeID([]byte("free:0")))
+			n.lockPolicy()
+			defer n.polMu.Unlock()
+			ghosts := n.pol.(interface{ Ghosts() int }).Ghosts()
+			if refused == 0 || ghosts > n.pol.Len() || n.pol.Len() != n.store.Len() {
+				t.Fatalf("%d SETs refused; the policy remembers %d ids and holds %d, the store %d", refused, ghosts, n.pol.Len(), n.store.Len())
+			}
+		})
+	}
+}
+
 // TestReadThroughOfACachedSample: a read through that starts after
 // another has read the sample and cached it (an MGET looks all its
 // misses up before it reads any of them) takes it from memory, and does

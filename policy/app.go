@@ -118,8 +118,9 @@ func (k appKey) hit(now uint64) appKey {
 }
 
 var (
-	_ Policy = (*APP)(nil)
-	_ Scorer = (*APP)(nil)
+	_ Policy    = (*APP)(nil)
+	_ Forgetter = (*APP)(nil)
+	_ Scorer    = (*APP)(nil)
 )
 
 // NewAPP returns an empty APP policy. A zero or non-finite
@@ -187,6 +188,13 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 func (a *APP) Remove(id ID) {
 	if k, ok := a.heap.remove(id); ok {
 		a.ghosts.left(id, k.freq)
+	}
+}
+
+// Forget implements Forgetter: a non-resident id's ghost entry goes.
+func (a *APP) Forget(id ID) {
+	if !a.heap.has(id) {
+		delete(a.ghosts, id)
 	}
 }
 

@@ -91,6 +91,7 @@ func evictsBefore(a, b orderKey) bool {
 
 var (
 	_ Policy    = (*OrderAware)(nil)
+	_ Forgetter = (*OrderAware)(nil)
 	_ Scorer    = (*OrderAware)(nil)
 	_ Lookahead = (*OrderAware)(nil)
 )
@@ -327,8 +328,21 @@ func (o *OrderAware) Remove(id ID) {
 	}
 }
 
+// Forget implements Forgetter: a non-resident id's ghost entry goes, and
+// its places in the order not yet consumed are read as places of no id.
+func (o *OrderAware) Forget(id ID) {
+	if !o.heap.has(id) {
+		delete(o.ghosts, id)
+		delete(o.cursor, id)
+	}
+}
+
 // Resident reports whether id is in the cache.
 func (o *OrderAware) Resident(id ID) bool { return o.heap.has(id) }
+
+// Ghosts is the number of ids OrderAware remembers (every id seen or
+// scored).
+func (o *OrderAware) Ghosts() int { return len(o.ghosts) }
 
 // Len is the number of residents.
 func (o *OrderAware) Len() int { return o.heap.len() }

@@ -31,8 +31,8 @@ type ID uint64
 // the off-heap store; Budget implements it for simulations.
 //
 // A policy calls Room only from inside Miss. Evict may call back into the
-// policy's Remove (a no-op: the victim is already forgotten) but never into
-// Hit or Miss.
+// policy's Remove (a no-op: the victim is already forgotten) and Forget
+// but never into Hit or Miss.
 type Room interface {
 	// Fits reports whether size more bytes for id can be stored now.
 	Fits(id ID, size int64) bool
@@ -104,6 +104,19 @@ type Scorer interface {
 	// afterwards; residents keep the score they were admitted with until
 	// SetScore re-keys them. A NaN score is ignored.
 	SetDefaultScore(score float64)
+}
+
+// Forgetter is implemented by policies that remember ids that are not
+// resident: APP and OrderAware keep an id's reads and score after it
+// leaves (its ghost entry), and OrderAware its places in the order.
+type Forgetter interface {
+	// Forget drops all the policy remembers of id unless id is resident:
+	// id is then as an id never seen. A caller whose ids do not come from
+	// a bounded set (a cache's free-form keys, named by its clients)
+	// forgets each id that leaves the cache, or that a Hit or a refused
+	// Miss made it remember, so that what the policy keeps stays bounded
+	// by its residents.
+	Forget(id ID)
 }
 
 // Lookahead is implemented by policies that use the published order of the
