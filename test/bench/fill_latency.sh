@@ -9,6 +9,8 @@
 #   BINS="<dir> <dir>" test/bench/fill_latency.sh [requests] [value-bytes]
 # requests SETs (default 3,000,000) over as many random keys (about 63%
 # distinct: 1.9 million residents), pipelines of 16, 8 clients.
+# "anon MiB" is the peer's anonymous memory once the keys are in
+# (RssAnon: its Go heap and runtime, not the cache's shared memory).
 # Environment: BINS (directories holding shade-peer; default bin), ROUNDS
 # (default 2), CACHE (the peer's --cache-size; default 2GiB).
 set -euo pipefail
@@ -34,11 +36,12 @@ for r in $(seq "$ROUNDS"); do
 		# "SET",rps,avg,min,p50,p95,p99,max (ms)
 		line=$(redis-benchmark -s "$dir/shade.sock" -t set -n "$N" -r "$N" -d "$SIZE" -P 16 -c 8 --csv | tail -1 | tr -d '"')
 		held=$(redis-cli -s "$dir/shade.sock" dbsize)
+		anon=$(awk '$1 == "RssAnon:" {print int($2 / 1024)}' "/proc/$pid/status")
 		kill "$pid"
 		wait "$pid" 2>/dev/null || true
 		pid=
 		rm -f "$dir/shade.sock"
-		echo "$b $r $held ${line#SET,}" | tr ',' ' ' >>"$dir/runs"
+		echo "$b $r $held $anon ${line#SET,}" | tr ',' ' ' >>"$dir/runs"
 	done
 done
 awk -v first="${BINS%% *}" '
@@ -49,13 +52,13 @@ awk -v first="${BINS%% *}" '
 	}
 	{
 		if (!($1 in seen)) { seen[$1] = 1; order[k++] = $1 }
-		rps[$1] = rps[$1] " " $4; p99[$1] = p99[$1] " " $9; mx[$1] = mx[$1] " " $10; held[$1] = $3
+		rps[$1] = rps[$1] " " $5; p99[$1] = p99[$1] " " $10; mx[$1] = mx[$1] " " $11; held[$1] = $3; anon[$1] = anon[$1] " " $4
 	}
 	END {
-		printf "%-28s %10s %26s %26s %30s %9s\n", "build", "keys held", "SETs/s (rounds)", "p99 ms (rounds)", "longest ms (rounds)", "longest x"
+		printf "%-28s %10s %20s %26s %26s %30s %9s\n", "build", "keys held", "anon MiB (rounds)", "SETs/s (rounds)", "p99 ms (rounds)", "longest ms (rounds)", "longest x"
 		for (i = 0; i < k; i++) {
 			b = order[i]
-			printf "%-28s %10s %26s %26s %30s %9.2f\n", b, held[b], rps[b], p99[b], mx[b], median(mx[b]) / median(mx[first])
+			printf "%-28s %10s %20s %26s %26s %30s %9.2f\n", b, held[b], anon[b], rps[b], p99[b], mx[b], median(mx[b]) / median(mx[first])
 		}
 		print "(redis-benchmark -t set -P 16 -c 8 --csv: p99 and longest are the client'"'"'s latencies of a pipeline of 16;"
 		print " longest x: the median of the build'"'"'s longest over the first build'"'"'s)"
