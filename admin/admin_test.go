@@ -190,6 +190,9 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	if huge := value(t, fams, "shade_cache_huge_page_bytes", nil); huge < 0 || huge > 8<<20 {
 		t.Errorf("shade_cache_huge_page_bytes %v, not within the 8 MiB cache", huge)
 	}
+	if index := value(t, fams, "shade_cache_index_bytes", nil); index < 16<<10 {
+		t.Errorf("shade_cache_index_bytes %v with samples cached, want a table of 16 KiB at least", index)
+	}
 	for _, name := range []string{"shade_leader_term", "shade_is_leader", "go_goroutines", "process_resident_memory_bytes"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("no %s", name)

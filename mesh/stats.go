@@ -61,7 +61,7 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 	st := n.store.Stats()
 	out := stats.Node{
 		Node: n.cfg.Name, Policy: n.pol.Name(), PADS: !n.cfg.Uniform, Sampler: n.cfg.samplerName(),
-		CacheCapacity: st.Capacity, CacheUsed: st.UsedBytes, CacheEntries: st.Entries, CacheHugePages: st.HugePageBytes,
+		CacheCapacity: st.Capacity, CacheUsed: st.UsedBytes, CacheEntries: st.Entries, CacheHugePages: st.HugePageBytes, CacheIndexBytes: st.IndexBytes,
 		FreeKeys: stats.FreeKeys{Hits: n.freeHits.Load(), Misses: n.freeMisses.Load(), Rejected: n.freeRejected.Load()},
 	}
 	if n.cluster != nil {

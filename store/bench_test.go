@@ -294,6 +294,7 @@ func BenchmarkIndexFill(b *testing.B) {
 				worst []time.Duration
 				x     index
 			)
+			defer x.reset()
 			for b.Loop() {
 				x.reset()
 				longest := time.Duration(0)
@@ -325,6 +326,7 @@ func BenchmarkIndexGet(b *testing.B) {
 		r := rand.New(rand.NewPCG(2, uint64(n)))
 		hashes := make([]uint64, n)
 		var x index
+		defer x.reset()
 		for i := range hashes {
 			hashes[i] = r.Uint64()
 			x.set(hashes[i], uint64(i))

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 )
 
 // heldOff returns the block offset the index holds for hash h (0 if none).
@@ -28,6 +29,7 @@ func TestIndexAgainstMap(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		var x index
+		defer x.reset()
 		model := map[uint64]uint64{}
 		hashes := make([]uint64, 50+r.IntN(4000))
 		for i := range hashes {
@@ -68,16 +70,25 @@ func TestIndexAgainstMap(t *testing.T) {
 	}
 }
 
-// TestIndexResetAndPrefetch: a reset index is empty and usable again, and
-// prefetchSlot on an empty or reset index does nothing.
+// TestIndexResetAndPrefetch: a reset index is empty and usable again,
+// prefetchSlot on an empty or reset index does nothing, and the slot it
+// hints is the slot a lookup reads.
 func TestIndexResetAndPrefetch(t *testing.T) {
 	var spread uint64 = 0x9e3779b97f4a7c15
 	var x index
+	defer x.reset()
 	x.prefetchSlot(42)
 	for i := range uint64(100) {
 		x.set(i*spread, i)
 	}
 	x.prefetchSlot(3 * spread)
+	for tab := range tablesOf(x.d.Load()) {
+		for _, i := range []uint64{0, 1, tableMask} {
+			if got, want := slotAt(unsafe.Pointer(tab), i), unsafe.Pointer(&tab.slots[i]); got != want {
+				t.Fatalf("slotAt(table, %d) = %p, want %p", i, got, want)
+			}
+		}
+	}
 	x.reset()
 	x.prefetchSlot(42)
 	if _, ok := x.get(5 * spread); ok || entries(&x) != 0 {
@@ -99,6 +110,7 @@ func TestIndexResetAndPrefetch(t *testing.T) {
 // lie in one run.
 func TestIndexCraftedHashesSpread(t *testing.T) {
 	var x index
+	defer x.reset()
 	for i := range uint64(4096) {
 		x.set(0xabcde<<44|i, i)
 	}
@@ -120,8 +132,11 @@ func TestIndexCraftedHashesSpread(t *testing.T) {
 // TestIndexGrowsByTable fills an index with 200,000 hashes, checking its
 // shape as it goes (checkIndex): a set that grows the index splits one
 // table, and the directory sends every hash to the table that holds it.
+// Each split reuses the table the one before left: the tables' memory is
+// those in use and one more.
 func TestIndexGrowsByTable(t *testing.T) {
 	var x index
+	defer x.reset()
 	r := rand.New(rand.NewPCG(3, 3))
 	for i := range 200_000 {
 		x.set(r.Uint64(), uint64(i))
@@ -131,8 +146,12 @@ func TestIndexGrowsByTable(t *testing.T) {
 	}
 	checkIndex(t, &x)
 	d := x.d.Load()
-	if n := len(slices.Collect(tablesOf(d))); n < 200_000/tableSlots {
+	n := len(slices.Collect(tablesOf(d)))
+	if n < 200_000/tableSlots {
 		t.Fatalf("200,000 entries in %d tables", n)
+	}
+	if got, most := x.bytes(), int64((n+1)*tableSize); got > most {
+		t.Fatalf("%d tables in use take %d bytes, want at most %d", n, got, most)
 	}
 }
 
@@ -146,6 +165,7 @@ func TestIndexPrefetchWhileGrowing(t *testing.T) {
 		mu   sync.Mutex
 		done atomic.Bool
 	)
+	defer x.reset()
 	const n = 50_000
 	go func() {
 		defer done.Store(true)

@@ -8,9 +8,9 @@
 // each key's hash to its block's offset, open-addressing tables of 16
 // bytes a slot under a directory (index), which grows a table at a time
 // and which a reader of many keys can hint to the CPU ahead of its reads
-// (PrefetchIndex, Prefetch). The Go heap therefore
-// grows with the number of cached samples by the index alone, and not
-// with their size.
+// (PrefetchIndex, Prefetch). The index's tables lie in memory mapped
+// outside the Go heap too (Stats.IndexBytes), so the store's Go heap
+// grows with neither the number of cached samples nor their size.
 //
 // The store never decides what to evict. Put fails with ErrNoSpace when no
 // free block fits; the caller's policy evicts (Delete) and retries, and can
@@ -199,6 +199,11 @@ type Stats struct {
 	// HugePageBytes is how much of the arena the kernel mapped in huge
 	// pages when New mapped it (see prefault); 0 with 4 KiB pages only.
 	HugePageBytes int64
+	// IndexBytes is the memory of the index's tables, outside the arena
+	// and the Go heap: about 31 bytes an entry, and a table of 16 KiB in
+	// each shard that has held an entry. Tables are not given back while
+	// the store is open; 0 after Close.
+	IndexBytes int64
 }
 
 // New maps an arena of cfg.Capacity bytes and returns an empty Store. The
@@ -730,6 +735,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		st.Hits += s.shards[i].hits.Load()
 		st.Misses += s.shards[i].misses.Load()
+		st.IndexBytes += s.shards[i].m.bytes()
 	}
 	return st
 }

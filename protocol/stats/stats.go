@@ -27,11 +27,14 @@ type Node struct {
 	CacheUsed     int64  `json:"cache_used"`     // bytes
 	// CacheHugePages is how much of the cache's memory the kernel mapped in
 	// huge pages at start, in bytes (0: 4 KiB pages only).
-	CacheHugePages int64     `json:"cache_huge_page_bytes"`
-	CacheEntries   int       `json:"cache_entries"`
-	FreeKeys       FreeKeys  `json:"free_keys"`
-	ReadAhead      ReadAhead `json:"read_ahead"`
-	Datasets       []Dataset `json:"datasets"` // sorted by name
+	CacheHugePages int64 `json:"cache_huge_page_bytes"`
+	// CacheIndexBytes is the memory of the cache's index, in bytes: its
+	// tables, outside the cache's memory and the Go heap.
+	CacheIndexBytes int64     `json:"cache_index_bytes"`
+	CacheEntries    int       `json:"cache_entries"`
+	FreeKeys        FreeKeys  `json:"free_keys"`
+	ReadAhead       ReadAhead `json:"read_ahead"`
+	Datasets        []Dataset `json:"datasets"` // sorted by name
 }
 
 // ReadAhead describes the samples the node reads ahead of its local ranks.
