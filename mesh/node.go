@@ -460,8 +460,9 @@ func (n *Node) lockPolicy() {
 	n.hitMu.Unlock()
 	policy.Hits(n.pol, ids)
 	if n.forgetter != nil {
-		// A hit of a free key evicted since its read made the policy
-		// remember it.
+		// A free key's hit heard of after the key was evicted made the
+		// policy remember it (Policy.Hit of an id it does not hold):
+		// forget it, as its eviction did.
 		for _, id := range ids {
 			if id&freeBit != 0 {
 				n.forgetter.Forget(id)

@@ -9,9 +9,10 @@ import (
 // Residents sit in a min-heap keyed by (score, frequency, last use tick)
 // ascending, so the top is the least important resident. A ghost table keeps
 // (score, frequency) for every id ever seen, resident or not, so importance
-// and popularity survive eviction. A resident's frequency is counted in its
-// key alone, and written back to its ghost entry when it leaves the cache:
-// a hit then looks up the resident alone, not its ghost entry too.
+// and popularity survive eviction, until the caller has APP forget the id
+// (Forget). A resident's frequency is counted in its key alone, and
+// written back to its ghost entry when it leaves the cache: a hit then
+// looks up the resident alone, not its ghost entry too.
 //
 // On a Miss for x, x's key is (its ghost score, or the default score if it was
 // never scored; its ghost frequency+1; now). While x does not fit and the top
@@ -41,7 +42,8 @@ var unscored = float32(math.NaN())
 
 func (g ghost) scored() bool { return g.score == g.score }
 
-// ghostTable is APP's (and OrderAware's) memory of every id seen or scored.
+// ghostTable is APP's (and OrderAware's) memory of every id seen or scored
+// and not forgotten (Forgetter).
 type ghostTable map[ID]ghost
 
 // touch counts one read of id, which is not resident, in its ghost entry
