@@ -1,13 +1,11 @@
 package store
 
 import (
-	"fmt"
 	"hash/maphash"
 	"sync/atomic"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/shade-mesh/shade/internal/offheap"
 	"github.com/shade-mesh/shade/internal/prefetch"
 )
 
@@ -40,17 +38,18 @@ import (
 // instructions keep lookups of different keys from overlapping those
 // waits (BenchmarkLendBatch).
 //
-// The tables lie outside the Go heap (tablePool): a node's index holds
-// some 31 bytes an entry, tens of MB for a cache of millions of small
-// samples, which the garbage collector would otherwise count in its
-// heap, and let the heap grow by as much again before collecting.
+// The tables lie outside the Go heap (offheap.Pool; the table a split
+// leaves is the next split's): a node's index holds some 31 bytes an
+// entry, tens of MB for a cache of millions of small samples, which the
+// garbage collector would otherwise count in its heap, and let the heap
+// grow by as much again before collecting.
 //
 // get, set and del need the shard's lock (read lock for get), and so does
 // reset, which gives the tables' memory back; the zero value is an empty
 // index. prefetchSlot needs no lock.
 type index struct {
 	d    atomic.Pointer[directory] // nil until the first set, and after reset
-	pool tablePool
+	pool offheap.Pool[slotTable]
 }
 
 // directory points each value of a seeded hash's top bits to the table
@@ -133,7 +132,7 @@ func (x *index) set(h, off uint64) (old uint64, had bool) {
 	d := x.d.Load()
 	if d == nil {
 		d = &directory{tables: make([]atomic.Pointer[slotTable], 1), seed: maphash.MakeSeed()}
-		d.tables[0].Store(x.pool.get(0))
+		d.tables[0].Store(x.newTable(0))
 		x.d.Store(d)
 	}
 	sh := maphash.Comparable(d.seed, h)
@@ -173,7 +172,7 @@ func (x *index) split(d *directory, t *slotTable, sh uint64) *slotTable {
 		x.d.Store(deeper)
 		d, first = deeper, 2*first
 	}
-	halves := [2]*slotTable{x.pool.get(t.depth + 1), x.pool.get(t.depth + 1)}
+	halves := [2]*slotTable{x.newTable(t.depth + 1), x.newTable(t.depth + 1)}
 	for _, s := range &t.slots {
 		if s.off != 0 {
 			ssh := maphash.Comparable(d.seed, s.h)
@@ -184,7 +183,7 @@ func (x *index) split(d *directory, t *slotTable, sh uint64) *slotTable {
 	for j := range 2 * half {
 		d.tables[first+j].Store(halves[j/half])
 	}
-	x.pool.put(t)
+	x.pool.Put(t)
 	return halves[sh>>(63-t.depth)&1]
 }
 
@@ -219,11 +218,11 @@ func (x *index) del(h uint64) bool {
 // reset drops every entry and gives the tables' memory back.
 func (x *index) reset() {
 	x.d.Store(nil)
-	x.pool.release()
+	x.pool.Release()
 }
 
-// bytes is the memory the index's tables take (tablePool.written).
-func (x *index) bytes() int64 { return x.pool.written.Load() }
+// bytes is the memory the index's tables take.
+func (x *index) bytes() int64 { return x.pool.Bytes() }
 
 // prefetchSlot asks the CPU to start loading the slot where a lookup of h
 // begins, without waiting for it. It takes no lock: the directory and
@@ -245,63 +244,9 @@ func slotAt(t unsafe.Pointer, i uint64) unsafe.Pointer {
 	return unsafe.Add(t, uint64(unsafe.Offsetof(slotTable{}.slots))+i*uint64(unsafe.Sizeof(slot{})))
 }
 
-// tablePool hands out an index's tables from memory mapped outside the Go
-// heap (anonymous mappings of slabTables tables), and keeps the tables a
-// split leaves, which the next splits reuse. A table handed out is
-// empty. Its users hold the shard's lock, as the index's do; written
-// alone is read without it.
-type tablePool struct {
-	slabs   [][]byte     // the mappings, the last one handed out up to next
-	next    int          // tables handed out of the last slab
-	free    []*slotTable // tables given back
-	written atomic.Int64 // bytes of the tables ever handed out: the slabs' pages in use
-}
-
-// slabTables is how many tables one mapping holds (about 1 MiB): the
-// kernel gives pages only as they are first written, so a shard of few
-// entries takes one table's pages of it.
-const slabTables = 64
-
-// tableSize is the bytes of a table, a multiple of 8: tables lie end to
-// end in a slab, each aligned as a slot needs.
-const tableSize = int(unsafe.Sizeof(slotTable{}))
-
-// get returns an empty table depth bits deep. Where no memory can be
-// mapped for it, it panics, as the Go heap's allocation would.
-func (p *tablePool) get(depth uint) *slotTable {
-	if n := len(p.free); n > 0 {
-		t := p.free[n-1]
-		p.free = p.free[:n-1]
-		clear(t.slots[:])
-		t.n, t.depth = 0, depth
-		return t
-	}
-	if len(p.slabs) == 0 || p.next == slabTables {
-		mem, err := unix.Mmap(-1, 0, slabTables*tableSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			panic(fmt.Sprintf("store: mapping %d bytes for the index: %v", slabTables*tableSize, err))
-		}
-		p.slabs = append(p.slabs, mem)
-		p.next = 0
-	}
-	// A fresh mapping is zero: the table is empty.
-	t := (*slotTable)(unsafe.Pointer(&p.slabs[len(p.slabs)-1][p.next*tableSize]))
-	p.next++
-	p.written.Add(int64(tableSize))
+// newTable returns an empty table depth bits deep.
+func (x *index) newTable(depth uint) *slotTable {
+	t := x.pool.Get()
 	t.depth = depth
 	return t
-}
-
-// put takes back t, which no directory points to any more.
-func (p *tablePool) put(t *slotTable) { p.free = append(p.free, t) }
-
-// release unmaps every slab; no table handed out may be used after it.
-func (p *tablePool) release() {
-	for _, mem := range p.slabs {
-		if err := unix.Munmap(mem); err != nil {
-			panic(fmt.Sprintf("store: unmapping the index: %v", err))
-		}
-	}
-	p.slabs, p.next, p.free = nil, 0, nil
-	p.written.Store(0)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
@@ -465,7 +466,7 @@ func TestStatsCounters(t *testing.T) {
 	}
 	want := Stats{Entries: 1, UsedBytes: s.Charge(1, 1), FreeBytes: 1<<16 - s.Charge(1, 1),
 		LargestFree: 1<<16 - s.Charge(1, 1), Capacity: 1 << 16, Puts: 3, Hits: 2, Misses: 1, Deletes: 1,
-		IndexBytes: int64(tables * tableSize)}
+		IndexBytes: int64(tables) * int64(unsafe.Sizeof(slotTable{}))}
 	if got := s.Stats(); got != want {
 		t.Fatalf("Stats = %+v\nwant    %+v", got, want)
 	}
