@@ -132,11 +132,13 @@ func NewAPP(opts Options) *APP {
 	if def == 0 || math.IsNaN(def) || math.IsInf(def, 0) {
 		def = MiddleScore
 	}
-	return &APP{
+	a := &APP{
 		ghosts: make(ghostTable),
 		heap:   newIDHeap(appLess),
 		def:    float32(def),
 	}
+	releaseWith(a, &a.heap)
+	return a
 }
 
 // Name returns "app".

@@ -140,7 +140,11 @@ type LFU struct {
 }
 
 // NewLFU returns an empty LFU policy.
-func NewLFU() *LFU { return &LFU{heap: newIDHeap(appLess)} }
+func NewLFU() *LFU {
+	l := &LFU{heap: newIDHeap(appLess)}
+	releaseWith(l, &l.heap)
+	return l
+}
 
 // Name returns "lfu".
 func (l *LFU) Name() string { return "lfu" }

@@ -2,8 +2,10 @@ package policy
 
 import (
 	"hash/maphash"
+	"runtime"
 	"unsafe"
 
+	"github.com/shade-mesh/shade/internal/offheap"
 	"github.com/shade-mesh/shade/internal/prefetch"
 )
 
@@ -36,9 +38,17 @@ import (
 // hash, the directory doubling first where the table had one entry in
 // it, so growing moves at most one table's ids. The heap array is chunks
 // of itemChunk items, one added when the last is full. An item's slot
-// number is its table's number times tabSlots plus its place. Neither
-// holds pointers, so the garbage collector does not scan them however
-// many residents there are.
+// number is its table's number times tabSlots plus its place.
+//
+// The tables and the chunks lie in memory mapped outside the Go heap
+// (heapMem): at a large cache's millions of residents they are tens of MB
+// (about 24-32 bytes a resident's item, 32-64 its slot), which the
+// garbage collector would count in its heap and let the heap grow by as
+// much again before collecting. A policy has no Close: its constructor
+// has the memory given back once the policy is unreachable
+// (releaseWith), and every method of the heap that reads that memory
+// keeps the heap, and so its owner, alive to its end
+// (runtime.KeepAlive), so that no read outlives the mapping.
 type idHeap[K any] struct {
 	chunks []*[itemChunk]heapEntry[K] // the heap array, in chunks of itemChunk items
 	n      int                        // items
@@ -47,6 +57,30 @@ type idHeap[K any] struct {
 	depth  uint
 	seed   maphash.Seed
 	less   func(a, b K) bool
+	mem    *heapMem[K] // where the tables and chunks lie
+}
+
+// heapMem is the memory of an idHeap's tables and chunks, outside the
+// Go heap.
+type heapMem[K any] struct {
+	tabs   offheap.Pool[idTable]
+	chunks offheap.Pool[[itemChunk]heapEntry[K]]
+}
+
+// bytes is the memory m holds.
+func (m *heapMem[K]) bytes() int64 { return m.tabs.Bytes() + m.chunks.Bytes() }
+
+// release unmaps m's memory; nothing of it may be read after.
+func (m *heapMem[K]) release() {
+	m.tabs.Release()
+	m.chunks.Release()
+}
+
+// releaseWith has the memory of h, which owner holds, given back once
+// owner is unreachable (runtime.AddCleanup). Each policy's constructor
+// calls it.
+func releaseWith[T, K any](owner *T, h *idHeap[K]) {
+	runtime.AddCleanup(owner, (*heapMem[K]).release, h.mem)
 }
 
 // itemChunk is the items of each chunk of an idHeap's heap array (192-256
@@ -68,9 +102,10 @@ type idTable struct {
 	slots [tabSlots]heapSlot
 }
 
-// newIDTable returns an empty table numbered num, depth bits deep.
-func newIDTable(num int32, depth uint) *idTable {
-	t := &idTable{num: num, depth: depth}
+// newTable returns an empty table numbered num, depth bits deep.
+func (h *idHeap[K]) newTable(num int32, depth uint) *idTable {
+	t := h.mem.tabs.Get()
+	t.num, t.depth = num, depth
 	for i := range t.slots {
 		t.slots[i] = heapSlot{pos: -1}
 	}
@@ -109,8 +144,9 @@ type heapItem[K any] struct {
 	key K
 }
 
+// newIDHeap returns an empty heap; its owner calls releaseWith.
 func newIDHeap[K any](less func(a, b K) bool) idHeap[K] {
-	return idHeap[K]{seed: maphash.MakeSeed(), less: less}
+	return idHeap[K]{seed: maphash.MakeSeed(), less: less, mem: new(heapMem[K])}
 }
 
 func (h *idHeap[K]) len() int { return h.n }
@@ -133,13 +169,15 @@ func (h *idHeap[K]) key(id ID) (K, bool) {
 // top returns the least item; the heap must not be empty.
 func (h *idHeap[K]) top() heapItem[K] {
 	e := h.item(0)
-	return heapItem[K]{h.slot(e.slot).id, e.key}
+	it := heapItem[K]{h.slot(e.slot).id, e.key}
+	runtime.KeepAlive(h)
+	return it
 }
 
 // push adds id, which must not be in the heap.
 func (h *idHeap[K]) push(id ID, k K) {
 	if h.dir == nil {
-		h.tabs = []*idTable{newIDTable(0, 0)}
+		h.tabs = []*idTable{h.newTable(0, 0)}
 		h.dir = []*idTable{h.tabs[0]}
 	}
 	sh := maphash.Comparable(h.seed, id)
@@ -152,17 +190,19 @@ func (h *idHeap[K]) push(id ID, k K) {
 	*h.slot(s) = heapSlot{id: id, pos: int32(i)}
 	t.n++
 	if i>>itemBits == len(h.chunks) {
-		h.chunks = append(h.chunks, new([itemChunk]heapEntry[K]))
+		h.chunks = append(h.chunks, h.mem.chunks.Get())
 	}
 	*h.item(i) = heapEntry[K]{k, s}
 	h.n++
 	h.up(i)
+	runtime.KeepAlive(h)
 }
 
 // pop removes and returns the least item; the heap must not be empty.
 func (h *idHeap[K]) pop() heapItem[K] {
 	it := h.top()
 	h.removeAt(0)
+	runtime.KeepAlive(h)
 	return it
 }
 
@@ -177,6 +217,7 @@ func (h *idHeap[K]) remove(id ID) (K, bool) {
 	i := int(s.pos)
 	k := h.item(i).key
 	h.removeAt(i)
+	runtime.KeepAlive(h)
 	return k, true
 }
 
@@ -192,8 +233,10 @@ func (h *idHeap[K]) find(id ID) (*heapSlot, bool) {
 	for i := sh & tabMask; ; i = (i + 1) & tabMask {
 		switch sl := &t.slots[i]; {
 		case sl.pos < 0:
+			runtime.KeepAlive(h)
 			return nil, false
 		case sl.id == id:
+			runtime.KeepAlive(h)
 			return sl, true
 		}
 	}
@@ -236,6 +279,7 @@ func (h *idHeap[K]) hintAhead(ids []ID, i int) {
 			if s, ok := h.find(ids[j]); ok {
 				prefetch.Lines(unsafe.Pointer(h.item(int(s.pos))), 1)
 			}
+			runtime.KeepAlive(h)
 		})
 }
 
@@ -271,7 +315,7 @@ func (h *idHeap[K]) split(t *idTable, sh uint64) *idTable {
 	}
 	// t's entries in dir: those sharing sh's top depth bits. The lower
 	// half's table keeps t's number.
-	halves := [2]*idTable{newIDTable(t.num, depth+1), newIDTable(int32(len(h.tabs)), depth+1)}
+	halves := [2]*idTable{h.newTable(t.num, depth+1), h.newTable(int32(len(h.tabs)), depth+1)}
 	h.tabs[t.num] = halves[0]
 	h.tabs = append(h.tabs, halves[1])
 	span := uint64(1) << (h.depth - depth)
@@ -290,6 +334,7 @@ func (h *idHeap[K]) split(t *idTable, sh uint64) *idTable {
 		to.n++
 		h.item(int(sl.pos)).slot = s
 	}
+	h.mem.tabs.Put(t)
 	return halves[sh>>(63-depth)&1]
 }
 
@@ -314,7 +359,11 @@ func (h *idHeap[K]) vacate(s int32) {
 }
 
 // keyOf returns the key of the id in slot s.
-func (h *idHeap[K]) keyOf(s *heapSlot) K { return h.item(int(s.pos)).key }
+func (h *idHeap[K]) keyOf(s *heapSlot) K {
+	k := h.item(int(s.pos)).key
+	runtime.KeepAlive(h)
+	return k
+}
 
 // set re-keys id, which must be in the heap.
 func (h *idHeap[K]) set(id ID, k K) {
@@ -329,6 +378,7 @@ func (h *idHeap[K]) setSlot(s *heapSlot, k K) {
 	if !h.up(i) {
 		h.down(i)
 	}
+	runtime.KeepAlive(h)
 }
 
 // each calls f with every id in the heap and its key, in no order; f must
@@ -338,6 +388,7 @@ func (h *idHeap[K]) each(f func(id ID, k K)) {
 		e := h.item(i)
 		f(h.slot(e.slot).id, e.key)
 	}
+	runtime.KeepAlive(h)
 }
 
 // rekeyAll replaces every key k of an id by f(id, k) and restores the heap
@@ -352,6 +403,7 @@ func (h *idHeap[K]) rekeyAll(f func(id ID, k K) K) {
 			h.down(i)
 		}
 	}
+	runtime.KeepAlive(h)
 }
 
 func (h *idHeap[K]) removeAt(i int) {

@@ -3,7 +3,11 @@ package policy
 import (
 	"hash/maphash"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // checkHeap verifies the heap order, the slots and the id table: every
@@ -73,6 +77,7 @@ func TestIDHeapRandomOps(t *testing.T) {
 	for _, ids := range []int{200, 60000} {
 		rng := rand.New(rand.NewPCG(1, uint64(ids)))
 		h := newIDHeap(func(a, b int) bool { return a < b })
+		defer h.mem.release()
 		ref := map[ID]int{}
 		most := 0
 		for step := range 4 * max(ids, 5000) {
@@ -123,4 +128,33 @@ func TestIDHeapRandomOps(t *testing.T) {
 func hasKey(m map[ID]int, id ID) bool {
 	_, ok := m[id]
 	return ok
+}
+
+// TestHeapMemoryGivenBack: a policy's tables and chunks lie outside the
+// Go heap, and are given back once the policy is unreachable.
+func TestHeapMemoryGivenBack(t *testing.T) {
+	for _, name := range []string{"app", "order", "lfu"} {
+		p, err := New(name, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(p, 20_000)
+		var mem interface{ bytes() int64 }
+		switch q := p.(type) {
+		case *APP:
+			mem = q.heap.mem
+		case *OrderAware:
+			mem = q.heap.mem
+		case *LFU:
+			mem = q.heap.mem
+		}
+		if mem.bytes() < 20_000*16 {
+			t.Fatalf("%s: %d bytes outside the Go heap for 20,000 residents", name, mem.bytes())
+		}
+		p = nil
+		testsupport.WaitFor(t, 10*time.Second, name+"'s memory given back", func() bool {
+			runtime.GC()
+			return mem.bytes() == 0
+		})
+	}
 }

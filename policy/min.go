@@ -43,6 +43,7 @@ func NewMIN(trace []ID) Policy {
 		next:  make([]int64, len(trace)),
 		heap:  newIDHeap(func(a, b int64) bool { return a > b }),
 	}
+	releaseWith(m, &m.heap)
 	seen := make(map[ID]int64)
 	for i := len(trace) - 1; i >= 0; i-- {
 		if n, ok := seen[trace[i]]; ok {

@@ -104,13 +104,15 @@ func NewOrderAware(opts Options) *OrderAware {
 	if def == 0 || math.IsNaN(def) || math.IsInf(def, 0) {
 		def = MiddleScore
 	}
-	return &OrderAware{
+	o := &OrderAware{
 		ghosts: make(ghostTable),
 		heap:   newIDHeap(evictsBefore),
 		def:    float32(def),
 		epoch:  -1,
 		cursor: make(map[ID]int32),
 	}
+	releaseWith(o, &o.heap)
+	return o
 }
 
 // Name returns "order".
