@@ -193,6 +193,9 @@ func TestMetricsOfAStandaloneNode(t *testing.T) {
 	if index := value(t, fams, "shade_cache_index_bytes", nil); index < 16<<10 {
 		t.Errorf("shade_cache_index_bytes %v with samples cached, want a table of 16 KiB at least", index)
 	}
+	if pol := value(t, fams, "shade_policy_bytes", nil); pol < 128<<10 {
+		t.Errorf("shade_policy_bytes %v with samples cached, want a table of 128 KiB at least", pol)
+	}
 	for _, name := range []string{"shade_leader_term", "shade_is_leader", "go_goroutines", "process_resident_memory_bytes"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("no %s", name)

@@ -17,8 +17,8 @@ type collector struct {
 	src Source
 
 	// Node and cache.
-	nodeInfo, cacheCapacity, cacheUsed, cacheEntries, cacheHugePages, cacheIndex *prometheus.Desc
-	freeKeyReads, freeKeyRejected                                                *prometheus.Desc
+	nodeInfo, cacheCapacity, cacheUsed, cacheEntries, cacheHugePages, cacheIndex, policyMem *prometheus.Desc
+	freeKeyReads, freeKeyRejected                                                           *prometheus.Desc
 
 	// Per dataset: reads and their outcome.
 	reads, hits, misses, evictions, rejected        *prometheus.Desc
@@ -69,6 +69,8 @@ func newCollector(src Source) *collector {
 			"Bytes of the cache's memory the kernel mapped in huge pages at start; 0: 4 KiB pages only (see the README's Huge pages)."),
 		cacheIndex: d("cache_index_bytes",
 			"Bytes of the cache's index (its tables, about 31 bytes a value), outside the cache's memory and the Go heap."),
+		policyMem: d("policy_bytes",
+			"Bytes of the cache policy's tables (its heap of residents and their index, 60-100 bytes a value), outside the cache's memory and the Go heap."),
 		freeKeyReads: d("free_key_reads_total",
 			"Reads of free-form (non-dataset) keys, by result: hit (in the cache) or miss.", "result"),
 		freeKeyRejected: d("free_key_rejected_admissions_total", "SETs of free-form keys the admission policy refused."),
@@ -148,7 +150,7 @@ func newCollector(src Source) *collector {
 // Describe sends every metric's descriptor.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.nodeInfo, c.cacheCapacity, c.cacheUsed, c.cacheEntries, c.cacheHugePages, c.cacheIndex, c.freeKeyReads, c.freeKeyRejected,
+		c.nodeInfo, c.cacheCapacity, c.cacheUsed, c.cacheEntries, c.cacheHugePages, c.cacheIndex, c.policyMem, c.freeKeyReads, c.freeKeyRejected,
 		c.reads, c.hits, c.misses, c.evictions, c.rejected, c.sourceReads, c.sourceBytes, c.sourceErrors,
 		c.sourceLatency, c.checksumErrors, c.servedPeers, c.sourceFallbacks, c.prefetchHits, c.hedged,
 		c.readAheadFetched, c.readAheadUnused, c.readAheadBytes, c.readAheadGaveUp,
@@ -180,6 +182,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.cacheEntries, float64(st.CacheEntries))
 	gauge(c.cacheHugePages, float64(st.CacheHugePages))
 	gauge(c.cacheIndex, float64(st.CacheIndexBytes))
+	gauge(c.policyMem, float64(st.PolicyBytes))
 	counter(c.freeKeyReads, float64(st.FreeKeys.Hits), "hit")
 	counter(c.freeKeyReads, float64(st.FreeKeys.Misses), "miss")
 	counter(c.freeKeyRejected, float64(st.FreeKeys.Rejected))

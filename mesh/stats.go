@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shade-mesh/shade/policy"
 	"github.com/shade-mesh/shade/protocol/stats"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -62,7 +63,8 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 	out := stats.Node{
 		Node: n.cfg.Name, Policy: n.pol.Name(), PADS: !n.cfg.Uniform, Sampler: n.cfg.samplerName(),
 		CacheCapacity: st.Capacity, CacheUsed: st.UsedBytes, CacheEntries: st.Entries, CacheHugePages: st.HugePageBytes, CacheIndexBytes: st.IndexBytes,
-		FreeKeys: stats.FreeKeys{Hits: n.freeHits.Load(), Misses: n.freeMisses.Load(), Rejected: n.freeRejected.Load()},
+		PolicyBytes: n.policyBytes(),
+		FreeKeys:    stats.FreeKeys{Hits: n.freeHits.Load(), Misses: n.freeMisses.Load(), Rejected: n.freeRejected.Load()},
 	}
 	if n.cluster != nil {
 		for _, p := range n.cluster.alive() {
@@ -110,4 +112,13 @@ func (n *Node) Ready() bool {
 		return true
 	}
 	return n.lead.leader() != "" && len(n.cluster.alive()) > 0
+}
+
+// policyBytes is the memory of the policy's tables outside the Go heap,
+// read without polMu (policy.OffHeap).
+func (n *Node) policyBytes() int64 {
+	if p, ok := n.pol.(policy.OffHeap); ok {
+		return p.OffHeapBytes()
+	}
+	return 0
 }

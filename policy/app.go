@@ -122,6 +122,7 @@ func (k appKey) hit(now uint64) appKey {
 var (
 	_ Policy    = (*APP)(nil)
 	_ Forgetter = (*APP)(nil)
+	_ OffHeap   = (*APP)(nil)
 	_ Scorer    = (*APP)(nil)
 )
 
@@ -207,6 +208,9 @@ func (a *APP) Resident(id ID) bool { return a.heap.has(id) }
 
 // Len is the number of residents.
 func (a *APP) Len() int { return a.heap.len() }
+
+// OffHeapBytes implements OffHeap.
+func (a *APP) OffHeapBytes() int64 { return a.heap.mem.bytes() }
 
 // Ghosts is the number of ids APP remembers (every id seen or scored).
 func (a *APP) Ghosts() int { return len(a.ghosts) }

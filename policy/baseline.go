@@ -191,6 +191,9 @@ func (l *LFU) Resident(id ID) bool { return l.heap.has(id) }
 // Len is the number of residents.
 func (l *LFU) Len() int { return l.heap.len() }
 
+// OffHeapBytes implements OffHeap.
+func (l *LFU) OffHeapBytes() int64 { return l.heap.mem.bytes() }
+
 // MinIO is CoorDL's policy: admit while the item fits, never evict. After
 // the first epoch fills the cache its contents stay fixed (unless the node
 // Removes items).

@@ -148,8 +148,8 @@ func TestHeapMemoryGivenBack(t *testing.T) {
 		case *LFU:
 			mem = q.heap.mem
 		}
-		if mem.bytes() < 20_000*16 {
-			t.Fatalf("%s: %d bytes outside the Go heap for 20,000 residents", name, mem.bytes())
+		if mem.bytes() < 20_000*16 || p.(OffHeap).OffHeapBytes() != mem.bytes() {
+			t.Fatalf("%s: %d bytes outside the Go heap for 20,000 residents (OffHeapBytes %d)", name, mem.bytes(), p.(OffHeap).OffHeapBytes())
 		}
 		p = nil
 		testsupport.WaitFor(t, 10*time.Second, name+"'s memory given back", func() bool {

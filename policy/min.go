@@ -116,3 +116,6 @@ func (m *MIN) Resident(id ID) bool { return m.heap.has(id) }
 
 // Len is the number of residents.
 func (m *MIN) Len() int { return m.heap.len() }
+
+// OffHeapBytes implements OffHeap.
+func (m *MIN) OffHeapBytes() int64 { return m.heap.mem.bytes() }

@@ -92,6 +92,7 @@ func evictsBefore(a, b orderKey) bool {
 var (
 	_ Policy    = (*OrderAware)(nil)
 	_ Forgetter = (*OrderAware)(nil)
+	_ OffHeap   = (*OrderAware)(nil)
 	_ Scorer    = (*OrderAware)(nil)
 	_ Lookahead = (*OrderAware)(nil)
 )
@@ -348,6 +349,9 @@ func (o *OrderAware) Ghosts() int { return len(o.ghosts) }
 
 // Len is the number of residents.
 func (o *OrderAware) Len() int { return o.heap.len() }
+
+// OffHeapBytes implements OffHeap.
+func (o *OrderAware) OffHeapBytes() int64 { return o.heap.mem.bytes() }
 
 // SetScore implements Scorer.
 func (o *OrderAware) SetScore(id ID, score float64) {

@@ -106,6 +106,15 @@ type Scorer interface {
 	SetDefaultScore(score float64)
 }
 
+// OffHeap is implemented by policies whose tables lie in memory mapped
+// outside the Go heap (APP, OrderAware, LFU, MIN: their heap and its id
+// table).
+type OffHeap interface {
+	// OffHeapBytes is that memory, in bytes. Unlike the other methods
+	// it may be called at any time, from any goroutine.
+	OffHeapBytes() int64
+}
+
 // Forgetter is implemented by policies that remember ids that are not
 // resident: APP and OrderAware keep an id's reads and score after it
 // leaves (its ghost entry), and OrderAware its places in the order.

@@ -30,11 +30,15 @@ type Node struct {
 	CacheHugePages int64 `json:"cache_huge_page_bytes"`
 	// CacheIndexBytes is the memory of the cache's index, in bytes: its
 	// tables, outside the cache's memory and the Go heap.
-	CacheIndexBytes int64     `json:"cache_index_bytes"`
-	CacheEntries    int       `json:"cache_entries"`
-	FreeKeys        FreeKeys  `json:"free_keys"`
-	ReadAhead       ReadAhead `json:"read_ahead"`
-	Datasets        []Dataset `json:"datasets"` // sorted by name
+	CacheIndexBytes int64 `json:"cache_index_bytes"`
+	// PolicyBytes is the memory of the cache policy's tables, in bytes:
+	// outside the cache's memory and the Go heap (0 for a policy without
+	// such tables).
+	PolicyBytes  int64     `json:"policy_bytes"`
+	CacheEntries int       `json:"cache_entries"`
+	FreeKeys     FreeKeys  `json:"free_keys"`
+	ReadAhead    ReadAhead `json:"read_ahead"`
+	Datasets     []Dataset `json:"datasets"` // sorted by name
 }
 
 // ReadAhead describes the samples the node reads ahead of its local ranks.
