@@ -3,8 +3,6 @@ package store
 import (
 	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/shade-mesh/shade/internal/prefetch"
 )
 
@@ -31,7 +29,7 @@ func (s *Store) PrefetchIndex(key []byte) {
 	if !prefetch.Enabled {
 		return
 	}
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	s.shard(h).m.prefetchSlot(h)
 }
 
@@ -50,7 +48,7 @@ func (s *Store) Prefetch(key []byte) {
 	if !prefetch.Enabled {
 		return
 	}
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	off, ok := sh.m.get(h)

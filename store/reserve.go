@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // Reservation is the room Reserve made in the arena for one entry. Its
@@ -48,7 +46,7 @@ func (s *Store) Reserve(key []byte, n int) (Reservation, error) {
 			ErrTooLarge, len(key), n, c, s.alloc.total)
 	}
 	size := uint64(c)
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 
 	s.life.RLock()
 	defer s.life.RUnlock()

@@ -436,7 +436,7 @@ func (s *Store) View(key []byte, fn func(value []byte, sum uint64)) bool {
 // entry is then dropped and counted in Stats.Corrupt, and the bytes
 // written into the slice must not be used).
 func (s *Store) CopyTo(key []byte, into func(n int) []byte) (sum uint64, ok bool) {
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	off, v, sum, found, corrupt := s.lookup(sh, h, key, false)
@@ -467,7 +467,7 @@ func (s *Store) CopyTo(key []byte, into func(n int) []byte) (sum uint64, ok bool
 // One block can be lent at most 2^31-1 times at once. Close does not wait
 // for the loans out: it unmaps the arena when the last one is returned.
 func (s *Store) Lend(dst, key []byte, head func(dst []byte, n int) []byte, min int) (result, value []byte, loan uint64, ok bool) {
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	start := len(dst)
 	sh.mu.RLock()
@@ -564,7 +564,7 @@ func (s *Store) unmapLate() {
 // drops a corrupt entry, and counts a hit or a miss. It reports whether fn
 // was called.
 func (s *Store) read(key []byte, fn func(off uint64, value []byte, sum uint64)) bool {
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	off, v, sum, found, corrupt := s.lookup(sh, h, key, !s.cfg.SkipVerify)
@@ -616,7 +616,7 @@ func (s *Store) Locate(key []byte) (shm.Location, bool) {
 // committed. It compares the stored key but does not verify the checksum,
 // and counts neither a hit nor a miss.
 func (s *Store) Has(key []byte) bool {
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	_, _, _, found, _ := s.lookup(sh, h, key, false)
@@ -627,8 +627,9 @@ func (s *Store) Has(key []byte) bool {
 	return found
 }
 
-// Hash returns the 64-bit hash the store files key under, by which
-// AppendKey finds the key again: xxhash64 of its bytes.
+// Hash returns the 64-bit hash the store files key under (every method
+// that takes a key hashes it here), by which AppendKey finds the key
+// again: xxhash64 of its bytes.
 func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // AppendKey appends to dst the key held under hash h (Hash), or reserved
@@ -665,7 +666,7 @@ func (s *Store) AppendKey(dst []byte, h uint64) ([]byte, bool) {
 // ValueLen returns the length of the value held for key and true, or 0
 // and false. Like Has it neither verifies the checksum nor counts.
 func (s *Store) ValueLen(key []byte) (int, bool) {
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	sh.mu.RLock()
 	_, v, _, found, _ := s.lookup(sh, h, key, false)
@@ -677,7 +678,7 @@ func (s *Store) ValueLen(key []byte) (int, bool) {
 // for key and not yet committed (whose Commit then reports false). It
 // reports whether key was held or reserved (Has); false after Close.
 func (s *Store) Delete(key []byte) bool {
-	h := xxhash.Sum64(key)
+	h := Hash(key)
 	sh := s.shard(h)
 	s.life.RLock()
 	defer s.life.RUnlock()
