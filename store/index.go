@@ -39,7 +39,7 @@ import (
 // waits (BenchmarkLendBatch).
 //
 // The tables lie outside the Go heap (offheap.Pool; the table a split
-// leaves is the next split's): a node's index holds some 31 bytes an
+// leaves is the next split's): a node's index holds 31-37 bytes an
 // entry, tens of MB for a cache of millions of small samples, which the
 // garbage collector would otherwise count in its heap, and let the heap
 // grow by as much again before collecting.

@@ -200,7 +200,7 @@ type Stats struct {
 	// pages when New mapped it (see prefault); 0 with 4 KiB pages only.
 	HugePageBytes int64
 	// IndexBytes is the memory of the index's tables, outside the arena
-	// and the Go heap: about 31 bytes an entry, and a table of 16 KiB in
+	// and the Go heap: 31-37 bytes an entry, and a table of 16 KiB in
 	// each shard that has held an entry. Tables are not given back while
 	// the store is open; 0 after Close.
 	IndexBytes int64
