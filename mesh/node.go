@@ -459,16 +459,6 @@ func (n *Node) lockPolicy() {
 	n.pending = n.told[:0]
 	n.hitMu.Unlock()
 	policy.Hits(n.pol, ids)
-	if n.forgetter != nil {
-		// A free key's hit heard of after the key was evicted made the
-		// policy remember it (Policy.Hit of an id it does not hold):
-		// forget it, as its eviction did.
-		for _, id := range ids {
-			if id&freeBit != 0 {
-				n.forgetter.Forget(id)
-			}
-		}
-	}
 	n.told = ids
 }
 

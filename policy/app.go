@@ -46,8 +46,8 @@ func (g ghost) scored() bool { return g.score == g.score }
 // and not forgotten (Forgetter).
 type ghostTable map[ID]ghost
 
-// touch counts one read of id, which is not resident, in its ghost entry
-// and returns the entry.
+// touch counts one read of id, which is not resident, in its ghost entry,
+// made where it has none, and returns the entry.
 func (t ghostTable) touch(id ID) ghost {
 	g, ok := t[id]
 	if !ok {
@@ -58,6 +58,18 @@ func (t ghostTable) touch(id ID) ghost {
 	}
 	t[id] = g
 	return g
+}
+
+// touchKnown counts one read of id, which is not resident, in its ghost
+// entry where it has one: a Hit, a read the policy did not decide on,
+// does not bring back an id never seen or forgotten.
+func (t ghostTable) touchKnown(id ID) {
+	if g, ok := t[id]; ok {
+		if g.freq < math.MaxUint32 {
+			g.freq++
+		}
+		t[id] = g
+	}
 }
 
 // left records the frequency freq of id, which has just left the cache:
@@ -153,7 +165,7 @@ func (a *APP) Hit(id ID) {
 		a.heap.setSlot(s, a.heap.keyOf(s).hit(a.now))
 		return
 	}
-	a.ghosts.touch(id)
+	a.ghosts.touchKnown(id)
 }
 
 // hits is Hit of each of ids in turn, each hinted to the CPU some hits

@@ -4,7 +4,8 @@ import "testing"
 
 // TestForget: Forget drops what APP and OrderAware remember of an id that
 // left (its ghost entry, and OrderAware's places of it in the order), so
-// that the id comes back as one never seen; a resident is left as it is.
+// that the id comes back as one never seen; a Hit does not bring back an
+// id forgotten or never seen; a resident is left as it is.
 func TestForget(t *testing.T) {
 	for _, name := range []string{"app", "order"} {
 		t.Run(name, func(t *testing.T) {
@@ -28,8 +29,8 @@ func TestForget(t *testing.T) {
 				}
 			}
 			p.Remove(1)
-			room.Evict(1) // its bytes freed, as a node deletes it
-			p.Hit(3)      // 3 is read, never admitted
+			room.Evict(1)      // its bytes freed, as a node deletes it
+			p.Miss(3, 2, room) // 3 is read, never admitted (larger than the room)
 			if g, ok := ghosts()[1]; !ok || g.freq != 3 {
 				t.Fatalf("before Forget, 1's ghost entry is %+v, %v; want 3 reads", g, ok)
 			}
@@ -40,6 +41,14 @@ func TestForget(t *testing.T) {
 			}
 			if _, ok := ghosts()[3]; ok {
 				t.Fatal("Forget left 3's ghost entry")
+			}
+			p.Hit(1) // a read heard of after 1 was forgotten
+			p.Hit(4) // never seen
+			if _, ok := ghosts()[1]; ok {
+				t.Fatal("a Hit brought back 1's ghost entry")
+			}
+			if _, ok := ghosts()[4]; ok {
+				t.Fatal("a Hit made a ghost entry for an id never seen")
 			}
 			if o, ok := p.(*OrderAware); ok {
 				if _, ok := o.cursor[1]; ok {

@@ -276,7 +276,7 @@ func (o *OrderAware) Hit(id ID) {
 		return
 	}
 	o.consume(id)
-	o.ghosts.touch(id)
+	o.ghosts.touchKnown(id)
 }
 
 // hits is Hit of each of ids in turn, each hinted to the CPU some hits

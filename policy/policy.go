@@ -61,7 +61,8 @@ type Policy interface {
 	Name() string
 	// Hit records a read of a resident item. A Hit for an id that is not
 	// resident only advances the clock (and, for APP and OrderAware, the id's
-	// frequency and place in the order).
+	// place in the order, and its frequency where they remember the id: a
+	// Hit does not bring back an id never seen or forgotten, Forgetter).
 	Hit(id ID)
 	// Miss records a read of a non-resident item of size bytes. It may call
 	// room.Evict for victims, and returns true if id is admitted: id is then
@@ -122,9 +123,9 @@ type Forgetter interface {
 	// Forget drops all the policy remembers of id unless id is resident:
 	// id is then as an id never seen. A caller whose ids do not come from
 	// a bounded set (a cache's free-form keys, named by its clients)
-	// forgets each id that leaves the cache, or that a Hit or a refused
-	// Miss made it remember, so that what the policy keeps stays bounded
-	// by its residents.
+	// forgets each id that leaves the cache or that a refused Miss made
+	// it remember, so that what the policy keeps stays bounded by its
+	// residents.
 	Forget(id ID)
 }
 
