@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"runtime"
 )
 
 // APP is SHADE's importance-aware admission and eviction policy, corrected.
@@ -31,65 +32,104 @@ type APP struct {
 }
 
 // ghost is what APP remembers of every id it has seen: 8 bytes, so that the
-// table for millions of samples stays small. A NaN score means never scored
-// (SetScore ignores NaN, so it cannot be a real score).
+// table for millions of samples stays small. Its score is kept with its
+// bits inverted, so that no ghost is zero, the ghost table's empty slot
+// (inverted, zero would be a NaN with every bit set, which SetScore
+// never stores); a never-scored id's score is unscored, a NaN.
 type ghost struct {
-	score float32
-	freq  uint32
+	nscore uint32 // the score's float32 bits, inverted
+	freq   uint32
 }
 
-var unscored = float32(math.NaN())
+// unscored is the score of a ghost never scored.
+var unscored = math.Float32frombits(0x7fc00000)
 
-func (g ghost) scored() bool { return g.score == g.score }
+// newGhost is the ghost entry of an id never scored, read freq times.
+func newGhost(freq uint32) ghost { return ghost{nscore: ^math.Float32bits(unscored), freq: freq} }
+
+func (g ghost) score() float32 { return math.Float32frombits(^g.nscore) }
+
+func (g *ghost) setScore(s float32) { g.nscore = ^math.Float32bits(s) }
+
+func (g ghost) scored() bool { s := g.score(); return s == s }
 
 // ghostTable is APP's (and OrderAware's) memory of every id seen or scored
-// and not forgotten (Forgetter).
-type ghostTable map[ID]ghost
+// and not forgotten (Forgetter), in memory outside the Go heap: an entry
+// for each sample of each dataset a trainer reports the importance of.
+type ghostTable struct{ idMap[ghost] }
+
+func newGhostTable() ghostTable { return ghostTable{newIDMap[ghost](threeQuartersFull)} }
+
+// get returns id's ghost entry, and whether it has one.
+func (t *ghostTable) get(id ID) (ghost, bool) {
+	sl := t.find(id)
+	if sl == nil {
+		return ghost{}, false
+	}
+	g := sl.v
+	runtime.KeepAlive(t)
+	return g, true
+}
 
 // touch counts one read of id, which is not resident, in its ghost entry,
 // made where it has none, and returns the entry.
-func (t ghostTable) touch(id ID) ghost {
-	g, ok := t[id]
-	if !ok {
-		g.score = unscored
+func (t *ghostTable) touch(id ID) ghost {
+	sl := t.find(id)
+	if sl == nil {
+		g := newGhost(1)
+		t.insert(id, g, nil)
+		return g
 	}
-	if g.freq < math.MaxUint32 {
-		g.freq++
+	if sl.v.freq < math.MaxUint32 {
+		sl.v.freq++
 	}
-	t[id] = g
+	g := sl.v
+	runtime.KeepAlive(t)
 	return g
 }
 
 // touchKnown counts one read of id, which is not resident, in its ghost
 // entry where it has one: a Hit, a read the policy did not decide on,
 // does not bring back an id never seen or forgotten.
-func (t ghostTable) touchKnown(id ID) {
-	if g, ok := t[id]; ok {
-		if g.freq < math.MaxUint32 {
-			g.freq++
-		}
-		t[id] = g
+func (t *ghostTable) touchKnown(id ID) {
+	if sl := t.find(id); sl != nil && sl.v.freq < math.MaxUint32 {
+		sl.v.freq++
 	}
+	runtime.KeepAlive(t)
 }
 
 // left records the frequency freq of id, which has just left the cache:
 // while it was resident, its key counted its reads.
-func (t ghostTable) left(id ID, freq uint32) {
-	g, ok := t[id]
-	if !ok {
-		g.score = unscored
+func (t *ghostTable) left(id ID, freq uint32) {
+	sl := t.find(id)
+	if sl == nil {
+		t.insert(id, newGhost(freq), nil)
+		return
 	}
-	g.freq = freq
-	t[id] = g
+	sl.v.freq = freq
+	runtime.KeepAlive(t)
 }
 
 // setScore records id's score (not NaN) and returns it as a float32.
-func (t ghostTable) setScore(id ID, score float64) float32 {
+func (t *ghostTable) setScore(id ID, score float64) float32 {
 	s := float32(score)
-	g := t[id]
-	g.score = s
-	t[id] = g
+	sl := t.find(id)
+	if sl == nil {
+		g := newGhost(0)
+		g.setScore(s)
+		t.insert(id, g, nil)
+		return s
+	}
+	sl.v.setScore(s)
+	runtime.KeepAlive(t)
 	return s
+}
+
+// forget drops id's ghost entry, if it has one.
+func (t *ghostTable) forget(id ID) {
+	if sl, s := t.locate(id); sl != nil {
+		t.remove(s, nil)
+	}
 }
 
 // key returns the importance key of a read of g's id at tick now, with def
@@ -97,7 +137,7 @@ func (t ghostTable) setScore(id ID, score float64) float32 {
 func (g ghost) key(def float32, now uint64) appKey {
 	k := appKey{score: def, freq: g.freq, last: now}
 	if g.scored() {
-		k.score = g.score
+		k.score = g.score()
 	}
 	return k
 }
@@ -146,11 +186,11 @@ func NewAPP(opts Options) *APP {
 		def = MiddleScore
 	}
 	a := &APP{
-		ghosts: make(ghostTable),
+		ghosts: newGhostTable(),
 		heap:   newIDHeap(appLess),
 		def:    float32(def),
 	}
-	releaseWith(a, &a.heap)
+	releaseWith(a, append(a.heap.pools(), a.ghosts.pool)...)
 	return a
 }
 
@@ -211,7 +251,7 @@ func (a *APP) Remove(id ID) {
 // Forget implements Forgetter: a non-resident id's ghost entry goes.
 func (a *APP) Forget(id ID) {
 	if !a.heap.has(id) {
-		delete(a.ghosts, id)
+		a.ghosts.forget(id)
 	}
 }
 
@@ -222,10 +262,10 @@ func (a *APP) Resident(id ID) bool { return a.heap.has(id) }
 func (a *APP) Len() int { return a.heap.len() }
 
 // OffHeapBytes implements OffHeap.
-func (a *APP) OffHeapBytes() int64 { return a.heap.mem.bytes() }
+func (a *APP) OffHeapBytes() int64 { return a.heap.bytes() + a.ghosts.bytes() }
 
 // Ghosts is the number of ids APP remembers (every id seen or scored).
-func (a *APP) Ghosts() int { return len(a.ghosts) }
+func (a *APP) Ghosts() int { return a.ghosts.len() }
 
 // SetScore implements Scorer.
 func (a *APP) SetScore(id ID, score float64) {

@@ -142,7 +142,7 @@ type LFU struct {
 // NewLFU returns an empty LFU policy.
 func NewLFU() *LFU {
 	l := &LFU{heap: newIDHeap(appLess)}
-	releaseWith(l, &l.heap)
+	releaseWith(l, l.heap.pools()...)
 	return l
 }
 
@@ -192,7 +192,7 @@ func (l *LFU) Resident(id ID) bool { return l.heap.has(id) }
 func (l *LFU) Len() int { return l.heap.len() }
 
 // OffHeapBytes implements OffHeap.
-func (l *LFU) OffHeapBytes() int64 { return l.heap.mem.bytes() }
+func (l *LFU) OffHeapBytes() int64 { return l.heap.bytes() }
 
 // MinIO is CoorDL's policy: admit while the item fits, never evict. After
 // the first epoch fills the cache its contents stay fixed (unless the node

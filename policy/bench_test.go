@@ -3,8 +3,10 @@ package policy
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,8 +36,8 @@ func fullAPP(residents int) (*APP, *Budget) {
 	}
 	for id := range ID(residents) {
 		// Admit straight into the heap: a Miss would refuse the unimportant.
-		a.ghosts.touch(id)
-		a.heap.push(id, appKey{score: a.ghosts[id].score, freq: 1})
+		g := a.ghosts.touch(id)
+		a.heap.push(id, appKey{score: g.score(), freq: 1})
 		b.Admit(id, 1)
 	}
 	return a, b
@@ -276,4 +278,55 @@ func BenchmarkFill(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkScores scores n ids no cache holds, as a node's policy learns
+// the importance of every sample of a dataset from its trainers'
+// reports, and reports what the policy then holds for each id: on the Go
+// heap (its live heap after a collection, against before the policy was
+// made) and outside it (OffHeap), and the time of a SetScore. With
+// "order+epoch", OrderAware then installs an epoch's order that reads
+// each id once (the time of a SetScore includes it).
+func BenchmarkScores(b *testing.B) {
+	for _, n := range []int{1_000_000, 4_000_000} {
+		for _, name := range []string{"app", "order", "order+epoch"} {
+			b.Run(name+"/"+strconv.Itoa(n), func(b *testing.B) {
+				var heap, off float64
+				order := randomIDs(n, n, 5)
+				for i := range order {
+					order[i] = ID(i)
+				}
+				rand.New(rand.NewPCG(5, 5)).Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+				for b.Loop() {
+					b.StopTimer()
+					before := liveHeap()
+					b.StartTimer()
+					p, _ := New(strings.TrimSuffix(name, "+epoch"), Options{})
+					s := p.(Scorer)
+					for id := range ID(n) {
+						s.SetScore(id, float64(id%1000))
+					}
+					if name == "order+epoch" {
+						p.(Lookahead).BeginEpoch(0, order)
+					}
+					b.StopTimer()
+					heap = float64(liveHeap() - before)
+					off = float64(p.(OffHeap).OffHeapBytes())
+					runtime.KeepAlive(p)
+					b.StartTimer()
+				}
+				b.ReportMetric(heap/float64(n), "heap-B/id")
+				b.ReportMetric(off/float64(n), "offheap-B/id")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/score")
+			})
+		}
+	}
+}
+
+// liveHeap is the Go heap's live bytes after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -16,11 +16,11 @@ func TestForget(t *testing.T) {
 			if o, ok := p.(*OrderAware); ok {
 				o.BeginEpoch(0, []ID{1, 2, 1, 2, 1})
 			}
-			ghosts := func() ghostTable {
+			ghosts := func() *ghostTable {
 				if a, ok := p.(*APP); ok {
-					return a.ghosts
+					return &a.ghosts
 				}
-				return p.(*OrderAware).ghosts
+				return &p.(*OrderAware).ghosts
 			}
 			room := NewBudget(1)
 			for _, id := range []ID{1, 1, 1} { // 1 is read three times, then leaves
@@ -31,27 +31,27 @@ func TestForget(t *testing.T) {
 			p.Remove(1)
 			room.Evict(1)      // its bytes freed, as a node deletes it
 			p.Miss(3, 2, room) // 3 is read, never admitted (larger than the room)
-			if g, ok := ghosts()[1]; !ok || g.freq != 3 {
+			if g, ok := ghosts().get(1); !ok || g.freq != 3 {
 				t.Fatalf("before Forget, 1's ghost entry is %+v, %v; want 3 reads", g, ok)
 			}
 			p.(Forgetter).Forget(1)
 			p.(Forgetter).Forget(3)
-			if _, ok := ghosts()[1]; ok {
+			if _, ok := ghosts().get(1); ok {
 				t.Fatal("Forget left 1's ghost entry")
 			}
-			if _, ok := ghosts()[3]; ok {
+			if _, ok := ghosts().get(3); ok {
 				t.Fatal("Forget left 3's ghost entry")
 			}
 			p.Hit(1) // a read heard of after 1 was forgotten
 			p.Hit(4) // never seen
-			if _, ok := ghosts()[1]; ok {
+			if _, ok := ghosts().get(1); ok {
 				t.Fatal("a Hit brought back 1's ghost entry")
 			}
-			if _, ok := ghosts()[4]; ok {
+			if _, ok := ghosts().get(4); ok {
 				t.Fatal("a Hit made a ghost entry for an id never seen")
 			}
 			if o, ok := p.(*OrderAware); ok {
-				if _, ok := o.cursor[1]; ok {
+				if _, ok := o.cursor.get(1); ok {
 					t.Fatal("Forget left 1's places in the order")
 				}
 			}
@@ -61,11 +61,11 @@ func TestForget(t *testing.T) {
 			}
 			room.Admit(2, 1)
 			p.(Forgetter).Forget(2)
-			if g, ok := ghosts()[2]; !p.Resident(2) || !ok || g.freq != 1 {
+			if g, ok := ghosts().get(2); !p.Resident(2) || !ok || g.freq != 1 {
 				t.Fatalf("Forget changed a resident: resident %v, ghost entry %+v, %v", p.Resident(2), g, ok)
 			}
-			if len(ghosts()) != 1 {
-				t.Fatalf("%d ghost entries, want the resident's alone", len(ghosts()))
+			if ghosts().len() != 1 {
+				t.Fatalf("%d ghost entries, want the resident's alone", ghosts().len())
 			}
 		})
 	}

@@ -64,9 +64,9 @@ func TestHitsAsHitEach(t *testing.T) {
 func tableSize(p Policy) int {
 	switch p := p.(type) {
 	case *APP:
-		return p.heap.tableSlots()
+		return p.heap.ids.slotCount()
 	case *OrderAware:
-		return p.heap.tableSlots()
+		return p.heap.ids.slotCount()
 	}
 	return 0
 }

@@ -43,7 +43,7 @@ func NewMIN(trace []ID) Policy {
 		next:  make([]int64, len(trace)),
 		heap:  newIDHeap(func(a, b int64) bool { return a > b }),
 	}
-	releaseWith(m, &m.heap)
+	releaseWith(m, m.heap.pools()...)
 	seen := make(map[ID]int64)
 	for i := len(trace) - 1; i >= 0; i-- {
 		if n, ok := seen[trace[i]]; ok {
@@ -118,4 +118,4 @@ func (m *MIN) Resident(id ID) bool { return m.heap.has(id) }
 func (m *MIN) Len() int { return m.heap.len() }
 
 // OffHeapBytes implements OffHeap.
-func (m *MIN) OffHeapBytes() int64 { return m.heap.mem.bytes() }
+func (m *MIN) OffHeapBytes() int64 { return m.heap.bytes() }

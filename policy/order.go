@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"math"
+	"runtime"
 	"slices"
 )
 
@@ -52,8 +53,9 @@ import (
 //
 // Time and space: Hit, Miss, SetScore and Remove take O(log n) for n
 // residents (one heap re-key or pop per eviction); BeginEpoch takes O(L+n)
-// for an order of L reads and keeps 4 bytes a read plus a map entry an
-// id not resident (a resident's place is in its key); AppendEpoch and
+// for an order of L reads and keeps 4 bytes a read plus an entry of the
+// cursor an id not resident (a resident's place is in its key; the
+// cursor's entries lie outside the Go heap); AppendEpoch and
 // MergeEpoch add a sort of the current order's U unconsumed places,
 // O(U log U). An order longer than 2^31-1 reads is cut
 // there; reads past the cut count as never read again.
@@ -71,7 +73,38 @@ type OrderAware struct {
 	// its key's next, and it has no entry: its hit looks up nothing but
 	// its place in the heap.
 	next   []int32
-	cursor map[ID]int32
+	cursor cursors
+}
+
+// cursors is OrderAware's cursor: the earliest unconsumed place of each
+// id not resident that has one, in memory outside the Go heap (an entry
+// for each sample an epoch's order reads, tens of millions at a large
+// dataset's).
+type cursors struct{ idMap[plusOne] }
+
+// swap makes p id's place and returns the place it had, and whether it
+// had one.
+func (c *cursors) swap(id ID, p int32) (int32, bool) {
+	sl := c.find(id)
+	if sl == nil {
+		c.insert(id, at(int(p)), nil)
+		return 0, false
+	}
+	old := sl.v.index()
+	sl.v = at(int(p))
+	runtime.KeepAlive(c)
+	return int32(old), true
+}
+
+// take removes id's place and returns it, and whether it had one.
+func (c *cursors) take(id ID) (int32, bool) {
+	sl, s := c.locate(id)
+	if sl == nil {
+		return 0, false
+	}
+	p := sl.v.index()
+	c.remove(s, nil)
+	return int32(p), true
 }
 
 // orderKey is what OrderAware keeps of a resident.
@@ -106,13 +139,13 @@ func NewOrderAware(opts Options) *OrderAware {
 		def = MiddleScore
 	}
 	o := &OrderAware{
-		ghosts: make(ghostTable),
+		ghosts: newGhostTable(),
 		heap:   newIDHeap(evictsBefore),
 		def:    float32(def),
 		epoch:  -1,
-		cursor: make(map[ID]int32),
+		cursor: cursors{newIDMap[plusOne](threeQuartersFull)},
 	}
-	releaseWith(o, &o.heap)
+	releaseWith(o, append(o.heap.pools(), o.ghosts.pool, o.cursor.pool)...)
 	return o
 }
 
@@ -189,9 +222,7 @@ func (o *OrderAware) unconsumed(extra int) []ID {
 			left = append(left, place{p, id})
 		}
 	}
-	for id, p := range o.cursor {
-		chain(id, p)
-	}
+	o.cursor.each(func(id ID, p plusOne) { chain(id, int32(p.index())) })
 	o.heap.each(func(id ID, k orderKey) {
 		if k.next != never {
 			chain(id, int32(k.next))
@@ -211,24 +242,22 @@ func (o *OrderAware) install(reads []ID) {
 	if len(reads) > math.MaxInt32 {
 		reads = reads[:math.MaxInt32]
 	}
-	clear(o.cursor)
+	o.cursor.reset()
 	if cap(o.next) < len(reads) {
 		o.next = make([]int32, len(reads))
 	}
 	o.next = o.next[:len(reads)]
 	for i := len(reads) - 1; i >= 0; i-- {
-		if p, ok := o.cursor[reads[i]]; ok {
+		if p, ok := o.cursor.swap(reads[i], int32(i)); ok {
 			o.next[i] = p
 		} else {
 			o.next[i] = -1
 		}
-		o.cursor[reads[i]] = int32(i)
 	}
 	o.heap.rekeyAll(func(id ID, k orderKey) orderKey {
 		k.next = never
-		if p, ok := o.cursor[id]; ok {
+		if p, ok := o.cursor.take(id); ok {
 			k.next = int64(p)
-			delete(o.cursor, id)
 		}
 		return k
 	})
@@ -242,16 +271,17 @@ func (o *OrderAware) Epoch() int { return o.epoch }
 // is not resident, and returns the place of its next read after that
 // one, or never.
 func (o *OrderAware) consume(id ID) int64 {
-	p, ok := o.cursor[id]
-	if !ok {
+	sl, s := o.cursor.locate(id)
+	if sl == nil {
 		return never
 	}
-	n := o.after(int64(p))
+	n := o.after(int64(sl.v.index()))
 	if n == never {
-		delete(o.cursor, id)
+		o.cursor.remove(s, nil)
 	} else {
-		o.cursor[id] = int32(n)
+		sl.v = at(int(n))
 	}
+	runtime.KeepAlive(o)
 	return n
 }
 
@@ -309,7 +339,7 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 		return false
 	}
 	o.heap.push(id, k)
-	delete(o.cursor, id) // its place is its key's now
+	o.cursor.take(id) // its place is its key's now
 	return true
 }
 
@@ -319,7 +349,7 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 func (o *OrderAware) left(id ID, k orderKey) {
 	o.ghosts.left(id, k.imp.freq)
 	if k.next != never {
-		o.cursor[id] = int32(k.next)
+		o.cursor.swap(id, int32(k.next))
 	}
 }
 
@@ -335,8 +365,8 @@ func (o *OrderAware) Remove(id ID) {
 // its places in the order not yet consumed are read as places of no id.
 func (o *OrderAware) Forget(id ID) {
 	if !o.heap.has(id) {
-		delete(o.ghosts, id)
-		delete(o.cursor, id)
+		o.ghosts.forget(id)
+		o.cursor.take(id)
 	}
 }
 
@@ -345,13 +375,15 @@ func (o *OrderAware) Resident(id ID) bool { return o.heap.has(id) }
 
 // Ghosts is the number of ids OrderAware remembers (every id seen or
 // scored).
-func (o *OrderAware) Ghosts() int { return len(o.ghosts) }
+func (o *OrderAware) Ghosts() int { return o.ghosts.len() }
 
 // Len is the number of residents.
 func (o *OrderAware) Len() int { return o.heap.len() }
 
 // OffHeapBytes implements OffHeap.
-func (o *OrderAware) OffHeapBytes() int64 { return o.heap.mem.bytes() }
+func (o *OrderAware) OffHeapBytes() int64 {
+	return o.heap.bytes() + o.ghosts.bytes() + o.cursor.bytes()
+}
 
 // SetScore implements Scorer.
 func (o *OrderAware) SetScore(id ID, score float64) {

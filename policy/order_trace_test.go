@@ -86,7 +86,7 @@ func TestOrderAwareVariants(t *testing.T) {
 // variant is OrderAware's bookkeeping with a rule chosen by its fields and
 // an O(n) scan for the victim: a yardstick, not a policy to ship.
 type variant struct {
-	OrderAware
+	*OrderAware
 	res    map[ID]orderKey
 	bucket int64
 	gate   bool
@@ -95,7 +95,7 @@ type variant struct {
 
 func (v *variant) init() {
 	if v.res == nil {
-		v.OrderAware = *NewOrderAware(Options{})
+		v.OrderAware = NewOrderAware(Options{})
 		v.res = make(map[ID]orderKey)
 	}
 }
@@ -118,11 +118,20 @@ func (v *variant) MergeEpoch(epoch int, reads []ID, start, others int) {
 	v.rekey()
 }
 
+// get returns id's place in c, and whether it has one.
+func (c *cursors) get(id ID) (int32, bool) {
+	sl := c.find(id)
+	if sl == nil {
+		return 0, false
+	}
+	return int32(sl.v.index()), true
+}
+
 // rekey gives every resident its first place in the order just installed.
 func (v *variant) rekey() {
 	for id, k := range v.res {
 		k.next = never
-		if p, ok := v.cursor[id]; ok {
+		if p, ok := v.cursor.get(id); ok {
 			k.next = int64(p)
 		}
 		v.res[id] = k
