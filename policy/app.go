@@ -74,13 +74,8 @@ func (t *ghostTable) get(id ID) (ghost, bool) {
 // touch counts one read of id, which is not resident, in its ghost entry,
 // made where it has none, and returns the entry.
 func (t *ghostTable) touch(id ID) ghost {
-	sl := t.find(id)
-	if sl == nil {
-		g := newGhost(1)
-		t.insert(id, g, nil)
-		return g
-	}
-	if sl.v.freq < math.MaxUint32 {
+	sl, added := t.put(id, newGhost(1))
+	if !added && sl.v.freq < math.MaxUint32 {
 		sl.v.freq++
 	}
 	g := sl.v
@@ -101,26 +96,20 @@ func (t *ghostTable) touchKnown(id ID) {
 // left records the frequency freq of id, which has just left the cache:
 // while it was resident, its key counted its reads.
 func (t *ghostTable) left(id ID, freq uint32) {
-	sl := t.find(id)
-	if sl == nil {
-		t.insert(id, newGhost(freq), nil)
-		return
+	if sl, added := t.put(id, newGhost(freq)); !added {
+		sl.v.freq = freq
 	}
-	sl.v.freq = freq
 	runtime.KeepAlive(t)
 }
 
 // setScore records id's score (not NaN) and returns it as a float32.
 func (t *ghostTable) setScore(id ID, score float64) float32 {
 	s := float32(score)
-	sl := t.find(id)
-	if sl == nil {
-		g := newGhost(0)
-		g.setScore(s)
-		t.insert(id, g, nil)
-		return s
+	g := newGhost(0)
+	g.setScore(s)
+	if sl, added := t.put(id, g); !added {
+		sl.v.setScore(s)
 	}
-	sl.v.setScore(s)
 	runtime.KeepAlive(t)
 	return s
 }

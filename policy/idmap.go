@@ -149,12 +149,46 @@ func (m *idMap[V]) home(id ID) unsafe.Pointer {
 // returns its slot number. moved, where not nil, is called with each id
 // that a split moves, in its new slot, and that slot's number.
 func (m *idMap[V]) insert(id ID, v V, moved func(*idSlot[V], int32)) int32 {
+	sh := m.hash(id)
+	s := m.add(m.tabOf(sh), sh, id, v, moved)
+	runtime.KeepAlive(m)
+	return s
+}
+
+// put returns id's slot, first adding id with v, which is not zero,
+// where id is not in m, and whether it added it: one search for an id
+// that may be new. It is for maps whose slot numbers no one keeps (a
+// split may move ids).
+func (m *idMap[V]) put(id ID, v V) (*idSlot[V], bool) {
+	sh := m.hash(id)
+	t := m.tabOf(sh)
+	var empty V
+	for i := sh & tabMask; t.slots[i].v != empty; i = (i + 1) & tabMask {
+		if t.slots[i].id == id {
+			runtime.KeepAlive(m)
+			return &t.slots[i], false
+		}
+	}
+	s := m.add(t, sh, id, v, nil)
+	sl := m.slot(s)
+	runtime.KeepAlive(m)
+	return sl, true
+}
+
+// tabOf returns the table of seeded hash sh, making the first table of
+// an empty map.
+func (m *idMap[V]) tabOf(sh uint64) *idTab[V] {
 	if len(m.dir) == 0 {
 		m.tabs = append(m.tabs[:0], m.newTab(0, 0))
 		m.dir = []*idTab[V]{m.tabs[0]}
 	}
-	sh := m.hash(id)
-	t := m.dir[sh>>(64-m.depth)]
+	return m.dir[sh>>(64-m.depth)] // a shift by 64 is 0 in Go
+}
+
+// add puts id, of seeded hash sh, which is not in t, its table, into an
+// empty slot with v, splitting t first where it holds its limit, and
+// returns the slot's number.
+func (m *idMap[V]) add(t *idTab[V], sh uint64, id ID, v V, moved func(*idSlot[V], int32)) int32 {
 	for t.n >= m.limit { // once, unless a split left t's ids all in sh's half
 		t = m.split(t, sh, moved)
 	}
@@ -162,7 +196,6 @@ func (m *idMap[V]) insert(id ID, v V, moved func(*idSlot[V], int32)) int32 {
 	t.slots[s&tabMask] = idSlot[V]{id, v}
 	t.n++
 	m.n++
-	runtime.KeepAlive(m)
 	return s
 }
 

@@ -85,9 +85,8 @@ type cursors struct{ idMap[plusOne] }
 // swap makes p id's place and returns the place it had, and whether it
 // had one.
 func (c *cursors) swap(id ID, p int32) (int32, bool) {
-	sl := c.find(id)
-	if sl == nil {
-		c.insert(id, at(int(p)), nil)
+	sl, added := c.put(id, at(int(p)))
+	if added {
 		return 0, false
 	}
 	old := sl.v.index()
