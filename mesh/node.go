@@ -88,11 +88,7 @@ type Node struct {
 	pending []policy.ID
 	told    []policy.ID
 	scorer  policy.Scorer // pol, if it weighs importance; else nil
-	// forgetter is pol, if it remembers ids that left (APP's ghost
-	// entries); else nil. The node has it forget each free-form key's id
-	// that leaves (forgetFree): their names are the clients', unbounded.
-	forgetter policy.Forgetter
-	room      room // the admission's room, set under polMu (no allocation per admission)
+	room    room          // the admission's room, set under polMu (no allocation per admission)
 	// victimKey is the key of the policy's victim, under polMu: its bytes
 	// are kept from one eviction to the next.
 	victimKey []byte
@@ -139,7 +135,11 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	pol, err := policy.New(cfg.Policy, policy.Options{})
+	// The policy keeps nothing of a free-form key that leaves, nor of one
+	// it refuses: what it remembers is then bounded by its residents and
+	// the datasets' samples, however many names clients SET, and a free
+	// key that comes back is as new.
+	pol, err := policy.New(cfg.Policy, policy.Options{Transient: func(id policy.ID) bool { return id&freeBit != 0 }})
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
@@ -164,7 +164,6 @@ func New(cfg Config) (*Node, error) {
 		BufferName: "shade-" + cfg.Name + "-readahead", Logger: cfg.Logger, HedgeAfter: cfg.Cluster.HedgeAfter,
 	}, raHost{n})
 	n.scorer, _ = pol.(policy.Scorer)
-	n.forgetter, _ = pol.(policy.Forgetter)
 	for i, dc := range cfg.Datasets {
 		ds, err := openDataset(i, dc, cfg)
 		if err != nil {
@@ -325,18 +324,6 @@ func (n *Node) evictFreeLocked(id policy.ID) {
 		if ds, _, _, err := n.route(key); ds == nil && err == nil {
 			n.store.Delete(key)
 		}
-	}
-	n.forgetFree(id)
-}
-
-// forgetFree has the policy forget id, a free-form key's, unless it is
-// resident: what it remembers of ids that left is then bounded by the
-// residents and the datasets' samples, however many names clients SET.
-// A free key that comes back is as new to the policy. Called with polMu
-// held.
-func (n *Node) forgetFree(id policy.ID) {
-	if n.forgetter != nil {
-		n.forgetter.Forget(id)
 	}
 }
 
@@ -503,7 +490,6 @@ func (n *Node) Set(key, value []byte) (bool, error) {
 	r, ok := n.roomLocked(id, key, len(value), nil)
 	if !ok {
 		n.store.Delete(key) // refused: the old value goes too
-		n.forgetFree(id)
 		n.polMu.Unlock()
 		return false, nil
 	}
@@ -541,7 +527,6 @@ func (n *Node) Delete(key []byte) bool {
 	if ds == nil {
 		id := freeID(key)
 		n.pol.Remove(id)
-		n.forgetFree(id)
 		return true
 	}
 	n.pol.Remove(sampleID(ds, idx))

@@ -10,8 +10,8 @@ import (
 // Residents sit in a min-heap keyed by (score, frequency, last use tick)
 // ascending, so the top is the least important resident. A ghost table keeps
 // (score, frequency) for every id ever seen, resident or not, so importance
-// and popularity survive eviction, until the caller has APP forget the id
-// (Forget). A resident's frequency is counted in its key alone, and
+// and popularity survive eviction; of a transient id (Options.Transient)
+// it keeps nothing. A resident's frequency is counted in its key alone, and
 // written back to its ghost entry when it leaves the cache: a hit then
 // looks up the resident alone, not its ghost entry too.
 //
@@ -25,10 +25,11 @@ import (
 // The frequency counts every read of an id (hits and misses, admitted or
 // not) and saturates at 2^32-1. Scores are kept as float32.
 type APP struct {
-	ghosts ghostTable
-	heap   idHeap[appKey]
-	now    uint64
-	def    float32
+	ghosts    ghostTable
+	heap      idHeap[appKey]
+	now       uint64
+	def       float32
+	transient func(ID) bool // Options.Transient, never nil
 }
 
 // ghost is what APP remembers of every id it has seen: 8 bytes, so that the
@@ -54,8 +55,9 @@ func (g *ghost) setScore(s float32) { g.nscore = ^math.Float32bits(s) }
 func (g ghost) scored() bool { s := g.score(); return s == s }
 
 // ghostTable is APP's (and OrderAware's) memory of every id seen or scored
-// and not forgotten (Forgetter), in memory outside the Go heap: an entry
-// for each sample of each dataset a trainer reports the importance of.
+// but transient ones (Options.Transient), in memory outside the Go heap:
+// an entry for each sample of each dataset a trainer reports the
+// importance of.
 type ghostTable struct{ idMap[ghost] }
 
 func newGhostTable() ghostTable { return ghostTable{newIDMap[ghost](threeQuartersFull)} }
@@ -114,13 +116,6 @@ func (t *ghostTable) setScore(id ID, score float64) float32 {
 	return s
 }
 
-// forget drops id's ghost entry, if it has one.
-func (t *ghostTable) forget(id ID) {
-	if sl, s := t.locate(id); sl != nil {
-		t.remove(s, nil)
-	}
-}
-
 // key returns the importance key of a read of g's id at tick now, with def
 // standing for a score never set.
 func (g ghost) key(def float32, now uint64) appKey {
@@ -161,10 +156,9 @@ func (k appKey) hit(now uint64) appKey {
 }
 
 var (
-	_ Policy    = (*APP)(nil)
-	_ Forgetter = (*APP)(nil)
-	_ OffHeap   = (*APP)(nil)
-	_ Scorer    = (*APP)(nil)
+	_ Policy  = (*APP)(nil)
+	_ OffHeap = (*APP)(nil)
+	_ Scorer  = (*APP)(nil)
 )
 
 // NewAPP returns an empty APP policy. A zero or non-finite
@@ -175,9 +169,10 @@ func NewAPP(opts Options) *APP {
 		def = MiddleScore
 	}
 	a := &APP{
-		ghosts: newGhostTable(),
-		heap:   newIDHeap(appLess),
-		def:    float32(def),
+		ghosts:    newGhostTable(),
+		heap:      newIDHeap(appLess),
+		def:       float32(def),
+		transient: opts.transient(),
 	}
 	releaseWith(a, append(a.heap.pools(), a.ghosts.pool)...)
 	return a
@@ -213,14 +208,17 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 		return true
 	}
 	a.now++
-	g := a.ghosts.touch(id)
+	g := newGhost(1)
+	if !a.transient(id) {
+		g = a.ghosts.touch(id)
+	}
 	if refuse(room, size) {
 		return false
 	}
 	k := g.key(a.def, a.now)
 	for !room.Fits(id, size) && a.heap.len() > 0 && a.heap.top().key.less(k) {
 		victim := a.heap.pop()
-		a.ghosts.left(victim.id, victim.key.freq)
+		a.left(victim.id, victim.key.freq)
 		room.Evict(victim.id)
 	}
 	if !room.Fits(id, size) {
@@ -230,17 +228,18 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 	return true
 }
 
-// Remove forgets a resident; its ghost entry stays.
-func (a *APP) Remove(id ID) {
-	if k, ok := a.heap.remove(id); ok {
-		a.ghosts.left(id, k.freq)
+// left records the reads freq of id, which has just left the cache, in
+// its ghost entry, unless it is transient.
+func (a *APP) left(id ID, freq uint32) {
+	if !a.transient(id) {
+		a.ghosts.left(id, freq)
 	}
 }
 
-// Forget implements Forgetter: a non-resident id's ghost entry goes.
-func (a *APP) Forget(id ID) {
-	if !a.heap.has(id) {
-		a.ghosts.forget(id)
+// Remove forgets a resident; its ghost entry stays.
+func (a *APP) Remove(id ID) {
+	if k, ok := a.heap.remove(id); ok {
+		a.left(id, k.freq)
 	}
 }
 
@@ -253,7 +252,8 @@ func (a *APP) Len() int { return a.heap.len() }
 // OffHeapBytes implements OffHeap.
 func (a *APP) OffHeapBytes() int64 { return a.heap.bytes() + a.ghosts.bytes() }
 
-// Ghosts is the number of ids APP remembers (every id seen or scored).
+// Ghosts is the number of ids APP remembers (every id seen or scored but
+// transient ones).
 func (a *APP) Ghosts() int { return a.ghosts.len() }
 
 // SetScore implements Scorer.

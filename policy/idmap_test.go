@@ -7,7 +7,7 @@ import (
 )
 
 // TestGhostTableRandomOps runs random reads, departures, scores and
-// forgets on a ghost table and on a Go map side by side: over 100 ids
+// removals on a ghost table and on a Go map side by side: over 100 ids
 // (one table) and over 40,000, most of them remembered (tables three
 // quarters full splitting, and ids leaving them, with probe runs that
 // wrap past a table's end). Scores include 0, negative zero and -1, whose
@@ -62,7 +62,9 @@ func TestGhostTableRandomOps(t *testing.T) {
 				}
 			default:
 				delete(ref, id)
-				g.forget(id)
+				if sl, s := g.locate(id); sl != nil {
+					g.remove(s, nil)
+				}
 			}
 			same(step, id)
 			if g.len() != len(ref) {

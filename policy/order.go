@@ -74,6 +74,8 @@ type OrderAware struct {
 	// its place in the heap.
 	next   []int32
 	cursor cursors
+
+	transient func(ID) bool // Options.Transient, never nil
 }
 
 // cursors is OrderAware's cursor: the earliest unconsumed place of each
@@ -123,7 +125,6 @@ func evictsBefore(a, b orderKey) bool {
 
 var (
 	_ Policy    = (*OrderAware)(nil)
-	_ Forgetter = (*OrderAware)(nil)
 	_ OffHeap   = (*OrderAware)(nil)
 	_ Scorer    = (*OrderAware)(nil)
 	_ Lookahead = (*OrderAware)(nil)
@@ -138,11 +139,12 @@ func NewOrderAware(opts Options) *OrderAware {
 		def = MiddleScore
 	}
 	o := &OrderAware{
-		ghosts: newGhostTable(),
-		heap:   newIDHeap(evictsBefore),
-		def:    float32(def),
-		epoch:  -1,
-		cursor: cursors{newIDMap[plusOne](threeQuartersFull)},
+		ghosts:    newGhostTable(),
+		heap:      newIDHeap(evictsBefore),
+		def:       float32(def),
+		epoch:     -1,
+		cursor:    cursors{newIDMap[plusOne](threeQuartersFull)},
+		transient: opts.transient(),
 	}
 	releaseWith(o, append(o.heap.pools(), o.ghosts.pool, o.cursor.pool)...)
 	return o
@@ -324,7 +326,10 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 		return true
 	}
 	o.now++
-	g := o.ghosts.touch(id)
+	g := newGhost(1)
+	if !o.transient(id) {
+		g = o.ghosts.touch(id)
+	}
 	k := orderKey{next: o.consume(id), imp: g.key(o.def, o.now)}
 	if refuse(room, size) {
 		return false
@@ -343,9 +348,12 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 }
 
 // left records what the resident id, keyed k, kept in its key as it
-// leaves the cache: its reads, in its ghost entry, and its earliest
-// unconsumed place, in cursor.
+// leaves the cache, unless id is transient: its reads, in its ghost
+// entry, and its earliest unconsumed place, in cursor.
 func (o *OrderAware) left(id ID, k orderKey) {
+	if o.transient(id) {
+		return
+	}
 	o.ghosts.left(id, k.imp.freq)
 	if k.next != never {
 		o.cursor.swap(id, int32(k.next))
@@ -360,20 +368,11 @@ func (o *OrderAware) Remove(id ID) {
 	}
 }
 
-// Forget implements Forgetter: a non-resident id's ghost entry goes, and
-// its places in the order not yet consumed are read as places of no id.
-func (o *OrderAware) Forget(id ID) {
-	if !o.heap.has(id) {
-		o.ghosts.forget(id)
-		o.cursor.take(id)
-	}
-}
-
 // Resident reports whether id is in the cache.
 func (o *OrderAware) Resident(id ID) bool { return o.heap.has(id) }
 
 // Ghosts is the number of ids OrderAware remembers (every id seen or
-// scored).
+// scored but transient ones).
 func (o *OrderAware) Ghosts() int { return o.ghosts.len() }
 
 // Len is the number of residents.

@@ -62,7 +62,8 @@ type Policy interface {
 	// Hit records a read of a resident item. A Hit for an id that is not
 	// resident only advances the clock (and, for APP and OrderAware, the id's
 	// place in the order, and its frequency where they remember the id: a
-	// Hit does not bring back an id never seen or forgotten, Forgetter).
+	// Hit does not bring back an id never seen, or one they keep nothing
+	// of once it leaves, Options.Transient).
 	Hit(id ID)
 	// Miss records a read of a non-resident item of size bytes. It may call
 	// room.Evict for victims, and returns true if id is admitted: id is then
@@ -116,19 +117,6 @@ type OffHeap interface {
 	OffHeapBytes() int64
 }
 
-// Forgetter is implemented by policies that remember ids that are not
-// resident: APP and OrderAware keep an id's reads and score after it
-// leaves (its ghost entry), and OrderAware its places in the order.
-type Forgetter interface {
-	// Forget drops all the policy remembers of id unless id is resident:
-	// id is then as an id never seen. A caller whose ids do not come from
-	// a bounded set (a cache's free-form keys, named by its clients)
-	// forgets each id that leaves the cache or that a refused Miss made
-	// it remember, so that what the policy keeps stays bounded by its
-	// residents.
-	Forget(id ID)
-}
-
 // Lookahead is implemented by policies that use the published order of the
 // epoch that is starting.
 type Lookahead interface {
@@ -165,6 +153,21 @@ type Options struct {
 	// aware policies. Zero means ln(10+63*0.5), the middle of the score range
 	// s = ln(10+63p), p in [0, 1].
 	DefaultScore float64
+	// Transient reports the ids that APP and OrderAware keep nothing of
+	// once they leave the cache, nor of a Miss they refuse: no ghost
+	// entry, resident or not, and no place in the order. A cache's
+	// free-form keys are: their names are its clients', unbounded, and
+	// one that comes back is as new. Nil means none.
+	Transient func(ID) bool
+}
+
+// transient is o.Transient, or a function that reports no id where it
+// is nil.
+func (o Options) transient() func(ID) bool {
+	if o.Transient != nil {
+		return o.Transient
+	}
+	return func(ID) bool { return false }
 }
 
 // MiddleScore is ln(10+63*0.5), the score of percentile 0.5 and the default
