@@ -87,7 +87,7 @@ func (t *ghostTable) touch(id ID) ghost {
 
 // touchKnown counts one read of id, which is not resident, in its ghost
 // entry where it has one: a Hit, a read the policy did not decide on,
-// does not bring back an id never seen or forgotten.
+// does not bring back an id never seen, nor a transient one.
 func (t *ghostTable) touchKnown(id ID) {
 	if sl := t.find(id); sl != nil && sl.v.freq < math.MaxUint32 {
 		sl.v.freq++
