@@ -9,11 +9,13 @@ import (
 //
 // Residents sit in a min-heap keyed by (score, frequency, last use tick)
 // ascending, so the top is the least important resident. A ghost table keeps
-// (score, frequency) for every id ever seen, resident or not, so importance
+// (score, frequency) for every id ever seen and not resident, so importance
 // and popularity survive eviction; of a transient id (Options.Transient)
-// it keeps nothing. A resident's frequency is counted in its key alone, and
-// written back to its ghost entry when it leaves the cache: a hit then
-// looks up the resident alone, not its ghost entry too.
+// it keeps nothing. A resident's ghost entry moves into the heap as it is
+// admitted: its frequency is counted in its key, and its score (or that
+// it has none) is kept in its heap slot's tag, and both go back to the
+// ghost table when it leaves the cache. A hit then looks up the resident
+// alone, and a cached id has no entry in the ghost table besides.
 //
 // On a Miss for x, x's key is (its ghost score, or the default score if it was
 // never scored; its ghost frequency+1; now). While x does not fit and the top
@@ -55,9 +57,9 @@ func (g *ghost) setScore(s float32) { g.nscore = ^math.Float32bits(s) }
 func (g ghost) scored() bool { s := g.score(); return s == s }
 
 // ghostTable is APP's (and OrderAware's) memory of every id seen or scored
-// but transient ones (Options.Transient), in memory outside the Go heap:
-// an entry for each sample of each dataset a trainer reports the
-// importance of.
+// that is not resident, but transient ones (Options.Transient), in memory
+// outside the Go heap: an entry for each sample of each dataset a trainer
+// reports the importance of.
 type ghostTable struct{ idMap[ghost] }
 
 func newGhostTable() ghostTable { return ghostTable{newIDMap[ghost](threeQuartersFull)} }
@@ -95,13 +97,22 @@ func (t *ghostTable) touchKnown(id ID) {
 	runtime.KeepAlive(t)
 }
 
-// left records the frequency freq of id, which has just left the cache:
-// while it was resident, its key counted its reads.
-func (t *ghostTable) left(id ID, freq uint32) {
-	if sl, added := t.put(id, newGhost(freq)); !added {
-		sl.v.freq = freq
+// left records g, the ghost entry of id, which has just left the cache:
+// while it was resident, its key counted its reads and its heap slot's
+// tag kept its score.
+func (t *ghostTable) left(id ID, g ghost) {
+	if sl, added := t.put(id, g); !added {
+		sl.v = g
 	}
 	runtime.KeepAlive(t)
+}
+
+// admitted drops id's ghost entry, which has just moved into the heap with
+// id.
+func (t *ghostTable) admitted(id ID) {
+	if sl, s := t.locate(id); sl != nil {
+		t.remove(s, nil)
+	}
 }
 
 // setScore records id's score (not NaN) and returns it as a float32.
@@ -218,28 +229,32 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 	k := g.key(a.def, a.now)
 	for !room.Fits(id, size) && a.heap.len() > 0 && a.heap.top().key.less(k) {
 		victim := a.heap.pop()
-		a.left(victim.id, victim.key.freq)
+		a.left(victim)
 		room.Evict(victim.id)
 	}
 	if !room.Fits(id, size) {
 		return false
 	}
-	a.heap.push(id, k)
+	a.heap.push(id, k, g.nscore)
+	if !a.transient(id) {
+		a.ghosts.admitted(id)
+	}
 	return true
 }
 
-// left records the reads freq of id, which has just left the cache, in
-// its ghost entry, unless it is transient.
-func (a *APP) left(id ID, freq uint32) {
-	if !a.transient(id) {
-		a.ghosts.left(id, freq)
+// left moves what the resident it kept of itself as it leaves the cache
+// (its reads, in its key, and its score, in its tag) into its ghost
+// entry, unless it is transient.
+func (a *APP) left(it heapItem[appKey]) {
+	if !a.transient(it.id) {
+		a.ghosts.left(it.id, ghost{nscore: it.tag, freq: it.key.freq})
 	}
 }
 
 // Remove forgets a resident; its ghost entry stays.
 func (a *APP) Remove(id ID) {
-	if k, ok := a.heap.remove(id); ok {
-		a.left(id, k.freq)
+	if it, ok := a.heap.remove(id); ok {
+		a.left(it)
 	}
 }
 
@@ -252,8 +267,8 @@ func (a *APP) Len() int { return a.heap.len() }
 // OffHeapBytes implements OffHeap.
 func (a *APP) OffHeapBytes() int64 { return a.heap.bytes() + a.ghosts.bytes() }
 
-// Ghosts is the number of ids APP remembers (every id seen or scored but
-// transient ones).
+// Ghosts is the number of ids APP remembers that it does not hold
+// (every id seen or scored but residents and transient ones).
 func (a *APP) Ghosts() int { return a.ghosts.len() }
 
 // SetScore implements Scorer.
@@ -261,12 +276,16 @@ func (a *APP) SetScore(id ID, score float64) {
 	if math.IsNaN(score) {
 		return
 	}
-	s := a.ghosts.setScore(id, score)
 	if slot, ok := a.heap.find(id); ok {
+		var g ghost
+		g.setScore(float32(score))
+		slot.v.tag = g.nscore
 		k := a.heap.keyOf(slot)
-		k.score = s
+		k.score = g.score()
 		a.heap.setSlot(slot, k)
+		return
 	}
+	a.ghosts.setScore(id, score)
 }
 
 // SetDefaultScore implements Scorer.

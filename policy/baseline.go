@@ -178,7 +178,7 @@ func (l *LFU) Miss(id ID, size int64, room Room) bool {
 	if !room.Fits(id, size) {
 		return false
 	}
-	l.heap.push(id, appKey{freq: 1, last: l.now})
+	l.heap.push(id, appKey{freq: 1, last: l.now}, 0)
 	return true
 }
 

@@ -41,7 +41,7 @@ import (
 type idHeap[K any] struct {
 	chunks    []*[itemChunk]heapEntry[K] // the heap array, in chunks of itemChunk items
 	n         int                        // items
-	ids       idMap[plusOne]             // each id's slot: its item's position
+	ids       idMap[heapRef]             // each id's slot: its item's position, and its tag
 	less      func(a, b K) bool
 	chunkPool *offheap.Pool[[itemChunk]heapEntry[K]]
 }
@@ -79,19 +79,30 @@ func at(i int) plusOne { return plusOne(i + 1) }
 // index is the position p stands for.
 func (p plusOne) index() int { return int(p) - 1 }
 
-// heapSlot is a slot of the id table: an id and its heap position.
-type heapSlot = idSlot[plusOne]
+// heapRef is what the id table holds of an id in the heap: its position,
+// and a word of its owner's (the tag: APP and OrderAware keep there what
+// they remember of a resident beside its key, its ghost entry's score),
+// in what would be the slot's padding.
+type heapRef struct {
+	pos plusOne
+	tag uint32
+}
 
-// heapItem is an id and its key, as top and pop return them.
+// heapSlot is a slot of the id table: an id, its heap position and its
+// tag.
+type heapSlot = idSlot[heapRef]
+
+// heapItem is an id, its key and its tag, as top and pop return them.
 type heapItem[K any] struct {
 	id  ID
 	key K
+	tag uint32
 }
 
 // newIDHeap returns an empty heap; its owner calls releaseWith with its
 // pools.
 func newIDHeap[K any](less func(a, b K) bool) idHeap[K] {
-	return idHeap[K]{ids: newIDMap[plusOne](halfFull), less: less, chunkPool: new(offheap.Pool[[itemChunk]heapEntry[K]])}
+	return idHeap[K]{ids: newIDMap[heapRef](halfFull), less: less, chunkPool: new(offheap.Pool[[itemChunk]heapEntry[K]])}
 }
 
 func (h *idHeap[K]) len() int { return h.n }
@@ -114,15 +125,16 @@ func (h *idHeap[K]) key(id ID) (K, bool) {
 // top returns the least item; the heap must not be empty.
 func (h *idHeap[K]) top() heapItem[K] {
 	e := h.item(0)
-	it := heapItem[K]{h.slot(e.slot).id, e.key}
+	sl := h.slot(e.slot)
+	it := heapItem[K]{sl.id, e.key, sl.v.tag}
 	runtime.KeepAlive(h)
 	return it
 }
 
-// push adds id, which must not be in the heap.
-func (h *idHeap[K]) push(id ID, k K) {
+// push adds id, which must not be in the heap, keyed k, with tag.
+func (h *idHeap[K]) push(id ID, k K, tag uint32) {
 	i := h.n
-	s := h.ids.insert(id, at(i), h.moved)
+	s := h.ids.insert(id, heapRef{at(i), tag}, h.moved)
 	if i>>itemBits == len(h.chunks) {
 		h.chunks = append(h.chunks, h.chunkPool.Get())
 	}
@@ -134,7 +146,7 @@ func (h *idHeap[K]) push(id ID, k K) {
 
 // moved tells the item of the id in slot sl that its slot is now number
 // s (the id table moved it).
-func (h *idHeap[K]) moved(sl *heapSlot, s int32) { h.item(sl.v.index()).slot = s }
+func (h *idHeap[K]) moved(sl *heapSlot, s int32) { h.item(sl.v.pos.index()).slot = s }
 
 // pop removes and returns the least item; the heap must not be empty.
 func (h *idHeap[K]) pop() heapItem[K] {
@@ -144,19 +156,18 @@ func (h *idHeap[K]) pop() heapItem[K] {
 	return it
 }
 
-// remove takes id out of the heap and returns its key, and whether it was
-// there.
-func (h *idHeap[K]) remove(id ID) (K, bool) {
+// remove takes id out of the heap and returns its key and tag, and
+// whether it was there.
+func (h *idHeap[K]) remove(id ID) (heapItem[K], bool) {
 	s, ok := h.find(id)
 	if !ok {
-		var zero K
-		return zero, false
+		return heapItem[K]{}, false
 	}
-	i := s.v.index()
-	k := h.item(i).key
+	i := s.v.pos.index()
+	it := heapItem[K]{id, h.item(i).key, s.v.tag}
 	h.removeAt(i)
 	runtime.KeepAlive(h)
-	return k, true
+	return it, true
 }
 
 // find returns id's slot, for keyOf and setSlot, and whether id is in the
@@ -198,7 +209,7 @@ func (h *idHeap[K]) hintAhead(ids []ID, i int) {
 		},
 		func(j int) {
 			if s, ok := h.find(ids[j]); ok {
-				prefetch.Lines(unsafe.Pointer(h.item(s.v.index())), 1)
+				prefetch.Lines(unsafe.Pointer(h.item(s.v.pos.index())), 1)
 			}
 			runtime.KeepAlive(h)
 		})
@@ -206,7 +217,7 @@ func (h *idHeap[K]) hintAhead(ids []ID, i int) {
 
 // keyOf returns the key of the id in slot s.
 func (h *idHeap[K]) keyOf(s *heapSlot) K {
-	k := h.item(s.v.index()).key
+	k := h.item(s.v.pos.index()).key
 	runtime.KeepAlive(h)
 	return k
 }
@@ -219,7 +230,7 @@ func (h *idHeap[K]) set(id ID, k K) {
 
 // setSlot re-keys the id in slot s.
 func (h *idHeap[K]) setSlot(s *heapSlot, k K) {
-	i := s.v.index()
+	i := s.v.pos.index()
 	h.item(i).key = k
 	if !h.up(i) {
 		h.down(i)
@@ -257,7 +268,7 @@ func (h *idHeap[K]) removeAt(i int) {
 	last := h.n - 1
 	if i != last {
 		*h.item(i) = *h.item(last)
-		h.slot(h.item(i).slot).v = at(i)
+		h.slot(h.item(i).slot).v.pos = at(i)
 	}
 	*h.item(last) = heapEntry[K]{}
 	h.n = last
@@ -284,12 +295,12 @@ func (h *idHeap[K]) up(i int) bool {
 			break
 		}
 		*h.item(i) = *pe
-		h.slot(pe.slot).v = at(i)
+		h.slot(pe.slot).v.pos = at(i)
 		i = p
 	}
 	if i != start {
 		*h.item(i) = e
-		h.slot(e.slot).v = at(i)
+		h.slot(e.slot).v.pos = at(i)
 	}
 	return i != start
 }
@@ -313,11 +324,11 @@ func (h *idHeap[K]) down(i int) {
 			break
 		}
 		*h.item(i) = *ce
-		h.slot(ce.slot).v = at(i)
+		h.slot(ce.slot).v.pos = at(i)
 		i = c
 	}
 	if i != start {
 		*h.item(i) = e
-		h.slot(e.slot).v = at(i)
+		h.slot(e.slot).v.pos = at(i)
 	}
 }

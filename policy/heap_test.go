@@ -71,8 +71,8 @@ func checkHeap[K any](t *testing.T, h *idHeap[K]) {
 	for i := range h.n {
 		e := h.item(i)
 		sl := h.slot(e.slot)
-		if s, ok := h.find(sl.id); sl.v.index() != i || !ok || s != sl {
-			t.Fatalf("item %d: slot %d says id %d at %d, the table finds another slot (%v)", i, e.slot, sl.id, sl.v.index(), ok)
+		if s, ok := h.find(sl.id); sl.v.pos.index() != i || !ok || s != sl {
+			t.Fatalf("item %d: slot %d says id %d at %d, the table finds another slot (%v)", i, e.slot, sl.id, sl.v.pos.index(), ok)
 		}
 		if i > 0 && h.less(e.key, h.item(parent(i)).key) {
 			t.Fatalf("item %d less than its parent", i)
@@ -108,13 +108,13 @@ func TestIDHeapRandomOps(t *testing.T) {
 						}
 					}
 				}
-				if ref[it.id] != it.key {
-					t.Fatalf("step %d: popped %d with key %d, want %d", step, it.id, it.key, ref[it.id])
+				if ref[it.id] != it.key || it.tag != uint32(it.id)^0xa5 {
+					t.Fatalf("step %d: popped %d with key %d and tag %#x, want %d and %#x", step, it.id, it.key, it.tag, ref[it.id], uint32(it.id)^0xa5)
 				}
 				delete(ref, it.id)
 			case op == 1:
-				if k, ok := h.remove(id); ok != hasKey(ref, id) || ok && k != ref[id] {
-					t.Fatalf("step %d: remove(%d) = %d, %v; want %d, %v", step, id, k, ok, ref[id], hasKey(ref, id))
+				if it, ok := h.remove(id); ok != hasKey(ref, id) || ok && (it.key != ref[id] || it.tag != uint32(id)^0xa5) {
+					t.Fatalf("step %d: remove(%d) = %+v, %v; want key %d, %v", step, id, it, ok, ref[id], hasKey(ref, id))
 				}
 				delete(ref, id)
 			default:
@@ -122,7 +122,7 @@ func TestIDHeapRandomOps(t *testing.T) {
 				if h.has(id) {
 					h.set(id, k)
 				} else {
-					h.push(id, k)
+					h.push(id, k, uint32(id)^0xa5) // a tag of its own, to follow
 				}
 				ref[id] = k
 			}

@@ -7,7 +7,7 @@ import (
 )
 
 // TestGhostTableRandomOps runs random reads, departures, scores and
-// removals on a ghost table and on a Go map side by side: over 100 ids
+// admissions (an entry moving into the heap) on a ghost table and on a Go map side by side: over 100 ids
 // (one table) and over 40,000, most of them remembered (tables three
 // quarters full splitting, and ids leaving them, with probe runs that
 // wrap past a table's end). Scores include 0, negative zero and -1, whose
@@ -51,8 +51,11 @@ func TestGhostTableRandomOps(t *testing.T) {
 				g.touchKnown(id)
 			case 2:
 				e.freq = rng.Uint32N(10)
+				if rng.IntN(2) == 0 {
+					e.score = float32(scores[rng.IntN(len(scores))])
+				}
 				ref[id] = e
-				g.left(id, e.freq)
+				g.left(id, ghost{nscore: ^math.Float32bits(e.score), freq: e.freq})
 			case 3:
 				s := scores[rng.IntN(len(scores))]
 				e.score = float32(s)
@@ -62,9 +65,7 @@ func TestGhostTableRandomOps(t *testing.T) {
 				}
 			default:
 				delete(ref, id)
-				if sl, s := g.locate(id); sl != nil {
-					g.remove(s, nil)
-				}
+				g.admitted(id)
 			}
 			same(step, id)
 			if g.len() != len(ref) {

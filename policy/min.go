@@ -104,7 +104,7 @@ func (m *MIN) Miss(id ID, size int64, room Room) bool {
 	if !room.Fits(id, size) {
 		return false
 	}
-	m.heap.push(id, n)
+	m.heap.push(id, n, 0)
 	return true
 }
 

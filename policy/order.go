@@ -336,43 +336,47 @@ func (o *OrderAware) Miss(id ID, size int64, room Room) bool {
 	}
 	for !room.Fits(id, size) && o.heap.len() > 0 && evictsBefore(o.heap.top().key, k) {
 		victim := o.heap.pop()
-		o.left(victim.id, victim.key)
+		o.left(victim)
 		room.Evict(victim.id)
 	}
 	if !room.Fits(id, size) {
 		return false
 	}
-	o.heap.push(id, k)
+	o.heap.push(id, k, g.nscore)
+	if !o.transient(id) {
+		o.ghosts.admitted(id)
+	}
 	o.cursor.take(id) // its place is its key's now
 	return true
 }
 
-// left records what the resident id, keyed k, kept in its key as it
-// leaves the cache, unless id is transient: its reads, in its ghost
-// entry, and its earliest unconsumed place, in cursor.
-func (o *OrderAware) left(id ID, k orderKey) {
-	if o.transient(id) {
+// left records what the resident kept of itself as it leaves the cache,
+// unless it is transient: its reads, in its key, and its score, in its
+// tag, into its ghost entry, and its earliest unconsumed place into
+// cursor.
+func (o *OrderAware) left(it heapItem[orderKey]) {
+	if o.transient(it.id) {
 		return
 	}
-	o.ghosts.left(id, k.imp.freq)
-	if k.next != never {
-		o.cursor.swap(id, int32(k.next))
+	o.ghosts.left(it.id, ghost{nscore: it.tag, freq: it.key.imp.freq})
+	if it.key.next != never {
+		o.cursor.swap(it.id, int32(it.key.next))
 	}
 }
 
 // Remove forgets a resident; its ghost entry and its places in the order
 // stay.
 func (o *OrderAware) Remove(id ID) {
-	if k, ok := o.heap.remove(id); ok {
-		o.left(id, k)
+	if it, ok := o.heap.remove(id); ok {
+		o.left(it)
 	}
 }
 
 // Resident reports whether id is in the cache.
 func (o *OrderAware) Resident(id ID) bool { return o.heap.has(id) }
 
-// Ghosts is the number of ids OrderAware remembers (every id seen or
-// scored but transient ones).
+// Ghosts is the number of ids OrderAware remembers that it does not hold
+// (every id seen or scored but residents and transient ones).
 func (o *OrderAware) Ghosts() int { return o.ghosts.len() }
 
 // Len is the number of residents.
@@ -388,12 +392,16 @@ func (o *OrderAware) SetScore(id ID, score float64) {
 	if math.IsNaN(score) {
 		return
 	}
-	s := o.ghosts.setScore(id, score)
 	if slot, ok := o.heap.find(id); ok {
+		var g ghost
+		g.setScore(float32(score))
+		slot.v.tag = g.nscore
 		k := o.heap.keyOf(slot)
-		k.imp.score = s
+		k.imp.score = g.score()
 		o.heap.setSlot(slot, k)
+		return
 	}
+	o.ghosts.setScore(id, score)
 }
 
 // SetDefaultScore implements Scorer.

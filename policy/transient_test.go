@@ -68,3 +68,50 @@ func TestTransient(t *testing.T) {
 		})
 	}
 }
+
+// TestResidentsGhostEntryInHeap: a resident has no ghost entry; what it
+// had (its reads and its score, or that it has none) moves into the heap
+// as it is admitted, follows its hits and score updates there, and comes
+// back into the ghost table as it leaves.
+func TestResidentsGhostEntryInHeap(t *testing.T) {
+	for _, name := range []string{"app", "order"} {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(name, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ghosts *ghostTable
+			if a, ok := p.(*APP); ok {
+				ghosts = &a.ghosts
+			} else {
+				ghosts = &p.(*OrderAware).ghosts
+			}
+			s := p.(Scorer)
+			room := NewBudget(10)
+			s.SetScore(7, 2)
+			for _, id := range []ID{7, 8} {
+				if !p.Miss(id, 1, room) {
+					t.Fatalf("%d refused into an empty room", id)
+				}
+				room.Admit(id, 1)
+				if _, ok := ghosts.get(id); ok {
+					t.Fatalf("resident %d has a ghost entry", id)
+				}
+			}
+			s.SetScore(7, 3)
+			p.Hit(7)
+			p.Hit(7)
+			p.Remove(7)
+			p.Remove(8)
+			if g, ok := ghosts.get(7); !ok || g.score() != 3 || g.freq != 3 {
+				t.Fatalf("7 left with ghost entry %+v (score %v), %v; want score 3, 3 reads", g, g.score(), ok)
+			}
+			if g, ok := ghosts.get(8); !ok || g.scored() || g.freq != 1 {
+				t.Fatalf("8 left with ghost entry %+v (score %v), %v; want no score, 1 read", g, g.score(), ok)
+			}
+			if p.(interface{ Ghosts() int }).Ghosts() != 2 {
+				t.Fatalf("%d ghost entries, want 2", p.(interface{ Ghosts() int }).Ghosts())
+			}
+		})
+	}
+}
