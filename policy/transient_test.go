@@ -2,6 +2,20 @@ package policy
 
 import "testing"
 
+// withGhosts returns a new policy name ("app" or "order") with opts, and
+// its ghost table.
+func withGhosts(t *testing.T, name string, opts Options) (Policy, *ghostTable) {
+	t.Helper()
+	p, err := New(name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := p.(*APP); ok {
+		return p, &a.ghosts
+	}
+	return p, &p.(*OrderAware).ghosts
+}
+
 // TestTransient: APP and OrderAware keep nothing of a transient id
 // (Options.Transient) that leaves the cache or that a Miss refuses, and
 // what they keep of other ids is as before; a Hit brings back no id
@@ -10,16 +24,8 @@ func TestTransient(t *testing.T) {
 	const free = ID(1) << 63
 	for _, name := range []string{"app", "order"} {
 		t.Run(name, func(t *testing.T) {
-			p, err := New(name, Options{Transient: func(id ID) bool { return id&free != 0 }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ghosts *ghostTable
-			if a, ok := p.(*APP); ok {
-				ghosts = &a.ghosts
-			} else {
-				o := p.(*OrderAware)
-				ghosts = &o.ghosts
+			p, ghosts := withGhosts(t, name, Options{Transient: func(id ID) bool { return id&free != 0 }})
+			if o, ok := p.(*OrderAware); ok {
 				o.BeginEpoch(0, []ID{1, 2, 1, 2, 1})
 			}
 			room := NewBudget(1)
@@ -76,16 +82,7 @@ func TestTransient(t *testing.T) {
 func TestResidentsGhostEntryInHeap(t *testing.T) {
 	for _, name := range []string{"app", "order"} {
 		t.Run(name, func(t *testing.T) {
-			p, err := New(name, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ghosts *ghostTable
-			if a, ok := p.(*APP); ok {
-				ghosts = &a.ghosts
-			} else {
-				ghosts = &p.(*OrderAware).ghosts
-			}
+			p, ghosts := withGhosts(t, name, Options{})
 			s := p.(Scorer)
 			room := NewBudget(10)
 			s.SetScore(7, 2)
