@@ -138,6 +138,12 @@ func (s *Store) pendingOf(sh *shard, h uint64, key []byte) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
+	return off, bytes.Equal(s.pendingKey(off), key)
+}
+
+// pendingKey is the key of the pending entry at block off, which Reserve
+// wrote; its shard must be locked.
+func (s *Store) pendingKey(off uint64) []byte {
 	klen := uint64(binary.LittleEndian.Uint32(s.mem[off+klenOff:]))
-	return off, bytes.Equal(s.mem[off+headerSize:off+headerSize+klen], key)
+	return s.mem[off+headerSize : off+headerSize+klen]
 }

@@ -651,9 +651,8 @@ func (s *Store) AppendKey(dst []byte, h uint64) ([]byte, bool) {
 			found, corrupt = whole, !whole
 			dst = append(dst, k...)
 		} else if p, ok := sh.pending[h]; ok {
-			klen := uint64(binary.LittleEndian.Uint32(s.mem[p+klenOff:]))
 			found = true
-			dst = append(dst, s.mem[p+headerSize:p+headerSize+klen]...)
+			dst = append(dst, s.pendingKey(p)...)
 		}
 	}
 	sh.mu.RUnlock()
