@@ -64,17 +64,6 @@ type ghostTable struct{ idMap[ghost] }
 
 func newGhostTable() ghostTable { return ghostTable{newIDMap[ghost](threeQuartersFull)} }
 
-// get returns id's ghost entry, and whether it has one.
-func (t *ghostTable) get(id ID) (ghost, bool) {
-	sl := t.find(id)
-	if sl == nil {
-		return ghost{}, false
-	}
-	g := sl.v
-	runtime.KeepAlive(t)
-	return g, true
-}
-
 // touch counts one read of id, which is not resident, in its ghost entry,
 // made where it has none, and returns the entry.
 func (t *ghostTable) touch(id ID) ghost {

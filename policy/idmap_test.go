@@ -6,6 +6,15 @@ import (
 	"testing"
 )
 
+// get returns id's ghost entry, and whether it has one.
+func (t *ghostTable) get(id ID) (ghost, bool) {
+	sl := t.find(id)
+	if sl == nil {
+		return ghost{}, false
+	}
+	return sl.v, true
+}
+
 // TestGhostTableRandomOps runs random reads, departures, scores and
 // admissions (an entry moving into the heap) on a ghost table and on a Go map side by side: over 100 ids
 // (one table) and over 40,000, most of them remembered (tables three
