@@ -70,7 +70,7 @@ func newCollector(src Source) *collector {
 		cacheIndex: d("cache_index_bytes",
 			"Bytes of the cache's index (its tables, 31-37 bytes a value), outside the cache's memory and the Go heap."),
 		policyMem: d("policy_bytes",
-			"Bytes of the cache policy's tables (its heap of residents and their index, 60-70 bytes a value cached, and its memory of each dataset sample read or scored and not cached and of the epoch order's places, 21-43 bytes each), outside the cache's memory and the Go heap."),
+			"Bytes of the cache policy's tables (its heap of residents and their index, 58-68 bytes a value cached, and its memory of each dataset sample read or scored and not cached and of the epoch order's places, 21-43 bytes each), outside the cache's memory and the Go heap."),
 		freeKeyReads: d("free_key_reads_total",
 			"Reads of free-form (non-dataset) keys, by result: hit (in the cache) or miss.", "result"),
 		freeKeyRejected: d("free_key_rejected_admissions_total", "SETs of free-form keys the admission policy refused."),
