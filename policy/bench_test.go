@@ -297,7 +297,7 @@ func BenchmarkScores(b *testing.B) {
 		for _, name := range []string{"app", "order", "order+epoch"} {
 			b.Run(name+"/"+strconv.Itoa(n), func(b *testing.B) {
 				var heap, off float64
-				order := randomIDs(n, n, 5)
+				order := make([]ID, n)
 				for i := range order {
 					order[i] = ID(i)
 				}
