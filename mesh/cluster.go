@@ -478,7 +478,7 @@ func (n *Node) refreshMembers() {
 		var r *ring.Ring
 		var err error
 		if cur != nil {
-			r, err = cur.Update(names) // O(changes x members), not New's O(members^2)
+			r, err = cur.Update(names) // O(changes x members), not New's O(members x log)
 		} else {
 			r, err = ring.New(ring.Config{Partitions: c.cfg.Partitions, Replicas: c.cfg.Replicas}, names)
 			n.hashSamples(ds, c.cfg.Partitions)

@@ -40,7 +40,7 @@ func (n *Node) handOver(timeout time.Duration) {
 		if len(others) == 0 {
 			continue
 		}
-		after, err := r.Update(others) // edits the lineage: not New's O(M^2)
+		after, err := r.Update(others) // edits the lineage: cheaper than New
 		if err != nil {
 			continue
 		}

@@ -93,14 +93,9 @@ func TestShapes(t *testing.T) {
 }
 
 // TestThousandMembers: more members than partitions, where consistent
-// alone panics. New is O(M²) in consistent (about 15 s for 1,000 members,
-// ten times that under the race detector), so the race build takes 300
-// members: still more than the 271 partitions, the same guarded path.
+// alone panics.
 func TestThousandMembers(t *testing.T) {
 	m := 1000
-	if raceEnabled {
-		m = 300
-	}
 	all := names(m)
 	start := time.Now()
 	r := mustNew(t, Config{Replicas: 3}, all)
@@ -485,9 +480,6 @@ func moves(a, b *Ring, dead string) (copies int, taken map[string]int) {
 func TestFailureSpread(t *testing.T) {
 	for _, tc := range []struct{ members, partitions, trials int }{{10, 271, 10}, {1000, 16381, 12}} {
 		t.Run(strconv.Itoa(tc.members), func(t *testing.T) {
-			if raceEnabled && tc.members > 100 {
-				t.Skip("New of 1,000 members takes minutes under the race detector")
-			}
 			all := names(tc.members)
 			cfg := Config{Partitions: tc.partitions, Replicas: 2}
 			base := mustNew(t, cfg, all)

@@ -1,5 +1,0 @@
-//go:build race
-
-package ring
-
-const raceEnabled = true
