@@ -84,6 +84,11 @@ type Ring struct {
 	members []string   // sorted
 	owners  [][]string // per partition: up to R distinct owners, primary first
 	b       *builder   // shared with the rings Update derives; nil when empty
+	// top[p*k:(p+1)*k] are the indexes in members of the k = min(R, M)
+	// members of highest rendezvous score for partition p, highest first
+	// (fillOwners): the replicas are the first R-1 of them but p's
+	// primary. Update derives the next ring's from it.
+	top []int32
 }
 
 // builder holds the consistent instance a lineage of rings is derived from.
@@ -146,7 +151,7 @@ func New(cfg Config, members []string) (*Ring, error) {
 	if err := b.rebuild(cfg, names); err != nil {
 		return nil, err
 	}
-	if err := r.fillOwners(b.c); err != nil {
+	if err := r.fillOwners(b.c, nil); err != nil {
 		return nil, err
 	}
 	r.b = b
@@ -175,7 +180,7 @@ func (r *Ring) Update(members []string) (*Ring, error) {
 			return nil, err
 		}
 	}
-	if err := next.fillOwners(b.c); err != nil {
+	if err := next.fillOwners(b.c, r); err != nil {
 		return nil, err
 	}
 	return next, nil
@@ -347,7 +352,12 @@ func (b *builder) edit(cfg Config, names []string) (ok bool) {
 // survivors, and a membership change moves only the replicas of the
 // partitions where the changed member ranks (or ranked) among the top.
 // A primary that changes keeps the replicas unless it was one of them.
-func (r *Ring) fillOwners(c *consistent.Consistent) (err error) {
+//
+// The ranking is kept (Ring.top) so that Update ranks again only what a
+// change can touch: a partition whose top members all stay gains at most
+// the members that join (a score each), and only the partitions where a
+// departed member ranked among the top are ranked over every member.
+func (r *Ring) fillOwners(c *consistent.Consistent, prev *Ring) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrInternal, p)
@@ -360,9 +370,9 @@ func (r *Ring) fillOwners(c *consistent.Consistent) (err error) {
 		index[m] = i
 		seeds[i] = xxhash.Sum64String(m)
 	}
+	r.top = r.rankAll(seeds, prev)
 	// One backing array for every owner list: one allocation per ring.
 	flat := make([]string, 0, r.cfg.Partitions*n)
-	top := make([]int, 0, n)
 	for p := range r.cfg.Partitions {
 		primary, ok := c.GetPartitionOwner(p).(member)
 		if !ok {
@@ -372,15 +382,112 @@ func (r *Ring) fillOwners(c *consistent.Consistent) (err error) {
 		if !ok {
 			return fmt.Errorf("%w: partition %d owner %q is not a member", ErrInternal, p, primary.name)
 		}
-		top = rank(top[:0], seeds, partitionSeed(p), pi, n-1)
+		// The replicas: the n-1 best ranked but the primary (n are
+		// ranked, the primary among them or not).
 		start := len(flat)
 		flat = append(flat, primary.name)
-		for _, i := range top {
-			flat = append(flat, r.members[i])
+		for _, i := range r.top[p*n : (p+1)*n] {
+			if len(flat)-start == n {
+				break
+			}
+			if int(i) != pi {
+				flat = append(flat, r.members[i])
+			}
 		}
 		r.owners[p] = flat[start:len(flat):len(flat)]
 	}
 	return nil
+}
+
+// rankAll returns, for each partition p, the indexes of the k = min(R, M)
+// members of highest rendezvous score for p, highest first, at
+// [p*k, (p+1)*k). Where prev (a ring of the same Config, or nil) ranked
+// as many, each partition's ranking is derived from prev's (derive);
+// otherwise, and for each partition where a member of prev's top left,
+// every member is ranked.
+func (r *Ring) rankAll(seeds []uint64, prev *Ring) []int32 {
+	k := min(r.cfg.Replicas, len(r.members))
+	top := make([]int32, r.cfg.Partitions*k)
+	var moved []int32
+	var added []int
+	incremental := k > 0 && prev != nil && len(prev.top) == len(top)
+	if incremental {
+		moved, added = remap(prev.members, r.members)
+	}
+	sc := make([]uint64, k)
+	best := make([]int, 0, k)
+	for p := range r.cfg.Partitions {
+		dst, seed := top[p*k:(p+1)*k], partitionSeed(p)
+		if incremental && derive(dst, sc, prev.top[p*k:(p+1)*k], moved, added, seeds, seed) {
+			continue
+		}
+		best = rank(best[:0], seeds, seed, k)
+		for j, i := range best {
+			dst[j] = int32(i)
+		}
+	}
+	return top
+}
+
+// remap returns, for each of the sorted names old, its index in the
+// sorted names now or -1 where it is not there, and the indexes in now of
+// the names old lacks.
+func remap(old, now []string) (moved []int32, added []int) {
+	moved = make([]int32, len(old))
+	i, j := 0, 0
+	for i < len(old) || j < len(now) {
+		switch {
+		case j == len(now) || (i < len(old) && old[i] < now[j]):
+			moved[i] = -1
+			i++
+		case i == len(old) || now[j] < old[i]:
+			added = append(added, j)
+			j++
+		default:
+			moved[i] = int32(j)
+			i, j = i+1, j+1
+		}
+	}
+	return moved, added
+}
+
+// derive sets dst, one partition's ranking under seed, from old, its
+// ranking among the members before a change (moved and added as remap
+// gives them; sc is scratch of len(dst)): the members of old, each at its
+// new index, then each added member that ranks above the last. It
+// reports false, dst and sc undefined, where a member of old is gone:
+// the one that would replace it may be any member.
+func derive(dst []int32, sc []uint64, old, moved []int32, added []int, seeds []uint64, seed uint64) bool {
+	for j, i := range old {
+		if moved[i] < 0 {
+			return false
+		}
+		dst[j] = moved[i]
+		sc[j] = mix(seed ^ seeds[moved[i]])
+	}
+	// moved keeps the members' order, so dst stays ranked as rank ranks:
+	// by score, then by index (by name).
+	last := len(dst) - 1
+	for _, a := range added {
+		v := mix(seed ^ seeds[a])
+		if !above(v, a, sc[last], int(dst[last])) {
+			continue
+		}
+		j := last
+		for j > 0 && above(v, a, sc[j-1], int(dst[j-1])) {
+			dst[j], sc[j] = dst[j-1], sc[j-1]
+			j--
+		}
+		dst[j], sc[j] = int32(a), v
+	}
+	return true
+}
+
+// above reports whether the member of index i and score v ranks above the
+// one of index j and score w: a higher score, or an equal one (equal
+// hashes of names) and a lower index.
+func above(v uint64, i int, w uint64, j int) bool {
+	return v > w || v == w && i < j
 }
 
 // partitionSeed is the rendezvous seed of partition p.
@@ -397,10 +504,10 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// rank appends to dst the indexes of the k members, skip excluded, with
-// the highest rendezvous scores mix(seed ^ seeds[i]), highest first; ties
-// (equal scores need equal hashes of names) go to the lower index.
-func rank(dst []int, seeds []uint64, seed uint64, skip, k int) []int {
+// rank appends to dst the indexes of the k members with the highest
+// rendezvous scores mix(seed ^ seeds[i]), highest first; ties (equal
+// scores need equal hashes of names) go to the lower index.
+func rank(dst []int, seeds []uint64, seed uint64, k int) []int {
 	if k <= 0 {
 		return dst
 	}
@@ -410,9 +517,6 @@ func rank(dst []int, seeds []uint64, seed uint64, skip, k int) []int {
 		sc = make([]uint64, 0, k)
 	}
 	for i, s := range seeds {
-		if i == skip {
-			continue
-		}
 		v := mix(seed ^ s)
 		if len(dst) == k && v <= sc[k-1] {
 			continue

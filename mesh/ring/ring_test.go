@@ -1,8 +1,10 @@
 package ring
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -153,6 +155,104 @@ func TestUpdateMatchesNew(t *testing.T) {
 			}
 			r = next
 		}
+	}
+}
+
+// TestRandomUpdatesMatchNew: lineages of random joins and leaves (one at a
+// time, several, and many), with 1 to 4 replicas, give exactly New's table
+// after every step, whether the replicas' ranking was derived from the
+// ring before (rankAll) or ranked afresh.
+func TestRandomUpdatesMatchNew(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pool := names(120)
+	for _, cfg := range []Config{{}, {Replicas: 1}, {Replicas: 3}, {Replicas: 4, Partitions: 61}} {
+		members := slices.Clone(pool[:1+rng.IntN(30)])
+		r := mustNew(t, cfg, members)
+		for step := range 40 {
+			changes := 1 + rng.IntN(3)
+			if step%10 == 9 {
+				changes = 1 + len(members)/2 // a rebuild
+			}
+			for range changes {
+				if i := rng.IntN(len(pool)); slices.Contains(members, pool[i]) && len(members) > 1 {
+					members = slices.DeleteFunc(members, func(m string) bool { return m == pool[i] })
+				} else if !slices.Contains(members, pool[i]) {
+					members = append(members, pool[i])
+				}
+			}
+			next, err := r.Update(members)
+			if err != nil {
+				t.Fatalf("%+v step %d: %v", cfg, step, err)
+			}
+			want := mustNew(t, cfg, members)
+			for p := range want.Config().Partitions {
+				if !slices.Equal(next.OwnersOfPartition(p), want.OwnersOfPartition(p)) {
+					t.Fatalf("%+v step %d (%d members) partition %d: Update %v, New %v", cfg, step, len(members), p,
+						next.OwnersOfPartition(p), want.OwnersOfPartition(p))
+				}
+			}
+			r = next
+		}
+	}
+}
+
+// derive must give rank's ranking of the members after a change, equal
+// scores included (seeds of 16 values: many members share one).
+func TestDerive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pool := names(40)
+	seedsOf := func(ms []string) []uint64 {
+		out := make([]uint64, len(ms))
+		for i, m := range ms {
+			out[i] = uint64(len(m)+int(m[len(m)-1])) % 16
+		}
+		return out
+	}
+	derived := 0
+	for trial := range 2000 {
+		pick := func() []string {
+			var ms []string
+			for _, m := range pool {
+				if rng.IntN(2) == 0 {
+					ms = append(ms, m)
+				}
+			}
+			slices.Sort(ms)
+			return ms
+		}
+		old, now := pick(), pick()
+		k := min(1+trial%4, len(old), len(now))
+		if k == 0 {
+			continue
+		}
+		seed := partitionSeed(trial)
+		prev := rank(nil, seedsOf(old), seed, k)
+		prevTop := make([]int32, k)
+		for j, i := range prev {
+			prevTop[j] = int32(i)
+		}
+		moved, added := remap(old, now)
+		dst, sc := make([]int32, k), make([]uint64, k)
+		if !derive(dst, sc, prevTop, moved, added, seedsOf(now), seed) {
+			continue
+		}
+		derived++
+		want := rank(nil, seedsOf(now), seed, k)
+		for j := range want {
+			if int(dst[j]) != want[j] {
+				t.Fatalf("trial %d: derive %v, rank %v (old %v, now %v)", trial, dst, want, old, now)
+			}
+		}
+	}
+	if derived < 100 {
+		t.Fatalf("only %d of the trials kept their top members: the test checks too little", derived)
+	}
+}
+
+func TestRemap(t *testing.T) {
+	moved, added := remap([]string{"a", "b", "d", "f"}, []string{"b", "c", "d", "e", "g"})
+	if !slices.Equal(moved, []int32{-1, 0, 2, -1}) || !slices.Equal(added, []int{1, 3, 4}) {
+		t.Fatalf("remap: moved %v, added %v", moved, added)
 	}
 }
 
@@ -422,27 +522,18 @@ func TestRank(t *testing.T) {
 	for i := range seeds {
 		seeds[i] = mix(uint64(i) * 7)
 	}
+	seeds[31] = seeds[12] // equal scores: the lower index first
 	for p := range 200 {
 		seed := partitionSeed(p)
-		skip := p % len(seeds)
-		all := make([]int, 0, len(seeds))
+		all := make([]int, len(seeds))
 		for i := range seeds {
-			if i != skip {
-				all = append(all, i)
-			}
+			all[i] = i
 		}
 		slices.SortStableFunc(all, func(a, b int) int {
-			sa, sb := mix(seed^seeds[a]), mix(seed^seeds[b])
-			switch {
-			case sa > sb:
-				return -1
-			case sa < sb:
-				return 1
-			}
-			return 0
+			return cmp.Compare(mix(seed^seeds[b]), mix(seed^seeds[a]))
 		})
-		for _, k := range []int{0, 1, 2, 5, 9, 12, 49} {
-			if got := rank(nil, seeds, seed, skip, k); !slices.Equal(got, all[:k]) && !(k == 0 && len(got) == 0) {
+		for _, k := range []int{0, 1, 2, 5, 9, 12, 50} {
+			if got := rank(nil, seeds, seed, k); !slices.Equal(got, all[:k]) && !(k == 0 && len(got) == 0) {
 				t.Fatalf("partition %d k %d: rank %v, sort %v", p, k, got, all[:k])
 			}
 		}
@@ -549,11 +640,18 @@ func BenchmarkOwners(b *testing.B) {
 	}
 }
 
+// BenchmarkUpdate: one member joins, then leaves, a ring of m members; at
+// 1,000 members also with 16,381 partitions, as the README advises there.
 func BenchmarkUpdate(b *testing.B) {
-	for _, m := range []int{10, 100, 1000} {
+	for _, c := range []struct{ m, partitions int }{{10, 0}, {100, 0}, {1000, 0}, {1000, 16381}} {
+		m := c.m
 		ms := names(m + 1)
-		r := mustNew(b, Config{}, ms[:m])
-		b.Run(fmt.Sprintf("members=%d", m), func(b *testing.B) {
+		r := mustNew(b, Config{Partitions: c.partitions}, ms[:m])
+		name := fmt.Sprintf("members=%d", m)
+		if c.partitions != 0 {
+			name += fmt.Sprintf("/partitions=%d", c.partitions)
+		}
+		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
