@@ -11,7 +11,7 @@ import (
 )
 
 // Dir is a dataset backed by a directory tree: its manifest is Scan's, and
-// sample i is the bytes of the file Manifest().Names[i].
+// sample i is the bytes of the file Manifest().Names.At(i).
 //
 // A Dir is immutable after OpenDir and safe for concurrent use; each Read
 // opens the file afresh and holds no descriptor between calls.
@@ -42,14 +42,14 @@ func (d *Dir) Root() string { return d.root }
 func (d *Dir) Manifest() *Manifest { return d.m }
 
 // Len returns the number of samples.
-func (d *Dir) Len() int { return len(d.m.Names) }
+func (d *Dir) Len() int { return d.m.Len() }
 
 // Path returns the file path of sample i, or "" if i is out of range.
 func (d *Dir) Path(i int) string {
-	if i < 0 || i >= len(d.m.Names) {
+	if i < 0 || i >= d.m.Len() {
 		return ""
 	}
-	return d.root + string(os.PathSeparator) + filepath.FromSlash(d.m.Names[i])
+	return d.root + string(os.PathSeparator) + filepath.FromSlash(d.m.Names.At(i))
 }
 
 // Read appends the bytes of sample i to dst and returns the extended slice;
@@ -67,8 +67,8 @@ func (d *Dir) Path(i int) string {
 // different-size sample. A file rewritten in place with the same size is
 // not detected here; callers checksum what they cache.
 func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
-	if i < 0 || i >= len(d.m.Names) {
-		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", ErrOutOfRange, i, len(d.m.Names))
+	if i < 0 || i >= d.m.Len() {
+		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", ErrOutOfRange, i, d.m.Len())
 	}
 	path := d.Path(i)
 	want := int(d.m.Sizes[i])

@@ -35,7 +35,7 @@ func TestDirRead(t *testing.T) {
 	if d.Len() != 4 || d.Manifest().Len() != 4 {
 		t.Fatalf("Len() = %d", d.Len())
 	}
-	for i, name := range d.Manifest().Names {
+	for i, name := range d.Manifest().Names.All() {
 		want, err := os.ReadFile(filepath.Join(d.Root(), name))
 		if err != nil {
 			t.Fatal(err)
@@ -142,7 +142,7 @@ func TestDirReadSizeChangesWhileReading(t *testing.T) {
 			t.Logf("%s: %v, %d bytes by stat: not the case this test needs", tc.path, err, st.Size)
 			continue
 		}
-		d := &Dir{root: filepath.Dir(tc.path), m: &Manifest{Names: []string{filepath.Base(tc.path)}, Sizes: []int64{tc.size}}}
+		d := &Dir{root: filepath.Dir(tc.path), m: &Manifest{Names: mustNames(t, filepath.Base(tc.path)), Sizes: []int64{tc.size}}}
 		dst := []byte("abc")
 		got, err := d.Read(0, dst)
 		if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {
@@ -187,8 +187,8 @@ func TestDirConcurrentReads(t *testing.T) {
 					errs <- err
 					return
 				}
-				if string(buf) != d.Manifest().Names[i] {
-					errs <- fmt.Errorf("Read(%d) = %q, want %q", i, buf, d.Manifest().Names[i])
+				if string(buf) != d.Manifest().Names.At(i) {
+					errs <- fmt.Errorf("Read(%d) = %q, want %q", i, buf, d.Manifest().Names.At(i))
 					return
 				}
 			}

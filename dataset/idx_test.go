@@ -110,11 +110,11 @@ func checkImported(t *testing.T, dst, split string, s synthSplit, n int) {
 			}
 		}
 	}
-	if !slices.Equal(m.Names, want) {
-		t.Fatalf("%s manifest:\n got %q\nwant %q", split, m.Names, want)
+	if !slices.Equal(m.Names.Strings(), want) {
+		t.Fatalf("%s manifest:\n got %q\nwant %q", split, m.Names.Strings(), want)
 	}
 	size := s.rows * s.cols
-	for _, name := range m.Names {
+	for _, name := range m.Names.All() {
 		var i int
 		if _, err := fmt.Sscanf(filepath.Base(name), "%05d.png", &i); err != nil {
 			t.Fatal(err)

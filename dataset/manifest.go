@@ -55,7 +55,7 @@ const progressEvery = 1000
 // A Manifest is read-only once built: it may be shared between goroutines,
 // and callers must not modify its slices.
 type Manifest struct {
-	Names    []string
+	Names    Names
 	Sizes    []int64
 	Version  string
 	Encoding string
@@ -67,7 +67,7 @@ type Manifest struct {
 const EncodingWDS = "wds"
 
 // Len returns the number of samples.
-func (m *Manifest) Len() int { return len(m.Names) }
+func (m *Manifest) Len() int { return m.Names.Len() }
 
 // TotalBytes returns the sum of all sample sizes.
 func (m *Manifest) TotalBytes() int64 {
@@ -82,7 +82,7 @@ func (m *Manifest) TotalBytes() int64 {
 // class), or "" when the sample lies at the top level. It panics if i is
 // out of range.
 func (m *Manifest) Class(i int) string {
-	name := m.Names[i]
+	name := m.Names.At(i)
 	if j := strings.IndexByte(name, '/'); j >= 0 {
 		return name[:j]
 	}
@@ -93,7 +93,7 @@ func (m *Manifest) Class(i int) string {
 // order, which is their sorted order for a manifest built by Scan.
 func (m *Manifest) Classes() []string {
 	var classes []string
-	for i := range m.Names {
+	for i := range m.Names.Len() {
 		c := m.Class(i)
 		if c != "" && (len(classes) == 0 || classes[len(classes)-1] != c) {
 			classes = append(classes, c)
@@ -107,11 +107,11 @@ func (m *Manifest) Classes() []string {
 // in lower-case hex (32 characters). Contents are not hashed: rewriting a
 // file in place with the same size keeps the version, and Dir.Read checks
 // sizes only. names and sizes must have the same length.
-func VersionOf(names []string, sizes []int64) string {
+func VersionOf(names Names, sizes []int64) string {
 	h := sha256.New()
 	h.Write([]byte("shade-dataset-manifest/1\n"))
 	var buf [binary.MaxVarintLen64 + 8]byte
-	for i, name := range names {
+	for i, name := range names.All() {
 		// Length-prefixed name then a fixed-width size: no two different
 		// lists encode to the same bytes.
 		n := binary.PutUvarint(buf[:], uint64(len(name)))
@@ -160,17 +160,18 @@ func Scan(dir string, progress func(done int)) (*Manifest, error) {
 	if progress != nil && (s.found == 0 || s.found%progressEvery != 0) {
 		progress(s.found) // the total, unless the last periodic call gave it
 	}
-	if len(s.names) == 0 {
+	if s.names.Len() == 0 {
 		return nil, fmt.Errorf("%w in %s", ErrEmpty, dir)
 	}
-	return &Manifest{Names: s.names, Sizes: s.sizes, Version: VersionOf(s.names, s.sizes)}, nil
+	names, sizes := s.names.Names(), slices.Clone(s.sizes)
+	return &Manifest{Names: names, Sizes: sizes, Version: VersionOf(names, sizes)}, nil
 }
 
 type scanner struct {
 	root     string
 	progress func(int)
 	found    int
-	names    []string
+	names    NamesBuilder
 	sizes    []int64
 }
 
@@ -200,7 +201,9 @@ func (s *scanner) scan() error {
 		return err
 	}
 	for _, f := range files {
-		s.add(f.name, f.info.Size())
+		if err := s.add(f.name, f.info.Size()); err != nil {
+			return err
+		}
 	}
 	ancestors := []fs.FileInfo{rootInfo}
 	for _, d := range dirs {
@@ -211,16 +214,21 @@ func (s *scanner) scan() error {
 		slices.SortFunc(folders, func(a, b folder) int { return pyCompare(a.rel, b.rel) })
 		for _, f := range folders {
 			for _, e := range f.files {
-				s.add(f.rel+"/"+e.name, e.info.Size())
+				if err := s.add(f.rel+"/"+e.name, e.info.Size()); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
 }
 
-func (s *scanner) add(name string, size int64) {
-	s.names = append(s.names, name)
+func (s *scanner) add(name string, size int64) error {
+	if err := s.names.Add(name); err != nil {
+		return err
+	}
 	s.sizes = append(s.sizes, size)
+	return nil
 }
 
 // walk collects the folder rel (whose info is info) and every folder below

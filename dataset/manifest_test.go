@@ -75,10 +75,10 @@ func TestScanImageFolderOrder(t *testing.T) {
 	root := t.TempDir()
 	writeFiles(t, root, imageFolderTree...)
 	m := mustScan(t, root)
-	if !slices.Equal(m.Names, imageFolderOrder) {
-		t.Fatalf("order:\n got %q\nwant %q", m.Names, imageFolderOrder)
+	if !slices.Equal(m.Names.Strings(), imageFolderOrder) {
+		t.Fatalf("order:\n got %q\nwant %q", m.Names.Strings(), imageFolderOrder)
 	}
-	for i, name := range m.Names {
+	for i, name := range m.Names.All() {
 		if m.Sizes[i] != int64(len(name)) {
 			t.Errorf("size of %s = %d, want %d", name, m.Sizes[i], len(name))
 		}
@@ -135,7 +135,7 @@ sys.stdout.write('\n'.join(out))
 		t.Skipf("python3 failed: %v", err)
 	}
 	want := strings.Split(string(outb), "\n")
-	if got := mustScan(t, root).Names; !slices.Equal(got, want) {
+	if got := mustScan(t, root).Names.Strings(); !slices.Equal(got, want) {
 		t.Fatalf("Scan disagrees with Python:\n got %q\nwant %q", got, want)
 	}
 }
@@ -143,7 +143,7 @@ sys.stdout.write('\n'.join(out))
 func TestScanFlatAndMixed(t *testing.T) {
 	flat := t.TempDir()
 	writeFiles(t, flat, "b.bin", "a.bin", "10.bin", "9.bin", ".hidden")
-	if got, want := mustScan(t, flat).Names, []string{"10.bin", "9.bin", "a.bin", "b.bin"}; !slices.Equal(got, want) {
+	if got, want := mustScan(t, flat).Names.Strings(), []string{"10.bin", "9.bin", "a.bin", "b.bin"}; !slices.Equal(got, want) {
 		t.Errorf("flat: got %q, want %q", got, want)
 	}
 	if c := mustScan(t, flat).Classes(); len(c) != 0 {
@@ -152,7 +152,7 @@ func TestScanFlatAndMixed(t *testing.T) {
 
 	mixed := t.TempDir()
 	writeFiles(t, mixed, "z.txt", "cls/1.png", "a.txt", "A/1.png")
-	if got, want := mustScan(t, mixed).Names, []string{"a.txt", "z.txt", "A/1.png", "cls/1.png"}; !slices.Equal(got, want) {
+	if got, want := mustScan(t, mixed).Names.Strings(), []string{"a.txt", "z.txt", "A/1.png", "cls/1.png"}; !slices.Equal(got, want) {
 		t.Errorf("mixed: got %q, want %q", got, want)
 	}
 }
@@ -260,9 +260,10 @@ func TestVersion(t *testing.T) {
 
 	// The encoding is unambiguous: moving a byte from a name to a size,
 	// or splitting one name in two, gives a different version.
-	if VersionOf([]string{"ab"}, []int64{1}) == VersionOf([]string{"a"}, []int64{1}) ||
-		VersionOf([]string{"a", "b"}, []int64{1, 1}) == VersionOf([]string{"ab"}, []int64{1}) ||
-		VersionOf(nil, nil) == VersionOf([]string{""}, []int64{0}) {
+	v := func(sizes []int64, names ...string) string { return VersionOf(mustNames(t, names...), sizes) }
+	if v([]int64{1}, "ab") == v([]int64{1}, "a") ||
+		v([]int64{1, 1}, "a", "b") == v([]int64{1}, "ab") ||
+		v(nil) == v([]int64{0}, "") {
 		t.Error("VersionOf collides on distinct manifests")
 	}
 }

@@ -51,12 +51,16 @@ type memSource struct {
 
 func newMemSource(n, size int) *memSource {
 	s := &memSource{m: &Manifest{}}
+	var names NamesBuilder
 	for i := range n {
 		b := bytes.Repeat([]byte{byte(i)}, size)
 		s.data = append(s.data, b)
-		s.m.Names = append(s.m.Names, fmt.Sprintf("c/%d", i))
+		if err := names.Add(fmt.Sprintf("c/%d", i)); err != nil {
+			panic(err)
+		}
 		s.m.Sizes = append(s.m.Sizes, int64(size))
 	}
+	s.m.Names = names.Names()
 	return s
 }
 

@@ -47,8 +47,8 @@ func TestVanishedOrChangedSampleIsAnErrorNotWrongBytes(t *testing.T) {
 	c := p.client(t)
 	ctx := context.Background()
 	m := p.node.ordered[0].manifest
-	os.Remove(filepath.Join(dir, m.Names[3]))
-	os.WriteFile(filepath.Join(dir, m.Names[4]), append(files[4], 'x'), 0o644)
+	os.Remove(filepath.Join(dir, m.Names.At(3)))
+	os.WriteFile(filepath.Join(dir, m.Names.At(4)), append(files[4], 'x'), 0o644)
 	for _, k := range []string{"ds/3", "ds/4"} {
 		err := c.Get(ctx, k).Err()
 		if err == nil || errorsIsNil(err) || !strings.Contains(err.Error(), "changed") {

@@ -543,7 +543,7 @@ func (n *Node) DBSize() int {
 }
 
 // Manifest implements transport.Backend.
-func (n *Node) Manifest(name string) ([]string, error) {
+func (n *Node) Manifest(name string) (transport.Names, error) {
 	ds, err := n.dataset(name)
 	if err != nil {
 		return nil, err

@@ -544,9 +544,9 @@ func cmdManifest(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		writeErr(c, err)
 		return
 	}
-	c.WriteArray(len(names))
-	for _, n := range names {
-		c.WriteBulkString(n)
+	c.WriteArray(names.Len())
+	for i := range names.Len() {
+		c.WriteBulkString(names.At(i))
 	}
 }
 

@@ -81,7 +81,9 @@ type Backend interface {
 	Exists(key []byte) bool
 	Delete(key []byte) bool
 	DBSize() int
-	Manifest(dataset string) ([]string, error)
+	// Manifest returns the names of a dataset's samples in order
+	// (SHADE.MANIFEST).
+	Manifest(dataset string) (Names, error)
 	// Report, Done, Order and Reset act on one job of a dataset: job is
 	// the name the trainer gave it, "" where it named none (the dataset's
 	// default job).
@@ -120,6 +122,13 @@ type Backend interface {
 	// replies need not wait for (the eviction policy hearing of them).
 	// The socket calls it once it has sent a pipeline's replies.
 	Settle()
+}
+
+// Names is a dataset's sample names in order, as the backend keeps them
+// (dataset.Names: packed, read one at a time).
+type Names interface {
+	Len() int
+	At(i int) string
 }
 
 // Loan is a value a Backend lends in place (LendGet), to be written out

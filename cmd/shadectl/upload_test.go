@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestDatasetUpload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := src.Manifest().Names, local.Manifest().Names; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := src.Manifest().Names.Strings(), local.Manifest().Names.Strings(); !slices.Equal(got, want) {
 		t.Fatalf("names in the bucket %v, want %v", got, want)
 	}
 	for i := range local.Manifest().Len() {

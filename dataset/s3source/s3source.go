@@ -226,14 +226,14 @@ type object struct {
 // Source is a dataset in a bucket prefix. It is immutable after Open and
 // safe for concurrent use.
 type Source struct {
-	cfg     Config
-	loc     Location
-	rt      http.RoundTripper
-	client  *minio.Client
-	getter  lazyGetter
-	objects []object
-	m       *dataset.Manifest
-	slots   chan struct{} // MaxInFlight tokens
+	cfg    Config
+	loc    Location
+	rt     http.RoundTripper
+	client *minio.Client
+	getter lazyGetter
+	m      *dataset.Manifest // sample i is the object prefix+Names[i], Sizes[i] bytes
+	etags  dataset.Names     // sample i's listed ETag ("" where none)
+	slots  chan struct{}     // MaxInFlight tokens
 }
 
 // Open lists cfg.URL's prefix (or reuses the listing in cfg.StateDir) and
@@ -253,33 +253,53 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s := &Source{cfg: cfg, loc: loc, rt: rt, client: client, slots: make(chan struct{}, cfg.MaxInFlight)}
 	state := s.statePath()
+	var objects []object
 	if state != "" && !cfg.Relist {
-		s.objects, err = loadListing(state, cfg.Endpoint, loc)
+		objects, err = loadListing(state, cfg.Endpoint, loc)
 		if err != nil {
 			return nil, err
 		}
 	}
-	if s.objects == nil {
-		if s.objects, err = s.list(ctx); err != nil {
+	if objects == nil {
+		if objects, err = s.list(ctx); err != nil {
 			return nil, err
 		}
 		if state != "" {
-			if err := saveListing(state, cfg.Endpoint, loc, s.objects); err != nil {
+			if err := saveListing(state, cfg.Endpoint, loc, objects); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if len(s.objects) == 0 {
+	if len(objects) == 0 {
 		return nil, fmt.Errorf("%w under %s", dataset.ErrEmpty, cfg.URL)
 	}
-	names := make([]string, len(s.objects))
-	sizes := make([]int64, len(s.objects))
-	for i, o := range s.objects {
-		names[i] = o.Key[len(loc.Prefix):]
+	// The listing is kept packed: a name and an ETag are bytes in two
+	// dataset.Names, where each object of the listing was a struct and two
+	// strings (an object's key is the prefix and its name).
+	var names, etags dataset.NamesBuilder
+	sizes := make([]int64, len(objects))
+	for i, o := range objects {
+		if !strings.HasPrefix(o.Key, loc.Prefix) {
+			return nil, fmt.Errorf("%w %s: object %q is not under the prefix %q", ErrOpen, cfg.URL, o.Key, loc.Prefix)
+		}
+		if err := names.Add(o.Key[len(loc.Prefix):]); err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrOpen, cfg.URL, err)
+		}
+		if err := etags.Add(o.ETag); err != nil {
+			return nil, fmt.Errorf("%w %s: object %q: ETag: %w", ErrOpen, cfg.URL, o.Key, err)
+		}
 		sizes[i] = o.Size
 	}
-	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, s.objects)}
+	s.etags = etags.Names()
+	m := &dataset.Manifest{Names: names.Names(), Sizes: sizes}
+	m.Version = versionOf(m.Names, sizes, s.etags)
+	s.m = m
 	return s, nil
+}
+
+// object returns sample i's object as listed; i must be in range.
+func (s *Source) object(i int) object {
+	return object{Key: s.loc.Prefix + s.m.Names.At(i), Size: s.m.Sizes[i], ETag: s.etags.At(i)}
 }
 
 // Manifest returns the listing's manifest. It is shared: callers must not
@@ -359,19 +379,19 @@ func (s *Source) openError(err error) error {
 // On error the returned slice is dst with its original length. Read is
 // safe for concurrent use; it blocks while MaxInFlight requests run.
 func (s *Source) Read(i int, dst []byte) ([]byte, error) {
-	if i < 0 || i >= len(s.objects) {
-		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	if i < 0 || i >= s.m.Len() {
+		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.m.Len())
 	}
-	return s.ReadRange(i, 0, s.objects[i].Size, dst)
+	return s.ReadRange(i, 0, s.m.Sizes[i], dst)
 }
 
 // ReadRange appends n bytes of sample i from offset off to dst, with Read's
 // checks, retries and bounds (for samples packed in larger objects).
 func (s *Source) ReadRange(i int, off, n int64, dst []byte) ([]byte, error) {
-	if i < 0 || i >= len(s.objects) {
-		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	if i < 0 || i >= s.m.Len() {
+		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.m.Len())
 	}
-	o := s.objects[i]
+	o := s.object(i)
 	if off < 0 || n < 0 || off+n > o.Size {
 		return dst, fmt.Errorf("%w: range %d+%d of %s (%d bytes)", dataset.ErrOutOfRange, off, n, o.Key, o.Size)
 	}
@@ -399,10 +419,10 @@ func (s *Source) ReadRange(i int, off, n int64, dst []byte) ([]byte, error) {
 // slots until closed, and has no timeout: the caller bounds it with ctx.
 // For tools that scan objects once (a tar shard's headers).
 func (s *Source) Stream(ctx context.Context, i int) (io.ReadCloser, error) {
-	if i < 0 || i >= len(s.objects) {
-		return nil, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.objects))
+	if i < 0 || i >= s.m.Len() {
+		return nil, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.m.Len())
 	}
-	o := s.objects[i]
+	o := s.object(i)
 	opts, err := getOptions(o)
 	if err != nil {
 		return nil, err
@@ -558,7 +578,7 @@ func backoff(attempt int) time.Duration {
 }
 
 // versionOf digests every (name, size, ETag) in order.
-func versionOf(names []string, objs []object) string {
+func versionOf(names dataset.Names, sizes []int64, etags dataset.Names) string {
 	h := sha256.New()
 	h.Write([]byte("shade-s3-manifest/1\n"))
 	var buf [binary.MaxVarintLen64]byte
@@ -567,11 +587,11 @@ func versionOf(names []string, objs []object) string {
 		h.Write(buf[:n])
 		h.Write([]byte(s))
 	}
-	for i, name := range names {
+	for i, name := range names.All() {
 		str(name)
-		binary.BigEndian.PutUint64(buf[:8], uint64(objs[i].Size))
+		binary.BigEndian.PutUint64(buf[:8], uint64(sizes[i]))
 		h.Write(buf[:8])
-		str(objs[i].ETag)
+		str(etags.At(i))
 	}
 	sum := h.Sum(nil)
 	return hex.EncodeToString(sum[:16])

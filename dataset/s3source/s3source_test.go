@@ -68,8 +68,8 @@ func TestListsAndReadsByteExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := src.Manifest()
-	if !slices.Equal(m.Names, names) {
-		t.Fatalf("names: got %d %v..., want %d %v...", len(m.Names), m.Names[:3], len(names), names[:3])
+	if !slices.Equal(m.Names.Strings(), names) {
+		t.Fatalf("names: got %d %v..., want %d %v...", m.Len(), m.Names.Strings()[:3], len(names), names[:3])
 	}
 	if got := m.Classes(); !slices.Equal(got, []string{"c0", "c1", "c2"}) {
 		t.Fatalf("classes %v", got)
@@ -440,7 +440,7 @@ func TestListingOfFolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := src.Manifest().Names; !slices.Equal(got, want) {
+	if got := src.Manifest().Names.Strings(); !slices.Equal(got, want) {
 		t.Fatalf("listed %d: %v\nwant %d: %v", len(got), got, len(want), want)
 	}
 	for i, name := range want {
@@ -533,9 +533,9 @@ func TestReadsKeysOfAnyCharacters(t *testing.T) {
 	}
 	m := src.Manifest()
 	if m.Len() != len(keys) {
-		t.Fatalf("%d samples listed, want %d: %v", m.Len(), len(keys), m.Names)
+		t.Fatalf("%d samples listed, want %d: %v", m.Len(), len(keys), m.Names.Strings())
 	}
-	for i, name := range m.Names {
+	for i, name := range m.Names.All() {
 		got, err := src.Read(i, nil)
 		if err != nil || !bytes.Equal(got, want[name]) {
 			t.Errorf("%q: %d bytes (%v), want %d", name, len(got), err, len(want[name]))

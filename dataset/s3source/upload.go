@@ -90,7 +90,7 @@ func Upload(ctx context.Context, cfg Config, dir string, progress func(done, tot
 			progress(done, m.Len())
 		}
 	}
-	for i, name := range m.Names {
+	for i, name := range m.Names.All() {
 		key := loc.Prefix + name
 		if size, ok := have[key]; ok && size == m.Sizes[i] {
 			rep.Skipped++

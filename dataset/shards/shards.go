@@ -179,7 +179,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if len(s.samples) == 0 {
 		return nil, fmt.Errorf("%w: the shards in %s hold no files", dataset.ErrEmpty, cfg.Location)
 	}
-	s.m = manifest(st, s.samples)
+	if s.m, err = manifest(st, s.samples); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -250,31 +252,39 @@ func encodedSize(ms []member) int64 {
 	return n
 }
 
-func manifest(st store, samples []sample) *dataset.Manifest {
-	names := make([]string, len(samples))
+func manifest(st store, samples []sample) (*dataset.Manifest, error) {
+	var nb dataset.NamesBuilder
 	sizes := make([]int64, len(samples))
 	h := sha256.New()
 	h.Write([]byte("shade-shards-manifest/1\n"))
 	shardNames, shardSizes := st.shards()
-	h.Write([]byte(dataset.VersionOf(shardNames, shardSizes)))
+	packed, err := dataset.NamesOf(shardNames)
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	h.Write([]byte(dataset.VersionOf(packed, shardSizes)))
 	for i, smp := range samples {
-		names[i], sizes[i] = smp.Key, encodedSize(smp.Members)
+		if err := nb.Add(smp.Key); err != nil {
+			return nil, fmt.Errorf("shards: sample %d: %w", i, err)
+		}
+		sizes[i] = encodedSize(smp.Members)
 		for _, m := range smp.Members {
 			fmt.Fprintf(h, "%d/%s/%d/%d\n", i, m.Ext, m.Off, m.Size)
 		}
 	}
+	names := nb.Names()
 	h.Write([]byte(dataset.VersionOf(names, sizes)))
 	sum := h.Sum(nil)
-	return &dataset.Manifest{Names: names, Sizes: sizes, Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
+	return &dataset.Manifest{Names: names, Sizes: sizes, Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}, nil
 }
 
 // compressedSuffixes are shard names refused outright.
 var compressedSuffixes = []string{".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.lz4"}
 
 // pickShards returns the indexes of the .tar names, or ErrCompressed.
-func pickShards(names []string, where string) ([]int, error) {
+func pickShards(names dataset.Names, where string) ([]int, error) {
 	var out []int
-	for i, n := range names {
+	for i, n := range names.All() {
 		for _, suf := range compressedSuffixes {
 			if strings.HasSuffix(n, suf) {
 				return nil, fmt.Errorf("%w: %s in %s (decompress it to %s.tar)", ErrCompressed, n, where, strings.TrimSuffix(n, suf))
@@ -510,11 +520,11 @@ func openDir(dir string) (*dirStore, error) {
 	}
 	d := &dirStore{root: root}
 	for _, i := range idx {
-		info, err := os.Stat(d.path(m.Names[i]))
+		info, err := os.Stat(d.path(m.Names.At(i)))
 		if err != nil {
 			return nil, fmt.Errorf("shards: %w", err)
 		}
-		d.names = append(d.names, m.Names[i])
+		d.names = append(d.names, m.Names.At(i))
 		d.sizes = append(d.sizes, info.Size())
 		d.mtimes = append(d.mtimes, info.ModTime().UnixNano())
 	}
@@ -597,7 +607,7 @@ func openS3(ctx context.Context, cfg s3source.Config) (*s3Store, error) {
 	}
 	st := &s3Store{src: src, index: idx}
 	for _, i := range idx {
-		st.names = append(st.names, m.Names[i])
+		st.names = append(st.names, m.Names.At(i))
 		st.sizes = append(st.sizes, m.Sizes[i])
 	}
 	return st, nil

@@ -84,8 +84,8 @@ func makeShards(t testing.TB, dir string, nShards, per int) ([]string, []map[str
 func checkAll(t *testing.T, src *shards.Source, keys []string, want []map[string][]byte) {
 	t.Helper()
 	m := src.Manifest()
-	if !slices.Equal(m.Names, keys) {
-		t.Fatalf("names %v..., want %v...", m.Names[:min(3, len(m.Names))], keys[:3])
+	if !slices.Equal(m.Names.Strings(), keys) {
+		t.Fatalf("names %v..., want %v...", m.Names.Strings()[:min(3, m.Len())], keys[:3])
 	}
 	if m.Encoding != dataset.EncodingWDS {
 		t.Fatalf("manifest encoding %q, want %q", m.Encoding, dataset.EncodingWDS)

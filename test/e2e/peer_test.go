@@ -85,7 +85,7 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 	train, m := fashionMNISTTrain(t, 300)
 	p := startPeer(t, "--dataset", "fmnist-train="+train, "--cache-size", "64MiB")
 
-	want, err := os.ReadFile(filepath.Join(train, m.Names[123]))
+	want, err := os.ReadFile(filepath.Join(train, m.Names.At(123)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 		// Piped, redis-cli prints the raw bytes and a newline.
 		if !bytes.Equal(out, append(want, '\n')) {
 			t.Fatalf("pass %d: redis-cli GET fmnist-train/123 printed %d bytes; the 124th file (%s) has %d",
-				pass, len(out), m.Names[123], len(want))
+				pass, len(out), m.Names.At(123), len(want))
 		}
 	}
 
@@ -113,13 +113,13 @@ func TestRedisCLIGetReturnsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, v := range vals {
-		want, _ := os.ReadFile(filepath.Join(train, m.Names[255-i]))
+		want, _ := os.ReadFile(filepath.Join(train, m.Names.At(255-i)))
 		if v.(string) != string(want) {
-			t.Fatalf("MGET position %d (%s) is not the file %s", i, keys[i], m.Names[255-i])
+			t.Fatalf("MGET position %d (%s) is not the file %s", i, keys[i], m.Names.At(255-i))
 		}
 	}
 	names, err := c.Do(ctx, "SHADE.MANIFEST", "fmnist-train").StringSlice()
-	if err != nil || len(names) != m.Len() || names[123] != m.Names[123] {
+	if err != nil || len(names) != m.Len() || names[123] != m.Names.At(123) {
 		t.Fatalf("SHADE.MANIFEST: %d names, %v", len(names), err)
 	}
 }
@@ -145,12 +145,12 @@ func TestPipelineOfReadThroughs(t *testing.T) {
 		t.Fatalf("a pipeline of %d GETs: %v", len(gets), err)
 	}
 	for i, g := range gets {
-		want, err := os.ReadFile(filepath.Join(train, m.Names[i]))
+		want, err := os.ReadFile(filepath.Join(train, m.Names.At(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if g.Val() != string(want) {
-			t.Fatalf("GET fmnist-train/%d is not the file %s", i, m.Names[i])
+			t.Fatalf("GET fmnist-train/%d is not the file %s", i, m.Names.At(i))
 		}
 	}
 }

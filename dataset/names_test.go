@@ -1,0 +1,131 @@
+package dataset
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func mustNames(t testing.TB, names ...string) Names {
+	t.Helper()
+	n, err := NamesOf(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestNames: names of every length up to MaxNameBytes, the empty one
+// among them, across several blocks, read back by At, All and Strings.
+func TestNames(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []string
+	for i := range 3<<namesBlockBits + 17 {
+		var name string
+		switch {
+		case i%50_000 == 7:
+			name = strings.Repeat("x", MaxNameBytes) // the longest
+		case i%9 == 0:
+			name = "" // empty
+		default:
+			name = fmt.Sprintf("class-%d/%0*d.png", rng.IntN(10), rng.IntN(40), i)
+		}
+		want = append(want, name)
+	}
+	n := mustNames(t, want...)
+	if n.Len() != len(want) {
+		t.Fatalf("Len %d, want %d", n.Len(), len(want))
+	}
+	for i, w := range want {
+		if got := n.At(i); got != w {
+			t.Fatalf("At(%d) = %.40q (%d bytes), want %.40q (%d bytes)", i, got, len(got), w, len(w))
+		}
+	}
+	if !slices.Equal(n.Strings(), want) {
+		t.Fatal("Strings differs")
+	}
+	k := 0
+	for i, name := range n.All() {
+		if i != k || name != want[i] {
+			t.Fatalf("All yields %d %.40q at step %d", i, name, k)
+		}
+		k++
+	}
+	if k != len(want) {
+		t.Fatalf("All yields %d names, want %d", k, len(want))
+	}
+	if (Names{}).Len() != 0 || len((Names{}).Strings()) != 0 {
+		t.Fatal("the zero Names is not empty")
+	}
+}
+
+func TestNameTooLong(t *testing.T) {
+	var b NamesBuilder
+	if err := b.Add("a"); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Add(strings.Repeat("y", MaxNameBytes+1))
+	if !errors.Is(err, ErrNameTooLong) || !strings.Contains(err.Error(), "65536 bytes") {
+		t.Fatalf("Add of %d bytes: %v, want ErrNameTooLong saying the length", MaxNameBytes+1, err)
+	}
+	if n := b.Names(); n.Len() != 1 || n.At(0) != "a" {
+		t.Fatalf("after a refused name the builder holds %q", n.Strings())
+	}
+	if _, err := NamesOf([]string{"ok", strings.Repeat("z", 70_000)}); !errors.Is(err, ErrNameTooLong) {
+		t.Fatalf("NamesOf: %v, want ErrNameTooLong", err)
+	}
+}
+
+// A manifest's version is the one every earlier build computed from the
+// same names and sizes (the hash below is the []string VersionOf's):
+// peers of different builds must agree on it.
+func TestVersionUnchangedByPacking(t *testing.T) {
+	got := VersionOf(mustNames(t, "T-shirt/0.png", "Trouser/1.png", "", "日本/ü.bin"), []int64{784, 0, 1, 1 << 40})
+	if want := "d115f01b3be5882100a0e02c7dec12f4"; got != want {
+		t.Fatalf("VersionOf = %s, want %s", got, want)
+	}
+}
+
+// BenchmarkManifestMemory: the Go heap a manifest of 1,000,000 names of
+// an ImageNet-like shape holds, as Names and, for comparison, as the
+// []string manifests held before.
+func BenchmarkManifestMemory(b *testing.B) {
+	const n = 1_000_000
+	name := func(i int) string { return fmt.Sprintf("n%08d/n%08d_%d.JPEG", i/1300, i/1300, i) }
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	b.Run("packed", func(b *testing.B) {
+		for b.Loop() {
+			before := heap()
+			var nb NamesBuilder
+			for i := range n {
+				if err := nb.Add(name(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			names := nb.Names()
+			b.ReportMetric(float64(heap()-before)/n, "heap-B/name")
+			runtime.KeepAlive(names)
+		}
+	})
+	b.Run("strings", func(b *testing.B) {
+		for b.Loop() {
+			before := heap()
+			var names []string
+			for i := range n {
+				names = append(names, name(i))
+			}
+			names = slices.Clip(names)
+			b.ReportMetric(float64(heap()-before)/n, "heap-B/name")
+			runtime.KeepAlive(names)
+		}
+	})
+}
