@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -613,5 +615,30 @@ func TestReadThroughOfACachedSample(t *testing.T) {
 		if reads := ds.stats().Total.SourceReads; reads != 1 {
 			t.Fatalf("after read %d: %d source reads, want 1", i, reads)
 		}
+	}
+}
+
+// TestOpeningGarbageGivenBack: heap memory left free by what a node's
+// start made and dropped (a bucket's listing) goes back to the system
+// before the cache is checked against the peer's limit.
+func TestOpeningGarbageGivenBack(t *testing.T) {
+	free := func() uint64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	garbage := make([][]byte, 256)
+	for i := range garbage {
+		garbage[i] = make([]byte, 1<<20)
+	}
+	runtime.KeepAlive(garbage)
+	garbage = nil
+	runtime.GC()
+	if f := free(); f <= 64<<20 {
+		t.Skipf("the runtime gave back the garbage first: %d MiB free", f>>20)
+	}
+	giveBackOpeningGarbage()
+	if f := free(); f > 64<<20 {
+		t.Fatalf("%d MiB of the heap free and kept after giveBackOpeningGarbage", f>>20)
 	}
 }
