@@ -44,7 +44,7 @@ var (
 const progressEvery = 1000
 
 // Manifest is the ordered list of a dataset's samples. Sample i is named
-// Names[i] (a relative path with '/' separators for a directory source) and
+// Names.At(i) (a relative path with '/' separators for a directory source) and
 // is Sizes[i] bytes long. Version is the hex hash of every (name, size)
 // pair in order; see VersionOf.
 //

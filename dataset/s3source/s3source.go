@@ -231,7 +231,7 @@ type Source struct {
 	rt     http.RoundTripper
 	client *minio.Client
 	getter lazyGetter
-	m      *dataset.Manifest // sample i is the object prefix+Names[i], Sizes[i] bytes
+	m      *dataset.Manifest // sample i is the object prefix and Names.At(i), Sizes[i] bytes
 	etags  dataset.Names     // sample i's listed ETag ("" where none)
 	slots  chan struct{}     // MaxInFlight tokens
 }

@@ -161,8 +161,9 @@ func New(cfg Config, members []string) (*Ring, error) {
 
 // Update returns the ring of members under r's Config; r is unchanged.
 // The result equals New(r.Config(), members), but when few members change
-// it costs O(changes·M) instead of O(M·log M), by editing the consistent
-// instance r was built from. Update may be called concurrently and on any
+// it costs O(changes·M·points) instead of New's O(M·points·log), by
+// editing the consistent instance r was built from, and ranks the
+// replicas again only where the change can touch them. Update may be called concurrently and on any
 // ring of a lineage; calls on one lineage are serialized.
 func (r *Ring) Update(members []string) (*Ring, error) {
 	names, err := sortedNames(members)
