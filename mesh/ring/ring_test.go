@@ -142,20 +142,27 @@ func TestUpdateMatchesNew(t *testing.T) {
 		}
 		r := mustNew(t, cfg, all[:20])
 		for i, members := range steps {
-			next, err := r.Update(members)
-			if err != nil {
-				t.Fatalf("%+v step %d: %v", cfg, i, err)
-			}
-			want := mustNew(t, cfg, members)
-			for p := range want.Config().Partitions {
-				if !slices.Equal(next.OwnersOfPartition(p), want.OwnersOfPartition(p)) {
-					t.Fatalf("%+v step %d partition %d: Update %v, New %v", cfg, i, p,
-						next.OwnersOfPartition(p), want.OwnersOfPartition(p))
-				}
-			}
-			r = next
+			r = updateMatchesNew(t, r, members, fmt.Sprintf("%+v step %d", cfg, i))
 		}
 	}
+}
+
+// updateMatchesNew returns r.Update(members), having checked that it owns
+// every partition as New(members) does.
+func updateMatchesNew(t *testing.T, r *Ring, members []string, step string) *Ring {
+	t.Helper()
+	next, err := r.Update(members)
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	want := mustNew(t, r.Config(), members)
+	for p := range want.Config().Partitions {
+		if !slices.Equal(next.OwnersOfPartition(p), want.OwnersOfPartition(p)) {
+			t.Fatalf("%s (%d members) partition %d: Update %v, New %v", step, len(members), p,
+				next.OwnersOfPartition(p), want.OwnersOfPartition(p))
+		}
+	}
+	return next
 }
 
 // TestRandomUpdatesMatchNew: lineages of random joins and leaves (one at a
@@ -180,18 +187,7 @@ func TestRandomUpdatesMatchNew(t *testing.T) {
 					members = append(members, pool[i])
 				}
 			}
-			next, err := r.Update(members)
-			if err != nil {
-				t.Fatalf("%+v step %d: %v", cfg, step, err)
-			}
-			want := mustNew(t, cfg, members)
-			for p := range want.Config().Partitions {
-				if !slices.Equal(next.OwnersOfPartition(p), want.OwnersOfPartition(p)) {
-					t.Fatalf("%+v step %d (%d members) partition %d: Update %v, New %v", cfg, step, len(members), p,
-						next.OwnersOfPartition(p), want.OwnersOfPartition(p))
-				}
-			}
-			r = next
+			r = updateMatchesNew(t, r, members, fmt.Sprintf("%+v step %d", cfg, step))
 		}
 	}
 }
