@@ -29,6 +29,7 @@
 package s3source
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -597,14 +598,16 @@ func versionOf(names dataset.Names, sizes []int64, etags dataset.Names) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// listing is the state file's content.
+// listing is the state file's content: its header, then the objects
+// ({"format":...,"listed":...,"objects":[...]}). The objects are written
+// and read one at a time (saveListing, loadListing): a listing of
+// millions of objects is not built in memory as one JSON document.
 type listing struct {
 	Format   string    `json:"format"`
 	Endpoint string    `json:"endpoint"`
 	Bucket   string    `json:"bucket"`
 	Prefix   string    `json:"prefix"`
 	Listed   time.Time `json:"listed"`
-	Objects  []object  `json:"objects"`
 }
 
 const listingFormat = "shade-s3-listing/1"
@@ -619,39 +622,114 @@ func (s *Source) statePath() string {
 	return filepath.Join(s.cfg.StateDir, "s3-"+s.loc.Bucket+"-"+hex.EncodeToString(sum[:8])+".listing.json")
 }
 
-// loadListing returns the kept listing, or nil if there is none.
+// loadListing returns the kept listing, or nil if there is none (or it
+// is unreadable, of another format, or of another place: listed again).
 func loadListing(path, endpoint string, loc Location) ([]object, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("s3source: listing: %w", err)
 	}
+	defer f.Close()
 	var l listing
-	if err := json.Unmarshal(b, &l); err != nil || l.Format != listingFormat {
-		return nil, nil // unreadable or another format: list again
+	objs, err := decodeListing(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), &l)
+	if err != nil || l.Format != listingFormat {
+		return nil, nil
 	}
 	if l.Endpoint != endpoint || l.Bucket != loc.Bucket || l.Prefix != loc.Prefix {
 		return nil, nil
 	}
-	if l.Objects == nil {
-		l.Objects = []object{}
+	if objs == nil {
+		objs = []object{}
 	}
-	return l.Objects, nil
+	return objs, nil
 }
 
-// saveListing writes the listing to a temporary file and renames it.
+// decodeListing reads a listing's header into l and returns its objects,
+// decoding one object at a time.
+func decodeListing(dec *json.Decoder, l *listing) ([]object, error) {
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("s3source: listing: not an object (%v)", err)
+	}
+	var objs []object
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var field any
+		switch t {
+		case "format":
+			field = &l.Format
+		case "endpoint":
+			field = &l.Endpoint
+		case "bucket":
+			field = &l.Bucket
+		case "prefix":
+			field = &l.Prefix
+		case "listed":
+			field = &l.Listed
+		case "objects":
+			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+				return nil, fmt.Errorf("s3source: listing: objects: not an array (%v)", err)
+			}
+			for dec.More() {
+				var o object
+				if err := dec.Decode(&o); err != nil {
+					return nil, err
+				}
+				objs = append(objs, o)
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return nil, err
+			}
+			continue
+		default:
+			field = new(json.RawMessage) // a field of a later format: skipped
+		}
+		if err := dec.Decode(field); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, err
+	}
+	return objs, nil
+}
+
+// saveListing writes the listing to a temporary file and renames it,
+// one object at a time.
 func saveListing(path, endpoint string, loc Location, objs []object) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
-	b, err := json.Marshal(listing{Format: listingFormat, Endpoint: endpoint, Bucket: loc.Bucket,
-		Prefix: loc.Prefix, Listed: time.Now().UTC(), Objects: objs})
+	head, err := json.Marshal(listing{Format: listingFormat, Endpoint: endpoint, Bucket: loc.Bucket,
+		Prefix: loc.Prefix, Listed: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
-	if err := atomicfile.Write(path, b, 0o600); err != nil {
+	err = atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
+		// The header without its closing brace, then the objects.
+		if _, err := w.Write(append(head[:len(head)-1], `,"objects":[`...)); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(w)
+		for i, o := range objs {
+			if i > 0 {
+				if _, err := io.WriteString(w, ","); err != nil {
+					return err
+				}
+			}
+			if err := enc.Encode(o); err != nil {
+				return err
+			}
+		}
+		_, err := io.WriteString(w, "]}\n")
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
 	return nil

@@ -6,6 +6,8 @@
 package atomicfile
 
 import (
+	"bufio"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -13,6 +15,17 @@ import (
 // Write replaces path with data, with permissions perm. On an error the
 // temporary file is removed and path is left as it was.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteWith(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteWith replaces path with what write writes, with permissions perm,
+// through a buffer: a large file need not be built in memory first. On an
+// error, write's included, the temporary file is removed and path is left
+// as it was.
+func WriteWith(path string, perm os.FileMode, write func(w io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
@@ -20,7 +33,10 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	tmp := f.Name()
 	err = f.Chmod(perm)
 	if err == nil {
-		_, err = f.Write(data)
+		bw := bufio.NewWriterSize(f, 64<<10)
+		if err = write(bw); err == nil {
+			err = bw.Flush()
+		}
 	}
 	if err == nil {
 		err = f.Sync()
