@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -119,9 +120,9 @@ type store interface {
 // Source is a shards dataset. It is immutable after Open and safe for
 // concurrent use.
 type Source struct {
-	st      store
-	samples []sample
-	m       *dataset.Manifest
+	st  store
+	idx packedIndex
+	m   *dataset.Manifest
 
 	// spans keeps the buffers a sample's span of its shard is read into
 	// (*[]byte), up to maxKeptSpan bytes: Read copies the members out of
@@ -163,26 +164,101 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		sum := sha256.Sum256([]byte(cfg.Location + "\x00" + cfg.S3.Endpoint))
 		statePath = filepath.Join(cfg.StateDir, "shards-"+hex.EncodeToString(sum[:8])+".index.json")
 	}
+	var samples []sample
 	if statePath != "" && !cfg.Reindex {
-		s.samples = loadIndex(statePath, st.check())
+		samples = loadIndex(statePath, st.check())
 	}
-	if s.samples == nil {
-		if s.samples, err = buildIndex(ctx, st, cfg.IndexShards); err != nil {
+	if samples == nil {
+		if samples, err = buildIndex(ctx, st, cfg.IndexShards); err != nil {
 			return nil, err
 		}
 		if statePath != "" {
-			if err := saveIndex(statePath, st.check(), s.samples); err != nil {
+			if err := saveIndex(statePath, st.check(), samples); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if len(s.samples) == 0 {
+	if len(samples) == 0 {
 		return nil, fmt.Errorf("%w: the shards in %s hold no files", dataset.ErrEmpty, cfg.Location)
 	}
-	if s.m, err = manifest(st, s.samples); err != nil {
+	if s.m, err = manifest(st, samples); err != nil {
+		return nil, err
+	}
+	if s.idx, err = pack(samples); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// packedIndex is the index as a Source keeps it, in a few arrays rather
+// than a struct, a key and a slice of members a sample (its keys are the
+// manifest's names): a dataset of tens of millions of samples costs 16
+// bytes a sample and 16 a member, none of it a pointer the collector
+// follows.
+type packedIndex struct {
+	shard   []uint32       // sample i's shard
+	start   []int64        // where sample i's first member's data starts in its shard
+	first   []uint32       // sample i's members are members[first[i]:first[i+1]]
+	members []packedMember // in their samples' order
+	exts    []string       // the extensions, each once
+}
+
+// packedMember is a member of a sample: its extension (in exts), its
+// data's offset from its sample's start and its size (under 4 GiB,
+// indexShard's rule).
+type packedMember struct {
+	ext  uint32
+	size uint32
+	off  int64
+}
+
+// pack packs samples.
+func pack(samples []sample) (packedIndex, error) {
+	n := 0
+	for _, smp := range samples {
+		n += len(smp.Members)
+	}
+	if n >= math.MaxUint32 {
+		return packedIndex{}, fmt.Errorf("%w: %d members; at most %d", ErrLayout, n, uint32(math.MaxUint32-1))
+	}
+	p := packedIndex{
+		shard:   make([]uint32, len(samples)),
+		start:   make([]int64, len(samples)),
+		first:   make([]uint32, len(samples)+1),
+		members: make([]packedMember, 0, n),
+	}
+	ext := map[string]uint32{}
+	for i, smp := range samples {
+		p.shard[i], p.start[i], p.first[i] = uint32(smp.Shard), smp.Start, uint32(len(p.members))
+		if len(smp.Members) == 0 || smp.Shard < 0 || smp.Shard > math.MaxUint32 {
+			return packedIndex{}, fmt.Errorf("%w: index: sample %s in shard %d with %d members", ErrLayout, smp.Key, smp.Shard, len(smp.Members))
+		}
+		for _, m := range smp.Members {
+			if m.Size < 0 || m.Size >= 1<<32 || m.Off < 0 {
+				return packedIndex{}, fmt.Errorf("%w: index: sample %s: member %s at %d of %d bytes", ErrLayout, smp.Key, m.Ext, m.Off, m.Size)
+			}
+			e, ok := ext[m.Ext]
+			if !ok {
+				e = uint32(len(p.exts))
+				ext[m.Ext] = e
+				p.exts = append(p.exts, m.Ext)
+			}
+			p.members = append(p.members, packedMember{ext: e, size: uint32(m.Size), off: m.Off})
+		}
+	}
+	p.first[len(samples)] = uint32(len(p.members))
+	return p, nil
+}
+
+// len is the number of samples.
+func (p *packedIndex) len() int { return len(p.shard) }
+
+// span returns sample i's members and the range [start, end) of its
+// shard they lie in.
+func (p *packedIndex) span(i int) (ms []packedMember, start, end int64) {
+	ms = p.members[p.first[i]:p.first[i+1]]
+	last := ms[len(ms)-1]
+	return ms, p.start[i], p.start[i] + last.off + int64(last.size)
 }
 
 // Manifest returns the samples' keys and encoded sizes. It is shared:
@@ -194,17 +270,17 @@ func (s *Source) Manifest() *dataset.Manifest { return s.m }
 // it was indexed gives an error wrapping dataset.ErrChanged; on error the
 // returned slice is dst with its original length. Safe for concurrent use.
 func (s *Source) Read(i int, dst []byte) ([]byte, error) {
-	if i < 0 || i >= len(s.samples) {
-		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, len(s.samples))
+	if i < 0 || i >= s.idx.len() {
+		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.idx.len())
 	}
-	smp := s.samples[i]
+	ms, start, end := s.idx.span(i)
 	buf, _ := s.spans.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)
 	}
-	span, err := s.st.readAt(smp.Shard, smp.Start, smp.End-smp.Start, (*buf)[:0])
+	span, err := s.st.readAt(int(s.idx.shard[i]), start, end-start, (*buf)[:0])
 	if err == nil {
-		dst = appendSample(dst, smp.Members, span)
+		dst = appendSample(dst, ms, s.idx.exts, span)
 	}
 	if cap(span) <= maxKeptSpan {
 		*buf = span[:0]
@@ -214,14 +290,15 @@ func (s *Source) Read(i int, dst []byte) ([]byte, error) {
 }
 
 // appendSample encodes the members, whose bytes lie in span at their
-// offsets, as a MessagePack map.
-func appendSample(dst []byte, ms []member, span []byte) []byte {
+// offsets and whose extensions are in exts, as a MessagePack map.
+func appendSample(dst []byte, ms []packedMember, exts []string, span []byte) []byte {
 	dst = appendHeader(dst, len(ms), 0x80, 16, 0, 0xde, 0xdf)
 	for _, m := range ms {
-		dst = appendHeader(dst, len(m.Ext), 0xa0, 32, 0xd9, 0xda, 0xdb)
-		dst = append(dst, m.Ext...)
-		dst = appendHeader(dst, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6)
-		dst = append(dst, span[m.Off:m.Off+m.Size]...)
+		ext := exts[m.ext]
+		dst = appendHeader(dst, len(ext), 0xa0, 32, 0xd9, 0xda, 0xdb)
+		dst = append(dst, ext...)
+		dst = appendHeader(dst, int(m.size), 0, 0, 0xc4, 0xc5, 0xc6)
+		dst = append(dst, span[m.off:m.off+int64(m.size)]...)
 	}
 	return dst
 }

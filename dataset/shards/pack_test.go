@@ -1,0 +1,123 @@
+package shards
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+)
+
+// samplesOf makes n samples as indexShard would, in shards of per: each
+// with members jpg (size i%3000+1), cls (1 byte) and, every third, json.
+func samplesOf(n, per int) []sample {
+	out := make([]sample, 0, n)
+	off := int64(512)
+	for i := range n {
+		if i%per == 0 {
+			off = 512
+		}
+		s := sample{Key: fmt.Sprintf("dir/%08d", i), Shard: i / per, Start: off}
+		exts := []string{"jpg", "cls"}
+		if i%3 == 0 {
+			exts = append(exts, "json")
+		}
+		rel := int64(0)
+		for k, ext := range exts {
+			size := int64(1)
+			if k == 0 {
+				size = int64(i%3000 + 1)
+			}
+			s.Members = append(s.Members, member{Ext: ext, Off: rel, Size: size})
+			s.End = s.Start + rel + size
+			rel += (size+511)/512*512 + 512 // data padded, then the next header
+		}
+		off = s.End + 1024
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestPackKeepsEverySample: the packed index gives each sample's shard,
+// span and members (extension, offset, size) as the samples held them,
+// and so the same encoding of its bytes.
+func TestPackKeepsEverySample(t *testing.T) {
+	samples := samplesOf(10_000, 700)
+	p, err := pack(samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.len() != len(samples) || len(p.exts) != 3 {
+		t.Fatalf("%d samples and %d extensions packed, want %d and 3", p.len(), len(p.exts), len(samples))
+	}
+	for i, smp := range samples {
+		ms, start, end := p.span(i)
+		if int(p.shard[i]) != smp.Shard || start != smp.Start || end != smp.End || len(ms) != len(smp.Members) {
+			t.Fatalf("sample %d: shard %d span [%d, %d) %d members, want %d [%d, %d) %d", i,
+				p.shard[i], start, end, len(ms), smp.Shard, smp.Start, smp.End, len(smp.Members))
+		}
+		span := make([]byte, end-start)
+		for k := range span {
+			span[k] = byte(k * 7)
+		}
+		// The encoding from the samples' members, as Read made it before.
+		var want []byte
+		want = appendHeader(want, len(smp.Members), 0x80, 16, 0, 0xde, 0xdf)
+		for _, m := range smp.Members {
+			want = appendHeader(want, len(m.Ext), 0xa0, 32, 0xd9, 0xda, 0xdb)
+			want = append(want, m.Ext...)
+			want = appendHeader(want, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6)
+			want = append(want, span[m.Off:m.Off+m.Size]...)
+		}
+		if got := appendSample(nil, ms, p.exts, span); !slices.Equal(got, want) || int64(len(got)) != encodedSize(smp.Members) {
+			t.Fatalf("sample %d encodes to %d bytes, want %d (encodedSize %d)", i, len(got), len(want), encodedSize(smp.Members))
+		}
+	}
+}
+
+// A saved index whose samples break indexShard's rules is refused, not
+// packed into wrong spans.
+func TestPackRefusesABadIndex(t *testing.T) {
+	for name, bad := range map[string]func(s *sample){
+		"no members":        func(s *sample) { s.Members = nil },
+		"a member of 4 GiB": func(s *sample) { s.Members[0].Size = 1 << 32 },
+		"a negative size":   func(s *sample) { s.Members[1].Size = -1 },
+		"a negative offset": func(s *sample) { s.Members[1].Off = -5 },
+		"a negative shard":  func(s *sample) { s.Shard = -1 },
+	} {
+		samples := samplesOf(10, 4)
+		bad(&samples[7])
+		if _, err := pack(samples); !errors.Is(err, ErrLayout) {
+			t.Errorf("%s: pack gave %v, want ErrLayout", name, err)
+		}
+	}
+}
+
+// BenchmarkIndexMemory: the Go heap an index of 1,000,000 samples holds
+// (two or three members each), as the samples indexShard makes and
+// packed as a Source keeps it.
+func BenchmarkIndexMemory(b *testing.B) {
+	const n = 1_000_000
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for b.Loop() {
+		before := heap()
+		samples := samplesOf(n, 10_000)
+		samples = slices.Clip(samples)
+		asSamples := heap() - before
+		p, err := pack(samples)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.KeepAlive(samples)
+		samples = nil
+		packed := heap() - before
+		runtime.KeepAlive(p)
+		b.ReportMetric(float64(asSamples)/n, "samples-B/sample")
+		b.ReportMetric(float64(packed)/n, "packed-B/sample")
+	}
+}
