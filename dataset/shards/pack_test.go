@@ -1,8 +1,11 @@
 package shards
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -119,5 +122,55 @@ func BenchmarkIndexMemory(b *testing.B) {
 		runtime.KeepAlive(p)
 		b.ReportMetric(float64(asSamples)/n, "samples-B/sample")
 		b.ReportMetric(float64(packed)/n, "packed-B/sample")
+	}
+}
+
+// TestIndexRoundTrip: an index saved one sample at a time reads back
+// whole; one written as a single JSON document (as earlier builds wrote
+// it) reads too; an index of other shards (another check), of another
+// format, or cut short is not used (nil: index again).
+func TestIndexRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	samples := samplesOf(2000, 300)
+	path := filepath.Join(dir, "ix.json")
+	if err := saveIndex(path, "dir:abc", samples); err != nil {
+		t.Fatal(err)
+	}
+	got := loadIndex(path, "dir:abc")
+	if len(got) != len(samples) {
+		t.Fatalf("read back %d samples, want %d", len(got), len(samples))
+	}
+	for i := range samples {
+		if got[i].Key != samples[i].Key || got[i].Shard != samples[i].Shard || got[i].Start != samples[i].Start ||
+			got[i].End != samples[i].End || !slices.Equal(got[i].Members, samples[i].Members) {
+			t.Fatalf("sample %d read back as %+v, want %+v", i, got[i], samples[i])
+		}
+	}
+	if got := loadIndex(path, "dir:other"); got != nil {
+		t.Fatalf("an index of other shards gave %d samples", len(got))
+	}
+
+	one, err := json.Marshal(map[string]any{"samples": samples[:3], "format": indexFormat, "check": "c", "later": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "old.json")
+	os.WriteFile(old, one, 0o600)
+	if got := loadIndex(old, "c"); len(got) != 3 || got[2].Key != samples[2].Key {
+		t.Fatalf("one-document index: %d samples, want 3", len(got))
+	}
+	one, _ = json.Marshal(map[string]any{"samples": samples[:3], "format": "shade-shards-index/0", "check": "c"})
+	os.WriteFile(old, one, 0o600)
+	if got := loadIndex(old, "c"); got != nil {
+		t.Fatalf("an index of another format gave %d samples", len(got))
+	}
+
+	whole, _ := os.ReadFile(path)
+	cut := filepath.Join(dir, "cut.json")
+	for _, n := range []int{0, 1, 30, len(whole) / 3, len(whole) - 3} {
+		os.WriteFile(cut, whole[:n], 0o600)
+		if got := loadIndex(cut, "dir:abc"); got != nil {
+			t.Fatalf("index cut at %d of %d bytes: %d samples, want none", n, len(whole), len(got))
+		}
 	}
 }

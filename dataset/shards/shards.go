@@ -32,6 +32,7 @@ package shards
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -536,36 +537,110 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 	}
 }
 
-// index is the state file's content.
+// index is the state file's header; its samples follow it
+// ({"format":...,"check":...,"samples":[...]}), written and read one at a
+// time (saveIndex, loadIndex): an index of millions of samples is not
+// built in memory as one JSON document.
 type index struct {
-	Format  string   `json:"format"`
-	Check   string   `json:"check"`
-	Samples []sample `json:"samples"`
+	Format string `json:"format"`
+	Check  string `json:"check"`
 }
 
 const indexFormat = "shade-shards-index/1"
 
+// loadIndex returns the saved index if it is of this format and of the
+// shards as check identifies them, else nil (index again).
 func loadIndex(path, check string) []sample {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
+	defer f.Close()
 	var ix index
-	if json.Unmarshal(b, &ix) != nil || ix.Format != indexFormat || ix.Check != check || ix.Samples == nil {
+	samples, err := decodeIndex(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), &ix)
+	if err != nil || ix.Format != indexFormat || ix.Check != check || samples == nil {
 		return nil
 	}
-	return ix.Samples
+	return samples
 }
 
+// decodeIndex reads an index's header into ix and returns its samples,
+// decoding one sample at a time.
+func decodeIndex(dec *json.Decoder, ix *index) ([]sample, error) {
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("shards: index: not an object (%v)", err)
+	}
+	var samples []sample
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var field any
+		switch t {
+		case "format":
+			field = &ix.Format
+		case "check":
+			field = &ix.Check
+		case "samples":
+			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+				return nil, fmt.Errorf("shards: index: samples: not an array (%v)", err)
+			}
+			samples = []sample{}
+			for dec.More() {
+				var smp sample
+				if err := dec.Decode(&smp); err != nil {
+					return nil, err
+				}
+				samples = append(samples, smp)
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return nil, err
+			}
+			continue
+		default:
+			field = new(json.RawMessage) // a field of a later format: skipped
+		}
+		if err := dec.Decode(field); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, err
+	}
+	return samples, nil
+}
+
+// saveIndex writes the index to a temporary file and renames it, one
+// sample at a time.
 func saveIndex(path, check string, samples []sample) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
-	b, err := json.Marshal(index{Format: indexFormat, Check: check, Samples: samples})
+	head, err := json.Marshal(index{Format: indexFormat, Check: check})
 	if err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
-	if err := atomicfile.Write(path, b, 0o600); err != nil {
+	err = atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
+		// The header without its closing brace, then the samples.
+		if _, err := w.Write(append(head[:len(head)-1], `,"samples":[`...)); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(w)
+		for i := range samples {
+			if i > 0 {
+				if _, err := io.WriteString(w, ","); err != nil {
+					return err
+				}
+			}
+			if err := enc.Encode(&samples[i]); err != nil {
+				return err
+			}
+		}
+		_, err := io.WriteString(w, "]}\n")
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	return nil
