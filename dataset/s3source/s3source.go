@@ -254,48 +254,92 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s := &Source{cfg: cfg, loc: loc, rt: rt, client: client, slots: make(chan struct{}, cfg.MaxInFlight)}
 	state := s.statePath()
-	var objects []object
+	var l *listed
 	if state != "" && !cfg.Relist {
-		objects, err = loadListing(state, cfg.Endpoint, loc)
+		l, err = loadListing(state, cfg.Endpoint, loc)
 		if err != nil {
 			return nil, err
 		}
 	}
-	if objects == nil {
-		if objects, err = s.list(ctx); err != nil {
+	fresh := l == nil
+	if fresh {
+		if l, err = s.list(ctx); err != nil {
 			return nil, err
 		}
-		if state != "" {
-			if err := saveListing(state, cfg.Endpoint, loc, objects); err != nil {
-				return nil, err
-			}
-		}
 	}
-	if len(objects) == 0 {
+	if l.len() == 0 {
 		return nil, fmt.Errorf("%w under %s", dataset.ErrEmpty, cfg.URL)
 	}
-	// The listing is kept packed: a name and an ETag are bytes in two
-	// dataset.Names, where each object of the listing was a struct and two
+	// The listing is kept packed: names and ETags are bytes in two
+	// dataset.Names, where each listed object was a struct and two
 	// strings (an object's key is the prefix and its name).
-	var names, etags dataset.NamesBuilder
-	sizes := make([]int64, len(objects))
-	for i, o := range objects {
-		if !strings.HasPrefix(o.Key, loc.Prefix) {
-			return nil, fmt.Errorf("%w %s: object %q is not under the prefix %q", ErrOpen, cfg.URL, o.Key, loc.Prefix)
+	names, sizes, etags := l.sorted()
+	if fresh && state != "" {
+		if err := saveListing(state, cfg.Endpoint, loc, names, sizes, etags); err != nil {
+			return nil, err
 		}
-		if err := names.Add(o.Key[len(loc.Prefix):]); err != nil {
-			return nil, fmt.Errorf("%w %s: %w", ErrOpen, cfg.URL, err)
-		}
-		if err := etags.Add(o.ETag); err != nil {
-			return nil, fmt.Errorf("%w %s: object %q: ETag: %w", ErrOpen, cfg.URL, o.Key, err)
-		}
-		sizes[i] = o.Size
 	}
-	s.etags = etags.Names()
-	m := &dataset.Manifest{Names: names.Names(), Sizes: sizes}
-	m.Version = versionOf(m.Names, sizes, s.etags)
-	s.m = m
+	s.etags = etags
+	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, sizes, etags)}
 	return s, nil
+}
+
+// listed is a bucket's listing packed as it comes: each object's name
+// (its key less the prefix), size and ETag, in the order they came. A
+// listing of millions of objects is so never held as a struct and two
+// strings an object.
+type listed struct {
+	prefix       string
+	names, etags dataset.NamesBuilder
+	sizes        []int64
+}
+
+// add appends o, which must lie under the prefix.
+func (l *listed) add(o object) error {
+	if !strings.HasPrefix(o.Key, l.prefix) {
+		return fmt.Errorf("object %q is not under the prefix %q", o.Key, l.prefix)
+	}
+	if err := l.names.Add(o.Key[len(l.prefix):]); err != nil {
+		return err
+	}
+	if err := l.etags.Add(o.ETag); err != nil {
+		return fmt.Errorf("object %q: ETag: %w", o.Key, err)
+	}
+	l.sizes = append(l.sizes, o.Size)
+	return nil
+}
+
+func (l *listed) len() int { return len(l.sizes) }
+
+// sorted returns the objects' names, sizes and ETags in key order (their
+// names share the prefix, so in name order); l is empty after. A listing
+// that came in order (a saved one, most stores') is not copied.
+func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Names) {
+	names, etags, sizes = l.names.Names(), l.etags.Names(), slices.Clip(l.sizes)
+	*l = listed{prefix: l.prefix}
+	n := names.Len()
+	less := func(a, b int) int { return strings.Compare(names.At(a), names.At(b)) }
+	inOrder := true
+	for i := 1; i < n && inOrder; i++ {
+		inOrder = less(i-1, i) <= 0
+	}
+	if inOrder {
+		return names, sizes, etags
+	}
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return less(int(a), int(b)) })
+	var nb, eb dataset.NamesBuilder
+	sorted := make([]int64, n)
+	for k, i := range order {
+		// Each was added once already: none is too long.
+		nb.Add(names.At(int(i)))
+		eb.Add(etags.At(int(i)))
+		sorted[k] = sizes[i]
+	}
+	return nb.Names(), sorted, eb.Names()
 }
 
 // object returns sample i's object as listed; i must be in range.
@@ -310,8 +354,8 @@ func (s *Source) Manifest() *dataset.Manifest { return s.m }
 // URL returns the dataset's s3:// URL.
 func (s *Source) URL() string { return s.cfg.URL }
 
-// list lists the prefix, sorted by key.
-func (s *Source) list(ctx context.Context) ([]object, error) {
+// list lists the prefix, in the order the store lists it.
+func (s *Source) list(ctx context.Context) (*listed, error) {
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	ok, err := s.client.BucketExists(bctx, s.loc.Bucket)
 	cancel()
@@ -321,18 +365,20 @@ func (s *Source) list(ctx context.Context) ([]object, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %s: bucket %q does not exist at %s", ErrOpen, s.cfg.URL, s.loc.Bucket, s.cfg.Endpoint)
 	}
-	var objs []object
+	l := &listed{prefix: s.loc.Prefix}
 	for o := range s.client.ListObjects(ctx, s.loc.Bucket, minio.ListObjectsOptions{Prefix: s.loc.Prefix, Recursive: true}) {
 		if o.Err != nil {
 			return nil, s.openError(o.Err)
 		}
-		if skipKey(o.Key[len(s.loc.Prefix):]) {
+		if strings.HasPrefix(o.Key, s.loc.Prefix) && skipKey(o.Key[len(s.loc.Prefix):]) {
 			continue
 		}
-		objs = append(objs, object{Key: o.Key, Size: o.Size, ETag: strings.Trim(o.ETag, `"`)})
+		// add refuses a key outside the prefix.
+		if err := l.add(object{Key: o.Key, Size: o.Size, ETag: strings.Trim(o.ETag, `"`)}); err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrOpen, s.cfg.URL, err)
+		}
 	}
-	slices.SortFunc(objs, func(a, b object) int { return strings.Compare(a.Key, b.Key) })
-	return objs, nil
+	return l, nil
 }
 
 // skipKey reports whether a key (relative to the prefix) is no sample: a
@@ -624,7 +670,7 @@ func (s *Source) statePath() string {
 
 // loadListing returns the kept listing, or nil if there is none (or it
 // is unreadable, of another format, or of another place: listed again).
-func loadListing(path, endpoint string, loc Location) ([]object, error) {
+func loadListing(path, endpoint string, loc Location) (*listed, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -633,75 +679,72 @@ func loadListing(path, endpoint string, loc Location) ([]object, error) {
 		return nil, fmt.Errorf("s3source: listing: %w", err)
 	}
 	defer f.Close()
-	var l listing
-	objs, err := decodeListing(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), &l)
-	if err != nil || l.Format != listingFormat {
+	var h listing
+	l := &listed{prefix: loc.Prefix}
+	err = decodeListing(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), &h, l)
+	if err != nil || h.Format != listingFormat {
 		return nil, nil
 	}
-	if l.Endpoint != endpoint || l.Bucket != loc.Bucket || l.Prefix != loc.Prefix {
+	if h.Endpoint != endpoint || h.Bucket != loc.Bucket || h.Prefix != loc.Prefix {
 		return nil, nil
 	}
-	if objs == nil {
-		objs = []object{}
-	}
-	return objs, nil
+	return l, nil
 }
 
-// decodeListing reads a listing's header into l and returns its objects,
-// decoding one object at a time.
-func decodeListing(dec *json.Decoder, l *listing) ([]object, error) {
+// decodeListing reads a listing's header into h and its objects into l,
+// one object at a time.
+func decodeListing(dec *json.Decoder, h *listing, l *listed) error {
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("s3source: listing: not an object (%v)", err)
+		return fmt.Errorf("s3source: listing: not an object (%v)", err)
 	}
-	var objs []object
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var field any
 		switch t {
 		case "format":
-			field = &l.Format
+			field = &h.Format
 		case "endpoint":
-			field = &l.Endpoint
+			field = &h.Endpoint
 		case "bucket":
-			field = &l.Bucket
+			field = &h.Bucket
 		case "prefix":
-			field = &l.Prefix
+			field = &h.Prefix
 		case "listed":
-			field = &l.Listed
+			field = &h.Listed
 		case "objects":
 			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-				return nil, fmt.Errorf("s3source: listing: objects: not an array (%v)", err)
+				return fmt.Errorf("s3source: listing: objects: not an array (%v)", err)
 			}
 			for dec.More() {
 				var o object
 				if err := dec.Decode(&o); err != nil {
-					return nil, err
+					return err
 				}
-				objs = append(objs, o)
+				if err := l.add(o); err != nil {
+					return err
+				}
 			}
 			if _, err := dec.Token(); err != nil { // ]
-				return nil, err
+				return err
 			}
 			continue
 		default:
 			field = new(json.RawMessage) // a field of a later format: skipped
 		}
 		if err := dec.Decode(field); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if _, err := dec.Token(); err != nil { // }
-		return nil, err
-	}
-	return objs, nil
+	_, err := dec.Token() // }
+	return err
 }
 
 // saveListing writes the listing to a temporary file and renames it,
 // one object at a time.
-func saveListing(path, endpoint string, loc Location, objs []object) error {
+func saveListing(path, endpoint string, loc Location, names dataset.Names, sizes []int64, etags dataset.Names) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
@@ -716,7 +759,8 @@ func saveListing(path, endpoint string, loc Location, objs []object) error {
 			return err
 		}
 		enc := json.NewEncoder(w)
-		for i, o := range objs {
+		for i, name := range names.All() {
+			o := object{Key: loc.Prefix + name, Size: sizes[i], ETag: etags.At(i)}
 			if i > 0 {
 				if _, err := io.WriteString(w, ","); err != nil {
 					return err
