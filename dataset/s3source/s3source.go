@@ -53,6 +53,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/jsonstream"
 	"github.com/shade-mesh/shade/internal/workers"
 )
 
@@ -735,7 +736,14 @@ func loadListing(path, endpoint string, loc Location) (*listed, error) {
 	defer f.Close()
 	var h listing
 	l := &listed{prefix: loc.Prefix}
-	err = decodeListing(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), &h, l)
+	fields := map[string]any{"format": &h.Format, "endpoint": &h.Endpoint, "bucket": &h.Bucket, "prefix": &h.Prefix, "listed": &h.Listed}
+	err = jsonstream.Read(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), fields, "objects", func(dec *json.Decoder) error {
+		var o object
+		if err := dec.Decode(&o); err != nil {
+			return err
+		}
+		return l.add(o)
+	})
 	if err != nil || h.Format != listingFormat {
 		return nil, nil
 	}
@@ -745,87 +753,17 @@ func loadListing(path, endpoint string, loc Location) (*listed, error) {
 	return l, nil
 }
 
-// decodeListing reads a listing's header into h and its objects into l,
-// one object at a time.
-func decodeListing(dec *json.Decoder, h *listing, l *listed) error {
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return fmt.Errorf("s3source: listing: not an object (%v)", err)
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		var field any
-		switch t {
-		case "format":
-			field = &h.Format
-		case "endpoint":
-			field = &h.Endpoint
-		case "bucket":
-			field = &h.Bucket
-		case "prefix":
-			field = &h.Prefix
-		case "listed":
-			field = &h.Listed
-		case "objects":
-			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-				return fmt.Errorf("s3source: listing: objects: not an array (%v)", err)
-			}
-			for dec.More() {
-				var o object
-				if err := dec.Decode(&o); err != nil {
-					return err
-				}
-				if err := l.add(o); err != nil {
-					return err
-				}
-			}
-			if _, err := dec.Token(); err != nil { // ]
-				return err
-			}
-			continue
-		default:
-			field = new(json.RawMessage) // a field of a later format: skipped
-		}
-		if err := dec.Decode(field); err != nil {
-			return err
-		}
-	}
-	_, err := dec.Token() // }
-	return err
-}
-
 // saveListing writes the listing to a temporary file and renames it,
 // one object at a time.
 func saveListing(path, endpoint string, loc Location, names dataset.Names, sizes []int64, etags dataset.Names) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
-	head, err := json.Marshal(listing{Format: listingFormat, Endpoint: endpoint, Bucket: loc.Bucket,
-		Prefix: loc.Prefix, Listed: time.Now().UTC()})
-	if err != nil {
-		return fmt.Errorf("s3source: listing: %w", err)
-	}
-	err = atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		// The header without its closing brace, then the objects.
-		if _, err := w.Write(append(head[:len(head)-1], `,"objects":[`...)); err != nil {
-			return err
-		}
-		enc := json.NewEncoder(w)
-		for i, name := range names.All() {
-			o := object{Key: loc.Prefix + name, Size: sizes[i], ETag: etags.At(i)}
-			if i > 0 {
-				if _, err := io.WriteString(w, ","); err != nil {
-					return err
-				}
-			}
-			if err := enc.Encode(o); err != nil {
-				return err
-			}
-		}
-		_, err := io.WriteString(w, "]}\n")
-		return err
+	h := listing{Format: listingFormat, Endpoint: endpoint, Bucket: loc.Bucket, Prefix: loc.Prefix, Listed: time.Now().UTC()}
+	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
+		return jsonstream.Write(w, h, "objects", names.Len(), func(i int) any {
+			return object{Key: loc.Prefix + names.At(i), Size: sizes[i], ETag: etags.At(i)}
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)

@@ -55,6 +55,7 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/jsonstream"
 	"github.com/shade-mesh/shade/internal/workers"
 )
 
@@ -557,58 +558,20 @@ func loadIndex(path, check string) []sample {
 	}
 	defer f.Close()
 	var ix index
-	samples, err := decodeIndex(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), &ix)
-	if err != nil || ix.Format != indexFormat || ix.Check != check || samples == nil {
+	samples := []sample{}
+	err = jsonstream.Read(json.NewDecoder(bufio.NewReaderSize(f, 64<<10)), map[string]any{"format": &ix.Format, "check": &ix.Check}, "samples",
+		func(dec *json.Decoder) error {
+			var smp sample
+			if err := dec.Decode(&smp); err != nil {
+				return err
+			}
+			samples = append(samples, smp)
+			return nil
+		})
+	if err != nil || ix.Format != indexFormat || ix.Check != check {
 		return nil
 	}
 	return samples
-}
-
-// decodeIndex reads an index's header into ix and returns its samples,
-// decoding one sample at a time.
-func decodeIndex(dec *json.Decoder, ix *index) ([]sample, error) {
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("shards: index: not an object (%v)", err)
-	}
-	var samples []sample
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var field any
-		switch t {
-		case "format":
-			field = &ix.Format
-		case "check":
-			field = &ix.Check
-		case "samples":
-			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-				return nil, fmt.Errorf("shards: index: samples: not an array (%v)", err)
-			}
-			samples = []sample{}
-			for dec.More() {
-				var smp sample
-				if err := dec.Decode(&smp); err != nil {
-					return nil, err
-				}
-				samples = append(samples, smp)
-			}
-			if _, err := dec.Token(); err != nil { // ]
-				return nil, err
-			}
-			continue
-		default:
-			field = new(json.RawMessage) // a field of a later format: skipped
-		}
-		if err := dec.Decode(field); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // }
-		return nil, err
-	}
-	return samples, nil
 }
 
 // saveIndex writes the index to a temporary file and renames it, one
@@ -617,28 +580,8 @@ func saveIndex(path, check string, samples []sample) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
-	head, err := json.Marshal(index{Format: indexFormat, Check: check})
-	if err != nil {
-		return fmt.Errorf("shards: index: %w", err)
-	}
-	err = atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		// The header without its closing brace, then the samples.
-		if _, err := w.Write(append(head[:len(head)-1], `,"samples":[`...)); err != nil {
-			return err
-		}
-		enc := json.NewEncoder(w)
-		for i := range samples {
-			if i > 0 {
-				if _, err := io.WriteString(w, ","); err != nil {
-					return err
-				}
-			}
-			if err := enc.Encode(&samples[i]); err != nil {
-				return err
-			}
-		}
-		_, err := io.WriteString(w, "]}\n")
-		return err
+	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
+		return jsonstream.Write(w, index{Format: indexFormat, Check: check}, "samples", len(samples), func(i int) any { return &samples[i] })
 	})
 	if err != nil {
 		return fmt.Errorf("shards: index: %w", err)
