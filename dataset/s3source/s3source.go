@@ -235,7 +235,7 @@ type Source struct {
 	client *minio.Client
 	getter lazyGetter
 	m      *dataset.Manifest // sample i is the object prefix and Names.At(i), Sizes[i] bytes
-	etags  dataset.Names     // sample i's listed ETag ("" where none)
+	etags  etags             // sample i's listed ETag ("" where none)
 	slots  chan struct{}     // MaxInFlight tokens
 }
 
@@ -281,7 +281,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 			return nil, err
 		}
 	}
-	s.etags = etags
+	s.etags = newETags(etags)
 	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, sizes, etags)}
 	return s, nil
 }
@@ -330,7 +330,7 @@ func (l *listed) len() int { return len(l.sizes) }
 // names share the prefix, so in name order); l is empty after. A listing
 // that came in order (a saved one, most stores') is not copied.
 func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Names) {
-	names, etags, sizes = l.names.Names(), l.etags.Names(), slices.Clip(l.sizes)
+	names, etags, sizes = l.names.Names(), l.etags.Names(), slices.Clone(l.sizes) // exact: appends left up to twice the room
 	*l = listed{prefix: l.prefix}
 	n := names.Len()
 	less := func(a, b int) int { return strings.Compare(names.At(a), names.At(b)) }
@@ -359,7 +359,7 @@ func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Nam
 
 // object returns sample i's object as listed; i must be in range.
 func (s *Source) object(i int) object {
-	return object{Key: s.loc.Prefix + s.m.Names.At(i), Size: s.m.Sizes[i], ETag: s.etags.At(i)}
+	return object{Key: s.loc.Prefix + s.m.Names.At(i), Size: s.m.Sizes[i], ETag: s.etags.at(i)}
 }
 
 // Manifest returns the listing's manifest. It is shared: callers must not
