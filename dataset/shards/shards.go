@@ -431,8 +431,14 @@ func buildIndex(ctx context.Context, st store, at int) ([]sample, error) {
 			lower(&failed, int64(si))
 		}
 	})
-	var samples []sample
-	seen := map[string]bool{}
+	total := 0
+	for _, ss := range per {
+		total += len(ss)
+	}
+	// One array of the samples, each shard's let go once copied in: the
+	// index is not held twice.
+	samples := make([]sample, 0, total)
+	seen := make(map[string]bool, total)
 	for si, shardName := range names {
 		// The checks across shards come before the shard's own error, as
 		// one pass over the shards in order would meet them.
@@ -451,6 +457,7 @@ func buildIndex(ctx context.Context, st store, at int) ([]sample, error) {
 			}
 		}
 		samples = append(samples, per[si]...)
+		per[si] = nil
 	}
 	return samples, nil
 }
