@@ -272,9 +272,10 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if l.len() == 0 {
 		return nil, fmt.Errorf("%w under %s", dataset.ErrEmpty, cfg.URL)
 	}
-	// The listing is kept packed: names and ETags are bytes in two
-	// dataset.Names, where each listed object was a struct and two
-	// strings (an object's key is the prefix and its name).
+	// The listing is kept packed: the names in the manifest's
+	// dataset.Names, the ETags as etags keeps them, where each listed
+	// object was a struct and two strings (an object's key is the prefix
+	// and its name).
 	names, sizes, etags := l.sorted()
 	if fresh && state != "" {
 		if err := saveListing(state, cfg.Endpoint, loc, names, sizes, etags); err != nil {
@@ -328,7 +329,7 @@ func (l *listed) len() int { return len(l.sizes) }
 
 // sorted returns the objects' names, sizes and ETags in key order (their
 // names share the prefix, so in name order); l is empty after. A listing
-// that came in order (a saved one, most stores') is not copied.
+// that came in order (a saved one, most stores') is not permuted.
 func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Names) {
 	names, etags, sizes = l.names.Names(), l.etags.Names(), slices.Clone(l.sizes) // exact: appends left up to twice the room
 	*l = listed{prefix: l.prefix}

@@ -220,7 +220,7 @@ func pack(samples []sample) (packedIndex, error) {
 	for _, smp := range samples {
 		n += len(smp.Members)
 	}
-	if n >= math.MaxUint32 {
+	if int64(n) >= math.MaxUint32 {
 		return packedIndex{}, fmt.Errorf("%w: %d members; at most %d", ErrLayout, n, uint32(math.MaxUint32-1))
 	}
 	p := packedIndex{
@@ -232,7 +232,7 @@ func pack(samples []sample) (packedIndex, error) {
 	ext := map[string]uint32{}
 	for i, smp := range samples {
 		p.shard[i], p.start[i], p.first[i] = uint32(smp.Shard), smp.Start, uint32(len(p.members))
-		if len(smp.Members) == 0 || smp.Shard < 0 || smp.Shard > math.MaxUint32 {
+		if len(smp.Members) == 0 || smp.Shard < 0 || int64(smp.Shard) > math.MaxUint32 {
 			return packedIndex{}, fmt.Errorf("%w: index: sample %s in shard %d with %d members", ErrLayout, smp.Key, smp.Shard, len(smp.Members))
 		}
 		for _, m := range smp.Members {
