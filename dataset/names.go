@@ -84,11 +84,6 @@ func (n Names) Strings() []string {
 	return out
 }
 
-// Bytes is the memory n holds: the names' bytes and where each ends.
-func (n Names) Bytes() int64 {
-	return int64(len(n.data)) + 4*int64(cap(n.ends)) + 8*int64(cap(n.bases))
-}
-
 // NamesBuilder packs names as they come (a directory's walk, a bucket's
 // listing). The zero value is ready to use.
 type NamesBuilder struct {
