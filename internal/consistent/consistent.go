@@ -116,7 +116,7 @@ type Consistent struct {
 	partitionCount uint64
 	loads          map[string]float64
 	members        map[string]*Member
-	partitions     map[int]*Member
+	partitions     []Member // shade: by partition; nil where none (upstream: a map)
 	ring           map[uint64]*Member
 }
 
@@ -189,7 +189,12 @@ func (c *Consistent) averageLoad() float64 {
 	return math.Ceil(avgLoad)
 }
 
-func (c *Consistent) distributeWithLoad(partID, idx int, partitions map[int]*Member, loads map[string]float64) {
+// shade: distributeWithLoad counts loads by the *Member a member's points
+// share, one pointer-keyed look-up a point tried, and places partitions
+// in a slice; upstream counted them by member.String() (two string-keyed
+// look-ups) and placed them in a map, each through a copy of the member
+// on the heap. The table is upstream's (shade_test.go).
+func (c *Consistent) distributeWithLoad(partID, idx int, partitions []Member, loads map[*Member]float64) {
 	avgLoad := c.averageLoad()
 	var count int
 	for {
@@ -199,11 +204,11 @@ func (c *Consistent) distributeWithLoad(partID, idx int, partitions map[int]*Mem
 			panic("not enough room to distribute partitions")
 		}
 		i := c.sortedSet[idx]
-		member := *c.ring[i]
-		load := loads[member.String()]
-		if load+1 <= avgLoad {
-			partitions[partID] = &member
-			loads[member.String()]++
+		m := c.ring[i]
+		member := *m // as upstream: a point whose ring entry a removal deleted panics here
+		if loads[m]+1 <= avgLoad {
+			partitions[partID] = member
+			loads[m]++
 			return
 		}
 		idx++
@@ -214,8 +219,8 @@ func (c *Consistent) distributeWithLoad(partID, idx int, partitions map[int]*Mem
 }
 
 func (c *Consistent) distributePartitions() {
-	loads := make(map[string]float64)
-	partitions := make(map[int]*Member)
+	loads := make(map[*Member]float64, len(c.members))
+	partitions := make([]Member, c.partitionCount)
 
 	bs := make([]byte, 8)
 	for partID := uint64(0); partID < c.partitionCount; partID++ {
@@ -230,7 +235,12 @@ func (c *Consistent) distributePartitions() {
 		c.distributeWithLoad(int(partID), idx, partitions, loads)
 	}
 	c.partitions = partitions
-	c.loads = loads
+	// shade: the loads by name, as upstream keeps them for
+	// LoadDistribution (members of no partition absent).
+	c.loads = make(map[string]float64, len(loads))
+	for m, load := range loads {
+		c.loads[(*m).String()] += load
+	}
 }
 
 // shade: add merges the member's sorted points into the sorted circle,
@@ -335,7 +345,7 @@ func (c *Consistent) Remove(name string) {
 	delete(c.members, name)
 	if len(c.members) == 0 {
 		// consistent hash ring is empty now. Reset the partition table.
-		c.partitions = make(map[int]*Member)
+		c.partitions = nil
 		return
 	}
 	c.distributePartitions()
@@ -370,12 +380,10 @@ func (c *Consistent) GetPartitionOwner(partID int) Member {
 
 // getPartitionOwner returns the owner of the given partition. It's not thread-safe.
 func (c *Consistent) getPartitionOwner(partID int) Member {
-	member, ok := c.partitions[partID]
-	if !ok {
+	if partID < 0 || partID >= len(c.partitions) {
 		return nil
 	}
-	// Create a thread-safe copy of member and return it.
-	return *member
+	return c.partitions[partID]
 }
 
 // LocateKey finds a home for given key
