@@ -231,9 +231,9 @@ func (a *APP) Miss(id ID, size int64, room Room) bool {
 	return true
 }
 
-// left moves what the resident it kept of itself as it leaves the cache
-// (its reads, in its key, and its score, in its tag) into its ghost
-// entry, unless it is transient.
+// left moves what a resident kept of itself while cached (its reads, in
+// its key, and its score, in its tag) into its ghost entry as it leaves
+// the cache, unless it is transient.
 func (a *APP) left(it heapItem[appKey]) {
 	if !a.transient(it.id) {
 		a.ghosts.left(it.id, ghost{nscore: it.tag, freq: it.key.freq})

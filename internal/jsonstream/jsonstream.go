@@ -67,7 +67,8 @@ func Read(dec *json.Decoder, fields map[string]any, array string, each func(dec 
 		if err != nil {
 			return err
 		}
-		if t == array {
+		name, _ := t.(string) // an object's keys are strings
+		if name == array {
 			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 				return fmt.Errorf("jsonstream: %s: not an array (%v)", array, err)
 			}
@@ -82,7 +83,7 @@ func Read(dec *json.Decoder, fields map[string]any, array string, each func(dec 
 			found = true
 			continue
 		}
-		field, ok := fields[fmt.Sprint(t)]
+		field, ok := fields[name]
 		if !ok {
 			field = new(json.RawMessage) // a field of a later format: skipped
 		}
