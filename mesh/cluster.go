@@ -206,6 +206,10 @@ type cluster struct {
 	// whether it is there at once (answers), by member name.
 	pings singleflight.Group
 
+	// events counts the membership events followMembers read, refreshes
+	// refreshMembers' calls.
+	events, refreshes atomic.Int64
+
 	mu      sync.RWMutex
 	members map[string]peerInfo // alive, by name, self included
 	// lives holds, for each member in members, a context that ends when
@@ -417,19 +421,52 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	return nil
 }
 
-// followMembers rebuilds the rings and the leader on every membership
-// event, until the node closes.
+// followMembers rebuilds the rings and the leader on membership events,
+// until the node closes. The events already queued behind one are read
+// with it and answered by one refresh, which reads the membership as it
+// is: a node that joins a mesh of a thousand hears of every member at
+// once, and a refresh of each would cost it a thousand times the work.
 func (n *Node) followMembers(ctx context.Context) {
-	events := n.cluster.list.Events()
-	for {
+	list := n.cluster.list
+	for readEvents(ctx, list.Events(), list.Queued, n.sawMember) {
+		n.refreshMembers()
+	}
+}
+
+// readEvents waits for an event, then reads the events queued behind it
+// (as many as queued counts, at most maxEventsARefresh), handing each to
+// seen. It reports false once ctx ends or events is closed.
+func readEvents(ctx context.Context, events <-chan member.Event, queued func() int, seen func(member.Event)) bool {
+	read := func() bool {
 		select {
 		case <-ctx.Done():
-			return
-		case ev := <-events:
-			n.cfg.Logger.Info().Str("member", ev.Member.Name).Str("event", ev.Kind.String()).Msg("membership")
-			n.refreshMembers()
+			return false
+		case ev, ok := <-events:
+			if ok {
+				seen(ev)
+			}
+			return ok
 		}
 	}
+	if !read() {
+		return false
+	}
+	for range min(queued(), maxEventsARefresh-1) {
+		if !read() {
+			return false
+		}
+	}
+	return true
+}
+
+// maxEventsARefresh bounds the events one refresh answers, so that a
+// flood of them still refreshes the membership as it goes.
+const maxEventsARefresh = 4096
+
+// sawMember logs a membership event and counts it.
+func (n *Node) sawMember(ev member.Event) {
+	n.cluster.events.Add(1)
+	n.cfg.Logger.Info().Str("member", ev.Member.Name).Str("event", ev.Kind.String()).Msg("membership")
 }
 
 // refreshMembers reads the alive members, rebuilds each dataset's ring
@@ -438,6 +475,7 @@ func (n *Node) followMembers(ctx context.Context) {
 // of the expected cluster.
 func (n *Node) refreshMembers() {
 	c := n.cluster
+	c.refreshes.Add(1)
 	members := c.list.Members()
 	alive := make(map[string]peerInfo, len(members))
 	for _, m := range members {

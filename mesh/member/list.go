@@ -194,6 +194,13 @@ func (l *List) Addr() string { return l.addr }
 // All are always current regardless.
 func (l *List) Events() <-chan Event { return l.ev.out }
 
+// Queued returns how many events wait to be read from Events: a lower
+// bound, since an event on its way to the channel may be missed. Each of
+// them has changed Members and All already, so a reader that acts on the
+// membership as it is, not on each event, may read them all and act once:
+// a node that joins a cluster of n hears of n members at once.
+func (l *List) Queued() int { return l.ev.queued() }
+
 // Dropped returns how many events were dropped because nobody read them.
 func (l *List) Dropped() uint64 { return l.ev.droppedCount() }
 
@@ -641,6 +648,16 @@ func (q *eventQueue) pop() (Event, bool) {
 		q.head = 0
 	}
 	return e, true
+}
+
+// queued counts the events in the queue and in out; not one that pump
+// holds between the two. An event counted stays readable: one dropped
+// for room is replaced by the one pushed.
+func (q *eventQueue) queued() int {
+	q.mu.Lock()
+	n := len(q.q) - q.head
+	q.mu.Unlock()
+	return n + len(q.out)
 }
 
 func (q *eventQueue) droppedCount() uint64 {

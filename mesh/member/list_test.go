@@ -541,3 +541,44 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Queued counts the events waiting to be read, all but one the pump may
+// hold between its queue and the channel, and every one it counts can be
+// read.
+func TestQueuedCountsWaitingEvents(t *testing.T) {
+	q := newEventQueue(1000)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go q.pump(stop, &wg)
+	defer func() { close(stop); wg.Wait() }()
+	const n = 200 // more than the channel holds
+	for i := range n {
+		q.push(Event{Member: Member{Name: fmt.Sprint(i)}})
+	}
+	read := func(want int) {
+		t.Helper()
+		select {
+		case e := <-q.out:
+			if e.Member.Name != fmt.Sprint(want) {
+				t.Fatalf("read %s, want %d", e.Member.Name, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d counted but never delivered", want)
+		}
+	}
+	read(0)
+	k := q.queued()
+	if k < n-2 || k > n-1 {
+		t.Fatalf("queued %d after reading one of %d", k, n)
+	}
+	for i := range k {
+		read(1 + i)
+	}
+	if k == n-2 {
+		read(n - 1)
+	}
+	if got := q.queued(); got != 0 {
+		t.Fatalf("queued %d with every event read", got)
+	}
+}
