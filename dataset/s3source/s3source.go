@@ -30,6 +30,7 @@ package s3source
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -516,25 +517,41 @@ func (s *Source) ReadRange(i int, off, n int64, dst []byte) ([]byte, error) {
 	return dst, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, err)
 }
 
-// Stream returns the whole object of sample i as a stream, conditional on
-// its listed ETag (a changed object fails Stream with an error wrapping
-// dataset.ErrChanged). It holds one of the MaxInFlight
-// slots until closed, and has no timeout: the caller bounds it with ctx.
-// For tools that scan objects once (a tar shard's headers).
-func (s *Source) Stream(ctx context.Context, i int) (io.ReadCloser, error) {
+// Stream returns the object of sample i from byte off to its end as a
+// stream, conditional on its listed ETag (a changed object fails Stream
+// with an error wrapping dataset.ErrChanged). It holds one of the
+// MaxInFlight slots until closed, and has no timeout: the caller bounds
+// it with ctx. For tools that scan objects once (a tar shard's headers).
+func (s *Source) Stream(ctx context.Context, i int, off int64) (io.ReadCloser, error) {
 	if i < 0 || i >= s.m.Len() {
 		return nil, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.m.Len())
 	}
 	o := s.object(i)
+	if off < 0 || off > o.Size {
+		return nil, fmt.Errorf("%w: offset %d of %s (%d bytes)", dataset.ErrOutOfRange, off, o.Key, o.Size)
+	}
+	if off == o.Size {
+		return io.NopCloser(bytes.NewReader(nil)), nil // no range of an object starts at its end
+	}
 	opts, err := getOptions(o)
 	if err != nil {
 		return nil, err
 	}
+	if off > 0 {
+		if err := opts.SetRange(off, 0); err != nil {
+			return nil, err
+		}
+	}
 	s.slots <- struct{}{}
-	body, _, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.loc.Bucket, o.Key, opts)
+	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.loc.Bucket, o.Key, opts)
 	if err != nil {
 		<-s.slots
 		return nil, fmt.Errorf("%w: %s: %w", ErrRead, o.Key, s.readError(o, err))
+	}
+	if info.Size >= 0 && info.Size != o.Size-off { // -1: the answer's length not given
+		body.Close()
+		<-s.slots
+		return nil, fmt.Errorf("%w: %s: %d bytes from byte %d answered, want %d (range ignored, or the object changed)", ErrRead, o.Key, info.Size, off, o.Size-off)
 	}
 	return &stream{body: body, s: s, o: o}, nil
 }

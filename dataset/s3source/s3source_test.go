@@ -546,3 +546,40 @@ func TestReadsKeysOfAnyCharacters(t *testing.T) {
 		}
 	}
 }
+
+// Stream answers an object from any offset to its end, the end itself
+// included, refuses an offset outside it, and fails for an object
+// rewritten since the listing.
+func TestStreamFromAnOffset(t *testing.T) {
+	g := s3test.Start(t)
+	names, data := fill(t, g, "shade-ds", "p/", 4)
+	src, err := s3source.Open(context.Background(), config(g, "s3://shade-ds/p/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 3} {
+		size := int64(len(data[i]))
+		for _, off := range []int64{0, 1, size / 2, size - 1, size} {
+			rc, err := src.Stream(context.Background(), i, off)
+			if err != nil {
+				t.Fatalf("sample %d from %d: %v", i, off, err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil || !bytes.Equal(got, data[i][off:]) {
+				t.Fatalf("sample %d from %d: %d bytes, %v", i, off, len(got), err)
+			}
+		}
+		for _, off := range []int64{-1, size + 1} {
+			if _, err := src.Stream(context.Background(), i, off); !errors.Is(err, dataset.ErrOutOfRange) {
+				t.Fatalf("sample %d from %d: %v, want ErrOutOfRange", i, off, err)
+			}
+		}
+	}
+	g.Put(t, "shade-ds", "p/"+names[1], bytes.Repeat([]byte{'x'}, len(data[1])))
+	for _, off := range []int64{0, 1} {
+		if _, err := src.Stream(context.Background(), 1, off); !errors.Is(err, dataset.ErrChanged) {
+			t.Fatalf("a rewritten object from %d: %v, want ErrChanged", off, err)
+		}
+	}
+}

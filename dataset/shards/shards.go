@@ -13,7 +13,9 @@
 // extension twice in one sample, fails Open.
 //
 // Open builds an index of (shard, offset, size) of every member from the
-// tar headers once, streaming each shard; with a state directory the index
+// tar headers once: a directory's shards by their headers alone, a
+// bucket's streamed, a stream given up for a new range GET past a member
+// of over 4 MiB; with a state directory the index
 // is kept there (temp file, then rename) and reused while the shards are
 // unchanged (same names, sizes and modification times, or for a bucket the
 // same listing). Reading a sample is one ranged read (pread, or an S3 range
@@ -115,7 +117,8 @@ type store interface {
 	// check identifies the shards' current state: equal checks mean an
 	// index built for one serves the other.
 	check() string
-	stream(ctx context.Context, i int) (io.ReadCloser, error)
+	// stream returns shard i from its start as a stream that seeks.
+	stream(ctx context.Context, i int) (io.ReadSeekCloser, error)
 	readAt(i int, off, n int64, dst []byte) ([]byte, error)
 }
 
@@ -393,20 +396,6 @@ func magic(b []byte) string {
 	return ""
 }
 
-// countingReader counts the bytes read through it: after tar.Reader.Next,
-// the count is the offset of the member's data (tar reads headers in whole
-// 512-byte blocks and never ahead).
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // DefaultIndexShards is Config.IndexShards' default. A shard in an object
 // store is read as one stream, at what one connection carries, and a
 // shard in a directory is parsed on one core: reading several at once
@@ -473,38 +462,26 @@ func lower(v *atomic.Int64, x int64) {
 func indexShard(ctx context.Context, st store, si int, shardName string) ([]sample, error) {
 	var samples []sample
 	seen := map[string]bool{}
-	rc, err := st.stream(ctx, si)
+	f, err := st.stream(ctx, si)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
+	defer f.Close()
 	head := make([]byte, 6)
-	k, err := io.ReadFull(rc, head)
+	k, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 	}
-	head = head[:k]
-	if c := magic(head); c != "" {
+	if c := magic(head[:k]); c != "" {
 		return samples, fmt.Errorf("%w: %s is %s-compressed", ErrCompressed, shardName, c)
 	}
-	// offset gives the position of the member data after tr.Next: a file
-	// is read through directly, so tar seeks over member data rather than
-	// reading it; a stream is counted.
-	var (
-		tr     *tar.Reader
-		offset func() int64
-	)
-	if f, ok := rc.(io.ReadSeeker); ok {
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return samples, fmt.Errorf("shards: %s: %w", shardName, err)
-		}
-		tr = tar.NewReader(f)
-		offset = func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
-	} else {
-		cr := &countingReader{r: io.MultiReader(bytes.NewReader(head), rc)}
-		tr = tar.NewReader(cr)
-		offset = func() int64 { return cr.n }
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 	}
+	// tar seeks over member data rather than reading it: after tr.Next,
+	// the stream's position is where the member's data begins.
+	tr := tar.NewReader(f)
+	offset := func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -645,7 +622,7 @@ func (d *dirStore) check() string {
 	return "dir:" + hex.EncodeToString(h.Sum(nil))
 }
 
-func (d *dirStore) stream(_ context.Context, i int) (io.ReadCloser, error) {
+func (d *dirStore) stream(_ context.Context, i int) (io.ReadSeekCloser, error) {
 	f, err := os.Open(d.path(d.names[i]))
 	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
@@ -720,8 +697,112 @@ func (s *s3Store) shards() ([]string, []int64) { return s.names, s.sizes }
 // check is the listing's version, which covers every object's ETag.
 func (s *s3Store) check() string { return "s3:" + s.src.Manifest().Version }
 
-func (s *s3Store) stream(ctx context.Context, i int) (io.ReadCloser, error) {
-	return s.src.Stream(ctx, s.index[i])
+func (s *s3Store) stream(ctx context.Context, i int) (io.ReadSeekCloser, error) {
+	return &rangeStream{ctx: ctx, size: s.sizes[i], open: func(ctx context.Context, off int64) (io.ReadCloser, error) {
+		return s.src.Stream(ctx, s.index[i], off)
+	}}, nil
+}
+
+// rangeStream reads an object as a stream that seeks: a read after a seek
+// ahead reads through the bytes passed over where they are fewer than
+// reopenBeyond, and otherwise ends its request and sends another from the
+// new position. tar passes over each member's data by seeking, so a shard
+// of large members is indexed by its headers, not read whole.
+type rangeStream struct {
+	ctx  context.Context
+	open func(ctx context.Context, off int64) (io.ReadCloser, error) // the object from off to its end
+	size int64
+
+	body io.ReadCloser // the request being read, or nil
+	at   int64         // the position of body's next byte
+	pos  int64         // the position of the next byte to read
+	head []byte        // the object's first bytes read, up to keptHead
+}
+
+// keptHead is how much of an object's start a rangeStream keeps: a reader
+// that checks its first bytes (a compressed shard's magic) and seeks back
+// reads them again without a request.
+const keptHead = 512
+
+// reopenBeyond is the longest stretch of an object a rangeStream reads
+// through rather than sending a new request: about what a request's
+// latency is worth on a connection to an object store (4 MiB take 40 ms
+// at 100 MB/s). A request given up mid-answer also costs its connection.
+const reopenBeyond = 4 << 20
+
+func (r *rangeStream) Read(p []byte) (int, error) {
+	if r.pos >= r.size {
+		return 0, io.EOF
+	}
+	if r.pos < int64(len(r.head)) {
+		n := copy(p, r.head[r.pos:])
+		r.pos += int64(n)
+		return n, nil
+	}
+	if r.body != nil && (r.pos < r.at || r.pos-r.at > reopenBeyond) {
+		r.body.Close()
+		r.body = nil
+	}
+	if r.body == nil {
+		body, err := r.open(r.ctx, r.pos)
+		if err != nil {
+			return 0, err
+		}
+		r.body, r.at = body, r.pos
+	}
+	if r.pos > r.at {
+		n, err := io.CopyN(io.Discard, r.body, r.pos-r.at)
+		r.at += n
+		if err != nil {
+			return 0, eofUnexpected(err)
+		}
+	}
+	n, err := r.body.Read(p)
+	if r.at == int64(len(r.head)) && r.at < keptHead {
+		r.head = append(r.head, p[:min(int64(n), keptHead-r.at)]...)
+	}
+	r.at += int64(n)
+	r.pos += int64(n)
+	if err == io.EOF && r.pos < r.size {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// eofUnexpected turns an end of the object before its listed size into
+// io.ErrUnexpectedEOF.
+func eofUnexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Seek sets the position of the next Read; it sends nothing.
+func (r *rangeStream) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		off += r.pos
+	case io.SeekEnd:
+		off += r.size
+	case io.SeekStart:
+	default:
+		return r.pos, fmt.Errorf("shards: seek whence %d", whence)
+	}
+	if off < 0 {
+		return r.pos, fmt.Errorf("shards: seek to %d", off)
+	}
+	r.pos = off
+	return off, nil
+}
+
+func (r *rangeStream) Close() error {
+	if r.body == nil {
+		return nil
+	}
+	err := r.body.Close()
+	r.body = nil
+	return err
 }
 
 func (s *s3Store) readAt(i int, off, n int64, dst []byte) ([]byte, error) {

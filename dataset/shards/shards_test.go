@@ -206,6 +206,40 @@ func TestS3ShardsByRangedReads(t *testing.T) {
 	}
 }
 
+// A bucket's shard is indexed by its headers where its members are
+// large: one request for the shard's start and one past each member of
+// over 4 MiB, not every byte; and the index gives every sample's bytes.
+func TestS3ShardIndexPassesOverLargeMembers(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-wds")
+	const nShards, per, large = 2, 3, 5 << 20
+	var keys []string
+	var want []map[string][]byte
+	for s := range nShards {
+		var files []file
+		for j := range per {
+			key := fmt.Sprintf("clip%d-%d", s, j)
+			m := map[string][]byte{"mp4": bytes.Repeat([]byte{byte(s*per + j)}, large+j), "json": []byte(fmt.Sprintf(`{"i":%d}`, j))}
+			files = append(files, file{key + ".mp4", m["mp4"]}, file{key + ".json", m["json"]})
+			keys, want = append(keys, key), append(want, m)
+		}
+		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%03d.tar", s), writeTar(t, "", files))
+	}
+	cfg := shards.Config{Location: "s3://shade-wds/wds",
+		S3: s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}}
+	src, err := shards.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gets := g.GetCounts(t, "shade-wds")
+	for s := range nShards {
+		if k := fmt.Sprintf("wds/shard-%03d.tar", s); gets[k] != 1+per {
+			t.Fatalf("indexing %s took %d GETs, want %d: one, and one past each large member", k, gets[k], 1+per)
+		}
+	}
+	checkAll(t, src, keys, want)
+}
+
 // openDirShards writes nShards shards of per samples (makeShards) to a
 // new folder and opens them; it returns the folder and what makeShards
 // returns.
@@ -350,48 +384,58 @@ func TestIndexErrorIsTheFirstInShardOrder(t *testing.T) {
 	}
 }
 
-// BenchmarkIndex builds the index of 32 shards of 1 MiB (40 samples of
-// 25 KiB each) in a directory and in a bucket of a real gateway on
-// loopback, reading one shard at a time and DefaultIndexShards at once.
-// A bucket's shards are streamed whole (a stream cannot seek over member
-// data); a directory's are read by their headers.
+// BenchmarkIndex builds the index of shards in a directory and in a
+// bucket of a real gateway on loopback, reading one shard at a time and
+// DefaultIndexShards at once: 32 shards of 1 MiB (40 samples of 25 KiB
+// each), and 8 shards of 64 MiB (8 samples, each a member of 8 MiB and a
+// small one). A directory's shards are read by their headers; a bucket's
+// streamed, except past members of over 4 MiB.
 func BenchmarkIndex(b *testing.B) {
-	const nShards, per = 32, 40
-	dir := b.TempDir()
-	var tars [][]byte
-	for s := range nShards {
-		var files []file
-		for j := range per {
-			files = append(files, file{fmt.Sprintf("s%03d-%03d.jpg", s, j), bytes.Repeat([]byte{byte(j)}, 25<<10)})
+	for _, shape := range []struct {
+		name         string
+		nShards, per int
+		size, small  int
+	}{{"25KiB", 32, 40, 25 << 10, 0}, {"8MiB", 8, 8, 8 << 20, 100}} {
+		dir := b.TempDir()
+		var tars [][]byte
+		for s := range shape.nShards {
+			var files []file
+			for j := range shape.per {
+				files = append(files, file{fmt.Sprintf("s%03d-%03d.bin", s, j), bytes.Repeat([]byte{byte(j)}, shape.size)})
+				if shape.small > 0 {
+					files = append(files, file{fmt.Sprintf("s%03d-%03d.json", s, j), bytes.Repeat([]byte{'x'}, shape.small)})
+				}
+			}
+			tars = append(tars, writeTar(b, filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", s)), files))
 		}
-		tars = append(tars, writeTar(b, filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", s)), files))
-	}
-	g := s3test.Start(b)
-	g.CreateBucket(b, "bench-wds")
-	var total int64
-	for i, t := range tars {
-		g.Put(b, "bench-wds", fmt.Sprintf("wds/shard-%03d.tar", i), t)
-		total += int64(len(t))
-	}
-	s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
-	for _, where := range []string{"dir", "s3"} {
-		for _, at := range []int{1, shards.DefaultIndexShards} {
-			b.Run(fmt.Sprintf("%s/%d-at-once", where, at), func(b *testing.B) {
-				cfg := shards.Config{Location: dir, IndexShards: at}
-				if where == "s3" {
-					cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, IndexShards: at}
-				}
-				b.SetBytes(total)
-				for b.Loop() {
-					src, err := shards.Open(context.Background(), cfg)
-					if err != nil {
-						b.Fatal(err)
+		g := s3test.Start(b)
+		g.CreateBucket(b, "bench-wds")
+		var total int64
+		for i, t := range tars {
+			g.Put(b, "bench-wds", fmt.Sprintf("wds/shard-%03d.tar", i), t)
+			total += int64(len(t))
+		}
+		tars = nil
+		s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+		for _, where := range []string{"dir", "s3"} {
+			for _, at := range []int{1, shards.DefaultIndexShards} {
+				b.Run(fmt.Sprintf("%s/%s/%d-at-once", shape.name, where, at), func(b *testing.B) {
+					cfg := shards.Config{Location: dir, IndexShards: at}
+					if where == "s3" {
+						cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, IndexShards: at}
 					}
-					if n := src.Manifest().Len(); n != nShards*per {
-						b.Fatalf("%d samples, want %d", n, nShards*per)
+					b.SetBytes(total)
+					for b.Loop() {
+						src, err := shards.Open(context.Background(), cfg)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if n := src.Manifest().Len(); n != shape.nShards*shape.per {
+							b.Fatalf("%d samples, want %d", n, shape.nShards*shape.per)
+						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
