@@ -1,6 +1,7 @@
 package shards
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -18,10 +19,38 @@ type object struct {
 }
 
 func (o *object) stream() *rangeStream {
-	return &rangeStream{ctx: context.Background(), size: o.size, open: func(_ context.Context, off int64) (io.ReadCloser, error) {
+	return &rangeStream{ctx: context.Background(), size: o.size, readThrough: objectReadThrough, open: func(_ context.Context, off int64) (io.ReadCloser, error) {
 		o.requests = append(o.requests, off)
 		return io.NopCloser(bytes.NewReader(o.data[off:])), nil
 	}}
+}
+
+// fileStream reads the object as a directory's shard is read: through a
+// buffer of fileChunk bytes, read on only within it.
+func (o *object) fileStream() *rangeStream {
+	buf := bufio.NewReaderSize(nil, fileChunk)
+	return &rangeStream{ctx: context.Background(), size: o.size, open: func(_ context.Context, off int64) (io.ReadCloser, error) {
+		o.requests = append(o.requests, off)
+		buf.Reset(bytes.NewReader(o.data[off:]))
+		return fileBody{buf}, nil
+	}}
+}
+
+// A directory's shard is read on within what its buffer holds, and read
+// again at the new position past it.
+func TestRangeStreamOfAFile(t *testing.T) {
+	o := newObject(100_000)
+	r := o.fileStream()
+	readAt(t, r, o, 0, 6)
+	readAt(t, r, o, 0, 512)                   // the head again: kept
+	readAt(t, r, o, 600, 100)                 // within the first read's fileChunk bytes
+	readAt(t, r, o, fileChunk-10, 10)         // the buffer's last bytes
+	readAt(t, r, o, fileChunk+1, 10)          // past it: read again
+	readAt(t, r, o, 3*fileChunk, 2*fileChunk) // a read larger than the buffer
+	readAt(t, r, o, 50_000, 10)
+	if want := []int64{0, fileChunk + 1, 3 * fileChunk, 50_000}; !slices.Equal(o.requests, want) {
+		t.Fatalf("reads from %v, want %v", o.requests, want)
+	}
 }
 
 func newObject(n int) *object {
@@ -51,17 +80,17 @@ func readAt(t *testing.T, r *rangeStream, o *object, off, n int64) {
 // new position past long ones and from the start where it has not kept
 // what is asked, and serves the object's first bytes again from memory.
 func TestRangeStreamRequests(t *testing.T) {
-	o := newObject(3*reopenBeyond + 4096)
+	o := newObject(3*objectReadThrough + 4096)
 	r := o.stream()
 	readAt(t, r, o, 0, 6)
-	readAt(t, r, o, 0, 512)                   // the head again: kept
-	readAt(t, r, o, 1000, 100)                // a short skip: read through
-	readAt(t, r, o, 1100+reopenBeyond, 10)    // as far as is read through
-	readAt(t, r, o, 1111+2*reopenBeyond, 10)  // one byte further: a request
-	readAt(t, r, o, 1121+3*reopenBeyond, 300) // as far again: read through
-	readAt(t, r, o, 600, 10)                  // back, past the kept head
-	readAt(t, r, o, 0, 100)                   // the head, kept from the first request
-	if want := []int64{0, 1111 + 2*reopenBeyond, 600}; !slices.Equal(o.requests, want) {
+	readAt(t, r, o, 0, 512)                        // the head again: kept
+	readAt(t, r, o, 1000, 100)                     // a short skip: read through
+	readAt(t, r, o, 1100+objectReadThrough, 10)    // as far as is read through
+	readAt(t, r, o, 1111+2*objectReadThrough, 10)  // one byte further: a request
+	readAt(t, r, o, 1121+3*objectReadThrough, 300) // as far again: read through
+	readAt(t, r, o, 600, 10)                       // back, past the kept head
+	readAt(t, r, o, 0, 100)                        // the head, kept from the first request
+	if want := []int64{0, 1111 + 2*objectReadThrough, 600}; !slices.Equal(o.requests, want) {
 		t.Fatalf("requests from %v, want %v", o.requests, want)
 	}
 	if _, err := r.Seek(0, io.SeekEnd); err != nil {

@@ -622,13 +622,28 @@ func (d *dirStore) check() string {
 	return "dir:" + hex.EncodeToString(h.Sum(nil))
 }
 
-func (d *dirStore) stream(_ context.Context, i int) (io.ReadSeekCloser, error) {
+func (d *dirStore) stream(ctx context.Context, i int) (io.ReadSeekCloser, error) {
 	f, err := os.Open(d.path(d.names[i]))
 	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
-	return f, nil
+	size := d.sizes[i]
+	buf := bufio.NewReaderSize(nil, fileChunk)
+	return &rangeStream{ctx: ctx, size: size, closer: f, open: func(_ context.Context, off int64) (io.ReadCloser, error) {
+		buf.Reset(io.NewSectionReader(f, off, size-off))
+		return fileBody{buf}, nil
+	}}, nil
 }
+
+// fileChunk is how much of a shard file one read takes while indexing: a
+// member's header, and those of the small members after it.
+const fileChunk = 2 << 10
+
+// fileBody is a file read from an offset through the buffer its stream
+// keeps; closing it leaves the file open.
+type fileBody struct{ *bufio.Reader }
+
+func (fileBody) Close() error { return nil }
 
 // readAt preads n bytes at off from shard i, after checking that the shard
 // still has the size and modification time it was indexed with: open,
@@ -698,111 +713,9 @@ func (s *s3Store) shards() ([]string, []int64) { return s.names, s.sizes }
 func (s *s3Store) check() string { return "s3:" + s.src.Manifest().Version }
 
 func (s *s3Store) stream(ctx context.Context, i int) (io.ReadSeekCloser, error) {
-	return &rangeStream{ctx: ctx, size: s.sizes[i], open: func(ctx context.Context, off int64) (io.ReadCloser, error) {
+	return &rangeStream{ctx: ctx, size: s.sizes[i], readThrough: objectReadThrough, open: func(ctx context.Context, off int64) (io.ReadCloser, error) {
 		return s.src.Stream(ctx, s.index[i], off)
 	}}, nil
-}
-
-// rangeStream reads an object as a stream that seeks: a read after a seek
-// ahead reads through the bytes passed over where they are fewer than
-// reopenBeyond, and otherwise ends its request and sends another from the
-// new position. tar passes over each member's data by seeking, so a shard
-// of large members is indexed by its headers, not read whole.
-type rangeStream struct {
-	ctx  context.Context
-	open func(ctx context.Context, off int64) (io.ReadCloser, error) // the object from off to its end
-	size int64
-
-	body io.ReadCloser // the request being read, or nil
-	at   int64         // the position of body's next byte
-	pos  int64         // the position of the next byte to read
-	head []byte        // the object's first bytes read, up to keptHead
-}
-
-// keptHead is how much of an object's start a rangeStream keeps: a reader
-// that checks its first bytes (a compressed shard's magic) and seeks back
-// reads them again without a request.
-const keptHead = 512
-
-// reopenBeyond is the longest stretch of an object a rangeStream reads
-// through rather than sending a new request: about what a request's
-// latency is worth on a connection to an object store (4 MiB take 40 ms
-// at 100 MB/s). A request given up mid-answer also costs its connection.
-const reopenBeyond = 4 << 20
-
-func (r *rangeStream) Read(p []byte) (int, error) {
-	if r.pos >= r.size {
-		return 0, io.EOF
-	}
-	if r.pos < int64(len(r.head)) {
-		n := copy(p, r.head[r.pos:])
-		r.pos += int64(n)
-		return n, nil
-	}
-	if r.body != nil && (r.pos < r.at || r.pos-r.at > reopenBeyond) {
-		r.body.Close()
-		r.body = nil
-	}
-	if r.body == nil {
-		body, err := r.open(r.ctx, r.pos)
-		if err != nil {
-			return 0, err
-		}
-		r.body, r.at = body, r.pos
-	}
-	if r.pos > r.at {
-		n, err := io.CopyN(io.Discard, r.body, r.pos-r.at)
-		r.at += n
-		if err != nil {
-			return 0, eofUnexpected(err)
-		}
-	}
-	n, err := r.body.Read(p)
-	if r.at == int64(len(r.head)) && r.at < keptHead {
-		r.head = append(r.head, p[:min(int64(n), keptHead-r.at)]...)
-	}
-	r.at += int64(n)
-	r.pos += int64(n)
-	if err == io.EOF && r.pos < r.size {
-		err = io.ErrUnexpectedEOF
-	}
-	return n, err
-}
-
-// eofUnexpected turns an end of the object before its listed size into
-// io.ErrUnexpectedEOF.
-func eofUnexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// Seek sets the position of the next Read; it sends nothing.
-func (r *rangeStream) Seek(off int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekCurrent:
-		off += r.pos
-	case io.SeekEnd:
-		off += r.size
-	case io.SeekStart:
-	default:
-		return r.pos, fmt.Errorf("shards: seek whence %d", whence)
-	}
-	if off < 0 {
-		return r.pos, fmt.Errorf("shards: seek to %d", off)
-	}
-	r.pos = off
-	return off, nil
-}
-
-func (r *rangeStream) Close() error {
-	if r.body == nil {
-		return nil
-	}
-	err := r.body.Close()
-	r.body = nil
-	return err
 }
 
 func (s *s3Store) readAt(i int, off, n int64, dst []byte) ([]byte, error) {
