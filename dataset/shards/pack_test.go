@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -171,6 +172,55 @@ func TestIndexRoundTrip(t *testing.T) {
 		os.WriteFile(cut, whole[:n], 0o600)
 		if got := loadIndex(cut, "dir:abc"); got != nil {
 			t.Fatalf("index cut at %d of %d bytes: %d samples, want none", n, len(whole), len(got))
+		}
+	}
+}
+
+// The version hashes each member as fmt wrote it: "i/ext/off/size\n".
+func TestMemberLineAsFmtWroteIt(t *testing.T) {
+	for _, c := range []struct {
+		i int
+		m member
+	}{{0, member{"jpg", 0, 1}}, {12345, member{"meta.json", 1 << 40, 4<<30 - 1}}, {7, member{"", -1, 0}}} {
+		if got, want := string(appendMemberLine([]byte("x"), c.i, c.m)), fmt.Sprintf("x%d/%s/%d/%d\n", c.i, c.m.Ext, c.m.Off, c.m.Size); got != want {
+			t.Fatalf("%q, want %q", got, want)
+		}
+	}
+}
+
+// BenchmarkManifest: the manifest of 100,000 samples of 2.3 members, as
+// Open makes it from a new index (names, sizes, the version's hash).
+func BenchmarkManifest(b *testing.B) {
+	samples := samplesOf(100_000, 1_000)
+	st := &dirStore{names: []string{"a.tar"}, sizes: []int64{1 << 40}}
+	for b.Loop() {
+		if _, err := manifest(st, samples); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// encodedSize is the length appendSample writes, at every header's size
+// boundary.
+func TestEncodedSizeIsWhatIsWritten(t *testing.T) {
+	var ms []member
+	var pms []packedMember
+	var exts []string
+	for i, size := range []int64{0, 1, 255, 256, 65535, 65536, 70000} {
+		ext := strings.Repeat("e", []int{1, 31, 32, 255, 256, 3, 65536}[i])
+		ms = append(ms, member{Ext: ext, Size: size})
+		pms = append(pms, packedMember{ext: uint32(len(exts)), size: uint32(size)})
+		exts = append(exts, ext)
+		span := make([]byte, 70000)
+		if got, want := encodedSize(ms), int64(len(appendSample(nil, pms, exts, span))); got != want {
+			t.Fatalf("%d members: encodedSize %d, written %d", len(ms), got, want)
+		}
+	}
+	for _, k := range []int{15, 16, 65536} {
+		many := make([]member, k)
+		pmany := make([]packedMember, k)
+		if got, want := encodedSize(many), int64(len(appendSample(nil, pmany, []string{""}, nil))); got != want {
+			t.Fatalf("%d members: encodedSize %d, written %d", k, got, want)
 		}
 	}
 }

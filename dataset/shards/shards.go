@@ -49,6 +49,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -326,12 +327,38 @@ func appendHeader(dst []byte, n int, fix byte, fixMax int, code8, code16, code32
 
 // encodedSize is len(appendSample(nil, ms, ...)).
 func encodedSize(ms []member) int64 {
-	n := int64(len(appendHeader(nil, len(ms), 0x80, 16, 0, 0xde, 0xdf)))
+	n := headerLen(len(ms), 16, false)
 	for _, m := range ms {
-		n += int64(len(appendHeader(nil, len(m.Ext), 0xa0, 32, 0xd9, 0xda, 0xdb))) + int64(len(m.Ext))
-		n += int64(len(appendHeader(nil, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6))) + m.Size
+		n += headerLen(len(m.Ext), 32, true) + int64(len(m.Ext))
+		n += headerLen(int(m.Size), 0, true) + m.Size
 	}
 	return n
+}
+
+// headerLen is len(appendHeader(nil, n, fix, fixMax, code8, ...)), where
+// has8 says whether code8 is not 0.
+func headerLen(n, fixMax int, has8 bool) int64 {
+	switch {
+	case n < fixMax:
+		return 1
+	case has8 && n < 1<<8:
+		return 2
+	case n < 1<<16:
+		return 3
+	default:
+		return 5
+	}
+}
+
+// appendMemberLine appends what the version hashes of sample i's member
+// m: "i/ext/off/size\n", as fmt's %d and %s would write it.
+func appendMemberLine(dst []byte, i int, m member) []byte {
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = append(append(append(dst, '/'), m.Ext...), '/')
+	dst = strconv.AppendInt(dst, m.Off, 10)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, m.Size, 10)
+	return append(dst, '\n')
 }
 
 func manifest(st store, samples []sample) (*dataset.Manifest, error) {
@@ -345,13 +372,15 @@ func manifest(st store, samples []sample) (*dataset.Manifest, error) {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
 	h.Write([]byte(dataset.VersionOf(packed, shardSizes)))
+	var line []byte
 	for i, smp := range samples {
 		if err := nb.Add(smp.Key); err != nil {
 			return nil, fmt.Errorf("shards: sample %d: %w", i, err)
 		}
 		sizes[i] = encodedSize(smp.Members)
 		for _, m := range smp.Members {
-			fmt.Fprintf(h, "%d/%s/%d/%d\n", i, m.Ext, m.Off, m.Size)
+			line = appendMemberLine(line[:0], i, m)
+			h.Write(line)
 		}
 	}
 	names := nb.Names()
