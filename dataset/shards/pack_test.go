@@ -1,15 +1,23 @@
 package shards
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
+
+	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/jsonstream"
 )
 
 // samplesOf makes n samples as indexShard would, in shards of per: each
@@ -126,52 +134,139 @@ func BenchmarkIndexMemory(b *testing.B) {
 	}
 }
 
-// TestIndexRoundTrip: an index saved one sample at a time reads back
-// whole; one written as a single JSON document (as earlier builds wrote
-// it) reads too; an index of other shards (another check), of another
-// format, or cut short is not used (nil: index again).
+// TestIndexRoundTrip: an index saved reads back whole; an index of other
+// shards (another check), cut short, with a byte changed or with bytes
+// after it is not used (nil: index again).
 func TestIndexRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	samples := samplesOf(2000, 300)
-	path := filepath.Join(dir, "ix.json")
+	samples[7].Members[0].Ext = "ünïcode/ext"
+	samples[8].Key = strings.Repeat("k", 1000)
+	path := filepath.Join(dir, "ix")
 	if err := saveIndex(path, "dir:abc", samples); err != nil {
 		t.Fatal(err)
 	}
-	got := loadIndex(path, "dir:abc")
-	if len(got) != len(samples) {
-		t.Fatalf("read back %d samples, want %d", len(got), len(samples))
+	got, legacy := loadIndex(path, "dir:abc")
+	if legacy || len(got) != len(samples) {
+		t.Fatalf("read back %d samples (legacy %v), want %d", len(got), legacy, len(samples))
 	}
-	for i := range samples {
-		if got[i].Key != samples[i].Key || got[i].Shard != samples[i].Shard || got[i].Start != samples[i].Start ||
-			got[i].End != samples[i].End || !slices.Equal(got[i].Members, samples[i].Members) {
-			t.Fatalf("sample %d read back as %+v, want %+v", i, got[i], samples[i])
+	sameSamples(t, got, samples)
+	if got, _ := loadIndex(path, "dir:other"); got != nil {
+		t.Fatalf("an index of other shards gave %d samples", len(got))
+	}
+	whole, _ := os.ReadFile(path)
+	for _, r := range []io.Reader{iotest.OneByteReader(bytes.NewReader(whole)), iotest.HalfReader(bytes.NewReader(whole))} {
+		got, err := readIndex(r, int64(len(whole)), "dir:abc")
+		if err != nil {
+			t.Fatalf("read in small pieces: %v", err)
+		}
+		sameSamples(t, got, samples)
+	}
+	bad := filepath.Join(dir, "bad")
+	for _, n := range []int{0, 1, 30, len(whole) / 3, len(whole) - 4, len(whole) - 1} {
+		os.WriteFile(bad, whole[:n], 0o600)
+		if got, _ := loadIndex(bad, "dir:abc"); got != nil {
+			t.Fatalf("index cut at %d of %d bytes: %d samples, want none", n, len(whole), len(got))
 		}
 	}
-	if got := loadIndex(path, "dir:other"); got != nil {
-		t.Fatalf("an index of other shards gave %d samples", len(got))
+	for _, at := range []int{len(indexMagic), len(whole) / 2, len(whole) - 2} {
+		changed := slices.Clone(whole)
+		changed[at] ^= 0x10
+		os.WriteFile(bad, changed, 0o600)
+		if got, _ := loadIndex(bad, "dir:abc"); got != nil {
+			t.Fatalf("index with byte %d changed: %d samples, want none", at, len(got))
+		}
+	}
+	os.WriteFile(bad, append(slices.Clone(whole), 0), 0o600)
+	if got, _ := loadIndex(bad, "dir:abc"); got != nil {
+		t.Fatalf("index with a byte after it: %d samples, want none", len(got))
+	}
+}
+
+// An index damaged where it counts samples or members makes no room
+// beyond what the rest of the file could fill.
+func TestIndexCountsBoundedByTheFile(t *testing.T) {
+	var b []byte
+	b = append(b, indexMagic...)
+	b = appendString(b, "c")
+	b = binary.AppendUvarint(b, 1)
+	b = appendString(b, "key")
+	b = append(b, 0, 0, 1)
+	b = binary.AppendUvarint(b, 1<<40) // members
+	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, errIndexFile) {
+		t.Fatalf("2^40 members: %v", err)
+	}
+	b = append(b[:len(indexMagic)], appendString(nil, "c")...)
+	b = binary.AppendUvarint(b, 1<<40) // samples
+	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, errIndexFile) {
+		t.Fatalf("2^40 samples: %v", err)
+	}
+}
+
+// The JSON index of an earlier build beside the path is read, in pieces
+// or as one document, once: Open saves it again in this form and removes
+// it. One of another format is not used.
+func TestIndexOfAnEarlierBuild(t *testing.T) {
+	dir := t.TempDir()
+	samples := samplesOf(500, 100)
+	path := filepath.Join(dir, "ix")
+	writeJSONIndex(t, path+".json", indexFormat, "dir:abc", samples)
+	got, legacy := loadIndex(path, "dir:abc")
+	if !legacy {
+		t.Fatal("the earlier build's index not read as such")
+	}
+	sameSamples(t, got, samples)
+	if err := saveIndex(path, "dir:abc", got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".json"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the earlier build's index left: %v", err)
+	}
+	if got, legacy := loadIndex(path, "dir:abc"); legacy || len(got) != len(samples) {
+		t.Fatalf("saved again: %d samples, legacy %v", len(got), legacy)
 	}
 
 	one, err := json.Marshal(map[string]any{"samples": samples[:3], "format": indexFormat, "check": "c", "later": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := filepath.Join(dir, "old.json")
-	os.WriteFile(old, one, 0o600)
-	if got := loadIndex(old, "c"); len(got) != 3 || got[2].Key != samples[2].Key {
+	old := filepath.Join(dir, "old")
+	os.WriteFile(old+".json", one, 0o600)
+	if got, _ := loadIndex(old, "c"); len(got) != 3 || got[2].Key != samples[2].Key {
 		t.Fatalf("one-document index: %d samples, want 3", len(got))
 	}
-	one, _ = json.Marshal(map[string]any{"samples": samples[:3], "format": "shade-shards-index/0", "check": "c"})
-	os.WriteFile(old, one, 0o600)
-	if got := loadIndex(old, "c"); got != nil {
+	writeJSONIndex(t, old+".json", "shade-shards-index/0", "c", samples[:3])
+	if got, _ := loadIndex(old, "c"); got != nil {
 		t.Fatalf("an index of another format gave %d samples", len(got))
 	}
+	writeJSONIndex(t, old+".json", indexFormat, "c", samples)
+	whole, _ := os.ReadFile(old + ".json")
+	os.WriteFile(old+".json", whole[:len(whole)-3], 0o600)
+	if got, _ := loadIndex(old, "c"); got != nil {
+		t.Fatalf("an earlier build's index cut short gave %d samples", len(got))
+	}
+}
 
-	whole, _ := os.ReadFile(path)
-	cut := filepath.Join(dir, "cut.json")
-	for _, n := range []int{0, 1, 30, len(whole) / 3, len(whole) - 3} {
-		os.WriteFile(cut, whole[:n], 0o600)
-		if got := loadIndex(cut, "dir:abc"); got != nil {
-			t.Fatalf("index cut at %d of %d bytes: %d samples, want none", n, len(whole), len(got))
+// writeJSONIndex writes samples as earlier builds saved an index.
+func writeJSONIndex(t *testing.T, path, format, check string, samples []sample) {
+	t.Helper()
+	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
+		return jsonstream.Write(w, index{Format: format, Check: check}, "samples", len(samples), func(i int) any { return &samples[i] })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sameSamples(t *testing.T, got, want []sample) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d samples, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Key != want[i].Key || got[i].Shard != want[i].Shard || got[i].Start != want[i].Start ||
+			got[i].End != want[i].End || !slices.Equal(got[i].Members, want[i].Members) {
+			t.Fatalf("sample %d read back as %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }
@@ -221,6 +316,34 @@ func TestEncodedSizeIsWhatIsWritten(t *testing.T) {
 		pmany := make([]packedMember, k)
 		if got, want := encodedSize(many), int64(len(appendSample(nil, pmany, []string{""}, nil))); got != want {
 			t.Fatalf("%d members: encodedSize %d, written %d", k, got, want)
+		}
+	}
+}
+
+// BenchmarkLoadIndex reads a saved index of 1,000,000 samples of 2.3
+// members: what a restart over a large dataset waits for.
+func BenchmarkLoadIndex(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "index")
+	if err := saveIndex(path, "check", samplesOf(1_000_000, 10_000)); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if got, _ := loadIndex(path, "check"); len(got) != 1_000_000 {
+			b.Fatalf("%d samples read", len(got))
+		}
+	}
+}
+
+// A saved index is used only where every sample lies within a shard.
+func TestWithinShards(t *testing.T) {
+	st := &dirStore{names: []string{"a.tar", "b.tar"}, sizes: []int64{1000, 2000}}
+	ok := []sample{{Shard: 0, Start: 512, End: 1000}, {Shard: 1, Start: 0, End: 2000}}
+	if !withinShards(ok, st) || !withinShards(nil, st) {
+		t.Fatal("samples within the shards refused")
+	}
+	for _, bad := range []sample{{Shard: 2, End: 1}, {Shard: -1}, {Shard: 0, Start: 10, End: 1001}, {Shard: 1, Start: 9, End: 8}, {Shard: 1, Start: -1}} {
+		if withinShards(append(slices.Clone(ok), bad), st) {
+			t.Fatalf("sample %+v taken as within the shards", bad)
 		}
 	}
 }

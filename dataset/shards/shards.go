@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path"
@@ -168,11 +169,22 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	statePath := ""
 	if cfg.StateDir != "" {
 		sum := sha256.Sum256([]byte(cfg.Location + "\x00" + cfg.S3.Endpoint))
-		statePath = filepath.Join(cfg.StateDir, "shards-"+hex.EncodeToString(sum[:8])+".index.json")
+		statePath = filepath.Join(cfg.StateDir, "shards-"+hex.EncodeToString(sum[:8])+".index")
 	}
-	var samples []sample
+	var (
+		samples []sample
+		legacy  bool
+	)
 	if statePath != "" && !cfg.Reindex {
-		samples = loadIndex(statePath, st.check())
+		samples, legacy = loadIndex(statePath, st.check())
+		if !withinShards(samples, st) {
+			samples, legacy = nil, false // not of these shards after all: index again
+		}
+	}
+	if legacy {
+		if err := saveIndex(statePath, st.check(), samples); err != nil {
+			return nil, err
+		}
 	}
 	if samples == nil {
 		if samples, err = buildIndex(ctx, st, cfg.IndexShards); err != nil {
@@ -551,10 +563,9 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 	}
 }
 
-// index is the state file's header; its samples follow it
-// ({"format":...,"check":...,"samples":[...]}), written and read one at a
-// time (saveIndex, loadIndex): an index of millions of samples is not
-// built in memory as one JSON document.
+// index is the header of the JSON index files of earlier builds; its
+// samples follow it ({"format":...,"check":...,"samples":[...]}), read one
+// at a time (loadJSONIndex).
 type index struct {
 	Format string `json:"format"`
 	Check  string `json:"check"`
@@ -562,9 +573,38 @@ type index struct {
 
 const indexFormat = "shade-shards-index/1"
 
-// loadIndex returns the saved index if it is of this format and of the
-// shards as check identifies them, else nil (index again).
-func loadIndex(path, check string) []sample {
+// loadIndex returns the index saved at path if it is whole and of the
+// shards as check identifies them, else nil (index again). Where path
+// holds none, it reads the JSON index an earlier build kept at
+// path+".json"; legacy reports that it did.
+func loadIndex(path, check string) (samples []sample, legacy bool) {
+	if f, err := os.Open(path); err == nil {
+		defer f.Close()
+		if st, err := f.Stat(); err == nil {
+			if samples, err := readIndex(f, st.Size(), check); err == nil {
+				return samples, false
+			}
+		}
+		return nil, false
+	}
+	samples = loadJSONIndex(path+".json", check)
+	return samples, samples != nil
+}
+
+// withinShards reports whether every sample lies within a shard of st.
+func withinShards(samples []sample, st store) bool {
+	_, sizes := st.shards()
+	for _, smp := range samples {
+		if smp.Shard < 0 || smp.Shard >= len(sizes) || smp.Start < 0 || smp.End < smp.Start || smp.End > sizes[smp.Shard] {
+			return false
+		}
+	}
+	return true
+}
+
+// loadJSONIndex returns the JSON index at path if it is of this format and
+// of the shards as check identifies them, else nil.
+func loadJSONIndex(path, check string) []sample {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
@@ -587,16 +627,19 @@ func loadIndex(path, check string) []sample {
 	return samples
 }
 
-// saveIndex writes the index to a temporary file and renames it, one
-// sample at a time.
+// saveIndex writes the index to a temporary file and renames it to path,
+// and removes the JSON index of an earlier build beside it.
 func saveIndex(path, check string, samples []sample) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		return jsonstream.Write(w, index{Format: indexFormat, Check: check}, "samples", len(samples), func(i int) any { return &samples[i] })
+		return writeIndex(w, check, samples)
 	})
 	if err != nil {
+		return fmt.Errorf("shards: index: %w", err)
+	}
+	if err := os.Remove(path + ".json"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	return nil
