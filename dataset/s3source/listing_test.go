@@ -77,7 +77,7 @@ func TestListingRoundTrip(t *testing.T) {
 }
 
 // listedOf packs objs as a listing brings them.
-func listedOf(t *testing.T, loc Location, objs []object) *listed {
+func listedOf(t testing.TB, loc Location, objs []object) *listed {
 	t.Helper()
 	l := &listed{prefix: loc.Prefix}
 	for _, o := range objs {

@@ -17,6 +17,7 @@ import (
 	"testing/iotest"
 
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
 )
 
@@ -188,17 +189,19 @@ func TestIndexRoundTrip(t *testing.T) {
 func TestIndexCountsBoundedByTheFile(t *testing.T) {
 	var b []byte
 	b = append(b, indexMagic...)
-	b = appendString(b, "c")
 	b = binary.AppendUvarint(b, 1)
-	b = appendString(b, "key")
+	b = append(b, 'c')
+	b = binary.AppendUvarint(b, 1)
+	b = binary.AppendUvarint(b, 3)
+	b = append(b, "key"...)
 	b = append(b, 0, 0, 1)
 	b = binary.AppendUvarint(b, 1<<40) // members
-	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, errIndexFile) {
+	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, binfile.ErrFile) {
 		t.Fatalf("2^40 members: %v", err)
 	}
-	b = append(b[:len(indexMagic)], appendString(nil, "c")...)
+	b = append(b[:len(indexMagic)], 1, 'c')
 	b = binary.AppendUvarint(b, 1<<40) // samples
-	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, errIndexFile) {
+	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, binfile.ErrFile) {
 		t.Fatalf("2^40 samples: %v", err)
 	}
 }
