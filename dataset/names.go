@@ -94,7 +94,12 @@ type NamesBuilder struct {
 
 // Add appends name. A name longer than MaxNameBytes gives an error
 // wrapping ErrNameTooLong and is not added.
-func (b *NamesBuilder) Add(name string) error {
+func (b *NamesBuilder) Add(name string) error { return addName(b, name) }
+
+// AddBytes is Add of a name's bytes, which it copies.
+func (b *NamesBuilder) AddBytes(name []byte) error { return addName(b, name) }
+
+func addName[T string | []byte](b *NamesBuilder, name T) error {
 	if len(name) > MaxNameBytes {
 		return fmt.Errorf("%w: %d bytes (at most %d): %.64q...", ErrNameTooLong, len(name), MaxNameBytes, name)
 	}

@@ -2,7 +2,9 @@ package s3source
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,68 +13,147 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/jsonstream"
 )
 
-// TestListingRoundTrip: a listing saved one object at a time reads back
-// whole; one written as a single JSON document (as earlier builds wrote
-// it) reads too; a field of a later format is skipped; a listing of
-// another place, another format, or cut short is not used (nil: list
-// again).
+// TestListingRoundTrip: a listing saved reads back whole; a listing of
+// another place, cut short, with a byte changed or with bytes after it is
+// not used (nil: list again).
 func TestListingRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	loc := Location{Bucket: "b", Prefix: "train/"}
-	var objs []object
-	for i := range 3000 {
-		objs = append(objs, object{Key: fmt.Sprintf("train/c%d/%05d.png", i%7, i), Size: int64(i), ETag: fmt.Sprintf("%032x", i)})
-	}
-	slices.SortFunc(objs, func(a, b object) int { return strings.Compare(a.Key, b.Key) })
-	path := filepath.Join(dir, "l.json")
+	objs := testObjects(3000)
+	path := filepath.Join(dir, "l")
 	names, sizes, etags := listedOf(t, loc, objs).sorted()
 	if err := saveListing(path, "http://e", loc, names, sizes, etags); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := loadListing(path, "http://e", loc); err != nil || !slices.Equal(objectsOf(loc, got), objs) {
-		t.Fatalf("read back %d objects, %v; want the %d saved", len(objectsOf(loc, got)), err, len(objs))
+	got, legacy, err := loadListing(path, "http://e", loc)
+	if read := objectsOf(loc, got); err != nil || legacy || !slices.Equal(read, objs) {
+		t.Fatalf("read back %d objects, %v (legacy %v); want the %d saved", len(read), err, legacy, len(objs))
 	}
 	for _, other := range []struct {
 		endpoint string
 		loc      Location
 	}{{"http://other", loc}, {"http://e", Location{Bucket: "c", Prefix: "train/"}}, {"http://e", Location{Bucket: "b", Prefix: "val/"}}} {
-		if got, err := loadListing(path, other.endpoint, other.loc); got != nil || err != nil {
+		if got, _, err := loadListing(path, other.endpoint, other.loc); got != nil || err != nil {
 			t.Fatalf("listing of another place (%v): %d objects, %v; want none", other, got.len(), err)
 		}
 	}
+	whole, _ := os.ReadFile(path)
+	bad := filepath.Join(dir, "bad")
+	for _, n := range []int{0, 1, 40, len(whole) / 2, len(whole) - 4, len(whole) - 1} {
+		os.WriteFile(bad, whole[:n], 0o600)
+		if got, _, err := loadListing(bad, "http://e", loc); got != nil || err != nil {
+			t.Fatalf("listing cut at %d of %d bytes: %d objects, %v; want none", n, len(whole), got.len(), err)
+		}
+	}
+	for _, at := range []int{30, len(whole) / 2, len(whole) - 2} {
+		changed := slices.Clone(whole)
+		changed[at] ^= 0x10
+		os.WriteFile(bad, changed, 0o600)
+		if got, _, err := loadListing(bad, "http://e", loc); got != nil || err != nil {
+			t.Fatalf("listing with byte %d changed: %d objects, %v; want none", at, got.len(), err)
+		}
+	}
+	os.WriteFile(bad, append(slices.Clone(whole), 0), 0o600)
+	if got, _, err := loadListing(bad, "http://e", loc); got != nil || err != nil {
+		t.Fatalf("listing with a byte after it: %d objects, %v; want none", got.len(), err)
+	}
+	if got, legacy, err := loadListing(filepath.Join(dir, "missing"), "http://e", loc); got != nil || legacy || err != nil {
+		t.Fatalf("no listing: %v, %v, %v", got, legacy, err)
+	}
+}
 
-	// One JSON document, fields in another order, an unknown one.
+// The JSON listing of an earlier build beside the path is read, in
+// pieces or as one document (fields in another order, an unknown one),
+// and replaced once saved again. One of another format, or cut short, is
+// not used.
+func TestListingOfAnEarlierBuild(t *testing.T) {
+	dir := t.TempDir()
+	loc := Location{Bucket: "b", Prefix: "train/"}
+	objs := testObjects(500)
+	path := filepath.Join(dir, "l")
+	h := listing{Format: listingFormat, Endpoint: "http://e", Bucket: "b", Prefix: "train/", Listed: time.Now()}
+	writeJSON := func(objs []object) {
+		err := atomicfile.WriteWith(path+".json", 0o600, func(w io.Writer) error {
+			return jsonstream.Write(w, h, "objects", len(objs), func(i int) any { return objs[i] })
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeJSON(objs)
+	got, legacy, err := loadListing(path, "http://e", loc)
+	if read := objectsOf(loc, got); err != nil || !legacy || !slices.Equal(read, objs) {
+		t.Fatalf("an earlier build's listing: %d objects, legacy %v, %v", len(read), legacy, err)
+	}
+	names, sizes, etags := listedOf(t, loc, objs).sorted()
+	if err := saveListing(path, "http://e", loc, names, sizes, etags); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".json"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the earlier build's listing left: %v", err)
+	}
+	got, legacy, err = loadListing(path, "http://e", loc)
+	if read := objectsOf(loc, got); err != nil || legacy || !slices.Equal(read, objs) {
+		t.Fatalf("saved again: %d objects, legacy %v, %v", len(read), legacy, err)
+	}
+	os.Remove(path)
+
 	doc := map[string]any{"objects": objs[:5], "future": []int{1, 2}, "format": listingFormat,
 		"endpoint": "http://e", "bucket": "b", "prefix": "train/", "listed": time.Now()}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := filepath.Join(dir, "old.json")
-	os.WriteFile(old, b, 0o600)
-	if got, err := loadListing(old, "http://e", loc); err != nil || !slices.Equal(objectsOf(loc, got), objs[:5]) {
+	os.WriteFile(path+".json", b, 0o600)
+	if got, _, err := loadListing(path, "http://e", loc); err != nil || !slices.Equal(objectsOf(loc, got), objs[:5]) {
 		t.Fatalf("one-document listing: %v, %v; want its 5 objects", objectsOf(loc, got), err)
 	}
 	doc["format"] = "shade-s3-listing/0"
 	b, _ = json.Marshal(doc)
-	os.WriteFile(old, b, 0o600)
-	if got, _ := loadListing(old, "http://e", loc); got != nil {
+	os.WriteFile(path+".json", b, 0o600)
+	if got, _, _ := loadListing(path, "http://e", loc); got != nil {
 		t.Fatalf("a listing of another format gave %d objects", got.len())
 	}
-
-	// Cut short anywhere: not used.
-	whole, _ := os.ReadFile(path)
-	cut := filepath.Join(dir, "cut.json")
-	for _, n := range []int{0, 1, 40, len(whole) / 2, len(whole) - 3} {
-		os.WriteFile(cut, whole[:n], 0o600)
-		if got, err := loadListing(cut, "http://e", loc); got != nil || err != nil {
-			t.Fatalf("listing cut at %d of %d bytes: %d objects, %v; want none", n, len(whole), got.len(), err)
-		}
+	writeJSON(objs)
+	whole, _ := os.ReadFile(path + ".json")
+	os.WriteFile(path+".json", whole[:len(whole)-3], 0o600)
+	if got, _, err := loadListing(path, "http://e", loc); got != nil || err != nil {
+		t.Fatalf("an earlier build's listing cut short: %d objects, %v", got.len(), err)
 	}
-	if got, err := loadListing(filepath.Join(dir, "missing"), "http://e", loc); got != nil || err != nil {
-		t.Fatalf("no listing: %v, %v", got, err)
+}
+
+// testObjects makes n objects under train/ in key order, with MD5 ETags.
+func testObjects(n int) []object {
+	var objs []object
+	for i := range n {
+		objs = append(objs, object{Key: fmt.Sprintf("train/c%d/%05d.png", i%7, i), Size: int64(i), ETag: fmt.Sprintf("%032x", i)})
+	}
+	slices.SortFunc(objs, func(a, b object) int { return strings.Compare(a.Key, b.Key) })
+	return objs
+}
+
+// BenchmarkLoadListing reads a kept listing of 1,000,000 objects: what a
+// restart over a bucket of a million samples waits for.
+func BenchmarkLoadListing(b *testing.B) {
+	loc := Location{Bucket: "b", Prefix: "train/"}
+	var objs []object
+	for i := range 1_000_000 {
+		objs = append(objs, object{Key: fmt.Sprintf("train/c%03d/%07d.png", i/1000, i), Size: int64(i % 5000), ETag: fmt.Sprintf("%032x", i)})
+	}
+	path := filepath.Join(b.TempDir(), "l")
+	names, sizes, etags := listedOf(b, loc, objs).sorted()
+	if err := saveListing(path, "http://e", loc, names, sizes, etags); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if l, _, err := loadListing(path, "http://e", loc); err != nil || l.len() != len(objs) {
+			b.Fatalf("%d objects, %v", l.len(), err)
+		}
 	}
 }
 

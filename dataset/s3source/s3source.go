@@ -54,6 +54,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
 	"github.com/shade-mesh/shade/internal/workers"
 )
@@ -257,9 +258,12 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s := &Source{cfg: cfg, loc: loc, rt: rt, client: client, slots: make(chan struct{}, cfg.MaxInFlight)}
 	state := s.statePath()
-	var l *listed
+	var (
+		l      *listed
+		legacy bool
+	)
 	if state != "" && !cfg.Relist {
-		l, err = loadListing(state, cfg.Endpoint, loc)
+		l, legacy, err = loadListing(state, cfg.Endpoint, loc)
 		if err != nil {
 			return nil, err
 		}
@@ -278,7 +282,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	// object was a struct and two strings (an object's key is the prefix
 	// and its name).
 	names, sizes, etags := l.sorted()
-	if fresh && state != "" {
+	if (fresh || legacy) && state != "" {
 		if err := saveListing(state, cfg.Endpoint, loc, names, sizes, etags); err != nil {
 			return nil, err
 		}
@@ -732,18 +736,85 @@ type listing struct {
 const listingFormat = "shade-s3-listing/1"
 
 // statePath is the listing's file in the state directory, "" without one:
-// s3-BUCKET-HASH.listing.json, the hash over endpoint, bucket and prefix.
+// s3-BUCKET-HASH.listing, the hash over endpoint, bucket and prefix (an
+// earlier build's JSON listing at that path and ".json" is read once).
 func (s *Source) statePath() string {
 	if s.cfg.StateDir == "" {
 		return ""
 	}
 	sum := sha256.Sum256([]byte(s.cfg.Endpoint + "\x00" + s.loc.Bucket + "\x00" + s.loc.Prefix))
-	return filepath.Join(s.cfg.StateDir, "s3-"+s.loc.Bucket+"-"+hex.EncodeToString(sum[:8])+".listing.json")
+	return filepath.Join(s.cfg.StateDir, "s3-"+s.loc.Bucket+"-"+hex.EncodeToString(sum[:8])+".listing")
 }
 
 // loadListing returns the kept listing, or nil if there is none (or it
-// is unreadable, of another format, or of another place: listed again).
-func loadListing(path, endpoint string, loc Location) (*listed, error) {
+// is unreadable, of another form, or of another place: listed again).
+// Where path holds none, it reads the JSON listing an earlier build kept
+// at path+".json"; legacy reports that it did.
+func loadListing(path, endpoint string, loc Location) (l *listed, legacy bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		l, err = loadJSONListing(path+".json", endpoint, loc)
+		return l, l != nil, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("s3source: listing: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, false, fmt.Errorf("s3source: listing: %w", err)
+	}
+	l, err = readListing(f, st.Size(), endpoint, loc)
+	if err != nil {
+		return nil, false, nil
+	}
+	return l, false, nil
+}
+
+// The listing's state file, as this package writes it (internal/binfile):
+// the endpoint, bucket and prefix it lists, when it was listed (Unix
+// nanoseconds), the number of objects, and each object's name (its key
+// less the prefix), size and ETag.
+const listingMagic = "shade-s3-listing/2\n"
+
+// readListing reads a listing file of size bytes from r, if it is whole
+// and of the place asked.
+func readListing(r io.Reader, size int64, endpoint string, loc Location) (*listed, error) {
+	br, err := binfile.NewReader(r, size, listingMagic)
+	if err != nil {
+		return nil, err
+	}
+	for _, want := range []string{endpoint, loc.Bucket, loc.Prefix} {
+		if got := br.String(dataset.MaxNameBytes); br.Err() == nil && got != want {
+			return nil, fmt.Errorf("%w: a listing of another place", binfile.ErrFile)
+		}
+	}
+	br.Int() // when it was listed
+	l := &listed{prefix: loc.Prefix}
+	n := br.Uvarint(uint64(br.Left() / 3)) // an object takes 3 bytes at least
+	l.sizes = make([]int64, 0, n)
+	for range n {
+		if err := l.names.AddBytes(br.Bytes(dataset.MaxNameBytes)); err != nil {
+			return nil, err
+		}
+		size := br.Int()
+		if err := l.etags.AddBytes(br.Bytes(dataset.MaxNameBytes)); err != nil {
+			return nil, err
+		}
+		l.sizes = append(l.sizes, size)
+		if br.Err() != nil {
+			return nil, br.Err()
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// loadJSONListing returns the JSON listing at path if it is of this
+// format and of the place asked, else nil.
+func loadJSONListing(path, endpoint string, loc Location) (*listed, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -771,19 +842,30 @@ func loadListing(path, endpoint string, loc Location) (*listed, error) {
 	return l, nil
 }
 
-// saveListing writes the listing to a temporary file and renames it,
-// one object at a time.
+// saveListing writes the listing to a temporary file and renames it to
+// path, and removes the JSON listing of an earlier build beside it.
 func saveListing(path, endpoint string, loc Location, names dataset.Names, sizes []int64, etags dataset.Names) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
-	h := listing{Format: listingFormat, Endpoint: endpoint, Bucket: loc.Bucket, Prefix: loc.Prefix, Listed: time.Now().UTC()}
 	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		return jsonstream.Write(w, h, "objects", names.Len(), func(i int) any {
-			return object{Key: loc.Prefix + names.At(i), Size: sizes[i], ETag: etags.At(i)}
-		})
+		bw := binfile.NewWriter(w, listingMagic)
+		bw.String(endpoint)
+		bw.String(loc.Bucket)
+		bw.String(loc.Prefix)
+		bw.Uvarint(uint64(time.Now().UnixNano()))
+		bw.Uvarint(uint64(names.Len()))
+		for i, name := range names.All() {
+			bw.String(name)
+			bw.Uvarint(uint64(sizes[i]))
+			bw.String(etags.At(i))
+		}
+		return bw.Close()
 	})
 	if err != nil {
+		return fmt.Errorf("s3source: listing: %w", err)
+	}
+	if err := os.Remove(path + ".json"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
 	return nil
