@@ -1,8 +1,10 @@
 // Package jsonstream writes and reads a JSON document made of a header's
 // fields and one long array, {"a":...,"b":...,"items":[...]}, one array
-// element at a time: a state file of millions of elements (a bucket's
-// listing, a shards index) is never built or read in memory as one
-// document, and stays readable by encoding/json as one.
+// element at a time: a state file of millions of elements is never built
+// or read in memory as one document, and stays readable by encoding/json
+// as one. Earlier builds kept a bucket's listing and a shards index so;
+// they are read once and kept since in internal/binfile's form, and Write
+// makes such files for the tests of that.
 //
 // It is a leaf: it imports only the standard library.
 package jsonstream
