@@ -41,13 +41,7 @@ func startCrowd(tb testing.TB, k int) *crowd {
 	for i := range k {
 		c.add(tb, fmt.Sprintf("c%04d", i))
 	}
-	deadline := time.Now().Add(time.Minute)
-	for len(c.lists[0].Members()) < k {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the crowd's first member sees %d of %d", len(c.lists[0].Members()), k)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsupport.WaitFor(tb, time.Minute, "the crowd's first member sees them all", func() bool { return len(c.lists[0].Members()) == k })
 	return c
 }
 
@@ -157,14 +151,10 @@ func TestJoinSeesEveryMemberOfACrowd(t *testing.T) {
 	c := startCrowd(t, k)
 	n := c.join(t, "n")
 	c.add(t, "last")
-	want := append(c.names(), "n")
-	deadline := time.Now().Add(time.Minute)
-	for !slices.Equal(n.datasets["ds"].ring.Load().Members(), slices.Sorted(slices.Values(want))) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the ring holds %v, want %v", n.datasets["ds"].ring.Load().Members(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	want := slices.Sorted(slices.Values(append(c.names(), "n")))
+	testsupport.WaitFor(t, time.Minute, "the ring holds the crowd, the node and the last member", func() bool {
+		return slices.Equal(n.datasets["ds"].ring.Load().Members(), want)
+	})
 	// Each event may cost a refresh, but the k+1 of the join (the crowd's
 	// and its own) came at once and cost one or two.
 	if refreshes, events := n.cluster.refreshes.Load(), n.cluster.events.Load(); refreshes >= events {
@@ -229,11 +219,7 @@ func BenchmarkCrowd(b *testing.B) {
 // waitRing waits until the node's ring holds k members.
 func waitRing(tb testing.TB, n *Node, k int) {
 	tb.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for len(n.datasets["ds"].ring.Load().Members()) != k {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the ring holds %d members, want %d", len(n.datasets["ds"].ring.Load().Members()), k)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsupport.WaitFor(tb, time.Minute, fmt.Sprintf("the ring holds %d members", k), func() bool {
+		return len(n.datasets["ds"].ring.Load().Members()) == k
+	})
 }
