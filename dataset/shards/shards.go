@@ -337,29 +337,16 @@ func appendHeader(dst []byte, n int, fix byte, fixMax int, code8, code16, code32
 	}
 }
 
-// encodedSize is len(appendSample(nil, ms, ...)).
+// encodedSize is len(appendSample(nil, ms, ...)): each header written
+// into a buffer on the stack and measured.
 func encodedSize(ms []member) int64 {
-	n := headerLen(len(ms), 16, false)
+	var b [5]byte
+	n := int64(len(appendHeader(b[:0], len(ms), 0x80, 16, 0, 0xde, 0xdf)))
 	for _, m := range ms {
-		n += headerLen(len(m.Ext), 32, true) + int64(len(m.Ext))
-		n += headerLen(int(m.Size), 0, true) + m.Size
+		n += int64(len(appendHeader(b[:0], len(m.Ext), 0xa0, 32, 0xd9, 0xda, 0xdb))) + int64(len(m.Ext))
+		n += int64(len(appendHeader(b[:0], int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6))) + m.Size
 	}
 	return n
-}
-
-// headerLen is len(appendHeader(nil, n, fix, fixMax, code8, ...)), where
-// has8 says whether code8 is not 0.
-func headerLen(n, fixMax int, has8 bool) int64 {
-	switch {
-	case n < fixMax:
-		return 1
-	case has8 && n < 1<<8:
-		return 2
-	case n < 1<<16:
-		return 3
-	default:
-		return 5
-	}
 }
 
 // appendMemberLine appends what the version hashes of sample i's member
@@ -578,17 +565,20 @@ const indexFormat = "shade-shards-index/1"
 // holds none, it reads the JSON index an earlier build kept at
 // path+".json"; legacy reports that it did.
 func loadIndex(path, check string) (samples []sample, legacy bool) {
-	if f, err := os.Open(path); err == nil {
-		defer f.Close()
-		if st, err := f.Stat(); err == nil {
-			if samples, err := readIndex(f, st.Size(), check); err == nil {
-				return samples, false
-			}
-		}
+	f, err := os.Open(path)
+	if err != nil {
+		samples = loadJSONIndex(path+".json", check)
+		return samples, samples != nil
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
 		return nil, false
 	}
-	samples = loadJSONIndex(path+".json", check)
-	return samples, samples != nil
+	if samples, err = readIndex(f, st.Size(), check); err != nil {
+		return nil, false
+	}
+	return samples, false
 }
 
 // withinShards reports whether every sample lies within a shard of st.
