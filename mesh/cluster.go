@@ -207,7 +207,8 @@ type cluster struct {
 	pings singleflight.Group
 
 	// events counts the membership events followMembers read, refreshes
-	// refreshMembers' calls.
+	// refreshMembers' calls: how many events a refresh answers (the
+	// crowd tests and BenchmarkCrowd read them).
 	events, refreshes atomic.Int64
 
 	mu      sync.RWMutex
