@@ -154,9 +154,17 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 			return fmt.Errorf("--dataset %s=%s: %w", dc.Name, where, err)
 		}
 		m := src.Manifest()
-		log.Info().Str("dataset", dc.Name).Str("source", where).Int("samples", m.Len()).
-			Int64("bytes", m.TotalBytes()).Str("version", m.Version).Dur("took", time.Since(start)).
-			Msg("opened dataset")
+		ev := log.Info().Str("dataset", dc.Name).Str("source", where).Int("samples", m.Len()).
+			Int64("bytes", m.TotalBytes()).Str("version", m.Version).Dur("took", time.Since(start))
+		if sh, ok := src.(*shards.Source); ok {
+			from, skipped := sh.IndexFrom()
+			ev = ev.Str("index", string(from))
+			if skipped != nil {
+				log.Warn().Str("dataset", dc.Name).Err(skipped).
+					Msg("the index published beside the shards was not used: they were indexed again; publish it again with 'shadectl dataset index --publish'")
+			}
+		}
+		ev.Msg("opened dataset")
 		dc.Source = src
 	}
 	return nil

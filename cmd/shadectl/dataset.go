@@ -25,6 +25,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "  import-idx --dst DIR [--src DIR] [--limit N]  turn Fashion-MNIST's IDX files into DIR/train and DIR/test (PNG ImageFolder trees)")
 		fmt.Fprintln(w, "  index DIR [--json]                            sample count, bytes, version and classes of a dataset folder")
 		fmt.Fprintln(w, "                                                (or of s3://BUCKET/PREFIX, shards:DIR, shards:s3://BUCKET/PREFIX)")
+		fmt.Fprintln(w, "  index shards:s3://BUCKET/PREFIX --publish     also write the shards' index beside them, read by every peer")
+		fmt.Fprintln(w, "                                                instead of the shards' headers")
 		fmt.Fprintln(w, "  upload DIR s3://BUCKET/PREFIX [--s3-endpoint URL] [--s3-region R] [--s3-path-style]")
 		fmt.Fprintln(w, "                                                put a dataset folder's samples into a bucket prefix, for --dataset NAME=s3://...")
 	}
@@ -151,12 +153,15 @@ type indexReport struct {
 	Version    string   `json:"version"`
 	Classes    int      `json:"classes"`
 	ClassNames []string `json:"class_names"`
+	// Published is where --publish wrote the index ("" without it).
+	Published string `json:"published,omitempty"`
 }
 
 func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shadectl dataset index", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	publish := fs.Bool("publish", false, "shards:s3:// only: write the index beside the shards (PREFIX/.shade/shards.index), for every peer that opens them to read in one GET instead of every shard's headers; needs write access to the bucket; run it again after the shards change")
 	s3cfg := s3Flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--s3-... flags]")
@@ -171,18 +176,25 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		return errors.New("index: want exactly one folder")
 	}
 	var (
-		dir string
-		m   *dataset.Manifest
+		dir       string
+		m         *dataset.Manifest
+		published string
 	)
 	loc, isShards := strings.CutPrefix(pos[0], shards.Prefix)
+	if *publish && !(isShards && s3source.IsURL(loc)) {
+		return fmt.Errorf("index: --publish is for shards:s3://BUCKET/PREFIX, not %s", pos[0])
+	}
 	switch {
 	case isShards:
 		dir = pos[0]
 		var src *shards.Source
-		if src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg()}); err != nil {
+		if src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg(), PublishIndex: *publish}); err != nil {
 			return err
 		}
 		m = src.Manifest()
+		if *publish {
+			published = strings.TrimSuffix(loc, "/") + "/" + s3source.AsideFolder + shards.PublishedIndex
+		}
 	case s3source.IsURL(pos[0]):
 		dir = pos[0]
 		cfg := s3cfg()
@@ -215,6 +227,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		Bytes:      m.TotalBytes(),
 		Version:    m.Version,
 		ClassNames: m.Classes(),
+		Published:  published,
 	}
 	r.Classes = len(r.ClassNames)
 	if r.ClassNames == nil {
@@ -230,6 +243,9 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "bytes    %d (%s)\n", r.Bytes, humanBytes(r.Bytes))
 	fmt.Fprintf(stdout, "version  %s\n", r.Version)
 	fmt.Fprintf(stdout, "classes  %d\n", r.Classes)
+	if r.Published != "" {
+		fmt.Fprintf(stdout, "index    %s\n", r.Published)
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/dataset/shards"
 	"github.com/shade-mesh/shade/internal/s3test"
 )
 
@@ -70,5 +72,45 @@ func TestDatasetUpload(t *testing.T) {
 	}
 	if err := runDatasetUpload([]string{dir}, io.Discard, io.Discard); err == nil {
 		t.Fatal("upload without a URL accepted")
+	}
+}
+
+// "dataset index shards:s3://... --publish" writes the index beside the
+// shards, and a peer's Open then reads it instead of the shards.
+func TestDatasetIndexPublish(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-wds")
+	for s := range 2 {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for j := range 5 {
+			data := []byte(fmt.Sprintf("sample %d of shard %d", j, s))
+			tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("s%d-%d.txt", s, j), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg})
+			tw.Write(data)
+		}
+		tw.Close()
+		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%d.tar", s), buf.Bytes())
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", g.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", g.SecretKey)
+	var out bytes.Buffer
+	if err := runDatasetIndex([]string{"shards:s3://shade-wds/wds", "--publish", "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := "index    s3://shade-wds/wds/.shade/shards.index\n"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "samples  10\n") {
+		t.Fatalf("index --publish printed\n%s\nwant the 10 samples and %q", out.String(), want)
+	}
+	src, err := shards.Open(context.Background(), shards.Config{Location: "s3://shade-wds/wds",
+		S3: s3source.Config{Endpoint: g.Endpoint, PathStyle: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, skipped := src.IndexFrom(); from != shards.IndexPublished || src.Manifest().Len() != 10 {
+		t.Fatalf("Open after index --publish: index %s (%v), %d samples; want the published index of 10", from, skipped, src.Manifest().Len())
+	}
+	for _, arg := range []string{t.TempDir(), "s3://shade-wds/wds", "shards:" + t.TempDir()} {
+		if err := runDatasetIndex([]string{arg, "--publish"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--publish is for shards:s3://") {
+			t.Fatalf("index %s --publish: %v, want refused", arg, err)
+		}
 	}
 }

@@ -583,3 +583,62 @@ func TestStreamFromAnOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestAside: what is written beside a dataset reads back byte-exact, is
+// never listed as a sample nor changes the dataset's version, and a name
+// not written gives ErrNoAside; a damaged body is refused by the store,
+// as an upload's.
+func TestAside(t *testing.T) {
+	g := s3test.Start(t)
+	fill(t, g, "shade-ds", "p/", 3)
+	src, err := s3source.Open(context.Background(), config(g, "s3://shade-ds/p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := src.ReadAside(context.Background(), "index"); !errors.Is(err, s3source.ErrNoAside) {
+		t.Fatalf("reading what was never written: %v, want ErrNoAside", err)
+	}
+	want := bytes.Repeat([]byte("kept beside the dataset "), 1000)
+	if err := src.WriteAside(context.Background(), "index", want); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.AsideURL("index"); got != "s3://shade-ds/p/.shade/index" {
+		t.Fatalf("AsideURL %q", got)
+	}
+	r, size, err := src.ReadAside(context.Background(), "index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || size != int64(len(want)) || !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes (size %d), %v; want %d", len(got), size, err, len(want))
+	}
+	again, err := s3source.Open(context.Background(), config(g, "s3://shade-ds/p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := again.Manifest(), src.Manifest(); a.Len() != b.Len() || a.Version != b.Version {
+		t.Fatalf("after writing beside it: %d samples, version %s; before %d, %s", a.Len(), a.Version, b.Len(), b.Version)
+	}
+
+	tr := &damaging{next: http.DefaultTransport}
+	tr.n.Store(1)
+	cfg := config(g, "s3://shade-ds/p")
+	cfg.Transport = tr
+	damaged, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := damaged.WriteAside(context.Background(), "index", []byte("other bytes")); err == nil {
+		t.Fatal("a damaged body was kept")
+	}
+	if r, _, err = src.ReadAside(context.Background(), "index"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after a refused write: %d bytes, %v; want what was there", len(got), err)
+	}
+}

@@ -15,11 +15,15 @@
 // Open builds an index of (shard, offset, size) of every member from the
 // tar headers once: a directory's shards by their headers alone, a
 // bucket's streamed, a stream given up for a new range GET past a member
-// of over 4 MiB; with a state directory the index
-// is kept there (temp file, then rename) and reused while the shards are
-// unchanged (same names, sizes and modification times, or for a bucket the
-// same listing). Reading a sample is one ranged read (pread, or an S3 range
-// GET conditional on the shard's ETag) covering its members.
+// of over 4 MiB; with a state directory the index is kept there (temp
+// file, then rename) and reused while the shards are unchanged (same
+// names, sizes and modification times, or for a bucket the same listing).
+// An index can also be published beside a bucket's shards
+// (Config.PublishIndex, "shadectl dataset index --publish"): an Open of
+// them with none kept reads it, one GET, instead of every shard's headers,
+// while it is of the same listing. Reading a sample is one ranged read
+// (pread, or an S3 range GET conditional on the shard's ETag) covering its
+// members.
 //
 // # Wire encoding of a sample
 //
@@ -59,6 +63,7 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
 	"github.com/shade-mesh/shade/internal/workers"
 )
@@ -88,6 +93,12 @@ type Config struct {
 	// Reindex builds the index (and lists a bucket) even when StateDir
 	// holds one.
 	Reindex bool
+	// PublishIndex writes the index beside the shards in their bucket
+	// (PREFIX/.shade/shards.index, PublishedIndex) once Open has it, for
+	// every later Open of the shards, on any machine, to read in one GET
+	// instead of reading the shards' headers. It needs write access to
+	// the bucket, and an s3:// Location.
+	PublishIndex bool
 	// IndexShards is how many shards are read at once to build the index;
 	// 0 means DefaultIndexShards. In a bucket, each holds one of the S3
 	// source's MaxInFlight requests while it is read.
@@ -136,7 +147,31 @@ type Source struct {
 	// the span into the caller's dst, and the span is read again into
 	// the next buffer instead of a new one each sample.
 	spans sync.Pool
+
+	from    Origin
+	skipped error // why a published index was not used, or nil
 }
+
+// Origin is where Open found a Source's index.
+type Origin string
+
+const (
+	// IndexBuilt: read from the shards' tar headers.
+	IndexBuilt Origin = "built"
+	// IndexKept: read from Config.StateDir.
+	IndexKept Origin = "kept"
+	// IndexPublished: read from the index published beside the shards
+	// in their bucket (Config.PublishIndex, by any machine).
+	IndexPublished Origin = "published"
+)
+
+// PublishedIndex is the name of the published index in the bucket
+// prefix's folder kept beside the dataset (s3source.AsideFolder).
+const PublishedIndex = "shards.index"
+
+// ErrPublish is wrapped by Open's error when Config.PublishIndex is set
+// and the index could not be written to the bucket.
+var ErrPublish = errors.New("shards: cannot publish the index")
 
 // maxKeptSpan is the longest span buffer Source keeps for the next read.
 const maxKeptSpan = 4 << 20
@@ -161,11 +196,15 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	bucket, inBucket := st.(*s3Store)
+	if cfg.PublishIndex && !inBucket {
+		return nil, fmt.Errorf("%w: %s is not in a bucket (publishing is for shards:s3://)", ErrPublish, cfg.Location)
+	}
 	names, _ := st.shards()
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: no .tar shards in %s", dataset.ErrEmpty, cfg.Location)
 	}
-	s := &Source{st: st}
+	s := &Source{st: st, from: IndexKept}
 	statePath := ""
 	if cfg.StateDir != "" {
 		sum := sha256.Sum256([]byte(cfg.Location + "\x00" + cfg.S3.Endpoint))
@@ -173,20 +212,29 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	var (
 		samples []sample
-		legacy  bool
+		keep    bool // samples are to be kept in the state directory
 	)
 	if statePath != "" && !cfg.Reindex {
-		samples, legacy = loadIndex(statePath, st.check())
+		samples, keep = loadIndex(statePath, st.check()) // an earlier build's JSON index is kept in the new form
 		if !withinShards(samples, st) {
-			samples, legacy = nil, false // not of these shards after all: index again
+			samples, keep = nil, false // not of these shards after all: index again
 		}
 	}
-	if legacy {
+	if samples == nil && inBucket && !cfg.Reindex {
+		s.from = IndexPublished
+		samples, s.skipped = bucket.published(ctx)
+		if errors.Is(s.skipped, s3source.ErrNoAside) {
+			s.skipped = nil
+		}
+		keep = samples != nil
+	}
+	if keep && statePath != "" {
 		if err := saveIndex(statePath, st.check(), samples); err != nil {
 			return nil, err
 		}
 	}
 	if samples == nil {
+		s.from = IndexBuilt
 		if samples, err = buildIndex(ctx, st, cfg.IndexShards); err != nil {
 			return nil, err
 		}
@@ -205,8 +253,18 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if s.idx, err = pack(samples); err != nil {
 		return nil, err
 	}
+	if cfg.PublishIndex && s.from != IndexPublished {
+		if err := bucket.publish(ctx, samples); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
+
+// IndexFrom says where Open found the index and, where a published index
+// was in the bucket but not used (written before the shards changed, or
+// damaged, or not readable), why: the index was then built.
+func (s *Source) IndexFrom() (from Origin, skipped error) { return s.from, s.skipped }
 
 // packedIndex is the index as a Source keeps it, in a few arrays rather
 // than a struct, a key and a slice of members a sample (its keys are the
@@ -782,4 +840,35 @@ func (s *s3Store) stream(ctx context.Context, i int) (io.ReadSeekCloser, error) 
 
 func (s *s3Store) readAt(i int, off, n int64, dst []byte) ([]byte, error) {
 	return s.src.ReadRange(s.index[i], off, n, dst)
+}
+
+// published reads the index published beside the shards: its samples, or
+// an error wrapping s3source.ErrNoAside where none is, or saying why the
+// one there is not of these shards or not whole.
+func (s *s3Store) published(ctx context.Context) ([]sample, error) {
+	r, size, err := s.src.ReadAside(ctx, PublishedIndex)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	samples, err := readIndex(bufio.NewReaderSize(r, 64<<10), size, s.check())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.src.AsideURL(PublishedIndex), err)
+	}
+	if !withinShards(samples, s) {
+		return nil, fmt.Errorf("%s: %w: a sample lies outside its shard", s.src.AsideURL(PublishedIndex), binfile.ErrFile)
+	}
+	return samples, nil
+}
+
+// publish writes samples as the index published beside the shards.
+func (s *s3Store) publish(ctx context.Context, samples []sample) error {
+	var buf bytes.Buffer
+	if err := writeIndex(&buf, s.check(), samples); err != nil {
+		return fmt.Errorf("%w: %w", ErrPublish, err)
+	}
+	if err := s.src.WriteAside(ctx, PublishedIndex, buf.Bytes()); err != nil {
+		return fmt.Errorf("%w to %s: %w", ErrPublish, s.src.AsideURL(PublishedIndex), err)
+	}
+	return nil
 }

@@ -7,11 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/dataset/shards"
+	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/s3test"
 )
 
@@ -390,7 +394,8 @@ func TestIndexErrorIsTheFirstInShardOrder(t *testing.T) {
 // each), 16 shards of 4 MiB (100 samples, each a member of 40 KiB and one
 // of 200 bytes), and 8 shards of 64 MiB (8 samples, each a member of 8
 // MiB and one of 100 bytes). A directory's shards are read by their
-// headers; a bucket's streamed, except past members of over 4 MiB.
+// headers; a bucket's streamed, except past members of over 4 MiB. And
+// the bucket's shards opened through the index published beside them.
 func BenchmarkIndex(b *testing.B) {
 	for _, shape := range []struct {
 		name         string
@@ -417,7 +422,8 @@ func BenchmarkIndex(b *testing.B) {
 			total += int64(len(t))
 		}
 		tars = nil
-		s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+		read := &bodyBytes{rt: &http.Transport{DisableCompression: true}}
+		s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey, Transport: read}
 		for _, where := range []string{"dir", "s3"} {
 			for _, at := range []int{1, shards.DefaultIndexShards} {
 				b.Run(fmt.Sprintf("%s/%s/%d-at-once", shape.name, where, at), func(b *testing.B) {
@@ -426,6 +432,7 @@ func BenchmarkIndex(b *testing.B) {
 						cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, IndexShards: at}
 					}
 					b.SetBytes(total)
+					read.n.Store(0)
 					for b.Loop() {
 						src, err := shards.Open(context.Background(), cfg)
 						if err != nil {
@@ -435,8 +442,174 @@ func BenchmarkIndex(b *testing.B) {
 							b.Fatalf("%d samples, want %d", n, shape.nShards*shape.per)
 						}
 					}
+					b.ReportMetric(float64(read.n.Load())/float64(b.N), "read-B/op")
 				})
 			}
 		}
+		// The same bucket's shards opened through their published index,
+		// as every peer but the one that published opens them.
+		b.Run(shape.name+"/s3/published", func(b *testing.B) {
+			cfg := shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, PublishIndex: true}
+			if _, err := shards.Open(context.Background(), cfg); err != nil {
+				b.Fatal(err)
+			}
+			cfg.PublishIndex = false
+			b.SetBytes(total)
+			read.n.Store(0)
+			for b.Loop() {
+				src, err := shards.Open(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if from, skipped := src.IndexFrom(); from != shards.IndexPublished || src.Manifest().Len() != shape.nShards*shape.per {
+					b.Fatalf("index %s (%v), %d samples; want the published index of %d", from, skipped, src.Manifest().Len(), shape.nShards*shape.per)
+				}
+			}
+			b.ReportMetric(float64(read.n.Load())/float64(b.N), "read-B/op")
+		})
 	}
+}
+
+// An index published beside a bucket's shards is what every later Open
+// without a kept index reads, one GET, instead of the shards' headers,
+// while the shards are those it was built from; otherwise (shards
+// changed, a damaged index, Reindex) the shards are indexed again and
+// serve the right bytes.
+func TestPublishedIndex(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, "shade-wds")
+	dir := t.TempDir()
+	keys, want, tars := makeShards(t, dir, 2, 30)
+	for i, b := range tars {
+		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%03d.tar", i), b)
+	}
+	s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	open := func(cfg shards.Config) (*shards.Source, shards.Origin, error) {
+		t.Helper()
+		cfg.Location, cfg.S3 = "s3://shade-wds/wds", s3cfg
+		src, err := shards.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, skipped := src.IndexFrom()
+		return src, from, skipped
+	}
+	const indexKey = "wds/.shade/" + shards.PublishedIndex
+	shardGets := func() int {
+		gets := g.GetCounts(t, "shade-wds")
+		return gets["wds/shard-000.tar"] + gets["wds/shard-001.tar"]
+	}
+
+	src, from, skipped := open(shards.Config{PublishIndex: true})
+	if from != shards.IndexBuilt || skipped != nil {
+		t.Fatalf("first Open: index %s (%v), want built, nothing skipped", from, skipped)
+	}
+	version := src.Manifest().Version
+	if n := shardGets(); n != 2 {
+		t.Fatalf("building the index took %d GETs of the shards, want 2", n)
+	}
+
+	src, from, skipped = open(shards.Config{})
+	if from != shards.IndexPublished || skipped != nil {
+		t.Fatalf("Open after publishing: index %s (%v), want the published one", from, skipped)
+	}
+	if n, idx := shardGets(), g.GetCounts(t, "shade-wds")[indexKey]; n != 2 || idx != 2 {
+		t.Fatalf("Open after publishing: %d GETs of the shards (want still 2) and %d of the index (want 2: the first Open's found none)", n, idx)
+	}
+	if src.Manifest().Version != version {
+		t.Fatalf("the published index changed the dataset's version: %s, was %s", src.Manifest().Version, version)
+	}
+	checkAll(t, src, keys, want)
+
+	// With a state directory, the published index is kept there.
+	state := t.TempDir()
+	open(shards.Config{StateDir: state})
+	if _, from, _ = open(shards.Config{StateDir: state}); from != shards.IndexKept {
+		t.Fatalf("a second Open with the state directory: index %s, want kept", from)
+	}
+	if idx := g.GetCounts(t, "shade-wds")[indexKey]; idx != 3 {
+		t.Fatalf("%d GETs of the published index, want 3 (the Open that kept it read it once)", idx)
+	}
+
+	// Reindex reads the shards, whatever is published.
+	if _, from, skipped = open(shards.Config{Reindex: true}); from != shards.IndexBuilt || skipped != nil {
+		t.Fatalf("Reindex: index %s (%v), want built", from, skipped)
+	}
+
+	// A shard changed since publishing: the published index is not of
+	// these shards.
+	files := readTar(t, tars[1])
+	files = append(files, file{"late.cls", []byte("7")})
+	g.Put(t, "shade-wds", "wds/shard-001.tar", writeTar(t, "", files))
+	src, from, skipped = open(shards.Config{})
+	if from != shards.IndexBuilt || !errors.Is(skipped, binfile.ErrFile) {
+		t.Fatalf("Open after a shard changed: index %s (%v), want built, the published one skipped as of other shards", from, skipped)
+	}
+	keys2, want2 := append(slices.Clone(keys), "late"), append(slices.Clone(want), map[string][]byte{"cls": []byte("7")})
+	checkAll(t, src, keys2, want2)
+
+	// Published again, then damaged: skipped, indexed again.
+	if _, from, _ = open(shards.Config{PublishIndex: true}); from != shards.IndexBuilt {
+		t.Fatalf("publishing after the change: index %s, want built", from)
+	}
+	if _, from, _ = open(shards.Config{}); from != shards.IndexPublished {
+		t.Fatalf("Open after publishing again: index %s, want published", from)
+	}
+	g.Put(t, "shade-wds", indexKey, []byte("shade-shards-index/2\nnot an index"))
+	src, from, skipped = open(shards.Config{})
+	if from != shards.IndexBuilt || !errors.Is(skipped, binfile.ErrFile) {
+		t.Fatalf("Open with a damaged published index: index %s (%v), want built", from, skipped)
+	}
+	checkAll(t, src, keys2, want2)
+
+	if _, err := shards.Open(context.Background(), shards.Config{Location: dir, PublishIndex: true}); !errors.Is(err, shards.ErrPublish) {
+		t.Fatalf("publishing the index of a folder's shards: %v, want ErrPublish", err)
+	}
+}
+
+// readTar returns a tar's files.
+func readTar(t *testing.T, b []byte) []file {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(b))
+	var files []file
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, file{hdr.Name, data})
+	}
+}
+
+// bodyBytes is an HTTP transport that counts the bytes of the answers'
+// bodies read through it.
+type bodyBytes struct {
+	rt http.RoundTripper
+	n  atomic.Int64
+}
+
+func (c *bodyBytes) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(req)
+	if err == nil {
+		resp.Body = &countedBody{ReadCloser: resp.Body, n: &c.n}
+	}
+	return resp, err
+}
+
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
 }
