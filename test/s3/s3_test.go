@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,6 +283,39 @@ func TestPeerServesShardsFromBucket(t *testing.T) {
 	for s := range 3 {
 		if n := gets[fmt.Sprintf("wds/train-%03d.tar", s)]; n != 1+100 {
 			t.Errorf("shard %d: %d GETs, want 101", s, n)
+		}
+	}
+	if !strings.Contains(p.Log(), `"index":"built"`) {
+		t.Errorf("the first peer's log does not say it built the index:\n%s", p.Log())
+	}
+
+	// The index published once: a peer started without one reads it, not
+	// the shards, and serves the same samples.
+	pub := exec.Command(bins.Path("shadectl"), "dataset", "index", "shards:s3://shade-wds/wds", "--publish",
+		"--s3-endpoint", g.Endpoint, "--s3-path-style")
+	pub.Env = append(os.Environ(), env...)
+	if out, err := pub.CombinedOutput(); err != nil || !strings.Contains(string(out), "index    s3://shade-wds/wds/.shade/shards.index") {
+		t.Fatalf("shadectl dataset index --publish: %v\n%s", err, out)
+	}
+	before := g.GetCounts(t, "shade-wds")
+	q := startPeer(t, env, "--name", "wds2", "--dataset", "wds=shards:s3://shade-wds/wds",
+		"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB")
+	if !strings.Contains(q.Log(), `"index":"published"`) {
+		t.Fatalf("a peer started after publishing does not say it read the published index:\n%s", q.Log())
+	}
+	after := g.GetCounts(t, "shade-wds")
+	for s := range 3 {
+		if k := fmt.Sprintf("wds/train-%03d.tar", s); after[k] != before[k] {
+			t.Errorf("starting a peer after publishing: %d GETs of %s, want none", after[k]-before[k], k)
+		}
+	}
+	cq := client(q.Socket)
+	defer cq.Close()
+	for _, i := range []int{0, 150, len(want) - 1} {
+		b, err := cq.Get(context.Background(), keys[i]).Bytes()
+		var got map[string][]byte
+		if err != nil || msgpack.Unmarshal(b, &got) != nil || !bytes.Equal(got["png"], want[i].members["png"]) || !bytes.Equal(got["cls"], want[i].members["cls"]) {
+			t.Fatalf("the second peer's sample %d (%s): %v, wrong members", i, want[i].key, err)
 		}
 	}
 }
