@@ -392,16 +392,17 @@ func TestIndexErrorIsTheFirstInShardOrder(t *testing.T) {
 // bucket of a real gateway on loopback, reading one shard at a time and
 // DefaultIndexShards at once: 32 shards of 1 MiB (40 samples of 25 KiB
 // each), 16 shards of 4 MiB (100 samples, each a member of 40 KiB and one
-// of 200 bytes), and 8 shards of 64 MiB (8 samples, each a member of 8
-// MiB and one of 100 bytes). A directory's shards are read by their
-// headers; a bucket's streamed, except past members of over 4 MiB. And
-// the bucket's shards opened through the index published beside them.
+// of 200 bytes), 8 shards of 64 MiB (8 samples, each a member of 8 MiB
+// and one of 100 bytes) and 16 shards of 11 MB (2,000 samples, each a
+// member of 4 KiB and one of 10 bytes). A directory's shards are read by
+// their headers; a bucket's streamed, except past members of over 4 MiB.
+// And the bucket's shards opened through the index published beside them.
 func BenchmarkIndex(b *testing.B) {
 	for _, shape := range []struct {
 		name         string
 		nShards, per int
 		size, small  int
-	}{{"25KiB", 32, 40, 25 << 10, 0}, {"40KiB+200B", 16, 100, 40 << 10, 200}, {"8MiB", 8, 8, 8 << 20, 100}} {
+	}{{"25KiB", 32, 40, 25 << 10, 0}, {"40KiB+200B", 16, 100, 40 << 10, 200}, {"8MiB", 8, 8, 8 << 20, 100}, {"4KiB+10B", 16, 2000, 4 << 10, 10}} {
 		dir := b.TempDir()
 		var tars [][]byte
 		for s := range shape.nShards {
