@@ -184,16 +184,25 @@ func TestCompressedAndBadLayoutsRefused(t *testing.T) {
 	}
 }
 
-func TestS3ShardsByRangedReads(t *testing.T) {
+// bucketShards writes makeShards' shards (nShards of per samples each)
+// into a folder and into bucket shade-wds under wds/ of a new gateway; it
+// returns the gateway, an s3source.Config that reaches it, the folder and
+// what makeShards returns.
+func bucketShards(t *testing.T, nShards, per int) (*s3test.Gateway, s3source.Config, string, []string, []map[string][]byte, [][]byte) {
+	t.Helper()
 	g := s3test.Start(t)
 	g.CreateBucket(t, "shade-wds")
 	dir := t.TempDir()
-	keys, want, tars := makeShards(t, dir, 2, 30)
+	keys, want, tars := makeShards(t, dir, nShards, per)
 	for i, b := range tars {
 		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%03d.tar", i), b)
 	}
-	cfg := shards.Config{Location: "s3://shade-wds/wds", StateDir: t.TempDir(),
-		S3: s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}}
+	return g, s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}, dir, keys, want, tars
+}
+
+func TestS3ShardsByRangedReads(t *testing.T) {
+	g, s3cfg, _, keys, want, _ := bucketShards(t, 2, 30)
+	cfg := shards.Config{Location: "s3://shade-wds/wds", StateDir: t.TempDir(), S3: s3cfg}
 	src, err := shards.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -425,6 +434,21 @@ func BenchmarkIndex(b *testing.B) {
 		tars = nil
 		read := &bodyBytes{rt: &http.Transport{DisableCompression: true}}
 		s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey, Transport: read}
+		// opens times Open of cfg, which must find its index as from says.
+		opens := func(b *testing.B, cfg shards.Config, from shards.Origin) {
+			b.SetBytes(total)
+			read.n.Store(0)
+			for b.Loop() {
+				src, err := shards.Open(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got, skipped := src.IndexFrom(); got != from || src.Manifest().Len() != shape.nShards*shape.per {
+					b.Fatalf("index %s (%v), %d samples; want %s, %d", got, skipped, src.Manifest().Len(), from, shape.nShards*shape.per)
+				}
+			}
+			b.ReportMetric(float64(read.n.Load())/float64(b.N), "read-B/op")
+		}
 		for _, where := range []string{"dir", "s3"} {
 			for _, at := range []int{1, shards.DefaultIndexShards} {
 				b.Run(fmt.Sprintf("%s/%s/%d-at-once", shape.name, where, at), func(b *testing.B) {
@@ -432,18 +456,7 @@ func BenchmarkIndex(b *testing.B) {
 					if where == "s3" {
 						cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, IndexShards: at}
 					}
-					b.SetBytes(total)
-					read.n.Store(0)
-					for b.Loop() {
-						src, err := shards.Open(context.Background(), cfg)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if n := src.Manifest().Len(); n != shape.nShards*shape.per {
-							b.Fatalf("%d samples, want %d", n, shape.nShards*shape.per)
-						}
-					}
-					b.ReportMetric(float64(read.n.Load())/float64(b.N), "read-B/op")
+					opens(b, cfg, shards.IndexBuilt)
 				})
 			}
 		}
@@ -455,18 +468,7 @@ func BenchmarkIndex(b *testing.B) {
 				b.Fatal(err)
 			}
 			cfg.PublishIndex = false
-			b.SetBytes(total)
-			read.n.Store(0)
-			for b.Loop() {
-				src, err := shards.Open(context.Background(), cfg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if from, skipped := src.IndexFrom(); from != shards.IndexPublished || src.Manifest().Len() != shape.nShards*shape.per {
-					b.Fatalf("index %s (%v), %d samples; want the published index of %d", from, skipped, src.Manifest().Len(), shape.nShards*shape.per)
-				}
-			}
-			b.ReportMetric(float64(read.n.Load())/float64(b.N), "read-B/op")
+			opens(b, cfg, shards.IndexPublished)
 		})
 	}
 }
@@ -477,14 +479,7 @@ func BenchmarkIndex(b *testing.B) {
 // changed, a damaged index, Reindex) the shards are indexed again and
 // serve the right bytes.
 func TestPublishedIndex(t *testing.T) {
-	g := s3test.Start(t)
-	g.CreateBucket(t, "shade-wds")
-	dir := t.TempDir()
-	keys, want, tars := makeShards(t, dir, 2, 30)
-	for i, b := range tars {
-		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%03d.tar", i), b)
-	}
-	s3cfg := s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	g, s3cfg, dir, keys, want, tars := bucketShards(t, 2, 30)
 	open := func(cfg shards.Config) (*shards.Source, shards.Origin, error) {
 		t.Helper()
 		cfg.Location, cfg.S3 = "s3://shade-wds/wds", s3cfg
