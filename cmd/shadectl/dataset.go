@@ -25,7 +25,7 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "  import-idx --dst DIR [--src DIR] [--limit N]  turn Fashion-MNIST's IDX files into DIR/train and DIR/test (PNG ImageFolder trees)")
 		fmt.Fprintln(w, "  index DIR [--json]                            sample count, bytes, version and classes of a dataset folder")
 		fmt.Fprintln(w, "                                                (or of s3://BUCKET/PREFIX, shards:DIR, shards:s3://BUCKET/PREFIX)")
-		fmt.Fprintln(w, "  index shards:s3://BUCKET/PREFIX --publish     also write the shards' index beside them, read by every peer")
+		fmt.Fprintln(w, "  index shards:... --publish                    also write the shards' index beside them, read by every peer")
 		fmt.Fprintln(w, "                                                instead of the shards' headers")
 		fmt.Fprintln(w, "  upload DIR s3://BUCKET/PREFIX [--s3-endpoint URL] [--s3-region R] [--s3-path-style]")
 		fmt.Fprintln(w, "                                                put a dataset folder's samples into a bucket prefix, for --dataset NAME=s3://...")
@@ -161,7 +161,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shadectl dataset index", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	publish := fs.Bool("publish", false, "shards:s3:// only: write the index beside the shards (PREFIX/.shade/shards.index), for every peer that opens them to read in one GET instead of every shard's headers; needs write access to the bucket; run it again after the shards change")
+	publish := fs.Bool("publish", false, "shards: only: write the index beside the shards (DIR/.shade/shards.index, PREFIX/.shade/shards.index in a bucket), for every peer that opens them to read instead of every shard's headers; needs write access there; run it again after the shards change")
 	s3cfg := s3Flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--s3-... flags]")
@@ -181,8 +181,8 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		published string
 	)
 	loc, isShards := strings.CutPrefix(pos[0], shards.Prefix)
-	if *publish && !(isShards && s3source.IsURL(loc)) {
-		return fmt.Errorf("index: --publish is for shards:s3://BUCKET/PREFIX, not %s", pos[0])
+	if *publish && !isShards {
+		return fmt.Errorf("index: --publish is for shards:DIR and shards:s3://BUCKET/PREFIX, not %s", pos[0])
 	}
 	switch {
 	case isShards:
@@ -193,7 +193,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		}
 		m = src.Manifest()
 		if *publish {
-			published = strings.TrimSuffix(loc, "/") + "/" + s3source.AsideFolder + shards.PublishedIndex
+			published = src.PublishedAt()
 		}
 	case s3source.IsURL(pos[0]):
 		dir = pos[0]

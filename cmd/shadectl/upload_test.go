@@ -80,6 +80,7 @@ func TestDatasetUpload(t *testing.T) {
 func TestDatasetIndexPublish(t *testing.T) {
 	g := s3test.Start(t)
 	g.CreateBucket(t, "shade-wds")
+	dir := t.TempDir()
 	for s := range 2 {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
@@ -90,6 +91,9 @@ func TestDatasetIndexPublish(t *testing.T) {
 		}
 		tw.Close()
 		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%d.tar", s), buf.Bytes())
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shard-%d.tar", s)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", g.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", g.SecretKey)
@@ -108,8 +112,15 @@ func TestDatasetIndexPublish(t *testing.T) {
 	if from, skipped := src.IndexFrom(); from != shards.IndexPublished || src.Manifest().Len() != 10 {
 		t.Fatalf("Open after index --publish: index %s (%v), %d samples; want the published index of 10", from, skipped, src.Manifest().Len())
 	}
-	for _, arg := range []string{t.TempDir(), "s3://shade-wds/wds", "shards:" + t.TempDir()} {
-		if err := runDatasetIndex([]string{arg, "--publish"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--publish is for shards:s3://") {
+	out.Reset()
+	if err := runDatasetIndex([]string{"shards:" + dir, "--publish"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := "index    " + filepath.Join(dir, ".shade", "shards.index") + "\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("index shards:DIR --publish printed\n%s\nwant %q", out.String(), want)
+	}
+	for _, arg := range []string{t.TempDir(), "s3://shade-wds/wds"} {
+		if err := runDatasetIndex([]string{arg, "--publish"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--publish is for shards:") {
 			t.Fatalf("index %s --publish: %v, want refused", arg, err)
 		}
 	}

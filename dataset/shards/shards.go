@@ -18,10 +18,10 @@
 // of over 4 MiB; with a state directory the index is kept there (temp
 // file, then rename) and reused while the shards are unchanged (same
 // names, sizes and modification times, or for a bucket the same listing).
-// An index can also be published beside a bucket's shards
-// (Config.PublishIndex, "shadectl dataset index --publish"): an Open of
-// them with none kept reads it, one GET, instead of every shard's headers,
-// while it is of the same listing. Reading a sample is one ranged read
+// An index can also be published beside the shards (Config.PublishIndex,
+// "shadectl dataset index --publish"): an Open of them with none kept
+// reads it (in a bucket, one GET) instead of every shard's headers, while
+// the shards are unchanged. Reading a sample is one ranged read
 // (pread, or an S3 range GET conditional on the shard's ETag) covering its
 // members.
 //
@@ -93,11 +93,11 @@ type Config struct {
 	// Reindex builds the index (and lists a bucket) even when StateDir
 	// holds one.
 	Reindex bool
-	// PublishIndex writes the index beside the shards in their bucket
-	// (PREFIX/.shade/shards.index, PublishedIndex) once Open has it, for
-	// every later Open of the shards, on any machine, to read in one GET
-	// instead of reading the shards' headers. It needs write access to
-	// the bucket, and an s3:// Location.
+	// PublishIndex writes the index beside the shards once Open has it
+	// (in the location's hidden folder: PREFIX/.shade/shards.index in a
+	// bucket, DIR/.shade/shards.index in a directory), for every later
+	// Open of the shards, on any machine, to read (in a bucket, one GET)
+	// instead of every shard's headers. It needs write access there.
 	PublishIndex bool
 	// IndexShards is how many shards are read at once to build the index;
 	// 0 means DefaultIndexShards. In a bucket, each holds one of the S3
@@ -133,6 +133,14 @@ type store interface {
 	// stream returns shard i from its start as a stream that seeks.
 	stream(ctx context.Context, i int) (io.ReadSeekCloser, error)
 	readAt(i int, off, n int64, dst []byte) ([]byte, error)
+	// published reads the index published beside the shards: its
+	// samples, nil where none is, or an error saying why the one there
+	// is not of these shards, not whole, or not readable.
+	published(ctx context.Context) ([]sample, error)
+	// publish writes samples as the index published beside the shards.
+	publish(ctx context.Context, samples []sample) error
+	// publishedAt names where the published index is.
+	publishedAt() string
 }
 
 // Source is a shards dataset. It is immutable after Open and safe for
@@ -161,16 +169,16 @@ const (
 	// IndexKept: read from Config.StateDir.
 	IndexKept Origin = "kept"
 	// IndexPublished: read from the index published beside the shards
-	// in their bucket (Config.PublishIndex, by any machine).
+	// (Config.PublishIndex, by any machine).
 	IndexPublished Origin = "published"
 )
 
-// PublishedIndex is the name of the published index in the bucket
-// prefix's folder kept beside the dataset (s3source.AsideFolder).
+// PublishedIndex is the name of the published index in the shards'
+// location's hidden folder ".shade/" (in a bucket, s3source.AsideFolder).
 const PublishedIndex = "shards.index"
 
 // ErrPublish is wrapped by Open's error when Config.PublishIndex is set
-// and the index could not be written to the bucket.
+// and the index could not be written.
 var ErrPublish = errors.New("shards: cannot publish the index")
 
 // maxKeptSpan is the longest span buffer Source keeps for the next read.
@@ -196,10 +204,6 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	bucket, inBucket := st.(*s3Store)
-	if cfg.PublishIndex && !inBucket {
-		return nil, fmt.Errorf("%w: %s is not in a bucket (publishing is for shards:s3://)", ErrPublish, cfg.Location)
-	}
 	names, _ := st.shards()
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: no .tar shards in %s", dataset.ErrEmpty, cfg.Location)
@@ -220,12 +224,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 			samples, keep = nil, false // not of these shards after all: index again
 		}
 	}
-	if samples == nil && inBucket && !cfg.Reindex {
+	if samples == nil && !cfg.Reindex {
 		s.from = IndexPublished
-		samples, s.skipped = bucket.published(ctx)
-		if errors.Is(s.skipped, s3source.ErrNoAside) {
-			s.skipped = nil
-		}
+		samples, s.skipped = st.published(ctx)
 		keep = samples != nil
 	}
 	if keep && statePath != "" {
@@ -254,7 +255,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	if cfg.PublishIndex && s.from != IndexPublished {
-		if err := bucket.publish(ctx, samples); err != nil {
+		if err := st.publish(ctx, samples); err != nil {
 			return nil, err
 		}
 	}
@@ -262,9 +263,13 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 }
 
 // IndexFrom says where Open found the index and, where a published index
-// was in the bucket but not used (written before the shards changed, or
-// damaged, or not readable), why: the index was then built.
+// was there but not used (written before the shards changed, or damaged,
+// or not readable), why: the index was then built.
 func (s *Source) IndexFrom() (from Origin, skipped error) { return s.from, s.skipped }
+
+// PublishedAt names where the shards' published index is, or would be:
+// s3://BUCKET/PREFIX/.shade/shards.index, or DIR/.shade/shards.index.
+func (s *Source) PublishedAt() string { return s.st.publishedAt() }
 
 // packedIndex is the index as a Source keeps it, in a few arrays rather
 // than a struct, a key and a slice of members a sample (its keys are the
@@ -678,19 +683,37 @@ func loadJSONIndex(path, check string) []sample {
 // saveIndex writes the index to a temporary file and renames it to path,
 // and removes the JSON index of an earlier build beside it.
 func saveIndex(path, check string, samples []sample) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("shards: index: %w", err)
-	}
-	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		return writeIndex(w, check, samples)
-	})
-	if err != nil {
+	if err := writeIndexFile(path, 0o600, check, samples); err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	if err := os.Remove(path + ".json"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	return nil
+}
+
+// writeIndexFile writes the index to a temporary file beside path, with
+// mode perm, and renames it to path, making path's folder if need be.
+func writeIndexFile(path string, perm os.FileMode, check string, samples []sample) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteWith(path, perm, func(w io.Writer) error {
+		return writeIndex(w, check, samples)
+	})
+}
+
+// readPublished reads a published index of size bytes from r, found at
+// where, of st's shards.
+func readPublished(r io.Reader, size int64, where string, st store) ([]sample, error) {
+	samples, err := readIndex(bufio.NewReaderSize(r, 64<<10), size, st.check())
+	if err == nil && !withinShards(samples, st) {
+		err = fmt.Errorf("%w: a sample lies outside its shard", binfile.ErrFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return samples, nil
 }
 
 // dirStore is shards in a local directory.
@@ -740,6 +763,38 @@ func (d *dirStore) check() string {
 		fmt.Fprintf(h, "%q %d %d\n", n, d.sizes[i], d.mtimes[i])
 	}
 	return "dir:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// publishedAt is where a directory's published index is: in its hidden
+// folder, which dataset.Scan passes over.
+func (d *dirStore) publishedAt() string { return filepath.Join(d.root, ".shade", PublishedIndex) }
+
+// published reads DIR/.shade/shards.index.
+func (d *dirStore) published(context.Context) ([]sample, error) {
+	p := d.publishedAt()
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shards: published index: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shards: published index: %w", err)
+	}
+	return readPublished(f, info.Size(), p, d)
+}
+
+// publish writes DIR/.shade/shards.index (temp file, then rename),
+// readable by every user, as the peers reading it may not be the one
+// that wrote it.
+func (d *dirStore) publish(_ context.Context, samples []sample) error {
+	if err := writeIndexFile(d.publishedAt(), 0o644, d.check(), samples); err != nil {
+		return fmt.Errorf("%w to %s: %w", ErrPublish, d.publishedAt(), err)
+	}
+	return nil
 }
 
 func (d *dirStore) stream(ctx context.Context, i int) (io.ReadSeekCloser, error) {
@@ -842,33 +897,29 @@ func (s *s3Store) readAt(i int, off, n int64, dst []byte) ([]byte, error) {
 	return s.src.ReadRange(s.index[i], off, n, dst)
 }
 
-// published reads the index published beside the shards: its samples, or
-// an error wrapping s3source.ErrNoAside where none is, or saying why the
-// one there is not of these shards or not whole.
+func (s *s3Store) publishedAt() string { return s.src.AsideURL(PublishedIndex) }
+
+// published reads PREFIX/.shade/shards.index.
 func (s *s3Store) published(ctx context.Context) ([]sample, error) {
 	r, size, err := s.src.ReadAside(ctx, PublishedIndex)
+	if errors.Is(err, s3source.ErrNoAside) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	samples, err := readIndex(bufio.NewReaderSize(r, 64<<10), size, s.check())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.src.AsideURL(PublishedIndex), err)
-	}
-	if !withinShards(samples, s) {
-		return nil, fmt.Errorf("%s: %w: a sample lies outside its shard", s.src.AsideURL(PublishedIndex), binfile.ErrFile)
-	}
-	return samples, nil
+	return readPublished(r, size, s.publishedAt(), s)
 }
 
-// publish writes samples as the index published beside the shards.
+// publish PUTs PREFIX/.shade/shards.index.
 func (s *s3Store) publish(ctx context.Context, samples []sample) error {
 	var buf bytes.Buffer
 	if err := writeIndex(&buf, s.check(), samples); err != nil {
 		return fmt.Errorf("%w: %w", ErrPublish, err)
 	}
 	if err := s.src.WriteAside(ctx, PublishedIndex, buf.Bytes()); err != nil {
-		return fmt.Errorf("%w to %s: %w", ErrPublish, s.src.AsideURL(PublishedIndex), err)
+		return fmt.Errorf("%w to %s: %w", ErrPublish, s.publishedAt(), err)
 	}
 	return nil
 }

@@ -184,11 +184,10 @@ func TestCompressedAndBadLayoutsRefused(t *testing.T) {
 	}
 }
 
-// bucketShards writes makeShards' shards (nShards of per samples each)
-// into a folder and into bucket shade-wds under wds/ of a new gateway; it
-// returns the gateway, an s3source.Config that reaches it, the folder and
-// what makeShards returns.
-func bucketShards(t *testing.T, nShards, per int) (*s3test.Gateway, s3source.Config, string, []string, []map[string][]byte, [][]byte) {
+// bucketShards puts makeShards' shards (nShards of per samples each) into
+// bucket shade-wds under wds/ of a new gateway; it returns the gateway, an
+// s3source.Config that reaches it and what makeShards returns.
+func bucketShards(t *testing.T, nShards, per int) (*s3test.Gateway, s3source.Config, []string, []map[string][]byte, [][]byte) {
 	t.Helper()
 	g := s3test.Start(t)
 	g.CreateBucket(t, "shade-wds")
@@ -197,11 +196,11 @@ func bucketShards(t *testing.T, nShards, per int) (*s3test.Gateway, s3source.Con
 	for i, b := range tars {
 		g.Put(t, "shade-wds", fmt.Sprintf("wds/shard-%03d.tar", i), b)
 	}
-	return g, s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}, dir, keys, want, tars
+	return g, s3source.Config{Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}, keys, want, tars
 }
 
 func TestS3ShardsByRangedReads(t *testing.T) {
-	g, s3cfg, _, keys, want, _ := bucketShards(t, 2, 30)
+	g, s3cfg, keys, want, _ := bucketShards(t, 2, 30)
 	cfg := shards.Config{Location: "s3://shade-wds/wds", StateDir: t.TempDir(), S3: s3cfg}
 	src, err := shards.Open(context.Background(), cfg)
 	if err != nil {
@@ -405,7 +404,7 @@ func TestIndexErrorIsTheFirstInShardOrder(t *testing.T) {
 // and one of 100 bytes) and 16 shards of 11 MB (2,000 samples, each a
 // member of 4 KiB and one of 10 bytes). A directory's shards are read by
 // their headers; a bucket's streamed, except past members of over 4 MiB.
-// And the bucket's shards opened through the index published beside them.
+// And the shards opened through the index published beside them.
 func BenchmarkIndex(b *testing.B) {
 	for _, shape := range []struct {
 		name         string
@@ -450,26 +449,27 @@ func BenchmarkIndex(b *testing.B) {
 			b.ReportMetric(float64(read.n.Load())/float64(b.N), "read-B/op")
 		}
 		for _, where := range []string{"dir", "s3"} {
+			cfg := shards.Config{Location: dir}
+			if where == "s3" {
+				cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg}
+			}
 			for _, at := range []int{1, shards.DefaultIndexShards} {
 				b.Run(fmt.Sprintf("%s/%s/%d-at-once", shape.name, where, at), func(b *testing.B) {
-					cfg := shards.Config{Location: dir, IndexShards: at}
-					if where == "s3" {
-						cfg = shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, IndexShards: at}
-					}
+					cfg.IndexShards = at
 					opens(b, cfg, shards.IndexBuilt)
 				})
 			}
+			// The same shards opened through their published index, as
+			// every peer but the one that published opens them.
+			b.Run(shape.name+"/"+where+"/published", func(b *testing.B) {
+				cfg.PublishIndex = true
+				if _, err := shards.Open(context.Background(), cfg); err != nil {
+					b.Fatal(err)
+				}
+				cfg.PublishIndex = false
+				opens(b, cfg, shards.IndexPublished)
+			})
 		}
-		// The same bucket's shards opened through their published index,
-		// as every peer but the one that published opens them.
-		b.Run(shape.name+"/s3/published", func(b *testing.B) {
-			cfg := shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg, PublishIndex: true}
-			if _, err := shards.Open(context.Background(), cfg); err != nil {
-				b.Fatal(err)
-			}
-			cfg.PublishIndex = false
-			opens(b, cfg, shards.IndexPublished)
-		})
 	}
 }
 
@@ -479,7 +479,7 @@ func BenchmarkIndex(b *testing.B) {
 // changed, a damaged index, Reindex) the shards are indexed again and
 // serve the right bytes.
 func TestPublishedIndex(t *testing.T) {
-	g, s3cfg, dir, keys, want, tars := bucketShards(t, 2, 30)
+	g, s3cfg, keys, want, tars := bucketShards(t, 2, 30)
 	open := func(cfg shards.Config) (*shards.Source, shards.Origin, error) {
 		t.Helper()
 		cfg.Location, cfg.S3 = "s3://shade-wds/wds", s3cfg
@@ -558,9 +558,50 @@ func TestPublishedIndex(t *testing.T) {
 	}
 	checkAll(t, src, keys2, want2)
 
-	if _, err := shards.Open(context.Background(), shards.Config{Location: dir, PublishIndex: true}); !errors.Is(err, shards.ErrPublish) {
-		t.Fatalf("publishing the index of a folder's shards: %v, want ErrPublish", err)
+}
+
+// TestPublishedIndexOfADirectory: a directory's shards (a shared file
+// system's) publish their index in the directory's hidden folder, readable
+// by every user, and an Open with none kept reads it there; a shard
+// touched since is indexed again.
+func TestPublishedIndexOfADirectory(t *testing.T) {
+	dir := t.TempDir()
+	keys, want, _ := makeShards(t, dir, 2, 30)
+	open := func(cfg shards.Config) (*shards.Source, shards.Origin, error) {
+		t.Helper()
+		cfg.Location = dir
+		src, err := shards.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, skipped := src.IndexFrom()
+		return src, from, skipped
 	}
+	if _, from, _ := open(shards.Config{}); from != shards.IndexBuilt {
+		t.Fatalf("before publishing: index %s, want built", from)
+	}
+	if _, from, _ := open(shards.Config{PublishIndex: true}); from != shards.IndexBuilt {
+		t.Fatalf("publishing: index %s, want built", from)
+	}
+	info, err := os.Stat(filepath.Join(dir, ".shade", shards.PublishedIndex))
+	if err != nil || info.Mode().Perm() != 0o644 {
+		t.Fatalf("the published index: %v, %v; want a file of mode 0644", info, err)
+	}
+	src, from, skipped := open(shards.Config{})
+	if from != shards.IndexPublished || skipped != nil {
+		t.Fatalf("after publishing: index %s (%v), want published", from, skipped)
+	}
+	checkAll(t, src, keys, want)
+
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, "shard-001.tar"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	src, from, skipped = open(shards.Config{})
+	if from != shards.IndexBuilt || !errors.Is(skipped, binfile.ErrFile) {
+		t.Fatalf("after a shard was touched: index %s (%v), want built, the published one skipped", from, skipped)
+	}
+	checkAll(t, src, keys, want)
 }
 
 // readTar returns a tar's files.
