@@ -156,12 +156,20 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 		m := src.Manifest()
 		ev := log.Info().Str("dataset", dc.Name).Str("source", where).Int("samples", m.Len()).
 			Int64("bytes", m.TotalBytes()).Str("version", m.Version).Dur("took", time.Since(start))
-		if sh, ok := src.(*shards.Source); ok {
-			from, skipped := sh.IndexFrom()
+		switch src := src.(type) {
+		case *shards.Source:
+			from, skipped := src.IndexFrom()
 			ev = ev.Str("index", string(from))
 			if skipped != nil {
 				log.Warn().Str("dataset", dc.Name).Err(skipped).
 					Msg("the index published beside the shards was not used: they were indexed again; publish it again with 'shadectl dataset index --publish'")
+			}
+		case *s3source.Source:
+			from, at, skipped := src.Listing()
+			ev = ev.Str("listing", string(from)).Time("listed_at", at)
+			if skipped != nil {
+				log.Warn().Str("dataset", dc.Name).Err(skipped).
+					Msg("the listing published beside the dataset was not used: the prefix was listed; publish it again with 'shadectl dataset index --publish'")
 			}
 		}
 		ev.Msg("opened dataset")

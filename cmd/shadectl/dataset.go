@@ -25,8 +25,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "  import-idx --dst DIR [--src DIR] [--limit N]  turn Fashion-MNIST's IDX files into DIR/train and DIR/test (PNG ImageFolder trees)")
 		fmt.Fprintln(w, "  index DIR [--json]                            sample count, bytes, version and classes of a dataset folder")
 		fmt.Fprintln(w, "                                                (or of s3://BUCKET/PREFIX, shards:DIR, shards:s3://BUCKET/PREFIX)")
-		fmt.Fprintln(w, "  index shards:... --publish                    also write the shards' index beside them, read by every peer")
-		fmt.Fprintln(w, "                                                instead of the shards' headers")
+		fmt.Fprintln(w, "  index s3://...|shards:... --publish           also write the bucket's listing or the shards' index beside the")
+		fmt.Fprintln(w, "                                                dataset, read by every peer instead of listing or indexing")
 		fmt.Fprintln(w, "  upload DIR s3://BUCKET/PREFIX [--s3-endpoint URL] [--s3-region R] [--s3-path-style]")
 		fmt.Fprintln(w, "                                                put a dataset folder's samples into a bucket prefix, for --dataset NAME=s3://...")
 	}
@@ -131,6 +131,33 @@ func runDatasetUpload(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "uploaded %d samples (%s), %d already there, to %s in %s\n", rep.Uploaded, humanBytes(rep.Bytes),
 		rep.Skipped, pos[1], time.Since(start).Round(time.Millisecond))
+	if rep.Uploaded > 0 {
+		return republishListing(cfg, stdout)
+	}
+	return nil
+}
+
+// republishListing lists cfg.URL's prefix and publishes the listing
+// again where one was published: the peers that read it see what was
+// just uploaded.
+func republishListing(cfg s3source.Config, stdout io.Writer) error {
+	cfg.Relist = true
+	src, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	r, _, err := src.ReadAside(context.Background(), s3source.PublishedListing)
+	if errors.Is(err, s3source.ErrNoAside) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.Close()
+	if err := src.PublishListing(context.Background()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "published %s again (%d samples)\n", src.AsideURL(s3source.PublishedListing), src.Manifest().Len())
 	return nil
 }
 
@@ -153,7 +180,8 @@ type indexReport struct {
 	Version    string   `json:"version"`
 	Classes    int      `json:"classes"`
 	ClassNames []string `json:"class_names"`
-	// Published is where --publish wrote the index ("" without it).
+	// Published is where --publish wrote the listing or index ("" without
+	// it).
 	Published string `json:"published,omitempty"`
 }
 
@@ -161,7 +189,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shadectl dataset index", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	publish := fs.Bool("publish", false, "shards: only: write the index beside the shards (DIR/.shade/shards.index, PREFIX/.shade/shards.index in a bucket), for every peer that opens them to read instead of every shard's headers; needs write access there; run it again after the shards change")
+	publish := fs.Bool("publish", false, "write what peers read at their first start beside the dataset, for every peer to read instead: of s3://BUCKET/PREFIX its listing (PREFIX/.shade/listing; the dataset is then what it lists until published again), of shards: their index (DIR/.shade/shards.index, PREFIX/.shade/shards.index); needs write access there; run it again after the dataset changes")
 	s3cfg := s3Flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--s3-... flags]")
@@ -181,8 +209,8 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		published string
 	)
 	loc, isShards := strings.CutPrefix(pos[0], shards.Prefix)
-	if *publish && !isShards {
-		return fmt.Errorf("index: --publish is for shards:DIR and shards:s3://BUCKET/PREFIX, not %s", pos[0])
+	if *publish && !isShards && !s3source.IsURL(pos[0]) {
+		return fmt.Errorf("index: --publish is for s3://BUCKET/PREFIX, shards:DIR and shards:s3://BUCKET/PREFIX, not %s", pos[0])
 	}
 	switch {
 	case isShards:
@@ -198,12 +226,18 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	case s3source.IsURL(pos[0]):
 		dir = pos[0]
 		cfg := s3cfg()
-		cfg.URL = pos[0]
+		cfg.URL, cfg.Relist = pos[0], *publish // what is published is what the prefix holds now
 		var src *s3source.Source
 		if src, err = s3source.Open(context.Background(), cfg); err != nil {
 			return err
 		}
 		m = src.Manifest()
+		if *publish {
+			if err := src.PublishListing(context.Background()); err != nil {
+				return err
+			}
+			published = src.AsideURL(s3source.PublishedListing)
+		}
 	default:
 		if dir, err = filepath.Abs(pos[0]); err != nil {
 			return err
@@ -244,7 +278,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "version  %s\n", r.Version)
 	fmt.Fprintf(stdout, "classes  %d\n", r.Classes)
 	if r.Published != "" {
-		fmt.Fprintf(stdout, "index    %s\n", r.Published)
+		fmt.Fprintf(stdout, "published %s\n", r.Published)
 	}
 	return nil
 }

@@ -64,11 +64,40 @@ func TestDatasetUpload(t *testing.T) {
 		t.Fatalf("index of the bucket: %s", out.String())
 	}
 	out.Reset()
+	if err := runDatasetIndex([]string{"s3://shade-up/fm/train", "--publish", "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "published s3://shade-up/fm/train/.shade/listing\n") {
+		t.Fatalf("index --publish of the bucket: %s", out.String())
+	}
+	pub, err := s3source.Open(context.Background(), s3source.Config{URL: "s3://shade-up/fm/train", Endpoint: g.Endpoint, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, _, _ := pub.Listing(); from != s3source.ListingPublished || pub.Manifest().Version != src.Manifest().Version {
+		t.Fatalf("Open after index --publish: listing %s, version %s; want the published listing of %s", from, pub.Manifest().Version, src.Manifest().Version)
+	}
+	out.Reset()
 	if err := runDatasetUpload(args, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "uploaded 0 samples") || !strings.Contains(out.String(), "50 already there") {
 		t.Fatalf("a second upload: %s", out.String())
+	}
+	// An upload that adds a sample publishes the listing again.
+	os.WriteFile(filepath.Join(dir, "class0", "new.png"), []byte("a sample added later"), 0o644)
+	out.Reset()
+	if err := runDatasetUpload(args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "uploaded 1 samples") || !strings.Contains(out.String(), "published s3://shade-up/fm/train/.shade/listing again (51 samples)") {
+		t.Fatalf("an upload after publishing: %s", out.String())
+	}
+	if pub, err = s3source.Open(context.Background(), s3source.Config{URL: "s3://shade-up/fm/train", Endpoint: g.Endpoint, PathStyle: true}); err != nil {
+		t.Fatal(err)
+	}
+	if from, _, _ := pub.Listing(); from != s3source.ListingPublished || pub.Manifest().Len() != 51 {
+		t.Fatalf("Open after the upload: listing %s, %d samples; want the published listing of 51", from, pub.Manifest().Len())
 	}
 	if err := runDatasetUpload([]string{dir}, io.Discard, io.Discard); err == nil {
 		t.Fatal("upload without a URL accepted")
@@ -101,7 +130,7 @@ func TestDatasetIndexPublish(t *testing.T) {
 	if err := runDatasetIndex([]string{"shards:s3://shade-wds/wds", "--publish", "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if want := "index    s3://shade-wds/wds/.shade/shards.index\n"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "samples  10\n") {
+	if want := "published s3://shade-wds/wds/.shade/shards.index\n"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "samples  10\n") {
 		t.Fatalf("index --publish printed\n%s\nwant the 10 samples and %q", out.String(), want)
 	}
 	src, err := shards.Open(context.Background(), shards.Config{Location: "s3://shade-wds/wds",
@@ -116,12 +145,10 @@ func TestDatasetIndexPublish(t *testing.T) {
 	if err := runDatasetIndex([]string{"shards:" + dir, "--publish"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if want := "index    " + filepath.Join(dir, ".shade", "shards.index") + "\n"; !strings.Contains(out.String(), want) {
+	if want := "published " + filepath.Join(dir, ".shade", "shards.index") + "\n"; !strings.Contains(out.String(), want) {
 		t.Fatalf("index shards:DIR --publish printed\n%s\nwant %q", out.String(), want)
 	}
-	for _, arg := range []string{t.TempDir(), "s3://shade-wds/wds"} {
-		if err := runDatasetIndex([]string{arg, "--publish"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--publish is for shards:") {
-			t.Fatalf("index %s --publish: %v, want refused", arg, err)
-		}
+	if err := runDatasetIndex([]string{t.TempDir(), "--publish"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--publish is for s3://") {
+		t.Fatalf("index DIR --publish: %v, want refused", err)
 	}
 }

@@ -1,12 +1,14 @@
 package s3source
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 )
@@ -25,28 +27,54 @@ func (s *Source) AsideURL(name string) string {
 	return "s3://" + s.loc.Bucket + "/" + s.loc.Prefix + AsideFolder + name
 }
 
+// asideRate is the slowest an object beside the dataset may come once its
+// answer began, in bytes a second: ReadAside's time for the body.
+const asideRate = 1 << 20
+
 // ReadAside returns the object name beside the dataset
 // (PREFIX/.shade/NAME) as a stream, and its size. It holds one of the
-// MaxInFlight slots until closed and has no timeout: the caller bounds it
-// with ctx. An object that is not there gives an error wrapping
-// ErrNoAside; any other failure, one wrapping ErrRead. It is not retried.
+// MaxInFlight slots until closed. The answer must begin within
+// RequestTimeout and its body come at 1 MiB/s or faster, or ctx ends it. An
+// object that is not there gives an error wrapping ErrNoAside; any other
+// failure, one wrapping ErrRead. It is not retried.
 func (s *Source) ReadAside(ctx context.Context, name string) (io.ReadCloser, int64, error) {
 	key := s.loc.Prefix + AsideFolder + name
 	s.slots <- struct{}{}
+	ctx, cancel := context.WithCancel(ctx)
+	deadline := time.AfterFunc(s.cfg.RequestTimeout, cancel)
+	fail := func(err error) (io.ReadCloser, int64, error) {
+		deadline.Stop()
+		cancel()
+		<-s.slots
+		return nil, 0, err
+	}
 	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.loc.Bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		<-s.slots
 		if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
-			return nil, 0, fmt.Errorf("%w: %s", ErrNoAside, s.AsideURL(name))
+			return fail(fmt.Errorf("%w: %s", ErrNoAside, s.AsideURL(name)))
 		}
-		return nil, 0, fmt.Errorf("%w: %s: %w", ErrRead, key, err)
+		return fail(fmt.Errorf("%w: %s: %w", ErrRead, key, err))
 	}
 	if info.Size < 0 {
 		body.Close()
-		<-s.slots
-		return nil, 0, fmt.Errorf("%w: %s: the answer gave no length", ErrRead, key)
+		return fail(fmt.Errorf("%w: %s: the answer gave no length", ErrRead, key))
 	}
-	return &stream{body: body, s: s, o: object{Key: key, Size: info.Size}}, info.Size, nil
+	deadline.Reset(s.cfg.RequestTimeout + time.Duration(info.Size)*time.Second/asideRate)
+	return &asideStream{stream: stream{body: body, s: s, o: object{Key: key, Size: info.Size}}, end: func() {
+		deadline.Stop()
+		cancel()
+	}}, info.Size, nil
+}
+
+// asideStream is ReadAside's stream: closing it ends its deadline.
+type asideStream struct {
+	stream
+	end func()
+}
+
+func (a *asideStream) Close() error {
+	defer a.end()
+	return a.stream.Close()
 }
 
 // WriteAside puts data as the object name beside the dataset
@@ -56,4 +84,63 @@ func (s *Source) WriteAside(ctx context.Context, name string, data []byte) error
 	return s.put(ctx, s.loc.Prefix+AsideFolder+name, int64(len(data)), func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
 	})
+}
+
+// ListingOrigin is where Open found a Source's listing.
+type ListingOrigin string
+
+const (
+	// ListingListed: the prefix was listed.
+	ListingListed ListingOrigin = "listed"
+	// ListingKept: read from Config.StateDir.
+	ListingKept ListingOrigin = "kept"
+	// ListingPublished: read from the listing published beside the
+	// dataset (PublishListing, by any machine).
+	ListingPublished ListingOrigin = "published"
+)
+
+// PublishedListing is the published listing's name beside the dataset.
+const PublishedListing = "listing"
+
+// Listing says where Open found the listing, when the prefix was listed
+// and, where a published listing was there but not used (of another
+// place, damaged, or not readable), why: the prefix was then listed.
+func (s *Source) Listing() (from ListingOrigin, listedAt time.Time, skipped error) {
+	return s.from, s.listedAt, s.skipped
+}
+
+// PublishListing puts the Source's listing beside the dataset
+// (PREFIX/.shade/listing), for an Open on any machine with none kept to
+// read in one GET instead of listing the prefix. What it holds is the
+// dataset until it is published again, as a kept listing is until
+// Relist: objects added after are not served, and an object changed or
+// deleted after fails its reads (dataset.ErrChanged), never serving
+// other bytes. Open with Relist first, to publish what the prefix holds
+// now.
+func (s *Source) PublishListing(ctx context.Context) error {
+	var buf bytes.Buffer
+	// Written with no endpoint: the bucket and prefix name the place,
+	// whichever address of the store reaches it.
+	if err := writeListing(&buf, "", s.loc, s.listedAt, s.m.Names, s.m.Sizes, s.etags.at); err != nil {
+		return err
+	}
+	return s.WriteAside(ctx, PublishedListing, buf.Bytes())
+}
+
+// publishedListing reads the listing published beside the dataset: nil
+// where none is, or an error saying why the one there is not used.
+func (s *Source) publishedListing(ctx context.Context) (*listed, error) {
+	r, size, err := s.ReadAside(ctx, PublishedListing)
+	if errors.Is(err, ErrNoAside) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	l, err := readListing(bufio.NewReaderSize(r, 64<<10), size, "", s.loc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.AsideURL(PublishedListing), err)
+	}
+	return l, nil
 }

@@ -27,7 +27,7 @@ func TestListingRoundTrip(t *testing.T) {
 	objs := testObjects(3000)
 	path := filepath.Join(dir, "l")
 	names, sizes, etags := listedOf(t, loc, objs).sorted()
-	if err := saveListing(path, "http://e", loc, names, sizes, etags); err != nil {
+	if err := saveListing(path, "http://e", loc, time.Now(), names, sizes, etags); err != nil {
 		t.Fatal(err)
 	}
 	got, legacy, err := loadListing(path, "http://e", loc)
@@ -91,7 +91,7 @@ func TestListingOfAnEarlierBuild(t *testing.T) {
 		t.Fatalf("an earlier build's listing: %d objects, legacy %v, %v", len(read), legacy, err)
 	}
 	names, sizes, etags := listedOf(t, loc, objs).sorted()
-	if err := saveListing(path, "http://e", loc, names, sizes, etags); err != nil {
+	if err := saveListing(path, "http://e", loc, time.Now(), names, sizes, etags); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path + ".json"); !errors.Is(err, os.ErrNotExist) {
@@ -147,7 +147,7 @@ func BenchmarkLoadListing(b *testing.B) {
 	}
 	path := filepath.Join(b.TempDir(), "l")
 	names, sizes, etags := listedOf(b, loc, objs).sorted()
-	if err := saveListing(path, "http://e", loc, names, sizes, etags); err != nil {
+	if err := saveListing(path, "http://e", loc, time.Now(), names, sizes, etags); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {

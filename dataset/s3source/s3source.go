@@ -239,6 +239,10 @@ type Source struct {
 	m      *dataset.Manifest // sample i is the object prefix and Names.At(i), Sizes[i] bytes
 	etags  etags             // sample i's listed ETag ("" where none)
 	slots  chan struct{}     // MaxInFlight tokens
+
+	from     ListingOrigin
+	listedAt time.Time
+	skipped  error // why a published listing was not used, or nil
 }
 
 // Open lists cfg.URL's prefix (or reuses the listing in cfg.StateDir) and
@@ -256,24 +260,30 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, loc: loc, rt: rt, client: client, slots: make(chan struct{}, cfg.MaxInFlight)}
+	s := &Source{cfg: cfg, loc: loc, rt: rt, client: client, slots: make(chan struct{}, cfg.MaxInFlight), from: ListingKept}
 	state := s.statePath()
 	var (
-		l      *listed
-		legacy bool
+		l    *listed
+		keep bool // l is to be kept in the state directory
 	)
 	if state != "" && !cfg.Relist {
-		l, legacy, err = loadListing(state, cfg.Endpoint, loc)
+		l, keep, err = loadListing(state, cfg.Endpoint, loc) // an earlier build's JSON listing is kept in the new form
 		if err != nil {
 			return nil, err
 		}
 	}
-	fresh := l == nil
-	if fresh {
+	if l == nil && !cfg.Relist {
+		s.from = ListingPublished
+		l, s.skipped = s.publishedListing(ctx)
+		keep = l != nil
+	}
+	if l == nil {
+		s.from, keep = ListingListed, true
 		if l, err = s.list(ctx); err != nil {
 			return nil, err
 		}
 	}
+	s.listedAt = l.at
 	if l.len() == 0 {
 		return nil, fmt.Errorf("%w under %s", dataset.ErrEmpty, cfg.URL)
 	}
@@ -282,8 +292,8 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	// object was a struct and two strings (an object's key is the prefix
 	// and its name).
 	names, sizes, etags := l.sorted()
-	if (fresh || legacy) && state != "" {
-		if err := saveListing(state, cfg.Endpoint, loc, names, sizes, etags); err != nil {
+	if keep && state != "" {
+		if err := saveListing(state, cfg.Endpoint, loc, s.listedAt, names, sizes, etags); err != nil {
 			return nil, err
 		}
 	}
@@ -300,6 +310,7 @@ type listed struct {
 	prefix       string
 	names, etags dataset.NamesBuilder
 	sizes        []int64
+	at           time.Time // when the prefix was listed
 }
 
 // add appends o, which must lie under the prefix.
@@ -327,7 +338,7 @@ func (l *listed) addAll(o *listed) {
 		l.etags.Add(etags.At(i))
 	}
 	l.sizes = append(l.sizes, o.sizes...)
-	*o = listed{prefix: o.prefix}
+	*o = listed{prefix: o.prefix, at: o.at}
 }
 
 func (l *listed) len() int { return len(l.sizes) }
@@ -337,7 +348,7 @@ func (l *listed) len() int { return len(l.sizes) }
 // that came in order (a saved one, most stores') is not permuted.
 func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Names) {
 	names, etags, sizes = l.names.Names(), l.etags.Names(), slices.Clone(l.sizes) // exact: appends left up to twice the room
-	*l = listed{prefix: l.prefix}
+	*l = listed{prefix: l.prefix, at: l.at}
 	n := names.Len()
 	less := func(a, b int) int { return strings.Compare(names.At(a), names.At(b)) }
 	inOrder := true
@@ -418,7 +429,7 @@ func (s *Source) list(ctx context.Context) (*listed, error) {
 // set, it lists one level: each folder there (a key ending in '/', not
 // hidden) goes to folder instead of being listed; without, every level.
 func (s *Source) listRun(ctx context.Context, prefix string, folder func(string)) (*listed, error) {
-	l := &listed{prefix: s.loc.Prefix}
+	l := &listed{prefix: s.loc.Prefix, at: time.Now()}
 	opts := minio.ListObjectsOptions{Prefix: prefix, Recursive: folder == nil}
 	for o := range s.client.ListObjects(ctx, s.loc.Bucket, opts) {
 		if o.Err != nil {
@@ -789,8 +800,7 @@ func readListing(r io.Reader, size int64, endpoint string, loc Location) (*liste
 			return nil, fmt.Errorf("%w: a listing of another place", binfile.ErrFile)
 		}
 	}
-	br.Int() // when it was listed
-	l := &listed{prefix: loc.Prefix}
+	l := &listed{prefix: loc.Prefix, at: time.Unix(0, br.Int())}
 	n := br.Uvarint(uint64(br.Left() / 3)) // an object takes 3 bytes at least
 	l.sizes = make([]int64, 0, n)
 	for range n {
@@ -839,28 +849,19 @@ func loadJSONListing(path, endpoint string, loc Location) (*listed, error) {
 	if h.Endpoint != endpoint || h.Bucket != loc.Bucket || h.Prefix != loc.Prefix {
 		return nil, nil
 	}
+	l.at = h.Listed
 	return l, nil
 }
 
-// saveListing writes the listing to a temporary file and renames it to
-// path, and removes the JSON listing of an earlier build beside it.
-func saveListing(path, endpoint string, loc Location, names dataset.Names, sizes []int64, etags dataset.Names) error {
+// saveListing writes the listing, listed at at, to a temporary file and
+// renames it to path, and removes the JSON listing of an earlier build
+// beside it.
+func saveListing(path, endpoint string, loc Location, at time.Time, names dataset.Names, sizes []int64, etags dataset.Names) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
 	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		bw := binfile.NewWriter(w, listingMagic)
-		bw.String(endpoint)
-		bw.String(loc.Bucket)
-		bw.String(loc.Prefix)
-		bw.Uvarint(uint64(time.Now().UnixNano()))
-		bw.Uvarint(uint64(names.Len()))
-		for i, name := range names.All() {
-			bw.String(name)
-			bw.Uvarint(uint64(sizes[i]))
-			bw.String(etags.At(i))
-		}
-		return bw.Close()
+		return writeListing(w, endpoint, loc, at, names, sizes, etags.At)
 	})
 	if err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
@@ -869,4 +870,21 @@ func saveListing(path, endpoint string, loc Location, names dataset.Names, sizes
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
 	return nil
+}
+
+// writeListing writes the listing in its state file's form: object i
+// is names.At(i), of sizes[i] bytes and ETag etag(i).
+func writeListing(w io.Writer, endpoint string, loc Location, at time.Time, names dataset.Names, sizes []int64, etag func(int) string) error {
+	bw := binfile.NewWriter(w, listingMagic)
+	bw.String(endpoint)
+	bw.String(loc.Bucket)
+	bw.String(loc.Prefix)
+	bw.Uvarint(uint64(at.UnixNano()))
+	bw.Uvarint(uint64(names.Len()))
+	for i, name := range names.All() {
+		bw.String(name)
+		bw.Uvarint(uint64(sizes[i]))
+		bw.String(etag(i))
+	}
+	return bw.Close()
 }

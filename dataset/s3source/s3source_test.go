@@ -20,6 +20,7 @@ import (
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
+	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/s3test"
 	"github.com/shade-mesh/shade/internal/testsupport"
 )
@@ -329,6 +330,11 @@ func TestInFlightBoundAndRequestTimeout(t *testing.T) {
 	src, err := s3source.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The GET of a published listing was held too: it timed out, and the
+	// prefix was listed.
+	if from, _, skipped := src.Listing(); from != s3source.ListingListed || !errors.Is(skipped, s3source.ErrRead) {
+		t.Fatalf("Open with the published listing's GET unanswered: listing %s (%v), want listed after a failed read", from, skipped)
 	}
 	// 64 concurrent reads: hold the GETs until 4 are waiting, then let
 	// them go; never more than 4 at once.
@@ -640,5 +646,109 @@ func TestAside(t *testing.T) {
 	r.Close()
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("after a refused write: %d bytes, %v; want what was there", len(got), err)
+	}
+}
+
+// TestPublishedListing: a listing published beside the dataset is what an
+// Open with none kept reads instead of listing the prefix, on any
+// endpoint that reaches the bucket; it is the dataset until published
+// again (an object added after is not served; Relist lists); a state
+// directory keeps it; a damaged one, or one of another place, is not
+// used and the prefix is listed.
+func TestPublishedListing(t *testing.T) {
+	g := s3test.Start(t)
+	names, data := fill(t, g, "shade-ds", "p/", 10)
+	lists := func() int {
+		n := 0
+		for _, r := range g.Requests(t) {
+			if strings.Contains(r.Operation, "ListObjects") {
+				n++
+			}
+		}
+		return n
+	}
+	cfg := config(g, "s3://shade-ds/p")
+	first, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, _, skipped := first.Listing(); from != s3source.ListingListed || skipped != nil {
+		t.Fatalf("first Open: listing %s (%v), want listed", from, skipped)
+	}
+	if err := first.PublishListing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, listedAt, _ := first.Listing()
+	g.Put(t, "shade-ds", "p/c9/new.bin", []byte("added after publishing"))
+
+	listed := lists()
+	other := cfg
+	other.Endpoint = strings.Replace(g.Endpoint, "127.0.0.1", "localhost", 1) // another address of the same store
+	pub, err := s3source.Open(context.Background(), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, at, skipped := pub.Listing()
+	if from != s3source.ListingPublished || skipped != nil || !at.Equal(listedAt) {
+		t.Fatalf("Open after publishing: listing %s of %v (%v), want the published one of %v", from, at, skipped, listedAt)
+	}
+	if lists() != listed {
+		t.Fatalf("Open after publishing listed the prefix")
+	}
+	if pub.Manifest().Version != first.Manifest().Version || pub.Manifest().Len() != len(names) {
+		t.Fatalf("the published listing: %d samples, version %s; want the %d published, %s", pub.Manifest().Len(), pub.Manifest().Version, len(names), first.Manifest().Version)
+	}
+	for i := range names {
+		if got, err := pub.Read(i, nil); err != nil || !bytes.Equal(got, data[i]) {
+			t.Fatalf("sample %d through the published listing: %v", i, err)
+		}
+	}
+
+	// Kept in a state directory: a restart reads neither.
+	st := cfg
+	st.StateDir = t.TempDir()
+	s3source.Open(context.Background(), st)
+	gets := g.GetCounts(t, "shade-ds")["p/.shade/listing"]
+	if again, err := s3source.Open(context.Background(), st); err != nil {
+		t.Fatal(err)
+	} else if from, _, _ := again.Listing(); from != s3source.ListingKept || g.GetCounts(t, "shade-ds")["p/.shade/listing"] != gets {
+		t.Fatalf("a restart with the state directory: listing %s, want kept without reading the published one", from)
+	}
+
+	relist := cfg
+	relist.Relist = true
+	if r, err := s3source.Open(context.Background(), relist); err != nil {
+		t.Fatal(err)
+	} else if from, _, _ := r.Listing(); from != s3source.ListingListed || r.Manifest().Len() != len(names)+1 {
+		t.Fatalf("Relist: listing %s, %d samples; want listed, %d", from, r.Manifest().Len(), len(names)+1)
+	}
+
+	// The listing of another prefix, copied here, is not of this place.
+	g.Put(t, "shade-ds", "q/c0/a.bin", []byte("a sample of another prefix"))
+	q, err := s3source.Open(context.Background(), config(g, "s3://shade-ds/q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PublishListing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := q.ReadAside(context.Background(), s3source.PublishedListing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qListing, err := io.ReadAll(r)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range [][]byte{qListing, []byte("shade-s3-listing/2\nnot a listing")} {
+		g.Put(t, "shade-ds", "p/.shade/listing", body)
+		l, err := s3source.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from, _, skipped := l.Listing(); from != s3source.ListingListed || !errors.Is(skipped, binfile.ErrFile) || l.Manifest().Len() != len(names)+1 {
+			t.Fatalf("a published listing of another place or damaged: listing %s (%v), %d samples; want listed, %d", from, skipped, l.Manifest().Len(), len(names)+1)
+		}
 	}
 }

@@ -68,7 +68,9 @@ type bucketMesh struct {
 const meshBucket = "shade-e2e"
 
 // startBucketMesh uploads n small objects with shadectl into a fresh
-// gateway and starts k peers serving them as dataset "ds" (R = 2).
+// gateway, publishes their listing, and starts k peers serving them as
+// dataset "ds" (R = 2), each reading the published listing instead of
+// listing the prefix.
 func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 	t.Helper()
 	g := s3test.Start(t)
@@ -86,6 +88,21 @@ func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 		t.Fatalf("shadectl dataset upload: %v\n%s", err, upErr.Bytes())
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
+	pub := exec.Command(bins.Path("shadectl"), "dataset", "index", url, "--publish", "--s3-endpoint", g.Endpoint, "--s3-path-style")
+	pub.Env = up.Env
+	if out, err := pub.CombinedOutput(); err != nil {
+		t.Fatalf("shadectl dataset index --publish: %v\n%s", err, out)
+	}
+	lists := func() int {
+		n := 0
+		for _, r := range g.Requests(t) {
+			if strings.Contains(r.Operation, "ListObjects") {
+				n++
+			}
+		}
+		return n
+	}
+	listed := lists()
 
 	tls := t.TempDir()
 	m := &bucketMesh{g: g, ds: ds}
@@ -112,6 +129,14 @@ func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 		return true
 	})
 	t.Logf("%d peers converged in %v", k, took.Round(time.Millisecond))
+	for i, p := range m.peers {
+		if !strings.Contains(p.Log(), `"listing":"published"`) {
+			t.Fatalf("peer %d did not read the published listing:\n%s", i, p.Log())
+		}
+	}
+	if lists() != listed {
+		t.Fatalf("the peers listed the prefix %d times, want none: the listing is published", lists()-listed)
+	}
 	return m
 }
 
@@ -136,11 +161,16 @@ func (m *bucketMesh) readAll(pass, pi int) error {
 	return nil
 }
 
-// getHistogram returns, from the gateway's access log, how many objects
-// were fetched how many times, and fails t unless every object was.
+// getHistogram returns, from the gateway's access log, how many samples'
+// objects were fetched how many times, and fails t unless every one was.
 func (m *bucketMesh) getHistogram(t *testing.T) (map[int]int, map[string]int) {
 	t.Helper()
 	gets := m.g.GetCounts(t, meshBucket)
+	for key := range gets {
+		if strings.Contains(key, "/.shade/") {
+			delete(gets, key) // the published listing, beside the samples
+		}
+	}
 	hist := map[int]int{}
 	for _, c := range gets {
 		hist[c]++
@@ -294,7 +324,7 @@ func TestPeerServesShardsFromBucket(t *testing.T) {
 	pub := exec.Command(bins.Path("shadectl"), "dataset", "index", "shards:s3://shade-wds/wds", "--publish",
 		"--s3-endpoint", g.Endpoint, "--s3-path-style")
 	pub.Env = append(os.Environ(), env...)
-	if out, err := pub.CombinedOutput(); err != nil || !strings.Contains(string(out), "index    s3://shade-wds/wds/.shade/shards.index") {
+	if out, err := pub.CombinedOutput(); err != nil || !strings.Contains(string(out), "published s3://shade-wds/wds/.shade/shards.index") {
 		t.Fatalf("shadectl dataset index --publish: %v\n%s", err, out)
 	}
 	before := g.GetCounts(t, "shade-wds")
