@@ -90,3 +90,52 @@ func BenchmarkUpload(b *testing.B) {
 	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N*objects), "cpu-us/object")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*objects), "us/object")
 }
+
+// BenchmarkOpen opens a prefix of 20,000 objects (10 folders of 2,000)
+// in a real gateway on loopback with no state directory, as a peer at
+// its first start: listing the prefix, and reading the listing published
+// beside it.
+func BenchmarkOpen(b *testing.B) {
+	g := s3test.Start(b)
+	dir := b.TempDir()
+	const objects = 20_000
+	for i := range objects {
+		class := filepath.Join(dir, fmt.Sprintf("c%d", i%10))
+		if err := os.MkdirAll(class, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(class, fmt.Sprintf("%05d.bin", i)), []byte{byte(i)}, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := s3source.Config{URL: "s3://open/train", Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	if rep, err := s3source.Upload(context.Background(), cfg, dir, nil); err != nil || rep.Uploaded != objects {
+		b.Fatalf("uploaded %d of %d: %v", rep.Uploaded, objects, err)
+	}
+	src, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := src.PublishListing(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		relist bool
+		from   s3source.ListingOrigin
+	}{{"listed", true, s3source.ListingListed}, {"published", false, s3source.ListingPublished}} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := cfg
+			cfg.Relist = c.relist
+			for b.Loop() {
+				src, err := s3source.Open(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if from, _, skipped := src.Listing(); from != c.from || src.Manifest().Len() != objects {
+					b.Fatalf("listing %s (%v), %d objects; want %s, %d", from, skipped, src.Manifest().Len(), c.from, objects)
+				}
+			}
+		})
+	}
+}
