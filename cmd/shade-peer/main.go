@@ -194,7 +194,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		s3Region    = fs.String("s3-region", "", "region of the s3:// datasets' buckets (default: found by the client, or us-east-1)")
 		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
 		s3InFlight  = fs.Int("s3-max-in-flight", s3source.DefaultMaxInFlight, "GET requests in flight to the store for each s3:// dataset (and the connections kept open to it); a store with a high time to first byte needs many to keep trainers fed")
-		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index")
+		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index, or one is published beside them ('shadectl dataset index --publish')")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB); 0 caches nothing (every read goes to the source)")
 		pol         = fs.String("policy", "order", "eviction and admission policy: order (APP that also evicts by next use in the published orders), app (SHADE's), lru, fifo, lfu, minio, none (cache nothing)")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
