@@ -141,19 +141,14 @@ func runDatasetUpload(args []string, stdout, stderr io.Writer) error {
 // again where one was published: the peers that read it see what was
 // just uploaded.
 func republishListing(cfg s3source.Config, stdout io.Writer) error {
+	if ok, err := s3source.HasAside(context.Background(), cfg, s3source.PublishedListing); !ok || err != nil {
+		return err
+	}
 	cfg.Relist = true
 	src, err := s3source.Open(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
-	r, _, err := src.ReadAside(context.Background(), s3source.PublishedListing)
-	if errors.Is(err, s3source.ErrNoAside) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	r.Close()
 	if err := src.PublishListing(context.Background()); err != nil {
 		return err
 	}

@@ -77,6 +77,30 @@ func (a *asideStream) Close() error {
 	return a.stream.Close()
 }
 
+// HasAside reports whether the object name is beside cfg.URL's dataset
+// (PREFIX/.shade/NAME), without listing the prefix.
+func HasAside(ctx context.Context, cfg Config, name string) (bool, error) {
+	cfg = cfg.withDefaults()
+	loc, err := ParseURL(cfg.URL)
+	if err != nil {
+		return false, err
+	}
+	client, err := NewClient(cfg)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	defer cancel()
+	_, err = client.StatObject(ctx, loc.Bucket, loc.Prefix+AsideFolder+name, minio.StatObjectOptions{})
+	if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %s: %w", ErrRead, loc.Prefix+AsideFolder+name, err)
+	}
+	return true, nil
+}
+
 // WriteAside puts data as the object name beside the dataset
 // (PREFIX/.shade/NAME), replacing what was there, retrying throttled or
 // failed attempts. The store checks the body against its MD5.

@@ -105,8 +105,12 @@ type Config struct {
 	// list again; "" lists at every Open.
 	StateDir string
 	// Relist lists the prefix even when StateDir holds a listing, and
-	// replaces it.
+	// replaces it, or one is published beside the dataset.
 	Relist bool
+	// Unpublished lists the prefix where StateDir holds no listing, even
+	// when one is published beside the dataset (PublishListing): for a
+	// dataset whose listing is short and must be current.
+	Unpublished bool
 	// MaxInFlight bounds concurrent GET requests of one Source, and the
 	// idle connections it keeps to the store; 0 means DefaultMaxInFlight.
 	MaxInFlight int
@@ -272,7 +276,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 			return nil, err
 		}
 	}
-	if l == nil && !cfg.Relist {
+	if l == nil && !cfg.Relist && !cfg.Unpublished {
 		s.from = ListingPublished
 		l, s.skipped = s.publishedListing(ctx)
 		keep = l != nil

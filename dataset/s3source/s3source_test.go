@@ -604,9 +604,15 @@ func TestAside(t *testing.T) {
 	if _, _, err := src.ReadAside(context.Background(), "index"); !errors.Is(err, s3source.ErrNoAside) {
 		t.Fatalf("reading what was never written: %v, want ErrNoAside", err)
 	}
+	if ok, err := s3source.HasAside(context.Background(), config(g, "s3://shade-ds/p"), "index"); ok || err != nil {
+		t.Fatalf("HasAside before writing: %v, %v", ok, err)
+	}
 	want := bytes.Repeat([]byte("kept beside the dataset "), 1000)
 	if err := src.WriteAside(context.Background(), "index", want); err != nil {
 		t.Fatal(err)
+	}
+	if ok, err := s3source.HasAside(context.Background(), config(g, "s3://shade-ds/p"), "index"); !ok || err != nil {
+		t.Fatalf("HasAside after writing: %v, %v", ok, err)
 	}
 	if got := src.AsideURL("index"); got != "s3://shade-ds/p/.shade/index" {
 		t.Fatalf("AsideURL %q", got)

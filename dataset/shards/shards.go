@@ -196,7 +196,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	)
 	if s3source.IsURL(cfg.Location) {
 		c := cfg.S3
-		c.URL, c.StateDir, c.Relist = cfg.Location, cfg.StateDir, cfg.Reindex
+		// The shards' own listing, never a published one: it is a few
+		// objects, and a shard changed since is seen at once.
+		c.URL, c.StateDir, c.Relist, c.Unpublished = cfg.Location, cfg.StateDir, cfg.Reindex, true
 		st, err = openS3(ctx, c)
 	} else {
 		st, err = openDir(cfg.Location)

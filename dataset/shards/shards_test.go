@@ -533,7 +533,16 @@ func TestPublishedIndex(t *testing.T) {
 	}
 
 	// A shard changed since publishing: the published index is not of
-	// these shards.
+	// these shards, also where a listing of the prefix is published (the
+	// shards' own listing is read, never a published one).
+	lsrc, err := s3source.Open(context.Background(), s3source.Config{URL: "s3://shade-wds/wds", Endpoint: g.Endpoint, PathStyle: true,
+		AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lsrc.PublishListing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	files := readTar(t, tars[1])
 	files = append(files, file{"late.cls", []byte("7")})
 	g.Put(t, "shade-wds", "wds/shard-001.tar", writeTar(t, "", files))
