@@ -2,6 +2,7 @@ package shards
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -347,6 +348,49 @@ func TestWithinShards(t *testing.T) {
 	for _, bad := range []sample{{Shard: 2, End: 1}, {Shard: -1}, {Shard: 0, Start: 10, End: 1001}, {Shard: 1, Start: 9, End: 8}, {Shard: 1, Start: -1}} {
 		if withinShards(append(slices.Clone(ok), bad), st) {
 			t.Fatalf("sample %+v taken as within the shards", bad)
+		}
+	}
+}
+
+// BenchmarkOpenKept opens the shards of a directory (100 shards, sparse
+// files) whose index of 1,000,000 samples of 2.3 members is kept in the
+// state directory: a restart's wait over a large dataset, and a first
+// start's through a published index less its read.
+func BenchmarkOpenKept(b *testing.B) {
+	const n, per = 1_000_000, 10_000
+	dir := b.TempDir()
+	samples := samplesOf(n, per)
+	ends := make([]int64, n/per)
+	for _, smp := range samples {
+		ends[smp.Shard] = max(ends[smp.Shard], smp.End)
+	}
+	for si, end := range ends {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", si)))
+		if err == nil {
+			err = f.Truncate(end + 1024)
+			f.Close()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	st, err := openDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Location: dir, StateDir: b.TempDir()}
+	if err := saveIndex(indexStatePath(cfg), st.check(), samples); err != nil {
+		b.Fatal(err)
+	}
+	samples = nil
+	b.ReportAllocs()
+	for b.Loop() {
+		src, err := Open(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if from, _ := src.IndexFrom(); from != IndexKept || src.Manifest().Len() != n {
+			b.Fatalf("index %s, %d samples; want kept, %d", from, src.Manifest().Len(), n)
 		}
 	}
 }

@@ -211,11 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, fmt.Errorf("%w: no .tar shards in %s", dataset.ErrEmpty, cfg.Location)
 	}
 	s := &Source{st: st, from: IndexKept}
-	statePath := ""
-	if cfg.StateDir != "" {
-		sum := sha256.Sum256([]byte(cfg.Location + "\x00" + cfg.S3.Endpoint))
-		statePath = filepath.Join(cfg.StateDir, "shards-"+hex.EncodeToString(sum[:8])+".index")
-	}
+	statePath := indexStatePath(cfg)
 	var (
 		samples []sample
 		keep    bool // samples are to be kept in the state directory
@@ -272,6 +268,15 @@ func (s *Source) IndexFrom() (from Origin, skipped error) { return s.from, s.ski
 // PublishedAt names where the shards' published index is, or would be:
 // s3://BUCKET/PREFIX/.shade/shards.index, or DIR/.shade/shards.index.
 func (s *Source) PublishedAt() string { return s.st.publishedAt() }
+
+// indexStatePath is the index's file in cfg.StateDir, "" without one.
+func indexStatePath(cfg Config) string {
+	if cfg.StateDir == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(cfg.Location + "\x00" + cfg.S3.Endpoint))
+	return filepath.Join(cfg.StateDir, "shards-"+hex.EncodeToString(sum[:8])+".index")
+}
 
 // packedIndex is the index as a Source keeps it, in a few arrays rather
 // than a struct, a key and a slice of members a sample (its keys are the
