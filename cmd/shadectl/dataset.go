@@ -211,7 +211,10 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	case isShards:
 		dir = pos[0]
 		var src *shards.Source
-		if src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg(), PublishIndex: *publish}); err != nil {
+		bar := newProgressBar(stderr, "index")
+		src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg(), PublishIndex: *publish, Progress: bar.update})
+		bar.finish()
+		if err != nil {
 			return err
 		}
 		m = src.Manifest()

@@ -99,6 +99,9 @@ type Config struct {
 	// Open of the shards, on any machine, to read (in a bucket, one GET)
 	// instead of every shard's headers. It needs write access there.
 	PublishIndex bool
+	// Progress, if not nil, is called with (shards read, shards) as the
+	// index is built, from one goroutine at a time.
+	Progress func(done, total int)
 	// IndexShards is how many shards are read at once to build the index;
 	// 0 means DefaultIndexShards. In a bucket, each holds one of the S3
 	// source's MaxInFlight requests while it is read.
@@ -234,7 +237,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	if samples == nil {
 		s.from = IndexBuilt
-		if samples, err = buildIndex(ctx, st, cfg.IndexShards); err != nil {
+		if samples, err = buildIndex(ctx, st, cfg.IndexShards, cfg.Progress); err != nil {
 			return nil, err
 		}
 		if statePath != "" {
@@ -503,19 +506,30 @@ const DefaultIndexShards = 16
 // buildIndex reads every shard's tar headers and groups members into
 // samples. It reads up to at shards at once and returns what reading them
 // in order would: the samples in shard order, or the first error in that
-// order (a shard after a failed one is not begun).
-func buildIndex(ctx context.Context, st store, at int) ([]sample, error) {
+// order (a shard after a failed one is not begun). progress, if not nil,
+// is called after each shard read, from one goroutine at a time.
+func buildIndex(ctx context.Context, st store, at int, progress func(done, total int)) ([]sample, error) {
 	names, sizes := st.shards()
 	per := make([][]sample, len(names))
 	errs := make([]error, len(names))
 	var failed atomic.Int64 // the first shard that failed so far
 	failed.Store(int64(len(names)))
+	var (
+		mu   sync.Mutex
+		done int
+	)
 	workers.Each(len(names), at, func(si int) {
 		if int64(si) > failed.Load() {
 			return
 		}
 		if per[si], errs[si] = indexShard(ctx, st, si, names[si]); errs[si] != nil {
 			lower(&failed, int64(si))
+		}
+		if progress != nil {
+			mu.Lock()
+			done++
+			progress(done, len(names))
+			mu.Unlock()
 		}
 	})
 	total := 0

@@ -345,12 +345,28 @@ func TestDirShardReplacedRefused(t *testing.T) {
 
 // TestIndexOfManyShards: more shards than are indexed at once give the
 // samples in shard order, every byte right, as one pass would.
+// TestIndexOfManyShards indexes more shards than are read at once; its
+// progress is told once a shard, counting up to all of them, one call at
+// a time.
 func TestIndexOfManyShards(t *testing.T) {
 	dir := t.TempDir()
 	keys, want, _ := makeShards(t, dir, 41, 7)
-	src, err := shards.Open(context.Background(), shards.Config{Location: dir})
+	var (
+		calls  []int
+		inCall atomic.Int32
+	)
+	src, err := shards.Open(context.Background(), shards.Config{Location: dir, Progress: func(done, total int) {
+		if inCall.Add(1) != 1 || total != 41 {
+			t.Errorf("progress (%d, %d) called beside another call, or not of 41 shards", done, total)
+		}
+		calls = append(calls, done)
+		inCall.Add(-1)
+	}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(calls) != 41 || !slices.IsSorted(calls) || calls[40] != 41 {
+		t.Fatalf("progress: %v, want 1..41", calls)
 	}
 	checkAll(t, src, keys, want)
 }
