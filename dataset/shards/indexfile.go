@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/internal/binfile"
 )
 
@@ -16,62 +17,80 @@ import (
 // form is still read.
 const indexMagic = "shade-shards-index/2\n"
 
-// writeIndex writes samples, of the shards check identifies, in the
-// index file's form.
-func writeIndex(w io.Writer, check string, samples []sample) error {
+// writeIndex writes the index of the shards check identifies (names are
+// its samples' keys) in the index file's form.
+func writeIndex(w io.Writer, check string, names dataset.Names, p *packedIndex) error {
 	bw := binfile.NewWriter(w, indexMagic)
 	bw.String(check)
-	bw.Uvarint(uint64(len(samples)))
-	for _, smp := range samples {
-		bw.String(smp.Key)
-		bw.Uvarint(uint64(smp.Shard))
-		bw.Uvarint(uint64(smp.Start))
-		bw.Uvarint(uint64(smp.End - smp.Start))
-		bw.Uvarint(uint64(len(smp.Members)))
-		for _, m := range smp.Members {
-			bw.String(m.Ext)
-			bw.Uvarint(uint64(m.Off))
-			bw.Uvarint(uint64(m.Size))
+	bw.Uvarint(uint64(p.len()))
+	for i := range p.len() {
+		ms, start, end := p.span(i)
+		bw.String(names.At(i))
+		bw.Uvarint(uint64(p.shard[i]))
+		bw.Uvarint(uint64(start))
+		bw.Uvarint(uint64(end - start))
+		bw.Uvarint(uint64(len(ms)))
+		for _, m := range ms {
+			bw.String(p.exts[m.ext])
+			bw.Uvarint(uint64(m.off))
+			bw.Uvarint(uint64(m.size))
 		}
 	}
 	return bw.Close()
 }
 
-// readIndex reads an index file of size bytes from r: its samples, if it
-// is whole and of the shards check identifies.
-func readIndex(r io.Reader, size int64, check string) ([]sample, error) {
+// readIndex reads an index file of size bytes from r into the index of
+// st's shards, if it is whole, of the shards as st.check identifies them,
+// and every sample lies within its shard.
+func readIndex(r io.Reader, size int64, st store) (*indexBuilder, error) {
 	br, err := binfile.NewReader(r, size, indexMagic)
 	if err != nil {
 		return nil, err
 	}
-	if got := br.String(math.MaxUint16); br.Err() == nil && got != check {
+	if got := br.String(math.MaxUint16); br.Err() == nil && got != st.check() {
 		return nil, fmt.Errorf("%w: an index of other shards", binfile.ErrFile)
 	}
 	// A sample takes at least 5 bytes and a member 3: no count read from a
 	// damaged file makes more room than the rest of the file could fill.
 	n := br.Uvarint(uint64(br.Left() / 5))
-	samples := make([]sample, 0, n)
-	exts := map[string]string{} // each extension's string made once
+	b, err := newIndexBuilder(st, int(n))
+	if err != nil {
+		return nil, err
+	}
+	var (
+		key  []byte
+		ms   []member
+		exts = map[string]string{} // each extension's string made once
+	)
 	for range n {
-		smp := sample{Key: br.String(math.MaxUint16), Shard: int(br.Uvarint(math.MaxInt32)), Start: br.Int()}
-		smp.End = smp.Start + int64(br.Uvarint(uint64(math.MaxInt64-smp.Start)))
-		smp.Members = make([]member, br.Uvarint(uint64(br.Left()/3)))
-		for k := range smp.Members {
+		key = append(key[:0], br.Bytes(math.MaxUint16)...)
+		shard, start := int(br.Uvarint(math.MaxInt32)), br.Int()
+		end := start + int64(br.Uvarint(uint64(math.MaxInt64-start)))
+		ms = ms[:0]
+		for range br.Uvarint(uint64(br.Left() / 3)) {
 			ext := br.Bytes(math.MaxUint16)
 			e, ok := exts[string(ext)]
 			if !ok {
 				e = string(ext)
 				exts[e] = e
 			}
-			smp.Members[k] = member{Ext: e, Off: br.Int(), Size: br.Int()}
+			ms = append(ms, member{Ext: e, Off: br.Int(), Size: br.Int()})
+			if br.Err() != nil {
+				return nil, br.Err()
+			}
 		}
 		if br.Err() != nil {
 			return nil, br.Err()
 		}
-		samples = append(samples, smp)
+		if len(ms) > 0 && start+ms[len(ms)-1].Off+ms[len(ms)-1].Size != end {
+			return nil, fmt.Errorf("%w: sample %d ends at %d, its last member at %d", binfile.ErrFile, b.len(), end, start+ms[len(ms)-1].Off+ms[len(ms)-1].Size)
+		}
+		if err := b.addBytes(key, shard, start, ms); err != nil {
+			return nil, fmt.Errorf("%w: %w", binfile.ErrFile, err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
-	return samples, nil
+	return b, nil
 }

@@ -12,11 +12,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
+	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/internal/atomicfile"
 	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
@@ -52,15 +55,73 @@ func samplesOf(n, per int) []sample {
 	return out
 }
 
+// storeOf is a store of the shards samples lie in, each 1 KiB longer
+// than its last sample's end.
+func storeOf(samples []sample) *dirStore {
+	st := &dirStore{root: "/nonexistent"}
+	for _, smp := range samples {
+		for len(st.names) <= smp.Shard {
+			st.names = append(st.names, fmt.Sprintf("shard-%05d.tar", len(st.names)))
+			st.sizes = append(st.sizes, 0)
+			st.mtimes = append(st.mtimes, 0)
+		}
+		st.sizes[smp.Shard] = max(st.sizes[smp.Shard], smp.End+1024)
+	}
+	return st
+}
+
+// checkedStore is a store whose check is c.
+type checkedStore struct {
+	*dirStore
+	c string
+}
+
+func (s checkedStore) check() string { return s.c }
+
+// packOf builds the index of samples over st.
+func packOf(tb testing.TB, st store, samples []sample) (*dataset.Manifest, packedIndex) {
+	tb.Helper()
+	b, err := newIndexBuilder(st, len(samples))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, smp := range samples {
+		if err := b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return b.finish()
+}
+
+// samplesFrom gives back the samples of an index.
+func samplesFrom(m *dataset.Manifest, p *packedIndex) []sample {
+	out := make([]sample, p.len())
+	for i := range out {
+		ms, start, end := p.span(i)
+		smp := sample{Key: m.Names.At(i), Shard: int(p.shard[i]), Start: start, End: end}
+		for _, pm := range ms {
+			smp.Members = append(smp.Members, member{Ext: p.exts[pm.ext], Off: pm.off, Size: int64(pm.size)})
+		}
+		out[i] = smp
+	}
+	return out
+}
+
+// loaded is what loadIndex gave, as samples (nil for none).
+func loaded(b *indexBuilder) []sample {
+	if b == nil {
+		return nil
+	}
+	m, p := b.finish()
+	return samplesFrom(m, &p)
+}
+
 // TestPackKeepsEverySample: the packed index gives each sample's shard,
 // span and members (extension, offset, size) as the samples held them,
 // and so the same encoding of its bytes.
 func TestPackKeepsEverySample(t *testing.T) {
 	samples := samplesOf(10_000, 700)
-	p, err := pack(samples)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, p := packOf(t, storeOf(samples), samples)
 	if p.len() != len(samples) || len(p.exts) != 3 {
 		t.Fatalf("%d samples and %d extensions packed, want %d and 3", p.len(), len(p.exts), len(samples))
 	}
@@ -83,27 +144,55 @@ func TestPackKeepsEverySample(t *testing.T) {
 			want = appendHeader(want, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6)
 			want = append(want, span[m.Off:m.Off+m.Size]...)
 		}
-		if got := appendSample(nil, ms, p.exts, span); !slices.Equal(got, want) || int64(len(got)) != encodedSize(smp.Members) {
-			t.Fatalf("sample %d encodes to %d bytes, want %d (encodedSize %d)", i, len(got), len(want), encodedSize(smp.Members))
+		if got := appendSample(nil, ms, p.exts, span); !slices.Equal(got, want) || int64(len(got)) != m.Sizes[i] || m.Names.At(i) != smp.Key {
+			t.Fatalf("sample %d (%s) encodes to %d bytes, want %d (manifest: %s, %d)", i, smp.Key, len(got), len(want), m.Names.At(i), m.Sizes[i])
 		}
 	}
 }
 
-// A saved index whose samples break indexShard's rules is refused, not
-// packed into wrong spans.
-func TestPackRefusesABadIndex(t *testing.T) {
+// Samples that break indexShard's rules, or lie beyond their shards, are
+// refused, not packed into wrong spans.
+func TestBuilderRefusesABadIndex(t *testing.T) {
 	for name, bad := range map[string]func(s *sample){
-		"no members":        func(s *sample) { s.Members = nil },
-		"a member of 4 GiB": func(s *sample) { s.Members[0].Size = 1 << 32 },
-		"a negative size":   func(s *sample) { s.Members[1].Size = -1 },
-		"a negative offset": func(s *sample) { s.Members[1].Off = -5 },
-		"a negative shard":  func(s *sample) { s.Shard = -1 },
+		"no members":           func(s *sample) { s.Members = nil },
+		"a member of 4 GiB":    func(s *sample) { s.Members[0].Size = 1 << 32 },
+		"a negative size":      func(s *sample) { s.Members[1].Size = -1 },
+		"a negative offset":    func(s *sample) { s.Members[1].Off = -5 },
+		"a negative shard":     func(s *sample) { s.Shard = -1 },
+		"a shard not there":    func(s *sample) { s.Shard = 3 },
+		"a negative start":     func(s *sample) { s.Start = -1 },
+		"past its shard's end": func(s *sample) { s.Members[1].Off = 1 << 20 },
 	} {
 		samples := samplesOf(10, 4)
+		st := storeOf(samples)
 		bad(&samples[7])
-		if _, err := pack(samples); !errors.Is(err, ErrLayout) {
-			t.Errorf("%s: pack gave %v, want ErrLayout", name, err)
+		b, err := newIndexBuilder(st, len(samples))
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, smp := range samples {
+			if err = b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrLayout) {
+			t.Errorf("%s: %v, want ErrLayout", name, err)
+		}
+	}
+}
+
+// The version of a dataset is what earlier builds made of the same
+// samples: peers of two builds agree on it.
+func TestVersionUnchanged(t *testing.T) {
+	samples := samplesOf(1000, 100)
+	st := &dirStore{}
+	for i := range 10 {
+		st.names = append(st.names, "shard-"+string(rune('a'+i))+".tar")
+		st.sizes = append(st.sizes, 1<<30)
+	}
+	m, _ := packOf(t, st, samples)
+	if m.Version != "449123205a0e3f0d710c73f34e2bd949" || m.Sizes[0] != 23 || m.Sizes[999] != 1023 {
+		t.Fatalf("version %s, sizes %d and %d; earlier builds made 449123205a0e3f0d710c73f34e2bd949, 23 and 1023", m.Version, m.Sizes[0], m.Sizes[999])
 	}
 }
 
@@ -123,10 +212,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 		samples := samplesOf(n, 10_000)
 		samples = slices.Clip(samples)
 		asSamples := heap() - before
-		p, err := pack(samples)
-		if err != nil {
-			b.Fatal(err)
-		}
+		_, p := packOf(b, storeOf(samples), samples)
 		runtime.KeepAlive(samples)
 		samples = nil
 		packed := heap() - before
@@ -144,44 +230,52 @@ func TestIndexRoundTrip(t *testing.T) {
 	samples := samplesOf(2000, 300)
 	samples[7].Members[0].Ext = "ünïcode/ext"
 	samples[8].Key = strings.Repeat("k", 1000)
+	st := storeOf(samples)
+	m, p := packOf(t, st, samples)
 	path := filepath.Join(dir, "ix")
-	if err := saveIndex(path, "dir:abc", samples); err != nil {
+	if err := saveIndex(path, st.check(), m.Names, &p); err != nil {
 		t.Fatal(err)
 	}
-	got, legacy := loadIndex(path, "dir:abc")
-	if legacy || len(got) != len(samples) {
-		t.Fatalf("read back %d samples (legacy %v), want %d", len(got), legacy, len(samples))
+	b, legacy := loadIndex(path, st)
+	if legacy || b == nil {
+		t.Fatalf("read back %v (legacy %v)", b, legacy)
 	}
-	sameSamples(t, got, samples)
-	if got, _ := loadIndex(path, "dir:other"); got != nil {
-		t.Fatalf("an index of other shards gave %d samples", len(got))
+	m2, p2 := b.finish()
+	if m2.Version != m.Version {
+		t.Fatalf("read back of version %s, want %s", m2.Version, m.Version)
+	}
+	sameSamples(t, samplesFrom(m2, &p2), samples)
+	other := storeOf(samples)
+	other.sizes[0]++
+	if got, _ := loadIndex(path, other); got != nil {
+		t.Fatal("an index of other shards read")
 	}
 	whole, _ := os.ReadFile(path)
 	for _, r := range []io.Reader{iotest.OneByteReader(bytes.NewReader(whole)), iotest.HalfReader(bytes.NewReader(whole))} {
-		got, err := readIndex(r, int64(len(whole)), "dir:abc")
+		b, err := readIndex(r, int64(len(whole)), st)
 		if err != nil {
 			t.Fatalf("read in small pieces: %v", err)
 		}
-		sameSamples(t, got, samples)
+		sameSamples(t, loaded(b), samples)
 	}
 	bad := filepath.Join(dir, "bad")
 	for _, n := range []int{0, 1, 30, len(whole) / 3, len(whole) - 4, len(whole) - 1} {
 		os.WriteFile(bad, whole[:n], 0o600)
-		if got, _ := loadIndex(bad, "dir:abc"); got != nil {
-			t.Fatalf("index cut at %d of %d bytes: %d samples, want none", n, len(whole), len(got))
+		if got, _ := loadIndex(bad, st); got != nil {
+			t.Fatalf("index cut at %d of %d bytes: %d samples, want none", n, len(whole), got.len())
 		}
 	}
 	for _, at := range []int{len(indexMagic), len(whole) / 2, len(whole) - 2} {
 		changed := slices.Clone(whole)
 		changed[at] ^= 0x10
 		os.WriteFile(bad, changed, 0o600)
-		if got, _ := loadIndex(bad, "dir:abc"); got != nil {
-			t.Fatalf("index with byte %d changed: %d samples, want none", at, len(got))
+		if got, _ := loadIndex(bad, st); got != nil {
+			t.Fatalf("index with byte %d changed: %d samples, want none", at, got.len())
 		}
 	}
 	os.WriteFile(bad, append(slices.Clone(whole), 0), 0o600)
-	if got, _ := loadIndex(bad, "dir:abc"); got != nil {
-		t.Fatalf("index with a byte after it: %d samples, want none", len(got))
+	if got, _ := loadIndex(bad, st); got != nil {
+		t.Fatalf("index with a byte after it: %d samples, want none", got.len())
 	}
 }
 
@@ -197,12 +291,13 @@ func TestIndexCountsBoundedByTheFile(t *testing.T) {
 	b = append(b, "key"...)
 	b = append(b, 0, 0, 1)
 	b = binary.AppendUvarint(b, 1<<40) // members
-	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, binfile.ErrFile) {
+	st := checkedStore{&dirStore{names: []string{"a.tar"}, sizes: []int64{1 << 20}}, "c"}
+	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), st); !errors.Is(err, binfile.ErrFile) {
 		t.Fatalf("2^40 members: %v", err)
 	}
 	b = append(b[:len(indexMagic)], 1, 'c')
 	b = binary.AppendUvarint(b, 1<<40) // samples
-	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), "c"); !errors.Is(err, binfile.ErrFile) {
+	if _, err := readIndex(bytes.NewReader(b), int64(len(b)), st); !errors.Is(err, binfile.ErrFile) {
 		t.Fatalf("2^40 samples: %v", err)
 	}
 }
@@ -213,41 +308,50 @@ func TestIndexCountsBoundedByTheFile(t *testing.T) {
 func TestIndexOfAnEarlierBuild(t *testing.T) {
 	dir := t.TempDir()
 	samples := samplesOf(500, 100)
+	st := storeOf(samples)
 	path := filepath.Join(dir, "ix")
-	writeJSONIndex(t, path+".json", indexFormat, "dir:abc", samples)
-	got, legacy := loadIndex(path, "dir:abc")
-	if !legacy {
+	writeJSONIndex(t, path+".json", indexFormat, st.check(), samples)
+	b, legacy := loadIndex(path, st)
+	if !legacy || b == nil {
 		t.Fatal("the earlier build's index not read as such")
 	}
-	sameSamples(t, got, samples)
-	if err := saveIndex(path, "dir:abc", got); err != nil {
+	m, p := b.finish()
+	sameSamples(t, samplesFrom(m, &p), samples)
+	if err := saveIndex(path, st.check(), m.Names, &p); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path + ".json"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the earlier build's index left: %v", err)
 	}
-	if got, legacy := loadIndex(path, "dir:abc"); legacy || len(got) != len(samples) {
-		t.Fatalf("saved again: %d samples, legacy %v", len(got), legacy)
+	if b, legacy := loadIndex(path, st); legacy || b == nil || b.len() != len(samples) {
+		t.Fatalf("saved again: %v, legacy %v", b, legacy)
 	}
 
+	c := checkedStore{st, "c"}
 	one, err := json.Marshal(map[string]any{"samples": samples[:3], "format": indexFormat, "check": "c", "later": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := filepath.Join(dir, "old")
 	os.WriteFile(old+".json", one, 0o600)
-	if got, _ := loadIndex(old, "c"); len(got) != 3 || got[2].Key != samples[2].Key {
+	b, _ = loadIndex(old, c)
+	if got := loaded(b); len(got) != 3 || got[2].Key != samples[2].Key {
 		t.Fatalf("one-document index: %d samples, want 3", len(got))
 	}
 	writeJSONIndex(t, old+".json", "shade-shards-index/0", "c", samples[:3])
-	if got, _ := loadIndex(old, "c"); got != nil {
-		t.Fatalf("an index of another format gave %d samples", len(got))
+	if got, _ := loadIndex(old, c); got != nil {
+		t.Fatalf("an index of another format gave %d samples", got.len())
 	}
 	writeJSONIndex(t, old+".json", indexFormat, "c", samples)
 	whole, _ := os.ReadFile(old + ".json")
 	os.WriteFile(old+".json", whole[:len(whole)-3], 0o600)
-	if got, _ := loadIndex(old, "c"); got != nil {
-		t.Fatalf("an earlier build's index cut short gave %d samples", len(got))
+	if got, _ := loadIndex(old, c); got != nil {
+		t.Fatalf("an earlier build's index cut short gave %d samples", got.len())
+	}
+	small := checkedStore{&dirStore{names: st.names, sizes: slices.Repeat([]int64{100}, len(st.sizes))}, "c"}
+	writeJSONIndex(t, old+".json", indexFormat, "c", samples)
+	if got, _ := loadIndex(old, small); got != nil {
+		t.Fatalf("an earlier build's index beyond the shards' ends gave %d samples", got.len())
 	}
 }
 
@@ -287,15 +391,14 @@ func TestMemberLineAsFmtWroteIt(t *testing.T) {
 	}
 }
 
-// BenchmarkManifest: the manifest of 100,000 samples of 2.3 members, as
-// Open makes it from a new index (names, sizes, the version's hash).
+// BenchmarkManifest: the manifest and packed index of 100,000 samples of
+// 2.3 members, as Open makes them from a new index (names, sizes, the
+// version's hash, the packed arrays).
 func BenchmarkManifest(b *testing.B) {
 	samples := samplesOf(100_000, 1_000)
-	st := &dirStore{names: []string{"a.tar"}, sizes: []int64{1 << 40}}
+	st := storeOf(samples)
 	for b.Loop() {
-		if _, err := manifest(st, samples); err != nil {
-			b.Fatal(err)
-		}
+		packOf(b, st, samples)
 	}
 }
 
@@ -328,26 +431,41 @@ func TestEncodedSizeIsWhatIsWritten(t *testing.T) {
 // members: what a restart over a large dataset waits for.
 func BenchmarkLoadIndex(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "index")
-	if err := saveIndex(path, "check", samplesOf(1_000_000, 10_000)); err != nil {
+	samples := samplesOf(1_000_000, 10_000)
+	st := storeOf(samples)
+	m, p := packOf(b, st, samples)
+	if err := saveIndex(path, st.check(), m.Names, &p); err != nil {
 		b.Fatal(err)
 	}
+	samples = nil
+	b.ReportAllocs()
 	for b.Loop() {
-		if got, _ := loadIndex(path, "check"); len(got) != 1_000_000 {
-			b.Fatalf("%d samples read", len(got))
+		if got, _ := loadIndex(path, st); got == nil || got.len() != 1_000_000 {
+			b.Fatal("the index not read")
 		}
 	}
 }
 
-// A saved index is used only where every sample lies within a shard.
-func TestWithinShards(t *testing.T) {
-	st := &dirStore{names: []string{"a.tar", "b.tar"}, sizes: []int64{1000, 2000}}
-	ok := []sample{{Shard: 0, Start: 512, End: 1000}, {Shard: 1, Start: 0, End: 2000}}
-	if !withinShards(ok, st) || !withinShards(nil, st) {
-		t.Fatal("samples within the shards refused")
+// A saved index is used only where every sample lies within its shard.
+func TestIndexWithinShards(t *testing.T) {
+	samples := samplesOf(100, 10)
+	st := storeOf(samples)
+	m, p := packOf(t, st, samples)
+	path := filepath.Join(t.TempDir(), "ix")
+	if err := saveIndex(path, st.check(), m.Names, &p); err != nil {
+		t.Fatal(err)
 	}
-	for _, bad := range []sample{{Shard: 2, End: 1}, {Shard: -1}, {Shard: 0, Start: 10, End: 1001}, {Shard: 1, Start: 9, End: 8}, {Shard: 1, Start: -1}} {
-		if withinShards(append(slices.Clone(ok), bad), st) {
-			t.Fatalf("sample %+v taken as within the shards", bad)
+	if got, _ := loadIndex(path, st); got == nil {
+		t.Fatal("an index within its shards refused")
+	}
+	for _, shorter := range []func(*dirStore){
+		func(d *dirStore) { d.sizes[3] = samples[39].End - 1 },
+		func(d *dirStore) { d.names, d.sizes = d.names[:9], d.sizes[:9] },
+	} {
+		d := storeOf(samples)
+		shorter(d)
+		if got, _ := loadIndex(path, checkedStore{d, st.check()}); got != nil {
+			t.Fatalf("an index beyond its shards (%v) read", d.sizes)
 		}
 	}
 }
@@ -379,18 +497,61 @@ func BenchmarkOpenKept(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := Config{Location: dir, StateDir: b.TempDir()}
-	if err := saveIndex(indexStatePath(cfg), st.check(), samples); err != nil {
+	m, p := packOf(b, st, samples)
+	if err := saveIndex(indexStatePath(cfg), st.check(), m.Names, &p); err != nil {
 		b.Fatal(err)
 	}
 	samples = nil
 	b.ReportAllocs()
+	var peak, kept uint64
 	for b.Loop() {
-		src, err := Open(context.Background(), cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		var src *Source
+		peak = max(peak, heapPeak(func() {
+			if src, err = Open(context.Background(), cfg); err != nil {
+				b.Fatal(err)
+			}
+		}))
 		if from, _ := src.IndexFrom(); from != IndexKept || src.Manifest().Len() != n {
 			b.Fatalf("index %s, %d samples; want kept, %d", from, src.Manifest().Len(), n)
 		}
+		runtime.GC()
+		kept = heapObjects()
+		runtime.KeepAlive(src)
 	}
+	b.ReportMetric(float64(peak)/1e6, "peak-heap-MB")
+	b.ReportMetric(float64(kept)/1e6, "kept-heap-MB")
+}
+
+// heapPeak runs f and returns the most the Go heap's objects grew to
+// over their bytes before it, sampled every 200 us, after a collection.
+func heapPeak(f func()) uint64 {
+	runtime.GC()
+	base := heapObjects()
+	stop := make(chan struct{})
+	got := make(chan uint64)
+	go func() {
+		peak := base
+		t := time.NewTicker(200 * time.Microsecond)
+		defer t.Stop()
+		for {
+			peak = max(peak, heapObjects())
+			select {
+			case <-stop:
+				got <- peak - base
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	f()
+	close(stop)
+	return <-got
+}
+
+// heapObjects is the bytes of the Go heap's objects, live or not yet
+// swept.
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -47,6 +47,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"math"
@@ -63,7 +64,6 @@ import (
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/atomicfile"
-	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
 	"github.com/shade-mesh/shade/internal/workers"
 )
@@ -136,12 +136,13 @@ type store interface {
 	// stream returns shard i from its start as a stream that seeks.
 	stream(ctx context.Context, i int) (io.ReadSeekCloser, error)
 	readAt(i int, off, n int64, dst []byte) ([]byte, error)
-	// published reads the index published beside the shards: its
-	// samples, nil where none is, or an error saying why the one there
-	// is not of these shards, not whole, or not readable.
-	published(ctx context.Context) ([]sample, error)
-	// publish writes samples as the index published beside the shards.
-	publish(ctx context.Context, samples []sample) error
+	// published reads the index published beside the shards: nil where
+	// none is, or an error saying why the one there is not of these
+	// shards, not whole, or not readable.
+	published(ctx context.Context) (*indexBuilder, error)
+	// publish writes the index (names are its samples' keys) as the one
+	// published beside the shards.
+	publish(ctx context.Context, names dataset.Names, p *packedIndex) error
 	// publishedAt names where the published index is.
 	publishedAt() string
 }
@@ -216,47 +217,34 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	s := &Source{st: st, from: IndexKept}
 	statePath := indexStatePath(cfg)
 	var (
-		samples []sample
-		keep    bool // samples are to be kept in the state directory
+		b    *indexBuilder
+		keep bool // the index is to be kept in the state directory
 	)
 	if statePath != "" && !cfg.Reindex {
-		samples, keep = loadIndex(statePath, st.check()) // an earlier build's JSON index is kept in the new form
-		if !withinShards(samples, st) {
-			samples, keep = nil, false // not of these shards after all: index again
-		}
+		b, keep = loadIndex(statePath, st) // an earlier build's JSON index is kept in the new form
 	}
-	if samples == nil && !cfg.Reindex {
+	if b == nil && !cfg.Reindex {
 		s.from = IndexPublished
-		samples, s.skipped = st.published(ctx)
-		keep = samples != nil
+		b, s.skipped = st.published(ctx)
+		keep = b != nil
 	}
-	if keep && statePath != "" {
-		if err := saveIndex(statePath, st.check(), samples); err != nil {
+	if b == nil {
+		s.from, keep = IndexBuilt, true
+		if b, err = buildIndex(ctx, st, cfg.IndexShards, cfg.Progress); err != nil {
 			return nil, err
 		}
 	}
-	if samples == nil {
-		s.from = IndexBuilt
-		if samples, err = buildIndex(ctx, st, cfg.IndexShards, cfg.Progress); err != nil {
-			return nil, err
-		}
-		if statePath != "" {
-			if err := saveIndex(statePath, st.check(), samples); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if len(samples) == 0 {
+	s.m, s.idx = b.finish()
+	if s.m.Len() == 0 {
 		return nil, fmt.Errorf("%w: the shards in %s hold no files", dataset.ErrEmpty, cfg.Location)
 	}
-	if s.m, err = manifest(st, samples); err != nil {
-		return nil, err
-	}
-	if s.idx, err = pack(samples); err != nil {
-		return nil, err
+	if keep && statePath != "" {
+		if err := saveIndex(statePath, st.check(), s.m.Names, &s.idx); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.PublishIndex && s.from != IndexPublished {
-		if err := st.publish(ctx, samples); err != nil {
+		if err := st.publish(ctx, s.m.Names, &s.idx); err != nil {
 			return nil, err
 		}
 	}
@@ -303,45 +291,99 @@ type packedMember struct {
 	off  int64
 }
 
-// pack packs samples.
-func pack(samples []sample) (packedIndex, error) {
-	n := 0
-	for _, smp := range samples {
-		n += len(smp.Members)
-	}
-	if int64(n) >= math.MaxUint32 {
-		return packedIndex{}, fmt.Errorf("%w: %d members; at most %d", ErrLayout, n, uint32(math.MaxUint32-1))
-	}
-	p := packedIndex{
-		shard:   make([]uint32, len(samples)),
-		start:   make([]int64, len(samples)),
-		first:   make([]uint32, len(samples)+1),
-		members: make([]packedMember, 0, n),
-	}
-	ext := map[string]uint32{}
-	for i, smp := range samples {
-		p.shard[i], p.start[i], p.first[i] = uint32(smp.Shard), smp.Start, uint32(len(p.members))
-		if len(smp.Members) == 0 || smp.Shard < 0 || int64(smp.Shard) > math.MaxUint32 {
-			return packedIndex{}, fmt.Errorf("%w: index: sample %s in shard %d with %d members", ErrLayout, smp.Key, smp.Shard, len(smp.Members))
-		}
-		for _, m := range smp.Members {
-			if m.Size < 0 || m.Size >= 1<<32 || m.Off < 0 {
-				return packedIndex{}, fmt.Errorf("%w: index: sample %s: member %s at %d of %d bytes", ErrLayout, smp.Key, m.Ext, m.Off, m.Size)
-			}
-			e, ok := ext[m.Ext]
-			if !ok {
-				e = uint32(len(p.exts))
-				ext[m.Ext] = e
-				p.exts = append(p.exts, m.Ext)
-			}
-			p.members = append(p.members, packedMember{ext: e, size: uint32(m.Size), off: m.Off})
-		}
-	}
-	p.first[len(samples)] = uint32(len(p.members))
-	return p, nil
+// indexBuilder makes a Source's packed index and manifest from its
+// samples, given in order one at a time, each checked against its shard:
+// the index built from the shards, a kept one and a published one all
+// end in one, and a read index is never held as samples.
+type indexBuilder struct {
+	shardSizes []int64
+	p          packedIndex
+	extOf      map[string]uint32 // each extension's place in p.exts
+	names      dataset.NamesBuilder
+	sizes      []int64
+	h          hash.Hash // the version's
+	line       []byte
 }
 
-// len is the number of samples.
+// newIndexBuilder starts the index of st's shards, with room for n
+// samples.
+func newIndexBuilder(st store, n int) (*indexBuilder, error) {
+	shardNames, shardSizes := st.shards()
+	packed, err := dataset.NamesOf(shardNames)
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	b := &indexBuilder{shardSizes: shardSizes, extOf: map[string]uint32{}, h: sha256.New(),
+		p: packedIndex{shard: make([]uint32, 0, n), start: make([]int64, 0, n), first: make([]uint32, 0, n+1)}, sizes: make([]int64, 0, n)}
+	b.h.Write([]byte("shade-shards-manifest/1\n"))
+	b.h.Write([]byte(dataset.VersionOf(packed, shardSizes)))
+	return b, nil
+}
+
+// add appends a sample: its key, its shard, where its first member's data
+// starts in the shard and its members (offsets from there). A sample of
+// no members, a member of 4 GiB or more, or one beyond its shard's end,
+// is refused with ErrLayout.
+func (b *indexBuilder) add(key string, shard int, start int64, ms []member) error {
+	if err := b.names.Add(key); err != nil {
+		return fmt.Errorf("shards: sample %d: %w", len(b.sizes), err)
+	}
+	return b.place(shard, start, ms)
+}
+
+// addBytes is add of a key read into a buffer.
+func (b *indexBuilder) addBytes(key []byte, shard int, start int64, ms []member) error {
+	if err := b.names.AddBytes(key); err != nil {
+		return fmt.Errorf("shards: sample %d: %w", len(b.sizes), err)
+	}
+	return b.place(shard, start, ms)
+}
+
+// place is add less the key.
+func (b *indexBuilder) place(shard int, start int64, ms []member) error {
+	i := len(b.sizes)
+	if len(ms) == 0 || shard < 0 || shard >= len(b.shardSizes) || start < 0 {
+		return fmt.Errorf("%w: index: sample %d in shard %d from byte %d, with %d members", ErrLayout, i, shard, start, len(ms))
+	}
+	if int64(len(b.p.members))+int64(len(ms)) >= math.MaxUint32 {
+		return fmt.Errorf("%w: more than %d members", ErrLayout, uint32(math.MaxUint32-1))
+	}
+	b.p.shard = append(b.p.shard, uint32(shard))
+	b.p.start = append(b.p.start, start)
+	b.p.first = append(b.p.first, uint32(len(b.p.members)))
+	for _, m := range ms {
+		if m.Size < 0 || m.Size >= 1<<32 || m.Off < 0 || m.Off > b.shardSizes[shard]-start-m.Size {
+			return fmt.Errorf("%w: index: sample %d: member %s at %d of %d bytes, from byte %d of a shard of %d", ErrLayout, i, m.Ext, m.Off, m.Size, start, b.shardSizes[shard])
+		}
+		e, ok := b.extOf[m.Ext]
+		if !ok {
+			e = uint32(len(b.p.exts))
+			b.extOf[m.Ext] = e
+			b.p.exts = append(b.p.exts, m.Ext)
+		}
+		b.p.members = append(b.p.members, packedMember{ext: e, size: uint32(m.Size), off: m.Off})
+		b.line = appendMemberLine(b.line[:0], i, m)
+		b.h.Write(b.line)
+	}
+	b.sizes = append(b.sizes, encodedSize(ms))
+	return nil
+}
+
+// len is how many samples were added.
+func (b *indexBuilder) len() int { return len(b.sizes) }
+
+// finish returns the manifest and the packed index; b is spent.
+func (b *indexBuilder) finish() (*dataset.Manifest, packedIndex) {
+	b.p.first = append(b.p.first, uint32(len(b.p.members)))
+	names := b.names.Names()
+	b.h.Write([]byte(dataset.VersionOf(names, b.sizes)))
+	sum := b.h.Sum(nil)
+	m := &dataset.Manifest{Names: names, Sizes: slices.Clip(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
+	p := b.p
+	p.members = slices.Clip(p.members)
+	return m, p
+}
+
 func (p *packedIndex) len() int { return len(p.shard) }
 
 // span returns sample i's members and the range [start, end) of its
@@ -433,34 +475,6 @@ func appendMemberLine(dst []byte, i int, m member) []byte {
 	return append(dst, '\n')
 }
 
-func manifest(st store, samples []sample) (*dataset.Manifest, error) {
-	var nb dataset.NamesBuilder
-	sizes := make([]int64, len(samples))
-	h := sha256.New()
-	h.Write([]byte("shade-shards-manifest/1\n"))
-	shardNames, shardSizes := st.shards()
-	packed, err := dataset.NamesOf(shardNames)
-	if err != nil {
-		return nil, fmt.Errorf("shards: %w", err)
-	}
-	h.Write([]byte(dataset.VersionOf(packed, shardSizes)))
-	var line []byte
-	for i, smp := range samples {
-		if err := nb.Add(smp.Key); err != nil {
-			return nil, fmt.Errorf("shards: sample %d: %w", i, err)
-		}
-		sizes[i] = encodedSize(smp.Members)
-		for _, m := range smp.Members {
-			line = appendMemberLine(line[:0], i, m)
-			h.Write(line)
-		}
-	}
-	names := nb.Names()
-	h.Write([]byte(dataset.VersionOf(names, sizes)))
-	sum := h.Sum(nil)
-	return &dataset.Manifest{Names: names, Sizes: sizes, Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}, nil
-}
-
 // compressedSuffixes are shard names refused outright.
 var compressedSuffixes = []string{".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.lz4"}
 
@@ -505,10 +519,11 @@ const DefaultIndexShards = 16
 
 // buildIndex reads every shard's tar headers and groups members into
 // samples. It reads up to at shards at once and returns what reading them
-// in order would: the samples in shard order, or the first error in that
-// order (a shard after a failed one is not begun). progress, if not nil,
-// is called after each shard read, from one goroutine at a time.
-func buildIndex(ctx context.Context, st store, at int, progress func(done, total int)) ([]sample, error) {
+// in order would: the index of the samples in shard order, or the first
+// error in that order (a shard after a failed one is not begun).
+// progress, if not nil, is called after each shard read, from one
+// goroutine at a time.
+func buildIndex(ctx context.Context, st store, at int, progress func(done, total int)) (*indexBuilder, error) {
 	names, sizes := st.shards()
 	per := make([][]sample, len(names))
 	errs := make([]error, len(names))
@@ -536,9 +551,12 @@ func buildIndex(ctx context.Context, st store, at int, progress func(done, total
 	for _, ss := range per {
 		total += len(ss)
 	}
-	// One array of the samples, each shard's let go once copied in: the
-	// index is not held twice.
-	samples := make([]sample, 0, total)
+	b, err := newIndexBuilder(st, total)
+	if err != nil {
+		return nil, err
+	}
+	// Each shard's samples are let go once added: the index is not held
+	// twice.
 	seen := make(map[string]bool, total)
 	for si, shardName := range names {
 		// The checks across shards come before the shard's own error, as
@@ -556,11 +574,13 @@ func buildIndex(ctx context.Context, st store, at int, progress func(done, total
 			if smp.End > sizes[si] {
 				return nil, fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, shardName, smp.Key, smp.End, sizes[si])
 			}
+			if err := b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
+				return nil, err
+			}
 		}
-		samples = append(samples, per[si]...)
 		per[si] = nil
 	}
-	return samples, nil
+	return b, nil
 }
 
 // lower sets v to x where x is less.
@@ -644,36 +664,36 @@ type index struct {
 
 const indexFormat = "shade-shards-index/1"
 
-// loadIndex returns the index saved at path if it is whole and of the
-// shards as check identifies them, else nil (index again). Where path
-// holds none, it reads the JSON index an earlier build kept at
-// path+".json"; legacy reports that it did.
-func loadIndex(path, check string) (samples []sample, legacy bool) {
+// loadIndex returns the index saved at path if it is whole and of st's
+// shards as they are, else nil (index again). Where path holds none, it
+// reads the JSON index an earlier build kept at path+".json"; legacy
+// reports that it did.
+func loadIndex(path string, st store) (b *indexBuilder, legacy bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		samples = loadJSONIndex(path+".json", check)
-		return samples, samples != nil
+		samples := loadJSONIndex(path+".json", st.check())
+		if samples == nil {
+			return nil, false
+		}
+		if b, err = newIndexBuilder(st, len(samples)); err != nil {
+			return nil, false
+		}
+		for _, smp := range samples {
+			if smp.End < smp.Start || b.add(smp.Key, smp.Shard, smp.Start, smp.Members) != nil {
+				return nil, false // not of these shards after all
+			}
+		}
+		return b, true
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	info, err := f.Stat()
 	if err != nil {
 		return nil, false
 	}
-	if samples, err = readIndex(f, st.Size(), check); err != nil {
+	if b, err = readIndex(f, info.Size(), st); err != nil {
 		return nil, false
 	}
-	return samples, false
-}
-
-// withinShards reports whether every sample lies within a shard of st.
-func withinShards(samples []sample, st store) bool {
-	_, sizes := st.shards()
-	for _, smp := range samples {
-		if smp.Shard < 0 || smp.Shard >= len(sizes) || smp.Start < 0 || smp.End < smp.Start || smp.End > sizes[smp.Shard] {
-			return false
-		}
-	}
-	return true
+	return b, false
 }
 
 // loadJSONIndex returns the JSON index at path if it is of this format and
@@ -703,8 +723,8 @@ func loadJSONIndex(path, check string) []sample {
 
 // saveIndex writes the index to a temporary file and renames it to path,
 // and removes the JSON index of an earlier build beside it.
-func saveIndex(path, check string, samples []sample) error {
-	if err := writeIndexFile(path, 0o600, check, samples); err != nil {
+func saveIndex(path, check string, names dataset.Names, p *packedIndex) error {
+	if err := writeIndexFile(path, 0o600, check, names, p); err != nil {
 		return fmt.Errorf("shards: index: %w", err)
 	}
 	if err := os.Remove(path + ".json"); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -715,26 +735,23 @@ func saveIndex(path, check string, samples []sample) error {
 
 // writeIndexFile writes the index to a temporary file beside path, with
 // mode perm, and renames it to path, making path's folder if need be.
-func writeIndexFile(path string, perm os.FileMode, check string, samples []sample) error {
+func writeIndexFile(path string, perm os.FileMode, check string, names dataset.Names, p *packedIndex) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return atomicfile.WriteWith(path, perm, func(w io.Writer) error {
-		return writeIndex(w, check, samples)
+		return writeIndex(w, check, names, p)
 	})
 }
 
 // readPublished reads a published index of size bytes from r, found at
 // where, of st's shards.
-func readPublished(r io.Reader, size int64, where string, st store) ([]sample, error) {
-	samples, err := readIndex(bufio.NewReaderSize(r, 64<<10), size, st.check())
-	if err == nil && !withinShards(samples, st) {
-		err = fmt.Errorf("%w: a sample lies outside its shard", binfile.ErrFile)
-	}
+func readPublished(r io.Reader, size int64, where string, st store) (*indexBuilder, error) {
+	b, err := readIndex(bufio.NewReaderSize(r, 64<<10), size, st)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	return samples, nil
+	return b, nil
 }
 
 // dirStore is shards in a local directory.
@@ -791,7 +808,7 @@ func (d *dirStore) check() string {
 func (d *dirStore) publishedAt() string { return filepath.Join(d.root, ".shade", PublishedIndex) }
 
 // published reads DIR/.shade/shards.index.
-func (d *dirStore) published(context.Context) ([]sample, error) {
+func (d *dirStore) published(context.Context) (*indexBuilder, error) {
 	p := d.publishedAt()
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -811,8 +828,8 @@ func (d *dirStore) published(context.Context) ([]sample, error) {
 // publish writes DIR/.shade/shards.index (temp file, then rename),
 // readable by every user, as the peers reading it may not be the one
 // that wrote it.
-func (d *dirStore) publish(_ context.Context, samples []sample) error {
-	if err := writeIndexFile(d.publishedAt(), 0o644, d.check(), samples); err != nil {
+func (d *dirStore) publish(_ context.Context, names dataset.Names, p *packedIndex) error {
+	if err := writeIndexFile(d.publishedAt(), 0o644, d.check(), names, p); err != nil {
 		return fmt.Errorf("%w to %s: %w", ErrPublish, d.publishedAt(), err)
 	}
 	return nil
@@ -921,7 +938,7 @@ func (s *s3Store) readAt(i int, off, n int64, dst []byte) ([]byte, error) {
 func (s *s3Store) publishedAt() string { return s.src.AsideURL(PublishedIndex) }
 
 // published reads PREFIX/.shade/shards.index.
-func (s *s3Store) published(ctx context.Context) ([]sample, error) {
+func (s *s3Store) published(ctx context.Context) (*indexBuilder, error) {
 	r, size, err := s.src.ReadAside(ctx, PublishedIndex)
 	if errors.Is(err, s3source.ErrNoAside) {
 		return nil, nil
@@ -934,9 +951,9 @@ func (s *s3Store) published(ctx context.Context) ([]sample, error) {
 }
 
 // publish PUTs PREFIX/.shade/shards.index.
-func (s *s3Store) publish(ctx context.Context, samples []sample) error {
+func (s *s3Store) publish(ctx context.Context, names dataset.Names, p *packedIndex) error {
 	var buf bytes.Buffer
-	if err := writeIndex(&buf, s.check(), samples); err != nil {
+	if err := writeIndex(&buf, s.check(), names, p); err != nil {
 		return fmt.Errorf("%w: %w", ErrPublish, err)
 	}
 	if err := s.src.WriteAside(ctx, PublishedIndex, buf.Bytes()); err != nil {
