@@ -187,7 +187,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	publish := fs.Bool("publish", false, "write what peers read at their first start beside the dataset, for every peer to read instead: of s3://BUCKET/PREFIX its listing (PREFIX/.shade/listing; the dataset is then what it lists until published again), of shards: their index (DIR/.shade/shards.index, PREFIX/.shade/shards.index); needs write access there; run it again after the dataset changes")
 	s3cfg := s3Flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--s3-... flags]")
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--publish] [--s3-... flags]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)

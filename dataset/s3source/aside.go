@@ -27,9 +27,10 @@ func (s *Source) AsideURL(name string) string {
 	return "s3://" + s.loc.Bucket + "/" + s.loc.Prefix + AsideFolder + name
 }
 
-// asideRate is the slowest an object beside the dataset may come once its
-// answer began, in bytes a second: ReadAside's time for the body.
-const asideRate = 1 << 20
+// minRate is the slowest, in bytes a second, an object's body may move
+// once its request began: ReadAside's and a PUT's time for the body on
+// top of RequestTimeout.
+const minRate = 1 << 20
 
 // ReadAside returns the object name beside the dataset
 // (PREFIX/.shade/NAME) as a stream, and its size. It holds one of the
@@ -59,7 +60,7 @@ func (s *Source) ReadAside(ctx context.Context, name string) (io.ReadCloser, int
 		body.Close()
 		return fail(fmt.Errorf("%w: %s: the answer gave no length", ErrRead, key))
 	}
-	deadline.Reset(s.cfg.RequestTimeout + time.Duration(info.Size)*time.Second/asideRate)
+	deadline.Reset(s.cfg.RequestTimeout + time.Duration(info.Size)*time.Second/minRate)
 	return &asideStream{stream: stream{body: body, s: s, o: object{Key: key, Size: info.Size}}, end: func() {
 		deadline.Stop()
 		cancel()

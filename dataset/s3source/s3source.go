@@ -14,6 +14,10 @@
 // With a state directory the listing is kept there, one file per
 // (endpoint, bucket, prefix), written to a temporary file and renamed, and a
 // later Open reuses it instead of listing again unless Config.Relist is set.
+// A listing can also be published beside the dataset (PublishListing, in
+// the hidden folder PREFIX/.shade/): an Open with none kept reads it in one
+// GET instead of listing the prefix, on any machine; it is the dataset
+// until published again, as a kept one is until Relist.
 //
 // Reads are conditional on the listed ETag (If-Match), so an object deleted
 // or rewritten since the listing fails that sample's reads with an error

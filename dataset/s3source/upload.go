@@ -143,7 +143,8 @@ func (s *Source) put(ctx context.Context, key string, size int64, open func() (i
 	return nil
 }
 
-// putOnce PUTs the object once. The request's head is signed and the body
+// putOnce PUTs the object once, within RequestTimeout and the time its
+// body takes at 1 MiB/s. The request's head is signed and the body
 // sent as it is, with its MD5 for the store to check (Content-MD5): to an
 // endpoint without TLS minio-go would otherwise sign the body in signed
 // chunks (aws-chunked), about a tenth of the client's CPU for a PUT of a
@@ -155,7 +156,7 @@ func (s *Source) putOnce(ctx context.Context, key string, size int64, open func(
 		return err
 	}
 	defer body.Close()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+time.Duration(size)*time.Second/minRate)
 	defer cancel()
 	info, err := s.client.PutObject(ctx, s.loc.Bucket, key, body, size, minio.PutObjectOptions{
 		ContentType: "application/octet-stream", SendContentMd5: true, DisableContentSha256: true})

@@ -164,6 +164,8 @@ func TestBuilderRefusesABadIndex(t *testing.T) {
 		"a shard not there":    func(s *sample) { s.Shard = 3 },
 		"a negative start":     func(s *sample) { s.Start = -1 },
 		"past its shard's end": func(s *sample) { s.Members[1].Off = 1 << 20 },
+		"members overlapping":  func(s *sample) { s.Members[1].Off = s.Members[0].Size - 1 },
+		"members out of order": func(s *sample) { s.Members[0], s.Members[1] = s.Members[1], s.Members[0] },
 	} {
 		samples := samplesOf(10, 4)
 		st := storeOf(samples)

@@ -321,9 +321,12 @@ func newIndexBuilder(st store, n int) (*indexBuilder, error) {
 }
 
 // add appends a sample: its key, its shard, where its first member's data
-// starts in the shard and its members (offsets from there). A sample of
-// no members, a member of 4 GiB or more, or one beyond its shard's end,
-// is refused with ErrLayout.
+// starts in the shard and its members (offsets from there, in the
+// shard's order). A sample of no members, a member of 4 GiB or more, one
+// that begins before the one before it ends, or one beyond its shard's
+// end, is refused with ErrLayout: a kept or published index is input,
+// and no index is used whose spans could reach outside a shard or a span.
+// After an error, b is not to be used.
 func (b *indexBuilder) add(key string, shard int, start int64, ms []member) error {
 	if err := b.names.Add(key); err != nil {
 		return fmt.Errorf("shards: sample %d: %w", len(b.sizes), err)
@@ -351,10 +354,12 @@ func (b *indexBuilder) place(shard int, start int64, ms []member) error {
 	b.p.shard = append(b.p.shard, uint32(shard))
 	b.p.start = append(b.p.start, start)
 	b.p.first = append(b.p.first, uint32(len(b.p.members)))
+	var after int64 // where the member before ends
 	for _, m := range ms {
-		if m.Size < 0 || m.Size >= 1<<32 || m.Off < 0 || m.Off > b.shardSizes[shard]-start-m.Size {
+		if m.Size < 0 || m.Size >= 1<<32 || m.Off < after || m.Off > b.shardSizes[shard]-start-m.Size {
 			return fmt.Errorf("%w: index: sample %d: member %s at %d of %d bytes, from byte %d of a shard of %d", ErrLayout, i, m.Ext, m.Off, m.Size, start, b.shardSizes[shard])
 		}
+		after = m.Off + m.Size
 		e, ok := b.extOf[m.Ext]
 		if !ok {
 			e = uint32(len(b.p.exts))
