@@ -68,17 +68,8 @@ func BenchmarkRead(b *testing.B) {
 func BenchmarkUpload(b *testing.B) {
 	g := s3test.Start(b)
 	g.CreateBucket(b, "upload")
-	dir := b.TempDir()
 	const objects = 2000
-	for i := range objects {
-		class := filepath.Join(dir, fmt.Sprintf("c%d", i%10))
-		if err := os.MkdirAll(class, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(class, fmt.Sprintf("%04d.bin", i)), bytes.Repeat([]byte{byte(i)}, 512), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	dir := writeFolder(b, objects, 512)
 	cpu := cputime.Process()
 	for run := 0; b.Loop(); run++ {
 		rep, err := s3source.Upload(context.Background(), s3source.Config{URL: fmt.Sprintf("s3://upload/r%d", run),
@@ -97,17 +88,8 @@ func BenchmarkUpload(b *testing.B) {
 // beside it.
 func BenchmarkOpen(b *testing.B) {
 	g := s3test.Start(b)
-	dir := b.TempDir()
 	const objects = 20_000
-	for i := range objects {
-		class := filepath.Join(dir, fmt.Sprintf("c%d", i%10))
-		if err := os.MkdirAll(class, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(class, fmt.Sprintf("%05d.bin", i)), []byte{byte(i)}, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	dir := writeFolder(b, objects, 1)
 	cfg := s3source.Config{URL: "s3://open/train", Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
 	if rep, err := s3source.Upload(context.Background(), cfg, dir, nil); err != nil || rep.Uploaded != objects {
 		b.Fatalf("uploaded %d of %d: %v", rep.Uploaded, objects, err)
@@ -138,4 +120,20 @@ func BenchmarkOpen(b *testing.B) {
 			}
 		})
 	}
+}
+
+// writeFolder writes n samples of size bytes into a new folder, in 10
+// class folders, and returns it.
+func writeFolder(b *testing.B, n, size int) string {
+	dir := b.TempDir()
+	for i := range n {
+		class := filepath.Join(dir, fmt.Sprintf("c%d", i%10))
+		if err := os.MkdirAll(class, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(class, fmt.Sprintf("%05d.bin", i)), bytes.Repeat([]byte{byte(i)}, size), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
 }

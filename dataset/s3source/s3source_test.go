@@ -213,16 +213,7 @@ func TestListingKeptInStateDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lists := func() int {
-		n := 0
-		for _, r := range g.Requests(t) {
-			if strings.Contains(r.Operation, "ListObjects") {
-				n++
-			}
-		}
-		return n
-	}
-	listed := lists()
+	listed := g.Lists(t)
 	g.Put(t, "shade-ds", "p/c9/new.bin", []byte("new"))
 	again, err := s3source.Open(context.Background(), cfg)
 	if err != nil {
@@ -231,8 +222,8 @@ func TestListingKeptInStateDir(t *testing.T) {
 	if again.Manifest().Version != first.Manifest().Version || again.Manifest().Len() != len(names) {
 		t.Fatalf("restart re-listed: %d samples, version %s (was %s)", again.Manifest().Len(), again.Manifest().Version, first.Manifest().Version)
 	}
-	if lists() != listed {
-		t.Fatalf("restart listed the bucket again (%d listings, was %d)", lists(), listed)
+	if g.Lists(t) != listed {
+		t.Fatalf("restart listed the bucket again (%d listings, was %d)", g.Lists(t), listed)
 	}
 	cfg.Relist = true
 	relisted, err := s3source.Open(context.Background(), cfg)
@@ -664,15 +655,6 @@ func TestAside(t *testing.T) {
 func TestPublishedListing(t *testing.T) {
 	g := s3test.Start(t)
 	names, data := fill(t, g, "shade-ds", "p/", 10)
-	lists := func() int {
-		n := 0
-		for _, r := range g.Requests(t) {
-			if strings.Contains(r.Operation, "ListObjects") {
-				n++
-			}
-		}
-		return n
-	}
 	cfg := config(g, "s3://shade-ds/p")
 	first, err := s3source.Open(context.Background(), cfg)
 	if err != nil {
@@ -687,7 +669,7 @@ func TestPublishedListing(t *testing.T) {
 	_, listedAt, _ := first.Listing()
 	g.Put(t, "shade-ds", "p/c9/new.bin", []byte("added after publishing"))
 
-	listed := lists()
+	listed := g.Lists(t)
 	other := cfg
 	other.Endpoint = strings.Replace(g.Endpoint, "127.0.0.1", "localhost", 1) // another address of the same store
 	pub, err := s3source.Open(context.Background(), other)
@@ -698,7 +680,7 @@ func TestPublishedListing(t *testing.T) {
 	if from != s3source.ListingPublished || skipped != nil || !at.Equal(listedAt) {
 		t.Fatalf("Open after publishing: listing %s of %v (%v), want the published one of %v", from, at, skipped, listedAt)
 	}
-	if lists() != listed {
+	if g.Lists(t) != listed {
 		t.Fatalf("Open after publishing listed the prefix")
 	}
 	if pub.Manifest().Version != first.Manifest().Version || pub.Manifest().Len() != len(names) {

@@ -351,3 +351,16 @@ func (g *Gateway) GetCounts(t testing.TB, bucket string) map[string]int {
 	}
 	return counts
 }
+
+// Lists returns how many listing requests (ListObjects, whatever their
+// status) the access log holds.
+func (g *Gateway) Lists(t testing.TB) int {
+	t.Helper()
+	n := 0
+	for _, r := range g.Requests(t) {
+		if strings.Contains(r.Operation, "ListObjects") {
+			n++
+		}
+	}
+	return n
+}

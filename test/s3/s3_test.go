@@ -93,16 +93,7 @@ func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 	if out, err := pub.CombinedOutput(); err != nil {
 		t.Fatalf("shadectl dataset index --publish: %v\n%s", err, out)
 	}
-	lists := func() int {
-		n := 0
-		for _, r := range g.Requests(t) {
-			if strings.Contains(r.Operation, "ListObjects") {
-				n++
-			}
-		}
-		return n
-	}
-	listed := lists()
+	listed := g.Lists(t)
 
 	tls := t.TempDir()
 	m := &bucketMesh{g: g, ds: ds}
@@ -134,8 +125,8 @@ func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 			t.Fatalf("peer %d did not read the published listing:\n%s", i, p.Log())
 		}
 	}
-	if lists() != listed {
-		t.Fatalf("the peers listed the prefix %d times, want none: the listing is published", lists()-listed)
+	if g.Lists(t) != listed {
+		t.Fatalf("the peers listed the prefix %d times, want none: the listing is published", g.Lists(t)-listed)
 	}
 	return m
 }
