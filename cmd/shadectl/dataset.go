@@ -185,9 +185,10 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	publish := fs.Bool("publish", false, "write what peers read at their first start beside the dataset, for every peer to read instead: of s3://BUCKET/PREFIX its listing (PREFIX/.shade/listing; the dataset is then what it lists until published again), of shards: their index (DIR/.shade/shards.index, PREFIX/.shade/shards.index); needs write access there; run it again after the dataset changes")
+	stateDir := fs.String("state-dir", "", "a peer's --state-dir (same --s3-endpoint): a shards: index kept there is read, and published with --publish, instead of reading the shards again; what is built is kept there")
 	s3cfg := s3Flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--publish] [--s3-... flags]")
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset index DIR|s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--json] [--publish] [--state-dir DIR] [--s3-... flags]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -212,7 +213,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 		dir = pos[0]
 		var src *shards.Source
 		bar := newProgressBar(stderr, "index")
-		src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg(), PublishIndex: *publish, Progress: bar.update})
+		src, err = shards.Open(context.Background(), shards.Config{Location: loc, S3: s3cfg(), StateDir: *stateDir, PublishIndex: *publish, Progress: bar.update})
 		bar.finish()
 		if err != nil {
 			return err
@@ -224,7 +225,7 @@ func runDatasetIndex(args []string, stdout, stderr io.Writer) error {
 	case s3source.IsURL(pos[0]):
 		dir = pos[0]
 		cfg := s3cfg()
-		cfg.URL, cfg.Relist = pos[0], *publish // what is published is what the prefix holds now
+		cfg.URL, cfg.StateDir, cfg.Relist = pos[0], *stateDir, *publish // what is published is what the prefix holds now
 		var src *s3source.Source
 		if src, err = s3source.Open(context.Background(), cfg); err != nil {
 			return err

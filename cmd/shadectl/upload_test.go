@@ -126,9 +126,20 @@ func TestDatasetIndexPublish(t *testing.T) {
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", g.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", g.SecretKey)
-	var out bytes.Buffer
-	if err := runDatasetIndex([]string{"shards:s3://shade-wds/wds", "--publish", "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil {
+	// A peer indexed the shards and kept the index in its state
+	// directory: publishing from there reads no shard again.
+	state := t.TempDir()
+	if _, err := shards.Open(context.Background(), shards.Config{Location: "s3://shade-wds/wds", StateDir: state,
+		S3: s3source.Config{Endpoint: g.Endpoint, PathStyle: true}}); err != nil {
 		t.Fatal(err)
+	}
+	before := g.GetCounts(t, "shade-wds")
+	var out bytes.Buffer
+	if err := runDatasetIndex([]string{"shards:s3://shade-wds/wds", "--publish", "--state-dir", state, "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if after := g.GetCounts(t, "shade-wds"); after["wds/shard-0.tar"] != before["wds/shard-0.tar"] || after["wds/shard-1.tar"] != before["wds/shard-1.tar"] {
+		t.Fatalf("publishing the index kept in a state directory read the shards: GETs %v, before %v", after, before)
 	}
 	if want := "published s3://shade-wds/wds/.shade/shards.index\n"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "samples  10\n") {
 		t.Fatalf("index --publish printed\n%s\nwant the 10 samples and %q", out.String(), want)
