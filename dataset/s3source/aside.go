@@ -1,7 +1,6 @@
 package s3source
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -24,8 +23,11 @@ var ErrNoAside = errors.New("s3source: nothing kept beside the dataset under tha
 
 // AsideURL is the s3:// URL of the object name beside the dataset.
 func (s *Source) AsideURL(name string) string {
-	return "s3://" + s.loc.Bucket + "/" + s.loc.Prefix + AsideFolder + name
+	return "s3://" + s.loc.Bucket + "/" + s.loc.asideKey(name)
 }
+
+// asideKey is the key of the object name beside the dataset at loc.
+func (loc Location) asideKey(name string) string { return loc.Prefix + AsideFolder + name }
 
 // minRate is the slowest, in bytes a second, an object's body may move
 // once its request began: ReadAside's and a PUT's time for the body on
@@ -39,7 +41,7 @@ const minRate = 1 << 20
 // object that is not there gives an error wrapping ErrNoAside; any other
 // failure, one wrapping ErrRead. It is not retried.
 func (s *Source) ReadAside(ctx context.Context, name string) (io.ReadCloser, int64, error) {
-	key := s.loc.Prefix + AsideFolder + name
+	key := s.loc.asideKey(name)
 	s.slots <- struct{}{}
 	ctx, cancel := context.WithCancel(ctx)
 	deadline := time.AfterFunc(s.cfg.RequestTimeout, cancel)
@@ -92,12 +94,12 @@ func HasAside(ctx context.Context, cfg Config, name string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	_, err = client.StatObject(ctx, loc.Bucket, loc.Prefix+AsideFolder+name, minio.StatObjectOptions{})
+	_, err = client.StatObject(ctx, loc.Bucket, loc.asideKey(name), minio.StatObjectOptions{})
 	if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("%w: %s: %w", ErrRead, loc.Prefix+AsideFolder+name, err)
+		return false, fmt.Errorf("%w: %s: %w", ErrRead, loc.asideKey(name), err)
 	}
 	return true, nil
 }
@@ -106,7 +108,7 @@ func HasAside(ctx context.Context, cfg Config, name string) (bool, error) {
 // (PREFIX/.shade/NAME), replacing what was there, retrying throttled or
 // failed attempts. The store checks the body against its MD5.
 func (s *Source) WriteAside(ctx context.Context, name string, data []byte) error {
-	return s.put(ctx, s.loc.Prefix+AsideFolder+name, int64(len(data)), func() (io.ReadCloser, error) {
+	return s.put(ctx, s.loc.asideKey(name), int64(len(data)), func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
 	})
 }
@@ -163,7 +165,7 @@ func (s *Source) publishedListing(ctx context.Context) (*listed, error) {
 		return nil, err
 	}
 	defer r.Close()
-	l, err := readListing(bufio.NewReaderSize(r, 64<<10), size, "", s.loc)
+	l, err := readListing(r, size, "", s.loc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.AsideURL(PublishedListing), err)
 	}

@@ -695,7 +695,9 @@ func TestPublishedListing(t *testing.T) {
 	// Kept in a state directory: a restart reads neither.
 	st := cfg
 	st.StateDir = t.TempDir()
-	s3source.Open(context.Background(), st)
+	if _, err := s3source.Open(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
 	gets := g.GetCounts(t, "shade-ds")["p/.shade/listing"]
 	if again, err := s3source.Open(context.Background(), st); err != nil {
 		t.Fatal(err)

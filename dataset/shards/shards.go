@@ -178,7 +178,7 @@ const (
 )
 
 // PublishedIndex is the name of the published index in the shards'
-// location's hidden folder ".shade/" (in a bucket, s3source.AsideFolder).
+// location's hidden folder, s3source.AsideFolder (".shade/").
 const PublishedIndex = "shards.index"
 
 // ErrPublish is wrapped by Open's error when Config.PublishIndex is set
@@ -674,8 +674,8 @@ const indexFormat = "shade-shards-index/1"
 // reads the JSON index an earlier build kept at path+".json"; legacy
 // reports that it did.
 func loadIndex(path string, st store) (b *indexBuilder, legacy bool) {
-	f, err := os.Open(path)
-	if err != nil {
+	b, err := readIndexFile(path, st)
+	if errors.Is(err, fs.ErrNotExist) {
 		samples := loadJSONIndex(path+".json", st.check())
 		if samples == nil {
 			return nil, false
@@ -690,15 +690,25 @@ func loadIndex(path string, st store) (b *indexBuilder, legacy bool) {
 		}
 		return b, true
 	}
-	defer f.Close()
-	info, err := f.Stat()
 	if err != nil {
 		return nil, false
 	}
-	if b, err = readIndex(f, info.Size(), st); err != nil {
-		return nil, false
-	}
 	return b, false
+}
+
+// readIndexFile reads the index file at path, of st's shards; where there
+// is none, an error wrapping fs.ErrNotExist.
+func readIndexFile(path string, st store) (*indexBuilder, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return readIndex(f, info.Size(), st)
 }
 
 // loadJSONIndex returns the JSON index at path if it is of this format and
@@ -747,16 +757,6 @@ func writeIndexFile(path string, perm os.FileMode, check string, names dataset.N
 	return atomicfile.WriteWith(path, perm, func(w io.Writer) error {
 		return writeIndex(w, check, names, p)
 	})
-}
-
-// readPublished reads a published index of size bytes from r, found at
-// where, of st's shards.
-func readPublished(r io.Reader, size int64, where string, st store) (*indexBuilder, error) {
-	b, err := readIndex(bufio.NewReaderSize(r, 64<<10), size, st)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	return b, nil
 }
 
 // dirStore is shards in a local directory.
@@ -809,25 +809,22 @@ func (d *dirStore) check() string {
 }
 
 // publishedAt is where a directory's published index is: in its hidden
-// folder, which dataset.Scan passes over.
-func (d *dirStore) publishedAt() string { return filepath.Join(d.root, ".shade", PublishedIndex) }
+// folder (the one a bucket's has, s3source.AsideFolder), which
+// dataset.Scan passes over.
+func (d *dirStore) publishedAt() string {
+	return filepath.Join(d.root, filepath.FromSlash(s3source.AsideFolder), PublishedIndex)
+}
 
 // published reads DIR/.shade/shards.index.
 func (d *dirStore) published(context.Context) (*indexBuilder, error) {
-	p := d.publishedAt()
-	f, err := os.Open(p)
+	b, err := readIndexFile(d.publishedAt(), d)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("shards: published index: %w", err)
+		return nil, fmt.Errorf("shards: published index %s: %w", d.publishedAt(), err)
 	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("shards: published index: %w", err)
-	}
-	return readPublished(f, info.Size(), p, d)
+	return b, nil
 }
 
 // publish writes DIR/.shade/shards.index (temp file, then rename),
@@ -952,7 +949,11 @@ func (s *s3Store) published(ctx context.Context) (*indexBuilder, error) {
 		return nil, err
 	}
 	defer r.Close()
-	return readPublished(r, size, s.publishedAt(), s)
+	b, err := readIndex(r, size, s)
+	if err != nil {
+		return nil, fmt.Errorf("shards: published index %s: %w", s.publishedAt(), err)
+	}
+	return b, nil
 }
 
 // publish PUTs PREFIX/.shade/shards.index.
