@@ -148,7 +148,12 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 			src, err = s3source.Open(ctx, *d.s3)
 		} else {
 			where = shards.Prefix + d.shards.Location
-			src, err = shards.Open(ctx, *d.shards)
+			c := *d.shards
+			c.Waiting = func(holder string) {
+				log.Info().Str("dataset", dc.Name).Str("source", where).Str("holder", holder).
+					Msg("waiting for the index another peer is building (--publish-index)")
+			}
+			src, err = shards.Open(ctx, c)
 		}
 		if err != nil {
 			return fmt.Errorf("--dataset %s=%s: %w", dc.Name, where, err)
@@ -160,6 +165,14 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 		case *shards.Source:
 			from, skipped := src.IndexFrom()
 			ev = ev.Str("index", string(from))
+			builtBy, shareErr := src.Shared()
+			if builtBy != "" {
+				ev = ev.Str("index_built_by", builtBy)
+			}
+			if shareErr != nil {
+				log.Warn().Str("dataset", dc.Name).Err(shareErr).
+					Msg("the index was not shared with the other peers (--publish-index): each indexes the shards itself")
+			}
 			if skipped != nil {
 				log.Warn().Str("dataset", dc.Name).Err(skipped).
 					Msg("the index published beside the shards was not used: they were indexed again; publish it again with 'shadectl dataset index --publish'")
@@ -195,6 +208,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
 		s3InFlight  = fs.Int("s3-max-in-flight", s3source.DefaultMaxInFlight, "GET requests in flight to the store for each s3:// dataset (and the connections kept open to it); a store with a high time to first byte needs many to keep trainers fed")
 		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index, or one is published beside them ('shadectl dataset index --publish')")
+		pubIndex    = fs.Bool("publish-index", false, "index shards: datasets once for every peer: the first peer to find no index published beside the shards claims the build, indexes them and publishes the index there (.shade/shards.index); peers starting meanwhile wait for it and read it, later ones read it at once. Needs write access to the bucket or directory; where a peer has none, it indexes the shards alone")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB); 0 caches nothing (every read goes to the source)")
 		pol         = fs.String("policy", "order", "eviction and admission policy: order (APP that also evicts by next use in the published orders), app (SHADE's), lru, fifo, lfu, minio, none (cache nothing)")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
@@ -408,7 +422,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 				}
 			}
 			cfg.opened = append(cfg.opened, openedDataset{index: len(cfg.Node.Datasets), shards: &shards.Config{
-				Location: loc, S3: s3cfg, StateDir: *stateDir, Reindex: *s3Relist}})
+				Location: loc, S3: s3cfg, StateDir: *stateDir, Reindex: *s3Relist,
+				PublishIndex: *pubIndex, Share: *pubIndex, Holder: *name}})
 			cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n})
 			continue
 		case s3source.IsURL(dir):

@@ -113,6 +113,25 @@ func (s *Source) WriteAside(ctx context.Context, name string, data []byte) error
 	})
 }
 
+// RemoveAside deletes the object name beside the dataset
+// (PREFIX/.shade/NAME), within RequestTimeout; one that is not there is
+// no error. It is not retried.
+func (s *Source) RemoveAside(ctx context.Context, name string) error {
+	key := s.loc.asideKey(name)
+	s.slots <- struct{}{}
+	defer func() { <-s.slots }()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	err := s.client.RemoveObject(ctx, s.loc.Bucket, key, minio.RemoveObjectOptions{})
+	if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("s3source: deleting %s: %w", s.AsideURL(name), err)
+	}
+	return nil
+}
+
 // ListingOrigin is where Open found a Source's listing.
 type ListingOrigin string
 

@@ -60,6 +60,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/shade-mesh/shade/dataset"
 	"github.com/shade-mesh/shade/dataset/s3source"
@@ -99,6 +100,27 @@ type Config struct {
 	// Open of the shards, on any machine, to read (in a bucket, one GET)
 	// instead of every shard's headers. It needs write access there.
 	PublishIndex bool
+	// Share, with PublishIndex, builds the index once for every Open of
+	// the same shards that finds none kept or published while it is built,
+	// on any machine (the peers of a mesh starting together): the first
+	// claims the build beside the shards (ClaimName), renews the claim
+	// every ShareBeat while it reads them, publishes the index and drops
+	// the claim; the others wait for the claim to go and read what was
+	// published. A claim unchanged for five beats (its builder died) is
+	// taken over. With Share, a claim that cannot be written or read, or
+	// an index that cannot be published, is no error of Open's: the index
+	// is built and Source.Shared says why it was not shared.
+	Share bool
+	// ShareBeat is how often a claim is written again and read by those
+	// waiting; 0 means DefaultShareBeat.
+	ShareBeat time.Duration
+	// Holder names this Open in its claim (a peer's name); "" means the
+	// host name and process id. A claim of the same holder found at Open
+	// was left by an earlier run of it and is taken over at once.
+	Holder string
+	// Waiting, if not nil, is called once when Open begins to wait for
+	// another's build, with that claim's holder.
+	Waiting func(holder string)
 	// Progress, if not nil, is called with (shards read, shards) as the
 	// index is built, from one goroutine at a time.
 	Progress func(done, total int)
@@ -145,6 +167,12 @@ type store interface {
 	publish(ctx context.Context, names dataset.Names, p *packedIndex) error
 	// publishedAt names where the published index is.
 	publishedAt() string
+	// readClaim returns the claim on building the index (Config.Share),
+	// "" where none is; writeClaim replaces it whole; dropClaim deletes
+	// it (none there is no error).
+	readClaim(ctx context.Context) (string, error)
+	writeClaim(ctx context.Context, text string) error
+	dropClaim(ctx context.Context) error
 }
 
 // Source is a shards dataset. It is immutable after Open and safe for
@@ -160,8 +188,10 @@ type Source struct {
 	// the next buffer instead of a new one each sample.
 	spans sync.Pool
 
-	from    Origin
-	skipped error // why a published index was not used, or nil
+	from     Origin
+	skipped  error  // why a published index was not used, or nil
+	builtBy  string // Config.Share: the claim's holder whose index was waited for
+	shareErr error  // Config.Share: why the index was not shared, or nil
 }
 
 // Origin is where Open found a Source's index.
@@ -228,6 +258,18 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		b, s.skipped = st.published(ctx)
 		keep = b != nil
 	}
+	if b == nil && cfg.Share && cfg.PublishIndex && !cfg.Reindex {
+		var release func()
+		if b, release, err = s.shared(ctx, st, cfg); err != nil {
+			return nil, err
+		}
+		if release != nil {
+			// Dropped once published (or Open failed): those waiting then
+			// read it.
+			defer release()
+		}
+		keep = true
+	}
 	if b == nil {
 		s.from, keep = IndexBuilt, true
 		if b, err = buildIndex(ctx, st, cfg.IndexShards, cfg.Progress); err != nil {
@@ -245,10 +287,23 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	if cfg.PublishIndex && s.from != IndexPublished {
 		if err := st.publish(ctx, s.m.Names, &s.idx); err != nil {
-			return nil, err
+			if !cfg.Share {
+				return nil, err
+			}
+			s.shareErr = fmt.Errorf("%w: %w", ErrShare, err)
 		}
 	}
 	return s, nil
+}
+
+// Shared says, for an Open with Config.Share, whose published index it
+// waited for ("" where it read none it waited for), and why the index it
+// built was not shared (nil where it was, or where it built none).
+func (s *Source) Shared() (builtBy string, err error) {
+	if s.from != IndexPublished {
+		return "", s.shareErr
+	}
+	return s.builtBy, s.shareErr
 }
 
 // IndexFrom says where Open found the index and, where a published index

@@ -38,6 +38,13 @@ func startPeer(t *testing.T, env []string, args ...string) *testsupport.Peer {
 		Args: append([]string{"--log-format", "json", "--admin-addr", "off"}, args...)})
 }
 
+// gatewayEnv is the environment that gives a process g's credentials
+// and no others.
+func gatewayEnv(g *s3test.Gateway) []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
+		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
+}
+
 func client(sock string) *redis.Client {
 	return redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, MaxRetries: -1})
 }
@@ -75,8 +82,7 @@ func startBucketMesh(t *testing.T, n, k int) *bucketMesh {
 	t.Helper()
 	g := s3test.Start(t)
 	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, Seed: 7})
-	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
-		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
+	env := gatewayEnv(g)
 	url := "s3://" + meshBucket + "/fmnist/train"
 	up := exec.Command(bins.Path("shadectl"), "dataset", "upload", ds.Dir, url,
 		"--s3-endpoint", g.Endpoint, "--s3-path-style")
@@ -230,23 +236,24 @@ func TestMeshOverBucketConcurrentColdReads(t *testing.T) {
 	}
 }
 
-// TestPeerServesShardsFromBucket serves WebDataset tar shards from the
-// bucket through a standalone peer: every sample is the msgpack map of its
-// members, and each is one ranged GET of its shard.
-func TestPeerServesShardsFromBucket(t *testing.T) {
-	g := s3test.Start(t)
+// sampleWant is one WebDataset sample put by putShards.
+type sampleWant struct {
+	key     string
+	members map[string][]byte
+}
+
+// putShards creates bucket shade-wds and puts n shards of per samples
+// (a png of 50-2,049 random bytes and a cls) as wds/train-NNN.tar.
+func putShards(t *testing.T, g *s3test.Gateway, n, per int) []sampleWant {
+	t.Helper()
 	g.CreateBucket(t, "shade-wds")
-	type sampleWant struct {
-		key     string
-		members map[string][]byte
-	}
 	var want []sampleWant
 	rng := rand.New(rand.NewPCG(9, 10))
-	for s := range 3 {
+	for s := range n {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
-		for j := range 100 {
-			key := fmt.Sprintf("s%05d", s*100+j)
+		for j := range per {
+			key := fmt.Sprintf("s%05d", s*per+j)
 			m := map[string][]byte{"png": make([]byte, 50+rng.IntN(2000)), "cls": []byte(strconv.Itoa(j % 10))}
 			for i := range m["png"] {
 				m["png"][i] = byte(rng.Uint32())
@@ -260,8 +267,16 @@ func TestPeerServesShardsFromBucket(t *testing.T) {
 		tw.Close()
 		g.Put(t, "shade-wds", fmt.Sprintf("wds/train-%03d.tar", s), buf.Bytes())
 	}
-	env := []string{"AWS_ACCESS_KEY_ID=" + g.AccessKey, "AWS_SECRET_ACCESS_KEY=" + g.SecretKey,
-		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"}
+	return want
+}
+
+// TestPeerServesShardsFromBucket serves WebDataset tar shards from the
+// bucket through a standalone peer: every sample is the msgpack map of its
+// members, and each is one ranged GET of its shard.
+func TestPeerServesShardsFromBucket(t *testing.T) {
+	g := s3test.Start(t)
+	want := putShards(t, g, 3, 100)
+	env := gatewayEnv(g)
 	p := startPeer(t, env, "--name", "wds", "--dataset", "wds=shards:s3://shade-wds/wds",
 		"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB")
 	c := client(p.Socket)
@@ -338,5 +353,68 @@ func TestPeerServesShardsFromBucket(t *testing.T) {
 		if err != nil || msgpack.Unmarshal(b, &got) != nil || !bytes.Equal(got["png"], want[i].members["png"]) || !bytes.Equal(got["cls"], want[i].members["cls"]) {
 			t.Fatalf("the second peer's sample %d (%s): %v, wrong members", i, want[i].key, err)
 		}
+	}
+}
+
+// TestPeersStartingTogetherIndexShardsOnce starts three peers at once with
+// --publish-index over a bucket's shards and no index published: one
+// claims the build and reads each shard once, the others wait for it and
+// read what it published, and every peer serves the same samples.
+func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
+	g := s3test.Start(t)
+	want := putShards(t, g, 4, 100)
+	const k = 3
+	peers := make([]*testsupport.Peer, k)
+	if err := testsupport.Parallel(k, func(i int) error {
+		sock, err := os.MkdirTemp("", "shade-sock-")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { os.RemoveAll(sock) })
+		p, err := testsupport.Launch(context.Background(), testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: gatewayEnv(g),
+			Socket: sock + "/shade.sock", Args: []string{"--log-format", "json", "--admin-addr", "off", "--name", fmt.Sprint("wds", i),
+				"--dataset", "wds=shards:s3://shade-wds/wds", "--s3-endpoint", g.Endpoint, "--s3-path-style", "--publish-index",
+				"--state-dir", t.TempDir(), "--cache-size", "64MiB"}})
+		if p != nil {
+			peers[i] = p
+			t.Cleanup(p.Kill)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	built, waited := 0, 0
+	for i, p := range peers {
+		switch log := p.Log(); {
+		case strings.Contains(log, `"index":"built"`):
+			built++
+		case strings.Contains(log, `"index":"published"`) && strings.Contains(log, `"index_built_by":"wds`):
+			waited++
+		default:
+			t.Errorf("peer %d neither built the index nor read the one it waited for:\n%s", i, log)
+		}
+	}
+	if built != 1 || waited != k-1 {
+		t.Errorf("%d peers built the index and %d read the one they waited for; want 1 and %d", built, waited, k-1)
+	}
+	gets := g.GetCounts(t, "shade-wds")
+	for s := range 4 {
+		if n := gets[fmt.Sprintf("wds/train-%03d.tar", s)]; n != 1 {
+			t.Errorf("shard %d: %d GETs as %d peers started, want 1 (%v)", s, n, k, gets)
+		}
+	}
+	if gets["wds/.shade/shards.index.claim"] == 0 {
+		t.Error("no peer read the claim on the build")
+	}
+	for i, p := range peers {
+		c := client(p.Socket)
+		for _, j := range []int{0, 217, len(want) - 1} {
+			b, err := c.Get(context.Background(), "wds/"+strconv.Itoa(j)).Bytes()
+			var got map[string][]byte
+			if err != nil || msgpack.Unmarshal(b, &got) != nil || !bytes.Equal(got["png"], want[j].members["png"]) || !bytes.Equal(got["cls"], want[j].members["cls"]) {
+				t.Errorf("peer %d, sample %d (%s): %v, wrong members", i, j, want[j].key, err)
+			}
+		}
+		c.Close()
 	}
 }
