@@ -21,6 +21,7 @@ import (
 
 	"github.com/shade-mesh/shade/admin"
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/claim"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/dataset/shards"
 	"github.com/shade-mesh/shade/internal/bytesize"
@@ -143,16 +144,19 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 			where string
 			err   error
 		)
+		waiting := func(holder string) {
+			log.Info().Str("dataset", dc.Name).Str("source", where).Str("holder", holder).
+				Msg("waiting for the listing or index another peer is making (--publish-index)")
+		}
 		if d.s3 != nil {
 			where = d.s3.URL
-			src, err = s3source.Open(ctx, *d.s3)
+			c := *d.s3
+			c.Claim.Waiting = waiting
+			src, err = s3source.Open(ctx, c)
 		} else {
 			where = shards.Prefix + d.shards.Location
 			c := *d.shards
-			c.Waiting = func(holder string) {
-				log.Info().Str("dataset", dc.Name).Str("source", where).Str("holder", holder).
-					Msg("waiting for the index another peer is building (--publish-index)")
-			}
+			c.Claim.Waiting = waiting
 			src, err = shards.Open(ctx, c)
 		}
 		if err != nil {
@@ -165,14 +169,7 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 		case *shards.Source:
 			from, skipped := src.IndexFrom()
 			ev = ev.Str("index", string(from))
-			builtBy, shareErr := src.Shared()
-			if builtBy != "" {
-				ev = ev.Str("index_built_by", builtBy)
-			}
-			if shareErr != nil {
-				log.Warn().Str("dataset", dc.Name).Err(shareErr).
-					Msg("the index was not shared with the other peers (--publish-index): each indexes the shards itself")
-			}
+			ev = shared(ev, log, dc.Name, "index_built_by", src)
 			if skipped != nil {
 				log.Warn().Str("dataset", dc.Name).Err(skipped).
 					Msg("the index published beside the shards was not used: they were indexed again; publish it again with 'shadectl dataset index --publish'")
@@ -180,6 +177,7 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 		case *s3source.Source:
 			from, at, skipped := src.Listing()
 			ev = ev.Str("listing", string(from)).Time("listed_at", at)
+			ev = shared(ev, log, dc.Name, "listed_by", src)
 			if skipped != nil {
 				log.Warn().Str("dataset", dc.Name).Err(skipped).
 					Msg("the listing published beside the dataset was not used: the prefix was listed; publish it again with 'shadectl dataset index --publish'")
@@ -189,6 +187,21 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 		dc.Source = src
 	}
 	return nil
+}
+
+// shared adds to ev (as key) the peer whose published listing or index
+// src waited for, and warns where src's could not be shared
+// (--publish-index).
+func shared(ev *zerolog.Event, log zerolog.Logger, dataset, key string, src interface{ Shared() (string, error) }) *zerolog.Event {
+	by, err := src.Shared()
+	if err != nil {
+		log.Warn().Str("dataset", dataset).Err(err).
+			Msg("not shared with the other peers (--publish-index): each lists or indexes the dataset itself")
+	}
+	if by != "" {
+		ev = ev.Str(key, by)
+	}
+	return ev
 }
 
 var errVersion = errors.New("version printed")
@@ -208,7 +221,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
 		s3InFlight  = fs.Int("s3-max-in-flight", s3source.DefaultMaxInFlight, "GET requests in flight to the store for each s3:// dataset (and the connections kept open to it); a store with a high time to first byte needs many to keep trainers fed")
 		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index, or one is published beside them ('shadectl dataset index --publish')")
-		pubIndex    = fs.Bool("publish-index", false, "index shards: datasets once for every peer: the first peer to find no index published beside the shards claims the build, indexes them and publishes the index there (.shade/shards.index); peers starting meanwhile wait for it and read it, later ones read it at once. Needs write access to the bucket or directory; where a peer has none, it indexes the shards alone")
+		pubIndex    = fs.Bool("publish-index", false, "list s3:// datasets and index shards: datasets once for every peer: the first peer to find none published beside the dataset claims the work (.shade/listing.claim or .shade/shards.index.claim), does it and publishes the result there (.shade/listing or .shade/shards.index); peers starting meanwhile wait for it and read it, later ones read it at once. A published listing is the dataset until published again (--s3-relist lists afresh and publishes). Needs write access to the bucket or directory; where a peer has none, it lists or indexes alone")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB); 0 caches nothing (every read goes to the source)")
 		pol         = fs.String("policy", "order", "eviction and admission policy: order (APP that also evicts by next use in the published orders), app (SHADE's), lru, fifo, lfu, minio, none (cache nothing)")
 		pads        = fs.String("pads", "on", "importance sampling of epoch orders: on (PADS) or off (uniform, as DistributedSampler)")
@@ -410,7 +423,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 			return cfg, nop, fmt.Errorf("--dataset %q: want NAME=DIR", d)
 		}
 		s3cfg := s3source.Config{Endpoint: *s3Endpoint, Region: *s3Region, PathStyle: *s3PathStyle,
-			StateDir: *stateDir, Relist: *s3Relist, MaxInFlight: *s3InFlight}
+			StateDir: *stateDir, Relist: *s3Relist, MaxInFlight: *s3InFlight, Share: *pubIndex, Claim: claim.Config{Holder: *name}}
 		switch loc, isShards := strings.CutPrefix(dir, shards.Prefix); {
 		case isShards:
 			if loc == "" {
@@ -423,7 +436,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 			}
 			cfg.opened = append(cfg.opened, openedDataset{index: len(cfg.Node.Datasets), shards: &shards.Config{
 				Location: loc, S3: s3cfg, StateDir: *stateDir, Reindex: *s3Relist,
-				PublishIndex: *pubIndex, Share: *pubIndex, Holder: *name}})
+				PublishIndex: *pubIndex, Share: *pubIndex, Claim: claim.Config{Holder: *name}}})
 			cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n})
 			continue
 		case s3source.IsURL(dir):

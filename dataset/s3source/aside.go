@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/shade-mesh/shade/dataset/claim"
 )
 
 // AsideFolder is the folder under a dataset's prefix that holds what tools
@@ -132,6 +134,34 @@ func (s *Source) RemoveAside(ctx context.Context, name string) error {
 	return nil
 }
 
+// AsideClaim is a claim.Place in the object name beside the dataset
+// (PREFIX/.shade/NAME): a claim on building what is published there.
+func (s *Source) AsideClaim(name string) claim.Place { return asideClaim{s, name} }
+
+type asideClaim struct {
+	s    *Source
+	name string
+}
+
+func (a asideClaim) Read(ctx context.Context) (string, error) {
+	r, _, err := a.s.ReadAside(ctx, a.name)
+	if errors.Is(err, ErrNoAside) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, claim.MaxText))
+	return string(b), err
+}
+
+func (a asideClaim) Write(ctx context.Context, text string) error {
+	return a.s.WriteAside(ctx, a.name, []byte(text))
+}
+
+func (a asideClaim) Drop(ctx context.Context) error { return a.s.RemoveAside(ctx, a.name) }
+
 // ListingOrigin is where Open found a Source's listing.
 type ListingOrigin string
 
@@ -171,6 +201,53 @@ func (s *Source) PublishListing(ctx context.Context) error {
 		return err
 	}
 	return s.WriteAside(ctx, PublishedListing, buf.Bytes())
+}
+
+// ListingClaim is the claim on listing the prefix (Config.Share) beside
+// the dataset, next to PublishedListing.
+const ListingClaim = PublishedListing + ".claim"
+
+// ErrShare is wrapped by Source.Shared's error: the listing could not be
+// shared (the claim could not be written or read, or the listing not
+// published), and this Open listed the prefix alone.
+var ErrShare = errors.New("s3source: the listing was not shared")
+
+// Shared says, for an Open with Config.Share, whose published listing it
+// waited for ("" where it read none it waited for), and why the listing
+// it made was not shared (nil where it was, or where it listed nothing).
+func (s *Source) Shared() (builtBy string, err error) {
+	if s.from != ListingPublished {
+		return "", s.shareErr
+	}
+	return s.builtBy, s.shareErr
+}
+
+// sharedListing returns the prefix's listing, listed by this Open under a
+// claim or published by the Open that held the claim (s.from says which).
+// Where the claim cannot be read or written, it lists alone and s.shareErr
+// says why. With a claim of its own, release is not nil and must be
+// called once the listing is published (or Open failed).
+func (s *Source) sharedListing(ctx context.Context) (*listed, func(), error) {
+	l, out, release, err := claim.Build(ctx, s.AsideClaim(ListingClaim), s.cfg.Claim,
+		func(ctx context.Context) (*listed, bool, error) {
+			l, err := s.publishedListing(ctx)
+			return l, l != nil, err
+		},
+		func(ctx context.Context, _ func(done, total int)) (*listed, error) { return s.list(ctx) })
+	if err != nil {
+		return nil, nil, err
+	}
+	s.from, s.builtBy = ListingPublished, out.BuiltBy
+	if out.BuiltBy == "" {
+		s.from = ListingListed
+	}
+	if out.Skipped != nil {
+		s.skipped = out.Skipped
+	}
+	if out.Alone != nil {
+		s.shareErr = fmt.Errorf("%w: %w", ErrShare, out.Alone)
+	}
+	return l, release, nil
 }
 
 // publishedListing reads the listing published beside the dataset: nil

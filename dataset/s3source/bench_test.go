@@ -8,10 +8,13 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/shade-mesh/shade/dataset/claim"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/cputime"
 	"github.com/shade-mesh/shade/internal/s3test"
+	"github.com/shade-mesh/shade/internal/testsupport"
 )
 
 // BenchmarkRead reads samples of 512 bytes and of 100 KiB from a real
@@ -118,6 +121,55 @@ func BenchmarkOpen(b *testing.B) {
 					b.Fatalf("listing %s (%v), %d objects; want %s, %d", from, skipped, src.Manifest().Len(), c.from, objects)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkOpenTogether is 8 peers starting at once over a prefix of
+// 20,000 objects (10 folders of 2,000) with no listing published: 8 Opens
+// at once, each listing the prefix ("alone"), or sharing one listing
+// (Config.Share at the default beat, and at a beat of 250 ms). It reports
+// the time until all 8 have opened and the list requests a start
+// (lists/op).
+func BenchmarkOpenTogether(b *testing.B) {
+	const objects, k = 20_000, 8
+	g := s3test.Start(b)
+	cfg := s3source.Config{URL: "s3://open/train", Endpoint: g.Endpoint, PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	if rep, err := s3source.Upload(context.Background(), cfg, writeFolder(b, objects, 1), nil); err != nil || rep.Uploaded != objects {
+		b.Fatalf("uploaded %d of %d: %v", rep.Uploaded, objects, err)
+	}
+	for _, c := range []struct {
+		name  string
+		share bool
+		beat  time.Duration
+	}{{"alone", false, 0}, {"shared", true, 0}, {"shared-250ms", true, 250 * time.Millisecond}} {
+		b.Run(c.name, func(b *testing.B) {
+			lists := 0
+			for b.Loop() {
+				b.StopTimer()
+				g.Delete(b, "open", "train/.shade/"+s3source.PublishedListing)
+				before := g.Lists(b)
+				b.StartTimer()
+				err := testsupport.Parallel(k, func(i int) error {
+					cfg := cfg
+					cfg.Share, cfg.Claim = c.share, claim.Config{Beat: c.beat, Holder: fmt.Sprint("peer-", i)}
+					src, err := s3source.Open(context.Background(), cfg)
+					if err != nil {
+						return err
+					}
+					if src.Manifest().Len() != objects {
+						return fmt.Errorf("%d objects, want %d", src.Manifest().Len(), objects)
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				lists += g.Lists(b) - before
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(lists)/float64(b.N), "lists/op")
 		})
 	}
 }

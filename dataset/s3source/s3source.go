@@ -57,6 +57,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/claim"
 	"github.com/shade-mesh/shade/internal/atomicfile"
 	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
@@ -115,6 +116,23 @@ type Config struct {
 	// when one is published beside the dataset (PublishListing): for a
 	// dataset whose listing is short and must be current.
 	Unpublished bool
+	// Share lists the prefix once for every Open of the dataset that
+	// finds no listing kept or published while it is listed, on any
+	// machine (the peers of a mesh starting together): the first claims
+	// the listing beside the dataset (ListingClaim; package claim tells
+	// how), lists the prefix, publishes the listing (PublishListing) and
+	// drops the claim; the others wait for it and read what was
+	// published. What is published is the dataset until published again
+	// (PublishListing tells what that means). With Share, a claim that
+	// cannot be written or read, or a listing that cannot be published,
+	// is no error of Open's: the prefix is listed and Source.Shared says
+	// why the listing was not shared. It needs write access to the
+	// bucket. With Relist, the prefix is listed and the listing published
+	// without a claim; Unpublished passes over Share.
+	Share bool
+	// Claim configures the claim of Share: this Open's name in it, the
+	// beat, and what to call when it waits.
+	Claim claim.Config
 	// MaxInFlight bounds concurrent GET requests of one Source, and the
 	// idle connections it keeps to the store; 0 means DefaultMaxInFlight.
 	MaxInFlight int
@@ -250,7 +268,9 @@ type Source struct {
 
 	from     ListingOrigin
 	listedAt time.Time
-	skipped  error // why a published listing was not used, or nil
+	skipped  error  // why a published listing was not used, or nil
+	builtBy  string // Config.Share: the claim's holder whose listing was waited for
+	shareErr error  // Config.Share: why the listing was not shared, or nil
 }
 
 // Open lists cfg.URL's prefix (or reuses the listing in cfg.StateDir) and
@@ -285,6 +305,18 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		l, s.skipped = s.publishedListing(ctx)
 		keep = l != nil
 	}
+	if l == nil && cfg.Share && !cfg.Relist && !cfg.Unpublished {
+		var release func()
+		if l, release, err = s.sharedListing(ctx); err != nil {
+			return nil, err
+		}
+		if release != nil {
+			// Dropped once published (or Open failed): those waiting then
+			// read it.
+			defer release()
+		}
+		keep = true
+	}
 	if l == nil {
 		s.from, keep = ListingListed, true
 		if l, err = s.list(ctx); err != nil {
@@ -307,6 +339,11 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s.etags = newETags(etags)
 	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, sizes, etags)}
+	if cfg.Share && !cfg.Unpublished && s.from == ListingListed {
+		if err := s.PublishListing(ctx); err != nil {
+			s.shareErr = fmt.Errorf("%w: %w", ErrShare, err)
+		}
+	}
 	return s, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/claim"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/s3test"
@@ -739,6 +740,64 @@ func TestPublishedListing(t *testing.T) {
 		}
 		if from, _, skipped := l.Listing(); from != s3source.ListingListed || !errors.Is(skipped, binfile.ErrFile) || l.Manifest().Len() != len(names)+1 {
 			t.Fatalf("a published listing of another place or damaged: listing %s (%v), %d samples; want listed, %d", from, skipped, l.Manifest().Len(), len(names)+1)
+		}
+	}
+}
+
+// TestSharedListing: Opens of one prefix at once with Share (peers
+// starting together) list it once: the last to claim lists and publishes,
+// the others wait and read the published listing; the claim is gone
+// after, and every Open serves the same samples.
+func TestSharedListing(t *testing.T) {
+	g := s3test.Start(t)
+	names, data := fill(t, g, "shade-ds", "p/", 60)
+	cfg := config(g, "s3://shade-ds/p")
+	before := g.Lists(t)
+	if _, err := s3source.Open(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	oneListing := g.Lists(t) - before
+
+	const k = 3
+	srcs := make([]*s3source.Source, k)
+	var listed, waited atomic.Int64
+	before = g.Lists(t)
+	if err := testsupport.Parallel(k, func(i int) error {
+		c := cfg
+		c.Share, c.Claim = true, claim.Config{Holder: fmt.Sprint("peer-", i)}
+		src, err := s3source.Open(context.Background(), c)
+		if err != nil {
+			return err
+		}
+		srcs[i] = src
+		from, _, _ := src.Listing()
+		by, shareErr := src.Shared()
+		switch {
+		case shareErr != nil:
+			return shareErr
+		case from == s3source.ListingListed:
+			listed.Add(1)
+		case from == s3source.ListingPublished && by != "":
+			waited.Add(1)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if listed.Load() != 1 || waited.Load() != k-1 || g.Lists(t)-before != oneListing {
+		t.Fatalf("%d Opens listed, %d waited, %d list requests; want 1, %d and %d (one listing)", listed.Load(), waited.Load(), g.Lists(t)-before, k-1, oneListing)
+	}
+	if there, err := s3source.HasAside(context.Background(), cfg, s3source.ListingClaim); there || err != nil {
+		t.Fatalf("the claim after the listing: there %v (%v), want gone", there, err)
+	}
+	for _, src := range srcs {
+		if src.Manifest().Len() != len(names) {
+			t.Fatalf("%d samples, want %d", src.Manifest().Len(), len(names))
+		}
+		for _, i := range []int{0, len(names) - 1} {
+			if got, err := src.Read(i, nil); err != nil || !bytes.Equal(got, data[i]) {
+				t.Fatalf("sample %d: %v", i, err)
+			}
 		}
 	}
 }

@@ -60,9 +60,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/dataset/claim"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/atomicfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
@@ -100,27 +100,20 @@ type Config struct {
 	// Open of the shards, on any machine, to read (in a bucket, one GET)
 	// instead of every shard's headers. It needs write access there.
 	PublishIndex bool
-	// Share, with PublishIndex, builds the index once for every Open of
-	// the same shards that finds none kept or published while it is built,
-	// on any machine (the peers of a mesh starting together): the first
-	// claims the build beside the shards (ClaimName), renews the claim
-	// every ShareBeat while it reads them, publishes the index and drops
-	// the claim; the others wait for the claim to go and read what was
-	// published. A claim unchanged for five beats (its builder died) is
-	// taken over. With Share, a claim that cannot be written or read, or
-	// an index that cannot be published, is no error of Open's: the index
-	// is built and Source.Shared says why it was not shared.
+	// Share builds the index once for every Open of the same shards that
+	// finds none kept or published while it is built, on any machine (the
+	// peers of a mesh starting together): the first claims the build
+	// beside the shards (ClaimName; package claim tells how), publishes
+	// the index as PublishIndex does and drops the claim; the others wait
+	// for it and read what was published. With Share, a claim that cannot
+	// be written or read, or an index that cannot be published, is no
+	// error of Open's: the index is built and Source.Shared says why it
+	// was not shared. With Reindex, the index is built and published
+	// without a claim.
 	Share bool
-	// ShareBeat is how often a claim is written again and read by those
-	// waiting; 0 means DefaultShareBeat.
-	ShareBeat time.Duration
-	// Holder names this Open in its claim (a peer's name); "" means the
-	// host name and process id. A claim of the same holder found at Open
-	// was left by an earlier run of it and is taken over at once.
-	Holder string
-	// Waiting, if not nil, is called once when Open begins to wait for
-	// another's build, with that claim's holder.
-	Waiting func(holder string)
+	// Claim configures the claim of Share: this Open's name in it, the
+	// beat, and what to call when it waits.
+	Claim claim.Config
 	// Progress, if not nil, is called with (shards read, shards) as the
 	// index is built, from one goroutine at a time.
 	Progress func(done, total int)
@@ -167,12 +160,9 @@ type store interface {
 	publish(ctx context.Context, names dataset.Names, p *packedIndex) error
 	// publishedAt names where the published index is.
 	publishedAt() string
-	// readClaim returns the claim on building the index (Config.Share),
-	// "" where none is; writeClaim replaces it whole; dropClaim deletes
-	// it (none there is no error).
-	readClaim(ctx context.Context) (string, error)
-	writeClaim(ctx context.Context, text string) error
-	dropClaim(ctx context.Context) error
+	// claimPlace is where the claim on building the index is kept
+	// (Config.Share): ClaimName in the location's hidden folder.
+	claimPlace() claim.Place
 }
 
 // Source is a shards dataset. It is immutable after Open and safe for
@@ -232,7 +222,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		c := cfg.S3
 		// The shards' own listing, never a published one: it is a few
 		// objects, and a shard changed since is seen at once.
-		c.URL, c.StateDir, c.Relist, c.Unpublished = cfg.Location, cfg.StateDir, cfg.Reindex, true
+		c.URL, c.StateDir, c.Relist, c.Unpublished, c.Share = cfg.Location, cfg.StateDir, cfg.Reindex, true, false
 		st, err = openS3(ctx, c)
 	} else {
 		st, err = openDir(cfg.Location)
@@ -258,7 +248,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		b, s.skipped = st.published(ctx)
 		keep = b != nil
 	}
-	if b == nil && cfg.Share && cfg.PublishIndex && !cfg.Reindex {
+	if b == nil && cfg.Share && !cfg.Reindex {
 		var release func()
 		if b, release, err = s.shared(ctx, st, cfg); err != nil {
 			return nil, err
@@ -285,7 +275,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 			return nil, err
 		}
 	}
-	if cfg.PublishIndex && s.from != IndexPublished {
+	if (cfg.PublishIndex || cfg.Share) && s.from != IndexPublished {
 		if err := st.publish(ctx, s.m.Names, &s.idx); err != nil {
 			if !cfg.Share {
 				return nil, err

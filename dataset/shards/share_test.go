@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/dataset/claim"
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/dataset/shards"
 	"github.com/shade-mesh/shade/internal/s3test"
@@ -28,7 +29,7 @@ func TestSharedIndexInABucket(t *testing.T) {
 	base := shards.Config{Location: "s3://shade-wds/wds", S3: s3cfg, PublishIndex: true, Share: true,
 		// Beats long enough that a waiter never takes a live build over:
 		// the holder writes its claim again four times before that.
-		ShareBeat: 250 * time.Millisecond}
+		Claim: claim.Config{Beat: 250 * time.Millisecond}}
 
 	type opened struct {
 		src *shards.Source
@@ -36,7 +37,7 @@ func TestSharedIndexInABucket(t *testing.T) {
 	}
 	first, second := make(chan opened, 1), make(chan opened, 1)
 	a := base
-	a.Holder = "peer-a"
+	a.Claim.Holder = "peer-a"
 	a.Progress = func(done, _ int) {
 		if done == 1 {
 			close(building)
@@ -51,8 +52,8 @@ func TestSharedIndexInABucket(t *testing.T) {
 
 	waitingFor := make(chan string, 1)
 	b := base
-	b.Holder = "peer-b"
-	b.Waiting = func(holder string) { waitingFor <- holder }
+	b.Claim.Holder = "peer-b"
+	b.Claim.Waiting = func(holder string) { waitingFor <- holder }
 	b.Progress = func(int, int) { t.Error("the second Open read a shard") }
 	go func() {
 		src, err := shards.Open(context.Background(), b)
@@ -106,7 +107,7 @@ func TestSharedIndexOpenedTogether(t *testing.T) {
 	var built, waited atomic.Int64
 	srcs := make([]*shards.Source, k)
 	if err := testsupport.Parallel(k, func(i int) error {
-		src, err := shards.Open(context.Background(), shards.Config{Location: dir, PublishIndex: true, Share: true, Holder: fmt.Sprint("peer-", i)})
+		src, err := shards.Open(context.Background(), shards.Config{Location: dir, PublishIndex: true, Share: true, Claim: claim.Config{Holder: fmt.Sprint("peer-", i)}})
 		if err != nil {
 			return err
 		}
@@ -137,19 +138,19 @@ func TestSharedIndexOpenedTogether(t *testing.T) {
 func TestSharedIndexTakesOverADeadClaim(t *testing.T) {
 	dir := t.TempDir()
 	keys, want, _ := makeShards(t, dir, 2, 30)
-	claim := filepath.Join(dir, ".shade", shards.ClaimName)
+	claimed := filepath.Join(dir, ".shade", shards.ClaimName)
 	leave := func(text string) {
 		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(claim), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(claimed), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(claim, []byte(text), 0o644); err != nil {
+		if err := os.WriteFile(claimed, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var waited []string
-	cfg := shards.Config{Location: dir, PublishIndex: true, Share: true, ShareBeat: 10 * time.Millisecond, Holder: "peer-b",
-		Waiting: func(holder string) { waited = append(waited, holder) }}
+	cfg := shards.Config{Location: dir, PublishIndex: true, Share: true, Claim: claim.Config{Beat: 10 * time.Millisecond, Holder: "peer-b",
+		Waiting: func(holder string) { waited = append(waited, holder) }}}
 
 	leave("peer-a\n0123456789abcdef\nbeat 7, 1 of 2 shards read\n")
 	src, err := shards.Open(context.Background(), cfg)
@@ -159,7 +160,7 @@ func TestSharedIndexTakesOverADeadClaim(t *testing.T) {
 	if from, _ := src.IndexFrom(); from != shards.IndexBuilt || len(waited) != 1 || waited[0] != "peer-a" {
 		t.Fatalf("index %s after waiting for %q; want built after waiting for peer-a", from, waited)
 	}
-	if _, err := os.Stat(claim); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(claimed); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the claim after the build: %v, want gone", err)
 	}
 	checkAll(t, src, keys, want)
@@ -241,7 +242,7 @@ func BenchmarkOpenTogether(b *testing.B) {
 				b.StartTimer()
 				err := testsupport.Parallel(k, func(i int) error {
 					src, err := shards.Open(context.Background(), shards.Config{Location: "s3://bench-wds/wds", S3: s3cfg,
-						PublishIndex: c.share, Share: c.share, ShareBeat: c.beat, Holder: fmt.Sprint("peer-", i)})
+						PublishIndex: c.share, Share: c.share, Claim: claim.Config{Beat: c.beat, Holder: fmt.Sprint("peer-", i)}})
 					if err != nil {
 						return err
 					}

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/s3test"
 	"github.com/shade-mesh/shade/internal/testsupport"
 )
@@ -364,31 +365,13 @@ func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
 	g := s3test.Start(t)
 	want := putShards(t, g, 4, 100)
 	const k = 3
-	peers := make([]*testsupport.Peer, k)
-	if err := testsupport.Parallel(k, func(i int) error {
-		sock, err := os.MkdirTemp("", "shade-sock-")
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { os.RemoveAll(sock) })
-		p, err := testsupport.Launch(context.Background(), testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: gatewayEnv(g),
-			Socket: sock + "/shade.sock", Args: []string{"--log-format", "json", "--admin-addr", "off", "--name", fmt.Sprint("wds", i),
-				"--dataset", "wds=shards:s3://shade-wds/wds", "--s3-endpoint", g.Endpoint, "--s3-path-style", "--publish-index",
-				"--state-dir", t.TempDir(), "--cache-size", "64MiB"}})
-		if p != nil {
-			peers[i] = p
-			t.Cleanup(p.Kill)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	peers := launchTogether(t, g, k, "--dataset", "wds=shards:s3://shade-wds/wds")
 	built, waited := 0, 0
 	for i, p := range peers {
 		switch log := p.Log(); {
 		case strings.Contains(log, `"index":"built"`):
 			built++
-		case strings.Contains(log, `"index":"published"`) && strings.Contains(log, `"index_built_by":"wds`):
+		case strings.Contains(log, `"index":"published"`) && strings.Contains(log, `"index_built_by":"peer`):
 			waited++
 		default:
 			t.Errorf("peer %d neither built the index nor read the one it waited for:\n%s", i, log)
@@ -413,6 +396,77 @@ func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
 			var got map[string][]byte
 			if err != nil || msgpack.Unmarshal(b, &got) != nil || !bytes.Equal(got["png"], want[j].members["png"]) || !bytes.Equal(got["cls"], want[j].members["cls"]) {
 				t.Errorf("peer %d, sample %d (%s): %v, wrong members", i, j, want[j].key, err)
+			}
+		}
+		c.Close()
+	}
+}
+
+// launchTogether starts k standalone peers at once with --publish-index
+// and args, over g's store, and returns them once all serve.
+func launchTogether(t *testing.T, g *s3test.Gateway, k int, args ...string) []*testsupport.Peer {
+	t.Helper()
+	peers := make([]*testsupport.Peer, k)
+	if err := testsupport.Parallel(k, func(i int) error {
+		sock, err := os.MkdirTemp("", "shade-sock-")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { os.RemoveAll(sock) })
+		p, err := testsupport.Launch(context.Background(), testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: gatewayEnv(g),
+			Socket: sock + "/shade.sock", Args: append([]string{"--log-format", "json", "--admin-addr", "off", "--name", fmt.Sprint("peer", i),
+				"--s3-endpoint", g.Endpoint, "--s3-path-style", "--publish-index", "--state-dir", t.TempDir(), "--cache-size", "64MiB"}, args...)})
+		if p != nil {
+			peers[i] = p
+			t.Cleanup(p.Kill)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return peers
+}
+
+// TestPeersStartingTogetherListOnce starts three peers at once with
+// --publish-index over an s3:// prefix with no listing published: one
+// lists the prefix, the others wait for the listing it published, and
+// all serve the same bytes.
+func TestPeersStartingTogetherListOnce(t *testing.T) {
+	g := s3test.Start(t)
+	g.CreateBucket(t, meshBucket)
+	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: 300, Seed: 7})
+	for i, name := range ds.Names {
+		g.Put(t, meshBucket, "fmnist/train/"+name, ds.Files[i])
+	}
+	// One listing's requests (a request a folder, folders at once).
+	lists := g.Lists(t)
+	if _, err := s3source.Open(context.Background(), s3source.Config{URL: "s3://" + meshBucket + "/fmnist/train", Endpoint: g.Endpoint,
+		PathStyle: true, AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}); err != nil {
+		t.Fatal(err)
+	}
+	oneListing := g.Lists(t) - lists
+	lists = g.Lists(t)
+	const k = 3
+	peers := launchTogether(t, g, k, "--dataset", "ds=s3://"+meshBucket+"/fmnist/train")
+	listed, waited := 0, 0
+	for i, p := range peers {
+		switch log := p.Log(); {
+		case strings.Contains(log, `"listing":"listed"`):
+			listed++
+		case strings.Contains(log, `"listing":"published"`) && strings.Contains(log, `"listed_by":"peer`):
+			waited++
+		default:
+			t.Errorf("peer %d neither listed nor read the listing it waited for:\n%s", i, log)
+		}
+	}
+	if listed != 1 || waited != k-1 || g.Lists(t)-lists != oneListing {
+		t.Errorf("%d peers listed, %d read the listing they waited for, %d list requests; want 1, %d and %d (one listing)", listed, waited, g.Lists(t)-lists, k-1, oneListing)
+	}
+	for i, p := range peers {
+		c := client(p.Socket)
+		for _, j := range []int{0, 150, len(ds.Names) - 1} {
+			if b, err := c.Get(context.Background(), "ds/"+strconv.Itoa(j)).Bytes(); err != nil || !bytes.Equal(b, ds.Files[j]) {
+				t.Errorf("peer %d, sample %d: %v, wrong bytes", i, j, err)
 			}
 		}
 		c.Close()
