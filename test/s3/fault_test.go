@@ -4,15 +4,22 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/s3test"
 	"github.com/shade-mesh/shade/internal/testsupport"
 )
@@ -171,5 +178,95 @@ func TestPeerRefusesToStartWithoutItsBucket(t *testing.T) {
 			}
 			t.Logf("exit status %d: %s", exit.ExitCode(), plain[0])
 		})
+	}
+}
+
+// TestIndexBuilderKilled: a peer that claimed the index of a bucket's
+// shards (--publish-index) is killed with SIGKILL while it reads them
+// (its GETs of the shards held by a proxy in front of the store). A peer
+// started after waits for the dead peer's claim, takes the build over
+// once the claim has gone unrenewed for five beats, indexes the shards,
+// publishes the index, drops the claim and serves the right bytes.
+func TestIndexBuilderKilled(t *testing.T) {
+	g := s3test.Start(t)
+	want := putShards(t, g, 2, 50)
+	target, err := url.Parse(g.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shardGet := make(chan struct{}, 1)
+	held := make(chan struct{})
+	defer close(held)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/train-") {
+			select {
+			case shardGet <- struct{}{}:
+			default:
+			}
+			select { // held until the test ends
+			case <-held:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+
+	// The builder never serves while its shards are held: Launch waits
+	// for its socket until the test ends the wait, and then kills it
+	// (SIGKILL).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type launched struct {
+		p   *testsupport.Peer
+		err error
+	}
+	done := make(chan launched, 1)
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	go func() {
+		p, err := testsupport.Launch(ctx, testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: gatewayEnv(g),
+			Socket: sock, ReadyTimeout: 5 * time.Minute,
+			Args: []string{"--log-format", "json", "--admin-addr", "off", "--name", "builder",
+				"--dataset", "wds=shards:s3://shade-wds/wds", "--s3-endpoint", proxy.URL, "--s3-path-style", "--publish-index"}})
+		done <- launched{p, err}
+	}()
+	var a launched
+	select {
+	case <-shardGet:
+		cancel()
+		a = <-done
+	case a = <-done:
+		t.Fatalf("the builder ended before reading a shard: %v", a.err)
+	}
+	if a.p == nil || !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("the builder's launch: %v, want its wait ended by the test", a.err)
+	}
+	<-a.p.Exited()
+	if !strings.Contains(a.p.Err().Error(), "killed") {
+		t.Fatalf("the builder exited with %v, want killed", a.p.Err())
+	}
+	if n := g.GetCounts(t, "shade-wds")["wds/.shade/shards.index.claim"]; n == 0 {
+		t.Fatal("the builder never read its claim back")
+	}
+
+	b := startPeer(t, gatewayEnv(g), "--name", "successor", "--dataset", "wds=shards:s3://shade-wds/wds",
+		"--s3-endpoint", g.Endpoint, "--s3-path-style", "--publish-index", "--cache-size", "64MiB")
+	log := b.Log()
+	if !strings.Contains(log, `"holder":"builder"`) || !strings.Contains(log, `"index":"built"`) {
+		t.Fatalf("the successor did not wait for the dead builder's claim, then build:\n%s", log)
+	}
+	if there, err := s3source.HasAside(context.Background(), s3source.Config{URL: "s3://shade-wds/wds", Endpoint: g.Endpoint, PathStyle: true,
+		AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}, "shards.index.claim"); there || err != nil {
+		t.Fatalf("the claim after the successor's build: there %v (%v), want gone", there, err)
+	}
+	c := client(b.Socket)
+	defer c.Close()
+	for _, j := range []int{0, 99} {
+		v, err := c.Get(context.Background(), "wds/"+strconv.Itoa(j)).Bytes()
+		var got map[string][]byte
+		if err != nil || msgpack.Unmarshal(v, &got) != nil || !bytes.Equal(got["png"], want[j].members["png"]) {
+			t.Fatalf("sample %d: %v, wrong members", j, err)
+		}
 	}
 }
