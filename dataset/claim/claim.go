@@ -77,13 +77,18 @@ const settleBeats = 4
 // MaxText is the longest claim a Place need read: one is a few lines.
 const MaxText = 4 << 10
 
+// ErrNotShared is wrapped by Outcome.Alone: the claim could not be read
+// or written, and the work was done without one. Callers wrap it too
+// where what was built could not be published.
+var ErrNotShared = errors.New("not shared with the others making it")
+
 // Outcome is how Build came by what it returned.
 type Outcome struct {
 	// BuiltBy is the holder of the claim whose published result was
 	// read, "" where this process built it.
 	BuiltBy string
-	// Alone, where not nil, says why the claim could not be read or
-	// written: this process built without one.
+	// Alone, where not nil, wraps ErrNotShared and says why the claim
+	// could not be read or written: this process built without one.
 	Alone error
 	// Skipped, where not nil, says why what was published after a wait
 	// was not used: this process built then.
@@ -112,7 +117,7 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 		return v, out, nil, err
 	}
 	alone := func(why error) (T, Outcome, func(), error) {
-		out.Alone, out.BuiltBy = why, ""
+		out.Alone, out.BuiltBy = fmt.Errorf("%w: %w", ErrNotShared, why), ""
 		v, err := build(ctx, func(int, int) {})
 		return v, out, nil, err
 	}

@@ -2,6 +2,7 @@ package s3source
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -207,26 +208,19 @@ func (s *Source) PublishListing(ctx context.Context) error {
 // the dataset, next to PublishedListing.
 const ListingClaim = PublishedListing + ".claim"
 
-// ErrShare is wrapped by Source.Shared's error: the listing could not be
-// shared (the claim could not be written or read, or the listing not
-// published), and this Open listed the prefix alone.
-var ErrShare = errors.New("s3source: the listing was not shared")
-
 // Shared says, for an Open with Config.Share, whose published listing it
 // waited for ("" where it read none it waited for), and why the listing
-// it made was not shared (nil where it was, or where it listed nothing).
+// it made was not shared (an error wrapping claim.ErrNotShared; nil where
+// it was, or where it listed nothing).
 func (s *Source) Shared() (builtBy string, err error) {
-	if s.from != ListingPublished {
-		return "", s.shareErr
-	}
-	return s.builtBy, s.shareErr
+	return s.share.BuiltBy, cmp.Or(s.share.Alone, s.publishErr)
 }
 
 // sharedListing returns the prefix's listing, listed by this Open under a
 // claim or published by the Open that held the claim (s.from says which).
-// Where the claim cannot be read or written, it lists alone and s.shareErr
-// says why. With a claim of its own, release is not nil and must be
-// called once the listing is published (or Open failed).
+// Where the claim cannot be read or written, it lists alone (s.share says
+// why). With a claim of its own, release is not nil and must be called
+// once the listing is published (or Open failed).
 func (s *Source) sharedListing(ctx context.Context) (*listed, func(), error) {
 	l, out, release, err := claim.Build(ctx, s.AsideClaim(ListingClaim), s.cfg.Claim,
 		func(ctx context.Context) (*listed, bool, error) {
@@ -237,16 +231,11 @@ func (s *Source) sharedListing(ctx context.Context) (*listed, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s.from, s.builtBy = ListingPublished, out.BuiltBy
-	if out.BuiltBy == "" {
-		s.from = ListingListed
+	s.share, s.from = out, ListingListed
+	if out.BuiltBy != "" {
+		s.from = ListingPublished
 	}
-	if out.Skipped != nil {
-		s.skipped = out.Skipped
-	}
-	if out.Alone != nil {
-		s.shareErr = fmt.Errorf("%w: %w", ErrShare, out.Alone)
-	}
+	s.skipped = cmp.Or(out.Skipped, s.skipped)
 	return l, release, nil
 }
 

@@ -268,9 +268,11 @@ type Source struct {
 
 	from     ListingOrigin
 	listedAt time.Time
-	skipped  error  // why a published listing was not used, or nil
-	builtBy  string // Config.Share: the claim's holder whose listing was waited for
-	shareErr error  // Config.Share: why the listing was not shared, or nil
+	skipped  error // why a published listing was not used, or nil
+	// Config.Share: how the listing came (claim.Outcome), and why it was
+	// not published, or nil.
+	share      claim.Outcome
+	publishErr error
 }
 
 // Open lists cfg.URL's prefix (or reuses the listing in cfg.StateDir) and
@@ -341,7 +343,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, sizes, etags)}
 	if cfg.Share && !cfg.Unpublished && s.from == ListingListed {
 		if err := s.PublishListing(ctx); err != nil {
-			s.shareErr = fmt.Errorf("%w: %w", ErrShare, err)
+			s.publishErr = fmt.Errorf("%w: %w", claim.ErrNotShared, err)
 		}
 	}
 	return s, nil

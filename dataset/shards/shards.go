@@ -40,6 +40,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -178,10 +179,12 @@ type Source struct {
 	// the next buffer instead of a new one each sample.
 	spans sync.Pool
 
-	from     Origin
-	skipped  error  // why a published index was not used, or nil
-	builtBy  string // Config.Share: the claim's holder whose index was waited for
-	shareErr error  // Config.Share: why the index was not shared, or nil
+	from    Origin
+	skipped error // why a published index was not used, or nil
+	// Config.Share: how the index came (claim.Outcome), and why it was
+	// not published, or nil.
+	share      claim.Outcome
+	publishErr error
 }
 
 // Origin is where Open found a Source's index.
@@ -280,7 +283,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 			if !cfg.Share {
 				return nil, err
 			}
-			s.shareErr = fmt.Errorf("%w: %w", ErrShare, err)
+			s.publishErr = fmt.Errorf("%w: %w", claim.ErrNotShared, err)
 		}
 	}
 	return s, nil
@@ -288,12 +291,10 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 
 // Shared says, for an Open with Config.Share, whose published index it
 // waited for ("" where it read none it waited for), and why the index it
-// built was not shared (nil where it was, or where it built none).
+// built was not shared (an error wrapping claim.ErrNotShared; nil where
+// it was, or where it built none).
 func (s *Source) Shared() (builtBy string, err error) {
-	if s.from != IndexPublished {
-		return "", s.shareErr
-	}
-	return s.builtBy, s.shareErr
+	return s.share.BuiltBy, cmp.Or(s.share.Alone, s.publishErr)
 }
 
 // IndexFrom says where Open found the index and, where a published index

@@ -1,9 +1,8 @@
 package shards
 
 import (
+	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"path/filepath"
 
 	"github.com/shade-mesh/shade/dataset/claim"
@@ -15,15 +14,10 @@ import (
 // beside PublishedIndex.
 const ClaimName = PublishedIndex + ".claim"
 
-// ErrShare is wrapped by Source.Shared's error: the index could not be
-// shared (the claim could not be written or read, or the index not
-// published), and this Open built it alone.
-var ErrShare = errors.New("shards: the index was not shared")
-
 // shared returns the index of st's shards, built by this Open under a
 // claim or published by the Open that held the claim (s.from says which).
 // Where the claim cannot be read or written, it builds the index alone
-// and s.shareErr says why. With a claim of its own, release is not nil
+// (s.share says why). With a claim of its own, release is not nil
 // and must be called once the index is published (or Open failed).
 func (s *Source) shared(ctx context.Context, st store, cfg Config) (*indexBuilder, func(), error) {
 	b, out, release, err := claim.Build(ctx, st.claimPlace(), cfg.Claim,
@@ -42,16 +36,11 @@ func (s *Source) shared(ctx context.Context, st store, cfg Config) (*indexBuilde
 	if err != nil {
 		return nil, nil, err
 	}
-	s.from, s.builtBy = IndexPublished, out.BuiltBy
-	if out.BuiltBy == "" {
-		s.from = IndexBuilt
+	s.share, s.from = out, IndexBuilt
+	if out.BuiltBy != "" {
+		s.from = IndexPublished
 	}
-	if out.Skipped != nil {
-		s.skipped = out.Skipped
-	}
-	if out.Alone != nil {
-		s.shareErr = fmt.Errorf("%w: %w", ErrShare, out.Alone)
-	}
+	s.skipped = cmp.Or(out.Skipped, s.skipped)
 	return b, release, nil
 }
 

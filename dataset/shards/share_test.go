@@ -201,8 +201,8 @@ func TestSharedIndexUnwritable(t *testing.T) {
 	if from, _ := src.IndexFrom(); from != shards.IndexBuilt {
 		t.Fatalf("index %s, want built", from)
 	}
-	if _, err := src.Shared(); !errors.Is(err, shards.ErrShare) {
-		t.Fatalf("Shared() error %v, want ErrShare", err)
+	if _, err := src.Shared(); !errors.Is(err, claim.ErrNotShared) {
+		t.Fatalf("Shared() error %v, want claim.ErrNotShared", err)
 	}
 	checkAll(t, src, keys, want)
 }
