@@ -144,9 +144,14 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 			where string
 			err   error
 		)
-		waiting := func(holder string) {
-			log.Info().Str("dataset", dc.Name).Str("source", where).Str("holder", holder).
-				Msg("waiting for the listing or index another peer is making (--publish-index)")
+		// Said when the wait begins and every half minute while it goes
+		// on (claim.ReportBeats), with the other peer's progress.
+		waiting := func(w claim.Wait) {
+			ev := log.Info().Str("dataset", dc.Name).Str("source", where).Str("holder", w.Holder).Dur("waited", w.For)
+			if w.Total > 0 {
+				ev = ev.Int64("shards_read", w.Done).Int64("shards", w.Total)
+			}
+			ev.Msg("waiting for the listing or index another peer is making (--publish-index)")
 		}
 		if d.s3 != nil {
 			where = d.s3.URL
@@ -157,6 +162,7 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 			where = shards.Prefix + d.shards.Location
 			c := *d.shards
 			c.Claim.Waiting = waiting
+			c.Progress = indexProgress(log, dc.Name, where)
 			src, err = shards.Open(ctx, c)
 		}
 		if err != nil {
@@ -187,6 +193,21 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 		dc.Source = src
 	}
 	return nil
+}
+
+// indexProgress logs the shards read as their index is built, every 30
+// seconds (a bucket of small samples is read whole, which may take
+// minutes), and when all are read where that took 30 seconds or more.
+func indexProgress(log zerolog.Logger, dataset, where string) func(done, total int) {
+	start := time.Now()
+	last := start
+	return func(done, total int) {
+		if now := time.Now(); now.Sub(last) >= 30*time.Second || (done == total && last != start) {
+			last = now
+			log.Info().Str("dataset", dataset).Str("source", where).Int("shards_read", done).Int("shards", total).
+				Dur("took", now.Sub(start)).Msg("indexing the shards")
+		}
+	}
 }
 
 // shared adds to ev (as key) the peer whose published listing or index

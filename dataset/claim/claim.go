@@ -57,10 +57,26 @@ type Config struct {
 	// Beat is how often a claim is written again and read by those
 	// waiting; 0 means DefaultBeat.
 	Beat time.Duration
-	// Waiting, if not nil, is called once when Build begins to wait for
-	// another's build, with that claim's holder.
-	Waiting func(holder string)
+	// Waiting, if not nil, is called when Build begins to wait for
+	// another's build, and then every ReportBeats beats while it waits,
+	// with what the claim says of that build.
+	Waiting func(Wait)
 }
+
+// Wait is what a waiting Build knows of the build it waits for.
+type Wait struct {
+	// Holder is the claim's holder.
+	Holder string
+	// Done of Total is the build's progress as its claim last said (both
+	// 0 where the build tells none).
+	Done, Total int64
+	// For is how long this Build has waited.
+	For time.Duration
+}
+
+// ReportBeats is how many beats apart Config.Waiting is called during one
+// wait.
+const ReportBeats = 30
 
 // DefaultBeat is Config.Beat's default.
 const DefaultBeat = time.Second
@@ -122,8 +138,10 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 		return v, out, nil, err
 	}
 	var (
-		seen  string    // the claim as last read
-		since time.Time // when it was first read so
+		seen     string    // the claim as last read
+		since    time.Time // when it was first read so
+		waitFrom time.Time // when this wait began
+		reported time.Time // when Waiting was last called
 	)
 	for {
 		text, err := p.Read(ctx)
@@ -172,10 +190,17 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 			seen, since = back, time.Now()
 		}
 		if seen != "" { // else the claim went as this one was written: look again
-			if out.BuiltBy == "" && cfg.Waiting != nil {
-				cfg.Waiting(holderOf(seen))
+			now := time.Now()
+			if out.BuiltBy == "" {
+				waitFrom, reported = now, time.Time{}
 			}
 			out.BuiltBy = holderOf(seen)
+			if cfg.Waiting != nil && (reported.IsZero() || now.Sub(reported) >= ReportBeats*beat) {
+				reported = now
+				w := waitOf(seen)
+				w.For = now.Sub(waitFrom)
+				cfg.Waiting(w)
+			}
 		}
 		if err := sleep(ctx, beat); err != nil {
 			return v, out, nil, err
@@ -223,6 +248,17 @@ func (c claim) text(n int64, done, total int64) string {
 // holds reports whether text is a claim of c's (at any beat).
 func (c claim) holds(text string) bool {
 	return strings.HasPrefix(text, c.holder+"\n"+c.id+"\n")
+}
+
+// waitOf is what a claim's text tells of its build.
+func waitOf(text string) Wait {
+	w := Wait{Holder: holderOf(text)}
+	lines := strings.SplitN(text, "\n", 4)
+	if len(lines) > 2 {
+		var n int64
+		fmt.Sscanf(lines[2], "beat %d, %d of %d done", &n, &w.Done, &w.Total)
+	}
+	return w
 }
 
 // holderOf is the holder named by a claim's text.

@@ -48,7 +48,7 @@ func TestFailedBuildLetsTheWaiterBuild(t *testing.T) {
 	<-building
 	c := cfg
 	c.Holder = "b"
-	c.Waiting = func(holder string) { waiting <- holder }
+	c.Waiting = func(w claim.Wait) { waiting <- w.Holder }
 	v, out, release, err := claim.Build(context.Background(), place, c, pub.read, func(ctx context.Context, progress func(int, int)) (string, error) {
 		progress(1, 1)
 		return "b's", nil
@@ -74,16 +74,20 @@ func TestFailedBuildLetsTheWaiterBuild(t *testing.T) {
 func TestWaitEndsAndUnwritablePlace(t *testing.T) {
 	dir := t.TempDir()
 	place, pub := claim.File(filepath.Join(dir, "claim")), published{filepath.Join(dir, "result")}
-	if err := place.Write(context.Background(), "another\n0000\nbeat 1, 0 of 0 done\n"); err != nil {
+	if err := place.Write(context.Background(), "another\n0000\nbeat 9, 3 of 7 done\n"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := claim.Config{Beat: time.Hour, Waiting: func(string) { cancel() }}
+	var wait claim.Wait
+	cfg := claim.Config{Beat: time.Hour, Waiting: func(w claim.Wait) { wait = w; cancel() }}
 	never := func(context.Context, func(int, int)) (string, error) {
 		return "", errors.New("built while another holds the claim")
 	}
 	if _, _, _, err := claim.Build(ctx, place, cfg, pub.read, never); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a wait whose context ended: %v, want context.Canceled", err)
+	}
+	if wait.Holder != "another" || wait.Done != 3 || wait.Total != 7 || wait.For != 0 {
+		t.Fatalf("Waiting was told %+v, want another's claim, 3 of 7 done, at once", wait)
 	}
 
 	if err := os.WriteFile(filepath.Join(dir, "a-file"), nil, 0o644); err != nil {

@@ -53,7 +53,7 @@ func TestSharedIndexInABucket(t *testing.T) {
 	waitingFor := make(chan string, 1)
 	b := base
 	b.Claim.Holder = "peer-b"
-	b.Claim.Waiting = func(holder string) { waitingFor <- holder }
+	b.Claim.Waiting = func(w claim.Wait) { waitingFor <- w.Holder }
 	b.Progress = func(int, int) { t.Error("the second Open read a shard") }
 	go func() {
 		src, err := shards.Open(context.Background(), b)
@@ -150,7 +150,7 @@ func TestSharedIndexTakesOverADeadClaim(t *testing.T) {
 	}
 	var waited []string
 	cfg := shards.Config{Location: dir, PublishIndex: true, Share: true, Claim: claim.Config{Beat: 10 * time.Millisecond, Holder: "peer-b",
-		Waiting: func(holder string) { waited = append(waited, holder) }}}
+		Waiting: func(w claim.Wait) { waited = append(waited, w.Holder) }}}
 
 	leave("peer-a\n0123456789abcdef\nbeat 7, 1 of 2 shards read\n")
 	src, err := shards.Open(context.Background(), cfg)
