@@ -27,6 +27,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "                                                (or of s3://BUCKET/PREFIX, shards:DIR, shards:s3://BUCKET/PREFIX)")
 		fmt.Fprintln(w, "  index s3://...|shards:... --publish           also write the bucket's listing or the shards' index beside the")
 		fmt.Fprintln(w, "                                                dataset, read by every peer instead of listing or indexing")
+		fmt.Fprintln(w, "  unpublish s3://...|shards:...                 delete the listing or index published beside the dataset (and a")
+		fmt.Fprintln(w, "                                                claim on making one): peers list or index it again")
 		fmt.Fprintln(w, "  upload DIR s3://BUCKET/PREFIX [--s3-endpoint URL] [--s3-region R] [--s3-path-style]")
 		fmt.Fprintln(w, "                                                put a dataset folder's samples into a bucket prefix, for --dataset NAME=s3://...")
 	}
@@ -41,6 +43,8 @@ func runDataset(args []string, stdout, stderr io.Writer) error {
 		return runDatasetIndex(args[1:], stdout, stderr)
 	case "upload":
 		return runDatasetUpload(args[1:], stdout, stderr)
+	case "unpublish":
+		return runDatasetUnpublish(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return nil
@@ -165,6 +169,59 @@ func s3Flags(fs *flag.FlagSet) func() s3source.Config {
 	return func() s3source.Config {
 		return s3source.Config{Endpoint: *endpoint, Region: *region, PathStyle: *pathStyle}
 	}
+}
+
+// runDatasetUnpublish deletes what was published beside a dataset
+// ('dataset index --publish', or peers with --publish-index): its listing
+// or index, and a claim on making one left by a peer that died.
+func runDatasetUnpublish(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shadectl dataset unpublish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s3cfg := s3Flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: shadectl dataset unpublish s3://BUCKET/PREFIX|shards:DIR|shards:s3://BUCKET/PREFIX [--s3-... flags]")
+		fmt.Fprintln(fs.Output(), "Deletes the listing or index published beside the dataset (.shade/listing, .shade/shards.index) and a")
+		fmt.Fprintln(fs.Output(), "claim on making one: peers without one kept list or index the dataset again (and with --publish-index,")
+		fmt.Fprintln(fs.Output(), "publish it again). Reads no sample and lists nothing.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errors.New("unpublish: want one s3:// URL or shards: location")
+	}
+	var removed []string
+	switch loc, isShards := strings.CutPrefix(pos[0], shards.Prefix); {
+	case isShards:
+		removed, err = shards.Unpublish(context.Background(), shards.Config{Location: loc, S3: s3cfg()})
+	case s3source.IsURL(pos[0]):
+		cfg := s3cfg()
+		cfg.URL = pos[0]
+		for _, name := range []string{s3source.PublishedListing, s3source.ListingClaim} {
+			var url string
+			if url, err = s3source.RemoveAside(context.Background(), cfg, name); err != nil {
+				break
+			}
+			if url != "" {
+				removed = append(removed, url)
+			}
+		}
+	default:
+		return fmt.Errorf("unpublish: %s: nothing is published beside a dataset folder; want s3://BUCKET/PREFIX or shards:LOCATION", pos[0])
+	}
+	for _, r := range removed {
+		fmt.Fprintf(stdout, "removed %s\n", r)
+	}
+	if err != nil {
+		return fmt.Errorf("unpublish: %w", err)
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(stdout, "nothing published beside %s\n", pos[0])
+	}
+	return nil
 }
 
 // indexReport is the --json output of "dataset index".

@@ -99,6 +99,17 @@ func TestDatasetUpload(t *testing.T) {
 	if from, _, _ := pub.Listing(); from != s3source.ListingPublished || pub.Manifest().Len() != 51 {
 		t.Fatalf("Open after the upload: listing %s, %d samples; want the published listing of 51", from, pub.Manifest().Len())
 	}
+	out.Reset()
+	if err := runDatasetUnpublish([]string{"s3://shade-up/fm/train", "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil ||
+		out.String() != "removed s3://shade-up/fm/train/.shade/listing\n" {
+		t.Fatalf("unpublish of the bucket: %v, printed %q", err, out.String())
+	}
+	if pub, err = s3source.Open(context.Background(), s3source.Config{URL: "s3://shade-up/fm/train", Endpoint: g.Endpoint, PathStyle: true}); err != nil {
+		t.Fatal(err)
+	}
+	if from, _, _ := pub.Listing(); from != s3source.ListingListed {
+		t.Fatalf("Open after unpublish: listing %s, want listed", from)
+	}
 	if err := runDatasetUpload([]string{dir}, io.Discard, io.Discard); err == nil {
 		t.Fatal("upload without a URL accepted")
 	}
@@ -161,5 +172,32 @@ func TestDatasetIndexPublish(t *testing.T) {
 	}
 	if err := runDatasetIndex([]string{t.TempDir(), "--publish"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--publish is for s3://") {
 		t.Fatalf("index DIR --publish: %v, want refused", err)
+	}
+
+	// Unpublished: the index (and a claim a dead peer left) deleted, in
+	// the bucket and in the directory; an Open builds the index again.
+	g.Put(t, "shade-wds", "wds/.shade/"+shards.ClaimName, []byte("peer\n0123\nbeat 3, 1 of 2 done\n"))
+	for _, c := range []struct{ loc, want string }{
+		{"shards:s3://shade-wds/wds", "removed s3://shade-wds/wds/.shade/shards.index\nremoved s3://shade-wds/wds/.shade/shards.index.claim\n"},
+		{"shards:" + dir, "removed " + filepath.Join(dir, ".shade", "shards.index") + "\n"},
+	} {
+		out.Reset()
+		if err := runDatasetUnpublish([]string{c.loc, "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil || out.String() != c.want {
+			t.Fatalf("unpublish %s: %v, printed\n%s\nwant\n%s", c.loc, err, out.String(), c.want)
+		}
+		out.Reset()
+		if err := runDatasetUnpublish([]string{c.loc, "--s3-endpoint", g.Endpoint, "--s3-path-style"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "nothing published beside") {
+			t.Fatalf("unpublish %s again: %v, printed %q; want nothing to remove", c.loc, err, out.String())
+		}
+	}
+	src, err = shards.Open(context.Background(), shards.Config{Location: "s3://shade-wds/wds", S3: s3source.Config{Endpoint: g.Endpoint, PathStyle: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, _ := src.IndexFrom(); from != shards.IndexBuilt {
+		t.Fatalf("Open after unpublish: index %s, want built", from)
+	}
+	if err := runDatasetUnpublish([]string{t.TempDir()}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "nothing is published beside a dataset folder") {
+		t.Fatalf("unpublish DIR: %v, want refused", err)
 	}
 }

@@ -56,7 +56,7 @@ func (s *Source) ReadAside(ctx context.Context, name string) (io.ReadCloser, int
 	}
 	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.loc.Bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
+		if notThere(err) {
 			return fail(fmt.Errorf("%w: %s", ErrNoAside, s.AsideURL(name)))
 		}
 		return fail(fmt.Errorf("%w: %s: %w", ErrRead, key, err))
@@ -86,25 +86,66 @@ func (a *asideStream) Close() error {
 // HasAside reports whether the object name is beside cfg.URL's dataset
 // (PREFIX/.shade/NAME), without listing the prefix.
 func HasAside(ctx context.Context, cfg Config, name string) (bool, error) {
-	cfg = cfg.withDefaults()
-	loc, err := ParseURL(cfg.URL)
-	if err != nil {
-		return false, err
-	}
-	client, err := NewClient(cfg)
+	client, loc, cfg, err := asideClient(cfg)
 	if err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
 	_, err = client.StatObject(ctx, loc.Bucket, loc.asideKey(name), minio.StatObjectOptions{})
-	if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
+	if notThere(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("%w: %s: %w", ErrRead, loc.asideKey(name), err)
 	}
 	return true, nil
+}
+
+// RemoveAside deletes the object name beside cfg.URL's dataset
+// (PREFIX/.shade/NAME), without listing the prefix, and returns its
+// s3:// URL, or "" where none was there.
+func RemoveAside(ctx context.Context, cfg Config, name string) (string, error) {
+	there, err := HasAside(ctx, cfg, name)
+	if err != nil || !there {
+		return "", err
+	}
+	client, loc, cfg, err := asideClient(cfg)
+	if err != nil {
+		return "", err
+	}
+	return "s3://" + loc.Bucket + "/" + loc.asideKey(name), removeObject(ctx, client, cfg, loc, name)
+}
+
+// asideClient is a client of cfg's store and the place of its dataset,
+// with cfg's defaults filled.
+func asideClient(cfg Config) (*minio.Client, Location, Config, error) {
+	cfg = cfg.withDefaults()
+	loc, err := ParseURL(cfg.URL)
+	if err != nil {
+		return nil, Location{}, cfg, err
+	}
+	client, err := NewClient(cfg)
+	return client, loc, cfg, err
+}
+
+// removeObject deletes the object name beside loc's dataset within the
+// request timeout; one not there is no error.
+func removeObject(ctx context.Context, client *minio.Client, cfg Config, loc Location, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	defer cancel()
+	err := client.RemoveObject(ctx, loc.Bucket, loc.asideKey(name), minio.RemoveObjectOptions{})
+	if err != nil && !notThere(err) {
+		return fmt.Errorf("s3source: deleting s3://%s/%s: %w", loc.Bucket, loc.asideKey(name), err)
+	}
+	return nil
+}
+
+// notThere reports whether err is the store's answer that the object is
+// not there.
+func notThere(err error) bool {
+	er := minio.ToErrorResponse(err)
+	return er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound
 }
 
 // WriteAside puts data as the object name beside the dataset
@@ -120,19 +161,9 @@ func (s *Source) WriteAside(ctx context.Context, name string, data []byte) error
 // (PREFIX/.shade/NAME), within RequestTimeout; one that is not there is
 // no error. It is not retried.
 func (s *Source) RemoveAside(ctx context.Context, name string) error {
-	key := s.loc.asideKey(name)
 	s.slots <- struct{}{}
 	defer func() { <-s.slots }()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	err := s.client.RemoveObject(ctx, s.loc.Bucket, key, minio.RemoveObjectOptions{})
-	if er := minio.ToErrorResponse(err); er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("s3source: deleting %s: %w", s.AsideURL(name), err)
-	}
-	return nil
+	return removeObject(ctx, s.client, s.cfg, s.loc, name)
 }
 
 // AsideClaim is a claim.Place in the object name beside the dataset

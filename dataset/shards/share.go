@@ -3,6 +3,10 @@ package shards
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/shade-mesh/shade/dataset/claim"
@@ -51,3 +55,34 @@ func (d *dirStore) claimPlace() claim.Place {
 
 // claimPlace is a bucket's claim: PREFIX/.shade/shards.index.claim.
 func (s *s3Store) claimPlace() claim.Place { return s.src.AsideClaim(ClaimName) }
+
+// Unpublish deletes the index published beside the shards at
+// cfg.Location (and a claim on building it, left by an Open that ended
+// while it built), without listing or reading the shards, and returns
+// where what it deleted was. Every later Open with no index kept builds
+// it again (and with Share, publishes it again).
+func Unpublish(ctx context.Context, cfg Config) ([]string, error) {
+	var removed []string
+	for _, name := range []string{PublishedIndex, ClaimName} {
+		if s3source.IsURL(cfg.Location) {
+			c := cfg.S3
+			c.URL = cfg.Location
+			url, err := s3source.RemoveAside(ctx, c, name)
+			if err != nil {
+				return removed, err
+			}
+			if url != "" {
+				removed = append(removed, url)
+			}
+			continue
+		}
+		path := filepath.Join(cfg.Location, filepath.FromSlash(s3source.AsideFolder), name)
+		switch err := os.Remove(path); {
+		case err == nil:
+			removed = append(removed, path)
+		case !errors.Is(err, fs.ErrNotExist):
+			return removed, fmt.Errorf("shards: %w", err)
+		}
+	}
+	return removed, nil
+}
