@@ -184,7 +184,11 @@ func openSources(ctx context.Context, cfg *daemonConfig, log zerolog.Logger) err
 			from, at, skipped := src.Listing()
 			ev = ev.Str("listing", string(from)).Time("listed_at", at)
 			ev = shared(ev, log, dc.Name, "listed_by", src)
-			if skipped != nil {
+			switch {
+			case errors.Is(skipped, s3source.ErrTooOld):
+				log.Info().Str("dataset", dc.Name).Err(skipped).
+					Msg("the listing published beside the dataset is older than --s3-listing-max-age: the prefix was listed")
+			case skipped != nil:
 				log.Warn().Str("dataset", dc.Name).Err(skipped).
 					Msg("the listing published beside the dataset was not used: the prefix was listed; publish it again with 'shadectl dataset index --publish'")
 			}
@@ -242,6 +246,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		s3PathStyle = fs.Bool("s3-path-style", false, "address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT (most stores other than AWS)")
 		s3InFlight  = fs.Int("s3-max-in-flight", s3source.DefaultMaxInFlight, "GET requests in flight to the store for each s3:// dataset (and the connections kept open to it); a store with a high time to first byte needs many to keep trainers fed")
 		s3Relist    = fs.Bool("s3-relist", false, "list s3:// datasets and index shards: datasets again even when --state-dir holds their listing or index, or one is published beside them ('shadectl dataset index --publish')")
+		maxAge      = fs.Duration("s3-listing-max-age", 0, "list an s3:// dataset again at start when its kept or published listing was made longer ago than this (e.g. 24h), so that objects added since are served; with --publish-index the new listing is published, once for the peers starting together (0: any age)")
 		pubIndex    = fs.Bool("publish-index", false, "list s3:// datasets and index shards: datasets once for every peer: the first peer to find none published beside the dataset claims the work (.shade/listing.claim or .shade/shards.index.claim), does it and publishes the result there (.shade/listing or .shade/shards.index); peers starting meanwhile wait for it and read it, later ones read it at once. A published listing is the dataset until published again (--s3-relist lists afresh and publishes). Needs write access to the bucket or directory; where a peer has none, it lists or indexes alone")
 		cacheSize   = fs.String("cache-size", "1GiB", "off-heap sample memory, with units (KiB, MiB, GiB, TiB; KB, MB, GB); 0 caches nothing (every read goes to the source)")
 		pol         = fs.String("policy", "order", "eviction and admission policy: order (APP that also evicts by next use in the published orders), app (SHADE's), lru, fifo, lfu, minio, none (cache nothing)")
@@ -444,7 +449,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 			return cfg, nop, fmt.Errorf("--dataset %q: want NAME=DIR", d)
 		}
 		s3cfg := s3source.Config{Endpoint: *s3Endpoint, Region: *s3Region, PathStyle: *s3PathStyle,
-			StateDir: *stateDir, Relist: *s3Relist, MaxInFlight: *s3InFlight, Share: *pubIndex, Claim: claim.Config{Holder: *name}}
+			StateDir: *stateDir, Relist: *s3Relist, MaxInFlight: *s3InFlight, MaxAge: *maxAge, Share: *pubIndex, Claim: claim.Config{Holder: *name}}
 		switch loc, isShards := strings.CutPrefix(dir, shards.Prefix); {
 		case isShards:
 			if loc == "" {

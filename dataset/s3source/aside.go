@@ -212,7 +212,8 @@ const PublishedListing = "listing"
 
 // Listing says where Open found the listing, when the prefix was listed
 // and, where a published listing was there but not used (of another
-// place, damaged, or not readable), why: the prefix was then listed.
+// place, damaged, not readable, or older than Config.MaxAge), why: the
+// prefix was then listed.
 func (s *Source) Listing() (from ListingOrigin, listedAt time.Time, skipped error) {
 	return s.from, s.listedAt, s.skipped
 }
@@ -271,7 +272,8 @@ func (s *Source) sharedListing(ctx context.Context) (*listed, func(), error) {
 }
 
 // publishedListing reads the listing published beside the dataset: nil
-// where none is, or an error saying why the one there is not used.
+// where none is, or an error saying why the one there is not used (of
+// another place, damaged, or older than Config.MaxAge).
 func (s *Source) publishedListing(ctx context.Context) (*listed, error) {
 	r, size, err := s.ReadAside(ctx, PublishedListing)
 	if errors.Is(err, ErrNoAside) {
@@ -282,6 +284,9 @@ func (s *Source) publishedListing(ctx context.Context) (*listed, error) {
 	}
 	defer r.Close()
 	l, err := readListing(r, size, "", s.loc)
+	if err == nil {
+		err = s.tooOld(l)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.AsideURL(PublishedListing), err)
 	}

@@ -116,6 +116,12 @@ type Config struct {
 	// when one is published beside the dataset (PublishListing): for a
 	// dataset whose listing is short and must be current.
 	Unpublished bool
+	// MaxAge, when positive, passes over a kept or published listing
+	// made longer ago than MaxAge (by the clock of the machine that
+	// listed): the prefix is listed again (with Share, once for all the
+	// Opens that find it so, and published again), so that objects added
+	// since are served. 0 uses a listing whatever its age.
+	MaxAge time.Duration
 	// Share lists the prefix once for every Open of the dataset that
 	// finds no listing kept or published while it is listed, on any
 	// machine (the peers of a mesh starting together): the first claims
@@ -301,6 +307,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.tooOld(l) != nil {
+			l = nil
+		}
 	}
 	if l == nil && !cfg.Relist && !cfg.Unpublished {
 		s.from = ListingPublished
@@ -347,6 +356,21 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		}
 	}
 	return s, nil
+}
+
+// ErrTooOld is wrapped by Source.Listing's skipped error where a
+// published listing was made longer ago than Config.MaxAge.
+var ErrTooOld = errors.New("s3source: the listing is older than the maximum age")
+
+// tooOld says why l (nil: none) is too old to use, or nil.
+func (s *Source) tooOld(l *listed) error {
+	if l == nil || s.cfg.MaxAge <= 0 {
+		return nil
+	}
+	if age := time.Since(l.at); age > s.cfg.MaxAge {
+		return fmt.Errorf("%w: listed %s ago (at %s), over %s", ErrTooOld, age.Round(time.Second), l.at.UTC().Format(time.RFC3339), s.cfg.MaxAge)
+	}
+	return nil
 }
 
 // listed is a bucket's listing packed as it comes: each object's name

@@ -801,3 +801,57 @@ func TestSharedListing(t *testing.T) {
 		}
 	}
 }
+
+// TestListingMaxAge: a kept or published listing older than MaxAge is
+// passed over and the prefix listed, serving what was added since; with
+// Share, the new listing is published in its place.
+func TestListingMaxAge(t *testing.T) {
+	g := s3test.Start(t)
+	names, _ := fill(t, g, "shade-ds", "p/", 20)
+	cfg := config(g, "s3://shade-ds/p")
+	first, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.PublishListing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, published, _ := first.Listing()
+	g.Put(t, "shade-ds", "p/c9/added.bin", []byte("added after publishing"))
+	state := t.TempDir()
+	open := func(maxAge time.Duration, share bool) *s3source.Source {
+		t.Helper()
+		c := cfg
+		c.MaxAge, c.Share, c.StateDir = maxAge, share, state
+		src, err := s3source.Open(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+
+	// Younger than an hour: the published listing, then kept.
+	for _, want := range []s3source.ListingOrigin{s3source.ListingPublished, s3source.ListingKept} {
+		src := open(time.Hour, false)
+		if from, _, skipped := src.Listing(); from != want || skipped != nil || src.Manifest().Len() != len(names) {
+			t.Fatalf("MaxAge 1h: listing %s (%v), %d samples; want %s, %d", from, skipped, src.Manifest().Len(), want, len(names))
+		}
+	}
+	// Older than a nanosecond: the kept one and the published one passed
+	// over, the prefix listed; with Share, published again.
+	src := open(time.Nanosecond, true)
+	from, at, skipped := src.Listing()
+	if from != s3source.ListingListed || !errors.Is(skipped, s3source.ErrTooOld) || src.Manifest().Len() != len(names)+1 {
+		t.Fatalf("MaxAge 1ns: listing %s (%v), %d samples; want listed, the published one too old, %d", from, skipped, src.Manifest().Len(), len(names)+1)
+	}
+	if by, err := src.Shared(); by != "" || err != nil {
+		t.Fatalf("Shared() = %q, %v; want listed and published here", by, err)
+	}
+	again, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from, pubAt, _ := again.Listing(); from != s3source.ListingPublished || !pubAt.Equal(at) || !pubAt.After(published) || again.Manifest().Len() != len(names)+1 {
+		t.Fatalf("after the listing was made again: %s of %v, %d samples; want the new one published (of %v, after %v)", from, pubAt, again.Manifest().Len(), at, published)
+	}
+}
