@@ -70,6 +70,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCommands$$' -fuzztime $$((2000*$(FUZZX)))x ./transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $$((200000*$(FUZZX)))x ./protocol/samplekey/
 	$(GO) test -run '^$$' -fuzz '^FuzzShard$$' -fuzztime $$((3000*$(FUZZX)))x ./dataset/shards/
+	$(GO) test -run '^$$' -fuzz '^FuzzScanTar$$' -fuzztime $$((30000*$(FUZZX)))x ./dataset/shards/
 	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $$((100000*$(FUZZX)))x ./sampling/
 	$(GO) test -run '^$$' -fuzz '^FuzzTableUnmarshal$$' -fuzztime $$((100000*$(FUZZX)))x ./sampling/
 	$(GO) test -run '^$$' -fuzz '^FuzzStore$$' -fuzztime $$((20000*$(FUZZX)))x ./store/

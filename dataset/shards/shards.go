@@ -37,7 +37,6 @@
 package shards
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"cmp"
@@ -661,48 +660,39 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 	}
-	// tar seeks over member data rather than reading it: after tr.Next,
-	// the stream's position is where the member's data begins.
-	tr := tar.NewReader(f)
-	offset := func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return samples, nil
-		}
-		if err != nil {
-			return samples, fmt.Errorf("shards: %s: %w", shardName, err)
-		}
-		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA {
-			continue
-		}
-		name := strings.TrimPrefix(path.Clean(hdr.Name), "./")
+	_, sizes := st.shards()
+	err = scanTar(f, sizes[si], func(name string, size, off int64) error {
+		name = strings.TrimPrefix(path.Clean(name), "./")
 		dir, base := path.Split(name)
 		if base == "" || strings.HasPrefix(base, ".") {
-			continue
+			return nil
 		}
-		if hdr.Size >= 1<<32 {
-			return samples, fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, hdr.Size)
+		if size >= 1<<32 {
+			return fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, size)
 		}
 		key, ext, _ := strings.Cut(base, ".")
 		key = dir + key
-		off := offset()
 		if last := len(samples) - 1; last >= 0 && samples[last].Key == key {
 			s := &samples[last]
 			if slices.ContainsFunc(s.Members, func(m member) bool { return m.Ext == ext }) {
-				return samples, fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, shardName, key, ext)
+				return fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, shardName, key, ext)
 			}
-			s.Members = append(s.Members, member{Ext: ext, Off: off - s.Start, Size: hdr.Size})
-			s.End = off + hdr.Size
-			continue
+			s.Members = append(s.Members, member{Ext: ext, Off: off - s.Start, Size: size})
+			s.End = off + size
+			return nil
 		}
 		if seen[key] {
-			return samples, fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
+			return fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
 		}
 		seen[key] = true
-		samples = append(samples, sample{Key: key, Shard: si, Start: off, End: off + hdr.Size,
-			Members: []member{{Ext: ext, Off: 0, Size: hdr.Size}}})
+		samples = append(samples, sample{Key: key, Shard: si, Start: off, End: off + size,
+			Members: []member{{Ext: ext, Off: 0, Size: size}}})
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrLayout) {
+		err = fmt.Errorf("shards: %s: %w", shardName, err)
 	}
+	return samples, err
 }
 
 // index is the header of the JSON index files of earlier builds; its
