@@ -176,7 +176,7 @@ func BenchmarkOpenTogether(b *testing.B) {
 
 // writeFolder writes n samples of size bytes into a new folder, in 10
 // class folders, and returns it.
-func writeFolder(b *testing.B, n, size int) string {
+func writeFolder(b testing.TB, n, size int) string {
 	dir := b.TempDir()
 	for i := range n {
 		class := filepath.Join(dir, fmt.Sprintf("c%d", i%10))

@@ -120,7 +120,7 @@ func (g *getter) send(ctx context.Context, key, etag string, rng bool, off, n in
 	if rng {
 		h["Range"] = []string{"bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(off+n-1, 10)}
 	}
-	g.sign(req, path, v, time.Now().UTC())
+	g.sign(req, path, "", v, time.Now().UTC())
 	resp, err := g.rt.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -147,12 +147,12 @@ func encodePath(p string) string {
 	return p
 }
 
-// sign signs req, a GET of the URL-encoded path with no query, for v at
-// t: it sets X-Amz-Date, X-Amz-Content-Sha256, X-Amz-Security-Token (with
+// sign signs req, a GET of the URL-encoded path with the canonical query
+// (canonicalQuery; "" for none), for v at t: it sets X-Amz-Date, X-Amz-Content-Sha256, X-Amz-Security-Token (with
 // a session token) and Authorization, signing those, Host, and the
 // If-Match and Range the caller set. The headers are written in their
 // canonical order, lowercased, as the signature wants them.
-func (g *getter) sign(req *http.Request, path string, v credentials.Value, t time.Time) {
+func (g *getter) sign(req *http.Request, path, query string, v credentials.Value, t time.Time) {
 	h := req.Header
 	date := t.Format("20060102T150405Z")
 	h["X-Amz-Date"] = []string{date}
@@ -165,7 +165,9 @@ func (g *getter) sign(req *http.Request, path string, v credentials.Value, t tim
 	b.Grow(512)
 	b.WriteString("GET\n")
 	b.WriteString(path)
-	b.WriteString("\n\nhost:")
+	b.WriteByte('\n')
+	b.WriteString(query)
+	b.WriteString("\nhost:")
 	b.WriteString(req.URL.Host)
 	b.WriteByte('\n')
 	for _, name := range [...]string{"If-Match", "Range", "X-Amz-Content-Sha256", "X-Amz-Date", "X-Amz-Security-Token"} {

@@ -208,3 +208,41 @@ func TestListedSorted(t *testing.T) {
 		t.Fatalf("an object outside the prefix: %v", err)
 	}
 }
+
+// readPage reads an AWS ListObjectsV2 page as minio-go's decoding does:
+// keys URL-decoded where the page says so, after XML's escapes; ETags
+// unquoted; the continuation; and refuses pages not of that form.
+func TestReadPage(t *testing.T) {
+	page := `<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Name>b</Name><Prefix>train%2F</Prefix><KeyCount>3</KeyCount><MaxKeys>1000</MaxKeys><Delimiter>%2F</Delimiter>
+  <IsTruncated>true</IsTruncated>
+  <Contents><Key>train%2Fa+b%2Bc%26d.bin</Key><LastModified>2026-11-30T10:00:00.000Z</LastModified>
+    <ETag>&quot;9b2cf535f27731c974343645a3985328&quot;</ETag><Size>4096</Size>
+    <Owner><ID>abc</ID><DisplayName>me</DisplayName></Owner><StorageClass>STANDARD</StorageClass></Contents>
+  <Contents><Key>train%2F%C3%BC.bin</Key><ETag>"e1-2"</ETag><Size>0</Size><Owner/></Contents>
+  <CommonPrefixes><Prefix>train%2Fc0%2F</Prefix></CommonPrefixes>
+  <EncodingType>url</EncodingType>
+  <NextContinuationToken>1ueGcx&amp;LPRx1T=</NextContinuationToken>
+</ListBucketResult>`
+	var got []listEntry
+	next, truncated, err := readPage([]byte(page), func(e listEntry) error { got = append(got, e); return nil })
+	want := []listEntry{{"train/a b+c&d.bin", 4096, "9b2cf535f27731c974343645a3985328"}, {"train/ü.bin", 0, "e1-2"}, {"train/c0/", 0, ""}}
+	if err != nil || !slices.Equal(got, want) || next != "1ueGcx&LPRx1T=" || !truncated {
+		t.Fatalf("readPage: %+v, next %q, truncated %v, %v; want %+v, the token, truncated", got, next, truncated, err, want)
+	}
+	for _, bad := range []string{
+		``,
+		`<Error><Code>AccessDenied</Code></Error>`,
+		`<ListBucketResult><Contents><Key>a</Key><Size>-1</Size></Contents></ListBucketResult>`,
+		`<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>`,
+		`<ListBucketResult><Contents><Key>a</Key><Size>1</Size></ListBucketResult>`,
+		`<ListBucketResult><Contents><Key><![CDATA[a]]></Key></Contents></ListBucketResult>`,
+		`<ListBucketResult>text<IsTruncated>false</IsTruncated></ListBucketResult>`,
+		`<ListBucketResult><Contents><Key>a%zz</Key></Contents><EncodingType>url</EncodingType></ListBucketResult>`,
+	} {
+		if _, _, err := readPage([]byte(bad), func(listEntry) error { return nil }); !errors.Is(err, errPage) {
+			t.Errorf("readPage(%q): %v, want errPage", bad, err)
+		}
+	}
+}

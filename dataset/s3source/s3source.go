@@ -500,28 +500,56 @@ func (s *Source) list(ctx context.Context) (*listed, error) {
 // set, it lists one level: each folder there (a key ending in '/', not
 // hidden) goes to folder instead of being listed; without, every level.
 func (s *Source) listRun(ctx context.Context, prefix string, folder func(string)) (*listed, error) {
+	if g, err := s.getter.get(ctx, s.client, s.rt, s.loc.Bucket, s.cfg.Region == ""); err == nil && g != nil {
+		l := &listed{prefix: s.loc.Prefix, at: time.Now()}
+		var folders []string
+		err := g.list(ctx, prefix, folder != nil, func(e listEntry) error {
+			return s.addListed(l, e.key, e.size, e.etag, func(f string) { folders = append(folders, f) }, folder != nil)
+		})
+		if err == nil {
+			for _, f := range folders {
+				folder(f)
+			}
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, s.openError(err)
+		}
+		// Listed again by minio-go: it says what the store refused, or
+		// reads what the getter did not.
+	}
 	l := &listed{prefix: s.loc.Prefix, at: time.Now()}
 	opts := minio.ListObjectsOptions{Prefix: prefix, Recursive: folder == nil}
 	for o := range s.client.ListObjects(ctx, s.loc.Bucket, opts) {
 		if o.Err != nil {
 			return nil, s.openError(o.Err)
 		}
-		under := strings.HasPrefix(o.Key, s.loc.Prefix)
-		if folder != nil && under && strings.HasSuffix(o.Key, "/") {
-			if !skipKey(strings.TrimSuffix(o.Key[len(s.loc.Prefix):], "/")) {
-				folder(o.Key)
-			}
-			continue
-		}
-		if under && skipKey(o.Key[len(s.loc.Prefix):]) {
-			continue
-		}
-		// add refuses a key outside the prefix.
-		if err := l.add(object{Key: o.Key, Size: o.Size, ETag: strings.Trim(o.ETag, `"`)}); err != nil {
-			return nil, fmt.Errorf("%w %s: %w", ErrOpen, s.cfg.URL, err)
+		if err := s.addListed(l, o.Key, o.Size, strings.Trim(o.ETag, `"`), folder, folder != nil); err != nil {
+			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// addListed adds a listed key to l, or where oneLevel and it is a
+// folder (ending in '/', not hidden), gives it to folder; it passes over
+// hidden keys and folder markers.
+func (s *Source) addListed(l *listed, key string, size int64, etag string, folder func(string), oneLevel bool) error {
+	under := strings.HasPrefix(key, s.loc.Prefix)
+	if oneLevel && under && strings.HasSuffix(key, "/") {
+		if !skipKey(strings.TrimSuffix(key[len(s.loc.Prefix):], "/")) {
+			folder(key)
+		}
+		return nil
+	}
+	if under && skipKey(key[len(s.loc.Prefix):]) {
+		return nil
+	}
+	// add refuses a key outside the prefix.
+	if err := l.add(object{Key: key, Size: size, ETag: etag}); err != nil {
+		return fmt.Errorf("%w %s: %w", ErrOpen, s.cfg.URL, err)
+	}
+	return nil
 }
 
 // skipKey reports whether a key (relative to the prefix) is no sample: a

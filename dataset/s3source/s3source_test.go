@@ -533,6 +533,13 @@ func TestReadsKeysOfAnyCharacters(t *testing.T) {
 	if m.Len() != len(keys) {
 		t.Fatalf("%d samples listed, want %d: %v", m.Len(), len(keys), m.Names.Strings())
 	}
+	// Listed by the Source's own requests, each page read by it: none
+	// listed again by minio-go (which asks for the owners).
+	for _, r := range g.Requests(t) {
+		if strings.Contains(r.Operation, "ListObjects") && strings.Contains(r.URI, "fetch-owner") {
+			t.Errorf("a listing request sent by minio-go: %s", r.URI)
+		}
+	}
 	for i, name := range m.Names.All() {
 		got, err := src.Read(i, nil)
 		if err != nil || !bytes.Equal(got, want[name]) {
@@ -853,5 +860,45 @@ func TestListingMaxAge(t *testing.T) {
 	}
 	if from, pubAt, _ := again.Listing(); from != s3source.ListingPublished || !pubAt.Equal(at) || !pubAt.After(published) || again.Manifest().Len() != len(names)+1 {
 		t.Fatalf("after the listing was made again: %s of %v, %d samples; want the new one published (of %v, after %v)", from, pubAt, again.Manifest().Len(), at, published)
+	}
+}
+
+// A listing of more than a page (1,000 keys) follows the
+// store's continuation tokens: every object listed once, by the Source's
+// own requests.
+func TestListingPages(t *testing.T) {
+	g := s3test.Start(t)
+	const objects = 500 // in 10 folders; and 1,100 in none
+	cfg := config(g, "s3://pages/train")
+	if rep, err := s3source.Upload(context.Background(), cfg, writeFolder(t, objects, 1), nil); err != nil || rep.Uploaded != objects {
+		t.Fatalf("uploaded %d of %d: %v", rep.Uploaded, objects, err)
+	}
+	flat := t.TempDir()
+	for i := range 1_100 {
+		if err := os.WriteFile(filepath.Join(flat, fmt.Sprintf("%05d.bin", i)), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flatCfg := config(g, "s3://pages/flat")
+	if rep, err := s3source.Upload(context.Background(), flatCfg, flat, nil); err != nil || rep.Uploaded != 1_100 {
+		t.Fatalf("uploaded %d of 1,100: %v", rep.Uploaded, err)
+	}
+	for _, c := range []struct {
+		cfg  s3source.Config
+		want int
+	}{{cfg, objects}, {flatCfg, 1_100}} {
+		before := len(g.Requests(t))
+		src, err := s3source.Open(context.Background(), c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src.Manifest().Len() != c.want {
+			t.Fatalf("%s: %d objects listed, want %d", c.cfg.URL, src.Manifest().Len(), c.want)
+		}
+		for _, r := range g.Requests(t)[before:] {
+			if strings.Contains(r.Operation, "ListObjects") && strings.Contains(r.URI, "fetch-owner") {
+				t.Errorf("a listing request sent by minio-go: %s", r.URI)
+			}
+		}
 	}
 }

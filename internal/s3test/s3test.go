@@ -297,6 +297,7 @@ func (g *Gateway) Delete(t testing.TB, bucket, key string) {
 // Request is one line of the access log.
 type Request struct {
 	Bucket, Operation, Key string
+	URI                    string // the request's path and query
 	Status                 string
 }
 
@@ -336,7 +337,7 @@ func parseLine(line string) (Request, bool) {
 	if len(hf) < 2 || len(f) < 7 {
 		return Request{}, false
 	}
-	return Request{Bucket: hf[1], Operation: f[3], Key: f[4], Status: f[6]}, true
+	return Request{Bucket: hf[1], Operation: f[3], Key: f[4], URI: f[5], Status: f[6]}, true
 }
 
 // GetCounts returns how many GetObject requests (whatever their status)
