@@ -7,8 +7,8 @@
 // beat count and progress), reads it back a quarter beat later and, where
 // it is still its own, builds, writing the claim again every beat; once
 // what it built is published, it deletes the claim. Every other process
-// reads the claim every beat and, once it is gone, reads what was
-// published. A claim that did not change for StaleBeats beats is of a
+// reads the claim (every beat, and more often in the first two) and, once
+// it is gone, reads what was published. A claim that did not change for StaleBeats beats is of a
 // builder that died (killed, or cut from the store): the first to see it
 // so writes its own and builds. The stores this serves have no write that
 // fails where an object is there: processes that find no claim at the
@@ -202,7 +202,13 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 				cfg.Waiting(w)
 			}
 		}
-		if err := sleep(ctx, beat); err != nil {
+		// Read again soon at first, as most builds are short, then once a
+		// beat: half the time waited so far, within [beat/16, beat].
+		d := beat / 16
+		if !waitFrom.IsZero() {
+			d = min(max(time.Since(waitFrom)/2, d), beat)
+		}
+		if err := sleep(ctx, d); err != nil {
 			return v, out, nil, err
 		}
 	}
