@@ -462,7 +462,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 			}
 			cfg.opened = append(cfg.opened, openedDataset{index: len(cfg.Node.Datasets), shards: &shards.Config{
 				Location: loc, S3: s3cfg, StateDir: *stateDir, Reindex: *s3Relist,
-				PublishIndex: *pubIndex, Share: *pubIndex, Claim: claim.Config{Holder: *name}}})
+				Share: *pubIndex, Claim: claim.Config{Holder: *name}}})
 			cfg.Node.Datasets = append(cfg.Node.Datasets, mesh.DatasetConfig{Name: n})
 			continue
 		case s3source.IsURL(dir):

@@ -50,15 +50,7 @@ func TestSignatureMatchesMinioGo(t *testing.T) {
 					for k, vs := range h {
 						req.Header[k] = vs
 					}
-					theirs := req.Clone(req.Context())
-					theirs.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-					theirs = signer.SignV4(*theirs, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, region)
-					at, err := time.Parse("20060102T150405Z", theirs.Header.Get("X-Amz-Date"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					g.sign(req, path, "", v, at)
-					want, got := theirs.Header.Get("Authorization"), req.Header.Get("Authorization")
+					got, want, at := signBoth(t, g, req, path, "", v, region)
 					if got != want {
 						t.Errorf("%s%s with %v, token %q:\n got %s\nwant %s", host.base, path, h, token, got, want)
 					}
@@ -69,6 +61,21 @@ func TestSignatureMatchesMinioGo(t *testing.T) {
 			}
 		}
 	}
+}
+
+// signBoth signs req by minio-go's signer, then by g at the same instant,
+// and returns g's Authorization header, minio-go's, and the instant.
+func signBoth(t *testing.T, g *getter, req *http.Request, path, query string, v credentials.Value, region string) (got, want string, at time.Time) {
+	t.Helper()
+	theirs := req.Clone(req.Context())
+	theirs.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	theirs = signer.SignV4(*theirs, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, region)
+	at, err := time.Parse("20060102T150405Z", theirs.Header.Get("X-Amz-Date"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.sign(req, path, query, v, at)
+	return req.Header.Get("Authorization"), theirs.Header.Get("Authorization"), at
 }
 
 // A listing's request, a GET of the bucket with a query of escaped names
@@ -92,15 +99,7 @@ func TestListSignatureMatchesMinioGo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			theirs := req.Clone(req.Context())
-			theirs.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-			theirs = signer.SignV4(*theirs, v.AccessKeyID, v.SecretAccessKey, v.SessionToken, region)
-			at, err := time.Parse("20060102T150405Z", theirs.Header.Get("X-Amz-Date"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			g.sign(req, g.path+"/", query, v, at)
-			if got, want := req.Header.Get("Authorization"), theirs.Header.Get("Authorization"); got != want {
+			if got, want, _ := signBoth(t, g, req, g.path+"/", query, v, region); got != want {
 				t.Errorf("%s%s/?%s:\n got %s\nwant %s", host.base, host.path, query, got, want)
 			}
 		}
