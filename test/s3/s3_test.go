@@ -245,7 +245,7 @@ type sampleWant struct {
 
 // putShards creates bucket shade-wds and puts n shards of per samples
 // (a png of 50-2,049 random bytes and a cls) as wds/train-NNN.tar.
-func putShards(t *testing.T, g *s3test.Gateway, n, per int) []sampleWant {
+func putShards(t testing.TB, g *s3test.Gateway, n, per int) []sampleWant {
 	t.Helper()
 	g.CreateBucket(t, "shade-wds")
 	var want []sampleWant
@@ -365,7 +365,7 @@ func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
 	g := s3test.Start(t)
 	want := putShards(t, g, 4, 100)
 	const k = 3
-	peers := launchTogether(t, g, k, "--dataset", "wds=shards:s3://shade-wds/wds")
+	peers := launchTogether(t, g, k, "--dataset", "wds=shards:s3://shade-wds/wds", "--publish-index")
 	built, waited := 0, 0
 	for i, p := range peers {
 		switch log := p.Log(); {
@@ -402,9 +402,9 @@ func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
 	}
 }
 
-// launchTogether starts k standalone peers at once with --publish-index
-// and args, over g's store, and returns them once all serve.
-func launchTogether(t *testing.T, g *s3test.Gateway, k int, args ...string) []*testsupport.Peer {
+// launchTogether starts k standalone peers at once with args, over g's
+// store, and returns them once all serve.
+func launchTogether(t testing.TB, g *s3test.Gateway, k int, args ...string) []*testsupport.Peer {
 	t.Helper()
 	peers := make([]*testsupport.Peer, k)
 	if err := testsupport.Parallel(k, func(i int) error {
@@ -415,7 +415,7 @@ func launchTogether(t *testing.T, g *s3test.Gateway, k int, args ...string) []*t
 		t.Cleanup(func() { os.RemoveAll(sock) })
 		p, err := testsupport.Launch(context.Background(), testsupport.PeerOptions{Bin: bins.Path("shade-peer"), Env: gatewayEnv(g),
 			Socket: sock + "/shade.sock", Args: append([]string{"--log-format", "json", "--admin-addr", "off", "--name", fmt.Sprint("peer", i),
-				"--s3-endpoint", g.Endpoint, "--s3-path-style", "--publish-index", "--state-dir", t.TempDir(), "--cache-size", "64MiB"}, args...)})
+				"--s3-endpoint", g.Endpoint, "--s3-path-style", "--state-dir", t.TempDir(), "--cache-size", "64MiB"}, args...)})
 		if p != nil {
 			peers[i] = p
 			t.Cleanup(p.Kill)
@@ -447,7 +447,7 @@ func TestPeersStartingTogetherListOnce(t *testing.T) {
 	oneListing := g.Lists(t) - lists
 	lists = g.Lists(t)
 	const k = 3
-	peers := launchTogether(t, g, k, "--dataset", "ds=s3://"+meshBucket+"/fmnist/train")
+	peers := launchTogether(t, g, k, "--dataset", "ds=s3://"+meshBucket+"/fmnist/train", "--publish-index")
 	listed, waited := 0, 0
 	for i, p := range peers {
 		switch log := p.Log(); {
