@@ -661,6 +661,7 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 		return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 	}
 	_, sizes := st.shards()
+	exts := map[string]string{}
 	err = scanTar(f, sizes[si], func(name string, size, off int64) error {
 		name = strings.TrimPrefix(path.Clean(name), "./")
 		dir, base := path.Split(name)
@@ -672,6 +673,14 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 		}
 		key, ext, _ := strings.Cut(base, ".")
 		key = dir + key
+		// A shard has a few extensions: each kept once, not each member's
+		// name for the part of it that is its extension.
+		if e, ok := exts[ext]; ok {
+			ext = e
+		} else {
+			ext = strings.Clone(ext)
+			exts[ext] = ext
+		}
 		if last := len(samples) - 1; last >= 0 && samples[last].Key == key {
 			s := &samples[last]
 			if slices.ContainsFunc(s.Members, func(m member) bool { return m.Ext == ext }) {
@@ -685,8 +694,10 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 			return fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
 		}
 		seen[key] = true
-		samples = append(samples, sample{Key: key, Shard: si, Start: off, End: off + size,
-			Members: []member{{Ext: ext, Off: 0, Size: size}}})
+		// Room for a second member, as most samples have (an image and
+		// its label).
+		ms := append(make([]member, 0, 2), member{Ext: ext, Off: 0, Size: size})
+		samples = append(samples, sample{Key: key, Shard: si, Start: off, End: off + size, Members: ms})
 		return nil
 	})
 	if err != nil && !errors.Is(err, ErrLayout) {
