@@ -53,4 +53,3 @@ func shardGets(b *testing.B, g *s3test.Gateway) int {
 	}
 	return n
 }
-
