@@ -7,8 +7,9 @@
 // beat count and progress), reads it back a quarter beat later and, where
 // it is still its own, builds, writing the claim again every beat; once
 // what it built is published, it deletes the claim. Every other process
-// reads the claim (every beat, and more often in the first two) and, once
-// it is gone, reads what was published. A claim that did not change for StaleBeats beats is of a
+// reads the claim (every beat, and more often in the first two; a read the
+// store fails is tried again, for up to StaleBeats beats) and, once it is
+// gone, reads what was published. A claim that did not change for StaleBeats beats is of a
 // builder that died (killed, or cut from the store): the first to see it
 // so writes its own and builds. The stores this serves have no write that
 // fails where an object is there: processes that find no claim at the
@@ -142,12 +143,25 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 		since    time.Time // when it was first read so
 		waitFrom time.Time // when this wait began
 		reported time.Time // when Waiting was last called
+		lastRead time.Time // when the claim was last read
 	)
 	for {
 		text, err := p.Read(ctx)
-		if err != nil {
+		switch {
+		case err != nil && out.BuiltBy == "":
+			return alone(fmt.Errorf("reading the claim: %w", err))
+		case err != nil && time.Since(lastRead) < StaleBeats*beat:
+			// Waiting, the store failed a read (throttled, perhaps, as a
+			// crowd waits): read again later; only reads failing for as
+			// long as a claim takes to go stale end the wait.
+			if err := sleep(ctx, beat); err != nil {
+				return v, out, nil, err
+			}
+			continue
+		case err != nil:
 			return alone(fmt.Errorf("reading the claim: %w", err))
 		}
+		lastRead = time.Now()
 		take := false
 		switch {
 		case text == "":

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,5 +99,73 @@ func TestWaitEndsAndUnwritablePlace(t *testing.T) {
 		func(context.Context, func(int, int)) (string, error) { return "alone", nil })
 	if err != nil || v != "alone" || out.Alone == nil || release != nil {
 		t.Fatalf("with an unwritable place: %q, %+v, release %v, %v; want built alone, saying why", v, out, release != nil, err)
+	}
+}
+
+// flaky is a Place whose reads numbered in failing fail, as a store that
+// throttles a crowd of readers; recovered is closed at the first read
+// after the last failing one.
+type flaky struct {
+	claim.Place
+	mu        sync.Mutex
+	reads     int
+	failing   map[int]bool
+	last      int
+	recovered chan struct{}
+}
+
+func (f *flaky) Read(ctx context.Context) (string, error) {
+	f.mu.Lock()
+	f.reads++
+	n := f.reads
+	f.mu.Unlock()
+	if f.failing[n] {
+		return "", errors.New("503 SlowDown")
+	}
+	if n == f.last+1 {
+		close(f.recovered)
+	}
+	return f.Place.Read(ctx)
+}
+
+// A waiter whose reads of the claim fail for a while (fewer beats than
+// make a claim stale) goes on waiting, and reads what the holder
+// published: it does not build alone.
+func TestWaitOutlastsFailedReads(t *testing.T) {
+	dir := t.TempDir()
+	place, pub := claim.File(filepath.Join(dir, "claim")), published{filepath.Join(dir, "result")}
+	cfg := claim.Config{Beat: 50 * time.Millisecond}
+	building, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		c := cfg
+		c.Holder = "a"
+		v, _, release, err := claim.Build(context.Background(), place, c, pub.read, func(context.Context, func(int, int)) (string, error) {
+			close(building)
+			<-finish
+			return "a's", nil
+		})
+		if err == nil {
+			err = os.WriteFile(pub.path, []byte(v), 0o644)
+			release()
+		}
+		done <- err
+	}()
+	<-building
+	f := &flaky{Place: place, failing: map[int]bool{2: true, 3: true}, last: 3, recovered: make(chan struct{})}
+	go func() {
+		<-f.recovered // the waiter read the claim again after two failures
+		close(finish)
+	}()
+	c := cfg
+	c.Holder = "b"
+	v, out, release, err := claim.Build(context.Background(), f, c, pub.read, func(context.Context, func(int, int)) (string, error) {
+		return "b's", errors.New("the waiter built")
+	})
+	if err != nil || v != "a's" || out.BuiltBy != "a" || out.Alone != nil || release != nil {
+		t.Fatalf("the waiter: %q, %+v, %v; want a's published result", v, out, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
