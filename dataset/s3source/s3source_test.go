@@ -868,25 +868,35 @@ func TestListingMaxAge(t *testing.T) {
 // own requests.
 func TestListingPages(t *testing.T) {
 	g := s3test.Start(t)
-	const objects = 500 // in 10 folders; and 1,100 in none
+	const objects = 500 // in 10 folders
 	cfg := config(g, "s3://pages/train")
 	if rep, err := s3source.Upload(context.Background(), cfg, writeFolder(t, objects, 1), nil); err != nil || rep.Uploaded != objects {
 		t.Fatalf("uploaded %d of %d: %v", rep.Uploaded, objects, err)
 	}
-	flat := t.TempDir()
-	for i := range 1_100 {
-		if err := os.WriteFile(filepath.Join(flat, fmt.Sprintf("%05d.bin", i)), []byte{byte(i)}, 0o644); err != nil {
+	// 1,100 objects at the prefix's own level (its one-level listing
+	// takes two pages), and 1,100 in one folder (that folder's listing
+	// takes two).
+	var cfgs []s3source.Config
+	for _, under := range []string{"", "c0"} {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, under), 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-	flatCfg := config(g, "s3://pages/flat")
-	if rep, err := s3source.Upload(context.Background(), flatCfg, flat, nil); err != nil || rep.Uploaded != 1_100 {
-		t.Fatalf("uploaded %d of 1,100: %v", rep.Uploaded, err)
+		for i := range 1_100 {
+			if err := os.WriteFile(filepath.Join(dir, under, fmt.Sprintf("%05d.bin", i)), []byte{byte(i)}, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := config(g, "s3://pages/flat"+under)
+		if rep, err := s3source.Upload(context.Background(), c, dir, nil); err != nil || rep.Uploaded != 1_100 {
+			t.Fatalf("uploaded %d of 1,100: %v", rep.Uploaded, err)
+		}
+		cfgs = append(cfgs, c)
 	}
 	for _, c := range []struct {
 		cfg  s3source.Config
 		want int
-	}{{cfg, objects}, {flatCfg, 1_100}} {
+	}{{cfg, objects}, {cfgs[0], 1_100}, {cfgs[1], 1_100}} {
 		before := len(g.Requests(t))
 		src, err := s3source.Open(context.Background(), c.cfg)
 		if err != nil {
