@@ -147,8 +147,8 @@ func encodePath(p string) string {
 	return p
 }
 
-// sign signs req, a GET of the URL-encoded path with the canonical query
-// (canonicalQuery; "" for none), for v at t: it sets X-Amz-Date, X-Amz-Content-Sha256, X-Amz-Security-Token (with
+// sign signs req, a GET of the URL-encoded path with the query as SigV4
+// has it (s3utils.QueryEncode; "" for none), for v at t: it sets X-Amz-Date, X-Amz-Content-Sha256, X-Amz-Security-Token (with
 // a session token) and Authorization, signing those, Host, and the
 // If-Match and Range the caller set. The headers are written in their
 // canonical order, lowercased, as the signature wants them.

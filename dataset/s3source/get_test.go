@@ -94,7 +94,7 @@ func TestListSignatureMatchesMinioGo(t *testing.T) {
 			region := "eu-west-3"
 			g.region.Store(&region)
 			v := credentials.Value{AccessKeyID: "AKIAIOSFODNN7EXAMPLE", SecretAccessKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
-			query := canonicalQuery(q)
+			query := s3utils.QueryEncode(q)
 			req, err := http.NewRequest(http.MethodGet, g.base+g.path+"/?"+query, nil)
 			if err != nil {
 				t.Fatal(err)

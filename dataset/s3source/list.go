@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 // Listing a prefix through the getter: ListObjectsV2 requests signed here
@@ -50,7 +50,7 @@ func (g *getter) list(ctx context.Context, prefix string, oneLevel bool, each fu
 		if token != "" {
 			q.Set("continuation-token", token)
 		}
-		page, err := g.listPage(ctx, canonicalQuery(q))
+		page, err := g.listPage(ctx, s3utils.QueryEncode(q))
 		if err != nil {
 			return err
 		}
@@ -68,8 +68,9 @@ func (g *getter) list(ctx context.Context, prefix string, oneLevel bool, each fu
 	}
 }
 
-// listPage sends one ListObjectsV2 request of the canonical query and
-// returns its answer's body, where the store answered 200.
+// listPage sends one ListObjectsV2 request of the query (in the order and
+// escapes SigV4 signs it in: s3utils.QueryEncode) and returns its
+// answer's body, where the store answered 200.
 func (g *getter) listPage(ctx context.Context, query string) ([]byte, error) {
 	v, err := g.client.GetCreds()
 	if err != nil {
@@ -95,40 +96,6 @@ func (g *getter) listPage(ctx context.Context, query string) ([]byte, error) {
 		return nil, err
 	}
 	return body, nil
-}
-
-// canonicalQuery is q as SigV4 signs it, and as it is sent: its names in
-// order, names and values escaped with %XX for every byte but letters,
-// digits and "-_.~".
-func canonicalQuery(q url.Values) string {
-	var b strings.Builder
-	for _, name := range slices.Sorted(maps.Keys(q)) {
-		for _, v := range q[name] {
-			if b.Len() > 0 {
-				b.WriteByte('&')
-			}
-			b.WriteString(awsEscape(name))
-			b.WriteByte('=')
-			b.WriteString(awsEscape(v))
-		}
-	}
-	return b.String()
-}
-
-func awsEscape(s string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := range len(s) {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
-			b.WriteByte(c)
-		default:
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		}
-	}
-	return b.String()
 }
 
 // readPage reads a ListBucketResult page: it gives each key (Contents)
