@@ -51,6 +51,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -268,9 +269,12 @@ type Source struct {
 	rt     http.RoundTripper
 	client *minio.Client
 	getter lazyGetter
-	m      *dataset.Manifest // sample i is the object prefix and Names.At(i), Sizes[i] bytes
-	etags  etags             // sample i's listed ETag ("" where none)
-	slots  chan struct{}     // MaxInFlight tokens
+	// pagesByMinio: a page the getter did not read; the listing's other
+	// runs go through minio-go rather than each asking that store twice.
+	pagesByMinio atomic.Bool
+	m            *dataset.Manifest // sample i is the object prefix and Names.At(i), Sizes[i] bytes
+	etags        etags             // sample i's listed ETag ("" where none)
+	slots        chan struct{}     // MaxInFlight tokens
 
 	from     ListingOrigin
 	listedAt time.Time
@@ -500,7 +504,7 @@ func (s *Source) list(ctx context.Context) (*listed, error) {
 // set, it lists one level: each folder there (a key ending in '/', not
 // hidden) goes to folder instead of being listed; without, every level.
 func (s *Source) listRun(ctx context.Context, prefix string, folder func(string)) (*listed, error) {
-	if g, err := s.getter.get(ctx, s.client, s.rt, s.loc.Bucket, s.cfg.Region == ""); err == nil && g != nil {
+	if g, err := s.getter.get(ctx, s.client, s.rt, s.loc.Bucket, s.cfg.Region == ""); err == nil && g != nil && !s.pagesByMinio.Load() {
 		l := &listed{prefix: s.loc.Prefix, at: time.Now()}
 		var folders []string
 		err := g.list(ctx, prefix, folder != nil, func(e listEntry) error {
@@ -517,6 +521,7 @@ func (s *Source) listRun(ctx context.Context, prefix string, folder func(string)
 		}
 		// Listed again by minio-go: it says what the store refused, or
 		// reads what the getter did not.
+		s.pagesByMinio.Store(true)
 	}
 	l := &listed{prefix: s.loc.Prefix, at: time.Now()}
 	opts := minio.ListObjectsOptions{Prefix: prefix, Recursive: folder == nil}

@@ -912,3 +912,40 @@ func TestListingPages(t *testing.T) {
 		}
 	}
 }
+
+// pageSpoiler answers the Source's own listing requests (not minio-go's,
+// which ask for the owners) with a page that is not one, as a store the
+// getter cannot read would.
+type pageSpoiler struct{ spoiled atomic.Int64 }
+
+func (p *pageSpoiler) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !strings.Contains(req.URL.RawQuery, "list-type=2") || strings.Contains(req.URL.RawQuery, "fetch-owner") {
+		return resp, err
+	}
+	resp.Body.Close()
+	p.spoiled.Add(1)
+	resp.Body = io.NopCloser(strings.NewReader("<ListBucketResult><Contents>not a page"))
+	return resp, nil
+}
+
+// A page the Source cannot read is listed again through minio-go, and so
+// is the rest of the listing, without asking the store twice for each
+// folder: every object listed, once.
+func TestUnreadablePagesListedByMinio(t *testing.T) {
+	g := s3test.Start(t)
+	names, _ := fill(t, g, "shade-ds", "p/", 30)
+	cfg := config(g, "s3://shade-ds/p")
+	spoiler := &pageSpoiler{}
+	cfg.Transport = spoiler
+	src, err := s3source.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(src.Manifest().Names.Strings(), names) {
+		t.Fatalf("listed %v, want %v", src.Manifest().Names.Strings(), names)
+	}
+	if n := spoiler.spoiled.Load(); n != 1 {
+		t.Fatalf("%d pages spoiled, want 1: after the first, minio-go lists", n)
+	}
+}
