@@ -90,9 +90,29 @@ func HasAside(ctx context.Context, cfg Config, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return statAside(ctx, client, cfg, loc, name)
+}
+
+// RemoveAside deletes the object name beside cfg.URL's dataset
+// (PREFIX/.shade/NAME), without listing the prefix, and returns its
+// s3:// URL, or "" where none was there.
+func RemoveAside(ctx context.Context, cfg Config, name string) (string, error) {
+	client, loc, cfg, err := asideClient(cfg)
+	if err != nil {
+		return "", err
+	}
+	if there, err := statAside(ctx, client, cfg, loc, name); err != nil || !there {
+		return "", err
+	}
+	return "s3://" + loc.Bucket + "/" + loc.asideKey(name), removeObject(ctx, client, cfg, loc, name)
+}
+
+// statAside reports whether the object name is beside loc's dataset, by
+// a HEAD within the request timeout.
+func statAside(ctx context.Context, client *minio.Client, cfg Config, loc Location, name string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	_, err = client.StatObject(ctx, loc.Bucket, loc.asideKey(name), minio.StatObjectOptions{})
+	_, err := client.StatObject(ctx, loc.Bucket, loc.asideKey(name), minio.StatObjectOptions{})
 	if notThere(err) {
 		return false, nil
 	}
@@ -100,21 +120,6 @@ func HasAside(ctx context.Context, cfg Config, name string) (bool, error) {
 		return false, fmt.Errorf("%w: %s: %w", ErrRead, loc.asideKey(name), err)
 	}
 	return true, nil
-}
-
-// RemoveAside deletes the object name beside cfg.URL's dataset
-// (PREFIX/.shade/NAME), without listing the prefix, and returns its
-// s3:// URL, or "" where none was there.
-func RemoveAside(ctx context.Context, cfg Config, name string) (string, error) {
-	there, err := HasAside(ctx, cfg, name)
-	if err != nil || !there {
-		return "", err
-	}
-	client, loc, cfg, err := asideClient(cfg)
-	if err != nil {
-		return "", err
-	}
-	return "s3://" + loc.Bucket + "/" + loc.asideKey(name), removeObject(ctx, client, cfg, loc, name)
 }
 
 // asideClient is a client of cfg's store and the place of its dataset,
