@@ -197,6 +197,7 @@ func TestIndexBuilderKilled(t *testing.T) {
 	shardGet := make(chan struct{}, 1)
 	held := make(chan struct{})
 	defer close(held)
+	forward := httputil.NewSingleHostReverseProxy(target)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/train-") {
 			select {
@@ -209,7 +210,7 @@ func TestIndexBuilderKilled(t *testing.T) {
 			}
 			return
 		}
-		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+		forward.ServeHTTP(w, r)
 	}))
 	defer proxy.Close()
 

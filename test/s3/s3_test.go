@@ -366,17 +366,7 @@ func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
 	want := putShards(t, g, 4, 100)
 	const k = 3
 	peers := launchTogether(t, g, k, "--dataset", "wds=shards:s3://shade-wds/wds", "--publish-index")
-	built, waited := 0, 0
-	for i, p := range peers {
-		switch log := p.Log(); {
-		case strings.Contains(log, `"index":"built"`):
-			built++
-		case strings.Contains(log, `"index":"published"`) && strings.Contains(log, `"index_built_by":"peer`):
-			waited++
-		default:
-			t.Errorf("peer %d neither built the index nor read the one it waited for:\n%s", i, log)
-		}
-	}
+	built, waited := madeOrWaited(t, peers, `"index":"built"`, `"index":"published"`, `"index_built_by":"peer`)
 	if built != 1 || waited != k-1 {
 		t.Errorf("%d peers built the index and %d read the one they waited for; want 1 and %d", built, waited, k-1)
 	}
@@ -400,6 +390,25 @@ func TestPeersStartingTogetherIndexShardsOnce(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+// madeOrWaited counts the peers whose log says they made the listing or
+// index (made) and those that read the published one after waiting for
+// another peer (published and by, both); a peer that did neither fails
+// the test.
+func madeOrWaited(t *testing.T, peers []*testsupport.Peer, made, published, by string) (nMade, nWaited int) {
+	t.Helper()
+	for i, p := range peers {
+		switch log := p.Log(); {
+		case strings.Contains(log, made):
+			nMade++
+		case strings.Contains(log, published) && strings.Contains(log, by):
+			nWaited++
+		default:
+			t.Errorf("peer %d neither made the listing or index nor read the one it waited for:\n%s", i, log)
+		}
+	}
+	return nMade, nWaited
 }
 
 // launchTogether starts k standalone peers at once with args, over g's
@@ -448,17 +457,7 @@ func TestPeersStartingTogetherListOnce(t *testing.T) {
 	lists = g.Lists(t)
 	const k = 3
 	peers := launchTogether(t, g, k, "--dataset", "ds=s3://"+meshBucket+"/fmnist/train", "--publish-index")
-	listed, waited := 0, 0
-	for i, p := range peers {
-		switch log := p.Log(); {
-		case strings.Contains(log, `"listing":"listed"`):
-			listed++
-		case strings.Contains(log, `"listing":"published"`) && strings.Contains(log, `"listed_by":"peer`):
-			waited++
-		default:
-			t.Errorf("peer %d neither listed nor read the listing it waited for:\n%s", i, log)
-		}
-	}
+	listed, waited := madeOrWaited(t, peers, `"listing":"listed"`, `"listing":"published"`, `"listed_by":"peer`)
 	if listed != 1 || waited != k-1 || g.Lists(t)-lists != oneListing {
 		t.Errorf("%d peers listed, %d read the listing they waited for, %d list requests; want 1, %d and %d (one listing)", listed, waited, g.Lists(t)-lists, k-1, oneListing)
 	}
