@@ -32,18 +32,6 @@ func (n *Node) after(d time.Duration, fn func()) {
 	})
 }
 
-// sleepCtx waits d, and reports false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // kickReconcile asks the reconciler to run now (on a leader change).
 func (n *Node) kickReconcile() {
 	select {

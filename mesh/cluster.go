@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/shade-mesh/shade/internal/budget"
+	"github.com/shade-mesh/shade/internal/ctxsleep"
 	"github.com/shade-mesh/shade/mesh/member"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -946,7 +947,7 @@ func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, 
 			n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
 			return false
 		}
-		if !sleepCtx(ctx, time.Duration(attempt+1)*n.cfg.Cluster.RetryEvery) {
+		if !ctxsleep.Sleep(ctx, time.Duration(attempt+1)*n.cfg.Cluster.RetryEvery) {
 			return false
 		}
 	}

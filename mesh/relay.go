@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/budget"
+	"github.com/shade-mesh/shade/internal/ctxsleep"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -195,7 +196,7 @@ func (n *Node) piecesToHead(ctx context.Context, group []string, m peer.Method, 
 			n.cfg.Logger.Warn().Err(err).Str("peer", head).Msg("relayed piece refused")
 			return false, true
 		}
-		if try >= tries || !sleepCtx(hctx, time.Duration(try)*n.cfg.Cluster.RetryEvery) {
+		if try >= tries || !ctxsleep.Sleep(hctx, time.Duration(try)*n.cfg.Cluster.RetryEvery) {
 			return false, false
 		}
 	}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/internal/atomicfile"
+	"github.com/shade-mesh/shade/internal/ctxsleep"
 )
 
 // Place is where one claim is kept: a small object or file beside the
@@ -154,8 +155,8 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 			// Waiting, the store failed a read (throttled, perhaps, as a
 			// crowd waits): read again later; only reads failing for as
 			// long as a claim takes to go stale end the wait.
-			if err := sleep(ctx, beat); err != nil {
-				return v, out, nil, err
+			if !ctxsleep.Sleep(ctx, beat) {
+				return v, out, nil, ctx.Err()
 			}
 			continue
 		case err != nil:
@@ -189,8 +190,8 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 			if err := p.Write(ctx, first); err != nil {
 				return alone(fmt.Errorf("writing the claim: %w", err))
 			}
-			if err := sleep(ctx, beat/settleBeats); err != nil {
-				return v, out, nil, err
+			if !ctxsleep.Sleep(ctx, beat/settleBeats) {
+				return v, out, nil, ctx.Err()
 			}
 			back, err := p.Read(ctx)
 			if err != nil {
@@ -222,20 +223,9 @@ func Build[T any](ctx context.Context, p Place, cfg Config,
 		if !waitFrom.IsZero() {
 			d = min(max(time.Since(waitFrom)/2, d), beat)
 		}
-		if err := sleep(ctx, d); err != nil {
-			return v, out, nil, err
+		if !ctxsleep.Sleep(ctx, d) {
+			return v, out, nil, ctx.Err()
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/shade-mesh/shade/dataset"
+	"github.com/shade-mesh/shade/internal/ctxsleep"
 )
 
 // UploadReport counts what Upload did.
@@ -135,7 +136,7 @@ func (s *Source) put(ctx context.Context, key string, size int64, open func() (i
 		if err == nil || !retryable(err) || attempt >= s.cfg.Retries || ctx.Err() != nil {
 			break
 		}
-		sleepCtx(ctx, backoff(attempt))
+		ctxsleep.Sleep(ctx, backoff(attempt))
 	}
 	if err != nil {
 		return fmt.Errorf("s3source: upload %s: %w", key, err)
@@ -167,13 +168,4 @@ func (s *Source) putOnce(ctx context.Context, key string, size int64, open func(
 		return errors.New("size changed while uploading")
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
