@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shade-mesh/shade/internal/ctxsleep"
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/stats"
@@ -1038,14 +1039,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
+	return ctxsleep.Sleep(ctx, d)
 }
 
 // driver kills a peer with SIGKILL every interval (the first after half
