@@ -114,6 +114,28 @@ func addName[T string | []byte](b *NamesBuilder, name T) error {
 // Len is the number of names added.
 func (b *NamesBuilder) Len() int { return len(b.ends) }
 
+// Size is the bytes of the names added.
+func (b *NamesBuilder) Size() int { return len(b.data) }
+
+// Grow makes room for n more names of size bytes in all, so that adding
+// them does not grow the builder's memory by doubling.
+func (b *NamesBuilder) Grow(n, size int) {
+	b.data = slices.Grow(b.data, size)
+	b.ends = slices.Grow(b.ends, n)
+}
+
+// Bytes returns name i's bytes, in the builder's memory: they are not to
+// be modified, and the next Add may move them. It panics if i is out of
+// range.
+func (b *NamesBuilder) Bytes(i int) []byte {
+	base := b.bases[i>>namesBlockBits]
+	start := base
+	if i&(1<<namesBlockBits-1) != 0 {
+		start += uint64(b.ends[i-1])
+	}
+	return b.data[start : base+uint64(b.ends[i])]
+}
+
 // Names returns the names added, in memory of their exact size (the
 // builder's, which grew by doubling, is left to the collector). The
 // builder is then empty.

@@ -63,6 +63,41 @@ func TestNames(t *testing.T) {
 	}
 }
 
+// A builder's names read back while it builds, across blocks, and Grow
+// changes nothing but room.
+func TestBuilderBytes(t *testing.T) {
+	var b NamesBuilder
+	b.Grow(10, 100)
+	n := 1<<namesBlockBits + 3
+	size := 0
+	for i := range n {
+		name := fmt.Sprint(i)
+		if i%7 == 0 {
+			name = "" // empty names, one of them a block's first
+		}
+		if err := b.Add(name); err != nil {
+			t.Fatal(err)
+		}
+		size += len(name)
+	}
+	if b.Size() != size {
+		t.Fatalf("Size %d, want %d", b.Size(), size)
+	}
+	for _, i := range []int{0, 1, 6, 7, 8, 1<<namesBlockBits - 1, 1 << namesBlockBits, 1<<namesBlockBits + 1, n - 1} {
+		want := fmt.Sprint(i)
+		if i%7 == 0 {
+			want = ""
+		}
+		if got := string(b.Bytes(i)); got != want {
+			t.Fatalf("Bytes(%d) = %q, want %q", i, got, want)
+		}
+	}
+	names := b.Names()
+	if names.Len() != n || names.At(1<<namesBlockBits+1) != fmt.Sprint(1<<namesBlockBits+1) {
+		t.Fatalf("Names: %d names, one at the second block %q", names.Len(), names.At(1<<namesBlockBits+1))
+	}
+}
+
 func TestNameTooLong(t *testing.T) {
 	var b NamesBuilder
 	if err := b.Add("a"); err != nil {

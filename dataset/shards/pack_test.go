@@ -201,10 +201,12 @@ func TestVersionUnchanged(t *testing.T) {
 }
 
 // BenchmarkIndexMemory: the Go heap an index of 1,000,000 samples holds
-// (two or three members each), as the samples indexShard makes and
+// (two or three members each): as a []sample (what indexing held before,
+// and an earlier build's JSON index still reads into), as indexing holds
+// each shard's samples until they join the index (shardSamples), and
 // packed as a Source keeps it.
 func BenchmarkIndexMemory(b *testing.B) {
-	const n = 1_000_000
+	const n, per = 1_000_000, 10_000
 	heap := func() uint64 {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -212,18 +214,43 @@ func BenchmarkIndexMemory(b *testing.B) {
 		return ms.HeapAlloc
 	}
 	for b.Loop() {
+		samples := slices.Clip(samplesOf(n, per))
 		before := heap()
-		samples := samplesOf(n, 10_000)
-		samples = slices.Clip(samples)
-		asSamples := heap() - before
+		read := shardsRead(b, samples)
+		asRead := heap() - before
+		runtime.KeepAlive(read)
+		read = nil
+		before = heap()
 		_, p := packOf(b, storeOf(samples), samples)
-		runtime.KeepAlive(samples)
-		samples = nil
 		packed := heap() - before
 		runtime.KeepAlive(p)
+		runtime.KeepAlive(samples)
+		samples = nil
+		before = heap()
+		samples = slices.Clip(samplesOf(n, per))
+		asSamples := heap() - before
+		runtime.KeepAlive(samples)
 		b.ReportMetric(float64(asSamples)/n, "samples-B/sample")
+		b.ReportMetric(float64(asRead)/n, "read-B/sample")
 		b.ReportMetric(float64(packed)/n, "packed-B/sample")
 	}
+}
+
+// shardsRead gives samples' members to shardSamples as indexShard does,
+// a shardSamples a shard.
+func shardsRead(tb testing.TB, samples []sample) []*shardSamples {
+	var out []*shardSamples
+	for _, smp := range samples {
+		for len(out) <= smp.Shard {
+			out = append(out, &shardSamples{name: fmt.Sprint(len(out))})
+		}
+		for _, m := range smp.Members {
+			if err := out[smp.Shard].add([]byte(smp.Key), m.Ext, smp.Start+m.Off, m.Size); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return out
 }
 
 // TestIndexRoundTrip: an index saved reads back whole; an index of other

@@ -365,6 +365,13 @@ func newIndexBuilder(st store, n int) (*indexBuilder, error) {
 	return b, nil
 }
 
+// grow makes room for members more members and keys of keyBytes bytes in
+// all, so that the index does not grow by doubling as they are added.
+func (b *indexBuilder) grow(members, keyBytes int) {
+	b.p.members = slices.Grow(b.p.members, members)
+	b.names.Grow(cap(b.sizes)-len(b.sizes), keyBytes)
+}
+
 // add appends a sample: its key, its shard, where its first member's data
 // starts in the shard and its members (offsets from there, in the
 // shard's order). A sample of no members, a member of 4 GiB or more, one
@@ -575,7 +582,7 @@ const DefaultIndexShards = 16
 // goroutine at a time.
 func buildIndex(ctx context.Context, st store, at int, progress func(done, total int)) (*indexBuilder, error) {
 	names, sizes := st.shards()
-	per := make([][]sample, len(names))
+	per := make([]*shardSamples, len(names))
 	errs := make([]error, len(names))
 	var failed atomic.Int64 // the first shard that failed so far
 	failed.Store(int64(len(names)))
@@ -597,36 +604,50 @@ func buildIndex(ctx context.Context, st store, at int, progress func(done, total
 			mu.Unlock()
 		}
 	})
-	total := 0
+	total, members, keyBytes := 0, 0, 0
 	for _, ss := range per {
-		total += len(ss)
+		if ss != nil {
+			total += ss.len()
+			members += len(ss.members)
+			keyBytes += ss.keys.Size()
+		}
 	}
 	b, err := newIndexBuilder(st, total)
 	if err != nil {
 		return nil, err
 	}
+	b.grow(members, keyBytes)
 	// Each shard's samples are let go once added: the index is not held
 	// twice.
-	seen := make(map[string]bool, total)
+	var seen keySet // the keys added, by their places in b.names
+	seen.sized(total)
 	for si, shardName := range names {
+		ss := per[si]
+		if ss == nil {
+			continue // not begun: never a shard before the first that failed
+		}
 		// The checks across shards come before the shard's own error, as
-		// one pass over the shards in order would meet them.
-		for _, smp := range per[si] {
-			if _, ok := seen[smp.Key]; ok {
-				return nil, fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, smp.Key, shardName)
+		// one pass over the shards in order would meet them (a shard's
+		// keys are each once in it, up to its error).
+		for i := range ss.len() {
+			if key := ss.keys.Bytes(i); seen.has(key, &b.names) {
+				return nil, fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
 			}
-			seen[smp.Key] = true
 		}
 		if errs[si] != nil {
 			return nil, errs[si]
 		}
-		for _, smp := range per[si] {
-			if smp.End > sizes[si] {
-				return nil, fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, shardName, smp.Key, smp.End, sizes[si])
+		var ms []member
+		for i := range ss.len() {
+			key, start := ss.keys.Bytes(i), ss.start[i]
+			ms = ss.appendMembers(ms[:0], i)
+			if end := spanEnd(start, ms); end > sizes[si] {
+				return nil, fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, shardName, key, end, sizes[si])
 			}
-			if err := b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
+			if err := b.addBytes(key, si, start, ms); err != nil {
 				return nil, err
 			}
+			seen.insert(b.len()-1, &b.names)
 		}
 		per[si] = nil
 	}
@@ -639,14 +660,97 @@ func lower(v *atomic.Int64, x int64) {
 	}
 }
 
+// spanEnd is where a sample that starts at start with members ms ends.
+func spanEnd(start int64, ms []member) int64 {
+	last := ms[len(ms)-1]
+	return start + last.Off + last.Size
+}
+
+// shardSamples is one shard's samples as indexing reads them, until they
+// join the index, packed as the index is: the keys as a manifest's names
+// are, each sample's start and first member, and the members in one
+// array, their extensions each kept once. A shard of many small samples
+// thus costs its keys' bytes, 16 bytes a sample, 16 a member and 8 to 16 a
+// key in the set that finds a key seen again, not a struct, a string, a
+// slice and a map entry a sample.
+type shardSamples struct {
+	name    string // the shard's, for errors
+	keys    dataset.NamesBuilder
+	start   []int64        // where sample i's first member's data starts
+	first   []uint32       // sample i's members are members[first[i]:first[i+1]], the last's to the end
+	members []packedMember // ext in exts, off from their sample's start
+	exts    []string
+	extOf   map[string]uint32 // each extension's place in exts
+	seen    keySet            // the keys, by their places in keys
+}
+
+func (s *shardSamples) len() int { return len(s.start) }
+
+// span returns sample i's members.
+func (s *shardSamples) span(i int) []packedMember {
+	end := len(s.members)
+	if i+1 < len(s.first) {
+		end = int(s.first[i+1])
+	}
+	return s.members[s.first[i]:end]
+}
+
+// appendMembers appends sample i's members to dst.
+func (s *shardSamples) appendMembers(dst []member, i int) []member {
+	for _, m := range s.span(i) {
+		dst = append(dst, member{Ext: s.exts[m.ext], Off: m.off, Size: int64(m.size)})
+	}
+	return dst
+}
+
+// add adds the member of key with extension ext, of size bytes (under 4
+// GiB) from byte off of the shard: to the last sample where it is key's,
+// else as a new sample. A key seen before that run, or an extension twice
+// in a sample, is an error wrapping ErrLayout.
+func (s *shardSamples) add(key []byte, ext string, off, size int64) error {
+	// A shard has a few extensions: each kept once, not each member's
+	// name for the part of it that is its extension.
+	e, ok := s.extOf[ext]
+	if !ok {
+		if s.extOf == nil {
+			s.extOf = map[string]uint32{}
+		}
+		e = uint32(len(s.exts))
+		s.exts = append(s.exts, strings.Clone(ext))
+		s.extOf[s.exts[e]] = e
+	}
+	m := packedMember{ext: e, size: uint32(size), off: 0}
+	if last := s.len() - 1; last >= 0 && bytes.Equal(s.keys.Bytes(last), key) {
+		if slices.ContainsFunc(s.span(last), func(m packedMember) bool { return m.ext == e }) {
+			return fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, s.name, key, ext)
+		}
+		m.off = off - s.start[last]
+		s.members = append(s.members, m)
+		return nil
+	}
+	if s.seen.has(key, &s.keys) {
+		return fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, s.name)
+	}
+	if len(s.members) >= math.MaxUint32 {
+		return fmt.Errorf("%w: %s: more than %d members", ErrLayout, s.name, uint32(math.MaxUint32))
+	}
+	if err := s.keys.AddBytes(key); err != nil {
+		return err
+	}
+	s.seen.insert(s.len(), &s.keys)
+	s.start = append(s.start, off)
+	s.first = append(s.first, uint32(len(s.members)))
+	s.members = append(s.members, m)
+	return nil
+}
+
 // indexShard reads shard si's tar headers and returns its samples; on
 // error, those before it and the error.
-func indexShard(ctx context.Context, st store, si int, shardName string) ([]sample, error) {
-	var samples []sample
-	seen := map[string]bool{}
+func indexShard(ctx context.Context, st store, si int, shardName string) (*shardSamples, error) {
+	samples := &shardSamples{name: shardName}
 	f, err := st.stream(ctx, si)
 	if err != nil {
-		return nil, err
+		return samples, err
 	}
 	defer f.Close()
 	head := make([]byte, 6)
@@ -661,7 +765,7 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 		return samples, fmt.Errorf("shards: %s: %w", shardName, err)
 	}
 	_, sizes := st.shards()
-	exts := map[string]string{}
+	var key []byte
 	err = scanTar(f, sizes[si], func(name string, size, off int64) error {
 		name = strings.TrimPrefix(path.Clean(name), "./")
 		dir, base := path.Split(name)
@@ -671,34 +775,9 @@ func indexShard(ctx context.Context, st store, si int, shardName string) ([]samp
 		if size >= 1<<32 {
 			return fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, size)
 		}
-		key, ext, _ := strings.Cut(base, ".")
-		key = dir + key
-		// A shard has a few extensions: each kept once, not each member's
-		// name for the part of it that is its extension.
-		if e, ok := exts[ext]; ok {
-			ext = e
-		} else {
-			ext = strings.Clone(ext)
-			exts[ext] = ext
-		}
-		if last := len(samples) - 1; last >= 0 && samples[last].Key == key {
-			s := &samples[last]
-			if slices.ContainsFunc(s.Members, func(m member) bool { return m.Ext == ext }) {
-				return fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, shardName, key, ext)
-			}
-			s.Members = append(s.Members, member{Ext: ext, Off: off - s.Start, Size: size})
-			s.End = off + size
-			return nil
-		}
-		if seen[key] {
-			return fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
-		}
-		seen[key] = true
-		// Room for a second member, as most samples have (an image and
-		// its label).
-		ms := append(make([]member, 0, 2), member{Ext: ext, Off: 0, Size: size})
-		samples = append(samples, sample{Key: key, Shard: si, Start: off, End: off + size, Members: ms})
-		return nil
+		stem, ext, _ := strings.Cut(base, ".")
+		key = append(append(key[:0], dir...), stem...)
+		return samples.add(key, ext, off, size)
 	})
 	if err != nil && !errors.Is(err, ErrLayout) {
 		err = fmt.Errorf("shards: %s: %w", shardName, err)
