@@ -3,8 +3,10 @@ package shards
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math/bits"
 )
 
 // scanTar calls member with the name, size and data offset of each
@@ -157,15 +159,7 @@ func plainHeader(blk *[blockSize]byte) (typeflag byte, name string, size int64, 
 	if !ok {
 		return 0, "", 0, false
 	}
-	var unsigned, signed int64
-	for i, c := range blk {
-		if fieldChecksum[0] <= i && i < fieldChecksum[1] {
-			c = ' '
-		}
-		unsigned += int64(c)
-		signed += int64(int8(c))
-	}
-	if sum != unsigned && sum != signed {
+	if unsigned, signed := headerSums(blk); sum != unsigned && sum != signed {
 		return 0, "", 0, false // archive/tar: ErrHeader (all zeros: its end)
 	}
 	magic, version := string(blk[257:263]), string(blk[263:265])
@@ -203,6 +197,31 @@ func plainHeader(blk *[blockSize]byte) (typeflag byte, name string, size int64, 
 		return 0, "", 0, false
 	}
 	return typeflag, cString(field(fieldName)), size, true
+}
+
+// headerSums returns the sums archive/tar checks a header's checksum
+// against: of blk's bytes as unsigned and as signed numbers, those of the
+// checksum field counted as spaces. Eight bytes are added at a time, in
+// 16-bit lanes (at most 64 x 2 x 255 each: no carry between them), and
+// the bytes of 128 and over counted, each of which is 256 less signed.
+// Indexing a shard of small members is mostly this: a byte at a time, it
+// was a quarter of BenchmarkOpenBuilt's CPU.
+func headerSums(blk *[blockSize]byte) (unsigned, signed int64) {
+	const lanes = 0x00ff00ff00ff00ff
+	var pairs uint64
+	high := 0
+	for i := 0; i < blockSize; i += 8 {
+		w := binary.LittleEndian.Uint64(blk[i:])
+		pairs += w&lanes + w>>8&lanes
+		high += bits.OnesCount64(w & 0x8080808080808080)
+	}
+	pairs = pairs&0xffff + pairs>>16&0xffff + pairs>>32&0xffff + pairs>>48
+	unsigned = int64(pairs)
+	for _, c := range blk[fieldChecksum[0]:fieldChecksum[1]] {
+		unsigned += ' ' - int64(c)
+		high -= int(c >> 7)
+	}
+	return unsigned, unsigned - 256*int64(high)
 }
 
 // octal parses a numeric field as archive/tar's parser does where it is

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,43 @@ func FuzzScanTar(f *testing.F) {
 			t.Fatalf("scanTar gave\n%s\narchive/tar\n%s", got, want)
 		}
 	})
+}
+
+// headerSums adds as a byte at a time does: blocks of random bytes, of
+// bytes all 0xff (the lanes' largest sums) and all 0x80, and each with
+// its checksum field high.
+func TestHeaderSums(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var blocks [][blockSize]byte
+	for range 200 {
+		var blk [blockSize]byte
+		for i := range blk {
+			blk[i] = byte(rng.Uint32())
+		}
+		blocks = append(blocks, blk)
+	}
+	var ones, eighty [blockSize]byte
+	for i := range ones {
+		ones[i], eighty[i] = 0xff, 0x80
+	}
+	blocks = append(blocks, ones, eighty, [blockSize]byte{})
+	for k := range blocks {
+		blk := blocks[k]
+		for range 2 {
+			var unsigned, signed int64
+			for i, c := range blk {
+				if fieldChecksum[0] <= i && i < fieldChecksum[1] {
+					c = ' '
+				}
+				unsigned += int64(c)
+				signed += int64(int8(c))
+			}
+			if u, s := headerSums(&blk); u != unsigned || s != signed {
+				t.Fatalf("block %d: sums %d and %d, want %d and %d", k, u, s, unsigned, signed)
+			}
+			for i := fieldChecksum[0]; i < fieldChecksum[1]; i++ {
+				blk[i] = 0xf0
+			}
+		}
+	}
 }
