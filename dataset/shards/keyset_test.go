@@ -2,6 +2,8 @@ package shards
 
 import (
 	"fmt"
+	"path"
+	"strings"
 	"testing"
 
 	"github.com/shade-mesh/shade/dataset"
@@ -68,13 +70,31 @@ func TestShardSamples(t *testing.T) {
 	ss := read[0]
 	last := ss.len() - 1
 	key, start := ss.keys.Bytes(last), ss.start[last]
-	if err := ss.add(key, "cls", start+1<<20, 1); err == nil || err.Error() != fmt.Sprintf("%v: 0 holds %s.cls twice", ErrLayout, key) {
+	if err := ss.add(key, []byte("cls"), start+1<<20, 1); err == nil || err.Error() != fmt.Sprintf("%v: 0 holds %s.cls twice", ErrLayout, key) {
 		t.Fatalf("an extension twice: %v", err)
 	}
-	if err := ss.add([]byte("dir/00000005"), "jpg", start+1<<20, 1); err == nil || err.Error() != fmt.Sprintf("%v: sample dir/00000005 appears twice (again in 0); a sample's members must be adjacent", ErrLayout) {
+	if err := ss.add([]byte("dir/00000005"), []byte("jpg"), start+1<<20, 1); err == nil || err.Error() != fmt.Sprintf("%v: sample dir/00000005 appears twice (again in 0); a sample's members must be adjacent", ErrLayout) {
 		t.Fatalf("a key apart from its run: %v", err)
 	}
 	if ss.len() != last+1 {
 		t.Fatalf("%d samples after two refused members, want %d", ss.len(), last+1)
+	}
+}
+
+// isClean is true only where path.Clean leaves a name as it is and it
+// does not begin with "./" (a name it says no of goes through path.Clean:
+// "." and ".." elements, which Clean keeps leading a relative path, are
+// left to it), and true of names as tar writers make them.
+func TestIsClean(t *testing.T) {
+	for _, name := range []string{"", "/", "//", "a", "/a", "a/b", "a/b.c.d", "a/", "a//b", "./a", "a/.", "a/./b", "a/..", "../a", ".", "..", ".a", "a/.b", "a/..b", "...", "/a/b/", "x/y/z.jpg"} {
+		clean := name != "" && path.Clean(name) == name && !strings.HasPrefix(name, "./")
+		if isClean([]byte(name)) && !clean {
+			t.Errorf("isClean(%q) is true; path.Clean makes %q", name, path.Clean(name))
+		}
+	}
+	for _, name := range []string{"/", "a", "/a", "a/b", "a/b.c.d", ".a", "a/.b", "a/..b", "...", "train/000/00000001.jpg"} {
+		if !isClean([]byte(name)) {
+			t.Errorf("isClean(%q) is false", name)
+		}
 	}
 }

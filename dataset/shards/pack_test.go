@@ -245,7 +245,7 @@ func shardsRead(tb testing.TB, samples []sample) []*shardSamples {
 			out = append(out, &shardSamples{name: fmt.Sprint(len(out))})
 		}
 		for _, m := range smp.Members {
-			if err := out[smp.Shard].add([]byte(smp.Key), m.Ext, smp.Start+m.Off, m.Size); err != nil {
+			if err := out[smp.Shard].add([]byte(smp.Key), []byte(m.Ext), smp.Start+m.Off, m.Size); err != nil {
 				tb.Fatal(err)
 			}
 		}

@@ -707,16 +707,16 @@ func (s *shardSamples) appendMembers(dst []member, i int) []member {
 // GiB) from byte off of the shard: to the last sample where it is key's,
 // else as a new sample. A key seen before that run, or an extension twice
 // in a sample, is an error wrapping ErrLayout.
-func (s *shardSamples) add(key []byte, ext string, off, size int64) error {
+func (s *shardSamples) add(key, ext []byte, off, size int64) error {
 	// A shard has a few extensions: each kept once, not each member's
 	// name for the part of it that is its extension.
-	e, ok := s.extOf[ext]
+	e, ok := s.extOf[string(ext)]
 	if !ok {
 		if s.extOf == nil {
 			s.extOf = map[string]uint32{}
 		}
 		e = uint32(len(s.exts))
-		s.exts = append(s.exts, strings.Clone(ext))
+		s.exts = append(s.exts, string(ext))
 		s.extOf[s.exts[e]] = e
 	}
 	m := packedMember{ext: e, size: uint32(size), off: 0}
@@ -744,6 +744,31 @@ func (s *shardSamples) add(key []byte, ext string, off, size int64) error {
 	return nil
 }
 
+// isClean says whether path.Clean leaves name as it is and it does not
+// begin with "./": no empty element but a leading "/", none "." or "..",
+// no trailing "/". Most members' names are, and are then used as read.
+func isClean(name []byte) bool {
+	if len(name) == 0 {
+		return false
+	}
+	if name[0] == '/' {
+		name = name[1:]
+		if len(name) == 0 {
+			return true // "/"
+		}
+	}
+	for {
+		elem, rest, more := bytes.Cut(name, []byte("/"))
+		if len(elem) == 0 || string(elem) == "." || string(elem) == ".." {
+			return false
+		}
+		if !more {
+			return true
+		}
+		name = rest
+	}
+}
+
 // indexShard reads shard si's tar headers and returns its samples; on
 // error, those before it and the error.
 func indexShard(ctx context.Context, st store, si int, shardName string) (*shardSamples, error) {
@@ -766,17 +791,19 @@ func indexShard(ctx context.Context, st store, si int, shardName string) (*shard
 	}
 	_, sizes := st.shards()
 	var key []byte
-	err = scanTar(f, sizes[si], func(name string, size, off int64) error {
-		name = strings.TrimPrefix(path.Clean(name), "./")
-		dir, base := path.Split(name)
-		if base == "" || strings.HasPrefix(base, ".") {
+	err = scanTar(f, sizes[si], func(name []byte, size, off int64) error {
+		if !isClean(name) {
+			name = []byte(strings.TrimPrefix(path.Clean(string(name)), "./"))
+		}
+		base := name[bytes.LastIndexByte(name, '/')+1:]
+		if len(base) == 0 || base[0] == '.' {
 			return nil
 		}
 		if size >= 1<<32 {
 			return fmt.Errorf("%w: %s: member %s is %d bytes; at most 4 GiB", ErrLayout, shardName, name, size)
 		}
-		stem, ext, _ := strings.Cut(base, ".")
-		key = append(append(key[:0], dir...), stem...)
+		stem, ext, _ := bytes.Cut(base, []byte("."))
+		key = append(append(key[:0], name[:len(name)-len(base)]...), stem...)
 		return samples.add(key, ext, off, size)
 	})
 	if err != nil && !errors.Is(err, ErrLayout) {

@@ -13,7 +13,8 @@ import (
 // regular file of the tar in f (a shard of size bytes, read from its
 // start), in order, and returns what archive/tar's Reader would: nil at
 // the archive's end, or its error (ErrHeader, io.ErrUnexpectedEOF, a read
-// error), or member's.
+// error), or member's. The name's bytes are scanTar's, valid until member
+// returns.
 //
 // Indexing a shard of small members is mostly reading headers, and
 // archive/tar spends more on a header than the read does (it parses every
@@ -25,7 +26,7 @@ import (
 // extension headers, long names, sparse files, base-256 numbers, the end
 // of the archive) on, archive/tar reads the rest. FuzzScanTar holds the
 // two to the same members and errors.
-func scanTar(f io.ReadSeeker, size int64, member func(name string, size, off int64) error) error {
+func scanTar(f io.ReadSeeker, size int64, member func(name []byte, size, off int64) error) error {
 	var blk [blockSize]byte
 	for pos := int64(0); ; {
 		if _, err := f.Seek(pos, io.SeekStart); err != nil {
@@ -69,7 +70,7 @@ const blockSize = 512
 func padding(n int64) int64 { return -n & (blockSize - 1) }
 
 // tarFrom reads the tar in f from f's position on with archive/tar.
-func tarFrom(f io.ReadSeeker, member func(name string, size, off int64) error) error {
+func tarFrom(f io.ReadSeeker, member func(name []byte, size, off int64) error) error {
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
@@ -88,7 +89,7 @@ func tarFrom(f io.ReadSeeker, member func(name string, size, off int64) error) e
 		if err != nil {
 			return err
 		}
-		if err := member(hdr.Name, hdr.Size, off); err != nil {
+		if err := member([]byte(hdr.Name), hdr.Size, off); err != nil {
 			return err
 		}
 	}
@@ -153,34 +154,34 @@ var (
 // and parse, of no USTAR prefix, of a regular file or a type that is a
 // header alone. ok is false for any other block (archive/tar is to read
 // it): then the other results mean nothing.
-func plainHeader(blk *[blockSize]byte) (typeflag byte, name string, size int64, ok bool) {
+func plainHeader(blk *[blockSize]byte) (typeflag byte, name []byte, size int64, ok bool) {
 	field := func(f [2]int) []byte { return blk[f[0]:f[1]] }
 	sum, ok := octal(field(fieldChecksum))
 	if !ok {
-		return 0, "", 0, false
+		return 0, nil, 0, false
 	}
 	if unsigned, signed := headerSums(blk); sum != unsigned && sum != signed {
-		return 0, "", 0, false // archive/tar: ErrHeader (all zeros: its end)
+		return 0, nil, 0, false // archive/tar: ErrHeader (all zeros: its end)
 	}
 	magic, version := string(blk[257:263]), string(blk[263:265])
 	ustar := magic == "ustar\x00" && string(blk[508:512]) != "tar\x00"
 	gnu := magic == "ustar " && version == " \x00"
 	if !ustar && !gnu {
-		return 0, "", 0, false // V7 or STAR
+		return 0, nil, 0, false // V7 or STAR
 	}
 	typeflag = blk[156]
 	switch typeflag {
 	case tar.TypeReg, tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
 	default:
-		return 0, "", 0, false
+		return 0, nil, 0, false
 	}
 	for _, f := range [...][2]int{fieldMode, fieldUID, fieldGID, fieldModTime, fieldDevMajor, fieldDevMinor} {
 		if _, ok := octal(field(f)); !ok {
-			return 0, "", 0, false
+			return 0, nil, 0, false
 		}
 	}
-	if ustar && cString(field(fieldPrefix)) != "" {
-		return 0, "", 0, false
+	if ustar && blk[fieldPrefix[0]] != 0 { // a prefix: archive/tar joins it to the name
+		return 0, nil, 0, false
 	}
 	if gnu {
 		// archive/tar parses these only where they begin with a byte, and
@@ -188,13 +189,13 @@ func plainHeader(blk *[blockSize]byte) (typeflag byte, name string, size int64, 
 		for _, f := range [...][2]int{fieldATime, fieldCTime} {
 			if b := field(f); b[0] != 0 {
 				if _, ok := octal(b); !ok {
-					return 0, "", 0, false
+					return 0, nil, 0, false
 				}
 			}
 		}
 	}
 	if size, ok = octal(field(fieldSize)); !ok {
-		return 0, "", 0, false
+		return 0, nil, 0, false
 	}
 	return typeflag, cString(field(fieldName)), size, true
 }
@@ -252,9 +253,9 @@ func octal(b []byte) (int64, bool) {
 }
 
 // cString is b up to its first NUL.
-func cString(b []byte) string {
+func cString(b []byte) []byte {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	return b
 }

@@ -12,9 +12,9 @@ import (
 
 // scanned is what scanTar (or archive/tar) gave: each regular file's
 // name, size and data offset, then the error.
-func scanned(b []byte, scan func([]byte, func(string, int64, int64) error) error) string {
+func scanned(b []byte, scan func([]byte, func([]byte, int64, int64) error) error) string {
 	var out strings.Builder
-	err := scan(b, func(name string, size, off int64) error {
+	err := scan(b, func(name []byte, size, off int64) error {
 		fmt.Fprintf(&out, "%q %d @%d\n", name, size, off)
 		return nil
 	})
@@ -22,13 +22,13 @@ func scanned(b []byte, scan func([]byte, func(string, int64, int64) error) error
 	return out.String()
 }
 
-func fast(b []byte, member func(string, int64, int64) error) error {
+func fast(b []byte, member func([]byte, int64, int64) error) error {
 	return scanTar(bytes.NewReader(b), int64(len(b)), member)
 }
 
 // reference reads the whole tar with archive/tar, as shards were indexed
 // before scanTar.
-func reference(b []byte, member func(string, int64, int64) error) error {
+func reference(b []byte, member func([]byte, int64, int64) error) error {
 	return tarFrom(bytes.NewReader(b), member)
 }
 
