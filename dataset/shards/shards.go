@@ -435,10 +435,19 @@ func (b *indexBuilder) finish() (*dataset.Manifest, packedIndex) {
 	names := b.names.Names()
 	b.h.Write([]byte(dataset.VersionOf(names, b.sizes)))
 	sum := b.h.Sum(nil)
-	m := &dataset.Manifest{Names: names, Sizes: slices.Clip(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
+	m := &dataset.Manifest{Names: names, Sizes: fitted(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
 	p := b.p
-	p.members = slices.Clip(p.members)
+	p.shard, p.start, p.first, p.members = fitted(p.shard), fitted(p.start), fitted(p.first), fitted(p.members)
 	return m, p
+}
+
+// fitted is s in memory of its size where it has room for more than a
+// sixteenth again (it grew by doubling, or was made for more), else s.
+func fitted[T any](s []T) []T {
+	if cap(s)-len(s) > len(s)/16 {
+		return slices.Clone(s)
+	}
+	return slices.Clip(s)
 }
 
 func (p *packedIndex) len() int { return len(p.shard) }
@@ -580,78 +589,125 @@ const DefaultIndexShards = 16
 // error in that order (a shard after a failed one is not begun).
 // progress, if not nil, is called after each shard read, from one
 // goroutine at a time.
+//
+// Each shard's samples join the index as soon as the shards before it
+// have, and are then let go: what is held at once is the index and the
+// few shards read ahead of the first one not added, not every shard's
+// samples beside their index.
 func buildIndex(ctx context.Context, st store, at int, progress func(done, total int)) (*indexBuilder, error) {
-	names, sizes := st.shards()
-	per := make([]*shardSamples, len(names))
-	errs := make([]error, len(names))
-	var failed atomic.Int64 // the first shard that failed so far
-	failed.Store(int64(len(names)))
-	var (
-		mu   sync.Mutex
-		done int
-	)
+	names, _ := st.shards()
+	m := &shardMerge{st: st, per: make([]*shardSamples, len(names)), errs: make([]error, len(names))}
+	m.failed.Store(int64(len(names)))
 	workers.Each(len(names), at, func(si int) {
-		if int64(si) > failed.Load() {
+		if int64(si) > m.failed.Load() {
 			return
 		}
-		if per[si], errs[si] = indexShard(ctx, st, si, names[si]); errs[si] != nil {
-			lower(&failed, int64(si))
+		ss, err := indexShard(ctx, st, si, names[si])
+		if err != nil {
+			lower(&m.failed, int64(si))
 		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.per[si], m.errs[si] = ss, err
 		if progress != nil {
-			mu.Lock()
-			done++
-			progress(done, len(names))
-			mu.Unlock()
+			m.done++
+			progress(m.done, len(names))
 		}
+		m.addReady()
 	})
-	total, members, keyBytes := 0, 0, 0
-	for _, ss := range per {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return m.b, nil
+}
+
+// shardMerge adds shards' samples to an index in shard order as they are
+// read, in any order (buildIndex).
+type shardMerge struct {
+	st     store
+	failed atomic.Int64 // the first shard that failed so far: none after it is begun
+
+	mu   sync.Mutex
+	per  []*shardSamples // shards read and not yet added
+	errs []error         // their errors
+	done int             // shards read
+	next int             // the first shard not added
+	b    *indexBuilder   // nil until the first shard is added
+	seen keySet          // the keys added, by their places in b.names
+	err  error           // the first error in shard order, once met
+}
+
+// addReady adds the shards read, from the first not added up to the first
+// not yet read, and lets them go; at the first error it stops for good.
+func (m *shardMerge) addReady() {
+	for m.err == nil && m.next < len(m.per) && m.per[m.next] != nil {
+		if m.b == nil {
+			if m.err = m.start(); m.err != nil {
+				break
+			}
+		}
+		if m.err = m.add(m.next); m.err != nil {
+			lower(&m.failed, int64(m.next))
+		}
+		m.per[m.next] = nil
+		m.next++
+	}
+}
+
+// start makes the index with room for as many samples, members and key
+// bytes a byte of shard as the shards read so far hold (WebDataset
+// writers make shards alike): an index then seldom grows by doubling, nor
+// keeps much room it does not fill.
+func (m *shardMerge) start() error {
+	_, sizes := m.st.shards()
+	var all, read float64
+	var samples, members, keyBytes int
+	for si, ss := range m.per {
+		all += float64(sizes[si])
 		if ss != nil {
-			total += ss.len()
-			members += len(ss.members)
-			keyBytes += ss.keys.Size()
+			read += float64(sizes[si])
+			samples, members, keyBytes = samples+ss.len(), members+len(ss.members), keyBytes+ss.keys.Size()
 		}
 	}
-	b, err := newIndexBuilder(st, total)
+	scale := func(n int) int { return int(math.Ceil(float64(n) * all / max(read, 1))) }
+	b, err := newIndexBuilder(m.st, scale(samples))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	b.grow(members, keyBytes)
-	// Each shard's samples are let go once added: the index is not held
-	// twice.
-	var seen keySet // the keys added, by their places in b.names
-	seen.sized(total)
-	for si, shardName := range names {
-		ss := per[si]
-		if ss == nil {
-			continue // not begun: never a shard before the first that failed
+	b.grow(scale(members), scale(keyBytes))
+	m.b = b
+	m.seen.sized(scale(samples))
+	return nil
+}
+
+// add adds shard si's samples, or returns why not: a key an earlier
+// shard holds, then the shard's own error, then a sample past the
+// shard's end, in the order one pass over the shards would meet them.
+func (m *shardMerge) add(si int) error {
+	names, sizes := m.st.shards()
+	ss, b := m.per[si], m.b
+	// A shard's keys are each once in it, up to its error.
+	for i := range ss.len() {
+		if key := ss.keys.Bytes(i); m.seen.has(key, &b.names) {
+			return fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, names[si])
 		}
-		// The checks across shards come before the shard's own error, as
-		// one pass over the shards in order would meet them (a shard's
-		// keys are each once in it, up to its error).
-		for i := range ss.len() {
-			if key := ss.keys.Bytes(i); seen.has(key, &b.names) {
-				return nil, fmt.Errorf("%w: sample %s appears twice (again in %s); a sample's members must be adjacent", ErrLayout, key, shardName)
-			}
-		}
-		if errs[si] != nil {
-			return nil, errs[si]
-		}
-		var ms []member
-		for i := range ss.len() {
-			key, start := ss.keys.Bytes(i), ss.start[i]
-			ms = ss.appendMembers(ms[:0], i)
-			if end := spanEnd(start, ms); end > sizes[si] {
-				return nil, fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, shardName, key, end, sizes[si])
-			}
-			if err := b.addBytes(key, si, start, ms); err != nil {
-				return nil, err
-			}
-			seen.insert(b.len()-1, &b.names)
-		}
-		per[si] = nil
 	}
-	return b, nil
+	if m.errs[si] != nil {
+		return m.errs[si]
+	}
+	var ms []member
+	for i := range ss.len() {
+		key, start := ss.keys.Bytes(i), ss.start[i]
+		ms = ss.appendMembers(ms[:0], i)
+		if end := spanEnd(start, ms); end > sizes[si] {
+			return fmt.Errorf("%w: %s is truncated: sample %s ends at byte %d of %d", ErrLayout, names[si], key, end, sizes[si])
+		}
+		if err := b.addBytes(key, si, start, ms); err != nil {
+			return err
+		}
+		m.seen.insert(b.len()-1, &b.names)
+	}
+	return nil
 }
 
 // lower sets v to x where x is less.
