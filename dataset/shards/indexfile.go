@@ -39,6 +39,10 @@ func writeIndex(w io.Writer, check string, names dataset.Names, p *packedIndex) 
 	return bw.Close()
 }
 
+// sizingSamples is how many samples readIndex reads before it makes room
+// for the rest.
+const sizingSamples = 4096
+
 // readIndex reads an index file of size bytes from r into the index of
 // st's shards, if it is whole, of the shards as st.check identifies them,
 // and every sample lies within its shard.
@@ -61,8 +65,16 @@ func readIndex(r io.Reader, size int64, st store) (*indexBuilder, error) {
 		key  []byte
 		ms   []member
 		exts = map[string]string{} // each extension's string made once
+		left = br.Left()           // the samples' bytes
 	)
-	for range n {
+	for i := range n {
+		if i == sizingSamples {
+			// The index's room for members and keys, by what the samples
+			// read so far hold a byte of the file: it then seldom grows
+			// by doubling, nor keeps much room it does not fill.
+			scale := float64(left) / float64(max(left-br.Left(), 1))
+			b.grow(int(float64(len(b.p.members))*scale)-len(b.p.members), int(float64(b.names.Size())*scale)-b.names.Size())
+		}
 		key = append(key[:0], br.Bytes(math.MaxUint16)...)
 		shard, start := int(br.Uvarint(math.MaxInt32)), br.Int()
 		end := start + int64(br.Uvarint(uint64(math.MaxInt64-start)))
