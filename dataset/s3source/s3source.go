@@ -892,6 +892,10 @@ func loadListing(path, endpoint string, loc Location) (l *listed, legacy bool, e
 // less the prefix), size and ETag.
 const listingMagic = "shade-s3-listing/2\n"
 
+// sizingObjects is how many objects readListing reads before it makes
+// room for the rest.
+const sizingObjects = 4096
+
 // readListing reads a listing file of size bytes from r, if it is whole
 // and of the place asked.
 func readListing(r io.Reader, size int64, endpoint string, loc Location) (*listed, error) {
@@ -907,7 +911,17 @@ func readListing(r io.Reader, size int64, endpoint string, loc Location) (*liste
 	l := &listed{prefix: loc.Prefix, at: time.Unix(0, br.Int())}
 	n := br.Uvarint(uint64(br.Left() / 3)) // an object takes 3 bytes at least
 	l.sizes = make([]int64, 0, n)
-	for range n {
+	left := br.Left() // the objects' bytes
+	for i := range n {
+		if i == sizingObjects {
+			// Room for the rest by what the objects read so far hold a
+			// byte of the file: the names and ETags then seldom grow by
+			// doubling.
+			scale := float64(left) / float64(max(left-br.Left(), 1))
+			more := func(b *dataset.NamesBuilder) { b.Grow(int(n)-b.Len(), int(float64(b.Size())*scale)-b.Size()) }
+			more(&l.names)
+			more(&l.etags)
+		}
 		if err := l.names.AddBytes(br.Bytes(dataset.MaxNameBytes)); err != nil {
 			return nil, err
 		}
