@@ -406,11 +406,10 @@ func (l *listed) add(o object) error {
 // addAll appends o's objects (o is of the same prefix); o is empty
 // after.
 func (l *listed) addAll(o *listed) {
-	names, etags := o.names.Names(), o.etags.Names()
-	for i, name := range names.All() {
+	for i := range o.len() {
 		// Each was added to o already: none is too long.
-		l.names.Add(name)
-		l.etags.Add(etags.At(i))
+		l.names.AddBytes(o.names.Bytes(i))
+		l.etags.AddBytes(o.etags.Bytes(i))
 	}
 	l.sizes = append(l.sizes, o.sizes...)
 	*o = listed{prefix: o.prefix, at: o.at}
@@ -490,10 +489,17 @@ func (s *Source) list(ctx context.Context) (*listed, error) {
 	workers.Each(len(folders), min(listAtOnce, s.cfg.MaxInFlight), func(k int) {
 		per[k], errs[k] = s.listRun(ctx, folders[k], nil)
 	})
+	var objects, nameBytes, etagBytes int
 	for k := range folders {
 		if errs[k] != nil {
 			return nil, errs[k]
 		}
+		objects, nameBytes, etagBytes = objects+per[k].len(), nameBytes+per[k].names.Size(), etagBytes+per[k].etags.Size()
+	}
+	l.names.Grow(objects, nameBytes)
+	l.etags.Grow(objects, etagBytes)
+	l.sizes = slices.Grow(l.sizes, objects)
+	for k := range folders {
 		l.addAll(per[k])
 		per[k] = nil
 	}
