@@ -115,7 +115,7 @@ func readPage(page []byte, each func(listEntry) error) (next string, truncated b
 			return "", false, fmt.Errorf("%w: malformed", errPage)
 		}
 		body = rest
-		switch name {
+		switch string(name) {
 		case "Contents":
 			var e listEntry
 			for len(content) > 0 {
@@ -124,13 +124,13 @@ func readPage(page []byte, each func(listEntry) error) (next string, truncated b
 					return "", false, fmt.Errorf("%w: malformed Contents", errPage)
 				}
 				content = r
-				switch n {
+				switch string(n) {
 				case "Key":
 					e.key = string(c)
 				case "ETag":
-					e.etag = strings.Trim(html.UnescapeString(string(c)), `"`)
+					e.etag = etagOf(c)
 				case "Size":
-					if e.size, err = strconv.ParseInt(string(c), 10, 64); err != nil || e.size < 0 {
+					if e.size, ok = sizeOf(c); !ok {
 						return "", false, fmt.Errorf("%w: size %q", errPage, c)
 					}
 				}
@@ -141,7 +141,7 @@ func readPage(page []byte, each func(listEntry) error) (next string, truncated b
 			entries = append(entries, e)
 		case "CommonPrefixes":
 			n, c, _, ok := child(content)
-			if !ok || n != "Prefix" {
+			if !ok || string(n) != "Prefix" {
 				return "", false, fmt.Errorf("%w: CommonPrefixes without a Prefix", errPage)
 			}
 			entries = append(entries, listEntry{key: string(c)})
@@ -197,36 +197,86 @@ func element(doc []byte, name string) ([]byte, bool) {
 // skipped): its name, content and what follows. An element of no content
 // may be written <Name/>. ok is false where b does not begin with one
 // (text, a comment, attributes, a CDATA section, an unclosed element).
-func child(b []byte) (name string, content, rest []byte, ok bool) {
+func child(b []byte) (name, content, rest []byte, ok bool) {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) < 3 || b[0] != '<' {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
 	gt := bytes.IndexByte(b, '>')
 	if gt < 0 {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
 	tag := b[1:gt]
 	if bytes.HasSuffix(tag, []byte("/")) {
 		tag = tag[:len(tag)-1]
 		if !isName(tag) {
-			return "", nil, nil, false
+			return nil, nil, nil, false
 		}
-		return string(tag), nil, bytes.TrimLeft(b[gt+1:], " \t\r\n"), true
+		return tag, nil, bytes.TrimLeft(b[gt+1:], " \t\r\n"), true
 	}
 	if !isName(tag) {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
-	closing := "</" + string(tag) + ">"
-	end := bytes.Index(b[gt+1:], []byte(closing))
-	if end < 0 {
-		return "", nil, nil, false
+	// The first "</tag>" after it.
+	end := gt + 1
+	for {
+		i := bytes.Index(b[end:], []byte("</"))
+		if i < 0 {
+			return nil, nil, nil, false
+		}
+		end += i
+		if after := b[end+2:]; bytes.HasPrefix(after, tag) && len(after) > len(tag) && after[len(tag)] == '>' {
+			break
+		}
+		end += 2
 	}
-	content = b[gt+1 : gt+1+end]
+	content = b[gt+1 : end]
 	if bytes.Contains(content, []byte("<![CDATA[")) || bytes.Contains(content, []byte("<!--")) {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
-	return string(tag), content, bytes.TrimLeft(b[gt+1+end+len(closing):], " \t\r\n"), true
+	return tag, content, bytes.TrimLeft(b[end+len(tag)+3:], " \t\r\n"), true
+}
+
+// etagOf is an ETag element's content as minio-go reads it: its XML
+// escapes read and the quotes around it trimmed. Stores write it
+// "&quot;hex&quot;"; the quotes are trimmed from the bytes, and
+// html.UnescapeString makes a string of what is left only where an
+// escape is left.
+func etagOf(c []byte) string {
+	for {
+		switch {
+		case bytes.HasPrefix(c, []byte("&quot;")):
+			c = c[len("&quot;"):]
+		case bytes.HasPrefix(c, []byte(`"`)):
+			c = c[1:]
+		case bytes.HasSuffix(c, []byte("&quot;")):
+			c = c[:len(c)-len("&quot;")]
+		case bytes.HasSuffix(c, []byte(`"`)):
+			c = c[:len(c)-1]
+		case bytes.IndexByte(c, '&') >= 0:
+			return strings.Trim(html.UnescapeString(string(c)), `"`)
+		default:
+			return string(c)
+		}
+	}
+}
+
+// sizeOf is a Size element's content, a number of bytes; ok is false
+// where it is not one strconv.ParseInt reads as 0 or more.
+func sizeOf(c []byte) (int64, bool) {
+	if len(c) == 0 || len(c) > 18 {
+		n, err := strconv.ParseInt(string(c), 10, 64)
+		return n, err == nil && n >= 0
+	}
+	var n int64 // at most 18 digits: no overflow
+	for _, d := range c {
+		if d < '0' || d > '9' {
+			n, err := strconv.ParseInt(string(c), 10, 64)
+			return n, err == nil && n >= 0
+		}
+		n = n*10 + int64(d-'0')
+	}
+	return n, true
 }
 
 // isName reports whether b is an element name of letters and digits

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -243,6 +244,24 @@ func TestReadPage(t *testing.T) {
 	} {
 		if _, _, err := readPage([]byte(bad), func(listEntry) error { return nil }); !errors.Is(err, errPage) {
 			t.Errorf("readPage(%q): %v, want errPage", bad, err)
+		}
+	}
+}
+
+// etagOf and sizeOf read what minio-go's decoding and strconv would:
+// an ETag's escapes read and its quotes trimmed, a size of digits.
+func TestETagAndSizeOf(t *testing.T) {
+	for _, c := range []string{"&quot;0123abcd&quot;", `"0123abcd"`, "0123abcd", "&quot;&quot;x&quot;", `&#34;x&#34;`, "&quot;a-3&quot;",
+		"&quot;abc&amp;quot;", "abc&amp;quot;", "&amp;&quot;", "&quot", "&quot;&amp&quot;", `"`, "", "&quot;", "x&lt;y"} {
+		if got, want := etagOf([]byte(c)), strings.Trim(html.UnescapeString(c), `"`); got != want {
+			t.Errorf("etagOf(%q) = %q, want %q", c, got, want)
+		}
+	}
+	for _, c := range []string{"0", "42", "000123", "123456789012345678", "1234567890123456789", "9223372036854775807", "9223372036854775808", "", "-1", "+1", "1 ", "1e3", "x"} {
+		n, err := strconv.ParseInt(c, 10, 64)
+		want := err == nil && n >= 0
+		if got, ok := sizeOf([]byte(c)); ok != want || ok && got != n {
+			t.Errorf("sizeOf(%q) = %d, %v; want %d, %v", c, got, ok, n, want)
 		}
 	}
 }
