@@ -288,10 +288,7 @@ func (s *Source) publishedListing(ctx context.Context) (*listed, error) {
 		return nil, err
 	}
 	defer r.Close()
-	l, err := readListing(r, size, "", s.loc)
-	if err == nil {
-		err = s.tooOld(l)
-	}
+	l, err := readListing(r, size, "", s.loc, s.tooOld)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.AsideURL(PublishedListing), err)
 	}

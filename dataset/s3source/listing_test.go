@@ -1,6 +1,7 @@
 package s3source
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,7 +32,7 @@ func TestListingRoundTrip(t *testing.T) {
 	if err := saveListing(path, "http://e", loc, time.Now(), names, sizes, etags); err != nil {
 		t.Fatal(err)
 	}
-	got, legacy, err := loadListing(path, "http://e", loc)
+	got, legacy, err := loadListing(path, "http://e", loc, nil)
 	if read := objectsOf(loc, got); err != nil || legacy || !slices.Equal(read, objs) {
 		t.Fatalf("read back %d objects, %v (legacy %v); want the %d saved", len(read), err, legacy, len(objs))
 	}
@@ -39,7 +40,7 @@ func TestListingRoundTrip(t *testing.T) {
 		endpoint string
 		loc      Location
 	}{{"http://other", loc}, {"http://e", Location{Bucket: "c", Prefix: "train/"}}, {"http://e", Location{Bucket: "b", Prefix: "val/"}}} {
-		if got, _, err := loadListing(path, other.endpoint, other.loc); got != nil || err != nil {
+		if got, _, err := loadListing(path, other.endpoint, other.loc, nil); got != nil || err != nil {
 			t.Fatalf("listing of another place (%v): %d objects, %v; want none", other, got.len(), err)
 		}
 	}
@@ -47,7 +48,7 @@ func TestListingRoundTrip(t *testing.T) {
 	bad := filepath.Join(dir, "bad")
 	for _, n := range []int{0, 1, 40, len(whole) / 2, len(whole) - 4, len(whole) - 1} {
 		os.WriteFile(bad, whole[:n], 0o600)
-		if got, _, err := loadListing(bad, "http://e", loc); got != nil || err != nil {
+		if got, _, err := loadListing(bad, "http://e", loc, nil); got != nil || err != nil {
 			t.Fatalf("listing cut at %d of %d bytes: %d objects, %v; want none", n, len(whole), got.len(), err)
 		}
 	}
@@ -55,15 +56,15 @@ func TestListingRoundTrip(t *testing.T) {
 		changed := slices.Clone(whole)
 		changed[at] ^= 0x10
 		os.WriteFile(bad, changed, 0o600)
-		if got, _, err := loadListing(bad, "http://e", loc); got != nil || err != nil {
+		if got, _, err := loadListing(bad, "http://e", loc, nil); got != nil || err != nil {
 			t.Fatalf("listing with byte %d changed: %d objects, %v; want none", at, got.len(), err)
 		}
 	}
 	os.WriteFile(bad, append(slices.Clone(whole), 0), 0o600)
-	if got, _, err := loadListing(bad, "http://e", loc); got != nil || err != nil {
+	if got, _, err := loadListing(bad, "http://e", loc, nil); got != nil || err != nil {
 		t.Fatalf("listing with a byte after it: %d objects, %v; want none", got.len(), err)
 	}
-	if got, legacy, err := loadListing(filepath.Join(dir, "missing"), "http://e", loc); got != nil || legacy || err != nil {
+	if got, legacy, err := loadListing(filepath.Join(dir, "missing"), "http://e", loc, nil); got != nil || legacy || err != nil {
 		t.Fatalf("no listing: %v, %v, %v", got, legacy, err)
 	}
 }
@@ -87,7 +88,7 @@ func TestListingOfAnEarlierBuild(t *testing.T) {
 		}
 	}
 	writeJSON(objs)
-	got, legacy, err := loadListing(path, "http://e", loc)
+	got, legacy, err := loadListing(path, "http://e", loc, nil)
 	if read := objectsOf(loc, got); err != nil || !legacy || !slices.Equal(read, objs) {
 		t.Fatalf("an earlier build's listing: %d objects, legacy %v, %v", len(read), legacy, err)
 	}
@@ -98,7 +99,7 @@ func TestListingOfAnEarlierBuild(t *testing.T) {
 	if _, err := os.Stat(path + ".json"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the earlier build's listing left: %v", err)
 	}
-	got, legacy, err = loadListing(path, "http://e", loc)
+	got, legacy, err = loadListing(path, "http://e", loc, nil)
 	if read := objectsOf(loc, got); err != nil || legacy || !slices.Equal(read, objs) {
 		t.Fatalf("saved again: %d objects, legacy %v, %v", len(read), legacy, err)
 	}
@@ -111,19 +112,19 @@ func TestListingOfAnEarlierBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(path+".json", b, 0o600)
-	if got, _, err := loadListing(path, "http://e", loc); err != nil || !slices.Equal(objectsOf(loc, got), objs[:5]) {
+	if got, _, err := loadListing(path, "http://e", loc, nil); err != nil || !slices.Equal(objectsOf(loc, got), objs[:5]) {
 		t.Fatalf("one-document listing: %v, %v; want its 5 objects", objectsOf(loc, got), err)
 	}
 	doc["format"] = "shade-s3-listing/0"
 	b, _ = json.Marshal(doc)
 	os.WriteFile(path+".json", b, 0o600)
-	if got, _, _ := loadListing(path, "http://e", loc); got != nil {
+	if got, _, _ := loadListing(path, "http://e", loc, nil); got != nil {
 		t.Fatalf("a listing of another format gave %d objects", got.len())
 	}
 	writeJSON(objs)
 	whole, _ := os.ReadFile(path + ".json")
 	os.WriteFile(path+".json", whole[:len(whole)-3], 0o600)
-	if got, _, err := loadListing(path, "http://e", loc); got != nil || err != nil {
+	if got, _, err := loadListing(path, "http://e", loc, nil); got != nil || err != nil {
 		t.Fatalf("an earlier build's listing cut short: %d objects, %v", got.len(), err)
 	}
 }
@@ -152,7 +153,7 @@ func BenchmarkLoadListing(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if l, _, err := loadListing(path, "http://e", loc); err != nil || l.len() != len(objs) {
+		if l, _, err := loadListing(path, "http://e", loc, nil); err != nil || l.len() != len(objs) {
 			b.Fatalf("%d objects, %v", l.len(), err)
 		}
 	}
@@ -264,4 +265,58 @@ func TestETagAndSizeOf(t *testing.T) {
 			t.Errorf("sizeOf(%q) = %d, %v; want %d, %v", c, got, ok, n, want)
 		}
 	}
+}
+
+// A listing whose time fresh refuses is given up as soon as its time is
+// read, its objects unread; one it accepts reads whole, and a kept one
+// refused is listed again (nil).
+func TestListingRefusedUnread(t *testing.T) {
+	loc := Location{Bucket: "b", Prefix: "train/"}
+	objs := testObjects(100_000)
+	path := filepath.Join(t.TempDir(), "l")
+	names, sizes, etags := listedOf(t, loc, objs).sorted()
+	at := time.Unix(1_700_000_000, 0)
+	if err := saveListing(path, "http://e", loc, at, names, sizes, etags); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := errors.New("too old")
+	for _, c := range []struct {
+		fresh func(time.Time) error
+		want  error
+	}{{func(got time.Time) error {
+		if !got.Equal(at) {
+			t.Errorf("fresh told %s, want %s", got, at)
+		}
+		return old
+	}, old}, {func(time.Time) error { return nil }, nil}} {
+		r := &countingReader{r: bytes.NewReader(whole)}
+		l, err := readListing(r, int64(len(whole)), "http://e", loc, c.fresh)
+		if !errors.Is(err, c.want) {
+			t.Fatalf("error %v, want %v", err, c.want)
+		}
+		if c.want != nil && (l != nil || r.n > int64(len(whole))/4) {
+			t.Fatalf("a refused listing: %d of its %d bytes read", r.n, len(whole))
+		}
+		if c.want == nil && (l.len() != len(objs) || r.n != int64(len(whole))) {
+			t.Fatalf("an accepted listing: %d objects of %d, %d bytes of %d read", l.len(), len(objs), r.n, len(whole))
+		}
+	}
+	if got, _, err := loadListing(path, "http://e", loc, func(time.Time) error { return old }); got != nil || err != nil {
+		t.Fatalf("a refused kept listing: %v, %v; want nil, nil (list again)", got, err)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

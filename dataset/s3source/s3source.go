@@ -307,12 +307,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		keep bool // l is to be kept in the state directory
 	)
 	if state != "" && !cfg.Relist {
-		l, keep, err = loadListing(state, cfg.Endpoint, loc) // an earlier build's JSON listing is kept in the new form
+		l, keep, err = loadListing(state, cfg.Endpoint, loc, s.tooOld) // an earlier build's JSON listing is kept in the new form
 		if err != nil {
 			return nil, err
-		}
-		if s.tooOld(l) != nil {
-			l = nil
 		}
 	}
 	if l == nil && !cfg.Relist && !cfg.Unpublished {
@@ -366,13 +363,13 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 // published listing was made longer ago than Config.MaxAge.
 var ErrTooOld = errors.New("s3source: the listing is older than the maximum age")
 
-// tooOld says why l (nil: none) is too old to use, or nil.
-func (s *Source) tooOld(l *listed) error {
-	if l == nil || s.cfg.MaxAge <= 0 {
+// tooOld says why a listing made at at is too old to use, or nil.
+func (s *Source) tooOld(at time.Time) error {
+	if s.cfg.MaxAge <= 0 {
 		return nil
 	}
-	if age := time.Since(l.at); age > s.cfg.MaxAge {
-		return fmt.Errorf("%w: listed %s ago (at %s), over %s", ErrTooOld, age.Round(time.Second), l.at.UTC().Format(time.RFC3339), s.cfg.MaxAge)
+	if age := time.Since(at); age > s.cfg.MaxAge {
+		return fmt.Errorf("%w: listed %s ago (at %s), over %s", ErrTooOld, age.Round(time.Second), at.UTC().Format(time.RFC3339), s.cfg.MaxAge)
 	}
 	return nil
 }
@@ -868,13 +865,17 @@ func (s *Source) statePath() string {
 }
 
 // loadListing returns the kept listing, or nil if there is none (or it
-// is unreadable, of another form, or of another place: listed again).
-// Where path holds none, it reads the JSON listing an earlier build kept
-// at path+".json"; legacy reports that it did.
-func loadListing(path, endpoint string, loc Location) (l *listed, legacy bool, err error) {
+// is unreadable, of another form, of another place, or one fresh, if not
+// nil, refuses: listed again). Where path holds none, it reads the JSON
+// listing an earlier build kept at path+".json"; legacy reports that it
+// did.
+func loadListing(path, endpoint string, loc Location, fresh func(at time.Time) error) (l *listed, legacy bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		l, err = loadJSONListing(path+".json", endpoint, loc)
+		if l != nil && fresh != nil && fresh(l.at) != nil {
+			l = nil
+		}
 		return l, l != nil, err
 	}
 	if err != nil {
@@ -885,7 +886,7 @@ func loadListing(path, endpoint string, loc Location) (l *listed, legacy bool, e
 	if err != nil {
 		return nil, false, fmt.Errorf("s3source: listing: %w", err)
 	}
-	l, err = readListing(f, st.Size(), endpoint, loc)
+	l, err = readListing(f, st.Size(), endpoint, loc, fresh)
 	if err != nil {
 		return nil, false, nil
 	}
@@ -902,9 +903,10 @@ const listingMagic = "shade-s3-listing/2\n"
 // room for the rest.
 const sizingObjects = 4096
 
-// readListing reads a listing file of size bytes from r, if it is whole
-// and of the place asked.
-func readListing(r io.Reader, size int64, endpoint string, loc Location) (*listed, error) {
+// readListing reads a listing file of size bytes from r, if it is whole,
+// of the place asked and, where fresh is not nil, of a time it accepts:
+// its error is returned as soon as the time is read, the objects unread.
+func readListing(r io.Reader, size int64, endpoint string, loc Location, fresh func(at time.Time) error) (*listed, error) {
 	br, err := binfile.NewReader(r, size, listingMagic)
 	if err != nil {
 		return nil, err
@@ -915,6 +917,11 @@ func readListing(r io.Reader, size int64, endpoint string, loc Location) (*liste
 		}
 	}
 	l := &listed{prefix: loc.Prefix, at: time.Unix(0, br.Int())}
+	if fresh != nil && br.Err() == nil {
+		if err := fresh(l.at); err != nil {
+			return nil, err
+		}
+	}
 	n := br.Uvarint(uint64(br.Left() / 3)) // an object takes 3 bytes at least
 	l.sizes = make([]int64, 0, n)
 	left := br.Left() // the objects' bytes
