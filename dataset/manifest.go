@@ -111,12 +111,12 @@ func VersionOf(names Names, sizes []int64) string {
 	h := sha256.New()
 	h.Write([]byte("shade-dataset-manifest/1\n"))
 	var buf [binary.MaxVarintLen64 + 8]byte
-	for i, name := range names.All() {
+	for i, name := range names.AllBytes() {
 		// Length-prefixed name then a fixed-width size: no two different
 		// lists encode to the same bytes.
 		n := binary.PutUvarint(buf[:], uint64(len(name)))
 		h.Write(buf[:n])
-		h.Write([]byte(name))
+		h.Write(name)
 		binary.BigEndian.PutUint64(buf[:8], uint64(sizes[i]))
 		h.Write(buf[:8])
 	}

@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -15,25 +16,36 @@ var ErrNameTooLong = errors.New("dataset: sample name too long")
 // S3).
 const MaxNameBytes = 1<<16 - 1
 
-// namesBlockBits is log2 of the names in a block of Names: at most
-// MaxNameBytes each, a block's names span less than 4 GiB, so where one
-// ends is kept in 32 bits from its block's start.
-const namesBlockBits = 16
+// namesRun is how many names a run of Names holds: a name is decoded
+// from its run's first, at most namesRun-1 steps.
+const namesRun = 16
 
-// Names is the names of a dataset's samples in manifest order, packed:
-// every name's bytes back to back in one string, and where each ends. A
-// dataset of tens of millions of samples thus costs its names' bytes and
-// 4 bytes more a name, none of it a pointer the garbage collector
-// follows; as a []string each name would cost 16 bytes more, its own
-// allocation rounded up to a size class, and a pointer.
+// namesBlockBits is log2 of the runs in a block of Names: a run of at
+// most namesRun names of MaxNameBytes spans about 1 MiB, so a block's
+// runs span less than 4 GiB, and where one ends is kept in 32 bits from
+// its block's start.
+const namesBlockBits = 12
+
+// Names is the names of a dataset's samples in manifest order, packed
+// and front-coded: each name is kept as the count of bytes it shares with
+// the name before it and the bytes after those, in runs of namesRun
+// names (the first of a run shares none), back to back in one string,
+// with where each run ends. A dataset's names, in order, mostly share
+// their folder and the start of their number with the name before
+// ("train/0000/00000041", "train/0000/00000042"): such a name costs a few
+// bytes, where written out whole it cost its length and 4 more, and
+// none of it is a pointer the garbage collector follows; as a []string
+// each name would cost 16 bytes more and its own allocation.
 //
 // The zero value is empty. Names is immutable and safe for concurrent
-// use; At returns a substring of the packed bytes, which stay in memory
-// while any such substring is kept.
+// use. At returns a name made from its run (a new string, but for a
+// run's first name, a substring of the packed bytes); All yields every
+// name in one pass.
 type Names struct {
+	n     int
 	data  string
-	ends  []uint32 // where name i ends, from the start of its block
-	bases []uint64 // where each block of 1<<namesBlockBits names starts in data
+	runs  []uint32 // where run r ends, from the start of its block
+	bases []uint64 // where each block of 1<<namesBlockBits runs starts in data
 }
 
 // NamesOf packs names. A name longer than MaxNameBytes gives an error
@@ -49,48 +61,116 @@ func NamesOf(names []string) (Names, error) {
 }
 
 // Len is the number of names.
-func (n Names) Len() int { return len(n.ends) }
+func (n Names) Len() int { return n.n }
+
+// run returns run r's bytes.
+func (n Names) run(r int) string {
+	base := n.bases[r>>namesBlockBits]
+	start := base
+	if r&(1<<namesBlockBits-1) != 0 {
+		start += uint64(n.runs[r-1])
+	}
+	return n.data[start : base+uint64(n.runs[r])]
+}
+
+// nameEntry reads the entry at byte at of run: the bytes its name shares
+// with the name before, the bytes after those and where the next entry
+// begins.
+func nameEntry(run string, at int) (shared int, rest string, next int) {
+	shared = int(run[at])
+	size, k := uvarintString(run[at+1:])
+	at += 1 + k
+	return shared, run[at : at+int(size)], at + int(size)
+}
+
+// uvarintString is binary.Uvarint of a string's bytes.
+func uvarintString(s string) (uint64, int) {
+	var x uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x80 {
+			return x | uint64(c)<<(7*i), i + 1
+		}
+		x |= uint64(c&0x7f) << (7 * i)
+	}
+	panic("dataset: damaged names")
+}
 
 // At returns name i. It panics if i is out of range.
 func (n Names) At(i int) string {
-	end := n.end(i)
-	start := n.bases[i>>namesBlockBits]
-	if i&(1<<namesBlockBits-1) != 0 {
-		start = n.end(i - 1)
+	if uint(i) >= uint(n.n) {
+		panic(fmt.Sprintf("dataset: name %d of %d", i, n.n))
 	}
-	return n.data[start:end]
+	run := n.run(i / namesRun)
+	_, name, at := nameEntry(run, 0)
+	if i%namesRun == 0 {
+		return name
+	}
+	var buf [128]byte
+	b := append(buf[:0], name...)
+	for range i % namesRun {
+		var shared int
+		shared, name, at = nameEntry(run, at)
+		b = append(b[:shared], name...)
+	}
+	return string(b)
 }
-
-func (n Names) end(i int) uint64 { return n.bases[i>>namesBlockBits] + uint64(n.ends[i]) }
 
 // All yields each index and name in order.
 func (n Names) All() iter.Seq2[int, string] {
 	return func(yield func(int, string) bool) {
-		for i := range n.ends {
-			if !yield(i, n.At(i)) {
+		for i, name := range n.AllBytes() {
+			if !yield(i, string(name)) {
 				return
 			}
 		}
 	}
 }
 
-// Strings returns the names as a []string (a new slice; its strings share
-// the packed bytes).
+// AllBytes yields each index and name's bytes in order, in one pass: the
+// bytes are valid until the next name, and are not to be modified.
+func (n Names) AllBytes() iter.Seq2[int, []byte] {
+	return func(yield func(int, []byte) bool) {
+		var b []byte
+		for i := 0; i < n.n; {
+			run := n.run(i / namesRun)
+			for at := 0; at < len(run); i++ {
+				var (
+					shared int
+					rest   string
+				)
+				shared, rest, at = nameEntry(run, at)
+				b = append(b[:shared], rest...)
+				if !yield(i, b) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Strings returns the names as a []string (a new slice, of new strings).
 func (n Names) Strings() []string {
-	out := make([]string, n.Len())
-	for i := range out {
-		out[i] = n.At(i)
+	out := make([]string, 0, n.Len())
+	for _, name := range n.All() {
+		out = append(out, name)
 	}
 	return out
 }
 
 // NamesBuilder packs names as they come (a directory's walk, a bucket's
-// listing). The zero value is ready to use.
+// listing), each written out whole (Bytes reads any of them back), and
+// front-codes them into Names at the end. The zero value is ready to use.
 type NamesBuilder struct {
 	data  []byte
 	ends  []uint32
 	bases []uint64
 }
+
+// builderBlockBits is log2 of the names in a block of a NamesBuilder: at
+// most MaxNameBytes each, a block's names span less than 4 GiB, so where
+// one ends is kept in 32 bits from its block's start.
+const builderBlockBits = 16
 
 // Add appends name. A name longer than MaxNameBytes gives an error
 // wrapping ErrNameTooLong and is not added.
@@ -103,7 +183,7 @@ func addName[T string | []byte](b *NamesBuilder, name T) error {
 	if len(name) > MaxNameBytes {
 		return fmt.Errorf("%w: %d bytes (at most %d): %.64q...", ErrNameTooLong, len(name), MaxNameBytes, name)
 	}
-	if len(b.ends)&(1<<namesBlockBits-1) == 0 {
+	if len(b.ends)&(1<<builderBlockBits-1) == 0 {
 		b.bases = append(b.bases, uint64(len(b.data)))
 	}
 	b.data = append(b.data, name...)
@@ -128,19 +208,50 @@ func (b *NamesBuilder) Grow(n, size int) {
 // be modified, and the next Add may move them. It panics if i is out of
 // range.
 func (b *NamesBuilder) Bytes(i int) []byte {
-	base := b.bases[i>>namesBlockBits]
+	base := b.bases[i>>builderBlockBits]
 	start := base
-	if i&(1<<namesBlockBits-1) != 0 {
+	if i&(1<<builderBlockBits-1) != 0 {
 		start += uint64(b.ends[i-1])
 	}
 	return b.data[start : base+uint64(b.ends[i])]
 }
 
-// Names returns the names added, in memory of their exact size (the
-// builder's, which grew by doubling, is left to the collector). The
-// builder is then empty.
+// Names returns the names added, front-coded, in memory of their exact
+// size. The builder is then empty.
 func (b *NamesBuilder) Names() Names {
-	n := Names{data: string(b.data), ends: slices.Clone(b.ends), bases: slices.Clone(b.bases)}
+	n := Names{n: b.Len()}
+	// A name shares at most 255 bytes (one byte says how many) and costs
+	// its rest and 2-5 bytes more: the room a third of the names' bytes
+	// and 4 a name, grown where the names share less.
+	out := make([]byte, 0, b.Size()/3+4*b.Len())
+	var prev []byte
+	for i := range b.Len() {
+		name := b.Bytes(i)
+		if i%namesRun == 0 {
+			r := i / namesRun
+			if r&(1<<namesBlockBits-1) == 0 {
+				n.bases = append(n.bases, uint64(len(out)))
+			}
+			if r > 0 {
+				n.runs = append(n.runs, uint32(uint64(len(out))-n.bases[(r-1)>>namesBlockBits]))
+			}
+			prev = nil
+		}
+		shared := 0
+		for shared < min(len(prev), len(name), 255) && prev[shared] == name[shared] {
+			shared++
+		}
+		out = append(out, byte(shared))
+		out = binary.AppendUvarint(out, uint64(len(name)-shared))
+		out = append(out, name[shared:]...)
+		prev = name
+	}
+	if b.Len() > 0 {
+		r := (b.Len() - 1) / namesRun
+		n.runs = append(n.runs, uint32(uint64(len(out))-n.bases[r>>namesBlockBits]))
+	}
+	n.data = string(out)
+	n.runs, n.bases = slices.Clip(n.runs), slices.Clip(n.bases)
 	*b = NamesBuilder{}
 	return n
 }

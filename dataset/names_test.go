@@ -24,7 +24,7 @@ func mustNames(t testing.TB, names ...string) Names {
 func TestNames(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want []string
-	for i := range 3<<namesBlockBits + 17 {
+	for i := range 3*namesRun<<namesBlockBits + 17 {
 		var name string
 		switch {
 		case i%50_000 == 7:
@@ -68,7 +68,7 @@ func TestNames(t *testing.T) {
 func TestBuilderBytes(t *testing.T) {
 	var b NamesBuilder
 	b.Grow(10, 100)
-	n := 1<<namesBlockBits + 3
+	n := 1<<builderBlockBits + 3
 	size := 0
 	for i := range n {
 		name := fmt.Sprint(i)
@@ -83,7 +83,7 @@ func TestBuilderBytes(t *testing.T) {
 	if b.Size() != size {
 		t.Fatalf("Size %d, want %d", b.Size(), size)
 	}
-	for _, i := range []int{0, 1, 6, 7, 8, 1<<namesBlockBits - 1, 1 << namesBlockBits, 1<<namesBlockBits + 1, n - 1} {
+	for _, i := range []int{0, 1, 6, 7, 8, 1<<builderBlockBits - 1, 1 << builderBlockBits, 1<<builderBlockBits + 1, n - 1} {
 		want := fmt.Sprint(i)
 		if i%7 == 0 {
 			want = ""
@@ -93,8 +93,44 @@ func TestBuilderBytes(t *testing.T) {
 		}
 	}
 	names := b.Names()
-	if names.Len() != n || names.At(1<<namesBlockBits+1) != fmt.Sprint(1<<namesBlockBits+1) {
-		t.Fatalf("Names: %d names, one at the second block %q", names.Len(), names.At(1<<namesBlockBits+1))
+	if names.Len() != n || names.At(1<<builderBlockBits+1) != fmt.Sprint(1<<builderBlockBits+1) {
+		t.Fatalf("Names: %d names, one at the second block %q", names.Len(), names.At(1<<builderBlockBits+1))
+	}
+}
+
+// Names front-coded read back: a name that is the one before cut short
+// or the same again, ones sharing more bytes than a count says (255),
+// the longest after one that shares all but its last byte, empty ones
+// within a run and first in one; and names in order, sharing their start,
+// cost a few bytes each.
+func TestNamesFrontCoded(t *testing.T) {
+	long := strings.Repeat("p", 300)
+	want := []string{"a/b/c", "a/b", "a/b", "", "a/b/c", long + "1", long + "2", long, long + "22", "",
+		strings.Repeat("y", MaxNameBytes-1) + "z", strings.Repeat("y", MaxNameBytes), "y", "", "", "x"}
+	for i := range 1000 {
+		want = append(want, fmt.Sprintf("train/%04d/%08d", i/300, i))
+	}
+	n := mustNames(t, want...)
+	for i, w := range want {
+		if got := n.At(i); got != w {
+			t.Fatalf("At(%d) = %.40q (%d bytes), want %.40q (%d bytes)", i, got, len(got), w, len(w))
+		}
+	}
+	if !slices.Equal(n.Strings(), want) {
+		t.Fatal("Strings differs")
+	}
+	seq := make([]string, 100_000)
+	for i := range seq {
+		seq[i] = fmt.Sprintf("train/%04d/%08d", i/4000, i)
+	}
+	n = mustNames(t, seq...)
+	if per := float64(len(n.data)+4*len(n.runs)+8*len(n.bases)) / float64(len(seq)); per > 6 {
+		t.Fatalf("names of 19 bytes in order: %.1f bytes a name, want at most 6", per)
+	}
+	for i, name := range n.All() {
+		if name != seq[i] {
+			t.Fatalf("All: %d is %q, want %q", i, name, seq[i])
+		}
 	}
 }
 
@@ -162,5 +198,40 @@ func BenchmarkManifestMemory(b *testing.B) {
 			b.ReportMetric(float64(heap()-before)/n, "heap-B/name")
 			runtime.KeepAlive(names)
 		}
+	})
+}
+
+// BenchmarkNamesAt reads names of 1,000,000 of an ImageNet-like shape
+// at random, as a source's reads do, and all of them in order.
+func BenchmarkNamesAt(b *testing.B) {
+	const n = 1_000_000
+	var nb NamesBuilder
+	for i := range n {
+		if err := nb.Add(fmt.Sprintf("n%08d/n%08d_%d.JPEG", i/1300, i/1300, i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	names := nb.Names()
+	b.Run("at", func(b *testing.B) {
+		b.ReportAllocs()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for b.Loop() {
+			if len(names.At(rng.IntN(n))) == 0 {
+				b.Fatal("empty")
+			}
+		}
+	})
+	b.Run("all", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			total := 0
+			for _, name := range names.AllBytes() {
+				total += len(name)
+			}
+			if total == 0 {
+				b.Fatal("empty")
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/name")
 	})
 }

@@ -545,8 +545,8 @@ func cmdManifest(s *SocketServer, c redcon.Conn, _ *connState, a [][]byte) {
 		return
 	}
 	c.WriteArray(names.Len())
-	for i := range names.Len() {
-		c.WriteBulkString(names.At(i))
+	for _, name := range names.AllBytes() {
+		c.WriteBulk(name)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"net"
 	"os"
 	"path/filepath"
@@ -125,10 +126,12 @@ type Backend interface {
 }
 
 // Names is a dataset's sample names in order, as the backend keeps them
-// (dataset.Names: packed, read one at a time).
+// (dataset.Names: packed, read in one pass).
 type Names interface {
 	Len() int
-	At(i int) string
+	// AllBytes yields each index and name's bytes in order, valid until
+	// the next.
+	AllBytes() iter.Seq2[int, []byte]
 }
 
 // Loan is a value a Backend lends in place (LendGet), to be written out

@@ -21,13 +21,13 @@ type etags struct {
 func newETags(all dataset.Names) etags {
 	e := etags{md5: make([]byte, 16*all.Len()), hasMD5: make([]uint64, (all.Len()+63)/64)}
 	var other dataset.NamesBuilder
-	for i, t := range all.All() {
+	for i, t := range all.AllBytes() {
 		if isMD5Hex(t) {
-			hex.Decode(e.md5[16*i:16*i+16], []byte(t))
+			hex.Decode(e.md5[16*i:16*i+16], t)
 			e.hasMD5[i/64] |= 1 << (i % 64)
-			t = ""
+			t = nil
 		}
-		other.Add(t) // all held it: not too long
+		other.AddBytes(t) // all held it: not too long
 	}
 	e.other = other.Names()
 	return e
@@ -43,7 +43,7 @@ func (e *etags) at(i int) string {
 
 // isMD5Hex reports whether t is 32 lower-case hex digits: hex encoding
 // its 16 bytes gives it back.
-func isMD5Hex(t string) bool {
+func isMD5Hex[T string | []byte](t T) bool {
 	if len(t) != 32 {
 		return false
 	}

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -418,16 +419,15 @@ func (l *listed) len() int { return len(l.sizes) }
 // names share the prefix, so in name order); l is empty after. A listing
 // that came in order (a saved one, most stores') is not permuted.
 func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Names) {
-	names, etags, sizes = l.names.Names(), l.etags.Names(), slices.Clone(l.sizes) // exact: appends left up to twice the room
-	*l = listed{prefix: l.prefix, at: l.at}
-	n := names.Len()
-	less := func(a, b int) int { return strings.Compare(names.At(a), names.At(b)) }
+	defer func() { *l = listed{prefix: l.prefix, at: l.at} }()
+	n := l.len()
+	less := func(a, b int) int { return bytes.Compare(l.names.Bytes(a), l.names.Bytes(b)) }
 	inOrder := true
 	for i := 1; i < n && inOrder; i++ {
 		inOrder = less(i-1, i) <= 0
 	}
 	if inOrder {
-		return names, sizes, etags
+		return l.names.Names(), slices.Clone(l.sizes), l.etags.Names() // exact: appends left up to twice the room
 	}
 	order := make([]int32, n)
 	for i := range order {
@@ -435,12 +435,14 @@ func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Nam
 	}
 	slices.SortFunc(order, func(a, b int32) int { return less(int(a), int(b)) })
 	var nb, eb dataset.NamesBuilder
+	nb.Grow(n, l.names.Size())
+	eb.Grow(n, l.etags.Size())
 	sorted := make([]int64, n)
 	for k, i := range order {
 		// Each was added once already: none is too long.
-		nb.Add(names.At(int(i)))
-		eb.Add(etags.At(int(i)))
-		sorted[k] = sizes[i]
+		nb.AddBytes(l.names.Bytes(int(i)))
+		eb.AddBytes(l.etags.Bytes(int(i)))
+		sorted[k] = l.sizes[i]
 	}
 	return nb.Names(), sorted, eb.Names()
 }
@@ -824,16 +826,19 @@ func versionOf(names dataset.Names, sizes []int64, etags dataset.Names) string {
 	h := sha256.New()
 	h.Write([]byte("shade-s3-manifest/1\n"))
 	var buf [binary.MaxVarintLen64]byte
-	str := func(s string) {
+	str := func(s []byte) {
 		n := binary.PutUvarint(buf[:], uint64(len(s)))
 		h.Write(buf[:n])
-		h.Write([]byte(s))
+		h.Write(s)
 	}
-	for i, name := range names.All() {
+	etag, stop := iter.Pull2(etags.AllBytes())
+	defer stop()
+	for i, name := range names.AllBytes() {
 		str(name)
 		binary.BigEndian.PutUint64(buf[:8], uint64(sizes[i]))
 		h.Write(buf[:8])
-		str(etags.At(i))
+		_, e, _ := etag()
+		str(e)
 	}
 	sum := h.Sum(nil)
 	return hex.EncodeToString(sum[:16])
@@ -1012,8 +1017,8 @@ func writeListing(w io.Writer, endpoint string, loc Location, at time.Time, name
 	bw.String(loc.Prefix)
 	bw.Uvarint(uint64(at.UnixNano()))
 	bw.Uvarint(uint64(names.Len()))
-	for i, name := range names.All() {
-		bw.String(name)
+	for i, name := range names.AllBytes() {
+		bw.Bytes(name)
 		bw.Uvarint(uint64(sizes[i]))
 		bw.String(etag(i))
 	}

@@ -23,9 +23,9 @@ func writeIndex(w io.Writer, check string, names dataset.Names, p *packedIndex) 
 	bw := binfile.NewWriter(w, indexMagic)
 	bw.String(check)
 	bw.Uvarint(uint64(p.len()))
-	for i := range p.len() {
+	for i, name := range names.AllBytes() {
 		ms, start, end := p.span(i)
-		bw.String(names.At(i))
+		bw.Bytes(name)
 		bw.Uvarint(uint64(p.shard[i]))
 		bw.Uvarint(uint64(start))
 		bw.Uvarint(uint64(end - start))

@@ -46,7 +46,12 @@ func (w *Writer) Uvarint(v uint64) {
 }
 
 // String writes s, its length first.
-func (w *Writer) String(s string) {
+func (w *Writer) String(s string) { writeBytes(w, s) }
+
+// Bytes writes b as String writes a string of its bytes.
+func (w *Writer) Bytes(b []byte) { writeBytes(w, b) }
+
+func writeBytes[T string | []byte](w *Writer, s T) {
 	w.buf = append(binary.AppendUvarint(w.buf, uint64(len(s))), s...)
 	w.flush(false)
 }
