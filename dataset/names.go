@@ -21,10 +21,11 @@ const MaxNameBytes = 1<<16 - 1
 const namesRun = 16
 
 // namesBlockBits is log2 of the runs in a block of Names: a run of at
-// most namesRun names of MaxNameBytes spans about 1 MiB, so a block's
-// runs span less than 4 GiB, and where one ends is kept in 32 bits from
-// its block's start.
-const namesBlockBits = 12
+// most namesRun names of MaxNameBytes spans at most namesRun*(4+MaxNameBytes)
+// bytes (just over 1 MiB), so a block's runs span less than 4 GiB (2^12
+// runs could pass it by a little), and where one ends is kept in 32 bits
+// from its block's start.
+const namesBlockBits = 11
 
 // Names is the names of a dataset's samples in manifest order, packed
 // and front-coded: each name is kept as the count of bytes it shares with

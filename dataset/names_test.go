@@ -235,3 +235,11 @@ func BenchmarkNamesAt(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/name")
 	})
 }
+
+// A block of Names holds runs of the longest names that share nothing
+// within 32 bits of its start.
+func TestNamesBlockFits(t *testing.T) {
+	if most := uint64(1<<namesBlockBits) * namesRun * (1 + 3 + MaxNameBytes); most >= 1<<32 {
+		t.Fatalf("a block's runs may span %d bytes", most)
+	}
+}
