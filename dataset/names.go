@@ -199,10 +199,11 @@ func (b *NamesBuilder) Len() int { return len(b.ends) }
 func (b *NamesBuilder) Size() int { return len(b.data) }
 
 // Grow makes room for n more names of size bytes in all, so that adding
-// them does not grow the builder's memory by doubling.
+// them does not grow the builder's memory by doubling (a count below 0
+// is 0).
 func (b *NamesBuilder) Grow(n, size int) {
-	b.data = slices.Grow(b.data, size)
-	b.ends = slices.Grow(b.ends, n)
+	b.data = slices.Grow(b.data, max(size, 0))
+	b.ends = slices.Grow(b.ends, max(n, 0))
 }
 
 // Bytes returns name i's bytes, in the builder's memory: they are not to

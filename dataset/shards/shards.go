@@ -366,9 +366,10 @@ func newIndexBuilder(st store, n int) (*indexBuilder, error) {
 }
 
 // grow makes room for members more members and keys of keyBytes bytes in
-// all, so that the index does not grow by doubling as they are added.
+// all, so that the index does not grow by doubling as they are added (a
+// count below 0 is 0).
 func (b *indexBuilder) grow(members, keyBytes int) {
-	b.p.members = slices.Grow(b.p.members, members)
+	b.p.members = slices.Grow(b.p.members, max(members, 0))
 	b.names.Grow(cap(b.sizes)-len(b.sizes), keyBytes)
 }
 
