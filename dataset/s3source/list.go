@@ -264,19 +264,17 @@ func etagOf(c []byte) string {
 // sizeOf is a Size element's content, a number of bytes; ok is false
 // where it is not one strconv.ParseInt reads as 0 or more.
 func sizeOf(c []byte) (int64, bool) {
-	if len(c) == 0 || len(c) > 18 {
-		n, err := strconv.ParseInt(string(c), 10, 64)
-		return n, err == nil && n >= 0
-	}
+	digits := len(c) > 0 && len(c) <= 18
 	var n int64 // at most 18 digits: no overflow
 	for _, d := range c {
-		if d < '0' || d > '9' {
-			n, err := strconv.ParseInt(string(c), 10, 64)
-			return n, err == nil && n >= 0
-		}
+		digits = digits && '0' <= d && d <= '9'
 		n = n*10 + int64(d-'0')
 	}
-	return n, true
+	if digits {
+		return n, true
+	}
+	n, err := strconv.ParseInt(string(c), 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // isName reports whether b is an element name of letters and digits
