@@ -134,6 +134,39 @@ func TestNamesFrontCoded(t *testing.T) {
 	}
 }
 
+// Names of random bytes, each sharing a random start with the one before
+// (all of it, none, or cut short), read back by At and All.
+func TestNamesRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for round := range 200 {
+		want := make([]string, rng.IntN(300))
+		prev := ""
+		for i := range want {
+			b := []byte(prev[:rng.IntN(len(prev)+1)])
+			if rng.IntN(3) == 0 {
+				b = b[:0]
+			}
+			for range rng.IntN(20 + 2*round) {
+				b = append(b, byte(rng.IntN(256)))
+			}
+			if rng.IntN(10) == 0 {
+				b = b[:rng.IntN(len(b)+1)]
+			}
+			want[i] = string(b)
+			prev = want[i]
+		}
+		names := mustNames(t, want...)
+		for i, w := range want {
+			if got := names.At(i); got != w {
+				t.Fatalf("round %d: At(%d) = %q, want %q", round, i, got, w)
+			}
+		}
+		if got := names.Strings(); !slices.Equal(got, want) {
+			t.Fatalf("round %d: All differs", round)
+		}
+	}
+}
+
 func TestNameTooLong(t *testing.T) {
 	var b NamesBuilder
 	if err := b.Add("a"); err != nil {
