@@ -64,8 +64,7 @@ func readIndex(r io.Reader, size int64, st store) (*indexBuilder, error) {
 	var (
 		key  []byte
 		ms   []member
-		exts = map[string]string{} // each extension's string made once
-		left = br.Left()           // the samples' bytes
+		left = br.Left() // the samples' bytes
 	)
 	for i := range n {
 		if i == sizingSamples {
@@ -80,13 +79,9 @@ func readIndex(r io.Reader, size int64, st store) (*indexBuilder, error) {
 		end := start + int64(br.Uvarint(uint64(math.MaxInt64-start)))
 		ms = ms[:0]
 		for range br.Uvarint(uint64(br.Left() / 3)) {
-			ext := br.Bytes(math.MaxUint16)
-			e, ok := exts[string(ext)]
-			if !ok {
-				e = string(ext)
-				exts[e] = e
-			}
-			ms = append(ms, member{Ext: e, Off: br.Int(), Size: br.Int()})
+			// Each extension's string made once, in the index's table.
+			ext := b.exts.names[extID(&b.exts, br.Bytes(math.MaxUint16))]
+			ms = append(ms, member{Ext: ext, Off: br.Int(), Size: br.Int()})
 			if br.Err() != nil {
 				return nil, br.Err()
 			}

@@ -61,8 +61,8 @@ func TestShardSamples(t *testing.T) {
 			ms := ss.appendMembers(nil, i)
 			got = append(got, sample{Key: string(ss.keys.Bytes(i)), Shard: si, Start: ss.start[i], End: spanEnd(ss.start[i], ms), Members: ms})
 		}
-		if len(ss.exts) != 3 {
-			t.Fatalf("shard %d keeps %d extensions, want 3", si, len(ss.exts))
+		if len(ss.exts.names) != 3 {
+			t.Fatalf("shard %d keeps %d extensions, want 3", si, len(ss.exts.names))
 		}
 	}
 	sameSamples(t, got, samples)

@@ -336,14 +336,37 @@ type packedMember struct {
 	off  int64
 }
 
+// extTable numbers extensions as they come, each kept once: a dataset's
+// members have a few, and each member keeps its extension's number. The
+// zero value is empty.
+type extTable struct {
+	names []string          // by number
+	of    map[string]uint32 // each name's number
+}
+
+// extID returns ext's number in t, adding it where it is new (the bytes
+// of a []byte copied).
+func extID[T string | []byte](t *extTable, ext T) uint32 {
+	if e, ok := t.of[string(ext)]; ok {
+		return e
+	}
+	if t.of == nil {
+		t.of = map[string]uint32{}
+	}
+	e := uint32(len(t.names))
+	t.names = append(t.names, string(ext))
+	t.of[t.names[e]] = e
+	return e
+}
+
 // indexBuilder makes a Source's packed index and manifest from its
 // samples, given in order one at a time, each checked against its shard:
 // the index built from the shards, a kept one and a published one all
 // end in one, and a read index is never held as samples.
 type indexBuilder struct {
 	shardSizes []int64
-	p          packedIndex
-	extOf      map[string]uint32 // each extension's place in p.exts
+	p          packedIndex // its exts made at the end, of exts
+	exts       extTable
 	names      dataset.NamesBuilder
 	sizes      []int64
 	h          hash.Hash // the version's
@@ -358,7 +381,7 @@ func newIndexBuilder(st store, n int) (*indexBuilder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
-	b := &indexBuilder{shardSizes: shardSizes, extOf: map[string]uint32{}, h: sha256.New(),
+	b := &indexBuilder{shardSizes: shardSizes, h: sha256.New(),
 		p: packedIndex{shard: make([]uint32, 0, n), start: make([]int64, 0, n), first: make([]uint32, 0, n+1)}, sizes: make([]int64, 0, n)}
 	b.h.Write([]byte("shade-shards-manifest/1\n"))
 	b.h.Write([]byte(dataset.VersionOf(packed, shardSizes)))
@@ -413,13 +436,7 @@ func (b *indexBuilder) place(shard int, start int64, ms []member) error {
 			return fmt.Errorf("%w: index: sample %d: member %s at %d of %d bytes, from byte %d of a shard of %d", ErrLayout, i, m.Ext, m.Off, m.Size, start, b.shardSizes[shard])
 		}
 		after = m.Off + m.Size
-		e, ok := b.extOf[m.Ext]
-		if !ok {
-			e = uint32(len(b.p.exts))
-			b.extOf[m.Ext] = e
-			b.p.exts = append(b.p.exts, m.Ext)
-		}
-		b.p.members = append(b.p.members, packedMember{ext: e, size: uint32(m.Size), off: m.Off})
+		b.p.members = append(b.p.members, packedMember{ext: extID(&b.exts, m.Ext), size: uint32(m.Size), off: m.Off})
 		b.line = appendMemberLine(b.line[:0], i, m)
 		b.h.Write(b.line)
 	}
@@ -438,6 +455,7 @@ func (b *indexBuilder) finish() (*dataset.Manifest, packedIndex) {
 	sum := b.h.Sum(nil)
 	m := &dataset.Manifest{Names: names, Sizes: fitted(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
 	p := b.p
+	p.exts = b.exts.names
 	p.shard, p.start, p.first, p.members = fitted(p.shard), fitted(p.start), fitted(p.first), fitted(p.members)
 	return m, p
 }
@@ -736,9 +754,8 @@ type shardSamples struct {
 	start   []int64        // where sample i's first member's data starts
 	first   []uint32       // sample i's members are members[first[i]:first[i+1]], the last's to the end
 	members []packedMember // ext in exts, off from their sample's start
-	exts    []string
-	extOf   map[string]uint32 // each extension's place in exts
-	seen    keySet            // the keys, by their places in keys
+	exts    extTable
+	seen    keySet // the keys, by their places in keys
 }
 
 func (s *shardSamples) len() int { return len(s.start) }
@@ -755,7 +772,7 @@ func (s *shardSamples) span(i int) []packedMember {
 // appendMembers appends sample i's members to dst.
 func (s *shardSamples) appendMembers(dst []member, i int) []member {
 	for _, m := range s.span(i) {
-		dst = append(dst, member{Ext: s.exts[m.ext], Off: m.off, Size: int64(m.size)})
+		dst = append(dst, member{Ext: s.exts.names[m.ext], Off: m.off, Size: int64(m.size)})
 	}
 	return dst
 }
@@ -767,15 +784,7 @@ func (s *shardSamples) appendMembers(dst []member, i int) []member {
 func (s *shardSamples) add(key, ext []byte, off, size int64) error {
 	// A shard has a few extensions: each kept once, not each member's
 	// name for the part of it that is its extension.
-	e, ok := s.extOf[string(ext)]
-	if !ok {
-		if s.extOf == nil {
-			s.extOf = map[string]uint32{}
-		}
-		e = uint32(len(s.exts))
-		s.exts = append(s.exts, string(ext))
-		s.extOf[s.exts[e]] = e
-	}
+	e := extID(&s.exts, ext)
 	m := packedMember{ext: e, size: uint32(size), off: 0}
 	if last := s.len() - 1; last >= 0 && bytes.Equal(s.keys.Bytes(last), key) {
 		if slices.ContainsFunc(s.span(last), func(m packedMember) bool { return m.ext == e }) {
