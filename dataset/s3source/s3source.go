@@ -904,10 +904,6 @@ func loadListing(path, endpoint string, loc Location, fresh func(at time.Time) e
 // less the prefix), size and ETag.
 const listingMagic = "shade-s3-listing/2\n"
 
-// sizingObjects is how many objects readListing reads before it makes
-// room for the rest.
-const sizingObjects = 4096
-
 // readListing reads a listing file of size bytes from r, if it is whole,
 // of the place asked and, where fresh is not nil, of a time it accepts:
 // its error is returned as soon as the time is read, the objects unread.
@@ -931,14 +927,12 @@ func readListing(r io.Reader, size int64, endpoint string, loc Location, fresh f
 	l.sizes = make([]int64, 0, n)
 	left := br.Left() // the objects' bytes
 	for i := range n {
-		if i == sizingObjects {
-			// Room for the rest by what the objects read so far hold a
-			// byte of the file: the names and ETags then seldom grow by
-			// doubling.
-			scale := float64(left) / float64(max(left-br.Left(), 1))
-			more := func(b *dataset.NamesBuilder) { b.Grow(int(n)-b.Len(), int(float64(b.Size())*scale)-b.Size()) }
-			more(&l.names)
-			more(&l.etags)
+		if i == binfile.SizingRecords {
+			// Room for the rest by what the objects read so far hold: the
+			// names and ETags then seldom grow by doubling.
+			for _, b := range []*dataset.NamesBuilder{&l.names, &l.etags} {
+				b.Grow(int(n)-b.Len(), br.Estimate(b.Size(), left)-b.Size())
+			}
 		}
 		if err := l.names.AddBytes(br.Bytes(dataset.MaxNameBytes)); err != nil {
 			return nil, err

@@ -39,10 +39,6 @@ func writeIndex(w io.Writer, check string, names dataset.Names, p *packedIndex) 
 	return bw.Close()
 }
 
-// sizingSamples is how many samples readIndex reads before it makes room
-// for the rest.
-const sizingSamples = 4096
-
 // readIndex reads an index file of size bytes from r into the index of
 // st's shards, if it is whole, of the shards as st.check identifies them,
 // and every sample lies within its shard.
@@ -67,12 +63,11 @@ func readIndex(r io.Reader, size int64, st store) (*indexBuilder, error) {
 		left = br.Left() // the samples' bytes
 	)
 	for i := range n {
-		if i == sizingSamples {
+		if i == binfile.SizingRecords {
 			// The index's room for members and keys, by what the samples
-			// read so far hold a byte of the file: it then seldom grows
-			// by doubling, nor keeps much room it does not fill.
-			scale := float64(left) / float64(max(left-br.Left(), 1))
-			b.grow(int(float64(len(b.p.members))*scale)-len(b.p.members), int(float64(b.names.Size())*scale)-b.names.Size())
+			// read so far hold: it then seldom grows by doubling, nor
+			// keeps much room it does not fill.
+			b.grow(br.Estimate(len(b.p.members), left)-len(b.p.members), br.Estimate(b.names.Size(), left)-b.names.Size())
 		}
 		key = append(key[:0], br.Bytes(math.MaxUint16)...)
 		shard, start := int(br.Uvarint(math.MaxInt32)), br.Int()

@@ -107,6 +107,19 @@ func (r *Reader) Err() error { return r.err }
 // from it is bounded by what that many bytes could hold.
 func (r *Reader) Left() int64 { return max(0, r.size-r.n) }
 
+// SizingRecords is how many records a reader of a file of many reads
+// before it makes room for the rest (Estimate).
+const SizingRecords = 4096
+
+// Estimate is how much of something counted n in the bytes read since
+// Left was from comes to over all those from bytes, as if the rest held
+// as much a byte: the room a reader of like records makes for the rest,
+// so that its memory does not grow by doubling. It is at most n times
+// from.
+func (r *Reader) Estimate(n int, from int64) int {
+	return int(float64(n) * float64(from) / float64(max(from-r.Left(), 1)))
+}
+
 // Uvarint reads a uvarint of at most max.
 func (r *Reader) Uvarint(max uint64) uint64 {
 	if r.err != nil {

@@ -112,3 +112,32 @@ func TestBounds(t *testing.T) {
 		t.Fatal("reads after an error gave values, or Close no error")
 	}
 }
+
+// Estimate scales what was read to the bytes left when it began: a
+// quarter read says four times as much; nothing read yet, at most n times
+// the bytes.
+func TestEstimate(t *testing.T) {
+	var b bytes.Buffer
+	w := NewWriter(&b, magic)
+	for range 100 {
+		w.String("0123456789") // 11 bytes a record
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()), magic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := r.Left()
+	if got := r.Estimate(3, from); got != 3*int(from) {
+		t.Fatalf("nothing read: Estimate(3) = %d, want %d", got, 3*from)
+	}
+	for range 25 {
+		r.Bytes(10)
+	}
+	// 25 records of 11 bytes read: 25 over 275 of the bytes.
+	if got, want := r.Estimate(25, from), 25*int(from)/275; got != want {
+		t.Fatalf("a quarter read: Estimate(25) = %d, want %d", got, want)
+	}
+}
