@@ -745,9 +745,9 @@ func spanEnd(start int64, ms []member) int64 {
 // join the index, packed as the index is: the keys as a manifest's names
 // are, each sample's start and first member, and the members in one
 // array, their extensions each kept once. A shard of many small samples
-// thus costs its keys' bytes, 16 bytes a sample, 16 a member and 8 to 16 a
-// key in the set that finds a key seen again, not a struct, a string, a
-// slice and a map entry a sample.
+// thus costs its keys' bytes, 16 bytes a sample and 16 a member (and,
+// while it is read, 8 to 16 a key in the set that finds a key seen
+// again), not a struct, a string, a slice and a map entry a sample.
 type shardSamples struct {
 	name    string // the shard's, for errors
 	keys    dataset.NamesBuilder
@@ -755,7 +755,7 @@ type shardSamples struct {
 	first   []uint32       // sample i's members are members[first[i]:first[i+1]], the last's to the end
 	members []packedMember // ext in exts, off from their sample's start
 	exts    extTable
-	seen    keySet // the keys, by their places in keys
+	seen    keySet // the keys, by their places in keys, while the shard is read
 }
 
 func (s *shardSamples) len() int { return len(s.start) }
@@ -872,6 +872,7 @@ func indexShard(ctx context.Context, st store, si int, shardName string) (*shard
 		key = append(append(key[:0], name[:len(name)-len(base)]...), stem...)
 		return samples.add(key, ext, off, size)
 	})
+	samples.seen = keySet{} // read: no key is added after
 	if err != nil && !errors.Is(err, ErrLayout) {
 		err = fmt.Errorf("shards: %s: %w", shardName, err)
 	}
