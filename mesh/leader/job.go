@@ -15,6 +15,7 @@ package leader
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -132,7 +133,8 @@ type Config struct {
 	Hold func(epoch int) time.Duration
 	// After calls fn once d has passed, on a goroutine the caller owns; it
 	// may drop fn if the node closes first. It must not block: a Job calls
-	// it with its lock held.
+	// it with its lock held. A Job also draws its orders ahead through it
+	// (d 0), off the path of the done that made one due.
 	After func(d time.Duration, fn func())
 	// Logger receives the timers' publications, the switch to orders
 	// ahead and errors; the Job names its dataset, not its job (the
@@ -167,8 +169,9 @@ const (
 type Job struct {
 	cfg Config
 
-	// mu guards every field below; it is held while an order is drawn
-	// and handed to Config.Publish, so that no epoch is published twice.
+	// mu guards every field below; it is held while an order is handed
+	// to Config.Publish, so that no epoch is published twice, and while
+	// it is drawn, except for an order drawn ahead (drawing).
 	mu     sync.Mutex
 	gen    uint64
 	world  int          // 0 until a rank joins
@@ -182,10 +185,14 @@ type Job struct {
 	ahead int
 	// drawn is when the newest order's drawing began, and took how long
 	// it took the leader to draw and hand it over (for Config.AheadAt).
-	drawn    time.Time
-	took     time.Duration
-	slow     int // epochs in a row whose ranks waited too long (Config.AheadAt)
-	sampler  *sampling.Sampler
+	drawn   time.Time
+	took    time.Duration
+	slow    int // epochs in a row whose ranks waited too long (Config.AheadAt)
+	sampler *sampling.Sampler
+	// drawing is the order drawn ahead now, without the lock
+	// (drawAheadLocked); nil for none. Nothing else draws meanwhile: the
+	// sampler is the draw's.
+	drawing  *draft
 	waiting  bool // the join wait of epoch 0 is armed
 	deadline bool // the deadline of the epoch being trained is armed (or none is set)
 	retired  bool // no longer the dataset's job: timers publish nothing
@@ -248,12 +255,14 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 	return false, nil
 }
 
-// publishFirstLocked publishes epoch 0 and, with Ahead, epoch 1 after it.
+// publishFirstLocked publishes epoch 0 and, with Ahead, draws epoch 1
+// after it, ahead (drawAheadLocked): the ranks need not wait for both.
 func (j *Job) publishFirstLocked() error {
-	for e := 0; e <= j.ahead; e++ {
-		if err := j.publishLocked(e); err != nil {
-			return err
-		}
+	if err := j.publishLocked(0); err != nil {
+		return err
+	}
+	if j.ahead > 0 {
+		j.drawAheadLocked()
 	}
 	return nil
 }
@@ -315,20 +324,33 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 	if err := j.publishDueLocked(false); err != nil {
 		return err
 	}
+	j.armDeadlineLocked()
+	return nil
+}
+
+// armDeadlineLocked arms the deadline of the epoch being trained once a
+// rank finished it, unless it is armed already or none is set.
+func (j *Job) armDeadlineLocked() {
 	if d := j.cfg.EpochDeadline; d > 0 && !j.deadline && len(j.done) > 0 {
 		j.deadline = true
 		training := j.training()
 		j.cfg.After(d, func() { j.deadlinePassed(training) })
 	}
-	return nil
 }
 
 // publishDueLocked publishes the next epoch while every rank finished
 // the one before it, unless Config.Hold holds it; with now, the first
-// due epoch is published without asking.
+// due epoch is published without asking. Where the orders run ahead, the
+// ranks hold the due epoch's order already, and the one after it is
+// drawn off this path (drawAheadLocked); it publishes nothing while such
+// a draw runs, which goes on from where it left off.
 func (j *Job) publishDueLocked(now bool) error {
-	for len(j.done) == j.world && (now || !j.holdLocked()) {
+	for len(j.done) == j.world && j.drawing == nil && (now || !j.holdLocked()) {
 		now = false
+		if j.ahead > 0 {
+			j.drawAheadLocked()
+			return nil
+		}
 		ahead := j.aheadDueLocked()
 		if err := j.publishLocked(j.latest + 1); err != nil {
 			return err
@@ -338,12 +360,61 @@ func (j *Job) publishDueLocked(now bool) error {
 			// published, which was drawn as before; the next is drawn
 			// now, ahead, and from here on each order an epoch early.
 			j.ahead = 1
-			if err := j.publishLocked(j.latest + 1); err != nil {
-				return err
-			}
+			j.drawAheadLocked()
+			return nil
 		}
 	}
 	return nil
+}
+
+// draft is an order being drawn ahead: the job's generation and the
+// epoch.
+type draft struct {
+	gen   uint64
+	epoch int
+}
+
+// drawAheadLocked draws the order of epoch latest+1, which the ranks
+// begin an epoch from now, on a goroutine of Config.After and without the
+// lock: the done that made it due is answered at once, and the ranks'
+// dones and the nodes' calls of the epoch being trained do not wait for
+// the draw. The order is published once drawn, unless the job was reset
+// or retired meanwhile; the dones that came in the while then count as
+// they would have. A draw that fails is logged, and tried again at the
+// next done (the nodes repeat theirs).
+func (j *Job) drawAheadLocked() {
+	if j.drawing != nil {
+		return
+	}
+	dr := &draft{gen: j.gen, epoch: j.latest + 1}
+	j.drawing = dr
+	// The nodes' bitmaps are replaced, never changed: the draw reads
+	// them as they are now. This node's own (Config.Resident) is read
+	// with the draw, off the lock: it waits for the node's cache policy,
+	// which may be taking in the order published just before.
+	sampler, ranks, where, others := j.sampler, slices.Clone(j.ranks), j.placementLocked(), maps.Clone(j.resident)
+	j.cfg.After(0, func() {
+		start := j.cfg.Now()
+		d, err := Draw(sampler, j.cfg.Scores, dr.epoch, ranks, where, j.residentOf(others, sampler.Len()))
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.drawing != dr {
+			return // a reset let it go
+		}
+		j.drawing = nil
+		if j.retired {
+			return
+		}
+		if err != nil {
+			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Int("epoch", dr.epoch).Msg("drawing an order ahead")
+			return
+		}
+		j.installLocked(dr.epoch, start, d)
+		j.armDeadlineLocked()
+		if err := j.publishDueLocked(false); err != nil {
+			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing the next order")
+		}
+	})
 }
 
 // aheadDueLocked reports whether the job's orders are to run ahead from
@@ -454,8 +525,8 @@ func (j *Job) NoteResident(gen uint64, node string, bits []byte) error {
 func (j *Job) deadlinePassed(epoch int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.retired || j.training() != epoch {
-		return
+	if j.retired || j.training() != epoch || j.drawing != nil {
+		return // a draw ahead under way publishes the next epoch
 	}
 	j.cfg.Logger.Warn().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Ints("pending", j.pendingLocked()).
 		Msg("epoch deadline passed: publishing the next order without the pending ranks")
@@ -500,6 +571,7 @@ func (j *Job) resetLocked(end bool) {
 	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline = false, false
+	j.drawing = nil // a draw ahead under way is let go
 	j.unholdLocked()
 	j.resident = make(map[string][]byte)
 	// A new generation (a new world, maybe) decides afresh whether its
@@ -581,15 +653,26 @@ func (j *Job) missingLocked() []int {
 // it to Config.Publish.
 func (j *Job) publishLocked(epoch int) error {
 	start := j.cfg.Now()
-	var where *sampling.Placement
-	if j.cfg.Placement != nil {
-		p := j.cfg.Placement()
-		where = &p
-	}
-	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, where, j.residentLocked())
+	d, err := Draw(j.sampler, j.cfg.Scores, epoch, j.ranks, j.placementLocked(), j.residentOf(j.resident, j.sampler.Len()))
 	if err != nil {
 		return fmt.Errorf("%w (epoch %d of %s)", err, epoch, j.cfg.Dataset)
 	}
+	j.installLocked(epoch, start, d)
+	return nil
+}
+
+// placementLocked is Config.Placement's now, nil where it is unset.
+func (j *Job) placementLocked() *sampling.Placement {
+	if j.cfg.Placement == nil {
+		return nil
+	}
+	p := j.cfg.Placement()
+	return &p
+}
+
+// installLocked makes d, epoch's order drawn from start on, the newest and
+// hands it to Config.Publish.
+func (j *Job) installLocked(epoch int, start time.Time, d Drawn) {
 	pub := &wire.PublishMsg{
 		Dataset: j.cfg.Dataset, Job: j.cfg.Job, Version: j.cfg.Version, Gen: j.gen, Epoch: epoch, Term: j.cfg.Term(), Ahead: j.ahead,
 		World: j.world, Slices: wire.PackSlices(d.Slices), Weights: wire.PackWeights(d.Weights), Sampler: d.State, Ranks: append([]string(nil), j.ranks...),
@@ -601,25 +684,25 @@ func (j *Job) publishLocked(epoch int) error {
 	j.unholdLocked()
 	j.cfg.Publish(pub, scored)
 	j.drawn, j.took = start, j.cfg.Now().Sub(start)
-	return nil
 }
 
-// residentLocked is the union of what Config.Resident gives and the
-// samples cached on the others nodes when their ranks last finished an
-// epoch; nil when no node said and Config.Resident is unset.
-func (j *Job) residentLocked() []uint64 {
+// residentOf is the union of what Config.Resident gives and the samples
+// cached on the other nodes (others: their bitmaps, bit i%8 of byte i/8,
+// when their ranks last finished an epoch), for a dataset of n samples;
+// nil when no node said and Config.Resident is unset.
+func (j *Job) residentOf(others map[string][]byte, n int) []uint64 {
 	var bits []uint64
 	if j.cfg.Resident != nil {
 		bits = j.cfg.Resident()
 	}
-	if len(j.resident) == 0 {
+	if len(others) == 0 {
 		return bits
 	}
-	words := (j.sampler.Len() + 63) / 64
+	words := (n + 63) / 64
 	if len(bits) < words {
 		bits = append(bits, make([]uint64, words-len(bits))...)
 	}
-	for _, b := range j.resident {
+	for _, b := range others {
 		for i, v := range b {
 			bits[i/8] |= uint64(v) << (8 * (i % 8))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,6 +72,23 @@ func (h *harness) fire(t *testing.T, want ...time.Duration) {
 	}
 	for _, tm := range armed {
 		tm.fn()
+	}
+}
+
+// drawAhead runs the draws of orders ahead armed so far (the timers of
+// 0), the oldest first, and the draws they arm in turn; the other timers
+// stay armed. It reports how many it ran.
+func (h *harness) drawAhead() int {
+	n := 0
+	for {
+		i := slices.IndexFunc(h.timers, func(tm timer) bool { return tm.d == 0 })
+		if i < 0 {
+			return n
+		}
+		fn := h.timers[i].fn
+		h.timers = slices.Delete(h.timers, i, i+1)
+		fn()
+		n++
 	}
 }
 
@@ -470,6 +488,10 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Epoch 0 comes with the joins, epoch 1 from a draw ahead.
+	if got := h.epochs(); !slices.Equal(got, []int{0}) || h.drawAhead() != 1 {
+		t.Fatalf("with the joins, published %v; want epoch 0, and epoch 1 drawn ahead", got)
+	}
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1}) || h.last(t).Ahead != 1 {
 		t.Fatalf("after the joins, published %v (ahead %d); want 0 and 1", got, h.last(t).Ahead)
 	}
@@ -502,8 +524,102 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 	if err := h.job.Done(0, 1, 1, "b", nil); err != nil {
 		t.Fatal(err)
 	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || h.drawAhead() != 1 {
+		t.Fatalf("once both finished epoch 1, published %v; want epoch 3 drawn ahead, off the done", got)
+	}
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
 		t.Fatalf("once both finished epoch 1, published %v", got)
+	}
+}
+
+// gated is identity's table, whose draws, once the test sets release,
+// say so on entered and wait until release is closed.
+type gated struct {
+	identity
+	entered, release chan struct{}
+}
+
+func (g *gated) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	if g.release != nil {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.identity.Draw(s, epoch, resident)
+}
+
+// TestDrawAheadOffTheLock: an order drawn ahead is drawn off the done
+// that made it due and off the job's lock: while it is drawn, a rank's
+// done of the next epoch and the job's status are answered, and that done
+// counts once the order is published. A reset lets a draw under way go:
+// its order is never published.
+func TestDrawAheadOffTheLock(t *testing.T) {
+	h := &harness{}
+	g := &gated{identity: 8}
+	cfg := h.config()
+	cfg.Ahead, cfg.Scores, cfg.EpochDeadline = 1, g, 0
+	published := make(chan int, 8)
+	cfg.Publish = func(p *wire.PublishMsg, _ int) {
+		h.pubs = append(h.pubs, p)
+		published <- p.Epoch
+	}
+	h.job = New(cfg)
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.drawAhead()
+	if a, b := <-published, <-published; a != 0 || b != 1 {
+		t.Fatalf("published epochs %d and %d first; want 0 and 1", a, b)
+	}
+	// draw finishes the epoch with rank, which makes an order due, and
+	// runs its draw as Config.After would, on a goroutine of its own.
+	var wg sync.WaitGroup
+	draw := func(epoch, rank int, node string) {
+		t.Helper()
+		g.entered, g.release = make(chan struct{}), make(chan struct{})
+		if err := h.job.Done(0, epoch, rank, node, nil); err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(h.timers, func(tm timer) bool { return tm.d == 0 })
+		if i < 0 {
+			t.Fatalf("no draw ahead after the dones of epoch %d", epoch)
+		}
+		fn := h.timers[i].fn
+		h.timers = slices.Delete(h.timers, i, i+1)
+		wg.Go(fn)
+		<-g.entered
+	}
+
+	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	draw(0, 1, "b") // epoch 2 due
+	// While it is drawn: rank 0 finishes epoch 1, the status is read.
+	if err := h.job.Done(0, 1, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.job.Status(); st.Latest != 1 || st.Training != 0 {
+		t.Fatalf("status while epoch 2 is drawn: %+v", st)
+	}
+	close(g.release)
+	wg.Wait()
+	if e := <-published; e != 2 {
+		t.Fatalf("published epoch %d; want 2", e)
+	}
+	if st := h.job.Status(); st.Latest != 2 || st.Training != 1 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("status once epoch 2 is published: %+v; want epoch 1 trained, rank 0's done of it counted", st)
+	}
+
+	draw(1, 1, "b") // epoch 3 due
+	h.job.Reset()
+	close(g.release)
+	wg.Wait()
+	if e := <-published; e != -1 || len(published) != 0 {
+		t.Fatalf("published epoch %d (and %d more) with a reset during the draw of epoch 3; want the reset's alone", e, len(published))
+	}
+	if st := h.job.Status(); st.Latest != -1 || st.World != 0 {
+		t.Fatalf("status after the reset: %+v", st)
 	}
 }
 
@@ -545,6 +661,7 @@ func rebuildAhead(t *testing.T, ahead int) {
 	if err := j.Done(0, 2, 1, "b", nil); err != nil {
 		t.Fatal(err)
 	}
+	h.drawAhead()
 	// Epoch 4 for epoch 2's dones; rank 0 had finished epoch 3, rank 1 not.
 	if got := h.epochs(); !slices.Equal(got, []int{4}) || h.last(t).Ahead != 1 {
 		t.Fatalf("published %v (the last %d ahead), want epoch 4 ahead", got, h.last(t).Ahead)
@@ -696,9 +813,11 @@ func TestOrdersAheadAreNotHeld(t *testing.T) {
 	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil {
 		t.Fatal(err)
 	}
+	h.drawAhead()
 	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
 		t.Fatal(err)
 	}
+	h.drawAhead()
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || asked != 0 || len(h.timers) != 0 {
 		t.Fatalf("published %v, Hold asked %d times, %d timers; want epochs 0-2 without asking", got, asked, len(h.timers))
 	}
@@ -730,6 +849,7 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		h.drawAhead()
 	}
 	took = MinAheadDraw - time.Millisecond // under the floor: never ahead, however short the epoch
 	for r, node := range []string{"a", "b"} {
