@@ -74,6 +74,11 @@ type OrderAware struct {
 	// its place in the heap.
 	next   []int32
 	cursor cursors
+	// fresh is the first place of the newest order appended
+	// (AppendEpoch); the places before it are what was left of the
+	// orders before, whose epochs were over when it came. 0 after
+	// BeginEpoch and a merge beside other jobs.
+	fresh int32
 
 	transient func(ID) bool // Options.Transient, never nil
 }
@@ -157,15 +162,21 @@ func (o *OrderAware) Name() string { return "order" }
 // resident by its first place in the new one.
 func (o *OrderAware) BeginEpoch(epoch int, reads []ID) {
 	o.epoch = epoch
-	o.install(reads)
+	o.install(reads, 0)
 }
 
 // AppendEpoch implements Lookahead: the reads of the current order not yet
 // consumed, in their order, then reads; every resident is re-keyed by its
-// first place in that.
+// first place in that. Where the current order was itself appended to
+// one before, what was left of that one is dropped: an order is appended
+// when it is published ahead, once the epoch before the current one is
+// over, and reads of an epoch over will not come (reads a rank skipped,
+// or served without this node). Kept, they would pile up epoch after
+// epoch, and keep their samples cached for nothing.
 func (o *OrderAware) AppendEpoch(epoch int, reads []ID) {
 	o.epoch = epoch
-	o.install(append(o.unconsumed(len(reads)), reads...))
+	left := o.unconsumed(o.fresh, len(reads))
+	o.install(append(left, reads...), len(left))
 }
 
 // MergeEpoch implements Lookahead: the reads of the current order not yet
@@ -182,7 +193,7 @@ func (o *OrderAware) MergeEpoch(epoch int, reads []ID, start, others int) {
 		return
 	}
 	o.epoch = epoch
-	o.install(interleave(o.unconsumed(0), reads, start, others))
+	o.install(interleave(o.unconsumed(0, 0), reads, start, others), 0)
 }
 
 // interleave returns left and reads merged by step: left[k] at step
@@ -210,9 +221,9 @@ func interleave(left, reads []ID, start, others int) []ID {
 	return append(out, left[j:]...)
 }
 
-// unconsumed returns the ids of the current order's places not yet
-// consumed, in their order, with room for extra more.
-func (o *OrderAware) unconsumed(extra int) []ID {
+// unconsumed returns the ids of the current order's places from place
+// from on not yet consumed, in their order, with room for extra more.
+func (o *OrderAware) unconsumed(from int32, extra int) []ID {
 	type place struct {
 		at int32
 		id ID
@@ -220,7 +231,9 @@ func (o *OrderAware) unconsumed(extra int) []ID {
 	var left []place
 	chain := func(id ID, p int32) {
 		for ; p >= 0; p = o.next[p] {
-			left = append(left, place{p, id})
+			if p >= from {
+				left = append(left, place{p, id})
+			}
 		}
 	}
 	o.cursor.each(func(id ID, p plusOne) { chain(id, int32(p.index())) })
@@ -237,12 +250,13 @@ func (o *OrderAware) unconsumed(extra int) []ID {
 	return ids
 }
 
-// install makes reads the order and re-keys every resident by its first
-// place in it.
-func (o *OrderAware) install(reads []ID) {
+// install makes reads the order, whose newest order appended begins at
+// place fresh, and re-keys every resident by its first place in it.
+func (o *OrderAware) install(reads []ID, fresh int) {
 	if len(reads) > math.MaxInt32 {
 		reads = reads[:math.MaxInt32]
 	}
+	o.fresh = int32(min(fresh, len(reads)))
 	o.cursor.reset()
 	if cap(o.next) < len(reads) {
 		o.next = make([]int32, len(reads))

@@ -245,6 +245,35 @@ func TestOrderAwareAppendEpoch(t *testing.T) {
 	}
 }
 
+// TestOrderAwareAppendDropsOrdersOver: an order appended to one that was
+// itself appended drops what was left of the order before that one (its
+// epoch is over), and keeps the rest of the current one.
+func TestOrderAwareAppendDropsOrdersOver(t *testing.T) {
+	o := NewOrderAware(Options{})
+	room := &recRoom{Budget: NewBudget(10)}
+	o.BeginEpoch(0, []ID{1, 7, 2, 7})
+	miss(o, 1, 1, room)
+	miss(o, 7, 1, room) // place 1, next 3
+	o.AppendEpoch(1, []ID{4, 5})
+	// Epoch 0's 2 and 7 are left, then epoch 1's reads: 2 7 | 4 5.
+	if got, want := o.unconsumed(0, 0), []ID{2, 7, 4, 5}; !slices.Equal(got, want) || nextOf(t, o, 7) != 1 {
+		t.Fatalf("after the first append: order %v, 7 next %d; want %v, 1", got, nextOf(t, o, 7), want)
+	}
+	o.Hit(4)
+	// Epoch 0 is over: its 2 and 7 will not be read. Epoch 1's 5 will.
+	o.AppendEpoch(2, []ID{6, 7})
+	if got, want := o.unconsumed(0, 0), []ID{5, 6, 7}; !slices.Equal(got, want) || nextOf(t, o, 7) != 2 {
+		t.Fatalf("after the second append: order %v, 7 next %d; want %v, 2", got, nextOf(t, o, 7), want)
+	}
+	// A merge beside other jobs keeps all that is left, and so does the
+	// append after it.
+	o.MergeEpoch(3, []ID{8}, 0, 1)
+	o.AppendEpoch(4, []ID{9})
+	if got, want := o.unconsumed(0, 0), []ID{5, 8, 6, 7, 9}; !slices.Equal(got, want) {
+		t.Fatalf("after a merge and an append: order %v, want %v", got, want)
+	}
+}
+
 // TestOrderAwareBeforeAnyOrderIsAPP: without an order every next read is
 // never, and OrderAware decides exactly as APP.
 func TestOrderAwareBeforeAnyOrderIsAPP(t *testing.T) {
@@ -455,7 +484,7 @@ func TestOrderAwareMergeEpoch(t *testing.T) {
 			reads := slices.Clone(c.reads)
 			o.MergeEpoch(1, reads, c.start, c.others)
 			clear(reads) // the caller's slice is its own again
-			if got := o.unconsumed(0); !slices.Equal(got, c.want) {
+			if got := o.unconsumed(0, 0); !slices.Equal(got, c.want) {
 				t.Errorf("order %s, want %s", letters(got), letters(c.want))
 			}
 			if o.Epoch() != 1 {
@@ -495,7 +524,7 @@ func TestOrderAwareMergeEvicts(t *testing.T) {
 			miss(o, y, 1, room)
 			miss(o, a, 1, room)
 			o.MergeEpoch(1, []ID{y}, c.start, c.others)
-			if got := o.unconsumed(0); !slices.Equal(got, c.order) {
+			if got := o.unconsumed(0, 0); !slices.Equal(got, c.order) {
 				t.Fatalf("order %s, want %s", letters(got), letters(c.order))
 			}
 			if ok := miss(o, n, 1, room); ok != c.admitted || !slices.Equal(room.evicted, c.evicted) {
@@ -549,7 +578,7 @@ func TestOrderAwareMergeWithoutOthers(t *testing.T) {
 						default:
 							o.BeginEpoch(1, next)
 						}
-						logs[k] = append(logs[k], fmt.Sprint(o.Epoch(), o.unconsumed(0)))
+						logs[k] = append(logs[k], fmt.Sprint(o.Epoch(), o.unconsumed(0, 0)))
 						for _, id := range after {
 							room.evicted = room.evicted[:0]
 							ok := miss(o, id, 1, room)
@@ -568,18 +597,21 @@ func TestOrderAwareMergeWithoutOthers(t *testing.T) {
 // merging is an OrderAware whose every order, with a quarter more reads of
 // random ids 0..299 that the trace may not make, is merged, with start and
 // others drawn at random, -1 to 3, into what is left of the one before. It
-// keeps that order the slow way (model) and checks the policy's against it
-// before and after each merge, and every resident's key after.
+// keeps that order the slow way (model, whose first fresh places are what
+// was left of the orders before the newest appended) and checks the
+// policy's against it before and after each merge, and every resident's
+// key after.
 type merging struct {
 	*OrderAware
 	t     *testing.T
 	rng   *rand.Rand
 	model []ID
+	fresh int
 }
 
 func (m *merging) BeginEpoch(epoch int, reads []ID) {
 	m.t.Helper()
-	if got := m.unconsumed(0); !slices.Equal(got, m.model) {
+	if got := m.unconsumed(0, 0); !slices.Equal(got, m.model) {
 		m.t.Fatalf("epoch %d: order %v, model %v", epoch, got, m.model)
 	}
 	reads = slices.Clone(reads)
@@ -588,8 +620,8 @@ func (m *merging) BeginEpoch(epoch int, reads []ID) {
 	}
 	start, others := m.rng.IntN(5)-1, m.rng.IntN(5)-1
 	m.MergeEpoch(epoch, reads, start, others)
-	m.model = mergeBySort(m.model, reads, start, others)
-	if got := m.unconsumed(0); !slices.Equal(got, m.model) {
+	m.model, m.fresh = mergeBySort(m.model, m.fresh, reads, start, others)
+	if got := m.unconsumed(0, 0); !slices.Equal(got, m.model) {
 		m.t.Fatalf("epoch %d, start %d, others %d: order %v, model %v", epoch, start, others, got, m.model)
 	}
 	m.heap.each(func(id ID, k orderKey) {
@@ -606,6 +638,9 @@ func (m *merging) BeginEpoch(epoch int, reads []ID) {
 func (m *merging) consume(id ID) {
 	if i := slices.Index(m.model, id); i >= 0 {
 		m.model = slices.Delete(m.model, i, i+1)
+		if i < m.fresh {
+			m.fresh--
+		}
 	}
 }
 
@@ -619,15 +654,18 @@ func (m *merging) Miss(id ID, size int64, room Room) bool {
 	return m.OrderAware.Miss(id, size, room)
 }
 
-// mergeBySort is MergeEpoch's order by its definition: left's places and
-// reads sorted by step, stably, left first on equal steps.
-func mergeBySort(left, reads []ID, start, others int) []ID {
+// mergeBySort is MergeEpoch's order by its definition, and where the newest
+// order appended begins in it: left's places and reads sorted by step,
+// stably, left first on equal steps; without others, reads alone, or
+// appended to left's places from fresh on.
+func mergeBySort(left []ID, fresh int, reads []ID, start, others int) ([]ID, int) {
 	start, others = max(start, 0), max(others, 0)
 	if others == 0 {
 		if start == 0 {
-			left = nil
+			return slices.Clone(reads), 0
 		}
-		return append(slices.Clone(left), reads...)
+		left = left[fresh:]
+		return append(slices.Clone(left), reads...), len(left)
 	}
 	type stepped struct {
 		at   int // step times others
@@ -657,7 +695,7 @@ func mergeBySort(left, reads []ID, start, others int) []ID {
 	for i, s := range all {
 		out[i] = s.id
 	}
-	return out
+	return out, 0
 }
 
 // TestOrderAwareMergeInvariants replays random traces whose every order

@@ -130,7 +130,9 @@ type Lookahead interface {
 	// AppendEpoch installs the order of epoch, published while the
 	// current one is still being read: the current order's reads not yet
 	// taken by a Hit or Miss stay first, in their order, and reads follow
-	// them. reads belongs to the caller.
+	// them. Where the current order was appended too, the reads left of
+	// the order before it are dropped: that epoch is over. reads belongs
+	// to the caller.
 	AppendEpoch(epoch int, reads []ID)
 	// MergeEpoch installs the order of epoch of one job among several that
 	// read the cache side by side. The current order's reads not yet taken
