@@ -231,6 +231,44 @@ func TestSamplerRoundTripContinues(t *testing.T) {
 	}
 }
 
+// TestSamplerClone: a clone draws the orders the sampler would, and its
+// draws leave the sampler as it was.
+func TestSamplerClone(t *testing.T) {
+	const n = 700
+	cfg := DefaultConfig()
+	cfg.Seed = 11
+	cfg.CoverageEpochs = 3
+	tb := skewedTable(n)
+	a := NewSampler(n, cfg)
+	for e := range 4 {
+		if _, err := a.Order(e, tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := slices.Clone(a.last)
+	c := a.Clone()
+	var ahead [][]uint32
+	for e := 4; e < 7; e++ {
+		o, err := c.Order(e, tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ahead = append(ahead, o)
+	}
+	if a.Next() != 4 || !slices.Equal(a.last, before) {
+		t.Fatalf("the clone's draws moved the sampler: next %d", a.Next())
+	}
+	for e := 4; e < 7; e++ {
+		o, err := a.Order(e, tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(o, ahead[e-4]) {
+			t.Fatalf("epoch %d: the clone's order differs from the sampler's", e)
+		}
+	}
+}
+
 func TestSamplerUnmarshalRefusesCorrupt(t *testing.T) {
 	cfg := DefaultConfig()
 	s := NewSampler(50, cfg)

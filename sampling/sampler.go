@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -196,6 +197,13 @@ func NewSampler(n int, cfg Config) *Sampler {
 		s.last[i] = -1
 	}
 	return s
+}
+
+// Clone returns a sampler in the same state, configuration and coverage,
+// that shares nothing with s: the two draw the same orders from the same
+// tables, and a draw by one leaves the other as it was.
+func (s *Sampler) Clone() *Sampler {
+	return &Sampler{cfg: s.cfg, cfgErr: s.cfgErr, n: s.n, next: s.next, last: slices.Clone(s.last), procs: s.procs}
 }
 
 // Config is the sampler's configuration with defaults filled in.
