@@ -349,10 +349,13 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	// shade-peer draws orders ahead by itself once the order takes the
 	// leader more than --order-ahead-at of the time from its drawing to
 	// the epoch's end, and leader.MinAheadDraw or more, two epochs running.
+	// Epochs 0..AheadAfter-1 count; epoch AheadAfter is drawn while
+	// AheadAfter-1 trains (a speculation), and each after it an epoch
+	// ahead: the ranks wait for the orders of epochs 0..AheadAfter-1.
 	share := pubTime.Seconds() / (pubTime.Seconds() + onLink + epoch)
 	verdict := "no"
 	if pubTime >= meshleader.MinAheadDraw && share > meshleader.DefaultAheadAt {
-		verdict = fmt.Sprintf("yes, from epoch %d", meshleader.AheadAfter+1) // epochs 0..AheadAfter-1 counted, AheadAfter drawn as before
+		verdict = fmt.Sprintf("yes, from epoch %d (the ranks wait for the orders of epochs 0-%d)", meshleader.AheadAfter, meshleader.AheadAfter-1)
 	}
 	fmt.Fprintf(tw, "  drawn ahead by default? the order's share of the ranks' time (over --order-ahead-at, and %v or more)\t%.2f\t%v\t%s\t\n",
 		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)

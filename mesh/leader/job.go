@@ -109,8 +109,11 @@ type Config struct {
 	// their time in AheadAfter epochs in a row: the order took the leader
 	// more than AheadAt of the time from the start of its drawing to the
 	// end of the epoch it was drawn for, and at least MinDraw.
-	// Drawing ahead then hides the draw behind the epoch before. 0 never
-	// does.
+	// Drawing ahead then hides the draw behind the epoch before. The
+	// order of the epoch whose due turns them ahead is drawn while the
+	// ranks train the epoch before it, as an order ahead would be, in
+	// case they turn (a speculation, let go if not): the ranks wait for
+	// the orders of the AheadAfter epochs before it alone. 0 never does.
 	AheadAt float64
 	// MinDraw is the shortest draw of an order that counts towards
 	// AheadAt; 0 means MinAheadDraw.
@@ -189,14 +192,15 @@ type Job struct {
 	took    time.Duration
 	slow    int // epochs in a row whose ranks waited too long (Config.AheadAt)
 	sampler *sampling.Sampler
-	// drawing is the order drawn ahead now, without the lock
-	// (drawAheadLocked); nil for none. Nothing else draws meanwhile: the
-	// sampler is the draw's.
-	drawing  *draft
-	waiting  bool // the join wait of epoch 0 is armed
-	deadline bool // the deadline of the epoch being trained is armed (or none is set)
-	retired  bool // no longer the dataset's job: timers publish nothing
-	held     bool // the publication of epoch latest+1 waits (Config.Hold)
+	// drawing is the order drawn now without the lock (drawOffLocked);
+	// nil for none. An order ahead has the sampler meanwhile: nothing
+	// else draws. spec is the speculation drawn last (speculateLocked),
+	// until an order is published.
+	drawing, spec *draft
+	waiting       bool // the join wait of epoch 0 is armed
+	deadline      bool // the deadline of the epoch being trained is armed (or none is set)
+	retired       bool // no longer the dataset's job: timers publish nothing
+	held          bool // the publication of epoch latest+1 waits (Config.Hold)
 	// holds counts the epochs held so far, heldFor the time they waited
 	// in all (a held epoch's from heldAt, once its hold ends).
 	holds   int
@@ -256,13 +260,13 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 }
 
 // publishFirstLocked publishes epoch 0 and, with Ahead, draws epoch 1
-// after it, ahead (drawAheadLocked): the ranks need not wait for both.
+// after it, ahead (drawOffLocked): the ranks need not wait for both.
 func (j *Job) publishFirstLocked() error {
 	if err := j.publishLocked(0); err != nil {
 		return err
 	}
 	if j.ahead > 0 {
-		j.drawAheadLocked()
+		j.drawOffLocked(false)
 	}
 	return nil
 }
@@ -342,79 +346,118 @@ func (j *Job) armDeadlineLocked() {
 // the one before it, unless Config.Hold holds it; with now, the first
 // due epoch is published without asking. Where the orders run ahead, the
 // ranks hold the due epoch's order already, and the one after it is
-// drawn off this path (drawAheadLocked); it publishes nothing while such
-// a draw runs, which goes on from where it left off.
+// drawn off this path (drawOffLocked). It publishes nothing while a draw
+// off the lock runs, which goes on from where it left off once drawn.
 func (j *Job) publishDueLocked(now bool) error {
 	for len(j.done) == j.world && j.drawing == nil && (now || !j.holdLocked()) {
 		now = false
 		if j.ahead > 0 {
-			j.drawAheadLocked()
+			j.drawOffLocked(false)
 			return nil
 		}
 		ahead := j.aheadDueLocked()
-		if err := j.publishLocked(j.latest + 1); err != nil {
+		if sp := j.spec; ahead && sp != nil && sp.gen == j.gen && sp.epoch == j.latest+1 {
+			// Drawn while the ranks trained the epoch they just
+			// finished, as an order ahead is: they need not wait.
+			j.sampler = sp.sampler
+			j.installLocked(sp.epoch, j.cfg.Now().Add(-sp.took), sp.d)
+		} else if err := j.publishLocked(j.latest + 1); err != nil {
 			return err
 		}
 		if ahead {
 			// Every rank finished the epoch before the one just
-			// published, which was drawn as before; the next is drawn
-			// now, ahead, and from here on each order an epoch early.
+			// published; the next is drawn now, ahead, and from here on
+			// each order an epoch early.
 			j.ahead = 1
-			j.drawAheadLocked()
+			j.drawOffLocked(false)
 			return nil
 		}
+		j.speculateLocked()
 	}
 	return nil
 }
 
-// draft is an order being drawn ahead: the job's generation and the
-// epoch.
+// draft is an order drawn off the lock (drawOffLocked): the job's
+// generation, the epoch, the sampler it is drawn with, whether it is a
+// speculation (speculateLocked) and, once drawn, the speculation's order
+// and how long its draw took.
 type draft struct {
-	gen   uint64
-	epoch int
+	gen     uint64
+	epoch   int
+	sampler *sampling.Sampler
+	spec    bool
+	d       Drawn
+	took    time.Duration
 }
 
-// drawAheadLocked draws the order of epoch latest+1, which the ranks
-// begin an epoch from now, on a goroutine of Config.After and without the
-// lock: the done that made it due is answered at once, and the ranks'
-// dones and the nodes' calls of the epoch being trained do not wait for
-// the draw. The order is published once drawn, unless the job was reset
-// or retired meanwhile; the dones that came in the while then count as
-// they would have. A draw that fails is logged, and tried again at the
-// next done (the nodes repeat theirs).
-func (j *Job) drawAheadLocked() {
+// drawOffLocked draws the order of epoch latest+1 on a goroutine of
+// Config.After and without the lock: the done that made it due is
+// answered at once, and the ranks' dones and the nodes' calls do not
+// wait for the draw. An order ahead, which the ranks begin an epoch from
+// now, is published once drawn, unless the job was reset or retired
+// meanwhile; the dones that came in the while then count as they would
+// have. A speculation (spec) is drawn with a copy of the sampler and
+// kept for the next due epoch. A draw that fails is logged; an order
+// ahead is tried again at the next done (the nodes repeat theirs), a
+// speculation's epoch is drawn when due.
+func (j *Job) drawOffLocked(spec bool) {
 	if j.drawing != nil {
 		return
 	}
-	dr := &draft{gen: j.gen, epoch: j.latest + 1}
+	dr := &draft{gen: j.gen, epoch: j.latest + 1, sampler: j.sampler, spec: spec}
+	if spec {
+		dr.sampler = j.sampler.Clone()
+	}
 	j.drawing = dr
 	// The nodes' bitmaps are replaced, never changed: the draw reads
 	// them as they are now. This node's own (Config.Resident) is read
 	// with the draw, off the lock: it waits for the node's cache policy,
 	// which may be taking in the order published just before.
-	sampler, ranks, where, others := j.sampler, slices.Clone(j.ranks), j.placementLocked(), maps.Clone(j.resident)
+	ranks, where, others := slices.Clone(j.ranks), j.placementLocked(), maps.Clone(j.resident)
 	j.cfg.After(0, func() {
 		start := j.cfg.Now()
-		d, err := Draw(sampler, j.cfg.Scores, dr.epoch, ranks, where, j.residentOf(others, sampler.Len()))
+		d, err := Draw(dr.sampler, j.cfg.Scores, dr.epoch, ranks, where, j.residentOf(others, dr.sampler.Len()))
+		took := j.cfg.Now().Sub(start)
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		if j.drawing != dr {
-			return // a reset let it go
+			return // a reset or a publication let it go
 		}
 		j.drawing = nil
 		if j.retired {
 			return
 		}
-		if err != nil {
-			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Int("epoch", dr.epoch).Msg("drawing an order ahead")
-			return
+		switch {
+		case err != nil:
+			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Int("epoch", dr.epoch).Bool("speculation", spec).
+				Msg("drawing an order off the lock")
+			if !spec {
+				return
+			}
+		case spec:
+			dr.d, dr.took = d, took
+			j.spec = dr
+		default:
+			j.installLocked(dr.epoch, start, d)
+			j.armDeadlineLocked()
 		}
-		j.installLocked(dr.epoch, start, d)
-		j.armDeadlineLocked()
 		if err := j.publishDueLocked(false); err != nil {
 			j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing the next order")
 		}
 	})
+}
+
+// speculateLocked draws the order after the newest, off the lock, where
+// the end of the newest's epoch may turn the orders ahead: the ranks
+// waited too long for the orders of the AheadAfter-1 epochs before, and
+// the newest took MinDraw or more. If they do turn, the ranks need not
+// wait for that order either: it is drawn already, as an order ahead
+// would be, from the scores up to the epoch before. If they do not, it
+// is let go, and the sampler goes on as if it had never been drawn.
+func (j *Job) speculateLocked() {
+	if j.ahead == 0 && j.cfg.AheadAt > 0 && j.slow == AheadAfter-1 && j.took >= j.cfg.MinDraw {
+		j.drawOffLocked(true)
+	}
 }
 
 // aheadDueLocked reports whether the job's orders are to run ahead from
@@ -525,9 +568,10 @@ func (j *Job) NoteResident(gen uint64, node string, bits []byte) error {
 func (j *Job) deadlinePassed(epoch int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.retired || j.training() != epoch || j.drawing != nil {
+	if j.retired || j.training() != epoch || j.drawing != nil && !j.drawing.spec {
 		return // a draw ahead under way publishes the next epoch
 	}
+	j.drawing = nil // a speculation under way is let go
 	j.cfg.Logger.Warn().Str("dataset", j.cfg.Dataset).Int("epoch", epoch).Ints("pending", j.pendingLocked()).
 		Msg("epoch deadline passed: publishing the next order without the pending ranks")
 	if err := j.publishLocked(j.latest + 1); err != nil {
@@ -571,7 +615,7 @@ func (j *Job) resetLocked(end bool) {
 	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline = false, false
-	j.drawing = nil // a draw ahead under way is let go
+	j.drawing, j.spec = nil, nil // a draw under way is let go
 	j.unholdLocked()
 	j.resident = make(map[string][]byte)
 	// A new generation (a new world, maybe) decides afresh whether its
@@ -684,6 +728,7 @@ func (j *Job) installLocked(epoch int, start time.Time, d Drawn) {
 	j.unholdLocked()
 	j.cfg.Publish(pub, scored)
 	j.drawn, j.took = start, j.cfg.Now().Sub(start)
+	j.spec = nil // drawn for this epoch or an older one
 }
 
 // residentOf is the union of what Config.Resident gives and the samples

@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -75,10 +76,10 @@ func (h *harness) fire(t *testing.T, want ...time.Duration) {
 	}
 }
 
-// drawAhead runs the draws of orders ahead armed so far (the timers of
-// 0), the oldest first, and the draws they arm in turn; the other timers
-// stay armed. It reports how many it ran.
-func (h *harness) drawAhead() int {
+// drawOff runs the draws off the lock armed so far (orders ahead and
+// speculations: the timers of 0), the oldest first, and the draws they
+// arm in turn; the other timers stay armed. It reports how many it ran.
+func (h *harness) drawOff() int {
 	n := 0
 	for {
 		i := slices.IndexFunc(h.timers, func(tm timer) bool { return tm.d == 0 })
@@ -466,9 +467,12 @@ func TestCheck(t *testing.T) {
 }
 
 // epochs lists the epochs of the orders published so far.
-func (h *harness) epochs() []int {
+func (h *harness) epochs() []int { return epochsOf(h.pubs) }
+
+// epochsOf lists the epochs of orders.
+func epochsOf(pubs []*wire.PublishMsg) []int {
 	var out []int
-	for _, p := range h.pubs {
+	for _, p := range pubs {
 		out = append(out, p.Epoch)
 	}
 	return out
@@ -489,7 +493,7 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 		}
 	}
 	// Epoch 0 comes with the joins, epoch 1 from a draw ahead.
-	if got := h.epochs(); !slices.Equal(got, []int{0}) || h.drawAhead() != 1 {
+	if got := h.epochs(); !slices.Equal(got, []int{0}) || h.drawOff() != 1 {
 		t.Fatalf("with the joins, published %v; want epoch 0, and epoch 1 drawn ahead", got)
 	}
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1}) || h.last(t).Ahead != 1 {
@@ -524,7 +528,7 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 	if err := h.job.Done(0, 1, 1, "b", nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || h.drawAhead() != 1 {
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || h.drawOff() != 1 {
 		t.Fatalf("once both finished epoch 1, published %v; want epoch 3 drawn ahead, off the done", got)
 	}
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
@@ -568,7 +572,7 @@ func TestDrawAheadOffTheLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.drawAhead()
+	h.drawOff()
 	if a, b := <-published, <-published; a != 0 || b != 1 {
 		t.Fatalf("published epochs %d and %d first; want 0 and 1", a, b)
 	}
@@ -623,6 +627,158 @@ func TestDrawAheadOffTheLock(t *testing.T) {
 	}
 }
 
+// drawing is a score table of n samples, scored unevenly, whose orders
+// the sampler draws; it counts the draws.
+type drawing struct {
+	table *sampling.Table
+	draws int
+}
+
+func newDrawing(n int) *drawing {
+	tb := sampling.NewTable(n, 0, sampling.ScoreRankLog)
+	for id := range n {
+		_ = tb.Set(uint32(id), 1+float64(id%5))
+	}
+	return &drawing{table: tb}
+}
+
+func (d *drawing) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	d.draws++
+	out, err := s.Draw(epoch, d.table, resident)
+	return out, d.table.NumScored(), err
+}
+
+// TestSpeculationHidesTheTurn: where the end of the epoch being trained
+// may turn the orders ahead (the epoch before waited too long), the order
+// after it is drawn meanwhile: if they turn, it is published as soon as
+// the ranks finish, with no draw then; if they do not, it is let go, and
+// the job publishes the orders of a job that never drew it, to the bit.
+func TestSpeculationHidesTheTurn(t *testing.T) {
+	// run trains epochs of the given lengths, each order taking 60 ms
+	// to draw and hand over, and returns the orders published and the
+	// draws made when each epoch's order came due.
+	run := func(aheadAt float64, epochs ...time.Duration) (pubs []*wire.PublishMsg, atDue []int) {
+		h := &harness{}
+		now := time.Unix(1e9, 0)
+		table := newDrawing(64)
+		cfg := h.config()
+		cfg.Scores, cfg.AheadAt, cfg.Now = table, aheadAt, func() time.Time { return now }
+		cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(64, sampling.DefaultConfig()) }
+		publish := cfg.Publish
+		cfg.Publish = func(p *wire.PublishMsg, scored int) {
+			publish(p, scored)
+			now = now.Add(MinAheadDraw + 10*time.Millisecond)
+		}
+		h.job = New(cfg)
+		for r, node := range []string{"a", "b"} {
+			if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for e, d := range epochs {
+			now = now.Add(d)
+			before := table.draws
+			for r, node := range []string{"a", "b"} {
+				if err := h.job.Done(0, e, r, node, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			atDue = append(atDue, table.draws-before)
+			h.drawOff()
+		}
+		return h.pubs, atDue
+	}
+
+	// Epoch 0's order took 60 of 360 ms: once. Epoch 1's too: the
+	// orders turn ahead at its end, and epoch 2, drawn while epoch 1
+	// was trained, comes without a draw; epoch 3 is drawn ahead.
+	pubs, atDue := run(0.1, 300*time.Millisecond, 300*time.Millisecond)
+	if got := epochsOf(pubs); !slices.Equal(got, []int{0, 1, 2, 3}) || pubs[2].Ahead != 0 || pubs[3].Ahead != 1 {
+		t.Fatalf("published %v; want epoch 2 as before, epoch 3 ahead", got)
+	}
+	if !slices.Equal(atDue, []int{1, 0}) {
+		t.Fatalf("draws when epochs 1 and 2 came due: %v; want 1, then none (drawn while epoch 1 was trained)", atDue)
+	}
+
+	// Epoch 1 is long: the orders do not turn, the speculation of epoch
+	// 2 is let go, and every order is the one of a job that never
+	// speculates (AheadAt 0), the sampler's state after it too.
+	pubs, atDue = run(0.1, 300*time.Millisecond, time.Second, time.Second)
+	never, _ := run(0, 300*time.Millisecond, time.Second, time.Second)
+	if got := epochsOf(pubs); !slices.Equal(got, []int{0, 1, 2, 3}) || pubs[3].Ahead != 0 {
+		t.Fatalf("published %v (the last %d ahead); want epochs 0 to 3, none ahead", got, pubs[3].Ahead)
+	}
+	if !slices.Equal(atDue, []int{1, 1, 1}) {
+		t.Fatalf("draws when epochs 1 to 3 came due: %v; want one each", atDue)
+	}
+	for i := range pubs {
+		if !slices.EqualFunc(pubs[i].Slices, never[i].Slices, slices.Equal) || !bytes.Equal(pubs[i].Sampler, never[i].Sampler) {
+			t.Fatalf("epoch %d differs from the order of a job that never speculated", pubs[i].Epoch)
+		}
+	}
+}
+
+// TestDeadlineLetsASpeculationGo: an epoch's deadline that passes while
+// the next order is drawn as a speculation publishes that epoch at once,
+// drawn then, and the next epoch does not wait for the speculation,
+// which, once drawn, is let go.
+func TestDeadlineLetsASpeculationGo(t *testing.T) {
+	h := &harness{}
+	now := time.Unix(1e9, 0)
+	cfg := h.config()
+	cfg.AheadAt, cfg.Now = 0.1, func() time.Time { return now }
+	publish := cfg.Publish
+	cfg.Publish = func(p *wire.PublishMsg, scored int) {
+		publish(p, scored)
+		now = now.Add(MinAheadDraw + 10*time.Millisecond)
+	}
+	h.job = New(cfg)
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(300 * time.Millisecond)
+	for r, node := range []string{"a", "b"} {
+		if err := h.job.Done(0, 0, r, node, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Epoch 1 is published; epoch 2 is being drawn as a speculation when
+	// rank a finishes epoch 1 and the deadline passes.
+	if err := h.job.Done(0, 1, 0, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	armed := h.timers
+	h.timers = nil
+	var got []time.Duration
+	for _, tm := range armed {
+		got = append(got, tm.d)
+	}
+	// The join wait, epoch 0's deadline, the speculation, epoch 1's
+	// deadline.
+	if want := []time.Duration{time.Second, time.Minute, 0, time.Minute}; !slices.Equal(got, want) || !slices.Equal(h.epochs(), []int{0, 1}) {
+		t.Fatalf("published %v, timers %v; want epochs 0 and 1, timers %v", h.epochs(), got, want)
+	}
+	armed[3].fn()
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("after the deadline, published %v; want epoch 2", got)
+	}
+	// Nothing waits for the speculation now: epoch 3 comes when due.
+	for r, node := range []string{"a", "b"} {
+		if err := h.job.Done(0, 2, r, node, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("once epoch 2 was finished, published %v; want epoch 3", got)
+	}
+	armed[2].fn() // the speculation, drawn after all
+	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("once the speculation was drawn, published %v; want nothing more", got)
+	}
+}
+
 // TestRebuildAhead: a new leader of a job whose orders run ahead takes the
 // dones of the epoch before the newest as the epoch being trained, and the
 // newest's as early ones; once that epoch is finished it publishes the
@@ -661,7 +817,7 @@ func rebuildAhead(t *testing.T, ahead int) {
 	if err := j.Done(0, 2, 1, "b", nil); err != nil {
 		t.Fatal(err)
 	}
-	h.drawAhead()
+	h.drawOff()
 	// Epoch 4 for epoch 2's dones; rank 0 had finished epoch 3, rank 1 not.
 	if got := h.epochs(); !slices.Equal(got, []int{4}) || h.last(t).Ahead != 1 {
 		t.Fatalf("published %v (the last %d ahead), want epoch 4 ahead", got, h.last(t).Ahead)
@@ -813,11 +969,11 @@ func TestOrdersAheadAreNotHeld(t *testing.T) {
 	if _, err := h.job.Join(0, 1, "a", 0, -1); err != nil {
 		t.Fatal(err)
 	}
-	h.drawAhead()
+	h.drawOff()
 	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
 		t.Fatal(err)
 	}
-	h.drawAhead()
+	h.drawOff()
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || asked != 0 || len(h.timers) != 0 {
 		t.Fatalf("published %v, Hold asked %d times, %d timers; want epochs 0-2 without asking", got, asked, len(h.timers))
 	}
@@ -849,7 +1005,7 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		h.drawAhead()
+		h.drawOff()
 	}
 	took = MinAheadDraw - time.Millisecond // under the floor: never ahead, however short the epoch
 	for r, node := range []string{"a", "b"} {
