@@ -40,8 +40,13 @@ type datasetState struct {
 	retired      map[string]uint64
 	retiredNames []string
 
-	resident atomic.Int64      // samples of this dataset in the cache
-	counters *counters.Dataset // reads by epoch, source latency, deciles
+	resident atomic.Int64 // samples of this dataset in the cache
+	// residentBits has bit i%64 of word i/64 set while the cache holds
+	// sample i, as the policy has it: set at its admission, cleared when
+	// the policy lets it go (admitted and left). Written under the node's
+	// polMu, read without it (residentWords).
+	residentBits []atomic.Uint64
+	counters     *counters.Dataset // reads by epoch, source latency, deciles
 	// sourceWait learns how long the source takes to answer, for the
 	// hedging of a read through (Node.throughWait).
 	sourceWait hedge.Delay
@@ -73,6 +78,8 @@ func openDataset(ordinal int, dc DatasetConfig, cfg Config) (*datasetState, erro
 		manifest: m,
 		len:      m.Len(),
 		counters: counters.New(m.Len()),
+
+		residentBits: make([]atomic.Uint64, (m.Len()+63)/64),
 	}
 	ds.jobs = make(map[string]*jobState)
 	ds.retired = make(map[string]uint64)
@@ -125,20 +132,28 @@ func (ds *datasetState) countDeciles(idxs []int, hit func(i int) bool) {
 	}
 }
 
+// admitted notes that the cache now holds sample idx of ds; left that
+// it no longer does. Called with the node's polMu held, where the
+// policy's residency changes.
+func (ds *datasetState) admitted(idx int) {
+	ds.resident.Add(1)
+	ds.residentBits[idx/64].Or(1 << (idx % 64))
+}
+
+func (ds *datasetState) left(idx int) {
+	ds.resident.Add(-1)
+	ds.residentBits[idx/64].And(^(1 << (idx % 64)))
+}
+
 // residentWords returns a bitmap of the dataset's samples that this
-// node's cache holds now (bit i%64 of word i/64). It takes the policy's
-// lock a few thousand samples at a time, so reads wait at most that long.
+// node caches (bit i%64 of word i/64), a copy of what it keeps as the
+// policy admits and lets samples go: no lookup of each sample, and no
+// wait for the policy's lock. A sample admitted or let go while it is
+// copied may be either.
 func (n *Node) residentWords(ds *datasetState) []uint64 {
-	words := make([]uint64, (ds.len+63)/64)
-	const chunk = 4096
-	for start := 0; start < ds.len; start += chunk {
-		n.lockPolicy()
-		for i := start; i < min(start+chunk, ds.len); i++ {
-			if n.pol.Resident(sampleID(ds, i)) {
-				words[i/64] |= 1 << (i % 64)
-			}
-		}
-		n.polMu.Unlock()
+	words := make([]uint64, len(ds.residentBits))
+	for i := range words {
+		words[i] = ds.residentBits[i].Load()
 	}
 	return words
 }

@@ -307,7 +307,7 @@ func (n *Node) evictLocked(id policy.ID) {
 	ds := n.ordered[int(id>>32)-1]
 	n.victimKey = samplekey.Append(n.victimKey[:0], ds.name, int(uint32(id)))
 	n.store.Delete(n.victimKey)
-	ds.resident.Add(-1)
+	ds.left(int(uint32(id)))
 	ds.counters.Current().Evictions.Add(1)
 }
 
@@ -364,6 +364,9 @@ func (n *Node) reserveLocked(id policy.ID, key []byte, valueLen int, ds *dataset
 	}
 	if n.pol.Resident(id) {
 		n.pol.Remove(id) // the store lost it (corruption): forget it too
+		if ds != nil {
+			ds.left(int(uint32(id)))
+		}
 	}
 	r, reserved = n.roomLocked(id, key, valueLen, ds)
 	return r, reserved, false
@@ -393,7 +396,7 @@ func (n *Node) roomLocked(id policy.ID, key []byte, valueLen int, ds *datasetSta
 		return store.Reservation{}, false
 	}
 	if ds != nil {
-		ds.resident.Add(1)
+		ds.admitted(int(uint32(id)))
 	}
 	return r, true
 }
@@ -533,7 +536,7 @@ func (n *Node) Delete(key []byte) bool {
 		return true
 	}
 	n.pol.Remove(sampleID(ds, idx))
-	ds.resident.Add(-1)
+	ds.left(idx)
 	return true
 }
 
