@@ -79,6 +79,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzMetaUnmarshal$$' -fuzztime $$((100000*$(FUZZX)))x ./mesh/member/
 	$(GO) test -run '^$$' -fuzz '^FuzzFetchDecode$$' -fuzztime $$((100000*$(FUZZX)))x ./mesh/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzOfferDecode$$' -fuzztime $$((100000*$(FUZZX)))x ./mesh/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzResidentSet$$' -fuzztime $$((100000*$(FUZZX)))x ./mesh/wire/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./store/ ./policy/ ./sampling/

@@ -351,19 +351,19 @@ func (n *Node) reportResident(ctx context.Context) {
 		return
 	}
 	for _, ds := range n.ordered {
-		var bits []byte // the dataset's, for each of its jobs
+		var set wire.ResidentSet // the dataset's, for each of its jobs
 		for _, js := range ds.jobList() {
 			p := js.book.Newest()
 			if p == nil || p.Epoch < 0 {
 				continue
 			}
-			if bits == nil {
-				if bits = n.residentBytes(ds); bits == nil {
+			if set.Empty() {
+				if set = n.residentSet(ds); set.Empty() {
 					break
 				}
 			}
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-			_ = n.toLeader(cctx, wire.MethodResident, &wire.ResidentReq{Dataset: ds.name, Job: js.name, Gen: p.Gen, Node: n.cfg.Name, Bits: bits})
+			_ = n.toLeader(cctx, wire.MethodResident, &wire.ResidentReq{Dataset: ds.name, Job: js.name, Gen: p.Gen, Node: n.cfg.Name, Bits: set.Bits, Sparse: set.Sparse})
 			cancel()
 		}
 	}

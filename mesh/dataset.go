@@ -9,6 +9,7 @@ import (
 	"github.com/shade-mesh/shade/mesh/counters"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/protocol/stats"
 )
@@ -158,16 +159,13 @@ func (n *Node) residentWords(ds *datasetState) []uint64 {
 	return words
 }
 
-// residentBytes is residentWords as the bytes of a wire.DoneReq (bit
-// i%8 of byte i/8), or nil when nothing is cached.
-func (n *Node) residentBytes(ds *datasetState) []byte {
+// residentSet is residentWords as a wire.DoneReq or wire.ResidentReq
+// carries it: the list of the cached samples where shorter than the
+// bitmap (a node of a large mesh caches its share, a few thousand of
+// millions); the zero set when nothing is cached.
+func (n *Node) residentSet(ds *datasetState) wire.ResidentSet {
 	if ds.resident.Load() == 0 {
-		return nil
+		return wire.ResidentSet{}
 	}
-	words := n.residentWords(ds)
-	out := make([]byte, (ds.len+7)/8)
-	for i := range out {
-		out[i] = byte(words[i/8] >> (8 * (i % 8)))
-	}
-	return out
+	return wire.PackResident(n.residentWords(ds), ds.len)
 }

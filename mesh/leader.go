@@ -249,7 +249,7 @@ func (n *Node) leaderDone(req *wire.DoneReq) (*wire.DoneResp, error) {
 	// Orders that turn ahead with this done: the next was drawn when due,
 	// and held for the other jobs (syncHold) if it was to be.
 	ahead := lj.Ahead() > 0
-	if err := lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.Resident); err != nil {
+	if err := lj.Done(req.Gen, req.Epoch, req.Rank, req.Node, req.ResidentSet()); err != nil {
 		return nil, refused(err)
 	}
 	if !current || !ahead {
@@ -274,7 +274,7 @@ func (n *Node) leaderResident(req *wire.ResidentReq) error {
 	if err != nil {
 		return err
 	}
-	return refused(lj.NoteResident(req.Gen, req.Node, req.Bits))
+	return refused(lj.NoteResident(req.Gen, req.Node, req.ResidentSet()))
 }
 
 // leaderReset starts a new generation of a job; a job the leader does

@@ -372,8 +372,8 @@ func TestOrderTimesOutWhileRanksTrain(t *testing.T) {
 	}
 }
 
-// TestResidentBitmapIsTheCache: the bitmap a node sends with its dones
-// names exactly the samples its cache holds, and none while it holds none.
+// TestResidentBitmapIsTheCache: the set a node sends with its dones names
+// exactly the samples its cache holds, and none while it holds none.
 func TestResidentBitmapIsTheCache(t *testing.T) {
 	dir, files := makeDataset(t, 200, 10, 100)
 	p := startPeer(t, Config{CacheSize: 1 << 20, Datasets: []DatasetConfig{{Name: "ds", Dir: dir}}}, transport.SocketConfig{})
@@ -381,8 +381,8 @@ func TestResidentBitmapIsTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := p.node.residentBytes(ds); b != nil {
-		t.Fatalf("an empty cache sends %x", b)
+	if set := p.node.residentSet(ds); !set.Empty() {
+		t.Fatalf("an empty cache sends %+v", set)
 	}
 	c := p.client(t)
 	read := map[int]bool{0: true, 7: true, 8: true, 63: true, 64: true, 199: true}
@@ -392,16 +392,20 @@ func TestResidentBitmapIsTheCache(t *testing.T) {
 			t.Fatalf("GET ds/%d: %v", id, err)
 		}
 	}
-	b := p.node.residentBytes(ds)
-	if len(b) != 25 {
-		t.Fatalf("bitmap of %d bytes for 200 samples", len(b))
+	// 6 samples of 200: a list of 7 bytes (the gap of 134 takes two),
+	// shorter than the bitmap's 25.
+	set := p.node.residentSet(ds)
+	if err := set.Check(200); err != nil || len(set.Sparse) != 7 {
+		t.Fatalf("set %+v for 6 samples of 200: %v", set, err)
 	}
+	sent := make([]uint64, 4)
+	set.OrInto(sent)
 	words := p.node.residentWords(ds)
 	for id := range 200 {
-		inBytes := b[id/8]&(1<<(id%8)) != 0
+		inSet := sent[id/64]&(1<<(id%64)) != 0
 		inWords := words[id/64]&(1<<(id%64)) != 0
-		if inBytes != read[id] || inWords != read[id] {
-			t.Errorf("sample %d: in bytes %v, in words %v, read %v", id, inBytes, inWords, read[id])
+		if inSet != read[id] || inWords != read[id] {
+			t.Errorf("sample %d: in the set %v, in words %v, read %v", id, inSet, inWords, read[id])
 		}
 	}
 }

@@ -202,7 +202,8 @@ func (n *Node) awaitOrder(ctx context.Context, js *jobState, epoch, rank int) (*
 func (n *Node) doneReq(js *jobState, gen uint64, epoch, rank int) *wire.DoneReq {
 	req := &wire.DoneReq{Dataset: js.ds.name, Job: js.name, Gen: gen, Epoch: epoch, Rank: rank, Node: n.cfg.Name}
 	if n.cfg.Boost > 0 && !n.lead.leading() {
-		req.Resident = n.residentBytes(js.ds) // the leader reads its own cache itself
+		set := n.residentSet(js.ds) // the leader reads its own cache itself
+		req.Resident, req.Sparse = set.Bits, set.Sparse
 	}
 	return req
 }

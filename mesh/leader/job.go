@@ -206,9 +206,9 @@ type Job struct {
 	holds   int
 	heldFor time.Duration
 	heldAt  time.Time
-	// resident holds, per node, the bitmap of the dataset's samples it
-	// cached when its rank last finished an epoch.
-	resident map[string][]byte
+	// resident holds, per node, the dataset's samples it cached when its
+	// rank last finished an epoch, checked.
+	resident map[string]wire.ResidentSet
 }
 
 // New returns the job of generation cfg.Gen, with no rank and no order.
@@ -220,7 +220,7 @@ func New(cfg Config) *Job {
 		cfg.MinDraw = MinAheadDraw
 	}
 	return &Job{cfg: cfg, gen: cfg.Gen, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
-		resident: make(map[string][]byte), ahead: cfg.Ahead}
+		resident: make(map[string]wire.ResidentSet), ahead: cfg.Ahead}
 }
 
 // Join records that rank of world trains on node, which holds generation
@@ -294,15 +294,15 @@ func (j *Job) armJoinWaitLocked() {
 }
 
 // Done records that rank, which trains on node, finished epoch of
-// generation gen, and that node then cached the samples in resident (a
-// bitmap, bit i%8 of byte i/8; nil if it did not say). Once every rank
+// generation gen, and that node then cached the samples of resident (the
+// zero set if it did not say). Once every rank
 // finished the epoch being trained (the newest, or with Ahead the one
 // before it), or EpochDeadline after the first did (if set), the next
 // epoch is published. A done of an older generation or epoch is ignored;
 // one for an epoch not yet published, or a rank outside the world, is
-// refused with ErrBadRequest. A bitmap longer than the dataset's is
-// refused too.
-func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) error {
+// refused with ErrBadRequest, and so is a set that
+// wire.ResidentSet.Check refuses for the dataset.
+func (j *Job) Done(gen uint64, epoch, rank int, node string, resident wire.ResidentSet) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if gen != j.gen || epoch < j.training() {
@@ -311,10 +311,10 @@ func (j *Job) Done(gen uint64, epoch, rank int, node string, resident []byte) er
 	if epoch > j.latest || rank < 0 || rank >= j.world {
 		return refuse(ErrBadRequest, "done for epoch %d rank %d; newest epoch is %d of world %d", epoch, rank, j.latest, j.world)
 	}
-	if len(resident) > (j.sampler.Len()+7)/8 {
-		return refuse(ErrBadRequest, "resident bitmap of %d bytes for %d samples", len(resident), j.sampler.Len())
+	if err := resident.Check(j.sampler.Len()); err != nil {
+		return refuse(ErrBadRequest, "%v", err)
 	}
-	if resident != nil && node != "" {
+	if !resident.Empty() && node != "" {
 		j.resident[node] = resident
 	}
 	if epoch == j.training() {
@@ -547,18 +547,18 @@ func (j *Job) unholdLocked() {
 	}
 }
 
-// NoteResident records that node caches the samples in bits (a bitmap,
-// bit i%8 of byte i/8) for generation gen of the job, for the draws that
-// follow. A note of another generation is ignored; a bitmap longer than
-// the dataset's is refused with ErrBadRequest.
-func (j *Job) NoteResident(gen uint64, node string, bits []byte) error {
+// NoteResident records that node caches the samples of set for
+// generation gen of the job, for the draws that follow. A note of another
+// generation is ignored; a set that wire.ResidentSet.Check refuses for
+// the dataset is refused with ErrBadRequest.
+func (j *Job) NoteResident(gen uint64, node string, set wire.ResidentSet) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if len(bits) > (j.sampler.Len()+7)/8 {
-		return refuse(ErrBadRequest, "resident bitmap of %d bytes for %d samples", len(bits), j.sampler.Len())
+	if err := set.Check(j.sampler.Len()); err != nil {
+		return refuse(ErrBadRequest, "%v", err)
 	}
 	if gen == j.gen && node != "" {
-		j.resident[node] = bits
+		j.resident[node] = set
 	}
 	return nil
 }
@@ -617,7 +617,7 @@ func (j *Job) resetLocked(end bool) {
 	j.waiting, j.deadline = false, false
 	j.drawing, j.spec = nil, nil // a draw under way is let go
 	j.unholdLocked()
-	j.resident = make(map[string][]byte)
+	j.resident = make(map[string]wire.ResidentSet)
 	// A new generation (a new world, maybe) decides afresh whether its
 	// orders run ahead.
 	j.ahead, j.drawn, j.took, j.slow = j.cfg.Ahead, time.Time{}, 0, 0
@@ -732,10 +732,10 @@ func (j *Job) installLocked(epoch int, start time.Time, d Drawn) {
 }
 
 // residentOf is the union of what Config.Resident gives and the samples
-// cached on the other nodes (others: their bitmaps, bit i%8 of byte i/8,
-// when their ranks last finished an epoch), for a dataset of n samples;
-// nil when no node said and Config.Resident is unset.
-func (j *Job) residentOf(others map[string][]byte, n int) []uint64 {
+// cached on the other nodes (others: their sets, checked, when their
+// ranks last finished an epoch), for a dataset of n samples; nil when no
+// node said and Config.Resident is unset.
+func (j *Job) residentOf(others map[string]wire.ResidentSet, n int) []uint64 {
 	var bits []uint64
 	if j.cfg.Resident != nil {
 		bits = j.cfg.Resident()
@@ -747,10 +747,8 @@ func (j *Job) residentOf(others map[string][]byte, n int) []uint64 {
 	if len(bits) < words {
 		bits = append(bits, make([]uint64, words-len(bits))...)
 	}
-	for _, b := range others {
-		for i, v := range b {
-			bits[i/8] |= uint64(v) << (8 * (i % 8))
-		}
+	for _, set := range others {
+		set.OrInto(bits)
 	}
 	return bits
 }

@@ -174,31 +174,31 @@ func TestDonePublishesTheNextEpoch(t *testing.T) {
 		}
 	}
 	h.fire(t, time.Second) // the join wait, over after epoch 0
-	if err := h.job.Done(0, 1, 0, "a", nil); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 1, 0, "a", wire.ResidentSet{}); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("done for an epoch not published: %v", err)
 	}
-	if err := h.job.Done(0, 0, 2, "a", nil); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 0, 2, "a", wire.ResidentSet{}); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("done for a rank outside the world: %v", err)
 	}
-	if err := h.job.Done(1, 0, 0, "a", nil); err != nil || len(h.timers) != 0 {
+	if err := h.job.Done(1, 0, 0, "a", wire.ResidentSet{}); err != nil || len(h.timers) != 0 {
 		t.Errorf("done of another generation: %v, %d timers; want ignored", err, len(h.timers))
 	}
-	if err := h.job.Done(0, 0, 1, "b", nil); err != nil || len(h.timers) != 1 {
+	if err := h.job.Done(0, 0, 1, "b", wire.ResidentSet{}); err != nil || len(h.timers) != 1 {
 		t.Fatalf("first done: %v, %d timers; want the deadline", err, len(h.timers))
 	}
 	if st := h.job.Status(); st.Latest != 0 || !slices.Equal(st.Pending, []int{0}) {
 		t.Fatalf("status: %+v", st)
 	}
-	if h.job.Done(0, 0, 1, "b", nil); len(h.timers) != 1 {
+	if h.job.Done(0, 0, 1, "b", wire.ResidentSet{}); len(h.timers) != 1 {
 		t.Error("a second done of the same epoch armed another deadline")
 	}
-	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if p := h.last(t); p.Epoch != 1 || len(h.pubs) != 2 {
 		t.Fatalf("after every rank finished: epoch %d, %d published", p.Epoch, len(h.pubs))
 	}
-	if err := h.job.Done(0, 0, 0, "a", nil); err != nil || len(h.pubs) != 2 {
+	if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil || len(h.pubs) != 2 {
 		t.Errorf("late done: %v, %d published", err, len(h.pubs))
 	}
 	if h.fire(t, time.Minute); len(h.pubs) != 2 {
@@ -214,14 +214,14 @@ func TestDeadlinePublishesWithoutThePending(t *testing.T) {
 		}
 	}
 	h.fire(t, time.Second)
-	if err := h.job.Done(0, 0, 1, "n", nil); err != nil {
+	if err := h.job.Done(0, 0, 1, "n", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if h.fire(t, time.Minute); len(h.pubs) != 2 || h.last(t).Epoch != 1 {
 		t.Fatalf("deadline: %d published", len(h.pubs))
 	}
 	// A retired job's timers publish nothing.
-	if err := h.job.Done(0, 1, 1, "n", nil); err != nil {
+	if err := h.job.Done(0, 1, 1, "n", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	h.job.Retire()
@@ -241,7 +241,7 @@ func TestNoDeadline(t *testing.T) {
 		}
 	}
 	h.fire(t, time.Second)
-	if err := h.job.Done(0, 0, 1, "n", nil); err != nil || len(h.timers) != 0 {
+	if err := h.job.Done(0, 0, 1, "n", wire.ResidentSet{}); err != nil || len(h.timers) != 0 {
 		t.Fatalf("done without a deadline: %v, %d timers", err, len(h.timers))
 	}
 }
@@ -263,7 +263,7 @@ func TestReset(t *testing.T) {
 	if _, err := h.job.Join(0, 2, "a", 1, -1); err != nil {
 		t.Fatalf("another world after reset: %v", err)
 	}
-	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Errorf("done of the old generation: %v", err)
 	}
 	if _, err := h.job.Join(1, 2, "b", 1, -1); err != nil {
@@ -320,7 +320,7 @@ func TestGenStartsWhereTheRetirementEnded(t *testing.T) {
 	if p := h.last(t); p.Gen != 3 || p.Epoch != 0 {
 		t.Fatalf("epoch 0 of a job begun at gen 3: gen %d epoch %d", p.Gen, p.Epoch)
 	}
-	if err := h.job.Done(3, 0, 0, "a", nil); err != nil {
+	if err := h.job.Done(3, 0, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if p := h.last(t); p.Gen != 3 || p.Epoch != 1 {
@@ -406,16 +406,20 @@ func TestDrawPrefersUnionOfResident(t *testing.T) {
 	if _, err := h.job.Join(1, 2, "b", 0, -1); err != nil {
 		t.Fatal(err)
 	}
-	// b cached samples 9 and 70; a bitmap longer than 80 samples is refused.
+	// b cached samples 9 and 70; a bitmap longer than 80 samples, or a
+	// list naming sample 80, is refused.
 	b := make([]byte, 10)
 	b[1], b[8] = 1<<1, 1<<6
-	if err := h.job.Done(0, 0, 1, "b", make([]byte, 11)); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 0, 1, "b", wire.ResidentSet{Bits: make([]byte, 11)}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("an oversize bitmap: %v", err)
 	}
-	if err := h.job.Done(0, 0, 1, "b", b); err != nil {
+	if err := h.job.Done(0, 0, 1, "b", wire.ResidentSet{Sparse: []byte{9, 70}}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("a list naming sample 80 of 80: %v", err)
+	}
+	if err := h.job.Done(0, 0, 1, "b", wire.ResidentSet{Bits: b}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if want := []uint64{1<<3 | 1<<9, 1 << 6}; !slices.Equal(table.resident, want) {
@@ -502,12 +506,12 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 	if st := h.job.Status(); st.Latest != 1 || st.Training != 0 || !slices.Equal(st.Pending, []int{0, 1}) {
 		t.Fatalf("status %+v", st)
 	}
-	if err := h.job.Done(0, 2, 0, "a", nil); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.Done(0, 2, 0, "a", wire.ResidentSet{}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("done of an unpublished epoch: %v", err)
 	}
 	// Rank 0 finishes epochs 0 and 1 while rank 1 is still in epoch 0.
 	for _, e := range []int{0, 1} {
-		if err := h.job.Done(0, e, 0, "a", nil); err != nil {
+		if err := h.job.Done(0, e, 0, "a", wire.ResidentSet{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -522,10 +526,10 @@ func TestAheadPublishesAnEpochEarly(t *testing.T) {
 	if st := h.job.Status(); st.Training != 1 || !slices.Equal(st.Pending, []int{1}) {
 		t.Fatalf("status %+v", st)
 	}
-	if err := h.job.Done(0, 0, 1, "b", nil); err != nil { // late: ignored
+	if err := h.job.Done(0, 0, 1, "b", wire.ResidentSet{}); err != nil { // late: ignored
 		t.Fatal(err)
 	}
-	if err := h.job.Done(0, 1, 1, "b", nil); err != nil {
+	if err := h.job.Done(0, 1, 1, "b", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2}) || h.drawOff() != 1 {
@@ -582,7 +586,7 @@ func TestDrawAheadOffTheLock(t *testing.T) {
 	draw := func(epoch, rank int, node string) {
 		t.Helper()
 		g.entered, g.release = make(chan struct{}), make(chan struct{})
-		if err := h.job.Done(0, epoch, rank, node, nil); err != nil {
+		if err := h.job.Done(0, epoch, rank, node, wire.ResidentSet{}); err != nil {
 			t.Fatal(err)
 		}
 		i := slices.IndexFunc(h.timers, func(tm timer) bool { return tm.d == 0 })
@@ -595,12 +599,12 @@ func TestDrawAheadOffTheLock(t *testing.T) {
 		<-g.entered
 	}
 
-	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	draw(0, 1, "b") // epoch 2 due
 	// While it is drawn: rank 0 finishes epoch 1, the status is read.
-	if err := h.job.Done(0, 1, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 1, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := h.job.Status(); st.Latest != 1 || st.Training != 0 {
@@ -679,7 +683,7 @@ func TestSpeculationHidesTheTurn(t *testing.T) {
 			now = now.Add(d)
 			before := table.draws
 			for r, node := range []string{"a", "b"} {
-				if err := h.job.Done(0, e, r, node, nil); err != nil {
+				if err := h.job.Done(0, e, r, node, wire.ResidentSet{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -740,13 +744,13 @@ func TestDeadlineLetsASpeculationGo(t *testing.T) {
 	}
 	now = now.Add(300 * time.Millisecond)
 	for r, node := range []string{"a", "b"} {
-		if err := h.job.Done(0, 0, r, node, nil); err != nil {
+		if err := h.job.Done(0, 0, r, node, wire.ResidentSet{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Epoch 1 is published; epoch 2 is being drawn as a speculation when
 	// rank a finishes epoch 1 and the deadline passes.
-	if err := h.job.Done(0, 1, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 1, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	armed := h.timers
@@ -766,7 +770,7 @@ func TestDeadlineLetsASpeculationGo(t *testing.T) {
 	}
 	// Nothing waits for the speculation now: epoch 3 comes when due.
 	for r, node := range []string{"a", "b"} {
-		if err := h.job.Done(0, 2, r, node, nil); err != nil {
+		if err := h.job.Done(0, 2, r, node, wire.ResidentSet{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -814,7 +818,7 @@ func rebuildAhead(t *testing.T, ahead int) {
 	if err := j.Resume(); err != nil || len(h.pubs) != 0 {
 		t.Fatalf("resume with rank 1 in epoch 2: %v, published %v", err, h.epochs())
 	}
-	if err := j.Done(0, 2, 1, "b", nil); err != nil {
+	if err := j.Done(0, 2, 1, "b", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	h.drawOff()
@@ -848,13 +852,13 @@ func TestNoteResident(t *testing.T) {
 	cfg.Scores = table
 	cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(80, sampling.DefaultConfig()) }
 	h.job = New(cfg)
-	if err := h.job.NoteResident(0, "c", make([]byte, 11)); !errors.Is(err, ErrBadRequest) {
+	if err := h.job.NoteResident(0, "c", wire.ResidentSet{Bits: make([]byte, 11)}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("an oversize bitmap: %v", err)
 	}
-	if err := h.job.NoteResident(0, "c", []byte{1 << 2}); err != nil {
+	if err := h.job.NoteResident(0, "c", wire.ResidentSet{Sparse: []byte{2}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.job.NoteResident(7, "d", []byte{1}); err != nil {
+	if err := h.job.NoteResident(7, "d", wire.ResidentSet{Bits: []byte{1}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.job.Status().Resident; !slices.Equal(got, []string{"c"}) {
@@ -898,7 +902,7 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	// Epoch 1 is due and held; a repeated done and a release while Hold
 	// still holds publish nothing.
 	for range 2 {
-		if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+		if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -927,7 +931,7 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	// Epoch 2 is held, and the wait passing publishes it though Hold
 	// would still hold it.
 	hold = time.Second
-	if err := h.job.Done(0, 1, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 1, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(h.pubs) != 2 {
@@ -944,7 +948,7 @@ func TestHoldWaitsForReleaseOrTheWait(t *testing.T) {
 	}
 
 	// A reset drops a held epoch: its timer publishes nothing.
-	if err := h.job.Done(0, 2, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 2, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Second / 2)
@@ -970,7 +974,7 @@ func TestOrdersAheadAreNotHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.drawOff()
-	if err := h.job.Done(0, 0, 0, "a", nil); err != nil {
+	if err := h.job.Done(0, 0, 0, "a", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	h.drawOff()
@@ -1001,7 +1005,7 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 		t.Helper()
 		now = now.Add(d)
 		for r, node := range []string{"a", "b"} {
-			if err := h.job.Done(0, epoch, r, node, nil); err != nil {
+			if err := h.job.Done(0, epoch, r, node, wire.ResidentSet{}); err != nil {
 				t.Fatal(err)
 			}
 		}

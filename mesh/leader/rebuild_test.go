@@ -43,7 +43,7 @@ func TestRebuildFromStates(t *testing.T) {
 	if err := j.Resume(); err != nil || len(h.pubs) != 0 || len(h.timers) != 0 {
 		t.Fatalf("resume with a rank pending: %v, %d published, %d timers", err, len(h.pubs), len(h.timers))
 	}
-	if err := j.Done(2, 3, 2, "c", nil); err != nil {
+	if err := j.Done(2, 3, 2, "c", wire.ResidentSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if p := h.last(t); p.Gen != 2 || p.Epoch != 4 || !slices.Equal(p.Ranks, []string{"a", "b", "c"}) {

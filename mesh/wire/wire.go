@@ -254,11 +254,16 @@ type DoneReq struct {
 	Epoch   int    `msgpack:"e"`
 	Rank    int    `msgpack:"r"`
 	Node    string `msgpack:"n"`
-	// Resident is a bitmap of the dataset's samples cached on Node when
-	// the rank finished (bit i%8 of byte i/8); the leader's cache-aware
-	// draws prefer them. Empty from a node that sends none.
+	// Resident and Sparse are the dataset's samples cached on Node when
+	// the rank finished, as a bitmap or a list (ResidentSet, which
+	// ResidentSet returns); the leader's cache-aware draws prefer them.
+	// Both empty from a node that sends none.
 	Resident []byte `msgpack:"b,omitempty"`
+	Sparse   []byte `msgpack:"s,omitempty"`
 }
+
+// ResidentSet is r's cached samples.
+func (r *DoneReq) ResidentSet() ResidentSet { return ResidentSet{Bits: r.Resident, Sparse: r.Sparse} }
 
 // DoneResp is the leader's answer to a DoneReq. Where the job's orders run
 // ahead, the rank holds the order of the next epoch already; Wait, if
@@ -272,16 +277,20 @@ type DoneResp struct {
 }
 
 // ResidentReq tells the leader which of a dataset's samples Node caches,
-// for the cache-aware draws of generation Gen of its job: a bitmap, bit
-// i%8 of byte i/8, sent every ResidentEvery (and, by nodes whose ranks
-// finish epochs, with their dones).
+// for the cache-aware draws of generation Gen of its job: a bitmap (Bits)
+// or a list (Sparse), as ResidentSet has them, sent every ResidentEvery
+// (and, by nodes whose ranks finish epochs, with their dones).
 type ResidentReq struct {
 	Dataset string `msgpack:"d"`
 	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Gen     uint64 `msgpack:"g"`
 	Node    string `msgpack:"n"`
-	Bits    []byte `msgpack:"b"`
+	Bits    []byte `msgpack:"b,omitempty"`
+	Sparse  []byte `msgpack:"s,omitempty"`
 }
+
+// ResidentSet is r's cached samples.
+func (r *ResidentReq) ResidentSet() ResidentSet { return ResidentSet{Bits: r.Bits, Sparse: r.Sparse} }
 
 // ResetReq starts a dataset's job over.
 type ResetReq struct {
