@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -349,6 +350,73 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		if rng.Float64() < job.cached {
 			resident[i/64] |= 1 << (i % 64)
 		}
+	}
+	// Every node but the leader tells it which samples it caches: the
+	// cached samples it owns, with each of its ranks' dones and every
+	// wire.ResidentEvery (mesh.reportResident), as wire.PackResident
+	// makes them. The leader checks each, keeps each node's newest, and
+	// ORs them into the samples its draw prefers (leader.Job.residentOf).
+	owned := make(map[string][]uint32, peers)
+	for id := range job.samples {
+		if resident[id/64]&(1<<(id%64)) != 0 {
+			for _, o := range where.Owners(where.Group(uint32(id))) {
+				owned[o] = append(owned[o], uint32(id))
+			}
+		}
+	}
+	var setFrames [][]byte
+	var setBytes float64
+	words := make([]uint64, len(resident))
+	for _, m := range members {
+		if m == leader {
+			continue
+		}
+		clear(words)
+		for _, id := range owned[m] {
+			words[id/64] |= 1 << (id % 64)
+		}
+		set := wire.PackResident(words, job.samples)
+		frame, err := encodeFrame(nil, &wire.ResidentReq{Dataset: job.dataset, Gen: 1, Node: m, Bits: set.Bits, Sparse: set.Sparse})
+		if err != nil {
+			return nil, err
+		}
+		setFrames = append(setFrames, frame)
+		setBytes += float64(len(frame))
+	}
+	setsIn := float64(job.world) + float64(len(setFrames))*res.Epoch.Seconds()/wire.ResidentEvery.Seconds()
+	setsStep := step("resident sets: decode, check", setsIn/float64(max(len(setFrames), 1)), false,
+		fmt.Sprintf("a set with each rank's done and from each node every %v: %.0f an epoch, %s each on average (%s in)",
+			wire.ResidentEvery, setsIn, scaleBytes(setBytes/float64(max(len(setFrames), 1))), scaleBytes(setBytes*setsIn/float64(max(len(setFrames), 1)))))
+	sets := make(map[string]wire.ResidentSet, len(setFrames))
+	if err := setsStep.run(func() error {
+		for _, f := range setFrames {
+			var req wire.ResidentReq
+			if err := decodeFrame(f, &req); err != nil {
+				return err
+			}
+			if err := req.ResidentSet().Check(job.samples); err != nil {
+				return err
+			}
+			sets[req.Node] = req.ResidentSet()
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	own := make([]uint64, len(resident)) // the leader's own, which it copies (mesh.Node.residentWords)
+	for _, id := range owned[leader] {
+		own[id/64] |= 1 << (id % 64)
+	}
+	unionStep := step("resident sets into the draw", 1, true, "the leader's own copied, each node's newest set ORed in (leader.Job.residentOf)")
+	_ = unionStep.run(func() error {
+		copy(words, own)
+		for _, set := range sets {
+			set.OrInto(words)
+		}
+		return nil
+	})
+	if !slices.Equal(words, resident) {
+		return nil, fmt.Errorf("the nodes' resident sets do not make the mesh's cached samples")
 	}
 	orderStep := step("draw order (PADS)", 1, true, fmt.Sprintf("sampling.Sampler.DrawUnordered (aligned next), epoch 1: weights, max weight %g, boost %g of the %.0f%% cached, coupled draws",
 		float64(sampling.PeerMaxWeight), float64(sampling.PeerBoost), 100*job.cached))
