@@ -28,6 +28,19 @@ func newSynthetic(tb testing.TB, n int) *synthetic {
 
 func (s *synthetic) Manifest() *dataset.Manifest { return s.m }
 
+// syntheticNode starts a node, closed when the test ends, with a cache of
+// cacheSize bytes and a synthetic dataset of n samples.
+func syntheticNode(tb testing.TB, n int, cacheSize int64) (*Node, *synthetic, *datasetState) {
+	tb.Helper()
+	src := newSynthetic(tb, n)
+	node, err := New(Config{Name: "n", CacheSize: cacheSize, Datasets: []DatasetConfig{{Name: "ds", Source: src}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { node.Close() })
+	return node, src, node.ordered[0]
+}
+
 func (s *synthetic) Read(i int, dst []byte) ([]byte, error) {
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(i))
 	return binary.LittleEndian.AppendUint64(dst, ^uint64(i)), nil
@@ -39,13 +52,7 @@ func (s *synthetic) Read(i int, dst []byte) ([]byte, error) {
 // other one cached.
 func BenchmarkResidentWords(b *testing.B) {
 	const samples = 1_280_000
-	src := newSynthetic(b, samples)
-	n, err := New(Config{Name: "n", CacheSize: 256 << 20, Datasets: []DatasetConfig{{Name: "ds", Source: src}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	ds := n.ordered[0]
+	n, src, ds := syntheticNode(b, samples, 256<<20)
 	var value []byte
 	for i := 0; i < samples; i += 2 {
 		value, _ = src.Read(i, value[:0])
@@ -68,13 +75,7 @@ func BenchmarkResidentWords(b *testing.B) {
 // count of cached samples is its number of bits.
 func TestResidentBitsFollowThePolicy(t *testing.T) {
 	const samples = 3000
-	src := newSynthetic(t, samples)
-	n, err := New(Config{Name: "n", CacheSize: 64 << 10, Datasets: []DatasetConfig{{Name: "ds", Source: src}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ds := n.ordered[0]
+	n, src, ds := syntheticNode(t, samples, 64<<10)
 	rng := rand.New(rand.NewPCG(1, 2))
 	check := func(when string) {
 		t.Helper()

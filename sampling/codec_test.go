@@ -182,18 +182,26 @@ func TestTableUnmarshalRefusesCorrupt(t *testing.T) {
 	}
 }
 
-func TestSamplerRoundTripContinues(t *testing.T) {
-	const n = 700
+// drawnSampler returns a sampler of 700 samples, its configuration and
+// table, that drew the orders of epochs 0 to epochs-1.
+func drawnSampler(t *testing.T, epochs int) (*Sampler, Config, *Table) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Seed = 11
 	cfg.CoverageEpochs = 3
-	tb := skewedTable(n)
-	a := NewSampler(n, cfg)
-	for e := range 6 {
-		if _, err := a.Order(e, tb); err != nil {
+	tb := skewedTable(700)
+	s := NewSampler(700, cfg)
+	for e := range epochs {
+		if _, err := s.Order(e, tb); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return s, cfg, tb
+}
+
+func TestSamplerRoundTripContinues(t *testing.T) {
+	const n = 700
+	a, cfg, tb := drawnSampler(t, 6)
 	data, err := a.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -234,17 +242,7 @@ func TestSamplerRoundTripContinues(t *testing.T) {
 // TestSamplerClone: a clone draws the orders the sampler would, and its
 // draws leave the sampler as it was.
 func TestSamplerClone(t *testing.T) {
-	const n = 700
-	cfg := DefaultConfig()
-	cfg.Seed = 11
-	cfg.CoverageEpochs = 3
-	tb := skewedTable(n)
-	a := NewSampler(n, cfg)
-	for e := range 4 {
-		if _, err := a.Order(e, tb); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, _, tb := drawnSampler(t, 4)
 	before := slices.Clone(a.last)
 	c := a.Clone()
 	var ahead [][]uint32

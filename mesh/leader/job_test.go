@@ -93,6 +93,29 @@ func (h *harness) drawOff() int {
 	}
 }
 
+// clocked gives cfg a fake clock, which each publication moves on by
+// *took (how long an order takes to draw and hand over), and returns it.
+func clocked(cfg *Config, took *time.Duration) *time.Time {
+	now := time.Unix(1e9, 0)
+	cfg.Now = func() time.Time { return now }
+	publish := cfg.Publish
+	cfg.Publish = func(p *wire.PublishMsg, scored int) {
+		publish(p, scored)
+		now = now.Add(*took)
+	}
+	return &now
+}
+
+// joinAB joins ranks 0 and 1 of a world of 2, on nodes a and b.
+func (h *harness) joinAB(t *testing.T) {
+	t.Helper()
+	for r, node := range []string{"a", "b"} {
+		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // last is the newest published order; it fails the test if there is none.
 func (h *harness) last(t *testing.T) *wire.PublishMsg {
 	t.Helper()
@@ -663,24 +686,16 @@ func TestSpeculationHidesTheTurn(t *testing.T) {
 	// draws made when each epoch's order came due.
 	run := func(aheadAt float64, epochs ...time.Duration) (pubs []*wire.PublishMsg, atDue []int) {
 		h := &harness{}
-		now := time.Unix(1e9, 0)
 		table := newDrawing(64)
 		cfg := h.config()
-		cfg.Scores, cfg.AheadAt, cfg.Now = table, aheadAt, func() time.Time { return now }
+		cfg.Scores, cfg.AheadAt = table, aheadAt
 		cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(64, sampling.DefaultConfig()) }
-		publish := cfg.Publish
-		cfg.Publish = func(p *wire.PublishMsg, scored int) {
-			publish(p, scored)
-			now = now.Add(MinAheadDraw + 10*time.Millisecond)
-		}
+		took := MinAheadDraw + 10*time.Millisecond
+		now := clocked(&cfg, &took)
 		h.job = New(cfg)
-		for r, node := range []string{"a", "b"} {
-			if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.joinAB(t)
 		for e, d := range epochs {
-			now = now.Add(d)
+			*now = now.Add(d)
 			before := table.draws
 			for r, node := range []string{"a", "b"} {
 				if err := h.job.Done(0, e, r, node, wire.ResidentSet{}); err != nil {
@@ -728,21 +743,13 @@ func TestSpeculationHidesTheTurn(t *testing.T) {
 // which, once drawn, is let go.
 func TestDeadlineLetsASpeculationGo(t *testing.T) {
 	h := &harness{}
-	now := time.Unix(1e9, 0)
 	cfg := h.config()
-	cfg.AheadAt, cfg.Now = 0.1, func() time.Time { return now }
-	publish := cfg.Publish
-	cfg.Publish = func(p *wire.PublishMsg, scored int) {
-		publish(p, scored)
-		now = now.Add(MinAheadDraw + 10*time.Millisecond)
-	}
+	cfg.AheadAt = 0.1
+	took := MinAheadDraw + 10*time.Millisecond
+	now := clocked(&cfg, &took)
 	h.job = New(cfg)
-	for r, node := range []string{"a", "b"} {
-		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	now = now.Add(300 * time.Millisecond)
+	h.joinAB(t)
+	*now = now.Add(300 * time.Millisecond)
 	for r, node := range []string{"a", "b"} {
 		if err := h.job.Done(0, 0, r, node, wire.ResidentSet{}); err != nil {
 			t.Fatal(err)
@@ -991,19 +998,14 @@ func TestOrdersAheadAreNotHeld(t *testing.T) {
 // early.
 func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 	h := &harness{}
-	now := time.Unix(1e9, 0)
 	var took time.Duration // how long each order takes to draw and hand over
 	cfg := h.config()
-	cfg.AheadAt, cfg.Now = 0.1, func() time.Time { return now }
-	publish := cfg.Publish
-	cfg.Publish = func(p *wire.PublishMsg, scored int) {
-		publish(p, scored)
-		now = now.Add(took)
-	}
+	cfg.AheadAt = 0.1
+	now := clocked(&cfg, &took)
 	h.job = New(cfg)
 	train := func(epoch int, d time.Duration) {
 		t.Helper()
-		now = now.Add(d)
+		*now = now.Add(d)
 		for r, node := range []string{"a", "b"} {
 			if err := h.job.Done(0, epoch, r, node, wire.ResidentSet{}); err != nil {
 				t.Fatal(err)
