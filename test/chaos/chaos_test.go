@@ -758,14 +758,14 @@ func (mo *monitor) sampleRSS(now time.Time) {
 // above the constants.
 func TestChaos(t *testing.T) {
 	cfg := loadSettings(t)
-	t.Logf("chaos: duration %v, interval %v, seed %d (CHAOS_SEED replays the schedule), logs in %s",
-		cfg.duration, cfg.interval, cfg.seed, cfg.logDir)
+	t.Logf("chaos: duration %v, interval %v, seed %d (CHAOS_SEED replays the schedule), peer flags %q, logs in %s",
+		cfg.duration, cfg.interval, cfg.seed, cfg.peerFlags, cfg.logDir)
 	ctx, cancelAll := context.WithTimeout(context.Background(), cfg.duration+3*time.Minute)
 	defer cancelAll()
 
 	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: numSamples, MinSize: 100, MaxSize: 1099, Seed: cfg.seed})
 	dir, files := ds.Dir, ds.Files
-	m := startMesh(t, ctx, numPeers, "ds", dir, cfg.logDir, cacheSize)
+	m := startMesh(t, ctx, numPeers, "ds", dir, cfg.logDir, cacheSize, cfg.peerFlags...)
 	m.files = files
 	start := time.Now()
 	tl := &tally{start: start}

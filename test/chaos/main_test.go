@@ -22,12 +22,16 @@
 //	                 are printed).
 //	CHAOS_PEER_RACE  "1": build shade-peer with -race (slower peers; a data
 //	                 race makes a peer exit, which the test reports).
+//	CHAOS_PEER_FLAGS more shade-peer flags for every peer of TestChaos,
+//	                 split at spaces (such as "--order-ahead 1": orders
+//	                 drawn ahead while the leader is killed).
 package chaos
 
 import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,11 +59,13 @@ type settings struct {
 	seed               uint64
 	readers            int
 	logDir             string
+	peerFlags          []string
 }
 
 func loadSettings(t *testing.T) settings {
 	t.Helper()
-	s := settings{duration: 30 * time.Second, interval: 10 * time.Second, readers: 3, seed: uint64(time.Now().UnixNano())}
+	s := settings{duration: 30 * time.Second, interval: 10 * time.Second, readers: 3, seed: uint64(time.Now().UnixNano()),
+		peerFlags: strings.Fields(os.Getenv("CHAOS_PEER_FLAGS"))}
 	v, set := os.LookupEnv("CHAOS_DURATION")
 	if !set && testing.Short() {
 		t.Skip("chaos test skipped with -short (set CHAOS_DURATION to run it)")
