@@ -938,7 +938,9 @@ func (c *copyBuffer) unreserve(n int) { c.b = c.b[:len(c.b)-n] }
 const errSizeDiffers = "size differs from the manifest"
 
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
-// order (see package readahead); calls for a slice already followed do nothing.
+// order (see package readahead); calls for a slice already followed do
+// nothing. Following a slice sorts it (and makes the read-ahead's buffer
+// at the first): in the background, not in the rank's SHADE.ORDER.
 func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
-	n.readAhead.Follow(ds, p, rank)
+	n.goBackground(func(context.Context) { n.readAhead.Follow(ds, p, rank) })
 }

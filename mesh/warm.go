@@ -126,8 +126,11 @@ func (n *Node) orderInstalled(js *jobState, p *wire.PublishMsg) {
 	}
 	if p.Ahead == 0 {
 		// Published ahead, an order is read only after the current one:
-		// its read-ahead starts when a rank asks for it.
-		n.readAhead.FollowPublished(js.ds, p)
+		// its read-ahead starts when a rank asks for it. Following the
+		// ranks' slices sorts each (and makes the read-ahead's buffer at
+		// the first): not while the book is locked, which the ranks'
+		// orders wait for.
+		n.goBackground(func(context.Context) { n.readAhead.FollowPublished(js.ds, p) })
 	}
 	if _, ok := n.pol.(policy.Lookahead); ok && p.Epoch >= 0 {
 		n.goBackground(func(context.Context) { n.lookahead(js, p) })
