@@ -53,7 +53,7 @@ func (d *Dir) Path(i int) string {
 }
 
 // Read appends the bytes of sample i to dst and returns the extended slice;
-// dst is the caller's and may be nil. It reads exactly Manifest().Sizes[i]
+// dst is the caller's and may be nil. It reads exactly Manifest().Sizes.At(i)
 // bytes or fails:
 //
 //   - i out of range: an error wrapping ErrOutOfRange;
@@ -71,7 +71,7 @@ func (d *Dir) Read(i int, dst []byte) ([]byte, error) {
 		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", ErrOutOfRange, i, d.m.Len())
 	}
 	path := d.Path(i)
-	want := int(d.m.Sizes[i])
+	want := int(d.m.Sizes.At(i))
 	// Four system calls (see OpenForRead): open, fstat, one read, close.
 	fd, err := OpenForRead(path)
 	if err != nil {

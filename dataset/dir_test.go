@@ -142,7 +142,7 @@ func TestDirReadSizeChangesWhileReading(t *testing.T) {
 			t.Logf("%s: %v, %d bytes by stat: not the case this test needs", tc.path, err, st.Size)
 			continue
 		}
-		d := &Dir{root: filepath.Dir(tc.path), m: &Manifest{Names: mustNames(t, filepath.Base(tc.path)), Sizes: []int64{tc.size}}}
+		d := &Dir{root: filepath.Dir(tc.path), m: &Manifest{Names: mustNames(t, filepath.Base(tc.path)), Sizes: NewSizes([]int64{tc.size})}}
 		dst := []byte("abc")
 		got, err := d.Read(0, dst)
 		if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {

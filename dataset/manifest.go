@@ -45,7 +45,7 @@ const progressEvery = 1000
 
 // Manifest is the ordered list of a dataset's samples. Sample i is named
 // Names.At(i) (a relative path with '/' separators for a directory source) and
-// is Sizes[i] bytes long. Version is the hex hash of every (name, size)
+// is Sizes.At(i) bytes long. Version is the hex hash of every (name, size)
 // pair in order; see VersionOf.
 //
 // Encoding says how a sample's bytes are to be read: "" for a file's
@@ -56,7 +56,7 @@ const progressEvery = 1000
 // and callers must not modify its slices.
 type Manifest struct {
 	Names    Names
-	Sizes    []int64
+	Sizes    Sizes
 	Version  string
 	Encoding string
 }
@@ -72,8 +72,8 @@ func (m *Manifest) Len() int { return m.Names.Len() }
 // TotalBytes returns the sum of all sample sizes.
 func (m *Manifest) TotalBytes() int64 {
 	var n int64
-	for _, s := range m.Sizes {
-		n += s
+	for i := range m.Sizes.Len() {
+		n += m.Sizes.At(i)
 	}
 	return n
 }
@@ -163,8 +163,8 @@ func Scan(dir string, progress func(done int)) (*Manifest, error) {
 	if s.names.Len() == 0 {
 		return nil, fmt.Errorf("%w in %s", ErrEmpty, dir)
 	}
-	names, sizes := s.names.Names(), slices.Clone(s.sizes)
-	return &Manifest{Names: names, Sizes: sizes, Version: VersionOf(names, sizes)}, nil
+	names := s.names.Names()
+	return &Manifest{Names: names, Sizes: NewSizes(s.sizes), Version: VersionOf(names, s.sizes)}, nil
 }
 
 type scanner struct {

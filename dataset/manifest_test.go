@@ -79,8 +79,8 @@ func TestScanImageFolderOrder(t *testing.T) {
 		t.Fatalf("order:\n got %q\nwant %q", m.Names.Strings(), imageFolderOrder)
 	}
 	for i, name := range m.Names.All() {
-		if m.Sizes[i] != int64(len(name)) {
-			t.Errorf("size of %s = %d, want %d", name, m.Sizes[i], len(name))
+		if m.Sizes.At(i) != int64(len(name)) {
+			t.Errorf("size of %s = %d, want %d", name, m.Sizes.At(i), len(name))
 		}
 	}
 	if got, want := m.Classes(), []string{"B", "a", "a b", "c"}; !slices.Equal(got, want) {

@@ -52,15 +52,16 @@ type memSource struct {
 func newMemSource(n, size int) *memSource {
 	s := &memSource{m: &Manifest{}}
 	var names NamesBuilder
+	sizes := make([]int64, n)
 	for i := range n {
 		b := bytes.Repeat([]byte{byte(i)}, size)
 		s.data = append(s.data, b)
 		if err := names.Add(fmt.Sprintf("c/%d", i)); err != nil {
 			panic(err)
 		}
-		s.m.Sizes = append(s.m.Sizes, int64(size))
+		sizes[i] = int64(size)
 	}
-	s.m.Names = names.Names()
+	s.m.Names, s.m.Sizes = names.Names(), NewSizes(sizes)
 	return s
 }
 

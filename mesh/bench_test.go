@@ -433,7 +433,7 @@ func readRandomSamples(b *testing.B, n *Node, seed uint64, pick func(*rand.Rand)
 		id := pick(rng)
 		start := time.Now()
 		v, ok, err := n.Get(ctx, []byte(keyOfSample(ds, id)), dst[:0])
-		if err != nil || !ok || len(v) != int(ds.manifest.Sizes[id]) {
+		if err != nil || !ok || len(v) != int(ds.manifest.Sizes.At(int(id))) {
 			b.Errorf("read of sample %d: %v, found %v, %d bytes", id, err, ok, len(v))
 			return
 		}

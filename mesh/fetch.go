@@ -251,7 +251,7 @@ var errNotFound = errors.New("mesh: sample not found")
 func (n *Node) fetchOne(ctx context.Context, owner string, ds *datasetState, idx int, mode fetchMode) (read, error) {
 	defer n.asking(owner, 1)()
 	start := time.Now()
-	it, err := n.fetches.Call(ctx, fetchKey{owner, ds, mode}, fetchRef{uint32(idx), ds.manifest.Sizes[idx]})
+	it, err := n.fetches.Call(ctx, fetchKey{owner, ds, mode}, fetchRef{uint32(idx), ds.manifest.Sizes.At(idx)})
 	if err != nil {
 		return read{}, err
 	}
@@ -324,7 +324,7 @@ func (n *Node) readSource(ds *datasetState, idx int) ([]byte, error) {
 	start := time.Now()
 	var dst []byte
 	if idx >= 0 && idx < ds.len {
-		dst = nozero.Bytes(int(ds.manifest.Sizes[idx]) + 1)
+		dst = nozero.Bytes(int(ds.manifest.Sizes.At(idx)) + 1)
 	}
 	b, err := ds.src.Read(idx, dst)
 	ds.counters.SourceLatency.Observe(time.Since(start))
@@ -590,7 +590,7 @@ func (n *Node) admitOffered(it *wire.OfferItem) error {
 	if shm.Checksum(it.Value) != it.Sum {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: ErrChecksum.Error()}
 	}
-	if int64(len(it.Value)) != ds.manifest.Sizes[it.ID] {
+	if int64(len(it.Value)) != ds.manifest.Sizes.At(int(it.ID)) {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "size differs from the manifest"}
 	}
 	if !it.Leaving && !contains(n.ownersView(ds, it.ID), n.cfg.Name) {
@@ -674,7 +674,7 @@ func (n *Node) fetchFrom(ctx context.Context, owner string, ds *datasetState, id
 		if !it.Found {
 			continue
 		}
-		if shm.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes[ids[i]] {
+		if shm.Checksum(it.Value) != it.Sum || int64(len(it.Value)) != ds.manifest.Sizes.At(int(ids[i])) {
 			n.cfg.Logger.Warn().Str("owner", owner).Str("key", keyOfSample(ds, ids[i])).Msg("checksum mismatch: copy discarded")
 			ds.counters.Current().ChecksumErrors.Add(1)
 			*it = wire.FetchItem{}
@@ -690,7 +690,7 @@ func (n *Node) fetchStream(ctx context.Context, owner string, ds *datasetState, 
 	maxLen := make([]int64, len(req.IDs))
 	for i, id := range req.IDs {
 		if int(id) < ds.len && !req.Warm {
-			maxLen[i] = ds.manifest.Sizes[id]
+			maxLen[i] = ds.manifest.Sizes.At(int(id))
 		}
 	}
 	var head wire.FetchHead
@@ -748,7 +748,7 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 	var need int64
 	for _, id := range req.IDs {
 		if !req.Warm && int(id) < ds.len {
-			need += ds.manifest.Sizes[id]
+			need += ds.manifest.Sizes.At(int(id))
 		}
 	}
 	// The reply must fit in one frame: samples past the frame's room are
@@ -787,7 +787,7 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 			items[i].Err = "index out of range"
 			continue
 		}
-		size := ds.manifest.Sizes[id]
+		size := ds.manifest.Sizes.At(int(id))
 		if !req.Warm {
 			if room -= size; room < 0 {
 				items[i].Err = "over the reply limit of one fetch"
@@ -884,7 +884,7 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 			continue
 		}
 		v := t.r.v
-		if int64(len(v)) != ds.manifest.Sizes[t.idx] {
+		if int64(len(v)) != ds.manifest.Sizes.At(t.idx) {
 			it.Err = errSizeDiffers
 			continue
 		}

@@ -459,7 +459,7 @@ func (n *Node) lockPolicy() {
 // otherwise.
 func (n *Node) traceRead(ds *datasetState, idx int, key []byte) {
 	if n.trace != nil {
-		n.trace.Read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes[idx])))
+		n.trace.Read(sampleID(ds, idx), n.store.Charge(len(key), int(ds.manifest.Sizes.At(idx))))
 	}
 }
 

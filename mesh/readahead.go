@@ -39,4 +39,4 @@ func (h raHost) ReadSource(ds readahead.Dataset, id uint32) ([]byte, error) {
 func (ds *datasetState) Key(id uint32) string { return keyOfSample(ds, id) }
 
 // Size implements readahead.Dataset: the size of sample id in bytes.
-func (ds *datasetState) Size(id uint32) int64 { return ds.manifest.Sizes[id] }
+func (ds *datasetState) Size(id uint32) int64 { return ds.manifest.Sizes.At(int(id)) }

@@ -129,7 +129,7 @@ func (n *Node) planElsewhere(ms []*mgetItem, ask []int) []*elsewhereReq {
 		}
 		owned[best] = loadOf(best) + 1
 		g := group{best, m.ds, len(m.owners) > 1}
-		size := m.ds.manifest.Sizes[m.idx]
+		size := m.ds.manifest.Sizes.At(m.idx)
 		r := open[g]
 		if r == nil || len(r.ids) == maxFetchBatch || r.bytes+size > maxFetchBatchBytes {
 			// Room for the rest of ask, up to a request's bound: one
@@ -386,7 +386,7 @@ func (n *Node) planThrough(ctx context.Context, items []*throughItem, forward bo
 			continue
 		}
 		g := group{co, it.ds, mode}
-		size := it.ds.manifest.Sizes[it.idx]
+		size := it.ds.manifest.Sizes.At(it.idx)
 		r := open[g]
 		if r == nil || len(r.ids) == maxFetchBatch || r.bytes+size > maxFetchBatchBytes {
 			r = &throughReq{co: co, ds: it.ds, mode: mode}

@@ -23,7 +23,7 @@ func newSynthetic(tb testing.TB, n int) *synthetic {
 		}
 		sizes[i] = 16
 	}
-	return &synthetic{m: &dataset.Manifest{Names: names.Names(), Sizes: sizes, Version: "synthetic"}}
+	return &synthetic{m: &dataset.Manifest{Names: names.Names(), Sizes: dataset.NewSizes(sizes), Version: "synthetic"}}
 }
 
 func (s *synthetic) Manifest() *dataset.Manifest { return s.m }

@@ -108,7 +108,7 @@ func (n *Node) LendHeldPrefix(ctx context.Context, keys [][]byte, maxBytes int, 
 		r.ds, r.idx, r.out, h.Err = n.route(key)
 		lend := h.Err == nil && !r.out
 		if lend && r.ds != nil {
-			size := int(r.ds.manifest.Sizes[r.idx])
+			size := int(r.ds.manifest.Sizes.At(r.idx))
 			if i > 0 && bytes+size > maxBytes {
 				break // the prefix ends before this sample
 			}
@@ -243,7 +243,7 @@ func countJobRead(ctx context.Context, ds *datasetState, idx int, fromMemory boo
 		return
 	}
 	js.sourceReads.Add(1)
-	js.sourceBytes.Add(ds.manifest.Sizes[idx])
+	js.sourceBytes.Add(ds.manifest.Sizes.At(idx))
 }
 
 // appendValue appends head's framing and v to dst.
@@ -266,7 +266,7 @@ func (n *Node) ValueSize(key []byte) int {
 		l, _ := n.store.ValueLen(key)
 		return l
 	default:
-		return int(ds.manifest.Sizes[idx])
+		return int(ds.manifest.Sizes.At(idx))
 	}
 }
 

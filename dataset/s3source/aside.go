@@ -235,7 +235,7 @@ func (s *Source) PublishListing(ctx context.Context) error {
 	var buf bytes.Buffer
 	// Written with no endpoint: the bucket and prefix name the place,
 	// whichever address of the store reaches it.
-	if err := writeListing(&buf, "", s.loc, s.listedAt, s.m.Names, s.m.Sizes, s.etags.at); err != nil {
+	if err := writeListing(&buf, "", s.loc, s.listedAt, s.m.Names, s.m.Sizes.At, s.etags.at); err != nil {
 		return err
 	}
 	return s.WriteAside(ctx, PublishedListing, buf.Bytes())

@@ -351,7 +351,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		}
 	}
 	s.etags = newETags(etags)
-	s.m = &dataset.Manifest{Names: names, Sizes: sizes, Version: versionOf(names, sizes, etags)}
+	s.m = &dataset.Manifest{Names: names, Sizes: dataset.NewSizes(sizes), Version: versionOf(names, sizes, etags)}
 	if cfg.Share && !cfg.Unpublished && s.from == ListingListed {
 		if err := s.PublishListing(ctx); err != nil {
 			s.publishErr = fmt.Errorf("%w: %w", claim.ErrNotShared, err)
@@ -449,7 +449,7 @@ func (l *listed) sorted() (names dataset.Names, sizes []int64, etags dataset.Nam
 
 // object returns sample i's object as listed; i must be in range.
 func (s *Source) object(i int) object {
-	return object{Key: s.loc.Prefix + s.m.Names.At(i), Size: s.m.Sizes[i], ETag: s.etags.at(i)}
+	return object{Key: s.loc.Prefix + s.m.Names.At(i), Size: s.m.Sizes.At(i), ETag: s.etags.at(i)}
 }
 
 // Manifest returns the listing's manifest. It is shared: callers must not
@@ -596,7 +596,7 @@ func (s *Source) openError(err error) error {
 }
 
 // Read appends sample i's bytes to dst and returns the extended slice; dst
-// is the caller's. It reads exactly Manifest().Sizes[i] bytes or fails:
+// is the caller's. It reads exactly Manifest().Sizes.At(i) bytes or fails:
 //
 //   - i out of range: an error wrapping dataset.ErrOutOfRange;
 //   - the object was deleted, or its ETag or size differ from the
@@ -610,7 +610,7 @@ func (s *Source) Read(i int, dst []byte) ([]byte, error) {
 	if i < 0 || i >= s.m.Len() {
 		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.m.Len())
 	}
-	return s.ReadRange(i, 0, s.m.Sizes[i], dst)
+	return s.ReadRange(i, 0, s.m.Sizes.At(i), dst)
 }
 
 // ReadRange appends n bytes of sample i from offset off to dst, with Read's
@@ -991,7 +991,7 @@ func saveListing(path, endpoint string, loc Location, at time.Time, names datase
 		return fmt.Errorf("s3source: listing: %w", err)
 	}
 	err := atomicfile.WriteWith(path, 0o600, func(w io.Writer) error {
-		return writeListing(w, endpoint, loc, at, names, sizes, etags.At)
+		return writeListing(w, endpoint, loc, at, names, func(i int) int64 { return sizes[i] }, etags.At)
 	})
 	if err != nil {
 		return fmt.Errorf("s3source: listing: %w", err)
@@ -1003,8 +1003,8 @@ func saveListing(path, endpoint string, loc Location, at time.Time, names datase
 }
 
 // writeListing writes the listing in its state file's form: object i
-// is names.At(i), of sizes[i] bytes and ETag etag(i).
-func writeListing(w io.Writer, endpoint string, loc Location, at time.Time, names dataset.Names, sizes []int64, etag func(int) string) error {
+// is names.At(i), of size(i) bytes and ETag etag(i).
+func writeListing(w io.Writer, endpoint string, loc Location, at time.Time, names dataset.Names, size func(int) int64, etag func(int) string) error {
 	bw := binfile.NewWriter(w, listingMagic)
 	bw.String(endpoint)
 	bw.String(loc.Bucket)
@@ -1013,7 +1013,7 @@ func writeListing(w io.Writer, endpoint string, loc Location, at time.Time, name
 	bw.Uvarint(uint64(names.Len()))
 	for i, name := range names.AllBytes() {
 		bw.Bytes(name)
-		bw.Uvarint(uint64(sizes[i]))
+		bw.Uvarint(uint64(size(i)))
 		bw.String(etag(i))
 	}
 	return bw.Close()

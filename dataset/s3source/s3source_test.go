@@ -89,8 +89,8 @@ func TestListsAndReadsByteExact(t *testing.T) {
 				errs <- err
 			case !bytes.Equal(got[:4], []byte("keep")) || !bytes.Equal(got[4:], data[i]):
 				errs <- fmt.Errorf("sample %d (%s): wrong bytes", i, names[i])
-			case m.Sizes[i] != int64(len(data[i])):
-				errs <- fmt.Errorf("sample %d: size %d, want %d", i, m.Sizes[i], len(data[i]))
+			case m.Sizes.At(i) != int64(len(data[i])):
+				errs <- fmt.Errorf("sample %d: size %d, want %d", i, m.Sizes.At(i), len(data[i]))
 			}
 		}()
 	}

@@ -94,7 +94,7 @@ func Upload(ctx context.Context, cfg Config, dir string, progress func(done, tot
 	}
 	for i, name := range m.Names.All() {
 		key := loc.Prefix + name
-		if size, ok := have[key]; ok && size == m.Sizes[i] {
+		if size, ok := have[key]; ok && size == m.Sizes.At(i) {
 			rep.Skipped++
 			finish(nil)
 			continue
@@ -111,10 +111,10 @@ func Upload(ctx context.Context, cfg Config, dir string, progress func(done, tot
 			defer wg.Done()
 			defer func() { <-slots }()
 			path := filepath.Join(dir, filepath.FromSlash(name))
-			err := s.put(ctx, key, m.Sizes[i], func() (io.ReadCloser, error) { return os.Open(path) })
+			err := s.put(ctx, key, m.Sizes.At(i), func() (io.ReadCloser, error) { return os.Open(path) })
 			if err == nil {
 				uploaded.Add(1)
-				bytes.Add(m.Sizes[i])
+				bytes.Add(m.Sizes.At(i))
 			}
 			finish(err)
 		}()

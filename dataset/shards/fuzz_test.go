@@ -30,8 +30,8 @@ func FuzzShard(f *testing.F) {
 			if err != nil {
 				t.Fatalf("sample %d of an indexed shard: %v", i, err)
 			}
-			if int64(len(got)) != m.Sizes[i] {
-				t.Fatalf("sample %d: %d bytes, manifest %d", i, len(got), m.Sizes[i])
+			if int64(len(got)) != m.Sizes.At(i) {
+				t.Fatalf("sample %d: %d bytes, manifest %d", i, len(got), m.Sizes.At(i))
 			}
 		}
 	})

@@ -146,8 +146,8 @@ func TestPackKeepsEverySample(t *testing.T) {
 			want = appendHeader(want, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6)
 			want = append(want, span[m.Off:m.Off+m.Size]...)
 		}
-		if got := appendSample(nil, ms, p.exts, span); !slices.Equal(got, want) || int64(len(got)) != m.Sizes[i] || m.Names.At(i) != smp.Key {
-			t.Fatalf("sample %d (%s) encodes to %d bytes, want %d (manifest: %s, %d)", i, smp.Key, len(got), len(want), m.Names.At(i), m.Sizes[i])
+		if got := appendSample(nil, ms, p.exts, span); !slices.Equal(got, want) || int64(len(got)) != m.Sizes.At(i) || m.Names.At(i) != smp.Key {
+			t.Fatalf("sample %d (%s) encodes to %d bytes, want %d (manifest: %s, %d)", i, smp.Key, len(got), len(want), m.Names.At(i), m.Sizes.At(i))
 		}
 	}
 }
@@ -195,8 +195,8 @@ func TestVersionUnchanged(t *testing.T) {
 		st.sizes = append(st.sizes, 1<<30)
 	}
 	m, _ := packOf(t, st, samples)
-	if m.Version != "449123205a0e3f0d710c73f34e2bd949" || m.Sizes[0] != 23 || m.Sizes[999] != 1023 {
-		t.Fatalf("version %s, sizes %d and %d; earlier builds made 449123205a0e3f0d710c73f34e2bd949, 23 and 1023", m.Version, m.Sizes[0], m.Sizes[999])
+	if m.Version != "449123205a0e3f0d710c73f34e2bd949" || m.Sizes.At(int(0)) != 23 || m.Sizes.At(int(999)) != 1023 {
+		t.Fatalf("version %s, sizes %d and %d; earlier builds made 449123205a0e3f0d710c73f34e2bd949, 23 and 1023", m.Version, m.Sizes.At(int(0)), m.Sizes.At(int(999)))
 	}
 }
 

@@ -453,7 +453,7 @@ func (b *indexBuilder) finish() (*dataset.Manifest, packedIndex) {
 	names := b.names.Names()
 	b.h.Write([]byte(dataset.VersionOf(names, b.sizes)))
 	sum := b.h.Sum(nil)
-	m := &dataset.Manifest{Names: names, Sizes: fitted(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
+	m := &dataset.Manifest{Names: names, Sizes: dataset.NewSizes(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
 	p := b.p
 	p.exts = b.exts.names
 	p.shard, p.start, p.first, p.members = fitted(p.shard), fitted(p.start), fitted(p.first), fitted(p.members)
@@ -1137,7 +1137,7 @@ func openS3(ctx context.Context, cfg s3source.Config) (*s3Store, error) {
 	st := &s3Store{src: src, index: idx}
 	for _, i := range idx {
 		st.names = append(st.names, m.Names.At(i))
-		st.sizes = append(st.sizes, m.Sizes[i])
+		st.sizes = append(st.sizes, m.Sizes.At(i))
 	}
 	return st, nil
 }

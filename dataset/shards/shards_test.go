@@ -99,8 +99,8 @@ func checkAll(t *testing.T, src *shards.Source, keys []string, want []map[string
 		if err != nil {
 			t.Fatalf("sample %d: %v", i, err)
 		}
-		if b[0] != 'x' || int64(len(b)-1) != m.Sizes[i] {
-			t.Fatalf("sample %d: %d bytes, manifest says %d", i, len(b)-1, m.Sizes[i])
+		if b[0] != 'x' || int64(len(b)-1) != m.Sizes.At(i) {
+			t.Fatalf("sample %d: %d bytes, manifest says %d", i, len(b)-1, m.Sizes.At(i))
 		}
 		var got map[string][]byte
 		if err := msgpack.Unmarshal(b[1:], &got); err != nil {
