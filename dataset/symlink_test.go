@@ -35,8 +35,8 @@ func TestScanSymlinks(t *testing.T) {
 	if !slices.Equal(m.Names.Strings(), want) {
 		t.Fatalf("got %q, want %q", m.Names.Strings(), want)
 	}
-	if m.Sizes.At(int(0)) != int64(len("big.bin")) {
-		t.Errorf("a file link's size is its target's: got %d", m.Sizes.At(int(0)))
+	if m.Sizes.At(0) != int64(len("big.bin")) {
+		t.Errorf("a file link's size is its target's: got %d", m.Sizes.At(0))
 	}
 	d, err := OpenDir(root, nil)
 	if err != nil {

@@ -195,8 +195,8 @@ func TestVersionUnchanged(t *testing.T) {
 		st.sizes = append(st.sizes, 1<<30)
 	}
 	m, _ := packOf(t, st, samples)
-	if m.Version != "449123205a0e3f0d710c73f34e2bd949" || m.Sizes.At(int(0)) != 23 || m.Sizes.At(int(999)) != 1023 {
-		t.Fatalf("version %s, sizes %d and %d; earlier builds made 449123205a0e3f0d710c73f34e2bd949, 23 and 1023", m.Version, m.Sizes.At(int(0)), m.Sizes.At(int(999)))
+	if m.Version != "449123205a0e3f0d710c73f34e2bd949" || m.Sizes.At(0) != 23 || m.Sizes.At(999) != 1023 {
+		t.Fatalf("version %s, sizes %d and %d; earlier builds made 449123205a0e3f0d710c73f34e2bd949, 23 and 1023", m.Version, m.Sizes.At(0), m.Sizes.At(999))
 	}
 }
 
