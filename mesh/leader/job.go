@@ -174,7 +174,7 @@ type Job struct {
 
 	// mu guards every field below; it is held while an order is handed
 	// to Config.Publish, so that no epoch is published twice, and while
-	// it is drawn, except for an order drawn ahead (drawing).
+	// it is drawn, but for an order drawn off the lock (drawing).
 	mu     sync.Mutex
 	gen    uint64
 	world  int          // 0 until a rank joins
@@ -409,8 +409,8 @@ func (j *Job) drawOffLocked(spec bool) {
 		dr.sampler = j.sampler.Clone()
 	}
 	j.drawing = dr
-	// The nodes' bitmaps are replaced, never changed: the draw reads
-	// them as they are now. This node's own (Config.Resident) is read
+	// The nodes' resident sets are replaced, never changed: the draw
+	// reads them as they are now. This node's own (Config.Resident) is read
 	// with the draw, off the lock: it waits for the node's cache policy,
 	// which may be taking in the order published just before.
 	ranks, where, others := slices.Clone(j.ranks), j.placementLocked(), maps.Clone(j.resident)
