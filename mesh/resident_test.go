@@ -1,9 +1,11 @@
 package mesh
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shade-mesh/shade/dataset"
@@ -110,5 +112,44 @@ func TestResidentBitsFollowThePolicy(t *testing.T) {
 	}
 	if st := n.store.Stats(); int64(st.Entries) != ds.resident.Load() {
 		t.Fatalf("the store holds %d entries, %d counted", st.Entries, ds.resident.Load())
+	}
+}
+
+// TestResidentSetsReachTheLeader: a node's done carries what it caches to
+// the leader over the mesh, as a bitmap where that is shorter (every
+// sample cached) and as a list where that is (a small cache of many
+// samples), and the leader counts that node's cached samples in its
+// draws.
+func TestResidentSetsReachTheLeader(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		samples int
+		cache   int64
+		list    bool
+	}{{"bitmap", 200, 0, false}, {"list", 5000, 48 << 10, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMesh(t, 2, meshOpts{samples: tc.samples, minSize: 10, maxSize: 20, configure: func(_ int, c *Config) {
+				c.Boost = 3
+				if tc.cache > 0 {
+					c.CacheSize = tc.cache
+				}
+			}})
+			f, lead := m.follower(t), m.leader(t)
+			c := f.client(t)
+			ctx := context.Background()
+			if _, err := trainEpoch(ctx, c, m.files, "", 0, 0, 1, func(id int64) float64 { return 0.1 + float64(id%7) }); err != nil {
+				t.Fatal(err)
+			}
+			set := f.node.residentSet(f.node.ordered[0])
+			if set.Empty() || (len(set.Sparse) > 0) != tc.list {
+				t.Fatalf("the follower's set: a bitmap of %d bytes, a list of %d; want a list: %v", len(set.Bits), len(set.Sparse), tc.list)
+			}
+			if err := c.Do(ctx, "SHADE.DONE", "ds", 0, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := lead.node.ordered[0].def.leaderJob().Status().Resident; !slices.Equal(got, []string{f.node.Name()}) {
+				t.Fatalf("the leader counts the cached samples of %v; want %s's", got, f.node.Name())
+			}
+		})
 	}
 }
