@@ -407,12 +407,9 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	for _, id := range owned[leader] {
 		own[id/64] |= 1 << (id % 64)
 	}
-	unionStep := step("resident sets into the draw", 1, true, "the leader's own copied, each node's newest set ORed in (leader.Job.residentOf)")
+	unionStep := step("resident sets into the draw", 1, true, "the leader's own copied, each node's newest set ORed in (leader.UnionResident)")
 	_ = unionStep.run(func() error {
-		copy(words, own)
-		for _, set := range sets {
-			set.OrInto(words)
-		}
+		words = meshleader.UnionResident(slices.Clone(own), sets, job.samples)
 		return nil
 	})
 	if !slices.Equal(words, resident) {

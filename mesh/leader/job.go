@@ -736,21 +736,28 @@ func (j *Job) installLocked(epoch int, start time.Time, d Drawn) {
 // ranks last finished an epoch), for a dataset of n samples; nil when no
 // node said and Config.Resident is unset.
 func (j *Job) residentOf(others map[string]wire.ResidentSet, n int) []uint64 {
-	var bits []uint64
+	var own []uint64
 	if j.cfg.Resident != nil {
-		bits = j.cfg.Resident()
+		own = j.cfg.Resident()
 	}
+	return UnionResident(own, others, n)
+}
+
+// UnionResident ORs into own (a bitmap, bit i%64 of word i/64; nil for
+// none), grown to a dataset of n samples, the samples of each set of
+// others, which wire.ResidentSet.Check accepted for it, and returns it:
+// the samples a draw prefers. Without others it returns own as it is.
+func UnionResident(own []uint64, others map[string]wire.ResidentSet, n int) []uint64 {
 	if len(others) == 0 {
-		return bits
+		return own
 	}
-	words := (n + 63) / 64
-	if len(bits) < words {
-		bits = append(bits, make([]uint64, words-len(bits))...)
+	if words := (n + 63) / 64; len(own) < words {
+		own = append(own, make([]uint64, words-len(own))...)
 	}
 	for _, set := range others {
-		set.OrInto(bits)
+		set.OrInto(own)
 	}
-	return bits
+	return own
 }
 
 // Drawn is one epoch's order as Draw splits it among the ranks.
