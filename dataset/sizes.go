@@ -41,12 +41,3 @@ func (s Sizes) At(i int) int64 {
 	}
 	return s.big[i]
 }
-
-// Int64s returns the sizes as a new slice.
-func (s Sizes) Int64s() []int64 {
-	out := make([]int64, len(s.small))
-	for i := range out {
-		out[i] = s.At(i)
-	}
-	return out
-}
