@@ -25,11 +25,11 @@ func BenchmarkResidentOf(b *testing.B) {
 				}
 				set := wire.PackResident(words, samples)
 				if form == "bitmap" {
-					set = wire.ResidentSet{Bits: make([]byte, (samples+7)/8)}
-					set.Bits = set.Bits[:0]
-					for i := range (samples + 7) / 8 {
-						set.Bits = append(set.Bits, byte(words[i/8]>>(8*(i%8))))
+					bits := make([]byte, (samples+7)/8)
+					for i := range bits {
+						bits[i] = byte(words[i/8] >> (8 * (i % 8)))
 					}
+					set = wire.ResidentSet{Bits: bits}
 				}
 				size += len(set.Bits) + len(set.Sparse)
 				others[fmt.Sprint(k)] = set
