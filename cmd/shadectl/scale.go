@@ -348,14 +348,17 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		round(time.Duration(ahead*float64(time.Second))), round(res.Epoch), ratio(ahead, epoch))
 	// shade-peer draws orders ahead by itself once the order takes the
 	// leader more than --order-ahead-at of the time from its drawing to
-	// the epoch's end, and leader.MinAheadDraw or more, two epochs running.
-	// Epochs 0..AheadAfter-1 count; epoch AheadAfter is drawn while
-	// AheadAfter-1 trains (a speculation), and each after it an epoch
-	// ahead: the ranks wait for the orders of epochs 0..AheadAfter-1.
+	// the epoch's end, and leader.MinAheadDraw or more, AheadAfter draws
+	// in a row, where a speculation of the next epoch's order, drawn
+	// while the epoch trains, counts as the last: epoch 0's order and
+	// the speculation of epoch 1's (drawn while epoch 0 trains) make
+	// AheadAfter (2), epoch 1's order is that speculation, and each
+	// after it is drawn an epoch ahead: the ranks wait for epoch 0's
+	// order alone.
 	share := pubTime.Seconds() / (pubTime.Seconds() + onLink + epoch)
 	verdict := "no"
 	if pubTime >= meshleader.MinAheadDraw && share > meshleader.DefaultAheadAt {
-		verdict = fmt.Sprintf("yes, from epoch %d (the ranks wait for the orders of epochs 0-%d)", meshleader.AheadAfter, meshleader.AheadAfter-1)
+		verdict = fmt.Sprintf("yes, from epoch %d (the ranks wait for the order of epoch 0)", meshleader.AheadAfter-1)
 	}
 	fmt.Fprintf(tw, "  drawn ahead by default? the order's share of the ranks' time (over --order-ahead-at, and %v or more)\t%.2f\t%v\t%s\t\n",
 		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)

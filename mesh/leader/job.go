@@ -110,10 +110,12 @@ type Config struct {
 	// more than AheadAt of the time from the start of its drawing to the
 	// end of the epoch it was drawn for, and at least MinDraw.
 	// Drawing ahead then hides the draw behind the epoch before. The
-	// order of the epoch whose due turns them ahead is drawn while the
+	// order of the epoch whose due may turn them ahead is drawn while the
 	// ranks train the epoch before it, as an order ahead would be, in
-	// case they turn (a speculation, let go if not): the ranks wait for
-	// the orders of the AheadAfter epochs before it alone. 0 never does.
+	// case they turn (a speculation, let go if not), and that draw counts
+	// as the next in the row: the order of epoch 1 is drawn while epoch 0
+	// trains, and where both draws took too long, the ranks wait for
+	// epoch 0's order alone. 0 never does.
 	AheadAt float64
 	// MinDraw is the shortest draw of an order that counts towards
 	// AheadAt; 0 means MinAheadDraw.
@@ -267,6 +269,8 @@ func (j *Job) publishFirstLocked() error {
 	}
 	if j.ahead > 0 {
 		j.drawOffLocked(false)
+	} else {
+		j.speculateLocked()
 	}
 	return nil
 }
@@ -448,14 +452,17 @@ func (j *Job) drawOffLocked(spec bool) {
 }
 
 // speculateLocked draws the order after the newest, off the lock, where
-// the end of the newest's epoch may turn the orders ahead: the ranks
-// waited too long for the orders of the AheadAfter-1 epochs before, and
-// the newest took MinDraw or more. If they do turn, the ranks need not
-// wait for that order either: it is drawn already, as an order ahead
+// the end of the newest's epoch may turn the orders ahead: the newest
+// took MinDraw or more, and either the ranks waited too long for the
+// orders of the AheadAfter-1 epochs before, or the newest is epoch 0's,
+// whose epoch's length, and so whether the ranks wait, is not known
+// before its end (there the speculation's own draw counts as the draw
+// after epoch 0's: see aheadDueLocked). If they do turn, the ranks need
+// not wait for that order either: it is drawn already, as an order ahead
 // would be, from the scores up to the epoch before. If they do not, it
 // is let go, and the sampler goes on as if it had never been drawn.
 func (j *Job) speculateLocked() {
-	if j.ahead == 0 && j.cfg.AheadAt > 0 && j.slow == AheadAfter-1 && j.took >= j.cfg.MinDraw {
+	if j.ahead == 0 && j.cfg.AheadAt > 0 && j.took >= j.cfg.MinDraw && (j.slow == AheadAfter-1 || j.latest == 0) {
 		j.drawOffLocked(true)
 	}
 }
@@ -464,8 +471,14 @@ func (j *Job) speculateLocked() {
 // the epoch due now: Config.Ahead asks for it (a rebuilt job whose newest
 // order did not), or, by Config.AheadAt, the ranks waited too long for the
 // newest order, whose epoch every rank has just finished, and for the
-// orders of the AheadAfter-1 epochs before. Called once per epoch due, it
-// counts that epoch in j.slow (or resets the count), and logs the switch.
+// orders of the AheadAfter-1 epochs before. A speculation of the due
+// epoch (speculateLocked) that took too long by the same measure counts
+// as the draw after the newest: at the end of epoch 0, epoch 0's draw and
+// the speculation of epoch 1's make two in a row, and the ranks need not
+// wait for epoch 1's order to learn that they would. The two are draws
+// of their own, so a job's first draw, slower for one-off reasons, does
+// not turn orders ahead alone. Called once per epoch due, it counts that
+// epoch in j.slow (or resets the count), and logs the switch.
 func (j *Job) aheadDueLocked() bool {
 	switch {
 	case j.ahead >= 1:
@@ -476,11 +489,14 @@ func (j *Job) aheadDueLocked() bool {
 		return false
 	}
 	cycle := j.cfg.Now().Sub(j.drawn)
-	if j.took < j.cfg.MinDraw || float64(j.took) <= j.cfg.AheadAt*float64(cycle) {
+	if !j.tooLong(j.took, cycle) {
 		j.slow = 0
 		return false
 	}
 	j.slow++
+	if sp := j.spec; j.slow < AheadAfter && sp != nil && sp.gen == j.gen && sp.epoch == j.latest+1 && j.tooLong(sp.took, cycle) {
+		j.slow++
+	}
 	due := j.slow >= AheadAfter
 	if due {
 		j.cfg.Logger.Info().Str("dataset", j.cfg.Dataset).Int("epoch", j.latest+1).
@@ -488,6 +504,13 @@ func (j *Job) aheadDueLocked() bool {
 			Msg("the ranks waited too long for the order: orders now run an epoch ahead")
 	}
 	return due
+}
+
+// tooLong reports whether an order that took took to draw made the
+// ranks wait too long (Config.AheadAt) in a cycle of its drawing and
+// epoch: MinDraw or more, and over AheadAt of the cycle.
+func (j *Job) tooLong(took, cycle time.Duration) bool {
+	return took >= j.cfg.MinDraw && float64(took) > j.cfg.AheadAt*float64(cycle)
 }
 
 // holdLocked reports whether the due epoch, latest+1, waits: it is held

@@ -93,17 +93,28 @@ func (h *harness) drawOff() int {
 	}
 }
 
-// clocked gives cfg a fake clock, which each publication moves on by
-// *took (how long an order takes to draw and hand over), and returns it.
-func clocked(cfg *Config, took *time.Duration) *time.Time {
-	now := time.Unix(1e9, 0)
+// clocked gives cfg a fake clock, which the i-th draw of an order moves
+// on by draws[i] (the last for every draw after), and returns it. It
+// wraps cfg.Scores: set that first.
+func clocked(cfg *Config, draws ...time.Duration) *time.Time {
+	now, i := time.Unix(1e9, 0), 0
 	cfg.Now = func() time.Time { return now }
-	publish := cfg.Publish
-	cfg.Publish = func(p *wire.PublishMsg, scored int) {
-		publish(p, scored)
-		now = now.Add(*took)
-	}
+	cfg.Scores = slowScores{cfg.Scores, func() {
+		now = now.Add(draws[min(i, len(draws)-1)])
+		i++
+	}}
 	return &now
+}
+
+// slowScores is Scores whose draws call tick, which moves a fake clock.
+type slowScores struct {
+	Scores
+	tick func()
+}
+
+func (s slowScores) Draw(sm *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	s.tick()
+	return s.Scores.Draw(sm, epoch, resident)
 }
 
 // joinAB joins ranks 0 and 1 of a world of 2, on nodes a and b.
@@ -676,24 +687,26 @@ func (d *drawing) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampl
 }
 
 // TestSpeculationHidesTheTurn: where the end of the epoch being trained
-// may turn the orders ahead (the epoch before waited too long), the order
-// after it is drawn meanwhile: if they turn, it is published as soon as
-// the ranks finish, with no draw then; if they do not, it is let go, and
-// the job publishes the orders of a job that never drew it, to the bit.
+// may turn the orders ahead (it is epoch 0, or the epoch before waited
+// too long), the order after it is drawn meanwhile: if they turn, it is
+// published as soon as the ranks finish, with no draw then; if they do
+// not, it is let go, and the job publishes the orders of a job that never
+// drew it, to the bit. The speculation of epoch 1 counts as a draw: where
+// it too took too long, the orders turn at the end of epoch 0.
 func TestSpeculationHidesTheTurn(t *testing.T) {
-	// run trains epochs of the given lengths, each order taking 60 ms
-	// to draw and hand over, and returns the orders published and the
-	// draws made when each epoch's order came due.
-	run := func(aheadAt float64, epochs ...time.Duration) (pubs []*wire.PublishMsg, atDue []int) {
+	// run trains epochs of the given lengths, the i-th draw of an order
+	// taking draws[i] (the last for the rest), and returns the orders
+	// published and the draws made when each epoch's order came due.
+	run := func(aheadAt float64, draws []time.Duration, epochs ...time.Duration) (pubs []*wire.PublishMsg, atDue []int) {
 		h := &harness{}
 		table := newDrawing(64)
 		cfg := h.config()
 		cfg.Scores, cfg.AheadAt = table, aheadAt
 		cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(64, sampling.DefaultConfig()) }
-		took := MinAheadDraw + 10*time.Millisecond
-		now := clocked(&cfg, &took)
+		now := clocked(&cfg, draws...)
 		h.job = New(cfg)
 		h.joinAB(t)
+		h.drawOff() // a speculation of epoch 1, drawn while epoch 0 trains
 		for e, d := range epochs {
 			*now = now.Add(d)
 			before := table.draws
@@ -707,11 +720,24 @@ func TestSpeculationHidesTheTurn(t *testing.T) {
 		}
 		return h.pubs, atDue
 	}
+	slow, fast := MinAheadDraw+10*time.Millisecond, time.Millisecond
 
-	// Epoch 0's order took 60 of 360 ms: once. Epoch 1's too: the
-	// orders turn ahead at its end, and epoch 2, drawn while epoch 1
-	// was trained, comes without a draw; epoch 3 is drawn ahead.
-	pubs, atDue := run(0.1, 300*time.Millisecond, 300*time.Millisecond)
+	// Epoch 0's order took 60 of 360 ms, and so did the speculation of
+	// epoch 1's: at the end of epoch 0 the orders turn ahead, epoch 1
+	// comes without a draw, and epoch 2 is drawn ahead.
+	pubs, atDue := run(0.1, []time.Duration{slow}, 300*time.Millisecond)
+	if got := epochsOf(pubs); !slices.Equal(got, []int{0, 1, 2}) || pubs[1].Ahead != 0 || pubs[2].Ahead != 1 {
+		t.Fatalf("published %v; want epoch 1 as before, epoch 2 ahead", got)
+	}
+	if !slices.Equal(atDue, []int{0}) {
+		t.Fatalf("draws when epoch 1 came due: %v; want none (drawn while epoch 0 was trained)", atDue)
+	}
+
+	// The speculation of epoch 1 was quick (epoch 0's draw was slow for
+	// one-off reasons): it is let go. Epoch 1's order took 60 of 360 ms
+	// too: the orders turn ahead at its end, and epoch 2, drawn while
+	// epoch 1 was trained, comes without a draw; epoch 3 is drawn ahead.
+	pubs, atDue = run(0.1, []time.Duration{slow, fast, slow}, 300*time.Millisecond, 300*time.Millisecond)
 	if got := epochsOf(pubs); !slices.Equal(got, []int{0, 1, 2, 3}) || pubs[2].Ahead != 0 || pubs[3].Ahead != 1 {
 		t.Fatalf("published %v; want epoch 2 as before, epoch 3 ahead", got)
 	}
@@ -719,11 +745,12 @@ func TestSpeculationHidesTheTurn(t *testing.T) {
 		t.Fatalf("draws when epochs 1 and 2 came due: %v; want 1, then none (drawn while epoch 1 was trained)", atDue)
 	}
 
-	// Epoch 1 is long: the orders do not turn, the speculation of epoch
-	// 2 is let go, and every order is the one of a job that never
+	// Then epoch 1 is long: the orders do not turn, both speculations
+	// are let go, and every order is the one of a job that never
 	// speculates (AheadAt 0), the sampler's state after it too.
-	pubs, atDue = run(0.1, 300*time.Millisecond, time.Second, time.Second)
-	never, _ := run(0, 300*time.Millisecond, time.Second, time.Second)
+	draws := []time.Duration{slow, fast, slow}
+	pubs, atDue = run(0.1, draws, 300*time.Millisecond, time.Second, time.Second)
+	never, _ := run(0, draws, 300*time.Millisecond, time.Second, time.Second)
 	if got := epochsOf(pubs); !slices.Equal(got, []int{0, 1, 2, 3}) || pubs[3].Ahead != 0 {
 		t.Fatalf("published %v (the last %d ahead); want epochs 0 to 3, none ahead", got, pubs[3].Ahead)
 	}
@@ -745,10 +772,13 @@ func TestDeadlineLetsASpeculationGo(t *testing.T) {
 	h := &harness{}
 	cfg := h.config()
 	cfg.AheadAt = 0.1
-	took := MinAheadDraw + 10*time.Millisecond
-	now := clocked(&cfg, &took)
+	// Each order takes 60 ms to draw but the speculation of epoch 1,
+	// quick: the orders do not turn at the end of epoch 0.
+	slow := MinAheadDraw + 10*time.Millisecond
+	now := clocked(&cfg, slow, time.Millisecond, slow)
 	h.job = New(cfg)
 	h.joinAB(t)
+	h.drawOff()
 	*now = now.Add(300 * time.Millisecond)
 	for r, node := range []string{"a", "b"} {
 		if err := h.job.Done(0, 0, r, node, wire.ResidentSet{}); err != nil {
@@ -998,10 +1028,12 @@ func TestOrdersAheadAreNotHeld(t *testing.T) {
 // early.
 func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 	h := &harness{}
-	var took time.Duration // how long each order takes to draw and hand over
 	cfg := h.config()
 	cfg.AheadAt = 0.1
-	now := clocked(&cfg, &took)
+	// Epoch 0's order takes 49 ms to draw, under the floor (so no
+	// speculation of epoch 1 is drawn): never ahead, however short the
+	// epoch. Each order after takes 60 ms.
+	now := clocked(&cfg, MinAheadDraw-time.Millisecond, MinAheadDraw+10*time.Millisecond)
 	h.job = New(cfg)
 	train := func(epoch int, d time.Duration) {
 		t.Helper()
@@ -1013,17 +1045,15 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 		}
 		h.drawOff()
 	}
-	took = MinAheadDraw - time.Millisecond // under the floor: never ahead, however short the epoch
 	for r, node := range []string{"a", "b"} {
 		if _, err := h.job.Join(r, 2, node, 0, -1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	took = MinAheadDraw + 10*time.Millisecond // 60 ms, from epoch 1 on
-	train(0, time.Millisecond)                // epoch 0's order took 49 of 50 ms, under the floor
-	train(1, 300*time.Millisecond)            // epoch 1's took 60 of 360 ms: 17%, once
-	train(2, time.Second)                     // epoch 2's took 60 of 1,060 ms: 6%
-	train(3, 300*time.Millisecond)            // 17% again, once in a row
+	train(0, time.Millisecond)     // epoch 0's order took 49 of 50 ms, under the floor
+	train(1, 300*time.Millisecond) // epoch 1's took 60 of 360 ms: 17%, once
+	train(2, time.Second)          // epoch 2's took 60 of 1,060 ms: 6%
+	train(3, 300*time.Millisecond) // 17% again, once in a row
 	if got := h.epochs(); !slices.Equal(got, []int{0, 1, 2, 3, 4}) || h.last(t).Ahead != 0 {
 		t.Fatalf("published %v (the last %d ahead); want epochs 0 to 4, none ahead", got, h.last(t).Ahead)
 	}
