@@ -23,17 +23,21 @@ func writeIndex(w io.Writer, check string, names dataset.Names, p *packedIndex) 
 	bw := binfile.NewWriter(w, indexMagic)
 	bw.String(check)
 	bw.Uvarint(uint64(p.len()))
+	shard := 0
 	for i, name := range names.AllBytes() {
-		ms, start, end := p.span(i)
+		for int(p.shardFirst[shard+1]) <= i {
+			shard++
+		}
+		from, to, start, end := p.span(i)
 		bw.Bytes(name)
-		bw.Uvarint(uint64(p.shard[i]))
+		bw.Uvarint(uint64(shard))
 		bw.Uvarint(uint64(start))
 		bw.Uvarint(uint64(end - start))
-		bw.Uvarint(uint64(len(ms)))
-		for _, m := range ms {
-			bw.String(p.exts[m.ext])
-			bw.Uvarint(uint64(m.off))
-			bw.Uvarint(uint64(m.size))
+		bw.Uvarint(uint64(to - from))
+		for k := from; k < to; k++ {
+			bw.String(p.exts[p.members[k].ext])
+			bw.Uvarint(uint64(p.offOf(k)))
+			bw.Uvarint(uint64(p.members[k].size))
 		}
 	}
 	return bw.Close()

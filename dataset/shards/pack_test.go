@@ -25,17 +25,26 @@ import (
 	"github.com/shade-mesh/shade/internal/atomicfile"
 	"github.com/shade-mesh/shade/internal/binfile"
 	"github.com/shade-mesh/shade/internal/jsonstream"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
-// samplesOf makes n samples as indexShard would, in shards of per: each
-// with members jpg (size i%3000+1), cls (1 byte) and, every third, json.
-func samplesOf(n, per int) []sample {
+// samplesOf makes n samples in shards of per: each with members jpg
+// (size i%3000+1), cls (1 byte) and, every third, json, a sample starting
+// 1 KiB after the one before it ends (not on a tar block).
+func samplesOf(n, per int) []sample { return samplesAt(n, per, 1) }
+
+// tarSamplesOf is samplesOf with each sample's start on the tar block
+// after that, as indexShard finds them.
+func tarSamplesOf(n, per int) []sample { return samplesAt(n, per, blockSize) }
+
+func samplesAt(n, per int, align int64) []sample {
 	out := make([]sample, 0, n)
 	off := int64(512)
 	for i := range n {
 		if i%per == 0 {
 			off = 512
 		}
+		off = (off + align - 1) / align * align
 		s := sample{Key: fmt.Sprintf("dir/%08d", i), Shard: i / per, Start: off}
 		exts := []string{"jpg", "cls"}
 		if i%3 == 0 {
@@ -99,10 +108,10 @@ func packOf(tb testing.TB, st store, samples []sample) (*dataset.Manifest, packe
 func samplesFrom(m *dataset.Manifest, p *packedIndex) []sample {
 	out := make([]sample, p.len())
 	for i := range out {
-		ms, start, end := p.span(i)
-		smp := sample{Key: m.Names.At(i), Shard: int(p.shard[i]), Start: start, End: end}
-		for _, pm := range ms {
-			smp.Members = append(smp.Members, member{Ext: p.exts[pm.ext], Off: pm.off, Size: int64(pm.size)})
+		from, to, start, end := p.span(i)
+		smp := sample{Key: m.Names.At(i), Shard: p.shardOf(i), Start: start, End: end}
+		for k := from; k < to; k++ {
+			smp.Members = append(smp.Members, member{Ext: p.exts[p.members[k].ext], Off: p.offOf(k), Size: int64(p.members[k].size)})
 		}
 		out[i] = smp
 	}
@@ -120,35 +129,113 @@ func loaded(b *indexBuilder) []sample {
 
 // TestPackKeepsEverySample: the packed index gives each sample's shard,
 // span and members (extension, offset, size) as the samples held them,
-// and so the same encoding of its bytes.
+// and so the same encoding of its bytes: samples on tar blocks, as
+// indexShard finds them, with no start kept aside; samples off them,
+// every start kept aside; and members 4 GiB and more from their sample's
+// start, in shards of up to 12 GiB, their offsets kept aside.
 func TestPackKeepsEverySample(t *testing.T) {
-	samples := samplesOf(10_000, 700)
-	m, p := packOf(t, storeOf(samples), samples)
-	if p.len() != len(samples) || len(p.exts) != 3 {
-		t.Fatalf("%d samples and %d extensions packed, want %d and 3", p.len(), len(p.exts), len(samples))
+	far := samplesOf(40, 10)
+	for i := range far {
+		s := &far[i]
+		if i%3 == 0 {
+			s.Members[1].Off = int64(i+1) << 28 // 4 GiB and more from the start at i 15 on
+			s.Members = s.Members[:2]
+			s.End = s.Start + s.Members[1].Off + s.Members[1].Size
+		}
 	}
+	offBlocks := func(samples []sample) int {
+		n := 0
+		for _, s := range samples {
+			if s.Start%blockSize != 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name             string
+		samples          []sample
+		farStart, farOff int
+	}{
+		{"on tar blocks", tarSamplesOf(10_000, 700), 0, 0},
+		{"off tar blocks", samplesOf(10_000, 700), offBlocks(samplesOf(10_000, 700)), 0},
+		{"far members", far, offBlocks(far), 9},
+	} {
+		samples := c.samples
+		m, p := packOf(t, storeOf(samples), samples)
+		if c.farStart == 0 && c.name != "on tar blocks" {
+			t.Fatalf("%s: every start on a block", c.name)
+		}
+		if p.len() != len(samples) || len(p.exts) > 3 || len(p.far.start) != c.farStart || len(p.far.off) != c.farOff {
+			t.Fatalf("%s: %d samples and %d extensions packed, %d starts and %d offsets kept aside; want %d, at most 3, %d and %d",
+				c.name, p.len(), len(p.exts), len(p.far.start), len(p.far.off), len(samples), c.farStart, c.farOff)
+		}
+		for i, smp := range samples {
+			from, to, start, end := p.span(i)
+			if p.shardOf(i) != smp.Shard || start != smp.Start || end != smp.End || int(to-from) != len(smp.Members) {
+				t.Fatalf("%s: sample %d: shard %d span [%d, %d) %d members, want %d [%d, %d) %d", c.name, i,
+					p.shardOf(i), start, end, to-from, smp.Shard, smp.Start, smp.End, len(smp.Members))
+			}
+			for k := from; k < to; k++ {
+				if off, m := p.offOf(k), smp.Members[k-from]; off != m.Off || int64(p.members[k].size) != m.Size || p.exts[p.members[k].ext] != m.Ext {
+					t.Fatalf("%s: sample %d member %d: %s at %d of %d bytes, want %s at %d of %d", c.name, i, k-from,
+						p.exts[p.members[k].ext], off, p.members[k].size, m.Ext, m.Off, m.Size)
+				}
+			}
+			last := smp.Members[len(smp.Members)-1]
+			if last.Off+last.Size > 1<<20 {
+				continue // members far apart: their encoding is that of the others
+			}
+			span := make([]byte, last.Off+last.Size)
+			for k := range span {
+				span[k] = byte(k * 7)
+			}
+			// The encoding from the samples' members, as Read made it before.
+			var want []byte
+			want = appendHeader(want, len(smp.Members), 0x80, 16, 0, 0xde, 0xdf)
+			for _, m := range smp.Members {
+				want = appendHeader(want, len(m.Ext), 0xa0, 32, 0xd9, 0xda, 0xdb)
+				want = append(want, m.Ext...)
+				want = appendHeader(want, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6)
+				want = append(want, span[m.Off:m.Off+m.Size]...)
+			}
+			if got := p.appendSample(nil, from, to, span); !slices.Equal(got, want) || int64(len(got)) != m.Sizes.At(i) || m.Names.At(i) != smp.Key {
+				t.Fatalf("%s: sample %d (%s) encodes to %d bytes, want %d (manifest: %s, %d)", c.name, i, smp.Key, len(got), len(want), m.Names.At(i), m.Sizes.At(i))
+			}
+		}
+	}
+}
+
+// TestPackFindsShards: a sample's shard is found among the shards' first
+// samples, shards of no samples (first, between, last) passed over; an
+// index whose samples go back to an earlier shard is refused.
+func TestPackFindsShards(t *testing.T) {
+	samples := tarSamplesOf(30, 10) // shards 0, 1 and 2
+	for i := range samples {
+		samples[i].Shard = []int{1, 3, 4}[i/10]
+	}
+	st := storeOf(samples) // shards 0 to 4; 0 and 2 hold no sample
+	st.names = append(st.names, "shard-00005.tar")
+	st.sizes = append(st.sizes, 1024) // and 5, the last
+	st.mtimes = append(st.mtimes, 0)
+	_, p := packOf(t, st, samples)
 	for i, smp := range samples {
-		ms, start, end := p.span(i)
-		if int(p.shard[i]) != smp.Shard || start != smp.Start || end != smp.End || len(ms) != len(smp.Members) {
-			t.Fatalf("sample %d: shard %d span [%d, %d) %d members, want %d [%d, %d) %d", i,
-				p.shard[i], start, end, len(ms), smp.Shard, smp.Start, smp.End, len(smp.Members))
+		if got := p.shardOf(i); got != smp.Shard {
+			t.Fatalf("sample %d: shard %d, want %d", i, got, smp.Shard)
 		}
-		span := make([]byte, end-start)
-		for k := range span {
-			span[k] = byte(k * 7)
+	}
+	samples[15].Shard, samples[15].Start = 1, 512
+	b, err := newIndexBuilder(st, len(samples))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, smp := range samples {
+		if err = b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
+			break
 		}
-		// The encoding from the samples' members, as Read made it before.
-		var want []byte
-		want = appendHeader(want, len(smp.Members), 0x80, 16, 0, 0xde, 0xdf)
-		for _, m := range smp.Members {
-			want = appendHeader(want, len(m.Ext), 0xa0, 32, 0xd9, 0xda, 0xdb)
-			want = append(want, m.Ext...)
-			want = appendHeader(want, int(m.Size), 0, 0, 0xc4, 0xc5, 0xc6)
-			want = append(want, span[m.Off:m.Off+m.Size]...)
-		}
-		if got := appendSample(nil, ms, p.exts, span); !slices.Equal(got, want) || int64(len(got)) != m.Sizes.At(i) || m.Names.At(i) != smp.Key {
-			t.Fatalf("sample %d (%s) encodes to %d bytes, want %d (manifest: %s, %d)", i, smp.Key, len(got), len(want), m.Names.At(i), m.Sizes.At(i))
-		}
+	}
+	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "shard by shard") {
+		t.Fatalf("a sample of shard 1 after those of shard 3: %v, want ErrLayout", err)
 	}
 }
 
@@ -214,7 +301,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 		return ms.HeapAlloc
 	}
 	for b.Loop() {
-		samples := slices.Clip(samplesOf(n, per))
+		samples := slices.Clip(tarSamplesOf(n, per))
 		before := heap()
 		read := shardsRead(b, samples)
 		asRead := heap() - before
@@ -227,7 +314,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 		runtime.KeepAlive(samples)
 		samples = nil
 		before = heap()
-		samples = slices.Clip(samplesOf(n, per))
+		samples = slices.Clip(tarSamplesOf(n, per))
 		asSamples := heap() - before
 		runtime.KeepAlive(samples)
 		b.ReportMetric(float64(asSamples)/n, "samples-B/sample")
@@ -426,7 +513,7 @@ func TestMemberLineAsFmtWroteIt(t *testing.T) {
 // 2.3 members, as Open makes them from a new index (names, sizes, the
 // version's hash, the packed arrays).
 func BenchmarkManifest(b *testing.B) {
-	samples := samplesOf(100_000, 1_000)
+	samples := tarSamplesOf(100_000, 1_000)
 	st := storeOf(samples)
 	for b.Loop() {
 		packOf(b, st, samples)
@@ -445,14 +532,15 @@ func TestEncodedSizeIsWhatIsWritten(t *testing.T) {
 		pms = append(pms, packedMember{ext: uint32(len(exts)), size: uint32(size)})
 		exts = append(exts, ext)
 		span := make([]byte, 70000)
-		if got, want := encodedSize(ms), int64(len(appendSample(nil, pms, exts, span))); got != want {
+		p := packedIndex{members: pms, exts: exts}
+		if got, want := encodedSize(ms), int64(len(p.appendSample(nil, 0, uint32(len(pms)), span))); got != want {
 			t.Fatalf("%d members: encodedSize %d, written %d", len(ms), got, want)
 		}
 	}
 	for _, k := range []int{15, 16, 65536} {
 		many := make([]member, k)
-		pmany := make([]packedMember, k)
-		if got, want := encodedSize(many), int64(len(appendSample(nil, pmany, []string{""}, nil))); got != want {
+		p := packedIndex{members: make([]packedMember, k), exts: []string{""}}
+		if got, want := encodedSize(many), int64(len(p.appendSample(nil, 0, uint32(k), nil))); got != want {
 			t.Fatalf("%d members: encodedSize %d, written %d", k, got, want)
 		}
 	}
@@ -462,7 +550,7 @@ func TestEncodedSizeIsWhatIsWritten(t *testing.T) {
 // members: what a restart over a large dataset waits for.
 func BenchmarkLoadIndex(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "index")
-	samples := samplesOf(1_000_000, 10_000)
+	samples := tarSamplesOf(1_000_000, 10_000)
 	st := storeOf(samples)
 	m, p := packOf(b, st, samples)
 	if err := saveIndex(path, st.check(), m.Names, &p); err != nil {
@@ -508,7 +596,7 @@ func TestIndexWithinShards(t *testing.T) {
 func BenchmarkOpenKept(b *testing.B) {
 	const n, per = 1_000_000, 10_000
 	dir := b.TempDir()
-	samples := samplesOf(n, per)
+	samples := tarSamplesOf(n, per)
 	ends := make([]int64, n/per)
 	for _, smp := range samples {
 		ends[smp.Shard] = max(ends[smp.Shard], smp.End)
@@ -587,28 +675,28 @@ func heapObjects() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// BenchmarkOpenBuilt indexes the shards of a directory, 64 of 1,600
-// samples (102,400 samples of two members of 10 and 3 bytes), as a first
-// start with no index kept or published, and reports the Go heap it
-// peaked at over what it started with, and what the Source keeps.
-func BenchmarkOpenBuilt(b *testing.B) {
-	const shardsN, per = 64, 1_600
-	dir := b.TempDir()
-	for si := range shardsN {
+// writeTarShards writes shards tar shards of per samples into dir, each
+// of two members of 10 and 3 bytes named by a key of 21 bytes, but every
+// longEvery-th (0: none), whose key of 130 bytes makes a PAX record.
+func writeTarShards(tb testing.TB, dir string, shards, per, longEvery int) {
+	for si := range shards {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", si)))
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		buf := bufio.NewWriter(f)
 		tw := tar.NewWriter(buf)
 		for j := range per {
 			key := fmt.Sprintf("train/%03d/%08d", si, j)
+			if longEvery > 0 && j%longEvery == 0 {
+				key = fmt.Sprintf("train/%03d/%0120d", si, j) // past the 100 bytes of a name in the header
+			}
 			for _, m := range []struct {
 				ext  string
 				data string
 			}{{"jpg", "0123456789"}, {"cls", "7\n\n"}} {
 				if err := tw.WriteHeader(&tar.Header{Name: key + "." + m.ext, Mode: 0o644, Size: int64(len(m.data)), Typeflag: tar.TypeReg}); err != nil {
-					b.Fatal(err)
+					tb.Fatal(err)
 				}
 				tw.Write([]byte(m.data))
 			}
@@ -617,10 +705,45 @@ func BenchmarkOpenBuilt(b *testing.B) {
 			err = buf.Flush()
 		}
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		f.Close()
 	}
+}
+
+// TestTarIndexKeepsNothingAside: the index of real tar shards (names in
+// the header and in PAX records) keeps every sample's start as its block
+// and every member's offset in 32 bits, and reads each sample's bytes.
+func TestTarIndexKeepsNothingAside(t *testing.T) {
+	dir := t.TempDir()
+	writeTarShards(t, dir, 3, 50, 10)
+	src, err := Open(context.Background(), Config{Location: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.idx.len() != 150 || len(src.idx.far.start) != 0 || len(src.idx.far.off) != 0 {
+		t.Fatalf("%d samples, %d starts and %d offsets kept aside; want 150, none and none", src.idx.len(), len(src.idx.far.start), len(src.idx.far.off))
+	}
+	for i := range src.idx.len() {
+		b, err := src.Read(i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string][]byte
+		if err := msgpack.Unmarshal(b, &got); err != nil || string(got["jpg"]) != "0123456789" || string(got["cls"]) != "7\n\n" || len(got) != 2 {
+			t.Fatalf("sample %d: %q, %v", i, got, err)
+		}
+	}
+}
+
+// BenchmarkOpenBuilt indexes the shards of a directory, 64 of 1,600
+// samples (102,400 samples of two members of 10 and 3 bytes), as a first
+// start with no index kept or published, and reports the Go heap it
+// peaked at over what it started with, and what the Source keeps.
+func BenchmarkOpenBuilt(b *testing.B) {
+	const shardsN, per = 64, 1_600
+	dir := b.TempDir()
+	writeTarShards(b, dir, shardsN, per, 0)
 	cfg := Config{Location: dir}
 	b.ReportAllocs()
 	var peak, kept uint64

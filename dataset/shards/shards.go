@@ -316,24 +316,66 @@ func indexStatePath(cfg Config) string {
 
 // packedIndex is the index as a Source keeps it, in a few arrays rather
 // than a struct, a key and a slice of members a sample (its keys are the
-// manifest's names): a dataset of tens of millions of samples costs 16
-// bytes a sample and 16 a member, none of it a pointer the collector
-// follows.
+// manifest's names): a dataset of tens of millions of samples costs 8
+// bytes a sample and 12 a member, none of it a pointer the collector
+// follows. The samples come shard by shard, so a sample's shard is found
+// among the shards' first samples; a tar member's data starts on a block
+// of 512 bytes, so a sample's start is kept as its block; a member's
+// offset from its sample's start is under 4 GiB. A start or an offset
+// that is not so (a published index is input) is kept aside, by its
+// sample or member, in far.
 type packedIndex struct {
-	shard   []uint32       // sample i's shard
-	start   []int64        // where sample i's first member's data starts in its shard
-	first   []uint32       // sample i's members are members[first[i]:first[i+1]]
-	members []packedMember // in their samples' order
-	exts    []string       // the extensions, each once
+	shardFirst []uint32       // shard k's samples are shardFirst[k]:shardFirst[k+1]; the last is the count
+	start      []uint32       // sample i's first member's data starts at block start[i] of its shard, or is in far
+	first      []uint32       // sample i's members are members[first[i]:first[i+1]]
+	members    []packedMember // in their samples' order
+	exts       []string       // the extensions, each once
+	far        farPlaces
 }
 
-// packedMember is a member of a sample: its extension (in exts), its
-// data's offset from its sample's start and its size (under 4 GiB,
-// indexShard's rule).
+// packedMember is a member of a sample in the index: its extension (in
+// exts), its size (under 4 GiB, indexShard's rule) and its data's offset
+// from its sample's start (or farOff: see packedIndex.far).
 type packedMember struct {
 	ext  uint32
 	size uint32
-	off  int64
+	off  uint32
+}
+
+// farOff marks a start or an offset kept in packedIndex.far.
+const farOff = math.MaxUint32
+
+// farPlaces holds the starts of samples (by sample) and the offsets of
+// members (by member) that a packedIndex cannot keep in 32 bits; nil
+// maps for none, which a tar's index never has short of 2 TiB shards or
+// samples of 4 GiB.
+type farPlaces struct {
+	start map[uint32]int64
+	off   map[uint32]int64
+}
+
+// shardOf is the shard of sample i.
+func (p *packedIndex) shardOf(i int) int {
+	// The last shard whose first sample is at or before i: a shard of no
+	// samples has the first of the one after it, and is passed over.
+	k, _ := slices.BinarySearch(p.shardFirst, uint32(i)+1)
+	return k - 1
+}
+
+// startOf is where sample i's first member's data starts in its shard.
+func (p *packedIndex) startOf(i int) int64 {
+	if b := p.start[i]; b != farOff {
+		return int64(b) * blockSize
+	}
+	return p.far.start[uint32(i)]
+}
+
+// offOf is member k's data's offset from its sample's start.
+func (p *packedIndex) offOf(k uint32) int64 {
+	if o := p.members[k].off; o != farOff {
+		return int64(o)
+	}
+	return p.far.off[k]
 }
 
 // extTable numbers extensions as they come, each kept once: a dataset's
@@ -382,7 +424,7 @@ func newIndexBuilder(st store, n int) (*indexBuilder, error) {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
 	b := &indexBuilder{shardSizes: shardSizes, h: sha256.New(),
-		p: packedIndex{shard: make([]uint32, 0, n), start: make([]int64, 0, n), first: make([]uint32, 0, n+1)}, sizes: make([]int64, 0, n)}
+		p: packedIndex{shardFirst: make([]uint32, 0, len(shardNames)+1), start: make([]uint32, 0, n), first: make([]uint32, 0, n+1)}, sizes: make([]int64, 0, n)}
 	b.h.Write([]byte("shade-shards-manifest/1\n"))
 	b.h.Write([]byte(dataset.VersionOf(packed, shardSizes)))
 	return b, nil
@@ -400,9 +442,10 @@ func (b *indexBuilder) grow(members, keyBytes int) {
 // starts in the shard and its members (offsets from there, in the
 // shard's order). A sample of no members, a member of 4 GiB or more, one
 // that begins before the one before it ends, or one beyond its shard's
-// end, is refused with ErrLayout: a kept or published index is input,
-// and no index is used whose spans could reach outside a shard or a span.
-// After an error, b is not to be used.
+// end, is refused with ErrLayout, and so is a sample of a shard before
+// the last sample's (samples come shard by shard): a kept or published
+// index is input, and no index is used whose spans could reach outside a
+// shard or a span. After an error, b is not to be used.
 func (b *indexBuilder) add(key string, shard int, start int64, ms []member) error {
 	if err := b.names.Add(key); err != nil {
 		return fmt.Errorf("shards: sample %d: %w", len(b.sizes), err)
@@ -424,11 +467,21 @@ func (b *indexBuilder) place(shard int, start int64, ms []member) error {
 	if len(ms) == 0 || shard < 0 || shard >= len(b.shardSizes) || start < 0 {
 		return fmt.Errorf("%w: index: sample %d in shard %d from byte %d, with %d members", ErrLayout, i, shard, start, len(ms))
 	}
-	if int64(len(b.p.members))+int64(len(ms)) >= math.MaxUint32 {
-		return fmt.Errorf("%w: more than %d members", ErrLayout, uint32(math.MaxUint32-1))
+	if shard < len(b.p.shardFirst)-1 {
+		return fmt.Errorf("%w: index: sample %d in shard %d after a sample of shard %d; samples come shard by shard", ErrLayout, i, shard, len(b.p.shardFirst)-1)
 	}
-	b.p.shard = append(b.p.shard, uint32(shard))
-	b.p.start = append(b.p.start, start)
+	if int64(len(b.p.members))+int64(len(ms)) >= math.MaxUint32 || i >= math.MaxUint32-1 {
+		return fmt.Errorf("%w: more than %d members or samples", ErrLayout, uint32(math.MaxUint32-2))
+	}
+	for len(b.p.shardFirst) <= shard {
+		b.p.shardFirst = append(b.p.shardFirst, uint32(i))
+	}
+	if start%blockSize == 0 && start/blockSize < farOff {
+		b.p.start = append(b.p.start, uint32(start/blockSize))
+	} else {
+		b.p.start = append(b.p.start, farOff)
+		b.p.far.start = setFar(b.p.far.start, uint32(i), start)
+	}
 	b.p.first = append(b.p.first, uint32(len(b.p.members)))
 	var after int64 // where the member before ends
 	for _, m := range ms {
@@ -436,12 +489,26 @@ func (b *indexBuilder) place(shard int, start int64, ms []member) error {
 			return fmt.Errorf("%w: index: sample %d: member %s at %d of %d bytes, from byte %d of a shard of %d", ErrLayout, i, m.Ext, m.Off, m.Size, start, b.shardSizes[shard])
 		}
 		after = m.Off + m.Size
-		b.p.members = append(b.p.members, packedMember{ext: extID(&b.exts, m.Ext), size: uint32(m.Size), off: m.Off})
+		pm := packedMember{ext: extID(&b.exts, m.Ext), size: uint32(m.Size), off: uint32(m.Off)}
+		if m.Off >= farOff {
+			pm.off = farOff
+			b.p.far.off = setFar(b.p.far.off, uint32(len(b.p.members)), m.Off)
+		}
+		b.p.members = append(b.p.members, pm)
 		b.line = appendMemberLine(b.line[:0], i, m)
 		b.h.Write(b.line)
 	}
 	b.sizes = append(b.sizes, encodedSize(ms))
 	return nil
+}
+
+// setFar sets m[k] to v, making m where it is nil.
+func setFar(m map[uint32]int64, k uint32, v int64) map[uint32]int64 {
+	if m == nil {
+		m = make(map[uint32]int64)
+	}
+	m[k] = v
+	return m
 }
 
 // len is how many samples were added.
@@ -450,13 +517,16 @@ func (b *indexBuilder) len() int { return len(b.sizes) }
 // finish returns the manifest and the packed index; b is spent.
 func (b *indexBuilder) finish() (*dataset.Manifest, packedIndex) {
 	b.p.first = append(b.p.first, uint32(len(b.p.members)))
+	for len(b.p.shardFirst) <= len(b.shardSizes) {
+		b.p.shardFirst = append(b.p.shardFirst, uint32(len(b.sizes)))
+	}
 	names := b.names.Names()
 	b.h.Write([]byte(dataset.VersionOf(names, b.sizes)))
 	sum := b.h.Sum(nil)
 	m := &dataset.Manifest{Names: names, Sizes: dataset.NewSizes(b.sizes), Version: hex.EncodeToString(sum[:16]), Encoding: dataset.EncodingWDS}
 	p := b.p
 	p.exts = b.exts.names
-	p.shard, p.start, p.first, p.members = fitted(p.shard), fitted(p.start), fitted(p.first), fitted(p.members)
+	p.start, p.first, p.members = fitted(p.start), fitted(p.first), fitted(p.members)
 	return m, p
 }
 
@@ -469,14 +539,14 @@ func fitted[T any](s []T) []T {
 	return slices.Clip(s)
 }
 
-func (p *packedIndex) len() int { return len(p.shard) }
+func (p *packedIndex) len() int { return len(p.start) }
 
-// span returns sample i's members and the range [start, end) of its
-// shard they lie in.
-func (p *packedIndex) span(i int) (ms []packedMember, start, end int64) {
-	ms = p.members[p.first[i]:p.first[i+1]]
-	last := ms[len(ms)-1]
-	return ms, p.start[i], p.start[i] + last.off + int64(last.size)
+// span returns the members of sample i, members[from:to], and the range
+// [start, end) of its shard they lie in.
+func (p *packedIndex) span(i int) (from, to uint32, start, end int64) {
+	from, to = p.first[i], p.first[i+1]
+	start = p.startOf(i)
+	return from, to, start, start + p.offOf(to-1) + int64(p.members[to-1].size)
 }
 
 // Manifest returns the samples' keys and encoded sizes. It is shared:
@@ -491,14 +561,14 @@ func (s *Source) Read(i int, dst []byte) ([]byte, error) {
 	if i < 0 || i >= s.idx.len() {
 		return dst, fmt.Errorf("%w: %d (dataset has %d samples)", dataset.ErrOutOfRange, i, s.idx.len())
 	}
-	ms, start, end := s.idx.span(i)
+	from, to, start, end := s.idx.span(i)
 	buf, _ := s.spans.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)
 	}
-	span, err := s.st.readAt(int(s.idx.shard[i]), start, end-start, (*buf)[:0])
+	span, err := s.st.readAt(s.idx.shardOf(i), start, end-start, (*buf)[:0])
 	if err == nil {
-		dst = appendSample(dst, ms, s.idx.exts, span)
+		dst = s.idx.appendSample(dst, from, to, span)
 	}
 	if cap(span) <= maxKeptSpan {
 		*buf = span[:0]
@@ -507,16 +577,17 @@ func (s *Source) Read(i int, dst []byte) ([]byte, error) {
 	return dst, err
 }
 
-// appendSample encodes the members, whose bytes lie in span at their
-// offsets and whose extensions are in exts, as a MessagePack map.
-func appendSample(dst []byte, ms []packedMember, exts []string, span []byte) []byte {
-	dst = appendHeader(dst, len(ms), 0x80, 16, 0, 0xde, 0xdf)
-	for _, m := range ms {
-		ext := exts[m.ext]
+// appendSample encodes members[from:to], whose bytes lie in span at their
+// offsets, as a MessagePack map.
+func (p *packedIndex) appendSample(dst []byte, from, to uint32, span []byte) []byte {
+	dst = appendHeader(dst, int(to-from), 0x80, 16, 0, 0xde, 0xdf)
+	for k := from; k < to; k++ {
+		m, off := p.members[k], p.offOf(k)
+		ext := p.exts[m.ext]
 		dst = appendHeader(dst, len(ext), 0xa0, 32, 0xd9, 0xda, 0xdb)
 		dst = append(dst, ext...)
 		dst = appendHeader(dst, int(m.size), 0, 0, 0xc4, 0xc5, 0xc6)
-		dst = append(dst, span[m.off:m.off+int64(m.size)]...)
+		dst = append(dst, span[off:off+int64(m.size)]...)
 	}
 	return dst
 }
@@ -742,26 +813,35 @@ func spanEnd(start int64, ms []member) int64 {
 }
 
 // shardSamples is one shard's samples as indexing reads them, until they
-// join the index, packed as the index is: the keys as a manifest's names
-// are, each sample's start and first member, and the members in one
-// array, their extensions each kept once. A shard of many small samples
-// thus costs its keys' bytes, 16 bytes a sample and 16 a member (and,
-// while it is read, 8 to 16 a key in the set that finds a key seen
+// join the index, packed much as the index is: the keys as a manifest's
+// names are, each sample's start and first member, and the members in
+// one array, their extensions each kept once. A shard of many small
+// samples thus costs its keys' bytes, 12 bytes a sample and 16 a member
+// (and, while it is read, 8 to 16 a key in the set that finds a key seen
 // again), not a struct, a string, a slice and a map entry a sample.
 type shardSamples struct {
 	name    string // the shard's, for errors
 	keys    dataset.NamesBuilder
-	start   []int64        // where sample i's first member's data starts
-	first   []uint32       // sample i's members are members[first[i]:first[i+1]], the last's to the end
-	members []packedMember // ext in exts, off from their sample's start
+	start   []int64       // where sample i's first member's data starts
+	first   []uint32      // sample i's members are members[first[i]:first[i+1]], the last's to the end
+	members []shardMember // ext in exts, off from their sample's start
 	exts    extTable
 	seen    keySet // the keys, by their places in keys, while the shard is read
+}
+
+// shardMember is a member of a sample of shardSamples: its extension (in
+// exts), its size (under 4 GiB) and its data's offset from its sample's
+// start.
+type shardMember struct {
+	ext  uint32
+	size uint32
+	off  int64
 }
 
 func (s *shardSamples) len() int { return len(s.start) }
 
 // span returns sample i's members.
-func (s *shardSamples) span(i int) []packedMember {
+func (s *shardSamples) span(i int) []shardMember {
 	end := len(s.members)
 	if i+1 < len(s.first) {
 		end = int(s.first[i+1])
@@ -785,9 +865,9 @@ func (s *shardSamples) add(key, ext []byte, off, size int64) error {
 	// A shard has a few extensions: each kept once, not each member's
 	// name for the part of it that is its extension.
 	e := extID(&s.exts, ext)
-	m := packedMember{ext: e, size: uint32(size), off: 0}
+	m := shardMember{ext: e, size: uint32(size), off: 0}
 	if last := s.len() - 1; last >= 0 && bytes.Equal(s.keys.Bytes(last), key) {
-		if slices.ContainsFunc(s.span(last), func(m packedMember) bool { return m.ext == e }) {
+		if slices.ContainsFunc(s.span(last), func(m shardMember) bool { return m.ext == e }) {
 			return fmt.Errorf("%w: %s holds %s.%s twice", ErrLayout, s.name, key, ext)
 		}
 		m.off = off - s.start[last]
