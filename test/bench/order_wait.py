@@ -8,8 +8,9 @@ A dataset of --samples files of 16 bytes (built once under .data/: for
 1.28 M, about a minute and, at a block a file, 5 GiB of disk) is served by a mesh of 3 local peers
 (deploy/local/mesh.sh), twice: first with --order-ahead-at 0 (every order
 drawn once the ranks finished the epoch before), then with the default,
-which turns orders ahead on once the ranks waited too long for them two
-epochs running. Each run, 3 ranks (one process each, one per peer) ask
+which turns orders ahead on once two draws in a row took too long
+(epoch 0's and the order of epoch 1 drawn while epoch 0 trains, at the
+earliest). Each run, 3 ranks (one process each, one per peer) ask
 for their slice of each epoch's order (SHADE.ORDER ... PACKED, as the
 clients ask it), "train" --train
 seconds and send SHADE.DONE. The wait between two epochs is the time from
