@@ -362,6 +362,18 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	}
 	fmt.Fprintf(tw, "  drawn ahead by default? the order's share of the ranks' time (over --order-ahead-at, and %v or more)\t%.2f\t%v\t%s\t\n",
 		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)
+	// Epoch 0 of a dataset of leader.DefaultDrawFirstAt samples or more
+	// is drawn as the first rank joins; the last rank to join waits for
+	// its split among the ranks, the weights beside it and the
+	// publication, where the joins span the draw (the draw of epoch 1
+	// stands in for epoch 0's).
+	if res.Samples >= meshleader.DefaultDrawFirstAt {
+		drawSteps := map[string]bool{"resident sets into the draw": true, "draw order (PADS)": true, "align order": true, "sampler state": true}
+		split, _, _ := sum(func(s *mergeStep) bool { return s.Between && !drawSteps[s.Name] })
+		first := split.Seconds() + onLink
+		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (split, weights, publication, links)\t%s\t%s (the epoch)\t%s\t\n",
+			round(time.Duration(first*float64(time.Second))), round(res.Epoch), ratio(first, epoch))
+	}
 	_, allCPU, _ := sum(func(*mergeStep) bool { return true })
 	cores := runtime.GOMAXPROCS(0)
 	fmt.Fprintf(tw, "leader CPU per epoch, all steps, all cores\t%s\t%s (%d cores x the epoch)\t%s\t\n",

@@ -120,6 +120,11 @@ type Config struct {
 	// MinDraw is the shortest draw of an order that counts towards
 	// AheadAt; 0 means MinAheadDraw.
 	MinDraw time.Duration
+	// DrawFirstAt is the fewest samples of a dataset whose epoch 0 is
+	// drawn as soon as the first rank of a world of more joins, while the
+	// others join: they then wait for its split among them alone. 0
+	// means DefaultDrawFirstAt; below 0, never.
+	DrawFirstAt int
 	// Now tells the time, for AheadAt; nil means time.Now.
 	Now func() time.Time
 	// EpochDeadline publishes the next epoch this long after the first
@@ -159,6 +164,10 @@ const (
 	// ranks less than the hits that orders drawn from older scores lose
 	// (test/results/pads-v2.md).
 	MinAheadDraw = 50 * time.Millisecond
+	// DefaultDrawFirstAt is Config.DrawFirstAt's default: a draw of fewer
+	// samples takes a few milliseconds (about 100 ns a sample: 123 ms at
+	// 1.28 M on 2 cores, test/results/scale.md), not worth drawing apart.
+	DefaultDrawFirstAt = 1 << 16
 	// AheadAfter is how many epochs in a row must have waited too long
 	// for their orders (Config.AheadAt): one draw slowed by a busy
 	// machine does not turn orders ahead on.
@@ -199,10 +208,13 @@ type Job struct {
 	// else draws. spec is the speculation drawn last (speculateLocked),
 	// until an order is published.
 	drawing, spec *draft
-	waiting       bool // the join wait of epoch 0 is armed
-	deadline      bool // the deadline of the epoch being trained is armed (or none is set)
-	retired       bool // no longer the dataset's job: timers publish nothing
-	held          bool // the publication of epoch latest+1 waits (Config.Hold)
+	// first is epoch 0's order drawn as the ranks join, until it is
+	// published (drawFirstLocked); nil for none.
+	first    *first
+	waiting  bool // the join wait of epoch 0 is armed
+	deadline bool // the deadline of the epoch being trained is armed (or none is set)
+	retired  bool // no longer the dataset's job: timers publish nothing
+	held     bool // the publication of epoch latest+1 waits (Config.Hold)
 	// holds counts the epochs held so far, heldFor the time they waited
 	// in all (a held epoch's from heldAt, once its hold ends).
 	holds   int
@@ -220,6 +232,9 @@ func New(cfg Config) *Job {
 	}
 	if cfg.MinDraw == 0 {
 		cfg.MinDraw = MinAheadDraw
+	}
+	if cfg.DrawFirstAt == 0 {
+		cfg.DrawFirstAt = DefaultDrawFirstAt
 	}
 	return &Job{cfg: cfg, gen: cfg.Gen, latest: -1, done: make(map[int]bool), early: make(map[int]bool), sampler: cfg.NewSampler(),
 		resident: make(map[string]wire.ResidentSet), ahead: cfg.Ahead}
@@ -257,15 +272,86 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 	if len(j.missingLocked()) == 0 {
 		return false, j.publishFirstLocked()
 	}
+	j.drawFirstLocked()
 	j.armJoinWaitLocked()
 	return false, nil
 }
 
+// first is epoch 0's order drawn while the ranks join (drawFirstLocked),
+// not yet split among them: the job's generation, the copy of the
+// sampler it is drawn with and, once drawn, the order, the sampler's
+// state after it, how long it took, or the error; due says that epoch 0
+// is to be published as soon as it is drawn.
+type first struct {
+	gen     uint64
+	sampler *sampling.Sampler
+	drawn   bool
+	u       Unsplit
+	took    time.Duration
+	err     error
+	due     bool
+}
+
+// drawFirstLocked draws epoch 0's order, off the lock, once the first
+// rank of a world of more has joined, for a dataset of DrawFirstAt
+// samples or more: a draw needs the ranks only to split the order among
+// them, so the ranks still to join wait for the split alone, not for the
+// draw. It is drawn with a copy of the sampler,
+// which becomes the job's once the order is published (a draw that
+// fails leaves the sampler as it was, and epoch 0 is drawn whole when
+// due). Nothing else draws meanwhile: epoch 0 comes first.
+func (j *Job) drawFirstLocked() {
+	if j.first != nil || j.cfg.DrawFirstAt < 0 || j.sampler.Len() < j.cfg.DrawFirstAt {
+		return
+	}
+	f := &first{gen: j.gen, sampler: j.sampler.Clone()}
+	j.first = f
+	others := maps.Clone(j.resident)
+	j.cfg.After(0, func() {
+		start := j.cfg.Now()
+		u, err := DrawUnsplit(f.sampler, j.cfg.Scores, 0, j.residentOf(others, f.sampler.Len()))
+		took := j.cfg.Now().Sub(start)
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.first != f {
+			return // a reset, or epoch 0 published without it
+		}
+		f.drawn, f.u, f.took, f.err = true, u, took, err
+		if err != nil {
+			j.cfg.Logger.Warn().Err(err).Str("dataset", j.cfg.Dataset).Msg("drawing epoch 0 as the ranks join: it is drawn when due")
+		}
+		if f.due && !j.retired {
+			if err := j.publishFirstLocked(); err != nil {
+				j.cfg.Logger.Error().Err(err).Str("dataset", j.cfg.Dataset).Msg("publishing epoch 0")
+			}
+		}
+	})
+}
+
 // publishFirstLocked publishes epoch 0 and, with Ahead, draws epoch 1
 // after it, ahead (drawOffLocked): the ranks need not wait for both.
+// Epoch 0 drawn as the ranks joined (drawFirstLocked) is split among them
+// now, or, while it is being drawn, published once drawn.
 func (j *Job) publishFirstLocked() error {
-	if err := j.publishLocked(0); err != nil {
-		return err
+	f := j.first
+	switch {
+	case f != nil && !f.drawn:
+		f.due = true
+		return nil
+	case f != nil && f.err == nil:
+		start := j.cfg.Now()
+		d, err := f.u.Split(j.ranks, j.placementLocked())
+		if err != nil {
+			return fmt.Errorf("%w (epoch 0 of %s)", err, j.cfg.Dataset)
+		}
+		j.sampler = f.sampler
+		// Its draw counts as if made now (Config.AheadAt): epoch 1's
+		// will be drawn whole.
+		j.installLocked(0, start.Add(-f.took), d)
+	default:
+		if err := j.publishLocked(0); err != nil {
+			return err
+		}
 	}
 	if j.ahead > 0 {
 		j.drawOffLocked(false)
@@ -638,7 +724,7 @@ func (j *Job) resetLocked(end bool) {
 	j.done, j.early = make(map[int]bool), make(map[int]bool)
 	j.sampler = j.cfg.NewSampler()
 	j.waiting, j.deadline = false, false
-	j.drawing, j.spec = nil, nil // a draw under way is let go
+	j.drawing, j.spec, j.first = nil, nil, nil // a draw under way is let go
 	j.unholdLocked()
 	j.resident = make(map[string]wire.ResidentSet)
 	// A new generation (a new world, maybe) decides afresh whether its
@@ -751,7 +837,8 @@ func (j *Job) installLocked(epoch int, start time.Time, d Drawn) {
 	j.unholdLocked()
 	j.cfg.Publish(pub, scored)
 	j.drawn, j.took = start, j.cfg.Now().Sub(start)
-	j.spec = nil // drawn for this epoch or an older one
+	j.spec = nil  // drawn for this epoch or an older one
+	j.first = nil // epoch 0 is out
 }
 
 // residentOf is the union of what Config.Resident gives and the samples
@@ -799,23 +886,52 @@ type Drawn struct {
 // with it into its slice. It advances sampler, which the caller must not
 // share meanwhile.
 func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, where *sampling.Placement, resident []uint64) (Drawn, error) {
+	u, err := DrawUnsplit(sampler, table, epoch, resident)
+	if err != nil {
+		return Drawn{}, err
+	}
+	return u.Split(ranks, where)
+}
+
+// Unsplit is an order drawn (DrawUnsplit) and not yet split among the
+// ranks: the draw, the sampler's state after it and how many samples had
+// a score.
+type Unsplit struct {
+	d      sampling.Drawn
+	state  []byte
+	scored int
+}
+
+// DrawUnsplit is Draw's first half, which needs no rank: it draws epoch's
+// order from table with sampler, preferring the resident samples, and
+// advances sampler, which the caller must not share meanwhile.
+func DrawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []uint64) (Unsplit, error) {
 	d, scored, err := table.Draw(sampler, epoch, resident)
 	if err != nil {
-		return Drawn{}, fmt.Errorf("leader: order: %w", err)
+		return Unsplit{}, fmt.Errorf("leader: order: %w", err)
 	}
-	out := Drawn{Scored: scored}
-	if out.State, err = sampler.MarshalBinary(); err != nil {
-		return Drawn{}, fmt.Errorf("leader: sampler state: %w", err)
+	state, err := sampler.MarshalBinary()
+	if err != nil {
+		return Unsplit{}, fmt.Errorf("leader: sampler state: %w", err)
 	}
+	return Unsplit{d: d, state: state, scored: scored}, nil
+}
+
+// Split is Draw's second half: it splits the order among the ranks, as
+// Draw says, each id's weight beside it. The order is not copied: u is
+// not to be split twice.
+func (u Unsplit) Split(ranks []string, where *sampling.Placement) (Drawn, error) {
+	out := Drawn{Scored: u.scored, State: u.state}
+	var err error
 	if where == nil {
-		out.Slices, err = sampling.Split(d.Order, len(ranks))
+		out.Slices, err = sampling.Split(u.d.Order, len(ranks))
 	} else {
-		out.Slices, err = sampling.LocalitySplit(d.Order, len(ranks), ranks, *where)
+		out.Slices, err = sampling.LocalitySplit(u.d.Order, len(ranks), ranks, *where)
 	}
 	if err != nil {
 		return Drawn{}, fmt.Errorf("leader: split: %w", err)
 	}
-	out.Weights = SliceWeights(out.Slices, d.Weight)
+	out.Weights = SliceWeights(out.Slices, u.d.Weight)
 	return out, nil
 }
 

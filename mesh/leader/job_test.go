@@ -1080,3 +1080,135 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 		t.Fatalf("after a reset, published %v (the last %d ahead, generation %d); want epoch 0 of generation 1 alone", got, h.last(t).Ahead, h.last(t).Gen)
 	}
 }
+
+// TestEpochZeroDrawnAsRanksJoin: epoch 0 of a dataset of DrawFirstAt
+// samples or more is drawn once the first rank joins, off the lock; the
+// last rank's join (or the join wait) then splits it among the ranks
+// with no draw, or, while it is being drawn, has it published once
+// drawn. The orders are those of a job that drew epoch 0 when due, to the
+// bit; a reset lets the draw go; a world of one draws at its join.
+func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
+	type step int
+	const (
+		joinA  step = iota // rank 0 joins, on node a
+		joinB              // rank 1 joins, on node b
+		drawn              // the draws off the lock run
+		waited             // the join wait passes
+		done0              // both ranks finish epoch 0
+	)
+	// run takes the steps with a world of 2 and returns the orders
+	// published and the draws made by each step.
+	run := func(drawFirstAt int, steps ...step) (pubs []*wire.PublishMsg, draws []int) {
+		h := &harness{}
+		table := newDrawing(64)
+		cfg := h.config()
+		cfg.Scores, cfg.DrawFirstAt = table, drawFirstAt
+		cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(64, sampling.DefaultConfig()) }
+		clocked(&cfg, MinAheadDraw+10*time.Millisecond)
+		h.job = New(cfg)
+		for _, st := range steps {
+			before := table.draws
+			switch st {
+			case joinA, joinB:
+				if _, err := h.job.Join(int(st), 2, []string{"a", "b"}[st], 0, -1); err != nil {
+					t.Fatal(err)
+				}
+			case drawn:
+				h.drawOff()
+			case waited:
+				i := slices.IndexFunc(h.timers, func(tm timer) bool { return tm.d == time.Second })
+				fn := h.timers[i].fn
+				h.timers = slices.Delete(h.timers, i, i+1)
+				fn()
+			case done0:
+				for r, node := range []string{"a", "b"} {
+					if err := h.job.Done(0, 0, r, node, wire.ResidentSet{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			draws = append(draws, table.draws-before)
+		}
+		return h.pubs, draws
+	}
+	same := func(name string, got, want []*wire.PublishMsg) {
+		t.Helper()
+		if len(got) != len(want) || len(got) == 0 || got[0].Epoch != 0 {
+			t.Fatalf("%s: published %v, want %v", name, epochsOf(got), epochsOf(want))
+		}
+		for i := range got {
+			if !slices.Equal(got[i].Ranks, want[i].Ranks) || !slices.EqualFunc(got[i].Slices, want[i].Slices, slices.Equal) ||
+				!slices.EqualFunc(got[i].Weights, want[i].Weights, slices.Equal) || !bytes.Equal(got[i].Sampler, want[i].Sampler) {
+				t.Fatalf("%s: epoch %d differs from a job's that draws epoch 0 when due", name, got[i].Epoch)
+			}
+		}
+	}
+
+	// Drawn between the joins: the last join publishes it, with no draw;
+	// the job goes on from the sampler that drew it.
+	pubs, draws := run(1, joinA, drawn, joinB, done0)
+	whenDue, dueDraws := run(-1, joinA, drawn, joinB, done0)
+	same("drawn between the joins", pubs, whenDue)
+	if !slices.Equal(draws, []int{0, 1, 0, 1}) || !slices.Equal(dueDraws, []int{0, 0, 1, 1}) {
+		t.Fatalf("draws by step %v (when due: %v); want epoch 0's off the lock alone", draws, dueDraws)
+	}
+	whenDue, _ = run(-1, joinA, drawn, joinB)
+	// The last rank joins while it is drawn: published once drawn.
+	pubs, _ = run(1, joinA, joinB)
+	if len(pubs) != 0 {
+		t.Fatalf("published %v before epoch 0 was drawn", epochsOf(pubs))
+	}
+	pubs, _ = run(1, joinA, joinB, drawn)
+	same("the last join during the draw", pubs, whenDue)
+	// The join wait passes while it is drawn: published once drawn, for
+	// the ranks that joined.
+	pubs, _ = run(1, joinA, waited, drawn)
+	whenDue, _ = run(-1, joinA, waited)
+	same("the join wait during the draw", pubs, whenDue)
+	if pubs[0].Ranks[1] != "" {
+		t.Fatalf("ranks %q; want rank 1 not joined", pubs[0].Ranks)
+	}
+	// A dataset under DrawFirstAt draws epoch 0 when due.
+	if _, draws = run(65, joinA, drawn, joinB); !slices.Equal(draws, []int{0, 0, 1}) {
+		t.Fatalf("under DrawFirstAt, draws by step %v; want epoch 0 drawn at the last join", draws)
+	}
+
+	// Epoch 0's draw took 60 ms: with AheadAt, the speculation of epoch 1
+	// follows its publication as it does when drawn at once.
+	h := &harness{}
+	cfg := h.config()
+	cfg.DrawFirstAt, cfg.AheadAt = 1, 0.1
+	clocked(&cfg, MinAheadDraw+10*time.Millisecond)
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 2, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	h.drawOff()
+	if _, err := h.job.Join(1, 2, "b", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h.epochs(), []int{0}) || !slices.ContainsFunc(h.timers, func(tm timer) bool { return tm.d == 0 }) {
+		t.Fatalf("published %v, timers %d; want epoch 0 and the speculation of epoch 1 armed", h.epochs(), len(h.timers))
+	}
+
+	// A reset while it is drawn lets it go; a world of one draws at its
+	// join.
+	h = &harness{}
+	cfg = h.config()
+	cfg.DrawFirstAt = 1
+	h.job = New(cfg)
+	if _, err := h.job.Join(0, 2, "a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	h.job.Reset()
+	if _, err := h.job.Join(0, 1, "a", 1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.epochs(); !slices.Equal(got, []int{-1, 0}) || h.last(t).Gen != 1 || h.last(t).World != 1 {
+		t.Fatalf("after a reset, a world of one published %v; want the reset, then its epoch 0 at its join", got)
+	}
+	h.drawOff()
+	if got := h.epochs(); !slices.Equal(got, []int{-1, 0}) {
+		t.Fatalf("the draw of the generation before, once drawn, published %v; want nothing more", got)
+	}
+}
