@@ -2,7 +2,7 @@
 """How long ranks wait for each epoch's order, with orders ahead by default
 and with them turned off, side by side in one run.
 
-    test/bench/order_wait.py [--samples 1280000] [--epochs 10] [--train 0.5]
+    test/bench/order_wait.py [--samples 1280000] [--epochs 10] [--train 0.5] [--stagger 0]
 
 A dataset of --samples files of 16 bytes (built once under .data/: for
 1.28 M, about a minute and, at a block a file, 5 GiB of disk) is served by a mesh of 3 local peers
@@ -16,7 +16,9 @@ clients ask it), "train" --train
 seconds and send SHADE.DONE. The wait between two epochs is the time from
 the done's request to its reply's first byte (the clients wait for it)
 plus the same for the next order. Then each rank asks another peer for its slices of the
-last two epochs, which must be the same bytes.
+last two epochs, which must be the same bytes. With --stagger S, rank r
+starts r*S seconds after rank 0, as a job's processes start apart: epoch
+0's wait is then the last rank's, whose join completes the world.
 
 It prints the waits per epoch, their mean and median over the epochs from
 --from on (after the default's switch) and the ratio default/off. On a
@@ -93,7 +95,8 @@ def call(s, *args):
     return first, bytes(buf)
 
 
-def rank(r, socks, epochs, train, q):
+def rank(r, socks, epochs, train, stagger, q):
+    time.sleep(r * stagger)  # ranks start apart, as a job's processes do
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(120)
     s.connect(socks[r])
@@ -120,7 +123,7 @@ def rank(r, socks, epochs, train, q):
         q.put(("check", r, (e, same)))
 
 
-def run(bin_dir, data, flags, epochs, train, port):
+def run(bin_dir, data, flags, epochs, train, stagger, port):
     d = tempfile.mkdtemp(prefix="shade-order-wait-")
     env = dict(os.environ, SHADE_BIN=bin_dir, SHADE_BASE_PORT=str(port))
     mesh = os.path.join(ROOT, "deploy", "local", "mesh.sh")
@@ -129,7 +132,7 @@ def run(bin_dir, data, flags, epochs, train, port):
     try:
         socks = [os.path.join(d, "n%d.sock" % i) for i in range(WORLD)]
         q = multiprocessing.Queue()
-        ps = [multiprocessing.Process(target=rank, args=(r, socks, epochs, train, q)) for r in range(WORLD)]
+        ps = [multiprocessing.Process(target=rank, args=(r, socks, epochs, train, stagger, q)) for r in range(WORLD)]
         for p in ps:
             p.start()
         waits, dones, checks, errors = {}, {}, [], []
@@ -167,6 +170,8 @@ def main():
     ap.add_argument("--samples", type=int, default=1280000)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--train", type=float, default=0.5, help="seconds each rank trains an epoch")
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="seconds between the ranks' starts: rank r asks for epoch 0 r times this after rank 0")
     ap.add_argument("--from", dest="start", type=int, default=4, help="first epoch of the means")
     ap.add_argument("--bin", default=os.path.join(ROOT, "bin"), help="directory of shade-peer")
     ap.add_argument("--port", type=int, default=27946, help="first gossip port of the mesh")
@@ -182,7 +187,7 @@ def main():
     results = {}
     ok = True
     for name, flags in (("off", ["--order-ahead-at", "0"]), ("default", [])):
-        waits, dones, checks, errors, floor, switched = run(a.bin, data, flags, a.epochs, a.train, a.port)
+        waits, dones, checks, errors, floor, switched = run(a.bin, data, flags, a.epochs, a.train, a.stagger, a.port)
         print("\n## %s (%s)" % (name, " ".join(flags) or "default flags"))
         nan = float("nan")
         for e in range(a.epochs):
