@@ -104,6 +104,22 @@ func packOf(tb testing.TB, st store, samples []sample) (*dataset.Manifest, packe
 	return b.finish()
 }
 
+// addAll adds samples to a new index of st's shards and returns the first
+// error.
+func addAll(tb testing.TB, st store, samples []sample) error {
+	tb.Helper()
+	b, err := newIndexBuilder(st, len(samples))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, smp := range samples {
+		if err := b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // samplesFrom gives back the samples of an index.
 func samplesFrom(m *dataset.Manifest, p *packedIndex) []sample {
 	out := make([]sample, p.len())
@@ -225,16 +241,7 @@ func TestPackFindsShards(t *testing.T) {
 		}
 	}
 	samples[15].Shard, samples[15].Start = 1, 512
-	b, err := newIndexBuilder(st, len(samples))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, smp := range samples {
-		if err = b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "shard by shard") {
+	if err := addAll(t, st, samples); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "shard by shard") {
 		t.Fatalf("a sample of shard 1 after those of shard 3: %v, want ErrLayout", err)
 	}
 }
@@ -257,16 +264,7 @@ func TestBuilderRefusesABadIndex(t *testing.T) {
 		samples := samplesOf(10, 4)
 		st := storeOf(samples)
 		bad(&samples[7])
-		b, err := newIndexBuilder(st, len(samples))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, smp := range samples {
-			if err = b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
-				break
-			}
-		}
-		if !errors.Is(err, ErrLayout) {
+		if err := addAll(t, st, samples); !errors.Is(err, ErrLayout) {
 			t.Errorf("%s: %v, want ErrLayout", name, err)
 		}
 	}
