@@ -92,21 +92,16 @@ func (s checkedStore) check() string { return s.c }
 // packOf builds the index of samples over st.
 func packOf(tb testing.TB, st store, samples []sample) (*dataset.Manifest, packedIndex) {
 	tb.Helper()
-	b, err := newIndexBuilder(st, len(samples))
+	b, err := addAll(tb, st, samples)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	for _, smp := range samples {
-		if err := b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
-			tb.Fatal(err)
-		}
 	}
 	return b.finish()
 }
 
-// addAll adds samples to a new index of st's shards and returns the first
+// addAll adds samples to a new index of st's shards, up to the first
 // error.
-func addAll(tb testing.TB, st store, samples []sample) error {
+func addAll(tb testing.TB, st store, samples []sample) (*indexBuilder, error) {
 	tb.Helper()
 	b, err := newIndexBuilder(st, len(samples))
 	if err != nil {
@@ -114,10 +109,10 @@ func addAll(tb testing.TB, st store, samples []sample) error {
 	}
 	for _, smp := range samples {
 		if err := b.add(smp.Key, smp.Shard, smp.Start, smp.Members); err != nil {
-			return err
+			return b, err
 		}
 	}
-	return nil
+	return b, nil
 }
 
 // samplesFrom gives back the samples of an index.
@@ -241,7 +236,7 @@ func TestPackFindsShards(t *testing.T) {
 		}
 	}
 	samples[15].Shard, samples[15].Start = 1, 512
-	if err := addAll(t, st, samples); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "shard by shard") {
+	if _, err := addAll(t, st, samples); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "shard by shard") {
 		t.Fatalf("a sample of shard 1 after those of shard 3: %v, want ErrLayout", err)
 	}
 }
@@ -264,7 +259,7 @@ func TestBuilderRefusesABadIndex(t *testing.T) {
 		samples := samplesOf(10, 4)
 		st := storeOf(samples)
 		bad(&samples[7])
-		if err := addAll(t, st, samples); !errors.Is(err, ErrLayout) {
+		if _, err := addAll(t, st, samples); !errors.Is(err, ErrLayout) {
 			t.Errorf("%s: %v, want ErrLayout", name, err)
 		}
 	}

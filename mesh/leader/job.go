@@ -210,7 +210,7 @@ type Job struct {
 	drawing, spec *draft
 	// first is epoch 0's order drawn as the ranks join, until it is
 	// published (drawFirstLocked); nil for none.
-	first    *first
+	first    *firstDraw
 	waiting  bool // the join wait of epoch 0 is armed
 	deadline bool // the deadline of the epoch being trained is armed (or none is set)
 	retired  bool // no longer the dataset's job: timers publish nothing
@@ -277,13 +277,12 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 	return false, nil
 }
 
-// first is epoch 0's order drawn while the ranks join (drawFirstLocked),
-// not yet split among them: the job's generation, the copy of the
-// sampler it is drawn with and, once drawn, the order, the sampler's
-// state after it, how long it took, or the error; due says that epoch 0
-// is to be published as soon as it is drawn.
-type first struct {
-	gen     uint64
+// firstDraw is epoch 0's order drawn while the ranks join
+// (drawFirstLocked), not yet split among them: the copy of the sampler it
+// is drawn with and, once drawn, the order, the sampler's state after it,
+// how long it took, or the error; due says that epoch 0 is to be
+// published as soon as it is drawn.
+type firstDraw struct {
 	sampler *sampling.Sampler
 	drawn   bool
 	u       Unsplit
@@ -296,15 +295,15 @@ type first struct {
 // rank of a world of more has joined, for a dataset of DrawFirstAt
 // samples or more: a draw needs the ranks only to split the order among
 // them, so the ranks still to join wait for the split alone, not for the
-// draw. It is drawn with a copy of the sampler,
-// which becomes the job's once the order is published (a draw that
-// fails leaves the sampler as it was, and epoch 0 is drawn whole when
-// due). Nothing else draws meanwhile: epoch 0 comes first.
+// draw. It is drawn with a copy of the sampler, which becomes the job's
+// once the order is published (a draw that fails leaves the sampler as
+// it was, and epoch 0 is drawn whole when due). Nothing else draws
+// meanwhile: epoch 0 comes first.
 func (j *Job) drawFirstLocked() {
 	if j.first != nil || j.cfg.DrawFirstAt < 0 || j.sampler.Len() < j.cfg.DrawFirstAt {
 		return
 	}
-	f := &first{gen: j.gen, sampler: j.sampler.Clone()}
+	f := &firstDraw{sampler: j.sampler.Clone()}
 	j.first = f
 	others := maps.Clone(j.resident)
 	j.cfg.After(0, func() {
@@ -918,8 +917,8 @@ func DrawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []
 }
 
 // Split is Draw's second half: it splits the order among the ranks, as
-// Draw says, each id's weight beside it. The order is not copied: u is
-// not to be split twice.
+// Draw says, each id's weight beside it, into new slices; u is left as it
+// is.
 func (u Unsplit) Split(ranks []string, where *sampling.Placement) (Drawn, error) {
 	out := Drawn{Scored: u.scored, State: u.state}
 	var err error
