@@ -17,8 +17,9 @@ seconds and send SHADE.DONE. The wait between two epochs is the time from
 the done's request to its reply's first byte (the clients wait for it)
 plus the same for the next order. Then each rank asks another peer for its slices of the
 last two epochs, which must be the same bytes. With --stagger S, rank r
-starts r*S seconds after rank 0, as a job's processes start apart: epoch
-0's wait is then the last rank's, whose join completes the world.
+starts r*S seconds after rank 0, as a job's processes start apart: the
+last rank's wait for epoch 0 is then what the join that completes the
+world waits for (the others wait for it to join too).
 
 It prints the waits per epoch, their mean and median over the epochs from
 --from on (after the default's switch) and the ratio default/off. On a
