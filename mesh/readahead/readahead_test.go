@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,5 +150,31 @@ func TestTakeGivesUpOnASlowFetch(t *testing.T) {
 				t.Fatalf("gave up on %d fetches, want 0", st.GaveUp)
 			}
 		})
+	}
+}
+
+// TestSortedPlaces: a slice's places sorted by sample, as a sort of
+// id<<32 | place gives them: ids repeated, all alike, spread over every
+// byte, none.
+func TestSortedPlaces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	cases := map[string][]uint32{"none": nil, "one": {7}, "all alike": {5, 5, 5, 5}}
+	for _, n := range []int{2, 100, 70_000} {
+		small, wide := make([]uint32, n), make([]uint32, n)
+		for i := range n {
+			small[i] = rng.Uint32N(uint32(n/2 + 1)) // repeats
+			wide[i] = rng.Uint32()                  // every byte differs
+		}
+		cases[fmt.Sprintf("%d repeating", n)], cases[fmt.Sprintf("%d wide", n)] = small, wide
+	}
+	for name, slice := range cases {
+		want := make([]uint64, len(slice))
+		for i, id := range slice {
+			want[i] = uint64(id)<<32 | uint64(i)
+		}
+		slices.Sort(want)
+		if got := sortedPlaces(slice); !slices.Equal(got, want) {
+			t.Fatalf("%s: places not in order of sample, then place", name)
+		}
 	}
 }
