@@ -220,8 +220,7 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 	// slice followed already (FollowPublished, then the rank's own ask)
 	// is not sorted again.
 	r.mu.Lock()
-	c := r.cursors[key]
-	followed := r.closed || c != nil && !orderAfter(p.Gen, p.Epoch, c.gen, c.epoch)
+	followed := r.closed || r.followsLocked(key, p)
 	r.mu.Unlock()
 	if followed {
 		return
@@ -232,10 +231,7 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 	defer r.mu.Unlock()
 	// Once the read-ahead is closing, Close stops every cursor under this
 	// lock: start none after it.
-	if r.closed || !r.initLocked() {
-		return
-	}
-	if c := r.cursors[key]; c != nil && !orderAfter(p.Gen, p.Epoch, c.gen, c.epoch) {
+	if r.closed || !r.initLocked() || r.followsLocked(key, p) {
 		return
 	}
 	// Every cursor on an order this dataset's ranks no longer train is
@@ -246,7 +242,7 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 			r.stopCursorLocked(c)
 		}
 	}
-	c = &rankCursor{key: key, gen: p.Gen, epoch: p.Epoch, slice: slice, where: where}
+	c := &rankCursor{key: key, gen: p.Gen, epoch: p.Epoch, slice: slice, where: where}
 	ctx, cancel := context.WithCancel(r.ctx)
 	c.cancel = cancel
 	r.cursors[key] = c
@@ -254,6 +250,13 @@ func (r *ReadAhead) Follow(ds Dataset, p *wire.PublishMsg, rank int) {
 		defer cancel()
 		r.runCursor(ctx, c)
 	})
+}
+
+// followsLocked reports whether a cursor follows the slice of key in
+// order p or a newer one.
+func (r *ReadAhead) followsLocked(key cursorKey, p *wire.PublishMsg) bool {
+	c := r.cursors[key]
+	return c != nil && !orderAfter(p.Gen, p.Epoch, c.gen, c.epoch)
 }
 
 // sortedPlaces returns id<<32 | i for each place i of slice, ascending (a
