@@ -445,7 +445,7 @@ func (j *Job) publishDueLocked(now bool) error {
 			return nil
 		}
 		ahead := j.aheadDueLocked()
-		if sp := j.spec; ahead && sp != nil && sp.gen == j.gen && sp.epoch == j.latest+1 {
+		if sp := j.dueSpecLocked(); ahead && sp != nil {
 			// Drawn while the ranks trained the epoch they just
 			// finished, as an order ahead is: they need not wait.
 			j.sampler = sp.sampler
@@ -466,12 +466,10 @@ func (j *Job) publishDueLocked(now bool) error {
 	return nil
 }
 
-// draft is an order drawn off the lock (drawOffLocked): the job's
-// generation, the epoch, the sampler it is drawn with, whether it is a
-// speculation (speculateLocked) and, once drawn, the speculation's order
-// and how long its draw took.
+// draft is an order drawn off the lock (drawOffLocked): the epoch, the
+// sampler it is drawn with, whether it is a speculation (speculateLocked)
+// and, once drawn, the speculation's order and how long its draw took.
 type draft struct {
-	gen     uint64
 	epoch   int
 	sampler *sampling.Sampler
 	spec    bool
@@ -493,7 +491,7 @@ func (j *Job) drawOffLocked(spec bool) {
 	if j.drawing != nil {
 		return
 	}
-	dr := &draft{gen: j.gen, epoch: j.latest + 1, sampler: j.sampler, spec: spec}
+	dr := &draft{epoch: j.latest + 1, sampler: j.sampler, spec: spec}
 	if spec {
 		dr.sampler = j.sampler.Clone()
 	}
@@ -579,7 +577,7 @@ func (j *Job) aheadDueLocked() bool {
 		return false
 	}
 	j.slow++
-	if sp := j.spec; j.slow < AheadAfter && sp != nil && sp.gen == j.gen && sp.epoch == j.latest+1 && j.tooLong(sp.took, cycle) {
+	if sp := j.dueSpecLocked(); j.slow < AheadAfter && sp != nil && j.tooLong(sp.took, cycle) {
 		j.slow++
 	}
 	due := j.slow >= AheadAfter
@@ -589,6 +587,17 @@ func (j *Job) aheadDueLocked() bool {
 			Msg("the ranks waited too long for the order: orders now run an epoch ahead")
 	}
 	return due
+}
+
+// dueSpecLocked is the speculation of the due epoch, latest+1, if one was
+// drawn. A reset and every publication let a speculation go (j.spec), and
+// a draw let go keeps none: one kept is of the due epoch of this
+// generation.
+func (j *Job) dueSpecLocked() *draft {
+	if sp := j.spec; sp != nil && sp.epoch == j.latest+1 {
+		return sp
+	}
+	return nil
 }
 
 // tooLong reports whether an order that took took to draw made the
