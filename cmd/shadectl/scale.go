@@ -368,8 +368,7 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	// publication, where the joins span the draw (the draw of epoch 1
 	// stands in for epoch 0's).
 	if res.Samples >= meshleader.DefaultDrawFirstAt {
-		drawSteps := map[string]bool{"resident sets into the draw": true, "draw order (PADS)": true, "align order": true, "sampler state": true}
-		split, _, _ := sum(func(s *mergeStep) bool { return s.Between && !drawSteps[s.Name] })
+		split, _, _ := sum(func(s *mergeStep) bool { return s.Split })
 		first := split.Seconds() + onLink
 		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (split, weights, publication, links)\t%s\t%s (the epoch)\t%s\t\n",
 			round(time.Duration(first*float64(time.Second))), round(res.Epoch), ratio(first, epoch))

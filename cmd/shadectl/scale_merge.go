@@ -77,9 +77,11 @@ type mergeStep struct {
 	Messages  float64
 	WireBytes float64
 	// Between marks the steps between the last DONE of an epoch and the
-	// next order: the ranks wait for them.
-	Between bool
-	Note    string
+	// next order: the ranks wait for them. Split marks those of them
+	// after the draw (the split among the ranks and the publication):
+	// epoch 0, drawn as the first rank joins, waits for these alone.
+	Between, Split bool
+	Note           string
 }
 
 func (s mergeStep) perEpoch() time.Duration { return time.Duration(float64(s.Dur) * s.Times) }
@@ -424,6 +426,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	alignStep := step("align order", 1, true, "sampling.Align, as every job's order is (mesh alignedScores)")
 	_ = alignStep.run(func() error { sampling.Align(drawn.Order, alignSeed, 1); return nil })
 	splitStep := step("split (locality)", 1, true, "owners looked up once per partition: sampling.LocalitySplit, as the leader runs it")
+	splitStep.Split = true
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
 		parts, err = sampling.LocalitySplit(drawn.Order, job.world, rankNode, where)
@@ -432,6 +435,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	weighStep := step("weights to slices", 1, true, "leader.SliceWeights: each id's weight beside it")
+	weighStep.Split = true
 	var weights [][]float32
 	_ = weighStep.run(func() error { weights = meshleader.SliceWeights(parts, drawn.Weight); return nil })
 	start = time.Now()
@@ -447,6 +451,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
 		Slices: wire.PackSlices(parts), Weights: wire.PackWeights(weights), Sampler: state, Ranks: rankNode}
 	pubOnce := step("publish: encode message", 1, true, "msgpack into a buffer of its size (wire.PublishMsg.Encode), once for every member (mesh.publish)")
+	pubOnce.Split = true
 	if err := pubOnce.run(func() (err error) { raw, err = pub.Encode(); return err }); err != nil {
 		return nil, err
 	}
@@ -466,6 +471,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}
 	res.PublishHops, res.PublishSends, res.PublishPieces = hops, sends, pieces
 	pubStep := step("publish: send", float64(sends)/float64(max(min(encodes, sends), 1)), true, "")
+	pubStep.Split = true
 	switch {
 	case groups == nil:
 		pubStep.Note = fmt.Sprintf("to every member: a header each before the encoded order, which is not copied: %d, %d measured", sends, min(encodes, sends))
