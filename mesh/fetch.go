@@ -939,8 +939,11 @@ const errSizeDiffers = "size differs from the manifest"
 
 // prefetchSlice starts the read-ahead of a local rank's slice of a new
 // order (see package readahead); calls for a slice already followed do
-// nothing. Following a slice sorts it (and makes the read-ahead's buffer
-// at the first): in the background, not in the rank's SHADE.ORDER.
+// nothing, and so does every call with the read-ahead off. Following a
+// slice sorts it (and makes the read-ahead's buffer at the first): in
+// the background, not in the rank's SHADE.ORDER.
 func (n *Node) prefetchSlice(ds *datasetState, p *wire.PublishMsg, rank int) {
-	n.goBackground(func(context.Context) { n.readAhead.Follow(ds, p, rank) })
+	if n.readAhead.On() {
+		n.goBackground(func(context.Context) { n.readAhead.Follow(ds, p, rank) })
+	}
 }

@@ -124,7 +124,7 @@ func (n *Node) orderInstalled(js *jobState, p *wire.PublishMsg) {
 	if p.Epoch == 0 {
 		n.warmOnFirstEpoch(js)
 	}
-	if p.Ahead == 0 {
+	if p.Ahead == 0 && n.readAhead.On() {
 		// Published ahead, an order is read only after the current one:
 		// its read-ahead starts when a rank asks for it. Following the
 		// ranks' slices sorts each (and makes the read-ahead's buffer at

@@ -206,6 +206,10 @@ func orderAfter(gen uint64, epoch int, ogen uint64, oepoch int) bool {
 	return epoch > oepoch
 }
 
+// On reports whether the read-ahead reads ahead at all (Config.Prefetch
+// above 0): off, Follow and FollowPublished do nothing.
+func (r *ReadAhead) On() bool { return r.cfg.Prefetch > 0 }
+
 // Follow starts the read-ahead of rank's slice of order p of ds, unless a
 // cursor already follows that slice or a newer one. It never blocks on
 // fetches.
