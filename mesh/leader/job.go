@@ -285,7 +285,7 @@ func (j *Job) Join(rank, world int, node string, gen uint64, have int) (behind b
 type firstDraw struct {
 	sampler *sampling.Sampler
 	drawn   bool
-	u       Unsplit
+	u       unsplit
 	took    time.Duration
 	err     error
 	due     bool
@@ -308,7 +308,7 @@ func (j *Job) drawFirstLocked() {
 	others := maps.Clone(j.resident)
 	j.cfg.After(0, func() {
 		start := j.cfg.Now()
-		u, err := DrawUnsplit(f.sampler, j.cfg.Scores, 0, j.residentOf(others, f.sampler.Len()))
+		u, err := drawUnsplit(f.sampler, j.cfg.Scores, 0, j.residentOf(others, f.sampler.Len()))
 		took := j.cfg.Now().Sub(start)
 		j.mu.Lock()
 		defer j.mu.Unlock()
@@ -339,7 +339,7 @@ func (j *Job) publishFirstLocked() error {
 		return nil
 	case f != nil && f.err == nil:
 		start := j.cfg.Now()
-		d, err := f.u.Split(j.ranks, j.placementLocked())
+		d, err := f.u.split(j.ranks, j.placementLocked())
 		if err != nil {
 			return fmt.Errorf("%w (epoch 0 of %s)", err, j.cfg.Dataset)
 		}
@@ -894,41 +894,41 @@ type Drawn struct {
 // with it into its slice. It advances sampler, which the caller must not
 // share meanwhile.
 func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, where *sampling.Placement, resident []uint64) (Drawn, error) {
-	u, err := DrawUnsplit(sampler, table, epoch, resident)
+	u, err := drawUnsplit(sampler, table, epoch, resident)
 	if err != nil {
 		return Drawn{}, err
 	}
-	return u.Split(ranks, where)
+	return u.split(ranks, where)
 }
 
-// Unsplit is an order drawn (DrawUnsplit) and not yet split among the
+// unsplit is an order drawn (drawUnsplit) and not yet split among the
 // ranks: the draw, the sampler's state after it and how many samples had
 // a score.
-type Unsplit struct {
+type unsplit struct {
 	d      sampling.Drawn
 	state  []byte
 	scored int
 }
 
-// DrawUnsplit is Draw's first half, which needs no rank: it draws epoch's
+// drawUnsplit is Draw's first half, which needs no rank: it draws epoch's
 // order from table with sampler, preferring the resident samples, and
 // advances sampler, which the caller must not share meanwhile.
-func DrawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []uint64) (Unsplit, error) {
+func drawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []uint64) (unsplit, error) {
 	d, scored, err := table.Draw(sampler, epoch, resident)
 	if err != nil {
-		return Unsplit{}, fmt.Errorf("leader: order: %w", err)
+		return unsplit{}, fmt.Errorf("leader: order: %w", err)
 	}
 	state, err := sampler.MarshalBinary()
 	if err != nil {
-		return Unsplit{}, fmt.Errorf("leader: sampler state: %w", err)
+		return unsplit{}, fmt.Errorf("leader: sampler state: %w", err)
 	}
-	return Unsplit{d: d, state: state, scored: scored}, nil
+	return unsplit{d: d, state: state, scored: scored}, nil
 }
 
-// Split is Draw's second half: it splits the order among the ranks, as
+// split is Draw's second half: it splits the order among the ranks, as
 // Draw says, each id's weight beside it, into new slices; u is left as it
 // is.
-func (u Unsplit) Split(ranks []string, where *sampling.Placement) (Drawn, error) {
+func (u unsplit) split(ranks []string, where *sampling.Placement) (Drawn, error) {
 	out := Drawn{Scored: u.scored, State: u.state}
 	var err error
 	if where == nil {
