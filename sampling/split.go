@@ -119,15 +119,16 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	// up across jobs), and a rank whose node owns more than its share
 	// takes its own samples all through the epoch, not all at its start.
 	slack := max(1, per/64)
-	filled := make([]int, world)
+	filled := make([]int, world+1) // and rank world, no rank, never with room (dealer.pair)
+	filled[world] = noRoom
 	// The rank a sample goes to when none on its owners may take it is
 	// found without looking at every rank each time (at a rank on each of
 	// 1,000 nodes, that scan was most of the split).
-	open := leastFilled{filled: filled}
+	open := leastFilled{filled: filled[:world]}
 	// Each place's group, looked up on every core first; each span marks
 	// the groups it meets. The dealing below writes each place's rank
 	// over its group: of[i] is place i's group, then its rank.
-	of := make([]int32, len(padded))
+	of := make([]uint32, len(padded))
 	w := spans(len(padded), workers)
 	bad := make([]int, w)
 	met := make([][]uint64, w)
@@ -140,7 +141,7 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 				bad[c] = i
 				return
 			}
-			of[i] = int32(g)
+			of[i] = uint32(g)
 			met[c][g/64] |= 1 << (g % 64)
 		}
 	})
@@ -169,38 +170,37 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 		}
 	}
 	first[where.Groups] = len(cand)
+	// Most groups have at most two candidates (a rank on each of a
+	// sample's two owners): theirs are packed in one word, a missing one
+	// being rank world, which never has room, so that the dealing reads
+	// one word and two fills and compares them without a branch. A group
+	// with more is marked many, its candidates read from cand.
+	pair := make([]uint64, where.Groups)
+	for g := range where.Groups {
+		c := cand[first[g]:first[g+1]]
+		switch len(c) {
+		case 0:
+			pair[g] = uint64(world) | uint64(world)<<32
+		case 1:
+			pair[g] = uint64(c[0]) | uint64(world)<<32
+		case 2:
+			pair[g] = uint64(c[0]) | uint64(c[1])<<32
+		default:
+			pair[g] = many | uint64(g)
+		}
+	}
 	// The dealing is sequential, but only decides: each place's rank goes
 	// in of, and each span of places notes where its ranks' slices stand
 	// at its start. The samples are then put in the slices span by span
 	// on every core, so the dealing touches the ranks' fills and the
 	// places in sequence and none of the slices' scattered memory.
 	at := make([][]int, w) // at[c][r]: rank r's samples dealt before span c
-	// A rank may hold min(per, share+slack) samples once i+1 places are
-	// dealt, its share being (i+1)*per/len(padded); the share is kept
-	// by steps, not divided out at every place.
-	share, next := 0, len(padded) // next: (share+1)*len(padded)
+	d := dealer{filled: filled, open: open, cand: cand, first: first, pair: pair,
+		per: per, slack: slack, places: len(padded), next: len(padded)}
 	for c := range w {
 		at[c] = slices.Clone(filled)
 		lo, hi := span(len(padded), w, c)
-		for i := lo; i < hi; i++ {
-			for (i+1)*per >= next {
-				share++
-				next += len(padded)
-			}
-			room := min(per, share+slack)
-			g := of[i]
-			best, least := int32(-1), room // the least filled candidate with room
-			for _, r := range cand[first[g]:first[g+1]] {
-				if f := filled[r]; f < least {
-					best, least = r, f
-				}
-			}
-			if best < 0 {
-				best = int32(open.least())
-			}
-			filled[best]++
-			of[i] = best
-		}
+		d.deal(of, lo, hi)
 	}
 	backing := make([]uint32, per*world)
 	out := make([][]uint32, world)
@@ -209,7 +209,8 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	}
 	parallel(len(padded), w, func(c, lo, hi int) {
 		next := at[c]
-		for i, r := range of[lo:hi] {
+		for i, p := range of[lo:hi] {
+			r := int32(p)
 			out[r][next[r]] = padded[lo+i]
 			next[r]++
 		}
@@ -227,6 +228,69 @@ func OwnersPlacement(n int, owners func(id uint32) []string) Placement {
 		Owners: func(g int) []string { return owners(uint32(g)) },
 	}
 }
+
+// dealer is the sequential part of localitySplit: it deals the places of
+// an order to ranks, in sequence, one span after another.
+type dealer struct {
+	filled []int       // samples dealt to each rank, and noRoom for rank world
+	open   leastFilled // over filled without rank world
+	cand   []int32     // the candidates of group g: cand[first[g]:first[g+1]]
+	first  []int
+	pair   []uint64 // group g's two candidates, or many with g
+	// A rank may hold min(per, share+slack) samples once i+1 places are
+	// dealt, its share being (i+1)*per/places; the share is kept by steps
+	// (next is (share+1)*places), not divided out at every place.
+	per, slack  int
+	places      int
+	share, next int
+}
+
+// deal gives each place of of[lo:hi], which holds its group, to a rank,
+// and writes the rank over the group: the least filled candidate with
+// room, else the least filled rank of all.
+func (d *dealer) deal(of []uint32, lo, hi int) {
+	filled := d.filled
+	share, next := d.share, d.next
+	for i := lo; i < hi; i++ {
+		for (i+1)*d.per >= next {
+			share++
+			next += d.places
+		}
+		room := min(d.per, share+d.slack)
+		p := d.pair[of[i]]
+		var best int32
+		var least int
+		if p&many == 0 {
+			c0, c1 := int32(p), int32(p>>32)
+			f0, f1 := filled[c0], filled[c1]
+			diff := f1 - f0
+			lt := diff >> 63 // -1 where f1 < f0, else 0: no branch to mispredict
+			best = c0 ^ (c0^c1)&int32(lt)
+			least = f0 + diff&lt
+		} else {
+			best, least = -1, room
+			g := uint32(p)
+			for _, r := range d.cand[d.first[g]:d.first[g+1]] {
+				if f := filled[r]; f < least {
+					best, least = r, f
+				}
+			}
+		}
+		if least >= room {
+			best = int32(d.open.least())
+		}
+		filled[best]++
+		of[i] = uint32(best)
+	}
+	d.share, d.next = share, next
+}
+
+// noRoom is the fill of rank world, which no rank is: above any room, and
+// far enough below math.MaxInt that fills subtract without overflow.
+const noRoom = 1 << 40
+
+// many marks a group with more than two candidates in dealer.pair.
+const many = 1 << 63
 
 // leastFilled finds the least filled rank (the lowest of those that tie)
 // by a cursor over the ranks in order at the lowest fill any rank has.
