@@ -80,7 +80,7 @@ type Placement struct {
 // rankNode[r] names the node rank r trains on ("" if unknown); where says
 // which nodes own each sample. world < 1 fails with ErrBadWorld, a
 // Placement without its functions or a group out of its range with
-// ErrBadPlacement.
+// ErrBadPlacement. It is GroupOrder and Grouped.Split in one.
 func LocalitySplit(order []uint32, world int, rankNode []string, where Placement) ([][]uint32, error) {
 	return localitySplit(order, world, rankNode, where, procs(0))
 }
@@ -90,14 +90,105 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	if world < 1 {
 		return nil, fmt.Errorf("%w: %d", ErrBadWorld, world)
 	}
+	g, err := groupOrder(order, where, workers)
+	if err != nil {
+		return nil, err
+	}
+	return g.split(world, rankNode, where, workers, true)
+}
+
+// Grouped is an order with the group of each of its places looked up
+// (GroupOrder), to be split among ranks once they are known
+// (Grouped.Split): most of a split's work that needs no rank, done
+// ahead, as a leader draws an epoch's order before its ranks have all
+// joined. The zero Grouped is an empty order of no group.
+type Grouped struct {
+	order  []uint32
+	groups []uint32 // groups[i] is order[i]'s
+	met    []uint64 // bit g: group g has a place
+	n      int      // the placement's Groups
+}
+
+// GroupOrder looks up the group of each place of order (where.Group, on
+// every core), for Grouped.Split. It keeps order, which the caller must
+// not change while the Grouped is used. A Placement without its
+// functions or a group out of its range fails with ErrBadPlacement.
+func GroupOrder(order []uint32, where Placement) (Grouped, error) {
+	return groupOrder(order, where, procs(0))
+}
+
+// groupOrder is GroupOrder on up to workers goroutines.
+func groupOrder(order []uint32, where Placement, workers int) (Grouped, error) {
 	if where.Groups < 0 || where.Group == nil || where.Owners == nil {
-		return nil, fmt.Errorf("%w: %d groups, group function set %t, owners function set %t",
+		return Grouped{}, fmt.Errorf("%w: %d groups, group function set %t, owners function set %t",
 			ErrBadPlacement, where.Groups, where.Group != nil, where.Owners != nil)
 	}
+	g := Grouped{order: order, groups: make([]uint32, len(order)), n: where.Groups}
+	// Each span marks the groups it meets.
+	w := spans(len(order), workers)
+	bad := make([]int, w)
+	met := make([][]uint64, w)
+	parallel(len(order), w, func(c, lo, hi int) {
+		bad[c] = -1
+		met[c] = make([]uint64, (where.Groups+63)/64)
+		for i := lo; i < hi; i++ {
+			grp := where.Group(order[i])
+			if uint(grp) >= uint(where.Groups) {
+				bad[c] = i
+				return
+			}
+			g.groups[i] = uint32(grp)
+			met[c][grp/64] |= 1 << (grp % 64)
+		}
+	})
+	for _, i := range bad {
+		if i >= 0 {
+			id := order[i]
+			return Grouped{}, fmt.Errorf("%w: sample %d in group %d of %d", ErrBadPlacement, id, where.Group(id), where.Groups)
+		}
+	}
+	for _, m := range met[1:] {
+		for j, word := range m {
+			met[0][j] |= word
+		}
+	}
+	g.met = met[0]
+	return g, nil
+}
+
+// Split is LocalitySplit of the grouped order: where's owners are asked
+// now, and must group the samples as the placement that grouped them
+// did (the same Groups; a ring's partitions are, whatever its members).
+// A placement of other Groups, or without Owners, fails with
+// ErrBadPlacement; world < 1 with ErrBadWorld. g is left as it is.
+func (g Grouped) Split(world int, rankNode []string, where Placement) ([][]uint32, error) {
+	if world < 1 {
+		return nil, fmt.Errorf("%w: %d", ErrBadWorld, world)
+	}
+	if where.Owners == nil || where.Groups != g.n {
+		return nil, fmt.Errorf("%w: grouped into %d groups, split with %d, owners function set %t",
+			ErrBadPlacement, g.n, where.Groups, where.Owners != nil)
+	}
+	return g.split(world, rankNode, where, procs(0), false)
+}
+
+// split is Split on up to workers goroutines; mine says that g is used
+// once, so that its groups may be overwritten.
+func (g Grouped) split(world int, rankNode []string, where Placement, workers int, mine bool) ([][]uint32, error) {
+	order := g.order
 	per := (len(order) + world - 1) / world
 	padded := order
 	for len(padded) < per*world { // wrap around, as DistributedSampler pads
 		padded = append(padded[:len(padded):len(padded)], order[:min(len(order), per*world-len(padded))]...)
+	}
+	// Each place's group; the dealing below writes each place's rank
+	// over its group: of[i] is place i's group, then its rank.
+	of := g.groups
+	if !mine || len(padded) > len(order) {
+		of = make([]uint32, len(padded))
+		for k := 0; k < len(of); k += len(order) {
+			copy(of[k:], g.groups)
+		}
 	}
 	// The ranks on each group's owners, looked up once per group: a
 	// sample's candidates are then a slice read, not a lookup of its
@@ -125,68 +216,37 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	// found without looking at every rank each time (at a rank on each of
 	// 1,000 nodes, that scan was most of the split).
 	open := leastFilled{filled: filled[:world]}
-	// Each place's group, looked up on every core first; each span marks
-	// the groups it meets. The dealing below writes each place's rank
-	// over its group: of[i] is place i's group, then its rank.
-	of := make([]uint32, len(padded))
-	w := spans(len(padded), workers)
-	bad := make([]int, w)
-	met := make([][]uint64, w)
-	parallel(len(padded), w, func(c, lo, hi int) {
-		bad[c] = -1
-		met[c] = make([]uint64, (where.Groups+63)/64)
-		for i := lo; i < hi; i++ {
-			g := where.Group(padded[i])
-			if uint(g) >= uint(where.Groups) {
-				bad[c] = i
-				return
-			}
-			of[i] = uint32(g)
-			met[c][g/64] |= 1 << (g % 64)
-		}
-	})
-	for _, i := range bad {
-		if i >= 0 {
-			id := padded[i]
-			return nil, fmt.Errorf("%w: sample %d in group %d of %d", ErrBadPlacement, id, where.Group(id), where.Groups)
-		}
-	}
 	// The candidates of group g, the ranks on its owners, are
 	// cand[first[g]:first[g+1]]: one array the dealing reads, not a
-	// slice of its own per group.
-	for _, m := range met[1:] {
-		for j, word := range m {
-			met[0][j] |= word
-		}
-	}
-	first := make([]int, where.Groups+1)
+	// slice of its own per group. Owners is asked for the groups met.
+	first := make([]int, g.n+1)
 	var cand []int32
-	for g := range where.Groups {
-		first[g] = len(cand)
-		if met[0][g/64]&(1<<(g%64)) != 0 {
-			for _, owner := range where.Owners(g) {
+	for grp := range g.n {
+		first[grp] = len(cand)
+		if g.met[grp/64]&(1<<(grp%64)) != 0 {
+			for _, owner := range where.Owners(grp) {
 				cand = append(cand, ranksOn[owner]...)
 			}
 		}
 	}
-	first[where.Groups] = len(cand)
+	first[g.n] = len(cand)
 	// Most groups have at most two candidates (a rank on each of a
 	// sample's two owners): theirs are packed in one word, a missing one
 	// being rank world, which never has room, so that the dealing reads
 	// one word and two fills and compares them without a branch. A group
 	// with more is marked many, its candidates read from cand.
-	pair := make([]uint64, where.Groups)
-	for g := range where.Groups {
-		c := cand[first[g]:first[g+1]]
+	pair := make([]uint64, g.n)
+	for grp := range g.n {
+		c := cand[first[grp]:first[grp+1]]
 		switch len(c) {
 		case 0:
-			pair[g] = uint64(world) | uint64(world)<<32
+			pair[grp] = uint64(world) | uint64(world)<<32
 		case 1:
-			pair[g] = uint64(c[0]) | uint64(world)<<32
+			pair[grp] = uint64(c[0]) | uint64(world)<<32
 		case 2:
-			pair[g] = uint64(c[0]) | uint64(c[1])<<32
+			pair[grp] = uint64(c[0]) | uint64(c[1])<<32
 		default:
-			pair[g] = many | uint64(g)
+			pair[grp] = many | uint64(grp)
 		}
 	}
 	// The dealing is sequential, but only decides: each place's rank goes
@@ -194,6 +254,7 @@ func localitySplit(order []uint32, world int, rankNode []string, where Placement
 	// at its start. The samples are then put in the slices span by span
 	// on every core, so the dealing touches the ranks' fills and the
 	// places in sequence and none of the slices' scattered memory.
+	w := spans(len(padded), workers)
 	at := make([][]int, w) // at[c][r]: rank r's samples dealt before span c
 	d := dealer{filled: filled, open: open, cand: cand, first: first, pair: pair,
 		per: per, slack: slack, places: len(padded), next: len(padded)}

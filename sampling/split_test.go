@@ -393,3 +393,80 @@ func TestLocalitySplitOnSeveralGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupedSplit: an order grouped ahead (GroupOrder) and split once
+// the ranks are known, with owners changed meanwhile, is split as
+// the scan over every rank splits it with the owners of the split, sample for
+// sample, padded or not (a short order padded more than twice over) and
+// split again alike; the grouped order is left as it was; a placement
+// of other groups is refused.
+func TestGroupedSplit(t *testing.T) {
+	const nodes, groups = 7, 23
+	rng := rand.New(rand.NewPCG(11, 12))
+	ownersAt := func() [][]string {
+		owners := make([][]string, groups)
+		for g := range owners {
+			for range rng.IntN(4) {
+				owners[g] = append(owners[g], fmt.Sprint("node-", rng.IntN(nodes)))
+			}
+		}
+		return owners
+	}
+	placement := func(owners [][]string) Placement {
+		return Placement{
+			Groups: groups,
+			Group:  func(id uint32) int { return int(mix64(uint64(id)) % groups) },
+			Owners: func(g int) []string { return owners[g] },
+		}
+	}
+	for _, tc := range []struct {
+		n      int
+		worlds []int
+	}{{3*minSpan + 17, []int{1, 4, 37}}, {10, []int{3, 12, 25, 64}}} {
+		order := make([]uint32, tc.n)
+		for i := range order {
+			order[i] = uint32(rng.IntN(tc.n))
+		}
+		kept := slices.Clone(order)
+		grouped, err := GroupOrder(order, placement(ownersAt()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		groupsBefore := slices.Clone(grouped.groups)
+		for _, world := range tc.worlds {
+			rankNode := make([]string, world)
+			for r := range rankNode {
+				rankNode[r] = fmt.Sprint("node-", rng.IntN(nodes))
+			}
+			owners := ownersAt()
+			now := placement(owners)
+			want := scanSplit(order, world, rankNode, func(id uint32) []string { return owners[now.Group(id)] })
+			for range 2 {
+				got, err := grouped.Split(world, rankNode, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r := range want {
+					if !slices.Equal(got[r], want[r]) {
+						t.Fatalf("n %d, world %d: slice %d of the grouped order differs from the scan's", tc.n, world, r)
+					}
+				}
+			}
+			if !slices.Equal(grouped.groups, groupsBefore) || !slices.Equal(order, kept) {
+				t.Fatalf("n %d, world %d: the split changed the grouped order", tc.n, world)
+			}
+		}
+		other := placement(ownersAt())
+		other.Groups++
+		if _, err := grouped.Split(3, []string{"a", "b", "c"}, other); !errors.Is(err, ErrBadPlacement) {
+			t.Errorf("split with other groups: err = %v, want ErrBadPlacement", err)
+		}
+		if _, err := grouped.Split(0, nil, placement(ownersAt())); !errors.Is(err, ErrBadWorld) {
+			t.Errorf("world 0: err = %v, want ErrBadWorld", err)
+		}
+	}
+	var empty Grouped
+	if got, err := empty.Split(2, []string{"a", "b"}, Placement{Owners: func(int) []string { return nil }}); err != nil || len(got) != 2 || len(got[0]) != 0 {
+		t.Errorf("the zero Grouped split in 2: %v, %v; want two empty slices", got, err)
+	}
+}
