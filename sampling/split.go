@@ -156,6 +156,10 @@ func groupOrder(order []uint32, where Placement, workers int) (Grouped, error) {
 	return g, nil
 }
 
+// Fits reports whether where has the groups g was grouped into, as Split
+// needs.
+func (g Grouped) Fits(where Placement) bool { return where.Groups == g.n }
+
 // Split is LocalitySplit of the grouped order: where's owners are asked
 // now, and must group the samples as the placement that grouped them
 // did (the same Groups; a ring's partitions are, whatever its members).
@@ -369,13 +373,17 @@ type leastFilled struct {
 // least returns the rank that holds the fewest samples, the lowest of
 // those that tie. Some rank must have room: then the least filled has.
 func (l *leastFilled) least() int {
+	// The scan is on locals, kept in registers: through l, each step
+	// would store the cursor back.
+	filled, fill, c := l.filled, l.fill, l.cursor
 	for {
-		for ; l.cursor < len(l.filled); l.cursor++ {
-			if l.filled[l.cursor] == l.fill {
-				return l.cursor
+		for ; c < len(filled); c++ {
+			if filled[c] == fill {
+				l.fill, l.cursor = fill, c
+				return c
 			}
 		}
-		l.fill++
-		l.cursor = 0
+		fill++
+		c = 0
 	}
 }
