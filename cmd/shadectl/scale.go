@@ -363,14 +363,14 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(tw, "  drawn ahead by default? the order's share of the ranks' time (over --order-ahead-at, and %v or more)\t%.2f\t%v\t%s\t\n",
 		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)
 	// Epoch 0 of a dataset of leader.DefaultDrawFirstAt samples or more
-	// is drawn as the first rank joins; the last rank to join waits for
-	// its split among the ranks, the weights beside it and the
-	// publication, where the joins span the draw (the draw of epoch 1
-	// stands in for epoch 0's).
+	// is drawn, and each place's partition looked up, as the first rank
+	// joins; the last rank to join waits for the dealing among the ranks,
+	// the weights beside it and the publication, where the joins span the
+	// draw (the draw of epoch 1 stands in for epoch 0's).
 	if res.Samples >= meshleader.DefaultDrawFirstAt {
 		split, _, _ := sum(func(s *mergeStep) bool { return s.Split })
 		first := split.Seconds() + onLink
-		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (split, weights, publication, links)\t%s\t%s (the epoch)\t%s\t\n",
+		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (dealt to ranks, weights, publication, links)\t%s\t%s (the epoch)\t%s\t\n",
 			round(time.Duration(first*float64(time.Second))), round(res.Epoch), ratio(first, epoch))
 	}
 	_, allCPU, _ := sum(func(*mergeStep) bool { return true })

@@ -425,11 +425,20 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}
 	alignStep := step("align order", 1, true, "sampling.Align, as every job's order is (mesh alignedScores)")
 	_ = alignStep.run(func() error { sampling.Align(drawn.Order, alignSeed, 1); return nil })
-	splitStep := step("split (locality)", 1, true, "owners looked up once per partition: sampling.LocalitySplit, as the leader runs it")
+	// The leader's locality split in its two halves (leader.unsplit):
+	// each sample's partition, which needs no rank and is looked up with
+	// epoch 0's draw as the first rank joins, and the dealing among the
+	// ranks, which the last rank to join waits for.
+	groupStep := step("split: partitions", 1, true, "each place's partition looked up: sampling.GroupOrder, with the draw")
+	var grouped sampling.Grouped
+	if err := groupStep.run(func() (err error) { grouped, err = sampling.GroupOrder(drawn.Order, where); return err }); err != nil {
+		return nil, err
+	}
+	splitStep := step("split: dealt to ranks", 1, true, "owners looked up once per partition, places dealt: sampling.Grouped.Split, as the leader runs it")
 	splitStep.Split = true
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
-		parts, err = sampling.LocalitySplit(drawn.Order, job.world, rankNode, where)
+		parts, err = grouped.Split(job.world, rankNode, where)
 		return err
 	}); err != nil {
 		return nil, err

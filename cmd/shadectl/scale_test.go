@@ -158,7 +158,7 @@ func TestScaleMerge(t *testing.T) {
 		t.Fatalf("order of %d ids, want %d", total, testSamples)
 	}
 	for _, name := range []string{"decode reports", "merge (Table.Report)", "queue scores for owners", "send scores to owners",
-		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "align order", "split (locality)", "weights to slices",
+		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "align order", "split: partitions", "split: dealt to ranks", "weights to slices",
 		"publish: encode message", "publish: send"} {
 		s := res.step(name)
 		if s == nil || s.Dur <= 0 {

@@ -295,7 +295,7 @@ type firstDraw struct {
 // rank of a world of more has joined, for a dataset of DrawFirstAt
 // samples or more: a draw needs the ranks only to split the order among
 // them, so the ranks still to join wait for the split alone, not for the
-// draw. It is drawn with a copy of the sampler, which becomes the job's
+// draw, nor for the lookup of each place's owners' group (unsplit.group). It is drawn with a copy of the sampler, which becomes the job's
 // once the order is published (a draw that fails leaves the sampler as
 // it was, and epoch 0 is drawn whole when due). Nothing else draws
 // meanwhile: epoch 0 comes first.
@@ -306,9 +306,13 @@ func (j *Job) drawFirstLocked() {
 	f := &firstDraw{sampler: j.sampler.Clone()}
 	j.first = f
 	others := maps.Clone(j.resident)
+	where := j.placementLocked()
 	j.cfg.After(0, func() {
 		start := j.cfg.Now()
 		u, err := drawUnsplit(f.sampler, j.cfg.Scores, 0, j.residentOf(others, f.sampler.Len()))
+		if err == nil {
+			u.group(where)
+		}
 		took := j.cfg.Now().Sub(start)
 		j.mu.Lock()
 		defer j.mu.Unlock()
@@ -908,6 +912,22 @@ type unsplit struct {
 	d      sampling.Drawn
 	state  []byte
 	scored int
+	// grouped is the order with its places' groups looked up ahead
+	// (group); nil where they are not.
+	grouped *sampling.Grouped
+}
+
+// group looks up the group of each place of u's order in where ahead of
+// the split (sampling.GroupOrder), most of a locality split's work that
+// needs no rank. Where nil, or a placement that refuses the order, leaves
+// u to be split whole, and the split says what is wrong.
+func (u *unsplit) group(where *sampling.Placement) {
+	if where == nil {
+		return
+	}
+	if g, err := sampling.GroupOrder(u.d.Order, *where); err == nil {
+		u.grouped = &g
+	}
 }
 
 // drawUnsplit is Draw's first half, which needs no rank: it draws epoch's
@@ -926,14 +946,17 @@ func drawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []
 }
 
 // split is Draw's second half: it splits the order among the ranks, as
-// Draw says, each id's weight beside it, into new slices; u is left as it
-// is.
+// Draw says (with the groups looked up ahead where they fit where), each
+// id's weight beside it, into new slices; u is left as it is.
 func (u unsplit) split(ranks []string, where *sampling.Placement) (Drawn, error) {
 	out := Drawn{Scored: u.scored, State: u.state}
 	var err error
-	if where == nil {
+	switch {
+	case where == nil:
 		out.Slices, err = sampling.Split(u.d.Order, len(ranks))
-	} else {
+	case u.grouped != nil && u.grouped.Fits(*where):
+		out.Slices, err = u.grouped.Split(len(ranks), ranks, *where)
+	default:
 		out.Slices, err = sampling.LocalitySplit(u.d.Order, len(ranks), ranks, *where)
 	}
 	if err != nil {

@@ -1086,7 +1086,9 @@ func TestAheadAtTurnsOrdersAheadOn(t *testing.T) {
 // last rank's join (or the join wait) then splits it among the ranks
 // with no draw, or, while it is being drawn, has it published once
 // drawn. The orders are those of a job that drew epoch 0 when due, to the
-// bit; a reset lets the draw go; a world of one draws at its join.
+// bit, split by the owners as they stand at the last join though each
+// sample's group was looked up with the draw; a reset lets the draw go; a
+// world of one draws at its join.
 func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 	type step int
 	const (
@@ -1097,12 +1099,29 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 		done0              // both ranks finish epoch 0
 	)
 	// run takes the steps with a world of 2 and returns the orders
-	// published and the draws made by each step.
+	// published and the draws made by each step. The samples of even
+	// groups are on node a, of odd ones on b, until the second rank
+	// joins: then the other way round.
+	var looked int // samples whose group was looked up
 	run := func(drawFirstAt int, steps ...step) (pubs []*wire.PublishMsg, draws []int) {
 		h := &harness{}
 		table := newDrawing(64)
 		cfg := h.config()
 		cfg.Scores, cfg.DrawFirstAt = table, drawFirstAt
+		moved := false
+		cfg.Placement = func() sampling.Placement {
+			moved := moved // as the ring stands now
+			return sampling.Placement{
+				Groups: 4,
+				Group:  func(id uint32) int { looked++; return int(id % 4) },
+				Owners: func(g int) []string {
+					if (g%2 == 0) != moved {
+						return []string{"a"}
+					}
+					return []string{"b"}
+				},
+			}
+		}
 		cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(64, sampling.DefaultConfig()) }
 		clocked(&cfg, MinAheadDraw+10*time.Millisecond)
 		h.job = New(cfg)
@@ -1110,6 +1129,7 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 			before := table.draws
 			switch st {
 			case joinA, joinB:
+				moved = st == joinB
 				if _, err := h.job.Join(int(st), 2, []string{"a", "b"}[st], 0, -1); err != nil {
 					t.Fatal(err)
 				}
@@ -1146,9 +1166,17 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 
 	// Drawn between the joins: the last join publishes it, with no draw;
 	// the job goes on from the sampler that drew it.
+	looked = 0
+	if run(1, joinA, drawn); looked != 64 {
+		t.Fatalf("the draw looked up %d samples' groups, want all 64", looked)
+	}
 	pubs, draws := run(1, joinA, drawn, joinB, done0)
 	whenDue, dueDraws := run(-1, joinA, drawn, joinB, done0)
 	same("drawn between the joins", pubs, whenDue)
+	looked = 0
+	if pubs, _ := run(1, joinA, drawn, joinB); len(pubs) != 1 || looked != 64 {
+		t.Fatalf("looked up %d samples' groups to draw and publish epoch 0; want the 64 of the draw alone", looked)
+	}
 	if !slices.Equal(draws, []int{0, 1, 0, 1}) || !slices.Equal(dueDraws, []int{0, 0, 1, 1}) {
 		t.Fatalf("draws by step %v (when due: %v); want epoch 0's off the lock alone", draws, dueDraws)
 	}
