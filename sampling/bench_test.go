@@ -141,6 +141,35 @@ func BenchmarkSplit(b *testing.B) {
 // each of 1,000 nodes, each sample owned by 2 of them, as a leader of such
 // a mesh does every epoch.
 func BenchmarkLocalitySplit(b *testing.B) {
+	order, rankNode, where := thousandNodes()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := LocalitySplit(order, len(rankNode), rankNode, where); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGroupedSplit is BenchmarkLocalitySplit's split once the groups
+// are looked up (GroupOrder, with the draw): what the last rank to join
+// waits for in epoch 0.
+func BenchmarkGroupedSplit(b *testing.B) {
+	order, rankNode, where := thousandNodes()
+	g, err := GroupOrder(order, where)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Split(len(rankNode), rankNode, where); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// thousandNodes is an epoch of 1.28 M samples, a rank on each of 1,000
+// nodes and a placement of each sample on 2 of them.
+func thousandNodes() ([]uint32, []string, Placement) {
 	const n, nodes = 1280000, 1000
 	order := permutation(n, 1, 0)
 	rankNode := make([]string, nodes)
@@ -163,10 +192,5 @@ func BenchmarkLocalitySplit(b *testing.B) {
 		Group:  func(id uint32) int { return int(partOf[id]) },
 		Owners: func(g int) []string { return owners[g] },
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := LocalitySplit(order, nodes, rankNode, where); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return order, rankNode, where
 }
