@@ -292,8 +292,12 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		total += s.perEpoch()
 		wire += s.WireBytes
 	}
+	for _, s := range res.First {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), "once", "-",
+			s.Allocs, scaleBytes(float64(s.Bytes)), fmt.Sprintf("%.0f", s.Messages), scaleBytes(s.WireBytes))
+	}
 	tw.Flush()
-	for _, s := range res.Steps {
+	for _, s := range append(slices.Clone(res.Steps), res.First...) {
 		if s.Note != "" {
 			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
 		}
@@ -364,14 +368,20 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)
 	// Epoch 0 of a dataset of leader.DefaultDrawFirstAt samples or more
 	// is drawn, and each place's partition looked up, as the first rank
-	// joins; the last rank to join waits for the dealing among the ranks,
-	// the weights beside it and the publication, where the joins span the
-	// draw (the draw of epoch 1 stands in for epoch 0's).
-	if res.Samples >= meshleader.DefaultDrawFirstAt {
-		split, _, _ := sum(func(s *mergeStep) bool { return s.Split })
-		first := split.Seconds() + onLink
-		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (dealt to ranks, weights, publication, links)\t%s\t%s (the epoch)\t%s\t\n",
-			round(time.Duration(first*float64(time.Second))), round(res.Epoch), ratio(first, epoch))
+	// joins; where the joins span the draw, the last rank to join waits
+	// for its own order (every weight 1: none published) to be dealt
+	// among the ranks, encoded, sent and relayed.
+	if res.Samples >= meshleader.DefaultDrawFirstAt && len(res.First) > 0 {
+		var took time.Duration
+		var wire0 float64
+		for _, s := range res.First {
+			took += s.perEpoch()
+			wire0 += s.WireBytes
+		}
+		pieces0 := float64(max(res.FirstPieces, 1))
+		first := took.Seconds() + wire0/link*(pieces0+float64(res.PublishHops)-1)/pieces0
+		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (dealt to ranks, encoded, sent, on the link: %s)\t%s\t%s (the epoch)\t%s\t\n",
+			scaleBytes(wire0), round(time.Duration(first*float64(time.Second))), round(res.Epoch), ratio(first, epoch))
 	}
 	_, allCPU, _ := sum(func(*mergeStep) bool { return true })
 	cores := runtime.GOMAXPROCS(0)

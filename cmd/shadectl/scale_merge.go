@@ -77,11 +77,9 @@ type mergeStep struct {
 	Messages  float64
 	WireBytes float64
 	// Between marks the steps between the last DONE of an epoch and the
-	// next order: the ranks wait for them. Split marks those of them
-	// after the draw (the split among the ranks and the publication):
-	// epoch 0, drawn as the first rank joins, waits for these alone.
-	Between, Split bool
-	Note           string
+	// next order: the ranks wait for them.
+	Between bool
+	Note    string
 }
 
 func (s mergeStep) perEpoch() time.Duration { return time.Duration(float64(s.Dur) * s.Times) }
@@ -106,6 +104,11 @@ type mergeResult struct {
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
 	Slices [][]uint32
+	// First are the steps of epoch 0's order that the last rank to join
+	// waits for where the ranks' joins span its draw (not in Steps: once
+	// a job), FirstPieces the pieces each copy is relayed in.
+	First       []*mergeStep
+	FirstPieces int
 }
 
 // step returns the step of that name, nil if there is none.
@@ -190,8 +193,9 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// draws coupled with the dataset's other jobs (DrawSeed).
 	table := sampling.NewTable(job.samples, 0, sampling.ScoreMagnitude)
 	alignSeed := job.seed // the dataset's seed, as alignedScores has it
-	sampler := sampling.NewSampler(job.samples, sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1,
-		MaxWeight: sampling.PeerMaxWeight, Boost: sampling.PeerBoost, DrawSeed: alignSeed | 1})
+	samplerConfig := sampling.Config{Seed: job.seed, PADS: true, UniformFloor: -1, CoverageEpochs: -1,
+		MaxWeight: sampling.PeerMaxWeight, Boost: sampling.PeerBoost, DrawSeed: alignSeed | 1}
+	sampler := sampling.NewSampler(job.samples, samplerConfig)
 	order, err := sampler.Order(0, table)
 	if err != nil {
 		return nil, err
@@ -435,7 +439,6 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	splitStep := step("split: dealt to ranks", 1, true, "owners looked up once per partition, places dealt: sampling.Grouped.Split, as the leader runs it")
-	splitStep.Split = true
 	var parts [][]uint32
 	if err := splitStep.run(func() (err error) {
 		parts, err = grouped.Split(job.world, rankNode, where)
@@ -444,7 +447,6 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	weighStep := step("weights to slices", 1, true, "leader.SliceWeights: each id's weight beside it")
-	weighStep.Split = true
 	var weights [][]float32
 	_ = weighStep.run(func() error { weights = meshleader.SliceWeights(parts, drawn.Weight); return nil })
 	start = time.Now()
@@ -460,7 +462,6 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	pub := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 1, Term: 1, World: job.world,
 		Slices: wire.PackSlices(parts), Weights: wire.PackWeights(weights), Sampler: state, Ranks: rankNode}
 	pubOnce := step("publish: encode message", 1, true, "msgpack into a buffer of its size (wire.PublishMsg.Encode), once for every member (mesh.publish)")
-	pubOnce.Split = true
 	if err := pubOnce.run(func() (err error) { raw, err = pub.Encode(); return err }); err != nil {
 		return nil, err
 	}
@@ -474,58 +475,116 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		groups = wire.RelayGroups(receivers, job.fanout)
 		sends, hops = len(groups), wire.RelayHops(len(receivers), job.fanout)
 	}
-	pieces := 1
-	if groups != nil && job.piece > 0 && len(raw) > job.piece {
-		pieces = (len(raw) + job.piece - 1) / job.piece
-	}
-	res.PublishHops, res.PublishSends, res.PublishPieces = hops, sends, pieces
-	pubStep := step("publish: send", float64(sends)/float64(max(min(encodes, sends), 1)), true, "")
-	pubStep.Split = true
-	switch {
-	case groups == nil:
-		pubStep.Note = fmt.Sprintf("to every member: a header each before the encoded order, which is not copied: %d, %d measured", sends, min(encodes, sends))
-		_ = pubStep.run(func() error { frame = frameBroadcast(raw, min(encodes, sends)); return nil })
-	case pieces == 1:
-		pubStep.Note = fmt.Sprintf("to %d relays (wire.RelayParts: a head naming each one's group, then the order, not copied), %d hops to reach %d members; %d measured",
-			sends, hops, len(receivers), min(encodes, sends))
-		if err := pubStep.run(func() error {
-			for _, g := range groups[:min(encodes, sends)] {
-				parts, err := wire.RelayParts(g[1:], wire.MethodPublish, raw)
-				if err != nil {
-					return err
-				}
-				frame = frameBroadcast(parts[0], 1) + len(parts[1])
-			}
-			return nil
-		}); err != nil {
-			return nil, err
+	// sendOrder measures s, the order raw sent as mesh.publish sends it,
+	// and returns the pieces of each copy.
+	sendOrder := func(s *mergeStep, raw []byte) (int, error) {
+		var frame int
+		pieces := 1
+		if groups != nil && job.piece > 0 && len(raw) > job.piece {
+			pieces = (len(raw) + job.piece - 1) / job.piece
 		}
-	default:
-		pubStep.Note = fmt.Sprintf("to %d relays in %d pieces of %s (wire.RelayPieceParts: a head naming each one's group and the piece's place, then the piece, not copied), %d hops to reach %d members; %d measured",
-			sends, pieces, scaleBytes(float64(job.piece)), hops, len(receivers), min(encodes, sends))
-		whole := wire.WholeAssembly(raw, job.piece)
-		if err := pubStep.run(func() error {
-			for _, g := range groups[:min(encodes, sends)] {
-				frame = 0
-				for i := range pieces {
-					parts, err := wire.RelayPieceParts(g[1:], wire.MethodPublish, whole, i)
+		switch {
+		case groups == nil:
+			s.Note = fmt.Sprintf("to every member: a header each before the encoded order, which is not copied: %d, %d measured", sends, min(encodes, sends))
+			_ = s.run(func() error { frame = frameBroadcast(raw, min(encodes, sends)); return nil })
+		case pieces == 1:
+			s.Note = fmt.Sprintf("to %d relays (wire.RelayParts: a head naming each one's group, then the order, not copied), %d hops to reach %d members; %d measured",
+				sends, hops, len(receivers), min(encodes, sends))
+			if err := s.run(func() error {
+				for _, g := range groups[:min(encodes, sends)] {
+					parts, err := wire.RelayParts(g[1:], wire.MethodPublish, raw)
 					if err != nil {
 						return err
 					}
-					frame += frameBroadcast(parts[0], 1) + len(parts[1])
+					frame = frameBroadcast(parts[0], 1) + len(parts[1])
 				}
+				return nil
+			}); err != nil {
+				return 0, err
 			}
-			return nil
-		}); err != nil {
-			return nil, err
+		default:
+			s.Note = fmt.Sprintf("to %d relays in %d pieces of %s (wire.RelayPieceParts: a head naming each one's group and the piece's place, then the piece, not copied), %d hops to reach %d members; %d measured",
+				sends, pieces, scaleBytes(float64(job.piece)), hops, len(receivers), min(encodes, sends))
+			whole := wire.WholeAssembly(raw, job.piece)
+			if err := s.run(func() error {
+				for _, g := range groups[:min(encodes, sends)] {
+					frame = 0
+					for i := range pieces {
+						parts, err := wire.RelayPieceParts(g[1:], wire.MethodPublish, whole, i)
+						if err != nil {
+							return err
+						}
+						frame += frameBroadcast(parts[0], 1) + len(parts[1])
+					}
+				}
+				return nil
+			}); err != nil {
+				return 0, err
+			}
 		}
+		s.Messages = float64(sends)
+		s.WireBytes = s.Messages * float64(frame)
+		return pieces, nil
 	}
-	pubStep.Messages = float64(sends)
-	pubStep.WireBytes = pubStep.Messages * float64(frame)
+	pubStep := step("publish: send", float64(sends)/float64(max(min(encodes, sends), 1)), true, "")
+	pieces, err := sendOrder(pubStep, raw)
+	if err != nil {
+		return nil, err
+	}
+	res.PublishHops, res.PublishSends, res.PublishPieces = hops, sends, pieces
 	res.Slices = parts
+
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	res.HeapInuse = ms.HeapInuse
+	// Epoch 0, where the ranks' joins span its draw
+	// (leader.Job.drawFirstLocked): its own order (a uniform permutation,
+	// aligned as every order is; every weight 1) is drawn and grouped by
+	// partition as the first rank joins, and, at the last join, dealt
+	// among the ranks, its weights looked at (all 1: none published),
+	// encoded and sent.
+	sampler0 := sampling.NewSampler(job.samples, samplerConfig)
+	drawn0, err := sampler0.DrawUnordered(0, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	sampling.Align(drawn0.Order, alignSeed, 0)
+	state0, err := sampler0.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	grouped0, err := sampling.GroupOrder(drawn0.Order, where)
+	if err != nil {
+		return nil, err
+	}
+	first := func(name, note string) *mergeStep {
+		s := &mergeStep{Name: name, Times: 1, Note: note}
+		res.First = append(res.First, s)
+		return s
+	}
+	var parts0 [][]uint32
+	if err := first("epoch 0: dealt to ranks", "sampling.Grouped.Split of epoch 0's order, grouped with its draw").run(func() (err error) {
+		parts0, err = grouped0.Split(job.world, rankNode, where)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var weights0 [][]float32
+	_ = first("epoch 0: weights", "leader.SliceWeights: every weight 1, none published").run(func() error {
+		weights0 = meshleader.SliceWeights(parts0, drawn0.Weight)
+		return nil
+	})
+	pub0 := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 0, Term: 1, World: job.world,
+		Slices: wire.PackSlices(parts0), Weights: wire.PackWeights(weights0), Sampler: state0, Ranks: rankNode}
+	var raw0 []byte
+	if err := first("epoch 0: encode message", "wire.PublishMsg.Encode, once for every member").run(func() (err error) { raw0, err = pub0.Encode(); return err }); err != nil {
+		return nil, err
+	}
+	send0 := first("epoch 0: send", "")
+	send0.Times = pubStep.Times
+	if res.FirstPieces, err = sendOrder(send0, raw0); err != nil {
+		return nil, err
+	}
 	progress("order of epoch 1 drawn, split and encoded")
 	return res, nil
 }

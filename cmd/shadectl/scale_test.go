@@ -165,6 +165,21 @@ func TestScaleMerge(t *testing.T) {
 			t.Fatalf("step %q missing or not measured: %+v", name, s)
 		}
 	}
+	// Epoch 0's own steps, once a job: its order has no weights, so it is
+	// sent in fewer bytes than epoch 1's, to as many relays.
+	var first []string
+	for _, s := range res.First {
+		if s.Dur <= 0 {
+			t.Fatalf("epoch 0's step %q not measured: %+v", s.Name, s)
+		}
+		first = append(first, s.Name)
+	}
+	if !slices.Equal(first, []string{"epoch 0: dealt to ranks", "epoch 0: weights", "epoch 0: encode message", "epoch 0: send"}) {
+		t.Fatalf("epoch 0's steps %q", first)
+	}
+	if send0, send1 := res.First[3], res.step("publish: send"); send0.Messages != send1.Messages || send0.WireBytes >= send1.WireBytes || send0.WireBytes < 4*4*testSamples {
+		t.Fatalf("epoch 0 sent %v copies, %v bytes; epoch 1 %v, %v: want as many copies of fewer bytes, at least 4 a sample", send0.Messages, send0.WireBytes, send1.Messages, send1.WireBytes)
+	}
 	// 19 other members, 4 at a time: 4 relays, and 2 hops (4 + 16 >= 19),
 	// the order (at least 4 bytes an id) in pieces of 4 KiB.
 	s := res.step("publish: send")
