@@ -3,6 +3,7 @@ package sampling
 import (
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Split cuts an epoch's order into world disjoint slices of equal length, as
@@ -256,30 +257,42 @@ func (g Grouped) split(world int, rankNode []string, where Placement, workers in
 	// The dealing is sequential, but only decides: each place's rank goes
 	// in of, and each span of places notes where its ranks' slices stand
 	// at its start. The samples are then put in the slices span by span
-	// on every core, so the dealing touches the ranks' fills and the
+	// on other cores, so the dealing touches the ranks' fills and the
 	// places in sequence and none of the slices' scattered memory.
-	w := spans(len(padded), workers)
-	at := make([][]int, w) // at[c][r]: rank r's samples dealt before span c
-	d := dealer{filled: filled, open: open, cand: cand, first: first, pair: pair,
-		per: per, slack: slack, places: len(padded), next: len(padded)}
-	for c := range w {
-		at[c] = slices.Clone(filled)
-		lo, hi := span(len(padded), w, c)
-		d.deal(of, lo, hi)
-	}
 	backing := make([]uint32, per*world)
 	out := make([][]uint32, world)
 	for r := range out {
 		out[r] = backing[r*per : (r+1)*per : (r+1)*per]
 	}
-	parallel(len(padded), w, func(c, lo, hi int) {
-		next := at[c]
+	// scatter puts the samples of places [lo, hi), dealt, in their
+	// ranks' slices, from where the slices stood before them (next, the
+	// goroutine's own).
+	scatter := func(lo, hi int, next []int) {
 		for i, p := range of[lo:hi] {
 			r := int32(p)
 			out[r][next[r]] = padded[lo+i]
 			next[r]++
 		}
-	})
+	}
+	d := dealer{filled: filled, open: open, cand: cand, first: first, pair: pair,
+		per: per, slack: slack, places: len(padded), next: len(padded)}
+	if workers <= 1 || len(padded) < 2*minSpan {
+		d.deal(of, 0, len(padded))
+		scatter(0, len(padded), make([]int, world+1))
+		return out, nil
+	}
+	// On more cores, each span's samples are put in the slices while the
+	// next span is dealt: the spans are more than the cores, so that the
+	// last one's, after the dealing, is short.
+	w := max(workers, len(padded)/minSpan)
+	var wg sync.WaitGroup
+	for c := range w {
+		next := slices.Clone(filled)
+		lo, hi := span(len(padded), w, c)
+		d.deal(of, lo, hi)
+		wg.Go(func() { scatter(lo, hi, next) })
+	}
+	wg.Wait()
 	return out, nil
 }
 
