@@ -307,7 +307,7 @@ func OwnersPlacement(n int, owners func(id uint32) []string) Placement {
 	}
 }
 
-// dealer is the sequential part of localitySplit: it deals the places of
+// dealer is the sequential part of a locality split: it deals the places of
 // an order to ranks, in sequence, one span after another.
 type dealer struct {
 	filled []int       // samples dealt to each rank, and noRoom for rank world

@@ -296,10 +296,11 @@ type firstDraw struct {
 // rank of a world of more has joined, for a dataset of DrawFirstAt
 // samples or more: a draw needs the ranks only to split the order among
 // them, so the ranks still to join wait for the split alone, not for the
-// draw, nor for the lookup of each place's owners' group (unsplit.group). It is drawn with a copy of the sampler, which becomes the job's
-// once the order is published (a draw that fails leaves the sampler as
-// it was, and epoch 0 is drawn whole when due). Nothing else draws
-// meanwhile: epoch 0 comes first.
+// draw, nor for the lookup of each place's group of owners, made with
+// it (unsplit.group). It is drawn with a copy of the sampler, which
+// becomes the job's once the order is published (a draw that fails
+// leaves the sampler as it was, and epoch 0 is drawn whole when due).
+// Nothing else draws meanwhile: epoch 0 comes first.
 func (j *Job) drawFirstLocked() {
 	if j.first != nil || j.cfg.DrawFirstAt < 0 || j.sampler.Len() < j.cfg.DrawFirstAt {
 		return
