@@ -292,12 +292,12 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		total += s.perEpoch()
 		wire += s.WireBytes
 	}
-	for _, s := range res.First {
+	for _, s := range append(slices.Clone(res.FirstDraw), res.First...) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), "once", "-",
 			s.Allocs, scaleBytes(float64(s.Bytes)), fmt.Sprintf("%.0f", s.Messages), scaleBytes(s.WireBytes))
 	}
 	tw.Flush()
-	for _, s := range append(slices.Clone(res.Steps), res.First...) {
+	for _, s := range slices.Concat(res.Steps, res.FirstDraw, res.First) {
 		if s.Note != "" {
 			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
 		}
@@ -370,18 +370,26 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	// is drawn, and each place's partition looked up, as the first rank
 	// joins; where the joins span the draw, the last rank to join waits
 	// for its own order (every weight 1: none published) to be dealt
-	// among the ranks, encoded, sent and relayed.
+	// among the ranks, encoded, sent and relayed; ranks that ask
+	// together wait for the draw too.
 	if res.Samples >= meshleader.DefaultDrawFirstAt && len(res.First) > 0 {
-		var took time.Duration
-		var wire0 float64
-		for _, s := range res.First {
-			took += s.perEpoch()
-			wire0 += s.WireBytes
+		took := func(steps []*mergeStep) (d time.Duration, wire float64) {
+			for _, s := range steps {
+				d += s.perEpoch()
+				wire += s.WireBytes
+			}
+			return d, wire
 		}
+		atJoin, wire0 := took(res.First)
+		drawing, _ := took(res.FirstDraw)
 		pieces0 := float64(max(res.FirstPieces, 1))
-		first := took.Seconds() + wire0/link*(pieces0+float64(res.PublishHops)-1)/pieces0
+		onLink0 := wire0 / link * (pieces0 + float64(res.PublishHops) - 1) / pieces0
+		spanning := atJoin.Seconds() + onLink0
+		together := drawing.Seconds() + spanning
 		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (dealt to ranks, encoded, sent, on the link: %s)\t%s\t%s (the epoch)\t%s\t\n",
-			scaleBytes(wire0), round(time.Duration(first*float64(time.Second))), round(res.Epoch), ratio(first, epoch))
+			scaleBytes(wire0), round(time.Duration(spanning*float64(time.Second))), round(res.Epoch), ratio(spanning, epoch))
+		fmt.Fprintf(tw, "  ranks that ask together wait for its draw too (drawn, aligned, grouped)\t%s\t%s (the epoch)\t%s\t\n",
+			round(time.Duration(together*float64(time.Second))), round(res.Epoch), ratio(together, epoch))
 	}
 	_, allCPU, _ := sum(func(*mergeStep) bool { return true })
 	cores := runtime.GOMAXPROCS(0)

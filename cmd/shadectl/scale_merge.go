@@ -104,11 +104,13 @@ type mergeResult struct {
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
 	Slices [][]uint32
-	// First are the steps of epoch 0's order that the last rank to join
-	// waits for where the ranks' joins span its draw (not in Steps: once
-	// a job), FirstPieces the pieces each copy is relayed in.
-	First       []*mergeStep
-	FirstPieces int
+	// FirstDraw are the steps of epoch 0's order made with its draw, as
+	// the first rank joins, First those made at the last join: where the
+	// ranks' joins span the draw, the last to join waits for these alone
+	// (neither is in Steps: once a job). FirstPieces are the pieces each
+	// copy is relayed in.
+	FirstDraw, First []*mergeStep
+	FirstPieces      int
 }
 
 // step returns the step of that name, nil if there is none.
@@ -537,24 +539,34 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	res.HeapInuse = ms.HeapInuse
-	// Epoch 0, where the ranks' joins span its draw
-	// (leader.Job.drawFirstLocked): its own order (a uniform permutation,
-	// aligned as every order is; every weight 1) is drawn and grouped by
-	// partition as the first rank joins, and, at the last join, dealt
-	// among the ranks, its weights looked at (all 1: none published),
-	// encoded and sent.
+	// Epoch 0 (leader.Job.drawFirstLocked): its own order (a uniform
+	// permutation, aligned as every order is; every weight 1) is drawn
+	// and grouped by partition as the first rank joins (FirstDraw), and,
+	// at the last join, dealt among the ranks, its weights looked at
+	// (all 1: none published), encoded and sent (First).
+	firstDraw := func(name, note string) *mergeStep {
+		s := &mergeStep{Name: name, Times: 1, Note: note}
+		res.FirstDraw = append(res.FirstDraw, s)
+		return s
+	}
 	sampler0 := sampling.NewSampler(job.samples, samplerConfig)
-	drawn0, err := sampler0.DrawUnordered(0, nil, nil)
-	if err != nil {
+	var drawn0 sampling.Drawn
+	var state0 []byte
+	if err := firstDraw("epoch 0: draw, align", "sampling.Sampler.DrawUnordered (a permutation), sampling.Align, the sampler's state").run(func() (err error) {
+		if drawn0, err = sampler0.DrawUnordered(0, nil, nil); err != nil {
+			return err
+		}
+		sampling.Align(drawn0.Order, alignSeed, 0)
+		state0, err = sampler0.MarshalBinary()
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	sampling.Align(drawn0.Order, alignSeed, 0)
-	state0, err := sampler0.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	grouped0, err := sampling.GroupOrder(drawn0.Order, where)
-	if err != nil {
+	var grouped0 sampling.Grouped
+	if err := firstDraw("epoch 0: partitions", "sampling.GroupOrder, with the draw").run(func() (err error) {
+		grouped0, err = sampling.GroupOrder(drawn0.Order, where)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	first := func(name, note string) *mergeStep {
