@@ -292,7 +292,7 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		total += s.perEpoch()
 		wire += s.WireBytes
 	}
-	for _, s := range append(slices.Clone(res.FirstDraw), res.First...) {
+	for _, s := range slices.Concat(res.FirstDraw, res.First) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), "once", "-",
 			s.Allocs, scaleBytes(float64(s.Bytes)), fmt.Sprintf("%.0f", s.Messages), scaleBytes(s.WireBytes))
 	}
