@@ -23,14 +23,10 @@ func writeIndex(w io.Writer, check string, names dataset.Names, p *packedIndex) 
 	bw := binfile.NewWriter(w, indexMagic)
 	bw.String(check)
 	bw.Uvarint(uint64(p.len()))
-	shard := 0
 	for i, name := range names.AllBytes() {
-		for int(p.shardFirst[shard+1]) <= i {
-			shard++
-		}
 		from, to, start, end := p.span(i)
 		bw.Bytes(name)
-		bw.Uvarint(uint64(shard))
+		bw.Uvarint(uint64(p.shardOf(i)))
 		bw.Uvarint(uint64(start))
 		bw.Uvarint(uint64(end - start))
 		bw.Uvarint(uint64(to - from))
