@@ -170,7 +170,7 @@ func (g Grouped) Split(world int, rankNode []string, where Placement) ([][]uint3
 	if world < 1 {
 		return nil, fmt.Errorf("%w: %d", ErrBadWorld, world)
 	}
-	if where.Owners == nil || where.Groups != g.n {
+	if where.Owners == nil || !g.Fits(where) {
 		return nil, fmt.Errorf("%w: grouped into %d groups, split with %d, owners function set %t",
 			ErrBadPlacement, g.n, where.Groups, where.Owners != nil)
 	}
