@@ -157,6 +157,33 @@ func groupOrder(order []uint32, where Placement, workers int) (Grouped, error) {
 	return g, nil
 }
 
+// Order is the grouped order, which g keeps: the caller must not change
+// it while g is used.
+func (g Grouped) Order() []uint32 { return g.order }
+
+// Rotated returns the order rotated left by k places (k modulo its
+// length), its places' groups with them, in new arrays: the Grouped
+// GroupOrder would give of order[k:] followed by order[:k], without
+// looking a group up (the groups met, never written after GroupOrder,
+// are shared). g is left as it is. A job whose order starts where
+// another job of its dataset is (a phase) takes a grouped order prepared
+// once this way.
+func (g Grouped) Rotated(k int) Grouped {
+	n := len(g.order)
+	out := Grouped{order: make([]uint32, n), groups: make([]uint32, n), met: g.met, n: g.n}
+	if n == 0 {
+		return out
+	}
+	if k %= n; k < 0 {
+		k += n
+	}
+	copy(out.order, g.order[k:])
+	copy(out.order[n-k:], g.order[:k])
+	copy(out.groups, g.groups[k:])
+	copy(out.groups[n-k:], g.groups[:k])
+	return out
+}
+
 // Fits reports whether where has the groups g was grouped into, as Split
 // needs.
 func (g Grouped) Fits(where Placement) bool { return where.Groups == g.n }

@@ -470,3 +470,61 @@ func TestGroupedSplit(t *testing.T) {
 		t.Errorf("the zero Grouped split in 2: %v, %v; want two empty slices", got, err)
 	}
 }
+
+// TestGroupedRotated: a grouped order rotated is the grouped order of the
+// order rotated, split alike, and the grouped order it came from is left
+// as it was.
+func TestGroupedRotated(t *testing.T) {
+	const n, groups, world = 3*minSpan + 29, 31, 13
+	rng := rand.New(rand.NewPCG(21, 22))
+	owners := make([][]string, groups)
+	for g := range owners {
+		owners[g] = []string{fmt.Sprint("node-", rng.IntN(5)), fmt.Sprint("node-", rng.IntN(5))}
+	}
+	where := Placement{
+		Groups: groups,
+		Group:  func(id uint32) int { return int(mix64(uint64(id)) % groups) },
+		Owners: func(g int) []string { return owners[g] },
+	}
+	rankNode := make([]string, world)
+	for r := range rankNode {
+		rankNode[r] = fmt.Sprint("node-", rng.IntN(5))
+	}
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(rng.IntN(n))
+	}
+	kept := slices.Clone(order)
+	grouped, err := GroupOrder(order, where)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupsBefore := slices.Clone(grouped.groups)
+	for _, k := range []int{0, 1, n / 3, n - 1, n, n + 5, -2} {
+		at := ((k % n) + n) % n
+		rotated := append(slices.Clone(order[at:]), order[:at]...)
+		got := grouped.Rotated(k)
+		if !slices.Equal(got.Order(), rotated) {
+			t.Fatalf("k %d: the rotated order differs from the order rotated", k)
+		}
+		want, err := LocalitySplit(rotated, world, rankNode, where)
+		if err != nil {
+			t.Fatal(err)
+		}
+		split, err := got.Split(world, rankNode, where)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range want {
+			if !slices.Equal(split[r], want[r]) {
+				t.Fatalf("k %d: slice %d of the rotated grouped order differs from the rotated order's split", k, r)
+			}
+		}
+	}
+	if !slices.Equal(order, kept) || !slices.Equal(grouped.groups, groupsBefore) {
+		t.Fatal("rotating changed the grouped order")
+	}
+	if got := (Grouped{}).Rotated(3); len(got.Order()) != 0 {
+		t.Errorf("the zero Grouped rotated: %d places", len(got.Order()))
+	}
+}
