@@ -59,6 +59,19 @@ type Scores interface {
 	Draw(s *sampling.Sampler, epoch int, resident []uint64) (d sampling.Drawn, scored int, err error)
 }
 
+// GroupedScores is Scores that may hand an order with the group of each
+// of its places looked up already (sampling.GroupOrder): a mesh prepares
+// each dataset's epoch 0, the same aligned permutation for every job of
+// it, grouped by partition, before any job asks. A Job draws through
+// DrawGrouped where it has a placement.
+type GroupedScores interface {
+	Scores
+	// DrawGrouped is Draw, with the order's groups for where, or a nil
+	// Grouped where it has none (the caller looks them up); a Grouped's
+	// order is d.Order.
+	DrawGrouped(s *sampling.Sampler, epoch int, resident []uint64, where sampling.Placement) (d sampling.Drawn, g *sampling.Grouped, scored int, err error)
+}
+
 // Config is what a Job needs of its dataset and its node. Every field but
 // Gen, Placement, Resident, EpochDeadline, Hold and Logger is required.
 type Config struct {
@@ -311,8 +324,8 @@ func (j *Job) drawFirstLocked() {
 	where := j.placementLocked()
 	j.cfg.After(0, func() {
 		start := j.cfg.Now()
-		u, err := drawUnsplit(f.sampler, j.cfg.Scores, 0, j.residentOf(others, f.sampler.Len()))
-		if err == nil {
+		u, err := drawUnsplit(f.sampler, j.cfg.Scores, 0, j.residentOf(others, f.sampler.Len()), where)
+		if err == nil && u.grouped == nil {
 			u.group(where)
 		}
 		took := j.cfg.Now().Sub(start)
@@ -900,7 +913,7 @@ type Drawn struct {
 // with it into its slice. It advances sampler, which the caller must not
 // share meanwhile.
 func Draw(sampler *sampling.Sampler, table Scores, epoch int, ranks []string, where *sampling.Placement, resident []uint64) (Drawn, error) {
-	u, err := drawUnsplit(sampler, table, epoch, resident)
+	u, err := drawUnsplit(sampler, table, epoch, resident, where)
 	if err != nil {
 		return Drawn{}, err
 	}
@@ -934,17 +947,24 @@ func (u *unsplit) group(where *sampling.Placement) {
 
 // drawUnsplit is Draw's first half, which needs no rank: it draws epoch's
 // order from table with sampler, preferring the resident samples, and
-// advances sampler, which the caller must not share meanwhile.
-func drawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []uint64) (unsplit, error) {
-	d, scored, err := table.Draw(sampler, epoch, resident)
+// advances sampler, which the caller must not share meanwhile. Where
+// table is GroupedScores and where is set, the order comes grouped for
+// where if table has its groups (u.grouped; nil if not).
+func drawUnsplit(sampler *sampling.Sampler, table Scores, epoch int, resident []uint64, where *sampling.Placement) (unsplit, error) {
+	var u unsplit
+	var err error
+	if gs, ok := table.(GroupedScores); ok && where != nil {
+		u.d, u.grouped, u.scored, err = gs.DrawGrouped(sampler, epoch, resident, *where)
+	} else {
+		u.d, u.scored, err = table.Draw(sampler, epoch, resident)
+	}
 	if err != nil {
 		return unsplit{}, fmt.Errorf("leader: order: %w", err)
 	}
-	state, err := sampler.MarshalBinary()
-	if err != nil {
+	if u.state, err = sampler.MarshalBinary(); err != nil {
 		return unsplit{}, fmt.Errorf("leader: sampler state: %w", err)
 	}
-	return unsplit{d: d, state: state, scored: scored}, nil
+	return u, nil
 }
 
 // split is Draw's second half: it splits the order among the ranks, as

@@ -727,6 +727,23 @@ func (d *drawing) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampl
 	return out, d.table.NumScored(), err
 }
 
+// grouping is Scores that hands its orders grouped (GroupedScores),
+// each sample's group its id modulo groups, looked up by itself.
+type grouping struct {
+	Scores
+	groups int
+}
+
+func (g grouping) DrawGrouped(s *sampling.Sampler, epoch int, resident []uint64, where sampling.Placement) (sampling.Drawn, *sampling.Grouped, int, error) {
+	d, scored, err := g.Draw(s, epoch, resident)
+	if err != nil {
+		return d, nil, scored, err
+	}
+	own := sampling.Placement{Groups: g.groups, Group: func(id uint32) int { return int(id) % g.groups }, Owners: where.Owners}
+	grouped, err := sampling.GroupOrder(d.Order, own)
+	return d, &grouped, scored, err
+}
+
 // TestSpeculationHidesTheTurn: where the end of the epoch being trained
 // may turn the orders ahead (it is epoch 0, or the epoch before waited
 // too long), the order after it is drawn meanwhile: if they turn, it is
@@ -1143,7 +1160,11 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 	// published and the draws made by each step. The samples of even
 	// groups are on node a, of odd ones on b, until the second rank
 	// joins: then the other way round.
-	var looked int // samples whose group was looked up
+	var looked int // samples whose group the job looked up
+	// handGroups, where not 0, has the table hand its orders grouped in
+	// as many groups (GroupedScores), as a mesh hands its datasets'
+	// epoch 0.
+	handGroups := 0
 	run := func(drawFirstAt int, steps ...step) (pubs []*wire.PublishMsg, draws []int) {
 		h := &harness{}
 		table := newDrawing(64)
@@ -1165,6 +1186,9 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 		}
 		cfg.NewSampler = func() *sampling.Sampler { return sampling.NewSampler(64, sampling.DefaultConfig()) }
 		clocked(&cfg, MinAheadDraw+10*time.Millisecond)
+		if handGroups != 0 {
+			cfg.Scores = grouping{cfg.Scores, handGroups}
+		}
 		h.job = New(cfg)
 		for _, st := range steps {
 			before := table.draws
@@ -1241,6 +1265,20 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 	if _, draws = run(65, joinA, drawn, joinB); !slices.Equal(draws, []int{0, 0, 1}) {
 		t.Fatalf("under DrawFirstAt, draws by step %v; want epoch 0 drawn at the last join", draws)
 	}
+	// A table that hands its orders grouped: the job looks no group up,
+	// and publishes the same orders; grouped otherwise (in groups that
+	// do not fit the placement), the job looks them up itself, for
+	// epochs 0 and 1.
+	whenDue, _ = run(-1, joinA, drawn, joinB, done0)
+	for _, tc := range []struct{ groups, looked int }{{4, 0}, {5, 128}} {
+		handGroups, looked = tc.groups, 0
+		pubs, _ = run(1, joinA, drawn, joinB, done0)
+		same(fmt.Sprintf("handed in %d groups", tc.groups), pubs, whenDue)
+		if looked != tc.looked {
+			t.Fatalf("handed in %d groups, the job looked up %d samples' groups; want %d", tc.groups, looked, tc.looked)
+		}
+	}
+	handGroups = 0
 
 	// Epoch 0's draw took 60 ms: with AheadAt, the speculation of epoch 1
 	// follows its publication as it does when drawn at once.
