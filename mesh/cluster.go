@@ -560,6 +560,7 @@ func (n *Node) refreshMembers() {
 			n.takeover(ctx)
 			if n.lead.leader() == n.cfg.Name {
 				n.lead.setLeading(true)
+				n.prepareFirstOrders()
 			} else {
 				n.stepDown()
 			}
@@ -589,6 +590,9 @@ func (n *Node) stepDown() {
 	n.lead.setLeading(false)
 	for _, js := range n.allJobs() {
 		js.setLeaderJob(nil)
+	}
+	for _, ds := range n.ordered {
+		ds.first.Store(nil)
 	}
 	n.cfg.Logger.Info().Msg("no longer leading")
 }

@@ -28,6 +28,9 @@ type datasetState struct {
 	// the dataset's first ring is built (nil before, and on a standalone
 	// node): see ownersView.
 	samples atomic.Pointer[ring.Samples]
+	// first is the dataset's epoch 0 as its jobs draw it, prepared while
+	// this node leads (prepareFirstOrders); nil before and elsewhere.
+	first atomic.Pointer[firstOrder]
 
 	// The jobs training on the dataset, by name: def, the default job
 	// (""), is always there; named jobs come and go.

@@ -48,7 +48,7 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 		// permutation keeps DistributedSampler's order), and unless jobs
 		// are isolated draws from the dataset's random numbers, so that
 		// jobs of similar importance draw many of the same samples.
-		seed := n.cfg.Seed ^ uint64(ds.ordinal)
+		seed := n.alignSeed(ds)
 		table = alignedScores{Table: js.scores, seed: seed, n: n, js: js}
 		if !n.cfg.IsolateJobs {
 			sc.DrawSeed = seed | 1 // not 0, which draws from the job's own seed
@@ -103,11 +103,18 @@ func (n *Node) jobConfig(js *jobState) leader.Config {
 			})
 		},
 	}
-	if !n.cfg.Cluster.NoLocality && n.cluster != nil {
+	if n.locality() {
 		cfg.Placement = func() sampling.Placement { return n.placement(ds) }
 	}
 	return cfg
 }
+
+// locality says whether the orders are split by where the samples are
+// (leader.Config.Placement): in a mesh, unless turned off.
+func (n *Node) locality() bool { return !n.cfg.Cluster.NoLocality && n.cluster != nil }
+
+// alignSeed is the seed every job of ds aligns its orders with.
+func (n *Node) alignSeed(ds *datasetState) uint64 { return n.cfg.Seed ^ uint64(ds.ordinal) }
 
 // alignedScores draws a job's orders from its table and aligns them with
 // the dataset's seed (sampling.Align): the jobs of a dataset that train
@@ -123,24 +130,47 @@ type alignedScores struct {
 }
 
 func (a alignedScores) Draw(s *sampling.Sampler, epoch int, resident []uint64) (sampling.Drawn, int, error) {
+	d, _, scored, err := a.draw(s, epoch, resident, nil)
+	return d, scored, err
+}
+
+// DrawGrouped is Draw, with epoch 0's groups for where taken from the
+// dataset's prepared epoch 0 where it has them (leader.GroupedScores).
+func (a alignedScores) DrawGrouped(s *sampling.Sampler, epoch int, resident []uint64, where sampling.Placement) (sampling.Drawn, *sampling.Grouped, int, error) {
+	return a.draw(s, epoch, resident, &where)
+}
+
+func (a alignedScores) draw(s *sampling.Sampler, epoch int, resident []uint64, where *sampling.Placement) (sampling.Drawn, *sampling.Grouped, int, error) {
 	// Aligned, the order is a function of which samples it holds: the
 	// sampler need not shuffle it first.
 	d, scored, err := a.Table.DrawUnordered(s, epoch, resident)
 	if err != nil {
-		return d, scored, err
+		return d, nil, scored, err
 	}
-	sampling.Align(d.Order, a.seed, epoch)
 	phase := 0.0
 	if !a.n.cfg.IsolateJobs {
 		phase = a.n.phase(a.js, epoch)
 	}
-	if k := int(phase * float64(len(d.Order))); k > 0 && k < len(d.Order) {
-		slices.Reverse(d.Order[:k])
-		slices.Reverse(d.Order[k:])
-		slices.Reverse(d.Order)
+	k := int(phase * float64(len(d.Order)))
+	var g *sampling.Grouped
+	if f := a.js.ds.first.Load(); epoch == 0 && f != nil && len(f.order) == len(d.Order) {
+		d.Order, g = f.at(k, d.Order, where)
+	} else {
+		sampling.Align(d.Order, a.seed, epoch)
+		rotate(d.Order, k)
 	}
 	a.js.began(epoch, phase)
-	return d, scored, nil
+	return d, g, scored, nil
+}
+
+// rotate rotates order left by k places, for 0 < k < len(order);
+// other k leave it as it is.
+func rotate(order []uint32, k int) {
+	if k > 0 && k < len(order) {
+		slices.Reverse(order[:k])
+		slices.Reverse(order[k:])
+		slices.Reverse(order)
+	}
 }
 
 // phase is where in epoch's aligned key order the dataset's other jobs

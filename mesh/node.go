@@ -210,6 +210,7 @@ func New(cfg Config) (*Node, error) {
 			js.setLeaderJob(leader.New(n.jobConfig(js)))
 		}
 		n.lead.setLeading(true)
+		n.prepareFirstOrders()
 		n.goBackground(n.runLoops)
 		return n, nil
 	}
