@@ -292,12 +292,12 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		total += s.perEpoch()
 		wire += s.WireBytes
 	}
-	for _, s := range slices.Concat(res.FirstDraw, res.First) {
+	for _, s := range slices.Concat(res.Prepared, res.FirstDraw, res.First) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), "once", "-",
 			s.Allocs, scaleBytes(float64(s.Bytes)), fmt.Sprintf("%.0f", s.Messages), scaleBytes(s.WireBytes))
 	}
 	tw.Flush()
-	for _, s := range slices.Concat(res.Steps, res.FirstDraw, res.First) {
+	for _, s := range slices.Concat(res.Steps, res.Prepared, res.FirstDraw, res.First) {
 		if s.Note != "" {
 			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
 		}
@@ -367,11 +367,12 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(tw, "  drawn ahead by default? the order's share of the ranks' time (over --order-ahead-at, and %v or more)\t%.2f\t%v\t%s\t\n",
 		meshleader.MinAheadDraw, share, meshleader.DefaultAheadAt, verdict)
 	// Epoch 0 of a dataset of leader.DefaultDrawFirstAt samples or more
-	// is drawn, and each place's partition looked up, as the first rank
-	// joins; where the joins span the draw, the last rank to join waits
-	// for its own order (every weight 1: none published) to be dealt
-	// among the ranks, encoded, sent and relayed; ranks that ask
-	// together wait for the draw too.
+	// is drawn as the first rank joins, from the order its leader
+	// aligned and grouped by partition as it started leading; where the
+	// joins span the draw, the last rank to join waits for its own order
+	// (every weight 1: none published) to be dealt among the ranks,
+	// encoded, sent and relayed; ranks that ask together wait for the
+	// draw too.
 	if res.Samples >= meshleader.DefaultDrawFirstAt && len(res.First) > 0 {
 		took := func(steps []*mergeStep) (d time.Duration, wire float64) {
 			for _, s := range steps {
@@ -388,8 +389,11 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		together := drawing.Seconds() + spanning
 		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (dealt to ranks, encoded, sent, on the link: %s)\t%s\t%s (the epoch)\t%s\t\n",
 			scaleBytes(wire0), round(time.Duration(spanning*float64(time.Second))), round(res.Epoch), ratio(spanning, epoch))
-		fmt.Fprintf(tw, "  ranks that ask together wait for its draw too (drawn, aligned, grouped)\t%s\t%s (the epoch)\t%s\t\n",
+		fmt.Fprintf(tw, "  ranks that ask together wait for its draw too (the prepared order rotated to the job's phase)\t%s\t%s (the epoch)\t%s\t\n",
 			round(time.Duration(together*float64(time.Second))), round(res.Epoch), ratio(together, epoch))
+		prepared, _ := took(res.Prepared)
+		fmt.Fprintf(tw, "  the dataset's epoch 0 prepared as its leader starts leading (aligned, grouped), before any job asks\t%s\t%s (the epoch)\t%s\t\n",
+			round(prepared), round(res.Epoch), ratio(prepared.Seconds(), epoch))
 	}
 	_, allCPU, _ := sum(func(*mergeStep) bool { return true })
 	cores := runtime.GOMAXPROCS(0)

@@ -104,13 +104,15 @@ type mergeResult struct {
 	TableFrame int
 	// Slices are the ranks' parts of the next epoch's order.
 	Slices [][]uint32
-	// FirstDraw are the steps of epoch 0's order made with its draw, as
-	// the first rank joins, First those made at the last join: where the
-	// ranks' joins span the draw, the last to join waits for these alone
-	// (neither is in Steps: once a job). FirstPieces are the pieces each
-	// copy is relayed in.
-	FirstDraw, First []*mergeStep
-	FirstPieces      int
+	// Prepared are the steps of a dataset's epoch 0 made once, as its
+	// leader starts leading, before any job asks (mesh's firstOrder);
+	// FirstDraw those of a job's epoch 0 made with its draw, as the first
+	// rank joins; First those made at the last join: where the ranks'
+	// joins span the draw, the last to join waits for these alone (none
+	// is in Steps: once a dataset or a job). FirstPieces are the pieces
+	// each copy is relayed in.
+	Prepared, FirstDraw, First []*mergeStep
+	FirstPieces                int
 }
 
 // step returns the step of that name, nil if there is none.
@@ -539,41 +541,53 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	res.HeapInuse = ms.HeapInuse
-	// Epoch 0 (leader.Job.drawFirstLocked): its own order (a uniform
-	// permutation, aligned as every order is; every weight 1) is drawn
-	// and grouped by partition as the first rank joins (FirstDraw), and,
-	// at the last join, dealt among the ranks, its weights looked at
+	// Epoch 0 (mesh's firstOrder, leader.Job.drawFirstLocked): a
+	// dataset's epoch 0 is a permutation, aligned as every order is, the
+	// same for each of its jobs but for where it starts (a rotation), and
+	// every weight 1. Its leader aligns it and groups it by partition
+	// once, as it starts leading (Prepared); a job's is that order
+	// rotated to its phase, drawn as its first rank joins (FirstDraw),
+	// and, at the last join, dealt among the ranks, its weights looked at
 	// (all 1: none published), encoded and sent (First).
-	firstDraw := func(name, note string) *mergeStep {
+	once := func(steps *[]*mergeStep, name, note string) *mergeStep {
 		s := &mergeStep{Name: name, Times: 1, Note: note}
-		res.FirstDraw = append(res.FirstDraw, s)
+		*steps = append(*steps, s)
 		return s
+	}
+	var prepared []uint32
+	if err := once(&res.Prepared, "epoch 0 prepared: align", "the samples in sequence, sampling.Align: once a dataset, as its leader starts leading").run(func() error {
+		prepared = make([]uint32, job.samples)
+		for i := range prepared {
+			prepared[i] = uint32(i)
+		}
+		sampling.Align(prepared, alignSeed, 0)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var preparedGroups sampling.Grouped
+	if err := once(&res.Prepared, "epoch 0 prepared: partitions", "sampling.GroupOrder of the aligned order, with it").run(func() (err error) {
+		preparedGroups, err = sampling.GroupOrder(prepared, where)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	sampler0 := sampling.NewSampler(job.samples, samplerConfig)
 	var drawn0 sampling.Drawn
 	var state0 []byte
-	if err := firstDraw("epoch 0: draw, align", "sampling.Sampler.DrawUnordered (a permutation), sampling.Align, the sampler's state").run(func() (err error) {
+	var grouped0 sampling.Grouped
+	if err := once(&res.FirstDraw, "epoch 0: draw", "sampling.Sampler.DrawUnordered (a permutation: the sampler's state), the prepared order rotated to a job's phase (sampling.Grouped.Rotated), the state encoded").run(func() (err error) {
 		if drawn0, err = sampler0.DrawUnordered(0, nil, nil); err != nil {
 			return err
 		}
-		sampling.Align(drawn0.Order, alignSeed, 0)
+		grouped0 = preparedGroups.Rotated(job.samples / 3)
+		drawn0.Order = grouped0.Order()
 		state0, err = sampler0.MarshalBinary()
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	var grouped0 sampling.Grouped
-	if err := firstDraw("epoch 0: partitions", "sampling.GroupOrder, with the draw").run(func() (err error) {
-		grouped0, err = sampling.GroupOrder(drawn0.Order, where)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	first := func(name, note string) *mergeStep {
-		s := &mergeStep{Name: name, Times: 1, Note: note}
-		res.First = append(res.First, s)
-		return s
-	}
+	first := func(name, note string) *mergeStep { return once(&res.First, name, note) }
 	var parts0 [][]uint32
 	if err := first("epoch 0: dealt to ranks", "sampling.Grouped.Split of epoch 0's order, grouped with its draw").run(func() (err error) {
 		parts0, err = grouped0.Split(job.world, rankNode, where)

@@ -168,13 +168,13 @@ func TestScaleMerge(t *testing.T) {
 	// Epoch 0's own steps, once a job: its order has no weights, so it is
 	// sent in fewer bytes than epoch 1's, to as many relays.
 	var first []string
-	for _, s := range slices.Concat(res.FirstDraw, res.First) {
+	for _, s := range slices.Concat(res.Prepared, res.FirstDraw, res.First) {
 		if s.Dur <= 0 {
 			t.Fatalf("epoch 0's step %q not measured: %+v", s.Name, s)
 		}
 		first = append(first, s.Name)
 	}
-	if !slices.Equal(first, []string{"epoch 0: draw, align", "epoch 0: partitions", "epoch 0: dealt to ranks", "epoch 0: weights", "epoch 0: encode message", "epoch 0: send"}) {
+	if !slices.Equal(first, []string{"epoch 0 prepared: align", "epoch 0 prepared: partitions", "epoch 0: draw", "epoch 0: dealt to ranks", "epoch 0: weights", "epoch 0: encode message", "epoch 0: send"}) {
 		t.Fatalf("epoch 0's steps %q", first)
 	}
 	if send0, send1 := res.First[3], res.step("publish: send"); send0.Messages != send1.Messages || send0.WireBytes >= send1.WireBytes || send0.WireBytes < 4*4*testSamples {
