@@ -22,10 +22,15 @@ type firstOrder struct {
 
 // at returns the order rotated left by k places, written into dst (of
 // the order's length), and, where f's groups fit where, the grouped
-// order rotated alike (whose order is returned instead of dst).
+// order rotated alike, whose order is returned instead of dst: f's own
+// where k is 0 (a job that starts where no other is), to be read and
+// not written (a split does not write its order, nor a Grouped's).
 func (f *firstOrder) at(k int, dst []uint32, where *sampling.Placement) ([]uint32, *sampling.Grouped) {
 	if where != nil && f.grouped != nil && f.grouped.Fits(*where) {
-		g := f.grouped.Rotated(k)
+		g := *f.grouped
+		if k != 0 {
+			g = g.Rotated(k)
+		}
 		return g.Order(), &g
 	}
 	if k <= 0 || k >= len(f.order) {

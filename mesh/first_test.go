@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/sampling"
 )
 
@@ -86,7 +87,16 @@ func TestEpochZeroFromThePreparedOrder(t *testing.T) {
 		}
 	}
 
+	// A job's epoch 0 drawn and split from the prepared order (shared
+	// where the job starts at 0) leaves it as it was.
 	ds.first.Store(prepared)
+	if _, err := leader.Draw(sampling.NewSampler(ds.len, n.cfg.samplingConfig()), a, 0, ranks, &where, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(prepared.order, own.Order) || !slices.Equal(prepared.grouped.Order(), own.Order) {
+		t.Fatal("a job's draw changed the prepared epoch 0")
+	}
+
 	n.stepDown()
 	if ds.first.Load() != nil {
 		t.Error("the leader stepped down and kept its prepared epoch 0")

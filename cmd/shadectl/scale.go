@@ -389,7 +389,7 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		together := drawing.Seconds() + spanning
 		fmt.Fprintf(tw, "epoch 0's order, drawn as the first rank joins: what the last rank to join waits (dealt to ranks, encoded, sent, on the link: %s)\t%s\t%s (the epoch)\t%s\t\n",
 			scaleBytes(wire0), round(time.Duration(spanning*float64(time.Second))), round(res.Epoch), ratio(spanning, epoch))
-		fmt.Fprintf(tw, "  ranks that ask together wait for its draw too (the prepared order rotated to the job's phase)\t%s\t%s (the epoch)\t%s\t\n",
+		fmt.Fprintf(tw, "  ranks that ask together wait for its draw too (from the order prepared as the leader took over)\t%s\t%s (the epoch)\t%s\t\n",
 			round(time.Duration(together*float64(time.Second))), round(res.Epoch), ratio(together, epoch))
 		prepared, _ := took(res.Prepared)
 		fmt.Fprintf(tw, "  the dataset's epoch 0 prepared as its leader starts leading (aligned, grouped), before any job asks\t%s\t%s (the epoch)\t%s\t\n",

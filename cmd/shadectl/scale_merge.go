@@ -576,11 +576,11 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	var drawn0 sampling.Drawn
 	var state0 []byte
 	var grouped0 sampling.Grouped
-	if err := once(&res.FirstDraw, "epoch 0: draw", "sampling.Sampler.DrawUnordered (a permutation: the sampler's state), the prepared order rotated to a job's phase (sampling.Grouped.Rotated), the state encoded").run(func() (err error) {
+	if err := once(&res.FirstDraw, "epoch 0: draw", "sampling.Sampler.DrawUnordered (a permutation: the sampler's state), the prepared order as it is (a job alone on its dataset: phase 0; one that starts where another is copies it rotated, sampling.Grouped.Rotated), the state encoded").run(func() (err error) {
 		if drawn0, err = sampler0.DrawUnordered(0, nil, nil); err != nil {
 			return err
 		}
-		grouped0 = preparedGroups.Rotated(job.samples / 3)
+		grouped0 = preparedGroups
 		drawn0.Order = grouped0.Order()
 		state0, err = sampler0.MarshalBinary()
 		return err

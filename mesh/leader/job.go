@@ -68,7 +68,8 @@ type GroupedScores interface {
 	Scores
 	// DrawGrouped is Draw, with the order's groups for where, or a nil
 	// Grouped where it has none (the caller looks them up); a Grouped's
-	// order is d.Order.
+	// order is d.Order. The order and the Grouped may be the table's
+	// own, shared: the caller reads them and does not write them.
 	DrawGrouped(s *sampling.Sampler, epoch int, resident []uint64, where sampling.Placement) (d sampling.Drawn, g *sampling.Grouped, scored int, err error)
 }
 
