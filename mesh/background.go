@@ -40,15 +40,18 @@ func (n *Node) kickReconcile() {
 	}
 }
 
-// queueScores marks samples whose merged scores of a job their owners
-// need.
+// queueScores queues the samples of a minibatch just merged into a
+// job's table for their owners, with their scores, read now: the merge
+// has just touched them (read at the flush instead, each was a miss in
+// the table, once for every owner).
 func (n *Node) queueScores(js *jobState, ids []uint32) {
 	r := js.ds.ring.Load()
 	if n.cluster == nil || r == nil {
 		n.applyLocalScores(js, ids) // every sample is this node's
 		return
 	}
-	local := n.out.QueueScores(n.placement(js.ds), n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids)
+	scores, _ := js.scores.ScoresOf(ids)
+	local := n.out.QueueScores(n.placement(js.ds), n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids, scores)
 	n.applyLocalScores(js, local)
 }
 
@@ -294,8 +297,9 @@ func (n *Node) flushScores(ctx context.Context) {
 		if js == nil {
 			continue // retired meanwhile
 		}
-		for owner, ids := range byOwner {
-			req := js.scores.ScoresFor(key, ids)
+		_, mean := js.scores.Summary()
+		for owner, req := range byOwner {
+			req.Mean = mean
 			n.goBackground(func(ctx context.Context) {
 				cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 				defer cancel()

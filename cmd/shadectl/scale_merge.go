@@ -284,7 +284,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// scores for the samples' owners; every 25 ms of training the queued
 	// scores go out, one message per owner. Merging is measured over all
 	// requests at once; queueing and sending in 25 ms windows.
-	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report", job.batch))
+	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report, each batch's new scores read back as it is merged (mesh.queueScores)", job.batch))
 	queueStep := step("queue scores for owners", 1, false, "partition per sample (ring.Samples) + per-partition list, as mesh.queueScores (wire.ScoreQueue)")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
@@ -296,13 +296,14 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		flushStep.WireBytes += float64(bytes)
 		return err
 	}
-	if err := mergeStepM.run(func() error { return mergeReports(table, batches, tieRng) }); err != nil {
+	var merged [][][]float64
+	if err := mergeStepM.run(func() (err error) { merged, err = mergeReports(table, batches, tieRng); return err }); err != nil {
 		return nil, err
 	}
 	pending := 0
-	for _, bs := range batches {
-		for _, b := range bs {
-			_ = queueStep.run(func() error { q.add(b.Dataset, b.IDs); return nil })
+	for i, bs := range batches {
+		for j, b := range bs {
+			_ = queueStep.run(func() error { q.add(b.Dataset, b.IDs, merged[i][j]); return nil })
 			pending += len(b.IDs)
 			if pending >= flushSamples {
 				pending = 0
@@ -316,7 +317,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	flushStep.Note = fmt.Sprintf("every 25 ms (%d samples trained): owners looked up once per partition, one scores message per owner, as mesh.flushScores", flushSamples)
-	batches = nil
+	batches, merged = nil, nil
 	res.Scored = table.NumScored()
 	progress("merged %d samples (%d scored)", job.samples, res.Scored)
 
@@ -626,16 +627,25 @@ func decodeReports(frame []byte) ([]wire.ReportBatch, error) {
 }
 
 // mergeReports merges minibatches into the table as the leader does,
-// request by request.
-func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *rand.Rand) error {
-	for _, bs := range requests {
-		for _, b := range bs {
+// request by request, and reads each batch's new scores back, as
+// mesh.queueScores does once a batch is merged; it returns them, request
+// by request and batch by batch.
+func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *rand.Rand) ([][][]float64, error) {
+	merged := make([][][]float64, len(requests))
+	for i, bs := range requests {
+		merged[i] = make([][]float64, len(bs))
+		for j, b := range bs {
 			if err := table.Report(b.IDs, b.Losses, rng); err != nil {
-				return err
+				return nil, err
 			}
+			scores := make([]float64, len(b.IDs))
+			for k, id := range b.IDs {
+				scores[k] = table.Score(id)
+			}
+			merged[i][j] = scores
 		}
 	}
-	return nil
+	return merged, nil
 }
 
 // scoreQueue is the leader's queue of merged scores for the samples'
@@ -653,18 +663,21 @@ func newScoreQueue(where wire.Placement, leader string) *scoreQueue {
 	return &scoreQueue{where: where, leader: leader}
 }
 
-// add queues the samples of one merged minibatch for their owners, as
-// mesh.queueScores does.
-func (q *scoreQueue) add(dataset string, ids []uint32) {
-	q.local = q.q.Add(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, q.local)
+// add queues the samples of one merged minibatch for their owners, with
+// their new scores, as mesh.queueScores does.
+func (q *scoreQueue) add(dataset string, ids []uint32, scores []float64) {
+	q.local = q.q.Add(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, scores, q.local)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader
-// sends them, and empties the queue; it returns the frames and bytes.
+// sends them (mesh.flushScores), and empties the queue; it returns the
+// frames and bytes.
 func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error) {
-	for job, byOwner := range q.q.Take() {
-		for _, ids := range byOwner {
-			if q.frame, err = encodeFrame(q.frame, wire.ScoresFor(job, ids, table)); err != nil {
+	for _, byOwner := range q.q.Take() {
+		mean := table.Mean()
+		for _, req := range byOwner {
+			req.Mean = mean
+			if q.frame, err = encodeFrame(q.frame, req); err != nil {
 				return frames, bytes, err
 			}
 			frames++

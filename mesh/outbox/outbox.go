@@ -177,20 +177,21 @@ func (o *Outbox) QueuedReports() int {
 	return len(o.reports)
 }
 
-// QueueScores queues samples of a job whose merged scores their owners
-// (as where places them) need, and returns those that self owns.
-func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32) (local []uint32) {
+// QueueScores queues samples of a job with their merged scores
+// (scores[i] is ids[i]'s) for their owners (as where places them), and
+// returns those that self owns.
+func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32, scores []float64) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(ids) > 0 {
 		o.signalLocked()
 	}
-	return o.scores.Add(where, self, job, ids, nil)
+	return o.scores.Add(where, self, job, ids, scores, nil)
 }
 
 // TakeScores empties the score queue and returns it (see
 // wire.ScoreQueue.Take); nil if it was empty.
-func (o *Outbox) TakeScores() map[wire.JobKey]map[string][]uint32 {
+func (o *Outbox) TakeScores() map[wire.JobKey]map[string]*wire.ScoresReq {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.scores.Queued() == 0 {

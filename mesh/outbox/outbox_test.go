@@ -85,7 +85,7 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	}
 
 	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a"} }}
-	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, []uint32{3})
+	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, []uint32{3}, []float64{1.5})
 	if !ready(&o) || !o.Pending() {
 		t.Fatal("scores queued: not ready, or not pending")
 	}

@@ -172,13 +172,6 @@ func (s *Table) All(n int) []float64 {
 	return scores
 }
 
-// ScoresFor builds the scores message of one owner's queued samples.
-func (s *Table) ScoresFor(job wire.JobKey, ids []uint32) *wire.ScoresReq {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return wire.ScoresFor(job, ids, s.table)
-}
-
 // Deciles sets out[i] to the importance decile of sample idxs[i].
 func (s *Table) Deciles(idxs []int, out []int) {
 	s.mu.Lock()

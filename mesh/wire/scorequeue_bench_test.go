@@ -29,13 +29,17 @@ func BenchmarkScoreQueueAdd(b *testing.B) {
 	for i, id := range order {
 		ids[i] = uint32(id)
 	}
+	scores := make([]float64, batch)
+	for i := range scores {
+		scores[i] = 1 + rng.Float64()
+	}
 	job := JobKey{Dataset: "imagenet"}
 	var q ScoreQueue
 	b.ReportAllocs()
 	for b.Loop() {
 		pending := 0
 		for start := 0; start < samples; start += batch {
-			q.Add(where, "peer-0000", job, ids[start:start+batch], nil)
+			q.Add(where, "peer-0000", job, ids[start:start+batch], scores, nil)
 			if pending += batch; pending >= flush {
 				q.Take()
 				pending = 0

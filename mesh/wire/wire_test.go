@@ -16,72 +16,76 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// TestScoreQueue: samples queue by group; each owner gets the ids of
-// its groups, as the placement stands when the queue is taken, in the
-// order the groups were first queued, repeats included; self's share is
-// returned at once and never queued for self.
+// TestScoreQueue: samples queue by group, each with its score; each
+// owner gets the ids of its groups and their scores, as the placement
+// stands when the queue is taken, in the order the groups were first
+// queued, repeats included (each with the score of its merge); self's
+// share is returned at once and never queued for self.
 func TestScoreQueue(t *testing.T) {
 	// Groups: 0 = {a, me}, 1 = {b}, 2 = {a, b}; sample id is in group
-	// id % 3.
+	// id % 3. A sample's score is 10 times its id, plus the merge's
+	// count for a sample merged twice.
 	owners := [][]string{{"a", "me"}, {"b"}, {"a", "b"}}
 	asked := 0
 	where := Placement{Groups: 3, Group: func(id uint32) int { return int(id % 3) }, Owners: func(g int) []string { asked++; return owners[g] }}
 	var q ScoreQueue
 	ds := JobKey{Dataset: "ds"}
-	local := q.Add(where, "me", ds, []uint32{3, 4, 5, 3}, nil)
-	local = q.Add(where, "me", ds, []uint32{6, 8}, local)
+	local := q.Add(where, "me", ds, []uint32{3, 4, 5, 3}, []float64{30, 40, 50, 31}, nil)
+	local = q.Add(where, "me", ds, []uint32{6, 8, 5}, []float64{60, 80, 51}, local)
 	if !slices.Equal(local, []uint32{3, 3, 6}) {
 		t.Fatalf("local share %v, want [3 3 6]", local)
 	}
 	if asked != 3 {
 		t.Fatalf("owners asked %d times while queueing, want once a group: 3", asked)
 	}
-	if q.Queued() != 6 {
-		t.Fatalf("%d samples queued, want 6", q.Queued())
+	if q.Queued() != 7 {
+		t.Fatalf("%d samples queued, want 7", q.Queued())
 	}
 	// The placement changes before the queue is taken: group 1 moves to c.
 	owners[1] = []string{"c"}
-	got := q.Take()
-	want := map[string][]uint32{"a": {3, 3, 6, 5, 8}, "b": {5, 8}, "c": {4}}
-	if len(got) != 1 || len(got[ds]) != len(want) {
-		t.Fatalf("queued %v, want %v", got, want)
-	}
-	for owner, ids := range want {
-		if !slices.Equal(got[ds][owner], ids) {
-			t.Fatalf("queued for %s: %v, want %v", owner, got[ds][owner], ids)
+	check := func(got map[JobKey]map[string]*ScoresReq, want map[string][]float64) {
+		t.Helper()
+		if len(got) != 1 || len(got[ds]) != len(want) {
+			t.Fatalf("queued %v, want %v", got, want)
+		}
+		for owner, scores := range want {
+			req := got[ds][owner]
+			ids := make([]uint32, len(scores))
+			for i, s := range scores {
+				ids[i] = uint32(s) / 10
+			}
+			if req == nil || req.Dataset != "ds" || req.Job != "" || !slices.Equal(req.IDs, ids) || !slices.Equal(req.Scores, scores) {
+				t.Fatalf("queued for %s: %+v, want ids %v with scores %v", owner, req, ids, scores)
+			}
 		}
 	}
+	got := q.Take()
+	check(got, map[string][]float64{"a": {30, 31, 60, 50, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	if q.Queued() != 0 || q.Take() != nil {
 		t.Fatal("Take left the queue non-empty")
 	}
+	// The queue's lists are used again: what was taken stays as it was.
+	q.Add(where, "me", ds, []uint32{5, 2}, []float64{52, 20}, nil)
+	check(got, map[string][]float64{"a": {30, 31, 60, 50, 80, 51}, "b": {50, 80, 51}, "c": {40}})
+	check(q.Take(), map[string][]float64{"a": {52, 20}, "b": {52, 20}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
-	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, nil)
-	q.Add(where, "me", ds, []uint32{4}, nil)
+	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float64{10}, nil)
+	q.Add(where, "me", ds, []uint32{4}, []float64{40}, nil)
 	two := Placement{Groups: 2, Group: func(id uint32) int { return int(id % 2) }, Owners: func(g int) []string { return owners[g+1] }}
-	if l := q.Add(two, "me", ds, []uint32{7}, nil); len(l) != 0 || q.Queued() != 2 {
+	if l := q.Add(two, "me", ds, []uint32{7}, []float64{70}, nil); len(l) != 0 || q.Queued() != 2 {
 		t.Fatalf("after a change of groups: local %v, %d queued; want none local, 2 queued", l, q.Queued())
 	}
-	got = q.Take()
-	if !slices.Equal(got[ds]["c"], []uint32{4}) || !slices.Equal(got[ds]["a"], []uint32{7}) || !slices.Equal(got[ds]["b"], []uint32{7}) {
-		t.Fatalf("after a change of groups: %v", got)
+	check(q.Take(), map[string][]float64{"c": {40}, "a": {70}, "b": {70}})
+	// Samples that self alone owns: nothing to take.
+	alone := Placement{Groups: 3, Group: where.Group, Owners: func(int) []string { return []string{"me"} }}
+	if l := q.Add(alone, "me", ds, []uint32{0, 1}, []float64{0, 10}, nil); len(l) != 2 {
+		t.Fatalf("self's share %v, want [0 1]", l)
 	}
-
-	req := ScoresFor(ds, []uint32{1, 3, 1}, table{})
-	if !slices.Equal(req.IDs, []uint32{1, 3, 1}) || req.Mean != 0.5 {
-		t.Fatalf("ScoresFor sends %+v, want ids [1 3 1] as queued and the mean", req)
-	}
-	for i, id := range req.IDs {
-		if req.Scores[i] != float64(id) {
-			t.Fatalf("score of %d is %v", id, req.Scores[i])
-		}
+	if got := q.Take(); got != nil {
+		t.Fatalf("self's share alone: took %v", got)
 	}
 }
-
-type table struct{}
-
-func (table) Score(id uint32) float64 { return float64(id) }
-func (table) Mean() float64           { return 0.5 }
 
 func TestNewerBetter(t *testing.T) {
 	p := &PublishMsg{Gen: 1, Epoch: 2, Term: 3}
