@@ -197,7 +197,8 @@ def main():
                 " ".join("%.3f" % dones.get((e - 1, r), 0.0 if e == 0 else nan) for r in range(WORLD))))
         # A rank between two epochs waits for its done's reply, then its
         # order: the clients send SHADE.DONE and wait for its answer.
-        tail = [w + dones.get((e - 1, r), nan) for (e, r), w in waits.items() if e >= a.start]
+        # Epoch 0 has no epoch before it: its ranks wait for the order alone.
+        tail = [w + dones.get((e - 1, r), 0.0 if e == 0 else nan) for (e, r), w in waits.items() if e >= a.start]
         results[name] = tail
         print("epochs %d..%d, done of the epoch before + order: mean %.3f s, median %.3f s, longest %.3f s; "
               "an installed order answers in %.3f s" % (
