@@ -166,8 +166,21 @@ func (s *Sampler) MarshalBinary() ([]byte, error) {
 	buf = append(buf, samplerVersion)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.last)))
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.next))
-	for _, l := range s.last {
-		buf = binary.AppendUvarint(buf, uint64(int64(s.next)-1-int64(l)))
+	// Ages below 128 are one byte each, written in place, up to the
+	// first that is not; the rest go as uvarints.
+	top := int64(s.next) - 1
+	ages := buf[len(buf) : len(buf)+len(s.last)]
+	i := 0
+	for ; i < len(s.last); i++ {
+		age := uint64(top - int64(s.last[i]))
+		if age >= 0x80 {
+			break
+		}
+		ages[i] = byte(age)
+	}
+	buf = buf[:len(buf)+i]
+	for _, l := range s.last[i:] {
+		buf = binary.AppendUvarint(buf, uint64(top-int64(l)))
 	}
 	return appendChecksum(buf), nil
 }

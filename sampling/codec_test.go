@@ -399,3 +399,34 @@ func FuzzTableUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// TestSamplerStateAges: the state encodes every age as a uvarint, one
+// byte below 128 and more above, wherever the first long one falls.
+func TestSamplerStateAges(t *testing.T) {
+	for _, at := range []int{-1, 0, 5, 299} {
+		s := NewSampler(300, DefaultConfig())
+		s.next = 400
+		for i := range s.last {
+			s.last[i] = int32(399 - i%100) // ages 0..99
+		}
+		if at >= 0 {
+			s.last[at] = 3 // age 396: two bytes
+			s.last[(at+7)%300] = -1
+		}
+		want := append([]byte(samplerMagic), samplerVersion)
+		want = binary.LittleEndian.AppendUint32(want, 300)
+		want = binary.LittleEndian.AppendUint32(want, 400)
+		for _, l := range s.last {
+			want = binary.AppendUvarint(want, uint64(399-int64(l)))
+		}
+		want = appendChecksum(want)
+		got, err := s.MarshalBinary()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("a long age at %d: state %x (%v), want %x", at, got, err, want)
+		}
+		back := NewSampler(300, DefaultConfig())
+		if err := back.UnmarshalBinary(got); err != nil || !slices.Equal(back.last, s.last) || back.next != s.next {
+			t.Fatalf("a long age at %d: read back %v, %v", at, back.next, err)
+		}
+	}
+}

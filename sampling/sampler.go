@@ -302,8 +302,15 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled
 		}
 		d = s.pads(epoch, t, resident, weights, shuffled)
 	}
-	for _, id := range d.Order {
-		s.last[id] = int32(epoch)
+	if !s.cfg.PADS || epoch == 0 {
+		// A permutation: every sample drawn once, set in sequence.
+		for i := range s.last {
+			s.last[i] = int32(epoch)
+		}
+	} else {
+		for _, id := range d.Order {
+			s.last[id] = int32(epoch)
+		}
 	}
 	s.next++
 	return d, nil
