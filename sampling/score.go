@@ -129,9 +129,11 @@ func rankOrder(losses []float64, rng *rand.Rand) []int {
 // MagnitudeScores returns the ScoreMagnitude score of each loss within its
 // minibatch, in the same order as losses: g_i = 1 - e^-loss_i (a loss below 0
 // counts as 0, so g is in [0, 1]), and s_i = g_i / mean(g), capped at
-// MaxMagnitudeScore; if every g is 0 every score is 1. The mean is summed in
-// ascending loss order, so the scores do not depend on the order of the
-// losses. NaN counts as 0 here; Table.Report refuses it before it gets here.
+// MaxMagnitudeScore; if every g is 0 every score is 1. The mean's sum is
+// exact for each binary exponent of the magnitudes, and those sums are
+// added from the smallest exponent up (magnitudeSum), so the scores do not
+// depend on the order of the losses. NaN counts as 0 here; Table.Report
+// refuses it before it gets here.
 // The result is a new slice; losses is not modified.
 func MagnitudeScores(losses []float64) []float64 {
 	out, mean := magnitudes(losses)
@@ -150,24 +152,55 @@ func magnitude(loss float64) float64 {
 }
 
 // magnitudes returns the magnitude of each loss, in a new slice, and
-// their mean, summed in ascending order: the order of ascending loss (the
-// magnitude never decreases as the loss grows), in which equal terms are
-// adjacent, so that the sum does not depend on the losses' positions.
-// Magnitudes are never negative and never NaN, so their bits sort as their
-// values do.
+// their mean, whose sum (magnitudeSum) depends on the multiset of the
+// magnitudes alone, not on the losses' positions.
 func magnitudes(losses []float64) (g []float64, mean float64) {
 	g = make([]float64, len(losses))
-	sorted := make([]uint64, len(losses))
+	var sum magnitudeSum
 	for i, l := range losses {
 		g[i] = magnitude(l)
-		sorted[i] = math.Float64bits(g[i])
+		sum.add(g[i])
 	}
-	slices.Sort(sorted)
-	var sum float64
-	for _, x := range sorted {
-		sum += math.Float64frombits(x)
+	return g, sum.value() / float64(len(losses))
+}
+
+// magnitudeSum is the sum of magnitudes (finite, in [0, 1]): a float64
+// with biased exponent e and significand m (implicit bit included) is m *
+// 2^(max(e,1)-1075), so hi[e], lo[e] hold the 128-bit integer sum of the
+// significands of the values with exponent e, exactly. value adds those
+// sums from the smallest exponent up, in a fixed order, so the result
+// depends on the multiset only, as scoreSum's does. It replaces a sort of
+// the batch's magnitudes summed in ascending order, which was half of a
+// minibatch's merge (11-13 of 22-24 us for 256). The zero value is 0.
+type magnitudeSum struct {
+	hi, lo [1024]uint64 // a magnitude is at most 1: exponent 1023
+	nz     [16]uint64   // bit e set iff exponent e has a value
+}
+
+func (s *magnitudeSum) add(x float64) {
+	b := math.Float64bits(x)
+	e := b >> 52 & 1023 // the sign is clear, and x <= 1
+	m := b & (1<<52 - 1)
+	if e != 0 {
+		m |= 1 << 52
 	}
-	return g, sum / float64(len(losses))
+	var carry uint64
+	s.lo[e], carry = bits.Add64(s.lo[e], m, 0)
+	s.hi[e] += carry
+	s.nz[e/64] |= 1 << (e % 64)
+}
+
+func (s *magnitudeSum) value() float64 {
+	var total float64
+	for w, word := range s.nz {
+		for word != 0 {
+			e := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			v := float64(s.hi[e])*0x1p64 + float64(s.lo[e])
+			total += math.Ldexp(v, max(e, 1)-1075)
+		}
+	}
+	return total
 }
 
 // magnitudeScore is the ScoreMagnitude score of magnitude g in a batch
