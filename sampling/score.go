@@ -191,13 +191,20 @@ func (s *magnitudeSum) add(x float64) {
 }
 
 func (s *magnitudeSum) value() float64 {
+	return sumByExponent(s.nz[:], 1075, func(e int) float64 { return float64(s.hi[e])*0x1p64 + float64(s.lo[e]) })
+}
+
+// sumByExponent adds up the buckets of an exact sum of floating-point
+// values kept by biased exponent (scoreSum, magnitudeSum): for each
+// exponent e set in nz, from the smallest up, in a fixed order, the
+// bucket's integer sum of significands, at(e), times 2^(max(e,1)-bias).
+func sumByExponent(nz []uint64, bias int, at func(e int) float64) float64 {
 	var total float64
-	for w, word := range s.nz {
+	for w, word := range nz {
 		for word != 0 {
 			e := w*64 + bits.TrailingZeros64(word)
 			word &= word - 1
-			v := float64(s.hi[e])*0x1p64 + float64(s.lo[e])
-			total += math.Ldexp(v, max(e, 1)-1075)
+			total += math.Ldexp(at(e), max(e, 1)-bias)
 		}
 	}
 	return total
@@ -544,13 +551,5 @@ func (s *scoreSum) add(x float32, sign int64) {
 // value rounds the exact sum to float64, adding the buckets from the smallest
 // exponent up, in a fixed order, so the result depends on the multiset only.
 func (s *scoreSum) value() float64 {
-	var total float64
-	for w, word := range s.nz {
-		for word != 0 {
-			e := w*64 + bits.TrailingZeros64(word)
-			word &= word - 1
-			total += math.Ldexp(float64(s.acc[e]), max(e, 1)-150)
-		}
-	}
-	return total
+	return sumByExponent(s.nz[:], 150, func(e int) float64 { return float64(s.acc[e]) })
 }
