@@ -1,7 +1,9 @@
 package sampling
 
 import (
+	"bytes"
 	"cmp"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -244,6 +246,60 @@ func TestUniformLowLeavesShortRuns(t *testing.T) {
 		}
 		if high := 64 - radixBits*uniformLow(c.n); 1<<high < c.n/2 {
 			t.Errorf("n=%d: %d high bits leave runs of %d keys", c.n, high, c.n>>high)
+		}
+	}
+}
+
+// TestDrawPermutation: a permutation epoch drawn from an order the caller
+// made leaves the sampler as DrawUnordered does, keeps the order as it
+// is given and has no weights (all 1); an epoch PADS draws, an order of
+// another length or an epoch out of sequence is refused and leaves the
+// sampler as it was.
+func TestDrawPermutation(t *testing.T) {
+	const n = 500
+	for _, pads := range []bool{true, false} {
+		cfg := DefaultConfig()
+		cfg.PADS = pads
+		tb := NewTable(n, 0, ScoreRankLog)
+		for id := range n {
+			_ = tb.Set(uint32(id), 1+float64(id%7))
+		}
+		own, given := NewSampler(n, cfg), NewSampler(n, cfg)
+		for epoch := range 3 {
+			if !given.Permutes(epoch) {
+				before, _ := given.MarshalBinary()
+				if _, err := given.DrawPermutation(epoch, make([]uint32, n)); !errors.Is(err, ErrNotPermutation) {
+					t.Fatalf("PADS %t, epoch %d: err = %v, want ErrNotPermutation", pads, epoch, err)
+				}
+				if after, _ := given.MarshalBinary(); !bytes.Equal(before, after) {
+					t.Fatalf("PADS %t, epoch %d: a refused draw changed the sampler", pads, epoch)
+				}
+				break
+			}
+			want, err := own.DrawUnordered(epoch, tb, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			order := slices.Clone(want.Order)
+			Align(order, 3, epoch)
+			if _, err := given.DrawPermutation(epoch, order[1:]); !errors.Is(err, ErrSizeMismatch) {
+				t.Fatalf("an order of %d: err = %v, want ErrSizeMismatch", n-1, err)
+			}
+			if _, err := given.DrawPermutation(epoch+1, order); !errors.Is(err, ErrEpochOutOfSequence) {
+				t.Fatalf("epoch %d asked at %d: err = %v, want ErrEpochOutOfSequence", epoch+1, epoch, err)
+			}
+			got, err := given.DrawPermutation(epoch, order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if &got.Order[0] != &order[0] || got.Weight != nil || slices.ContainsFunc(want.Weight, func(w float32) bool { return w != 1 }) {
+				t.Fatalf("PADS %t, epoch %d: the order copied or weights given", pads, epoch)
+			}
+			a, _ := own.MarshalBinary()
+			b, _ := given.MarshalBinary()
+			if !bytes.Equal(a, b) || own.Next() != given.Next() {
+				t.Fatalf("PADS %t, epoch %d: the sampler's state differs from DrawUnordered's", pads, epoch)
+			}
 		}
 	}
 }

@@ -135,6 +135,9 @@ var (
 	ErrBadScore = errors.New("sampling: bad score")
 	// ErrEpochOutOfSequence: Sampler.Order was asked for an epoch other than the next one.
 	ErrEpochOutOfSequence = errors.New("sampling: epoch out of sequence")
+	// ErrNotPermutation: Sampler.DrawPermutation was asked for an epoch
+	// that PADS draws, not a permutation.
+	ErrNotPermutation = errors.New("sampling: epoch is not a permutation")
 	// ErrSizeMismatch: a table, sampler or encoding covers a different number of samples.
 	ErrSizeMismatch = errors.New("sampling: size mismatch")
 	// ErrBadConfig: a Config field is out of its documented range.

@@ -273,6 +273,43 @@ func (s *Sampler) DrawUnordered(epoch int, t *Table, resident []uint64) (Drawn, 
 	return s.draw(epoch, t, resident, true, false)
 }
 
+// Permutes reports whether epoch is a permutation of the samples, each
+// drawn once with weight 1: epoch 0, and every epoch with PADS off.
+func (s *Sampler) Permutes(epoch int) bool { return !s.cfg.PADS || epoch == 0 }
+
+// DrawPermutation is DrawUnordered of a permutation epoch (Permutes) for a
+// caller that has its order already, in an order of its own that depends
+// on nothing but the samples (a dataset's epoch 0, aligned once for all
+// of its jobs): order must hold every sample once, and is kept as the
+// Drawn's Order, neither copied nor checked. The Drawn's Weight is nil:
+// every weight is 1. The sampler's state is Draw's. An epoch that PADS
+// draws fails with ErrNotPermutation, an order of another length with
+// ErrSizeMismatch, an epoch out of sequence as Draw's; on error the
+// sampler is unchanged.
+func (s *Sampler) DrawPermutation(epoch int, order []uint32) (Drawn, error) {
+	switch {
+	case s.cfgErr != nil:
+		return Drawn{}, s.cfgErr
+	case epoch != s.next || epoch >= math.MaxInt32:
+		return Drawn{}, wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
+	case !s.Permutes(epoch):
+		return Drawn{}, wrapf(ErrNotPermutation, "epoch %d is drawn by PADS", epoch)
+	case len(order) != s.n:
+		return Drawn{}, wrapf(ErrSizeMismatch, "an order of %d for a sampler of %d", len(order), s.n)
+	}
+	s.markPermutation(epoch)
+	return Drawn{Order: order}, nil
+}
+
+// markPermutation records that every sample was drawn in epoch, a
+// permutation, and moves on to the next.
+func (s *Sampler) markPermutation(epoch int) {
+	for i := range s.last {
+		s.last[i] = int32(epoch)
+	}
+	s.next++
+}
+
 // draw is Draw, computing the weights only if weights is set, and
 // shuffling the order only if shuffled is.
 func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled bool) (Drawn, error) {
@@ -283,7 +320,7 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled
 		return Drawn{}, wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
 	}
 	var d Drawn
-	if !s.cfg.PADS || epoch == 0 {
+	if s.Permutes(epoch) {
 		if shuffled {
 			d.Order = permutation(s.n, s.cfg.Seed, epoch)
 		} else {
@@ -302,15 +339,12 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled
 		}
 		d = s.pads(epoch, t, resident, weights, shuffled)
 	}
-	if !s.cfg.PADS || epoch == 0 {
-		// A permutation: every sample drawn once, set in sequence.
-		for i := range s.last {
-			s.last[i] = int32(epoch)
-		}
-	} else {
-		for _, id := range d.Order {
-			s.last[id] = int32(epoch)
-		}
+	if s.Permutes(epoch) {
+		s.markPermutation(epoch) // every sample, in sequence
+		return d, nil
+	}
+	for _, id := range d.Order {
+		s.last[id] = int32(epoch)
 	}
 	s.next++
 	return d, nil
