@@ -11,7 +11,8 @@ import (
 // a permutation, the samples 0..n-1 in sequence before they are aligned
 // (sampling.Sampler.DrawUnordered), so aligned with the dataset's seed
 // it is the same for every job, but for where it starts (a job's phase:
-// a rotation). grouped is the order with the partition of each place
+// a rotation); a job's sampler takes it as drawn
+// (sampling.Sampler.DrawPermutation). grouped is the order with the partition of each place
 // looked up (sampling.GroupOrder), which the leader otherwise looks up
 // as the first rank joins; nil where the orders are split without
 // regard to owners.
@@ -20,12 +21,12 @@ type firstOrder struct {
 	grouped *sampling.Grouped
 }
 
-// at returns the order rotated left by k places, written into dst (of
-// the order's length), and, where f's groups fit where, the grouped
-// order rotated alike, whose order is returned instead of dst: f's own
-// where k is 0 (a job that starts where no other is), to be read and
-// not written (a split does not write its order, nor a Grouped's).
-func (f *firstOrder) at(k int, dst []uint32, where *sampling.Placement) ([]uint32, *sampling.Grouped) {
+// at returns the order rotated left by k places, for 0 <= k < its
+// length, and, where f's groups fit where, its groups rotated alike: f's
+// own where k is 0 (a job that starts where no other is), to be read and
+// not written (a split does not write its order, nor a Grouped's), new
+// copies otherwise.
+func (f *firstOrder) at(k int, where *sampling.Placement) ([]uint32, *sampling.Grouped) {
 	if where != nil && f.grouped != nil && f.grouped.Fits(*where) {
 		g := *f.grouped
 		if k != 0 {
@@ -34,11 +35,12 @@ func (f *firstOrder) at(k int, dst []uint32, where *sampling.Placement) ([]uint3
 		return g.Order(), &g
 	}
 	if k <= 0 || k >= len(f.order) {
-		k = 0
+		return f.order, nil
 	}
-	copy(dst, f.order[k:])
-	copy(dst[len(f.order)-k:], f.order[:k])
-	return dst, nil
+	order := make([]uint32, len(f.order))
+	copy(order, f.order[k:])
+	copy(order[len(f.order)-k:], f.order[:k])
+	return order, nil
 }
 
 // prepareFirstOrders makes each dataset's epoch 0 (firstOrder) in the

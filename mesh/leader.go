@@ -141,26 +141,33 @@ func (a alignedScores) DrawGrouped(s *sampling.Sampler, epoch int, resident []ui
 }
 
 func (a alignedScores) draw(s *sampling.Sampler, epoch int, resident []uint64, where *sampling.Placement) (sampling.Drawn, *sampling.Grouped, int, error) {
+	phase := 0.0
+	if !a.n.cfg.IsolateJobs {
+		phase = a.n.phase(a.js, epoch)
+	}
+	at := func(n int) int { return int(phase * float64(n)) }
+	if f := a.js.ds.first.Load(); epoch == 0 && f != nil && len(f.order) == s.Len() {
+		// The dataset's epoch 0, aligned already: the sampler only
+		// marks it drawn, and no score is read.
+		order, g := f.at(at(len(f.order)), where)
+		d, err := s.DrawPermutation(epoch, order)
+		if err != nil {
+			return d, nil, 0, err
+		}
+		scored, _ := a.Table.Summary()
+		a.js.began(epoch, phase)
+		return d, g, scored, nil
+	}
 	// Aligned, the order is a function of which samples it holds: the
 	// sampler need not shuffle it first.
 	d, scored, err := a.Table.DrawUnordered(s, epoch, resident)
 	if err != nil {
 		return d, nil, scored, err
 	}
-	phase := 0.0
-	if !a.n.cfg.IsolateJobs {
-		phase = a.n.phase(a.js, epoch)
-	}
-	k := int(phase * float64(len(d.Order)))
-	var g *sampling.Grouped
-	if f := a.js.ds.first.Load(); epoch == 0 && f != nil && len(f.order) == len(d.Order) {
-		d.Order, g = f.at(k, d.Order, where)
-	} else {
-		sampling.Align(d.Order, a.seed, epoch)
-		rotate(d.Order, k)
-	}
+	sampling.Align(d.Order, a.seed, epoch)
+	rotate(d.Order, at(len(d.Order)))
 	a.js.began(epoch, phase)
-	return d, g, scored, nil
+	return d, nil, scored, nil
 }
 
 // rotate rotates order left by k places, for 0 < k < len(order);

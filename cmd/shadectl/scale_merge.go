@@ -577,12 +577,11 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	var drawn0 sampling.Drawn
 	var state0 []byte
 	var grouped0 sampling.Grouped
-	if err := once(&res.FirstDraw, "epoch 0: draw", "sampling.Sampler.DrawUnordered (a permutation: the sampler's state), the prepared order as it is (a job alone on its dataset: phase 0; one that starts where another is copies it rotated, sampling.Grouped.Rotated), the state encoded").run(func() (err error) {
-		if drawn0, err = sampler0.DrawUnordered(0, nil, nil); err != nil {
+	if err := once(&res.FirstDraw, "epoch 0: draw", "the prepared order as it is (a job alone on its dataset: phase 0; one that starts where another is copies it rotated, sampling.Grouped.Rotated), taken as drawn (sampling.Sampler.DrawPermutation: every weight 1), the sampler's state encoded").run(func() (err error) {
+		grouped0 = preparedGroups
+		if drawn0, err = sampler0.DrawPermutation(0, grouped0.Order()); err != nil {
 			return err
 		}
-		grouped0 = preparedGroups
-		drawn0.Order = grouped0.Order()
 		state0, err = sampler0.MarshalBinary()
 		return err
 	}); err != nil {
@@ -597,7 +596,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	var weights0 [][]float32
-	_ = first("epoch 0: weights", "leader.SliceWeights: every weight 1, none published").run(func() error {
+	_ = first("epoch 0: weights", "leader.SliceWeights: every weight 1 (none drawn), none published").run(func() error {
 		weights0 = meshleader.SliceWeights(parts0, drawn0.Weight)
 		return nil
 	})
