@@ -427,3 +427,45 @@ func (l *leastFilled) least() int {
 		c = 0
 	}
 }
+
+// SliceWeights gives each id of each slice its weight, weight[id], as an
+// epoch's order is split with its weights (Drawn.Weight); nil when every
+// weight is 1, or weight is nil. The slices of weights share one new
+// backing array but are capacity-limited, as Split's are; ranks' slices
+// are filled on several goroutines, a span of ranks each (each read of a
+// weight is at random in weight).
+func SliceWeights(slices [][]uint32, weight []float32) [][]float32 {
+	if allOnes(weight) {
+		return nil
+	}
+	total := 0
+	for _, s := range slices {
+		total += len(s)
+	}
+	backing := make([]float32, total)
+	out := make([][]float32, len(slices))
+	at := 0
+	for r, s := range slices {
+		out[r] = backing[at : at+len(s) : at+len(s)]
+		at += len(s)
+	}
+	parallel(len(slices), min(spans(total, procs(0)), max(1, len(slices))), func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			w := out[r]
+			for i, id := range slices[r] {
+				w[i] = weight[id]
+			}
+		}
+	})
+	return out
+}
+
+// allOnes reports whether every weight is 1 (or there is none).
+func allOnes(w []float32) bool {
+	for _, x := range w {
+		if x != 1 {
+			return false
+		}
+	}
+	return true
+}

@@ -528,3 +528,44 @@ func TestGroupedRotated(t *testing.T) {
 		t.Errorf("the zero Grouped rotated: %d places", len(got.Order()))
 	}
 }
+
+// TestSliceWeightsOnSeveralGoroutines: slices long enough to be weighed
+// on several goroutines, of unequal lengths and one empty, each get every
+// id's own weight, in slices of their own (appending to one leaves the
+// next as it was).
+func TestSliceWeightsOnSeveralGoroutines(t *testing.T) {
+	const n = 3*minSpan + 11
+	weight := make([]float32, n)
+	for i := range weight {
+		weight[i] = float32(i%97) / 7
+	}
+	var ids [][]uint32
+	for r, size := range []int{n / 2, 0, n / 3, 5, n / 7} {
+		s := make([]uint32, size)
+		for i := range s {
+			s[i] = uint32((i*31 + r*7) % n)
+		}
+		ids = append(ids, s)
+	}
+	got := SliceWeights(ids, weight)
+	if len(got) != len(ids) {
+		t.Fatalf("%d slices of weights for %d of ids", len(got), len(ids))
+	}
+	for r, s := range ids {
+		if len(got[r]) != len(s) || cap(got[r]) != len(s) {
+			t.Fatalf("slice %d: %d weights (capacity %d) for %d ids", r, len(got[r]), cap(got[r]), len(s))
+		}
+		for i, id := range s {
+			if got[r][i] != weight[id] {
+				t.Fatalf("slice %d, place %d: weight %v, want id %d's %v", r, i, got[r][i], id, weight[id])
+			}
+		}
+	}
+	_ = append(got[0], -1)
+	if got[2][0] != weight[ids[2][0]] {
+		t.Fatalf("appending to slice 0 wrote into slice 2")
+	}
+	if SliceWeights(ids, []float32{1, 1, 1}) != nil {
+		t.Fatalf("weights all 1: want nil")
+	}
+}

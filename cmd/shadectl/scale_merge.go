@@ -451,9 +451,9 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}); err != nil {
 		return nil, err
 	}
-	weighStep := step("weights to slices", 1, true, "leader.SliceWeights: each id's weight beside it")
+	weighStep := step("weights to slices", 1, true, "sampling.SliceWeights: each id's weight beside it")
 	var weights [][]float32
-	_ = weighStep.run(func() error { weights = meshleader.SliceWeights(parts, drawn.Weight); return nil })
+	_ = weighStep.run(func() error { weights = sampling.SliceWeights(parts, drawn.Weight); return nil })
 	start = time.Now()
 	if _, err := sampling.Split(drawn.Order, job.world); err != nil {
 		return nil, err
@@ -596,8 +596,8 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	var weights0 [][]float32
-	_ = first("epoch 0: weights", "leader.SliceWeights: every weight 1 (none drawn), none published").run(func() error {
-		weights0 = meshleader.SliceWeights(parts0, drawn0.Weight)
+	_ = first("epoch 0: weights", "sampling.SliceWeights: every weight 1 (none drawn), none published").run(func() error {
+		weights0 = sampling.SliceWeights(parts0, drawn0.Weight)
 		return nil
 	})
 	pub0 := &wire.PublishMsg{Dataset: job.dataset, Version: "v1", Gen: 0, Epoch: 0, Term: 1, World: job.world,

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -985,59 +984,8 @@ func (u unsplit) split(ranks []string, where *sampling.Placement) (Drawn, error)
 	if err != nil {
 		return Drawn{}, fmt.Errorf("leader: split: %w", err)
 	}
-	out.Weights = SliceWeights(out.Slices, u.d.Weight)
+	out.Weights = sampling.SliceWeights(out.Slices, u.d.Weight)
 	return out, nil
-}
-
-// SliceWeights gives each id of each slice its weight, weight[id]; nil
-// when every weight is 1. The slices of weights share one new backing
-// array but are capacity-limited, as the order's slices are; the ranks'
-// are filled on every core (each read of a weight is at random in
-// weight).
-func SliceWeights(slices [][]uint32, weight []float32) [][]float32 {
-	if allOnes(weight) {
-		return nil
-	}
-	total := 0
-	for _, s := range slices {
-		total += len(s)
-	}
-	backing := make([]float32, total)
-	out := make([][]float32, len(slices))
-	at := 0
-	for r, s := range slices {
-		out[r] = backing[at : at+len(s) : at+len(s)]
-		at += len(s)
-	}
-	fill := func(first, step int) {
-		for r := first; r < len(slices); r += step {
-			w := out[r]
-			for i, id := range slices[r] {
-				w[i] = weight[id]
-			}
-		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), max(1, total/weighSpan))
-	var wg sync.WaitGroup
-	for c := 1; c < workers; c++ {
-		wg.Go(func() { fill(c, workers) })
-	}
-	fill(0, workers)
-	wg.Wait()
-	return out
-}
-
-// weighSpan is the fewest weights SliceWeights gives a goroutine of its
-// own.
-const weighSpan = 1 << 15
-
-func allOnes(w []float32) bool {
-	for _, x := range w {
-		if x != 1 {
-			return false
-		}
-	}
-	return true
 }
 
 // Check validates an order received from a peer before it is used: its
