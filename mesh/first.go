@@ -66,11 +66,7 @@ func (n *Node) prepareFirstOrders() {
 
 // firstOrderOf makes ds's epoch 0 as its jobs draw it (firstOrder).
 func (n *Node) firstOrderOf(ds *datasetState) *firstOrder {
-	order := make([]uint32, ds.len)
-	for i := range order {
-		order[i] = uint32(i)
-	}
-	sampling.Align(order, n.alignSeed(ds), 0)
+	order := sampling.AlignedPermutation(ds.len, n.alignSeed(ds), 0)
 	f := &firstOrder{order: order}
 	if n.locality() {
 		// The ring's partitions are the groups whatever its members; a

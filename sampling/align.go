@@ -26,6 +26,16 @@ func Align(order []uint32, seed uint64, epoch int) {
 	align(order, seed, epoch, procs(0))
 }
 
+// AlignedPermutation is a permutation epoch's order of n samples as
+// DrawUnordered gives it (0..n-1), aligned with seed for epoch: the order
+// of that epoch of every job that aligns with seed, before it is turned
+// to where the job starts. A new slice.
+func AlignedPermutation(n int, seed uint64, epoch int) []uint32 {
+	order := identity(n)
+	Align(order, seed, epoch)
+	return order
+}
+
 // align is Align on up to workers goroutines (see parallel.go).
 func align(order []uint32, seed uint64, epoch int, workers int) {
 	n := len(order)

@@ -251,7 +251,7 @@ func TestUniformLowLeavesShortRuns(t *testing.T) {
 }
 
 // TestDrawPermutation: a permutation epoch drawn from an order the caller
-// made leaves the sampler as DrawUnordered does, keeps the order as it
+// made (AlignedPermutation's, the permutation drawn and aligned) leaves the sampler as DrawUnordered does, keeps the order as it
 // is given and has no weights (all 1); an epoch PADS draws, an order of
 // another length or an epoch out of sequence is refused and leaves the
 // sampler as it was.
@@ -282,6 +282,9 @@ func TestDrawPermutation(t *testing.T) {
 			}
 			order := slices.Clone(want.Order)
 			Align(order, 3, epoch)
+			if !slices.Equal(AlignedPermutation(n, 3, epoch), order) {
+				t.Fatalf("epoch %d: AlignedPermutation differs from the aligned permutation drawn", epoch)
+			}
 			if _, err := given.DrawPermutation(epoch, order[1:]); !errors.Is(err, ErrSizeMismatch) {
 				t.Fatalf("an order of %d: err = %v, want ErrSizeMismatch", n-1, err)
 			}

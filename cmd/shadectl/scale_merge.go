@@ -556,16 +556,10 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return s
 	}
 	var prepared []uint32
-	if err := once(&res.Prepared, "epoch 0 prepared: align", "the samples in sequence, sampling.Align: once a dataset, as its leader starts leading").run(func() error {
-		prepared = make([]uint32, job.samples)
-		for i := range prepared {
-			prepared[i] = uint32(i)
-		}
-		sampling.Align(prepared, alignSeed, 0)
+	_ = once(&res.Prepared, "epoch 0 prepared: align", "sampling.AlignedPermutation: once a dataset, as its leader starts leading").run(func() error {
+		prepared = sampling.AlignedPermutation(job.samples, alignSeed, 0)
 		return nil
-	}); err != nil {
-		return nil, err
-	}
+	})
 	var preparedGroups sampling.Grouped
 	if err := once(&res.Prepared, "epoch 0 prepared: partitions", "sampling.GroupOrder of the aligned order, with it").run(func() (err error) {
 		preparedGroups, err = sampling.GroupOrder(prepared, where)
