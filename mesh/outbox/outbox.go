@@ -190,13 +190,11 @@ func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey,
 }
 
 // TakeScores empties the score queue and returns it (see
-// wire.ScoreQueue.Take); nil if it was empty.
+// wire.ScoreQueue.Take); nil if it held nothing for another node. Taken
+// empty, the queue lets go of the lists of the jobs that queued nothing.
 func (o *Outbox) TakeScores() map[wire.JobKey]map[string]*wire.ScoresReq {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.scores.Queued() == 0 {
-		return nil
-	}
 	return o.scores.Take()
 }
 
