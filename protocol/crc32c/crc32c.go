@@ -2,7 +2,7 @@
 // sample carries, faster than hash/crc32 on CPUs with vector carry-less
 // multiplication (VPCLMULQDQ, with AVX-512 or with AVX2 alone), and exactly
 // as hash/crc32 does everywhere else; and it copies a value and computes
-// its CRC in one pass (Copy, Append).
+// its CRC in one pass (Copy, UpdateCopy, Append).
 //
 // hash/crc32 computes CRC-32C with the SSE4.2 CRC32 instruction, 8 bytes at
 // a time in three interleaved streams: about 27 GB/s on a current x86
@@ -64,19 +64,23 @@ func Update(crc uint32, b []byte) uint32 {
 // caches do not hold waits for the loads once, not again for the CRC; and
 // the bytes checked are the bytes stored. Elsewhere it copies, then
 // computes the CRC of the copy.
-func Copy(dst, src []byte) uint32 {
+func Copy(dst, src []byte) uint32 { return UpdateCopy(0, dst, src) }
+
+// UpdateCopy copies src into dst as Copy does and returns the CRC-32C of
+// crc's data followed by src, as Update(crc, src) does: a value that
+// arrives in pieces is copied and summed piece by piece, in one pass.
+func UpdateCopy(crc uint32, dst, src []byte) uint32 {
 	if len(dst) < len(src) {
 		panic("crc32c: Copy into a shorter slice")
 	}
 	n := 0
-	var crc uint32
 	switch {
 	case canFold && len(src) >= minFold:
 		n = len(src) &^ 63
-		crc = fold(0, &dst[0], src[:n])
+		crc = fold(crc, &dst[0], src[:n])
 	case canFoldAVX2 && len(src) >= minFoldAVX2:
 		n = len(src) &^ 31
-		crc = ^foldAVX2(^uint32(0), &dst[0], src[:n], table)
+		crc = ^foldAVX2(^crc, &dst[0], src[:n], table)
 	}
 	copy(dst[n:], src[n:])
 	return Update(crc, dst[n:len(src)])

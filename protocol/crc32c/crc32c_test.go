@@ -134,6 +134,33 @@ func testAppendCopiesAndChecks(t *testing.T) {
 	}
 }
 
+// TestUpdateCopyInPieces copies values of several lengths in pieces cut
+// at random (as a stream hands them over, packet by packet), each piece
+// with UpdateCopy from the CRC so far: the copy must equal the value, the
+// CRC hash/crc32's of the seed's data followed by the whole value.
+func TestUpdateCopyInPieces(t *testing.T) { eachWay(t, testUpdateCopyInPieces) }
+
+func testUpdateCopyInPieces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	src := randomBytes(rng, 300<<10)
+	for _, n := range []int{0, 1, 63, 64, 255, 256, 4097, 100 << 10, 300 << 10} {
+		for range 20 {
+			v := src[:n]
+			seed := rng.Uint32()
+			dst := make([]byte, n)
+			crc := seed
+			for at := 0; at < n; {
+				k := min(n-at, 1+rng.IntN(70_000))
+				crc = UpdateCopy(crc, dst[at:], v[at:at+k])
+				at += k
+			}
+			if want := crc32.Update(seed, castagnoli, v); crc != want || !bytes.Equal(dst, v) {
+				t.Fatalf("UpdateCopy(%#x) of %d bytes in pieces: sum %#x want %#x, copy equal %v", seed, n, crc, want, bytes.Equal(dst, v))
+			}
+		}
+	}
+}
+
 // TestCopyIntoShorterPanics: Copy never copies part of src.
 func TestCopyIntoShorterPanics(t *testing.T) {
 	defer func() {
