@@ -111,7 +111,14 @@ func (s *ReceiveStream) SetReceiveFinalSizeCallback(callback func(int64)) {
 // Read reads data from the stream.
 // Read can be made to time out using [ReceiveStream.SetReadDeadline].
 // If the stream was canceled, the error is a [StreamError].
-func (s *ReceiveStream) Read(p []byte) (int, error) {
+func (s *ReceiveStream) Read(p []byte) (int, error) { return s.ReadCopy(p, nil) }
+
+// shade: ReadCopy reads as Read does, but moves each piece of the
+// stream's data into p with cp (cp(dst, src) copies min(len(dst),
+// len(src)) bytes and returns how many), not copy: a reader that checks
+// what it reads can check it as it is copied, one pass over the bytes.
+// A nil cp is copy.
+func (s *ReceiveStream) ReadCopy(p []byte, cp func(dst, src []byte) int) (int, error) {
 	// Concurrent use of Read is not permitted (and doesn't make any sense),
 	// but sometimes people do it anyway.
 	// Make sure that we only execute one call at any given time to avoid hard to debug failures.
@@ -119,7 +126,7 @@ func (s *ReceiveStream) Read(p []byte) (int, error) {
 	defer func() { <-s.readOnce }()
 
 	s.mutex.Lock()
-	queuedStreamWindowUpdate, queuedConnWindowUpdate, n, err := s.readImpl(p)
+	queuedStreamWindowUpdate, queuedConnWindowUpdate, n, err := s.readImpl(p, cp)
 	if stream, conn := s.reportRead(); stream || conn { // shade
 		queuedStreamWindowUpdate = queuedStreamWindowUpdate || stream
 		queuedConnWindowUpdate = queuedConnWindowUpdate || conn
@@ -169,7 +176,7 @@ func (s *ReceiveStream) isNewlyCompleted() bool {
 	return false
 }
 
-func (s *ReceiveStream) readImpl(p []byte) (hasStreamWindowUpdate bool, hasConnWindowUpdate bool, _ int, _ error) {
+func (s *ReceiveStream) readImpl(p []byte, cp func(dst, src []byte) int) (hasStreamWindowUpdate bool, hasConnWindowUpdate bool, _ int, _ error) {
 	if s.currentFrameIsLast && s.currentFrame == nil {
 		s.errorRead = true
 		return false, false, 0, io.EOF
@@ -236,7 +243,12 @@ func (s *ReceiveStream) readImpl(p []byte) (hasStreamWindowUpdate bool, hasConnW
 		if s.readPosInFrame > len(s.currentFrame) {
 			return hasStreamWindowUpdate, hasConnWindowUpdate, bytesRead, fmt.Errorf("BUG: readPosInFrame (%d) > frame.DataLen (%d) in stream.Read", s.readPosInFrame, len(s.currentFrame))
 		}
-		m := copy(p[bytesRead:], s.currentFrame[s.readPosInFrame:])
+		var m int
+		if cp != nil { // shade
+			m = cp(p[bytesRead:], s.currentFrame[s.readPosInFrame:])
+		} else {
+			m = copy(p[bytesRead:], s.currentFrame[s.readPosInFrame:])
+		}
 
 		// when a RESET_STREAM was received, the flow controller was already
 		// informed about the final offset for this stream

@@ -127,6 +127,12 @@ func (s *Stream) Read(p []byte) (int, error) {
 	return s.receiveStr.Read(p)
 }
 
+// shade: ReadCopy reads data from the stream as Read does, moving it into
+// p with cp (see [ReceiveStream.ReadCopy]).
+func (s *Stream) ReadCopy(p []byte, cp func(dst, src []byte) int) (int, error) {
+	return s.receiveStr.ReadCopy(p, cp)
+}
+
 // Peek fills b with stream data, without consuming the stream data.
 // It blocks until len(b) bytes are available, or an error occurs.
 // It respects the stream deadline set by [Stream.SetReadDeadline].

@@ -162,8 +162,8 @@ func (s *benchSamples) streamReply(req *benchFetchReq) *RawReply {
 
 // readStreamValues reads a streamed reply's values as the mesh's
 // wire.ReadFetchValues does (lengths checked against what was asked, one
-// buffer, a value cut from it per item), and checks every checksum as
-// fetchFrom does.
+// buffer, a value cut from it per item, each summed as it is read by
+// ReadSummed), and checks every checksum as fetchFrom does.
 func readStreamValues(b *testing.B, req *benchFetchReq, head *benchFetchHead, want int) func(io.Reader, int) error {
 	return func(r io.Reader, size int) error {
 		if len(head.Items) != len(req.IDs) {
@@ -180,13 +180,16 @@ func readStreamValues(b *testing.B, req *benchFetchReq, head *benchFetchHead, wa
 			return fmt.Errorf("items of %d bytes, %d follow", total, size)
 		}
 		buf := nozero.Bytes(size)[:size]
-		if _, err := io.ReadFull(r, buf); err != nil {
+		lens := make([]uint32, len(head.Items))
+		for i, m := range head.Items {
+			lens[i] = m.Len
+		}
+		sums := make([]uint32, len(lens))
+		if err := ReadSummed(r, buf, lens, sums); err != nil {
 			return err
 		}
-		for _, m := range head.Items {
-			v := buf[:m.Len:m.Len]
-			buf = buf[m.Len:]
-			if !m.Found || shm.Checksum(v) != m.Sum {
+		for i, m := range head.Items {
+			if !m.Found || uint64(sums[i]) != m.Sum { // shm.Checksum's
 				b.Fatal("bad item")
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/internal/quic"
+	"github.com/shade-mesh/shade/protocol/crc32c"
 )
 
 // RawReply is a reply whose bulk bytes go to the stream as they are, not
@@ -145,7 +146,17 @@ type valueReader struct {
 	err  error
 }
 
-func (v *valueReader) Read(p []byte) (int, error) {
+func (v *valueReader) Read(p []byte) (int, error) { return v.read(p, nil) }
+
+// copyReader is a reader that moves its data into p with cp, as
+// quic.Stream.ReadCopy does.
+type copyReader interface {
+	ReadCopy(p []byte, cp func(dst, src []byte) int) (int, error)
+}
+
+// read reads as Read does, moving the bytes with cp unless it is nil (r
+// is then a copyReader).
+func (v *valueReader) read(p []byte, cp func(dst, src []byte) int) (int, error) {
 	if v.err != nil {
 		return 0, v.err
 	}
@@ -155,13 +166,89 @@ func (v *valueReader) Read(p []byte) (int, error) {
 	if len(p) > v.left {
 		p = p[:v.left]
 	}
-	k, err := v.r.Read(p)
+	var k int
+	var err error
+	if cp != nil {
+		k, err = v.r.(copyReader).ReadCopy(p, cp)
+	} else {
+		k, err = v.r.Read(p)
+	}
 	v.left -= k
 	if err != nil && !(err == io.EOF && v.left == 0) {
 		v.err = unexpected(err)
 		return k, v.err
 	}
 	return k, nil
+}
+
+// ReadSummed reads len(p) bytes from r into p, as io.ReadFull does, in
+// parts of lens[i] bytes that follow each other (they must add up to
+// len(p)), and sets sums[i] to the CRC-32C (crc32c.Checksum) of part i.
+// From the values of a raw reply (the reader that CallRaw hands its
+// values function) each part is summed as it is copied out of the
+// stream's packets (crc32c.UpdateCopy), one pass over its bytes; from
+// any other reader, once it is read.
+func ReadSummed(r io.Reader, p []byte, lens, sums []uint32) error {
+	total := 0
+	for _, l := range lens {
+		total += int(l)
+	}
+	if total != len(p) || len(sums) != len(lens) {
+		return fmt.Errorf("peer: ReadSummed of %d bytes in parts of %d bytes in all, %d sums for %d parts", len(p), total, len(sums), len(lens))
+	}
+	vr, ok := r.(*valueReader)
+	if ok {
+		_, ok = vr.r.(copyReader)
+	}
+	if !ok {
+		if _, err := io.ReadFull(r, p); err != nil {
+			return err
+		}
+		off := 0
+		for i, l := range lens {
+			sums[i] = crc32c.Checksum(p[off : off+int(l)])
+			off += int(l)
+		}
+		return nil
+	}
+	clear(sums)
+	ps := &partSums{lens: lens, sums: sums}
+	cp := ps.copy
+	for read := 0; read < len(p); {
+		k, err := vr.read(p[read:], cp)
+		read += k
+		if err != nil && read < len(p) {
+			if err == io.EOF && read > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// partSums sums a run of bytes in parts as it is copied, piece by piece
+// in order: lens[i] bytes the part i, whose CRC-32C so far is sums[i].
+type partSums struct {
+	lens, sums []uint32
+	part       int // the part the next byte belongs to
+	in         int // the bytes of that part copied so far
+}
+
+// copy copies min(len(dst), len(src)) bytes and sums them into their
+// parts; it is never handed more bytes than the parts hold.
+func (s *partSums) copy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	for done := 0; done < n; {
+		for s.in == int(s.lens[s.part]) {
+			s.part, s.in = s.part+1, 0
+		}
+		k := min(n-done, int(s.lens[s.part])-s.in)
+		s.sums[s.part] = crc32c.UpdateCopy(s.sums[s.part], dst[done:done+k], src[done:done+k])
+		s.in += k
+		done += k
+	}
+	return n
 }
 
 // noCopyWriter writes owned values to a stream without a copy (see

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/shade-mesh/shade/protocol/crc32c"
 )
 
 // mRaw answers with a *RawReply, mCrafted with the body bytes the test
@@ -222,6 +224,114 @@ func TestValueReaderCutShort(t *testing.T) {
 	if b, err := io.ReadAll(vr); err != nil || len(b) != 3 || vr.err != nil {
 		t.Fatalf("3 of 4 bytes: %v, %v", b, err)
 	}
+}
+
+// sumReader reads a raw reply's values with ReadSummed, the head's
+// lengths as its parts, into got and sums; through checks that r lets it
+// sum the values as they come out of the stream's packets.
+func sumReader(t *testing.T, lens *[]int, got *[]byte, sums *[]uint32, through bool) func(io.Reader, int) error {
+	return func(r io.Reader, size int) error {
+		if through {
+			vr, ok := r.(*valueReader)
+			if !ok {
+				return fmt.Errorf("values read through a %T", r)
+			}
+			if _, ok := vr.r.(copyReader); !ok {
+				return fmt.Errorf("values read from a %T, which cannot sum them as it copies them", vr.r)
+			}
+		}
+		parts := make([]uint32, len(*lens))
+		for i, l := range *lens {
+			parts[i] = uint32(l)
+		}
+		*got = make([]byte, size)
+		*sums = make([]uint32, len(parts))
+		return ReadSummed(r, *got, parts, *sums)
+	}
+}
+
+// TestReadSummed reads a raw reply's values with ReadSummed, over a QUIC
+// stream (each part summed as it is copied out of the packets; through
+// a proxy that drops one datagram in 25 each way, too, so that frames
+// come again) and, the same bytes, from a plain reader: the bytes must be
+// the values and each part's sum crc32c.Checksum's, empty parts and
+// parts of a byte included. Parts that do not add up to the buffer are
+// refused before anything is read, and a reader that ends early fails
+// the read.
+func TestReadSummed(t *testing.T) {
+	dir := t.TempDir()
+	values := append(rawValues(), []byte{7}, nil, bytes.Repeat([]byte{1, 2, 3}, 21))
+	lens := make([]int, len(values))
+	for i, v := range values {
+		lens[i] = len(v)
+	}
+	long := func(c *Config) { c.RequestTimeout = 30 * time.Second }
+	a := testNode(t, dir, "node-a", newTestHandler(), long)
+	b := testNode(t, dir, "node-b", HandlerFunc(func(context.Context, string, Method, []byte) (any, error) {
+		return &RawReply{Head: lens, Values: values}, nil
+	}), long)
+	proxy, _, toCaller := lossyProxy(t, b.Addr(), 25)
+	check := func(how string, got []byte, sums []uint32) {
+		t.Helper()
+		if len(sums) != len(values) {
+			t.Fatalf("%s: %d sums for %d values", how, len(sums), len(values))
+		}
+		for i, v := range values {
+			if !bytes.Equal(got[:len(v)], v) {
+				t.Fatalf("%s: value %d differs", how, i)
+			}
+			if sums[i] != crc32c.Checksum(v) {
+				t.Fatalf("%s: value %d summed %#x, want %#x", how, i, sums[i], crc32c.Checksum(v))
+			}
+			got = got[len(v):]
+		}
+	}
+	for _, to := range []string{b.Addr(), proxy, proxy} {
+		var gotLens []int
+		var got []byte
+		var sums []uint32
+		if err := a.CallRaw(ctxT(t), to, "node-b", mRaw, nil, &gotLens, sumReader(t, &gotLens, &got, &sums, true)); err != nil {
+			t.Fatal(err)
+		}
+		check("over QUIC to "+to, got, sums)
+	}
+	t.Logf("%d datagrams to the caller dropped", toCaller.Load())
+	all := bytes.Join(values, nil)
+	parts := make([]uint32, len(lens))
+	for i, l := range lens {
+		parts[i] = uint32(l)
+	}
+	got, sums := make([]byte, len(all)), make([]uint32, len(parts))
+	if err := ReadSummed(bytes.NewReader(all), got, parts, sums); err != nil {
+		t.Fatal(err)
+	}
+	check("from a bytes.Reader", got, sums)
+
+	r := bytes.NewReader(all)
+	if err := ReadSummed(r, got[:len(all)-1], parts, sums); err == nil || r.Len() != len(all) {
+		t.Fatalf("parts of %d bytes into %d: %v, %d bytes read", len(all), len(all)-1, err, len(all)-r.Len())
+	}
+	if err := ReadSummed(r, got, parts, sums[1:]); err == nil || r.Len() != len(all) {
+		t.Fatalf("%d sums for %d parts: %v", len(sums)-1, len(parts), err)
+	}
+	short := &valueReader{r: &copyingReader{bytes.NewReader(all[:1000])}, left: len(all)}
+	if err := ReadSummed(short, got, parts, sums); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("1000 of %d bytes from a copyReader: %v, want io.ErrUnexpectedEOF", len(all), err)
+	}
+}
+
+// copyingReader is a copyReader over a bytes.Reader.
+type copyingReader struct{ r *bytes.Reader }
+
+func (c *copyingReader) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *copyingReader) ReadCopy(p []byte, cp func(dst, src []byte) int) (int, error) {
+	if c.r.Len() == 0 {
+		return 0, io.EOF
+	}
+	b := make([]byte, min(len(p), c.r.Len(), 333))
+	c.r.Read(b)
+	return cp(p, b), nil
 }
 
 // TestLargestFetchFitsTheWindows sends, on a new connection, a reply as
