@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 	"testing"
+
+	"github.com/shade-mesh/shade/protocol/shm"
 )
 
 // sendFetch is what an owner sends for items: the head, and the found
@@ -15,22 +17,30 @@ func sendFetch(items []FetchItem) (*FetchHead, []byte) {
 	return r.Head.(*FetchHead), bytes.Join(r.Values, nil)
 }
 
+// TestReadFetchValuesRoundTrip reads what an owner sends back: every
+// item as it was, and Verified only where the value's bytes match its
+// Sum (the third's does not: it comes back, not Verified, for the caller
+// to refuse).
 func TestReadFetchValuesRoundTrip(t *testing.T) {
 	items := []FetchItem{
-		{Found: true, Hit: true, Sum: 1, Value: []byte("first")},
+		{Found: true, Hit: true, Sum: shm.Checksum([]byte("first")), Value: []byte("first")},
 		{Err: "index out of range"},
-		{Found: true, Sum: 3, Value: []byte("third value")},
-		{Found: true, Sum: 4, Value: []byte{}},
+		{Found: true, Sum: shm.Checksum([]byte("third value")) ^ 1, Value: []byte("third value")},
+		{Found: true, Sum: shm.Checksum(nil), Value: []byte{}},
 	}
 	head, values := sendFetch(items)
 	got, err := ReadFetchValues(bytes.NewReader(values), len(values), head, []int64{5, 100, 11, 0})
 	if err != nil {
 		t.Fatal(err)
 	}
+	verified := []bool{true, false, false, true}
 	for i := range items {
 		w, g := items[i], got[i]
 		if w.Found != g.Found || w.Hit != g.Hit || w.Sum != g.Sum || w.Err != g.Err || !bytes.Equal(w.Value, g.Value) {
 			t.Errorf("item %d: %+v, want %+v", i, g, w)
+		}
+		if g.Verified != verified[i] {
+			t.Errorf("item %d: Verified %v, want %v", i, g.Verified, verified[i])
 		}
 	}
 	// Each value is cut to its own length: appending to one cannot

@@ -105,6 +105,9 @@ type FetchItem struct {
 	Sum   uint64 `msgpack:"s"` // shm.Checksum of Value
 	Value []byte `msgpack:"b"`
 	Err   string `msgpack:"e"`
+	// Verified says that Value's bytes were summed as they were read and
+	// match Sum (ReadFetchValues); never sent.
+	Verified bool `msgpack:"-"`
 }
 
 // FetchResp answers a FetchReq, item by item in the order of its IDs.
@@ -163,8 +166,10 @@ func FetchRawReply(items []FetchItem, release func()) *peer.RawReply {
 // found item and 0 for the others, and lengths that add up to size;
 // otherwise it returns ErrBadFetchReply. It then reads the values into
 // one buffer of size bytes (at most the sum of maxLen, what the caller
-// asked for) and returns the items with their Values cut from it. It does
-// not verify checksums: the caller does, against each item's Sum.
+// asked for), summing each as it is read (peer.ReadSummed), and returns
+// the items with their Values cut from it, Verified where the sum is the
+// item's Sum. It refuses no item for its sum: the caller does, and need
+// not sum a Verified one again.
 func ReadFetchValues(r io.Reader, size int, h *FetchHead, maxLen []int64) ([]FetchItem, error) {
 	if len(h.Items) != len(maxLen) {
 		return nil, fmt.Errorf("%w: %d items for %d ids", ErrBadFetchReply, len(h.Items), len(maxLen))
@@ -184,7 +189,12 @@ func ReadFetchValues(r io.Reader, size int, h *FetchHead, maxLen []int64) ([]Fet
 	}
 	// Read in full or not at all: the buffer is not cleared first.
 	buf := nozero.Bytes(size)[:size]
-	if _, err := io.ReadFull(r, buf); err != nil {
+	lens := make([]uint32, 2*len(h.Items))
+	lens, sums := lens[:len(h.Items)], lens[len(h.Items):]
+	for i, m := range h.Items {
+		lens[i] = m.Len
+	}
+	if err := peer.ReadSummed(r, buf, lens, sums); err != nil {
 		return nil, err
 	}
 	items := make([]FetchItem, len(h.Items))
@@ -192,6 +202,7 @@ func ReadFetchValues(r io.Reader, size int, h *FetchHead, maxLen []int64) ([]Fet
 	for i, m := range h.Items {
 		items[i] = FetchItem{Found: m.Found, Hit: m.Hit, Sum: m.Sum, Err: m.Err}
 		if m.Found {
+			items[i].Verified = uint64(sums[i]) == m.Sum // shm.Checksum's
 			items[i].Value = buf[off : off+int(m.Len) : off+int(m.Len)]
 			off += int(m.Len)
 		}
