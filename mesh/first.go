@@ -58,10 +58,20 @@ func (n *Node) prepareFirstOrders() {
 				return
 			}
 			if ds.first.Load() == nil {
-				ds.first.CompareAndSwap(nil, n.firstOrderOf(ds))
+				n.keepFirstOrder(ds, n.firstOrderOf(ds))
 			}
 		}
 	})
+}
+
+// keepFirstOrder stores f as ds's prepared epoch 0 unless one is there,
+// and drops it again where this node no longer leads: a stepDown while f
+// was made (it stops leading, then drops the prepared orders) may have
+// dropped them before f was stored.
+func (n *Node) keepFirstOrder(ds *datasetState, f *firstOrder) {
+	if ds.first.CompareAndSwap(nil, f) && !n.lead.leading() {
+		ds.first.CompareAndSwap(f, nil)
+	}
 }
 
 // firstOrderOf makes ds's epoch 0 as its jobs draw it (firstOrder).

@@ -15,7 +15,7 @@ import (
 // the order, weights and sampler state of one aligned by itself, with
 // its places' groups; wherever a job starts (its phase), the prepared
 // order rotated is the aligned order rotated, split alike. A leader that
-// steps down drops it.
+// steps down drops it, and one prepared as it stepped down.
 func TestEpochZeroFromThePreparedOrder(t *testing.T) {
 	m := startMesh(t, 3, meshOpts{samples: 3000, minSize: 10, maxSize: 20})
 	n := m.leader(t).node
@@ -104,5 +104,11 @@ func TestEpochZeroFromThePreparedOrder(t *testing.T) {
 	n.stepDown()
 	if ds.first.Load() != nil {
 		t.Error("the leader stepped down and kept its prepared epoch 0")
+	}
+	// An order prepared while the leader stepped down, stored after it
+	// dropped the others, is dropped too.
+	n.keepFirstOrder(ds, prepared)
+	if ds.first.Load() != nil {
+		t.Error("an epoch 0 prepared as the leader stepped down was kept after it")
 	}
 }
