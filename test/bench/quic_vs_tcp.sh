@@ -21,7 +21,7 @@
 # test/results/quic-vs-tcp.md); then the ratio that counts
 # (QUIC against TLS over TCP, same layout) and a CPU profile of the
 # quic-stream case split by where the time goes. Usage:
-#   [BENCH_FETCH_MTU=9000] test/bench/quic_vs_tcp.sh [iterations-per-run] [runs]
+#   [BENCH_FETCH_MTU=9000] test/bench/quic_vs_tcp.sh [iterations-per-run] [rounds]
 # BENCH_FETCH_MTU (root, iproute2) runs both ends in two network namespaces
 # joined by a veth pair of that MTU, as two hosts on one link, instead of on
 # loopback (where QUIC's packets grow to 65,000 bytes): 9000 for a
@@ -32,17 +32,36 @@ N=${1:-20}
 COUNT=${2:-3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $COUNT runs of $N batches each"
+echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $COUNT rounds, every transport once a round, $N batches a run"
 go test -c -o "$out/peer.test" ./transport/peer/
-for samples in 256 32; do
-	BENCH_FETCH_SAMPLES=$samples "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch' \
-		-test.benchtime "${N}x" -test.count "$COUNT" >>"$out/bench.txt" || { cat "$out/bench.txt"; exit 1; }
+# The runs go round by round, every transport once a round, in the
+# opposite order every other round: on a shared machine whose load moves,
+# the transports compared are measured side by side, not one run after
+# the other's three.
+variants="quic-stream quic-msgpack tcp-tls-stream tcp-tls-msgpack tcp-stream tcp-msgpack tcp-raw"
+bench() { # samples size iterations variant...
+	local samples=$1 size=$2 iters=$3 v
+	shift 3
+	for v in "$@"; do
+		BENCH_FETCH_SAMPLES=$samples BENCH_FETCH_SIZE=$size "$out/peer.test" -test.run '^$' \
+			-test.bench "BatchFetch/^$v\$" -test.benchtime "${iters}x" -test.count 1 >>"$out/bench.txt" ||
+			{ cat "$out/bench.txt"; exit 1; }
+	done
+}
+for round in $(seq "$COUNT"); do
+	order=$variants
+	small="quic-stream tcp-tls-stream"
+	if [ $((round % 2)) = 0 ]; then
+		order=$(echo "$variants" | tr ' ' '\n' | tac | tr '\n' ' ')
+		small="tcp-tls-stream quic-stream"
+	fi
+	bench 256 102400 "$N" $order
+	bench 32 102400 "$N" $order
+	# One sample of 1 KiB a request: a read from a peer that no
+	# read-ahead batches, where the per-request costs (packets,
+	# goroutines, contexts) are all there is; 100 times as many requests.
+	bench 1 1024 "$((N * 100))" $small
 done
-# One sample of 1 KiB a request: a read from a peer that no read-ahead
-# batches, where the per-request costs (packets, goroutines, contexts)
-# are all there is; 100 times as many requests.
-BENCH_FETCH_SAMPLES=1 BENCH_FETCH_SIZE=1024 "$out/peer.test" -test.run '^$' -test.bench 'BatchFetch/(quic|tcp-tls)-stream' \
-	-test.benchtime "$((N * 100))x" -test.count "$COUNT" >>"$out/bench.txt" || { cat "$out/bench.txt"; exit 1; }
 /usr/bin/python3 - "$out/bench.txt" <<'EOF'
 import re, statistics, sys
 runs = {}
