@@ -14,7 +14,7 @@
 #   tcp-stream       the same frames and stream layout over plain TCP
 #   tcp-msgpack      the same frames and msgpack over plain TCP
 #   tcp-raw          the samples' bytes alone over plain TCP
-# and prints the median MB/s of -count runs, the CPU both ends spent per
+# and prints the median MB/s of the rounds' runs, the CPU both ends spent per
 # batch, and each figure against quic-stream's, with the process's thread
 # switches per batch (threads the Go scheduler woke at hand-offs between
 # goroutines, and that slept again: where a small request's CPU goes, see
