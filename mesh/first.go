@@ -12,10 +12,10 @@ import (
 // (sampling.Sampler.DrawUnordered), so aligned with the dataset's seed
 // it is the same for every job, but for where it starts (a job's phase:
 // a rotation); a job's sampler takes it as drawn
-// (sampling.Sampler.DrawPermutation). grouped is the order with the partition of each place
-// looked up (sampling.GroupOrder), which the leader otherwise looks up
-// as the first rank joins; nil where the orders are split without
-// regard to owners.
+// (sampling.Sampler.DrawPermutation). grouped is the order with the
+// partition of each place looked up (sampling.GroupOrder), which the
+// leader otherwise looks up as the first rank joins; nil where the
+// orders are split without regard to owners.
 type firstOrder struct {
 	order   []uint32
 	grouped *sampling.Grouped
@@ -37,10 +37,7 @@ func (f *firstOrder) at(k int, where *sampling.Placement) ([]uint32, *sampling.G
 	if k <= 0 || k >= len(f.order) {
 		return f.order, nil
 	}
-	order := make([]uint32, len(f.order))
-	copy(order, f.order[k:])
-	copy(order[len(f.order)-k:], f.order[:k])
-	return order, nil
+	return sampling.Rotated(f.order, k), nil
 }
 
 // prepareFirstOrders makes each dataset's epoch 0 (firstOrder) in the

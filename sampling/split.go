@@ -169,18 +169,22 @@ func (g Grouped) Order() []uint32 { return g.order }
 // another job of its dataset is (a phase) takes a grouped order prepared
 // once this way.
 func (g Grouped) Rotated(k int) Grouped {
-	n := len(g.order)
-	out := Grouped{order: make([]uint32, n), groups: make([]uint32, n), met: g.met, n: g.n}
+	return Grouped{order: Rotated(g.order, k), groups: Rotated(g.groups, k), met: g.met, n: g.n}
+}
+
+// Rotated returns a new slice of s rotated left by k places (k modulo
+// len(s)): s[k:] followed by s[:k]. s is left as it is.
+func Rotated(s []uint32, k int) []uint32 {
+	n := len(s)
+	out := make([]uint32, n)
 	if n == 0 {
 		return out
 	}
 	if k %= n; k < 0 {
 		k += n
 	}
-	copy(out.order, g.order[k:])
-	copy(out.order[n-k:], g.order[:k])
-	copy(out.groups, g.groups[k:])
-	copy(out.groups[n-k:], g.groups[:k])
+	copy(out, s[k:])
+	copy(out[n-k:], s[:k])
 	return out
 }
 
