@@ -287,11 +287,10 @@ func (s *Sampler) Permutes(epoch int) bool { return !s.cfg.PADS || epoch == 0 }
 // ErrSizeMismatch, an epoch out of sequence as Draw's; on error the
 // sampler is unchanged.
 func (s *Sampler) DrawPermutation(epoch int, order []uint32) (Drawn, error) {
+	if err := s.drawable(epoch); err != nil {
+		return Drawn{}, err
+	}
 	switch {
-	case s.cfgErr != nil:
-		return Drawn{}, s.cfgErr
-	case epoch != s.next || epoch >= math.MaxInt32:
-		return Drawn{}, wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
 	case !s.Permutes(epoch):
 		return Drawn{}, wrapf(ErrNotPermutation, "epoch %d is drawn by PADS", epoch)
 	case len(order) != s.n:
@@ -299,6 +298,18 @@ func (s *Sampler) DrawPermutation(epoch int, order []uint32) (Drawn, error) {
 	}
 	s.markPermutation(epoch)
 	return Drawn{Order: order}, nil
+}
+
+// drawable says why epoch cannot be drawn now, if it cannot: the
+// sampler's Config is invalid, or epoch is not the next one.
+func (s *Sampler) drawable(epoch int) error {
+	if s.cfgErr != nil {
+		return s.cfgErr
+	}
+	if epoch != s.next || epoch >= math.MaxInt32 {
+		return wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
+	}
+	return nil
 }
 
 // markPermutation records that every sample was drawn in epoch, a
@@ -313,11 +324,8 @@ func (s *Sampler) markPermutation(epoch int) {
 // draw is Draw, computing the weights only if weights is set, and
 // shuffling the order only if shuffled is.
 func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled bool) (Drawn, error) {
-	if s.cfgErr != nil {
-		return Drawn{}, s.cfgErr
-	}
-	if epoch != s.next || epoch >= math.MaxInt32 {
-		return Drawn{}, wrapf(ErrEpochOutOfSequence, "epoch %d, want %d", epoch, s.next)
+	if err := s.drawable(epoch); err != nil {
+		return Drawn{}, err
 	}
 	var d Drawn
 	if s.Permutes(epoch) {
