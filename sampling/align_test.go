@@ -251,10 +251,11 @@ func TestUniformLowLeavesShortRuns(t *testing.T) {
 }
 
 // TestDrawPermutation: a permutation epoch drawn from an order the caller
-// made (AlignedPermutation's, the permutation drawn and aligned) leaves the sampler as DrawUnordered does, keeps the order as it
-// is given and has no weights (all 1); an epoch PADS draws, an order of
-// another length or an epoch out of sequence is refused and leaves the
-// sampler as it was.
+// made (AlignedPermutation's, the permutation drawn and aligned) leaves
+// the sampler as DrawUnordered does, keeps the order as it is given and
+// has no weights (all 1); an epoch PADS draws, an order of another
+// length or an epoch out of sequence is refused and leaves the sampler
+// as it was.
 func TestDrawPermutation(t *testing.T) {
 	const n = 500
 	for _, pads := range []bool{true, false} {
