@@ -141,12 +141,16 @@ func BenchmarkSplit(b *testing.B) {
 // each of 1,000 nodes, each sample owned by 2 of them, as a leader of such
 // a mesh does every epoch.
 func BenchmarkLocalitySplit(b *testing.B) {
-	order, rankNode, where := thousandNodes()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := LocalitySplit(order, len(rankNode), rankNode, where); err != nil {
-			b.Fatal(err)
-		}
+	for _, partitions := range ringPartitions {
+		b.Run(fmt.Sprint("partitions=", partitions), func(b *testing.B) {
+			order, rankNode, where := thousandNodes(partitions)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := LocalitySplit(order, len(rankNode), rankNode, where); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -154,29 +158,39 @@ func BenchmarkLocalitySplit(b *testing.B) {
 // are looked up (GroupOrder, with the draw): what the last rank to join
 // waits for in epoch 0.
 func BenchmarkGroupedSplit(b *testing.B) {
-	order, rankNode, where := thousandNodes()
-	g, err := GroupOrder(order, where)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := g.Split(len(rankNode), rankNode, where); err != nil {
-			b.Fatal(err)
-		}
+	for _, partitions := range ringPartitions {
+		b.Run(fmt.Sprint("partitions=", partitions), func(b *testing.B) {
+			order, rankNode, where := thousandNodes(partitions)
+			g, err := GroupOrder(order, where)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := g.Split(len(rankNode), rankNode, where); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
+// ringPartitions are the splits' benchmarks' partition counts: a ring's
+// default, where most of 1,000 nodes own no partition and most samples
+// go to ranks that do not own them, and what a ring of 1,000 peers
+// advises, where every node owns some.
+var ringPartitions = []int{271, 16381}
+
 // thousandNodes is an epoch of 1.28 M samples, a rank on each of 1,000
-// nodes and a placement of each sample on 2 of them.
-func thousandNodes() ([]uint32, []string, Placement) {
+// nodes and a placement of each sample on 2 of them, in partitions
+// groups.
+func thousandNodes(partitions int) ([]uint32, []string, Placement) {
 	const n, nodes = 1280000, 1000
 	order := permutation(n, 1, 0)
 	rankNode := make([]string, nodes)
 	for r := range rankNode {
 		rankNode[r] = fmt.Sprint("node-", r)
 	}
-	const partitions = 16381 // as a ring of 1,000 peers advises
 	owners := make([][]string, partitions)
 	for p := range owners {
 		owners[p] = []string{rankNode[p*7%nodes], rankNode[(p*13+1)%nodes]}
@@ -185,7 +199,7 @@ func thousandNodes() ([]uint32, []string, Placement) {
 	// samples (mesh/ring.Samples) give it.
 	partOf := make([]uint16, n)
 	for i := range partOf {
-		partOf[i] = uint16(mix64(uint64(i)) % partitions)
+		partOf[i] = uint16(mix64(uint64(i)) % uint64(partitions))
 	}
 	where := Placement{
 		Groups: partitions,
