@@ -59,6 +59,16 @@ func (p *Pool) Go(fn func()) {
 	go p.worker(fn)
 }
 
+// GoIn runs fn as Go does, counted in wg as wg.Go counts the goroutine
+// it starts: wg.Add(1) now, wg.Done once fn returns.
+func (p *Pool) GoIn(wg *sync.WaitGroup, fn func()) {
+	wg.Add(1)
+	p.Go(func() {
+		defer wg.Done()
+		fn()
+	})
+}
+
 // init makes the channel Close closes; p.mu is held.
 func (p *Pool) init() {
 	if p.quit == nil {
@@ -141,26 +151,44 @@ func (p *Pool) Close() {
 	}
 }
 
-// Each calls fn(k) for every k in [0, n) on up to at goroutines, each
-// taking the next k once it is done with one (not a goroutine a call),
-// and returns once every call has returned. One at a time (n or at 1, or
-// below), the calls run on the caller's goroutine; with n 0 nothing is
-// started.
-func Each(n, at int, fn func(k int)) {
+// Each calls fn(k) for every k in [0, n) on up to at goroutines, the
+// caller's among them, each taking the next k once it is done with one
+// (not a goroutine a call), and returns once every call has returned.
+// One at a time (n or at 1, or below), the calls run on the caller's
+// goroutine; with n 0 nothing is started.
+func Each(n, at int, fn func(k int)) { each(n, at, fn, nil) }
+
+// Each is the package's Each with the goroutines besides the caller's
+// taken from p's workers (Go), whose stacks have grown already.
+func (p *Pool) Each(n, at int, fn func(k int)) { each(n, at, fn, p.Go) }
+
+// each is Each, its goroutines started by spawn (nil: go).
+func each(n, at int, fn func(k int), spawn func(func())) {
 	if min(n, at) <= 1 {
 		for k := range n {
 			fn(k)
 		}
 		return
 	}
-	var wg sync.WaitGroup
 	var next atomic.Int64
-	for range min(n, at) {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-				fn(int(k))
-			}
-		})
+	work := func() {
+		for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+			fn(int(k))
+		}
 	}
+	var wg sync.WaitGroup
+	for range min(n, at) - 1 {
+		wg.Add(1)
+		run := func() {
+			defer wg.Done()
+			work()
+		}
+		if spawn == nil {
+			go run()
+		} else {
+			spawn(run)
+		}
+	}
+	work()
 	wg.Wait()
 }

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,6 +170,68 @@ func TestEachCallsEveryIndexOnceWithinItsBound(t *testing.T) {
 	Each(5, 1, func(k int) { order = append(order, k) }) // no lock: one at a time
 	if !slices.Equal(order, []int{0, 1, 2, 3, 4}) {
 		t.Fatalf("one at a time: order %v", order)
+	}
+}
+
+// TestPoolEachRunsOnItsWorkers: a Pool's Each runs every call once, at
+// most at of them at once, the caller's goroutine taking a share and the
+// others going to the pool's workers: at - 1 of them for the first Each,
+// the same ones, waiting for runs, for the next.
+func TestPoolEachRunsOnItsWorkers(t *testing.T) {
+	var p Pool
+	defer p.Close()
+	const n, at = 40, 4
+	for round := range 3 {
+		var calls [n]atomic.Int32
+		var running atomic.Int32
+		release := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.Each(n, at, func(k int) {
+				running.Add(1)
+				<-release // the first calls are held until at of them run
+				calls[k].Add(1)
+			})
+		}()
+		testsupport.WaitFor(t, 10*time.Second, "at calls at once", func() bool { return running.Load() == at })
+		if live := p.live.Load(); live != at-1 {
+			t.Fatalf("round %d: %d workers run calls beside the caller, want %d", round, live, at-1)
+		}
+		close(release)
+		<-done
+		for k := range n {
+			if c := calls[k].Load(); c != 1 {
+				t.Fatalf("round %d: k %d called %d times", round, k, c)
+			}
+		}
+		waitIdle(t, &p, at-1)
+	}
+}
+
+// TestGoInCountsTheRun: a run started by GoIn is counted in its
+// WaitGroup until it returns, and runs on the pool's worker.
+func TestGoInCountsTheRun(t *testing.T) {
+	var p Pool
+	defer p.Close()
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	var ran atomic.Bool
+	p.GoIn(&wg, func() { <-release; ran.Store(true) })
+	if live := p.live.Load(); live != 1 {
+		t.Fatalf("%d workers, want 1", live)
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while the run was held")
+	default:
+	}
+	close(release)
+	<-waited
+	if !ran.Load() {
+		t.Fatal("Wait returned before the run did")
 	}
 }
 
