@@ -8,7 +8,8 @@ package redcon
 // and writes the replies out, without handing anything to the scheduler.
 // A command that may wait (a read from elsewhere, a blocking call) goes,
 // with the rest of its pipeline, to a worker: the loop's goroutine becomes
-// the worker and the loop goes on in a new one. The connection comes back
+// the worker and the loop goes on in another, kept from an earlier
+// hand-off (loop.goOn). The connection comes back
 // to the loop once its pipeline is answered. A worker writes its replies
 // to the socket itself while the socket takes them, and hands the rest to
 // the loop to write, waiting, when it does not: no connection's
@@ -27,6 +28,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shade-mesh/shade/internal/workers"
 )
 
 // SetLoops makes n event loops serve the server's connections, each from
@@ -61,7 +64,7 @@ func startLoops(s *Server, n int) (*loops, error) {
 			return nil, err
 		}
 		ls.all = append(ls.all, l)
-		go l.run()
+		l.goOn.Go(l.run)
 	}
 	return ls, nil
 }
@@ -109,6 +112,11 @@ type loop struct {
 	now       time.Time // as of the last wake, where a deadline needs it
 	swept     time.Time
 	done      chan struct{}
+	// goOn are the goroutines the loop goes on in when its own becomes a
+	// worker (run): each served a worker's commands before, so its
+	// stack has grown to what they take (shade). A new goroutine's
+	// would grow, and be copied, on the way down every time.
+	goOn workers.Pool
 
 	mu       sync.Mutex
 	queue    []request          // for the loop to take up when it wakes
@@ -236,13 +244,15 @@ func (l *loop) signal() {
 }
 
 // run is the loop: it waits for events and serves them until shutdown.
-// Where a connection goes to a worker, the loop goes on in a new
-// goroutine and this one becomes the worker: the commands that wait start
-// at once, on this thread, and it is the loop that is scheduled anew.
+// Where a connection goes to a worker, the loop goes on in another
+// goroutine (goOn's) and this one becomes the worker: the commands that
+// wait start at once, on this thread, and it is the loop that is
+// scheduled anew.
 func (l *loop) run() {
 	for {
 		if l.next == len(l.batch) {
 			if l.await() {
+				l.goOn.Close()
 				close(l.done)
 				return
 			}
@@ -255,6 +265,7 @@ func (l *loop) run() {
 				unix.Read(l.wake, b[:])
 				if l.arm() {
 					l.stop(nil)
+					l.goOn.Close()
 					close(l.done)
 					return
 				}
@@ -265,7 +276,7 @@ func (l *loop) run() {
 				continue // closed earlier in this batch, or out
 			}
 			if l.serve(c, ev.Events) {
-				go l.run()
+				l.goOn.Go(l.run)
 				l.work(c)
 				return
 			}

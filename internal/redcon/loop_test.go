@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ type mode int
 
 const (
 	goroutines mode = iota // a goroutine per connection
-	workers                // event loops that answer nothing themselves
+	allWorkers             // event loops that answer nothing themselves
 	mixed                  // event loops that answer about half the commands
 	loopsOnly              // event loops that answer every command
 )
@@ -31,7 +33,7 @@ func (m mode) String() string { return [...]string{"goroutines", "workers", "mix
 // is mixed: it takes the commands of even length but DETACH and BLOCK.
 func (m mode) set(s *Server, handler func(Conn, Command)) {
 	switch m {
-	case workers:
+	case allWorkers:
 		s.SetLoops(2, nil)
 	case mixed:
 		s.SetLoops(2, func(conn Conn, cmd Command) bool {
@@ -48,7 +50,7 @@ func (m mode) set(s *Server, handler func(Conn, Command)) {
 }
 
 func forModes(t *testing.T, test func(*testing.T, mode)) {
-	for _, m := range []mode{goroutines, workers, mixed} {
+	for _, m := range []mode{goroutines, allWorkers, mixed} {
 		t.Run(m.String(), func(t *testing.T) { test(t, m) })
 	}
 }
@@ -121,6 +123,55 @@ func TestLoopKeepsOrder(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestLoopGoesOnInKeptGoroutines: where a command goes to a worker, the
+// loop's goroutine becomes the worker and the loop goes on in another;
+// that other is one kept from an earlier hand-off (its stack grown by the
+// commands it served), not a new goroutine each time. 200 commands sent
+// one at a time, each to a worker, are served on a few goroutines, not
+// on 200.
+func TestLoopGoesOnInKeptGoroutines(t *testing.T) {
+	var mu sync.Mutex
+	served := map[string]int{} // by goroutine, the commands it served
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServerNetwork("unix", path, func(conn Conn, cmd Command) {
+		buf := make([]byte, 64)
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
+		mu.Lock()
+		served[id]++
+		mu.Unlock()
+		conn.WriteString("OK")
+	}, nil, nil)
+	allWorkers.set(s, nil)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(ln) }()
+	t.Cleanup(func() { ln.Close(); <-done })
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute)) // a missing reply fails, not hangs
+	br := bufio.NewReader(c)
+	const commands = 200
+	for i := range commands {
+		if _, err := c.Write(respCommand([]byte("PING"))); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := br.ReadString('\n'); err != nil || line != "+OK\r\n" {
+			t.Fatalf("command %d: %q, %v", i, line, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(served) > commands/10 {
+		t.Fatalf("%d commands served by workers on %d goroutines, want at most %d", commands, len(served), commands/10)
+	}
 }
 
 // TestLoopWriteTimeout: a client that stops reading while its replies are
@@ -294,7 +345,7 @@ func TestLoopShutdown(t *testing.T) {
 // connection, the fallback of SetLoops(-1), still reads no input while
 // its replies wait.)
 func TestLoopTakesInputWhileRepliesWait(t *testing.T) {
-	for _, m := range []mode{loopsOnly, workers, mixed} {
+	for _, m := range []mode{loopsOnly, allWorkers, mixed} {
 		t.Run(m.String(), func(t *testing.T) { testInputWhileRepliesWait(t, m) })
 	}
 }

@@ -744,7 +744,7 @@ func TestWriterAdvance(t *testing.T) {
 // the client then reads every byte in order, and every value is given
 // back once.
 func TestFlushSomeNeverWaits(t *testing.T) {
-	for _, m := range []mode{goroutines, workers, loopsOnly} {
+	for _, m := range []mode{goroutines, allWorkers, loopsOnly} {
 		t.Run(m.String(), func(t *testing.T) { testFlushSomeNeverWaits(t, m) })
 	}
 }
@@ -818,7 +818,7 @@ func testFlushSomeNeverWaits(t *testing.T, m mode) {
 // one; every byte arrives right. Where the budget has no room for it, the
 // buffer is not kept.
 func TestLongRepliesReuseKeptBuffers(t *testing.T) {
-	for _, m := range []mode{goroutines, workers, loopsOnly} {
+	for _, m := range []mode{goroutines, allWorkers, loopsOnly} {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Run("kept", func(t *testing.T) { testLongRepliesReuseKeptBuffers(t, m, 64<<20) })
 			t.Run("no room", func(t *testing.T) { testLongRepliesReuseKeptBuffers(t, m, 1<<20) })
