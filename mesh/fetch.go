@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/internal/nozero"
-	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -874,7 +873,7 @@ func (n *Node) answerFetch(ctx context.Context, from string, req *wire.FetchReq)
 		}
 	}
 	n.readThroughMany(ctx, owned, !req.First)
-	workers.Each(len(stale), n.cfg.SourceReads, func(k int) {
+	n.workers.Each(len(stale), n.cfg.SourceReads, func(k int) {
 		t := stale[k]
 		t.r.v, t.err = n.readSource(ds, t.idx)
 	})

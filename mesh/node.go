@@ -71,9 +71,10 @@ type Node struct {
 	ordered  []*datasetState          // by ordinal
 	jobsMu   sync.Mutex               // held while a job is started
 	flight   flight.Group[read]
-	// workers runs the reads through (flight's runs) and the tries of
-	// hedged reads (hedge.First) on goroutines kept from earlier reads:
-	// both call deep (a request to a peer over QUIC, the source), and a
+	// workers runs the reads through (flight's runs), the tries of
+	// hedged reads (hedge.First) and an MGET's requests to other owners
+	// (readElsewhere, Pool.Each) on goroutines kept from earlier reads:
+	// all call deep (a request to a peer over QUIC, the source), and a
 	// new goroutine grew its stack, and copied it, each time.
 	workers workers.Pool
 

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/mesh/hedge"
 	"github.com/shade-mesh/shade/mesh/readahead"
 )
@@ -65,12 +64,12 @@ func (n *Node) readElsewhere(ctx context.Context, ms []*mgetItem) {
 	} else {
 		close(late)
 	}
-	workers.Each(len(reqs), elsewhereAtOnce, func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
+	n.workers.Each(len(reqs), elsewhereAtOnce, func(k int) { n.askElsewhere(ctx, ms, reqs[k]) })
 	var rest []int
 	for i := range late {
 		rest = append(rest, i)
 	}
-	workers.Each(len(rest), maxFetchBatch, func(k int) {
+	n.workers.Each(len(rest), maxFetchBatch, func(k int) {
 		m := ms[rest[k]]
 		m.missed(n.readFromOwners(ctx, m.ds, m.idx, m.owners))
 	})
@@ -173,7 +172,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []*mgetItem, r *elsewhereReq
 		alt = make([]answer, len(r.ids))
 		tries = append(tries, func(ctx context.Context) ([]answer, error) {
 			var failed atomic.Bool
-			workers.Each(len(r.ids), maxFetchBatch, func(k int) {
+			n.workers.Each(len(r.ids), maxFetchBatch, func(k int) {
 				m := ms[r.items[k]]
 				got, err := n.askOwners(ctx, m.ds, m.idx, without(m.owners, r.owner))
 				if err != nil {
@@ -211,7 +210,7 @@ func (n *Node) askElsewhere(ctx context.Context, ms []*mgetItem, r *elsewhereReq
 			ms[i].missed(answers[k].v, answers[k].mem, nil)
 		}
 	}
-	workers.Each(len(rest), maxFetchBatch, func(j int) {
+	n.workers.Each(len(rest), maxFetchBatch, func(j int) {
 		k := rest[j]
 		m := ms[r.items[k]]
 		owners := without(m.owners, r.owner)
@@ -316,14 +315,14 @@ func (n *Node) readThroughMany(ctx context.Context, items []*throughItem, forwar
 		reqs, rest := n.planThrough(ctx, items, forward)
 		// From here on each request's items are its own goroutine's.
 		for _, r := range reqs {
-			reads.Go(func() {
+			n.workers.GoIn(&reads, func() {
 				n.askCoOwner(ctx, r, &late)
 				next(r.items)
 			})
 		}
 		for _, it := range rest {
 			if len(it.late) > 0 {
-				reads.Go(func() {
+				n.workers.GoIn(&reads, func() {
 					for _, r := range it.late {
 						<-r.settled
 					}
@@ -344,7 +343,7 @@ func (n *Node) readThroughMany(ctx context.Context, items []*throughItem, forwar
 				continue
 			}
 			sources <- struct{}{}
-			reads.Go(func() { source(it) })
+			n.workers.GoIn(&reads, func() { source(it) })
 		}
 	}
 	next(items)
@@ -429,7 +428,7 @@ func (n *Node) askCoOwner(ctx context.Context, r *throughReq, late *sync.WaitGro
 	t := newCoOwnerTry(n.cluster, r.co)
 	done := n.asking(r.co, len(r.ids))
 	start := time.Now()
-	late.Go(func() {
+	n.workers.GoIn(late, func() {
 		defer done()
 		defer close(t.ended)
 		got, err := n.fetchFrom(ctx, r.co, r.ds, r.ids, r.mode)
@@ -474,7 +473,7 @@ func (n *Node) askCoOwner(ctx context.Context, r *throughReq, late *sync.WaitGro
 	for _, it := range r.items {
 		it.late = append(it.late, r)
 	}
-	late.Go(func() {
+	n.workers.GoIn(late, func() {
 		defer close(r.settled)
 		_ = t.whileAlive(ctx, n.cluster) // ctx's end: the source reads see it
 	})

@@ -335,12 +335,19 @@ func (n *Node) MGet(ctx context.Context, keys [][]byte) transport.Batch {
 			others = append(others, it)
 		}
 	}
-	var wg sync.WaitGroup
-	if len(others) > 0 {
-		wg.Go(func() { n.readElsewhere(ctx, others) })
+	// The two go on together, the others' on a worker (whose stack has
+	// grown on a read before), unless one is all there is.
+	switch {
+	case len(others) == 0:
+		n.readOwned(ctx, b, own)
+	case len(own) == 0:
+		n.readElsewhere(ctx, others)
+	default:
+		var wg sync.WaitGroup
+		n.workers.GoIn(&wg, func() { n.readElsewhere(ctx, others) })
+		n.readOwned(ctx, b, own)
+		wg.Wait()
 	}
-	n.readOwned(ctx, b, own)
-	wg.Wait()
 	return b
 }
 
