@@ -51,6 +51,41 @@ func TestRankScoresKnownValues(t *testing.T) {
 	}
 }
 
+// TestPackedRankOrder: the losses' positions sorted by (key, position)
+// through keys packed with their positions are those a sort by a
+// comparison function gives, over batches with equal losses, losses that
+// differ only in their last bits (their packed keys equal), NaN, both
+// zeros, both infinities and negatives; and for as many losses as a
+// position's bits hold. It fails where the pass that puts the keys
+// equal when packed in order is left out.
+func TestPackedRankOrder(t *testing.T) {
+	rng := newRand(7)
+	special := []float64{math.NaN(), 0, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), -1, 1}
+	for trial := range 500 {
+		n := 1 + rng.IntN(600)
+		if trial == 0 {
+			n = packedPositions
+		}
+		losses := make([]float64, n)
+		for i := range losses {
+			switch rng.IntN(5) {
+			case 0: // a loss of the batch again
+				losses[i] = losses[rng.IntN(i+1)]
+			case 1: // one that differs from another in its last bits only
+				b := math.Float64bits(losses[rng.IntN(i+1)])
+				losses[i] = math.Float64frombits(b ^ uint64(rng.IntN(1<<16)))
+			case 2:
+				losses[i] = special[rng.IntN(len(special))]
+			default:
+				losses[i] = rng.NormFloat64() * 3
+			}
+		}
+		if got, want := packedRankOrder(losses), keyedRankOrder(losses); !slices.Equal(got, want) {
+			t.Fatalf("trial %d, %d losses: packed order %v, want %v", trial, n, got, want)
+		}
+	}
+}
+
 func TestRankScoresTiesRandomized(t *testing.T) {
 	losses := []float64{1, 1, 1, 1, 0.5, 2}
 	base := RankScores(losses, newRand(1))
@@ -130,6 +165,15 @@ func TestReportMergeMath(t *testing.T) {
 	if tb.NumScored() != 3 {
 		t.Fatalf("scored %d, want 3", tb.NumScored())
 	}
+
+	// A minibatch of another length is scored by its own ranks.
+	mean, before3 := tb.Mean(), tb.Score(3)
+	if err := tb.Report([]uint32{1, 3, 8}, []float64{3, 1, 2}, newRand(1)); err != nil {
+		t.Fatal(err)
+	}
+	check(1, merge(ln(73), mean))
+	check(3, merge(ln(10), before3))
+	check(8, merge(ln(41.5), mean))
 }
 
 func TestReportCreditsIDsNotPositions(t *testing.T) {
