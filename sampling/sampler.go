@@ -327,8 +327,8 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled
 	if err := s.drawable(epoch); err != nil {
 		return Drawn{}, err
 	}
-	var d Drawn
 	if s.Permutes(epoch) {
+		var d Drawn
 		if shuffled {
 			d.Order = permutation(s.n, s.cfg.Seed, epoch)
 		} else {
@@ -337,20 +337,17 @@ func (s *Sampler) draw(epoch int, t *Table, resident []uint64, weights, shuffled
 		if weights {
 			d.Weight = ones(s.n)
 		}
-	} else {
-		if t == nil || t.Len() != s.n {
-			got := 0
-			if t != nil {
-				got = t.Len()
-			}
-			return Drawn{}, wrapf(ErrSizeMismatch, "table of %d samples for a sampler of %d", got, s.n)
-		}
-		d = s.pads(epoch, t, resident, weights, shuffled)
-	}
-	if s.Permutes(epoch) {
 		s.markPermutation(epoch) // every sample, in sequence
 		return d, nil
 	}
+	if t == nil || t.Len() != s.n {
+		got := 0
+		if t != nil {
+			got = t.Len()
+		}
+		return Drawn{}, wrapf(ErrSizeMismatch, "table of %d samples for a sampler of %d", got, s.n)
+	}
+	d := s.pads(epoch, t, resident, weights, shuffled)
 	for _, id := range d.Order {
 		s.last[id] = int32(epoch)
 	}
