@@ -227,18 +227,16 @@ func TestValueReaderCutShort(t *testing.T) {
 }
 
 // sumReader reads a raw reply's values with ReadSummed, the head's
-// lengths as its parts, into got and sums; through checks that r lets it
+// lengths as its parts, into got and sums, after checking that r lets it
 // sum the values as they come out of the stream's packets.
-func sumReader(lens *[]int, got *[]byte, sums *[]uint32, through bool) func(io.Reader, int) error {
+func sumReader(lens *[]int, got *[]byte, sums *[]uint32) func(io.Reader, int) error {
 	return func(r io.Reader, size int) error {
-		if through {
-			vr, ok := r.(*valueReader)
-			if !ok {
-				return fmt.Errorf("values read through a %T", r)
-			}
-			if _, ok := vr.r.(copyReader); !ok {
-				return fmt.Errorf("values read from a %T, which cannot sum them as it copies them", vr.r)
-			}
+		vr, ok := r.(*valueReader)
+		if !ok {
+			return fmt.Errorf("values read through a %T", r)
+		}
+		if _, ok := vr.r.(copyReader); !ok {
+			return fmt.Errorf("values read from a %T, which cannot sum them as it copies them", vr.r)
 		}
 		parts := make([]uint32, len(*lens))
 		for i, l := range *lens {
@@ -290,7 +288,7 @@ func TestReadSummed(t *testing.T) {
 		var gotLens []int
 		var got []byte
 		var sums []uint32
-		if err := a.CallRaw(ctxT(t), to, "node-b", mRaw, nil, &gotLens, sumReader(&gotLens, &got, &sums, true)); err != nil {
+		if err := a.CallRaw(ctxT(t), to, "node-b", mRaw, nil, &gotLens, sumReader(&gotLens, &got, &sums)); err != nil {
 			t.Fatal(err)
 		}
 		check("over QUIC to "+to, got, sums)
