@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
@@ -210,29 +211,37 @@ func TestPoolEachRunsOnItsWorkers(t *testing.T) {
 }
 
 // TestGoInCountsTheRun: a run started by GoIn is counted in its
-// WaitGroup until it returns, and runs on the pool's worker.
+// WaitGroup until it returns, and runs on the pool's worker. In a
+// synctest bubble, once every goroutine is blocked, Wait must still be
+// waiting for the held run; it fails, checked, where the run is counted
+// done as it starts.
 func TestGoInCountsTheRun(t *testing.T) {
-	var p Pool
-	defer p.Close()
-	var wg sync.WaitGroup
-	release := make(chan struct{})
-	var ran atomic.Bool
-	p.GoIn(&wg, func() { <-release; ran.Store(true) })
-	if live := p.live.Load(); live != 1 {
-		t.Fatalf("%d workers, want 1", live)
-	}
-	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-		t.Fatal("Wait returned while the run was held")
-	default:
-	}
-	close(release)
-	<-waited
-	if !ran.Load() {
-		t.Fatal("Wait returned before the run did")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var p Pool
+		defer p.Close()
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		free := sync.OnceFunc(func() { close(release) })
+		defer free() // a failure lets the run end too
+		var ran atomic.Bool
+		p.GoIn(&wg, func() { <-release; ran.Store(true) })
+		if live := p.live.Load(); live != 1 {
+			t.Fatalf("%d workers, want 1", live)
+		}
+		waited := make(chan struct{})
+		go func() { wg.Wait(); close(waited) }()
+		synctest.Wait() // the run held, the waiter waiting
+		select {
+		case <-waited:
+			t.Fatal("Wait returned while the run was held")
+		default:
+		}
+		free()
+		<-waited
+		if !ran.Load() {
+			t.Fatal("Wait returned before the run did")
+		}
+	})
 }
 
 // TestEachWithNothingToDoStartsNothing: most of the mesh's calls of Each
