@@ -942,19 +942,29 @@ func keep(buf *[]byte, b []byte) {
 
 // appendFrame appends to dst a frame with tag and the msgpack encoding of v.
 func appendFrame(dst []byte, tag uint16, v any) ([]byte, error) {
-	w := sliceWriter{b: append(dst, make([]byte, headerLen)...)}
+	b, err := appendMsgpack(append(dst, make([]byte, headerLen)...), v)
+	if err != nil {
+		return b[:len(dst)], err
+	}
+	if uint64(len(b)-len(dst)-4) > 1<<32-1 {
+		return b[:len(dst)], ErrFrameTooLarge
+	}
+	putHeader(b[len(dst):], tag)
+	return b, nil
+}
+
+// appendMsgpack appends v's msgpack encoding to dst: by its own
+// AppendMsgpack where it is an Appender, else by msgpack's encoder.
+func appendMsgpack(dst []byte, v any) ([]byte, error) {
+	if a, ok := v.(Appender); ok {
+		return a.AppendMsgpack(dst)
+	}
+	w := sliceWriter{b: dst}
 	enc := msgpack.GetEncoder()
 	enc.Reset(&w)
 	err := enc.Encode(v)
 	msgpack.PutEncoder(enc)
-	if err != nil {
-		return w.b[:len(dst)], err
-	}
-	if uint64(len(w.b)-len(dst)-4) > 1<<32-1 {
-		return w.b[:len(dst)], ErrFrameTooLarge
-	}
-	putHeader(w.b[len(dst):], tag)
-	return w.b, nil
+	return w.b, err
 }
 
 // sliceWriter appends to a byte slice, for msgpack's encoder.

@@ -65,6 +65,16 @@ type Handler interface {
 	ServePeer(ctx context.Context, from string, m Method, body []byte) (any, error)
 }
 
+// Appender is a message that encodes itself: AppendMsgpack appends to dst
+// exactly the bytes msgpack.Marshal makes of it, one whole value. The
+// Node encodes a request, a reply or a RawReply's head that is one with
+// it instead of with msgpack's encoder: a fetch's request and its
+// reply's head cross between peers for every read from another node's
+// memory.
+type Appender interface {
+	AppendMsgpack(dst []byte) ([]byte, error)
+}
+
 // HandlerFunc adapts a function to a Handler.
 type HandlerFunc func(ctx context.Context, from string, m Method, body []byte) (any, error)
 

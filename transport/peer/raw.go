@@ -50,26 +50,22 @@ const rawHeadLen = 4
 // frame's length after its prefix, values included.
 func appendRawHead(dst []byte, r *RawReply) (frame []byte, size int64, err error) {
 	start := len(dst)
-	w := sliceWriter{b: append(dst, make([]byte, headerLen+rawHeadLen)...)}
-	enc := msgpack.GetEncoder()
-	enc.Reset(&w)
-	err = enc.Encode(r.Head)
-	msgpack.PutEncoder(enc)
+	b, err := appendMsgpack(append(dst, make([]byte, headerLen+rawHeadLen)...), r.Head)
 	if err != nil {
 		return dst, 0, err
 	}
-	head := len(w.b) - start - headerLen - rawHeadLen
-	size = int64(len(w.b) - start - 4)
+	head := len(b) - start - headerLen - rawHeadLen
+	size = int64(len(b) - start - 4)
 	for _, v := range r.Values {
 		size += int64(len(v))
 	}
 	if size > 1<<32-1 {
 		return dst, size, ErrFrameTooLarge
 	}
-	binary.BigEndian.PutUint32(w.b[start:], uint32(size))
-	binary.BigEndian.PutUint16(w.b[start+4:], uint16(CodeOK))
-	binary.BigEndian.PutUint32(w.b[start+headerLen:], uint32(head))
-	return w.b, size, nil
+	binary.BigEndian.PutUint32(b[start:], uint32(size))
+	binary.BigEndian.PutUint16(b[start+4:], uint16(CodeOK))
+	binary.BigEndian.PutUint32(b[start+headerLen:], uint32(head))
+	return b, size, nil
 }
 
 // writeValues writes values back to back to w, one Write for each run of
@@ -105,7 +101,9 @@ func writeValues(w io.Writer, values [][]byte) (int64, error) {
 
 // readRawHead reads the head of a raw reply's body of size bytes from r,
 // into buf's storage (grown as bytes arrive, and returned), checks it with
-// MsgpackCost and decodes it into head (a pointer; nil skips decoding). It
+// MsgpackCost and decodes it into head (a pointer; nil skips decoding); a
+// head that is a msgpack.Unmarshaler decodes and checks itself (it must
+// refuse what CheckMsgpack refuses, and size nothing beyond the bytes). It
 // returns the length of the values that follow. A head longer than the
 // body is refused before it is read; errors of the reply's own making wrap
 // ErrBadFrame.
@@ -125,6 +123,13 @@ func readRawHead(r io.Reader, size int, buf []byte, head any) (values int, body 
 	if err != nil {
 		return 0, body, err
 	}
+	rest := size - rawHeadLen - int(h)
+	if u, ok := head.(msgpack.Unmarshaler); ok {
+		if err := u.UnmarshalMsgpack(body); err != nil {
+			return 0, body, fmt.Errorf("%w: raw reply head: %v", ErrBadFrame, err)
+		}
+		return rest, body, nil
+	}
 	if err := CheckMsgpack(body); err != nil {
 		return 0, body, fmt.Errorf("raw reply head: %w", err)
 	}
@@ -133,7 +138,7 @@ func readRawHead(r io.Reader, size int, buf []byte, head any) (values int, body 
 			return 0, body, fmt.Errorf("%w: raw reply head: %v", ErrBadFrame, err)
 		}
 	}
-	return size - rawHeadLen - int(h), body, nil
+	return rest, body, nil
 }
 
 // valueReader hands a raw reply's values to the caller's reader: it reads
