@@ -789,11 +789,19 @@ func (n *Node) serveGetOrder(_ context.Context, from string, req *wire.GetOrderR
 	return p, nil
 }
 
-// decode unmarshals a request body handed to servePeer. The transport has
-// checked it with peer.CheckMsgpack already (see peer.Handler), so it is
-// not walked again here.
+// decode unmarshals a request body handed to servePeer, by v's own
+// UnmarshalMsgpack where it has one (a fetch's request: straight from the
+// bytes). The transport has checked it with peer.CheckMsgpack already
+// (see peer.Handler), so msgpack's decoder does not walk it again here
+// (an UnmarshalMsgpack may, for a layout it does not read itself).
 func decode(body []byte, v any) error {
-	if err := msgpack.Unmarshal(body, v); err != nil {
+	var err error
+	if u, ok := v.(msgpack.Unmarshaler); ok {
+		err = u.UnmarshalMsgpack(body)
+	} else {
+		err = msgpack.Unmarshal(body, v)
+	}
+	if err != nil {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "mesh: " + err.Error()}
 	}
 	return nil
