@@ -107,6 +107,71 @@ func TestCallRawRoundTrip(t *testing.T) {
 	}
 }
 
+// selfCoded is a message that encodes and decodes itself (Appender,
+// msgpack.Unmarshaler) as a msgpack array of ints, counting the calls;
+// refuse makes its UnmarshalMsgpack fail.
+type selfCoded struct {
+	V      []int
+	calls  *atomic.Int64
+	refuse bool
+}
+
+func (c selfCoded) AppendMsgpack(dst []byte) ([]byte, error) {
+	c.calls.Add(1)
+	b, err := msgpack.Marshal(c.V)
+	return append(dst, b...), err
+}
+
+func (c *selfCoded) UnmarshalMsgpack(b []byte) error {
+	c.calls.Add(1)
+	if c.refuse {
+		return errors.New("refused")
+	}
+	return msgpack.Unmarshal(b, &c.V)
+}
+
+// TestSelfCodedMessages: a request and a raw reply's head that are
+// Appenders go by their own AppendMsgpack, and a head that is a
+// msgpack.Unmarshaler is handed its bytes: the server reads the request's
+// msgpack, the caller the head and the values after it; a head that
+// refuses its bytes fails the call with ErrBadFrame.
+func TestSelfCodedMessages(t *testing.T) {
+	dir := t.TempDir()
+	values := rawValues()
+	var sent, read atomic.Int64
+	var asked []int
+	a := testNode(t, dir, "node-a", newTestHandler())
+	b := testNode(t, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
+		if err := msgpack.Unmarshal(body, &asked); err != nil {
+			return nil, err
+		}
+		lens := make([]int, len(values))
+		for i, v := range values {
+			lens[i] = len(v)
+		}
+		return &RawReply{Head: selfCoded{V: lens, calls: &sent}, Values: values}, nil
+	}))
+	head := selfCoded{calls: &read}
+	var got [][]byte
+	req := selfCoded{V: []int{7, 8}, calls: &sent}
+	if err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mRaw, req, &head, readInto(&head.V, &got)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(asked, []int{7, 8}) || len(got) != len(values) || sent.Load() != 2 || read.Load() != 1 {
+		t.Fatalf("the server read %v, the caller %d values; %d appended, %d unmarshalled; want [7 8], %d, 2, 1", asked, len(got), sent.Load(), read.Load(), len(values))
+	}
+	for i := range values {
+		if !bytes.Equal(got[i], values[i]) {
+			t.Fatalf("value %d differs", i)
+		}
+	}
+	refusing := selfCoded{calls: &read, refuse: true}
+	err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mRaw, req, &refusing, func(io.Reader, int) error { return nil })
+	if !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("a head that refuses its bytes: %v, want ErrBadFrame", err)
+	}
+}
+
 func TestRawReplyOverTheFrameLimit(t *testing.T) {
 	dir := t.TempDir()
 	var released atomic.Int64
