@@ -7,12 +7,20 @@ import (
 )
 
 // BenchmarkScoreQueueAdd queues one epoch of merged minibatches, as a
-// leader at 1,000 peers does: 1.28 M samples in batches of 256 in random
-// order, 271 partitions with 2 owners each, the queue taken every 62,500
-// samples (25 ms of training). A sample's group is read from a table of
-// partitions by sample, as ring.Samples holds them.
+// leader does: 1.28 M samples in batches of 256 in random order, the
+// queue taken every 62,500 samples (25 ms of training), each partition
+// with 2 owners, among 8 peers with a ring's default 271 partitions, or
+// among 1,000 peers with 271 or with the 16,381 that 1,000 peers need. A
+// sample's group is read from a table of partitions by sample, as
+// ring.Samples holds them.
 func BenchmarkScoreQueueAdd(b *testing.B) {
-	const samples, parts, peers, batch, flush = 1280000, 271, 1000, 256, 62500
+	for _, c := range []struct{ peers, parts int }{{8, 271}, {1000, 271}, {1000, 16381}} {
+		b.Run(fmt.Sprintf("peers=%d/partitions=%d", c.peers, c.parts), func(b *testing.B) { benchScoreQueue(b, c.peers, c.parts) })
+	}
+}
+
+func benchScoreQueue(b *testing.B, peers, parts int) {
+	const samples, batch, flush = 1280000, 256, 62500
 	rng := rand.New(rand.NewPCG(1, 2))
 	part := make([]uint16, samples)
 	for i := range part {
