@@ -60,13 +60,21 @@ func TestScoreQueue(t *testing.T) {
 		}
 	}
 	got := q.Take()
-	check(got, map[string][]float64{"a": {30, 31, 60, 50, 80, 51}, "b": {50, 80, 51}, "c": {40}})
+	// Each owner's samples in the order merged, from all its groups.
+	check(got, map[string][]float64{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	if q.Queued() != 0 || q.Take() != nil {
 		t.Fatal("Take left the queue non-empty")
 	}
+	// The messages share their arrays, each capped to its own part: an
+	// append to one leaves the others as they are.
+	for owner, req := range got[ds] {
+		req.IDs, req.Scores = append(req.IDs, 990), append(req.Scores, 9900)
+		check(got, map[string][]float64{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}, owner: append([]float64{}, req.Scores...)})
+		req.IDs, req.Scores = req.IDs[:len(req.IDs)-1], req.Scores[:len(req.Scores)-1]
+	}
 	// The queue's lists are used again: what was taken stays as it was.
 	q.Add(where, "me", ds, []uint32{5, 2}, []float64{52, 20}, nil)
-	check(got, map[string][]float64{"a": {30, 31, 60, 50, 80, 51}, "b": {50, 80, 51}, "c": {40}})
+	check(got, map[string][]float64{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	check(q.Take(), map[string][]float64{"a": {52, 20}, "b": {52, 20}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
