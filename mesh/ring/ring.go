@@ -572,6 +572,18 @@ func (r *Ring) OwnersOfPartition(p int) []string {
 	return slices.Clone(r.owners[p])
 }
 
+// PartitionOwners returns the owners of partition p as OwnersOfPartition
+// does, without a copy: the slice is the ring's, and the caller must not
+// modify it. A placement's Owners (sampling.Placement) is asked once a
+// partition for every 25 ms of merged scores (wire.ScoreQueue): 16,381
+// copies each time at 1,000 peers.
+func (r *Ring) PartitionOwners(p int) []string {
+	if p < 0 || p >= len(r.owners) || len(r.owners[p]) == 0 {
+		return nil
+	}
+	return r.owners[p]
+}
+
 // Members returns the member names, sorted. The slice is the caller's.
 func (r *Ring) Members() []string { return slices.Clone(r.members) }
 

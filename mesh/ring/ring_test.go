@@ -48,6 +48,9 @@ func checkRing(t *testing.T, r *Ring, members int) {
 		if len(owners) != want {
 			t.Fatalf("partition %d: %d owners %v, want %d", p, len(owners), owners, want)
 		}
+		if view := r.PartitionOwners(p); !slices.Equal(view, owners) {
+			t.Fatalf("partition %d: PartitionOwners %v, OwnersOfPartition %v", p, view, owners)
+		}
 		seen := map[string]bool{}
 		for _, o := range owners {
 			if seen[o] {
@@ -286,6 +289,9 @@ func TestEmptyRing(t *testing.T) {
 		if o := r.OwnersOfPartition(0); o != nil {
 			t.Fatalf("OwnersOfPartition on empty ring = %v", o)
 		}
+		if o := r.PartitionOwners(0); o != nil {
+			t.Fatalf("PartitionOwners on empty ring = %v", o)
+		}
 		if len(r.Members()) != 0 || len(r.Load()) != 0 {
 			t.Fatalf("empty ring has members %v load %v", r.Members(), r.Load())
 		}
@@ -330,6 +336,9 @@ func TestDeterministicAndDeduplicated(t *testing.T) {
 	}
 	if o := a.OwnersOfPartition(a.Config().Partitions); o != nil {
 		t.Fatal("partition out of range has owners")
+	}
+	if a.PartitionOwners(-1) != nil || a.PartitionOwners(a.Config().Partitions) != nil {
+		t.Fatal("PartitionOwners: a partition out of range has owners")
 	}
 	// Returned slices are the caller's.
 	o := a.Owners([]byte("k"))
