@@ -62,7 +62,8 @@ func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
 // Placement says which nodes own each sample, for LocalitySplit. The
 // samples fall into Groups groups that share their owners, as a ring's
 // partitions do: Group gives a sample's group, in [0, Groups), and Owners
-// a group's nodes. A split asks Owners once for each group it meets and
+// a group's nodes, a slice its callers only read (it may be the ring's
+// own). A split asks Owners once for each group it meets and
 // does not keep the slice; it calls Group once per place of the order,
 // from several goroutines at once.
 type Placement struct {
