@@ -942,9 +942,10 @@ func keep(buf *[]byte, b []byte) {
 
 // appendFrame appends to dst a frame with tag and the msgpack encoding of v.
 func appendFrame(dst []byte, tag uint16, v any) ([]byte, error) {
-	b, err := appendMsgpack(append(dst, make([]byte, headerLen)...), v)
+	framed := append(dst, make([]byte, headerLen)...)
+	b, err := appendMsgpack(framed, v)
 	if err != nil {
-		return b[:len(dst)], err
+		return framed[:len(dst)], err
 	}
 	if uint64(len(b)-len(dst)-4) > 1<<32-1 {
 		return b[:len(dst)], ErrFrameTooLarge

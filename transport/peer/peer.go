@@ -66,7 +66,8 @@ type Handler interface {
 }
 
 // Appender is a message that encodes itself: AppendMsgpack appends to dst
-// exactly the bytes msgpack.Marshal makes of it, one whole value. The
+// exactly the bytes msgpack.Marshal makes of it, one whole value (with an
+// error, what it returns is dropped). The
 // Node encodes a request, a reply or a RawReply's head that is one with
 // it instead of with msgpack's encoder: a fetch's request and its
 // reply's head cross between peers for every read from another node's

@@ -172,6 +172,24 @@ func TestSelfCodedMessages(t *testing.T) {
 	}
 }
 
+// failingAppender fails to encode, returning nothing.
+type failingAppender struct{}
+
+func (failingAppender) AppendMsgpack([]byte) ([]byte, error) { return nil, errors.New("cannot") }
+
+// TestAppenderThatFails: a frame whose message fails to append itself is
+// an error, and the buffer comes back as it was given.
+func TestAppenderThatFails(t *testing.T) {
+	got, err := appendFrame([]byte("kept"), 1, failingAppender{})
+	if err == nil || string(got) != "kept" {
+		t.Fatalf("appendFrame: %q, %v; want \"kept\" and an error", got, err)
+	}
+	got, _, err = appendRawHead([]byte("kept"), &RawReply{Head: failingAppender{}})
+	if err == nil || string(got) != "kept" {
+		t.Fatalf("appendRawHead: %q, %v; want \"kept\" and an error", got, err)
+	}
+}
+
 func TestRawReplyOverTheFrameLimit(t *testing.T) {
 	dir := t.TempDir()
 	var released atomic.Int64
