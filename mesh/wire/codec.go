@@ -280,23 +280,6 @@ func decodeMap(dec *msgpack.Decoder, what string, field func(key string) error) 
 	return nil
 }
 
-// encodeU32Array encodes l as msgpack's reflection encodes a []uint32: an
-// array of fixed-width 32-bit integers, nil for nil.
-func encodeU32Array(enc *msgpack.Encoder, l []uint32) error {
-	if l == nil {
-		return enc.EncodeNil()
-	}
-	if err := enc.EncodeArrayLen(len(l)); err != nil {
-		return err
-	}
-	for _, v := range l {
-		if err := enc.EncodeUint32(v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // decodeU32Array decodes an array of integers that fit 32 bits; nil for
 // nil.
 func decodeU32Array(dec *msgpack.Decoder) ([]uint32, error) {
