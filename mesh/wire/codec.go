@@ -81,10 +81,8 @@ func (r *FetchReq) UnmarshalMsgpack(b []byte) error {
 	var q FetchReq
 	fields := s.mapLen()
 	if fields == 5 || fields == 6 {
-		s.key('d')
-		q.Dataset = s.str()
-		s.key('v')
-		q.Version = s.str()
+		q.Dataset = s.strOf('d')
+		q.Version = s.strOf('v')
 		s.key('i')
 		if n, ok := s.arrayLen(5); ok {
 			q.IDs = make([]uint32, n)
@@ -92,13 +90,10 @@ func (r *FetchReq) UnmarshalMsgpack(b []byte) error {
 				q.IDs[i] = uint32(s.fixed(msgpcode.Uint32, 4))
 			}
 		}
-		s.key('m')
-		q.MemoryOnly = s.bool()
-		s.key('w')
-		q.Warm = s.bool()
+		q.MemoryOnly = s.boolOf('m')
+		q.Warm = s.boolOf('w')
 		if fields == 6 {
-			s.key('p')
-			q.First = s.bool()
+			q.First = s.boolOf('p')
 		}
 		if s.done() {
 			*r = q
@@ -187,17 +182,14 @@ func (h *FetchHead) UnmarshalMsgpack(b []byte) error {
 					s.bad = true
 					break
 				}
-				s.key('f')
-				m.Found = s.bool()
-				s.key('h')
-				m.Hit = s.bool()
+				m.Found = s.boolOf('f')
+				m.Hit = s.boolOf('h')
 				s.key('s')
 				m.Sum = s.fixed(msgpcode.Uint64, 8)
 				s.key('n')
 				m.Len = uint32(s.fixed(msgpcode.Uint32, 4))
 				if fields == 5 {
-					s.key('e')
-					m.Err = s.str()
+					m.Err = s.strOf('e')
 				}
 			}
 		}
@@ -407,6 +399,18 @@ func (s *scan) key(k byte) {
 	if c := s.take(2); c != nil && (c[0] != keyCode || c[1] != k) {
 		s.bad = true
 	}
+}
+
+// boolOf reads the key k and a bool after it.
+func (s *scan) boolOf(k byte) bool {
+	s.key(k)
+	return s.bool()
+}
+
+// strOf reads the key k and a string after it.
+func (s *scan) strOf(k byte) string {
+	s.key(k)
+	return s.str()
 }
 
 func (s *scan) bool() bool {
