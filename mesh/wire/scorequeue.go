@@ -45,8 +45,8 @@ type jobScores struct {
 	used   []int32   // the groups with ids queued, in the order of their first
 	mine   []int8    // by group: 0 unknown, 1 not self's, 2 self among its owners
 	queued []int32   // by group, its ids queued
-	// Take's own, kept for the next: by group, where its owners' slots
-	// start in slots, plus one (0: not looked up), and how many.
+	// Take's, kept for the next: by group, where its owners' slots start
+	// in slots, and how many (set for the groups used as it takes them).
 	at    []int32
 	count []int32
 	slots []int32
@@ -151,7 +151,7 @@ func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
 	var names []string
 	js.slots = js.slots[:0]
 	for _, g := range js.used {
-		js.at[g] = int32(len(js.slots)) + 1
+		js.at[g] = int32(len(js.slots))
 		for _, owner := range js.where.Owners(int(g)) {
 			if owner == js.self {
 				continue
@@ -164,13 +164,13 @@ func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
 			}
 			js.slots = append(js.slots, k)
 		}
-		js.count[g] = int32(len(js.slots)) - js.at[g] + 1
+		js.count[g] = int32(len(js.slots)) - js.at[g]
 	}
 	// next[k] is where slot k's next sample goes: its part's start, once
 	// the counts are summed.
 	next := make([]int, len(names)+1)
 	for _, g := range js.used {
-		for _, k := range js.slots[js.at[g]-1:][:js.count[g]] {
+		for _, k := range js.slots[js.at[g]:][:js.count[g]] {
 			next[k+1] += int(js.queued[g])
 		}
 	}
@@ -185,14 +185,14 @@ func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
 	}
 	for i, g := range js.groups {
 		id, score := js.ids[i], js.scores[i]
-		for _, k := range js.slots[js.at[g]-1:][:js.count[g]] {
+		for _, k := range js.slots[js.at[g]:][:js.count[g]] {
 			p := next[k]
 			ids[p], scores[p] = id, score
 			next[k] = p + 1
 		}
 	}
 	for _, g := range js.used {
-		js.at[g], js.count[g], js.mine[g], js.queued[g] = 0, 0, 0, 0
+		js.mine[g], js.queued[g] = 0, 0
 	}
 	js.ids, js.scores, js.groups, js.used = js.ids[:0], js.scores[:0], js.groups[:0], js.used[:0]
 	return byOwner
