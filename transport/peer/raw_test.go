@@ -139,12 +139,17 @@ func TestSelfCodedMessages(t *testing.T) {
 	dir := t.TempDir()
 	values := rawValues()
 	var sent, read atomic.Int64
+	var mu sync.Mutex // the handler's goroutine writes asked, the test reads it
 	var asked []int
 	a := testNode(t, dir, "node-a", newTestHandler())
 	b := testNode(t, dir, "node-b", HandlerFunc(func(ctx context.Context, from string, m Method, body []byte) (any, error) {
-		if err := msgpack.Unmarshal(body, &asked); err != nil {
+		var req []int
+		if err := msgpack.Unmarshal(body, &req); err != nil {
 			return nil, err
 		}
+		mu.Lock()
+		asked = req
+		mu.Unlock()
 		lens := make([]int, len(values))
 		for i, v := range values {
 			lens[i] = len(v)
@@ -157,8 +162,11 @@ func TestSelfCodedMessages(t *testing.T) {
 	if err := a.CallRaw(ctxT(t), b.Addr(), "node-b", mRaw, req, &head, readInto(&head.V, &got)); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(asked, []int{7, 8}) || len(got) != len(values) || sent.Load() != 2 || read.Load() != 1 {
-		t.Fatalf("the server read %v, the caller %d values; %d appended, %d unmarshalled; want [7 8], %d, 2, 1", asked, len(got), sent.Load(), read.Load(), len(values))
+	mu.Lock()
+	first := asked
+	mu.Unlock()
+	if !slices.Equal(first, []int{7, 8}) || len(got) != len(values) || sent.Load() != 2 || read.Load() != 1 {
+		t.Fatalf("the server read %v, the caller %d values; %d appended, %d unmarshalled; want [7 8], %d, 2, 1", first, len(got), sent.Load(), read.Load(), len(values))
 	}
 	for i := range values {
 		if !bytes.Equal(got[i], values[i]) {
