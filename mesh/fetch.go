@@ -56,7 +56,7 @@ func (n *Node) placement(ds *datasetState) sampling.Placement {
 		self := []string{n.cfg.Name}
 		return sampling.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return self }}
 	}
-	where := sampling.Placement{Groups: r.Config().Partitions, Owners: r.PartitionOwners}
+	where := sampling.Placement{Groups: r.Config().Partitions, Owners: r.PartitionOwners, Key: r}
 	if s := ds.samples.Load(); s.Fits(r) {
 		where.Group = func(id uint32) int {
 			if int(id) >= s.Len() {

@@ -70,6 +70,11 @@ type Placement struct {
 	Groups int
 	Group  func(id uint32) int
 	Owners func(group int) []string
+	// Key, where not nil, names the owners: placements with equal Keys
+	// have the same Groups, and each group the same Owners (a ring's
+	// pointer: a ring never changes), so a user may keep what it found
+	// of a group's owners while the Key stays (wire.ScoreQueue does).
+	Key any
 }
 
 // LocalitySplit cuts an epoch's order into world slices of equal length,

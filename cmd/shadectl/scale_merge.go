@@ -190,6 +190,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		Groups: r.Config().Partitions,
 		Group:  func(id uint32) int { return samples.Partition(id) },
 		Owners: r.PartitionOwners,
+		Key:    r,
 	}
 	// The job's table and sampler as shade-peer makes them by default
 	// (mesh.Node.jobConfig): magnitude scores; PADS with the uniform floor,
