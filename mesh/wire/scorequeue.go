@@ -25,8 +25,9 @@ type Placement = sampling.Placement
 // merged twice before the queue is taken is queued twice, with the
 // score of each merge. A sample costs a lookup of its group, a count
 // and three appends to lists in merge order; each group's owners are
-// looked up when the queue is taken, not each sample's, and the samples
-// are then dealt to their owners' messages in one pass over the lists.
+// looked up when the queue is taken, not each sample's (and, while the
+// placement's Key stays, kept for the takes after), and the samples are
+// then dealt to their owners' messages in one pass over the lists.
 // (A list per group cost a cache miss or more a sample where the groups
 // are many: 16,381 partitions for 1,000 peers.) The zero value is empty
 // and ready. A ScoreQueue is not safe for concurrent use: its owner guards
@@ -43,13 +44,23 @@ type jobScores struct {
 	scores []float64 // the score queued with each id
 	groups []int32   // each id's group
 	used   []int32   // the groups with ids queued, in the order of their first
-	mine   []int8    // by group: 0 unknown, 1 not self's, 2 self among its owners
 	queued []int32   // by group, its ids queued
-	// Take's, kept for the next: by group, where its owners' slots start
-	// in slots, and how many (set for the groups used as it takes them).
-	at    []int32
-	count []int32
-	slots []int32
+	// What is known of the groups' owners: kept while where.Key stays
+	// (and is not nil), else forgotten at each take.
+	key   any
+	mine  []int8  // by group: 0 unknown, 1 not self's, 2 self among its owners
+	at    []int32 // by group: where its owners' slots start in slots, plus one (0: not looked up)
+	count []int32 // by group: how many
+	slots []int32 // slots, each an owner other than self: an index of names
+	names []string
+	slot  map[string]int32 // names' indexes
+}
+
+// forget drops what is known of the groups' owners.
+func (js *jobScores) forget() {
+	clear(js.mine)
+	clear(js.at)
+	js.slots, js.names, js.slot = js.slots[:0], js.names[:0], nil
 }
 
 // Add queues the samples of one merged minibatch of a job for their
@@ -58,8 +69,8 @@ type jobScores struct {
 // the ids that self owns (its own share, which never crosses the wire;
 // appended to local). The owners of each group are those of where's
 // Owners when the queue is taken; whether self is among them is looked
-// up once per group until then. A sample whose group is out of where's
-// range is dropped.
+// up once per group until then, or, while where's Key stays, once for
+// as long. A sample whose group is out of where's range is dropped.
 func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32, scores []float64, local []uint32) []uint32 {
 	scores = scores[:len(ids)]
 	js := q.q[job]
@@ -68,13 +79,18 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 			q.q = make(map[JobKey]*jobScores)
 		}
 		old := js
-		js = &jobScores{mine: make([]int8, where.Groups), queued: make([]int32, where.Groups)}
+		n := where.Groups
+		js = &jobScores{queued: make([]int32, n), mine: make([]int8, n), at: make([]int32, n), count: make([]int32, n), key: where.Key}
 		q.q[job] = js
 		if old != nil {
 			// The placement's groups changed: what is queued is queued
 			// again by the new ones (self's share was returned already).
 			q.Add(where, self, job, old.ids, old.scores, nil)
 		}
+	}
+	if where.Key != js.key || self != js.self {
+		js.forget()
+		js.key = where.Key
 	}
 	js.where, js.self = where, self
 	for i, id := range ids {
@@ -87,10 +103,12 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 			if slices.Contains(where.Owners(g), self) {
 				js.mine[g] = 2
 			}
-			js.used = append(js.used, int32(g))
 		}
 		if js.mine[g] == 2 {
 			local = append(local, id)
+		}
+		if js.queued[g] == 0 {
+			js.used = append(js.used, int32(g))
 		}
 		js.queued[g]++
 		js.ids = append(js.ids, id)
@@ -138,62 +156,71 @@ func (q *ScoreQueue) Take() map[JobKey]map[string]*ScoresReq {
 }
 
 // take is Take for one job with samples queued: each group's owners
-// other than self get a slot, once, and the samples each slot gets are
-// counted from its groups', which places each owner's part in one array
-// of ids and one of scores for all; a pass over the samples puts each in
-// its owners' parts. Each owner's message is its part of the two arrays
-// (capacity-limited).
+// other than self get a slot (where not known already), and the samples
+// each slot gets are counted from its groups', which places each
+// owner's part in one array of ids and one of scores for all; a pass
+// over the samples puts each in its owners' parts. Each owner's message
+// is its part of the two arrays (capacity-limited).
 func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
-	if len(js.at) != len(js.mine) {
-		js.at, js.count = make([]int32, len(js.mine)), make([]int32, len(js.mine))
+	if js.slot == nil {
+		js.slot = make(map[string]int32)
 	}
-	slot := make(map[string]int32)
-	var names []string
-	js.slots = js.slots[:0]
 	for _, g := range js.used {
-		js.at[g] = int32(len(js.slots))
+		if js.at[g] != 0 {
+			continue
+		}
+		start := len(js.slots)
 		for _, owner := range js.where.Owners(int(g)) {
 			if owner == js.self {
 				continue
 			}
-			k, ok := slot[owner]
+			k, ok := js.slot[owner]
 			if !ok {
-				k = int32(len(names))
-				slot[owner] = k
-				names = append(names, owner)
+				k = int32(len(js.names))
+				js.slot[owner] = k
+				js.names = append(js.names, owner)
 			}
 			js.slots = append(js.slots, k)
 		}
-		js.count[g] = int32(len(js.slots)) - js.at[g]
+		js.at[g], js.count[g] = int32(start)+1, int32(len(js.slots)-start)
 	}
 	// next[k] is where slot k's next sample goes: its part's start, once
 	// the counts are summed.
-	next := make([]int, len(names)+1)
+	next := make([]int, len(js.names)+1)
 	for _, g := range js.used {
-		for _, k := range js.slots[js.at[g]:][:js.count[g]] {
+		for _, k := range js.slotsOf(g) {
 			next[k+1] += int(js.queued[g])
 		}
 	}
-	for k := range names {
+	for k := range js.names {
 		next[k+1] += next[k]
 	}
-	byOwner := make(map[string]*ScoresReq, len(names))
-	ids, scores := make(U32s, next[len(names)]), make(F64s, next[len(names)])
-	for k, owner := range names {
-		lo, hi := next[k], next[k+1]
-		byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi]}
+	byOwner := make(map[string]*ScoresReq)
+	ids, scores := make(U32s, next[len(js.names)]), make(F64s, next[len(js.names)])
+	for k, owner := range js.names {
+		if lo, hi := next[k], next[k+1]; hi > lo {
+			byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi]}
+		}
 	}
 	for i, g := range js.groups {
 		id, score := js.ids[i], js.scores[i]
-		for _, k := range js.slots[js.at[g]:][:js.count[g]] {
+		for _, k := range js.slotsOf(g) {
 			p := next[k]
 			ids[p], scores[p] = id, score
 			next[k] = p + 1
 		}
 	}
 	for _, g := range js.used {
-		js.mine[g], js.queued[g] = 0, 0
+		js.queued[g] = 0
 	}
 	js.ids, js.scores, js.groups, js.used = js.ids[:0], js.scores[:0], js.groups[:0], js.used[:0]
+	if js.key == nil {
+		js.forget()
+	}
 	return byOwner
+}
+
+// slotsOf is group g's slots, once take has looked its owners up.
+func (js *jobScores) slotsOf(g int32) []int32 {
+	return js.slots[js.at[g]-1:][:js.count[g]]
 }

@@ -31,7 +31,7 @@ func benchScoreQueue(b *testing.B, peers, parts int) {
 		a := rng.IntN(peers)
 		owners[p] = []string{fmt.Sprintf("peer-%04d", a), fmt.Sprintf("peer-%04d", (a+1+rng.IntN(peers-1))%peers)}
 	}
-	where := Placement{Groups: parts, Group: func(id uint32) int { return int(part[id]) }, Owners: func(g int) []string { return owners[g] }}
+	where := Placement{Groups: parts, Group: func(id uint32) int { return int(part[id]) }, Owners: func(g int) []string { return owners[g] }, Key: &owners}
 	order := rng.Perm(samples)
 	ids := make([]uint32, samples)
 	for i, id := range order {

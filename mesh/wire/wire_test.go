@@ -95,6 +95,38 @@ func TestScoreQueue(t *testing.T) {
 	}
 }
 
+// TestScoreQueueKeepsOwnersWhileKeyStays: with a placement's Key, each
+// group's owners are asked for once while the Key stays, over takes; a
+// new Key asks again and its owners get the samples.
+func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
+	owners := [][]string{{"a", "me"}, {"b"}, {"a", "b"}}
+	asked := 0
+	placement := func(key any) Placement {
+		return Placement{Groups: 3, Group: func(id uint32) int { return int(id % 3) }, Owners: func(g int) []string { asked++; return owners[g] }, Key: key}
+	}
+	var q ScoreQueue
+	ds := JobKey{Dataset: "ds"}
+	one, two := new(int), new(int)
+	for round := range 3 {
+		local := q.Add(placement(one), "me", ds, []uint32{3, 4, 5}, []float64{30, 40, 50}, nil)
+		got := q.Take()[ds]
+		if !slices.Equal(local, []uint32{3}) || len(got) != 2 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{4, 5}) {
+			t.Fatalf("round %d: local %v, taken %+v", round, local, got)
+		}
+		// Once a group while adding, once a group when taken: the
+		// first round only.
+		if asked != 6 {
+			t.Fatalf("round %d: owners asked %d times, want 6", round, asked)
+		}
+	}
+	owners[1] = []string{"c", "me"}
+	local := q.Add(placement(two), "me", ds, []uint32{3, 4, 5}, []float64{30, 40, 50}, nil)
+	got := q.Take()[ds]
+	if !slices.Equal(local, []uint32{3, 4}) || len(got) != 3 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{5}) || !slices.Equal(got["c"].IDs, U32s{4}) || asked != 12 {
+		t.Fatalf("a new key: local %v, taken %v, owners asked %d times; want [3 4], a [3 5], b [5], c [4], 12", local, got, asked)
+	}
+}
+
 func TestNewerBetter(t *testing.T) {
 	p := &PublishMsg{Gen: 1, Epoch: 2, Term: 3}
 	for _, c := range []struct {
