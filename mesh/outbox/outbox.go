@@ -9,6 +9,7 @@ package outbox
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
 )
@@ -57,6 +58,8 @@ type Outbox struct {
 
 	reportsDropped atomic.Int64 // reports dropped beyond MaxQueuedReports
 	offersDropped  atomic.Int64 // offers dropped beyond MaxOfferBytes or retries
+
+	scoresTaken time.Time // when TakeScoresDue last took the scores
 }
 
 // Queued returns a channel that can be received from once something has
@@ -187,6 +190,32 @@ func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey,
 		o.signalLocked()
 	}
 	return o.scores.Add(where, self, job, ids, scores, nil)
+}
+
+// TakeScoresDue takes the score queue as TakeScores does once it is due
+// for a mesh of members peers with replicas owners a sample:
+// wire.ScoresEvery(members) after it was last taken, or sooner once it
+// holds wire.ScoresPerOwner samples for each other member on average. A
+// queue not yet due stays, and TakeScoresDue returns nil; so the
+// leader's messages to owners, and what waits for them, grow with the
+// mesh: a few a second to each of 1,000 peers and under a second's
+// scores, where every FlushEvery would be 40,000 messages a second.
+func (o *Outbox) TakeScoresDue(now time.Time, members, replicas int) map[wire.JobKey]map[string]*wire.ScoresReq {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	queued := o.scores.Queued()
+	if queued == 0 {
+		return nil
+	}
+	// Up to FlushEvery, every flush takes them (the flush that comes
+	// FlushEvery after a queueing may find a little less since the last).
+	every := wire.ScoresEvery(members)
+	enough := queued*max(replicas, 1) >= wire.ScoresPerOwner*max(members-1, 1)
+	if every > wire.FlushEvery && !enough && now.Sub(o.scoresTaken) < every {
+		return nil
+	}
+	o.scoresTaken = now
+	return o.scores.Take()
 }
 
 // TakeScores empties the score queue and returns it (see

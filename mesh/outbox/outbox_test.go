@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"testing"
+	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
 )
@@ -118,5 +119,65 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	o.Offered("a", o.TakeOffers()["a"], false)
 	if ready(&o) || o.Pending() {
 		t.Fatal("ready, or pending, with nothing left")
+	}
+}
+
+// TestTakeScoresDue: in a mesh of up to 9 peers the scores are taken at
+// every flush; in a larger one they wait wire.ScoresEvery after the last
+// take, unless wire.ScoresPerOwner a member are queued.
+func TestTakeScoresDue(t *testing.T) {
+	var o Outbox
+	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a", "b"} }}
+	ds := wire.JobKey{Dataset: "ds"}
+	queue := func(n int) {
+		ids, scores := make([]uint32, n), make([]float64, n)
+		o.QueueScores(where, "me", ds, ids, scores)
+	}
+	start := time.Unix(1000, 0)
+	queue(1)
+	if o.TakeScoresDue(start, 3, 2) == nil {
+		t.Fatal("3 peers: one sample queued was not taken")
+	}
+	queue(1)
+	if o.TakeScoresDue(start.Add(time.Millisecond), 3, 2) == nil {
+		t.Fatal("3 peers: not taken a millisecond after the last take")
+	}
+	// 1,000 peers: ScoresEvery is ScoresMaxWait.
+	if got := wire.ScoresEvery(1000); got != wire.ScoresMaxWait {
+		t.Fatalf("ScoresEvery(1000) = %v, want %v", got, wire.ScoresMaxWait)
+	}
+	queue(1)
+	at := start.Add(time.Millisecond)
+	if o.TakeScoresDue(at.Add(wire.ScoresMaxWait-time.Millisecond), 1000, 2) != nil || !o.Pending() {
+		t.Fatal("1,000 peers: taken before ScoresMaxWait with one sample queued")
+	}
+	if o.TakeScoresDue(at.Add(wire.ScoresMaxWait), 1000, 2) == nil {
+		t.Fatal("1,000 peers: not taken ScoresMaxWait after the last take")
+	}
+	// Enough for each other member: at once.
+	at = at.Add(wire.ScoresMaxWait)
+	queue(wire.ScoresPerOwner*999/2 - 1)
+	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2) != nil {
+		t.Fatal("1,000 peers: taken one sample short of enough")
+	}
+	queue(1)
+	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2) == nil || o.Pending() {
+		t.Fatal("1,000 peers: not taken with enough for every member")
+	}
+	if o.TakeScoresDue(at.Add(time.Hour), 1000, 2) != nil {
+		t.Fatal("an empty queue taken")
+	}
+}
+
+// TestScoresEvery: FlushEvery up to 9 members, in proportion beyond, at
+// most ScoresMaxWait.
+func TestScoresEvery(t *testing.T) {
+	for _, c := range []struct {
+		members int
+		want    time.Duration
+	}{{1, wire.FlushEvery}, {9, wire.FlushEvery}, {17, 2 * wire.FlushEvery}, {101, 100 * wire.FlushEvery / 8}, {1000, wire.ScoresMaxWait}} {
+		if got := wire.ScoresEvery(c.members); got != c.want {
+			t.Errorf("ScoresEvery(%d) = %v, want %v", c.members, got, c.want)
+		}
 	}
 }
