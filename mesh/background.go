@@ -285,9 +285,13 @@ func (n *Node) flushReports(ctx context.Context) {
 	n.out.SentReports(last)
 }
 
-// flushScores sends each owner the merged scores of its queued samples.
+// flushScores sends each owner the merged scores of its queued samples,
+// once they are due for a mesh of this size (outbox.TakeScoresDue).
 func (n *Node) flushScores(ctx context.Context) {
-	q := n.out.TakeScores()
+	if n.cluster == nil {
+		return // every sample is this node's: none were queued
+	}
+	q := n.out.TakeScoresDue(time.Now(), n.cluster.size(), n.cluster.cfg.Replicas)
 	for key, byOwner := range q {
 		ds, err := n.dataset(key.Dataset)
 		if err != nil {

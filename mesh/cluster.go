@@ -237,6 +237,13 @@ func (c *cluster) alive() []peerInfo {
 	return out
 }
 
+// size is the number of members alive, this node among them.
+func (c *cluster) size() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.members)
+}
+
 func (c *cluster) call(ctx context.Context, p peerInfo, m peer.Method, req, out any) error {
 	return c.wire.Call(ctx, p.addr, p.name, m, req, out)
 }
