@@ -13,6 +13,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/cputime"
 	meshleader "github.com/shade-mesh/shade/mesh/leader"
+	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
@@ -289,10 +290,19 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	queueStep := step("queue scores for owners", 1, false, "partition per sample (ring.Samples) + per-partition list, as mesh.queueScores (wire.ScoreQueue)")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
+	// The leader's flush comes every 25 ms of training while scores wait,
+	// and sends them once due for a mesh of this size (TakeScoresDue),
+	// on a clock of the samples trained.
 	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
-	q := newScoreQueue(where, leader)
-	flush := func() error {
-		msgs, bytes, err := q.flush(table)
+	q := newScoreQueue(where, leader, peers, r.Config().Replicas)
+	trained, takes := 0, 0
+	clock := time.Unix(0, 0)
+	flush := func(last bool) error {
+		now := clock.Add(time.Duration(float64(trained) / throughput * float64(time.Second)))
+		msgs, bytes, err := q.flush(table, now, last)
+		if msgs > 0 {
+			takes++
+		}
 		flushStep.Messages += float64(msgs)
 		flushStep.WireBytes += float64(bytes)
 		return err
@@ -306,18 +316,20 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		for j, b := range bs {
 			_ = queueStep.run(func() error { q.add(b.Dataset, b.IDs, merged[i][j]); return nil })
 			pending += len(b.IDs)
+			trained += len(b.IDs)
 			if pending >= flushSamples {
 				pending = 0
-				if err := flushStep.run(flush); err != nil {
+				if err := flushStep.run(func() error { return flush(false) }); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	if err := flushStep.run(flush); err != nil {
+	if err := flushStep.run(func() error { return flush(true) }); err != nil {
 		return nil, err
 	}
-	flushStep.Note = fmt.Sprintf("every 25 ms (%d samples trained): owners looked up once per partition, one scores message per owner, as mesh.flushScores", flushSamples)
+	flushStep.Note = fmt.Sprintf("a flush every 25 ms (%d samples trained) while scores wait; sent once due for %d peers (outbox.TakeScoresDue: every %v, or %d samples a member): %d times an epoch, one scores message per owner, as mesh.flushScores",
+		flushSamples, peers, wire.ScoresEvery(peers), wire.ScoresPerOwner, takes)
 	batches, merged = nil, nil
 	res.Scored = table.NumScored()
 	progress("merged %d samples (%d scored)", job.samples, res.Scored)
@@ -646,28 +658,33 @@ func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *ran
 // owners: the node's own wire.ScoreQueue, flushed by encoding the
 // messages a node would send.
 type scoreQueue struct {
-	where  wire.Placement
-	leader string
-	q      wire.ScoreQueue
-	local  []uint32 // the leader's own share
-	frame  []byte
+	where           wire.Placement
+	leader          string
+	peers, replicas int
+	o               outbox.Outbox
+	local           []uint32 // the leader's own share
+	frame           []byte
 }
 
-func newScoreQueue(where wire.Placement, leader string) *scoreQueue {
-	return &scoreQueue{where: where, leader: leader}
+func newScoreQueue(where wire.Placement, leader string, peers, replicas int) *scoreQueue {
+	return &scoreQueue{where: where, leader: leader, peers: peers, replicas: replicas}
 }
 
 // add queues the samples of one merged minibatch for their owners, with
 // their new scores, as mesh.queueScores does.
 func (q *scoreQueue) add(dataset string, ids []uint32, scores []float64) {
-	q.local = q.q.Add(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, scores, q.local)
+	q.local = append(q.local, q.o.QueueScores(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, scores)...)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader
-// sends them (mesh.flushScores), and empties the queue; it returns the
-// frames and bytes.
-func (q *scoreQueue) flush(table *sampling.Table) (frames, bytes int, err error) {
-	for _, byOwner := range q.q.Take() {
+// sends them (mesh.flushScores), once the queue is due at now (all of it
+// where last); it returns the frames and bytes.
+func (q *scoreQueue) flush(table *sampling.Table, now time.Time, last bool) (frames, bytes int, err error) {
+	taken := q.o.TakeScoresDue(now, q.peers, q.replicas)
+	if last && taken == nil {
+		taken = q.o.TakeScores()
+	}
+	for _, byOwner := range taken {
 		mean := table.Mean()
 		for _, req := range byOwner {
 			req.Mean = mean
