@@ -63,17 +63,18 @@ func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
 // samples fall into Groups groups that share their owners, as a ring's
 // partitions do: Group gives a sample's group, in [0, Groups), and Owners
 // a group's nodes, a slice its callers only read (it may be the ring's
-// own). A split asks Owners once for each group it meets and
-// does not keep the slice; it calls Group once per place of the order,
-// from several goroutines at once.
+// own). A split asks Owners once for each group it meets and does not
+// keep the slice; it calls Group once per place of the order, from
+// several goroutines at once.
 type Placement struct {
 	Groups int
 	Group  func(id uint32) int
 	Owners func(group int) []string
 	// Key, where not nil, names the owners: placements with equal Keys
-	// have the same Groups, and each group the same Owners (a ring's
-	// pointer: a ring never changes), so a user may keep what it found
-	// of a group's owners while the Key stays (wire.ScoreQueue does).
+	// have the same Groups, and each group the same Owners, so a user
+	// may keep what it found of a group's owners while the Key stays
+	// (wire.ScoreQueue does). It must be comparable: a ring's pointer
+	// (a ring never changes).
 	Key any
 }
 
