@@ -287,7 +287,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// scores go out, one message per owner. Merging is measured over all
 	// requests at once; queueing and sending in 25 ms windows.
 	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report, each batch's new scores read back as it is merged (mesh.queueScores)", job.batch))
-	queueStep := step("queue scores for owners", 1, false, "partition per sample (ring.Samples) + per-partition list, as mesh.queueScores (wire.ScoreQueue)")
+	queueStep := step("queue scores for owners", 1, false, "partition per sample (ring.Samples) + lists in merge order, as mesh.queueScores (outbox.QueueScores, wire.ScoreQueue)")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
 	// The leader's flush comes every 25 ms of training while scores wait,

@@ -574,9 +574,9 @@ func (r *Ring) OwnersOfPartition(p int) []string {
 
 // PartitionOwners returns the owners of partition p as OwnersOfPartition
 // does, without a copy: the slice is the ring's, and the caller must not
-// modify it. A placement's Owners (sampling.Placement) is asked once a
-// partition for every 25 ms of merged scores (wire.ScoreQueue): 16,381
-// copies each time at 1,000 peers.
+// modify it. A dataset's placement (sampling.Placement) hands it to the
+// leader's split and score queue (wire.ScoreQueue), which ask for every
+// partition's owners: 16,381 of them at 1,000 peers.
 func (r *Ring) PartitionOwners(p int) []string {
 	if p < 0 || p >= len(r.owners) || len(r.owners[p]) == 0 {
 		return nil
