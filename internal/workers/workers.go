@@ -156,13 +156,13 @@ func (p *Pool) Close() {
 // (not a goroutine a call), and returns once every call has returned.
 // One at a time (n or at 1, or below), the calls run on the caller's
 // goroutine; with n 0 nothing is started.
-func Each(n, at int, fn func(k int)) { each(n, at, fn, nil) }
+func Each(n, at int, fn func(k int)) { each(n, at, fn, func(run func()) { go run() }) }
 
 // Each is the package's Each with the goroutines besides the caller's
 // taken from p's workers (Go), whose stacks have grown already.
 func (p *Pool) Each(n, at int, fn func(k int)) { each(n, at, fn, p.Go) }
 
-// each is Each, its goroutines started by spawn (nil: go).
+// each is Each, its goroutines started by spawn.
 func each(n, at int, fn func(k int), spawn func(func())) {
 	if min(n, at) <= 1 {
 		for k := range n {
@@ -179,15 +179,10 @@ func each(n, at int, fn func(k int), spawn func(func())) {
 	var wg sync.WaitGroup
 	for range min(n, at) - 1 {
 		wg.Add(1)
-		run := func() {
+		spawn(func() {
 			defer wg.Done()
 			work()
-		}
-		if spawn == nil {
-			go run()
-		} else {
-			spawn(run)
-		}
+		})
 	}
 	work()
 	wg.Wait()
