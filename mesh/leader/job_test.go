@@ -891,6 +891,16 @@ func rebuildAhead(t *testing.T, ahead int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Retired before it resumed (its node gave way to another leader), it
+	// publishes nothing.
+	j.Retire()
+	if err := j.Resume(); err != nil || len(h.pubs) != 0 {
+		t.Fatalf("a retired job resumed: %v, published %v", err, h.epochs())
+	}
+	j, err = Rebuild(cfg, first, "a", wire.JobState{Dataset: "ds", Epoch: 0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := j.Resume(); err != nil || !slices.Equal(h.epochs(), []int{1}) {
 		t.Fatalf("resume after epoch 0 alone: %v, published %v", err, h.epochs())
 	}

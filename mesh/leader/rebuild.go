@@ -134,11 +134,13 @@ func (j *Job) merge(node string, js wire.JobState) {
 // Resume publishes what a rebuilt job has due: with Ahead, the epochs
 // the old leader had not yet published ahead; the next epoch if every
 // rank finished the one being trained; epoch 0 if every rank has joined,
-// or epoch 0 JoinWait from now if some ranks have.
+// or epoch 0 JoinWait from now if some ranks have. A retired job
+// publishes nothing.
 func (j *Job) Resume() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	switch {
+	case j.retired:
 	case j.world > 0 && j.latest >= 0:
 		for j.latest < j.ahead || len(j.done) == j.world {
 			if err := j.publishLocked(j.latest + 1); err != nil {
