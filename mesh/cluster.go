@@ -83,6 +83,13 @@ type ClusterConfig struct {
 	// EpochDeadline publishes the next epoch this long after the first
 	// rank finished, even if others have not; 0 means never.
 	EpochDeadline time.Duration
+	// YieldWait is how long a node that leads, or takes over, gives way
+	// to a member of a lower name that asks for its state to take over
+	// (see Node.giveWay) while its own membership does not show that
+	// member yet; once it does, the member leads here too. If it never
+	// does (it died at once), the node takes over again after YieldWait.
+	// 0 means 3 s: gossip brings a member that joins within a second.
+	YieldWait time.Duration
 	// Prefetch is how many samples ahead of each local rank's reads in its
 	// slice of the order are kept read ahead (see Config.PrefetchMemory);
 	// 0 means 1024, negative none.
@@ -155,6 +162,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.JoinWait == 0 {
 		c.JoinWait = 5 * time.Second
 	}
+	if c.YieldWait == 0 {
+		c.YieldWait = 3 * time.Second
+	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 1024
 	}
@@ -202,6 +212,11 @@ type cluster struct {
 	// parts holds the answers this node sends in parts (MethodGetPart),
 	// charged to serving.
 	parts partBook
+
+	// recheck, when sent to, has followMembers refresh the membership
+	// and the leader without an event (a yield that ended, see
+	// Node.giveWay).
+	recheck chan struct{}
 
 	// pings shares the MethodPing to a member among the reads that ask
 	// whether it is there at once (answers), by member name.
@@ -405,7 +420,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	if serving <= 0 {
 		serving = peer.DefaultMaxRequestMemory
 	}
-	c := &cluster{cfg: cc, wire: pn, serving: budget.New(serving), members: make(map[string]peerInfo)}
+	c := &cluster{cfg: cc, wire: pn, serving: budget.New(serving), members: make(map[string]peerInfo), recheck: make(chan struct{}, 1)}
 	c.relays.budget = c.serving
 	c.parts.budget = c.serving
 	n.cluster = c
@@ -431,21 +446,32 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 }
 
 // followMembers rebuilds the rings and the leader on membership events,
-// until the node closes. The events already queued behind one are read
-// with it and answered by one refresh, which reads the membership as it
-// is: a node that joins a mesh of a thousand hears of every member at
-// once, and a refresh of each would cost it a thousand times the work.
+// and when asked to (cluster.recheck), until the node closes. The events
+// already queued behind one are read with it and answered by one refresh,
+// which reads the membership as it is: a node that joins a mesh of a
+// thousand hears of every member at once, and a refresh of each would
+// cost it a thousand times the work.
 func (n *Node) followMembers(ctx context.Context) {
 	list := n.cluster.list
-	for readEvents(ctx, list.Events(), list.Queued, n.sawMember) {
+	for readEvents(ctx, list.Events(), n.cluster.recheck, list.Queued, n.sawMember) {
 		n.refreshMembers()
+	}
+}
+
+// recheckMembers has followMembers refresh the membership and the leader
+// soon, without an event.
+func (n *Node) recheckMembers() {
+	select {
+	case n.cluster.recheck <- struct{}{}:
+	default: // one is due already
 	}
 }
 
 // readEvents waits for an event, then reads the events queued behind it
 // (as many as queued counts, at most maxEventsARefresh), handing each to
-// seen. It reports false once ctx ends or events is closed.
-func readEvents(ctx context.Context, events <-chan member.Event, queued func() int, seen func(member.Event)) bool {
+// seen; or for a wake, and reads none. It reports false once ctx ends or
+// events is closed.
+func readEvents(ctx context.Context, events <-chan member.Event, wake <-chan struct{}, queued func() int, seen func(member.Event)) bool {
 	read := func() bool {
 		select {
 		case <-ctx.Done():
@@ -457,8 +483,16 @@ func readEvents(ctx context.Context, events <-chan member.Event, queued func() i
 			return ok
 		}
 	}
-	if !read() {
+	select {
+	case <-ctx.Done():
 		return false
+	case <-wake:
+		return true
+	case ev, ok := <-events:
+		if !ok {
+			return false
+		}
+		seen(ev)
 	}
 	for range min(queued(), maxEventsARefresh-1) {
 		if !read() {
@@ -560,16 +594,28 @@ func (n *Node) refreshMembers() {
 	if leader != old {
 		n.cfg.Logger.Info().Str("leader", leader).Str("was", old).Int("alive", len(alive)).Msg("leader changed")
 	}
+	yielding := n.lead.yieldingTo(time.Now())
+	if _, seen := alive[yielding]; yielding != "" && seen {
+		// The member given way to is here: it leads (its name is lower),
+		// and once it goes, this node may take over at once.
+		n.lead.endYield(yielding)
+		yielding = ""
+	}
 	switch {
-	case leader == n.cfg.Name && !n.lead.leading() && n.lead.startTakeover():
+	case leader == n.cfg.Name && !n.lead.leading() && yielding == "" && n.lead.startTakeover():
 		n.goBackground(func(ctx context.Context) {
 			defer n.lead.endTakeover()
 			n.takeover(ctx)
-			if n.lead.leader() == n.cfg.Name {
+			n.lead.turn.Lock()
+			lead := n.lead.leader() == n.cfg.Name && n.lead.yieldingTo(time.Now()) == ""
+			if lead {
 				n.lead.setLeading(true)
-				n.prepareFirstOrders()
 			} else {
 				n.stepDown()
+			}
+			n.lead.turn.Unlock()
+			if lead {
+				n.prepareFirstOrders()
 			}
 		})
 	case leader != n.cfg.Name && n.lead.leading():
@@ -738,9 +784,13 @@ func (n *Node) installOrder(js *jobState, p *wire.PublishMsg) bool {
 }
 
 // serveState tells a new leader what this node knows of every job and
-// score table.
-func (n *Node) serveState(_ context.Context, _ string, req *wire.StateReq) (any, error) {
+// score table. A node that leads, or takes over, in its own view gives
+// way first to an asker of a lower name (see giveWay).
+func (n *Node) serveState(ctx context.Context, from string, req *wire.StateReq) (any, error) {
 	n.lead.observe(req.Term)
+	if from < n.cfg.Name && n.lead.leader() == n.cfg.Name {
+		n.giveWay(ctx, from)
+	}
 	resp := wire.StateResp{MaxTerm: n.lead.highest()}
 	for _, js := range n.allJobs() {
 		resp.Jobs = append(resp.Jobs, js.state())

@@ -100,7 +100,8 @@ func (c *crowd) names() []string {
 }
 
 // readEvents reads an event and those queued behind it, up to its bound,
-// and stops at a closed channel or an ended context.
+// returns at a wake without one, and stops at a closed channel or an
+// ended context.
 func TestReadEventsTakesTheQueued(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -114,14 +115,14 @@ func TestReadEventsTakesTheQueued(t *testing.T) {
 		}
 	}
 	push(40)
-	if !readEvents(ctx, events, queued, see) || len(seen) != 40 || len(events) != 0 {
+	if !readEvents(ctx, events, nil, queued, see) || len(seen) != 40 || len(events) != 0 {
 		t.Fatalf("one read took %d of 40 events, left %d", len(seen), len(events))
 	}
 	push(maxEventsARefresh + 100)
-	if !readEvents(ctx, events, queued, see) || len(seen) != 40+maxEventsARefresh {
+	if !readEvents(ctx, events, nil, queued, see) || len(seen) != 40+maxEventsARefresh {
 		t.Fatalf("one read took %d events, want at most %d", len(seen)-40, maxEventsARefresh)
 	}
-	if !readEvents(ctx, events, queued, see) || len(seen) != 40+maxEventsARefresh+100 {
+	if !readEvents(ctx, events, nil, queued, see) || len(seen) != 40+maxEventsARefresh+100 {
 		t.Fatalf("the next read took %d, want the 100 left", len(seen)-40-maxEventsARefresh)
 	}
 	for i, name := range seen {
@@ -131,14 +132,19 @@ func TestReadEventsTakesTheQueued(t *testing.T) {
 	}
 	push(3)
 	close(events)
-	if readEvents(ctx, events, func() int { return 10 }, see) {
+	if readEvents(ctx, events, nil, func() int { return 10 }, see) {
 		t.Fatal("a closed channel read on")
 	}
 	if len(seen) != 40+maxEventsARefresh+103 {
 		t.Fatalf("%d events of the closed channel seen, want 3", len(seen)-40-maxEventsARefresh-100)
 	}
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	if !readEvents(ctx, make(chan member.Event), wake, queued, see) || len(seen) != 40+maxEventsARefresh+103 {
+		t.Fatal("a wake did not end the read, or read an event")
+	}
 	cancel()
-	if readEvents(ctx, make(chan member.Event), queued, see) {
+	if readEvents(ctx, make(chan member.Event), nil, queued, see) {
 		t.Fatal("an ended context read on")
 	}
 }

@@ -431,7 +431,18 @@ func (n *Node) takeover(ctx context.Context) {
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Str("job", displayJob(js.name)).Msg("takeover: sampler state refused")
 		}
-		js.setLeaderJob(lj)
+		n.lead.turn.Lock()
+		yielding := n.lead.yieldingTo(time.Now())
+		if yielding == "" {
+			js.setLeaderJob(lj)
+		}
+		n.lead.turn.Unlock()
+		if yielding != "" {
+			// A member of a lower name took over meanwhile; a yield
+			// after this point retires the jobs installed before it.
+			n.cfg.Logger.Info().Str("to", yielding).Msg("takeover given up")
+			return
+		}
 		if pub != nil {
 			n.publish(pub, nil) // installed here already
 		}
@@ -440,6 +451,46 @@ func (n *Node) takeover(ctx context.Context) {
 		}
 	}
 	n.cfg.Logger.Info().Uint64("term", term).Int("peers", len(states)).Msg("leading")
+}
+
+// giveWay stops this node, which leads or takes over in its own view,
+// from publishing, because from, a member of a lower name, asks for its
+// state to take over: every membership elects from once gossip brings
+// it, and until this node's does, two leaders would each publish their
+// own order of the same epoch. Every job's leader is retired, and a
+// takeover running here stops (see takeover); the orders published
+// before are installed here before it returns (each once another member
+// holds it, or none could take it; waited for FetchTimeout/2 at most), so
+// that the answer names them and the new leader adopts them, as ranks
+// may read them already. The yield ends once this node's membership shows
+// from (which then leads here too), or ClusterConfig.YieldWait from now:
+// a member that died at once is not waited for longer, and the membership
+// is read again then.
+func (n *Node) giveWay(ctx context.Context, from string) {
+	wait := n.cluster.cfg.YieldWait
+	n.lead.turn.Lock()
+	n.lead.yieldTo(from, time.Now().Add(wait))
+	n.stepDown()
+	n.lead.turn.Unlock()
+	n.cfg.Logger.Info().Str("to", from).Msg("giving way to a member taking over")
+	n.after(wait, n.recheckMembers)
+
+	deadline := time.NewTimer(n.cluster.cfg.FetchTimeout / 2)
+	defer deadline.Stop()
+	for _, js := range n.allJobs() {
+		installed := js.installed.Load()
+		if installed == nil {
+			continue
+		}
+		select {
+		case <-*installed:
+		case <-deadline.C:
+			n.cfg.Logger.Warn().Str("to", from).Msg("giving way: an order published here is not held yet")
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // adoptBestTable replaces this node's score table of a job with a peer's
