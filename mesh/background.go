@@ -234,7 +234,7 @@ func (n *Node) runLoops(ctx context.Context) {
 			case <-queued:
 			default:
 			}
-			n.flushReports(ctx)
+			n.forwardReports(ctx, false)
 			n.flushScores(ctx)
 			n.flushOffers(ctx)
 			if n.out.Pending() { // kept for want of a leader, or queued meanwhile
@@ -256,17 +256,31 @@ func (n *Node) runLoops(ctx context.Context) {
 	}
 }
 
-// flushReports sends queued minibatches to the leader in one request.
-func (n *Node) flushReports(ctx context.Context) {
+// flushReports sends the queued minibatches to the leader in one request
+// now (a rank's done goes after them).
+func (n *Node) flushReports(ctx context.Context) { n.forwardReports(ctx, true) }
+
+// forwardReports sends queued minibatches to the leader in one request:
+// now, or once due for a mesh of this size (outbox.PeekReportsDue). The
+// leader merges its own at once.
+func (n *Node) forwardReports(ctx context.Context, now bool) {
 	n.flushMu.Lock()
 	defer n.flushMu.Unlock()
-	send, last, ok := n.out.PeekReports()
+	var send []wire.ReportBatch
+	var last uint64
+	var ok bool
+	leading := n.lead.leading()
+	if now || leading || n.cluster == nil {
+		send, last, ok = n.out.PeekReports()
+	} else {
+		send, last, ok = n.out.PeekReportsDue(time.Now(), n.cluster.size())
+	}
 	if !ok {
 		return
 	}
 
 	var err error
-	if n.lead.leading() {
+	if leading {
 		err = n.leaderReport(send)
 		if err != nil {
 			n.cfg.Logger.Warn().Err(err).Msg("queued report refused")
@@ -282,7 +296,7 @@ func (n *Node) flushReports(ctx context.Context) {
 	if err != nil {
 		return // keep them for the next try
 	}
-	n.out.SentReports(last)
+	n.out.SentReports(last, time.Now())
 }
 
 // flushScores sends each owner the merged scores of its queued samples,

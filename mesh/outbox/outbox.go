@@ -51,6 +51,7 @@ type Outbox struct {
 	ended      chan struct{} // holds a value once an offer request has ended; made at first use
 	reports    []queuedReport
 	reportSeq  uint64
+	pairs      int // (id, loss) pairs in reports
 	scores     wire.ScoreQueue
 	offers     map[string][]wire.OfferItem // co-owner -> samples to hand it
 	offerBytes int                         // Value bytes in offers
@@ -60,6 +61,7 @@ type Outbox struct {
 	offersDropped  atomic.Int64 // offers dropped beyond MaxOfferBytes or retries
 
 	scoresTaken time.Time // when TakeScoresDue last took the scores
+	reportsSent time.Time // when SentReports last ran
 }
 
 // Queued returns a channel that can be received from once something has
@@ -133,11 +135,13 @@ func (o *Outbox) QueueReport(b wire.ReportBatch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.reports) >= MaxQueuedReports {
+		o.pairs -= len(o.reports[0].batch.IDs)
 		o.reports = o.reports[1:]
 		o.reportsDropped.Add(1)
 	}
 	o.reportSeq++
 	o.reports = append(o.reports, queuedReport{seq: o.reportSeq, batch: b})
+	o.pairs += len(b.IDs)
 	o.signalLocked()
 }
 
@@ -147,6 +151,26 @@ func (o *Outbox) QueueReport(b wire.ReportBatch) {
 func (o *Outbox) PeekReports() (send []wire.ReportBatch, last uint64, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.peekReportsLocked()
+}
+
+// PeekReportsDue is PeekReports once the reports are due for a mesh of
+// members peers: wire.ReportsEvery(members) after they were last sent
+// (SentReports), or sooner once MaxReportPairs pairs are queued (what one
+// request carries). Reports not yet due stay, and ok is false; so the
+// leader's report requests do not grow with the mesh (see
+// wire.ReportsEvery). In a mesh of up to 9 peers every call returns them.
+func (o *Outbox) PeekReportsDue(now time.Time, members int) (send []wire.ReportBatch, last uint64, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	every := wire.ReportsEvery(members)
+	if every > wire.FlushEvery && o.pairs < MaxReportPairs && now.Sub(o.reportsSent) < every {
+		return nil, 0, false
+	}
+	return o.peekReportsLocked()
+}
+
+func (o *Outbox) peekReportsLocked() (send []wire.ReportBatch, last uint64, ok bool) {
 	if len(o.reports) == 0 {
 		return nil, 0, false
 	}
@@ -162,12 +186,15 @@ func (o *Outbox) PeekReports() (send []wire.ReportBatch, last uint64, ok bool) {
 	return send, last, true
 }
 
-// SentReports removes the queued minibatches up to number last.
-func (o *Outbox) SentReports(last uint64) {
+// SentReports removes the queued minibatches up to number last, sent at
+// now.
+func (o *Outbox) SentReports(last uint64, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.reportsSent = now
 	i := 0
 	for i < len(o.reports) && o.reports[i].seq <= last {
+		o.pairs -= len(o.reports[i].batch.IDs)
 		i++
 	}
 	o.reports = o.reports[i:]

@@ -20,9 +20,77 @@ func TestReportsStayUntilSent(t *testing.T) {
 		t.Fatalf("peek: %d batches up to %d", len(send), last)
 	}
 	o.QueueReport(wire.ReportBatch{Dataset: "ds", Epoch: 3})
-	o.SentReports(last)
+	o.SentReports(last, time.Now())
 	if n := o.QueuedReports(); n != 1 {
 		t.Fatalf("%d queued after the first three were sent, want 1", n)
+	}
+}
+
+// TestPeekReportsDue: in a mesh of up to 9 peers the reports are
+// returned at every flush; in a larger one they wait wire.ReportsEvery
+// after the last were sent, unless MaxReportPairs pairs are queued;
+// those not sent are returned again at once.
+func TestPeekReportsDue(t *testing.T) {
+	var o Outbox
+	queue := func(pairs int) {
+		o.QueueReport(wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, pairs), Losses: make([]float64, pairs)})
+	}
+	start := time.Unix(1000, 0)
+	queue(1)
+	for i := range 2 {
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		_, last, ok := o.PeekReportsDue(at, 3)
+		if !ok {
+			t.Fatalf("3 peers: not returned at flush %d", i)
+		}
+		o.SentReports(last, at)
+		queue(1)
+	}
+	// 1,000 peers: ReportsEvery is ReportsMaxWait.
+	if got := wire.ReportsEvery(1000); got != wire.ReportsMaxWait {
+		t.Fatalf("ReportsEvery(1000) = %v, want %v", got, wire.ReportsMaxWait)
+	}
+	sent := start.Add(time.Millisecond)
+	if _, _, ok := o.PeekReportsDue(sent.Add(wire.ReportsMaxWait-time.Millisecond), 1000); ok || !o.Pending() {
+		t.Fatal("1,000 peers: returned before ReportsMaxWait with one pair queued")
+	}
+	at := sent.Add(wire.ReportsMaxWait)
+	if _, _, ok := o.PeekReportsDue(at, 1000); !ok {
+		t.Fatal("1,000 peers: not returned ReportsMaxWait after the last were sent")
+	}
+	// Not sent (the leader did not answer): returned again at once.
+	send, last, ok := o.PeekReportsDue(at.Add(time.Millisecond), 1000)
+	if !ok || len(send) != 1 {
+		t.Fatalf("1,000 peers: %d batches returned again after a failed send, want the 1 kept", len(send))
+	}
+	sent = at.Add(time.Millisecond)
+	o.SentReports(last, sent)
+	// A request's worth: at once.
+	queue(MaxReportPairs - 1)
+	if _, _, ok := o.PeekReportsDue(sent.Add(time.Millisecond), 1000); ok {
+		t.Fatal("1,000 peers: returned one pair short of a request's worth")
+	}
+	queue(1)
+	send, last, ok = o.PeekReportsDue(sent.Add(time.Millisecond), 1000)
+	if !ok || len(send) != 2 {
+		t.Fatalf("1,000 peers: %d batches returned with a request's worth, want 2", len(send))
+	}
+	sent = sent.Add(time.Millisecond)
+	o.SentReports(last, sent)
+	queue(1)
+	if _, _, ok := o.PeekReportsDue(sent.Add(time.Millisecond), 1000); ok {
+		t.Fatal("1,000 peers: the sent pairs still counted")
+	}
+	// A done sends them whenever (PeekReports); the wait counts from then.
+	send, last, ok = o.PeekReports()
+	if !ok || len(send) != 1 {
+		t.Fatal("PeekReports did not return what was not due")
+	}
+	sent = sent.Add(2 * time.Millisecond)
+	o.SentReports(last, sent)
+	queue(1)
+	if _, _, ok := o.PeekReportsDue(sent.Add(wire.ReportsMaxWait/2), 1000); ok {
+		t.Fatal("1,000 peers: returned half ReportsMaxWait after a done's send")
 	}
 }
 
@@ -80,7 +148,7 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	if !o.Pending() {
 		t.Fatal("reports peeked but not sent are not pending")
 	}
-	o.SentReports(last)
+	o.SentReports(last, time.Now())
 	if o.Pending() {
 		t.Fatal("pending with every report sent")
 	}
@@ -170,7 +238,7 @@ func TestTakeScoresDue(t *testing.T) {
 }
 
 // TestScoresEvery: FlushEvery up to 9 members, in proportion beyond, at
-// most ScoresMaxWait.
+// most ScoresMaxWait (and ReportsEvery so, at most ReportsMaxWait).
 func TestScoresEvery(t *testing.T) {
 	for _, c := range []struct {
 		members int
@@ -178,6 +246,9 @@ func TestScoresEvery(t *testing.T) {
 	}{{1, wire.FlushEvery}, {9, wire.FlushEvery}, {17, 2 * wire.FlushEvery}, {101, 100 * wire.FlushEvery / 8}, {1000, wire.ScoresMaxWait}} {
 		if got := wire.ScoresEvery(c.members); got != c.want {
 			t.Errorf("ScoresEvery(%d) = %v, want %v", c.members, got, c.want)
+		}
+		if got := wire.ReportsEvery(c.members); got != c.want {
+			t.Errorf("ReportsEvery(%d) = %v, want %v", c.members, got, c.want)
 		}
 	}
 }
