@@ -211,11 +211,13 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 
-	// What the ranks' nodes send: each forwards the minibatches its ranks
-	// reported in one 25 ms window as one request; requests from all
-	// nodes interleave. Reports from ranks on the leader's own node are
-	// merged without crossing the wire.
-	perRequest := max(1, int(job.rankRate*wire.FlushEvery.Seconds())/job.batch)
+	// What the ranks' nodes send: each forwards the minibatches a rank
+	// reported in one window as one request, once due for a mesh of this
+	// size (outbox.PeekReportsDue: a window of wire.ReportsEvery); requests
+	// from all nodes interleave. Reports from ranks on the leader's own
+	// node are merged without crossing the wire.
+	reportsEvery := wire.ReportsEvery(peers)
+	perRequest := max(1, int(job.rankRate*reportsEvery.Seconds())/job.batch)
 	type request struct {
 		frame   []byte
 		batches []wire.ReportBatch // local: not encoded
@@ -279,7 +281,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}); err != nil {
 		return nil, err
 	}
-	decodeStep.Note += fmt.Sprintf("; %d requests, %s in", len(requests), scaleBytes(wireIn))
+	decodeStep.Note += fmt.Sprintf("; %d requests (a rank's reports of %v each), %s in", len(requests), reportsEvery, scaleBytes(wireIn))
 	requests = nil
 
 	// The leader's work per request: merge (Table.Report) and queue the new
