@@ -467,15 +467,17 @@ func (n *Node) recheckMembers() {
 	}
 }
 
-// readEvents waits for an event, then reads the events queued behind it
-// (as many as queued counts, at most maxEventsARefresh), handing each to
-// seen; or for a wake, and reads none. It reports false once ctx ends or
-// events is closed.
+// readEvents waits for an event, or for a wake, then reads the events
+// queued behind it (as many as queued counts, at most maxEventsARefresh),
+// handing each to seen. It reports false once ctx ends or events is
+// closed.
 func readEvents(ctx context.Context, events <-chan member.Event, wake <-chan struct{}, queued func() int, seen func(member.Event)) bool {
-	read := func() bool {
+	read := func(wake <-chan struct{}) bool {
 		select {
 		case <-ctx.Done():
 			return false
+		case <-wake:
+			return true
 		case ev, ok := <-events:
 			if ok {
 				seen(ev)
@@ -483,19 +485,11 @@ func readEvents(ctx context.Context, events <-chan member.Event, wake <-chan str
 			return ok
 		}
 	}
-	select {
-	case <-ctx.Done():
+	if !read(wake) {
 		return false
-	case <-wake:
-		return true
-	case ev, ok := <-events:
-		if !ok {
-			return false
-		}
-		seen(ev)
 	}
 	for range min(queued(), maxEventsARefresh-1) {
-		if !read() {
+		if !read(nil) {
 			return false
 		}
 	}
