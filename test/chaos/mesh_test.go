@@ -357,15 +357,24 @@ func (m *mesh) leaderName(ctx context.Context) string {
 	cs := newClients()
 	defer cs.close()
 	for _, p := range m.alivePeers() {
-		_, gen := p.state()
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := statsOf(sctx, cs.get(p, gen))
-		cancel()
-		if err == nil && st.Leader != "" {
-			return st.Leader
+		if l := followed(ctx, cs, p); l != "" {
+			return l
 		}
 	}
 	return ""
+}
+
+// followed is the leader peer p names now; "" if it does not answer
+// within a second.
+func followed(ctx context.Context, cs *clients, p *peerProc) string {
+	_, gen := p.state()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := statsOf(sctx, cs.get(p, gen))
+	if err != nil {
+		return ""
+	}
+	return st.Leader
 }
 
 // vmRSS reads a process's resident set size in bytes from /proc.

@@ -72,22 +72,13 @@ func TestChaosLeaderReturnsWhileSuccessorPublishes(t *testing.T) {
 		}
 		return true
 	}
-	leaderOf := func(p *peerProc) string {
-		c := newClient(p.socket)
-		defer c.Close()
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		st, err := statsOf(sctx, c)
-		if err != nil {
-			return ""
-		}
-		return st.Leader
-	}
+	cs := newClients()
+	defer cs.close()
 	waitLeader := func(name string) {
 		t.Helper()
 		if _, err := testsupport.Poll(ctx, 20*time.Second, func() bool {
 			for _, p := range m.alivePeers() {
-				if leaderOf(p) != name {
+				if followed(ctx, cs, p) != name {
 					return false
 				}
 			}
