@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // goBackground runs fn in a goroutine the node owns: Close cancels its
@@ -266,6 +267,11 @@ func (n *Node) flushReports(ctx context.Context) { n.forwardReports(ctx, true) }
 func (n *Node) forwardReports(ctx context.Context, now bool) {
 	n.flushMu.Lock()
 	defer n.flushMu.Unlock()
+	n.forwardReportsLocked(ctx, now)
+}
+
+// forwardReportsLocked is forwardReports with flushMu held.
+func (n *Node) forwardReportsLocked(ctx context.Context, now bool) {
 	var send []wire.ReportBatch
 	var last uint64
 	var ok bool
@@ -297,6 +303,47 @@ func (n *Node) forwardReports(ctx context.Context, now bool) {
 		return // keep them for the next try
 	}
 	n.out.SentReports(last, time.Now())
+}
+
+// reportDone tells the leader of a rank's done (req) after the node's
+// queued reports, so that the leader has merged them before the done
+// counts and the next order does not depend on when they would have been
+// sent. A node that does not lead sends both in one request
+// (MethodReportDone), where they were two; a leader from before it
+// (CodeBadRequest) is sent the reports and then the done, as was done
+// before. The reports stay queued unless the leader answered that it
+// merged them. flushMu is held while reports travel, so none goes twice:
+// a done that carries none does not hold it while it waits for the
+// leader's answer.
+func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.DoneResp) error {
+	n.flushMu.Lock()
+	send, last, ok := n.out.PeekReports()
+	leader := n.lead.leader()
+	if !ok || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name {
+		n.forwardReportsLocked(ctx, true)
+		n.flushMu.Unlock()
+		return n.askLeader(ctx, wire.MethodDone, req, resp)
+	}
+	defer n.flushMu.Unlock()
+	carried := *req
+	carried.Reports = send
+	var answer wire.DoneResp
+	err := n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
+	if peer.CodeOf(err) == peer.CodeBadRequest {
+		n.forwardReportsLocked(ctx, true)
+		return n.askLeader(ctx, wire.MethodDone, req, resp)
+	}
+	if err != nil {
+		return err // the reports stay for the next try
+	}
+	n.out.SentReports(last, time.Now())
+	if answer.Refused != "" {
+		return fmt.Errorf("mesh: %s refused the done: %s", leader, answer.Refused)
+	}
+	if resp != nil {
+		*resp = answer
+	}
+	return nil
 }
 
 // flushScores sends each owner the merged scores of its queued samples,

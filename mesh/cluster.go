@@ -691,6 +691,7 @@ func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[p
 		wire.MethodReport:      serve(n.serveReport),
 		wire.MethodJoin:        noReply(n.leaderJoin),
 		wire.MethodDone:        serve(n.serveDone),
+		wire.MethodReportDone:  serve(n.serveReportDone),
 		wire.MethodReset:       noReply(n.leaderReset),
 		wire.MethodPublish:     serve(n.servePublish),
 		wire.MethodRelay:       serve(n.serveRelay),

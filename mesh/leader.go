@@ -305,6 +305,28 @@ func (n *Node) serveDone(_ context.Context, _ string, req *wire.DoneReq) (any, e
 	return resp, err
 }
 
+// serveReportDone is serveDone for a done that carries its node's
+// queued reports (MethodReportDone), merged first, as serveReport merges
+// them. Once merged they are the node's no longer, so a refused done is
+// said in the answer (DoneResp.Refused), and an error answer tells the
+// node that nothing was merged.
+func (n *Node) serveReportDone(_ context.Context, from string, req *wire.DoneReq) (any, error) {
+	if !n.lead.leading() {
+		return nil, errNotLeader
+	}
+	if err := n.leaderReport(req.Reports); err != nil {
+		n.cfg.Logger.Warn().Err(err).Str("from", from).Msg("refused part of the reports sent with a done")
+	}
+	resp, err := n.leaderDone(req)
+	if err != nil {
+		return &wire.DoneResp{Refused: err.Error()}, nil
+	}
+	if resp == nil {
+		return nil, nil
+	}
+	return resp, nil
+}
+
 // leaderResident records which samples a node without ranks caches.
 func (n *Node) leaderResident(req *wire.ResidentReq) error {
 	_, lj, err := n.jobToLead(req.Dataset, req.Job, false)

@@ -160,13 +160,10 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 	defer cancel()
-	// The rank's reports go first, so the leader has merged them before
-	// the done counts and the next order does not depend on when they
-	// would have been sent.
-	n.flushReports(ctx)
+	// The node's queued reports go with the done, or first (reportDone).
 	// A failed send is repeated by the reconciler; the trainer goes on.
 	var resp wire.DoneResp
-	if err := n.askLeader(ctx, wire.MethodDone, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
+	if err := n.reportDone(ctx, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
 		js.holdStart(p.Gen, epoch, &resp)
 	}
 	return nil

@@ -57,6 +57,14 @@ const (
 	// Older peers answer it CodeBadRequest (an unknown method); a caller
 	// then asks them the request itself.
 	MethodGetPart peer.Method = 17
+	// MethodReportDone is MethodDone with the node's queued reports
+	// (DoneReq.Reports), which the leader merges before it counts the
+	// done: a rank's done is one request where it was two (the reports,
+	// then the done). Its answer is a DoneResp whose Refused says why the
+	// done was refused: an error answer means nothing was merged. Older
+	// peers answer it CodeBadRequest (an unknown method); a caller then
+	// sends the reports (MethodReport) and the done (MethodDone).
+	MethodReportDone peer.Method = 18
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the
@@ -310,6 +318,9 @@ type DoneReq struct {
 	// Both empty from a node that sends none.
 	Resident []byte `msgpack:"b,omitempty"`
 	Sparse   []byte `msgpack:"s,omitempty"`
+	// Reports are Node's queued minibatches, for the leader to merge
+	// before the done (MethodReportDone only; empty in a MethodDone).
+	Reports []ReportBatch `msgpack:"p,omitempty"`
 }
 
 // ResidentSet is r's cached samples.
@@ -320,10 +331,13 @@ func (r *DoneReq) ResidentSet() ResidentSet { return ResidentSet{Bits: r.Residen
 // positive, is how long its node holds the rank's start of that epoch at
 // most (in nanoseconds), and Jobs the dataset's other jobs it waits for:
 // it begins as soon as each of them has begun the next epoch too. The
-// zero value (and an empty answer) holds nothing.
+// zero value (and an empty answer) holds nothing. Refused, in an answer
+// to MethodReportDone, is why the leader refused the done after it merged
+// the reports ("" when it took it).
 type DoneResp struct {
-	Wait int64    `msgpack:"w,omitempty"`
-	Jobs []string `msgpack:"j,omitempty"`
+	Wait    int64    `msgpack:"w,omitempty"`
+	Jobs    []string `msgpack:"j,omitempty"`
+	Refused string   `msgpack:"x,omitempty"`
 }
 
 // ResidentReq tells the leader which of a dataset's samples Node caches,
