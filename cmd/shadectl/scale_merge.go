@@ -213,16 +213,19 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 
 	// What the ranks' nodes send: each forwards the minibatches a rank
 	// reported in one window as one request, once due for a mesh of this
-	// size (outbox.PeekReportsDue: a window of wire.ReportsEvery); requests
-	// from all nodes interleave. Reports from ranks on the leader's own
-	// node are merged without crossing the wire.
+	// size (outbox.PeekReportsDue: a window of wire.ReportsEvery), and a
+	// rank's last with its done (mesh's MethodReportDone); requests from
+	// all nodes interleave. Reports from ranks on the leader's own node
+	// are merged without crossing the wire.
 	reportsEvery := wire.ReportsEvery(peers)
 	perRequest := max(1, int(job.rankRate*reportsEvery.Seconds())/job.batch)
 	type request struct {
 		frame   []byte
+		done    bool               // a wire.DoneReq with the reports
 		batches []wire.ReportBatch // local: not encoded
 	}
 	var requests []request
+	dones := 0
 	pos := make([]int, job.world)
 	for left := true; left; {
 		left = false
@@ -248,14 +251,20 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 				requests = append(requests, request{batches: req.Batches})
 				continue
 			}
-			frame, err := encodeFrame(nil, &req)
+			var msg any = &req
+			done := pos[rank] >= len(slice)
+			if done {
+				msg = &wire.DoneReq{Dataset: job.dataset, Gen: 1, Epoch: 0, Rank: rank, Node: rankNode[rank], Reports: req.Batches}
+				dones++
+			}
+			frame, err := encodeFrame(nil, msg)
 			if err != nil {
 				return nil, err
 			}
-			requests = append(requests, request{frame: frame})
+			requests = append(requests, request{frame: frame, done: done})
 		}
 	}
-	progress("leader %s: %d report requests of epoch 0 from %d ranks", leader, len(requests), job.world)
+	progress("leader %s: %d requests with reports of epoch 0 from %d ranks, %d of them dones", leader, len(requests), job.world, dones)
 
 	step := func(name string, times float64, between bool, note string) *mergeStep {
 		s := &mergeStep{Name: name, Times: times, Between: between, Note: note}
@@ -272,7 +281,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 				continue
 			}
 			var err error
-			if batches[i], err = decodeReports(q.frame); err != nil {
+			if batches[i], err = decodeReports(q.frame, q.done); err != nil {
 				return err
 			}
 			wireIn += float64(len(q.frame))
@@ -281,7 +290,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	}); err != nil {
 		return nil, err
 	}
-	decodeStep.Note += fmt.Sprintf("; %d requests (a rank's reports of %v each), %s in", len(requests), reportsEvery, scaleBytes(wireIn))
+	decodeStep.Note += fmt.Sprintf("; %d requests (a rank's reports of %v each; %d carried by dones), %s in", len(requests), reportsEvery, dones, scaleBytes(wireIn))
 	requests = nil
 
 	// The leader's work per request: merge (Table.Report) and queue the new
@@ -625,8 +634,15 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 }
 
 // decodeReports decodes one forwarded report request as the leader's node
-// serves it.
-func decodeReports(frame []byte) ([]wire.ReportBatch, error) {
+// serves it: a wire.ReportReq, or a wire.DoneReq carrying them (done).
+func decodeReports(frame []byte, done bool) ([]wire.ReportBatch, error) {
+	if done {
+		var req wire.DoneReq
+		if err := decodeFrame(frame, &req); err != nil {
+			return nil, err
+		}
+		return req.Reports, nil
+	}
 	var req wire.ReportReq
 	if err := decodeFrame(frame, &req); err != nil {
 		return nil, err
