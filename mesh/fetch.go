@@ -586,9 +586,6 @@ func (n *Node) admitOffered(it *wire.OfferItem) error {
 	if int(it.ID) >= ds.len {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "id out of range"}
 	}
-	if shm.Checksum(it.Value) != it.Sum {
-		return &peer.Error{Code: peer.CodeBadRequest, Msg: ErrChecksum.Error()}
-	}
 	if int64(len(it.Value)) != ds.manifest.Sizes.At(int(it.ID)) {
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: "size differs from the manifest"}
 	}
@@ -601,7 +598,11 @@ func (n *Node) admitOffered(it *wire.OfferItem) error {
 	if n.store.Has(key) {
 		return nil
 	}
-	n.admit(sampleID(ds, int(it.ID)), key, it.Value, ds)
+	// The value's checksum is checked as it is copied in; one not
+	// admitted is not read.
+	if err := n.admitSummed(sampleID(ds, int(it.ID)), key, it.Value, ds, it.Sum); err != nil {
+		return &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
 	return nil
 }
 

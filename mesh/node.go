@@ -353,6 +353,31 @@ func (n *Node) admit(id policy.ID, key, value []byte, ds *datasetState) (cached 
 	return r.Commit(sum.v), sum
 }
 
+// admitSummed is admit for a value that came with its checksum, want (an
+// offer from a co-owner): the copy into the store sums it, and a value
+// whose sum is not want is given back unstored (ErrChecksum), and the
+// policy forgets it, so the value is read once, not summed and then
+// copied. A value the policy does not admit is not read at all.
+func (n *Node) admitSummed(id policy.ID, key, value []byte, ds *datasetState, want uint64) error {
+	n.lockPolicy()
+	r, reserved, _ := n.reserveLocked(id, key, len(value), ds)
+	n.polMu.Unlock()
+	if !reserved {
+		return nil
+	}
+	if shm.Copy(r.Value, value) == want {
+		r.Commit(want)
+		return nil
+	}
+	r.Abandon()
+	n.lockPolicy()
+	if !n.store.Has(key) { // not admitted again meanwhile
+		n.forgetLocked(id, ds)
+	}
+	n.polMu.Unlock()
+	return ErrChecksum
+}
+
 // reserveLocked is admit's part under polMu: reserved reports a
 // reservation made for the value, to fill and commit; held, where none
 // was made, whether the store already holds key (or another admission is
@@ -364,14 +389,20 @@ func (n *Node) reserveLocked(id policy.ID, key []byte, valueLen int, ds *dataset
 	if n.store.Has(key) {
 		return r, false, true // another reader admitted it meanwhile
 	}
+	n.forgetLocked(id, ds) // the store lost it (corruption): forget it too
+	r, reserved = n.roomLocked(id, key, valueLen, ds)
+	return r, reserved, false
+}
+
+// forgetLocked removes id from the policy, where it holds it, for a value
+// the store does not hold. Called with polMu held.
+func (n *Node) forgetLocked(id policy.ID, ds *datasetState) {
 	if n.pol.Resident(id) {
-		n.pol.Remove(id) // the store lost it (corruption): forget it too
+		n.pol.Remove(id)
 		if ds != nil {
 			ds.left(int(uint32(id)))
 		}
 	}
-	r, reserved = n.roomLocked(id, key, valueLen, ds)
-	return r, reserved, false
 }
 
 // roomLocked asks the policy to admit id, a value it does not hold, and
