@@ -604,31 +604,45 @@ func BenchmarkHeldGets(b *testing.B) {
 // with cores. ns/op is per admission tried; admitted/op the share the
 // policy admitted.
 func BenchmarkAdmit(b *testing.B) {
-	const samples, size = 64, 100 << 10
-	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
-		func(_ int, c *Config) { c.CacheSize = 2 << 20 })
-	n := peers[0].Node
-	ds := n.ordered[0]
-	values, keys := make([][]byte, samples), make([][]byte, samples)
-	for i := range samples {
-		v, err := n.readSource(ds, i)
-		if err != nil {
-			b.Fatal(err)
-		}
-		values[i], keys[i] = v, []byte(keyOfSample(ds, uint32(i)))
+	n, ds, values := admitBench(b)
+	keys := make([][]byte, len(values))
+	for i := range values {
+		keys[i] = []byte(keyOfSample(ds, uint32(i)))
 	}
 	var next, admitted atomic.Int64
-	b.SetBytes(size)
+	b.SetBytes(admitSize)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			i := int(next.Add(1) * 29 % samples) // each id again only after the others
+			i := int(next.Add(1) * 29 % admitSamples) // each id again only after the others
 			if cached, _ := n.admit(sampleID(ds, i), keys[i], values[i], ds); cached {
 				admitted.Add(1)
 			}
 		}
 	})
 	b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+}
+
+// admitSamples samples of admitSize bytes, in a cache of 2 MiB.
+const admitSamples, admitSize = 64, 100 << 10
+
+// admitBench starts the one node of BenchmarkAdmit and
+// BenchmarkAdmitOffered and returns its dataset's samples, each read
+// from the source once.
+func admitBench(b *testing.B) (*Node, *datasetState, [][]byte) {
+	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: admitSamples, MinSize: admitSize, MaxSize: admitSize, Seed: 1}, 1,
+		func(_ int, c *Config) { c.CacheSize = 2 << 20 })
+	n := peers[0].Node
+	ds := n.ordered[0]
+	values := make([][]byte, admitSamples)
+	for i := range values {
+		v, err := n.readSource(ds, i)
+		if err != nil {
+			b.Fatal(err)
+		}
+		values[i] = v
+	}
+	return n, ds, values
 }
 
 // BenchmarkAdmitOffered is a co-owner admitting samples offered to it
@@ -638,23 +652,15 @@ func BenchmarkAdmit(b *testing.B) {
 // admission evicts. ns/op is per offer; admitted/op the share the policy
 // admitted.
 func BenchmarkAdmitOffered(b *testing.B) {
-	const samples, size = 64, 100 << 10
-	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
-		func(_ int, c *Config) { c.CacheSize = 2 << 20 })
-	n := peers[0].Node
-	ds := n.ordered[0]
-	items := make([]wire.OfferItem, samples)
-	for i := range samples {
-		v, err := n.readSource(ds, i)
-		if err != nil {
-			b.Fatal(err)
-		}
+	n, ds, values := admitBench(b)
+	items := make([]wire.OfferItem, len(values))
+	for i, v := range values {
 		items[i] = wire.OfferItem{Dataset: ds.name, Version: ds.manifest.Version, ID: uint32(i), Sum: shm.Checksum(v), Value: v}
 	}
 	admitted := 0
-	b.SetBytes(size)
+	b.SetBytes(admitSize)
 	for i := 0; b.Loop(); i++ {
-		it := &items[i*29%samples] // each id again only after the others
+		it := &items[i*29%admitSamples] // each id again only after the others
 		if err := n.admitOffered(it); err != nil {
 			b.Fatal(err)
 		}
