@@ -88,7 +88,7 @@ func newCollector(src Source) *collector {
 		sourceBytes:      d("source_read_bytes_total", "Bytes read from the dataset's backing store.", ds),
 		sourceErrors:     d("source_errors_total", "Failed reads of the dataset's backing store (a file missing or changed).", ds),
 		sourceLatency:    d("source_read_duration_seconds", "Duration of reads of the dataset's backing store, in seconds.", ds),
-		checksumErrors:   d("checksum_errors_total", "Samples from a peer whose bytes did not match their checksum (discarded and read elsewhere).", ds),
+		checksumErrors:   d("checksum_errors_total", "Samples from a peer whose bytes did not match their checksum (discarded: a read goes elsewhere, an offer is refused).", ds),
 		servedPeers:      d("served_peers_total", "Sample reads this node answered for other peers.", ds),
 		sourceFallbacks:  d("source_fallbacks_total", "Reads of samples this node does not own for which no owner answered, so this node read the source.", ds),
 		prefetchHits:     d("prefetch_hits_total", "Reads that missed every node's memory but found their sample already read ahead, so did not wait for the source.", ds),

@@ -601,6 +601,8 @@ func (n *Node) admitOffered(it *wire.OfferItem) error {
 	// The value's checksum is checked as it is copied in; one not
 	// admitted is not read.
 	if err := n.admitSummed(sampleID(ds, int(it.ID)), key, it.Value, ds, it.Sum); err != nil {
+		n.cfg.Logger.Warn().Str("key", string(key)).Msg("checksum mismatch: offered copy discarded")
+		ds.counters.Current().ChecksumErrors.Add(1)
 		return &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 	}
 	return nil

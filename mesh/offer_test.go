@@ -14,9 +14,9 @@ import (
 // TestOfferedSampleCheckedAsCopiedIn: n0 offers n1 (a co-owner of every
 // sample) samples over the peer transport. A sample whose bytes do not
 // match the checksum it came with (a byte changed on the way, or a wrong
-// sum) is refused with a checksum error and leaves nothing behind: not in
-// n1's store, not in its policy; one whose bytes match is kept, and a
-// read at n1 returns its bytes.
+// sum) is refused with a checksum error, counted in n1's checksum errors,
+// and leaves nothing behind: not in n1's store, not in its policy; one
+// whose bytes match is kept, and a read at n1 returns its bytes.
 func TestOfferedSampleCheckedAsCopiedIn(t *testing.T) {
 	m := startMesh(t, 2, meshOpts{samples: 20, minSize: 4 << 10, maxSize: 8 << 10, replicas: 2, configure: func(_ int, c *Config) {
 		c.Cluster.Prefetch = -1 // nothing read ahead: n1 holds only what is offered
@@ -37,6 +37,8 @@ func TestOfferedSampleCheckedAsCopiedIn(t *testing.T) {
 		defer n1.polMu.Unlock()
 		return n1.store.Has([]byte(keyOfSample(ds, id))), n1.pol.Resident(sampleID(ds, int(id)))
 	}
+	checksumErrors := func() int64 { return ds.counters.Total().ChecksumErrors }
+	before := checksumErrors()
 	for id := range uint32(3) {
 		value := bytes.Clone(m.files[id])
 		sum := shm.Checksum(value)
@@ -59,6 +61,9 @@ func TestOfferedSampleCheckedAsCopiedIn(t *testing.T) {
 		if err != nil || !inStore || !inPolicy {
 			t.Fatalf("sample %d: %v; in the store %v, in the policy %v", id, err, inStore, inPolicy)
 		}
+	}
+	if n := checksumErrors() - before; n != 2 {
+		t.Errorf("checksum errors counted at n1: %d, want the 2 offers refused", n)
 	}
 	got, err := m.byName("n1").client(t).Get(context.Background(), keyOfSample(ds, 2)).Bytes()
 	if err != nil || !bytes.Equal(got, m.files[2]) {

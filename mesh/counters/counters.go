@@ -30,7 +30,7 @@ type Epoch struct {
 	ServedPeers     atomic.Int64 // reads this node answered for peers
 	SourceFallbacks atomic.Int64 // no owner answered: read the source
 	Hedged          atomic.Int64 // reads of a sample added, the one before being slow (package hedge): a batched request's samples each
-	ChecksumErrors  atomic.Int64 // a peer's copy failed its checksum
+	ChecksumErrors  atomic.Int64 // a peer's copy, read or offered, failed its checksum
 	ColdMisses      atomic.Int64 // first read of a sample that missed
 	CapacityMisses  atomic.Int64 // a later read that missed
 	Evictions       atomic.Int64
