@@ -314,36 +314,36 @@ func (n *Node) forwardReportsLocked(ctx context.Context, now bool) {
 // before. The reports stay queued unless the leader answered that it
 // merged them. flushMu is held while reports travel, so none goes twice:
 // a done that carries none does not hold it while it waits for the
-// leader's answer.
-func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.DoneResp) error {
+// leader's answer. It returns the leader that counted the done.
+func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.DoneResp) (leader string, err error) {
 	n.flushMu.Lock()
 	send, last, ok := n.out.PeekReports()
-	leader := n.lead.leader()
+	leader = n.lead.leader()
 	if !ok || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name {
 		n.forwardReportsLocked(ctx, true)
 		n.flushMu.Unlock()
-		return n.askLeader(ctx, wire.MethodDone, req, resp)
+		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 	}
 	defer n.flushMu.Unlock()
 	carried := *req
 	carried.Reports = send
 	var answer wire.DoneResp
-	err := n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
+	err = n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
 	if peer.CodeOf(err) == peer.CodeBadRequest {
 		n.forwardReportsLocked(ctx, true)
-		return n.askLeader(ctx, wire.MethodDone, req, resp)
+		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 	}
 	if err != nil {
-		return err // the reports stay for the next try
+		return leader, err // the reports stay for the next try
 	}
 	n.out.SentReports(last, time.Now())
 	if answer.Refused != "" {
-		return fmt.Errorf("mesh: %s refused the done: %s", leader, answer.Refused)
+		return leader, fmt.Errorf("mesh: %s refused the done: %s", leader, answer.Refused)
 	}
 	if resp != nil {
 		*resp = answer
 	}
-	return nil
+	return leader, nil
 }
 
 // flushScores sends each owner the merged scores of its queued samples,

@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shade-mesh/shade/internal/cputime"
 	"github.com/shade-mesh/shade/internal/redcon"
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/transport"
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // BenchmarkSocketSetGet pipelines SET and GET of 4 KiB and 100 KiB values
@@ -758,7 +761,7 @@ func BenchmarkReportDone(b *testing.B) {
 					var resp wire.DoneResp
 					var err error
 					if how == "carried" {
-						err = from.node.reportDone(ctx, req, &resp)
+						_, err = from.node.reportDone(ctx, req, &resp)
 					} else {
 						from.node.flushReports(ctx)
 						err = from.node.askLeader(ctx, wire.MethodDone, req, &resp)
@@ -774,4 +777,72 @@ func BenchmarkReportDone(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkEpochEnd: six ranks, three on n1 and three on n2, each ask for
+// an epoch's order, report a minibatch and send SHADE.DONE, an epoch an
+// op, with no training between; the ranks that finish first wait in
+// SHADE.ORDER for the next epoch. It reports the requests the leader n0
+// took an epoch (joins and dones, with reports or without), and the
+// leader's process CPU is the whole process's (all three nodes).
+func BenchmarkEpochEnd(b *testing.B) {
+	const world, perNode = 6, 3
+	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
+	m := startMesh(b, 3, meshOpts{samples: 6000, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
+		c.Cluster.handlers = log.handlers()
+		c.Cluster.Prefetch = -1
+	}})
+	if lead := m.leader(b); lead.node.Name() != "n0" {
+		b.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	ctx := context.Background()
+	type rank struct {
+		p *testPeer
+		c *redis.Client
+	}
+	var ranks []rank
+	for r := range world {
+		p := m.byName([]string{"n1", "n2"}[r/perNode])
+		ranks = append(ranks, rank{p, p.client(b)})
+	}
+	epoch := 0
+	run := func() {
+		var wg sync.WaitGroup
+		for r, rk := range ranks {
+			wg.Go(func() {
+				slice, err := rk.c.Do(ctx, "SHADE.ORDER", "ds", epoch, r, world).Int64Slice()
+				if err != nil {
+					b.Errorf("rank %d: SHADE.ORDER of epoch %d: %v", r, epoch, err)
+					return
+				}
+				ids, losses := make([]uint32, min(len(slice), 256)), make([]float64, min(len(slice), 256))
+				for i := range ids {
+					ids[i], losses[i] = uint32(slice[i]), 1.5
+				}
+				if err := rk.p.node.Report("ds", "", epoch, ids, losses); err != nil {
+					b.Error(err)
+				}
+				if err := rk.c.Do(ctx, "SHADE.DONE", "ds", epoch, r).Err(); err != nil {
+					b.Errorf("rank %d: SHADE.DONE of epoch %d: %v", r, epoch, err)
+				}
+			})
+		}
+		wg.Wait()
+		epoch++
+	}
+	run() // epoch 0: the ranks join
+	requests := func() int {
+		n := 0
+		for _, m := range []peer.Method{wire.MethodJoin, wire.MethodDone, wire.MethodReportDone, wire.MethodReport} {
+			calls, _ := log.count(m)
+			n += calls
+		}
+		return n
+	}
+	before, cpu := requests(), cputime.Process()
+	for b.Loop() {
+		run()
+	}
+	b.ReportMetric(float64(requests()-before)/float64(b.N), "leader-requests/epoch")
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/epoch")
 }

@@ -77,6 +77,11 @@ type jobState struct {
 	// job's orders, and that order's epoch (see recentlyPublished).
 	published atomic.Pointer[publishMark]
 
+	// reached holds, by rank trained here, the newest epoch whose done
+	// reached the leader, and which leader took it (noteDoneReached).
+	reachedMu sync.Mutex
+	reached   map[int]doneMark
+
 	// Reads of the job's trainers on this node: all, those served from
 	// memory (here, a peer's or the read-ahead's), and those that went to
 	// the source, with their bytes.
@@ -461,4 +466,38 @@ func (n *Node) dropStale() {
 			n.dropJob(js)
 		}
 	}
+}
+
+// doneMark is a rank's done that reached the leader: its job's
+// generation and epoch, and the leader's name.
+type doneMark struct {
+	gen    uint64
+	epoch  int
+	leader string
+}
+
+// noteDoneReached records that rank's done of epoch of generation gen
+// reached leader, which counted it (Node.Done).
+func (js *jobState) noteDoneReached(rank int, gen uint64, epoch int, leader string) {
+	js.reachedMu.Lock()
+	defer js.reachedMu.Unlock()
+	if js.reached == nil {
+		js.reached = make(map[int]doneMark)
+	}
+	if m, ok := js.reached[rank]; !ok || m.gen != gen || m.epoch < epoch {
+		js.reached[rank] = doneMark{gen: gen, epoch: epoch, leader: leader}
+	}
+}
+
+// doneReached reports whether rank's done of epoch of generation gen,
+// or of a later epoch, reached leader (noteDoneReached). A rank that
+// waits for the next order then has nothing to tell that leader: it knows
+// the rank's node and counted the done (Order). A leader of the same
+// name that restarted meanwhile learns the dones from every peer's state
+// as it takes over, and the reconciler repeats them.
+func (js *jobState) doneReached(rank int, gen uint64, epoch int, leader string) bool {
+	js.reachedMu.Lock()
+	defer js.reachedMu.Unlock()
+	m, ok := js.reached[rank]
+	return ok && leader != "" && m.leader == leader && m.gen == gen && m.epoch >= epoch
 }

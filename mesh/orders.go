@@ -74,7 +74,14 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 		gen, have, impliedDone, ahead, changed := a.Gen, a.Have, a.ImpliedDone, a.Ahead, a.Changed
 
 		retry := time.After(n.cfg.Cluster.RetryEvery)
-		if leader := n.lead.leader(); leader != "" && leader != joined {
+		leader := n.lead.leader()
+		if impliedDone && js.doneReached(rank, gen, have, leader) {
+			// Its SHADE.DONE of the newest epoch reached this leader:
+			// the leader counted it and knows the rank's node, and would
+			// learn nothing from a join or the done again.
+			joined = leader
+		}
+		if leader != "" && leader != joined {
 			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Job: js.name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
 				n.flushReports(ctx)
@@ -163,7 +170,8 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 	// The node's queued reports go with the done, or first (reportDone).
 	// A failed send is repeated by the reconciler; the trainer goes on.
 	var resp wire.DoneResp
-	if err := n.reportDone(ctx, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
+	if leader, err := n.reportDone(ctx, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
+		js.noteDoneReached(rank, p.Gen, epoch, leader)
 		js.holdStart(p.Gen, epoch, &resp)
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
-// doneLog counts, on the leader n0, the reports and dones that reach it
-// by each method, and the (id, loss) pairs each carried.
+// doneLog counts, on the leader n0, the reports, dones and joins that
+// reach it by each method, and the (id, loss) pairs each carried.
 type doneLog struct {
 	mu    sync.Mutex
 	calls map[peer.Method]int
@@ -29,15 +29,16 @@ func (l *doneLog) handlers(drop ...peer.Method) func(*Node, map[peer.Method]peer
 		if n.Name() != "n0" {
 			return
 		}
-		for _, m := range []peer.Method{wire.MethodReport, wire.MethodDone, wire.MethodReportDone} {
+		for _, m := range []peer.Method{wire.MethodReport, wire.MethodDone, wire.MethodReportDone, wire.MethodJoin} {
 			inner := h[m]
 			h[m] = func(ctx context.Context, from string, body []byte) (any, error) {
 				var batches []wire.ReportBatch
-				if m == wire.MethodReport {
+				switch m {
+				case wire.MethodReport:
 					var req wire.ReportReq
 					_ = msgpack.Unmarshal(body, &req)
 					batches = req.Batches
-				} else {
+				case wire.MethodDone, wire.MethodReportDone:
 					var req wire.DoneReq
 					_ = msgpack.Unmarshal(body, &req)
 					batches = req.Reports
@@ -111,7 +112,7 @@ func TestDoneCarriesItsNodesReports(t *testing.T) {
 				js := n1.node.ordered[0].def
 				gen, _, _ := js.book.Head()
 				req := &wire.DoneReq{Dataset: "ds", Gen: gen, Epoch: 0, Rank: 5, Node: "n1"}
-				err := n1.node.reportDone(ctx, req, nil)
+				_, err := n1.node.reportDone(ctx, req, nil)
 				if err == nil || !strings.Contains(err.Error(), "refused the done") {
 					t.Fatalf("a done for rank 5 of world 1: %v, want the leader's refusal", err)
 				}
@@ -148,5 +149,59 @@ func TestDoneCarriesItsNodesReports(t *testing.T) {
 				return p != nil && p.Epoch == 1
 			})
 		})
+	}
+}
+
+// TestWaitingRankDoesNotRepeatItsDone: two ranks, on n1 and n2, train six
+// epochs, each reporting a minibatch and sending SHADE.DONE before it
+// asks for the next epoch's order, which the rank that finishes first
+// waits for. A rank whose done reached the leader does not announce
+// itself again while it waits (a join, and its done repeated, as asking
+// for the next epoch implies it): the leader n0 takes one join a rank,
+// for epoch 0, and every done reaches it.
+func TestWaitingRankDoesNotRepeatItsDone(t *testing.T) {
+	const epochs = 6
+	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
+	m := startMesh(t, 3, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
+		c.Cluster.handlers = log.handlers()
+	}})
+	if lead := m.leader(t); lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for rank, name := range []string{"n1", "n2"} {
+		p := m.byName(name)
+		c := p.client(t)
+		wg.Go(func() {
+			for epoch := range epochs {
+				slice, err := c.Do(ctx, "SHADE.ORDER", "ds", epoch, rank, 2).Int64Slice()
+				if err != nil || len(slice) == 0 {
+					t.Errorf("%s: SHADE.ORDER of epoch %d: %d ids, %v", name, epoch, len(slice), err)
+					return
+				}
+				ids, losses := make([]uint32, len(slice)), make([]float64, len(slice))
+				for i, id := range slice {
+					ids[i], losses[i] = uint32(id), 1.5
+				}
+				if err := p.node.Report("ds", "", epoch, ids, losses); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.Do(ctx, "SHADE.DONE", "ds", epoch, rank).Err(); err != nil {
+					t.Errorf("%s: SHADE.DONE of epoch %d: %v", name, epoch, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if joins, _ := log.count(wire.MethodJoin); joins != 2 {
+		t.Errorf("the leader took %d joins, want 2 (a rank each, for epoch 0)", joins)
+	}
+	carried, _ := log.count(wire.MethodReportDone)
+	plain, _ := log.count(wire.MethodDone)
+	if carried+plain < 2*epochs {
+		t.Errorf("the leader took %d dones (%d carrying reports), want the ranks' %d", carried+plain, carried, 2*epochs)
 	}
 }
