@@ -84,11 +84,11 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 		if leader != "" && leader != joined {
 			err := n.toLeader(ctx, wire.MethodJoin, &wire.JoinReq{Dataset: name, Job: js.name, Rank: rank, World: world, Node: n.cfg.Name, Gen: gen, Have: have})
 			if err == nil && impliedDone {
-				n.flushReports(ctx)
 				// With orders ahead the rank has also finished the epoch
-				// before: its done may have been lost with a leader.
+				// before: its done may have been lost with a leader. The
+				// node's queued reports go with the first (reportDone).
 				for e := max(0, have-ahead); e <= have && err == nil; e++ {
-					err = n.toLeader(ctx, wire.MethodDone, n.doneReq(js, gen, e, rank))
+					_, err = n.reportDone(ctx, n.doneReq(js, gen, e, rank), nil)
 				}
 			}
 			switch {

@@ -205,3 +205,49 @@ func TestWaitingRankDoesNotRepeatItsDone(t *testing.T) {
 		t.Errorf("the leader took %d dones (%d carrying reports), want the ranks' %d", carried+plain, carried, 2*epochs)
 	}
 }
+
+// TestImpliedDoneCarriesItsNodesReports: a rank on n1 reports three
+// minibatches and asks for the next epoch's order without SHADE.DONE,
+// which says it finished the epoch. n1 sends the leader n0 its queued
+// reports with that done: n0 does not serve MethodReport here, so that
+// n1's own flush of the reports fails and only the done can carry them.
+// When the next order comes, the leader has merged every pair once and n1
+// holds none.
+func TestImpliedDoneCarriesItsNodesReports(t *testing.T) {
+	const batch, batches = 64, 3
+	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
+	m := startMesh(t, 2, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
+		c.Cluster.handlers = log.handlers(wire.MethodReport)
+	}})
+	lead, n1 := m.leader(t), m.byName("n1")
+	if lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	ctx := context.Background()
+	c := n1.client(t)
+	slice, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1).Int64Slice()
+	if err != nil || len(slice) < batch*batches {
+		t.Fatalf("SHADE.ORDER: %d ids, %v", len(slice), err)
+	}
+	for k := range batches {
+		ids, losses := make([]uint32, batch), make([]float64, batch)
+		for i := range ids {
+			ids[i], losses[i] = uint32(slice[k*batch+i]), float64(i%5)+0.5
+		}
+		if err := n1.node.Report("ds", "", 0, ids, losses); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1).Int64Slice(); err != nil {
+		t.Fatalf("SHADE.ORDER of epoch 1 without SHADE.DONE of epoch 0: %v", err)
+	}
+	if got := lead.node.ordered[0].def.tableInfo().Scored; got != batch*batches {
+		t.Errorf("the leader has %d samples scored when epoch 1 comes, want %d", got, batch*batches)
+	}
+	if q := n1.node.out.QueuedReports(); q != 0 {
+		t.Errorf("n1 still holds %d minibatches for the leader", q)
+	}
+	if _, carried := log.count(wire.MethodReportDone); carried != batch*batches {
+		t.Errorf("dones carried %d pairs, want %d", carried, batch*batches)
+	}
+}
