@@ -67,10 +67,11 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: shadectl scale [--peers 1000] [--samples 1280000] [--replicas 2] [--world 8] [--trials 5]")
-		fmt.Fprintln(stderr, "\nSimulates a mesh in one process, without network, through the node's own ring and")
-		fmt.Fprintln(stderr, "sampling code: the share of samples that move when one peer joins or leaves (ideal")
-		fmt.Fprintln(stderr, "1/N), the load spread over peers before and after a failure, and the leader's work")
-		fmt.Fprintln(stderr, "for one epoch, each beside its ideal or budget and the ratio.")
+		fmt.Fprintln(stderr, "\nSimulates a mesh in one process through the node's own ring and sampling code: the")
+		fmt.Fprintln(stderr, "share of samples that move when one peer joins or leaves (ideal 1/N), the load spread")
+		fmt.Fprintln(stderr, "over peers before and after a failure, and the leader's work for one epoch, each beside")
+		fmt.Fprintln(stderr, "its ideal or budget and the ratio. The transport's work for the leader's requests is")
+		fmt.Fprintln(stderr, "measured by real calls between two nodes in this process over loopback QUIC.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}

@@ -159,7 +159,8 @@ func TestScaleMerge(t *testing.T) {
 	}
 	for _, name := range []string{"decode reports", "merge (Table.Report)", "queue scores for owners", "send scores to owners",
 		"replicate: encode message", "replicate: frame per member", "draw order (PADS)", "align order", "split: partitions", "split: dealt to ranks", "weights to slices",
-		"publish: encode message", "publish: send"} {
+		"publish: encode message", "publish: send",
+		"transport: reports in", "transport: scores out", "transport: resident sets in", "replicate: transport", "publish: transport"} {
 		s := res.step(name)
 		if s == nil || s.Dur <= 0 {
 			t.Fatalf("step %q missing or not measured: %+v", name, s)
@@ -185,6 +186,10 @@ func TestScaleMerge(t *testing.T) {
 	s := res.step("publish: send")
 	if pieces := res.PublishPieces; s.Messages != 4 || pieces < 4*testSamples/4096 || s.WireBytes < 4*4*testSamples || res.PublishHops != 2 {
 		t.Fatalf("publish: %v copies in %d pieces, %v bytes, %d hops; want 4 copies of at least 4 bytes per id in pieces of 4 KiB, 2 hops", s.Messages, pieces, s.WireBytes, res.PublishHops)
+	}
+	// The order's pieces cross the transport while the ranks wait for it.
+	if s := res.step("publish: transport"); !s.Between || s.CPU <= 0 {
+		t.Fatalf("publish: transport: %+v, want measured while the ranks wait", s)
 	}
 	// Every scored sample's new score goes to its owners but the leader.
 	if s := res.step("send scores to owners"); s.Messages == 0 || s.WireBytes < float64(testSamples) {
