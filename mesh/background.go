@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/shade-mesh/shade/mesh/outbox"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -258,85 +259,106 @@ func (n *Node) runLoops(ctx context.Context) {
 }
 
 // flushReports sends the queued minibatches to the leader in one request
-// now (a rank's done goes after them).
+// now.
 func (n *Node) flushReports(ctx context.Context) { n.forwardReports(ctx, true) }
 
 // forwardReports sends queued minibatches to the leader in one request:
-// now, or once due for a mesh of this size (outbox.PeekReportsDue). The
+// now, or once due for a mesh of this size (outbox.ClaimReportsDue). The
 // leader merges its own at once.
 func (n *Node) forwardReports(ctx context.Context, now bool) {
-	n.flushMu.Lock()
-	defer n.flushMu.Unlock()
-	n.forwardReportsLocked(ctx, now)
+	var c outbox.Claim
+	var ok bool
+	if now || n.lead.leading() || n.cluster == nil {
+		c, ok = n.out.ClaimReports()
+	} else {
+		c, ok = n.out.ClaimReportsDue(time.Now(), n.cluster.size())
+	}
+	if ok {
+		n.settle(c, n.sendReports(ctx, c.Batches))
+	}
 }
 
-// forwardReportsLocked is forwardReports with flushMu held.
-func (n *Node) forwardReportsLocked(ctx context.Context, now bool) {
-	var send []wire.ReportBatch
-	var last uint64
-	var ok bool
-	leading := n.lead.leading()
-	if now || leading || n.cluster == nil {
-		send, last, ok = n.out.PeekReports()
-	} else {
-		send, last, ok = n.out.PeekReportsDue(time.Now(), n.cluster.size())
-	}
-	if !ok {
-		return
-	}
-
-	var err error
-	if leading {
-		err = n.leaderReport(send)
-		if err != nil {
+// sendReports sends minibatches to the leader (MethodReport); a leader
+// merges its own, and those it refuses are dropped.
+func (n *Node) sendReports(ctx context.Context, batches []wire.ReportBatch) error {
+	if n.lead.leading() {
+		if err := n.leaderReport(batches); err != nil {
 			n.cfg.Logger.Warn().Err(err).Msg("queued report refused")
 		}
-		err = nil
-	} else if leader := n.lead.leader(); leader != "" && leader != n.cfg.Name {
-		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-		err = n.cluster.callName(cctx, leader, wire.MethodReport, &wire.ReportReq{Batches: send}, nil)
-		cancel()
-	} else {
-		return // no leader yet: keep them
+		return nil
 	}
+	leader := n.lead.leader()
+	if leader == "" || leader == n.cfg.Name || n.cluster == nil {
+		return errNoLeader // keep them until there is one
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
+	defer cancel()
+	return n.cluster.callName(ctx, leader, wire.MethodReport, &wire.ReportReq{Batches: batches}, nil)
+}
+
+// settle ends the claim c on queued reports: they are gone once sent, and
+// stay for the next try if err says the send failed.
+func (n *Node) settle(c outbox.Claim, err error) {
 	if err != nil {
-		return // keep them for the next try
+		n.out.Release(c)
+		return
 	}
-	n.out.SentReports(last, time.Now())
+	n.out.Sent(c, time.Now())
 }
 
 // reportDone tells the leader of a rank's done (req) after the node's
-// queued reports, so that the leader has merged them before the done
-// counts and the next order does not depend on when they would have been
-// sent. A node that does not lead sends both in one request
-// (MethodReportDone), where they were two; a leader from before it
+// queued reports of the rank's job, so that the leader has merged them
+// before the done counts and the next order does not depend on when they
+// would have been sent. A node that does not lead sends both in one
+// request (MethodReportDone), where they were two; a leader from before it
 // (CodeBadRequest) is sent the reports and then the done, as was done
 // before. The reports stay queued unless the leader answered that it
-// merged them. flushMu is held while reports travel, so none goes twice:
-// a done that carries none does not hold it while it waits for the
-// leader's answer. It returns the leader that counted the done.
+// merged them. While a request in flight holds some of the job's queued
+// reports (outbox.ClaimReportsOf), the done waits for it to end; other
+// jobs' reports, and their requests, neither wait for it nor hold it up.
+// It returns the leader that counted the done.
 func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.DoneResp) (leader string, err error) {
-	n.flushMu.Lock()
-	send, last, ok := n.out.PeekReports()
+	var c outbox.Claim
+	for {
+		claim, more, busy := n.out.ClaimReportsOf(wire.JobKey{Dataset: req.Dataset, Job: req.Job})
+		if busy != nil {
+			select {
+			case <-busy:
+				continue
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		if !more {
+			c = claim
+			break
+		}
+		// More than a request's worth: the oldest go first, alone.
+		err := n.sendReports(ctx, claim.Batches)
+		n.settle(claim, err)
+		if err != nil {
+			return n.lead.leader(), err
+		}
+	}
 	leader = n.lead.leader()
-	if !ok || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name {
-		n.forwardReportsLocked(ctx, true)
-		n.flushMu.Unlock()
+	if len(c.Batches) == 0 || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name {
+		if len(c.Batches) > 0 {
+			n.settle(c, n.sendReports(ctx, c.Batches))
+		}
 		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 	}
-	defer n.flushMu.Unlock()
 	carried := *req
-	carried.Reports = send
+	carried.Reports = c.Batches
 	var answer wire.DoneResp
 	err = n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
 	if peer.CodeOf(err) == peer.CodeBadRequest {
-		n.forwardReportsLocked(ctx, true)
+		n.settle(c, n.sendReports(ctx, c.Batches))
 		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 	}
+	n.settle(c, err) // on an error the reports stay for the next try
 	if err != nil {
-		return leader, err // the reports stay for the next try
+		return leader, err
 	}
-	n.out.SentReports(last, time.Now())
 	if answer.Refused != "" {
 		return leader, fmt.Errorf("mesh: %s refused the done: %s", leader, answer.Refused)
 	}

@@ -886,7 +886,7 @@ func (n *Node) askLeader(ctx context.Context, m peer.Method, req, reply any) err
 	}
 	leader := n.lead.leader()
 	if leader == "" || n.cluster == nil {
-		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: no leader"}
+		return errNoLeader
 	}
 	if leader == n.cfg.Name {
 		return &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: this node is taking over as leader"}

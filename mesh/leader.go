@@ -30,6 +30,10 @@ func isWorldMismatch(err error) bool {
 // errNotLeader answers requests meant for the leader on any other node.
 var errNotLeader = &peer.Error{Code: peer.CodeNotLeader, Msg: "mesh: not the leader"}
 
+// errNoLeader is what a request for the leader fails with while the node
+// knows of none.
+var errNoLeader = &peer.Error{Code: peer.CodeUnavailable, Msg: "mesh: no leader"}
+
 // jobConfig is the leader.Config of a job on this node: its orders are
 // drawn from the job's score table with a sampler seeded by the node's
 // seed and the job's name (its draws coupled with the dataset's other

@@ -106,7 +106,6 @@ type Node struct {
 	kick    chan struct{}
 
 	out        outbox.Outbox        // reports, scores and offers yet to send
-	flushMu    sync.Mutex           // one flush of the queued reports at a time: none is sent twice
 	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
 	inflightMu sync.Mutex
 	inflight   map[string]int64 // samples asked of each owner and not yet answered (asking)

@@ -251,3 +251,86 @@ func TestImpliedDoneCarriesItsNodesReports(t *testing.T) {
 		t.Errorf("dones carried %d pairs, want %d", carried, batch*batches)
 	}
 }
+
+// TestDoneWaitsOnlyForItsJob: jobs j and k train one rank each on n1.
+// k's done, carrying k's reports, is held at the leader n0 (as a done
+// that ends an epoch waits there for the next order's draw); j's done,
+// sent meanwhile from the same node, carries j's reports and returns
+// without waiting for it, and k's reports stay queued on n1 until k's
+// done is answered. n0 does not serve MethodReport here, so that only
+// the dones carry the reports.
+func TestDoneWaitsOnlyForItsJob(t *testing.T) {
+	const batch, batches = 64, 2
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	m := startMesh(t, 2, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
+		c.Cluster.FetchTimeout = time.Minute // k's done is held, not timed out
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			if n.Name() != "n0" {
+				return
+			}
+			delete(h, wire.MethodReport)
+			inner := h[wire.MethodReportDone]
+			h[wire.MethodReportDone] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var req wire.DoneReq
+				if err := msgpack.Unmarshal(body, &req); err == nil && req.Job == "k" {
+					once.Do(func() { close(arrived) })
+					<-release
+				}
+				return inner(ctx, from, body)
+			}
+		}
+	}})
+	lead, n1 := m.leader(t), m.byName("n1")
+	if lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	ctx := context.Background()
+	for _, job := range []string{"j", "k"} {
+		slice, _, err := n1.node.Order(ctx, "ds", job, 0, 0, 1)
+		if err != nil || len(slice) < batch*batches {
+			t.Fatalf("job %s: order of epoch 0: %d ids, %v", job, len(slice), err)
+		}
+		for k := range batches {
+			ids, losses := slice[k*batch:(k+1)*batch], make([]float64, batch)
+			for i := range losses {
+				losses[i] = float64(i%5) + 0.5
+			}
+			if err := n1.node.Report("ds", job, 0, ids, losses); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	scored := func(job string) int { return lead.node.ordered[0].lookupJob(job).tableInfo().Scored }
+
+	kDone := make(chan error, 1)
+	go func() { kDone <- n1.node.Done(ctx, "ds", "k", 0, 0) }()
+	<-arrived
+	jDone := make(chan error, 1)
+	go func() { jDone <- n1.node.Done(ctx, "ds", "j", 0, 0) }()
+	select {
+	case err := <-jDone:
+		if err != nil {
+			t.Fatalf("job j's done: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("job j's done waited for job k's, held at the leader")
+	}
+	if got := scored("j"); got != batch*batches {
+		t.Errorf("job j: the leader has %d samples scored when its done returns, want %d", got, batch*batches)
+	}
+	if q := n1.node.out.QueuedReports(); q != batches {
+		t.Errorf("n1 holds %d minibatches while k's done is held, want k's %d", q, batches)
+	}
+	close(release)
+	if err := <-kDone; err != nil {
+		t.Fatalf("job k's done: %v", err)
+	}
+	if got := scored("k"); got != batch*batches {
+		t.Errorf("job k: the leader has %d samples scored when its done returns, want %d", got, batch*batches)
+	}
+	if q := n1.node.out.QueuedReports(); q != 0 {
+		t.Errorf("n1 still holds %d minibatches for the leader", q)
+	}
+}

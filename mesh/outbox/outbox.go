@@ -31,11 +31,20 @@ const MaxOfferBytes = 64 << 20
 // holds at least one sample.
 const MaxOfferRequest = 4 << 20
 
-// queuedReport is a minibatch waiting for the leader, numbered so that a
-// flush removes exactly what it sent.
+// queuedReport is a minibatch waiting for the leader; claim is the
+// number of the Claim that holds it for a request in flight, 0 for none.
 type queuedReport struct {
-	seq   uint64
+	claim uint64
 	batch wire.ReportBatch
+}
+
+// Claim is queued minibatches taken for one request to the leader. They
+// stay queued, out of any other claim's reach, until the request ends:
+// Sent removes them, Release (the request failed) leaves them to the
+// next claim. The zero Claim holds nothing.
+type Claim struct {
+	Batches []wire.ReportBatch
+	id      uint64
 }
 
 // Outbox is a node's queues of what it has yet to send. The node drains
@@ -44,14 +53,16 @@ type queuedReport struct {
 // The zero value is empty and ready. Its methods are safe for concurrent
 // use and never block.
 type Outbox struct {
-	// mu guards the queues: reports and reportSeq, scores, and offers,
-	// offerBytes and offering; and the making of wake and ended.
+	// mu guards the queues: reports and their claims, scores, and
+	// offers, offerBytes and offering; and the making of wake and ended.
 	mu         sync.Mutex
 	wake       chan struct{} // holds a value once something is queued; made at first use
 	ended      chan struct{} // holds a value once an offer request has ended; made at first use
 	reports    []queuedReport
-	reportSeq  uint64
-	pairs      int // (id, loss) pairs in reports
+	claimSeq   uint64
+	claimed    int           // reports held by a claim
+	claimEnded chan struct{} // closed when a claim ends; made at first use
+	pairs      int           // (id, loss) pairs in reports
 	scores     wire.ScoreQueue
 	offers     map[string][]wire.OfferItem // co-owner -> samples to hand it
 	offerBytes int                         // Value bytes in offers
@@ -61,7 +72,7 @@ type Outbox struct {
 	offersDropped  atomic.Int64 // offers dropped beyond MaxOfferBytes or retries
 
 	scoresTaken time.Time // when TakeScoresDue last took the scores
-	reportsSent time.Time // when SentReports last ran
+	reportsSent time.Time // when Sent last ran
 }
 
 // Queued returns a channel that can be received from once something has
@@ -74,13 +85,14 @@ func (o *Outbox) Queued() <-chan struct{} {
 }
 
 // Pending reports whether a drain would find anything to take: queued
-// reports or scores, or offers for a co-owner without a request in
-// flight. Offers waiting on a request in flight are not pending; Offered
-// signals Queued when that request ends.
+// reports no claim holds, scores, or offers for a co-owner without a
+// request in flight. Reports and offers waiting on a request in flight
+// are not pending; Release and Offered signal Queued when it ends with
+// them left.
 func (o *Outbox) Pending() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.reports) > 0 || o.scores.Queued() > 0 {
+	if len(o.reports) > o.claimed || o.scores.Queued() > 0 {
 		return true
 	}
 	for co, items := range o.offers {
@@ -130,74 +142,149 @@ func (o *Outbox) ReportsDropped() int64 { return o.reportsDropped.Load() }
 func (o *Outbox) OffersDropped() int64 { return o.offersDropped.Load() }
 
 // QueueReport holds a minibatch for the leader, dropping the oldest beyond
-// MaxQueuedReports.
+// MaxQueuedReports (a claimed one too: its request carries it anyway).
 func (o *Outbox) QueueReport(b wire.ReportBatch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.reports) >= MaxQueuedReports {
+		if o.reports[0].claim != 0 {
+			o.claimed--
+		}
 		o.pairs -= len(o.reports[0].batch.IDs)
 		o.reports = o.reports[1:]
 		o.reportsDropped.Add(1)
 	}
-	o.reportSeq++
-	o.reports = append(o.reports, queuedReport{seq: o.reportSeq, batch: b})
+	o.reports = append(o.reports, queuedReport{batch: b})
 	o.pairs += len(b.IDs)
 	o.signalLocked()
 }
 
-// PeekReports returns the oldest queued minibatches, up to about
-// MaxReportPairs pairs, and the number of the last; they stay queued until
-// SentReports(last). ok is false if none is queued.
-func (o *Outbox) PeekReports() (send []wire.ReportBatch, last uint64, ok bool) {
+// ClaimReports claims the oldest minibatches no claim holds, up to about
+// MaxReportPairs pairs; ok is false if there are none.
+func (o *Outbox) ClaimReports() (c Claim, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.peekReportsLocked()
+	c, _ = o.claimLocked(func(*wire.ReportBatch) bool { return true })
+	return c, c.id != 0
 }
 
-// PeekReportsDue is PeekReports once the reports are due for a mesh of
+// ClaimReportsDue is ClaimReports once the reports are due for a mesh of
 // members peers: wire.ReportsEvery(members) after they were last sent
-// (SentReports), or sooner once MaxReportPairs pairs are queued (what one
+// (Sent), or sooner once MaxReportPairs pairs are queued (what one
 // request carries). Reports not yet due stay, and ok is false; so the
 // leader's report requests do not grow with the mesh (see
-// wire.ReportsEvery). In a mesh of up to 9 peers every call returns them.
-func (o *Outbox) PeekReportsDue(now time.Time, members int) (send []wire.ReportBatch, last uint64, ok bool) {
+// wire.ReportsEvery). In a mesh of up to 9 peers every call claims them.
+func (o *Outbox) ClaimReportsDue(now time.Time, members int) (c Claim, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	every := wire.ReportsEvery(members)
 	if every > wire.FlushEvery && o.pairs < MaxReportPairs && now.Sub(o.reportsSent) < every {
-		return nil, 0, false
+		return Claim{}, false
 	}
-	return o.peekReportsLocked()
+	c, _ = o.claimLocked(func(*wire.ReportBatch) bool { return true })
+	return c, c.id != 0
 }
 
-func (o *Outbox) peekReportsLocked() (send []wire.ReportBatch, last uint64, ok bool) {
-	if len(o.reports) == 0 {
-		return nil, 0, false
+// ClaimReportsOf claims the oldest minibatches of job, up to about
+// MaxReportPairs pairs, for a request that must reach the leader after
+// every one of the job's queued before it (a done): more says that more
+// of the job's are left unclaimed. While another claim holds some of the
+// job's, it claims none, and busy is a channel closed when a claim ends:
+// that request may still be on its way, and the leader must merge it
+// first. With none of the job's queued, c is the zero Claim.
+func (o *Outbox) ClaimReportsOf(job wire.JobKey) (c Claim, more bool, busy <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	of := func(b *wire.ReportBatch) bool { return b.Dataset == job.Dataset && b.Job == job.Job }
+	for i := range o.reports {
+		if q := &o.reports[i]; q.claim != 0 && of(&q.batch) {
+			return Claim{}, false, lazyChan(&o.claimEnded)
+		}
 	}
+	c, more = o.claimLocked(of)
+	return c, more, nil
+}
+
+// claimLocked claims the oldest unclaimed minibatches that of accepts,
+// up to about MaxReportPairs pairs (at least one); more reports whether
+// others it accepts are left. With none, c is the zero Claim.
+func (o *Outbox) claimLocked(of func(*wire.ReportBatch) bool) (c Claim, more bool) {
 	pairs := 0
-	for _, q := range o.reports {
+	for i := range o.reports {
+		q := &o.reports[i]
+		if q.claim != 0 || !of(&q.batch) {
+			continue
+		}
 		if pairs >= MaxReportPairs {
+			more = true
 			break
 		}
-		send = append(send, q.batch)
+		if c.id == 0 {
+			o.claimSeq++
+			c.id = o.claimSeq
+		}
+		q.claim = c.id
+		o.claimed++
+		c.Batches = append(c.Batches, q.batch)
 		pairs += len(q.batch.IDs)
-		last = q.seq
 	}
-	return send, last, true
+	return c, more
 }
 
-// SentReports removes the queued minibatches up to number last, sent at
-// now.
-func (o *Outbox) SentReports(last uint64, now time.Time) {
+// Sent removes the minibatches of c, sent at now: the leader has them.
+func (o *Outbox) Sent(c Claim, now time.Time) {
+	if c.id == 0 {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reportsSent = now
-	i := 0
-	for i < len(o.reports) && o.reports[i].seq <= last {
-		o.pairs -= len(o.reports[i].batch.IDs)
-		i++
+	o.reports = slicesDeleteClaim(o.reports, c.id, func(q *queuedReport) {
+		o.claimed--
+		o.pairs -= len(q.batch.IDs)
+	})
+	o.endClaimLocked()
+}
+
+// Release leaves the minibatches of c queued for the next claim: its
+// request failed.
+func (o *Outbox) Release(c Claim) {
+	if c.id == 0 {
+		return
 	}
-	o.reports = o.reports[i:]
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range o.reports {
+		if q := &o.reports[i]; q.claim == c.id {
+			q.claim = 0
+			o.claimed--
+		}
+	}
+	o.endClaimLocked()
+	o.signalLocked()
+}
+
+// endClaimLocked wakes whoever waits for a claim to end.
+func (o *Outbox) endClaimLocked() {
+	if o.claimEnded != nil {
+		close(o.claimEnded)
+		o.claimEnded = nil
+	}
+}
+
+// slicesDeleteClaim removes from qs the reports of claim id, calling gone
+// with each, and returns what is left, in order.
+func slicesDeleteClaim(qs []queuedReport, id uint64, gone func(*queuedReport)) []queuedReport {
+	kept := qs[:0]
+	for i := range qs {
+		if qs[i].claim == id {
+			gone(&qs[i])
+			continue
+		}
+		kept = append(kept, qs[i])
+	}
+	clear(qs[len(kept):]) // let the removed batches go
+	return kept
 }
 
 // QueuedReports is the number of minibatches waiting for the leader.

@@ -9,28 +9,96 @@ import (
 
 func TestReportsStayUntilSent(t *testing.T) {
 	var o Outbox
-	if _, _, ok := o.PeekReports(); ok {
+	if _, ok := o.ClaimReports(); ok {
 		t.Fatal("an empty outbox has reports")
 	}
 	for e := range 3 {
 		o.QueueReport(wire.ReportBatch{Dataset: "ds", Epoch: e, IDs: []uint32{1}})
 	}
-	send, last, ok := o.PeekReports()
-	if !ok || len(send) != 3 || last != 3 {
-		t.Fatalf("peek: %d batches up to %d", len(send), last)
+	c, ok := o.ClaimReports()
+	if !ok || len(c.Batches) != 3 {
+		t.Fatalf("claim: %d batches, %v", len(c.Batches), ok)
 	}
 	o.QueueReport(wire.ReportBatch{Dataset: "ds", Epoch: 3})
-	o.SentReports(last, time.Now())
+	if c2, ok := o.ClaimReports(); !ok || len(c2.Batches) != 1 || c2.Batches[0].Epoch != 3 {
+		t.Fatalf("a second claim took %+v, want the one queued after the first claim", c2.Batches)
+	} else {
+		o.Release(c2)
+	}
+	o.Sent(c, time.Now())
 	if n := o.QueuedReports(); n != 1 {
 		t.Fatalf("%d queued after the first three were sent, want 1", n)
 	}
+	// A request that failed: its reports go with the next claim, oldest
+	// first.
+	o.QueueReport(wire.ReportBatch{Dataset: "ds", Epoch: 4})
+	c, _ = o.ClaimReports()
+	o.Release(c)
+	if c, _ = o.ClaimReports(); len(c.Batches) != 2 || c.Batches[0].Epoch != 3 || c.Batches[1].Epoch != 4 {
+		t.Fatalf("after a failed request the next claim took %+v, want epochs 3 and 4", c.Batches)
+	}
 }
 
-// TestPeekReportsDue: in a mesh of up to 9 peers the reports are
-// returned at every flush; in a larger one they wait wire.ReportsEvery
+// TestClaimReportsOf: a done's claim takes its job's reports alone,
+// oldest first; while another claim holds some of the job's, it takes
+// none and waits for that claim to end (which another job's claim does
+// not hold up); past a request's worth it says more are left.
+func TestClaimReportsOf(t *testing.T) {
+	var o Outbox
+	j, k := wire.JobKey{Dataset: "ds", Job: "j"}, wire.JobKey{Dataset: "ds", Job: "k"}
+	queue := func(job wire.JobKey, epoch, pairs int) {
+		o.QueueReport(wire.ReportBatch{Dataset: job.Dataset, Job: job.Job, Epoch: epoch, IDs: make([]uint32, pairs), Losses: make([]float64, pairs)})
+	}
+	queue(j, 0, 1)
+	queue(k, 0, 1)
+	queue(j, 1, 1)
+	cj, more, busy := o.ClaimReportsOf(j)
+	if busy != nil || more || len(cj.Batches) != 2 || cj.Batches[0].Job != "j" || cj.Batches[1].Epoch != 1 {
+		t.Fatalf("job j's claim: %+v, more %v, busy %v; want its two reports", cj.Batches, more, busy != nil)
+	}
+	ck, _, busy := o.ClaimReportsOf(k)
+	if busy != nil || len(ck.Batches) != 1 || ck.Batches[0].Job != "k" {
+		t.Fatalf("job k's claim beside j's: %+v, busy %v", ck.Batches, busy != nil)
+	}
+	queue(j, 2, 1)
+	c, _, busy := o.ClaimReportsOf(j)
+	if busy == nil || len(c.Batches) != 0 {
+		t.Fatalf("job j's second claim while the first is in flight: %+v, busy %v; want none, and to wait", c.Batches, busy != nil)
+	}
+	o.Sent(ck, time.Now())
+	<-busy // any claim's end wakes it; it asks again
+	if _, _, busy = o.ClaimReportsOf(j); busy == nil {
+		t.Fatal("job j's claim went through while its first request is still in flight")
+	}
+	o.Release(cj)
+	<-busy
+	c, more, busy = o.ClaimReportsOf(j)
+	if busy != nil || more || len(c.Batches) != 3 {
+		t.Fatalf("job j's claim after its request failed: %d batches, more %v, busy %v; want all 3", len(c.Batches), more, busy != nil)
+	}
+	o.Sent(c, time.Now())
+	if n := o.QueuedReports(); n != 0 {
+		t.Fatalf("%d reports left, want none", n)
+	}
+	// More than a request's worth: a claim of about MaxReportPairs, and
+	// more left.
+	queue(j, 3, MaxReportPairs)
+	queue(j, 3, 1)
+	c, more, _ = o.ClaimReportsOf(j)
+	if len(c.Batches) != 1 || !more {
+		t.Fatalf("a request's worth and one more: %d batches claimed, more %v", len(c.Batches), more)
+	}
+	o.Sent(c, time.Now())
+	if c, more, _ = o.ClaimReportsOf(j); len(c.Batches) != 1 || more {
+		t.Fatalf("the rest: %d batches claimed, more %v", len(c.Batches), more)
+	}
+}
+
+// TestClaimReportsDue: in a mesh of up to 9 peers the reports are
+// claimed at every flush; in a larger one they wait wire.ReportsEvery
 // after the last were sent, unless MaxReportPairs pairs are queued;
-// those not sent are returned again at once.
-func TestPeekReportsDue(t *testing.T) {
+// those not sent are claimed again at once.
+func TestClaimReportsDue(t *testing.T) {
 	var o Outbox
 	queue := func(pairs int) {
 		o.QueueReport(wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, pairs), Losses: make([]float64, pairs)})
@@ -39,11 +107,11 @@ func TestPeekReportsDue(t *testing.T) {
 	queue(1)
 	for i := range 2 {
 		at := start.Add(time.Duration(i) * time.Millisecond)
-		_, last, ok := o.PeekReportsDue(at, 3)
+		c, ok := o.ClaimReportsDue(at, 3)
 		if !ok {
-			t.Fatalf("3 peers: not returned at flush %d", i)
+			t.Fatalf("3 peers: not claimed at flush %d", i)
 		}
-		o.SentReports(last, at)
+		o.Sent(c, at)
 		queue(1)
 	}
 	// 1,000 peers: ReportsEvery is ReportsMaxWait.
@@ -51,46 +119,55 @@ func TestPeekReportsDue(t *testing.T) {
 		t.Fatalf("ReportsEvery(1000) = %v, want %v", got, wire.ReportsMaxWait)
 	}
 	sent := start.Add(time.Millisecond)
-	if _, _, ok := o.PeekReportsDue(sent.Add(wire.ReportsMaxWait-time.Millisecond), 1000); ok || !o.Pending() {
-		t.Fatal("1,000 peers: returned before ReportsMaxWait with one pair queued")
+	if _, ok := o.ClaimReportsDue(sent.Add(wire.ReportsMaxWait-time.Millisecond), 1000); ok || !o.Pending() {
+		t.Fatal("1,000 peers: claimed before ReportsMaxWait with one pair queued")
 	}
 	at := sent.Add(wire.ReportsMaxWait)
-	if _, _, ok := o.PeekReportsDue(at, 1000); !ok {
-		t.Fatal("1,000 peers: not returned ReportsMaxWait after the last were sent")
+	c, ok := o.ClaimReportsDue(at, 1000)
+	if !ok {
+		t.Fatal("1,000 peers: not claimed ReportsMaxWait after the last were sent")
 	}
-	// Not sent (the leader did not answer): returned again at once.
-	send, last, ok := o.PeekReportsDue(at.Add(time.Millisecond), 1000)
-	if !ok || len(send) != 1 {
-		t.Fatalf("1,000 peers: %d batches returned again after a failed send, want the 1 kept", len(send))
+	if o.Pending() {
+		t.Fatal("pending with every report claimed by a request in flight")
+	}
+	// Not sent (the leader did not answer): claimed again at once.
+	o.Release(c)
+	if !o.Pending() {
+		t.Fatal("not pending after the request with the reports failed")
+	}
+	c, ok = o.ClaimReportsDue(at.Add(time.Millisecond), 1000)
+	if !ok || len(c.Batches) != 1 {
+		t.Fatalf("1,000 peers: %d batches claimed again after a failed send, want the 1 kept", len(c.Batches))
 	}
 	sent = at.Add(time.Millisecond)
-	o.SentReports(last, sent)
+	o.Sent(c, sent)
 	// A request's worth: at once.
 	queue(MaxReportPairs - 1)
-	if _, _, ok := o.PeekReportsDue(sent.Add(time.Millisecond), 1000); ok {
-		t.Fatal("1,000 peers: returned one pair short of a request's worth")
+	if _, ok := o.ClaimReportsDue(sent.Add(time.Millisecond), 1000); ok {
+		t.Fatal("1,000 peers: claimed one pair short of a request's worth")
 	}
 	queue(1)
-	send, last, ok = o.PeekReportsDue(sent.Add(time.Millisecond), 1000)
-	if !ok || len(send) != 2 {
-		t.Fatalf("1,000 peers: %d batches returned with a request's worth, want 2", len(send))
+	c, ok = o.ClaimReportsDue(sent.Add(time.Millisecond), 1000)
+	if !ok || len(c.Batches) != 2 {
+		t.Fatalf("1,000 peers: %d batches claimed with a request's worth, want 2", len(c.Batches))
 	}
 	sent = sent.Add(time.Millisecond)
-	o.SentReports(last, sent)
+	o.Sent(c, sent)
 	queue(1)
-	if _, _, ok := o.PeekReportsDue(sent.Add(time.Millisecond), 1000); ok {
+	if _, ok := o.ClaimReportsDue(sent.Add(time.Millisecond), 1000); ok {
 		t.Fatal("1,000 peers: the sent pairs still counted")
 	}
-	// A done sends them whenever (PeekReports); the wait counts from then.
-	send, last, ok = o.PeekReports()
-	if !ok || len(send) != 1 {
-		t.Fatal("PeekReports did not return what was not due")
+	// A done sends them whenever (ClaimReportsOf); the wait counts from
+	// then.
+	c, _, _ = o.ClaimReportsOf(wire.JobKey{Dataset: "ds"})
+	if len(c.Batches) != 1 {
+		t.Fatal("ClaimReportsOf did not claim what was not due")
 	}
 	sent = sent.Add(2 * time.Millisecond)
-	o.SentReports(last, sent)
+	o.Sent(c, sent)
 	queue(1)
-	if _, _, ok := o.PeekReportsDue(sent.Add(wire.ReportsMaxWait/2), 1000); ok {
-		t.Fatal("1,000 peers: returned half ReportsMaxWait after a done's send")
+	if _, ok := o.ClaimReportsDue(sent.Add(wire.ReportsMaxWait/2), 1000); ok {
+		t.Fatal("1,000 peers: claimed half ReportsMaxWait after a done's send")
 	}
 }
 
@@ -144,11 +221,16 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	if !ready(&o) || ready(&o) {
 		t.Fatal("two reports queued: want Queued ready once")
 	}
-	_, last, _ := o.PeekReports()
-	if !o.Pending() {
-		t.Fatal("reports peeked but not sent are not pending")
+	c, _ := o.ClaimReports()
+	if o.Pending() {
+		t.Fatal("reports claimed by a request in flight are pending")
 	}
-	o.SentReports(last, time.Now())
+	o.Release(c)
+	if !o.Pending() || !ready(&o) {
+		t.Fatal("reports of a request that failed: not pending, or not ready")
+	}
+	c, _ = o.ClaimReports()
+	o.Sent(c, time.Now())
 	if o.Pending() {
 		t.Fatal("pending with every report sent")
 	}
