@@ -58,6 +58,26 @@ func (l *doneLog) handlers(drop ...peer.Method) func(*Node, map[peer.Method]peer
 	}
 }
 
+// reportEpoch0 has a rank of a world of one on p ask for epoch 0's order
+// of job on dataset "ds", and report batches minibatches of batch
+// samples of it.
+func reportEpoch0(t *testing.T, p *testPeer, job string, batch, batches int) {
+	t.Helper()
+	slice, _, err := p.node.Order(context.Background(), "ds", job, 0, 0, 1)
+	if err != nil || len(slice) < batch*batches {
+		t.Fatalf("job %q: order of epoch 0: %d ids, %v", job, len(slice), err)
+	}
+	for k := range batches {
+		ids, losses := slice[k*batch:(k+1)*batch], make([]float64, batch)
+		for i := range losses {
+			losses[i] = float64(i%5) + 0.5
+		}
+		if err := p.node.Report("ds", job, 0, ids, losses); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func (l *doneLog) count(m peer.Method) (calls, pairs int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -95,19 +115,7 @@ func TestDoneCarriesItsNodesReports(t *testing.T) {
 				t.Fatalf("leader %s, want n0", lead.node.Name())
 			}
 			ctx := context.Background()
-			slice, err := n1.client(t).Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1).Int64Slice()
-			if err != nil || len(slice) < batch*batches {
-				t.Fatalf("SHADE.ORDER: %d ids, %v", len(slice), err)
-			}
-			for k := range batches {
-				ids, losses := make([]uint32, batch), make([]float64, batch)
-				for i := range ids {
-					ids[i], losses[i] = uint32(slice[k*batch+i]), float64(i%5)+0.5
-				}
-				if err := n1.node.Report("ds", "", 0, ids, losses); err != nil {
-					t.Fatal(err)
-				}
-			}
+			reportEpoch0(t, n1, "", batch, batches)
 			if tc.refused {
 				js := n1.node.ordered[0].def
 				gen, _, _ := js.book.Head()
@@ -224,21 +232,8 @@ func TestImpliedDoneCarriesItsNodesReports(t *testing.T) {
 		t.Fatalf("leader %s, want n0", lead.node.Name())
 	}
 	ctx := context.Background()
-	c := n1.client(t)
-	slice, err := c.Do(ctx, "SHADE.ORDER", "ds", 0, 0, 1).Int64Slice()
-	if err != nil || len(slice) < batch*batches {
-		t.Fatalf("SHADE.ORDER: %d ids, %v", len(slice), err)
-	}
-	for k := range batches {
-		ids, losses := make([]uint32, batch), make([]float64, batch)
-		for i := range ids {
-			ids[i], losses[i] = uint32(slice[k*batch+i]), float64(i%5)+0.5
-		}
-		if err := n1.node.Report("ds", "", 0, ids, losses); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := c.Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1).Int64Slice(); err != nil {
+	reportEpoch0(t, n1, "", batch, batches)
+	if _, err := n1.client(t).Do(ctx, "SHADE.ORDER", "ds", 1, 0, 1).Int64Slice(); err != nil {
 		t.Fatalf("SHADE.ORDER of epoch 1 without SHADE.DONE of epoch 0: %v", err)
 	}
 	if got := lead.node.ordered[0].def.tableInfo().Scored; got != batch*batches {
@@ -287,19 +282,7 @@ func TestDoneWaitsOnlyForItsJob(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, job := range []string{"j", "k"} {
-		slice, _, err := n1.node.Order(ctx, "ds", job, 0, 0, 1)
-		if err != nil || len(slice) < batch*batches {
-			t.Fatalf("job %s: order of epoch 0: %d ids, %v", job, len(slice), err)
-		}
-		for k := range batches {
-			ids, losses := slice[k*batch:(k+1)*batch], make([]float64, batch)
-			for i := range losses {
-				losses[i] = float64(i%5) + 0.5
-			}
-			if err := n1.node.Report("ds", job, 0, ids, losses); err != nil {
-				t.Fatal(err)
-			}
-		}
+		reportEpoch0(t, n1, job, batch, batches)
 	}
 	scored := func(job string) int { return lead.node.ordered[0].lookupJob(job).tableInfo().Scored }
 
