@@ -341,7 +341,7 @@ func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.Don
 		}
 	}
 	leader = n.lead.leader()
-	if len(c.Batches) == 0 || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name {
+	if len(c.Batches) == 0 || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name || n.isOlderLeader(leader) {
 		if len(c.Batches) > 0 {
 			n.settle(c, n.sendReports(ctx, c.Batches))
 		}
@@ -352,6 +352,7 @@ func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.Don
 	var answer wire.DoneResp
 	err = n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
 	if peer.CodeOf(err) == peer.CodeBadRequest {
+		n.older.Store(&olderLeader{name: leader, until: time.Now().Add(olderLeaderFor)})
 		n.settle(c, n.sendReports(ctx, c.Batches))
 		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 	}
@@ -366,6 +367,27 @@ func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.Don
 		*resp = answer
 	}
 	return leader, nil
+}
+
+// olderLeaderFor is how long a leader that answered MethodReportDone as
+// unknown (a build from before it) is sent a done's reports and the done
+// as two requests without asking it again: a minute, so that one
+// restarted with a newer build is asked again soon, and one that is not
+// costs a failed request a minute.
+const olderLeaderFor = time.Minute
+
+// olderLeader is a leader that answered MethodReportDone as unknown, and
+// until when it is taken not to know it.
+type olderLeader struct {
+	name  string
+	until time.Time
+}
+
+// isOlderLeader reports whether leader answered MethodReportDone as unknown
+// within olderLeaderFor.
+func (n *Node) isOlderLeader(leader string) bool {
+	o := n.older.Load()
+	return o != nil && o.name == leader && time.Now().Before(o.until)
 }
 
 // flushScores sends each owner the merged scores of its queued samples,

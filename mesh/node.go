@@ -105,8 +105,9 @@ type Node struct {
 	lead    leadership
 	kick    chan struct{}
 
-	out        outbox.Outbox        // reports, scores and offers yet to send
-	readAhead  *readahead.ReadAhead // samples fetched ahead of local ranks' reads
+	out        outbox.Outbox               // reports, scores and offers yet to send
+	older      atomic.Pointer[olderLeader] // a leader that does not know MethodReportDone (reportDone)
+	readAhead  *readahead.ReadAhead        // samples fetched ahead of local ranks' reads
 	inflightMu sync.Mutex
 	inflight   map[string]int64 // samples asked of each owner and not yet answered (asking)
 	// fetchWait is how long a read waits for an owner before it also

@@ -88,7 +88,8 @@ func (l *doneLog) count(m peer.Method) (calls, pairs int) {
 // and finishes the epoch; n1 sends the leader n0 its queued reports with
 // the done, in one request (MethodReportDone), and the leader has merged
 // them when the done returns. A leader that does not know the method (an
-// older build) gets the reports and then the done, as before; a leader
+// older build) gets the reports and then the done, as before, and the
+// next done goes so without asking it the method again; a leader
 // that refuses the done keeps the reports merged, and n1 does not hold
 // them to send again. Every pair reaches the leader once.
 func TestDoneCarriesItsNodesReports(t *testing.T) {
@@ -156,6 +157,36 @@ func TestDoneCarriesItsNodesReports(t *testing.T) {
 				p := n1.node.ordered[0].def.book.Newest()
 				return p != nil && p.Epoch == 1
 			})
+			if tc.name != "older leader" {
+				return
+			}
+			// n1 remembers that the leader does not know the method: the
+			// next done is not offered to it, and fails nothing.
+			failed := func() (errs uint64) {
+				for _, p := range n1.node.PeerStats() {
+					if p.Name == "n0" {
+						errs += p.Errors
+					}
+				}
+				return errs
+			}
+			before := failed()
+			slice, _, err := n1.node.Order(ctx, "ds", "", 1, 0, 1)
+			if err != nil || len(slice) < batch {
+				t.Fatalf("order of epoch 1: %d ids, %v", len(slice), err)
+			}
+			if err := n1.node.Report("ds", "", 1, slice[:batch], make([]float64, batch)); err != nil {
+				t.Fatal(err)
+			}
+			if err := n1.node.Done(ctx, "ds", "", 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			if n := failed() - before; n != 0 {
+				t.Errorf("%d requests to the older leader failed with epoch 1's done, want none", n)
+			}
+			if _, got := log.count(wire.MethodReport); got != batch*(batches+1) {
+				t.Errorf("the older leader has %d pairs reported, want %d", got, batch*(batches+1))
+			}
 		})
 	}
 }
