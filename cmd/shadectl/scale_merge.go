@@ -650,11 +650,15 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 
 	// The transport's own work for the requests above, which the steps
 	// do not count: each kind measured by real calls of its average size.
+	// A rank's done carries its node's resident set: the sets that come
+	// with the dones add to those requests' bytes; the rest come alone.
 	avg := func(bytes, n float64) int { return int(bytes / max(n, 1)) }
+	setSize := avg(setBytes, float64(len(setFrames)))
+	withDones := min(float64(dones), setsIn)
 	kinds := []transportKind{
-		{name: "transport: reports in", method: wire.MethodReportDone, count: float64(remote), size: avg(wireIn, float64(remote)), limit: 2000, parallel: 8},
+		{name: "transport: reports in", method: wire.MethodReportDone, count: float64(remote), size: avg(wireIn+withDones*float64(setSize), float64(remote)), limit: 2000, parallel: 8},
 		{name: "transport: scores out", method: wire.MethodScores, count: flushStep.Messages, size: avg(flushStep.WireBytes, flushStep.Messages), limit: 2000, parallel: 8},
-		{name: "transport: resident sets in", method: wire.MethodResident, count: setsIn, size: avg(setBytes, float64(len(setFrames))), limit: 2000, parallel: 8},
+		{name: "transport: resident sets in", method: wire.MethodResident, count: setsIn - withDones, size: setSize, limit: 2000, parallel: 8},
 		{name: "replicate: transport", method: wire.MethodReplicate, count: repStep.Messages, size: res.TableFrame, limit: 16, parallel: 4},
 		{name: "publish: transport", method: wire.MethodPublish, count: pubStep.Messages * float64(pieces), size: avg(pubStep.WireBytes, pubStep.Messages*float64(pieces)), limit: 64, parallel: 4, between: true},
 	}
