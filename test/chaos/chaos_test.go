@@ -956,7 +956,7 @@ func (tr *trainer) summarize(t *testing.T, start time.Time, n int, fail func(for
 		var dup []string
 		for e := 0; e <= epochs; e++ {
 			if len(pubs[e]) > 1 {
-				dup = append(dup, fmt.Sprintf("epoch %d published %d times: %s", e, len(pubs[e]), strings.Join(pubs[e], ", ")))
+				dup = append(dup, fmt.Sprintf("epoch %d published %d times: %v", e, len(pubs[e]), pubs[e]))
 			}
 		}
 		if len(dup) > 0 {

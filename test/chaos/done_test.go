@@ -132,9 +132,10 @@ func TestChaosResetDuringFailover(t *testing.T) {
 }
 
 // startFailoverMesh starts numPeers peers serving a dataset of n samples
-// (seeded by seed) within a context that ends after 2 minutes. Like the
-// chaos test it skips under -short unless CHAOS_DURATION is set.
-func startFailoverMesh(t *testing.T, n int, seed uint64) (context.Context, *mesh) {
+// (seeded by seed), with the shade-peer flags extra, within a context
+// that ends after 2 minutes. Like the chaos test it skips under -short
+// unless CHAOS_DURATION is set.
+func startFailoverMesh(t *testing.T, n int, seed uint64, extra ...string) (context.Context, *mesh) {
 	t.Helper()
 	if _, set := os.LookupEnv("CHAOS_DURATION"); !set && testing.Short() {
 		t.Skip("chaos test skipped with -short (set CHAOS_DURATION to run it)")
@@ -142,7 +143,7 @@ func startFailoverMesh(t *testing.T, n int, seed uint64) (context.Context, *mesh
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	ds := testsupport.WriteDataset(t, testsupport.DatasetSpec{Samples: n, MinSize: 100, MaxSize: 1099, Seed: seed})
-	m := startMesh(t, ctx, numPeers, "ds", ds.Dir, t.TempDir(), 8<<20)
+	m := startMesh(t, ctx, numPeers, "ds", ds.Dir, t.TempDir(), 8<<20, extra...)
 	m.files = ds.Files
 	return ctx, m
 }

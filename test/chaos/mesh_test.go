@@ -405,31 +405,65 @@ type logEvent struct {
 	Time    string `json:"time"`
 }
 
-// publishedOrders counts, per epoch, the "order published" lines of a
-// job ("" for the default job) in the peers' logs: a leader logs each
-// epoch it draws and broadcasts.
-func (m *mesh) publishedOrders(job string) (map[int][]string, error) {
+// publication is an "order published" line of a peer's log: a leader
+// drew an epoch's order and broadcast it.
+type publication struct {
+	peer string
+	term uint64
+	time string
+}
+
+func (p publication) String() string { return fmt.Sprintf("%s term %d at %s", p.peer, p.term, p.time) }
+
+// publishedOrders lists, per epoch, the "order published" lines of a job
+// ("" for the default job) in the peers' logs: a leader logs each epoch
+// it draws and broadcasts.
+func (m *mesh) publishedOrders(job string) (map[int][]publication, error) {
+	out := make(map[int][]publication)
+	err := m.eachLogEvent(job, "order published", func(p *peerProc, ev *logEvent) {
+		out[*ev.Epoch] = append(out[*ev.Epoch], publication{peer: p.name, term: ev.Term, time: ev.Time})
+	})
+	return out, err
+}
+
+// installedOrders lists, per epoch and term, the peers that logged "order
+// installed" of a job ("" for the default job): an order a leader
+// published reached them. Peers log it at debug level (--log-level
+// debug).
+func (m *mesh) installedOrders(job string) (map[[2]uint64][]string, error) {
+	out := make(map[[2]uint64][]string)
+	err := m.eachLogEvent(job, "order installed", func(p *peerProc, ev *logEvent) {
+		k := [2]uint64{uint64(*ev.Epoch), ev.Term}
+		out[k] = append(out[k], p.name)
+	})
+	return out, err
+}
+
+// eachLogEvent calls fn with every line of the peers' logs whose message
+// is msg, of a job ("" for the default job) of the mesh's dataset, that
+// names an epoch.
+func (m *mesh) eachLogEvent(job, msg string, fn func(*peerProc, *logEvent)) error {
 	if job == "" {
 		job = "default"
 	}
-	out := make(map[int][]string)
+	quoted := []byte(`"` + msg + `"`)
 	for _, p := range m.peers {
 		b, err := os.ReadFile(p.logPath)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, line := range bytes.Split(b, []byte("\n")) {
-			if !bytes.Contains(line, []byte(`"order published"`)) {
+			if !bytes.Contains(line, quoted) {
 				continue
 			}
 			var ev logEvent
-			if json.Unmarshal(line, &ev) != nil || ev.Epoch == nil || ev.Dataset != m.dataset || ev.Job != job {
+			if json.Unmarshal(line, &ev) != nil || ev.Message != msg || ev.Epoch == nil || ev.Dataset != m.dataset || ev.Job != job {
 				continue
 			}
-			out[*ev.Epoch] = append(out[*ev.Epoch], fmt.Sprintf("%s term %d at %s", p.name, ev.Term, ev.Time))
+			fn(p, &ev)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // panics returns log lines that show a panic or a fatal error.
