@@ -94,6 +94,41 @@ func TestClaimReportsOf(t *testing.T) {
 	}
 }
 
+// TestClaimedReportDroppedBeyondTheBound: a report dropped beyond
+// MaxQueuedReports while a claim holds it leaves the claim's count and
+// the queue consistent: the claim's end removes or releases what is left
+// of it, and no report stays claimed, or pending, by mistake.
+func TestClaimedReportDroppedBeyondTheBound(t *testing.T) {
+	var o Outbox
+	for e := range 3 {
+		o.QueueReport(wire.ReportBatch{Dataset: "ds", Epoch: e, IDs: []uint32{1}})
+	}
+	c, _ := o.ClaimReports() // epochs 0-2, in flight
+	for e := 3; e < MaxQueuedReports+2; e++ {
+		o.QueueReport(wire.ReportBatch{Dataset: "ds", Epoch: e, IDs: []uint32{1}})
+	}
+	if got, want := o.ReportsDropped(), int64(2); got != want {
+		t.Fatalf("%d reports dropped, want %d", got, want)
+	}
+	o.Release(c) // epoch 2 is left of the claim
+	c2, ok := o.ClaimReports()
+	if !ok || c2.Batches[0].Epoch != 2 {
+		t.Fatalf("after the release the oldest claimed is %+v, want epoch 2", c2.Batches[:1])
+	}
+	o.Sent(c2, time.Now())
+	if o.claimed != 0 {
+		t.Fatalf("%d reports counted as claimed with no claim in flight", o.claimed)
+	}
+	left := o.QueuedReports()
+	for o.Pending() {
+		c, _ := o.ClaimReports()
+		o.Sent(c, time.Now())
+	}
+	if n := o.QueuedReports(); n != 0 || o.claimed != 0 || o.pairs != 0 || left == 0 {
+		t.Fatalf("drained: %d left, %d claimed, %d pairs (had %d)", n, o.claimed, o.pairs, left)
+	}
+}
+
 // TestClaimReportsDue: in a mesh of up to 9 peers the reports are
 // claimed at every flush; in a larger one they wait wire.ReportsEvery
 // after the last were sent, unless MaxReportPairs pairs are queued;
