@@ -780,11 +780,14 @@ func BenchmarkReportDone(b *testing.B) {
 }
 
 // BenchmarkEpochEnd: six ranks, three on n1 and three on n2, each ask for
-// an epoch's order, report a minibatch and send SHADE.DONE, an epoch an
-// op, with no training between; the ranks that finish first wait in
-// SHADE.ORDER for the next epoch. It reports the requests the leader n0
-// took an epoch (joins and dones, with reports or without), and the
-// leader's process CPU is the whole process's (all three nodes).
+// an epoch's order, report a minibatch and send SHADE.DONE, then ask for
+// the next, epoch after epoch, with no training between: an op is an
+// epoch. "together": each rank goes on as soon as it can; "in-turn": a
+// rank sends its done only once the rank before it has had its answer,
+// so that the first five wait for the next order each epoch, as ranks
+// that finish apart do. It reports the requests the leader n0 took an
+// epoch (joins, dones with reports or without, reports), and the process
+// CPU (all three nodes) an epoch.
 func BenchmarkEpochEnd(b *testing.B) {
 	const world, perNode = 6, 3
 	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
@@ -805,32 +808,55 @@ func BenchmarkEpochEnd(b *testing.B) {
 		p := m.byName([]string{"n1", "n2"}[r/perNode])
 		ranks = append(ranks, rank{p, p.client(b)})
 	}
-	epoch := 0
-	run := func() {
+	// epochs runs n epochs from the next; inTurn orders the ranks' dones.
+	next := 0
+	epochs := func(b *testing.B, n int, inTurn bool) {
+		answered := make([][]chan struct{}, n) // [epoch][rank]: its done answered
+		for i := range answered {
+			answered[i] = make([]chan struct{}, world)
+			for r := range answered[i] {
+				answered[i][r] = make(chan struct{})
+			}
+		}
 		var wg sync.WaitGroup
 		for r, rk := range ranks {
 			wg.Go(func() {
-				slice, err := rk.c.Do(ctx, "SHADE.ORDER", "ds", epoch, r, world).Int64Slice()
-				if err != nil {
-					b.Errorf("rank %d: SHADE.ORDER of epoch %d: %v", r, epoch, err)
-					return
-				}
-				ids, losses := make([]uint32, min(len(slice), 256)), make([]float64, min(len(slice), 256))
-				for i := range ids {
-					ids[i], losses[i] = uint32(slice[i]), 1.5
-				}
-				if err := rk.p.node.Report("ds", "", epoch, ids, losses); err != nil {
-					b.Error(err)
-				}
-				if err := rk.c.Do(ctx, "SHADE.DONE", "ds", epoch, r).Err(); err != nil {
-					b.Errorf("rank %d: SHADE.DONE of epoch %d: %v", r, epoch, err)
+				i := 0
+				defer func() { // on an error, the ranks after it are not held
+					for ; i < n; i++ {
+						close(answered[i][r])
+					}
+				}()
+				for ; i < n; i++ {
+					e := next + i
+					slice, err := rk.c.Do(ctx, "SHADE.ORDER", "ds", e, r, world).Int64Slice()
+					if err != nil {
+						b.Errorf("rank %d: SHADE.ORDER of epoch %d: %v", r, e, err)
+						return
+					}
+					ids, losses := make([]uint32, min(len(slice), 256)), make([]float64, min(len(slice), 256))
+					for k := range ids {
+						ids[k], losses[k] = uint32(slice[k]), 1.5
+					}
+					if err := rk.p.node.Report("ds", "", e, ids, losses); err != nil {
+						b.Error(err)
+						return
+					}
+					if inTurn && r > 0 {
+						<-answered[i][r-1]
+					}
+					if err := rk.c.Do(ctx, "SHADE.DONE", "ds", e, r).Err(); err != nil {
+						b.Errorf("rank %d: SHADE.DONE of epoch %d: %v", r, e, err)
+						return
+					}
+					close(answered[i][r])
 				}
 			})
 		}
 		wg.Wait()
-		epoch++
+		next += n
 	}
-	run() // epoch 0: the ranks join
+	epochs(b, 1, false) // epoch 0: the ranks join
 	requests := func() int {
 		n := 0
 		for _, m := range []peer.Method{wire.MethodJoin, wire.MethodDone, wire.MethodReportDone, wire.MethodReport} {
@@ -839,10 +865,14 @@ func BenchmarkEpochEnd(b *testing.B) {
 		}
 		return n
 	}
-	before, cpu := requests(), cputime.Process()
-	for b.Loop() {
-		run()
+	for _, inTurn := range []bool{false, true} {
+		name := map[bool]string{false: "together", true: "in-turn"}[inTurn]
+		b.Run(name, func(b *testing.B) {
+			before, cpu := requests(), cputime.Process()
+			b.ResetTimer()
+			epochs(b, b.N, inTurn)
+			b.ReportMetric(float64(requests()-before)/float64(b.N), "leader-requests/epoch")
+			b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/epoch")
+		})
 	}
-	b.ReportMetric(float64(requests()-before)/float64(b.N), "leader-requests/epoch")
-	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/epoch")
 }
