@@ -236,7 +236,7 @@ func (n *Node) runLoops(ctx context.Context) {
 			case <-queued:
 			default:
 			}
-			n.forwardReports(ctx, false)
+			n.forwardReports(ctx)
 			n.flushScores(ctx)
 			n.flushOffers(ctx)
 			if n.out.Pending() { // kept for want of a leader, or queued meanwhile
@@ -258,17 +258,13 @@ func (n *Node) runLoops(ctx context.Context) {
 	}
 }
 
-// flushReports sends the queued minibatches to the leader in one request
-// now.
-func (n *Node) flushReports(ctx context.Context) { n.forwardReports(ctx, true) }
-
-// forwardReports sends queued minibatches to the leader in one request:
-// now, or once due for a mesh of this size (outbox.ClaimReportsDue). The
-// leader merges its own at once.
-func (n *Node) forwardReports(ctx context.Context, now bool) {
+// forwardReports sends queued minibatches to the leader in one request
+// once due for a mesh of this size (outbox.ClaimReportsDue). The leader
+// merges its own at once.
+func (n *Node) forwardReports(ctx context.Context) {
 	var c outbox.Claim
 	var ok bool
-	if now || n.lead.leading() || n.cluster == nil {
+	if n.lead.leading() || n.cluster == nil {
 		c, ok = n.out.ClaimReports()
 	} else {
 		c, ok = n.out.ClaimReportsDue(time.Now(), n.cluster.size())
