@@ -7,6 +7,7 @@
 package outbox
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,8 +61,7 @@ type Outbox struct {
 	ended      chan struct{} // holds a value once an offer request has ended; made at first use
 	reports    []queuedReport
 	claimSeq   uint64
-	claimed    int           // reports held by a claim
-	claimEnded chan struct{} // closed when a claim ends; made at first use
+	claimEnded chan struct{} // closed when a claim ends; made at first wait
 	pairs      int           // (id, loss) pairs in reports
 	scores     wire.ScoreQueue
 	offers     map[string][]wire.OfferItem // co-owner -> samples to hand it
@@ -92,8 +92,13 @@ func (o *Outbox) Queued() <-chan struct{} {
 func (o *Outbox) Pending() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.reports) > o.claimed || o.scores.Queued() > 0 {
+	if o.scores.Queued() > 0 {
 		return true
+	}
+	for i := range o.reports {
+		if o.reports[i].claim == 0 {
+			return true
+		}
 	}
 	for co, items := range o.offers {
 		if len(items) > 0 && !o.offering[co] {
@@ -147,9 +152,6 @@ func (o *Outbox) QueueReport(b wire.ReportBatch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.reports) >= MaxQueuedReports {
-		if o.reports[0].claim != 0 {
-			o.claimed--
-		}
 		o.pairs -= len(o.reports[0].batch.IDs)
 		o.reports = o.reports[1:]
 		o.reportsDropped.Add(1)
@@ -198,7 +200,10 @@ func (o *Outbox) ClaimReportsOf(job wire.JobKey) (c Claim, more bool, busy <-cha
 	of := func(b *wire.ReportBatch) bool { return b.Dataset == job.Dataset && b.Job == job.Job }
 	for i := range o.reports {
 		if q := &o.reports[i]; q.claim != 0 && of(&q.batch) {
-			return Claim{}, false, lazyChan(&o.claimEnded)
+			if o.claimEnded == nil {
+				o.claimEnded = make(chan struct{})
+			}
+			return Claim{}, false, o.claimEnded
 		}
 	}
 	c, more = o.claimLocked(of)
@@ -224,7 +229,6 @@ func (o *Outbox) claimLocked(of func(*wire.ReportBatch) bool) (c Claim, more boo
 			c.id = o.claimSeq
 		}
 		q.claim = c.id
-		o.claimed++
 		c.Batches = append(c.Batches, q.batch)
 		pairs += len(q.batch.IDs)
 	}
@@ -239,9 +243,12 @@ func (o *Outbox) Sent(c Claim, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reportsSent = now
-	o.reports = slicesDeleteClaim(o.reports, c.id, func(q *queuedReport) {
-		o.claimed--
+	o.reports = slices.DeleteFunc(o.reports, func(q queuedReport) bool {
+		if q.claim != c.id {
+			return false
+		}
 		o.pairs -= len(q.batch.IDs)
+		return true
 	})
 	o.endClaimLocked()
 }
@@ -257,7 +264,6 @@ func (o *Outbox) Release(c Claim) {
 	for i := range o.reports {
 		if q := &o.reports[i]; q.claim == c.id {
 			q.claim = 0
-			o.claimed--
 		}
 	}
 	o.endClaimLocked()
@@ -270,21 +276,6 @@ func (o *Outbox) endClaimLocked() {
 		close(o.claimEnded)
 		o.claimEnded = nil
 	}
-}
-
-// slicesDeleteClaim removes from qs the reports of claim id, calling gone
-// with each, and returns what is left, in order.
-func slicesDeleteClaim(qs []queuedReport, id uint64, gone func(*queuedReport)) []queuedReport {
-	kept := qs[:0]
-	for i := range qs {
-		if qs[i].claim == id {
-			gone(&qs[i])
-			continue
-		}
-		kept = append(kept, qs[i])
-	}
-	clear(qs[len(kept):]) // let the removed batches go
-	return kept
 }
 
 // QueuedReports is the number of minibatches waiting for the leader.
