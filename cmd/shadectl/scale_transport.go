@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/shade-mesh/shade/internal/workers"
 	"github.com/shade-mesh/shade/transport/peer"
 )
 
@@ -66,26 +68,16 @@ func (p *callPair) measure(s *mergeStep, m peer.Method, body []byte, calls, para
 		return fmt.Errorf("transport for the model: %w", err)
 	}
 	return s.run(func() error {
-		var wg sync.WaitGroup
-		errs := make(chan error, parallel)
-		next := make(chan struct{}, calls)
-		for range calls {
-			next <- struct{}{}
-		}
-		close(next)
-		for range parallel {
-			wg.Go(func() {
-				for range next {
-					if err := call(); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		return <-errs
+		var mu sync.Mutex
+		var first error
+		workers.Each(calls, parallel, func(int) {
+			if err := call(); err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+		})
+		return first
 	})
 }
 
