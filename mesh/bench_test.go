@@ -867,12 +867,14 @@ func BenchmarkEpochEnd(b *testing.B) {
 		}
 		return n
 	}
-	for _, inTurn := range []bool{false, true} {
-		name := map[bool]string{false: "together", true: "in-turn"}[inTurn]
-		b.Run(name, func(b *testing.B) {
+	for _, how := range []struct {
+		name   string
+		inTurn bool
+	}{{"together", false}, {"in-turn", true}} {
+		b.Run(how.name, func(b *testing.B) {
 			before, cpu := requests(), cputime.Process()
 			b.ResetTimer()
-			epochs(b, b.N, inTurn)
+			epochs(b, b.N, how.inTurn)
 			b.ReportMetric(float64(requests()-before)/float64(b.N), "leader-requests/epoch")
 			b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/epoch")
 		})

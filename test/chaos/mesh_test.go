@@ -426,14 +426,21 @@ func (m *mesh) publishedOrders(job string) (map[int][]publication, error) {
 	return out, err
 }
 
+// orderKey names one leader's order of an epoch: the epoch and the
+// leader's term.
+type orderKey struct {
+	epoch int
+	term  uint64
+}
+
 // installedOrders lists, per epoch and term, the peers that logged "order
 // installed" of a job ("" for the default job): an order a leader
 // published reached them. Peers log it at debug level (--log-level
 // debug).
-func (m *mesh) installedOrders(job string) (map[[2]uint64][]string, error) {
-	out := make(map[[2]uint64][]string)
+func (m *mesh) installedOrders(job string) (map[orderKey][]string, error) {
+	out := make(map[orderKey][]string)
 	err := m.eachLogEvent(job, "order installed", func(p *peerProc, ev *logEvent) {
-		k := [2]uint64{uint64(*ev.Epoch), ev.Term}
+		k := orderKey{*ev.Epoch, ev.Term}
 		out[k] = append(out[k], p.name)
 	})
 	return out, err

@@ -141,7 +141,7 @@ func TestChaosLeaderReturnsWhileSuccessorPublishes(t *testing.T) {
 		line := fmt.Sprintf("epoch %d: %v", e, by)
 		reached := false
 		for _, p := range by[:len(by)-1] {
-			for _, at := range installed[[2]uint64{uint64(e), p.term}] {
+			for _, at := range installed[orderKey{e, p.term}] {
 				reached = reached || at != p.peer
 			}
 		}
