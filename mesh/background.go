@@ -337,32 +337,34 @@ func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.Don
 		}
 	}
 	leader = n.lead.leader()
-	if len(c.Batches) == 0 || n.cluster == nil || n.lead.leading() || leader == "" || leader == n.cfg.Name || n.isOlderLeader(leader) {
-		if len(c.Batches) > 0 {
-			n.settle(c, n.sendReports(ctx, c.Batches))
+	remote := n.cluster != nil && !n.lead.leading() && leader != "" && leader != n.cfg.Name
+	if len(c.Batches) > 0 && remote && !n.isOlderLeader(leader) {
+		carried := *req
+		carried.Reports = c.Batches
+		var answer wire.DoneResp
+		err = n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
+		if peer.CodeOf(err) != peer.CodeBadRequest {
+			n.settle(c, err) // on an error the reports stay for the next try
+			switch {
+			case err != nil:
+				return leader, err
+			case answer.Refused != "":
+				return leader, fmt.Errorf("mesh: %s refused the done: %s", leader, answer.Refused)
+			}
+			if resp != nil {
+				*resp = answer
+			}
+			return leader, nil
 		}
-		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
-	}
-	carried := *req
-	carried.Reports = c.Batches
-	var answer wire.DoneResp
-	err = n.cluster.callName(ctx, leader, wire.MethodReportDone, &carried, &answer)
-	if peer.CodeOf(err) == peer.CodeBadRequest {
 		n.older.Store(&olderLeader{name: leader, until: time.Now().Add(olderLeaderFor)})
+	}
+	// Nothing to carry, nobody to carry it to, or a leader from before
+	// MethodReportDone: the reports in a request of their own, then the
+	// done.
+	if len(c.Batches) > 0 {
 		n.settle(c, n.sendReports(ctx, c.Batches))
-		return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 	}
-	n.settle(c, err) // on an error the reports stay for the next try
-	if err != nil {
-		return leader, err
-	}
-	if answer.Refused != "" {
-		return leader, fmt.Errorf("mesh: %s refused the done: %s", leader, answer.Refused)
-	}
-	if resp != nil {
-		*resp = answer
-	}
-	return leader, nil
+	return leader, n.askLeader(ctx, wire.MethodDone, req, resp)
 }
 
 // olderLeaderFor is how long a leader that answered MethodReportDone as
