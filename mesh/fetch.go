@@ -76,22 +76,7 @@ func (n *Node) placement(ds *datasetState) sampling.Placement {
 // table read once the samples are hashed (see placement). The test is
 // not safe for concurrent use.
 func (n *Node) ownsSample(ds *datasetState) func(id uint32) bool {
-	where := n.placement(ds)
-	const unknown, theirs, ours = 0, 1, 2
-	mine := make([]uint8, where.Groups)
-	return func(id uint32) bool {
-		g := where.Group(id)
-		if uint(g) >= uint(len(mine)) {
-			return false
-		}
-		if mine[g] == unknown {
-			mine[g] = theirs
-			if contains(where.Owners(g), n.cfg.Name) {
-				mine[g] = ours
-			}
-		}
-		return mine[g] == ours
-	}
+	return n.placement(ds).Owns(n.cfg.Name)
 }
 
 // hashSamples computes the ring partition of every sample of ds, once, in

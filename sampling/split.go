@@ -78,6 +78,28 @@ type Placement struct {
 	Key any
 }
 
+// Owns returns a test of whether the named node owns a sample, for one
+// pass over many samples: each group's owners are looked at once, at its
+// first sample. A sample of a group outside 0..Groups-1 is not owned. The
+// test is not safe for concurrent use.
+func (w Placement) Owns(name string) func(id uint32) bool {
+	const unknown, theirs, ours = 0, 1, 2
+	mine := make([]uint8, w.Groups)
+	return func(id uint32) bool {
+		g := w.Group(id)
+		if uint(g) >= uint(len(mine)) {
+			return false
+		}
+		if mine[g] == unknown {
+			mine[g] = theirs
+			if slices.Contains(w.Owners(g), name) {
+				mine[g] = ours
+			}
+		}
+		return mine[g] == ours
+	}
+}
+
 // LocalitySplit cuts an epoch's order into world slices of equal length,
 // giving each drawn sample to a rank on one of its owners where one has
 // room and is not ahead of the others, so that the rank's reads hit its

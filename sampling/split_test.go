@@ -3,6 +3,7 @@ package sampling
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -567,5 +568,36 @@ func TestSliceWeightsOnSeveralGoroutines(t *testing.T) {
 	}
 	if SliceWeights(ids, []float32{1, 1, 1}) != nil {
 		t.Fatalf("weights all 1: want nil")
+	}
+}
+
+// TestPlacementOwns: a sample is owned where its group names the node
+// among its owners, each group's owners are looked at once however many
+// of its samples are tested, and a sample of a group outside the
+// placement is not owned.
+func TestPlacementOwns(t *testing.T) {
+	asked := make(map[int]int)
+	where := Placement{
+		Groups: 3,
+		Group: func(id uint32) int {
+			if id >= 30 {
+				return 5
+			}
+			return int(id % 3)
+		},
+		Owners: func(g int) []string {
+			asked[g]++
+			return [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}}[g]
+		},
+	}
+	owns := where.Owns("a")
+	for id := uint32(0); id < 40; id++ {
+		want := id < 30 && id%3 != 1
+		if got := owns(id); got != want {
+			t.Fatalf("Owns(a)(%d) = %v, want %v", id, got, want)
+		}
+	}
+	if want := map[int]int{0: 1, 1: 1, 2: 1}; !maps.Equal(asked, want) {
+		t.Fatalf("owners asked %v, want each group once: %v", asked, want)
 	}
 }

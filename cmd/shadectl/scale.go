@@ -403,4 +403,5 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	tw.Flush()
 
 	fmt.Fprintf(w, "leader heap in use after the epoch: %s; %d of %d samples scored\n", scaleBytes(float64(res.HeapInuse)), res.Scored, res.Samples)
+	printMember(w, res.Member, res.Epoch)
 }

@@ -114,6 +114,9 @@ type mergeResult struct {
 	// each copy is relayed in.
 	Prepared, FirstDraw, First []*mergeStep
 	FirstPieces                int
+	// Member is what a member other than the leader does with the order
+	// (nil in a mesh of one).
+	Member *memberOrder
 }
 
 // step returns the step of that name, nil if there is none.
@@ -666,6 +669,21 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		return nil, err
 	}
 	progress("the transport's work measured")
+
+	// A member that trains a rank, and is not the leader.
+	member := ""
+	for _, node := range rankNode {
+		if node != leader {
+			member = node
+			break
+		}
+	}
+	if member != "" {
+		if res.Member, err = memberSteps(pub, raw, where, member, pieces, job.samples, job.world); err != nil {
+			return nil, err
+		}
+		progress("a member's work with the order measured")
+	}
 	return res, nil
 }
 

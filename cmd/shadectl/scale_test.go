@@ -195,6 +195,36 @@ func TestScaleMerge(t *testing.T) {
 	if s := res.step("send scores to owners"); s.Messages == 0 || s.WireBytes < float64(testSamples) {
 		t.Fatalf("scores: %v frames, %v bytes", s.Messages, s.WireBytes)
 	}
+	// A member with a rank, not the leader: every step measured; the reads
+	// of its samples are those the ring gives it; its part is its rank's
+	// slice and those reads, smaller than the whole order.
+	mo := res.Member
+	if mo == nil || mo.Name == r.Members()[0] || mo.Ranks < 1 || len(mo.Whole) != 3 || len(mo.Part) != 2 {
+		t.Fatalf("member: %+v", mo)
+	}
+	for _, s := range slices.Concat(mo.Whole, mo.Part) {
+		if s.Dur <= 0 {
+			t.Fatalf("member step %q not measured", s.Name)
+		}
+	}
+	samples, err := ring.NewSamples(r.Config().Partitions, testSamples, func(dst []byte, i int) []byte { return samplekey.Append(dst, testDataset, i) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := 0
+	for _, s := range res.Slices {
+		for _, id := range s {
+			if slices.Contains(r.SampleOwners(samples, id), mo.Name) {
+				owned++
+			}
+		}
+	}
+	if mo.Reads != owned || owned == 0 {
+		t.Fatalf("member %s: %d reads of its samples, the ring gives it %d", mo.Name, mo.Reads, owned)
+	}
+	if mo.PartBytes < 4*(testSamples/world+owned) || mo.PartBytes >= mo.WholeBytes {
+		t.Fatalf("member: part of %d bytes, whole %d; want at least its slice and reads, and less than the whole", mo.PartBytes, mo.WholeBytes)
+	}
 }
 
 func TestScaleLocalitySplit(t *testing.T) {
