@@ -64,7 +64,16 @@ func (n *Node) applyLocalScores(js *jobState, ids []uint32) {
 		return
 	}
 	scores, mean := js.scores.ScoresOf(ids)
-	n.setScores(js, ids, scores, mean)
+	n.setScores(js, ids, narrow(scores), mean)
+}
+
+// narrow returns scores as the singles a score table keeps them as.
+func narrow(scores []float64) []float32 {
+	out := make([]float32, len(scores))
+	for i, v := range scores {
+		out[i] = float32(v)
+	}
+	return out
 }
 
 // setScores takes a job's new scores of samples this node owns and its
@@ -73,7 +82,7 @@ func (n *Node) applyLocalScores(js *jobState, ids []uint32) {
 // the number of reads a sample can expect adds up over the jobs that
 // draw it, so a sample that several jobs need is kept over one that
 // only one does.
-func (n *Node) setScores(js *jobState, ids []uint32, scores []float64, mean float64) {
+func (n *Node) setScores(js *jobState, ids []uint32, scores []float32, mean float64) {
 	if n.scorer == nil {
 		return
 	}
@@ -89,7 +98,7 @@ func (n *Node) setScores(js *jobState, ids []uint32, scores []float64, mean floa
 	}
 	js.mean = mean
 	for i, id := range ids {
-		js.owned[id] = float32(scores[i])
+		js.owned[id] = scores[i]
 	}
 	for _, id := range ids {
 		s := unionScore(jobs, id)
@@ -165,15 +174,16 @@ func (n *Node) applyScores(req *wire.ScoresReq) error {
 	if err != nil {
 		return err
 	}
-	if len(req.IDs) != len(req.Scores) {
-		return fmt.Errorf("%w: %d ids, %d scores", ErrBadReport, len(req.IDs), len(req.Scores))
+	scores := req.Singles()
+	if len(req.IDs) != len(scores) {
+		return fmt.Errorf("%w: %d ids, %d scores", ErrBadReport, len(req.IDs), len(scores))
 	}
 	for i, id := range req.IDs {
-		if int(id) >= ds.len || !(req.Scores[i] >= 0 && req.Scores[i] < 1e6) {
-			return fmt.Errorf("%w: score %v for sample %d", ErrBadReport, req.Scores[i], id)
+		if int(id) >= ds.len || !(scores[i] >= 0 && scores[i] < 1e6) {
+			return fmt.Errorf("%w: score %v for sample %d", ErrBadReport, scores[i], id)
 		}
 	}
-	n.setScores(js, req.IDs, req.Scores, req.Mean)
+	n.setScores(js, req.IDs, scores, req.Mean)
 	return nil
 }
 

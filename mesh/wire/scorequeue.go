@@ -41,7 +41,7 @@ type jobScores struct {
 	where  Placement // as of the job's last Add
 	self   string
 	ids    []uint32  // queued, in the order merged
-	scores []float64 // the score queued with each id
+	scores []float32 // the score queued with each id, as the table keeps it
 	groups []int32   // each id's group
 	used   []int32   // the groups with ids queued, in the order of their first
 	queued []int32   // by group, its ids queued
@@ -85,7 +85,11 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		if old != nil {
 			// The placement's groups changed: what is queued is queued
 			// again by the new ones (self's share was returned already).
-			q.Add(where, self, job, old.ids, old.scores, nil)
+			widened := make([]float64, len(old.scores))
+			for i, v := range old.scores {
+				widened[i] = float64(v)
+			}
+			q.Add(where, self, job, old.ids, widened, nil)
 		}
 	}
 	if where.Key != js.key || self != js.self {
@@ -112,7 +116,7 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		}
 		js.queued[g]++
 		js.ids = append(js.ids, id)
-		js.scores = append(js.scores, scores[i])
+		js.scores = append(js.scores, float32(scores[i]))
 		js.groups = append(js.groups, int32(g))
 	}
 	return local
@@ -196,7 +200,7 @@ func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
 		next[k+1] += next[k]
 	}
 	byOwner := make(map[string]*ScoresReq)
-	ids, scores := make(U32s, next[len(js.names)]), make(F64s, next[len(js.names)])
+	ids, scores := make(U32s, next[len(js.names)]), make(F32s, next[len(js.names)])
 	for k, owner := range js.names {
 		if lo, hi := next[k], next[k+1]; hi > lo {
 			byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi]}

@@ -429,11 +429,29 @@ func (p *PublishMsg) Newer(q *PublishMsg) bool {
 type ScoresReq struct {
 	Dataset string `msgpack:"d"`
 	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
-	// IDs and Scores travel packed (U32s, F64s). Tags "i" and "s", the
-	// msgpack arrays they were before ALPN shade/2, are retired.
+	// IDs and Scores travel packed (U32s, F32s). Tags "i" and "s", the
+	// msgpack arrays they were before ALPN shade/2, are retired. A score
+	// is a score table's single (sampling.Table): sent as one, it takes 8
+	// bytes a sample where it took 12 as a double.
 	IDs    U32s    `msgpack:"I"`
-	Scores F64s    `msgpack:"S"`
+	Scores F32s    `msgpack:"T"`
 	Mean   float64 `msgpack:"m"`
+	// Doubles are the scores as builds before Scores sent them (tag "S");
+	// decoded, not sent. See Singles.
+	Doubles F64s `msgpack:"S,omitempty"`
+}
+
+// Singles returns the scores: Scores, or those of a build that sent them
+// as Doubles, narrowed to what the owner keeps.
+func (r *ScoresReq) Singles() []float32 {
+	if len(r.Scores) > 0 || len(r.Doubles) == 0 {
+		return r.Scores
+	}
+	out := make([]float32, len(r.Doubles))
+	for i, d := range r.Doubles {
+		out[i] = float32(d)
+	}
+	return out
 }
 
 // ReplicateReq carries a whole score table (sampling.Table.MarshalBinary)

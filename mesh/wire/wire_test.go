@@ -43,7 +43,7 @@ func TestScoreQueue(t *testing.T) {
 	}
 	// The placement changes before the queue is taken: group 1 moves to c.
 	owners[1] = []string{"c"}
-	check := func(got map[JobKey]map[string]*ScoresReq, want map[string][]float64) {
+	check := func(got map[JobKey]map[string]*ScoresReq, want map[string][]float32) {
 		t.Helper()
 		if len(got) != 1 || len(got[ds]) != len(want) {
 			t.Fatalf("queued %v, want %v", got, want)
@@ -61,7 +61,7 @@ func TestScoreQueue(t *testing.T) {
 	}
 	got := q.Take()
 	// Each owner's samples in the order merged, from all its groups.
-	check(got, map[string][]float64{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
+	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	if q.Queued() != 0 || q.Take() != nil {
 		t.Fatal("Take left the queue non-empty")
 	}
@@ -69,13 +69,13 @@ func TestScoreQueue(t *testing.T) {
 	// append to one leaves the others as they are.
 	for owner, req := range got[ds] {
 		req.IDs, req.Scores = append(req.IDs, 990), append(req.Scores, 9900)
-		check(got, map[string][]float64{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}, owner: append([]float64{}, req.Scores...)})
+		check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}, owner: append([]float32{}, req.Scores...)})
 		req.IDs, req.Scores = req.IDs[:len(req.IDs)-1], req.Scores[:len(req.Scores)-1]
 	}
 	// The queue's lists are used again: what was taken stays as it was.
 	q.Add(where, "me", ds, []uint32{5, 2}, []float64{52, 20}, nil)
-	check(got, map[string][]float64{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
-	check(q.Take(), map[string][]float64{"a": {52, 20}, "b": {52, 20}})
+	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
+	check(q.Take(), map[string][]float32{"a": {52, 20}, "b": {52, 20}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
 	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float64{10}, nil)
@@ -84,7 +84,7 @@ func TestScoreQueue(t *testing.T) {
 	if l := q.Add(two, "me", ds, []uint32{7}, []float64{70}, nil); len(l) != 0 || q.Queued() != 2 {
 		t.Fatalf("after a change of groups: local %v, %d queued; want none local, 2 queued", l, q.Queued())
 	}
-	check(q.Take(), map[string][]float64{"c": {40}, "a": {70}, "b": {70}})
+	check(q.Take(), map[string][]float32{"c": {40}, "a": {70}, "b": {70}})
 	// Samples that self alone owns: nothing to take.
 	alone := Placement{Groups: 3, Group: where.Group, Owners: func(int) []string { return []string{"me"} }}
 	if l := q.Add(alone, "me", ds, []uint32{0, 1}, []float64{0, 10}, nil); len(l) != 2 {
@@ -180,14 +180,23 @@ func TestPackedListsRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	scores := &ScoresReq{Dataset: "ds", IDs: U32s{7, 9}, Scores: F64s{1.5, 2.5}, Mean: 2}
+	scores := &ScoresReq{Dataset: "ds", IDs: U32s{7, 9}, Scores: F32s{1.5, 2.5}, Mean: 2}
 	b, err := msgpack.Marshal(scores)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var back ScoresReq
-	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Scores, scores.Scores) || back.Mean != 2 {
+	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Singles(), scores.Scores) || back.Mean != 2 || back.Doubles != nil {
 		t.Fatalf("scores %+v came back as %+v (%v)", scores, back, err)
+	}
+	// Scores as a build before singles sent them: doubles, tag "S".
+	b, err = msgpack.Marshal(map[string]any{"d": "ds", "I": U32s{7, 9}, "S": F64s{1.5, 2.5}, "m": 2.0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back = ScoresReq{}
+	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Singles(), scores.Scores) || back.Mean != 2 {
+		t.Fatalf("doubles came back as %+v, singles %v (%v)", back, back.Singles(), err)
 	}
 
 	order := &PublishMsg{Dataset: "ds", Epoch: 2, World: 2, Slices: []U32s{{1, 2}, {3, math.MaxUint32}},
