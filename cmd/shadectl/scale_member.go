@@ -143,7 +143,7 @@ func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 	if mo == nil {
 		return
 	}
-	fmt.Fprintf(w, "\n== a member (%s, %d rank(s), not the leader): each epoch's order whole, as now (%s), and its part alone (%s: its ranks' slices and weights, the %d reads of its samples; not built)\n",
+	fmt.Fprintf(w, "\n== a member (%s, %d rank(s), not the leader): each epoch's order whole, as now (%s), and its part alone (%s: its ranks' slices and weights, the %d reads of its samples; shade-peer sends every member the whole order)\n",
 		mo.Name, mo.Ranks, scaleBytes(float64(mo.WholeBytes)), scaleBytes(float64(mo.PartBytes)), mo.Reads)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tallocs\talloc bytes\t")
@@ -166,7 +166,7 @@ func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tmeasured\tbudget\tratio\t")
 	fmt.Fprintf(tw, "member CPU per epoch for the order, whole\t%s\t%s (one core, the epoch)\t%s\t\n", round(whole), round(epoch), ratio(whole.Seconds(), epoch.Seconds()))
-	fmt.Fprintf(tw, "member CPU per epoch for its part alone (not built)\t%s\t%s (one core, the epoch)\t%s\t\n", round(part), round(epoch), ratio(part.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "member CPU per epoch for its part alone (which shade-peer does not send)\t%s\t%s (one core, the epoch)\t%s\t\n", round(part), round(epoch), ratio(part.Seconds(), epoch.Seconds()))
 	fmt.Fprintf(tw, "  whole over part\t\t\t%s\t\n", ratio(whole.Seconds(), part.Seconds()))
 	tw.Flush()
 }
