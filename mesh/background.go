@@ -83,20 +83,20 @@ func narrow(scores []float64) []float32 {
 // draw it, so a sample that several jobs need is kept over one that
 // only one does.
 func (n *Node) setScores(js *jobState, ids []uint32, scores []float32, mean float64) {
-	if n.scorer == nil {
-		return
-	}
 	ds := js.ds
 	jobs := ds.jobList()
 	n.lockPolicy()
 	defer n.polMu.Unlock()
+	js.mean = mean // the mean scores passed on go with (flushScores)
+	if n.scorer == nil {
+		return
+	}
 	if js.owned == nil {
 		js.owned = make([]float32, ds.len)
 		for i := range js.owned {
 			js.owned[i] = float32(math.NaN())
 		}
 	}
-	js.mean = mean
 	for i, id := range ids {
 		js.owned[id] = scores[i]
 	}
@@ -184,6 +184,15 @@ func (n *Node) applyScores(req *wire.ScoresReq) error {
 		}
 	}
 	n.setScores(js, req.IDs, scores, req.Mean)
+	if pass := req.Pass; pass > 0 && pass <= len(req.IDs) && n.cluster != nil {
+		// Their first owner passes them on to the others (not back to
+		// this node, and not passed on again: see flushScores).
+		doubles := make([]float64, pass)
+		for i, v := range scores[:pass] {
+			doubles[i] = float64(v)
+		}
+		n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, req.IDs[:pass], doubles)
+	}
 	return nil
 }
 
@@ -404,7 +413,8 @@ func (n *Node) flushScores(ctx context.Context) {
 	if n.cluster == nil {
 		return // every sample is this node's: none were queued
 	}
-	q := n.out.TakeScoresDue(time.Now(), n.cluster.size(), n.cluster.cfg.Replicas)
+	leading := n.lead.leading()
+	q := n.out.TakeScoresDue(time.Now(), n.cluster.size(), n.cluster.cfg.Replicas, leading)
 	for key, byOwner := range q {
 		ds, err := n.dataset(key.Dataset)
 		if err != nil {
@@ -415,6 +425,13 @@ func (n *Node) flushScores(ctx context.Context) {
 			continue // retired meanwhile
 		}
 		_, mean := js.scores.Summary()
+		if !leading {
+			// Scores this node passes on: the leader's running mean,
+			// which came with them.
+			n.lockPolicy()
+			mean = js.mean
+			n.polMu.Unlock()
+		}
 		for owner, req := range byOwner {
 			req.Mean = mean
 			n.goBackground(func(ctx context.Context) {

@@ -752,9 +752,9 @@ func (q *scoreQueue) add(dataset string, ids []uint32, scores []float64) {
 // sends them (mesh.flushScores), once the queue is due at now (all of it
 // where last); it returns the frames and bytes.
 func (q *scoreQueue) flush(table *sampling.Table, now time.Time, last bool) (frames, bytes int, err error) {
-	taken := q.o.TakeScoresDue(now, q.peers, q.replicas)
+	taken := q.o.TakeScoresDue(now, q.peers, q.replicas, true)
 	if last && taken == nil {
-		taken = q.o.TakeScores()
+		taken = q.o.TakeScores(true)
 	}
 	for _, byOwner := range taken {
 		mean := table.Mean()

@@ -304,8 +304,10 @@ func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey,
 // queue not yet due stays, and TakeScoresDue returns nil; so the
 // leader's messages to owners, and what waits for them, grow with the
 // mesh: a few a second to each of 1,000 peers and under a second's
-// scores, where every FlushEvery would be 40,000 messages a second.
-func (o *Outbox) TakeScoresDue(now time.Time, members, replicas int) map[wire.JobKey]map[string]*wire.ScoresReq {
+// scores, where every FlushEvery would be 40,000 messages a second. pass
+// is wire.ScoreQueue.Take's: the leader's scores are passed on by their
+// first owners.
+func (o *Outbox) TakeScoresDue(now time.Time, members, replicas int, pass bool) map[wire.JobKey]map[string]*wire.ScoresReq {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	queued := o.scores.Queued()
@@ -320,16 +322,16 @@ func (o *Outbox) TakeScoresDue(now time.Time, members, replicas int) map[wire.Jo
 		return nil
 	}
 	o.scoresTaken = now
-	return o.scores.Take()
+	return o.scores.Take(pass)
 }
 
 // TakeScores empties the score queue and returns it (see
 // wire.ScoreQueue.Take); nil if it held nothing for another node. Taken
 // empty, the queue lets go of the lists of the jobs that queued nothing.
-func (o *Outbox) TakeScores() map[wire.JobKey]map[string]*wire.ScoresReq {
+func (o *Outbox) TakeScores(pass bool) map[wire.JobKey]map[string]*wire.ScoresReq {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.scores.Take()
+	return o.scores.Take(pass)
 }
 
 // QueueOffer queues item for each co-owner but self, dropping it for a

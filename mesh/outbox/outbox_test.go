@@ -287,7 +287,7 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	if !ready(&o) || !o.Pending() {
 		t.Fatal("scores queued: not ready, or not pending")
 	}
-	o.TakeScores()
+	o.TakeScores(false)
 
 	o.QueueOffer(wire.OfferItem{ID: 7, Value: []byte("x")}, []string{"a"}, "me")
 	if !ready(&o) || !o.Pending() {
@@ -332,11 +332,11 @@ func TestTakeScoresDue(t *testing.T) {
 	}
 	start := time.Unix(1000, 0)
 	queue(1)
-	if o.TakeScoresDue(start, 3, 2) == nil {
+	if o.TakeScoresDue(start, 3, 2, false) == nil {
 		t.Fatal("3 peers: one sample queued was not taken")
 	}
 	queue(1)
-	if o.TakeScoresDue(start.Add(time.Millisecond), 3, 2) == nil {
+	if o.TakeScoresDue(start.Add(time.Millisecond), 3, 2, false) == nil {
 		t.Fatal("3 peers: not taken a millisecond after the last take")
 	}
 	// 1,000 peers: ScoresEvery is ScoresMaxWait.
@@ -345,23 +345,23 @@ func TestTakeScoresDue(t *testing.T) {
 	}
 	queue(1)
 	at := start.Add(time.Millisecond)
-	if o.TakeScoresDue(at.Add(wire.ScoresMaxWait-time.Millisecond), 1000, 2) != nil || !o.Pending() {
+	if o.TakeScoresDue(at.Add(wire.ScoresMaxWait-time.Millisecond), 1000, 2, false) != nil || !o.Pending() {
 		t.Fatal("1,000 peers: taken before ScoresMaxWait with one sample queued")
 	}
-	if o.TakeScoresDue(at.Add(wire.ScoresMaxWait), 1000, 2) == nil {
+	if o.TakeScoresDue(at.Add(wire.ScoresMaxWait), 1000, 2, false) == nil {
 		t.Fatal("1,000 peers: not taken ScoresMaxWait after the last take")
 	}
 	// Enough for each other member: at once.
 	at = at.Add(wire.ScoresMaxWait)
 	queue(wire.ScoresPerOwner*999/2 - 1)
-	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2) != nil {
+	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2, false) != nil {
 		t.Fatal("1,000 peers: taken one sample short of enough")
 	}
 	queue(1)
-	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2) == nil || o.Pending() {
+	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2, false) == nil || o.Pending() {
 		t.Fatal("1,000 peers: not taken with enough for every member")
 	}
-	if o.TakeScoresDue(at.Add(time.Hour), 1000, 2) != nil {
+	if o.TakeScoresDue(at.Add(time.Hour), 1000, 2, false) != nil {
 		t.Fatal("an empty queue taken")
 	}
 }

@@ -51,9 +51,12 @@ type jobScores struct {
 	mine  []int8  // by group: 0 unknown, 1 not self's, 2 self among its owners
 	at    []int32 // by group: where its owners' slots start in slots, plus one (0: not looked up)
 	count []int32 // by group: how many
-	slots []int32 // slots, each an owner other than self: an index of names
-	names []string
-	slot  map[string]int32 // names' indexes
+	slots []int32 // slots, each an owner other than self: 2 * its index of names, + 1 to keep
+	// passed says whether the slots were found for a take that passes
+	// scores on (see Take).
+	passed bool
+	names  []string
+	slot   map[string]int32 // names' indexes
 }
 
 // forget drops what is known of the groups' owners.
@@ -139,7 +142,13 @@ func (q *ScoreQueue) Queued() int {
 // is left out, and an owner of nothing but that has no entry. The caller
 // owns the maps and messages. The queue keeps its lists' memory for what
 // is queued next.
-func (q *ScoreQueue) Take() map[JobKey]map[string]*ScoresReq {
+//
+// With pass (the leader's queue), the samples of a group that self does
+// not own and that has more than one owner go to its first owner alone,
+// to pass on to the others (ScoresReq.Pass): the leader sends each such
+// sample once, not once per owner. Without it every owner is sent its
+// samples itself (a member passing scores on: never passed on twice).
+func (q *ScoreQueue) Take(pass bool) map[JobKey]map[string]*ScoresReq {
 	if q.q == nil {
 		return nil
 	}
@@ -149,7 +158,7 @@ func (q *ScoreQueue) Take() map[JobKey]map[string]*ScoresReq {
 			delete(q.q, job) // nothing since the last take: its memory goes
 			continue
 		}
-		if byOwner := js.take(job); len(byOwner) > 0 {
+		if byOwner := js.take(job, pass); len(byOwner) > 0 {
 			taken[job] = byOwner
 		}
 	}
@@ -160,12 +169,18 @@ func (q *ScoreQueue) Take() map[JobKey]map[string]*ScoresReq {
 }
 
 // take is Take for one job with samples queued: each group's owners
-// other than self get a slot (where not known already), and the samples
-// each slot gets are counted from its groups', which places each
-// owner's part in one array of ids and one of scores for all; a pass
-// over the samples puts each in its owners' parts. Each owner's message
-// is its part of the two arrays (capacity-limited).
-func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
+// other than self get a slot (where not known already): an owner's slot
+// 2k to pass the samples on, 2k+1 to keep them, k its index in names.
+// The samples each slot gets are counted from its groups', which places
+// each owner's part in one array of ids and one of scores for all, those
+// to pass on first; a pass over the samples puts each in its owners'
+// parts. Each owner's message is its part of the two arrays
+// (capacity-limited).
+func (js *jobScores) take(job JobKey, pass bool) map[string]*ScoresReq {
+	if pass != js.passed {
+		js.forget() // the groups' slots depend on it
+		js.passed = pass
+	}
 	if js.slot == nil {
 		js.slot = make(map[string]int32)
 	}
@@ -174,7 +189,9 @@ func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
 			continue
 		}
 		start := len(js.slots)
-		for _, owner := range js.where.Owners(int(g)) {
+		owners := js.where.Owners(int(g))
+		first := pass && len(owners) > 1 && !slices.Contains(owners, js.self)
+		for _, owner := range owners {
 			if owner == js.self {
 				continue
 			}
@@ -184,34 +201,39 @@ func (js *jobScores) take(job JobKey) map[string]*ScoresReq {
 				js.slot[owner] = k
 				js.names = append(js.names, owner)
 			}
-			js.slots = append(js.slots, k)
+			if first {
+				js.slots = append(js.slots, 2*k) // it passes them on to the others
+				break
+			}
+			js.slots = append(js.slots, 2*k+1)
 		}
 		js.at[g], js.count[g] = int32(start)+1, int32(len(js.slots)-start)
 	}
-	// next[k] is where slot k's next sample goes: its part's start, once
+	// next[s] is where slot s's next sample goes: its part's start, once
 	// the counts are summed.
-	next := make([]int, len(js.names)+1)
+	slots := 2 * len(js.names)
+	next := make([]int, slots+1)
 	for _, g := range js.used {
-		for _, k := range js.slotsOf(g) {
-			next[k+1] += int(js.queued[g])
+		for _, s := range js.slotsOf(g) {
+			next[s+1] += int(js.queued[g])
 		}
 	}
-	for k := range js.names {
-		next[k+1] += next[k]
+	for s := range slots {
+		next[s+1] += next[s]
 	}
 	byOwner := make(map[string]*ScoresReq)
-	ids, scores := make(U32s, next[len(js.names)]), make(F32s, next[len(js.names)])
+	ids, scores := make(U32s, next[slots]), make(F32s, next[slots])
 	for k, owner := range js.names {
-		if lo, hi := next[k], next[k+1]; hi > lo {
-			byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi]}
+		if lo, hi := next[2*k], next[2*k+2]; hi > lo {
+			byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi], Pass: next[2*k+1] - lo}
 		}
 	}
 	for i, g := range js.groups {
 		id, score := js.ids[i], js.scores[i]
-		for _, k := range js.slotsOf(g) {
-			p := next[k]
+		for _, s := range js.slotsOf(g) {
+			p := next[s]
 			ids[p], scores[p] = id, score
-			next[k] = p + 1
+			next[s] = p + 1
 		}
 	}
 	for _, g := range js.used {

@@ -49,11 +49,11 @@ func benchScoreQueue(b *testing.B, peers, parts int) {
 		for start := 0; start < samples; start += batch {
 			q.Add(where, "peer-0000", job, ids[start:start+batch], scores, nil)
 			if pending += batch; pending >= flush {
-				q.Take()
+				q.Take(true)
 				pending = 0
 			}
 		}
-		q.Take()
+		q.Take(true)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/samples, "ns/sample")
 }

@@ -439,6 +439,11 @@ type ScoresReq struct {
 	// Doubles are the scores as builds before Scores sent them (tag "S");
 	// decoded, not sent. See Singles.
 	Doubles F64s `msgpack:"S,omitempty"`
+	// Pass, from the leader, is how many of the first IDs the receiver,
+	// their first owner, passes on to their other owners (in scores
+	// messages of its own, without Pass): the leader sends the scores of
+	// a sample it does not own once, not once per owner.
+	Pass int `msgpack:"p,omitempty"`
 }
 
 // Singles returns the scores: Scores, or those of a build that sent them

@@ -59,10 +59,10 @@ func TestScoreQueue(t *testing.T) {
 			}
 		}
 	}
-	got := q.Take()
+	got := q.Take(false)
 	// Each owner's samples in the order merged, from all its groups.
 	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
-	if q.Queued() != 0 || q.Take() != nil {
+	if q.Queued() != 0 || q.Take(false) != nil {
 		t.Fatal("Take left the queue non-empty")
 	}
 	// The messages share their arrays, each capped to its own part: an
@@ -75,7 +75,7 @@ func TestScoreQueue(t *testing.T) {
 	// The queue's lists are used again: what was taken stays as it was.
 	q.Add(where, "me", ds, []uint32{5, 2}, []float64{52, 20}, nil)
 	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
-	check(q.Take(), map[string][]float32{"a": {52, 20}, "b": {52, 20}})
+	check(q.Take(false), map[string][]float32{"a": {52, 20}, "b": {52, 20}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
 	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float64{10}, nil)
@@ -84,13 +84,13 @@ func TestScoreQueue(t *testing.T) {
 	if l := q.Add(two, "me", ds, []uint32{7}, []float64{70}, nil); len(l) != 0 || q.Queued() != 2 {
 		t.Fatalf("after a change of groups: local %v, %d queued; want none local, 2 queued", l, q.Queued())
 	}
-	check(q.Take(), map[string][]float32{"c": {40}, "a": {70}, "b": {70}})
+	check(q.Take(false), map[string][]float32{"c": {40}, "a": {70}, "b": {70}})
 	// Samples that self alone owns: nothing to take.
 	alone := Placement{Groups: 3, Group: where.Group, Owners: func(int) []string { return []string{"me"} }}
 	if l := q.Add(alone, "me", ds, []uint32{0, 1}, []float64{0, 10}, nil); len(l) != 2 {
 		t.Fatalf("self's share %v, want [0 1]", l)
 	}
-	if got := q.Take(); got != nil {
+	if got := q.Take(false); got != nil {
 		t.Fatalf("self's share alone: took %v", got)
 	}
 }
@@ -109,7 +109,7 @@ func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
 	one, two := new(int), new(int)
 	for round := range 3 {
 		local := q.Add(placement(one), "me", ds, []uint32{3, 4, 5}, []float64{30, 40, 50}, nil)
-		got := q.Take()[ds]
+		got := q.Take(false)[ds]
 		if !slices.Equal(local, []uint32{3}) || len(got) != 2 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{4, 5}) {
 			t.Fatalf("round %d: local %v, taken %+v", round, local, got)
 		}
@@ -121,9 +121,52 @@ func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
 	}
 	owners[1] = []string{"c", "me"}
 	local := q.Add(placement(two), "me", ds, []uint32{3, 4, 5}, []float64{30, 40, 50}, nil)
-	got := q.Take()[ds]
+	got := q.Take(false)[ds]
 	if !slices.Equal(local, []uint32{3, 4}) || len(got) != 3 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{5}) || !slices.Equal(got["c"].IDs, U32s{4}) || asked != 12 {
 		t.Fatalf("a new key: local %v, taken %v, owners asked %d times; want [3 4], a [3 5], b [5], c [4], 12", local, got, asked)
+	}
+}
+
+// TestScoreQueuePassesOn: taken to pass on, the samples of a group that
+// self does not own go to its first owner alone, first in its message and
+// counted in Pass; those of a group self owns, or of a group of one
+// owner, go to each owner as before. Taken without pass after that (with
+// the same Key, whose slots the queue keeps), every owner gets its own.
+func TestScoreQueuePassesOn(t *testing.T) {
+	owners := [][]string{{"a", "me"}, {"b"}, {"a", "b"}, {"c", "a"}}
+	key := new(int)
+	where := Placement{Groups: 4, Group: func(id uint32) int { return int(id % 4) }, Owners: func(g int) []string { return owners[g] }, Key: key}
+	var q ScoreQueue
+	ds := JobKey{Dataset: "ds"}
+	add := func() {
+		// Sample 10*g+k is in group g (ids below 40, id%4 = g for these).
+		q.Add(where, "me", ds, []uint32{0, 1, 2, 3, 4, 6, 7}, []float64{0, 10, 20, 30, 40, 60, 70}, nil)
+	}
+	add()
+	got := q.Take(true)[ds]
+	want := map[string]struct {
+		ids  U32s
+		pass int
+	}{"a": {U32s{2, 6, 0, 4}, 2}, "b": {U32s{1}, 0}, "c": {U32s{3, 7}, 2}}
+	if len(got) != len(want) {
+		t.Fatalf("passing on: taken %+v, want %v", got, want)
+	}
+	for owner, w := range want {
+		req := got[owner]
+		if req == nil || !slices.Equal(req.IDs, w.ids) || req.Pass != w.pass {
+			t.Fatalf("passing on, %s: %+v, want ids %v, pass %d", owner, req, w.ids, w.pass)
+		}
+		for i, id := range req.IDs {
+			if req.Scores[i] != float32(10*id) {
+				t.Fatalf("passing on, %s: sample %d with score %v", owner, id, req.Scores[i])
+			}
+		}
+	}
+	add()
+	got = q.Take(false)[ds]
+	if len(got) != 3 || !slices.Equal(got["a"].IDs, U32s{0, 2, 3, 4, 6, 7}) || got["a"].Pass != 0 || !slices.Equal(got["b"].IDs, U32s{1, 2, 6}) ||
+		!slices.Equal(got["c"].IDs, U32s{3, 7}) || got["c"].Pass != 0 {
+		t.Fatalf("each owner its own: %+v %+v %+v", got["a"], got["b"], got["c"])
 	}
 }
 
