@@ -192,7 +192,7 @@ func keyedRankOrder(losses []float64) []int {
 // refuses it before it gets here.
 // The result is a new slice; losses is not modified.
 func MagnitudeScores(losses []float64) []float64 {
-	out, mean := magnitudes(losses)
+	out, mean := magnitudes(losses, new(magnitudeSum))
 	for i, g := range out {
 		out[i] = magnitudeScore(g, mean)
 	}
@@ -209,15 +209,17 @@ func magnitude(loss float64) float64 {
 
 // magnitudes returns the magnitude of each loss, in a new slice, and
 // their mean, whose sum (magnitudeSum) depends on the multiset of the
-// magnitudes alone, not on the losses' positions.
-func magnitudes(losses []float64) (g []float64, mean float64) {
+// magnitudes alone, not on the losses' positions. sum, empty, is where
+// it is summed; it is left empty.
+func magnitudes(losses []float64, sum *magnitudeSum) (g []float64, mean float64) {
 	g = make([]float64, len(losses))
-	var sum magnitudeSum
 	for i, l := range losses {
 		g[i] = magnitude(l)
 		sum.add(g[i])
 	}
-	return g, sum.value() / float64(len(losses))
+	mean = sum.value() / float64(len(losses))
+	sum.reset()
+	return g, mean
 }
 
 // magnitudeSum is the sum of magnitudes (finite, in [0, 1]): a float64
@@ -244,6 +246,20 @@ func (s *magnitudeSum) add(x float64) {
 	s.lo[e], carry = bits.Add64(s.lo[e], m, 0)
 	s.hi[e] += carry
 	s.nz[e/64] |= 1 << (e % 64)
+}
+
+// reset empties s, clearing only the exponents it holds: a minibatch's
+// magnitudes take a few dozen of the 1,024, where a new sum cleared all
+// 16 KiB (BenchmarkReport256/magnitude: 6.9-7.2 us against 7.4-7.7).
+func (s *magnitudeSum) reset() {
+	for w, word := range s.nz {
+		for word != 0 {
+			e := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			s.hi[e], s.lo[e] = 0, 0
+		}
+		s.nz[w] = 0
+	}
 }
 
 func (s *magnitudeSum) value() float64 {
@@ -320,6 +336,10 @@ type Table struct {
 	// anew for another length and never written after, so that copies
 	// (CopyTo) may share it.
 	ranked []float64
+	// msum is where a minibatch's magnitudes are summed, kept empty
+	// between reports (magnitudes); made at the first, never shared by
+	// copies (CopyTo).
+	msum *magnitudeSum
 }
 
 // NewTable returns a table of n samples, none scored, that scores reports as
@@ -398,7 +418,7 @@ func (t *Table) reportRanked(ids []uint32, losses []float64, rng *rand.Rand) {
 	var mean float64
 	if t.kind == ScoreMagnitude {
 		rng = nil // equal losses have equal scores: ties need no breaking
-		g, mean = magnitudes(losses)
+		g, mean = magnitudes(losses, t.magnitudeSum())
 	}
 	order := rankOrder(losses, rng)
 	if t.kind != ScoreMagnitude && len(t.ranked) != len(order) {
@@ -425,10 +445,18 @@ func (t *Table) reportRanked(ids []uint32, losses []float64, rng *rand.Rand) {
 func (t *Table) reportDistinct(ids []uint32, losses []float64) {
 	a := t.Alpha()
 	prior := t.Mean()
-	g, mean := magnitudes(losses)
+	g, mean := magnitudes(losses, t.magnitudeSum())
 	for i, id := range ids {
 		t.merge(id, magnitudeScore(g[i], mean), a, prior)
 	}
+}
+
+// magnitudeSum returns the table's empty sum of magnitudes (msum).
+func (t *Table) magnitudeSum() *magnitudeSum {
+	if t.msum == nil {
+		t.msum = new(magnitudeSum)
+	}
+	return t.msum
 }
 
 // merge merges score s of sample id with weight a on it: the prior is its
@@ -506,6 +534,7 @@ func (t *Table) CopyTo(dst *Table) *Table {
 	}
 	scores, scored := dst.scores, dst.scored
 	*dst = *t
+	dst.msum = nil
 	dst.scores = append(scores[:0], t.scores...)
 	dst.scored = append(scored[:0], t.scored...)
 	return dst
