@@ -187,11 +187,7 @@ func (n *Node) applyScores(req *wire.ScoresReq) error {
 	if pass := req.Pass; pass > 0 && pass <= len(req.IDs) && n.cluster != nil {
 		// Their first owner passes them on to the others (not back to
 		// this node, and not passed on again: see flushScores).
-		doubles := make([]float64, pass)
-		for i, v := range scores[:pass] {
-			doubles[i] = float64(v)
-		}
-		n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, req.IDs[:pass], doubles)
+		n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, req.IDs[:pass], wire.Widen(scores[:pass]))
 	}
 	return nil
 }

@@ -698,9 +698,9 @@ func BenchmarkForwardReports(b *testing.B) {
 		b.Run("batches="+strconv.Itoa(per), func(b *testing.B) {
 			req := &wire.ReportReq{}
 			for range per {
-				rb := wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, batch), Losses: make([]float64, batch)}
+				rb := wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, batch), Losses: make(wire.F32s, batch)}
 				for i := range batch {
-					rb.IDs[i], rb.Losses[i] = uint32(rng.IntN(samples)), rng.ExpFloat64()
+					rb.IDs[i], rb.Losses[i] = uint32(rng.IntN(samples)), float32(rng.ExpFloat64())
 				}
 				req.Batches = append(req.Batches, rb)
 			}
@@ -746,9 +746,9 @@ func BenchmarkReportDone(b *testing.B) {
 	for _, per := range []int{1, 5} {
 		queue := func() {
 			for range per {
-				rb := wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, batch), Losses: make([]float64, batch)}
+				rb := wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, batch), Losses: make(wire.F32s, batch)}
 				for i := range batch {
-					rb.IDs[i], rb.Losses[i] = uint32(rng.IntN(samples)), rng.ExpFloat64()
+					rb.IDs[i], rb.Losses[i] = uint32(rng.IntN(samples)), float32(rng.ExpFloat64())
 				}
 				from.node.out.QueueReport(rb)
 			}

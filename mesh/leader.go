@@ -375,7 +375,7 @@ func (n *Node) leaderReport(batches []wire.ReportBatch) error {
 		}
 		js.touch()
 		js.noteReported(b.Epoch, len(b.IDs))
-		err = js.scores.Report(b.IDs, b.Losses, n.lead.ownTerm())
+		err = js.scores.Report(b.IDs, wire.Widen(b.Singles()), n.lead.ownTerm())
 		if err != nil {
 			firstErr = errors.Join(firstErr, fmt.Errorf("mesh: report for %s job %s epoch %d: %w", b.Dataset, displayJob(b.Job), b.Epoch, err))
 			continue

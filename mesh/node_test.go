@@ -150,6 +150,8 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 		{"SHADE.REPORT", "ds", "0", "abc", "0.5"},
 		{"SHADE.REPORT", "ds", "0", "1", "nan"},
 		{"SHADE.REPORT", "ds", "0", "1", "inf"},
+		{"SHADE.REPORT", "ds", "0", "1", "1e39"}, // beyond single precision
+		packedReport(2, 0, -1e300),
 		{"SHADE.REPORT", "ds", "0", "20", "0.5"},
 		{"SHADE.REPORT", "nope", "0", "1", "0.5"},
 		{"SHADE.ORDER", "ds", "0", "3", "3"},

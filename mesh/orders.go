@@ -236,8 +236,17 @@ func (n *Node) Report(name, job string, epoch int, ids []uint32, losses []float6
 		if math.IsNaN(losses[i]) || math.IsInf(losses[i], 0) {
 			return fmt.Errorf("%w: loss %v for sample %d is not finite", ErrBadReport, losses[i], id)
 		}
+		if math.Abs(losses[i]) > math.MaxFloat32 {
+			return fmt.Errorf("%w: loss %v for sample %d is beyond single precision", ErrBadReport, losses[i], id)
+		}
 	}
-	batch := wire.ReportBatch{Dataset: name, Job: js.name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: append([]float64(nil), losses...)}
+	// Losses are kept as singles, here and at the leader alike, so a
+	// rank's reports merge the same on any node.
+	single := make(wire.F32s, len(losses))
+	for i, l := range losses {
+		single[i] = float32(l)
+	}
+	batch := wire.ReportBatch{Dataset: name, Job: js.name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: single}
 	js.touch()
 	js.reports.Add(1)
 	js.reported.Add(int64(len(ids)))

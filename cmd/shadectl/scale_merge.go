@@ -239,9 +239,9 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 					break
 				}
 				end := min(pos[rank]+job.batch, len(slice))
-				b := wire.ReportBatch{Dataset: job.dataset, Epoch: 0, IDs: slice[pos[rank]:end], Losses: make([]float64, end-pos[rank])}
+				b := wire.ReportBatch{Dataset: job.dataset, Epoch: 0, IDs: slice[pos[rank]:end], Losses: make(wire.F32s, end-pos[rank])}
 				for i := range b.Losses {
-					b.Losses[i] = rng.ExpFloat64()
+					b.Losses[i] = float32(rng.ExpFloat64())
 				}
 				req.Batches = append(req.Batches, b)
 				pos[rank] = end
@@ -713,7 +713,7 @@ func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *ran
 	for i, bs := range requests {
 		merged[i] = make([][]float64, len(bs))
 		for j, b := range bs {
-			if err := table.Report(b.IDs, b.Losses, rng); err != nil {
+			if err := table.Report(b.IDs, wire.Widen(b.Singles()), rng); err != nil {
 				return nil, err
 			}
 			scores := make([]float64, len(b.IDs))

@@ -47,7 +47,7 @@ func TestClaimReportsOf(t *testing.T) {
 	var o Outbox
 	j, k := wire.JobKey{Dataset: "ds", Job: "j"}, wire.JobKey{Dataset: "ds", Job: "k"}
 	queue := func(job wire.JobKey, epoch, pairs int) {
-		o.QueueReport(wire.ReportBatch{Dataset: job.Dataset, Job: job.Job, Epoch: epoch, IDs: make([]uint32, pairs), Losses: make([]float64, pairs)})
+		o.QueueReport(wire.ReportBatch{Dataset: job.Dataset, Job: job.Job, Epoch: epoch, IDs: make([]uint32, pairs), Losses: make(wire.F32s, pairs)})
 	}
 	queue(j, 0, 1)
 	queue(k, 0, 1)
@@ -148,7 +148,7 @@ func claimedReports(o *Outbox) (n int) {
 func TestClaimReportsDue(t *testing.T) {
 	var o Outbox
 	queue := func(pairs int) {
-		o.QueueReport(wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, pairs), Losses: make([]float64, pairs)})
+		o.QueueReport(wire.ReportBatch{Dataset: "ds", IDs: make([]uint32, pairs), Losses: make(wire.F32s, pairs)})
 	}
 	start := time.Unix(1000, 0)
 	queue(1)

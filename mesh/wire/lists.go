@@ -192,3 +192,13 @@ func PackWeights(weights [][]float32) []F32s {
 	}
 	return out
 }
+
+// Widen returns singles (losses, scores) as the doubles a score table
+// takes, in a new slice.
+func Widen(singles []float32) []float64 {
+	out := make([]float64, len(singles))
+	for i, v := range singles {
+		out[i] = float64(v)
+	}
+	return out
+}

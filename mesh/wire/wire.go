@@ -282,10 +282,32 @@ type ReportBatch struct {
 	Dataset string `msgpack:"d"`
 	Job     string `msgpack:"j,omitempty"` // the dataset's job; "" for its default job
 	Epoch   int    `msgpack:"e"`
-	// IDs and Losses travel packed (U32s, F64s). Tags "i" and "l", the
-	// msgpack arrays they were before ALPN shade/2, are retired.
+	// IDs and Losses travel packed (U32s, F32s). Tags "i" and "l", the
+	// msgpack arrays they were before ALPN shade/2, are retired. A loss
+	// is a single, as a trainer's model computes it (in float32 or less)
+	// and as the peer takes it (Node.Report): 8 bytes a sample where it
+	// took 12 as a double.
 	IDs    U32s `msgpack:"I"`
-	Losses F64s `msgpack:"L"`
+	Losses F32s `msgpack:"F"`
+	// Doubles are the losses as builds before Losses sent them (tag "L");
+	// decoded, not sent. See Singles.
+	Doubles F64s `msgpack:"L,omitempty"`
+}
+
+// Singles returns the losses: Losses, or those of a build that sent them
+// as Doubles, narrowed to singles.
+func (b *ReportBatch) Singles() []float32 { return singles(b.Losses, b.Doubles) }
+
+// singles returns s, or where it is empty d narrowed to singles.
+func singles(s F32s, d F64s) []float32 {
+	if len(s) > 0 || len(d) == 0 {
+		return s
+	}
+	out := make([]float32, len(d))
+	for i, v := range d {
+		out[i] = float32(v)
+	}
+	return out
 }
 
 // ReportReq is a node's queued minibatches, forwarded to the leader.
@@ -448,16 +470,7 @@ type ScoresReq struct {
 
 // Singles returns the scores: Scores, or those of a build that sent them
 // as Doubles, narrowed to what the owner keeps.
-func (r *ScoresReq) Singles() []float32 {
-	if len(r.Scores) > 0 || len(r.Doubles) == 0 {
-		return r.Scores
-	}
-	out := make([]float32, len(r.Doubles))
-	for i, d := range r.Doubles {
-		out[i] = float32(d)
-	}
-	return out
-}
+func (r *ScoresReq) Singles() []float32 { return singles(r.Scores, r.Doubles) }
 
 // ReplicateReq carries a whole score table (sampling.Table.MarshalBinary)
 // as the leader of Term wrote it.

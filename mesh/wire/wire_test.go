@@ -199,7 +199,7 @@ func TestNewerBetter(t *testing.T) {
 func TestPackedListsRoundTrip(t *testing.T) {
 	nan := math.Float64frombits(0x7ff8000000000001)
 	for _, in := range []ReportBatch{
-		{Dataset: "ds", Epoch: 3, IDs: U32s{0, 1, math.MaxUint32}, Losses: F64s{0, -1.5, math.Inf(1), nan}},
+		{Dataset: "ds", Epoch: 3, IDs: U32s{0, 1, math.MaxUint32}, Losses: F32s{0, -1.5, float32(math.Inf(1)), math.Float32frombits(0x7fc00001)}},
 		{Dataset: "ds", Job: "j"},
 	} {
 		b, err := msgpack.Marshal(&ReportReq{Batches: []ReportBatch{in}})
@@ -218,13 +218,22 @@ func TestPackedListsRoundTrip(t *testing.T) {
 			t.Fatalf("report %+v came back as %+v", in, got)
 		}
 		for i := range in.Losses {
-			if math.Float64bits(got.Losses[i]) != math.Float64bits(in.Losses[i]) {
+			if math.Float32bits(got.Losses[i]) != math.Float32bits(in.Losses[i]) {
 				t.Fatalf("loss %d: %v came back as %v", i, in.Losses[i], got.Losses[i])
 			}
 		}
 	}
+	// Losses as a build before singles sent them: doubles, tag "L".
+	b, err := msgpack.Marshal(map[string]any{"d": "ds", "e": 3, "I": U32s{4, 5}, "L": F64s{0.25, nan}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old ReportBatch
+	if err := msgpack.Unmarshal(b, &old); err != nil || !slices.Equal(old.IDs, U32s{4, 5}) || len(old.Singles()) != 2 || old.Singles()[0] != 0.25 || !math.IsNaN(float64(old.Singles()[1])) {
+		t.Fatalf("doubles came back as %+v, singles %v (%v)", old, old.Singles(), err)
+	}
 	scores := &ScoresReq{Dataset: "ds", IDs: U32s{7, 9}, Scores: F32s{1.5, 2.5}, Mean: 2}
-	b, err := msgpack.Marshal(scores)
+	b, err = msgpack.Marshal(scores)
 	if err != nil {
 		t.Fatal(err)
 	}
