@@ -10,7 +10,10 @@ import (
 // and to the rest only as often as ReplicateBudget allows.
 func TestTablesReachStandbysEveryRoundOthersWithinBudget(t *testing.T) {
 	var budget int64 = 1 // byte per second: after the first, no full round for ages
-	m := startMesh(t, 4, meshOpts{configure: func(_ int, c *Config) { c.Cluster.ReplicateBudget = budget }})
+	m := startMesh(t, 4, meshOpts{configure: func(_ int, c *Config) {
+		c.Cluster.ReplicateBudget = budget
+		c.Cluster.DrainTimeout = time.Minute // the hand-over below, on a loaded machine
+	}})
 	leader := m.byName(m.peers[0].node.Leader())
 	if leader.node.Name() != "n0" {
 		t.Fatalf("leader %s, want n0", leader.node.Name())
@@ -56,6 +59,7 @@ func TestScoreTablesLargerThanAFrame(t *testing.T) {
 	m := startMesh(t, 4, meshOpts{samples: samples, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
 		c.Cluster.ReplicateBudget = 1 // byte per second: no second full round
 		c.Cluster.MaxFrame = frame
+		c.Cluster.DrainTimeout = time.Minute // the hand-over below, on a loaded machine
 	}})
 	leader := m.byName(m.peers[0].node.Leader())
 	if leader.node.Name() != "n0" {
