@@ -64,16 +64,7 @@ func (n *Node) applyLocalScores(js *jobState, ids []uint32) {
 		return
 	}
 	scores, mean := js.scores.ScoresOf(ids)
-	n.setScores(js, ids, narrow(scores), mean)
-}
-
-// narrow returns scores as the singles a score table keeps them as.
-func narrow(scores []float64) []float32 {
-	out := make([]float32, len(scores))
-	for i, v := range scores {
-		out[i] = float32(v)
-	}
-	return out
+	n.setScores(js, ids, scores, mean)
 }
 
 // setScores takes a job's new scores of samples this node owns and its
@@ -187,7 +178,7 @@ func (n *Node) applyScores(req *wire.ScoresReq) error {
 	if pass := req.Pass; pass > 0 && pass <= len(req.IDs) && n.cluster != nil {
 		// Their first owner passes them on to the others (not back to
 		// this node, and not passed on again: see flushScores).
-		n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, req.IDs[:pass], wire.Widen(scores[:pass]))
+		n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, req.IDs[:pass], scores[:pass])
 	}
 	return nil
 }
@@ -420,8 +411,10 @@ func (n *Node) flushScores(ctx context.Context) {
 		if js == nil {
 			continue // retired meanwhile
 		}
-		_, mean := js.scores.Summary()
-		if !leading {
+		var mean float64
+		if leading {
+			_, mean = js.scores.Summary()
+		} else {
 			// Scores this node passes on: the leader's running mean,
 			// which came with them.
 			n.lockPolicy()

@@ -242,11 +242,7 @@ func (n *Node) Report(name, job string, epoch int, ids []uint32, losses []float6
 	}
 	// Losses are kept as singles, here and at the leader alike, so a
 	// rank's reports merge the same on any node.
-	single := make(wire.F32s, len(losses))
-	for i, l := range losses {
-		single[i] = float32(l)
-	}
-	batch := wire.ReportBatch{Dataset: name, Job: js.name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: single}
+	batch := wire.ReportBatch{Dataset: name, Job: js.name, Epoch: epoch, IDs: append([]uint32(nil), ids...), Losses: wire.Narrow(losses)}
 	js.touch()
 	js.reports.Add(1)
 	js.reported.Add(int64(len(ids)))

@@ -323,7 +323,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// on a clock of the samples trained.
 	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
 	q := newScoreQueue(where, leader, peers, r.Config().Replicas)
-	var merged [][][]float64
+	var merged [][][]float32
 	if err := mergeStepM.run(func() (err error) { merged, err = mergeReports(table, batches, tieRng); return err }); err != nil {
 		return nil, err
 	}
@@ -720,17 +720,17 @@ func decodeReports(frame []byte, done bool) ([]wire.ReportBatch, error) {
 // request by request, and reads each batch's new scores back, as
 // mesh.queueScores does once a batch is merged; it returns them, request
 // by request and batch by batch.
-func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *rand.Rand) ([][][]float64, error) {
-	merged := make([][][]float64, len(requests))
+func mergeReports(table *sampling.Table, requests [][]wire.ReportBatch, rng *rand.Rand) ([][][]float32, error) {
+	merged := make([][][]float32, len(requests))
 	for i, bs := range requests {
-		merged[i] = make([][]float64, len(bs))
+		merged[i] = make([][]float32, len(bs))
 		for j, b := range bs {
 			if err := table.Report(b.IDs, wire.Widen(b.Singles()), rng); err != nil {
 				return nil, err
 			}
-			scores := make([]float64, len(b.IDs))
+			scores := make([]float32, len(b.IDs))
 			for k, id := range b.IDs {
-				scores[k] = table.Score(id)
+				scores[k] = float32(table.Score(id)) // as scores.Table.ScoresOf
 			}
 			merged[i][j] = scores
 		}
@@ -756,7 +756,7 @@ func newScoreQueue(where wire.Placement, leader string, peers, replicas int) *sc
 
 // add queues the samples of one merged minibatch for their owners, with
 // their new scores, as mesh.queueScores does.
-func (q *scoreQueue) add(dataset string, ids []uint32, scores []float64) {
+func (q *scoreQueue) add(dataset string, ids []uint32, scores []float32) {
 	q.local = append(q.local, q.o.QueueScores(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, scores)...)
 }
 

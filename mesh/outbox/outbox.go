@@ -288,7 +288,7 @@ func (o *Outbox) QueuedReports() int {
 // QueueScores queues samples of a job with their merged scores
 // (scores[i] is ids[i]'s) for their owners (as where places them), and
 // returns those that self owns.
-func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32, scores []float64) (local []uint32) {
+func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32, scores []float32) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(ids) > 0 {

@@ -283,7 +283,7 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	}
 
 	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a"} }}
-	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, []uint32{3}, []float64{1.5})
+	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, []uint32{3}, []float32{1.5})
 	if !ready(&o) || !o.Pending() {
 		t.Fatal("scores queued: not ready, or not pending")
 	}
@@ -327,7 +327,7 @@ func TestTakeScoresDue(t *testing.T) {
 	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a", "b"} }}
 	ds := wire.JobKey{Dataset: "ds"}
 	queue := func(n int) {
-		ids, scores := make([]uint32, n), make([]float64, n)
+		ids, scores := make([]uint32, n), make([]float32, n)
 		o.QueueScores(where, "me", ds, ids, scores)
 	}
 	start := time.Unix(1000, 0)

@@ -150,13 +150,14 @@ func (s *Table) Info(dataset string) wire.TableInfo {
 	return wire.TableInfo{Dataset: dataset, Term: s.term, Scored: s.table.NumScored()}
 }
 
-// ScoresOf returns the scores of ids and the running mean.
-func (s *Table) ScoresOf(ids []uint32) (scores []float64, mean float64) {
-	scores = make([]float64, len(ids))
+// ScoresOf returns the scores of ids, as singles (as the table keeps a
+// scored sample's, and as its owners keep them), and the running mean.
+func (s *Table) ScoresOf(ids []uint32) (scores []float32, mean float64) {
+	scores = make([]float32, len(ids))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, id := range ids {
-		scores[i] = s.table.Score(id)
+		scores[i] = float32(s.table.Score(id))
 	}
 	return scores, s.table.Mean()
 }

@@ -193,8 +193,18 @@ func PackWeights(weights [][]float32) []F32s {
 	return out
 }
 
-// Widen returns singles (losses, scores) as the doubles a score table
-// takes, in a new slice.
+// Narrow returns doubles (losses, scores) as singles, as they travel and
+// as scores are kept, in a new slice.
+func Narrow(doubles []float64) []float32 {
+	out := make([]float32, len(doubles))
+	for i, v := range doubles {
+		out[i] = float32(v)
+	}
+	return out
+}
+
+// Widen returns singles (losses) as the doubles a score table takes, in a
+// new slice.
 func Widen(singles []float32) []float64 {
 	out := make([]float64, len(singles))
 	for i, v := range singles {

@@ -74,7 +74,7 @@ func (js *jobScores) forget() {
 // Owners when the queue is taken; whether self is among them is looked
 // up once per group until then, or, while where's Key stays, once for
 // as long. A sample whose group is out of where's range is dropped.
-func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32, scores []float64, local []uint32) []uint32 {
+func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32, scores []float32, local []uint32) []uint32 {
 	scores = scores[:len(ids)]
 	js := q.q[job]
 	if js == nil || len(js.mine) != where.Groups {
@@ -88,11 +88,7 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		if old != nil {
 			// The placement's groups changed: what is queued is queued
 			// again by the new ones (self's share was returned already).
-			widened := make([]float64, len(old.scores))
-			for i, v := range old.scores {
-				widened[i] = float64(v)
-			}
-			q.Add(where, self, job, old.ids, widened, nil)
+			q.Add(where, self, job, old.ids, old.scores, nil)
 		}
 	}
 	if where.Key != js.key || self != js.self {
@@ -119,7 +115,7 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		}
 		js.queued[g]++
 		js.ids = append(js.ids, id)
-		js.scores = append(js.scores, float32(scores[i]))
+		js.scores = append(js.scores, scores[i])
 		js.groups = append(js.groups, int32(g))
 	}
 	return local

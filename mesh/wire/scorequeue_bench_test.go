@@ -37,9 +37,9 @@ func benchScoreQueue(b *testing.B, peers, parts int) {
 	for i, id := range order {
 		ids[i] = uint32(id)
 	}
-	scores := make([]float64, batch)
+	scores := make([]float32, batch)
 	for i := range scores {
-		scores[i] = 1 + rng.Float64()
+		scores[i] = 1 + rng.Float32()
 	}
 	job := JobKey{Dataset: "imagenet"}
 	var q ScoreQueue

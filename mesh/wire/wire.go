@@ -303,11 +303,7 @@ func singles(s F32s, d F64s) []float32 {
 	if len(s) > 0 || len(d) == 0 {
 		return s
 	}
-	out := make([]float32, len(d))
-	for i, v := range d {
-		out[i] = float32(v)
-	}
-	return out
+	return Narrow(d)
 }
 
 // ReportReq is a node's queued minibatches, forwarded to the leader.

@@ -30,8 +30,8 @@ func TestScoreQueue(t *testing.T) {
 	where := Placement{Groups: 3, Group: func(id uint32) int { return int(id % 3) }, Owners: func(g int) []string { asked++; return owners[g] }}
 	var q ScoreQueue
 	ds := JobKey{Dataset: "ds"}
-	local := q.Add(where, "me", ds, []uint32{3, 4, 5, 3}, []float64{30, 40, 50, 31}, nil)
-	local = q.Add(where, "me", ds, []uint32{6, 8, 5}, []float64{60, 80, 51}, local)
+	local := q.Add(where, "me", ds, []uint32{3, 4, 5, 3}, []float32{30, 40, 50, 31}, nil)
+	local = q.Add(where, "me", ds, []uint32{6, 8, 5}, []float32{60, 80, 51}, local)
 	if !slices.Equal(local, []uint32{3, 3, 6}) {
 		t.Fatalf("local share %v, want [3 3 6]", local)
 	}
@@ -73,21 +73,21 @@ func TestScoreQueue(t *testing.T) {
 		req.IDs, req.Scores = req.IDs[:len(req.IDs)-1], req.Scores[:len(req.Scores)-1]
 	}
 	// The queue's lists are used again: what was taken stays as it was.
-	q.Add(where, "me", ds, []uint32{5, 2}, []float64{52, 20}, nil)
+	q.Add(where, "me", ds, []uint32{5, 2}, []float32{52, 20}, nil)
 	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	check(q.Take(false), map[string][]float32{"a": {52, 20}, "b": {52, 20}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
-	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float64{10}, nil)
-	q.Add(where, "me", ds, []uint32{4}, []float64{40}, nil)
+	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float32{10}, nil)
+	q.Add(where, "me", ds, []uint32{4}, []float32{40}, nil)
 	two := Placement{Groups: 2, Group: func(id uint32) int { return int(id % 2) }, Owners: func(g int) []string { return owners[g+1] }}
-	if l := q.Add(two, "me", ds, []uint32{7}, []float64{70}, nil); len(l) != 0 || q.Queued() != 2 {
+	if l := q.Add(two, "me", ds, []uint32{7}, []float32{70}, nil); len(l) != 0 || q.Queued() != 2 {
 		t.Fatalf("after a change of groups: local %v, %d queued; want none local, 2 queued", l, q.Queued())
 	}
 	check(q.Take(false), map[string][]float32{"c": {40}, "a": {70}, "b": {70}})
 	// Samples that self alone owns: nothing to take.
 	alone := Placement{Groups: 3, Group: where.Group, Owners: func(int) []string { return []string{"me"} }}
-	if l := q.Add(alone, "me", ds, []uint32{0, 1}, []float64{0, 10}, nil); len(l) != 2 {
+	if l := q.Add(alone, "me", ds, []uint32{0, 1}, []float32{0, 10}, nil); len(l) != 2 {
 		t.Fatalf("self's share %v, want [0 1]", l)
 	}
 	if got := q.Take(false); got != nil {
@@ -108,7 +108,7 @@ func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
 	ds := JobKey{Dataset: "ds"}
 	one, two := new(int), new(int)
 	for round := range 3 {
-		local := q.Add(placement(one), "me", ds, []uint32{3, 4, 5}, []float64{30, 40, 50}, nil)
+		local := q.Add(placement(one), "me", ds, []uint32{3, 4, 5}, []float32{30, 40, 50}, nil)
 		got := q.Take(false)[ds]
 		if !slices.Equal(local, []uint32{3}) || len(got) != 2 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{4, 5}) {
 			t.Fatalf("round %d: local %v, taken %+v", round, local, got)
@@ -120,7 +120,7 @@ func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
 		}
 	}
 	owners[1] = []string{"c", "me"}
-	local := q.Add(placement(two), "me", ds, []uint32{3, 4, 5}, []float64{30, 40, 50}, nil)
+	local := q.Add(placement(two), "me", ds, []uint32{3, 4, 5}, []float32{30, 40, 50}, nil)
 	got := q.Take(false)[ds]
 	if !slices.Equal(local, []uint32{3, 4}) || len(got) != 3 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{5}) || !slices.Equal(got["c"].IDs, U32s{4}) || asked != 12 {
 		t.Fatalf("a new key: local %v, taken %v, owners asked %d times; want [3 4], a [3 5], b [5], c [4], 12", local, got, asked)
@@ -140,7 +140,7 @@ func TestScoreQueuePassesOn(t *testing.T) {
 	ds := JobKey{Dataset: "ds"}
 	add := func() {
 		// Sample 10*g+k is in group g (ids below 40, id%4 = g for these).
-		q.Add(where, "me", ds, []uint32{0, 1, 2, 3, 4, 6, 7}, []float64{0, 10, 20, 30, 40, 60, 70}, nil)
+		q.Add(where, "me", ds, []uint32{0, 1, 2, 3, 4, 6, 7}, []float32{0, 10, 20, 30, 40, 60, 70}, nil)
 	}
 	add()
 	got := q.Take(true)[ds]
