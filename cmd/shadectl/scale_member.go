@@ -58,12 +58,11 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		return nil, err
 	}
 	defer pair.close()
-	body := func(size int) ([]byte, error) { return msgpack.Marshal(make([]byte, max(0, size-5))) }
 
 	// The whole order, as mesh sends it now.
 	in := step(&mo.Whole, "member: order in and on (transport)",
 		fmt.Sprintf("%d calls of %s (the order's pieces), 4 at a time; both ends' CPU: one copy in and, on average, one passed on", pieces, scaleBytes(float64(len(raw))/float64(pieces))))
-	b, err := body(len(raw) / pieces)
+	b, err := binOfSize(len(raw) / pieces)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +78,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	}); err != nil {
 		return nil, err
 	}
-	var reads []uint64
+	var reads []uint64 // 8 bytes each, as mesh's lookahead keeps them (policy.ID)
 	_ = step(&mo.Whole, "member: reads of its samples", "orders.Reads with sampling.Placement.Owns, as mesh hands the cache policy's lookahead each order").run(func() error {
 		mo.Reads = orders.Reads(&got, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) })
 		return nil
@@ -102,10 +101,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	for i, id := range reads {
 		owned[i] = uint32(id)
 	}
-	partRaw, err := msgpack.Marshal(struct {
-		Order *wire.PublishMsg `msgpack:"o"`
-		Reads wire.U32s        `msgpack:"r"`
-	}{part, owned})
+	partRaw, err := msgpack.Marshal(memberPart{part, owned})
 	if err != nil {
 		return nil, err
 	}
@@ -113,17 +109,14 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	const partCalls = 20 // one a member an epoch; 20 measured
 	pin := step(&mo.Part, "member part: in (transport)", fmt.Sprintf("1 call of %s; both ends' CPU; %d measured", scaleBytes(float64(len(partRaw))), partCalls))
 	pin.Times = 1.0 / partCalls
-	if b, err = body(len(partRaw)); err != nil {
+	if b, err = binOfSize(len(partRaw)); err != nil {
 		return nil, err
 	}
 	if err := pair.measure(pin, wire.MethodPublish, b, partCalls, 1); err != nil {
 		return nil, err
 	}
 	if err := step(&mo.Part, "member part: decoded", "msgpack.Unmarshal of the part and its reads").run(func() error {
-		var back struct {
-			Order *wire.PublishMsg `msgpack:"o"`
-			Reads wire.U32s        `msgpack:"r"`
-		}
+		var back memberPart
 		if err := msgpack.Unmarshal(partRaw, &back); err != nil {
 			return err
 		}
@@ -135,6 +128,14 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		return nil, err
 	}
 	return mo, nil
+}
+
+// memberPart is a member's part of an order as the model encodes it: its
+// ranks' slices and weights (the other ranks' empty, no sampler state),
+// and the reads of its samples.
+type memberPart struct {
+	Order *wire.PublishMsg `msgpack:"o"`
+	Reads wire.U32s        `msgpack:"r"`
 }
 
 // printMember prints what a member does with each epoch's order, whole

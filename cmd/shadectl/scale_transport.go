@@ -104,7 +104,7 @@ func transportSteps(res *mergeResult, kinds []transportKind) error {
 			Note: fmt.Sprintf("%.0f requests an epoch of %s each: QUIC between two peer-transport nodes on loopback in this process, %d measured, %d at a time; both ends' CPU (an upper bound of the leader's)",
 				k.count, scaleBytes(float64(k.size)), measured, k.parallel)}
 		res.Steps = append(res.Steps, s)
-		body, err := msgpack.Marshal(make([]byte, max(0, k.size-5)))
+		body, err := binOfSize(k.size)
 		if err != nil {
 			return err
 		}
@@ -114,6 +114,11 @@ func transportSteps(res *mergeResult, kinds []transportKind) error {
 	}
 	return nil
 }
+
+// binOfSize is a msgpack bin of size bytes in all, header included: a
+// call's body of that size, which the transport checks and carries as it
+// does any body of that size.
+func binOfSize(size int) ([]byte, error) { return msgpack.Marshal(make([]byte, max(0, size-5))) }
 
 // transportKind is one kind of request the leader takes or sends in an
 // epoch: how many, of what average size (bytes), by which method.
