@@ -178,6 +178,11 @@ func TestBadInputGetsAnErrorAndTheDaemonGoesOn(t *testing.T) {
 			t.Fatalf("after %v the socket stopped answering: %v", args, err)
 		}
 	}
+	// A loss beyond single precision is refused as such where it is
+	// reported, not as the infinity it would become.
+	if err := c.Do(ctx, "SHADE.REPORT", "ds", "0", "1", "1e39").Err(); err == nil || !strings.Contains(err.Error(), "beyond single precision") {
+		t.Errorf("a loss of 1e39: %v, want it refused as beyond single precision", err)
+	}
 	// A report of a single pair is a valid minibatch.
 	if n, err := c.Do(ctx, "SHADE.REPORT", "ds", "0", "3", "0.25").Int(); err != nil || n != 1 {
 		t.Errorf("SHADE.REPORT of one pair: %d, %v", n, err)
