@@ -627,6 +627,9 @@ func (n *Node) refreshMembers() {
 func (n *Node) sendNewestOrders(name string) {
 	for _, js := range n.allJobs() {
 		for _, pub := range js.book.Current() {
+			if pub.Part != "" {
+				continue // a new leader's part of an order it could not adopt whole
+			}
 			n.sendEach([]string{name}, wire.MethodPublish, pub) // in pieces if larger than a frame
 		}
 	}
@@ -694,6 +697,7 @@ func (n *Node) peerHandlers(edit func(*Node, map[peer.Method]peerHandler)) map[p
 		wire.MethodReportDone:  serve(n.serveReportDone),
 		wire.MethodReset:       noReply(n.leaderReset),
 		wire.MethodPublish:     serve(n.servePublish),
+		wire.MethodPublishPart: serve(n.servePublishPart),
 		wire.MethodRelay:       serve(n.serveRelay),
 		wire.MethodScores:      noReply(n.applyScores),
 		wire.MethodReplicate:   noReply(n.applyReplica),
@@ -739,6 +743,27 @@ func (n *Node) servePublish(_ context.Context, from string, p *wire.PublishMsg) 
 	if err := n.checkPublish(p); err != nil {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 	}
+	if p.Part != "" {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("%s's part of the order for %s epoch %d sent as a whole order", p.Part, p.Dataset, p.Epoch)}
+	}
+	return n.installPublished(from, p)
+}
+
+// servePublishPart installs this node's part of an order, from a relay
+// that holds the whole (wire.PublishMsg.Part), once checked.
+func (n *Node) servePublishPart(_ context.Context, from string, p *wire.PublishMsg) (any, error) {
+	if err := n.checkPublish(p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
+	if p.Part != n.cfg.Name || p.Epoch < 0 || p.Retired {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("a part of the order for %s epoch %d for %q sent to %s", p.Dataset, p.Epoch, p.Part, n.cfg.Name)}
+	}
+	return n.installPublished(from, p)
+}
+
+// installPublished installs a checked order, or part of one, from member
+// from; a retirement drops its job.
+func (n *Node) installPublished(from string, p *wire.PublishMsg) (any, error) {
 	n.lead.observe(p.Term)
 	ds, _ := n.dataset(p.Dataset)
 	if p.Retired {
@@ -826,6 +851,9 @@ func (n *Node) serveGetOrder(_ context.Context, from string, req *wire.GetOrderR
 	}
 	if p == nil {
 		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "no order"}
+	}
+	if p.Part != "" {
+		return nil, &peer.Error{Code: peer.CodeNotFound, Msg: "only this peer's part of the order"}
 	}
 	if req.Exact {
 		body, err := p.Encode()
@@ -992,30 +1020,34 @@ const sendTries = 5
 // orders, and changed tables are sent again). It reports whether the
 // member answered it.
 func (n *Node) sendWithRetries(ctx context.Context, name string, m peer.Method, msg any) bool {
+	return n.sendTo(ctx, name, m, msg) == nil
+}
+
+// sendTo is sendWithRetries, with the last error: the refusal
+// (peer.CodeBadRequest) where the member refused the message.
+func (n *Node) sendTo(ctx context.Context, name string, m peer.Method, msg any) error {
 	ctx, release, ok := n.cluster.whileMember(ctx, name) // the pauses too end when it leaves
 	if !ok {
-		return false
+		return fmt.Errorf("mesh: %s is not a member", name)
 	}
 	defer release()
+	var err error
 	for attempt := 0; attempt < sendTries; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
-		err := n.cluster.callName(cctx, name, m, msg, nil)
+		err = n.cluster.callName(cctx, name, m, msg, nil)
 		cancel()
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
+		if err == nil || ctx.Err() != nil {
+			return err
 		}
 		if peer.CodeOf(err) == peer.CodeBadRequest {
 			n.cfg.Logger.Warn().Err(err).Str("peer", name).Msg("message refused")
-			return false
+			return err
 		}
 		if !ctxsleep.Sleep(ctx, time.Duration(attempt+1)*n.cfg.Cluster.RetryEvery) {
-			return false
+			return ctx.Err()
 		}
 	}
-	return false
+	return err
 }
 
 // GossipAddr is the address other peers use as a seed; "" standalone.

@@ -187,7 +187,7 @@ func (js *jobState) timeLeft(now time.Time, epoch int) (time.Duration, bool) {
 	if p == nil {
 		return 0, false
 	}
-	total := orderSize(p)
+	total := p.Len()
 	_, done, began, ok := js.progress(epoch)
 	if !ok || done <= 0 || total == 0 {
 		return 0, false
@@ -215,13 +215,4 @@ func (n *Node) releaseHeld(js *jobState) {
 			}
 		}
 	})
-}
-
-// orderSize is the number of reads in an order: all its ranks' slices.
-func orderSize(p *wire.PublishMsg) int {
-	total := 0
-	for _, s := range p.Slices {
-		total += len(s)
-	}
-	return total
 }

@@ -201,7 +201,7 @@ func (n *Node) phase(js *jobState, epoch int) float64 {
 		if p == nil {
 			continue
 		}
-		total := orderSize(p)
+		total := p.Len()
 		start, done, _, ok := o.progress(epoch)
 		if !ok || total == 0 || done >= int64(total) {
 			continue // not drawn here, or read already

@@ -46,6 +46,20 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 		case a.World != 0:
 			return nil, nil, fmt.Errorf("%w: job %s of %s has world %d, asked %d (SHADE.RESET %s starts it over)",
 				ErrWorldMismatch, displayJob(js.name), name, a.World, world, name)
+		case a.Order != nil && !a.Order.HasSlice(rank):
+			// This node holds its part of the order, without the rank's
+			// slice: the rank came here after the order was drawn, or its
+			// node was not known then. The whole is asked of the leader.
+			if n.fetchExact(js, epoch, false); hasSlice(js.book.Kept(epoch), rank) {
+				continue
+			}
+			select {
+			case <-a.Changed:
+			case <-time.After(n.cfg.Cluster.RetryEvery):
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("%w: epoch %d of %s job %s: this peer holds its part of the order, without rank %d's slice, and the leader did not send the whole", ErrOrderTimeout, epoch, name, displayJob(js.name), rank)
+			}
+			continue
 		case a.Order != nil:
 			if err := n.awaitStart(ctx, js, a.Order); err != nil {
 				return nil, nil, err
@@ -288,6 +302,9 @@ func publishedAhead(js *jobState, epoch int) bool {
 	newest := js.book.Newest()
 	return newest != nil && newest.Ahead > 0 && epoch >= newest.TrainingEpoch() && epoch < newest.Epoch
 }
+
+// hasSlice reports whether p, if any, holds rank's slice.
+func hasSlice(p *wire.PublishMsg, rank int) bool { return p != nil && p.HasSlice(rank) }
 
 // fetchExact asks the leader for epoch's order of a job and installs it,
 // if the leader has it (and, if settled, published it a request's time

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
 )
@@ -29,7 +30,9 @@ import (
 // bytes; with a member of the chain killed, the order still reaches every
 // live node, the member before the dead one handing its group to the next.
 // The orders go whole, and in pieces of 256 bytes (about 20 an order),
-// down the chain and down a tree of fanout 2.
+// down the chain and down a tree of fanout 2. From epoch 1 on, a member
+// with none below it gets its part of the order instead: the slices of
+// the ranks on it, and the reads of the samples it owns.
 func TestOrdersRelayedToEveryPeer(t *testing.T) {
 	for _, c := range []struct {
 		name          string
@@ -63,22 +66,53 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 		}
 		return s
 	}
+	// Rank 0 trains on the last member of the chain, rank 1 on none.
+	others := slices.DeleteFunc(lead.node.Members(), func(name string) bool { return name == lead.node.Name() })
+	ranks := []string{others[len(others)-1], ""}
+	var mu sync.Mutex
+	published := map[int]*wire.PublishMsg{}
 	publish := func(epoch int) *wire.PublishMsg {
 		p := &wire.PublishMsg{Dataset: "ds", Job: "relayed", Version: ds.manifest.Version, Gen: 1, Epoch: epoch,
-			Term: lead.node.lead.highest(), World: 2, Slices: []wire.U32s{slice(epoch + 100), slice(epoch)}, Ranks: []string{"", ""}}
+			Term: lead.node.lead.highest(), World: 2, Slices: []wire.U32s{slice(epoch + 100), slice(epoch)}, Ranks: ranks}
 		if body, err := p.Encode(); err != nil || (piece > 0 && len(body) < 8*piece) {
 			t.Fatalf("an order of %d bytes (%v): want several pieces of %d", len(body), err, piece)
 		}
+		mu.Lock()
+		published[epoch] = p
+		mu.Unlock()
 		lead.node.publish(p, nil)
 		return p
 	}
+	parts := map[string]bool{} // the members that held a part of an order
 	has := func(p *testPeer, epoch int) bool {
 		js := p.node.ordered[0].lookupJob("relayed")
 		if js == nil {
 			return false
 		}
 		o := js.book.Kept(epoch)
-		return o != nil && slices.Equal(o.Slices[1], slice(epoch))
+		if o == nil {
+			return false
+		}
+		mu.Lock()
+		whole := published[epoch]
+		mu.Unlock()
+		for r := range whole.Slices {
+			if o.HasSlice(r) != (o.Part == "" || ranks[r] == o.Part) || o.HasSlice(r) && !slices.Equal(o.Slices[r], whole.Slices[r]) {
+				t.Fatalf("%s holds epoch %d with slice %d %v (part of %q): want %v", p.node.Name(), epoch, r, o.Slices[r], o.Part, whole.Slices[r])
+			}
+		}
+		if o.Part == "" {
+			return true
+		}
+		// Its relay picked its reads out with the ring it had: the same
+		// as the node's own while the views agree (before the kill).
+		var want []uint32
+		orders.Reads(whole, p.node.ownsSample(ds), func(id uint32) { want = append(want, id) })
+		if o.Part != p.node.Name() || epoch == 0 || o.Size != 1200 || epoch == 1 && !slices.Equal(o.Reads, want) {
+			t.Fatalf("%s holds a part of epoch %d for %q, %d reads in all, its reads %v: want its own, 1,200, reads %v", p.node.Name(), epoch, o.Part, o.Size, o.Reads, want)
+		}
+		parts[p.node.Name()] = true
+		return true
 	}
 	everyLiveHas := func(epoch int) func() bool {
 		return func() bool {
@@ -120,13 +154,18 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 		}
 	}
 
+	relayed(1, 10*time.Second)
+	if last := others[len(others)-1]; !parts[last] || parts[others[0]] {
+		t.Fatalf("members that held parts of epoch 1: %v; want %s, the last, among them, and not %s, a relay", slices.Sorted(maps.Keys(parts)), last, others[0])
+	}
+
 	// Kill the second member of the order (with fanout 1 the leader hands
 	// the order to the first, which passes it to the second; with 2, the
 	// second heads a group of its own).
 	chain := lead.node.Members()
 	chain = slices.DeleteFunc(chain, func(name string) bool { return name == lead.node.Name() })
 	m.byName(chain[1]).node.kill()
-	relayed(1, 20*time.Second) // past the dead member
+	relayed(2, 20*time.Second) // past the dead member
 	// Once passed on, the pieces are let go (the last of them leave as
 	// the calls to the dead member time out).
 	waitFor(t, 30*time.Second, "every node lets go of the relayed pieces", func() bool {

@@ -100,6 +100,34 @@ func (w Placement) Owns(name string) func(id uint32) bool {
 	}
 }
 
+// OwnedBy returns, for one pass over many samples, which of names (at
+// most 64) own a sample: bit i is set where names[i] does. Each group's
+// owners are looked at once, at its first sample; a sample of a group
+// outside 0..Groups-1 is owned by none. The test is not safe for
+// concurrent use.
+func (w Placement) OwnedBy(names []string) func(id uint32) uint64 {
+	if len(names) > 64 {
+		panic("sampling: OwnedBy of more than 64 names")
+	}
+	masks := make([]uint64, w.Groups)
+	known := make([]bool, w.Groups)
+	return func(id uint32) uint64 {
+		g := w.Group(id)
+		if uint(g) >= uint(len(masks)) {
+			return 0
+		}
+		if !known[g] {
+			known[g] = true
+			for _, owner := range w.Owners(g) {
+				if i := slices.Index(names, owner); i >= 0 {
+					masks[g] |= 1 << i
+				}
+			}
+		}
+		return masks[g]
+	}
+}
+
 // LocalitySplit cuts an epoch's order into world slices of equal length,
 // giving each drawn sample to a rank on one of its owners where one has
 // room and is not ahead of the others, so that the rank's reads hit its

@@ -600,4 +600,20 @@ func TestPlacementOwns(t *testing.T) {
 	if want := map[int]int{0: 1, 1: 1, 2: 1}; !maps.Equal(asked, want) {
 		t.Fatalf("owners asked %v, want each group once: %v", asked, want)
 	}
+
+	// OwnedBy: bit i for names[i], as Owns tells each; "d" owns none.
+	clear(asked)
+	names := []string{"c", "d", "a"}
+	ownedBy := where.OwnedBy(names)
+	for id := uint32(0); id < 40; id++ {
+		var want uint64
+		for i, name := range names {
+			if where.Owns(name)(id) {
+				want |= 1 << i
+			}
+		}
+		if got := ownedBy(id); got != want {
+			t.Fatalf("OwnedBy(%v)(%d) = %b, want %b", names, id, got, want)
+		}
+	}
 }

@@ -345,6 +345,22 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	onLink := pubWire / link * (pieces + float64(res.PublishHops) - 1) / pieces
 	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies, %.0f pieces)\t%s\t%s (the epoch)\t%s\t\n",
 		res.PublishHops, res.PublishSends, pieces, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
+	if mo := res.Member; mo != nil && mo.Parts > 0 && res.PublishHops > 1 {
+		// A member that gets its part has it once its relay, a hop
+		// before, holds the whole order, has decoded and checked it and
+		// has cut the parts (not piece by piece), and the part crossed
+		// the link.
+		relayHas := pubWire / link * (pieces + float64(res.PublishHops) - 2) / pieces
+		var work time.Duration
+		for _, s := range mo.Whole {
+			if s.Name == "holder: order decoded, checked" || s.Name == cutStep {
+				work += s.Dur
+			}
+		}
+		reach := relayHas + work.Seconds() + float64(mo.PartBytes)/link
+		fmt.Fprintf(tw, "  members with parts have theirs (relayed a hop less, then their relay's decode, check and cut)\t%s\t%s (the epoch)\t%s\t\n",
+			round(time.Duration(reach*float64(time.Second))), round(res.Epoch), ratio(reach, epoch))
+	}
 	// With --order-ahead 1 the next order is drawn once every rank
 	// finished the epoch before the one being trained, and relayed while
 	// the job trains: the ranks wait for what runs past that epoch. The

@@ -15,39 +15,78 @@ import (
 	"github.com/shade-mesh/shade/sampling"
 )
 
-// memberOrder is what one member that is not the leader does with an
-// epoch's order: as mesh does it now (the whole order: received, passed
-// on, decoded and checked, the reads of its own samples picked out for
-// its cache policy), and, for comparison, with only its part of it (its
-// ranks' slices and weights, and the reads of its samples, picked out
-// by the leader), which mesh does not send.
+// memberOrder is what the members other than the leader do with an
+// epoch's order, as mesh does it. In a relayed mesh a member with others
+// to pass the order on to (a relay), and one the leader sends to
+// directly, holds the whole order: it receives it, passes it on, decodes
+// and checks it and picks out the reads of its own samples for its cache
+// policy; a relay also cuts the parts of the members it passes the order
+// on to last, which have none below them (orders.Cut, mesh's partsOf).
+// Those members get their part alone (wire.PublishMsg.Part): their
+// ranks' slices and weights, and the reads of their samples.
 type memberOrder struct {
-	Name  string // the member
+	Name  string // the member measured
 	Ranks int    // its ranks
 	Reads int    // the reads of its samples in the order
-	// Whole are the steps with the whole order, Part those with its part.
+	// Holders hold the whole order, Parts get their parts (of the
+	// members other than the leader); Cut is how many parts a relay cuts
+	// in one pass (the relay fanout).
+	Holders, Parts, Cut int
+	// Whole are a holder's steps, Part those of a member that gets its
+	// part.
 	Whole, Part []*mergeStep
 	// WholeBytes and PartBytes are the messages' sizes.
 	WholeBytes, PartBytes int
 }
 
+// relayShape counts, of the members others that the leader sends an
+// order to, those that hold it whole and those that get their parts:
+// relayed (past fanout members, or in pieces), the leader hands it to
+// the heads of wire.RelayGroups, each passing it on to its group the
+// same way, and a relay's group of one member gets its part (epoch 0
+// and orders not relayed go whole to every member).
+func relayShape(others, fanout int, relayed bool) (holders, parts int) {
+	if !relayed {
+		return others, 0
+	}
+	var walk func(n int, relay bool)
+	walk = func(n int, relay bool) {
+		k := min(max(fanout, 1), n)
+		for i := range k {
+			size := n / k
+			if i < n%k {
+				size++
+			}
+			if size == 1 && relay {
+				parts++
+				continue
+			}
+			holders++
+			walk(size-1, true)
+		}
+	}
+	walk(others, false)
+	return holders, parts
+}
+
 // memberSteps measures memberOrder for member, a node other than the
 // leader, with pub, the order as published, and raw, its encoding, sent
 // to members in that many pieces (1: whole), as the leader's steps sent
-// it. Transport steps are real calls between two
-// peer-transport nodes in this process (callPair), both ends' CPU
-// counted: a member receives one copy of the order and, on average,
-// passes one on (the relays pass on as many copies as there are members),
-// so both ends of one copy are what an average member's transport does.
-func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld int) (*memberOrder, error) {
-	mo := &memberOrder{Name: member, WholeBytes: len(raw)}
-	var mine []int
-	for r, node := range pub.Ranks {
+// it; members are the mesh's, the leader first, and fanout the relay
+// fanout. Transport steps are real calls between two peer-transport
+// nodes in this process (callPair), both ends' CPU counted: a holder
+// receives one copy of the order and, on average, passes one on, so
+// both ends of one copy are what an average holder's transport does; a
+// part's call is counted to the member that gets it, its relay's end
+// too.
+func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld int, members []string, fanout int) (*memberOrder, error) {
+	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: fanout}
+	mo.Holders, mo.Parts = relayShape(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1)
+	for _, node := range pub.Ranks {
 		if node == member {
-			mine = append(mine, r)
+			mo.Ranks++
 		}
 	}
-	mo.Ranks = len(mine)
 	step := func(list *[]*mergeStep, name, note string) *mergeStep {
 		s := &mergeStep{Name: name, Times: 1, Note: note}
 		*list = append(*list, s)
@@ -59,8 +98,8 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	}
 	defer pair.close()
 
-	// The whole order, as mesh sends it now.
-	in := step(&mo.Whole, "member: order in and on (transport)",
+	// A holder: the whole order.
+	in := step(&mo.Whole, "holder: order in and on (transport)",
 		fmt.Sprintf("%d calls of %s (the order's pieces), 4 at a time; both ends' CPU: one copy in and, on average, one passed on", pieces, scaleBytes(float64(len(raw))/float64(pieces))))
 	b, err := binOfSize(len(raw) / pieces)
 	if err != nil {
@@ -70,7 +109,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		return nil, err
 	}
 	var got wire.PublishMsg
-	if err := step(&mo.Whole, "member: order decoded, checked", "msgpack.Unmarshal of the assembled order, leader.Check (as mesh.checkPublish)").run(func() error {
+	if err := step(&mo.Whole, "holder: order decoded, checked", "msgpack.Unmarshal of the assembled order, leader.Check (as mesh.checkPublish)").run(func() error {
 		if err := msgpack.Unmarshal(raw, &got); err != nil {
 			return err
 		}
@@ -78,50 +117,53 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	}); err != nil {
 		return nil, err
 	}
-	var reads []uint64 // 8 bytes each, as mesh's lookahead keeps them (policy.ID)
-	_ = step(&mo.Whole, "member: reads of its samples", "orders.Reads with sampling.Placement.Owns, as mesh hands the cache policy's lookahead each order").run(func() error {
+	_ = step(&mo.Whole, "holder: reads of its samples", "orders.Reads with sampling.Placement.Owns, as mesh hands the cache policy's lookahead each order").run(func() error {
+		var reads []uint64 // 8 bytes each, as mesh's lookahead keeps them (policy.ID)
 		mo.Reads = orders.Reads(&got, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) })
 		return nil
 	})
+	// The parts a relay cuts: the member's and those of the members after
+	// it, as many as the fanout.
+	at := max(slices.Index(members, member), 1)
+	names := slices.Clone(members[at:min(at+fanout, len(members))])
+	var parts []*wire.PublishMsg
+	cut := step(&mo.Whole, cutStep, fmt.Sprintf("orders.Cut of %d members' parts in one pass (mesh's partsOf), by a relay with members that get parts", len(names)))
+	_ = cut.run(func() error {
+		parts = orders.Cut(&got, names, where.OwnedBy(names))
+		return nil
+	})
+	// Per holder: the relays that cut parts are about parts/fanout of
+	// the holders.
+	cut.Times = float64(mo.Parts) / float64(max(len(names), 1)) / float64(max(mo.Holders, 1))
 
-	// Its part: its ranks' slices and weights, the reads of its samples
-	// (as the leader would pick them out), no sampler state.
-	part := &wire.PublishMsg{Dataset: pub.Dataset, Job: pub.Job, Version: pub.Version, Gen: pub.Gen, Epoch: pub.Epoch, Term: pub.Term, World: pub.World,
-		Ahead: pub.Ahead, Ranks: pub.Ranks, Slices: make([]wire.U32s, pub.World)}
-	if len(pub.Weights) > 0 {
-		part.Weights = make([]wire.F32s, pub.World)
-	}
-	for _, r := range mine {
-		part.Slices[r] = pub.Slices[r]
-		if part.Weights != nil {
-			part.Weights[r] = pub.Weights[r]
-		}
-	}
-	owned := make(wire.U32s, len(reads))
-	for i, id := range reads {
-		owned[i] = uint32(id)
-	}
-	partRaw, err := msgpack.Marshal(memberPart{part, owned})
+	// A member that gets its part.
+	partRaw, err := parts[0].Encode()
 	if err != nil {
 		return nil, err
 	}
 	mo.PartBytes = len(partRaw)
 	const partCalls = 20 // one a member an epoch; 20 measured
-	pin := step(&mo.Part, "member part: in (transport)", fmt.Sprintf("1 call of %s; both ends' CPU; %d measured", scaleBytes(float64(len(partRaw))), partCalls))
+	pin := step(&mo.Part, "part: in (transport)", fmt.Sprintf("1 call of %s (MethodPublishPart); both ends' CPU, the relay's too; %d measured", scaleBytes(float64(len(partRaw))), partCalls))
 	pin.Times = 1.0 / partCalls
 	if b, err = binOfSize(len(partRaw)); err != nil {
 		return nil, err
 	}
-	if err := pair.measure(pin, wire.MethodPublish, b, partCalls, 1); err != nil {
+	if err := pair.measure(pin, wire.MethodPublishPart, b, partCalls, 1); err != nil {
 		return nil, err
 	}
-	if err := step(&mo.Part, "member part: decoded", "msgpack.Unmarshal of the part and its reads").run(func() error {
-		var back memberPart
+	var back wire.PublishMsg
+	if err := step(&mo.Part, "part: decoded, checked", "msgpack.Unmarshal of the part, leader.Check").run(func() error {
 		if err := msgpack.Unmarshal(partRaw, &back); err != nil {
 			return err
 		}
-		if !slices.Equal(back.Reads, owned) {
-			return fmt.Errorf("the part's reads changed on the way")
+		return meshleader.Check(&back, back.Version, samples, maxWorld)
+	}); err != nil {
+		return nil, err
+	}
+	if err := step(&mo.Part, "part: reads of its samples", "orders.Reads of the part: the reads its relay picked out, those it owns").run(func() error {
+		var reads []uint64
+		if n := orders.Reads(&back, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) }); n != mo.Reads {
+			return fmt.Errorf("the part has %d reads of the member's samples, the whole order %d", n, mo.Reads)
 		}
 		return nil
 	}); err != nil {
@@ -130,30 +172,28 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	return mo, nil
 }
 
-// memberPart is a member's part of an order as the model encodes it: its
-// ranks' slices and weights (the other ranks' empty, no sampler state),
-// and the reads of its samples.
-type memberPart struct {
-	Order *wire.PublishMsg `msgpack:"o"`
-	Reads wire.U32s        `msgpack:"r"`
-}
+// cutStep names a relay's step that cuts parts.
+const cutStep = "relay: parts cut"
 
-// printMember prints what a member does with each epoch's order, whole
-// and as its part, against the epoch.
+// printMember prints what the members do with each epoch's order, a
+// holder's and a part's, against the epoch.
 func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 	if mo == nil {
 		return
 	}
-	fmt.Fprintf(w, "\n== a member (%s, %d rank(s), not the leader): each epoch's order whole, as now (%s), and its part alone (%s: its ranks' slices and weights, the %d reads of its samples; shade-peer sends every member the whole order)\n",
-		mo.Name, mo.Ranks, scaleBytes(float64(mo.WholeBytes)), scaleBytes(float64(mo.PartBytes)), mo.Reads)
+	fmt.Fprintf(w, "\n== the members other than the leader (%s measured, %d rank(s)): %d hold each epoch's order whole (%s), %d get their parts (%s: their ranks' slices and weights, the reads of their samples; %d for %s), cut by their relays\n",
+		mo.Name, mo.Ranks, mo.Holders, scaleBytes(float64(mo.WholeBytes)), mo.Parts, scaleBytes(float64(mo.PartBytes)), mo.Reads, mo.Name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tallocs\talloc bytes\t")
-	var whole, part time.Duration
+	var whole, part, cut, cutShare time.Duration
 	for _, s := range slices.Concat(mo.Whole, mo.Part) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3g\t%d\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), s.Times, int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times))
 	}
 	for _, s := range mo.Whole {
 		whole += s.cpuPerEpoch()
+		if s.Name == cutStep {
+			cut, cutShare = s.CPU, s.cpuPerEpoch()
+		}
 	}
 	for _, s := range mo.Part {
 		part += s.cpuPerEpoch()
@@ -164,10 +204,15 @@ func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
 		}
 	}
+	members := max(mo.Holders+mo.Parts, 1)
+	average := (whole*time.Duration(mo.Holders) + part*time.Duration(mo.Parts)) / time.Duration(members)
+	allWhole := whole - cutShare
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tmeasured\tbudget\tratio\t")
-	fmt.Fprintf(tw, "member CPU per epoch for the order, whole\t%s\t%s (one core, the epoch)\t%s\t\n", round(whole), round(epoch), ratio(whole.Seconds(), epoch.Seconds()))
-	fmt.Fprintf(tw, "member CPU per epoch for its part alone (which shade-peer does not send)\t%s\t%s (one core, the epoch)\t%s\t\n", round(part), round(epoch), ratio(part.Seconds(), epoch.Seconds()))
-	fmt.Fprintf(tw, "  whole over part\t\t\t%s\t\n", ratio(whole.Seconds(), part.Seconds()))
+	fmt.Fprintf(tw, "holder CPU per epoch for the order (a relay's share of cutting parts in)\t%s\t%s (one core, the epoch)\t%s\t\n", round(whole), round(epoch), ratio(whole.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "  a relay that cuts parts: all of its cutting\t%s\t\t%s\t\n", round(cut), ratio(cut.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "member with its part: CPU per epoch\t%s\t%s (one core, the epoch)\t%s\t\n", round(part), round(epoch), ratio(part.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "average member CPU per epoch (%d holders, %d parts)\t%s\t%s (one core, the epoch)\t%s\t\n", mo.Holders, mo.Parts, round(average), round(epoch), ratio(average.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "  every member whole (before parts) over the average\t%s\t\t%s\t\n", round(allWhole), ratio(allWhole.Seconds(), average.Seconds()))
 	tw.Flush()
 }

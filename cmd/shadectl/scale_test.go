@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/shade-mesh/shade/mesh/ring"
+	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
 )
@@ -195,11 +197,12 @@ func TestScaleMerge(t *testing.T) {
 	if s := res.step("send scores to owners"); s.Messages == 0 || s.WireBytes < float64(testSamples) {
 		t.Fatalf("scores: %v frames, %v bytes", s.Messages, s.WireBytes)
 	}
-	// A member with a rank, not the leader: every step measured; the reads
-	// of its samples are those the ring gives it; its part is its rank's
-	// slice and those reads, smaller than the whole order.
+	// A member with a rank, not the leader: every step measured, a
+	// holder's and a part's; the reads of its samples are those the ring
+	// gives it; its part is its rank's slice and those reads, smaller
+	// than the whole order.
 	mo := res.Member
-	if mo == nil || mo.Name == r.Members()[0] || mo.Ranks < 1 || len(mo.Whole) != 3 || len(mo.Part) != 2 {
+	if mo == nil || mo.Name == r.Members()[0] || mo.Ranks < 1 || len(mo.Whole) != 4 || len(mo.Part) != 3 || mo.Holders+mo.Parts != len(r.Members())-1 {
 		t.Fatalf("member: %+v", mo)
 	}
 	for _, s := range slices.Concat(mo.Whole, mo.Part) {
@@ -283,5 +286,40 @@ func TestScaleCommand(t *testing.T) {
 		if err := runScale(args, &out, &errOut); err == nil {
 			t.Errorf("runScale(%q) succeeded", args)
 		}
+	}
+}
+
+// TestRelayShape: the holders and parts the model counts are those of
+// the groups the leader and its relays cut (wire.RelayGroups): a relay's
+// group of one member gets its part; the leader's members and every
+// group head hold the whole.
+func TestRelayShape(t *testing.T) {
+	var walk func(names []string, fanout int, relay bool) (holders, parts int)
+	walk = func(names []string, fanout int, relay bool) (holders, parts int) {
+		for _, g := range wire.RelayGroups(names, fanout) {
+			if len(g) == 1 && relay {
+				parts++
+				continue
+			}
+			h, p := walk(g[1:], fanout, true)
+			holders, parts = holders+1+h, parts+p
+		}
+		return holders, parts
+	}
+	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {19, 4}, {999, 4}, {999, 16}, {100, 1}, {7, 3}} {
+		names := make([]string, c.others)
+		for i := range names {
+			names[i] = fmt.Sprintf("n%04d", i)
+		}
+		wh, wp := walk(names, c.fanout, false)
+		if h, p := relayShape(c.others, c.fanout, true); h != wh || p != wp {
+			t.Errorf("%d members, fanout %d: %d holders, %d parts; the groups give %d and %d", c.others, c.fanout, h, p, wh, wp)
+		}
+	}
+	if h, p := relayShape(4, 2, true); h != 2 || p != 2 {
+		t.Errorf("4 members, fanout 2: %d holders, %d parts; want 2 and 2", h, p)
+	}
+	if h, p := relayShape(3, 4, false); h != 3 || p != 0 {
+		t.Errorf("3 members sent directly: %d holders, %d parts; want 3 and none", h, p)
 	}
 }

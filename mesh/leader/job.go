@@ -992,7 +992,8 @@ func (u unsplit) split(ranks []string, where *sampling.Placement) (Drawn, error)
 // dataset version, and for an epoch's order a world of 1 to maxWorld
 // ranks with one slice each, slices of equal length, no more rank nodes
 // than ranks, ids below samples, and either no weights or one finite
-// positive weight per id.
+// positive weight per id. A member's part (wire.PublishMsg.Part) holds
+// the slices of its ranks alone, and reads of ids below samples.
 func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	if p.Version != version {
 		return fmt.Errorf("leader: order for %s version %s; this node has version %s", p.Dataset, p.Version, version)
@@ -1009,9 +1010,19 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	if len(p.Weights) != 0 && len(p.Weights) != p.World {
 		return fmt.Errorf("leader: order for %s epoch %d has %d weight slices for world %d", p.Dataset, p.Epoch, len(p.Weights), p.World)
 	}
+	first := -1 // the first slice p holds (all of a whole order; a part's own)
 	for r, s := range p.Slices {
-		if len(s) != len(p.Slices[0]) {
-			return fmt.Errorf("leader: order for %s epoch %d: slice %d has %d ids, slice 0 %d", p.Dataset, p.Epoch, r, len(s), len(p.Slices[0]))
+		if !p.HasSlice(r) {
+			if len(s) != 0 || len(p.Weights) != 0 && len(p.Weights[r]) != 0 {
+				return fmt.Errorf("leader: %s's part of the order for %s epoch %d holds the slice of rank %d, on %q", p.Part, p.Dataset, p.Epoch, r, rankNode(p, r))
+			}
+			continue
+		}
+		if first < 0 {
+			first = r
+		}
+		if len(s) != len(p.Slices[first]) {
+			return fmt.Errorf("leader: order for %s epoch %d: slice %d has %d ids, slice %d %d", p.Dataset, p.Epoch, r, len(s), first, len(p.Slices[first]))
 		}
 		if len(p.Weights) != 0 {
 			if len(p.Weights[r]) != len(s) {
@@ -1029,5 +1040,24 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 			}
 		}
 	}
+	if p.Part == "" {
+		return nil
+	}
+	if p.Size < 0 || first >= 0 && p.Size != len(p.Slices[first])*p.World {
+		return fmt.Errorf("leader: %s's part of the order for %s epoch %d: %d reads in all, for slices of %d ids", p.Part, p.Dataset, p.Epoch, p.Size, len(p.Slices[max(first, 0)]))
+	}
+	for _, id := range p.Reads {
+		if int(id) >= samples {
+			return fmt.Errorf("leader: %s's part of the order for %s epoch %d: read of id %d out of range", p.Part, p.Dataset, p.Epoch, id)
+		}
+	}
 	return nil
+}
+
+// rankNode is the node p says rank r trains on, "" if unknown.
+func rankNode(p *wire.PublishMsg, r int) string {
+	if r < len(p.Ranks) {
+		return p.Ranks[r]
+	}
+	return ""
 }

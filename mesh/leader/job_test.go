@@ -502,6 +502,30 @@ func TestCheck(t *testing.T) {
 	if err := Check(reset, "v1", 4, 2); err != nil {
 		t.Errorf("a reset's empty order: %v", err)
 	}
+
+	// b's part of the order: rank 1's slice alone, reads of its samples.
+	part := func() *wire.PublishMsg {
+		p := ok()
+		p.Part, p.Slices[0], p.Size, p.Reads = "b", nil, 4, wire.U32s{3, 0}
+		return p
+	}
+	if err := Check(part(), "v1", 4, 2); err != nil {
+		t.Fatalf("a sound part: %v", err)
+	}
+	for name, spoil := range map[string]func(p *wire.PublishMsg){
+		"another's slice": func(p *wire.PublishMsg) { p.Slices[0] = wire.U32s{0, 1} },
+		"another's weights": func(p *wire.PublishMsg) {
+			p.Weights = []wire.F32s{{1, 1}, {1, 1}}
+		},
+		"size":    func(p *wire.PublishMsg) { p.Size = 3 },
+		"read id": func(p *wire.PublishMsg) { p.Reads[1] = 4 },
+	} {
+		p := part()
+		spoil(p)
+		if Check(p, "v1", 4, 2) == nil {
+			t.Errorf("part, %s: accepted", name)
+		}
+	}
 }
 
 // epochs lists the epochs of the orders published so far.

@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -19,23 +20,34 @@ func (s States) names() []string {
 	return names
 }
 
-// NewestOrder returns the member that holds the newest order of own's
-// dataset, if it is newer than the one this node holds (own, what this
-// node knows of the job); "" if none is.
+// NewestOrder returns the member that holds the newest whole order of
+// own's dataset, if it is newer than the one this node holds (own, what
+// this node knows of the job), or the whole of it where this node holds
+// its part; "" if none is. A member's part of an order (JobState.Part)
+// cannot be adopted.
 func (s States) NewestOrder(own wire.JobState) (from string) {
-	gen, epoch, term := own.Gen, own.Epoch, own.Term
+	best := orderOf(own)
 	for _, name := range s.names() {
 		for _, js := range s[name].Jobs {
-			if js.Dataset != own.Dataset || js.Job != own.Job {
+			if js.Dataset != own.Dataset || js.Job != own.Job || js.Part {
 				continue
 			}
-			cand := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
-			if cand.Newer(&wire.PublishMsg{Gen: gen, Epoch: epoch, Term: term}) {
-				gen, epoch, term, from = js.Gen, js.Epoch, js.Term, name
+			if cand := orderOf(js); cand.Newer(best) {
+				best, from = cand, name
 			}
 		}
 	}
 	return from
+}
+
+// orderOf stands for the newest order js says its member holds, for
+// Newer.
+func orderOf(js wire.JobState) *wire.PublishMsg {
+	p := &wire.PublishMsg{Gen: js.Gen, Epoch: js.Epoch, Term: js.Term}
+	if js.Part {
+		p.Part = "held"
+	}
+	return p
 }
 
 // BestTable returns the best score table of own's dataset and job that a
@@ -67,8 +79,9 @@ func (s States) MaxTerm(floor uint64) uint64 {
 // of the newest order, the sampler's state after it, and, from every node
 // that holds that same order, where its ranks train and which finished.
 // A member's world out of 1..MaxWorld is skipped. The job is usable even
-// if it returns an error: the newest order's sampler state was refused
-// and the sampler starts afresh.
+// if it returns an error: the newest order's sampler state was refused,
+// or this node holds only its part of the newest order (which no member
+// held whole), and the sampler starts afresh.
 func Rebuild(cfg Config, newest *wire.PublishMsg, self string, own wire.JobState, peers States) (*Job, error) {
 	j := New(cfg)
 	var err error
@@ -76,7 +89,13 @@ func Rebuild(cfg Config, newest *wire.PublishMsg, self string, own wire.JobState
 		j.gen, j.world, j.latest = newest.Gen, newest.World, newest.Epoch
 		j.ranks = make([]string, newest.World)
 		copy(j.ranks, newest.Ranks)
-		if newest.Epoch >= 0 {
+		switch {
+		case newest.Epoch >= 0 && newest.Part != "":
+			// No member held the newest order whole (States.NewestOrder):
+			// this node's part of it carries no sampler state.
+			err = fmt.Errorf("leader: only this node's part of epoch %d's order of %s is held, without the sampler's state", newest.Epoch, cfg.Dataset)
+			j.ahead = newest.Ahead
+		case newest.Epoch >= 0:
 			err = j.sampler.UnmarshalBinary(newest.Sampler)
 			// The ranks' dones mean what the newest order's Ahead says;
 			// Config.Ahead, where more, takes over at the next epoch.

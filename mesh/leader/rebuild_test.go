@@ -51,6 +51,29 @@ func TestRebuildFromStates(t *testing.T) {
 	}
 }
 
+// TestRebuildFromAPart: a new leader that holds only its part of the
+// newest order (no member held it whole) says so, and its job goes on
+// from that epoch, its sampler afresh: every rank's done publishes the
+// next.
+func TestRebuildFromAPart(t *testing.T) {
+	h := newHarness(t)
+	part := &wire.PublishMsg{Dataset: "ds", Gen: 2, Epoch: 3, Term: 5, World: 2, Ranks: []string{"a", "b"}, Slices: []wire.U32s{{1, 2}, nil}, Part: "a", Size: 4}
+	own := wire.JobState{Dataset: "ds", Gen: 2, Epoch: 3, Term: 5, Part: true, Ranks: []wire.RankWorld{{Rank: 0, World: 2}}, Done: []int{0}}
+	j, err := Rebuild(h.config(), part, "a", own, States{"b": {Jobs: []wire.JobState{{Dataset: "ds", Gen: 2, Epoch: 3, Term: 5, Part: true, Ranks: []wire.RankWorld{{Rank: 1, World: 2}}}}}})
+	if err == nil {
+		t.Fatal("rebuilt from a part without saying its sampler state is missing")
+	}
+	if st := j.Status(); st.World != 2 || st.Latest != 3 || !slices.Equal(st.Pending, []int{1}) {
+		t.Fatalf("rebuilt: %+v", st)
+	}
+	if err := j.Done(2, 3, 1, "b", wire.ResidentSet{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.last(t); p.Gen != 2 || p.Epoch != 4 || len(p.Slices) != 2 || len(p.Slices[0]) != 4 {
+		t.Fatalf("epoch after the part: %+v", p)
+	}
+}
+
 func TestRebuildBeforeEpochZero(t *testing.T) {
 	h := newHarness(t)
 	// No order yet; two of three ranks asked. The world comes from the
@@ -97,6 +120,21 @@ func TestStatesPickTheNewest(t *testing.T) {
 	}
 	if best, from := states.BestTable(wire.TableInfo{Dataset: "ds", Job: "sweep"}); from != "d" || best.Scored != 99 {
 		t.Errorf("best table of job sweep %+v from %q, want d's", best, from)
+	}
+	// A member's part of an order is never adopted; the whole of it is,
+	// over this node's own part.
+	parts := States{
+		"b": {Jobs: []wire.JobState{{Dataset: "ds", Gen: 1, Epoch: 6, Term: 3, Part: true}}},
+		"c": {Jobs: []wire.JobState{{Dataset: "ds", Gen: 1, Epoch: 5, Term: 3}}},
+	}
+	if got := parts.NewestOrder(wire.JobState{Dataset: "ds", Gen: 1, Epoch: 4}); got != "c" {
+		t.Errorf("newest order from %q, want c: b holds its part alone", got)
+	}
+	if got := parts.NewestOrder(wire.JobState{Dataset: "ds", Gen: 1, Epoch: 5, Term: 3, Part: true}); got != "c" {
+		t.Errorf("newest order from %q over this node's part of it, want c's whole", got)
+	}
+	if got := parts.NewestOrder(wire.JobState{Dataset: "ds", Gen: 1, Epoch: 5, Term: 3}); got != "" {
+		t.Errorf("newest order from %q, want none: this node holds it whole", got)
 	}
 	if got := states.MaxTerm(5); got != 6 {
 		t.Errorf("MaxTerm = %d, want 6", got)

@@ -76,13 +76,16 @@ func (b *Book) wakeLocked() {
 // of the newest's generation that is older than the newest but recent
 // enough to keep, and not held yet, is kept too (orders published ahead
 // come two at a time and may arrive out of turn); the newest stays. The
-// book keeps p, which the caller must not change afterwards.
+// whole order replaces this node's part of it (wire.PublishMsg.Part),
+// newest or kept. The book keeps p, which the caller must not change
+// afterwards.
 func (b *Book) Install(p *wire.PublishMsg) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !p.Newer(b.latest) {
-		if p.Gen != b.latest.Gen || p.Epoch <= b.latest.Epoch-b.keep || b.kept[p.Epoch] != nil {
-			return false
+		old := b.kept[p.Epoch]
+		if p.Gen != b.latest.Gen || p.Epoch <= b.latest.Epoch-b.keep || old != nil && (old.Term != p.Term || !p.Newer(old)) {
+			return false // a kept order is replaced only by the whole of a part
 		}
 		b.kept[p.Epoch] = p
 		if b.installed != nil {
@@ -162,7 +165,7 @@ func (b *Book) State(dataset string) wire.JobState {
 	defer b.mu.Unlock()
 	js := wire.JobState{Dataset: dataset, Epoch: -1}
 	if b.latest != nil {
-		js.Gen, js.Epoch, js.Term = b.latest.Gen, b.latest.Epoch, b.latest.Term
+		js.Gen, js.Epoch, js.Term, js.Part = b.latest.Gen, b.latest.Epoch, b.latest.Term, b.latest.Part != ""
 	}
 	for r, w := range b.local {
 		js.Ranks = append(js.Ranks, wire.RankWorld{Rank: r, World: w})

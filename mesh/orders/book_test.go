@@ -123,3 +123,40 @@ func TestBookAhead(t *testing.T) {
 		t.Fatalf("state after an implied done %+v", js)
 	}
 }
+
+// TestBookWholeOverPart: the whole order replaces this node's part of it,
+// newest or kept, and a part never replaces the whole; another term's
+// order of a kept epoch is not taken.
+func TestBookWholeOverPart(t *testing.T) {
+	b := New(3)
+	order := func(epoch int, term uint64, part string) *wire.PublishMsg {
+		return &wire.PublishMsg{Dataset: "ds", Gen: 1, Epoch: epoch, Term: term, World: 1, Slices: []wire.U32s{{1}}, Part: part}
+	}
+	for _, step := range []struct {
+		p       *wire.PublishMsg
+		install bool
+	}{
+		{order(1, 1, "me"), true},
+		{order(1, 1, "me"), false},
+		{order(1, 1, ""), true}, // the whole over the part
+		{order(1, 1, "me"), false},
+		{order(2, 1, "me"), true},
+		{order(1, 1, "me"), false}, // kept whole already
+		{order(3, 1, "me"), true},
+		{order(2, 2, ""), false}, // another term of a kept epoch
+		{order(2, 1, ""), true},  // the whole over a kept part
+		{order(3, 1, ""), true},
+	} {
+		if got := b.Install(step.p); got != step.install {
+			t.Fatalf("Install(epoch %d, term %d, part %q) = %v, want %v", step.p.Epoch, step.p.Term, step.p.Part, got, step.install)
+		}
+	}
+	for e := 1; e <= 3; e++ {
+		if p := b.Kept(e); p == nil || p.Part != "" {
+			t.Fatalf("epoch %d kept as %+v, want the whole", e, p)
+		}
+	}
+	if st := b.State("ds"); st.Part || st.Epoch != 3 {
+		t.Fatalf("state %+v, want epoch 3, whole", st)
+	}
+}

@@ -1,25 +1,87 @@
 package orders
 
-import "github.com/shade-mesh/shade/mesh/wire"
+import (
+	"math/bits"
+
+	"github.com/shade-mesh/shade/mesh/wire"
+)
 
 // Reads calls visit with each id of p's slices that ours says this node
 // owns, in the order the ranks are expected to read them: they read their
 // slices side by side, so position k of every slice comes before position
-// k+1 of any. It returns how many it visited. This is what a node hands
-// its cache policy's lookahead for each epoch's order.
+// k+1 of any. Of a member's part (wire.PublishMsg.Part) it visits the
+// reads its relay picked out for the member, those ours still owns. It
+// returns how many it visited. This is what a node hands its cache
+// policy's lookahead for each epoch's order.
 func Reads(p *wire.PublishMsg, ours func(id uint32) bool, visit func(id uint32)) int {
-	longest := 0
-	for _, s := range p.Slices {
-		longest = max(longest, len(s))
-	}
 	n := 0
-	for k := 0; k < longest; k++ {
-		for _, s := range p.Slices {
-			if k < len(s) && ours(s[k]) {
-				visit(s[k])
+	if p.Part != "" {
+		for _, id := range p.Reads {
+			if ours(id) {
+				visit(id)
 				n++
 			}
 		}
+		return n
 	}
+	inReadOrder(p.Slices, func(id uint32) {
+		if ours(id) {
+			visit(id)
+			n++
+		}
+	})
 	return n
+}
+
+// inReadOrder calls visit with every id of an order's slices in the order
+// the ranks are expected to read them: position k of every slice before
+// position k+1 of any.
+func inReadOrder(slices []wire.U32s, visit func(id uint32)) {
+	longest := 0
+	for _, s := range slices {
+		longest = max(longest, len(s))
+	}
+	for k := 0; k < longest; k++ {
+		for _, s := range slices {
+			if k < len(s) {
+				visit(s[k])
+			}
+		}
+	}
+}
+
+// Cut returns the parts of the whole order p for the named members (at
+// most 64; wire.PublishMsg.Part), one each, in one pass over the order:
+// member i's part holds the slices and weights of the ranks p.Ranks puts
+// on it and the reads of the samples it owns, those whose ownedBy has
+// bit i set, in the order Reads visits them. The parts share p's slices
+// and weights: read only.
+func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*wire.PublishMsg {
+	parts := make([]*wire.PublishMsg, len(names))
+	index := make(map[string]int, len(names))
+	for i, name := range names {
+		index[name] = i
+		parts[i] = &wire.PublishMsg{Dataset: p.Dataset, Job: p.Job, Version: p.Version, Gen: p.Gen, Epoch: p.Epoch, Term: p.Term,
+			World: p.World, Ahead: p.Ahead, Ranks: p.Ranks, Slices: make([]wire.U32s, len(p.Slices)), Part: name, Size: p.Len()}
+		if len(p.Weights) > 0 {
+			parts[i].Weights = make([]wire.F32s, len(p.Weights))
+		}
+	}
+	for r, node := range p.Ranks {
+		i, ok := index[node]
+		if !ok || r >= len(p.Slices) {
+			continue
+		}
+		parts[i].Slices[r] = p.Slices[r]
+		if r < len(p.Weights) {
+			parts[i].Weights[r] = p.Weights[r]
+		}
+	}
+	inReadOrder(p.Slices, func(id uint32) {
+		for m := ownedBy(id); m != 0; m &= m - 1 {
+			i := bits.TrailingZeros64(m)
+			parts[i].Reads = append(parts[i].Reads, id)
+		}
+	})
+	return parts
 }

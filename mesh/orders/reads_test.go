@@ -27,3 +27,49 @@ func TestReads(t *testing.T) {
 		t.Fatalf("Reads of an empty order = %d", n)
 	}
 }
+
+// TestCut: each member's part holds the slices (and weights) of the
+// ranks on it, none of the others', the reads Reads gives it from the
+// whole order, and the whole order's length; Reads of a part visits the
+// reads it carries that the member still owns.
+func TestCut(t *testing.T) {
+	p := &wire.PublishMsg{Dataset: "ds", Version: "v", Gen: 2, Epoch: 3, Term: 4, World: 3, Ahead: 1,
+		Slices:  []wire.U32s{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}},
+		Weights: []wire.F32s{{1, 1, 1}, {2, 2, 2}, {3, 3, 3}},
+		Ranks:   []string{"a", "b", "a"}, Sampler: []byte("state")}
+	even := func(id uint32) bool { return id%2 == 0 }
+	low := func(id uint32) bool { return id < 5 }
+	parts := Cut(p, []string{"a", "c"}, func(id uint32) (m uint64) {
+		if even(id) {
+			m |= 1
+		}
+		if low(id) {
+			m |= 2
+		}
+		return m
+	})
+	a, c := parts[0], parts[1]
+	if a.Part != "a" || c.Part != "c" || a.Epoch != 3 || a.Term != 4 || a.Ahead != 1 || a.Size != 9 || len(a.Sampler) != 0 {
+		t.Fatalf("parts %+v, %+v: want a's and c's of epoch 3, term 4, 9 reads, no sampler state", a, c)
+	}
+	for r := range p.Slices {
+		own := p.Ranks[r] == "a"
+		if a.HasSlice(r) != own || own != slices.Equal(a.Slices[r], p.Slices[r]) || own != slices.Equal(a.Weights[r], p.Weights[r]) {
+			t.Fatalf("a's part, rank %d: slice %v, weights %v", r, a.Slices[r], a.Weights[r])
+		}
+		if c.HasSlice(r) || len(c.Slices[r]) != 0 || len(c.Weights[r]) != 0 {
+			t.Fatalf("c's part holds rank %d's slice %v", r, c.Slices[r])
+		}
+	}
+	for i, owns := range []func(uint32) bool{even, low} {
+		var want []uint32
+		Reads(p, owns, func(id uint32) { want = append(want, id) })
+		if !slices.Equal(parts[i].Reads, want) {
+			t.Fatalf("%s's reads %v, want %v", parts[i].Part, parts[i].Reads, want)
+		}
+	}
+	var got []uint32
+	if n := Reads(a, func(id uint32) bool { return id != 4 }, func(id uint32) { got = append(got, id) }); n != 3 || !slices.Equal(got, []uint32{2, 8, 6}) {
+		t.Fatalf("Reads of a's part, 4 no longer owned: %v (%d), want [2 8 6]", got, n)
+	}
+}

@@ -164,6 +164,7 @@ func (p *PublishMsg) Encode() ([]byte, error) {
 	for _, r := range p.Ranks {
 		size += 5 + len(r)
 	}
+	size += len(p.Part) + 4*len(p.Reads)
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	if err := msgpack.NewEncoder(buf).Encode(p); err != nil {
 		return nil, err

@@ -65,6 +65,11 @@ const (
 	// peers answer it CodeBadRequest (an unknown method); a caller then
 	// sends the reports (MethodReport) and the done (MethodDone).
 	MethodReportDone peer.Method = 18
+	// MethodPublishPart hands a member its part of an epoch's order
+	// (PublishMsg.Part), from a relay that holds the whole. Older peers
+	// answer it CodeBadRequest (an unknown method), never taking a part
+	// for a whole order; the relay then sends them the whole.
+	MethodPublishPart peer.Method = 19
 )
 
 // FrameHeader is the size in bytes of a peer-protocol frame's header (the
@@ -415,6 +420,42 @@ type PublishMsg struct {
 	// A job of the same name that starts later begins afresh, at this
 	// generation.
 	Retired bool `msgpack:"z,omitempty"`
+	// Part, where set, names the member this is a part of the order for.
+	// A relay that holds the whole order cuts one for each member it
+	// passes the order on to last (one with no members to pass it on to
+	// itself), so that member receives and decodes what it uses, not the
+	// whole: Slices and Weights hold the slices of the ranks that Ranks
+	// puts on that member (HasSlice), the others empty; Sampler is left
+	// out; Reads are the reads of the samples the member owns, in the
+	// order the ranks are expected to read them (its cache policy's
+	// lookahead, see orders.Reads); Size is the whole order's reads. A
+	// part is never passed on, served as an order or adopted by a new
+	// leader, and the whole order of the same epoch and term supersedes
+	// it (Newer). A part travels by MethodPublishPart alone.
+	Part  string `msgpack:"P,omitempty"`
+	Reads U32s   `msgpack:"R,omitempty"`
+	Size  int    `msgpack:"n,omitempty"`
+}
+
+// HasSlice reports whether p holds rank's slice: a whole order holds
+// every rank's, a part those of the ranks on its member.
+func (p *PublishMsg) HasSlice(rank int) bool {
+	if rank < 0 || rank >= len(p.Slices) {
+		return false
+	}
+	return p.Part == "" || rank < len(p.Ranks) && p.Ranks[rank] == p.Part
+}
+
+// Len is the number of reads in the whole order: every rank's slice.
+func (p *PublishMsg) Len() int {
+	if p.Part != "" {
+		return p.Size
+	}
+	total := 0
+	for _, s := range p.Slices {
+		total += len(s)
+	}
+	return total
 }
 
 // TrainingEpoch is the epoch the job trains while p is its newest order:
@@ -440,7 +481,10 @@ func (p *PublishMsg) Newer(q *PublishMsg) bool {
 	if p.Epoch != q.Epoch {
 		return p.Epoch > q.Epoch
 	}
-	return p.Term > q.Term
+	if p.Term != q.Term {
+		return p.Term > q.Term
+	}
+	return p.Part == "" && q.Part != "" // the whole order over a member's part of it
 }
 
 // ScoresReq carries merged scores from the leader to the samples' owners.
@@ -496,6 +540,9 @@ type JobState struct {
 	Ranks    []RankWorld `msgpack:"r"`
 	Done     []int       `msgpack:"x"`
 	DonePrev []int       `msgpack:"p,omitempty"`
+	// Part says the newest order held is this peer's part of it
+	// (PublishMsg.Part), which a new leader cannot adopt.
+	Part bool `msgpack:"P,omitempty"`
 }
 
 // RankWorld is one rank of a job and the job's world size.

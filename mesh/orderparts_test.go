@@ -1,0 +1,207 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/orders"
+	"github.com/shade-mesh/shade/mesh/wire"
+	"github.com/shade-mesh/shade/transport/peer"
+)
+
+// TestRanksTrainOnPartsOfTheOrder: a job of three ranks trains on a mesh
+// of five whose leader relays every order down a chain (fanout 1): the
+// last member of the chain, with no one to pass the order on to, gets
+// its part of each epoch's order after epoch 0, and the relays and the
+// leader hold it whole. Every rank reads the slice the leader drew for
+// it, the rank on the last member from its part; the part holds that
+// rank's slice alone and the reads of the samples the member owns, for
+// its lookahead. A rank that then asks the last member for a slice its
+// part lacks (a trainer moved there) gets the leader's whole order. A
+// last member of a build before parts (which knows no MethodPublishPart)
+// is sent the whole order, and its rank trains on it.
+func TestRanksTrainOnPartsOfTheOrder(t *testing.T) {
+	t.Run("parts", func(t *testing.T) { testRanksTrainOnParts(t, false) })
+	t.Run("older-last-member", func(t *testing.T) { testRanksTrainOnParts(t, true) })
+}
+
+func testRanksTrainOnParts(t *testing.T, older bool) {
+	var before sync.Map // names of the nodes of a build before parts
+	m := startMesh(t, 5, meshOpts{samples: 400, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout = 1
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			current := h[wire.MethodPublishPart]
+			h[wire.MethodPublishPart] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if _, ok := before.Load(n.Name()); ok {
+					return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "unknown method"} // as transport/peer answers one
+				}
+				return current(ctx, from, body)
+			}
+		}
+	}})
+	lead := m.leader(t)
+	chain := slices.DeleteFunc(lead.node.Members(), func(name string) bool { return name == lead.node.Name() })
+	last := m.byName(chain[len(chain)-1])
+	if older {
+		before.Store(last.node.Name(), true)
+	}
+	on := []*testPeer{last, m.byName(chain[0]), lead} // rank r trains on on[r]
+	const world, epochs = 3, 3
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	got := make([][][]uint32, epochs) // by epoch, rank
+	for e := range got {
+		got[e] = make([][]uint32, world)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, world)
+	for r, p := range on {
+		wg.Go(func() {
+			for e := range epochs {
+				slice, _, err := p.node.Order(ctx, "ds", "parts", e, r, world)
+				if err == nil {
+					got[e][r] = slices.Clone(slice)
+					err = p.node.Done(ctx, "ds", "parts", e, r)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	leadJob := lead.node.ordered[0].lookupJob("parts")
+	lastJob := last.node.ordered[0].lookupJob("parts")
+	for e := range epochs {
+		whole := leadJob.book.Kept(e)
+		if whole == nil || whole.Part != "" {
+			t.Fatalf("the leader holds epoch %d as %+v; want the whole order", e, whole)
+		}
+		for r := range world {
+			if !slices.Equal(got[e][r], whole.Slices[r]) {
+				t.Fatalf("rank %d read %d ids in epoch %d, not the leader's slice of %d", r, len(got[e][r]), e, len(whole.Slices[r]))
+			}
+		}
+		part := lastJob.book.Kept(e)
+		if e == 0 || older {
+			if part.Part != "" {
+				t.Fatalf("%s holds a part of epoch %d; want it whole", last.node.Name(), e)
+			}
+			continue
+		}
+		if part.Part != last.node.Name() || !part.HasSlice(0) || part.HasSlice(1) || part.HasSlice(2) || part.Size != whole.Len() || len(part.Sampler) != 0 {
+			t.Fatalf("%s holds epoch %d as a part for %q with slices %v, %d reads in all, %d bytes of sampler state; want its own, rank 0's slice alone, %d reads",
+				last.node.Name(), e, part.Part, []bool{part.HasSlice(0), part.HasSlice(1), part.HasSlice(2)}, part.Size, len(part.Sampler), whole.Len())
+		}
+		var want []uint32
+		orders.Reads(whole, last.node.ownsSample(last.node.ordered[0]), func(id uint32) { want = append(want, id) })
+		if !slices.Equal(part.Reads, want) {
+			t.Fatalf("%s's part of epoch %d has %d reads of its samples; want %d", last.node.Name(), e, len(part.Reads), len(want))
+		}
+		if relay := m.byName(chain[0]).node.ordered[0].lookupJob("parts").book.Kept(e); relay.Part != "" {
+			t.Fatalf("%s, a relay, holds a part of epoch %d", chain[0], e)
+		}
+	}
+
+	if older {
+		return
+	}
+	// The newest epoch, published once every rank finished the one
+	// before: rank 1 asks for it on the last member, whose part lacks it.
+	newest := leadJob.book.Newest()
+	if p := lastJob.book.Kept(newest.Epoch); p == nil || p.Part == "" {
+		waitFor(t, 10*time.Second, "the newest epoch's part on the last member", func() bool {
+			p := lastJob.book.Kept(newest.Epoch)
+			return p != nil && p.Part != ""
+		})
+	}
+	slice, _, err := last.node.Order(ctx, "ds", "parts", newest.Epoch, 1, world)
+	if err != nil || !slices.Equal(slice, newest.Slices[1]) {
+		t.Fatalf("rank 1 asking %s for epoch %d: %d ids (%v); want the leader's slice of %d", last.node.Name(), newest.Epoch, len(slice), err, len(newest.Slices[1]))
+	}
+	if p := lastJob.book.Kept(newest.Epoch); p.Part != "" {
+		t.Fatalf("%s still holds its part of epoch %d after a rank asked for a slice it lacks", last.node.Name(), newest.Epoch)
+	}
+}
+
+// TestNewLeaderAdoptsTheWholeOverItsPart: the leader relays with fanout
+// 2 to groups {n1, n2} and {n3, n4}, so n2 and n4 hold their parts of
+// each order after epoch 0, n1 and n3 the whole. With the leader and n1
+// killed, n2, now the lowest name, takes over: it adopts the newest
+// order whole from n3 (a part is never adopted, nor kept over the whole),
+// with the sampler's state in it, and the job trains on: the ranks' next
+// epoch is drawn and reaches all three.
+func TestNewLeaderAdoptsTheWholeOverItsPart(t *testing.T) {
+	m := startMesh(t, 5, meshOpts{samples: 400, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout = 2
+	}})
+	lead := m.leader(t)
+	if lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	on := []*testPeer{m.byName("n2"), m.byName("n3"), m.byName("n4")} // rank r trains on on[r]
+	const world = 3
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	train := func(epoch int) {
+		t.Helper()
+		if err := testsupport.Parallel(world, func(r int) error {
+			if _, _, err := on[r].node.Order(ctx, "ds", "takeover", epoch, r, world); err != nil {
+				return err
+			}
+			return on[r].node.Done(ctx, "ds", "takeover", epoch, r)
+		}); err != nil {
+			t.Fatalf("epoch %d: %v", epoch, err)
+		}
+	}
+	train(0)
+	train(1)
+	book := func(p *testPeer) *orders.Book { return p.node.ordered[0].lookupJob("takeover").book }
+	waitFor(t, 10*time.Second, "epoch 2 on n2, its part, and on the leader", func() bool {
+		p := book(m.byName("n2")).Kept(2)
+		return p != nil && p.Part == "n2" && book(lead).Kept(2) != nil
+	})
+	want := book(lead).Kept(2)
+
+	lead.node.kill()
+	m.byName("n1").node.kill()
+	waitFor(t, 30*time.Second, "n2 leading", func() bool {
+		n2 := m.byName("n2").node
+		return n2.lead.leading() && n2.ordered[0].lookupJob("takeover").leaderJob() != nil
+	})
+	got := book(m.byName("n2")).Kept(2)
+	if got == nil || got.Part != "" || !slices.EqualFunc(got.Slices, want.Slices, slices.Equal) || !bytes.Equal(got.Sampler, want.Sampler) {
+		t.Fatalf("n2 leads with epoch 2 as %+v; want the whole order n0 drew", got)
+	}
+	train(2)
+	waitFor(t, 10*time.Second, "epoch 3 on the ranks' nodes", func() bool {
+		for _, p := range on {
+			if book(p).Kept(3) == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err := testsupport.Parallel(world, func(r int) error {
+		slice, _, err := on[r].node.Order(ctx, "ds", "takeover", 3, r, world)
+		if err == nil && !slices.Equal(slice, book(m.byName("n2")).Kept(3).Slices[r]) {
+			err = fmt.Errorf("rank %d read %d ids of epoch 3, not the slice n2 drew", r, len(slice))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
