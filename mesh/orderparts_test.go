@@ -25,16 +25,22 @@ import (
 // its lookahead. A rank that then asks the last member for a slice its
 // part lacks (a trainer moved there) gets the leader's whole order. A
 // last member of a build before parts (which knows no MethodPublishPart)
-// is sent the whole order, and its rank trains on it.
+// is sent the whole order, and its rank trains on it; so is one whose
+// part would not fit a frame (16 KiB here: the whole goes in pieces).
 func TestRanksTrainOnPartsOfTheOrder(t *testing.T) {
-	t.Run("parts", func(t *testing.T) { testRanksTrainOnParts(t, false) })
-	t.Run("older-last-member", func(t *testing.T) { testRanksTrainOnParts(t, true) })
+	t.Run("parts", func(t *testing.T) { testRanksTrainOnParts(t, false, 0) })
+	t.Run("older-last-member", func(t *testing.T) { testRanksTrainOnParts(t, true, 0) })
+	t.Run("part-over-a-frame", func(t *testing.T) { testRanksTrainOnParts(t, false, 16<<10) })
 }
 
-func testRanksTrainOnParts(t *testing.T, older bool) {
+func testRanksTrainOnParts(t *testing.T, older bool, frame int) {
 	var before sync.Map // names of the nodes of a build before parts
-	m := startMesh(t, 5, meshOpts{samples: 400, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.RelayFanout = 1
+	samples := 400
+	if frame > 0 {
+		samples = 6000 // a part of 2,000 ids and their weights, and 2,400 reads
+	}
+	m := startMesh(t, 5, meshOpts{samples: samples, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout, c.Cluster.MaxFrame = 1, frame
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
 			current := h[wire.MethodPublishPart]
 			h[wire.MethodPublishPart] = func(ctx context.Context, from string, body []byte) (any, error) {
@@ -51,6 +57,7 @@ func testRanksTrainOnParts(t *testing.T, older bool) {
 	if older {
 		before.Store(last.node.Name(), true)
 	}
+	getsWhole := older || frame > 0 // the last member gets whole orders
 	on := []*testPeer{last, m.byName(chain[0]), lead} // rank r trains on on[r]
 	const world, epochs = 3, 3
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -96,7 +103,7 @@ func testRanksTrainOnParts(t *testing.T, older bool) {
 			}
 		}
 		part := lastJob.book.Kept(e)
-		if e == 0 || older {
+		if e == 0 || getsWhole {
 			if part.Part != "" {
 				t.Fatalf("%s holds a part of epoch %d; want it whole", last.node.Name(), e)
 			}
@@ -116,7 +123,7 @@ func testRanksTrainOnParts(t *testing.T, older bool) {
 		}
 	}
 
-	if older {
+	if getsWhole {
 		return
 	}
 	// The newest epoch, published once every rank finished the one

@@ -261,7 +261,8 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // Where the message is an epoch's order, a member with no others to pass
 // it on to gets its part of it instead (partsOf), once order gives the
 // order decoded, and the whole where it refuses the part (a build before
-// parts) or none was cut.
+// parts), none was cut, or the part does not fit a frame (in a small
+// mesh, a member's share of a large order: the whole goes in pieces).
 func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
 	var wg sync.WaitGroup
 	var last []string // members with no others below them
@@ -276,7 +277,8 @@ func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, order
 		parts := n.partsOf(order(ctx), last)
 		for i, name := range last {
 			wg.Go(func() {
-				if parts == nil || peer.CodeOf(n.sendTo(ctx, name, wire.MethodPublishPart, parts[i])) == peer.CodeBadRequest {
+				if parts == nil || parts[i].EncodedSize() > n.cfg.Cluster.frameRoom() ||
+					peer.CodeOf(n.sendTo(ctx, name, wire.MethodPublishPart, parts[i])) == peer.CodeBadRequest {
 					relay([]string{name})
 				}
 			})

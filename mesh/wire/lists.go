@@ -154,7 +154,16 @@ func (l *F32s) DecodeMsgpack(dec *msgpack.Decoder) error {
 // once: an order of a million samples would otherwise be copied through
 // every doubling of a growing buffer.
 func (p *PublishMsg) Encode() ([]byte, error) {
-	size := 256 + len(p.Dataset) + len(p.Job) + len(p.Version) + len(p.Sampler)
+	buf := bytes.NewBuffer(make([]byte, 0, p.EncodedSize()))
+	if err := msgpack.NewEncoder(buf).Encode(p); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodedSize is at least the size of p in msgpack, close above it.
+func (p *PublishMsg) EncodedSize() int {
+	size := 256 + len(p.Dataset) + len(p.Job) + len(p.Version) + len(p.Sampler) + len(p.Part) + 5 + 4*len(p.Reads)
 	for _, s := range p.Slices {
 		size += 5 + 4*len(s)
 	}
@@ -164,12 +173,7 @@ func (p *PublishMsg) Encode() ([]byte, error) {
 	for _, r := range p.Ranks {
 		size += 5 + len(r)
 	}
-	size += len(p.Part) + 4*len(p.Reads)
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	if err := msgpack.NewEncoder(buf).Encode(p); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return size
 }
 
 // PackSlices returns an order's slices as U32s, sharing their memory.
