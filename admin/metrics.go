@@ -37,6 +37,7 @@ type collector struct {
 	perJobEpoch, perJobRanks, perJobPending, perJobReports     *prometheus.Desc
 	perJobReads, perJobSourceBytes, perJobHitRatio, perJobIdle *prometheus.Desc
 	perJobHeld, perJobHeldSeconds                              *prometheus.Desc
+	perJobOrderParts                                           *prometheus.Desc
 
 	// Mesh.
 	leaderTerm, isLeader, members, reportsQueued, reportsDropped *prometheus.Desc
@@ -130,6 +131,8 @@ func newCollector(src Source) *collector {
 			ds, job, "at"),
 		perJobHeldSeconds: d("job_held_seconds_total",
 			"Seconds the held starts of job_held_total waited in all, by where (a leader's held epoch counts once its hold ends).", ds, job, "at"),
+		perJobOrderParts: d("job_order_parts_total",
+			"Epochs' orders of the job this node received as its part of them (its ranks' slices, the reads of its samples) from a relay, not whole.", ds, job),
 
 		leaderTerm:     d("leader_term", "Highest leader term this node has seen."),
 		isLeader:       d("is_leader", "1 if this node is the mesh's leader (a standalone node leads itself), else 0."),
@@ -158,7 +161,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.decileReads, c.decileHits, c.decileRatio, c.orderLag,
 		c.jobWorld, c.pendingRanks, c.pendingRank, c.reports, c.reportedSamples, c.scoredSamples, c.meanScore,
 		c.perJobEpoch, c.perJobRanks, c.perJobPending, c.perJobReports,
-		c.perJobReads, c.perJobSourceBytes, c.perJobHitRatio, c.perJobIdle, c.perJobHeld, c.perJobHeldSeconds,
+		c.perJobReads, c.perJobSourceBytes, c.perJobHitRatio, c.perJobIdle, c.perJobHeld, c.perJobHeldSeconds, c.perJobOrderParts,
 		c.leaderTerm, c.isLeader, c.members, c.reportsQueued, c.reportsDropped,
 		c.peerConnected, c.peerRTT, c.peerRequests, c.peerErrors, c.peerServed, c.peerBytes, c.peerLastCall,
 	} {
@@ -264,6 +267,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.perJobHeld, float64(j.HeldStarts), name, job, "peer")
 			counter(c.perJobHeldSeconds, j.HeldEpochSeconds, name, job, "leader")
 			counter(c.perJobHeldSeconds, j.HeldStartSeconds, name, job, "peer")
+			counter(c.perJobOrderParts, float64(j.OrderParts), name, job)
 		}
 	}
 

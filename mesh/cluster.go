@@ -785,7 +785,10 @@ func (n *Node) installPublished(from string, p *wire.PublishMsg) (any, error) {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 	}
 	if n.installOrder(js, p) {
-		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Str("job", displayJob(p.Job)).Int("epoch", p.Epoch).Uint64("term", p.Term).Str("from", from).Msg("order installed")
+		if p.Part != "" {
+			js.parts.Add(1)
+		}
+		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Str("job", displayJob(p.Job)).Int("epoch", p.Epoch).Uint64("term", p.Term).Bool("part", p.Part != "").Str("from", from).Msg("order installed")
 	}
 	return nil, nil
 }

@@ -72,6 +72,9 @@ type jobState struct {
 	// heldStarts counts the ranks' starts of an epoch awaitStart held,
 	// heldStartNanos the time they waited in all.
 	heldStarts, heldStartNanos atomic.Int64
+	// parts counts the orders installed here as this node's part of
+	// them (wire.PublishMsg.Part), from a relay.
+	parts atomic.Int64
 
 	// published is when this node, as leader, last published one of the
 	// job's orders, and that order's epoch (see recentlyPublished).

@@ -57,7 +57,7 @@ func testRanksTrainOnParts(t *testing.T, older bool, frame int) {
 	if older {
 		before.Store(last.node.Name(), true)
 	}
-	getsWhole := older || frame > 0 // the last member gets whole orders
+	getsWhole := older || frame > 0                   // the last member gets whole orders
 	on := []*testPeer{last, m.byName(chain[0]), lead} // rank r trains on on[r]
 	const world, epochs = 3, 3
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -92,6 +92,9 @@ func testRanksTrainOnParts(t *testing.T, older bool, frame int) {
 
 	leadJob := lead.node.ordered[0].lookupJob("parts")
 	lastJob := last.node.ordered[0].lookupJob("parts")
+	if n := lastJob.parts.Load(); getsWhole && n != 0 || !getsWhole && n < epochs-1 {
+		t.Fatalf("%s counts %d orders received as its part", last.node.Name(), n)
+	}
 	for e := range epochs {
 		whole := leadJob.book.Kept(e)
 		if whole == nil || whole.Part != "" {

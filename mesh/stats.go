@@ -24,6 +24,7 @@ func (n *Node) jobStats(js *jobState, now time.Time) stats.Job {
 		st.HeldEpochs, st.HeldEpochSeconds = ls.Holds, ls.HeldFor.Seconds()
 	}
 	st.HeldStarts, st.HeldStartSeconds = js.heldStarts.Load(), time.Duration(js.heldStartNanos.Load()).Seconds()
+	st.OrderParts = js.parts.Load()
 	st.Reads, st.Hits = js.reads.Load(), js.hits.Load()
 	st.SourceReads, st.SourceBytes = js.sourceReads.Load(), js.sourceBytes.Load()
 	if st.Reads > 0 {

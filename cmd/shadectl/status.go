@@ -197,6 +197,9 @@ type jobStatus struct {
 	HeldEpochSeconds float64 `json:"held_epoch_seconds"`
 	HeldStarts       int64   `json:"held_starts"`
 	HeldStartSeconds float64 `json:"held_start_seconds"`
+	// OrderParts counts the orders the peer received as its part of
+	// them, from a relay.
+	OrderParts int64 `json:"order_parts"`
 }
 
 func newJobStatus(j stats.Job) jobStatus {
@@ -205,6 +208,7 @@ func newJobStatus(j stats.Job) jobStatus {
 		Reads: j.Reads, Hits: j.Hits, SourceReads: j.SourceReads, SourceBytes: j.SourceBytes,
 		IdleSeconds: j.IdleSeconds, Reports: j.Reports, ScoredSamples: j.ScoredSamples, PendingRanks: j.PendingRanks,
 		HeldEpochs: j.HeldEpochs, HeldEpochSeconds: j.HeldEpochSeconds, HeldStarts: j.HeldStarts, HeldStartSeconds: j.HeldStartSeconds,
+		OrderParts: j.OrderParts,
 	}
 	if js.Name == "" {
 		js.Name = "default" // a peer from before named jobs

@@ -161,6 +161,10 @@ type Job struct {
 	HeldEpochSeconds float64 `json:"held_epoch_seconds"`
 	HeldStarts       int64   `json:"held_starts"`
 	HeldStartSeconds float64 `json:"held_start_seconds"`
+	// OrderParts counts the epochs' orders this node received as its part
+	// of them (its ranks' slices, the reads of its samples) from a relay,
+	// not whole, since it started.
+	OrderParts int64 `json:"order_parts"`
 	// Name is the job's name, "default" for the dataset's default job.
 	Name string `json:"name"`
 }

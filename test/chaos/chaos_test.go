@@ -913,6 +913,29 @@ func TestChaos(t *testing.T) {
 	if len(mo.rssViolations) > 0 {
 		fail("peer memory over its bound:\n  %s", strings.Join(mo.rssViolations, "\n  "))
 	}
+	// The relays hand the peers below them their parts of each order
+	// (from epoch 1): counted by the live peers since their last start.
+	var parts int64
+	ps := newClients()
+	defer ps.close()
+	for _, p := range m.alivePeers() {
+		_, gen := p.state()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := statsOf(sctx, ps.get(p, gen))
+		cancel()
+		for _, d := range st.Datasets {
+			for _, j := range d.Jobs {
+				parts += j.OrderParts
+			}
+		}
+		if err != nil {
+			t.Logf("chaos: stats of %s: %v", p.name, err)
+		}
+	}
+	t.Logf("chaos: orders the live peers received as their parts, since their last start: %d", parts)
+	if parts == 0 && peerHasFlag("--relay-fanout") {
+		fail("no peer received its part of an order: the relays (--relay-fanout 2) handed out only whole orders")
+	}
 	for _, msg := range m.unexpectedExits() {
 		fail("%s", msg)
 	}

@@ -28,8 +28,13 @@ import (
 // asked. The figure is the time from the leader's own rank getting its
 // slice to the last rank getting its slice, in ms an order. Whole, each
 // hop waits for the whole order: about 2 hops x 2 copies of the order's
-// time on a link; in pieces of 64 KiB, the hops overlap. Gossip keeps
-// its default (LAN) timing: the links' queues hold up to 200 ms.
+// time on a link; in pieces of 64 KiB, the hops overlap. The epoch-1
+// cases time the job's second order instead (drawn with weights, about
+// 0.9 MB, once every rank sent SHADE.DONE for epoch 0; orders not drawn
+// ahead): the relays hand the four peers below them their parts (their
+// rank's slice and weights, the reads of their samples, about a quarter
+// of the order), cut once they hold the whole. Gossip keeps its default
+// (LAN) timing: the links' queues hold up to 200 ms.
 //
 // It needs root and iproute2 (ip, tc), and skips without them:
 //
@@ -40,7 +45,10 @@ func BenchmarkRelayOverShapedLinks(b *testing.B) {
 		b.Skip("tc (iproute2) not installed")
 	}
 	ds := testsupport.WriteDataset(b, testsupport.DatasetSpec{Samples: samples, MinSize: 1, MaxSize: 1, Seed: 3})
-	for _, c := range []struct{ name, piece string }{{"whole", "32MiB"}, {"pieces", "64KiB"}} {
+	for _, c := range []struct {
+		name, piece string
+		epoch       int
+	}{{"whole", "32MiB", 0}, {"pieces", "64KiB", 0}, {"epoch-1-whole", "32MiB", 1}, {"epoch-1-pieces", "64KiB", 1}} {
 		b.Run(c.name, func(b *testing.B) {
 			lab := newNetLab(b, hosts)
 			tls := b.TempDir()
@@ -50,7 +58,7 @@ func BenchmarkRelayOverShapedLinks(b *testing.B) {
 				m.peers = append(m.peers, startPeerIn(b, lab.hosts[i], "--name", name, "--dataset", "ds="+ds.Dir, "--cache-size", "16MiB",
 					"--gossip-addr", lab.addr(i)+":7946", "--peer-addr", lab.addr(i)+":7947", "--seeds", lab.addr(0)+":7946",
 					"--dev-tls-dir", tls, "--expect", strconv.Itoa(hosts), "--join-wait", "30s",
-					"--relay-fanout", "2", "--relay-piece", c.piece, "--max-jobs", "64", "--warm", "off", "--isolate-jobs"))
+					"--relay-fanout", "2", "--relay-piece", c.piece, "--max-jobs", "64", "--warm", "off", "--isolate-jobs", "--order-ahead-at", "0"))
 				m.names = append(m.names, name)
 			}
 			m.waitMembers(b, m.peers, 60*time.Second)
@@ -69,18 +77,31 @@ func BenchmarkRelayOverShapedLinks(b *testing.B) {
 			job := 0
 			order := func() time.Duration {
 				job++
+				name := "j" + strconv.Itoa(job)
 				done := make([]time.Time, hosts)
 				var wg sync.WaitGroup
+				ask := func(epoch, r int) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					ids, err := clients[r].Do(ctx, "SHADE.ORDER", "ds", epoch, r, hosts, 60000, "JOB", name).Slice()
+					done[r] = time.Now()
+					if err != nil || len(ids) != (samples+hosts-1)/hosts {
+						b.Errorf("job %d rank %d epoch %d: %d ids, %v", job, r, epoch, len(ids), err)
+					}
+				}
+				if c.epoch == 1 {
+					for r := range hosts {
+						wg.Go(func() {
+							ask(0, r)
+							if err := clients[r].Do(context.Background(), "SHADE.DONE", "ds", 0, r, "JOB", name).Err(); err != nil {
+								b.Errorf("job %d rank %d: done: %v", job, r, err)
+							}
+						})
+					}
+					wg.Wait()
+				}
 				for r := range hosts {
-					wg.Go(func() {
-						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-						defer cancel()
-						ids, err := clients[r].Do(ctx, "SHADE.ORDER", "ds", 0, r, hosts, 60000, "JOB", "j"+strconv.Itoa(job)).Slice()
-						done[r] = time.Now()
-						if err != nil || len(ids) != (samples+hosts-1)/hosts {
-							b.Errorf("job %d rank %d: %d ids, %v", job, r, len(ids), err)
-						}
-					})
+					wg.Go(func() { ask(c.epoch, r) })
 				}
 				wg.Wait()
 				b.Logf("job %d: ranks done after %v", job, func() (d []time.Duration) {
