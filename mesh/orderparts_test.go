@@ -26,21 +26,22 @@ import (
 // part lacks (a trainer moved there) gets the leader's whole order. A
 // last member of a build before parts (which knows no MethodPublishPart)
 // is sent the whole order, and its rank trains on it; so is one whose
-// part would not fit a frame (16 KiB here: the whole goes in pieces).
+// part is larger than a relay piece (8 KiB here: the whole goes piece
+// by piece, and reaches it sooner).
 func TestRanksTrainOnPartsOfTheOrder(t *testing.T) {
 	t.Run("parts", func(t *testing.T) { testRanksTrainOnParts(t, false, 0) })
 	t.Run("older-last-member", func(t *testing.T) { testRanksTrainOnParts(t, true, 0) })
-	t.Run("part-over-a-frame", func(t *testing.T) { testRanksTrainOnParts(t, false, 16<<10) })
+	t.Run("part-over-a-piece", func(t *testing.T) { testRanksTrainOnParts(t, false, 8<<10) })
 }
 
-func testRanksTrainOnParts(t *testing.T, older bool, frame int) {
+func testRanksTrainOnParts(t *testing.T, older bool, piece int) {
 	var before sync.Map // names of the nodes of a build before parts
 	samples := 400
-	if frame > 0 {
+	if piece > 0 {
 		samples = 6000 // a part of 2,000 ids and their weights, and 2,400 reads
 	}
 	m := startMesh(t, 5, meshOpts{samples: samples, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.RelayFanout, c.Cluster.MaxFrame = 1, frame
+		c.Cluster.RelayFanout, c.Cluster.RelayPiece = 1, piece
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
 			current := h[wire.MethodPublishPart]
 			h[wire.MethodPublishPart] = func(ctx context.Context, from string, body []byte) (any, error) {
@@ -57,7 +58,7 @@ func testRanksTrainOnParts(t *testing.T, older bool, frame int) {
 	if older {
 		before.Store(last.node.Name(), true)
 	}
-	getsWhole := older || frame > 0                   // the last member gets whole orders
+	getsWhole := older || piece > 0                   // the last member gets whole orders
 	on := []*testPeer{last, m.byName(chain[0]), lead} // rank r trains on on[r]
 	const world, epochs = 3, 3
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

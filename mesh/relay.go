@@ -48,7 +48,8 @@ import (
 // member the leader sends to directly hold the whole order, which is
 // what a new leader adopts (leader.States.NewestOrder); a rank that
 // asks a member for a slice its part lacks gets the whole from the
-// leader (Order). Epoch 0 goes whole.
+// leader (Order). Epoch 0 goes whole, and so does a part larger than a
+// relay piece (see passGroups).
 //
 // A message larger than a frame (ClusterConfig.MaxFrame) can only travel
 // in pieces, so an order that large goes this way to any number of
@@ -261,8 +262,13 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // Where the message is an epoch's order, a member with no others to pass
 // it on to gets its part of it instead (partsOf), once order gives the
 // order decoded, and the whole where it refuses the part (a build before
-// parts), none was cut, or the part does not fit a frame (in a small
-// mesh, a member's share of a large order: the whole goes in pieces).
+// parts), none was cut, or the part is larger than a relay piece
+// (Cluster.RelayPiece, at most a frame): the whole order, passed on piece
+// by piece as they come, then reaches the member a piece after this node
+// has it, and the part would reach it later (once the whole is here,
+// decoded and cut, its bytes after that). In a large mesh a part is a
+// small share of the order (40 KiB of 11 MiB at 1,000 peers); in a mesh
+// of a few peers, a member's ranks and samples are a large one.
 func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
 	var wg sync.WaitGroup
 	var last []string // members with no others below them
@@ -277,7 +283,7 @@ func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, order
 		parts := n.partsOf(order(ctx), last)
 		for i, name := range last {
 			wg.Go(func() {
-				if parts == nil || parts[i].EncodedSize() > n.cfg.Cluster.frameRoom() ||
+				if parts == nil || parts[i].EncodedSize() > n.cfg.Cluster.RelayPiece ||
 					peer.CodeOf(n.sendTo(ctx, name, wire.MethodPublishPart, parts[i])) == peer.CodeBadRequest {
 					relay([]string{name})
 				}

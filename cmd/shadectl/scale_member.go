@@ -37,6 +37,10 @@ type memberOrder struct {
 	Whole, Part []*mergeStep
 	// WholeBytes and PartBytes are the messages' sizes.
 	WholeBytes, PartBytes int
+	// PartOverPiece says the measured member's part is larger than a
+	// relay piece: mesh sends it the whole instead (so does a relay to
+	// every member with as many ranks).
+	PartOverPiece bool
 }
 
 // relayShape counts, of the members others that the leader sends an
@@ -79,7 +83,7 @@ func relayShape(others, fanout int, relayed bool) (holders, parts int) {
 // both ends of one copy are what an average holder's transport does; a
 // part's call is counted to the member that gets it, its relay's end
 // too.
-func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld int, members []string, fanout int) (*memberOrder, error) {
+func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld int, members []string, fanout, piece int) (*memberOrder, error) {
 	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: fanout}
 	mo.Holders, mo.Parts = relayShape(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1)
 	for _, node := range pub.Ranks {
@@ -142,6 +146,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		return nil, err
 	}
 	mo.PartBytes = len(partRaw)
+	mo.PartOverPiece = piece > 0 && parts[0].EncodedSize() > piece
 	const partCalls = 20 // one a member an epoch; 20 measured
 	pin := step(&mo.Part, "part: in (transport)", fmt.Sprintf("1 call of %s (MethodPublishPart); both ends' CPU, the relay's too; %d measured", scaleBytes(float64(len(partRaw))), partCalls))
 	pin.Times = 1.0 / partCalls
@@ -203,6 +208,10 @@ func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 		if s.Note != "" {
 			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
 		}
+	}
+	if mo.PartOverPiece {
+		fmt.Fprintf(w, "  %s's part (%s) is larger than a relay piece: its relay sends it the whole order instead, piece by piece; the figures below count parts as if every member got its own\n",
+			mo.Name, scaleBytes(float64(mo.PartBytes)))
 	}
 	members := max(mo.Holders+mo.Parts, 1)
 	average := (whole*time.Duration(mo.Holders) + part*time.Duration(mo.Parts)) / time.Duration(members)

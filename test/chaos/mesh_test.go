@@ -249,9 +249,12 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 			p.args = append(p.args, "--relay-fanout", "2")
 		}
 		if peerHasFlag("--relay-piece") {
-			// An order of 5,000 samples (40 KB) goes in about 10 pieces,
-			// so the kills hit relays in the middle of passing one on.
-			p.args = append(p.args, "--relay-piece", "4KiB")
+			// An order of 5,000 samples (40 KB) goes in 3 pieces, so the
+			// kills hit relays in the middle of passing one on. A peer
+			// below a relay gets its part of the order where that is no
+			// larger than a piece (one without ranks: the reads of its
+			// samples, 8 KB), the whole otherwise (one with a rank).
+			p.args = append(p.args, "--relay-piece", "16KiB")
 		}
 		m.peers = append(m.peers, p)
 	}
