@@ -269,11 +269,18 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // decoded and cut, its bytes after that). In a large mesh a part is a
 // small share of the order (40 KiB of 11 MiB at 1,000 peers); in a mesh
 // of a few peers, a member's ranks and samples are a large one.
-func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
+//
+// The parts are cut only where a member's part is likely to fit a piece:
+// size, the whole order's, times its share of a member's ranks (one of
+// the mesh's members) and of its reads (R of them). Otherwise the whole
+// goes on to every member as it comes, as it does to the relays.
+func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, size int, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
+	members := int64(max(len(n.Members()), 1))
+	cut := m == wire.MethodPublish && int64(size)*int64(1+n.cfg.Cluster.Replicas)/members <= int64(n.cfg.Cluster.RelayPiece)
 	var wg sync.WaitGroup
 	var last []string // members with no others below them
 	for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-		if len(group) == 1 && m == wire.MethodPublish {
+		if len(group) == 1 && cut {
 			last = append(last, group[0])
 			continue
 		}
@@ -343,7 +350,7 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 		hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
 		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops))
 		defer cancel()
-		n.passGroups(fctx, to, m, func(context.Context) *wire.PublishMsg { return order },
+		n.passGroups(fctx, to, m, len(req.Body), func(context.Context) *wire.PublishMsg { return order },
 			func(group []string) { n.relayGroup(fctx, group, m, req.Body) })
 	})
 	err = serve(ctx)
@@ -383,7 +390,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 				_, p, _ := e.decode(ctx, n, from, m)
 				return p
 			}
-			n.passGroups(ctx, to, m, order, func(group []string) { n.relayPieces(ctx, group, m, e.a) })
+			n.passGroups(ctx, to, m, e.a.Size(), order, func(group []string) { n.relayPieces(ctx, group, m, e.a) })
 		})
 	})
 	if req.Off+len(req.Piece) < req.Size {

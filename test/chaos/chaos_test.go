@@ -749,8 +749,8 @@ func (mo *monitor) sampleRSS(now time.Time) {
 }
 
 // TestChaos starts 5 peers (R = 2, --expect 5, 1 MiB of cache each, orders
-// relayed with --relay-fanout 2, in pieces of 16 KiB, and as parts to the
-// peers below the relays where those fit a piece)
+// relayed with --relay-fanout 2, in pieces of 32 KiB, and as parts to the
+// peers below the relays)
 // serving 5,000 small files, runs readers (MGETs of 64 through random live
 // peers) and a 3-rank training job (ranks on n0, n2 and n3), and SIGKILLs
 // a peer every CHAOS_INTERVAL for CHAOS_DURATION (the leader first, then a

@@ -249,12 +249,11 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 			p.args = append(p.args, "--relay-fanout", "2")
 		}
 		if peerHasFlag("--relay-piece") {
-			// An order of 5,000 samples (40 KB) goes in 3 pieces, so the
-			// kills hit relays in the middle of passing one on. A peer
-			// below a relay gets its part of the order where that is no
-			// larger than a piece (one without ranks: the reads of its
-			// samples, 8 KB), the whole otherwise (one with a rank).
-			p.args = append(p.args, "--relay-piece", "16KiB")
+			// An order of 5,000 samples (40 KB and more) goes in 2
+			// pieces, so the kills hit relays in the middle of passing
+			// one on, and a peer below a relay gets its part of it (its
+			// ranks' slices, the reads of its samples: 8-30 KB).
+			p.args = append(p.args, "--relay-piece", "32KiB")
 		}
 		m.peers = append(m.peers, p)
 	}
