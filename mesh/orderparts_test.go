@@ -222,3 +222,52 @@ func TestNewLeaderAdoptsTheWholeOverItsPart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRelayHandsItsWholeGroupTheirParts: in a mesh of nine at fanout 2
+// the leader hands each order to two heads of four members each; a head
+// with no more than fanout² (4) members to pass it on to hands each of
+// them its part, so two members hold the order whole and six their parts,
+// each part the slice of the rank on it and the reads of its samples.
+func TestRelayHandsItsWholeGroupTheirParts(t *testing.T) {
+	m := startMesh(t, 9, meshOpts{samples: 900, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout = 2
+	}})
+	lead := m.leader(t)
+	waitFor(t, 20*time.Second, "every node sees the nine", func() bool { return m.converged(m.alive()) })
+	others := slices.DeleteFunc(lead.node.Members(), func(name string) bool { return name == lead.node.Name() })
+	ds := lead.node.ordered[0]
+	p := &wire.PublishMsg{Dataset: "ds", Job: "group", Version: ds.manifest.Version, Gen: 1, Epoch: 1,
+		Term: lead.node.lead.highest(), World: len(others), Ranks: others}
+	for r := range others {
+		s := make(wire.U32s, 100)
+		for i := range s {
+			s[i] = uint32((r*100 + i) % 900)
+		}
+		p.Slices = append(p.Slices, s)
+	}
+	lead.node.publish(p, nil)
+	var holders, parts []string
+	waitFor(t, 20*time.Second, "epoch 1 on every other node", func() bool {
+		holders, parts = nil, nil
+		for r, name := range others {
+			js := m.byName(name).node.ordered[0].lookupJob("group")
+			if js == nil || js.book.Kept(1) == nil {
+				return false
+			}
+			got := js.book.Kept(1)
+			if !slices.Equal(got.Slices[r], p.Slices[r]) {
+				t.Fatalf("%s holds slice %d as %v, want %v", name, r, got.Slices[r], p.Slices[r])
+			}
+			if got.Part == "" {
+				holders = append(holders, name)
+			} else {
+				parts = append(parts, name)
+			}
+		}
+		return true
+	})
+	heads := []string{wire.RelayGroups(others, 2)[0][0], wire.RelayGroups(others, 2)[1][0]}
+	if !slices.Equal(holders, heads) || len(parts) != 6 {
+		t.Fatalf("whole on %v, parts on %v; want whole on the heads %v alone", holders, parts, heads)
+	}
+}

@@ -39,8 +39,11 @@ import (
 // its ranks wait (see Order).
 //
 // A relay hands each member it passes the order on to last, one with no
-// members below it (most of a large mesh: 659 of 999 at fanout 4), its
-// part of the order instead (wire.PublishMsg.Part, MethodPublishPart):
+// members below it, its part of the order instead (wire.PublishMsg.Part,
+// MethodPublishPart), and a relay with wire.PartsWithin its fanout
+// members or fewer to pass the order on to hands them all their parts
+// (at 1,000 peers and fanout 4, 915 of the 999 members get parts, from
+// 64 relays):
 // the slices of the ranks on it and the reads of the samples it owns, cut
 // from the whole in one pass once the relay holds it (passGroups,
 // partsOf). Such a member receives, decodes and scans 40 KiB where the
@@ -260,15 +263,17 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // passGroups passes a relayed message of method m on to members to, in
 // groups, each passed on by relay, and returns once every group is done.
 // Where the message is an epoch's order, a member with no others to pass
-// it on to gets its part of it instead (partsOf), once order gives the
-// order decoded, and the whole where it refuses the part (a build before
-// parts), none was cut, or the part is larger than a relay piece
-// (Cluster.RelayPiece, at most a frame): the whole order, passed on piece
-// by piece as they come, then reaches the member a piece after this node
-// has it, and the part would reach it later (once the whole is here,
-// decoded and cut, its bytes after that). In a large mesh a part is a
-// small share of the order (40 KiB of 11 MiB at 1,000 peers); in a mesh
-// of a few peers, a member's ranks and samples are a large one.
+// it on to gets its part of it instead (partsOf), and so does every
+// member of to where they are wire.PartsWithin the fanout or fewer, once
+// order gives the order decoded. A member gets the whole instead where
+// it refuses the part (a build before parts), none was cut, or the part
+// is larger than a relay piece (Cluster.RelayPiece, at most a frame):
+// the whole, passed on piece by piece as they come, reaches a member a
+// piece after this node has it, and a part that large would reach it
+// later (once the whole is here, decoded and cut, its bytes after that).
+// In a large mesh a part is a small share of the order (40 KiB of 11 MiB
+// at 1,000 peers); in a mesh of a few peers, a member's ranks and samples
+// are a large one.
 //
 // The parts are cut only where a member's part is likely to fit a piece:
 // size, the whole order's, times its share of a member's ranks (one of
@@ -279,12 +284,16 @@ func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, size 
 	cut := m == wire.MethodPublish && int64(size)*int64(1+n.cfg.Cluster.Replicas)/members <= int64(n.cfg.Cluster.RelayPiece)
 	var wg sync.WaitGroup
 	var last []string // members with no others below them
-	for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-		if len(group) == 1 && cut {
-			last = append(last, group[0])
-			continue
+	if cut && len(to) <= wire.PartsWithin(n.cfg.Cluster.RelayFanout) {
+		last = to // each its part, from here
+	} else {
+		for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
+			if len(group) == 1 && cut {
+				last = append(last, group[0])
+				continue
+			}
+			wg.Go(func() { relay(group) })
 		}
-		wg.Go(func() { relay(group) })
 	}
 	if len(last) > 0 {
 		parts := n.partsOf(order(ctx), last)

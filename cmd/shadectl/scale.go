@@ -70,7 +70,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "\nSimulates a mesh in one process through the node's own ring and sampling code: the")
 		fmt.Fprintln(stderr, "share of samples that move when one peer joins or leaves (ideal 1/N), the load spread")
 		fmt.Fprintln(stderr, "over peers before and after a failure, the leader's work for one epoch, and what another")
-		fmt.Fprintln(stderr, "member does with the epoch's order (beside what its part alone would take), each beside")
+		fmt.Fprintln(stderr, "member does with the epoch's order (one that holds it whole, one that gets its part), each beside")
 		fmt.Fprintln(stderr, "its ideal or budget and the ratio. The transport's work for the leader's requests and")
 		fmt.Fprintln(stderr, "the member's order is measured by real calls between two nodes in this process over")
 		fmt.Fprintln(stderr, "loopback QUIC.")
@@ -345,21 +345,21 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	onLink := pubWire / link * (pieces + float64(res.PublishHops) - 1) / pieces
 	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies, %.0f pieces)\t%s\t%s (the epoch)\t%s\t\n",
 		res.PublishHops, res.PublishSends, pieces, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
-	if mo := res.Member; mo != nil && mo.Parts > 0 && res.PublishHops > 1 {
+	if mo := res.Member; mo != nil && mo.Parts > 0 && mo.PartHops > 1 {
 		// A member that gets its part has it once its relay, a hop
 		// before, holds the whole order, has decoded and checked it and
-		// has cut the parts (not piece by piece), and the part crossed
-		// the link.
-		relayHas := pubWire / link * (pieces + float64(res.PublishHops) - 2) / pieces
+		// has cut the parts (not piece by piece), and the parts crossed
+		// its link.
+		relayHas := pubWire / link * (pieces + float64(mo.PartHops) - 2) / pieces
 		var work time.Duration
 		for _, s := range mo.Whole {
 			if s.Name == "holder: order decoded, checked" || s.Name == cutStep {
 				work += s.Dur
 			}
 		}
-		reach := relayHas + work.Seconds() + float64(mo.PartBytes)/link
-		fmt.Fprintf(tw, "  members with parts have theirs (relayed a hop less, then their relay's decode, check and cut)\t%s\t%s (the epoch)\t%s\t\n",
-			round(time.Duration(reach*float64(time.Second))), round(res.Epoch), ratio(reach, epoch))
+		reach := relayHas + work.Seconds() + float64(mo.PartBytes*mo.Cut)/link
+		fmt.Fprintf(tw, "  members with parts have theirs (the whole %d hops, then their relay's decode, check and cut, %d parts on its link)\t%s\t%s (the epoch)\t%s\t\n",
+			mo.PartHops-1, mo.Cut, round(time.Duration(reach*float64(time.Second))), round(res.Epoch), ratio(reach, epoch))
 	}
 	// With --order-ahead 1 the next order is drawn once every rank
 	// finished the epoch before the one being trained, and relayed while

@@ -29,9 +29,9 @@ type memberOrder struct {
 	Ranks int    // its ranks
 	Reads int    // the reads of its samples in the order
 	// Holders hold the whole order, Parts get their parts (of the
-	// members other than the leader); Cut is how many parts a relay cuts
-	// in one pass (the relay fanout).
-	Holders, Parts, Cut int
+	// members other than the leader), the last of them PartHops hops
+	// from the leader; Cut is how many parts a relay cuts in one pass.
+	Holders, Parts, PartHops, Cut int
 	// Whole are a holder's steps, Part those of a member that gets its
 	// part.
 	Whole, Part []*mergeStep
@@ -44,33 +44,43 @@ type memberOrder struct {
 }
 
 // relayShape counts, of the members others that the leader sends an
-// order to, those that hold it whole and those that get their parts:
-// relayed (past fanout members, or in pieces), the leader hands it to
-// the heads of wire.RelayGroups, each passing it on to its group the
-// same way, and a relay's group of one member gets its part (epoch 0
-// and orders not relayed go whole to every member).
-func relayShape(others, fanout int, relayed bool) (holders, parts int) {
+// order to, those that hold it whole and those that get their parts, as
+// mesh relays it: relayed (past fanout members, or in pieces), the
+// leader hands it to the heads of wire.RelayGroups, each passing it on
+// to its group the same way; where parts are cut (cut: a member's part
+// likely fits a piece), a relay's group of one member gets its part, and
+// a relay with wire.PartsWithin the fanout members or fewer to pass it
+// on to hands them all their parts. hops is how many hops the last part
+// takes from the leader (0 with none). Epoch 0 and orders not relayed
+// go whole to every member.
+func relayShape(others, fanout int, relayed, cut bool) (holders, parts, hops int) {
 	if !relayed {
-		return others, 0
+		return others, 0, 0
 	}
-	var walk func(n int, relay bool)
-	walk = func(n int, relay bool) {
+	var walk func(n, depth int, relay bool)
+	walk = func(n, depth int, relay bool) {
+		if relay && cut && n > 0 && n <= wire.PartsWithin(fanout) {
+			parts += n
+			hops = max(hops, depth)
+			return
+		}
 		k := min(max(fanout, 1), n)
 		for i := range k {
 			size := n / k
 			if i < n%k {
 				size++
 			}
-			if size == 1 && relay {
+			if size == 1 && relay && cut {
 				parts++
+				hops = max(hops, depth)
 				continue
 			}
 			holders++
-			walk(size-1, true)
+			walk(size-1, depth+1, true)
 		}
 	}
-	walk(others, false)
-	return holders, parts
+	walk(others, 1, false)
+	return holders, parts, hops
 }
 
 // memberSteps measures memberOrder for member, a node other than the
@@ -83,9 +93,10 @@ func relayShape(others, fanout int, relayed bool) (holders, parts int) {
 // both ends of one copy are what an average holder's transport does; a
 // part's call is counted to the member that gets it, its relay's end
 // too.
-func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld int, members []string, fanout, piece int) (*memberOrder, error) {
-	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: fanout}
-	mo.Holders, mo.Parts = relayShape(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1)
+func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld, replicas int, members []string, fanout, piece int) (*memberOrder, error) {
+	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: wire.PartsWithin(fanout)}
+	cutting := piece <= 0 || len(raw)*(1+replicas)/len(members) <= piece // as mesh's passGroups
+	mo.Holders, mo.Parts, mo.PartHops = relayShape(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1, cutting)
 	for _, node := range pub.Ranks {
 		if node == member {
 			mo.Ranks++
@@ -127,9 +138,9 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		return nil
 	})
 	// The parts a relay cuts: the member's and those of the members after
-	// it, as many as the fanout.
+	// it, as many as a relay hands theirs to (wire.PartsWithin).
 	at := max(slices.Index(members, member), 1)
-	names := slices.Clone(members[at:min(at+fanout, len(members))])
+	names := slices.Clone(members[at:min(at+mo.Cut, len(members))])
 	var parts []*wire.PublishMsg
 	cut := step(&mo.Whole, cutStep, fmt.Sprintf("orders.Cut of %d members' parts in one pass (mesh's partsOf), by a relay with members that get parts", len(names)))
 	_ = cut.run(func() error {

@@ -691,7 +691,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		}
 	}
 	if member != "" {
-		if res.Member, err = memberSteps(pub, raw, where, member, pieces, job.samples, job.world, members, job.fanout, job.piece); err != nil {
+		if res.Member, err = memberSteps(pub, raw, where, member, pieces, job.samples, job.world, r.Config().Replicas, members, job.fanout, job.piece); err != nil {
 			return nil, err
 		}
 		progress("a member's work with the order measured")

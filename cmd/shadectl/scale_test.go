@@ -294,8 +294,12 @@ func TestScaleCommand(t *testing.T) {
 // group of one member gets its part; the leader's members and every
 // group head hold the whole.
 func TestRelayShape(t *testing.T) {
+	// walk cuts the groups as the leader and mesh's passGroups do.
 	var walk func(names []string, fanout int, relay bool) (holders, parts int)
 	walk = func(names []string, fanout int, relay bool) (holders, parts int) {
+		if relay && len(names) <= wire.PartsWithin(fanout) {
+			return 0, len(names)
+		}
 		for _, g := range wire.RelayGroups(names, fanout) {
 			if len(g) == 1 && relay {
 				parts++
@@ -306,20 +310,24 @@ func TestRelayShape(t *testing.T) {
 		}
 		return holders, parts
 	}
-	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {19, 4}, {999, 4}, {999, 16}, {100, 1}, {7, 3}} {
+	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {8, 2}, {19, 4}, {999, 4}, {999, 16}, {100, 1}, {7, 3}} {
 		names := make([]string, c.others)
 		for i := range names {
 			names[i] = fmt.Sprintf("n%04d", i)
 		}
 		wh, wp := walk(names, c.fanout, false)
-		if h, p := relayShape(c.others, c.fanout, true); h != wh || p != wp {
+		if h, p, _ := relayShape(c.others, c.fanout, true, true); h != wh || p != wp {
 			t.Errorf("%d members, fanout %d: %d holders, %d parts; the groups give %d and %d", c.others, c.fanout, h, p, wh, wp)
 		}
 	}
-	if h, p := relayShape(4, 2, true); h != 2 || p != 2 {
-		t.Errorf("4 members, fanout 2: %d holders, %d parts; want 2 and 2", h, p)
+	// TestRelayHandsItsWholeGroupTheirParts's mesh (mesh package).
+	if h, p, hops := relayShape(8, 2, true, true); h != 2 || p != 6 || hops != 2 {
+		t.Errorf("8 members, fanout 2: %d holders, %d parts, %d hops; want 2, 6 and 2", h, p, hops)
 	}
-	if h, p := relayShape(3, 4, false); h != 3 || p != 0 {
+	if h, p, _ := relayShape(999, 4, true, false); h != 999 || p != 0 {
+		t.Errorf("999 members, no parts cut: %d holders, %d parts; want 999 and none", h, p)
+	}
+	if h, p, _ := relayShape(3, 4, false, true); h != 3 || p != 0 {
 		t.Errorf("3 members sent directly: %d holders, %d parts; want 3 and none", h, p)
 	}
 }

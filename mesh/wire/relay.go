@@ -22,6 +22,15 @@ import (
 // (DefaultRelayPiece), after 20 ms with 4.
 const DefaultRelayFanout = 4
 
+// PartsWithin is how many members a relay hands their parts of an order
+// to directly, at a fanout: a relay with at most fanout² members to pass
+// the order on to cuts each its part (PublishMsg.Part) instead of
+// passing the whole on to fanout of them. A part is a member's share of
+// the order (its ranks' slices, the reads of its samples: 40 KiB of 11
+// MiB at 1,000 peers), so fanout² of them are fewer bytes than one whole
+// copy, and a member gets one in a hop where the whole took two.
+func PartsWithin(fanout int) int { return fanout * fanout }
+
 // DefaultRelayPiece is the size of the pieces a message longer than it
 // is relayed in (RelayPieceParts). A relay passes each piece on as soon
 // as it has it, so the hops work at once, each on its own piece: the
