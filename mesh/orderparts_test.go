@@ -228,15 +228,28 @@ func TestNewLeaderAdoptsTheWholeOverItsPart(t *testing.T) {
 // with no more than fanout² (4) members to pass it on to hands each of
 // them its part, so two members hold the order whole and six their parts,
 // each part the slice of the rank on it and the reads of its samples.
+// Relayed in pieces (of 2 KiB, two an order), the parts are cut for an
+// order published ahead, which no rank waits for; one the ranks wait
+// for goes on whole, piece by piece, to every member.
 func TestRelayHandsItsWholeGroupTheirParts(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		piece, ahead int
+		parts        bool
+	}{{"whole", 0, 0, true}, {"pieces-ahead", 2 << 10, 1, true}, {"pieces-waited", 2 << 10, 0, false}} {
+		t.Run(c.name, func(t *testing.T) { testRelayHandsItsGroupParts(t, c.piece, c.ahead, c.parts) })
+	}
+}
+
+func testRelayHandsItsGroupParts(t *testing.T, piece, ahead int, cut bool) {
 	m := startMesh(t, 9, meshOpts{samples: 900, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.RelayFanout = 2
+		c.Cluster.RelayFanout, c.Cluster.RelayPiece = 2, piece
 	}})
 	lead := m.leader(t)
 	waitFor(t, 20*time.Second, "every node sees the nine", func() bool { return m.converged(m.alive()) })
 	others := slices.DeleteFunc(lead.node.Members(), func(name string) bool { return name == lead.node.Name() })
 	ds := lead.node.ordered[0]
-	p := &wire.PublishMsg{Dataset: "ds", Job: "group", Version: ds.manifest.Version, Gen: 1, Epoch: 1,
+	p := &wire.PublishMsg{Dataset: "ds", Job: "group", Version: ds.manifest.Version, Gen: 1, Epoch: 1, Ahead: ahead,
 		Term: lead.node.lead.highest(), World: len(others), Ranks: others}
 	for r := range others {
 		s := make(wire.U32s, 100)
@@ -244,6 +257,9 @@ func TestRelayHandsItsWholeGroupTheirParts(t *testing.T) {
 			s[i] = uint32((r*100 + i) % 900)
 		}
 		p.Slices = append(p.Slices, s)
+	}
+	if body, err := p.Encode(); err != nil || piece > 0 && len(body) <= piece {
+		t.Fatalf("an order of %d bytes (%v); want more than a piece of %d", len(body), err, piece)
 	}
 	lead.node.publish(p, nil)
 	var holders, parts []string
@@ -267,7 +283,10 @@ func TestRelayHandsItsWholeGroupTheirParts(t *testing.T) {
 		return true
 	})
 	heads := []string{wire.RelayGroups(others, 2)[0][0], wire.RelayGroups(others, 2)[1][0]}
-	if !slices.Equal(holders, heads) || len(parts) != 6 {
+	if cut && (!slices.Equal(holders, heads) || len(parts) != 6) {
 		t.Fatalf("whole on %v, parts on %v; want whole on the heads %v alone", holders, parts, heads)
+	}
+	if !cut && len(parts) != 0 {
+		t.Fatalf("parts on %v of an order the ranks wait for, relayed in pieces; want it whole on every member", parts)
 	}
 }

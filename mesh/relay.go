@@ -275,13 +275,8 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // at 1,000 peers); in a mesh of a few peers, a member's ranks and samples
 // are a large one.
 //
-// The parts are cut only where a member's part is likely to fit a piece:
-// size, the whole order's, times its share of a member's ranks (one of
-// the mesh's members) and of its reads (R of them). Otherwise the whole
-// goes on to every member as it comes, as it does to the relays.
-func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, size int, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
-	members := int64(max(len(n.Members()), 1))
-	cut := m == wire.MethodPublish && int64(size)*int64(1+n.cfg.Cluster.Replicas)/members <= int64(n.cfg.Cluster.RelayPiece)
+// Parts are cut only where cut says so (cutParts).
+func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
 	var wg sync.WaitGroup
 	var last []string // members with no others below them
 	if cut && len(to) <= wire.PartsWithin(n.cfg.Cluster.RelayFanout) {
@@ -307,6 +302,24 @@ func (n *Node) passGroups(ctx context.Context, to []string, m peer.Method, size 
 		}
 	}
 	wg.Wait()
+}
+
+// cutParts reports whether a relay cuts the parts of an order of size
+// bytes for the members it passes it on to, relayed in pieces or not.
+// Only where a member's part is likely to fit a piece: size times its
+// share of a member's ranks (one of the mesh's members) and of its reads
+// (R of them). And, in pieces, only where the ranks do not wait for the
+// order (waited: an order not published ahead, wire.PublishMsg.Ahead):
+// the whole, passed on piece by piece as it comes, reaches a member a
+// piece after its relay has it, and its part only once the relay has
+// decoded the whole and cut the parts (at 1,000 peers, 10-20 ms more); an
+// order drawn ahead is not waited for, and its parts spare the members
+// the whole (2.5 MiB of decoding and 1.28 M reads scanned). Whole, an
+// order reaches the members sooner as parts: fewer bytes after the hop.
+func (n *Node) cutParts(size int, pieces, waited bool) bool {
+	members := int64(max(len(n.Members()), 1))
+	fits := int64(size)*int64(1+n.cfg.Cluster.Replicas)/members <= int64(n.cfg.Cluster.RelayPiece)
+	return fits && !(pieces && waited)
 }
 
 // partsOf cuts the parts of order p for the named members (orders.Cut),
@@ -359,7 +372,8 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 		hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
 		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops))
 		defer cancel()
-		n.passGroups(fctx, to, m, len(req.Body), func(context.Context) *wire.PublishMsg { return order },
+		cut := m == wire.MethodPublish && n.cutParts(len(req.Body), false, true)
+		n.passGroups(fctx, to, cut, func(context.Context) *wire.PublishMsg { return order },
 			func(group []string) { n.relayGroup(fctx, group, m, req.Body) })
 	})
 	err = serve(ctx)
@@ -399,7 +413,12 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 				_, p, _ := e.decode(ctx, n, from, m)
 				return p
 			}
-			n.passGroups(ctx, to, m, e.a.Size(), order, func(group []string) { n.relayPieces(ctx, group, m, e.a) })
+			cut := false
+			if m == wire.MethodPublish && awaitPiece(ctx, e.a, 0) == nil {
+				epoch, ahead, ok := wire.PeekOrder(e.a.Piece(0))
+				cut = ok && epoch > 0 && n.cutParts(e.a.Size(), true, ahead == 0) // epoch 0 goes whole (partsOf)
+			}
+			n.passGroups(ctx, to, cut, order, func(group []string) { n.relayPieces(ctx, group, m, e.a) })
 		})
 	})
 	if req.Off+len(req.Piece) < req.Size {

@@ -349,7 +349,8 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		// A member that gets its part has it once its relay, a hop
 		// before, holds the whole order, has decoded and checked it and
 		// has cut the parts (not piece by piece), and the parts crossed
-		// its link.
+		// its link. Relays cut the parts of an order in pieces only where
+		// it was drawn ahead (mesh's cutParts): no rank waits for it.
 		relayHas := pubWire / link * (pieces + float64(mo.PartHops) - 2) / pieces
 		var work time.Duration
 		for _, s := range mo.Whole {
@@ -358,7 +359,7 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 			}
 		}
 		reach := relayHas + work.Seconds() + float64(mo.PartBytes*mo.Cut)/link
-		fmt.Fprintf(tw, "  members with parts have theirs (the whole %d hops, then their relay's decode, check and cut, %d parts on its link)\t%s\t%s (the epoch)\t%s\t\n",
+		fmt.Fprintf(tw, "  drawn ahead, members with parts have theirs (the whole %d hops, their relay's decode, check and cut, %d parts on its link; an order the ranks wait for goes whole, as above)\t%s\t%s (the epoch)\t%s\t\n",
 			mo.PartHops-1, mo.Cut, round(time.Duration(reach*float64(time.Second))), round(res.Epoch), ratio(reach, epoch))
 	}
 	// With --order-ahead 1 the next order is drawn once every rank

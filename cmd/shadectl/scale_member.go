@@ -16,14 +16,17 @@ import (
 )
 
 // memberOrder is what the members other than the leader do with an
-// epoch's order, as mesh does it. In a relayed mesh a member with others
-// to pass the order on to (a relay), and one the leader sends to
-// directly, holds the whole order: it receives it, passes it on, decodes
-// and checks it and picks out the reads of its own samples for its cache
-// policy; a relay also cuts the parts of the members it passes the order
-// on to last, which have none below them (orders.Cut, mesh's partsOf).
-// Those members get their part alone (wire.PublishMsg.Part): their
-// ranks' slices and weights, and the reads of their samples.
+// epoch's order drawn ahead (which shade-peer does by default at this
+// scale; an order the ranks wait for goes whole to every member, piece
+// by piece, see mesh's cutParts), as mesh does it. In a relayed mesh a
+// member with others to pass the order on to (a relay), and one the
+// leader sends to directly, holds the whole order: it receives it,
+// passes it on, decodes and checks it and picks out the reads of its own
+// samples for its cache policy; a relay also cuts the parts of the
+// members it hands them to (orders.Cut, mesh's partsOf): those with none
+// below them, or all of its group where that is wire.PartsWithin the
+// fanout. Those members get their part alone (wire.PublishMsg.Part):
+// their ranks' slices and weights, and the reads of their samples.
 type memberOrder struct {
 	Name  string // the member measured
 	Ranks int    // its ranks

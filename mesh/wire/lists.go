@@ -161,6 +161,37 @@ func (p *PublishMsg) Encode() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// PeekOrder reads, from the start of an encoded PublishMsg (its first
+// relayed piece, say), its epoch and Ahead, which are encoded before its
+// slices; ok is false where prefix does not hold them.
+func PeekOrder(prefix []byte) (epoch, ahead int, ok bool) {
+	dec := msgpack.NewDecoder(bytes.NewReader(prefix))
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return 0, 0, false
+	}
+	for range n {
+		key, err := dec.DecodeString()
+		if err != nil {
+			return 0, 0, false
+		}
+		switch key {
+		case "e":
+			epoch, err = dec.DecodeInt()
+		case "a":
+			ahead, err = dec.DecodeInt()
+		case "S":
+			return epoch, ahead, true // the slices: the fields before them are read
+		default:
+			err = dec.Skip()
+		}
+		if err != nil {
+			return 0, 0, false
+		}
+	}
+	return epoch, ahead, true
+}
+
 // EncodedSize is at least the size of p in msgpack, close above it.
 func (p *PublishMsg) EncodedSize() int {
 	size := 256 + len(p.Dataset) + len(p.Job) + len(p.Version) + len(p.Sampler) + len(p.Part) + 5 + 4*len(p.Reads)

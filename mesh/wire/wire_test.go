@@ -601,3 +601,23 @@ func TestDoneAnswers(t *testing.T) {
 		t.Fatalf("an empty answer decoded as %+v, %v", got, err)
 	}
 }
+
+// TestPeekOrder: an order's epoch and Ahead are read from the first bytes
+// of its encoding, before its slices (an order's first relayed piece);
+// a prefix that ends before them says so.
+func TestPeekOrder(t *testing.T) {
+	for _, ahead := range []int{0, 1} {
+		p := &PublishMsg{Dataset: "ds", Job: "j", Version: "v", Gen: 3, Epoch: 7, Term: 2, World: 2, Ahead: ahead,
+			Slices: []U32s{make(U32s, 5000), make(U32s, 5000)}, Sampler: make([]byte, 100), Ranks: []string{"a", "b"}}
+		body, err := p.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if epoch, got, ok := PeekOrder(body[:64]); !ok || epoch != 7 || got != ahead {
+			t.Fatalf("PeekOrder of 64 bytes = epoch %d, ahead %d, %v; want 7, %d", epoch, got, ok, ahead)
+		}
+		if _, _, ok := PeekOrder(body[:12]); ok {
+			t.Fatalf("PeekOrder of 12 bytes: ok, before the epoch")
+		}
+	}
+}

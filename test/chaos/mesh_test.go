@@ -249,11 +249,13 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 			p.args = append(p.args, "--relay-fanout", "2")
 		}
 		if peerHasFlag("--relay-piece") {
-			// An order of 5,000 samples (40 KB and more) goes in 2
-			// pieces, so the kills hit relays in the middle of passing
-			// one on, and a peer below a relay gets its part of it (its
-			// ranks' slices, the reads of its samples: 8-30 KB).
-			p.args = append(p.args, "--relay-piece", "32KiB")
+			// An order of 5,000 samples (40 KB) goes in about 10 pieces,
+			// so the kills hit relays in the middle of passing one on.
+			// (A peer's part of an order, 8-30 KB, is larger than such a
+			// piece: every peer gets the whole. CHAOS_PEER_FLAGS
+			// "--order-ahead 1 --relay-piece 32KiB" has the relays cut
+			// the parts of orders in two pieces, published ahead.)
+			p.args = append(p.args, "--relay-piece", "4KiB")
 		}
 		m.peers = append(m.peers, p)
 	}
