@@ -32,16 +32,24 @@ func TestRanksTrainOnPartsOfTheOrder(t *testing.T) {
 	t.Run("parts", func(t *testing.T) { testRanksTrainOnParts(t, false, 0) })
 	t.Run("older-last-member", func(t *testing.T) { testRanksTrainOnParts(t, true, 0) })
 	t.Run("part-over-a-piece", func(t *testing.T) { testRanksTrainOnParts(t, false, 24<<10) })
+	t.Run("pieces-ahead", func(t *testing.T) { testRanksTrainOnParts(t, false, -12<<10) })
 }
 
+// testRanksTrainOnParts runs TestRanksTrainOnPartsOfTheOrder's case:
+// piece above 0 is a relay piece too small for the last member's part;
+// below 0, minus a piece that parts fit while orders go in pieces, and
+// orders drawn ahead (OrderAhead 1).
 func testRanksTrainOnParts(t *testing.T, older bool, piece int) {
 	var before sync.Map // names of the nodes of a build before parts
-	samples := 400
-	if piece > 0 {
+	samples, ahead := 400, 0
+	switch {
+	case piece > 0:
 		samples = 6000
+	case piece < 0:
+		samples, ahead, piece = 3000, 1, -piece
 	}
 	m := startMesh(t, 5, meshOpts{samples: samples, replicas: 2, configure: func(i int, c *Config) {
-		c.Cluster.RelayFanout, c.Cluster.RelayPiece = 1, piece
+		c.Cluster.RelayFanout, c.Cluster.RelayPiece, c.OrderAhead = 1, piece, ahead
 		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
 			current := h[wire.MethodPublishPart]
 			h[wire.MethodPublishPart] = func(ctx context.Context, from string, body []byte) (any, error) {
@@ -58,9 +66,9 @@ func testRanksTrainOnParts(t *testing.T, older bool, piece int) {
 	if older {
 		before.Store(last.node.Name(), true)
 	}
-	getsWhole := older || piece > 0                   // the last member gets whole orders
+	getsWhole := older || piece > 0 && ahead == 0     // the last member gets whole orders
 	on := []*testPeer{last, m.byName(chain[0]), lead} // rank r trains on on[r]
-	if piece > 0 {
+	if piece > 0 && ahead == 0 {
 		// Two ranks on the last member: its part, 4,000 ids and 2,400
 		// reads, is over a piece, though the order's parts are likely to
 		// fit one (an even share: 2,000 ids and 2,400 reads).
@@ -97,6 +105,9 @@ func testRanksTrainOnParts(t *testing.T, older bool, piece int) {
 		t.Fatal(err)
 	}
 
+	if _, pieces := m.byName(chain[len(chain)-2]).node.cluster.relays.held(); ahead > 0 && pieces == 0 {
+		t.Fatalf("the last member's relay was sent no pieces: orders of %d samples, pieces of %d bytes", samples, piece)
+	}
 	leadJob := lead.node.ordered[0].lookupJob("parts")
 	lastJob := last.node.ordered[0].lookupJob("parts")
 	if n := lastJob.parts.Load(); getsWhole && n != 0 || !getsWhole && n < epochs-1 {

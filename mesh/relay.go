@@ -41,18 +41,19 @@ import (
 // A relay hands each member it passes the order on to last, one with no
 // members below it, its part of the order instead (wire.PublishMsg.Part,
 // MethodPublishPart), and a relay with wire.PartsWithin its fanout
-// members or fewer to pass the order on to hands them all their parts
-// (at 1,000 peers and fanout 4, 915 of the 999 members get parts, from
-// 64 relays):
-// the slices of the ranks on it and the reads of the samples it owns, cut
-// from the whole in one pass once the relay holds it (passGroups,
-// partsOf). Such a member receives, decodes and scans 40 KiB where the
-// whole is 11 MiB at 1.28 M samples. The leader, every relay and every
-// member the leader sends to directly hold the whole order, which is
-// what a new leader adopts (leader.States.NewestOrder); a rank that
-// asks a member for a slice its part lacks gets the whole from the
-// leader (Order). Epoch 0 goes whole, and so does a part larger than a
-// relay piece (see passGroups).
+// members or fewer to pass the order on to hands them all their parts:
+// the slices of the ranks on the member and the reads of the samples it
+// owns, cut from the whole in one pass once the relay holds it
+// (passGroups, partsOf). Such a member receives, decodes and scans 40
+// KiB where the whole is 11 MiB at 1.28 M samples; at 1,000 peers and
+// fanout 4, 915 of the 999 members get parts, from 64 relays. The
+// leader, every relay and every member the leader sends to directly hold
+// the whole order, which is what a new leader adopts
+// (leader.States.NewestOrder); a rank that asks a member for a slice its
+// part lacks gets the whole from the leader (Order). Epoch 0 goes whole,
+// and so do an order in pieces that the ranks wait for, one whose parts
+// are likely larger than a piece, and a part larger than a piece (see
+// cutParts and passGroups).
 //
 // A message larger than a frame (ClusterConfig.MaxFrame) can only travel
 // in pieces, so an order that large goes this way to any number of

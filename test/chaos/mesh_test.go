@@ -231,6 +231,8 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 				seeds = append(seeds, g)
 			}
 		}
+		// The test's own settings below give way to the same flags in
+		// extra (CHAOS_PEER_FLAGS).
 		p := &peerProc{
 			name: name, socket: filepath.Join(sockDir, name+".sock"), logPath: filepath.Join(logDir, name+".log"),
 			gossip: gossip[i], unexpected: m.unexpected,
@@ -243,12 +245,12 @@ func startMesh(t *testing.T, ctx context.Context, k int, dsName, dir, logDir str
 		if peerHasFlag("--admin-addr") {
 			p.args = append(p.args, "--admin-addr", "off") // five peers on one host
 		}
-		if peerHasFlag("--relay-fanout") {
+		if peerHasFlag("--relay-fanout") && !slices.Contains(extra, "--relay-fanout") {
 			// The leader hands each order to 2 peers, which pass it on:
 			// the kills hit relays as well as the leader and the ranks.
 			p.args = append(p.args, "--relay-fanout", "2")
 		}
-		if peerHasFlag("--relay-piece") {
+		if peerHasFlag("--relay-piece") && !slices.Contains(extra, "--relay-piece") {
 			// An order of 5,000 samples (40 KB) goes in about 10 pieces,
 			// so the kills hit relays in the middle of passing one on.
 			// (A peer's part of an order, 8-30 KB, is larger than such a
