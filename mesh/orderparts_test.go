@@ -82,26 +82,19 @@ func testRanksTrainOnParts(t *testing.T, older bool, piece int) {
 	for e := range got {
 		got[e] = make([][]uint32, world)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, world)
-	for r, p := range on {
-		wg.Go(func() {
-			for e := range epochs {
-				slice, _, err := p.node.Order(ctx, "ds", "parts", e, r, world)
-				if err == nil {
-					got[e][r] = slices.Clone(slice)
-					err = p.node.Done(ctx, "ds", "parts", e, r)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+	if err := testsupport.Parallel(world, func(r int) error {
+		for e := range epochs {
+			slice, _, err := on[r].node.Order(ctx, "ds", "parts", e, r, world)
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			got[e][r] = slices.Clone(slice)
+			if err := on[r].node.Done(ctx, "ds", "parts", e, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 
