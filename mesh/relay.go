@@ -53,7 +53,7 @@ import (
 // part lacks gets the whole from the leader (Order). Epoch 0 goes whole,
 // and so do an order in pieces that the ranks wait for, one whose parts
 // are likely larger than a piece, and a part larger than a piece (see
-// cutParts and passGroups).
+// partsFit and passGroups).
 //
 // A message larger than a frame (ClusterConfig.MaxFrame) can only travel
 // in pieces, so an order that large goes this way to any number of
@@ -238,8 +238,9 @@ func relayable(m peer.Method) bool { return m == wire.MethodPublish || m == wire
 
 // decodeRelayed decodes a relayed message of method m (relayable), from
 // member from; serve serves it here as it would be served sent directly.
-// order is the message decoded, where it is an epoch's order (for the
-// parts of it this node cuts), nil otherwise; it is shared: read only.
+// order is the message decoded, where it is an epoch's order that passed
+// its check here (for the parts of it this node cuts), nil otherwise; it
+// is shared: read only. The order is checked once, for both.
 func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve func(context.Context) error, order *wire.PublishMsg, err error) {
 	if m == wire.MethodReplicate {
 		var r wire.ReplicateReq
@@ -255,8 +256,12 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 	if p.Part != "" {
 		return nil, nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed order: " + p.Part + "'s part of an order is not passed on"}
 	}
-	return func(ctx context.Context) error {
-		_, err := n.servePublish(ctx, from, &p)
+	if err := n.checkPublish(&p); err != nil {
+		// Refused here; passed on all the same, whole (its members check it).
+		return func(context.Context) error { return &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()} }, nil, nil
+	}
+	return func(context.Context) error {
+		_, err := n.installPublished(from, &p)
 		return err
 	}, &p, nil
 }
@@ -276,7 +281,7 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // at 1,000 peers); in a mesh of a few peers, a member's ranks and samples
 // are a large one.
 //
-// Parts are cut only where cut says so (cutParts).
+// Parts are cut only where cut says so (partsFit).
 func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
 	var wg sync.WaitGroup
 	var last []string // members with no others below them
@@ -305,31 +310,26 @@ func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func
 	wg.Wait()
 }
 
-// cutParts reports whether a relay cuts the parts of an order of size
-// bytes for the members it passes it on to, relayed in pieces or not.
-// Only where a member's part is likely to fit a piece: size times its
-// share of a member's ranks (one of the mesh's members) and of its reads
-// (R of them). And, in pieces, only where the ranks do not wait for the
-// order (waited: an order not published ahead, wire.PublishMsg.Ahead):
-// the whole, passed on piece by piece as it comes, reaches a member a
-// piece after its relay has it, and its part only once the relay has
-// decoded the whole and cut the parts (at 1,000 peers, 10-20 ms more); an
-// order drawn ahead is not waited for, and its parts spare the members
-// the whole (2.5 MiB of decoding and 1.28 M reads scanned). Whole, an
-// order reaches the members sooner as parts: fewer bytes after the hop.
-func (n *Node) cutParts(size int, pieces, waited bool) bool {
-	members := int64(max(len(n.Members()), 1))
-	fits := int64(size)*int64(1+n.cfg.Cluster.Replicas)/members <= int64(n.cfg.Cluster.RelayPiece)
-	return fits && !(pieces && waited)
+// partsFit reports whether the parts of an order of size bytes are
+// likely to fit a relay piece in this mesh (wire.PartsFit): a relay cuts
+// them only then. An order relayed in pieces is cut only where it was
+// drawn ahead, too (serveRelayPiece): the whole, passed on piece by piece
+// as it comes, reaches a member a piece after its relay has it, and its
+// part only once the relay has decoded the whole and cut the parts (at
+// 1,000 peers, 10-20 ms more), which no rank waits for where the order
+// was drawn ahead. Whole, an order reaches the members sooner as parts:
+// fewer bytes after the hop.
+func (n *Node) partsFit(size int) bool {
+	return wire.PartsFit(size, n.cfg.Cluster.Replicas, len(n.Members()), n.cfg.Cluster.RelayPiece)
 }
 
-// partsOf cuts the parts of order p for the named members (orders.Cut),
-// each with the reads of the samples the ring gives it now. It returns
-// nil where p goes whole: an order that fails its check, a retirement, a
-// part already, and epoch 0, which is drawn while ranks still announce
-// themselves (its Ranks may not name their nodes yet).
+// partsOf cuts the parts of order p, checked, for the named members
+// (orders.Cut), each with the reads of the samples the ring gives it now.
+// It returns nil where p goes whole: none, a retirement, and epoch 0,
+// which is drawn while ranks still announce themselves (its Ranks may
+// not name their nodes yet).
 func (n *Node) partsOf(p *wire.PublishMsg, names []string) []*wire.PublishMsg {
-	if p == nil || p.Epoch < 1 || p.Retired || p.Part != "" || n.checkPublish(p) != nil {
+	if p == nil || p.Epoch < 1 || p.Retired {
 		return nil
 	}
 	ds, err := n.dataset(p.Dataset)
@@ -373,7 +373,7 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 		hops := wire.RelayHops(len(to), n.cfg.Cluster.RelayFanout)
 		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout*time.Duration(1+hops))
 		defer cancel()
-		cut := m == wire.MethodPublish && n.cutParts(len(req.Body), false, true)
+		cut := order != nil && n.partsFit(len(req.Body))
 		n.passGroups(fctx, to, cut, func(context.Context) *wire.PublishMsg { return order },
 			func(group []string) { n.relayGroup(fctx, group, m, req.Body) })
 	})
@@ -417,7 +417,7 @@ func (n *Node) serveRelayPiece(ctx context.Context, from string, req *wire.Relay
 			cut := false
 			if m == wire.MethodPublish && awaitPiece(ctx, e.a, 0) == nil {
 				epoch, ahead, ok := wire.PeekOrder(e.a.Piece(0))
-				cut = ok && epoch > 0 && n.cutParts(e.a.Size(), true, ahead == 0) // epoch 0 goes whole (partsOf)
+				cut = ok && epoch > 0 && ahead > 0 && n.partsFit(e.a.Size()) // epoch 0 goes whole (partsOf)
 			}
 			n.passGroups(ctx, to, cut, order, func(group []string) { n.relayPieces(ctx, group, m, e.a) })
 		})

@@ -81,7 +81,10 @@ type Placement struct {
 // Owns returns a test of whether the named node owns a sample, for one
 // pass over many samples: each group's owners are looked at once, at its
 // first sample. A sample of a group outside 0..Groups-1 is not owned. The
-// test is not safe for concurrent use.
+// test is not safe for concurrent use. It is OwnedBy of one name, kept
+// apart for the loops over every read of an order that call it: built on
+// OwnedBy it took 1.3-1.4x the time (a test of 1.28 M reads, 13-16 ms
+// against 10-12).
 func (w Placement) Owns(name string) func(id uint32) bool {
 	const unknown, theirs, ours = 0, 1, 2
 	mine := make([]uint8, w.Groups)

@@ -350,11 +350,11 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 		// before, holds the whole order, has decoded and checked it and
 		// has cut the parts (not piece by piece), and the parts crossed
 		// its link. Relays cut the parts of an order in pieces only where
-		// it was drawn ahead (mesh's cutParts): no rank waits for it.
+		// it was drawn ahead (mesh's partsFit): no rank waits for it.
 		relayHas := pubWire / link * (pieces + float64(mo.PartHops) - 2) / pieces
 		var work time.Duration
 		for _, s := range mo.Whole {
-			if s.Name == "holder: order decoded, checked" || s.Name == cutStep {
+			if s.Name == decodeStep || s.Name == cutStep {
 				work += s.Dur
 			}
 		}

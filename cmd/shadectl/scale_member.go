@@ -18,7 +18,7 @@ import (
 // memberOrder is what the members other than the leader do with an
 // epoch's order drawn ahead (which shade-peer does by default at this
 // scale; an order the ranks wait for goes whole to every member, piece
-// by piece, see mesh's cutParts), as mesh does it. In a relayed mesh a
+// by piece, see mesh's partsFit), as mesh does it. In a relayed mesh a
 // member with others to pass the order on to (a relay), and one the
 // leader sends to directly, holds the whole order: it receives it,
 // passes it on, decodes and checks it and picks out the reads of its own
@@ -98,7 +98,7 @@ func relayShape(others, fanout int, relayed, cut bool) (holders, parts, hops int
 // too.
 func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld, replicas int, members []string, fanout, piece int) (*memberOrder, error) {
 	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: wire.PartsWithin(fanout)}
-	cutting := piece <= 0 || len(raw)*(1+replicas)/len(members) <= piece // as mesh's passGroups
+	cutting := piece <= 0 || wire.PartsFit(len(raw), replicas, len(members), piece)
 	mo.Holders, mo.Parts, mo.PartHops = relayShape(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1, cutting)
 	for _, node := range pub.Ranks {
 		if node == member {
@@ -127,7 +127,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		return nil, err
 	}
 	var got wire.PublishMsg
-	if err := step(&mo.Whole, "holder: order decoded, checked", "msgpack.Unmarshal of the assembled order, leader.Check (as mesh.checkPublish)").run(func() error {
+	if err := step(&mo.Whole, decodeStep, "msgpack.Unmarshal of the assembled order, leader.Check (as mesh.checkPublish)").run(func() error {
 		if err := msgpack.Unmarshal(raw, &got); err != nil {
 			return err
 		}
@@ -191,8 +191,13 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	return mo, nil
 }
 
-// cutStep names a relay's step that cuts parts.
-const cutStep = "relay: parts cut"
+// decodeStep and cutStep name a holder's steps that decode and check
+// the order, and that cut parts: what a member with a part waits for
+// after its relay has the whole.
+const (
+	decodeStep = "holder: order decoded, checked"
+	cutStep    = "relay: parts cut"
+)
 
 // printMember prints what the members do with each epoch's order, a
 // holder's and a part's, against the epoch.

@@ -31,6 +31,16 @@ const DefaultRelayFanout = 4
 // copy, and a member gets one in a hop where the whole took two.
 func PartsWithin(fanout int) int { return fanout * fanout }
 
+// PartsFit reports whether a member's part of an order of size bytes is
+// likely to fit a relay piece in a mesh of members of R replicas: size
+// times a member's share of the ranks (one of the members) and of the
+// reads (R of them). A part larger than a piece reaches its member later
+// than the whole passed on piece by piece; in a mesh of a few members a
+// member's share is large.
+func PartsFit(size, replicas, members, piece int) bool {
+	return int64(size)*int64(1+replicas)/int64(max(members, 1)) <= int64(piece)
+}
+
 // DefaultRelayPiece is the size of the pieces a message longer than it
 // is relayed in (RelayPieceParts). A relay passes each piece on as soon
 // as it has it, so the hops work at once, each on its own piece: the
