@@ -332,9 +332,17 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// its lists' memory from take to take: the epoch is queued once
 	// untimed first (warm), so that the measured one does not time the
 	// lists' growth from empty.
-	trained, takes := 0, 0
+	//
+	// What is queued when an epoch ends waits for the next take, as in a
+	// running leader: the measured epoch starts with what the untimed one
+	// left, and its takes carry some of what it queued itself. Its sends
+	// are scaled to the steady state (the frames, bytes and time of its
+	// takes over the samples they carried, times the samples an epoch
+	// queues); an epoch with no take due in it is taken whole at its end.
+	trained, takes, queued, carried := 0, 0, 0, 0
+	pendingQueued := 0 // queued since the last take, across epochs
 	epochOf := func(start time.Time, queueStep, flushStep *mergeStep) (time.Time, error) {
-		trained, takes = 0, 0
+		trained, takes, queued, carried = 0, 0, 0, 0
 		now := func() time.Time {
 			return start.Add(time.Duration(float64(trained) / throughput * float64(time.Second)))
 		}
@@ -342,6 +350,8 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 			msgs, bytes, err := q.flush(table, now(), last)
 			if msgs > 0 {
 				takes++
+				carried += pendingQueued
+				pendingQueued = 0
 			}
 			flushStep.Messages += float64(msgs)
 			flushStep.WireBytes += float64(bytes)
@@ -351,6 +361,8 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		for i, bs := range batches {
 			for j, b := range bs {
 				_ = queueStep.run(func() error { q.add(b.Dataset, b.IDs, merged[i][j]); return nil })
+				queued += len(b.IDs)
+				pendingQueued += len(b.IDs)
 				pending += len(b.IDs)
 				trained += len(b.IDs)
 				if pending >= flushSamples {
@@ -361,7 +373,10 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 				}
 			}
 		}
-		return now(), flushStep.run(func() error { return flush(true) })
+		if takes == 0 {
+			return now(), flushStep.run(func() error { return flush(true) })
+		}
+		return now(), nil
 	}
 	end, err := epochOf(time.Unix(0, 0), &mergeStep{}, &mergeStep{})
 	if err != nil {
@@ -370,9 +385,15 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	if _, err := epochOf(end, queueStep, flushStep); err != nil {
 		return nil, err
 	}
+	if carried > 0 {
+		scale := float64(queued) / float64(carried)
+		flushStep.Times *= scale
+		flushStep.Messages *= scale
+		flushStep.WireBytes *= scale
+	}
 	queueStep.Note += ", its lists' memory kept from an untimed epoch before, as a running leader keeps it"
-	flushStep.Note = fmt.Sprintf("a flush every 25 ms (%d samples trained) while scores wait; sent once due for %d peers (outbox.TakeScoresDue: every %v, or %d samples a member): %d times an epoch, one scores message per owner, as mesh.flushScores",
-		flushSamples, peers, wire.ScoresEvery(peers), wire.ScoresPerOwner, takes)
+	flushStep.Note = fmt.Sprintf("a flush every 25 ms (%d samples trained) while scores wait; sent once due for %d peers (outbox.TakeScoresDue: every %v, or %d samples a member): %.2f times an epoch in the steady state (%d in the measured epoch, carrying %d of %d samples queued in an epoch), one scores message per owner, as mesh.flushScores",
+		flushSamples, peers, wire.ScoresEvery(peers), wire.ScoresPerOwner, float64(takes)*flushStep.Times, takes, carried, queued)
 	batches, merged = nil, nil
 	res.Scored = table.NumScored()
 	progress("merged %d samples (%d scored)", job.samples, res.Scored)

@@ -300,7 +300,10 @@ func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey,
 // TakeScoresDue takes the score queue as TakeScores does once it is due
 // for a mesh of members peers with replicas owners a sample:
 // wire.ScoresEvery(members) after it was last taken, or sooner once it
-// holds wire.ScoresPerOwner samples for each other member on average. A
+// holds wire.ScoresPerOwner samples for each other member on average,
+// counted as they are sent: to each of their owners, or with pass to
+// their first owner alone (counted once for every owner, the leader's
+// messages carried half of ScoresPerOwner at two owners a sample). A
 // queue not yet due stays, and TakeScoresDue returns nil; so the
 // leader's messages to owners, and what waits for them, grow with the
 // mesh: a few a second to each of 1,000 peers and under a second's
@@ -317,7 +320,11 @@ func (o *Outbox) TakeScoresDue(now time.Time, members, replicas int, pass bool) 
 	// Up to FlushEvery, every flush takes them (the flush that comes
 	// FlushEvery after a queueing may find a little less since the last).
 	every := wire.ScoresEvery(members)
-	enough := queued*max(replicas, 1) >= wire.ScoresPerOwner*max(members-1, 1)
+	copies := max(replicas, 1) // each sample goes to its owners...
+	if pass {
+		copies = 1 // ...or to its first owner alone, to pass on
+	}
+	enough := queued*copies >= wire.ScoresPerOwner*max(members-1, 1)
 	if every > wire.FlushEvery && !enough && now.Sub(o.scoresTaken) < every {
 		return nil
 	}

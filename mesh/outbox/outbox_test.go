@@ -321,7 +321,8 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 
 // TestTakeScoresDue: in a mesh of up to 9 peers the scores are taken at
 // every flush; in a larger one they wait wire.ScoresEvery after the last
-// take, unless wire.ScoresPerOwner a member are queued.
+// take, unless wire.ScoresPerOwner a member are queued, counted as sent:
+// to every owner, or with pass to the first alone.
 func TestTakeScoresDue(t *testing.T) {
 	var o Outbox
 	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a", "b"} }}
@@ -363,6 +364,22 @@ func TestTakeScoresDue(t *testing.T) {
 	}
 	if o.TakeScoresDue(at.Add(time.Hour), 1000, 2, false) != nil {
 		t.Fatal("an empty queue taken")
+	}
+	// The leader's queue (pass): each sample goes to its first owner
+	// alone, so enough for each other member is twice as many samples at
+	// two owners a sample.
+	at = at.Add(time.Hour)
+	queue(1)
+	if o.TakeScoresDue(at, 1000, 2, true) == nil {
+		t.Fatal("1,000 peers, passed on: not taken an hour after the last take")
+	}
+	queue(wire.ScoresPerOwner*999 - 1)
+	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2, true) != nil {
+		t.Fatal("1,000 peers, passed on: taken one sample short of enough")
+	}
+	queue(1)
+	if o.TakeScoresDue(at.Add(time.Millisecond), 1000, 2, true) == nil || o.Pending() {
+		t.Fatal("1,000 peers, passed on: not taken with enough for every member")
 	}
 }
 

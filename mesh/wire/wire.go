@@ -78,7 +78,7 @@ const FrameHeader = peer.HeaderLen
 
 // ScoresPerOwner is how many samples' scores the leader lets gather for
 // each other member, on average, before it sends its score queue sooner
-// than ScoresEvery says (12 KiB a message, in ids and scores).
+// than ScoresEvery says (8 KiB a message, in ids and scores).
 const ScoresPerOwner = 1024
 
 // ScoresEvery is how long the leader of a mesh of members peers lets
