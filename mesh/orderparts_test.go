@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -292,5 +294,133 @@ func testRelayHandsItsGroupParts(t *testing.T, piece, ahead int, cut bool) {
 	}
 	if !cut && len(parts) != 0 {
 		t.Fatalf("parts on %v of an order the ranks wait for, relayed in pieces; want it whole on every member", parts)
+	}
+}
+
+// TestRelayHandsAGroupItsPart: in a mesh of five at fanout 1 the leader
+// hands each order down a chain n1, n2, n3, n4. n2, which holds the
+// whole, would pass it on to n3 for n4 alone: it hands n3 its group's
+// part instead (the slices of the ranks on n3 and n4, the reads of their
+// samples, Below naming n4), which n3 installs as its own and cuts n4's
+// part from. A last member of a build before parts refuses its part: n3
+// names it in its answer and n2 relays it the whole. A head of a build
+// before group parts refuses the group's part: n2 relays the group the
+// whole, and n3 hands n4 its part as a relay of the whole does.
+func TestRelayHandsAGroupItsPart(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		before string // the node of a build before parts, or before group parts
+	}{{"group", ""}, {"older-member", "n4"}, {"older-head", "n3"}} {
+		t.Run(c.name, func(t *testing.T) { testRelayHandsAGroupItsPart(t, c.before) })
+	}
+}
+
+func testRelayHandsAGroupItsPart(t *testing.T, before string) {
+	m := startMesh(t, 5, meshOpts{samples: 800, replicas: 2, configure: func(i int, c *Config) {
+		c.Cluster.RelayFanout = 1
+		c.Cluster.handlers = func(n *Node, h map[peer.Method]peerHandler) {
+			if n.Name() != before {
+				return
+			}
+			part, relay := h[wire.MethodPublishPart], h[wire.MethodRelay]
+			unknown := &peer.Error{Code: peer.CodeBadRequest, Msg: "unknown method"} // as transport/peer answers one
+			h[wire.MethodPublishPart] = func(ctx context.Context, from string, body []byte) (any, error) {
+				if before == "n4" {
+					return nil, unknown
+				}
+				return part(ctx, from, body)
+			}
+			h[wire.MethodRelay] = func(ctx context.Context, from string, body []byte) (any, error) {
+				var req wire.RelayMsg
+				if err := msgpack.Unmarshal(body, &req); err == nil && peer.Method(req.Method) == wire.MethodPublishPart {
+					return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("method %d cannot be relayed", req.Method)}
+				}
+				return relay(ctx, from, body)
+			}
+		}
+	}})
+	lead := m.leader(t)
+	if lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	waitFor(t, 20*time.Second, "every node sees the five", func() bool { return m.converged(m.alive()) })
+	chain := []string{"n1", "n2", "n3", "n4"}
+	ds := lead.node.ordered[0]
+	p := &wire.PublishMsg{Dataset: "ds", Job: "chain", Version: ds.manifest.Version, Gen: 1, Epoch: 1,
+		Term: lead.node.lead.highest(), World: len(chain), Ranks: chain}
+	for r := range chain {
+		s := make(wire.U32s, 200)
+		for i := range s {
+			s[i] = uint32((r*200 + i) % 800)
+		}
+		p.Slices = append(p.Slices, s)
+	}
+	lead.node.publish(p, nil)
+	held := make(map[string]*wire.PublishMsg)
+	waitFor(t, 20*time.Second, "epoch 1 on every other node", func() bool {
+		for _, name := range chain {
+			js := m.byName(name).node.ordered[0].lookupJob("chain")
+			if js == nil || js.book.Kept(1) == nil {
+				return false
+			}
+			held[name] = js.book.Kept(1)
+		}
+		return true
+	})
+	for r, name := range chain {
+		if !slices.Equal(held[name].Slices[r], p.Slices[r]) {
+			t.Fatalf("%s holds slice %d as %v, want %v", name, r, held[name].Slices[r], p.Slices[r])
+		}
+	}
+	readsOf := func(name string, whole *wire.PublishMsg) []uint32 {
+		var reads []uint32
+		node := m.byName(name).node
+		orders.Reads(whole, node.ownsSample(node.ordered[0]), func(id uint32) { reads = append(reads, id) })
+		return reads
+	}
+	want := map[string]string{"n1": "whole", "n2": "whole", "n3": "group", "n4": "part"}
+	switch before {
+	case "n4":
+		want["n4"] = "whole"
+	case "n3":
+		want["n3"] = "whole"
+	}
+	for _, name := range chain {
+		got := held[name]
+		kind := "whole"
+		switch {
+		case got.Part == name && slices.Equal(got.Below, []string{"n4"}):
+			kind = "group"
+		case got.Part == name && len(got.Below) == 0:
+			kind = "part"
+		case got.Part != "":
+			kind = "another's part"
+		}
+		if kind != want[name] {
+			t.Fatalf("%s holds epoch 1 as %s (part for %q, below it %v); want %s", name, kind, got.Part, got.Below, want[name])
+		}
+	}
+	if g := held["n3"]; want["n3"] == "group" {
+		// The group's: the slices of n3's and n4's ranks, and the reads
+		// of the samples either owns, in read order.
+		for r := range chain {
+			if in := r >= 2; g.HasSlice(r) != in || len(g.Slices[r]) != 0 != in {
+				t.Fatalf("n3's group's part: rank %d's slice %v", r, g.Slices[r])
+			}
+		}
+		var reads []uint32
+		for _, id := range g.Reads {
+			if !slices.Contains(readsOf("n3", p), id) && !slices.Contains(readsOf("n4", p), id) {
+				t.Fatalf("n3's group's part reads id %d, which neither n3 nor n4 owns", id)
+			}
+			reads = append(reads, id)
+		}
+		n3, n4 := readsOf("n3", p), readsOf("n4", p)
+		if len(reads) < max(len(n3), len(n4)) || len(reads) > len(n3)+len(n4) {
+			t.Fatalf("n3's group's part has %d reads; n3 owns %d of the order's, n4 %d", len(reads), len(n3), len(n4))
+		}
+	}
+	if got := held["n4"]; want["n4"] == "part" && !slices.Equal(got.Reads, readsOf("n4", p)) {
+		t.Fatalf("n4's part has %d reads of its samples; want %d", len(got.Reads), len(readsOf("n4", p)))
 	}
 }

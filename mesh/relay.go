@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,15 +46,19 @@ import (
 // the slices of the ranks on the member and the reads of the samples it
 // owns, cut from the whole in one pass once the relay holds it
 // (passGroups, partsOf). Such a member receives, decodes and scans 40
-// KiB where the whole is 11 MiB at 1.28 M samples; at 1,000 peers and
-// fanout 4, 915 of the 999 members get parts, from 64 relays. The
-// leader, every relay and every member the leader sends to directly hold
-// the whole order, which is what a new leader adopts
-// (leader.States.NewestOrder); a rank that asks a member for a slice its
-// part lacks gets the whole from the leader (Order). Epoch 0 goes whole,
-// and so do an order in pieces that the ranks wait for, one whose parts
-// are likely larger than a piece, and a part larger than a piece (see
-// partsFit and passGroups).
+// KiB where the whole is 11 MiB at 1.28 M samples. A relay that would
+// pass the whole on to such a relay hands it its group's part instead
+// (wire.PublishMsg.Below: the slices and reads of the whole group, about
+// 0.5 MiB for 16 members), which that relay installs as its own part and
+// cuts the others' parts from (serveGroupPart). At 1,000 peers and
+// fanout 4, 915 of the 999 members get parts, 64 their groups' parts,
+// from 16 relays; the leader, the 4 members it sends to and the 16
+// relays below them hold the whole order, which is what a new leader
+// adopts (leader.States.NewestOrder); a rank that asks a member for a
+// slice its part lacks gets the whole from the leader (Order). Epoch 0
+// goes whole, and so do an order in pieces that the ranks wait for, one
+// whose parts are likely larger than a piece, and a part larger than a
+// piece (see partsFit and passGroups).
 //
 // A message larger than a frame (ClusterConfig.MaxFrame) can only travel
 // in pieces, so an order that large goes this way to any number of
@@ -268,46 +273,102 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 
 // passGroups passes a relayed message of method m on to members to, in
 // groups, each passed on by relay, and returns once every group is done.
-// Where the message is an epoch's order, a member with no others to pass
-// it on to gets its part of it instead (partsOf), and so does every
-// member of to where they are wire.PartsWithin the fanout or fewer, once
-// order gives the order decoded. A member gets the whole instead where
-// it refuses the part (a build before parts), none was cut, or the part
-// is larger than a relay piece (Cluster.RelayPiece, at most a frame):
-// the whole, passed on piece by piece as they come, reaches a member a
-// piece after this node has it, and a part that large would reach it
-// later (once the whole is here, decoded and cut, its bytes after that).
-// In a large mesh a part is a small share of the order (40 KiB of 11 MiB
-// at 1,000 peers); in a mesh of a few peers, a member's ranks and samples
-// are a large one.
-//
-// Parts are cut only where cut says so (partsFit).
+// Where the message is an epoch's order and cut says so (partsFit), a
+// member with no others to pass it on to gets its part of it instead,
+// and so does every member of to where they are wire.PartsWithin the
+// fanout or fewer; a group whose head then hands all the rest their parts
+// (1 + PartsWithin members or fewer) gets a group's part
+// (wire.PublishMsg.Below), which its head cuts their parts from. The
+// parts are cut in one pass (partsOf) once order gives the order decoded.
+// A member or group gets the whole instead where its head refuses the
+// part (a build before parts, or before group parts; a group's head
+// names the members below it that refused theirs), none was cut, or the
+// part is larger than a relay
+// piece (Cluster.RelayPiece, at most a frame): the whole, passed on piece
+// by piece as they come, reaches a member a piece after this node has
+// it, and a part that large would reach it later (once the whole is
+// here, decoded and cut, its bytes after that). In a large mesh a part
+// is a small share of the order (40 KiB of 11 MiB at 1,000 peers, a
+// group's of 16 about 0.5 MiB); in a mesh of a few peers, a member's
+// ranks and samples are a large one.
 func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
+	fanout := n.cfg.Cluster.RelayFanout
 	var wg sync.WaitGroup
-	var last []string // members with no others below them
-	if cut && len(to) <= wire.PartsWithin(n.cfg.Cluster.RelayFanout) {
-		last = to // each its part, from here
+	var cuts [][]string // each gets its part from here: a member's own, or its group's
+	if cut && len(to) <= wire.PartsWithin(fanout) {
+		for _, name := range to {
+			cuts = append(cuts, []string{name})
+		}
 	} else {
-		for _, group := range wire.RelayGroups(to, n.cfg.Cluster.RelayFanout) {
-			if len(group) == 1 && cut {
-				last = append(last, group[0])
+		for _, group := range wire.RelayGroups(to, fanout) {
+			if cut && len(group) <= 1+wire.PartsWithin(fanout) {
+				cuts = append(cuts, group)
 				continue
 			}
 			wg.Go(func() { relay(group) })
 		}
 	}
-	if len(last) > 0 {
-		parts := n.partsOf(order(ctx), last)
-		for i, name := range last {
+	if len(cuts) > 0 {
+		parts := n.partsOf(order(ctx), cuts)
+		for i, group := range cuts {
 			wg.Go(func() {
-				if parts == nil || parts[i].EncodedSize() > n.cfg.Cluster.RelayPiece ||
-					peer.CodeOf(n.sendTo(ctx, name, wire.MethodPublishPart, parts[i])) == peer.CodeBadRequest {
-					relay([]string{name})
+				whole := group // what gets the whole instead
+				if parts != nil && parts[i].EncodedSize() <= n.cfg.Cluster.RelayPiece {
+					whole = n.handPart(ctx, group, parts[i])
+				}
+				if len(whole) > 0 {
+					relay(whole)
 				}
 			})
 		}
 	}
 	wg.Wait()
+}
+
+// handPart hands group its part of an order (one member's, or a group's
+// to its head to cut the rest theirs from), and returns the members
+// that are to get the whole instead: none once the part is delivered;
+// the group where its head refuses it (a build before parts, or before
+// group parts); those below a group's head that refused their parts (as
+// it answers, wire.GroupPartResp); the rest of a group whose head could
+// not be reached (it may be dead: it is not asked again). A member that
+// gets nothing asks the leader for the order while its ranks wait (see
+// Order).
+func (n *Node) handPart(ctx context.Context, group []string, part *wire.PublishMsg) (whole []string) {
+	head, rest := group[0], group[1:]
+	if len(rest) == 0 {
+		if peer.CodeOf(n.sendTo(ctx, head, wire.MethodPublishPart, part)) == peer.CodeBadRequest {
+			return group
+		}
+		return nil
+	}
+	body, err := part.Encode()
+	if err != nil {
+		n.cfg.Logger.Error().Err(err).Msg("encoding a group's part of an order")
+		return group
+	}
+	parts, err := wire.RelayParts(rest, wire.MethodPublishPart, body)
+	if err != nil {
+		n.cfg.Logger.Error().Err(err).Msg("encoding a group's part of an order")
+		return group
+	}
+	// The head answers once its group has their parts: a call's time for
+	// it, and one for the hop below.
+	cctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Cluster.FetchTimeout)
+	defer cancel()
+	var resp wire.GroupPartResp
+	switch err := n.cluster.callName(cctx, head, wire.MethodRelay, parts, &resp); {
+	case err == nil:
+		return slices.DeleteFunc(resp.Whole, func(name string) bool { return !slices.Contains(rest, name) })
+	case peer.CodeOf(err) == peer.CodeBadRequest:
+		n.cfg.Logger.Debug().Err(err).Str("peer", head).Msg("a group's part refused; the group gets the whole")
+		return group
+	case ctx.Err() != nil:
+		return nil
+	default:
+		n.cfg.Logger.Debug().Err(err).Str("peer", head).Int("group", len(rest)).Msg("a group's part not delivered; the rest get the whole")
+		return rest
+	}
 }
 
 // partsFit reports whether the parts of an order of size bytes are
@@ -323,12 +384,13 @@ func (n *Node) partsFit(size int) bool {
 	return wire.PartsFit(size, n.cfg.Cluster.Replicas, len(n.Members()), n.cfg.Cluster.RelayPiece)
 }
 
-// partsOf cuts the parts of order p, checked, for the named members
-// (orders.Cut), each with the reads of the samples the ring gives it now.
-// It returns nil where p goes whole: none, a retirement, and epoch 0,
-// which is drawn while ranks still announce themselves (its Ranks may
-// not name their nodes yet).
-func (n *Node) partsOf(p *wire.PublishMsg, names []string) []*wire.PublishMsg {
+// partsOf cuts the parts of order p, checked (the whole, or a group's
+// part), for groups of members (orders.CutGroups: a group of one gets a
+// member's part), each with the reads of the samples the ring gives its
+// members now. It returns nil where p goes whole: none, a retirement,
+// and epoch 0, which is drawn while ranks still announce themselves (its
+// Ranks may not name their nodes yet).
+func (n *Node) partsOf(p *wire.PublishMsg, groups [][]string) []*wire.PublishMsg {
 	if p == nil || p.Epoch < 1 || p.Retired {
 		return nil
 	}
@@ -338,10 +400,10 @@ func (n *Node) partsOf(p *wire.PublishMsg, names []string) []*wire.PublishMsg {
 	}
 	where := n.placement(ds)
 	var parts []*wire.PublishMsg
-	for len(names) > 0 {
-		batch := names[:min(len(names), 64)] // orders.Cut's most
-		names = names[len(batch):]
-		parts = append(parts, orders.Cut(p, batch, where.OwnedBy(batch))...)
+	for len(groups) > 0 {
+		batch := groups[:min(len(groups), 64)] // orders.CutGroups' most
+		groups = groups[len(batch):]
+		parts = append(parts, orders.CutGroups(p, batch, where.OwnedByAny(batch))...)
 	}
 	return parts
 }
@@ -353,12 +415,16 @@ func (n *Node) partsOf(p *wire.PublishMsg, names []string) []*wire.PublishMsg {
 // the time its hops need. A piece of a message goes to serveRelayPiece.
 func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) (any, error) {
 	m := peer.Method(req.Method)
-	if !relayable(m) {
+	group := m == wire.MethodPublishPart && !req.IsPiece() // a group's part (serveGroupPart)
+	if !relayable(m) && !group {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("method %d cannot be relayed", req.Method)}
 	}
 	to := slices.DeleteFunc(slices.Clone(req.To), func(name string) bool { return name == n.cfg.Name })
 	if members := len(n.Members()); len(to) > members {
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("relay to %d members; the mesh has %d", len(to), members)}
+	}
+	if group {
+		return n.serveGroupPart(ctx, from, req.Body, to)
 	}
 	if req.IsPiece() {
 		return n.serveRelayPiece(ctx, from, req, to)
@@ -383,6 +449,62 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 	case <-ctx.Done():
 	}
 	return nil, err
+}
+
+// serveGroupPart takes body, this node's group's part of an order
+// (wire.PublishMsg.Below), relayed to it with the members it names below
+// it to pass their parts on to (to, this node left out): it installs it
+// as its own part, cuts theirs from it in one pass and hands them on,
+// and answers once they have them or could not be reached, or when the
+// request's time is up, naming those that refused theirs (builds before
+// parts: its sender relays them the whole, wire.GroupPartResp). A part
+// for another member, or without every member of to below it, is
+// refused (its sender hands the group the whole instead), and so is one
+// that fails its check.
+func (n *Node) serveGroupPart(ctx context.Context, from string, body []byte, to []string) (any, error) {
+	var p wire.PublishMsg
+	if err := msgpack.Unmarshal(body, &p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: "relayed part of an order: " + err.Error()}
+	}
+	if p.Part != n.cfg.Name || p.Epoch < 1 || p.Retired || slices.ContainsFunc(to, func(name string) bool { return !slices.Contains(p.Below, name) }) {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: fmt.Sprintf("a group's part of the order for %s epoch %d for %q, with %d members below it, relayed to %s for %d", p.Dataset, p.Epoch, p.Part, len(p.Below), n.cfg.Name, len(to))}
+	}
+	if err := n.checkPublish(&p); err != nil {
+		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
+	}
+	passed := make(chan struct{})
+	var resp wire.GroupPartResp
+	n.goBackground(func(bctx context.Context) {
+		defer close(passed)
+		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout)
+		defer cancel()
+		groups := make([][]string, len(to))
+		for i := range to {
+			groups[i] = to[i : i+1 : i+1]
+		}
+		parts := n.partsOf(&p, groups)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, group := range groups {
+			wg.Go(func() {
+				whole := group
+				if parts != nil {
+					whole = n.handPart(fctx, group, parts[i])
+				}
+				mu.Lock()
+				resp.Whole = append(resp.Whole, whole...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	})
+	_, err := n.installPublished(from, &p)
+	select {
+	case <-passed:
+	case <-ctx.Done():
+		return nil, cmp.Or(err, ctx.Err())
+	}
+	return &resp, err
 }
 
 // serveRelayPiece takes a piece of a relayed order: it puts it in the

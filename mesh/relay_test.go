@@ -33,7 +33,9 @@ import (
 // down the chain and down a tree of fanout 2. From epoch 1 on, a member
 // with none below it gets its part of the order instead (the slices of
 // the ranks on it, and the reads of the samples it owns) where the part
-// is no larger than a piece: whole, not in pieces of 256 bytes.
+// is no larger than a piece: whole, not in pieces of 256 bytes; and the
+// member before it in the chain its group's part (its own and the last
+// one's), from which it cuts the last one's.
 func TestOrdersRelayedToEveryPeer(t *testing.T) {
 	for _, c := range []struct {
 		name          string
@@ -98,17 +100,25 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 		whole := published[epoch]
 		mu.Unlock()
 		for r := range whole.Slices {
-			if o.HasSlice(r) != (o.Part == "" || ranks[r] == o.Part) || o.HasSlice(r) && !slices.Equal(o.Slices[r], whole.Slices[r]) {
-				t.Fatalf("%s holds epoch %d with slice %d %v (part of %q): want %v", p.node.Name(), epoch, r, o.Slices[r], o.Part, whole.Slices[r])
+			mine := o.Part == "" || ranks[r] != "" && (ranks[r] == o.Part || slices.Contains(o.Below, ranks[r]))
+			if o.HasSlice(r) != mine || o.HasSlice(r) && !slices.Equal(o.Slices[r], whole.Slices[r]) {
+				t.Fatalf("%s holds epoch %d with slice %d %v (part of %q, below it %v): want %v", p.node.Name(), epoch, r, o.Slices[r], o.Part, o.Below, whole.Slices[r])
 			}
 		}
 		if o.Part == "" {
 			return true
 		}
 		// Its relay picked its reads out with the ring it had: the same
-		// as the node's own while the views agree (before the kill).
+		// as the node's own while the views agree (before the kill), and
+		// of a group's part those of the members below it too.
 		var want []uint32
-		orders.Reads(whole, p.node.ownsSample(ds), func(id uint32) { want = append(want, id) })
+		owns := []func(uint32) bool{p.node.ownsSample(ds)}
+		for _, below := range o.Below {
+			owns = append(owns, m.byName(below).node.ownsSample(ds))
+		}
+		orders.Reads(whole, func(id uint32) bool {
+			return slices.ContainsFunc(owns, func(own func(uint32) bool) bool { return own(id) })
+		}, func(id uint32) { want = append(want, id) })
 		if o.Part != p.node.Name() || epoch == 0 || o.Size != 1200 || epoch == 1 && !slices.Equal(o.Reads, want) {
 			t.Fatalf("%s holds a part of epoch %d for %q, %d reads in all, its reads %v: want its own, 1,200, reads %v", p.node.Name(), epoch, o.Part, o.Size, o.Reads, want)
 		}
@@ -476,6 +486,69 @@ func TestRelayedPiecesThatDoNotMakeTheOrder(t *testing.T) {
 		t.Fatal("the order was not installed from its pieces")
 	}
 	waitFor(t, 10*time.Second, "the installed order's pieces let go", func() bool { held, _ := n.cluster.relays.held(); return held == 0 })
+}
+
+// TestGroupPartsRefused: a group's part relayed to a node that is not
+// its member, or with members to pass parts on to that it does not name
+// below its own, or of epoch 0, or that fails its check, or sent in
+// pieces, is refused and nothing is installed; a sound one is installed
+// as the node's own part.
+func TestGroupPartsRefused(t *testing.T) {
+	m := startMesh(t, 1, meshOpts{samples: 300})
+	n := m.peers[0].node
+	ds := n.ordered[0]
+	sound := func() *wire.PublishMsg {
+		return &wire.PublishMsg{Dataset: "ds", Job: "group", Version: ds.manifest.Version, Gen: 1, Epoch: 1, Term: n.lead.highest(), World: 3,
+			Slices: []wire.U32s{{1, 2}, nil, {5, 6}}, Ranks: []string{n.Name(), "n8", "n7"}, Part: n.Name(), Below: []string{"n7"}, Size: 6, Reads: wire.U32s{1, 6}}
+	}
+	installed := func() *wire.PublishMsg {
+		if js := ds.lookupJob("group"); js != nil {
+			return js.book.Kept(1)
+		}
+		return nil
+	}
+	relay := func(p *wire.PublishMsg, to []string, piece bool) error {
+		body, err := p.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &wire.RelayMsg{To: to, Method: uint16(wire.MethodPublishPart), Body: body}
+		if piece {
+			req = &wire.RelayMsg{To: to, Method: uint16(wire.MethodPublishPart), Size: len(body), PieceSize: len(body), Sum: xxhash.Sum64(body), Piece: body}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = n.serveRelay(ctx, "n9", req)
+		return err
+	}
+	for name, c := range map[string]struct {
+		spoil func(p *wire.PublishMsg)
+		to    []string
+		piece bool
+	}{
+		"another's":  {func(p *wire.PublishMsg) { p.Part = "n9" }, []string{"n7"}, false},
+		"not below":  {func(p *wire.PublishMsg) {}, []string{"n8"}, false},
+		"epoch 0":    {func(p *wire.PublishMsg) { p.Epoch = 0 }, []string{"n7"}, false},
+		"check":      {func(p *wire.PublishMsg) { p.Slices[1] = wire.U32s{3, 4} }, []string{"n7"}, false},
+		"in a piece": {func(p *wire.PublishMsg) {}, []string{"n7"}, true},
+	} {
+		p := sound()
+		c.spoil(p)
+		if err := relay(p, c.to, c.piece); peer.CodeOf(err) != peer.CodeBadRequest {
+			t.Errorf("%s: %v; want refused", name, err)
+		}
+		if installed() != nil {
+			t.Fatalf("%s: installed", name)
+		}
+	}
+	// n7 is no member: its part cannot be handed on, and the head says
+	// nothing of it (a member that gets nothing asks the leader).
+	if err := relay(sound(), []string{"n7"}, false); err != nil {
+		t.Fatalf("a sound group's part: %v", err)
+	}
+	if got := installed(); got == nil || got.Part != n.Name() || !slices.Equal(got.Below, []string{"n7"}) || !got.HasSlice(2) || got.HasSlice(1) {
+		t.Fatalf("a sound group's part installed as %+v", got)
+	}
 }
 
 // TestLeaderServesAnOrderOnceAPeerHoldsIt: a rank on the leader's node

@@ -112,6 +112,30 @@ func (w Placement) OwnedBy(names []string) func(id uint32) uint64 {
 	if len(names) > 64 {
 		panic("sampling: OwnedBy of more than 64 names")
 	}
+	bit := make(map[string]uint64, len(names))
+	for i, name := range names {
+		bit[name] |= 1 << i
+	}
+	return w.ownedBy(bit)
+}
+
+// OwnedByAny is OwnedBy of sets of names (at most 64 sets): bit i is set
+// where any of sets[i] owns the sample.
+func (w Placement) OwnedByAny(sets [][]string) func(id uint32) uint64 {
+	if len(sets) > 64 {
+		panic("sampling: OwnedByAny of more than 64 sets")
+	}
+	bit := make(map[string]uint64)
+	for i, set := range sets {
+		for _, name := range set {
+			bit[name] |= 1 << i
+		}
+	}
+	return w.ownedBy(bit)
+}
+
+// ownedBy is OwnedBy with each owner's bits in bit.
+func (w Placement) ownedBy(bit map[string]uint64) func(id uint32) uint64 {
 	masks := make([]uint64, w.Groups)
 	known := make([]bool, w.Groups)
 	return func(id uint32) uint64 {
@@ -122,9 +146,7 @@ func (w Placement) OwnedBy(names []string) func(id uint32) uint64 {
 		if !known[g] {
 			known[g] = true
 			for _, owner := range w.Owners(g) {
-				if i := slices.Index(names, owner); i >= 0 {
-					masks[g] |= 1 << i
-				}
+				masks[g] |= bit[owner]
 			}
 		}
 		return masks[g]

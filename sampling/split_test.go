@@ -616,4 +616,21 @@ func TestPlacementOwns(t *testing.T) {
 			t.Fatalf("OwnedBy(%v)(%d) = %b, want %b", names, id, got, want)
 		}
 	}
+
+	// OwnedByAny: bit i where any of sets[i] owns the sample.
+	sets := [][]string{{"d"}, {"c", "a"}, {"b", "d"}, {"a"}}
+	ownedByAny := where.OwnedByAny(sets)
+	for id := uint32(0); id < 40; id++ {
+		var want uint64
+		for i, set := range sets {
+			for _, name := range set {
+				if where.Owns(name)(id) {
+					want |= 1 << i
+				}
+			}
+		}
+		if got := ownedByAny(id); got != want {
+			t.Fatalf("OwnedByAny(%v)(%d) = %b, want %b", sets, id, got, want)
+		}
+	}
 }

@@ -345,22 +345,36 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	onLink := pubWire / link * (pieces + float64(res.PublishHops) - 1) / pieces
 	fmt.Fprintf(tw, "next order on the link (ranks wait; %d hops of %d copies, %.0f pieces)\t%s\t%s (the epoch)\t%s\t\n",
 		res.PublishHops, res.PublishSends, pieces, round(time.Duration(onLink*float64(time.Second))), round(res.Epoch), ratio(onLink, epoch))
-	if mo := res.Member; mo != nil && mo.Parts > 0 && mo.PartHops > 1 {
-		// A member that gets its part has it once its relay, a hop
-		// before, holds the whole order, has decoded and checked it and
-		// has cut the parts (not piece by piece), and the parts crossed
-		// its link. Relays cut the parts of an order in pieces only where
-		// it was drawn ahead (mesh's partsFit): no rank waits for it.
-		relayHas := pubWire / link * (pieces + float64(mo.PartHops) - 2) / pieces
-		var work time.Duration
-		for _, s := range mo.Whole {
-			if s.Name == decodeStep || s.Name == cutStep {
-				work += s.Dur
+	if mo := res.Member; mo != nil && mo.Shape.Parts > 0 && mo.Shape.Hops > 1 {
+		// A member that gets its part has it once the relay that cuts
+		// it holds what it cuts from, has decoded and checked it and has
+		// cut the parts (not piece by piece), and the parts crossed its
+		// link: where groups' heads cut the parts, after a holder two
+		// hops up did that with the whole and the groups' parts crossed
+		// its link. Relays cut the parts of an order in pieces only
+		// where it was drawn ahead (mesh's partsFit): no rank waits for
+		// it.
+		sh := mo.Shape
+		took := func(steps []*mergeStep, names ...string) (d time.Duration) {
+			for _, s := range steps {
+				if slices.Contains(names, s.Name) {
+					d += s.Dur
+				}
 			}
+			return d
 		}
-		reach := relayHas + work.Seconds() + float64(mo.PartBytes*mo.Cut)/link
-		fmt.Fprintf(tw, "  drawn ahead, members with parts have theirs (the whole %d hops, their relay's decode, check and cut, %d parts on its link; an order the ranks wait for goes whole, as above)\t%s\t%s (the epoch)\t%s\t\n",
-			mo.PartHops-1, mo.Cut, round(time.Duration(reach*float64(time.Second))), round(res.Epoch), ratio(reach, epoch))
+		wholeHops := sh.Hops - 1
+		var reach float64
+		how := fmt.Sprintf("the whole %d hops, their relay's decode, check and cut, %d parts on its link", wholeHops, mo.Cut)
+		if sh.Heads > 0 {
+			wholeHops = sh.Hops - 2
+			reach = took(mo.Group, groupDecodeStep, groupCutStep).Seconds() + float64(mo.GroupBytes*mo.GroupCut)/link
+			how = fmt.Sprintf("the whole %d hops, a relay's decode, check and cut, %d groups' parts on its link, their heads' decode, check and cut, %d parts on each one's link", wholeHops, mo.GroupCut, mo.Cut)
+		}
+		relayHas := pubWire / link * (pieces + float64(wholeHops) - 1) / pieces
+		reach += relayHas + took(mo.Whole, decodeStep, cutStep).Seconds() + float64(mo.PartBytes*mo.Cut)/link
+		fmt.Fprintf(tw, "  drawn ahead, members with parts have theirs (%s; an order the ranks wait for goes whole, as above)\t%s\t%s (the epoch)\t%s\t\n",
+			how, round(time.Duration(reach*float64(time.Second))), round(res.Epoch), ratio(reach, epoch))
 	}
 	// With --order-ahead 1 the next order is drawn once every rank
 	// finished the epoch before the one being trained, and relayed while

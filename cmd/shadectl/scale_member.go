@@ -18,72 +18,100 @@ import (
 // memberOrder is what the members other than the leader do with an
 // epoch's order drawn ahead (which shade-peer does by default at this
 // scale; an order the ranks wait for goes whole to every member, piece
-// by piece, see mesh's partsFit), as mesh does it. In a relayed mesh a
-// member with others to pass the order on to (a relay), and one the
-// leader sends to directly, holds the whole order: it receives it,
+// by piece, see mesh's partsFit), as mesh does it. In a relayed mesh the
+// members the leader sends to directly, and the relays below them that
+// pass it on to other relays, hold the whole order: each receives it,
 // passes it on, decodes and checks it and picks out the reads of its own
-// samples for its cache policy; a relay also cuts the parts of the
-// members it hands them to (orders.Cut, mesh's partsOf): those with none
-// below them, or all of its group where that is wire.PartsWithin the
-// fanout. Those members get their part alone (wire.PublishMsg.Part):
-// their ranks' slices and weights, and the reads of their samples.
+// samples for its cache policy; a relay that would pass the whole on to
+// a relay with no more than wire.PartsWithin the fanout members below it
+// cuts that relay its group's part instead (orders.CutGroups, mesh's
+// partsOf: wire.PublishMsg.Below), and a member with none below it its
+// own part. A group's head installs its group's part as its own and cuts
+// each member below it its part from it. Those members get their part
+// alone (wire.PublishMsg.Part): their ranks' slices and weights, and the
+// reads of their samples.
 type memberOrder struct {
 	Name  string // the member measured
 	Ranks int    // its ranks
 	Reads int    // the reads of its samples in the order
-	// Holders hold the whole order, Parts get their parts (of the
-	// members other than the leader), the last of them PartHops hops
-	// from the leader; Cut is how many parts a relay cuts in one pass.
-	Holders, Parts, PartHops, Cut int
-	// Whole are a holder's steps, Part those of a member that gets its
-	// part.
-	Whole, Part []*mergeStep
-	// WholeBytes and PartBytes are the messages' sizes.
-	WholeBytes, PartBytes int
+	// Shape is who holds what: Holders the whole, Heads their groups'
+	// parts, Parts their own (of the members other than the leader).
+	Shape relayShape
+	// Cut is how many parts a group's head cuts in one pass, GroupCut
+	// how many groups' parts a holder does.
+	Cut, GroupCut int
+	// Whole are a holder's steps, Group those of a group's head, Part
+	// those of a member that gets its part.
+	Whole, Group, Part []*mergeStep
+	// WholeBytes, GroupBytes and PartBytes are the messages' sizes.
+	WholeBytes, GroupBytes, PartBytes int
 	// PartOverPiece says the measured member's part is larger than a
 	// relay piece: mesh sends it the whole instead (so does a relay to
-	// every member with as many ranks).
-	PartOverPiece bool
+	// every member with as many ranks); GroupOverPiece says so of its
+	// group's part.
+	PartOverPiece, GroupOverPiece bool
 }
 
-// relayShape counts, of the members others that the leader sends an
-// order to, those that hold it whole and those that get their parts, as
-// mesh relays it: relayed (past fanout members, or in pieces), the
-// leader hands it to the heads of wire.RelayGroups, each passing it on
-// to its group the same way; where parts are cut (cut: a member's part
-// likely fits a piece), a relay's group of one member gets its part, and
-// a relay with wire.PartsWithin the fanout members or fewer to pass it
-// on to hands them all their parts. hops is how many hops the last part
-// takes from the leader (0 with none). Epoch 0 and orders not relayed
-// go whole to every member.
-func relayShape(others, fanout int, relayed, cut bool) (holders, parts, hops int) {
+// relayShape is who holds what of an order the leader sends to its
+// other members, as mesh relays it: Holders hold it whole (Cutters of
+// them cut parts or groups' parts), Heads hold their groups' parts and
+// Parts their own; the last part is Hops hops from the leader (0 with
+// none).
+type relayShape struct{ Holders, Cutters, Heads, Parts, Hops int }
+
+// shapeOf counts relayShape for others members: relayed (past fanout
+// members, or in pieces), the leader hands the order to the heads of
+// wire.RelayGroups, each passing it on to its group the same way; where
+// parts are cut (cut: a member's part likely fits a piece), a relay's
+// group of one member gets its part, a group of 1 + wire.PartsWithin the
+// fanout members or fewer its group's part, whose head hands the rest
+// their parts, and a relay with PartsWithin members or fewer to pass it
+// on to hands them all their parts. Epoch 0 and orders not relayed go
+// whole to every member.
+func shapeOf(others, fanout int, relayed, cut bool) relayShape {
+	var sh relayShape
 	if !relayed {
-		return others, 0, 0
+		sh.Holders = others
+		return sh
 	}
+	within := wire.PartsWithin(fanout)
 	var walk func(n, depth int, relay bool)
 	walk = func(n, depth int, relay bool) {
-		if relay && cut && n > 0 && n <= wire.PartsWithin(fanout) {
-			parts += n
-			hops = max(hops, depth)
+		cuts := relay && cut
+		if cuts && n > 0 && n <= within {
+			sh.Parts += n
+			sh.Hops = max(sh.Hops, depth)
+			sh.Cutters++
 			return
 		}
 		k := min(max(fanout, 1), n)
+		cutter := false
 		for i := range k {
 			size := n / k
 			if i < n%k {
 				size++
 			}
-			if size == 1 && relay && cut {
-				parts++
-				hops = max(hops, depth)
-				continue
+			switch {
+			case cuts && size == 1:
+				sh.Parts++
+				sh.Hops = max(sh.Hops, depth)
+				cutter = true
+			case cuts && size <= 1+within:
+				sh.Heads++
+				sh.Parts += size - 1
+				sh.Hops = max(sh.Hops, depth+1)
+				cutter = true
+			default:
+				sh.Holders++
+				walk(size-1, depth+1, true)
 			}
-			holders++
-			walk(size-1, depth+1, true)
+		}
+		if cutter {
+			sh.Cutters++
 		}
 	}
 	walk(others, 1, false)
-	return holders, parts, hops
+	return sh
 }
 
 // memberSteps measures memberOrder for member, a node other than the
@@ -94,12 +122,13 @@ func relayShape(others, fanout int, relayed, cut bool) (holders, parts, hops int
 // nodes in this process (callPair), both ends' CPU counted: a holder
 // receives one copy of the order and, on average, passes one on, so
 // both ends of one copy are what an average holder's transport does; a
-// part's call is counted to the member that gets it, its relay's end
-// too.
+// part's call, and a group's part's, is counted to the member that gets
+// it, its sender's end too.
 func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, member string, pieces, samples, maxWorld, replicas int, members []string, fanout, piece int) (*memberOrder, error) {
-	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: wire.PartsWithin(fanout)}
+	within := wire.PartsWithin(fanout)
+	mo := &memberOrder{Name: member, WholeBytes: len(raw), Cut: within, GroupCut: max(fanout, 1)}
 	cutting := piece <= 0 || wire.PartsFit(len(raw), replicas, len(members), piece)
-	mo.Holders, mo.Parts, mo.PartHops = relayShape(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1, cutting)
+	mo.Shape = shapeOf(len(members)-1, fanout, len(members)-1 > fanout || pieces > 1, cutting)
 	for _, node := range pub.Ranks {
 		if node == member {
 			mo.Ranks++
@@ -140,28 +169,84 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		mo.Reads = orders.Reads(&got, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) })
 		return nil
 	})
-	// The parts a relay cuts: the member's and those of the members after
-	// it, as many as a relay hands theirs to (wire.PartsWithin).
+	// The groups' parts a holder cuts: the member's group first (the
+	// member and those after it, as many as its head hands parts to),
+	// and as many groups more as the fanout.
 	at := max(slices.Index(members, member), 1)
-	names := slices.Clone(members[at:min(at+mo.Cut, len(members))])
-	var parts []*wire.PublishMsg
-	cut := step(&mo.Whole, cutStep, fmt.Sprintf("orders.Cut of %d members' parts in one pass (mesh's partsOf), by a relay with members that get parts", len(names)))
+	var groups [][]string
+	for g := range mo.GroupCut {
+		start := at + g*(1+within)
+		if start >= len(members) {
+			break
+		}
+		groups = append(groups, members[start:min(start+1+within, len(members))])
+	}
+	var groupParts []*wire.PublishMsg
+	cut := step(&mo.Whole, cutStep, fmt.Sprintf("orders.CutGroups of %d groups' parts of up to %d members each in one pass (mesh's partsOf), by a relay above groups' heads", len(groups), 1+within))
 	_ = cut.run(func() error {
-		parts = orders.Cut(&got, names, where.OwnedBy(names))
+		groupParts = orders.CutGroups(&got, groups, where.OwnedByAny(groups))
 		return nil
 	})
-	// Per holder: the relays that cut parts are about parts/fanout of
-	// the holders.
-	cut.Times = float64(mo.Parts) / float64(max(len(names), 1)) / float64(max(mo.Holders, 1))
+	// Per holder: the holders that cut are Cutters of them.
+	cut.Times = float64(mo.Shape.Cutters) / float64(max(mo.Shape.Holders, 1))
 
-	// A member that gets its part.
-	partRaw, err := parts[0].Encode()
+	// A group's head: the member, with its group's part.
+	groupRaw, err := groupParts[0].Encode()
+	if err != nil {
+		return nil, err
+	}
+	mo.GroupBytes = len(groupRaw)
+	mo.GroupOverPiece = piece > 0 && groupParts[0].EncodedSize() > piece
+	const partCalls = 20 // one a member an epoch; 20 measured
+	gin := step(&mo.Group, "group: its part in (transport)", fmt.Sprintf("1 call of %s (MethodRelay of MethodPublishPart); both ends' CPU, its sender's too; %d measured", scaleBytes(float64(len(groupRaw))), partCalls))
+	gin.Times = 1.0 / partCalls
+	if b, err = binOfSize(len(groupRaw)); err != nil {
+		return nil, err
+	}
+	if err := pair.measure(gin, wire.MethodRelay, b, partCalls, 1); err != nil {
+		return nil, err
+	}
+	var group wire.PublishMsg
+	if err := step(&mo.Group, groupDecodeStep, "msgpack.Unmarshal of the group's part, leader.Check").run(func() error {
+		if err := msgpack.Unmarshal(groupRaw, &group); err != nil {
+			return err
+		}
+		return meshleader.Check(&group, group.Version, samples, maxWorld)
+	}); err != nil {
+		return nil, err
+	}
+	if err := step(&mo.Group, "group: reads of its samples", "orders.Reads of the group's part with sampling.Placement.Owns: the reads its relay picked out for the group, those the head owns").run(func() error {
+		var reads []uint64
+		if n := orders.Reads(&group, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) }); n != mo.Reads {
+			return fmt.Errorf("the group's part has %d reads of the member's samples, the whole order %d", n, mo.Reads)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	names := groups[0][1:]
+	var parts []*wire.PublishMsg
+	_ = step(&mo.Group, groupCutStep, fmt.Sprintf("orders.Cut of its %d members' parts from the group's part in one pass (mesh's serveGroupPart)", len(names))).run(func() error {
+		parts = orders.Cut(&group, names, where.OwnedBy(names))
+		return nil
+	})
+	// Check the parts against those cut from the whole.
+	fromWhole := orders.Cut(&got, names, where.OwnedBy(names))
+	for i := range parts {
+		if !slices.Equal(parts[i].Reads, fromWhole[i].Reads) {
+			return nil, fmt.Errorf("%s's part cut from its group's has %d reads, from the whole %d", names[i], len(parts[i].Reads), len(fromWhole[i].Reads))
+		}
+	}
+
+	// A member that gets its part: the member's own, as its relay would
+	// cut it (it has the same reads whoever cuts it).
+	own := orders.Cut(&got, []string{member}, where.OwnedBy([]string{member}))[0]
+	partRaw, err := own.Encode()
 	if err != nil {
 		return nil, err
 	}
 	mo.PartBytes = len(partRaw)
-	mo.PartOverPiece = piece > 0 && parts[0].EncodedSize() > piece
-	const partCalls = 20 // one a member an epoch; 20 measured
+	mo.PartOverPiece = piece > 0 && own.EncodedSize() > piece
 	pin := step(&mo.Part, "part: in (transport)", fmt.Sprintf("1 call of %s (MethodPublishPart); both ends' CPU, the relay's too; %d measured", scaleBytes(float64(len(partRaw))), partCalls))
 	pin.Times = 1.0 / partCalls
 	if b, err = binOfSize(len(partRaw)); err != nil {
@@ -195,52 +280,60 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 // the order, and that cut parts: what a member with a part waits for
 // after its relay has the whole.
 const (
-	decodeStep = "holder: order decoded, checked"
-	cutStep    = "relay: parts cut"
+	decodeStep      = "holder: order decoded, checked"
+	cutStep         = "relay: groups' parts cut"
+	groupDecodeStep = "group: its part decoded, checked"
+	groupCutStep    = "group: its members' parts cut"
 )
 
 // printMember prints what the members do with each epoch's order, a
-// holder's and a part's, against the epoch.
+// holder's, a group's head's and a part's, against the epoch.
 func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 	if mo == nil {
 		return
 	}
-	fmt.Fprintf(w, "\n== the members other than the leader (%s measured, %d rank(s)): %d hold each epoch's order whole (%s), %d get their parts (%s: their ranks' slices and weights, the reads of their samples; %d for %s), cut by their relays\n",
-		mo.Name, mo.Ranks, mo.Holders, scaleBytes(float64(mo.WholeBytes)), mo.Parts, scaleBytes(float64(mo.PartBytes)), mo.Reads, mo.Name)
+	sh := mo.Shape
+	fmt.Fprintf(w, "\n== the members other than the leader (%s measured, %d rank(s)): %d hold each epoch's order whole (%s), %d their groups' parts (%s, each for a head and up to %d members below it), %d their own parts (%s: their ranks' slices and weights, the reads of their samples; %d for %s)\n",
+		mo.Name, mo.Ranks, sh.Holders, scaleBytes(float64(mo.WholeBytes)), sh.Heads, scaleBytes(float64(mo.GroupBytes)), mo.Cut, sh.Parts, scaleBytes(float64(mo.PartBytes)), mo.Reads, mo.Name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tallocs\talloc bytes\t")
-	var whole, part, cut, cutShare time.Duration
-	for _, s := range slices.Concat(mo.Whole, mo.Part) {
+	all := slices.Concat(mo.Whole, mo.Group, mo.Part)
+	for _, s := range all {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3g\t%d\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), s.Times, int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times))
 	}
+	sum := func(steps []*mergeStep) (total time.Duration) {
+		for _, s := range steps {
+			total += s.cpuPerEpoch()
+		}
+		return total
+	}
+	whole, group, part := sum(mo.Whole), sum(mo.Group), sum(mo.Part)
+	var cut, cutShare time.Duration
 	for _, s := range mo.Whole {
-		whole += s.cpuPerEpoch()
 		if s.Name == cutStep {
 			cut, cutShare = s.CPU, s.cpuPerEpoch()
 		}
 	}
-	for _, s := range mo.Part {
-		part += s.cpuPerEpoch()
-	}
 	tw.Flush()
-	for _, s := range slices.Concat(mo.Whole, mo.Part) {
+	for _, s := range all {
 		if s.Note != "" {
 			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Note)
 		}
 	}
-	if mo.PartOverPiece {
-		fmt.Fprintf(w, "  %s's part (%s) is larger than a relay piece: its relay sends it the whole order instead, piece by piece; the figures below count parts as if every member got its own\n",
-			mo.Name, scaleBytes(float64(mo.PartBytes)))
+	if mo.PartOverPiece || mo.GroupOverPiece {
+		fmt.Fprintf(w, "  %s's part (%s) or its group's (%s) is larger than a relay piece: its relay sends the whole order instead, piece by piece; the figures below count parts as if every member got its own\n",
+			mo.Name, scaleBytes(float64(mo.PartBytes)), scaleBytes(float64(mo.GroupBytes)))
 	}
-	members := max(mo.Holders+mo.Parts, 1)
-	average := (whole*time.Duration(mo.Holders) + part*time.Duration(mo.Parts)) / time.Duration(members)
+	members := max(sh.Holders+sh.Heads+sh.Parts, 1)
+	average := (whole*time.Duration(sh.Holders) + group*time.Duration(sh.Heads) + part*time.Duration(sh.Parts)) / time.Duration(members)
 	allWhole := whole - cutShare
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tmeasured\tbudget\tratio\t")
-	fmt.Fprintf(tw, "holder CPU per epoch for the order (a relay's share of cutting parts in)\t%s\t%s (one core, the epoch)\t%s\t\n", round(whole), round(epoch), ratio(whole.Seconds(), epoch.Seconds()))
-	fmt.Fprintf(tw, "  a relay that cuts parts: all of its cutting\t%s\t\t%s\t\n", round(cut), ratio(cut.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "holder CPU per epoch for the order (a relay's share of cutting groups' parts in)\t%s\t%s (one core, the epoch)\t%s\t\n", round(whole), round(epoch), ratio(whole.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "  a relay that cuts groups' parts: all of its cutting\t%s\t\t%s\t\n", round(cut), ratio(cut.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "group's head with its group's part: CPU per epoch\t%s\t%s (one core, the epoch)\t%s\t\n", round(group), round(epoch), ratio(group.Seconds(), epoch.Seconds()))
 	fmt.Fprintf(tw, "member with its part: CPU per epoch\t%s\t%s (one core, the epoch)\t%s\t\n", round(part), round(epoch), ratio(part.Seconds(), epoch.Seconds()))
-	fmt.Fprintf(tw, "average member CPU per epoch (%d holders, %d parts)\t%s\t%s (one core, the epoch)\t%s\t\n", mo.Holders, mo.Parts, round(average), round(epoch), ratio(average.Seconds(), epoch.Seconds()))
+	fmt.Fprintf(tw, "average member CPU per epoch (%d holders, %d groups' heads, %d parts)\t%s\t%s (one core, the epoch)\t%s\t\n", sh.Holders, sh.Heads, sh.Parts, round(average), round(epoch), ratio(average.Seconds(), epoch.Seconds()))
 	fmt.Fprintf(tw, "  every member whole (before parts) over the average\t%s\t\t%s\t\n", round(allWhole), ratio(allWhole.Seconds(), average.Seconds()))
 	tw.Flush()
 }

@@ -202,10 +202,10 @@ func TestScaleMerge(t *testing.T) {
 	// gives it; its part is its rank's slice and those reads, smaller
 	// than the whole order.
 	mo := res.Member
-	if mo == nil || mo.Name == r.Members()[0] || mo.Ranks < 1 || len(mo.Whole) != 4 || len(mo.Part) != 3 || mo.Holders+mo.Parts != len(r.Members())-1 {
+	if mo == nil || mo.Name == r.Members()[0] || mo.Ranks < 1 || len(mo.Whole) != 4 || len(mo.Group) != 4 || len(mo.Part) != 3 || mo.Shape.Holders+mo.Shape.Heads+mo.Shape.Parts != len(r.Members())-1 {
 		t.Fatalf("member: %+v", mo)
 	}
-	for _, s := range slices.Concat(mo.Whole, mo.Part) {
+	for _, s := range slices.Concat(mo.Whole, mo.Group, mo.Part) {
 		if s.Dur <= 0 {
 			t.Fatalf("member step %q not measured", s.Name)
 		}
@@ -225,8 +225,8 @@ func TestScaleMerge(t *testing.T) {
 	if mo.Reads != owned || owned == 0 {
 		t.Fatalf("member %s: %d reads of its samples, the ring gives it %d", mo.Name, mo.Reads, owned)
 	}
-	if mo.PartBytes < 4*(testSamples/world+owned) || mo.PartBytes >= mo.WholeBytes {
-		t.Fatalf("member: part of %d bytes, whole %d; want at least its slice and reads, and less than the whole", mo.PartBytes, mo.WholeBytes)
+	if mo.PartBytes < 4*(testSamples/world+owned) || mo.PartBytes >= mo.GroupBytes || mo.GroupBytes >= mo.WholeBytes {
+		t.Fatalf("member: part of %d bytes, its group's %d, whole %d; want at least its slice and reads, less than its group's, less than the whole", mo.PartBytes, mo.GroupBytes, mo.WholeBytes)
 	}
 }
 
@@ -289,45 +289,59 @@ func TestScaleCommand(t *testing.T) {
 	}
 }
 
-// TestRelayShape: the holders and parts the model counts are those of
-// the groups the leader and its relays cut (wire.RelayGroups): a relay's
-// group of one member gets its part; the leader's members and every
-// group head hold the whole.
+// TestRelayShape: the holders, groups' heads and parts the model counts
+// are those of the groups the leader and its relays cut
+// (wire.RelayGroups), as mesh's passGroups cuts them: a relay's group of
+// one member gets its part, a group of 1 + PartsWithin members or fewer
+// its group's part, whose head hands the rest theirs; the leader's
+// members and every other group's head hold the whole.
 func TestRelayShape(t *testing.T) {
-	// walk cuts the groups as the leader and mesh's passGroups do.
-	var walk func(names []string, fanout int, relay bool) (holders, parts int)
-	walk = func(names []string, fanout int, relay bool) (holders, parts int) {
-		if relay && len(names) <= wire.PartsWithin(fanout) {
-			return 0, len(names)
+	var walk func(names []string, fanout int, relay bool) (holders, heads, parts int)
+	walk = func(names []string, fanout int, relay bool) (holders, heads, parts int) {
+		within := wire.PartsWithin(fanout)
+		if relay && len(names) <= within {
+			return 0, 0, len(names)
 		}
 		for _, g := range wire.RelayGroups(names, fanout) {
-			if len(g) == 1 && relay {
+			switch {
+			case relay && len(g) == 1:
 				parts++
-				continue
+			case relay && len(g) <= 1+within:
+				heads, parts = heads+1, parts+len(g)-1
+			default:
+				h, gh, p := walk(g[1:], fanout, true)
+				holders, heads, parts = holders+1+h, heads+gh, parts+p
 			}
-			h, p := walk(g[1:], fanout, true)
-			holders, parts = holders+1+h, parts+p
 		}
-		return holders, parts
+		return holders, heads, parts
 	}
-	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {8, 2}, {19, 4}, {999, 4}, {999, 16}, {100, 1}, {7, 3}} {
+	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {8, 2}, {12, 2}, {19, 4}, {999, 4}, {999, 16}, {100, 1}, {7, 3}, {4, 1}} {
 		names := make([]string, c.others)
 		for i := range names {
 			names[i] = fmt.Sprintf("n%04d", i)
 		}
-		wh, wp := walk(names, c.fanout, false)
-		if h, p, _ := relayShape(c.others, c.fanout, true, true); h != wh || p != wp {
-			t.Errorf("%d members, fanout %d: %d holders, %d parts; the groups give %d and %d", c.others, c.fanout, h, p, wh, wp)
+		wh, wg, wp := walk(names, c.fanout, false)
+		if sh := shapeOf(c.others, c.fanout, true, true); sh.Holders != wh || sh.Heads != wg || sh.Parts != wp {
+			t.Errorf("%d members, fanout %d: %+v; the groups give %d holders, %d heads, %d parts", c.others, c.fanout, sh, wh, wg, wp)
 		}
 	}
-	// TestRelayHandsItsWholeGroupTheirParts's mesh (mesh package).
-	if h, p, hops := relayShape(8, 2, true, true); h != 2 || p != 6 || hops != 2 {
-		t.Errorf("8 members, fanout 2: %d holders, %d parts, %d hops; want 2, 6 and 2", h, p, hops)
+	// At 1,000 peers and fanout 4: the leader's 4 and the 16 relays
+	// below them hold the whole, 64 groups' heads their groups' parts.
+	if sh := shapeOf(999, 4, true, true); sh != (relayShape{Holders: 20, Cutters: 16, Heads: 64, Parts: 915, Hops: 4}) {
+		t.Errorf("999 members, fanout 4: %+v", sh)
 	}
-	if h, p, _ := relayShape(999, 4, true, false); h != 999 || p != 0 {
-		t.Errorf("999 members, no parts cut: %d holders, %d parts; want 999 and none", h, p)
+	// TestRelayHandsItsWholeGroupTheirParts's mesh and
+	// TestRelayHandsAGroupItsPart's (mesh package).
+	if sh := shapeOf(8, 2, true, true); sh != (relayShape{Holders: 2, Cutters: 2, Parts: 6, Hops: 2}) {
+		t.Errorf("8 members, fanout 2: %+v; want 2 holders cutting 6 parts, 2 hops", sh)
 	}
-	if h, p, _ := relayShape(3, 4, false, true); h != 3 || p != 0 {
-		t.Errorf("3 members sent directly: %d holders, %d parts; want 3 and none", h, p)
+	if sh := shapeOf(4, 1, true, true); sh != (relayShape{Holders: 2, Cutters: 1, Heads: 1, Parts: 1, Hops: 4}) {
+		t.Errorf("4 members, fanout 1: %+v; want 2 holders, a group's head and a part 4 hops down", sh)
+	}
+	if sh := shapeOf(999, 4, true, false); sh.Holders != 999 || sh.Heads+sh.Parts != 0 {
+		t.Errorf("999 members, no parts cut: %+v; want 999 holders and no parts", sh)
+	}
+	if sh := shapeOf(3, 4, false, true); sh.Holders != 3 || sh.Heads+sh.Parts != 0 {
+		t.Errorf("3 members sent directly: %+v; want 3 holders and no parts", sh)
 	}
 }

@@ -993,7 +993,9 @@ func (u unsplit) split(ranks []string, where *sampling.Placement) (Drawn, error)
 // ranks with one slice each, slices of equal length, no more rank nodes
 // than ranks, ids below samples, and either no weights or one finite
 // positive weight per id. A member's part (wire.PublishMsg.Part) holds
-// the slices of its ranks alone, and reads of ids below samples.
+// the slices of its ranks alone (a group's part, those of the members
+// Below it too: at most MaxBelow, each once), and reads of ids below
+// samples.
 func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	if p.Version != version {
 		return fmt.Errorf("leader: order for %s version %s; this node has version %s", p.Dataset, p.Version, version)
@@ -1009,6 +1011,9 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	}
 	if len(p.Weights) != 0 && len(p.Weights) != p.World {
 		return fmt.Errorf("leader: order for %s epoch %d has %d weight slices for world %d", p.Dataset, p.Epoch, len(p.Weights), p.World)
+	}
+	if err := checkBelow(p); err != nil {
+		return err
 	}
 	first := -1 // the first slice p holds (all of a whole order; a part's own)
 	for r, s := range p.Slices {
@@ -1050,6 +1055,32 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 		if int(id) >= samples {
 			return fmt.Errorf("leader: %s's part of the order for %s epoch %d: read of id %d out of range", p.Part, p.Dataset, p.Epoch, id)
 		}
+	}
+	return nil
+}
+
+// MaxBelow is the most members a group's part names Below its own
+// (wire.PublishMsg.Below): those its member cuts parts for in one pass.
+const MaxBelow = 63
+
+// checkBelow checks the members a part names Below its own: on a part
+// alone, at most MaxBelow, each named once, none empty or the part's own.
+func checkBelow(p *wire.PublishMsg) error {
+	if len(p.Below) == 0 {
+		return nil
+	}
+	if p.Part == "" {
+		return fmt.Errorf("leader: the whole order for %s epoch %d names %d members below a part", p.Dataset, p.Epoch, len(p.Below))
+	}
+	if len(p.Below) > MaxBelow {
+		return fmt.Errorf("leader: %s's part of the order for %s epoch %d names %d members below it (at most %d)", p.Part, p.Dataset, p.Epoch, len(p.Below), MaxBelow)
+	}
+	seen := make(map[string]bool, len(p.Below))
+	for _, m := range p.Below {
+		if m == "" || m == p.Part || seen[m] {
+			return fmt.Errorf("leader: %s's part of the order for %s epoch %d names %q below it twice, or none", p.Part, p.Dataset, p.Epoch, m)
+		}
+		seen[m] = true
 	}
 	return nil
 }

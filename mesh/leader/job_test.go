@@ -526,6 +526,39 @@ func TestCheck(t *testing.T) {
 			t.Errorf("part, %s: accepted", name)
 		}
 	}
+
+	// A group's part: b's, with the ranks of a below it; a member below
+	// that has no rank adds none.
+	group := func() *wire.PublishMsg {
+		p := ok()
+		p.Part, p.Below, p.Size, p.Reads = "b", []string{"a", "c"}, 4, wire.U32s{3, 0}
+		return p
+	}
+	if err := Check(group(), "v1", 4, 2); err != nil {
+		t.Fatalf("a sound group's part: %v", err)
+	}
+	p := group()
+	p.Below = []string{"c"}
+	if Check(p, "v1", 4, 2) == nil {
+		t.Errorf("a group's part with a slice of a member not below it: accepted")
+	}
+	for name, spoil := range map[string]func(p *wire.PublishMsg){
+		"whole":      func(p *wire.PublishMsg) { p.Part, p.Reads, p.Size = "", nil, 0 },
+		"twice":      func(p *wire.PublishMsg) { p.Below = []string{"a", "c", "a"} },
+		"its own":    func(p *wire.PublishMsg) { p.Below = []string{"a", "b"} },
+		"empty name": func(p *wire.PublishMsg) { p.Below = []string{"a", ""} },
+		"too many": func(p *wire.PublishMsg) {
+			for i := range MaxBelow {
+				p.Below = append(p.Below, fmt.Sprint("m", i))
+			}
+		},
+	} {
+		p := group()
+		spoil(p)
+		if Check(p, "v1", 4, 2) == nil {
+			t.Errorf("group's part, %s: accepted", name)
+		}
+	}
 }
 
 // epochs lists the epochs of the orders published so far.

@@ -50,26 +50,49 @@ func inReadOrder(slices []wire.U32s, visit func(id uint32)) {
 	}
 }
 
-// Cut returns the parts of the whole order p for the named members (at
-// most 64; wire.PublishMsg.Part), one each, in one pass over the order:
+// Cut returns the parts of the order p for the named members (at most
+// 64; wire.PublishMsg.Part), one each, in one pass over the order:
 // member i's part holds the slices and weights of the ranks p.Ranks puts
 // on it and the reads of the samples it owns, those whose ownedBy has
-// bit i set, in the order Reads visits them. The parts share p's slices
-// and weights: read only.
+// bit i set, in the order Reads visits them. p is the whole order, or a
+// group's part (wire.PublishMsg.Below) whose reads hold the members'.
+// The parts share p's slices and weights: read only.
 func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*wire.PublishMsg {
-	parts := make([]*wire.PublishMsg, len(names))
-	index := make(map[string]int, len(names))
-	for i, name := range names {
-		index[name] = i
+	groups := make([][]string, len(names))
+	for i := range names {
+		groups[i] = names[i : i+1 : i+1]
+	}
+	return CutGroups(p, groups, ownedBy)
+}
+
+// CutGroups is Cut of groups' parts (at most 64 groups): group i's part
+// is for its first member, with the rest Below it, and holds the slices
+// and weights of the ranks on any of them and the reads whose ownedBy
+// has bit i set (any of them owns the sample). A group of one gets a
+// member's part. The parts share p's slices and weights, and each its
+// group's slice for Below: read only.
+func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) uint64) []*wire.PublishMsg {
+	parts := make([]*wire.PublishMsg, len(groups))
+	index := make(map[string]int)
+	for i, group := range groups {
+		for _, name := range group {
+			index[name] = i
+		}
 		parts[i] = &wire.PublishMsg{Dataset: p.Dataset, Job: p.Job, Version: p.Version, Gen: p.Gen, Epoch: p.Epoch, Term: p.Term,
-			World: p.World, Ahead: p.Ahead, Ranks: p.Ranks, Slices: make([]wire.U32s, len(p.Slices)), Part: name, Size: p.Len()}
+			World: p.World, Ahead: p.Ahead, Ranks: p.Ranks, Slices: make([]wire.U32s, len(p.Slices)), Size: p.Len()}
+		if len(group) > 0 {
+			parts[i].Part = group[0]
+		}
+		if len(group) > 1 {
+			parts[i].Below = group[1:]
+		}
 		if len(p.Weights) > 0 {
 			parts[i].Weights = make([]wire.F32s, len(p.Weights))
 		}
 	}
 	for r, node := range p.Ranks {
 		i, ok := index[node]
-		if !ok || r >= len(p.Slices) {
+		if !ok || node == "" || r >= len(p.Slices) || !p.HasSlice(r) {
 			continue
 		}
 		parts[i].Slices[r] = p.Slices[r]
@@ -77,11 +100,18 @@ func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*
 			parts[i].Weights[r] = p.Weights[r]
 		}
 	}
-	inReadOrder(p.Slices, func(id uint32) {
+	visit := func(id uint32) {
 		for m := ownedBy(id); m != 0; m &= m - 1 {
 			i := bits.TrailingZeros64(m)
 			parts[i].Reads = append(parts[i].Reads, id)
 		}
-	})
+	}
+	if p.Part != "" {
+		for _, id := range p.Reads {
+			visit(id)
+		}
+	} else {
+		inReadOrder(p.Slices, visit)
+	}
 	return parts
 }

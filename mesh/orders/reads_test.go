@@ -73,3 +73,61 @@ func TestCut(t *testing.T) {
 		t.Fatalf("Reads of a's part, 4 no longer owned: %v (%d), want [2 8 6]", got, n)
 	}
 }
+
+// TestCutGroups: a group's part holds the slices of the ranks on any of
+// its members and the reads any of them owns, names its first member as
+// Part and the rest Below; the parts its member cuts from it are those
+// cut from the whole order.
+func TestCutGroups(t *testing.T) {
+	p := &wire.PublishMsg{Dataset: "ds", Version: "v", Gen: 2, Epoch: 3, Term: 4, World: 4, Ahead: 1,
+		Slices:  []wire.U32s{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}},
+		Weights: []wire.F32s{{1, 1, 1}, {2, 2, 2}, {3, 3, 3}, {4, 4, 4}},
+		Ranks:   []string{"a", "b", "c", "d"}, Sampler: []byte("state")}
+	owner := func(id uint32) string { return []string{"a", "b", "c", "d"}[id%4] }
+	ownedBy := func(groups [][]string) func(uint32) uint64 {
+		return func(id uint32) (m uint64) {
+			for i, g := range groups {
+				if slices.Contains(g, owner(id)) {
+					m |= 1 << i
+				}
+			}
+			return m
+		}
+	}
+	groups := [][]string{{"b", "c", "a"}, {"d"}}
+	parts := CutGroups(p, groups, ownedBy(groups))
+	g, d := parts[0], parts[1]
+	if g.Part != "b" || !slices.Equal(g.Below, []string{"c", "a"}) || d.Part != "d" || len(d.Below) != 0 || g.Size != 12 {
+		t.Fatalf("parts %+v, %+v: want b's with c and a below it, d's alone, of 12 reads", g, d)
+	}
+	for r := range p.Slices {
+		in := p.Ranks[r] != "d"
+		if g.HasSlice(r) != in || in != slices.Equal(g.Slices[r], p.Slices[r]) || in != slices.Equal(g.Weights[r], p.Weights[r]) {
+			t.Fatalf("the group's part, rank %d: slice %v, weights %v", r, g.Slices[r], g.Weights[r])
+		}
+	}
+	var want []uint32
+	Reads(p, func(id uint32) bool { return owner(id) != "d" }, func(id uint32) { want = append(want, id) })
+	if !slices.Equal(g.Reads, want) {
+		t.Fatalf("the group's reads %v, want %v", g.Reads, want)
+	}
+	// Its member cuts the parts of the group from it: as from the whole.
+	names := []string{"b", "c", "a"}
+	fromWhole := Cut(p, names, ownedBy([][]string{{"b"}, {"c"}, {"a"}}))
+	fromGroup := Cut(g, names, ownedBy([][]string{{"b"}, {"c"}, {"a"}}))
+	for i := range names {
+		w, q := fromWhole[i], fromGroup[i]
+		if q.Part != names[i] || len(q.Below) != 0 || q.Size != w.Size || !slices.Equal(q.Reads, w.Reads) || len(q.Reads) == 0 {
+			t.Fatalf("%s's part from the group's: %+v, from the whole %+v", names[i], q, w)
+		}
+		for r := range p.Slices {
+			if !slices.Equal(q.Slices[r], w.Slices[r]) || !slices.Equal(q.Weights[r], w.Weights[r]) {
+				t.Fatalf("%s's part from the group's, rank %d: slice %v, from the whole %v", names[i], r, q.Slices[r], w.Slices[r])
+			}
+		}
+	}
+	// A member of no group: cut from the group's part, it gets no slices.
+	if out := Cut(g, []string{"d"}, ownedBy([][]string{{"d"}})); len(out[0].Reads) != 0 || out[0].HasSlice(3) && len(out[0].Slices[3]) != 0 {
+		t.Fatalf("d's part cut from a group's part without it: %+v", out[0])
+	}
+}

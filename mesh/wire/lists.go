@@ -204,6 +204,9 @@ func (p *PublishMsg) EncodedSize() int {
 	for _, r := range p.Ranks {
 		size += 5 + len(r)
 	}
+	for _, m := range p.Below {
+		size += 5 + len(m)
+	}
 	return size
 }
 

@@ -28,7 +28,10 @@ const DefaultRelayFanout = 4
 // passing the whole on to fanout of them. A part is a member's share of
 // the order (its ranks' slices, the reads of its samples: 40 KiB of 11
 // MiB at 1,000 peers), so fanout² of them are fewer bytes than one whole
-// copy, and a member gets one in a hop where the whole took two.
+// copy, and a member gets one in a hop where the whole took two. A relay
+// that holds the whole hands a group of 1 + PartsWithin members or fewer
+// its group's part (PublishMsg.Below) instead of the whole: its head
+// then hands all the rest their parts.
 func PartsWithin(fanout int) int { return fanout * fanout }
 
 // PartsFit reports whether a member's part of an order of size bytes is
@@ -39,6 +42,14 @@ func PartsWithin(fanout int) int { return fanout * fanout }
 // member's share is large.
 func PartsFit(size, replicas, members, piece int) bool {
 	return int64(size)*int64(1+replicas)/int64(max(members, 1)) <= int64(piece)
+}
+
+// GroupPartResp answers a group's part of an order relayed to its head
+// (MethodRelay of MethodPublishPart, PublishMsg.Below): Whole names the
+// members below it that refused their parts (builds before parts), to
+// whom the sender relays the whole order instead.
+type GroupPartResp struct {
+	Whole []string `msgpack:"w,omitempty"`
 }
 
 // DefaultRelayPiece is the size of the pieces a message longer than it
@@ -55,7 +66,11 @@ const DefaultRelayPiece = 1 << 20
 // does not fit a frame) for the member that receives it and for the
 // members in To, to whom that member passes it on (RelayGroups,
 // RelayParts). Peers from before tables were relayed refuse the latter
-// (CodeBadRequest).
+// (CodeBadRequest). A group's part of an order (an encoded PublishMsg
+// with Below, Method MethodPublishPart, never in pieces) goes to its
+// head this way with To the members below it, whose parts the head cuts
+// from it and hands them itself (answered by GroupPartResp); peers from
+// before group parts refuse it.
 //
 // A message longer than a relay's piece size travels in pieces instead,
 // each its own RelayMsg with Body empty: Piece holds bytes Off to

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/shade-mesh/shade/internal/nozero"
@@ -435,15 +436,32 @@ type PublishMsg struct {
 	Part  string `msgpack:"P,omitempty"`
 	Reads U32s   `msgpack:"R,omitempty"`
 	Size  int    `msgpack:"n,omitempty"`
+	// Below, on a part, names the members Part hands their parts to: a
+	// group's part, which a relay that holds the whole cuts for a group
+	// whose head hands the rest theirs (at most PartsWithin the fanout),
+	// holds their ranks' slices and the reads of their samples too, and
+	// Part cuts their parts from it. It travels to Part by MethodRelay
+	// (of MethodPublishPart, To the members of Below), which builds
+	// before group parts refuse; they get the whole instead. Part
+	// installs it as its own part.
+	Below []string `msgpack:"B,omitempty"`
 }
 
 // HasSlice reports whether p holds rank's slice: a whole order holds
-// every rank's, a part those of the ranks on its member.
+// every rank's, a part those of the ranks on its member and on the
+// members Below it.
 func (p *PublishMsg) HasSlice(rank int) bool {
 	if rank < 0 || rank >= len(p.Slices) {
 		return false
 	}
-	return p.Part == "" || rank < len(p.Ranks) && p.Ranks[rank] == p.Part
+	if p.Part == "" {
+		return true
+	}
+	if rank >= len(p.Ranks) {
+		return false
+	}
+	node := p.Ranks[rank]
+	return node != "" && (node == p.Part || slices.Contains(p.Below, node))
 }
 
 // Len is the number of reads in the whole order: every rank's slice.
