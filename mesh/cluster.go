@@ -906,8 +906,8 @@ func (n *Node) askLeader(ctx context.Context, m peer.Method, req, reply any) err
 			return n.leaderJoin(r)
 		case *wire.DoneReq:
 			resp, err := n.leaderDone(r)
-			if out, ok := reply.(*wire.DoneResp); ok && resp != nil {
-				*out = *resp
+			if out, ok := reply.(*wire.DoneResp); ok && out != nil && resp != nil {
+				*out = *resp // reply may be a nil *wire.DoneResp: no answer wanted
 			}
 			return err
 		case *wire.ResetReq:

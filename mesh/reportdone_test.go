@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +83,36 @@ func (l *doneLog) count(m peer.Method) (calls, pairs int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.calls[m], l.pairs[m]
+}
+
+// TestLeadersOwnDoneWithoutAnAnswer: a done the leader's own node
+// reports with no answer wanted (a rank on it that joins again, its
+// epoch implied done: Order) is served here, not sent; where orders run
+// ahead the leader has an answer, and took the nil one for a place to
+// put it, and crashed (chaos, with the leader's node holding a rank).
+func TestLeadersOwnDoneWithoutAnAnswer(t *testing.T) {
+	m := startMesh(t, 2, meshOpts{samples: 400, configure: func(_ int, c *Config) { c.OrderAhead = 1 }})
+	lead := m.leader(t)
+	ctx := context.Background()
+	// Two jobs: the other has trained all but a few samples of epoch 0
+	// when the default job's done of it comes, so the leader's answer
+	// has the default job wait for it before its next epoch begins.
+	if _, _, err := lead.node.Order(ctx, "ds", "", 0, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	slice, _, err := lead.node.Order(ctx, "ds", "other", 0, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trained := slices.Clone(slice[:len(slice)-4])
+	if err := lead.node.Report("ds", "other", 0, trained, make([]float64, len(trained))); err != nil {
+		t.Fatal(err)
+	}
+	gen, _, _ := lead.node.ordered[0].def.book.Head()
+	req := &wire.DoneReq{Dataset: "ds", Gen: gen, Epoch: 0, Rank: 0, Node: lead.node.Name()}
+	if _, err := lead.node.reportDone(ctx, req, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestDoneCarriesItsNodesReports: a rank on n1 reports three minibatches
