@@ -788,7 +788,7 @@ func (n *Node) installPublished(from string, p *wire.PublishMsg) (any, error) {
 		if p.Part != "" {
 			js.parts.Add(1)
 		}
-		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Str("job", displayJob(p.Job)).Int("epoch", p.Epoch).Uint64("term", p.Term).Bool("part", p.Part != "").Str("from", from).Msg("order installed")
+		n.cfg.Logger.Debug().Str("dataset", p.Dataset).Str("job", displayJob(p.Job)).Int("epoch", p.Epoch).Uint64("term", p.Term).Bool("part", p.Part != "").Int("below", len(p.Below)).Str("from", from).Msg("order installed")
 	}
 	return nil, nil
 }
