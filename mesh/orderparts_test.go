@@ -254,16 +254,8 @@ func testRelayHandsItsGroupParts(t *testing.T, piece, ahead int, cut bool) {
 	lead := m.leader(t)
 	waitFor(t, 20*time.Second, "every node sees the nine", func() bool { return m.converged(m.alive()) })
 	others := slices.DeleteFunc(lead.node.Members(), func(name string) bool { return name == lead.node.Name() })
-	ds := lead.node.ordered[0]
-	p := &wire.PublishMsg{Dataset: "ds", Job: "group", Version: ds.manifest.Version, Gen: 1, Epoch: 1, Ahead: ahead,
-		Term: lead.node.lead.highest(), World: len(others), Ranks: others}
-	for r := range others {
-		s := make(wire.U32s, 100)
-		for i := range s {
-			s[i] = uint32((r*100 + i) % 900)
-		}
-		p.Slices = append(p.Slices, s)
-	}
+	p := epochOneOrder(lead, "group", others, 100, 900)
+	p.Ahead = ahead
 	if body, err := p.Encode(); err != nil || piece > 0 && len(body) <= piece {
 		t.Fatalf("an order of %d bytes (%v); want more than a piece of %d", len(body), err, piece)
 	}
@@ -345,16 +337,7 @@ func testRelayHandsAGroupItsPart(t *testing.T, before string) {
 	}
 	waitFor(t, 20*time.Second, "every node sees the five", func() bool { return m.converged(m.alive()) })
 	chain := []string{"n1", "n2", "n3", "n4"}
-	ds := lead.node.ordered[0]
-	p := &wire.PublishMsg{Dataset: "ds", Job: "chain", Version: ds.manifest.Version, Gen: 1, Epoch: 1,
-		Term: lead.node.lead.highest(), World: len(chain), Ranks: chain}
-	for r := range chain {
-		s := make(wire.U32s, 200)
-		for i := range s {
-			s[i] = uint32((r*200 + i) % 800)
-		}
-		p.Slices = append(p.Slices, s)
-	}
+	p := epochOneOrder(lead, "chain", chain, 200, 800)
 	lead.node.publish(p, nil)
 	held := make(map[string]*wire.PublishMsg)
 	waitFor(t, 20*time.Second, "epoch 1 on every other node", func() bool {
@@ -423,4 +406,20 @@ func testRelayHandsAGroupItsPart(t *testing.T, before string) {
 	if got := held["n4"]; want["n4"] == "part" && !slices.Equal(got.Reads, readsOf("n4", p)) {
 		t.Fatalf("n4's part has %d reads of its samples; want %d", len(got.Reads), len(readsOf("n4", p)))
 	}
+}
+
+// epochOneOrder is an order of epoch 1 of job on lead's dataset "ds" of
+// samples samples, for a rank on each of nodes: rank r's slice is the
+// perRank ids from r*perRank on, wrapping.
+func epochOneOrder(lead *testPeer, job string, nodes []string, perRank, samples int) *wire.PublishMsg {
+	p := &wire.PublishMsg{Dataset: "ds", Job: job, Version: lead.node.ordered[0].manifest.Version, Gen: 1, Epoch: 1,
+		Term: lead.node.lead.highest(), World: len(nodes), Ranks: nodes}
+	for r := range nodes {
+		s := make(wire.U32s, perRank)
+		for i := range s {
+			s[i] = uint32((r*perRank + i) % samples)
+		}
+		p.Slices = append(p.Slices, s)
+	}
+	return p
 }

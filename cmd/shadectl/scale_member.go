@@ -13,6 +13,7 @@ import (
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/sampling"
+	"github.com/shade-mesh/shade/transport/peer"
 )
 
 // memberOrder is what the members other than the leader do with an
@@ -191,43 +192,21 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	cut.Times = float64(mo.Shape.Cutters) / float64(max(mo.Shape.Holders, 1))
 
 	// A group's head: the member, with its group's part.
-	groupRaw, err := groupParts[0].Encode()
+	rec := partReceiver{pair: pair, where: where, member: member, samples: samples, maxWorld: maxWorld, reads: mo.Reads}
+	group, groupRaw, err := rec.receive(&mo.Group, groupParts[0], wire.MethodRelay, partSteps{
+		in: "group: its part in (transport)", via: "MethodRelay of MethodPublishPart", sender: "its sender's",
+		decode: groupDecodeStep, decodeNote: "msgpack.Unmarshal of the group's part, leader.Check",
+		reads: "group: reads of its samples", readsNote: "orders.Reads of the group's part with sampling.Placement.Owns: the reads its relay picked out for the group, those the head owns",
+	})
 	if err != nil {
 		return nil, err
 	}
 	mo.GroupBytes = len(groupRaw)
 	mo.GroupOverPiece = piece > 0 && groupParts[0].EncodedSize() > piece
-	const partCalls = 20 // one a member an epoch; 20 measured
-	gin := step(&mo.Group, "group: its part in (transport)", fmt.Sprintf("1 call of %s (MethodRelay of MethodPublishPart); both ends' CPU, its sender's too; %d measured", scaleBytes(float64(len(groupRaw))), partCalls))
-	gin.Times = 1.0 / partCalls
-	if b, err = binOfSize(len(groupRaw)); err != nil {
-		return nil, err
-	}
-	if err := pair.measure(gin, wire.MethodRelay, b, partCalls, 1); err != nil {
-		return nil, err
-	}
-	var group wire.PublishMsg
-	if err := step(&mo.Group, groupDecodeStep, "msgpack.Unmarshal of the group's part, leader.Check").run(func() error {
-		if err := msgpack.Unmarshal(groupRaw, &group); err != nil {
-			return err
-		}
-		return meshleader.Check(&group, group.Version, samples, maxWorld)
-	}); err != nil {
-		return nil, err
-	}
-	if err := step(&mo.Group, "group: reads of its samples", "orders.Reads of the group's part with sampling.Placement.Owns: the reads its relay picked out for the group, those the head owns").run(func() error {
-		var reads []uint64
-		if n := orders.Reads(&group, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) }); n != mo.Reads {
-			return fmt.Errorf("the group's part has %d reads of the member's samples, the whole order %d", n, mo.Reads)
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
 	names := groups[0][1:]
 	var parts []*wire.PublishMsg
 	_ = step(&mo.Group, groupCutStep, fmt.Sprintf("orders.Cut of its %d members' parts from the group's part in one pass (mesh's serveGroupPart)", len(names))).run(func() error {
-		parts = orders.Cut(&group, names, where.OwnedBy(names))
+		parts = orders.Cut(group, names, where.OwnedBy(names))
 		return nil
 	})
 	// Check the parts against those cut from the whole.
@@ -241,39 +220,78 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	// A member that gets its part: the member's own, as its relay would
 	// cut it (it has the same reads whoever cuts it).
 	own := orders.Cut(&got, []string{member}, where.OwnedBy([]string{member}))[0]
-	partRaw, err := own.Encode()
+	_, partRaw, err := rec.receive(&mo.Part, own, wire.MethodPublishPart, partSteps{
+		in: "part: in (transport)", via: "MethodPublishPart", sender: "the relay's",
+		decode: "part: decoded, checked", decodeNote: "msgpack.Unmarshal of the part, leader.Check",
+		reads: "part: reads of its samples", readsNote: "orders.Reads of the part: the reads its relay picked out, those it owns",
+	})
 	if err != nil {
 		return nil, err
 	}
 	mo.PartBytes = len(partRaw)
 	mo.PartOverPiece = piece > 0 && own.EncodedSize() > piece
-	pin := step(&mo.Part, "part: in (transport)", fmt.Sprintf("1 call of %s (MethodPublishPart); both ends' CPU, the relay's too; %d measured", scaleBytes(float64(len(partRaw))), partCalls))
-	pin.Times = 1.0 / partCalls
-	if b, err = binOfSize(len(partRaw)); err != nil {
-		return nil, err
+	return mo, nil
+}
+
+// partReceiver measures a member receiving a part of an order (its own,
+// or its group's): a real call of its size between two peer-transport
+// nodes in this process, both ends' CPU; msgpack.Unmarshal and
+// leader.Check; the reads of the member's samples in it, which must be
+// reads, those the whole order has.
+type partReceiver struct {
+	pair              *callPair
+	where             sampling.Placement
+	member            string
+	samples, maxWorld int
+	reads             int
+}
+
+// partSteps names the steps partReceiver measures, and what they say.
+type partSteps struct {
+	in, via, sender, decode, decodeNote, reads, readsNote string
+}
+
+// receive measures part arriving by method into list's steps, named as
+// names says, and returns it decoded and encoded.
+func (r partReceiver) receive(list *[]*mergeStep, part *wire.PublishMsg, method peer.Method, names partSteps) (*wire.PublishMsg, []byte, error) {
+	step := func(name, note string) *mergeStep {
+		s := &mergeStep{Name: name, Times: 1, Note: note}
+		*list = append(*list, s)
+		return s
 	}
-	if err := pair.measure(pin, wire.MethodPublishPart, b, partCalls, 1); err != nil {
-		return nil, err
+	raw, err := part.Encode()
+	if err != nil {
+		return nil, nil, err
 	}
-	var back wire.PublishMsg
-	if err := step(&mo.Part, "part: decoded, checked", "msgpack.Unmarshal of the part, leader.Check").run(func() error {
-		if err := msgpack.Unmarshal(partRaw, &back); err != nil {
+	const calls = 20 // one a member an epoch; 20 measured
+	in := step(names.in, fmt.Sprintf("1 call of %s (%s); both ends' CPU, %s too; %d measured", scaleBytes(float64(len(raw))), names.via, names.sender, calls))
+	in.Times = 1.0 / calls
+	b, err := binOfSize(len(raw))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.pair.measure(in, method, b, calls, 1); err != nil {
+		return nil, nil, err
+	}
+	var got wire.PublishMsg
+	if err := step(names.decode, names.decodeNote).run(func() error {
+		if err := msgpack.Unmarshal(raw, &got); err != nil {
 			return err
 		}
-		return meshleader.Check(&back, back.Version, samples, maxWorld)
+		return meshleader.Check(&got, got.Version, r.samples, r.maxWorld)
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := step(&mo.Part, "part: reads of its samples", "orders.Reads of the part: the reads its relay picked out, those it owns").run(func() error {
-		var reads []uint64
-		if n := orders.Reads(&back, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) }); n != mo.Reads {
-			return fmt.Errorf("the part has %d reads of the member's samples, the whole order %d", n, mo.Reads)
+	if err := step(names.reads, names.readsNote).run(func() error {
+		var reads []uint64 // 8 bytes each, as mesh's lookahead keeps them (policy.ID)
+		if n := orders.Reads(&got, r.where.Owns(r.member), func(id uint32) { reads = append(reads, uint64(id)) }); n != r.reads {
+			return fmt.Errorf("%s has %d reads of the member's samples, the whole order %d", names.decode, n, r.reads)
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mo, nil
+	return &got, raw, nil
 }
 
 // decodeStep and cutStep name a holder's steps that decode and check
