@@ -318,8 +318,12 @@ func (n *Node) settle(c outbox.Claim, err error) {
 // merged them. While a request in flight holds some of the job's queued
 // reports (outbox.ClaimReportsOf), the done waits for it to end; other
 // jobs' reports, and their requests, neither wait for it nor hold it up.
-// It returns the leader that counted the done.
+// It returns the leader that counted the done, and puts the leader's
+// answer in resp (nil: none wanted; the answer is read all the same).
 func (n *Node) reportDone(ctx context.Context, req *wire.DoneReq, resp *wire.DoneResp) (leader string, err error) {
+	if resp == nil {
+		resp = new(wire.DoneResp) // the answer is read, and dropped
+	}
 	var c outbox.Claim
 	for {
 		claim, more, busy := n.out.ClaimReportsOf(wire.JobKey{Dataset: req.Dataset, Job: req.Job})

@@ -90,6 +90,7 @@ func (l *doneLog) count(m peer.Method) (calls, pairs int) {
 // epoch implied done: Order) is served here, not sent; where orders run
 // ahead the leader has an answer, and took the nil one for a place to
 // put it, and crashed (chaos, with the leader's node holding a rank).
+// Another node's such done is sent, and its answer read.
 func TestLeadersOwnDoneWithoutAnAnswer(t *testing.T) {
 	m := startMesh(t, 2, meshOpts{samples: 400, configure: func(_ int, c *Config) { c.OrderAhead = 1 }})
 	lead := m.leader(t)
@@ -112,6 +113,19 @@ func TestLeadersOwnDoneWithoutAnAnswer(t *testing.T) {
 	req := &wire.DoneReq{Dataset: "ds", Gen: gen, Epoch: 0, Rank: 0, Node: lead.node.Name()}
 	if _, err := lead.node.reportDone(ctx, req, nil); err != nil {
 		t.Fatal(err)
+	}
+	// Another node's done with no answer wanted and no reports to carry
+	// goes as a done alone, and the leader's answer, whatever it is, is
+	// not decoded into nothing (it failed so, the done counted all the
+	// same, and the rank's node sent its join and done again and again).
+	n1 := m.byName("n1")
+	if _, _, err := n1.node.Order(ctx, "ds", "third", 0, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	js := n1.node.ordered[0].lookupJob("third")
+	gen, _, _ = js.book.Head()
+	if _, err := n1.node.reportDone(ctx, &wire.DoneReq{Dataset: "ds", Job: "third", Gen: gen, Epoch: 0, Rank: 0, Node: "n1"}, nil); err != nil {
+		t.Fatalf("n1's done with no answer wanted: %v", err)
 	}
 }
 
