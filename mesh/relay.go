@@ -48,8 +48,8 @@ import (
 // (passGroups, partsOf). Such a member receives, decodes and scans 40
 // KiB where the whole is 11 MiB at 1.28 M samples. A relay that would
 // pass the whole on to such a relay hands it its group's part instead
-// (wire.PublishMsg.Below: the slices and reads of the whole group, about
-// 0.5 MiB for 16 members), which that relay installs as its own part and
+// (wire.PublishMsg.Below: the slices and reads of the whole group, 385
+// KiB for 17 members), which that relay installs as its own part and
 // cuts the others' parts from (serveGroupPart). At 1,000 peers and
 // fanout 4, 915 of the 999 members get parts, 64 their groups' parts,
 // from 16 relays; the leader, the 4 members it sends to and the 16
@@ -283,14 +283,13 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // A member or group gets the whole instead where its head refuses the
 // part (a build before parts, or before group parts; a group's head
 // names the members below it that refused theirs), none was cut, or the
-// part is larger than a relay
-// piece (Cluster.RelayPiece, at most a frame): the whole, passed on piece
-// by piece as they come, reaches a member a piece after this node has
-// it, and a part that large would reach it later (once the whole is
-// here, decoded and cut, its bytes after that). In a large mesh a part
-// is a small share of the order (40 KiB of 11 MiB at 1,000 peers, a
-// group's of 16 about 0.5 MiB); in a mesh of a few peers, a member's
-// ranks and samples are a large one.
+// part is larger than a relay piece (Cluster.RelayPiece, at most a
+// frame): the whole, passed on piece by piece as they come, reaches a
+// member a piece after this node has it, and a part that large would
+// reach it later (once the whole is here, decoded and cut, its bytes
+// after that). In a large mesh a part is a small share of the order (40
+// KiB of 11 MiB at 1,000 peers, a group's of 17 members 385 KiB); in a
+// mesh of a few peers, a member's ranks and samples are a large one.
 func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func(context.Context) *wire.PublishMsg, relay func(group []string)) {
 	fanout := n.cfg.Cluster.RelayFanout
 	var wg sync.WaitGroup
