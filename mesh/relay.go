@@ -15,6 +15,7 @@ import (
 
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/ctxsleep"
+	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
@@ -300,7 +301,7 @@ func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func
 		}
 	} else {
 		for _, group := range wire.RelayGroups(to, fanout) {
-			if cut && len(group) <= 1+wire.PartsWithin(fanout) {
+			if cut && len(group) <= 1+min(wire.PartsWithin(fanout), leader.MaxBelow) {
 				cuts = append(cuts, group)
 				continue
 			}

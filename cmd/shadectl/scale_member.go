@@ -97,7 +97,7 @@ func shapeOf(others, fanout int, relayed, cut bool) relayShape {
 				sh.Parts++
 				sh.Hops = max(sh.Hops, depth)
 				cutter = true
-			case cuts && size <= 1+within:
+			case cuts && size <= 1+min(within, meshleader.MaxBelow):
 				sh.Heads++
 				sh.Parts += size - 1
 				sh.Hops = max(sh.Hops, depth+1)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	meshleader "github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
@@ -306,7 +307,7 @@ func TestRelayShape(t *testing.T) {
 			switch {
 			case relay && len(g) == 1:
 				parts++
-			case relay && len(g) <= 1+within:
+			case relay && len(g) <= 1+min(within, meshleader.MaxBelow):
 				heads, parts = heads+1, parts+len(g)-1
 			default:
 				h, gh, p := walk(g[1:], fanout, true)
@@ -315,7 +316,7 @@ func TestRelayShape(t *testing.T) {
 		}
 		return holders, heads, parts
 	}
-	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {8, 2}, {12, 2}, {19, 4}, {999, 4}, {999, 16}, {100, 1}, {7, 3}, {4, 1}} {
+	for _, c := range []struct{ others, fanout int }{{4, 2}, {4, 4}, {8, 2}, {12, 2}, {19, 4}, {999, 4}, {999, 16}, {999, 17}, {100, 1}, {7, 3}, {4, 1}} {
 		names := make([]string, c.others)
 		for i := range names {
 			names[i] = fmt.Sprintf("n%04d", i)

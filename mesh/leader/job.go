@@ -1060,8 +1060,9 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 }
 
 // MaxBelow is the most members a group's part names Below its own
-// (wire.PublishMsg.Below): those its member cuts parts for in one pass.
-const MaxBelow = 63
+// (wire.PublishMsg.Below), those its member hands their parts to: a
+// relay's wire.PartsWithin its fanout, up to a fanout of 16.
+const MaxBelow = 256
 
 // checkBelow checks the members a part names Below its own: on a part
 // alone, at most MaxBelow, each named once, none empty or the part's own.
