@@ -50,6 +50,9 @@ func inReadOrder(slices []wire.U32s, visit func(id uint32)) {
 	}
 }
 
+// readBlock is how many reads Cut looks up before it deals them.
+const readBlock = 256
+
 // Cut returns the parts of the order p for the named members (at most
 // 64; wire.PublishMsg.Part), one each, in one pass over the order:
 // member i's part holds the slices and weights of the ranks p.Ranks puts
@@ -100,10 +103,30 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 			parts[i].Weights[r] = p.Weights[r]
 		}
 	}
+	// The reads go by blocks: first every read's owners are looked up,
+	// then the reads are dealt. The lookups (a sample's partition, at
+	// random in a table of megabytes) then overlap each other, where
+	// between each and the next the dealing's branches on its result
+	// held them one at a time.
+	var block [readBlock]uint32
+	var masks [readBlock]uint64
+	n := 0
+	flush := func() {
+		for k, id := range block[:n] {
+			masks[k] = ownedBy(id)
+		}
+		for k, m := range masks[:n] {
+			for ; m != 0; m &= m - 1 {
+				i := bits.TrailingZeros64(m)
+				parts[i].Reads = append(parts[i].Reads, block[k])
+			}
+		}
+		n = 0
+	}
 	visit := func(id uint32) {
-		for m := ownedBy(id); m != 0; m &= m - 1 {
-			i := bits.TrailingZeros64(m)
-			parts[i].Reads = append(parts[i].Reads, id)
+		block[n] = id
+		if n++; n == readBlock {
+			flush()
 		}
 	}
 	if p.Part != "" {
@@ -113,5 +136,6 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 	} else {
 		inReadOrder(p.Slices, visit)
 	}
+	flush()
 	return parts
 }
