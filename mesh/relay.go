@@ -15,7 +15,6 @@ import (
 
 	"github.com/shade-mesh/shade/internal/budget"
 	"github.com/shade-mesh/shade/internal/ctxsleep"
-	"github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/orders"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/transport/peer"
@@ -278,7 +277,7 @@ func (n *Node) decodeRelayed(from string, m peer.Method, body []byte) (serve fun
 // member with no others to pass it on to gets its part of it instead,
 // and so does every member of to where they are wire.PartsWithin the
 // fanout or fewer; a group whose head then hands all the rest their parts
-// (1 + PartsWithin members or fewer) gets a group's part
+// (wire.GroupWithin the fanout) gets a group's part
 // (wire.PublishMsg.Below), which its head cuts their parts from. The
 // parts are cut in one pass (partsOf) once order gives the order decoded.
 // A member or group gets the whole instead where its head refuses the
@@ -301,7 +300,7 @@ func (n *Node) passGroups(ctx context.Context, to []string, cut bool, order func
 		}
 	} else {
 		for _, group := range wire.RelayGroups(to, fanout) {
-			if cut && len(group) <= 1+min(wire.PartsWithin(fanout), leader.MaxBelow) {
+			if cut && len(group) <= wire.GroupWithin(fanout) {
 				cuts = append(cuts, group)
 				continue
 			}

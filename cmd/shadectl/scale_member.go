@@ -64,7 +64,7 @@ type relayShape struct{ Holders, Cutters, Heads, Parts, Hops int }
 // members, or in pieces), the leader hands the order to the heads of
 // wire.RelayGroups, each passing it on to its group the same way; where
 // parts are cut (cut: a member's part likely fits a piece), a relay's
-// group of one member gets its part, a group of 1 + wire.PartsWithin the
+// group of one member gets its part, a group of wire.GroupWithin the
 // fanout members or fewer its group's part, whose head hands the rest
 // their parts, and a relay with PartsWithin members or fewer to pass it
 // on to hands them all their parts. Epoch 0 and orders not relayed go
@@ -97,7 +97,7 @@ func shapeOf(others, fanout int, relayed, cut bool) relayShape {
 				sh.Parts++
 				sh.Hops = max(sh.Hops, depth)
 				cutter = true
-			case cuts && size <= 1+min(within, meshleader.MaxBelow):
+			case cuts && size <= wire.GroupWithin(fanout):
 				sh.Heads++
 				sh.Parts += size - 1
 				sh.Hops = max(sh.Hops, depth+1)

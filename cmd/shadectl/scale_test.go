@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	meshleader "github.com/shade-mesh/shade/mesh/leader"
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
@@ -293,8 +292,8 @@ func TestScaleCommand(t *testing.T) {
 // TestRelayShape: the holders, groups' heads and parts the model counts
 // are those of the groups the leader and its relays cut
 // (wire.RelayGroups), as mesh's passGroups cuts them: a relay's group of
-// one member gets its part, a group of 1 + PartsWithin members or fewer
-// its group's part, whose head hands the rest theirs; the leader's
+// one member gets its part, a group of wire.GroupWithin members or
+// fewer its group's part, whose head hands the rest theirs; the leader's
 // members and every other group's head hold the whole.
 func TestRelayShape(t *testing.T) {
 	var walk func(names []string, fanout int, relay bool) (holders, heads, parts int)
@@ -307,7 +306,7 @@ func TestRelayShape(t *testing.T) {
 			switch {
 			case relay && len(g) == 1:
 				parts++
-			case relay && len(g) <= 1+min(within, meshleader.MaxBelow):
+			case relay && len(g) <= wire.GroupWithin(fanout):
 				heads, parts = heads+1, parts+len(g)-1
 			default:
 				h, gh, p := walk(g[1:], fanout, true)

@@ -994,7 +994,7 @@ func (u unsplit) split(ranks []string, where *sampling.Placement) (Drawn, error)
 // than ranks, ids below samples, and either no weights or one finite
 // positive weight per id. A member's part (wire.PublishMsg.Part) holds
 // the slices of its ranks alone (a group's part, those of the members
-// Below it too: at most MaxBelow, each once), and reads of ids below
+// Below it too: at most wire.MaxBelow, each once), and reads of ids below
 // samples.
 func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	if p.Version != version {
@@ -1059,13 +1059,8 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 	return nil
 }
 
-// MaxBelow is the most members a group's part names Below its own
-// (wire.PublishMsg.Below), those its member hands their parts to: a
-// relay's wire.PartsWithin its fanout, up to a fanout of 16.
-const MaxBelow = 256
-
 // checkBelow checks the members a part names Below its own: on a part
-// alone, at most MaxBelow, each named once, none empty or the part's own.
+// alone, at most wire.MaxBelow, each named once, none empty or the part's own.
 func checkBelow(p *wire.PublishMsg) error {
 	if len(p.Below) == 0 {
 		return nil
@@ -1073,8 +1068,8 @@ func checkBelow(p *wire.PublishMsg) error {
 	if p.Part == "" {
 		return fmt.Errorf("leader: the whole order for %s epoch %d names %d members below a part", p.Dataset, p.Epoch, len(p.Below))
 	}
-	if len(p.Below) > MaxBelow {
-		return fmt.Errorf("leader: %s's part of the order for %s epoch %d names %d members below it (at most %d)", p.Part, p.Dataset, p.Epoch, len(p.Below), MaxBelow)
+	if len(p.Below) > wire.MaxBelow {
+		return fmt.Errorf("leader: %s's part of the order for %s epoch %d names %d members below it (at most %d)", p.Part, p.Dataset, p.Epoch, len(p.Below), wire.MaxBelow)
 	}
 	seen := make(map[string]bool, len(p.Below))
 	for _, m := range p.Below {

@@ -548,7 +548,7 @@ func TestCheck(t *testing.T) {
 		"its own":    func(p *wire.PublishMsg) { p.Below = []string{"a", "b"} },
 		"empty name": func(p *wire.PublishMsg) { p.Below = []string{"a", ""} },
 		"too many": func(p *wire.PublishMsg) {
-			for i := range MaxBelow {
+			for i := range wire.MaxBelow {
 				p.Below = append(p.Below, fmt.Sprint("m", i))
 			}
 		},

@@ -29,10 +29,20 @@ const DefaultRelayFanout = 4
 // the order (its ranks' slices, the reads of its samples: 40 KiB of 11
 // MiB at 1,000 peers), so fanout² of them are fewer bytes than one whole
 // copy, and a member gets one in a hop where the whole took two. A relay
-// that holds the whole hands a group of 1 + PartsWithin members or fewer
-// its group's part (PublishMsg.Below) instead of the whole: its head
-// then hands all the rest their parts.
+// that holds the whole hands a smaller group its group's part instead
+// (GroupWithin).
 func PartsWithin(fanout int) int { return fanout * fanout }
+
+// MaxBelow is the most members a group's part names Below its head
+// (PublishMsg.Below), those the head hands their parts to: PartsWithin a
+// fanout of 16.
+const MaxBelow = 256
+
+// GroupWithin is how many members a group may have, its head among them,
+// that a relay holding the whole order hands its group's part
+// (PublishMsg.Below) instead of the whole: a head that then hands all the
+// rest their parts (PartsWithin the fanout), at most MaxBelow of them.
+func GroupWithin(fanout int) int { return 1 + min(PartsWithin(fanout), MaxBelow) }
 
 // PartsFit reports whether a member's part of an order of size bytes is
 // likely to fit a relay piece in a mesh of members of R replicas: size
