@@ -453,10 +453,11 @@ func (n *Node) serveRelay(ctx context.Context, from string, req *wire.RelayMsg) 
 // serveGroupPart takes body, this node's group's part of an order
 // (wire.PublishMsg.Below), relayed to it with the members it names below
 // it to pass their parts on to (to, this node left out): it installs it
-// as its own part, cuts theirs from it in one pass and hands them on,
-// and answers once they have them or could not be reached, or when the
-// request's time is up, naming those that refused theirs (builds before
-// parts: its sender relays them the whole, wire.GroupPartResp). A part
+// as its own part, cuts theirs from it in one pass and hands them on
+// (passGroups), and answers once they have them or could not be
+// reached, or when the request's time is up, naming those that are to
+// get the whole instead (builds before parts, who refuse theirs: its
+// sender relays them the whole, wire.GroupPartResp). A part
 // for another member, or without every member of to below it, is
 // refused (its sender hands the group the whole instead), and so is one
 // that fails its check.
@@ -472,30 +473,19 @@ func (n *Node) serveGroupPart(ctx context.Context, from string, body []byte, to 
 		return nil, &peer.Error{Code: peer.CodeBadRequest, Msg: err.Error()}
 	}
 	passed := make(chan struct{})
-	var resp wire.GroupPartResp
+	var mu sync.Mutex
+	var resp wire.GroupPartResp // read once passed is closed
 	n.goBackground(func(bctx context.Context) {
 		defer close(passed)
 		fctx, cancel := context.WithTimeout(bctx, n.cfg.Cluster.FetchTimeout)
 		defer cancel()
-		groups := make([][]string, len(to))
-		for i := range to {
-			groups[i] = to[i : i+1 : i+1]
-		}
-		parts := n.partsOf(&p, groups)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for i, group := range groups {
-			wg.Go(func() {
-				whole := group
-				if parts != nil {
-					whole = n.handPart(fctx, group, parts[i])
-				}
-				mu.Lock()
-				resp.Whole = append(resp.Whole, whole...)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
+		// Those who are to get the whole get it from the sender, which
+		// holds it: this node names them.
+		n.passGroups(fctx, to, true, func(context.Context) *wire.PublishMsg { return &p }, func(group []string) {
+			mu.Lock()
+			resp.Whole = append(resp.Whole, group...)
+			mu.Unlock()
+		})
 	})
 	_, err := n.installPublished(from, &p)
 	select {

@@ -56,8 +56,8 @@ func PartsFit(size, replicas, members, piece int) bool {
 
 // GroupPartResp answers a group's part of an order relayed to its head
 // (MethodRelay of MethodPublishPart, PublishMsg.Below): Whole names the
-// members below it that refused their parts (builds before parts), to
-// whom the sender relays the whole order instead.
+// members below it that are to get the whole order instead (builds
+// before parts, which refused theirs), which the sender relays them.
 type GroupPartResp struct {
 	Whole []string `msgpack:"w,omitempty"`
 }
