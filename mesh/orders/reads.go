@@ -68,8 +68,8 @@ func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*
 	return CutGroups(p, groups, ownedBy)
 }
 
-// CutGroups is Cut of groups' parts (at most 64 groups): group i's part
-// is for its first member, with the rest Below it, and holds the slices
+// CutGroups is Cut of groups' parts (at most 64 groups, none empty):
+// group i's part is for its first member, with the rest Below it, and holds the slices
 // and weights of the ranks on any of them and the reads whose ownedBy
 // has bit i set (any of them owns the sample). A group of one gets a
 // member's part. The parts share p's slices and weights, and each its
@@ -82,10 +82,7 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 			index[name] = i
 		}
 		parts[i] = &wire.PublishMsg{Dataset: p.Dataset, Job: p.Job, Version: p.Version, Gen: p.Gen, Epoch: p.Epoch, Term: p.Term,
-			World: p.World, Ahead: p.Ahead, Ranks: p.Ranks, Slices: make([]wire.U32s, len(p.Slices)), Size: p.Len()}
-		if len(group) > 0 {
-			parts[i].Part = group[0]
-		}
+			World: p.World, Ahead: p.Ahead, Ranks: p.Ranks, Slices: make([]wire.U32s, len(p.Slices)), Part: group[0], Size: p.Len()}
 		if len(group) > 1 {
 			parts[i].Below = group[1:]
 		}
@@ -95,7 +92,7 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 	}
 	for r, node := range p.Ranks {
 		i, ok := index[node]
-		if !ok || node == "" || r >= len(p.Slices) || !p.HasSlice(r) {
+		if !ok || r >= len(p.Slices) || !p.HasSlice(r) {
 			continue
 		}
 		parts[i].Slices[r] = p.Slices[r]
