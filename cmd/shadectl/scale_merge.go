@@ -314,7 +314,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// scores for the samples' owners; every 25 ms of training the queued
 	// scores go out, one message per owner. Merging is measured over all
 	// requests at once; queueing and sending in 25 ms windows.
-	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report, each batch's new scores read back as it is merged (mesh.queueScores)", job.batch))
+	mergeStepM := step("merge (Table.Report)", 1, false, fmt.Sprintf("minibatches of %d, sampling.Table.Report, each batch's new scores read back as it is merged (mesh.queueScores); into a table whose every sample was scored an epoch before, as a running leader's", job.batch))
 	queueStep := step("queue scores for owners", 1, false, "partition per sample (ring.Samples) + lists in merge order, as mesh.queueScores (outbox.QueueScores, wire.ScoreQueue)")
 	flushStep := step("send scores to owners", 1, false, "")
 	tieRng := rand.New(rand.NewPCG(job.seed, 0)) // the dataset's tie-breaking source
@@ -323,6 +323,14 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	// on a clock of the samples trained.
 	flushSamples := max(1, int(throughput*wire.FlushEvery.Seconds()))
 	q := newScoreQueue(where, leader, peers, r.Config().Replicas)
+	// A running leader merges into a table whose every sample was
+	// scored an epoch before: each merge reads the sample's old score
+	// (a miss in a table of megabytes), where into a new table it only
+	// writes. The epoch is merged once untimed first, as the queue is
+	// filled once untimed below.
+	if _, err := mergeReports(table, batches, tieRng); err != nil {
+		return nil, err
+	}
 	var merged [][][]float32
 	if err := mergeStepM.run(func() (err error) { merged, err = mergeReports(table, batches, tieRng); return err }); err != nil {
 		return nil, err
