@@ -5,23 +5,35 @@ import (
 	"testing"
 )
 
-// BenchmarkReport256 merges minibatches of 256 distinct samples of 60,000,
-// scored by rank (ScoreRankLog) and by magnitude (ScoreMagnitude,
-// shade-peer's default).
+// BenchmarkReport256 merges minibatches of 256 distinct samples of 60,000
+// (a table in cache), scored by rank (ScoreRankLog) and by magnitude
+// (ScoreMagnitude, shade-peer's default), and by magnitude into a table
+// of 1.28 M samples spread over 5,000 minibatches: an epoch of ImageNet,
+// each sample's score a miss in the cache, as a leader merges them.
 func BenchmarkReport256(b *testing.B) {
-	for _, kind := range []ScoreKind{ScoreRankLog, ScoreMagnitude} {
-		b.Run(kind.String(), func(b *testing.B) {
-			const n, batch = 60000, 256
+	for _, c := range []struct {
+		kind    ScoreKind
+		n       int
+		batches int
+	}{{ScoreRankLog, 60000, 64}, {ScoreMagnitude, 60000, 64}, {ScoreMagnitude, 1280000, 5000}} {
+		name := c.kind.String()
+		if c.n != 60000 {
+			name = fmt.Sprintf("%s/n=%d", name, c.n)
+		}
+		kind, n, batches := c.kind, c.n, c.batches
+		b.Run(name, func(b *testing.B) {
+			const batch = 256
 			rng := newRand(1)
 			tb := NewTable(n, 0, kind)
-			const batches = 64
 			ids := make([][]uint32, batches)
 			losses := make([][]float64, batches)
+			perm := rng.Perm(n)
 			for i := range batches {
 				ids[i] = make([]uint32, batch)
 				losses[i] = make([]float64, batch)
-				for j, id := range rng.Perm(n)[:batch] {
-					ids[i][j] = uint32(id)
+				for j := range batch {
+					// 5,000 batches of 256 are 1.28 M: each sample once an epoch.
+					ids[i][j] = uint32(perm[(i*batch+j)%n])
 					losses[i][j] = rng.ExpFloat64()
 				}
 			}

@@ -340,6 +340,9 @@ type Table struct {
 	// between reports (magnitudes); made at the first, never shared by
 	// copies (CopyTo).
 	msum *magnitudeSum
+	// touched is where touch leaves what it read, so that its reads
+	// are not left out.
+	touched uint32
 }
 
 // NewTable returns a table of n samples, none scored, that scores reports as
@@ -401,6 +404,7 @@ func (t *Table) Report(ids []uint32, losses []float64, rng *rand.Rand) error {
 	if err := t.checkBatch(ids, losses); err != nil {
 		return err
 	}
+	t.touch(ids)
 	if t.kind == ScoreMagnitude && distinct(ids) {
 		t.reportDistinct(ids, losses)
 	} else {
@@ -449,6 +453,19 @@ func (t *Table) reportDistinct(ids []uint32, losses []float64) {
 	for i, id := range ids {
 		t.merge(id, magnitudeScore(g[i], mean), a, prior)
 	}
+}
+
+// touch reads the score of each id before the merge does. In a table
+// larger than the cache each is a miss; read here, one after another
+// with nothing waiting on them, the misses overlap, where in the merge
+// each waited on the one before (the exact sum's bucket of a sample's
+// old score is written at an address that depends on the score read).
+func (t *Table) touch(ids []uint32) {
+	var sink uint32
+	for _, id := range ids {
+		sink |= math.Float32bits(t.scores[id])
+	}
+	t.touched = sink
 }
 
 // magnitudeSum returns the table's empty sum of magnitudes (msum).
