@@ -96,9 +96,24 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		js.key = where.Key
 	}
 	js.where, js.self = where, self
-	for i, id := range ids {
+	// The groups first, in a pass of their own: each is a lookup at
+	// random in a table of megabytes (a sample's partition), and with
+	// nothing waiting on them the lookups overlap, where the counting
+	// below, at an address each one's result gives, held them one at a
+	// time. They are written where the ids' groups go, and the pass
+	// below keeps those of the ids it queues.
+	start := len(js.groups)
+	for _, id := range ids {
 		g := where.Group(id)
 		if uint(g) >= uint(len(js.mine)) {
+			g = -1
+		}
+		js.groups = append(js.groups, int32(g))
+	}
+	kept := start
+	for i, id := range ids {
+		g := int(js.groups[start+i])
+		if g < 0 {
 			continue
 		}
 		if js.mine[g] == 0 {
@@ -116,8 +131,10 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		js.queued[g]++
 		js.ids = append(js.ids, id)
 		js.scores = append(js.scores, scores[i])
-		js.groups = append(js.groups, int32(g))
+		js.groups[kept] = int32(g)
+		kept++
 	}
+	js.groups = js.groups[:kept]
 	return local
 }
 
