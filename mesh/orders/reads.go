@@ -15,22 +15,49 @@ import (
 // policy's lookahead for each epoch's order.
 func Reads(p *wire.PublishMsg, ours func(id uint32) bool, visit func(id uint32)) int {
 	n := 0
-	if p.Part != "" {
-		for _, id := range p.Reads {
-			if ours(id) {
+	var owned [readBlock]bool
+	inBlocks(p, func(block []uint32) {
+		for k, id := range block {
+			owned[k] = ours(id)
+		}
+		for k, id := range block {
+			if owned[k] {
 				visit(id)
 				n++
 			}
 		}
-		return n
-	}
-	inReadOrder(p.Slices, func(id uint32) {
-		if ours(id) {
-			visit(id)
-			n++
-		}
 	})
 	return n
+}
+
+// inBlocks calls fn with the ids Reads looks at, in its order, readBlock
+// at a time: a part's reads, or every id of the whole's slices. A caller
+// that looks each one's owners up (a sample's partition, at random in a
+// table of megabytes) does so for a block before it acts on them: the
+// lookups then overlap each other, where between each and the next the
+// caller's branches on its result held them one at a time. fn must not
+// keep the block.
+func inBlocks(p *wire.PublishMsg, fn func(block []uint32)) {
+	if p.Part != "" {
+		for ids := p.Reads; len(ids) > 0; {
+			k := min(len(ids), readBlock)
+			fn(ids[:k:k])
+			ids = ids[k:]
+		}
+		return
+	}
+	var block [readBlock]uint32
+	n := 0
+	inReadOrder(p.Slices, func(id uint32) {
+		block[n] = id
+		if n++; n == readBlock {
+			fn(block[:])
+			n = 0
+		}
+	})
+	if n > 0 {
+		fn(block[:n])
+	}
 }
 
 // inReadOrder calls visit with every id of an order's slices in the order
@@ -50,7 +77,8 @@ func inReadOrder(slices []wire.U32s, visit func(id uint32)) {
 	}
 }
 
-// readBlock is how many reads Cut looks up before it deals them.
+// readBlock is how many reads Reads and Cut look up before they act on
+// them (inBlocks).
 const readBlock = 256
 
 // Cut returns the parts of the order p for the named members (at most
@@ -100,39 +128,17 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 			parts[i].Weights[r] = p.Weights[r]
 		}
 	}
-	// The reads go by blocks: first every read's owners are looked up,
-	// then the reads are dealt. The lookups (a sample's partition, at
-	// random in a table of megabytes) then overlap each other, where
-	// between each and the next the dealing's branches on its result
-	// held them one at a time.
-	var block [readBlock]uint32
 	var masks [readBlock]uint64
-	n := 0
-	flush := func() {
-		for k, id := range block[:n] {
+	inBlocks(p, func(block []uint32) {
+		for k, id := range block {
 			masks[k] = ownedBy(id)
 		}
-		for k, m := range masks[:n] {
+		for k, m := range masks[:len(block)] {
 			for ; m != 0; m &= m - 1 {
 				i := bits.TrailingZeros64(m)
 				parts[i].Reads = append(parts[i].Reads, block[k])
 			}
 		}
-		n = 0
-	}
-	visit := func(id uint32) {
-		block[n] = id
-		if n++; n == readBlock {
-			flush()
-		}
-	}
-	if p.Part != "" {
-		for _, id := range p.Reads {
-			visit(id)
-		}
-	} else {
-		inReadOrder(p.Slices, visit)
-	}
-	flush()
+	})
 	return parts
 }
