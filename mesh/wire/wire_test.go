@@ -76,6 +76,19 @@ func TestScoreQueue(t *testing.T) {
 	q.Add(where, "me", ds, []uint32{5, 2}, []float32{52, 20}, nil)
 	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	check(q.Take(false), map[string][]float32{"a": {52, 20}, "b": {52, 20}})
+	// A sample of a group out of range amid a batch is dropped, and the
+	// others go to their groups' owners.
+	mixed := Placement{Groups: 3, Group: func(id uint32) int {
+		if id == 9 {
+			return -1
+		}
+		return int(id % 3)
+	}, Owners: where.Owners}
+	q.Add(mixed, "me", ds, []uint32{4, 9, 5, 9}, []float32{41, 90, 53, 91}, nil)
+	if q.Queued() != 2 {
+		t.Fatalf("%d samples queued of a batch with two out of range, want 2", q.Queued())
+	}
+	check(q.Take(false), map[string][]float32{"c": {41}, "a": {53}, "b": {53}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
 	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float32{10}, nil)
