@@ -166,6 +166,23 @@ func BenchmarkLocalitySplit(b *testing.B) {
 	}
 }
 
+// BenchmarkGroupOrder looks up the partition of each place of an epoch's
+// order of 1.28 M samples at 1,000 peers, as the leader does with each
+// draw.
+func BenchmarkGroupOrder(b *testing.B) {
+	for _, partitions := range ringPartitions {
+		b.Run(fmt.Sprint("partitions=", partitions), func(b *testing.B) {
+			order, _, where := thousandNodes(partitions)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := GroupOrder(order, where); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkGroupedSplit is BenchmarkLocalitySplit's split once the groups
 // are looked up (GroupOrder, with the draw): what the last rank to join
 // waits for in epoch 0.

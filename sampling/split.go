@@ -214,13 +214,22 @@ func groupOrder(order []uint32, where Placement, workers int) (Grouped, error) {
 	parallel(len(order), w, func(c, lo, hi int) {
 		bad[c] = -1
 		met[c] = make([]uint64, (where.Groups+63)/64)
+		// The groups first, in a pass of their own: each is a lookup at
+		// random in a table of megabytes, and with nothing waiting on
+		// them they overlap, where the marking below, at an address each
+		// one's result gives, held them one at a time.
 		for i := lo; i < hi; i++ {
 			grp := where.Group(order[i])
 			if uint(grp) >= uint(where.Groups) {
-				bad[c] = i
-				return
+				grp = -1 // out of range, as uint32: caught below
 			}
 			g.groups[i] = uint32(grp)
+		}
+		for i, grp := range g.groups[lo:hi] {
+			if grp >= uint32(where.Groups) {
+				bad[c] = lo + i
+				return
+			}
 			met[c][grp/64] |= 1 << (grp % 64)
 		}
 	})
