@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Split cuts an epoch's order into world disjoint slices of equal length, as
@@ -65,7 +66,7 @@ func UniformSlice(n, world, rank int, seed uint64, epoch int) []uint32 {
 // a group's nodes, a slice its callers only read (it may be the ring's
 // own). A split asks Owners once for each group it meets and does not
 // keep the slice; it calls Group once per place of the order, from
-// several goroutines at once.
+// several goroutines at once. Both must be safe for concurrent use.
 type Placement struct {
 	Groups int
 	Group  func(id uint32) int
@@ -105,9 +106,10 @@ func (w Placement) Owns(name string) func(id uint32) bool {
 
 // OwnedBy returns, for one pass over many samples, which of names (at
 // most 64) own a sample: bit i is set where names[i] does. Each group's
-// owners are looked at once, at its first sample; a sample of a group
-// outside 0..Groups-1 is owned by none. The test is not safe for
-// concurrent use.
+// owners are looked at once, at its first sample (or once by each of
+// the goroutines that meet it first together); a sample of a group
+// outside 0..Groups-1 is owned by none. The test is safe for concurrent
+// use, and then calls Owners from several goroutines at once.
 func (w Placement) OwnedBy(names []string) func(id uint32) uint64 {
 	if len(names) > 64 {
 		panic("sampling: OwnedBy of more than 64 names")
@@ -134,22 +136,24 @@ func (w Placement) OwnedByAny(sets [][]string) func(id uint32) uint64 {
 	return w.ownedBy(bit)
 }
 
-// ownedBy is OwnedBy with each owner's bits in bit.
+// ownedBy is OwnedBy with each owner's bits in bit (read only).
 func (w Placement) ownedBy(bit map[string]uint64) func(id uint32) uint64 {
-	masks := make([]uint64, w.Groups)
-	known := make([]bool, w.Groups)
+	masks := make([]atomic.Uint64, w.Groups)
+	known := make([]atomic.Bool, w.Groups) // masks[g] is set
 	return func(id uint32) uint64 {
 		g := w.Group(id)
 		if uint(g) >= uint(len(masks)) {
 			return 0
 		}
-		if !known[g] {
-			known[g] = true
+		if !known[g].Load() {
+			var m uint64
 			for _, owner := range w.Owners(g) {
-				masks[g] |= bit[owner]
+				m |= bit[owner]
 			}
+			masks[g].Store(m)
+			known[g].Store(true)
 		}
-		return masks[g]
+		return masks[g].Load()
 	}
 }
 
