@@ -2,6 +2,8 @@ package orders
 
 import (
 	"math/bits"
+	"runtime"
+	"sync"
 
 	"github.com/shade-mesh/shade/mesh/wire"
 )
@@ -38,8 +40,27 @@ func Reads(p *wire.PublishMsg, ours func(id uint32) bool, visit func(id uint32))
 // caller's branches on its result held them one at a time. fn must not
 // keep the block.
 func inBlocks(p *wire.PublishMsg, fn func(block []uint32)) {
+	inBlocksOf(p, 0, positions(p), fn)
+}
+
+// positions is how many places inBlocksOf can start and end at in p's
+// reads: a part's reads, or the positions of the whole's longest slice
+// (position k of every slice is one place).
+func positions(p *wire.PublishMsg) int {
 	if p.Part != "" {
-		for ids := p.Reads; len(ids) > 0; {
+		return len(p.Reads)
+	}
+	longest := 0
+	for _, s := range p.Slices {
+		longest = max(longest, len(s))
+	}
+	return longest
+}
+
+// inBlocksOf is inBlocks of the places from up to to (positions).
+func inBlocksOf(p *wire.PublishMsg, from, to int, fn func(block []uint32)) {
+	if p.Part != "" {
+		for ids := p.Reads[from:to]; len(ids) > 0; {
 			k := min(len(ids), readBlock)
 			fn(ids[:k:k])
 			ids = ids[k:]
@@ -48,7 +69,7 @@ func inBlocks(p *wire.PublishMsg, fn func(block []uint32)) {
 	}
 	var block [readBlock]uint32
 	n := 0
-	inReadOrder(p.Slices, func(id uint32) {
+	inReadOrder(p.Slices, from, to, func(id uint32) {
 		block[n] = id
 		if n++; n == readBlock {
 			fn(block[:])
@@ -60,15 +81,11 @@ func inBlocks(p *wire.PublishMsg, fn func(block []uint32)) {
 	}
 }
 
-// inReadOrder calls visit with every id of an order's slices in the order
-// the ranks are expected to read them: position k of every slice before
-// position k+1 of any.
-func inReadOrder(slices []wire.U32s, visit func(id uint32)) {
-	longest := 0
-	for _, s := range slices {
-		longest = max(longest, len(s))
-	}
-	for k := 0; k < longest; k++ {
+// inReadOrder calls visit with every id of an order's slices at
+// positions from up to to, in the order the ranks are expected to read
+// them: position k of every slice before position k+1 of any.
+func inReadOrder(slices []wire.U32s, from, to int, visit func(id uint32)) {
+	for k := from; k < to; k++ {
 		for _, s := range slices {
 			if k < len(s) {
 				visit(s[k])
@@ -80,6 +97,12 @@ func inReadOrder(slices []wire.U32s, visit func(id uint32)) {
 // readBlock is how many reads Reads and Cut look up before they act on
 // them (inBlocks).
 const readBlock = 256
+
+// minCutSpan is the fewest reads a goroutine of a cut deals: a cut of a
+// whole order at 1,000 peers (1.28 M reads) runs on as many goroutines as
+// GOMAXPROCS allows, up to 9; a group's head's cut of its members' parts
+// (its group's 44 K reads) on one.
+const minCutSpan = 1 << 17
 
 // Cut returns the parts of the order p for the named members (at most
 // 64; wire.PublishMsg.Part), one each, in one pass over the order:
@@ -97,11 +120,18 @@ func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*
 }
 
 // CutGroups is Cut of groups' parts (at most 64 groups, none empty):
-// group i's part is for its first member, with the rest Below it, and holds the slices
-// and weights of the ranks on any of them and the reads whose ownedBy
-// has bit i set (any of them owns the sample). A group of one gets a
-// member's part. The parts share p's slices and weights, and each its
-// group's slice for Below: read only.
+// group i's part is for its first member, with the rest Below it, and
+// holds the slices and weights of the ranks on any of them and the reads
+// whose ownedBy has bit i set (any of them owns the sample). A group of
+// one gets a member's part. The parts share p's slices and weights, and
+// each its group's slice for Below: read only.
+//
+// A cut of many reads (minCutSpan a goroutine; a whole order at 1,000
+// peers) deals them in spans of their order on up to GOMAXPROCS
+// goroutines, so ownedBy must be safe for concurrent use (as
+// sampling.Placement.OwnedBy's tests are). A cut is bound by its
+// lookups of the reads' owners, at random in a table of megabytes; each
+// core waits on its own.
 func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) uint64) []*wire.PublishMsg {
 	parts := make([]*wire.PublishMsg, len(groups))
 	index := make(map[string]int)
@@ -128,17 +158,50 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 			parts[i].Weights[r] = p.Weights[r]
 		}
 	}
-	var masks [readBlock]uint64
-	inBlocks(p, func(block []uint32) {
-		for k, id := range block {
-			masks[k] = ownedBy(id)
+	// The reads are dealt in spans of their order, one a goroutine, each
+	// span's reads of each part joined in order after.
+	places := positions(p)
+	spans := 1
+	if p.Part == "" && len(p.Slices) > 0 {
+		spans = min(runtime.GOMAXPROCS(0), places*len(p.Slices)/minCutSpan)
+	} else {
+		spans = min(runtime.GOMAXPROCS(0), places/minCutSpan)
+	}
+	spans = max(spans, 1)
+	reads := make([][]wire.U32s, spans)
+	var wg sync.WaitGroup
+	for c := range spans {
+		wg.Go(func() {
+			out := make([]wire.U32s, len(parts))
+			var masks [readBlock]uint64
+			inBlocksOf(p, places*c/spans, places*(c+1)/spans, func(block []uint32) {
+				for k, id := range block {
+					masks[k] = ownedBy(id)
+				}
+				for k, m := range masks[:len(block)] {
+					for ; m != 0; m &= m - 1 {
+						i := bits.TrailingZeros64(m)
+						out[i] = append(out[i], block[k])
+					}
+				}
+			})
+			reads[c] = out
+		})
+	}
+	wg.Wait()
+	for i, part := range parts {
+		if spans == 1 {
+			part.Reads = reads[0][i]
+			continue
 		}
-		for k, m := range masks[:len(block)] {
-			for ; m != 0; m &= m - 1 {
-				i := bits.TrailingZeros64(m)
-				parts[i].Reads = append(parts[i].Reads, block[k])
-			}
+		n := 0
+		for _, span := range reads {
+			n += len(span[i])
 		}
-	})
+		part.Reads = make(wire.U32s, 0, n)
+		for _, span := range reads {
+			part.Reads = append(part.Reads, span[i]...)
+		}
+	}
 	return parts
 }

@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"runtime"
 	"slices"
 	"testing"
 
@@ -130,4 +131,53 @@ func TestCutGroups(t *testing.T) {
 	if out := Cut(g, []string{"d"}, ownedBy([][]string{{"d"}})); len(out[0].Reads) != 0 || out[0].HasSlice(3) && len(out[0].Slices[3]) != 0 {
 		t.Fatalf("d's part cut from a group's part without it: %+v", out[0])
 	}
+}
+
+// TestCutInSpans: a cut of many reads, dealt on several goroutines in
+// spans of the read order, gives each part the reads a single pass
+// gives (Reads of its owners), in order, of the whole order (slices of
+// unequal lengths, so that spans end within some) and of a group's part.
+func TestCutInSpans(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const world = 7
+	p := &wire.PublishMsg{World: world, Epoch: 1}
+	id := uint32(0)
+	for r := range world {
+		s := make(wire.U32s, 3*minCutSpan/world+r*101)
+		for i := range s {
+			s[i] = id * 2654435761 % (1 << 24) // ids out of sequence
+			id++
+		}
+		p.Slices = append(p.Slices, s)
+		p.Ranks = append(p.Ranks, "n")
+	}
+	// Owners: id%5 picks one of five pairs of the names below.
+	names := []string{"a", "b", "c", "d", "e"}
+	owners := func(id uint32) []string { k := id % 5; return []string{names[k], names[(k+2)%5]} }
+	ownedBy := func(groups [][]string) func(uint32) uint64 {
+		return func(id uint32) (m uint64) {
+			for i, g := range groups {
+				for _, o := range owners(id) {
+					if slices.Contains(g, o) {
+						m |= 1 << i
+					}
+				}
+			}
+			return m
+		}
+	}
+	check := func(what string, from *wire.PublishMsg, groups [][]string) []*wire.PublishMsg {
+		t.Helper()
+		parts := CutGroups(from, groups, ownedBy(groups))
+		for i, part := range parts {
+			var want []uint32
+			Reads(from, func(id uint32) bool { return ownedBy(groups)(id)&(1<<i) != 0 }, func(id uint32) { want = append(want, id) })
+			if len(want) < 2*minCutSpan/5 || !slices.Equal(part.Reads, want) {
+				t.Fatalf("%s: group %v's part has %d reads, want the %d a single pass picks, in order", what, groups[i], len(part.Reads), len(want))
+			}
+		}
+		return parts
+	}
+	parts := check("the whole", p, [][]string{{"a", "b"}, {"c"}, {"d", "e"}})
+	check("a group's part", parts[0], [][]string{{"a"}, {"b"}})
 }
