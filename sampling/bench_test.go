@@ -153,29 +153,31 @@ func BenchmarkSplit(b *testing.B) {
 // each of 1,000 nodes, each sample owned by 2 of them, as a leader of such
 // a mesh does every epoch.
 func BenchmarkLocalitySplit(b *testing.B) {
-	for _, partitions := range ringPartitions {
-		b.Run(fmt.Sprint("partitions=", partitions), func(b *testing.B) {
-			order, rankNode, where := thousandNodes(partitions)
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := LocalitySplit(order, len(rankNode), rankNode, where); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchThousandNodes(b, func(order []uint32, rankNode []string, where Placement) error {
+		_, err := LocalitySplit(order, len(rankNode), rankNode, where)
+		return err
+	})
 }
 
 // BenchmarkGroupOrder looks up the partition of each place of an epoch's
 // order of 1.28 M samples at 1,000 peers, as the leader does with each
 // draw.
 func BenchmarkGroupOrder(b *testing.B) {
+	benchThousandNodes(b, func(order []uint32, _ []string, where Placement) error {
+		_, err := GroupOrder(order, where)
+		return err
+	})
+}
+
+// benchThousandNodes times step on an epoch's order at 1,000 nodes
+// (thousandNodes), for each of ringPartitions.
+func benchThousandNodes(b *testing.B, step func(order []uint32, rankNode []string, where Placement) error) {
 	for _, partitions := range ringPartitions {
 		b.Run(fmt.Sprint("partitions=", partitions), func(b *testing.B) {
-			order, _, where := thousandNodes(partitions)
+			order, rankNode, where := thousandNodes(partitions)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := GroupOrder(order, where); err != nil {
+				if err := step(order, rankNode, where); err != nil {
 					b.Fatal(err)
 				}
 			}
