@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -183,7 +184,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 		groups = append(groups, members[start:min(start+1+within, len(members))])
 	}
 	var groupParts []*wire.PublishMsg
-	cut := step(&mo.Whole, cutStep, fmt.Sprintf("orders.CutGroups of %d groups' parts of up to %d members each in one pass (mesh's partsOf), by a relay above groups' heads", len(groups), 1+within))
+	cut := step(&mo.Whole, cutStep, fmt.Sprintf("orders.CutGroups of %d groups' parts of up to %d members each in one pass (mesh's partsOf), dealt in spans on up to %d goroutines (GOMAXPROCS), by a relay above groups' heads", len(groups), 1+within, runtime.GOMAXPROCS(0)))
 	_ = cut.run(func() error {
 		groupParts = orders.CutGroups(&got, groups, where.OwnedByAny(groups))
 		return nil

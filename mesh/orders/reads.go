@@ -160,14 +160,11 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 	}
 	// The reads are dealt in spans of their order, one a goroutine, each
 	// span's reads of each part joined in order after.
-	places := positions(p)
-	spans := 1
-	if p.Part == "" && len(p.Slices) > 0 {
-		spans = min(runtime.GOMAXPROCS(0), places*len(p.Slices)/minCutSpan)
-	} else {
-		spans = min(runtime.GOMAXPROCS(0), places/minCutSpan)
+	places, count := positions(p), p.Len() // a whole's reads
+	if p.Part != "" {
+		count = len(p.Reads)
 	}
-	spans = max(spans, 1)
+	spans := max(1, min(runtime.GOMAXPROCS(0), count/minCutSpan))
 	reads := make([][]wire.U32s, spans)
 	var wg sync.WaitGroup
 	for c := range spans {
