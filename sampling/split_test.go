@@ -6,6 +6,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -631,6 +633,47 @@ func TestPlacementOwns(t *testing.T) {
 		}
 		if got := ownedByAny(id); got != want {
 			t.Fatalf("OwnedByAny(%v)(%d) = %b, want %b", sets, id, got, want)
+		}
+	}
+}
+
+// TestOwnedByConcurrently: one OwnedBy test used by several goroutines at
+// once (as a cut on every core uses it) gives each of them every sample's
+// owners, and asks for a group's owners at most once per goroutine.
+func TestOwnedByConcurrently(t *testing.T) {
+	const groups, goroutines, samples = 97, 4, 20000
+	owners := func(g int) []string { return []string{fmt.Sprint("n", g%5), fmt.Sprint("n", (g+2)%5)} }
+	var asked [groups]atomic.Int32
+	where := Placement{Groups: groups, Group: func(id uint32) int { return int(id * 7 % groups) },
+		Owners: func(g int) []string { asked[g].Add(1); return owners(g) }}
+	names := []string{"n0", "n1", "n2", "n3", "n4"}
+	ownedBy := where.OwnedBy(names)
+	want := func(id uint32) (m uint64) {
+		for _, o := range owners(where.Group(id)) {
+			m |= 1 << slices.Index(names, o)
+		}
+		return m
+	}
+	var wg sync.WaitGroup
+	wrong := make([]int, goroutines)
+	for c := range goroutines {
+		wg.Go(func() {
+			for id := range uint32(samples) {
+				if ownedBy(id) != want(id) {
+					wrong[c]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for c, n := range wrong {
+		if n != 0 {
+			t.Fatalf("goroutine %d: %d samples with the wrong owners", c, n)
+		}
+	}
+	for g := range asked {
+		if n := asked[g].Load(); n < 1 || n > goroutines {
+			t.Fatalf("group %d's owners asked %d times by %d goroutines", g, n, goroutines)
 		}
 	}
 }
