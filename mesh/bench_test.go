@@ -95,19 +95,31 @@ func BenchmarkOwnedReads(b *testing.B) {
 	}
 	for _, c := range []struct {
 		name string
-		ours func() func(uint32) bool
+		ours func() func(ids []uint32, masks []uint64)
 	}{
-		{"by-sample", func() func(uint32) bool {
-			return func(id uint32) bool { return contains(n.ownersView(ds, id), n.cfg.Name) }
+		{"by-sample", func() func(ids []uint32, masks []uint64) {
+			return func(ids []uint32, masks []uint64) {
+				for k, id := range ids {
+					masks[k] = 0
+					if contains(n.ownersView(ds, id), n.cfg.Name) {
+						masks[k] = 1
+					}
+				}
+			}
 		}},
-		{"by-partition", func() func(uint32) bool { return n.ownsSample(ds) }},
+		{"by-partition", func() func(ids []uint32, masks []uint64) { return n.ownsSample(ds) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			column, masks := make([]uint32, world), make([]uint64, world)
 			for b.Loop() {
 				ours, owned := c.ours(), 0
 				for k := range per {
-					for _, s := range slices {
-						if ours(s[k]) {
+					for r, s := range slices {
+						column[r] = s[k]
+					}
+					ours(column, masks)
+					for _, m := range masks {
+						if m != 0 {
 							owned++
 						}
 					}

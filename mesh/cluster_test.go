@@ -678,16 +678,30 @@ func TestOwnersByHashedSamples(t *testing.T) {
 			t.Fatalf("%s: ownersView copied the ring's owners", p.node.Name())
 		}
 		where, ours := p.node.placement(ds), p.node.ownsSample(ds)
+		ids := make([]uint32, len(m.files))
+		for i := range ids {
+			ids[i] = uint32(i)
+		}
+		masks, groups := make([]uint64, len(ids)), make([]int32, len(ids))
+		ours(ids, masks)
+		where.GroupsOf(ids, groups)
 		for i := range m.files {
-			if want := contains(p.node.owners(ds, uint32(i)), p.node.Name()); ours(uint32(i)) != want {
+			if want := contains(p.node.owners(ds, uint32(i)), p.node.Name()); (masks[i] == 1) != want {
 				t.Fatalf("%s: ownsSample(%d) = %t, its owners say %t", p.node.Name(), i, !want, want)
 			}
 			g := where.Group(uint32(i))
+			if int(groups[i]) != g {
+				t.Fatalf("%s: sample %d in group %d, of a run of samples in %d", p.node.Name(), i, g, groups[i])
+			}
 			if want := p.node.owners(ds, uint32(i)); g < 0 || g >= where.Groups || !slices.Equal(where.Owners(g), want) {
 				t.Fatalf("%s: sample %d placed in group %d of %d, owned by %v; its owners are %v", p.node.Name(), i, g, where.Groups, where.Owners(g), want)
 			}
 		}
 		past := []uint32{0, uint32(len(m.files))}
+		where.GroupsOf(past, groups[:2])
+		if where.GroupEach == nil || groups[1] != -1 {
+			t.Fatalf("%s: an id past the dataset in group %d of a run of samples (a table read: %t), want -1", p.node.Name(), groups[1], where.GroupEach != nil)
+		}
 		if _, err := sampling.LocalitySplit(past, 2, []string{"a", "b"}, where); !errors.Is(err, sampling.ErrBadPlacement) {
 			t.Fatalf("%s: a split of an id past the dataset: %v, want ErrBadPlacement", p.node.Name(), err)
 		}

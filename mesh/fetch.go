@@ -64,19 +64,20 @@ func (n *Node) placement(ds *datasetState) sampling.Placement {
 			}
 			return s.Partition(id)
 		}
+		where.GroupEach = s.PartitionsOf
 	} else {
 		where.Group = func(id uint32) int { return r.Partition([]byte(keyOfSample(ds, id))) }
 	}
 	return where
 }
 
-// ownsSample returns a test of whether this node owns a sample of ds as
-// the ring stands now, for the loops over every read of an order: each
-// partition's owners are looked at once, and a sample's partition is a
-// table read once the samples are hashed (see placement). The test is
-// not safe for concurrent use.
-func (n *Node) ownsSample(ds *datasetState) func(id uint32) bool {
-	return n.placement(ds).Owns(n.cfg.Name)
+// ownsSample returns a test of whether this node owns each of a run of
+// samples of ds as the ring stands now (mask 1 where it does), for the
+// loops over every read of an order (orders.Reads): each partition's
+// owners are looked at once, and a sample's partition is a table read
+// once the samples are hashed (see placement).
+func (n *Node) ownsSample(ds *datasetState) func(ids []uint32, masks []uint64) {
+	return n.placement(ds).OwnedBy([]string{n.cfg.Name})
 }
 
 // hashSamples computes the ring partition of every sample of ds, once, in

@@ -112,12 +112,19 @@ func testOrdersRelayed(t *testing.T, fanout, piece int) {
 		// as the node's own while the views agree (before the kill), and
 		// of a group's part those of the members below it too.
 		var want []uint32
-		owns := []func(uint32) bool{p.node.ownsSample(ds)}
+		owns := []func([]uint32, []uint64){p.node.ownsSample(ds)}
 		for _, below := range o.Below {
 			owns = append(owns, m.byName(below).node.ownsSample(ds))
 		}
-		orders.Reads(whole, func(id uint32) bool {
-			return slices.ContainsFunc(owns, func(own func(uint32) bool) bool { return own(id) })
+		orders.Reads(whole, func(ids []uint32, masks []uint64) {
+			theirs := make([]uint64, len(ids))
+			clear(masks)
+			for _, own := range owns {
+				own(ids, theirs)
+				for k, m := range theirs {
+					masks[k] |= m
+				}
+			}
 		}, func(id uint32) { want = append(want, id) })
 		if o.Part != p.node.Name() || epoch == 0 || o.Size != 1200 || epoch == 1 && !slices.Equal(o.Reads, want) {
 			t.Fatalf("%s holds a part of epoch %d for %q, %d reads in all, its reads %v: want its own, 1,200, reads %v", p.node.Name(), epoch, o.Part, o.Size, o.Reads, want)

@@ -227,7 +227,8 @@ func thousandNodes(partitions int) ([]uint32, []string, Placement) {
 		owners[p] = []string{rankNode[p*7%nodes], rankNode[(p*13+1)%nodes]}
 	}
 	// Each sample's partition read from a table, as a node's hashed
-	// samples (mesh/ring.Samples) give it.
+	// samples (mesh/ring.Samples) give it, a run at a time as
+	// ring.Samples.PartitionsOf reads them.
 	partOf := make([]uint16, n)
 	for i := range partOf {
 		partOf[i] = uint16(mix64(uint64(i)) % uint64(partitions))
@@ -235,6 +236,11 @@ func thousandNodes(partitions int) ([]uint32, []string, Placement) {
 	where := Placement{
 		Groups: partitions,
 		Group:  func(id uint32) int { return int(partOf[id]) },
+		GroupEach: func(ids []uint32, groups []int32) {
+			for k, id := range ids {
+				groups[k] = int32(partOf[id])
+			}
+		},
 		Owners: func(g int) []string { return owners[g] },
 	}
 	return order, rankNode, where

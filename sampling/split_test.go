@@ -573,67 +573,85 @@ func TestSliceWeightsOnSeveralGoroutines(t *testing.T) {
 	}
 }
 
-// TestPlacementOwns: a sample is owned where its group names the node
-// among its owners, each group's owners are looked at once however many
-// of its samples are tested, and a sample of a group outside the
-// placement is not owned.
-func TestPlacementOwns(t *testing.T) {
+// TestPlacementOwnedBy: OwnedBy of runs of samples sets bit i for
+// names[i] where it owns the sample, none for a sample of a group out of
+// range, and asks each group's owners once; OwnedByAny sets bit i where
+// any of sets[i] does. Runs longer than the test's own (256) and runs of
+// one give the same masks, and a placement's GroupEach is used in place
+// of its Group where it is set.
+func TestPlacementOwnedBy(t *testing.T) {
 	asked := make(map[int]int)
-	where := Placement{
-		Groups: 3,
-		Group: func(id uint32) int {
-			if id >= 30 {
-				return 5
-			}
-			return int(id % 3)
-		},
-		Owners: func(g int) []string {
-			asked[g]++
-			return [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}}[g]
-		},
+	group := func(id uint32) int {
+		if id >= 300 {
+			return 5
+		}
+		return int(id % 3)
 	}
-	owns := where.Owns("a")
-	for id := uint32(0); id < 40; id++ {
-		want := id < 30 && id%3 != 1
-		if got := owns(id); got != want {
-			t.Fatalf("Owns(a)(%d) = %v, want %v", id, got, want)
+	owners := [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}}
+	owns := func(name string, id uint32) bool { g := group(id); return g < 3 && slices.Contains(owners[g], name) }
+	where := Placement{Groups: 3, Group: group, Owners: func(g int) []string { asked[g]++; return owners[g] }}
+	ids := make([]uint32, 700) // 300 owned, 400 of a group out of range
+	for i := range ids {
+		ids[i] = uint32(i*7) % 700
+	}
+	check := func(what string, test func(ids []uint32, masks []uint64), want func(id uint32) uint64) {
+		t.Helper()
+		clear(asked)
+		masks := make([]uint64, len(ids))
+		for k := range masks {
+			masks[k] = 1 << 63 // to be overwritten
+		}
+		test(ids, masks)
+		for k, id := range ids {
+			if masks[k] != want(id) {
+				t.Fatalf("%s: sample %d's mask %b, want %b", what, id, masks[k], want(id))
+			}
+			var one [1]uint64
+			if test(ids[k:k+1], one[:]); one[0] != masks[k] {
+				t.Fatalf("%s: sample %d's mask alone %b, in a run %b", what, id, one[0], masks[k])
+			}
+		}
+		if want := map[int]int{0: 1, 1: 1, 2: 1}; !maps.Equal(asked, want) {
+			t.Fatalf("%s: owners asked %v, want each group once: %v", what, asked, want)
 		}
 	}
-	if want := map[int]int{0: 1, 1: 1, 2: 1}; !maps.Equal(asked, want) {
-		t.Fatalf("owners asked %v, want each group once: %v", asked, want)
-	}
-
-	// OwnedBy: bit i for names[i], as Owns tells each; "d" owns none.
-	clear(asked)
-	names := []string{"c", "d", "a"}
-	ownedBy := where.OwnedBy(names)
-	for id := uint32(0); id < 40; id++ {
-		var want uint64
+	names := []string{"c", "d", "a"} // "d" owns none
+	check("OwnedBy", where.OwnedBy(names), func(id uint32) (m uint64) {
 		for i, name := range names {
-			if where.Owns(name)(id) {
-				want |= 1 << i
+			if owns(name, id) {
+				m |= 1 << i
 			}
 		}
-		if got := ownedBy(id); got != want {
-			t.Fatalf("OwnedBy(%v)(%d) = %b, want %b", names, id, got, want)
-		}
-	}
-
-	// OwnedByAny: bit i where any of sets[i] owns the sample.
+		return m
+	})
 	sets := [][]string{{"d"}, {"c", "a"}, {"b", "d"}, {"a"}}
-	ownedByAny := where.OwnedByAny(sets)
-	for id := uint32(0); id < 40; id++ {
-		var want uint64
+	check("OwnedByAny", where.OwnedByAny(sets), func(id uint32) (m uint64) {
 		for i, set := range sets {
 			for _, name := range set {
-				if where.Owns(name)(id) {
-					want |= 1 << i
+				if owns(name, id) {
+					m |= 1 << i
 				}
 			}
 		}
-		if got := ownedByAny(id); got != want {
-			t.Fatalf("OwnedByAny(%v)(%d) = %b, want %b", sets, id, got, want)
+		return m
+	})
+	// With GroupEach the test reads runs of groups from it, not Group.
+	each := 0
+	where.Group = func(uint32) int { t.Fatal("Group called with GroupEach set"); return 0 }
+	where.GroupEach = func(ids []uint32, groups []int32) {
+		each++
+		for k, id := range ids {
+			groups[k] = int32(group(id))
 		}
+	}
+	check("OwnedBy with GroupEach", where.OwnedBy(names[:1]), func(id uint32) uint64 {
+		if owns("c", id) {
+			return 1
+		}
+		return 0
+	})
+	if each == 0 {
+		t.Fatal("GroupEach never called")
 	}
 }
 
@@ -658,8 +676,13 @@ func TestOwnedByConcurrently(t *testing.T) {
 	wrong := make([]int, goroutines)
 	for c := range goroutines {
 		wg.Go(func() {
-			for id := range uint32(samples) {
-				if ownedBy(id) != want(id) {
+			ids, masks := make([]uint32, samples), make([]uint64, samples)
+			for i := range ids {
+				ids[i] = uint32(i)
+			}
+			ownedBy(ids, masks)
+			for id, m := range masks {
+				if m != want(uint32(id)) {
 					wrong[c]++
 				}
 			}

@@ -166,9 +166,9 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	}); err != nil {
 		return nil, err
 	}
-	_ = step(&mo.Whole, "holder: reads of its samples", "orders.Reads with sampling.Placement.Owns, as mesh hands the cache policy's lookahead each order").run(func() error {
+	_ = step(&mo.Whole, "holder: reads of its samples", "orders.Reads with sampling.Placement.OwnedBy of the holder, as mesh hands the cache policy's lookahead each order").run(func() error {
 		var reads []uint64 // 8 bytes each, as mesh's lookahead keeps them (policy.ID)
-		mo.Reads = orders.Reads(&got, where.Owns(member), func(id uint32) { reads = append(reads, uint64(id)) })
+		mo.Reads = orders.Reads(&got, where.OwnedBy([]string{member}), func(id uint32) { reads = append(reads, uint64(id)) })
 		return nil
 	})
 	// The groups' parts a holder cuts: the member's group first (the
@@ -197,7 +197,7 @@ func memberSteps(pub *wire.PublishMsg, raw []byte, where sampling.Placement, mem
 	group, groupRaw, err := rec.receive(&mo.Group, groupParts[0], wire.MethodRelay, partSteps{
 		in: "group: its part in (transport)", via: "MethodRelay of MethodPublishPart", sender: "its sender's",
 		decode: groupDecodeStep, decodeNote: "msgpack.Unmarshal of the group's part, leader.Check",
-		reads: "group: reads of its samples", readsNote: "orders.Reads of the group's part with sampling.Placement.Owns: the reads its relay picked out for the group, those the head owns",
+		reads: "group: reads of its samples", readsNote: "orders.Reads of the group's part with sampling.Placement.OwnedBy of the head: the reads its relay picked out for the group, those the head owns",
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +285,7 @@ func (r partReceiver) receive(list *[]*mergeStep, part *wire.PublishMsg, method 
 	}
 	if err := step(names.reads, names.readsNote).run(func() error {
 		var reads []uint64 // 8 bytes each, as mesh's lookahead keeps them (policy.ID)
-		if n := orders.Reads(&got, r.where.Owns(r.member), func(id uint32) { reads = append(reads, uint64(id)) }); n != r.reads {
+		if n := orders.Reads(&got, r.where.OwnedBy([]string{r.member}), func(id uint32) { reads = append(reads, uint64(id)) }); n != r.reads {
 			return fmt.Errorf("%s has %d reads of the member's samples, the whole order %d", names.decode, n, r.reads)
 		}
 		return nil

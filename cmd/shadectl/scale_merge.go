@@ -191,10 +191,11 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 	res.HashSamples = time.Since(start)
 	// Where the leader's split finds the owners, as mesh.Node.placement.
 	where := sampling.Placement{
-		Groups: r.Config().Partitions,
-		Group:  func(id uint32) int { return samples.Partition(id) },
-		Owners: r.PartitionOwners,
-		Key:    r,
+		Groups:    r.Config().Partitions,
+		Group:     func(id uint32) int { return samples.Partition(id) },
+		GroupEach: samples.PartitionsOf,
+		Owners:    r.PartitionOwners,
+		Key:       r,
 	}
 	// The job's table and sampler as shade-peer makes them by default
 	// (mesh.Node.jobConfig): magnitude scores; PADS with the uniform floor,

@@ -14,7 +14,8 @@ import (
 // groups' parts of 17 members each; and picks out a member's reads from
 // it (Reads), as a holder of the whole does for its cache's lookahead. The samples fall into 271
 // partitions of two owners each, a sample's partition read from a table
-// as ring.Samples holds them; the members are owners.
+// as ring.Samples holds them (a run at a time, as ring.Samples.PartitionsOf
+// reads them); the members are owners.
 func BenchmarkCut(b *testing.B) {
 	const n, world, partitions, peers = 1280000, 1000, 271, 1000
 	names := make([]string, peers)
@@ -30,7 +31,12 @@ func BenchmarkCut(b *testing.B) {
 	for g := range owners {
 		owners[g] = []string{names[rng.IntN(peers)], names[rng.IntN(peers)]}
 	}
-	where := sampling.Placement{Groups: partitions, Group: func(id uint32) int { return int(partition[id]) }, Owners: func(g int) []string { return owners[g] }}
+	where := sampling.Placement{Groups: partitions, Group: func(id uint32) int { return int(partition[id]) }, Owners: func(g int) []string { return owners[g] },
+		GroupEach: func(ids []uint32, groups []int32) { // as ring.Samples.PartitionsOf
+			for k, id := range ids {
+				groups[k] = int32(partition[id])
+			}
+		}}
 	p := &wire.PublishMsg{World: world, Epoch: 1}
 	perm := rng.Perm(n)
 	for r := range world {
@@ -70,7 +76,7 @@ func BenchmarkCut(b *testing.B) {
 		var reads []uint32
 		for b.Loop() {
 			reads = reads[:0]
-			Reads(p, where.Owns(owning[0]), func(id uint32) { reads = append(reads, id) })
+			Reads(p, where.OwnedBy(owning[:1]), func(id uint32) { reads = append(reads, id) })
 		}
 	})
 }

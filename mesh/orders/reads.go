@@ -8,22 +8,21 @@ import (
 	"github.com/shade-mesh/shade/mesh/wire"
 )
 
-// Reads calls visit with each id of p's slices that ours says this node
-// owns, in the order the ranks are expected to read them: they read their
-// slices side by side, so position k of every slice comes before position
-// k+1 of any. Of a member's part (wire.PublishMsg.Part) it visits the
-// reads its relay picked out for the member, those ours still owns. It
+// Reads calls visit with each id of p's slices that owned says a node
+// owns (any name of its test: sampling.Placement.OwnedBy), in the order
+// the ranks are expected to read them: they read their slices side by
+// side, so position k of every slice comes before position k+1 of any.
+// Of a member's part (wire.PublishMsg.Part) it visits the reads its
+// relay picked out for the member, those owned still says are owned. It
 // returns how many it visited. This is what a node hands its cache
 // policy's lookahead for each epoch's order.
-func Reads(p *wire.PublishMsg, ours func(id uint32) bool, visit func(id uint32)) int {
+func Reads(p *wire.PublishMsg, owned func(ids []uint32, masks []uint64), visit func(id uint32)) int {
 	n := 0
-	var owned [readBlock]bool
+	var masks [readBlock]uint64
 	inBlocks(p, func(block []uint32) {
+		owned(block, masks[:len(block)])
 		for k, id := range block {
-			owned[k] = ours(id)
-		}
-		for k, id := range block {
-			if owned[k] {
+			if masks[k] != 0 {
 				visit(id)
 				n++
 			}
@@ -35,10 +34,11 @@ func Reads(p *wire.PublishMsg, ours func(id uint32) bool, visit func(id uint32))
 // inBlocks calls fn with the ids Reads looks at, in its order, readBlock
 // at a time: a part's reads, or every id of the whole's slices. A caller
 // that looks each one's owners up (a sample's partition, at random in a
-// table of megabytes) does so for a block before it acts on them: the
-// lookups then overlap each other, where between each and the next the
-// caller's branches on its result held them one at a time. fn must not
-// keep the block.
+// table of megabytes) does so for a block, in one call of its test,
+// before it acts on them: the lookups then overlap each other, where
+// between each and the next the caller's branches on its result, or a
+// call of a test for each, held them a few at a time. fn must not keep
+// the block.
 func inBlocks(p *wire.PublishMsg, fn func(block []uint32)) {
 	inBlocksOf(p, 0, positions(p), fn)
 }
@@ -107,11 +107,12 @@ const minCutSpan = 1 << 17
 // Cut returns the parts of the order p for the named members (at most
 // 64; wire.PublishMsg.Part), one each, in one pass over the order:
 // member i's part holds the slices and weights of the ranks p.Ranks puts
-// on it and the reads of the samples it owns, those whose ownedBy has
-// bit i set, in the order Reads visits them. p is the whole order, or a
+// on it and the reads of the samples it owns, those whose mask from
+// ownedBy (sampling.Placement.OwnedBy of names) has bit i set, in the
+// order Reads visits them. p is the whole order, or a
 // group's part (wire.PublishMsg.Below) whose reads hold the members'.
 // The parts share p's slices and weights: read only.
-func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*wire.PublishMsg {
+func Cut(p *wire.PublishMsg, names []string, ownedBy func(ids []uint32, masks []uint64)) []*wire.PublishMsg {
 	groups := make([][]string, len(names))
 	for i := range names {
 		groups[i] = names[i : i+1 : i+1]
@@ -132,7 +133,7 @@ func Cut(p *wire.PublishMsg, names []string, ownedBy func(id uint32) uint64) []*
 // sampling.Placement.OwnedBy's tests are). A cut is bound by its
 // lookups of the reads' owners, at random in a table of megabytes; each
 // core waits on its own.
-func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) uint64) []*wire.PublishMsg {
+func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(ids []uint32, masks []uint64)) []*wire.PublishMsg {
 	parts := make([]*wire.PublishMsg, len(groups))
 	index := make(map[string]int)
 	for i, group := range groups {
@@ -172,9 +173,7 @@ func CutGroups(p *wire.PublishMsg, groups [][]string, ownedBy func(id uint32) ui
 			out := make([]wire.U32s, len(parts))
 			var masks [readBlock]uint64
 			inBlocksOf(p, places*c/spans, places*(c+1)/spans, func(block []uint32) {
-				for k, id := range block {
-					masks[k] = ownedBy(id)
-				}
+				ownedBy(block, masks[:len(block)])
 				for k, m := range masks[:len(block)] {
 					for ; m != 0; m &= m - 1 {
 						i := bits.TrailingZeros64(m)

@@ -8,6 +8,27 @@ import (
 	"github.com/shade-mesh/shade/mesh/wire"
 )
 
+// each is the test of runs of samples that Reads and Cut take, of a
+// test of one sample: each sample's mask is mask's of it.
+func each(mask func(id uint32) uint64) func(ids []uint32, masks []uint64) {
+	return func(ids []uint32, masks []uint64) {
+		for k, id := range ids {
+			masks[k] = mask(id)
+		}
+	}
+}
+
+// owns is each of a test of whether a node owns a sample: mask 1 where
+// it does.
+func owns(own func(id uint32) bool) func(ids []uint32, masks []uint64) {
+	return each(func(id uint32) uint64 {
+		if own(id) {
+			return 1
+		}
+		return 0
+	})
+}
+
 // TestReads: the owned ids of every slice, position by position across
 // the slices (shorter slices skipped once past their end), and nothing
 // that the test does not own.
@@ -15,16 +36,16 @@ func TestReads(t *testing.T) {
 	p := &wire.PublishMsg{Slices: []wire.U32s{{1, 2, 3}, {4, 5}, {6, 7, 8}}}
 	even := func(id uint32) bool { return id%2 == 0 }
 	var got []uint32
-	n := Reads(p, even, func(id uint32) { got = append(got, id) })
+	n := Reads(p, owns(even), func(id uint32) { got = append(got, id) })
 	if want := []uint32{4, 6, 2, 8}; !slices.Equal(got, want) || n != len(want) {
 		t.Fatalf("Reads = %v (%d), want %v", got, n, want)
 	}
 	got = nil
-	if n := Reads(p, func(uint32) bool { return true }, func(id uint32) { got = append(got, id) }); n != 8 ||
+	if n := Reads(p, owns(func(uint32) bool { return true }), func(id uint32) { got = append(got, id) }); n != 8 ||
 		!slices.Equal(got, []uint32{1, 4, 6, 2, 5, 7, 3, 8}) {
 		t.Fatalf("Reads of everything = %v (%d)", got, n)
 	}
-	if n := Reads(&wire.PublishMsg{}, even, func(uint32) { t.Fatal("visited an id of an empty order") }); n != 0 {
+	if n := Reads(&wire.PublishMsg{}, owns(even), func(uint32) { t.Fatal("visited an id of an empty order") }); n != 0 {
 		t.Fatalf("Reads of an empty order = %d", n)
 	}
 }
@@ -40,7 +61,7 @@ func TestCut(t *testing.T) {
 		Ranks:   []string{"a", "b", "a"}, Sampler: []byte("state")}
 	even := func(id uint32) bool { return id%2 == 0 }
 	low := func(id uint32) bool { return id < 5 }
-	parts := Cut(p, []string{"a", "c"}, func(id uint32) (m uint64) {
+	parts := Cut(p, []string{"a", "c"}, each(func(id uint32) (m uint64) {
 		if even(id) {
 			m |= 1
 		}
@@ -48,7 +69,7 @@ func TestCut(t *testing.T) {
 			m |= 2
 		}
 		return m
-	})
+	}))
 	a, c := parts[0], parts[1]
 	if a.Part != "a" || c.Part != "c" || a.Epoch != 3 || a.Term != 4 || a.Ahead != 1 || a.Size != 9 || len(a.Sampler) != 0 {
 		t.Fatalf("parts %+v, %+v: want a's and c's of epoch 3, term 4, 9 reads, no sampler state", a, c)
@@ -62,15 +83,15 @@ func TestCut(t *testing.T) {
 			t.Fatalf("c's part holds rank %d's slice %v", r, c.Slices[r])
 		}
 	}
-	for i, owns := range []func(uint32) bool{even, low} {
+	for i, own := range []func(uint32) bool{even, low} {
 		var want []uint32
-		Reads(p, owns, func(id uint32) { want = append(want, id) })
+		Reads(p, owns(own), func(id uint32) { want = append(want, id) })
 		if !slices.Equal(parts[i].Reads, want) {
 			t.Fatalf("%s's reads %v, want %v", parts[i].Part, parts[i].Reads, want)
 		}
 	}
 	var got []uint32
-	if n := Reads(a, func(id uint32) bool { return id != 4 }, func(id uint32) { got = append(got, id) }); n != 3 || !slices.Equal(got, []uint32{2, 8, 6}) {
+	if n := Reads(a, owns(func(id uint32) bool { return id != 4 }), func(id uint32) { got = append(got, id) }); n != 3 || !slices.Equal(got, []uint32{2, 8, 6}) {
 		t.Fatalf("Reads of a's part, 4 no longer owned: %v (%d), want [2 8 6]", got, n)
 	}
 }
@@ -85,15 +106,15 @@ func TestCutGroups(t *testing.T) {
 		Weights: []wire.F32s{{1, 1, 1}, {2, 2, 2}, {3, 3, 3}, {4, 4, 4}},
 		Ranks:   []string{"a", "b", "c", "d"}, Sampler: []byte("state")}
 	owner := func(id uint32) string { return []string{"a", "b", "c", "d"}[id%4] }
-	ownedBy := func(groups [][]string) func(uint32) uint64 {
-		return func(id uint32) (m uint64) {
+	ownedBy := func(groups [][]string) func([]uint32, []uint64) {
+		return each(func(id uint32) (m uint64) {
 			for i, g := range groups {
 				if slices.Contains(g, owner(id)) {
 					m |= 1 << i
 				}
 			}
 			return m
-		}
+		})
 	}
 	groups := [][]string{{"b", "c", "a"}, {"d"}}
 	parts := CutGroups(p, groups, ownedBy(groups))
@@ -108,7 +129,7 @@ func TestCutGroups(t *testing.T) {
 		}
 	}
 	var want []uint32
-	Reads(p, func(id uint32) bool { return owner(id) != "d" }, func(id uint32) { want = append(want, id) })
+	Reads(p, owns(func(id uint32) bool { return owner(id) != "d" }), func(id uint32) { want = append(want, id) })
 	if !slices.Equal(g.Reads, want) {
 		t.Fatalf("the group's reads %v, want %v", g.Reads, want)
 	}
@@ -154,24 +175,22 @@ func TestCutInSpans(t *testing.T) {
 	// Owners: id%5 picks one of five pairs of the names below.
 	names := []string{"a", "b", "c", "d", "e"}
 	owners := func(id uint32) []string { k := id % 5; return []string{names[k], names[(k+2)%5]} }
-	ownedBy := func(groups [][]string) func(uint32) uint64 {
-		return func(id uint32) (m uint64) {
-			for i, g := range groups {
-				for _, o := range owners(id) {
-					if slices.Contains(g, o) {
-						m |= 1 << i
-					}
+	mask := func(groups [][]string, id uint32) (m uint64) {
+		for i, g := range groups {
+			for _, o := range owners(id) {
+				if slices.Contains(g, o) {
+					m |= 1 << i
 				}
 			}
-			return m
 		}
+		return m
 	}
 	check := func(what string, from *wire.PublishMsg, groups [][]string) []*wire.PublishMsg {
 		t.Helper()
-		parts := CutGroups(from, groups, ownedBy(groups))
+		parts := CutGroups(from, groups, each(func(id uint32) uint64 { return mask(groups, id) }))
 		for i, part := range parts {
 			var want []uint32
-			Reads(from, func(id uint32) bool { return ownedBy(groups)(id)&(1<<i) != 0 }, func(id uint32) { want = append(want, id) })
+			Reads(from, owns(func(id uint32) bool { return mask(groups, id)&(1<<i) != 0 }), func(id uint32) { want = append(want, id) })
 			if len(want) < 2*minCutSpan/5 || !slices.Equal(part.Reads, want) {
 				t.Fatalf("%s: group %v's part has %d reads, want the %d a single pass picks, in order", what, groups[i], len(part.Reads), len(want))
 			}

@@ -63,6 +63,29 @@ func (s *Samples) Partition(i uint32) int {
 	return int(s.large[i])
 }
 
+// PartitionsOf sets parts[k] to the partition of sample ids[k], or to -1
+// where ids[k] is not below Len, for each k (parts is as long as ids):
+// Partition of a run of samples, a loop of table reads with nothing
+// between them, whose misses overlap (sampling.Placement.GroupEach).
+func (s *Samples) PartitionsOf(ids []uint32, parts []int32) {
+	if s.small != nil {
+		partitionsOf(s.small, ids, parts)
+	} else {
+		partitionsOf(s.large, ids, parts)
+	}
+}
+
+func partitionsOf[P uint16 | uint32](table []P, ids []uint32, parts []int32) {
+	parts = parts[:len(ids)]
+	for k, id := range ids {
+		if int(id) < len(table) {
+			parts[k] = int32(table[id])
+		} else {
+			parts[k] = -1
+		}
+	}
+}
+
 // Fits reports whether s was hashed into r's partition count, so that
 // SampleOwners may use it with r.
 func (s *Samples) Fits(r *Ring) bool { return s != nil && r != nil && s.partitions == r.cfg.Partitions }

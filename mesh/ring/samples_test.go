@@ -12,7 +12,9 @@ func sampleKey(dst []byte, i int) []byte {
 
 // TestSampleOwnersMatchOwners checks that a sample's owners read through
 // Samples are exactly those Owners gives for its key, with the 2-byte and
-// the 4-byte table, and that the ring's slice comes back, not a copy.
+// the 4-byte table, and that the ring's slice comes back, not a copy;
+// PartitionsOf of a run of samples (in no order, one past the last among
+// them) gives each one's Partition, and -1 for the one past.
 func TestSampleOwnersMatchOwners(t *testing.T) {
 	for _, partitions := range []int{0, 7, 1<<16 + 3} {
 		const n = 5000
@@ -34,6 +36,18 @@ func TestSampleOwnersMatchOwners(t *testing.T) {
 			}
 			if got, want := r.SampleOwners(s, uint32(i)), r.Owners(key); !slices.Equal(got, want) {
 				t.Fatalf("%d partitions: sample %d owned by %v, Owners says %v", partitions, i, got, want)
+			}
+		}
+		ids := []uint32{n - 1, 3, n, 0, 4000, n << 4}
+		parts := make([]int32, len(ids))
+		s.PartitionsOf(ids, parts)
+		for k, id := range ids {
+			want := -1
+			if id < n {
+				want = s.Partition(id)
+			}
+			if int(parts[k]) != want {
+				t.Fatalf("%d partitions: sample %d of a run in partition %d, want %d", partitions, id, parts[k], want)
 			}
 		}
 		if a, b := r.SampleOwners(s, 1), r.SampleOwners(s, 1); &a[0] != &b[0] {

@@ -96,24 +96,19 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		js.key = where.Key
 	}
 	js.where, js.self = where, self
-	// The groups first, in a pass of their own: each is a lookup at
-	// random in a table of megabytes (a sample's partition), and with
-	// nothing waiting on them the lookups overlap, where the counting
-	// below, at an address each one's result gives, held them one at a
-	// time. They are written where the ids' groups go, and the pass
-	// below keeps those of the ids it queues.
+	// The groups first, in a pass of their own (where.GroupsOf): each is
+	// a lookup at random in a table of megabytes (a sample's partition),
+	// and with nothing waiting on them the lookups overlap, where the
+	// counting below, at an address each one's result gives, held them
+	// one at a time. They are written where the ids' groups go, and the
+	// pass below keeps those of the ids it queues.
 	start := len(js.groups)
-	for _, id := range ids {
-		g := where.Group(id)
-		if uint(g) >= uint(len(js.mine)) {
-			g = -1
-		}
-		js.groups = append(js.groups, int32(g))
-	}
+	js.groups = slices.Grow(js.groups, len(ids))[:start+len(ids)]
+	where.GroupsOf(ids, js.groups[start:])
 	kept := start
 	for i, id := range ids {
 		g := int(js.groups[start+i])
-		if g < 0 {
+		if uint(g) >= uint(len(js.mine)) {
 			continue
 		}
 		if js.mine[g] == 0 {

@@ -31,7 +31,12 @@ func benchScoreQueue(b *testing.B, peers, parts int) {
 		a := rng.IntN(peers)
 		owners[p] = []string{fmt.Sprintf("peer-%04d", a), fmt.Sprintf("peer-%04d", (a+1+rng.IntN(peers-1))%peers)}
 	}
-	where := Placement{Groups: parts, Group: func(id uint32) int { return int(part[id]) }, Owners: func(g int) []string { return owners[g] }, Key: &owners}
+	where := Placement{Groups: parts, Group: func(id uint32) int { return int(part[id]) }, Owners: func(g int) []string { return owners[g] }, Key: &owners,
+		GroupEach: func(ids []uint32, groups []int32) { // as ring.Samples.PartitionsOf
+			for k, id := range ids {
+				groups[k] = int32(part[id])
+			}
+		}}
 	order := rng.Perm(samples)
 	ids := make([]uint32, samples)
 	for i, id := range order {
