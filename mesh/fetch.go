@@ -49,7 +49,8 @@ func (n *Node) ownersView(ds *datasetState, id uint32) []string {
 // placement is where ds's samples are as this node's ring stands now, for
 // the leader's locality split (sampling.LocalitySplit): the groups are the
 // ring's partitions, a sample's read from the table of hashed samples
-// once it is ready (its key hashed until then).
+// once it is ready (a run of them in one loop, GroupEach; its key hashed
+// until then).
 func (n *Node) placement(ds *datasetState) sampling.Placement {
 	r := ds.ring.Load()
 	if n.cluster == nil || r == nil {

@@ -89,6 +89,10 @@ type Placement struct {
 	Key any
 }
 
+// groupRun is how many samples' groups a pass over many looks up in one
+// call of GroupsOf, into an array of that length.
+const groupRun = 256
+
 // GroupsOf sets groups[k] to the group of ids[k] for each k (groups is
 // as long as ids): by w.GroupEach where it is set, else by w.Group.
 func (w Placement) GroupsOf(ids []uint32, groups []int32) {
@@ -142,11 +146,11 @@ func (w Placement) OwnedByAny(sets [][]string) func(ids []uint32, masks []uint64
 func (w Placement) ownedBy(bit map[string]uint64) func(ids []uint32, masks []uint64) {
 	owners := make([]atomic.Uint64, w.Groups)
 	known := make([]atomic.Bool, w.Groups) // owners[g] is set
-	var runs sync.Pool                     // of *[256]int32: a run's groups
+	var runs sync.Pool                     // of *[groupRun]int32: a run's groups
 	return func(ids []uint32, masks []uint64) {
-		groups, _ := runs.Get().(*[256]int32)
+		groups, _ := runs.Get().(*[groupRun]int32)
 		if groups == nil {
-			groups = new([256]int32)
+			groups = new([groupRun]int32)
 		}
 		defer runs.Put(groups)
 		for len(ids) > 0 {
@@ -237,7 +241,7 @@ func groupOrder(order []uint32, where Placement, workers int) (Grouped, error) {
 		// random in a table of megabytes, and with nothing waiting on
 		// them they overlap, where the marking below, at an address each
 		// one's result gives, held them one at a time.
-		var run [256]int32
+		var run [groupRun]int32
 		for i := lo; i < hi; i += len(run) {
 			n := min(len(run), hi-i)
 			where.GroupsOf(order[i:i+n], run[:n])
