@@ -275,9 +275,9 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 	fmt.Fprintf(w, "\n== leader: one epoch of %d samples, world %d, minibatches of %d, %d peers\n", res.Samples, res.World, res.Batch, res.Peers)
 	fmt.Fprintf(w, "budget: one epoch at %d ranks x %.0f samples/s = %.0f samples/s: %s\n",
 		res.World, o.rankRate, res.Throughput, round(res.Epoch))
-	fmt.Fprintf(w, "measured: the time each step takes, and the CPU it uses on all of the %d cores Go runs on (GOMAXPROCS)\n", runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "measured: the time each step takes, the CPU it uses on all of the %d cores Go runs on (GOMAXPROCS), and the page faults it takes (first writes to memory the heap grew by, whose cost depends on the machine: far more in a virtual machine whose host maps its memory lazily than on a bare host)\n", runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tper epoch\tallocs\talloc bytes\tframes\twire bytes\t")
+	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tper epoch\tallocs\talloc bytes\tpage faults\tframes\twire bytes\t")
 	var total time.Duration
 	var wire float64
 	for _, s := range res.Steps {
@@ -290,14 +290,14 @@ func printMerge(w io.Writer, res *mergeResult, o scaleOptions) {
 			frames = fmt.Sprintf("%.0f", s.Messages)
 			bytes = scaleBytes(s.WireBytes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), times, round(s.perEpoch()),
-			int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times), frames, bytes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), times, round(s.perEpoch()),
+			int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times), int64(float64(s.Faults)*s.Times), frames, bytes)
 		total += s.perEpoch()
 		wire += s.WireBytes
 	}
 	for _, s := range slices.Concat(res.Prepared, res.FirstDraw, res.First) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), "once", "-",
-			s.Allocs, scaleBytes(float64(s.Bytes)), fmt.Sprintf("%.0f", s.Messages), scaleBytes(s.WireBytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), "once", "-",
+			s.Allocs, scaleBytes(float64(s.Bytes)), s.Faults, fmt.Sprintf("%.0f", s.Messages), scaleBytes(s.WireBytes))
 	}
 	tw.Flush()
 	for _, s := range slices.Concat(res.Steps, res.Prepared, res.FirstDraw, res.First) {

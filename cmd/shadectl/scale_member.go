@@ -315,10 +315,10 @@ func printMember(w io.Writer, mo *memberOrder, epoch time.Duration) {
 	fmt.Fprintf(w, "\n== the members other than the leader (%s measured, %d rank(s)): %d hold each epoch's order whole (%s), %d their groups' parts (%s, each for a head and up to %d members below it), %d their own parts (%s: their ranks' slices and weights, the reads of their samples; %d for %s)\n",
 		mo.Name, mo.Ranks, sh.Holders, scaleBytes(float64(mo.WholeBytes)), sh.Heads, scaleBytes(float64(mo.GroupBytes)), mo.Cut, sh.Parts, scaleBytes(float64(mo.PartBytes)), mo.Reads, mo.Name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tallocs\talloc bytes\t")
+	fmt.Fprintln(tw, "step\tmeasured\tcpu\tx\tallocs\talloc bytes\tpage faults\t")
 	all := slices.Concat(mo.Whole, mo.Group, mo.Part)
 	for _, s := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3g\t%d\t%s\t\n", s.Name, round(s.Dur), round(s.CPU), s.Times, int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3g\t%d\t%s\t%d\t\n", s.Name, round(s.Dur), round(s.CPU), s.Times, int64(float64(s.Allocs)*s.Times), scaleBytes(float64(s.Bytes)*s.Times), int64(float64(s.Faults)*s.Times))
 	}
 	sum := func(steps []*mergeStep) (total time.Duration) {
 		for _, s := range steps {

@@ -50,16 +50,22 @@ func decodeFrame(frame []byte, v any) error {
 type meter struct {
 	Dur, CPU      time.Duration
 	Allocs, Bytes uint64
+	// Faults are the process's page faults while the step ran: first
+	// touches of memory the heap grew by or took back from the system,
+	// whose cost depends on the machine (in a virtual machine whose host
+	// maps the guest's memory lazily, many times a bare host's).
+	Faults int64
 }
 
 func (m *meter) run(fn func() error) error {
 	var a, b runtime.MemStats
 	runtime.ReadMemStats(&a)
-	cpu := cputime.Process()
+	cpu, faults := cputime.Process(), cputime.Faults()
 	start := time.Now()
 	err := fn()
 	m.Dur += time.Since(start)
 	m.CPU += cputime.Process() - cpu
+	m.Faults += cputime.Faults() - faults
 	runtime.ReadMemStats(&b)
 	m.Allocs += b.Mallocs - a.Mallocs
 	m.Bytes += b.TotalAlloc - a.TotalAlloc
@@ -396,6 +402,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		queueStep.CPU -= flushStep.CPU - before.CPU
 		queueStep.Allocs -= flushStep.Allocs - before.Allocs
 		queueStep.Bytes -= flushStep.Bytes - before.Bytes
+		queueStep.Faults -= flushStep.Faults - before.Faults
 		if takes == 0 {
 			return now(), flushStep.run(func() error { return flush(true) })
 		}

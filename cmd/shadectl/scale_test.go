@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 	"github.com/shade-mesh/shade/sampling"
+	"golang.org/x/sys/unix"
 )
 
 // Small sizes: 50 peers, 100k samples, R = 2, the node's 271 partitions.
@@ -277,7 +279,7 @@ func TestScaleCommand(t *testing.T) {
 	}
 	for _, want := range []string{"30 peers, 20000 samples", "primary moved", "copies moved", "max/mean",
 		"survivors receiving", "leader time per epoch", "the next order's CPU", "leader egress per epoch", "mean/ideal",
-		"drawn an epoch ahead", "drawn ahead by default?", "leader CPU per epoch, all steps, all cores"} {
+		"drawn an epoch ahead", "drawn ahead by default?", "leader CPU per epoch, all steps, all cores", "page faults"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -286,6 +288,38 @@ func TestScaleCommand(t *testing.T) {
 		if err := runScale(args, &out, &errOut); err == nil {
 			t.Errorf("runScale(%q) succeeded", args)
 		}
+	}
+}
+
+// TestMeterCountsFaults: a step that writes to memory the process has
+// never touched is charged the page faults that maps it, one a page at
+// least; a step that touches nothing new is charged none of a step's
+// before it.
+func TestMeterCountsFaults(t *testing.T) {
+	const pages = 128
+	size := pages * syscall.Getpagesize()
+	var m meter
+	if err := m.run(func() error {
+		mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			return err
+		}
+		defer syscall.Munmap(mem)
+		_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE) // one fault a page
+		for i := 0; i < size; i += syscall.Getpagesize() {
+			mem[i] = 1
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if m.Faults < pages {
+		t.Fatalf("a step that wrote to %d new pages was charged %d page faults", pages, m.Faults)
+	}
+	var idle meter
+	_ = idle.run(func() error { return nil })
+	if idle.Faults >= pages {
+		t.Fatalf("a step that touched nothing was charged %d page faults", idle.Faults)
 	}
 }
 

@@ -3,7 +3,9 @@
 // report per operation (a figure that other processes' load on a small
 // machine disturbs less than the time an operation takes); and how often
 // its threads were switched out, where a Go program's hand-offs between
-// goroutines wake sleeping threads.
+// goroutines wake sleeping threads; and how many pages it touched for the
+// first time, which the kernel had to map (and, in a virtual machine whose
+// host maps the guest's memory lazily, the host too).
 //
 // It is a leaf: it imports nothing of this module.
 package cputime
@@ -33,4 +35,17 @@ func Switches() int64 {
 		return 0
 	}
 	return int64(ru.Nvcsw + ru.Nivcsw)
+}
+
+// Faults is how many page faults this process has taken so far that the
+// kernel served without reading from disk (minor faults): most are a
+// first write to memory the process was given but had not touched, such
+// as a heap the Go runtime grew or took back from the system; 0 where the
+// system does not say.
+func Faults() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return int64(ru.Minflt)
 }

@@ -4,6 +4,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestProcessCountsWork: spinning on the CPU shows in Process, which never
@@ -68,5 +70,27 @@ func pipeIO(op func(int, []byte) (int, error), fd int, b []byte) bool {
 		if err != syscall.EINTR {
 			return n == 1 && err == nil
 		}
+	}
+}
+
+// TestFaultsCountsFirstTouches: writing once to each page of a fresh
+// anonymous mapping faults each page in, so 256 pages must count 256
+// faults at least (huge pages are refused for it, so that one fault does
+// not map 512 pages).
+func TestFaultsCountsFirstTouches(t *testing.T) {
+	const pages = 256
+	size := pages * syscall.Getpagesize()
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+	_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE) // not every kernel has huge pages
+	before := Faults()
+	for i := 0; i < size; i += syscall.Getpagesize() {
+		mem[i] = 1
+	}
+	if grew := Faults() - before; grew < pages {
+		t.Fatalf("page faults grew by %d over first writes to %d pages, want one a page at least", grew, pages)
 	}
 }
