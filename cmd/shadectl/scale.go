@@ -33,6 +33,7 @@ type scaleOptions struct {
 	encodes, fanout, piece               int
 	only                                 string
 	cpuProfile                           string
+	names                                string
 }
 
 // runScale simulates a large mesh in one process, with no network: the
@@ -65,6 +66,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.cached, "cached", 0.5, "share of the dataset the mesh caches, whose samples the leader's draws prefer (shade-peer --boost)")
 	fs.StringVar(&o.only, "only", "all", "what to simulate: ring, leader or all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the leader's epoch to `FILE`")
+	fs.StringVar(&o.names, "names", defaultPeerNames, "the peers' names: a fmt format of the peer's number (the ring hashes names, so where a dead peer's data goes depends on them)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: shadectl scale [--peers 1000] [--samples 1280000] [--replicas 2] [--world 8] [--trials 5]")
 		fmt.Fprintln(stderr, "\nSimulates a mesh in one process through the node's own ring and sampling code: the")
@@ -100,6 +102,10 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	case !slices.Contains([]string{"ring", "leader", "all"}, o.only):
 		return fmt.Errorf("--only %q: want ring, leader or all", o.only)
 	}
+	name, err := peerNamer(o.names)
+	if err != nil {
+		return err
+	}
 	budget, err := bytesize.Parse(o.budget)
 	if err != nil || budget <= 0 {
 		return fmt.Errorf("--replicate-budget %q: want a positive size per second", o.budget)
@@ -112,7 +118,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 
 	var base *ring.Ring
 	if o.only != "leader" {
-		res, err := simulateRing(cfg, o.peers, o.samples, o.trials, o.dataset, o.seed, progress)
+		res, err := simulateRing(cfg, o.peers, o.samples, o.trials, o.dataset, o.seed, name, progress)
 		if err != nil {
 			return err
 		}
@@ -125,7 +131,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if base == nil {
 		names := make([]string, o.peers)
 		for i := range names {
-			names[i] = scalePeerName(i)
+			names[i] = name(i)
 		}
 		var err error
 		if base, err = ring.New(cfg, names); err != nil {

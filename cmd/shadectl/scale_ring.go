@@ -5,14 +5,30 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/protocol/samplekey"
 )
 
-// scalePeerName is the name of simulated peer i.
-func scalePeerName(i int) string { return fmt.Sprintf("peer-%04d", i) }
+// scalePeerName is the name of simulated peer i by default.
+func scalePeerName(i int) string { return fmt.Sprintf(defaultPeerNames, i) }
+
+// defaultPeerNames is shadectl scale --names's default.
+const defaultPeerNames = "peer-%04d"
+
+// peerNamer returns the namer of simulated peers that format gives: a
+// fmt format of one integer, the peer's number, which must give every
+// peer its own name (a ring collapses names that are the same).
+func peerNamer(format string) (func(int) string, error) {
+	name := func(i int) string { return fmt.Sprintf(format, i) }
+	a, b, c := name(0), name(1), name(10)
+	if strings.Contains(a+b+c, "%!") || a == b || b == c || a == c {
+		return nil, fmt.Errorf("--names %q: want a format of one integer that names each peer apart, such as %q", format, defaultPeerNames)
+	}
+	return name, nil
+}
 
 // scaleSampleKey appends the store key of a sample, "<dataset>/<index>",
 // byte for byte as a node forms it, to dst.
@@ -203,10 +219,10 @@ type ringResult struct {
 // simulateRing builds the ring of peers members as a node does and moves
 // it through trials joins and trials departures, each from the full view,
 // measuring the samples that move. progress gets one line per step.
-func simulateRing(cfg ring.Config, peers, samples, trials int, dataset string, seed uint64, progress func(string, ...any)) (*ringResult, error) {
+func simulateRing(cfg ring.Config, peers, samples, trials int, dataset string, seed uint64, name func(int) string, progress func(string, ...any)) (*ringResult, error) {
 	names := make([]string, peers)
 	for i := range names {
-		names[i] = scalePeerName(i)
+		names[i] = name(i)
 	}
 	start := time.Now()
 	base, err := ring.New(cfg, names)
@@ -222,7 +238,7 @@ func simulateRing(cfg ring.Config, peers, samples, trials int, dataset string, s
 	rng := rand.New(rand.NewPCG(seed, 0x5ca1e))
 	leavers := rng.Perm(peers)[:min(trials, peers)]
 	for t := range trials {
-		joiner := scalePeerName(peers + t)
+		joiner := name(peers + t)
 		start := time.Now()
 		joined, err := base.Update(append(slices.Clone(names), joiner))
 		if err != nil {

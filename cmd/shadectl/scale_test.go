@@ -37,7 +37,7 @@ func TestScaleSampleKeyIsTheNodes(t *testing.T) {
 }
 
 func TestScaleRingMoves(t *testing.T) {
-	res, err := simulateRing(ring.Config{}, testPeers, testSamples, 3, testDataset, 1, t.Logf)
+	res, err := simulateRing(ring.Config{}, testPeers, testSamples, 3, testDataset, 1, scalePeerName, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,14 @@ func TestScaleCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"--relay-fanout", "0"}, {"extra"}} {
+	out.Reset()
+	if err := runScale([]string{"--peers", "12", "--samples", "20000", "--trials", "2", "--only", "ring", "--names", "gpu%02d.rack"}, &out, &errOut); err != nil {
+		t.Fatalf("--names: %v\nstderr: %s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "gpu12.rack") || strings.Contains(out.String(), "peer-") {
+		t.Errorf("--names gpu%%02d.rack: the peers are not named by it:\n%s", out.String())
+	}
+	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"--relay-fanout", "0"}, {"--names", "peer"}, {"--names", "peer-%d-%d"}, {"--names", "peer-%s"}, {"extra"}} {
 		if err := runScale(args, &out, &errOut); err == nil {
 			t.Errorf("runScale(%q) succeeded", args)
 		}
