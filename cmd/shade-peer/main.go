@@ -282,7 +282,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
-		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of hundreds of peers use a prime of at least 16 per peer (e.g. 16381 for 1,000)")
+		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same; for meshes of more than about 16 peers use a prime of about 64 per peer, at most 65521 (e.g. 64007 for 1,000): with fewer, a join that changes the most partitions a peer may own moves several times its share")
 		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
 		relayFanout = fs.Int("relay-fanout", wire.DefaultRelayFanout, "in a mesh of more peers, the leader hands an epoch's order to this many, each passing it on to its share of the rest")
 		relayPiece  = fs.String("relay-piece", "1MiB", "an order longer than this is relayed in pieces of this size, each passed on as soon as a relay has it (1KiB to 32MiB)")

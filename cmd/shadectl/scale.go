@@ -178,6 +178,22 @@ func round(d time.Duration) time.Duration {
 	return d.Round(100 * time.Nanosecond)
 }
 
+// capNote says whether the trials' joins and leaves change the ring's
+// bounded load, which makes them move more than their share.
+func capNote(res *ringResult) string {
+	var changed []string
+	if len(res.Joins) > 0 && res.CapJoin != res.Cap {
+		changed = append(changed, fmt.Sprintf("a join makes it %d", res.CapJoin))
+	}
+	if len(res.Leaves) > 0 && res.CapLeave != res.Cap {
+		changed = append(changed, fmt.Sprintf("a leave makes it %d", res.CapLeave))
+	}
+	if len(changed) == 0 {
+		return "the trials' joins and leaves keep it"
+	}
+	return strings.Join(changed, ", ") + ": such a change moves about one more copy for each peer at the cap than its share (mesh/ring Ring.Cap)"
+}
+
 func printRing(w io.Writer, res *ringResult) {
 	cfg := res.Config
 	fmt.Fprintf(w, "\n== ring: mesh/ring (primaries by buraksezer/consistent, replicas by rendezvous hashing), built from %d member names as a node builds it\n", res.Peers)
@@ -191,6 +207,8 @@ func printRing(w io.Writer, res *ringResult) {
 		fmt.Fprintf(w, "note: %d peers > %d partitions: at most %d peers can be primary of anything\n",
 			res.Peers, cfg.Partitions, cfg.Partitions)
 	}
+	fmt.Fprintf(w, "bounded load: a peer is primary of at most %d partitions, and %d of %d peers are; %s\n",
+		res.Cap, res.AtCap, res.Peers, capNote(res))
 
 	fmt.Fprintf(w, "\nsamples moved (%d samples, keys \"<dataset>/<index>\"; mean and worst of %d trials each)\n", res.Samples, len(res.Joins))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -47,6 +47,9 @@ func TestScaleRingMoves(t *testing.T) {
 	if len(res.Joins) != 3 || len(res.Leaves) != 3 {
 		t.Fatalf("%d joins, %d leaves, want 3 each", len(res.Joins), len(res.Leaves))
 	}
+	if res.Cap != res.Ring.Cap() || res.AtCap < 1 || res.AtCap > testPeers {
+		t.Errorf("bounded load %d (the ring's %d), %d of %d peers at it", res.Cap, res.Ring.Cap(), res.AtCap, testPeers)
+	}
 	for _, c := range res.Joins {
 		ideal := 1.0 / (testPeers + 1)
 		if c.Copies > moveFactor*ideal || c.Primary > moveFactor*ideal {
@@ -290,6 +293,12 @@ func TestScaleCommand(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "gpu12.rack") || strings.Contains(out.String(), "peer-") {
 		t.Errorf("--names gpu%%02d.rack: the peers are not named by it:\n%s", out.String())
+	}
+	// 271 partitions: a peer of 12 is primary of at most ceil(22·1.25) = 28,
+	// of 13 at most ceil(20·1.25) = 25, of 11 at most ceil(24·1.25) = 30.
+	if want := "a peer is primary of at most 28 partitions"; !strings.Contains(out.String(), want) ||
+		!strings.Contains(out.String(), "a join makes it 25, a leave makes it 30") {
+		t.Errorf("output lacks the bounded load, %q and where a join and a leave take it:\n%s", want, out.String())
 	}
 	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"--relay-fanout", "0"}, {"--names", "peer"}, {"--names", "peer-%d-%d"}, {"--names", "peer-%s"}, {"extra"}} {
 		if err := runScale(args, &out, &errOut); err == nil {

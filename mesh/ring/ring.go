@@ -576,12 +576,34 @@ func (r *Ring) OwnersOfPartition(p int) []string {
 // does, without a copy: the slice is the ring's, and the caller must not
 // modify it. A dataset's placement (sampling.Placement) hands it to the
 // leader's split and score queue (wire.ScoreQueue), which ask for every
-// partition's owners: 16,381 of them at 1,000 peers.
+// partition's owners: 16,381 to 64,007 of them at 1,000 peers.
 func (r *Ring) PartitionOwners(p int) []string {
 	if p < 0 || p >= len(r.owners) || len(r.owners[p]) == 0 {
 		return nil
 	}
 	return r.owners[p]
+}
+
+// Cap returns the bounded load: the most partitions one member may own as
+// primary, ceil(floor(P'/M)·Load) for M members, where P' is consistent's
+// partition count (P, or P·2^k when members outnumber partitions) and
+// Load the factor New settled on; 0 for an empty ring. It is a pure
+// function of the Config and the member count, so every peer computes the
+// same.
+//
+// A membership change that changes Cap moves more than its share of
+// primaries: when it falls (a join where floor(P/M) falls), every member
+// at the cap hands on about one partition, and the partitions they hand on
+// may push others on; when it rises, members at the cap take partitions
+// back. At 16 partitions a member about a quarter of the members sit at
+// the cap, so such a join at 1,000 members moves 8.8x the ideal copies
+// rather than about 1.1x (TestCapChange; test/results/scale.md).
+func (r *Ring) Cap() int {
+	if len(r.members) == 0 {
+		return 0
+	}
+	internal, load, _ := shape(r.cfg, len(r.members))
+	return int(math.Ceil(float64(internal/len(r.members)) * load))
 }
 
 // Members returns the member names, sorted. The slice is the caller's.

@@ -571,8 +571,13 @@ func moves(a, b *Ring, dead string) (copies int, taken map[string]int) {
 // survivors; at 1,000 members, where a member holds about 32 copies, a
 // survivor takes at least a whole copy, so 2x of max(average, 1)). And a
 // join or a leave moves, on average over the trials, at most 1.2x the
-// ideal R*P/N copies. Partition counts as the README advises (271 for 10
-// members, 16381 for 1,000).
+// ideal R*P/N copies. Partition counts of 27 and 16 a member (271 for 10
+// members, 16381 for 1,000), where a join keeps the bounded load (Cap;
+// TestCapChange covers joins that change it). The README advises about 64
+// a member for large meshes: it halves the share of a dead member's data
+// the busiest survivor takes, but this test counts whole copies, and of
+// the 109-154 copies a dead member held at 65,521 partitions the busiest
+// survivor takes 3-5.
 //
 // The share bound holds for these names and these dead members, and
 // guards them against a change that concentrates more; it is not a
@@ -695,5 +700,61 @@ func BenchmarkNew(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCapChange: Cap is consistent's bound, no member owns more, and a
+// membership change that changes it moves at most the ideal share plus
+// about one primary for each member at the cap before the change (the
+// cost of bounded loads at a cap change that the README states); one
+// that keeps it moves near the ideal share.
+func TestCapChange(t *testing.T) {
+	for _, tc := range []struct {
+		members, partitions int
+		join                bool
+	}{
+		{16, 271, false},    // 20 -> 23: the cap rises
+		{64, 1031, true},    // 20 -> 19
+		{200, 3203, true},   // 20 -> 19
+		{1000, 16001, true}, // 20 -> 19
+		{1000, 16381, true}, // 20 -> 20
+		{1000, 64007, true}, // 80 -> 79
+		{1000, 65521, true}, // 82 -> 82
+	} {
+		all := names(tc.members + 1)
+		from, to := all[:tc.members], all
+		if !tc.join {
+			to = all[1:tc.members]
+		}
+		cfg := Config{Partitions: tc.partitions}
+		a, b := mustNew(t, cfg, from), mustNew(t, cfg, to)
+		for _, r := range []*Ring{a, b} {
+			if got, want := r.Cap(), int(r.b.c.AverageLoad()); got != want {
+				t.Fatalf("%d members, %d partitions: Cap %d, consistent's bound %d", len(r.members), tc.partitions, got, want)
+			}
+		}
+		atCap := 0
+		for m, n := range a.Load() {
+			if n > a.Cap() {
+				t.Fatalf("%s owns %d partitions over the cap %d", m, n, a.Cap())
+			}
+			if n == a.Cap() {
+				atCap++
+			}
+		}
+		moved, _ := moves(a, b, "")
+		ideal := float64(2*tc.partitions) / float64(max(len(from), len(to)))
+		bound := 1.2 * ideal
+		if a.Cap() != b.Cap() {
+			bound += 1.3 * float64(atCap)
+		}
+		t.Logf("%d -> %d members, %d partitions: cap %d -> %d, %d members at it; %d copies moved, ideal %.1f, bound %.1f",
+			len(from), len(to), tc.partitions, a.Cap(), b.Cap(), atCap, moved, ideal, bound)
+		if float64(moved) > bound {
+			t.Errorf("%d -> %d members, %d partitions: %d copies moved, want <= %.1f", len(from), len(to), tc.partitions, moved, bound)
+		}
+	}
+	if (&Ring{}).Cap() != 0 {
+		t.Error("empty ring: Cap != 0")
 	}
 }
