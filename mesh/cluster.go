@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sync/singleflight"
 
@@ -562,6 +563,7 @@ func (n *Node) refreshMembers() {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("ring")
 			continue
 		}
+		logCapChange(n.cfg.Logger, ds.name, cur, r)
 		ds.ring.Store(r)
 	}
 	// The members are published after the rings, so that whoever sees a
@@ -1075,6 +1077,28 @@ func (n *Node) Members() []string {
 
 // Leader returns the leader this node follows; "" while there is none.
 func (n *Node) Leader() string { return n.lead.leader() }
+
+// logCapChange tells the operator when a membership change moved a
+// dataset ring's bounded load (ring.Ring.Cap). The members at the old cap
+// then hand on, or where it rose take back, about a partition each on top
+// of the change's share of partitions: several times that share at 16
+// partitions a peer in a mesh of hundreds (README, "Ownership"). It warns,
+// with what to set, where the members at the cap are over a fifth of the
+// share.
+func logCapChange(log zerolog.Logger, dataset string, was, now *ring.Ring) {
+	if was == nil || now == nil || was.Cap() == 0 || now.Cap() == 0 || was.Cap() == now.Cap() {
+		return
+	}
+	peers := len(now.Members())
+	share := float64(now.Config().Partitions) / float64(max(peers, len(was.Members())))
+	atCap := was.AtCap()
+	ev, msg := log.Info(), "ring's bounded load changed: the peers at it move about a partition each besides this change's share"
+	if float64(atCap) > share/5 {
+		ev, msg = log.Warn(), msg+"; --ring-partitions of about 64 a peer, the same on every peer, makes that small"
+	}
+	ev.Str("dataset", dataset).Int("cap", now.Cap()).Int("was", was.Cap()).Int("at_cap", atCap).
+		Float64("share", share).Int("peers", peers).Msg(msg)
+}
 
 // sortedCopy returns names sorted, as ring.Ring.Members returns them.
 func sortedCopy(names []string) []string {

@@ -606,6 +606,22 @@ func (r *Ring) Cap() int {
 	return int(math.Ceil(float64(internal/len(r.members)) * load))
 }
 
+// AtCap returns how many members own Cap partitions as primary: the
+// members that hand one on when a change lowers the cap.
+func (r *Ring) AtCap() int {
+	limit := r.Cap()
+	if limit == 0 {
+		return 0
+	}
+	n := 0
+	for _, c := range r.Load() {
+		if c == limit {
+			n++
+		}
+	}
+	return n
+}
+
 // Members returns the member names, sorted. The slice is the caller's.
 func (r *Ring) Members() []string { return slices.Clone(r.members) }
 

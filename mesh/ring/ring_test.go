@@ -742,6 +742,9 @@ func TestCapChange(t *testing.T) {
 				atCap++
 			}
 		}
+		if a.AtCap() != atCap {
+			t.Fatalf("AtCap %d, %d members own Cap partitions", a.AtCap(), atCap)
+		}
 		moved, _ := moves(a, b, "")
 		ideal := float64(2*tc.partitions) / float64(max(len(from), len(to)))
 		bound := 1.2 * ideal
@@ -754,7 +757,7 @@ func TestCapChange(t *testing.T) {
 			t.Errorf("%d -> %d members, %d partitions: %d copies moved, want <= %.1f", len(from), len(to), tc.partitions, moved, bound)
 		}
 	}
-	if (&Ring{}).Cap() != 0 {
-		t.Error("empty ring: Cap != 0")
+	if empty := mustNew(t, Config{}, nil); empty.Cap() != 0 || empty.AtCap() != 0 {
+		t.Errorf("empty ring: Cap %d, AtCap %d, want 0", empty.Cap(), empty.AtCap())
 	}
 }
