@@ -463,6 +463,15 @@ type membersReport struct {
 	Partitions int           `json:"partitions"`
 	Replicas   int           `json:"replicas"`
 	Members    []memberEntry `json:"members"`
+	// Cap is the ring's bounded load, the most partitions a member may own
+	// as primary (ring.Ring.Cap); AtCap how many own that many; CapJoin
+	// and CapLeave what one member more or fewer would make it. A join or
+	// leave that changes it moves about a partition for each member at
+	// the cap besides its share.
+	Cap      int `json:"cap"`
+	AtCap    int `json:"at_cap"`
+	CapJoin  int `json:"cap_join"`
+	CapLeave int `json:"cap_leave"`
 }
 
 type memberEntry struct {
@@ -502,7 +511,11 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ring of %v: %w", st.Members, err)
 	}
 	load := r.Load()
-	rep := membersReport{Node: st.Node, Leader: st.Leader, Term: st.Term, Partitions: f.partitions, Replicas: f.replicas, Members: []memberEntry{}}
+	rep := membersReport{Node: st.Node, Leader: st.Leader, Term: st.Term, Partitions: f.partitions, Replicas: f.replicas, Members: []memberEntry{},
+		Cap: r.Cap(), AtCap: r.AtCap()}
+	// The Config is the ring's, which ringOf has accepted.
+	rep.CapJoin, _ = ring.CapFor(r.Config(), len(r.Members())+1)
+	rep.CapLeave, _ = ring.CapFor(r.Config(), len(r.Members())-1)
 	for _, m := range r.Members() {
 		rep.Members = append(rep.Members, memberEntry{
 			Name: m, State: "alive", Leader: m == st.Leader,
@@ -516,7 +529,13 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	if leader == "" {
 		leader = "(none: no majority)"
 	}
-	fmt.Fprintf(stdout, "as seen by %s; leader %s, term %d; %d partitions, R=%d\n\n", st.Node, leader, st.Term, f.partitions, f.replicas)
+	fmt.Fprintf(stdout, "as seen by %s; leader %s, term %d; %d partitions, R=%d\n", st.Node, leader, st.Term, f.partitions, f.replicas)
+	fmt.Fprintf(stdout, "bounded load: a member may be primary of at most %d partitions, and %d are; one more member makes it %d, one fewer %d\n",
+		rep.Cap, rep.AtCap, rep.CapJoin, rep.CapLeave)
+	if rep.CapJoin != rep.Cap || rep.CapLeave != rep.Cap {
+		fmt.Fprintln(stdout, "(a change of it moves about a partition for each member at it, besides the change's share)")
+	}
+	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEMBER\tSTATE\tROLE\tPARTITIONS")
 	for _, m := range rep.Members {

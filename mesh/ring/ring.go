@@ -598,12 +598,26 @@ func (r *Ring) PartitionOwners(p int) []string {
 // back. At 16 partitions a member about a quarter of the members sit at
 // the cap, so such a join at 1,000 members moves 8.8x the ideal copies
 // rather than about 1.1x (TestCapChange; test/results/scale.md).
-func (r *Ring) Cap() int {
-	if len(r.members) == 0 {
+func (r *Ring) Cap() int { return capOf(r.cfg, len(r.members)) }
+
+// CapFor returns the Cap of a ring of cfg with members members, without
+// building one: what a join or a leave would make it. It fails with
+// ErrConfig as New does.
+func CapFor(cfg Config, members int) (int, error) {
+	cfg, err := fill(cfg)
+	if err != nil {
+		return 0, err
+	}
+	return capOf(cfg, max(members, 0)), nil
+}
+
+// capOf is Cap for a filled Config.
+func capOf(cfg Config, members int) int {
+	if members == 0 {
 		return 0
 	}
-	internal, load, _ := shape(r.cfg, len(r.members))
-	return int(math.Ceil(float64(internal/len(r.members)) * load))
+	internal, load, _ := shape(cfg, members)
+	return int(math.Ceil(float64(internal/members) * load))
 }
 
 // AtCap returns how many members own Cap partitions as primary: the

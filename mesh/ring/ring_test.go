@@ -732,6 +732,9 @@ func TestCapChange(t *testing.T) {
 			if got, want := r.Cap(), int(r.b.c.AverageLoad()); got != want {
 				t.Fatalf("%d members, %d partitions: Cap %d, consistent's bound %d", len(r.members), tc.partitions, got, want)
 			}
+			if got, err := CapFor(cfg, len(r.members)); err != nil || got != r.Cap() {
+				t.Fatalf("%d members, %d partitions: CapFor %d, %v; Cap %d", len(r.members), tc.partitions, got, err, r.Cap())
+			}
 		}
 		atCap := 0
 		for m, n := range a.Load() {
@@ -759,5 +762,13 @@ func TestCapChange(t *testing.T) {
 	}
 	if empty := mustNew(t, Config{}, nil); empty.Cap() != 0 || empty.AtCap() != 0 {
 		t.Errorf("empty ring: Cap %d, AtCap %d, want 0", empty.Cap(), empty.AtCap())
+	}
+	// More members than partitions: consistent's count doubles to 16, each
+	// member owns at most ceil(1·1.25) = 2 of them.
+	if got, err := CapFor(Config{Partitions: 8}, 12); err != nil || got != 2 {
+		t.Errorf("CapFor 8 partitions, 12 members = %d, %v; want 2", got, err)
+	}
+	if _, err := CapFor(Config{Load: 0.5}, 10); !errors.Is(err, ErrConfig) {
+		t.Errorf("CapFor of load 0.5: %v, want ErrConfig", err)
 	}
 }
