@@ -198,19 +198,42 @@ func TestSameTableAsUpstreamWithCollisions(t *testing.T) {
 	t.Logf("%d runs ended in the same panic", panics)
 }
 
+// pairs returns the (value, slot) pairs of s and slots, sorted.
+func pairs(s []uint64, slots []int32) [][2]int64 {
+	var ps [][2]int64
+	for i := range s {
+		ps = append(ps, [2]int64{int64(s[i]), int64(slots[i])})
+	}
+	slices.SortFunc(ps, func(a, b [2]int64) int {
+		if a[0] != b[0] {
+			return int(a[0] - b[0])
+		}
+		return int(a[1] - b[1])
+	})
+	return ps
+}
+
 func TestMergeTail(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 500 {
 		s := make([]uint64, rng.IntN(30))
+		slots := make([]int32, len(s))
 		for i := range s {
 			s[i] = uint64(rng.IntN(20)) // duplicates within and across halves
 		}
 		n := rng.IntN(len(s) + 1)
 		slices.Sort(s[:n])
 		slices.Sort(s[n:])
-		want := slices.Sorted(slices.Values(s))
-		if got := mergeTail(s, n); !slices.Equal(got, want) {
+		for i := range slots {
+			slots[i] = int32(s[i]*100) + int32(i) // each slot tells its value
+		}
+		want, wantPairs := slices.Sorted(slices.Values(s)), pairs(s, slots)
+		got, gotSlots := mergeTail(s, slots, n)
+		if !slices.Equal(got, want) {
 			t.Fatalf("mergeTail(%v, %d) = %v, want %v", s, n, got, want)
+		}
+		if !slices.Equal(pairs(got, gotSlots), wantPairs) {
+			t.Fatalf("mergeTail moved slots from their values: %v %v", got, gotSlots)
 		}
 	}
 }
@@ -223,6 +246,10 @@ func TestRemoveSorted(t *testing.T) {
 			set[i] = uint64(rng.IntN(20))
 		}
 		slices.Sort(set)
+		slots := make([]int32, len(set))
+		for i := range slots {
+			slots[i] = int32(set[i]*100) + int32(i)
+		}
 		gone := make([]uint64, rng.IntN(10))
 		for i := range gone {
 			gone[i] = uint64(rng.IntN(25)) // some not in set, some twice
@@ -234,8 +261,14 @@ func TestRemoveSorted(t *testing.T) {
 				want = slices.Delete(want, i, i+1)
 			}
 		}
-		if got := removeSorted(slices.Clone(set), slices.Clone(gone)); !slices.Equal(got, want) {
+		got, gotSlots := removeSorted(slices.Clone(set), slices.Clone(slots), slices.Clone(gone))
+		if !slices.Equal(got, want) {
 			t.Fatalf("removeSorted(%v, %v) = %v, want %v", set, gone, got, want)
+		}
+		for i := range got {
+			if uint64(gotSlots[i]/100) != got[i] || !slices.Contains(slots, gotSlots[i]) {
+				t.Fatalf("removeSorted: slot %d beside value %d", gotSlots[i], got[i])
+			}
 		}
 	}
 }

@@ -661,7 +661,7 @@ func BenchmarkOwners(b *testing.B) {
 // BenchmarkUpdate: one member joins, then leaves, a ring of m members; at
 // 1,000 members also with 16,381 partitions, as the README advises there.
 func BenchmarkUpdate(b *testing.B) {
-	for _, c := range []struct{ m, partitions int }{{10, 0}, {100, 0}, {1000, 0}, {1000, 16381}} {
+	for _, c := range []struct{ m, partitions int }{{10, 0}, {100, 0}, {1000, 0}, {1000, 16381}, {1000, 65521}} {
 		m := c.m
 		ms := names(m + 1)
 		r := mustNew(b, Config{Partitions: c.partitions}, ms[:m])
@@ -690,12 +690,16 @@ func BenchmarkUpdate(b *testing.B) {
 }
 
 func BenchmarkNew(b *testing.B) {
-	for _, m := range []int{10, 100, 1000} {
-		ms := names(m)
-		b.Run(fmt.Sprintf("members=%d", m), func(b *testing.B) {
+	for _, c := range []struct{ m, partitions int }{{10, 0}, {100, 0}, {1000, 0}, {1000, 16381}, {1000, 65521}} {
+		ms := names(c.m)
+		name := fmt.Sprintf("members=%d", c.m)
+		if c.partitions != 0 {
+			name += fmt.Sprintf("/partitions=%d", c.partitions)
+		}
+		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := New(Config{}, ms); err != nil {
+				if _, err := New(Config{Partitions: c.partitions}, ms); err != nil {
 					b.Fatal(err)
 				}
 			}
