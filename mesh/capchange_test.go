@@ -12,8 +12,9 @@ import (
 )
 
 // TestLogCapChange: a membership change that moves a ring's bounded load
-// is logged, as a warning with the flag to set where the peers at the cap
-// outnumber a fifth of the change's share; one that keeps it is not.
+// where peers sit at it is logged, as a warning with the flag to set where
+// they outnumber a fifth of the change's share; one that keeps it, or
+// where none sat at it, is not.
 func TestLogCapChange(t *testing.T) {
 	names := func(n int) []string {
 		s := make([]string, n)
@@ -31,6 +32,7 @@ func TestLogCapChange(t *testing.T) {
 		{64, 65, 4099, "info"}, // 80 -> 79, 3 at it against a share of 63
 		{10, 11, 271, "info"},  // 34 -> 30, 1 at it
 		{64, 65, 1049, ""},     // 20 -> 20
+		{1, 2, 271, ""},        // 339 -> 169, none at it
 		{0, 10, 271, ""},       // the first ring
 		{10, 0, 271, ""},       // the last member gone
 	} {

@@ -1082,16 +1082,19 @@ func (n *Node) Leader() string { return n.lead.leader() }
 // dataset ring's bounded load (ring.Ring.Cap). The members at the old cap
 // then hand on, or where it rose take back, about a partition each on top
 // of the change's share of partitions: several times that share at 16
-// partitions a peer in a mesh of hundreds (README, "Ownership"). It warns,
-// with what to set, where the members at the cap are over a fifth of the
-// share.
+// partitions a peer in a mesh of hundreds (README, "Ownership"). Nothing
+// is logged where no member was at the cap; it warns, with what to set,
+// where the members at the cap are over a fifth of the share.
 func logCapChange(log zerolog.Logger, dataset string, was, now *ring.Ring) {
 	if was == nil || now == nil || was.Cap() == 0 || now.Cap() == 0 || was.Cap() == now.Cap() {
 		return
 	}
+	atCap := was.AtCap()
+	if atCap == 0 {
+		return
+	}
 	peers := len(now.Members())
 	share := float64(now.Config().Partitions) / float64(max(peers, len(was.Members())))
-	atCap := was.AtCap()
 	ev, msg := log.Info(), "ring's bounded load changed: the peers at it move about a partition each besides this change's share"
 	if float64(atCap) > share/5 {
 		ev, msg = log.Warn(), msg+"; --ring-partitions of about 64 a peer, the same on every peer, makes that small"
