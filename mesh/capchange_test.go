@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
 
+	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/ring"
 )
 
@@ -67,6 +70,52 @@ func TestLogCapChange(t *testing.T) {
 		}
 		if hasFlag := bytes.Contains(logs.Bytes(), []byte("--ring-partitions")); hasFlag != (tc.level == "warn") {
 			t.Errorf("%d -> %d peers: the advice is in the line %v, want %v: %s", tc.from, tc.to, hasFlag, tc.level == "warn", logs.String())
+		}
+	}
+}
+
+// TestPeerOfAnotherRingShapeIsNotShared: a peer whose ring has another
+// partition count computes other owners for the dataset; the peers of the
+// default shape leave it out of their ring and it leaves them out of its
+// own (each logging why), every node still serves every sample intact,
+// and the membership and the leader stay one.
+func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
+	var logs testsupport.Buffer
+	m := startMesh(t, 3, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		if i == 2 {
+			c.Cluster.Partitions = 1031
+			c.Logger = zerolog.New(&logs).Level(zerolog.ErrorLevel)
+		}
+	}})
+	ringOf := func(p *testPeer) []string { return p.node.ordered[0].ring.Load().Members() }
+	a, b, other := m.peers[0], m.peers[1], m.peers[2]
+	if got := ringOf(other); !slices.Equal(got, []string{other.node.Name()}) {
+		t.Errorf("the peer of 1031 partitions shares the dataset with %v, want itself alone", got)
+	}
+	for _, p := range []*testPeer{a, b} {
+		if got, want := ringOf(p), []string{a.node.Name(), b.node.Name()}; !slices.Equal(got, want) {
+			t.Errorf("%s shares the dataset with %v, want %v", p.node.Name(), got, want)
+		}
+	}
+	if got := other.node.ordered[0].ring.Load().Config().Partitions; got != 1031 {
+		t.Errorf("its ring has %d partitions", got)
+	}
+	for _, p := range m.peers {
+		m.readAll(t, p.client(t)) // every byte checked against the files
+	}
+	if !strings.Contains(logs.String(), `"theirs":"271x2","ours":"1031x2"`) || !strings.Contains(logs.String(), "ring differs") {
+		t.Errorf("no line says why the peers are not shared:\n%s", logs.String())
+	}
+	for _, v := range []struct {
+		cc   ClusterConfig
+		want string
+	}{
+		{ClusterConfig{Partitions: 271, Replicas: 2}, "v1"},
+		{ClusterConfig{Partitions: 1031, Replicas: 2}, "v1@1031x2"},
+		{ClusterConfig{Partitions: 271, Replicas: 1}, "v1@271x1"},
+	} {
+		if got := sharedVersion("v1", v.cc); got != v.want {
+			t.Errorf("sharedVersion(%+v) = %q, want %q", v.cc, got, v.want)
 		}
 	}
 }

@@ -427,7 +427,7 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	n.cluster = c
 	var sets []string
 	for _, ds := range n.ordered {
-		sets = append(sets, ds.name+"="+ds.manifest.Version)
+		sets = append(sets, ds.name+"="+sharedVersion(ds.manifest.Version, cc))
 	}
 	meta := member.Meta{PeerAddr: pn.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
@@ -540,10 +540,18 @@ func (n *Node) refreshMembers() {
 	for _, ds := range n.ordered {
 		var names []string
 		for _, p := range alive {
-			if v, ok := p.datasets[ds.name]; ok && v == ds.manifest.Version {
+			want := sharedVersion(ds.manifest.Version, c.cfg)
+			v, ok := p.datasets[ds.name]
+			switch version, shape, _ := strings.Cut(v, "@"); {
+			case !ok:
+			case v == want:
 				names = append(names, p.name)
-			} else if ok {
-				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", v).
+			case version == ds.manifest.Version:
+				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", ringShape(shape)).
+					Str("ours", ringShape(fmt.Sprintf("%dx%d", c.cfg.Partitions, c.cfg.Replicas))).
+					Msg("ring differs (--ring-partitions x --replicas): not sharing the dataset with this peer, whose owners of its samples are not ours")
+			default:
+				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", version).
 					Str("ours", ds.manifest.Version).Msg("dataset version differs: not sharing it with this peer")
 			}
 		}
@@ -1077,6 +1085,33 @@ func (n *Node) Members() []string {
 
 // Leader returns the leader this node follows; "" while there is none.
 func (n *Node) Leader() string { return n.lead.leader() }
+
+// sharedVersion is what a node advertises for a dataset of version, and
+// requires of a peer it shares the dataset with: the version, and where
+// the node's ring is not the default one (--ring-partitions 271,
+// --replicas 2) the ring's shape after it, "@1031x2". Peers of two shapes
+// would compute two owner tables for one dataset and ask each other for
+// samples the other does not hold, each reading through what it thinks
+// it owns; a peer of another shape is left out of the dataset's ring, as
+// one of another version is. The default shape adds nothing, so that a
+// peer of it shares with peers of earlier builds, which advertise the
+// version alone (a peer of an earlier build with another shape cannot be
+// told apart).
+func sharedVersion(version string, cc ClusterConfig) string {
+	if cc.Partitions == ring.DefaultPartitions && cc.Replicas == ring.DefaultReplicas {
+		return version
+	}
+	return fmt.Sprintf("%s@%dx%d", version, cc.Partitions, cc.Replicas)
+}
+
+// ringShape names a ring's shape as sharedVersion writes it, the default
+// where it writes none.
+func ringShape(shape string) string {
+	if shape == "" {
+		return fmt.Sprintf("%dx%d", ring.DefaultPartitions, ring.DefaultReplicas)
+	}
+	return shape
+}
 
 // logCapChange tells the operator when a membership change moved a
 // dataset ring's bounded load (ring.Ring.Cap). The members at the old cap
