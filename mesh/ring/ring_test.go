@@ -659,7 +659,8 @@ func BenchmarkOwners(b *testing.B) {
 }
 
 // BenchmarkUpdate: one member joins, then leaves, a ring of m members; at
-// 1,000 members also with 16,381 partitions, as the README advises there.
+// 1,000 members also with 16,381 partitions (16 a member) and 65,521 (about
+// 64 a member, as the README advises).
 func BenchmarkUpdate(b *testing.B) {
 	for _, c := range []struct{ m, partitions int }{{10, 0}, {100, 0}, {1000, 0}, {1000, 16381}, {1000, 65521}} {
 		m := c.m
@@ -689,6 +690,8 @@ func BenchmarkUpdate(b *testing.B) {
 	}
 }
 
+// BenchmarkNew: a ring of m members built whole, at 1,000 members also with
+// the partition counts of BenchmarkUpdate.
 func BenchmarkNew(b *testing.B) {
 	for _, c := range []struct{ m, partitions int }{{10, 0}, {100, 0}, {1000, 0}, {1000, 16381}, {1000, 65521}} {
 		ms := names(c.m)
