@@ -137,10 +137,10 @@ type ClusterConfig struct {
 
 func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.Replicas == 0 {
-		c.Replicas = 2
+		c.Replicas = ring.DefaultReplicas
 	}
 	if c.Partitions == 0 {
-		c.Partitions = 271
+		c.Partitions = ring.DefaultPartitions
 	}
 	if c.Expect == 0 {
 		c.Expect = 1
@@ -539,16 +539,17 @@ func (n *Node) refreshMembers() {
 
 	for _, ds := range n.ordered {
 		var names []string
+		want := sharedVersion(ds.manifest.Version, c.cfg)
+		_, ours, _ := strings.Cut(want, "@")
 		for _, p := range alive {
-			want := sharedVersion(ds.manifest.Version, c.cfg)
 			v, ok := p.datasets[ds.name]
-			switch version, shape, _ := strings.Cut(v, "@"); {
+			switch version, theirs, _ := strings.Cut(v, "@"); {
 			case !ok:
 			case v == want:
 				names = append(names, p.name)
 			case version == ds.manifest.Version:
-				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", ringShape(shape)).
-					Str("ours", ringShape(fmt.Sprintf("%dx%d", c.cfg.Partitions, c.cfg.Replicas))).
+				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", ringShape(theirs)).
+					Str("ours", ringShape(ours)).
 					Msg("ring differs (--ring-partitions x --replicas): not sharing the dataset with this peer, whose owners of its samples are not ours")
 			default:
 				n.cfg.Logger.Error().Str("dataset", ds.name).Str("peer", p.name).Str("theirs", version).

@@ -212,10 +212,9 @@ type ringResult struct {
 	// over all peers.
 	Before, BeforePrimary spread
 	Joins, Leaves         []churn
-	// Cap is the bounded load of the ring of all peers (ring.Ring.Cap),
-	// AtCap how many peers are primary of that many partitions, CapJoin
-	// and CapLeave the bound one peer more and one fewer.
-	Cap, AtCap, CapJoin, CapLeave int
+	// The bounded load of the ring of all peers, and what a join and a
+	// leave make it.
+	boundedLoad
 	// Ring is the ring of all peers.
 	Ring *ring.Ring
 }
@@ -238,12 +237,7 @@ func simulateRing(cfg ring.Config, peers, samples, trials int, dataset string, s
 	counts := partitionSamples(base, dataset, samples)
 	prim, cop := ringLoads(base, counts)
 	res.Before, res.BeforePrimary = spreadOf(cop), spreadOf(prim)
-	res.Cap = base.Cap()
-	for _, n := range base.Load() {
-		if n == res.Cap {
-			res.AtCap++
-		}
-	}
+	res.boundedLoad = boundedLoadOf(base)
 
 	rng := rand.New(rand.NewPCG(seed, 0x5ca1e))
 	leavers := rng.Perm(peers)[:min(trials, peers)]
@@ -255,7 +249,6 @@ func simulateRing(cfg ring.Config, peers, samples, trials int, dataset string, s
 			return nil, err
 		}
 		d := time.Since(start)
-		res.CapJoin = joined.Cap()
 		c := compareRings(base, joined, counts, joiner, false)
 		c.Update = d
 		res.Joins = append(res.Joins, c)
@@ -273,7 +266,6 @@ func simulateRing(cfg ring.Config, peers, samples, trials int, dataset string, s
 			return nil, err
 		}
 		d := time.Since(start)
-		res.CapLeave = left.Cap()
 		c := compareRings(base, left, counts, gone, true)
 		c.Update = d
 		res.Leaves = append(res.Leaves, c)

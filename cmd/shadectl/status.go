@@ -463,15 +463,28 @@ type membersReport struct {
 	Partitions int           `json:"partitions"`
 	Replicas   int           `json:"replicas"`
 	Members    []memberEntry `json:"members"`
-	// Cap is the ring's bounded load, the most partitions a member may own
-	// as primary (ring.Ring.Cap); AtCap how many own that many; CapJoin
-	// and CapLeave what one member more or fewer would make it. A join or
-	// leave that changes it moves about a partition for each member at
-	// the cap besides its share.
+	boundedLoad
+}
+
+// boundedLoad is a ring's bounded load, the most partitions a member may
+// own as primary (ring.Ring.Cap); AtCap how many own that many; CapJoin
+// and CapLeave what one member more or fewer would make it. A join or
+// leave that changes it moves about a partition for each member at the
+// cap besides its share.
+type boundedLoad struct {
 	Cap      int `json:"cap"`
 	AtCap    int `json:"at_cap"`
 	CapJoin  int `json:"cap_join"`
 	CapLeave int `json:"cap_leave"`
+}
+
+func boundedLoadOf(r *ring.Ring) boundedLoad {
+	b := boundedLoad{Cap: r.Cap(), AtCap: r.AtCap()}
+	// r's Config is one New accepted, so CapFor cannot fail on it.
+	n := len(r.Members())
+	b.CapJoin, _ = ring.CapFor(r.Config(), n+1)
+	b.CapLeave, _ = ring.CapFor(r.Config(), n-1)
+	return b
 }
 
 type memberEntry struct {
@@ -512,10 +525,7 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	}
 	load := r.Load()
 	rep := membersReport{Node: st.Node, Leader: st.Leader, Term: st.Term, Partitions: f.partitions, Replicas: f.replicas, Members: []memberEntry{},
-		Cap: r.Cap(), AtCap: r.AtCap()}
-	// The Config is the ring's, which ringOf has accepted.
-	rep.CapJoin, _ = ring.CapFor(r.Config(), len(r.Members())+1)
-	rep.CapLeave, _ = ring.CapFor(r.Config(), len(r.Members())-1)
+		boundedLoad: boundedLoadOf(r)}
 	for _, m := range r.Members() {
 		rep.Members = append(rep.Members, memberEntry{
 			Name: m, State: "alive", Leader: m == st.Leader,

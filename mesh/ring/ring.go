@@ -9,7 +9,7 @@
 // the replicas a change can touch (about 1 ms for one member joining or
 // leaving 1,000 on a 2-core machine, 3 ms at 16,381 partitions, 9 ms at
 // 65,521) rather than building one with New (about 40-65 ms for 1,000
-// members, 0.23-0.26 s at 65,521 partitions).
+// members, 0.22-0.27 s at 65,521 partitions).
 //
 // consistent is v0.10.0 as patched in internal/consistent (its New sorts
 // its circle once, not after every member: see PATCHES.md there), which
