@@ -119,3 +119,62 @@ func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
 		}
 	}
 }
+
+// TestLogFewPartitions: a ring that grows to 8 peers or more with under a
+// quarter of the advised partitions warns once, with the count to set; one
+// that stays there, or has enough, does not.
+func TestLogFewPartitions(t *testing.T) {
+	names := func(n int) []string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprintf("peer-%04d", i)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		from, to, partitions int
+		warn                 bool
+	}{
+		{7, 8, 271, true},        // grows into it
+		{0, 10, 271, true},       // the first ring
+		{8, 9, 271, false},       // already there: said once
+		{9, 8, 271, false},       // a leave
+		{8, 7, 271, false},       // leaves it
+		{3, 4, 271, false},       // few peers
+		{9, 10, 16381, false},    // the advice
+		{9, 10, 4099, false},     // a quarter of it
+		{999, 1000, 16001, true}, // 4 x 16,001 is under the 64,007 of 1,000 peers, not the 63,949 of 999
+		{1000, 1001, 16001, false},
+		{200, 300, 4099, true}, // 300 peers want 19,207
+	} {
+		cfg := ring.Config{Partitions: tc.partitions}
+		was, err := ring.New(cfg, names(tc.from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := was.Update(names(tc.to))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.from == 0 {
+			was = nil
+		}
+		var logs bytes.Buffer
+		logFewPartitions(zerolog.New(&logs), "ds", was, now)
+		if !tc.warn {
+			if logs.Len() != 0 {
+				t.Errorf("%d -> %d peers, %d partitions: logged %s", tc.from, tc.to, tc.partitions, logs.String())
+			}
+			continue
+		}
+		var line map[string]any
+		if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+			t.Fatalf("%d -> %d peers: %v in %q", tc.from, tc.to, err, logs.String())
+		}
+		if line["level"] != "warn" || line["dataset"] != "ds" || line["partitions"] != float64(tc.partitions) ||
+			line["peers"] != float64(tc.to) || line["advised"] != float64(ring.Advised(tc.to)) ||
+			!strings.Contains(logs.String(), "--ring-partitions") {
+			t.Errorf("%d -> %d peers, %d partitions: logged %s; want a warning with the advised %d", tc.from, tc.to, tc.partitions, logs.String(), ring.Advised(tc.to))
+		}
+	}
+}

@@ -573,6 +573,7 @@ func (n *Node) refreshMembers() {
 			continue
 		}
 		logCapChange(n.cfg.Logger, ds.name, cur, r)
+		logFewPartitions(n.cfg.Logger, ds.name, cur, r)
 		ds.ring.Store(r)
 	}
 	// The members are published after the rings, so that whoever sees a
@@ -1133,10 +1134,28 @@ func logCapChange(log zerolog.Logger, dataset string, was, now *ring.Ring) {
 	share := float64(now.Config().Partitions) / float64(max(peers, len(was.Members())))
 	ev, msg := log.Info(), "ring's bounded load changed: the peers at it move about a partition each besides this change's share"
 	if float64(atCap) > share/5 {
-		ev, msg = log.Warn(), msg+"; --ring-partitions of about 64 a peer, the same on every peer, makes that small"
+		ev, msg = log.Warn(), msg+"; --ring-partitions as advised (16381 up to 256 peers, about 64 a peer above), the same on every peer, makes that small"
 	}
 	ev.Str("dataset", dataset).Int("cap", now.Cap()).Int("was", was.Cap()).Int("at_cap", atCap).
 		Float64("share", share).Int("peers", peers).Msg(msg)
+}
+
+// logFewPartitions warns, once each time a dataset's ring grows into it,
+// where the ring has too few partitions for its peers (ring.FewPartitions:
+// from 8 peers, under a quarter of ring.Advised). A dead peer's data then
+// goes unevenly to the survivors (with the default 271, up to 2.5x the
+// average share to one of 10, 3.9x of 16) and a join can move several
+// times its share; the line names the count to set on every peer.
+func logFewPartitions(log zerolog.Logger, dataset string, was, now *ring.Ring) {
+	if now == nil {
+		return
+	}
+	parts, peers := now.Config().Partitions, len(now.Members())
+	if !ring.FewPartitions(parts, peers) || (was != nil && ring.FewPartitions(parts, len(was.Members()))) {
+		return
+	}
+	log.Warn().Str("dataset", dataset).Int("partitions", parts).Int("peers", peers).Int("advised", ring.Advised(peers)).
+		Msg("few ring partitions for this many peers: a dead peer's data goes unevenly to the survivors and a join can move several times its share; set --ring-partitions to the advised count on every peer (README, \"Ownership\")")
 }
 
 // sortedCopy returns names sorted, as ring.Ring.Members returns them.

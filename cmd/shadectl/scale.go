@@ -209,6 +209,9 @@ func printRing(w io.Writer, res *ringResult) {
 	}
 	fmt.Fprintf(w, "bounded load: a peer is primary of at most %d partitions, and %d of %d peers are; %s\n",
 		res.Cap, res.AtCap, res.Peers, capNote(res))
+	if res.Few {
+		fmt.Fprintln(w, fewNote(cfg.Partitions, res.Peers, res.Advised))
+	}
 
 	fmt.Fprintf(w, "\nsamples moved (%d samples, keys \"<dataset>/<index>\"; mean and worst of %d trials each)\n", res.Samples, len(res.Joins))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -308,6 +308,10 @@ func TestScaleCommand(t *testing.T) {
 		!strings.Contains(out.String(), "a join makes it 25, a leave makes it 30") {
 		t.Errorf("output lacks the bounded load, %q and where a join and a leave take it:\n%s", want, out.String())
 	}
+	// 271 partitions for 12 peers: under a quarter of the 16,381 advised.
+	if want := "few partitions: 271 for 12 members, where 16381 are advised"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
 	for _, args := range [][]string{{"--peers", "1"}, {"--only", "nothing"}, {"--cached", "1.5"}, {"--cached", "NaN"}, {"--relay-fanout", "0"}, {"--names", "peer"}, {"--names", "peer-%d-%d"}, {"--names", "peer-%s"}, {"extra"}} {
 		if err := runScale(args, &out, &errOut); err == nil {
 			t.Errorf("runScale(%q) succeeded", args)

@@ -470,12 +470,17 @@ type membersReport struct {
 // own as primary (ring.Ring.Cap); AtCap how many own that many; CapJoin
 // and CapLeave what one member more or fewer would make it. A join or
 // leave that changes it moves about a partition for each member at the
-// cap besides its share.
+// cap besides its share. Advised is the partition count the README
+// advises for the ring's members (ring.Advised); Few, that the ring has
+// under a quarter of it from 8 members (ring.FewPartitions), where a dead
+// member's data goes unevenly to the survivors.
 type boundedLoad struct {
-	Cap      int `json:"cap"`
-	AtCap    int `json:"at_cap"`
-	CapJoin  int `json:"cap_join"`
-	CapLeave int `json:"cap_leave"`
+	Cap      int  `json:"cap"`
+	AtCap    int  `json:"at_cap"`
+	CapJoin  int  `json:"cap_join"`
+	CapLeave int  `json:"cap_leave"`
+	Advised  int  `json:"advised_partitions"`
+	Few      bool `json:"few_partitions"`
 }
 
 func boundedLoadOf(r *ring.Ring) boundedLoad {
@@ -484,7 +489,15 @@ func boundedLoadOf(r *ring.Ring) boundedLoad {
 	n := len(r.Members())
 	b.CapJoin, _ = ring.CapFor(r.Config(), n+1)
 	b.CapLeave, _ = ring.CapFor(r.Config(), n-1)
+	b.Advised, b.Few = ring.Advised(n), ring.FewPartitions(r.Config().Partitions, n)
 	return b
+}
+
+// fewNote is the line shadectl prints where a ring has few partitions for
+// its members (boundedLoad.Few).
+func fewNote(partitions, members, advised int) string {
+	return fmt.Sprintf("few partitions: %d for %d members, where %d are advised (every peer's --ring-partitions; README, \"Ownership\"): a dead member's data goes unevenly to the survivors, and a join can move several times its share",
+		partitions, members, advised)
 }
 
 type memberEntry struct {
@@ -544,6 +557,9 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		rep.Cap, rep.AtCap, rep.CapJoin, rep.CapLeave)
 	if rep.CapJoin != rep.Cap || rep.CapLeave != rep.Cap {
 		fmt.Fprintln(stdout, "(a change of it moves about a partition for each member at it, besides the change's share)")
+	}
+	if rep.Few {
+		fmt.Fprintln(stdout, fewNote(f.partitions, len(rep.Members), rep.Advised))
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

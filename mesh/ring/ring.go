@@ -621,6 +621,60 @@ func capOf(cfg Config, members int) int {
 	return int(math.Ceil(float64(internal/members) * load))
 }
 
+// Advised returns the partition count the README advises for a mesh of
+// members peers: 16,381 up to 256 peers, the smallest prime of at least
+// 64 a peer above that, at most 65,521 (above 65,536 partitions each
+// dataset's table of sample partitions takes 4 bytes a sample, not 2).
+//
+// Two measures ask for partitions. When a member dies, its copies go
+// where hashes send them, a few dozen draws over the survivors at the
+// default 271: the busiest survivor took up to 2.5x the average at 10
+// members and 3.9x at 16, where with 16,381 it took at most 1.36x and
+// 1.77x (TestFailureSpreadSmallMesh: four name formats, every member dead
+// in turn). And a join that lowers the bounded load (Cap) moves a
+// partition more for each member at it, a quarter of the members at 16
+// partitions a member, about 5% at 64 (TestCapChange). More partitions
+// cost ring updates and builds: at 1,000 members 8-9 ms and 0.22-0.27 s
+// at 65,521, where 16,381 take 3 ms and 0.08-0.1 s (BenchmarkUpdate,
+// BenchmarkNew); up to 256 members 16,381 take under 6 ms to update.
+func Advised(members int) int {
+	const small, most = 16381, 65521
+	if members <= 256 {
+		return small
+	}
+	p := 64 * members
+	if p >= most {
+		return most
+	}
+	for !prime(p) {
+		p++
+	}
+	return min(p, most)
+}
+
+// FewPartitions reports whether partitions is under a quarter of
+// Advised(members) in a mesh of at least 8 members: where a dead
+// member's data goes to one survivor at over about 2x the average share
+// (the default 271 from 8 members: up to 2.0x at 8, 2.5x at 10) or a join
+// moves several times its share. 4,099 partitions, a quarter of 16,381,
+// kept the busiest survivor to 1.46x at 10 members.
+func FewPartitions(partitions, members int) bool {
+	return members >= 8 && 4*partitions < Advised(members)
+}
+
+// prime reports whether n is prime, by trial division (n is under 2^17).
+func prime(n int) bool {
+	if n < 2 {
+		return false
+	}
+	for d := 2; d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // AtCap returns how many members own Cap partitions as primary: the
 // members that hand one on when a change lowers the cap.
 func (r *Ring) AtCap() int {
