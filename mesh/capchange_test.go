@@ -19,13 +19,6 @@ import (
 // they outnumber a fifth of the change's share; one that keeps it, or
 // where none sat at it, is not.
 func TestLogCapChange(t *testing.T) {
-	names := func(n int) []string {
-		s := make([]string, n)
-		for i := range s {
-			s[i] = fmt.Sprintf("peer-%04d", i)
-		}
-		return s
-	}
 	for _, tc := range []struct {
 		from, to, partitions int
 		level                string // "" for no line
@@ -39,29 +32,12 @@ func TestLogCapChange(t *testing.T) {
 		{0, 10, 271, ""},       // the first ring
 		{10, 0, 271, ""},       // the last member gone
 	} {
-		cfg := ring.Config{Partitions: tc.partitions}
-		was, err := ring.New(cfg, names(tc.from))
-		if err != nil {
-			t.Fatal(err)
-		}
-		now, err := was.Update(names(tc.to))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tc.from == 0 {
-			was = nil
-		}
+		was, now := ringChange(t, tc.from, tc.to, tc.partitions)
 		var logs bytes.Buffer
 		logCapChange(zerolog.New(&logs), "ds", was, now)
-		if tc.level == "" {
-			if logs.Len() != 0 {
-				t.Errorf("%d -> %d peers, %d partitions: logged %s", tc.from, tc.to, tc.partitions, logs.String())
-			}
+		line := logged(t, &logs, tc.level != "", fmt.Sprintf("%d -> %d peers, %d partitions", tc.from, tc.to, tc.partitions))
+		if line == nil {
 			continue
-		}
-		var line map[string]any
-		if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
-			t.Fatalf("%d -> %d peers: %v in %q", tc.from, tc.to, err, logs.String())
 		}
 		if line["level"] != tc.level || line["dataset"] != "ds" || line["cap"] != float64(now.Cap()) ||
 			line["was"] != float64(was.Cap()) || line["at_cap"] != float64(was.AtCap()) {
@@ -72,6 +48,47 @@ func TestLogCapChange(t *testing.T) {
 			t.Errorf("%d -> %d peers: the advice is in the line %v, want %v: %s", tc.from, tc.to, hasFlag, tc.level == "warn", logs.String())
 		}
 	}
+}
+
+// logged returns the one JSON line in logs where want, and checks that
+// there is none where not (nil then).
+func logged(t *testing.T, logs *bytes.Buffer, want bool, what string) map[string]any {
+	t.Helper()
+	if !want {
+		if logs.Len() != 0 {
+			t.Errorf("%s: logged %s", what, logs.String())
+		}
+		return nil
+	}
+	var line map[string]any
+	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+		t.Fatalf("%s: %v in %q", what, err, logs.String())
+	}
+	return line
+}
+
+// ringChange returns the rings of peers "peer-0000"... before and after a
+// change from from to to peers, was nil where from is 0 (the first ring).
+func ringChange(t *testing.T, from, to, partitions int) (was, now *ring.Ring) {
+	t.Helper()
+	names := func(n int) []string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprintf("peer-%04d", i)
+		}
+		return s
+	}
+	was, err := ring.New(ring.Config{Partitions: partitions}, names(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now, err = was.Update(names(to)); err != nil {
+		t.Fatal(err)
+	}
+	if from == 0 {
+		was = nil
+	}
+	return was, now
 }
 
 // TestPeerOfAnotherRingShapeIsNotShared: a peer whose ring has another
@@ -124,13 +141,6 @@ func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
 // quarter of the advised partitions warns once, with the count to set; one
 // that stays there, or has enough, does not.
 func TestLogFewPartitions(t *testing.T) {
-	names := func(n int) []string {
-		s := make([]string, n)
-		for i := range s {
-			s[i] = fmt.Sprintf("peer-%04d", i)
-		}
-		return s
-	}
 	for _, tc := range []struct {
 		from, to, partitions int
 		warn                 bool
@@ -147,29 +157,12 @@ func TestLogFewPartitions(t *testing.T) {
 		{1000, 1001, 16001, false},
 		{200, 300, 4099, true}, // 300 peers want 19,207
 	} {
-		cfg := ring.Config{Partitions: tc.partitions}
-		was, err := ring.New(cfg, names(tc.from))
-		if err != nil {
-			t.Fatal(err)
-		}
-		now, err := was.Update(names(tc.to))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tc.from == 0 {
-			was = nil
-		}
+		was, now := ringChange(t, tc.from, tc.to, tc.partitions)
 		var logs bytes.Buffer
 		logFewPartitions(zerolog.New(&logs), "ds", was, now)
-		if !tc.warn {
-			if logs.Len() != 0 {
-				t.Errorf("%d -> %d peers, %d partitions: logged %s", tc.from, tc.to, tc.partitions, logs.String())
-			}
+		line := logged(t, &logs, tc.warn, fmt.Sprintf("%d -> %d peers, %d partitions", tc.from, tc.to, tc.partitions))
+		if line == nil {
 			continue
-		}
-		var line map[string]any
-		if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
-			t.Fatalf("%d -> %d peers: %v in %q", tc.from, tc.to, err, logs.String())
 		}
 		if line["level"] != "warn" || line["dataset"] != "ds" || line["partitions"] != float64(tc.partitions) ||
 			line["peers"] != float64(tc.to) || line["advised"] != float64(ring.Advised(tc.to)) ||

@@ -565,6 +565,23 @@ func moves(a, b *Ring, dead string) (copies int, taken map[string]int) {
 	return copies, taken
 }
 
+// dies compares base with the ring of all but all[d] (moves): the copies
+// that change owner, those of all[d]'s partitions by the survivor that
+// takes them, their sum and the most one survivor takes.
+func dies(t *testing.T, base *Ring, all []string, d int) (copies int, taken map[string]int, sum, most int) {
+	t.Helper()
+	left, err := base.Update(slices.Delete(slices.Clone(all), d, d+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies, taken = moves(base, left, all[d])
+	for _, n := range taken {
+		sum += n
+		most = max(most, n)
+	}
+	return copies, taken, sum, most
+}
+
 // TestFailureSpread: when a member dies, its data (the copies of every
 // partition it was primary or replica of) spreads over the survivors: none
 // takes more than 2x the average share (the copies moved over the N-1
@@ -593,16 +610,7 @@ func TestFailureSpread(t *testing.T) {
 			var leaveSum, joinSum, leaveWorst, joinWorst float64
 			for i := range tc.trials {
 				d := (i * 7919) % tc.members // spread over the names
-				left, err := base.Update(slices.Delete(slices.Clone(all), d, d+1))
-				if err != nil {
-					t.Fatal(err)
-				}
-				copies, taken := moves(base, left, all[d])
-				sum, most := 0, 0
-				for _, n := range taken {
-					sum += n
-					most = max(most, n)
-				}
+				copies, taken, sum, most := dies(t, base, all, d)
 				avg := float64(sum) / float64(tc.members-1)
 				ratio := float64(most) / max(avg, 1)
 				worst = max(worst, ratio)
@@ -655,16 +663,7 @@ func TestFailureSpreadSmallMesh(t *testing.T) {
 				}
 				base := mustNew(t, Config{Partitions: 16381}, all)
 				for d := range all {
-					left, err := base.Update(slices.Delete(slices.Clone(all), d, d+1))
-					if err != nil {
-						t.Fatal(err)
-					}
-					_, taken := moves(base, left, all[d])
-					sum, most := 0, 0
-					for _, n := range taken {
-						sum += n
-						most = max(most, n)
-					}
+					_, taken, sum, most := dies(t, base, all, d)
 					if len(taken) != members-1 {
 						t.Errorf("%s dies: its copies go to %d survivors, want all %d", all[d], len(taken), members-1)
 					}
