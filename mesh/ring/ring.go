@@ -90,9 +90,14 @@ type Config struct {
 // Ring is an immutable owner table. All methods are safe for concurrent use.
 type Ring struct {
 	cfg     Config
-	members []string   // sorted
-	owners  [][]string // per partition: up to R distinct owners, primary first
-	b       *builder   // shared with the rings Update derives; nil when empty
+	members []string // sorted
+	// owners[p*k:(p+1)*k] are partition p's k = min(R, M) distinct
+	// owners, primary first: one array, no slice header a partition (at
+	// 16,381 partitions 384 KiB less a ring than a slice each); nil when
+	// the ring is empty.
+	owners []string
+	k      int
+	b      *builder // shared with the rings Update derives; nil when empty
 	// top[p*k:(p+1)*k] are the indexes in members of the k = min(R, M)
 	// members of highest rendezvous score for partition p, highest first
 	// (fillOwners): the replicas are the first R-1 of them but p's
@@ -152,7 +157,7 @@ func New(cfg Config, members []string) (*Ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Ring{cfg: cfg, members: names, owners: make([][]string, cfg.Partitions)}
+	r := &Ring{cfg: cfg, members: names}
 	if len(names) == 0 {
 		return r, nil
 	}
@@ -181,7 +186,7 @@ func (r *Ring) Update(members []string) (*Ring, error) {
 	if r.b == nil || len(names) == 0 {
 		return New(r.cfg, names)
 	}
-	next := &Ring{cfg: r.cfg, members: names, owners: make([][]string, r.cfg.Partitions), b: r.b}
+	next := &Ring{cfg: r.cfg, members: names, b: r.b}
 	b := r.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -384,7 +389,8 @@ func (r *Ring) fillOwners(c *consistent.Consistent, prev *Ring) (err error) {
 		seeds[i] = xxhash.Sum64String(m)
 	}
 	r.top = r.rankAll(seeds, prev)
-	// One backing array for every owner list: one allocation per ring.
+	// Every partition gets n owners: its primary and the n-1 best ranked
+	// of the n ranked but the primary.
 	flat := make([]string, 0, r.cfg.Partitions*n)
 	for p := range r.cfg.Partitions {
 		primary, ok := c.GetPartitionOwner(p).(member)
@@ -407,8 +413,8 @@ func (r *Ring) fillOwners(c *consistent.Consistent, prev *Ring) (err error) {
 				flat = append(flat, r.members[i])
 			}
 		}
-		r.owners[p] = flat[start:len(flat):len(flat)]
 	}
+	r.owners, r.k = flat, n
 	return nil
 }
 
@@ -568,16 +574,13 @@ func (r *Ring) Owners(key []byte) []string {
 // AppendOwners appends the owners of key to dst and returns it; it does not
 // allocate when dst has room.
 func (r *Ring) AppendOwners(dst []string, key []byte) []string {
-	return append(dst, r.owners[r.Partition(key)]...)
+	return append(dst, r.of(r.Partition(key))...)
 }
 
 // OwnersOfPartition returns the owners of partition p as Owners does; nil
 // when p is out of range or the ring is empty.
 func (r *Ring) OwnersOfPartition(p int) []string {
-	if p < 0 || p >= len(r.owners) || len(r.owners[p]) == 0 {
-		return nil
-	}
-	return slices.Clone(r.owners[p])
+	return slices.Clone(r.PartitionOwners(p))
 }
 
 // PartitionOwners returns the owners of partition p as OwnersOfPartition
@@ -586,11 +589,15 @@ func (r *Ring) OwnersOfPartition(p int) []string {
 // leader's split and score queue (wire.ScoreQueue), which ask for every
 // partition's owners: 16,381 to 64,007 of them at 1,000 peers.
 func (r *Ring) PartitionOwners(p int) []string {
-	if p < 0 || p >= len(r.owners) || len(r.owners[p]) == 0 {
+	if p < 0 || p >= r.cfg.Partitions || r.k == 0 {
 		return nil
 	}
-	return r.owners[p]
+	return r.of(p)
 }
+
+// of returns partition p's owners, in range, as the ring's slice (its
+// capacity ends with them, so an append copies).
+func (r *Ring) of(p int) []string { return r.owners[p*r.k : (p+1)*r.k : (p+1)*r.k] }
 
 // Cap returns the bounded load: the most partitions one member may own as
 // primary, ceil(floor(P'/M)·Load) for M members, where P' is consistent's
@@ -708,10 +715,8 @@ func (r *Ring) Load() map[string]int {
 	for _, m := range r.members {
 		load[m] = 0
 	}
-	for _, owners := range r.owners {
-		if len(owners) > 0 {
-			load[owners[0]]++
-		}
+	for p := 0; r.k > 0 && p < r.cfg.Partitions; p++ {
+		load[r.owners[p*r.k]]++
 	}
 	return load
 }

@@ -99,8 +99,8 @@ func (r *Ring) SampleOwners(s *Samples, i uint32) []string {
 		panic(fmt.Sprintf("ring: samples hashed into %d partitions, ring has %d", s.partitions, r.cfg.Partitions))
 	}
 	p := s.Partition(i)
-	if p >= len(r.owners) {
+	if r.k == 0 {
 		return nil // an empty ring
 	}
-	return r.owners[p]
+	return r.of(p)
 }
