@@ -44,6 +44,9 @@ func TestLogCapChange(t *testing.T) {
 			t.Errorf("%d -> %d peers, %d partitions: logged %s; want level %s, cap %d, was %d, %d at it",
 				tc.from, tc.to, tc.partitions, logs.String(), tc.level, now.Cap(), was.Cap(), was.AtCap())
 		}
+		if advised, ok := line["advised"]; ok != (tc.level == "warn") || (ok && advised != float64(ring.Advised(tc.to))) {
+			t.Errorf("%d -> %d peers: advised %v in the line, want %d in a warning alone: %s", tc.from, tc.to, advised, ring.Advised(tc.to), logs.String())
+		}
 		if hasFlag := bytes.Contains(logs.Bytes(), []byte("--ring-partitions")); hasFlag != (tc.level == "warn") {
 			t.Errorf("%d -> %d peers: the advice is in the line %v, want %v: %s", tc.from, tc.to, hasFlag, tc.level == "warn", logs.String())
 		}

@@ -1134,7 +1134,8 @@ func logCapChange(log zerolog.Logger, dataset string, was, now *ring.Ring) {
 	share := float64(now.Config().Partitions) / float64(max(peers, len(was.Members())))
 	ev, msg := log.Info(), "ring's bounded load changed: the peers at it move about a partition each besides this change's share"
 	if float64(atCap) > share/5 {
-		ev, msg = log.Warn(), msg+"; --ring-partitions as advised (16381 up to 256 peers, about 64 a peer above), the same on every peer, makes that small"
+		ev, msg = log.Warn().Int("advised", ring.Advised(peers)),
+			msg+"; --ring-partitions of the advised count, the same on every peer, makes that small"
 	}
 	ev.Str("dataset", dataset).Int("cap", now.Cap()).Int("was", was.Cap()).Int("at_cap", atCap).
 		Float64("share", share).Int("peers", peers).Msg(msg)
