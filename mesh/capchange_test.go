@@ -95,13 +95,15 @@ func ringChange(t *testing.T, from, to, partitions int) (was, now *ring.Ring) {
 }
 
 // TestPeerOfAnotherRingShapeIsNotShared: a peer whose ring has another
-// partition count computes other owners for the dataset; the peers of the
-// default shape leave it out of their ring and it leaves them out of its
-// own (each logging why), every node still serves every sample intact,
-// and the membership and the leader stay one.
+// partition count computes other owners for the dataset; the peers of
+// 271 partitions (what peers of earlier builds advertise with the version
+// alone) leave it out of their ring and it leaves them out of its own
+// (each logging why), every node still serves every sample intact, and
+// the membership and the leader stay one.
 func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
 	var logs testsupport.Buffer
 	m := startMesh(t, 3, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		c.Cluster.Partitions = 271
 		if i == 2 {
 			c.Cluster.Partitions = 1031
 			c.Logger = zerolog.New(&logs).Level(zerolog.ErrorLevel)

@@ -46,7 +46,10 @@ type ClusterConfig struct {
 	// other peers hold at once (peer.Config.MaxRequestMemory); 0 means
 	// its default, 256 MiB.
 	MaxPeerMemory int64
-	// Partitions of the ring; 0 means 271.
+	// Partitions of the ring, the same on every peer; 0 means the mesh's:
+	// the count most of the peers the node joins advertise with its
+	// Replicas (a peer of an earlier build advertises none and uses 271),
+	// or NewMeshPartitions where none advertises one (meshShape).
 	Partitions int
 	// Expect is the cluster's expected size; a leader acts only while it
 	// sees a majority of it. 0 means 1.
@@ -138,9 +141,6 @@ type ClusterConfig struct {
 func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.Replicas == 0 {
 		c.Replicas = ring.DefaultReplicas
-	}
-	if c.Partitions == 0 {
-		c.Partitions = ring.DefaultPartitions
 	}
 	if c.Expect == 0 {
 		c.Expect = 1
@@ -425,11 +425,13 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	c.relays.budget = c.serving
 	c.parts.budget = c.serving
 	n.cluster = c
-	var sets []string
-	for _, ds := range n.ordered {
-		sets = append(sets, ds.name+"="+sharedVersion(ds.manifest.Version, cc))
+	// A node that is to take the mesh's ring shape joins advertising no
+	// dataset, so that no peer routes to it by a shape it has not chosen,
+	// and advertises them once it has.
+	meta := member.Meta{PeerAddr: pn.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build}
+	if cc.Partitions > 0 {
+		meta.Datasets = n.datasetsMeta(cc)
 	}
-	meta := member.Meta{PeerAddr: pn.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build, Datasets: sets}
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
 	list, err := member.Join(ctx, member.Config{
@@ -439,6 +441,17 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	if err != nil {
 		pn.Close()
 		return fmt.Errorf("mesh: gossip: %w", err)
+	}
+	if cc.Partitions == 0 {
+		// Nothing reads c.cfg.Partitions before followMembers starts.
+		c.cfg.Partitions = n.takeMeshShape(list.Members(), cc.Replicas)
+		meta.Datasets = n.datasetsMeta(c.cfg)
+		// ErrBroadcast: the meta is in force here, and gossip carries it on.
+		if err := list.UpdateMeta(meta); err != nil && !errors.Is(err, member.ErrBroadcast) {
+			_ = list.Close()
+			pn.Close()
+			return fmt.Errorf("mesh: gossip: %w", err)
+		}
 	}
 	c.list = list
 	n.refreshMembers()
@@ -1085,25 +1098,121 @@ func (n *Node) Members() []string {
 	return out
 }
 
+// Sharing returns the members this node shares dataset name with (those
+// in its ring of the dataset: the same version and ring shape), itself
+// included, sorted: itself alone outside a mesh; nil for a dataset it
+// does not serve, and before its first ring of it.
+func (n *Node) Sharing(name string) []string {
+	ds := n.datasets[name]
+	switch {
+	case ds == nil:
+		return nil
+	case n.cluster == nil:
+		return []string{n.cfg.Name}
+	}
+	if r := ds.ring.Load(); r != nil {
+		return r.Members()
+	}
+	return nil
+}
+
 // Leader returns the leader this node follows; "" while there is none.
 func (n *Node) Leader() string { return n.lead.leader() }
 
 // sharedVersion is what a node advertises for a dataset of version, and
 // requires of a peer it shares the dataset with: the version, and where
-// the node's ring is not the default one (--ring-partitions 271,
-// --replicas 2) the ring's shape after it, "@1031x2". Peers of two shapes
-// would compute two owner tables for one dataset and ask each other for
-// samples the other does not hold, each reading through what it thinks
-// it owns; a peer of another shape is left out of the dataset's ring, as
-// one of another version is. The default shape adds nothing, so that a
-// peer of it shares with peers of earlier builds, which advertise the
-// version alone (a peer of an earlier build with another shape cannot be
-// told apart).
+// the node's ring is not of 271 partitions and 2 replicas (the shape
+// earlier builds took by default) the ring's shape after it, "@16381x2".
+// Peers of two shapes would compute two owner tables for one dataset and
+// ask each other for samples the other does not hold, each reading
+// through what it thinks it owns; a peer of another shape is left out of
+// the dataset's ring, as one of another version is. 271x2 adds nothing, so that a peer of it
+// shares with peers of earlier builds, which advertise the version alone
+// for it (a peer of an earlier build with another shape cannot be told
+// apart).
 func sharedVersion(version string, cc ClusterConfig) string {
 	if cc.Partitions == ring.DefaultPartitions && cc.Replicas == ring.DefaultReplicas {
 		return version
 	}
 	return fmt.Sprintf("%s@%dx%d", version, cc.Partitions, cc.Replicas)
+}
+
+// datasetsMeta lists the node's datasets as its gossip meta carries them:
+// name=sharedVersion.
+func (n *Node) datasetsMeta(cc ClusterConfig) []string {
+	sets := make([]string, 0, len(n.ordered))
+	for _, ds := range n.ordered {
+		sets = append(sets, ds.name+"="+sharedVersion(ds.manifest.Version, cc))
+	}
+	return sets
+}
+
+// NewMeshPartitions is the ring partition count a node configured with
+// none takes where no peer it joins advertises one: a new mesh's. It is
+// ring.Advised for meshes of up to 256 peers.
+const NewMeshPartitions = 16381
+
+// takeMeshShape returns the partition count of a node configured with
+// none (meshShape over members, NewMeshPartitions where they tell none)
+// and logs where it came from.
+func (n *Node) takeMeshShape(members []member.Member, replicas int) int {
+	counts := meshShape(members, n.cfg.Name, replicas)
+	if len(counts) == 0 {
+		n.cfg.Logger.Info().Int("partitions", NewMeshPartitions).Int("replicas", replicas).
+			Msg("ring partitions: no peer advertises a ring with these replicas, so this is a new mesh's count")
+		return NewMeshPartitions
+	}
+	best := counts[0]
+	ev := n.cfg.Logger.Info()
+	if len(counts) > 1 {
+		ev = n.cfg.Logger.Warn().Interface("advertised", counts)
+	}
+	ev.Int("partitions", best.Partitions).Int("peers", best.Peers).Int("replicas", replicas).
+		Msg("ring partitions: the count the mesh's peers advertise (peers of another count are left out of the datasets' rings; --ring-partitions sets one)")
+	return best.Partitions
+}
+
+// shapeCount is a partition count and how many peers advertise it.
+type shapeCount struct {
+	Partitions int `json:"partitions"`
+	Peers      int `json:"peers"`
+}
+
+// meshShape returns the partition counts the alive members other than
+// self advertise for rings of replicas owners a sample, the count most
+// of them advertise first (of two as many, the larger). A member
+// advertises its shape after each dataset's version (sharedVersion); one
+// that advertises a dataset's version alone, a peer of an earlier build
+// or of the default shape, has 271 partitions and 2 replicas. Members that
+// advertise no dataset (one still choosing its own) tell nothing.
+func meshShape(members []member.Member, self string, replicas int) []shapeCount {
+	by := map[int]int{}
+	for _, m := range members {
+		if m.Name == self || m.State != member.Alive || len(m.Meta.Datasets) == 0 {
+			continue
+		}
+		_, v, _ := strings.Cut(m.Meta.Datasets[0], "=")
+		parts, reps := ring.DefaultPartitions, ring.DefaultReplicas
+		if _, shape, ok := strings.Cut(v, "@"); ok {
+			if _, err := fmt.Sscanf(shape, "%dx%d", &parts, &reps); err != nil || parts < 1 {
+				continue
+			}
+		}
+		if reps == replicas {
+			by[parts]++
+		}
+	}
+	out := make([]shapeCount, 0, len(by))
+	for p, k := range by {
+		out = append(out, shapeCount{Partitions: p, Peers: k})
+	}
+	slices.SortFunc(out, func(a, b shapeCount) int {
+		if a.Peers != b.Peers {
+			return b.Peers - a.Peers
+		}
+		return b.Partitions - a.Partitions
+	})
+	return out
 }
 
 // ringShape names a ring's shape as sharedVersion writes it, the default

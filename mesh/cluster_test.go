@@ -85,14 +85,14 @@ func (m *testMesh) alive() []*testPeer {
 	return out
 }
 
-// converged reports whether the given nodes all see exactly each other
-// and name the same leader.
+// converged reports whether the given nodes all see exactly each other,
+// name the same leader, and agree on who shares dataset "ds" with whom.
 func (m *testMesh) converged(ps []*testPeer) bool {
 	nodes := make([]*Node, len(ps))
 	for i, p := range ps {
 		nodes[i] = p.node
 	}
-	return testsupport.SameView(nodes)
+	return testsupport.SameView(nodes) && testsupport.SameSharing(nodes, "ds")
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

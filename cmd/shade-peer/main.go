@@ -282,7 +282,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout, s
 		throttle    = fs.String("source-throttle", "off", "slow dataset sources down like a remote object store: rate=BYTES/s,latency=DURATION,concurrency=N, each optional (e.g. rate=20MiB/s,latency=10ms,concurrency=16); off: none")
 		locality    = fs.String("locality", "on", "give each drawn sample to a rank on one of its owners: on or off")
 		drain       = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long to hand score tables and cached samples to the other peers before leaving (0: none)")
-		partitions  = fs.Int("ring-partitions", 271, "partitions of the consistent-hash ring; every peer (and shadectl --partitions) must use the same (a peer of another is left out of the datasets' rings); the default suits a few peers: from about 8 use 16381 up to 256 peers, a prime of about 64 per peer above (e.g. 64007 for 1,000), at most 65521: with fewer, a dead peer's data goes unevenly to the survivors and a join can move several times its share (shadectl members says what to use)")
+		partitions  = fs.Int("ring-partitions", 0, "partitions of the consistent-hash ring, the same on every peer (a peer of another count is left out of the datasets' rings; shadectl reads it from the peers); 0 takes the count the peers it joins advertise (271 for peers of earlier builds), and in a new mesh 16381, which suits up to 256 peers; above, set a prime of about 64 per peer (e.g. 64007 for 1,000), at most 65521: with fewer, a dead peer's data goes unevenly to the survivors and a join can move several times its share (shadectl members says what to use)")
 		repBudget   = fs.String("replicate-budget", "64MiB", "per second: the leader's bandwidth for sending changed score tables to peers other than the two next in line to lead, which get every change")
 		relayFanout = fs.Int("relay-fanout", wire.DefaultRelayFanout, "in a mesh of more peers, the leader hands an epoch's order to this many, each passing it on to its share of the rest")
 		relayPiece  = fs.String("relay-piece", "1MiB", "an order longer than this is relayed in pieces of this size, each passed on as soon as a relay has it (1KiB to 32MiB)")
@@ -530,8 +530,8 @@ func clusterConfig(f clusterFlags) (mesh.ClusterConfig, error) {
 	if f.joinWait <= 0 || f.deadline < 0 || f.prefetch < 0 {
 		return cc, fmt.Errorf("--join-wait must be positive; --epoch-deadline and --prefetch not negative")
 	}
-	if f.partitions < 1 {
-		return cc, fmt.Errorf("--ring-partitions %d: want at least 1", f.partitions)
+	if f.partitions < 0 {
+		return cc, fmt.Errorf("--ring-partitions %d: want at least 1, or 0 for the mesh's", f.partitions)
 	}
 	budget, err := bytesize.Parse(f.repBudget)
 	if err != nil || budget <= 0 {

@@ -127,10 +127,10 @@ func TestRingPartitionsAndReplicateBudget(t *testing.T) {
 	if c := cfg.Node.Cluster; c.Partitions != 8191 || c.ReplicateBudget != 16<<20 || c.RelayFanout != 8 || c.RelayPiece != 64<<10 {
 		t.Errorf("parsed as partitions %d, budget %d, relay fanout %d, relay piece %d", c.Partitions, c.ReplicateBudget, c.RelayFanout, c.RelayPiece)
 	}
-	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 4 || cfg.Node.Cluster.RelayPiece != 1<<20 {
-		t.Errorf("default relay fanout %d, piece %d (%v), want 4, 1 MiB", cfg.Node.Cluster.RelayFanout, cfg.Node.Cluster.RelayPiece, err)
+	if cfg, _, err := parseConfig(nil, noEnv, io.Discard, io.Discard); err != nil || cfg.Node.Cluster.RelayFanout != 4 || cfg.Node.Cluster.RelayPiece != 1<<20 || cfg.Node.Cluster.Partitions != 0 {
+		t.Errorf("default relay fanout %d, piece %d, partitions %d (%v), want 4, 1 MiB, 0 (the mesh's)", cfg.Node.Cluster.RelayFanout, cfg.Node.Cluster.RelayPiece, cfg.Node.Cluster.Partitions, err)
 	}
-	for _, bad := range [][]string{{"--ring-partitions", "0"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}, {"--relay-fanout", "0"},
+	for _, bad := range [][]string{{"--ring-partitions", "-1"}, {"--replicate-budget", "0"}, {"--replicate-budget", "fast"}, {"--relay-fanout", "0"},
 		{"--relay-piece", "1000"}, {"--relay-piece", "64MiB"}, {"--relay-piece", "big"}} {
 		if _, _, err := parseConfig(bad, noEnv, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)

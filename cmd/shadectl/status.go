@@ -10,6 +10,7 @@ package main
 // serve its version).
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,8 +51,8 @@ func (f *clusterFlags) register(fs *flag.FlagSet, many bool) {
 	}
 	fs.StringVar(&f.password, "password", os.Getenv("SHADE_REQUIREPASS"), "the peers' --requirepass (default $SHADE_REQUIREPASS)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for each peer")
-	fs.IntVar(&f.replicas, "replicas", ring.DefaultReplicas, "owners of each sample (R), as the daemons' --replicas")
-	fs.IntVar(&f.partitions, "partitions", ring.DefaultPartitions, "ring partitions: the daemons' --ring-partitions (every peer of a mesh uses the same)")
+	fs.IntVar(&f.replicas, "replicas", 0, "owners of each sample (R), the daemons' --replicas (default: as the peer reports, 2 for a peer that reports none)")
+	fs.IntVar(&f.partitions, "partitions", 0, "ring partitions, the daemons' --ring-partitions (default: as the peer reports, 271 for a peer that reports none)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object")
 }
 
@@ -105,12 +106,16 @@ func fetchStats(socket, password string, timeout time.Duration) (stats.Node, err
 	return st, nil
 }
 
-// ringOf builds the ring the peer with stats st routes by.
+// ringOf builds the ring the peer with stats st routes by: of the shape
+// it reports, or --partitions and --replicas where given. A peer of an
+// earlier build reports none; it took 271 and 2 unless configured
+// otherwise.
 func (f *clusterFlags) ringOf(st stats.Node) (*ring.Ring, error) {
-	if f.partitions < 1 || f.replicas < 1 {
-		return nil, fmt.Errorf("--partitions %d, --replicas %d: want at least 1", f.partitions, f.replicas)
+	if f.partitions < 0 || f.replicas < 0 {
+		return nil, fmt.Errorf("--partitions %d, --replicas %d: want at least 1, or 0 for the peer's", f.partitions, f.replicas)
 	}
-	return ring.New(ring.Config{Partitions: f.partitions, Replicas: f.replicas}, st.Members)
+	cfg := ring.Config{Partitions: cmp.Or(f.partitions, st.RingPartitions), Replicas: cmp.Or(f.replicas, st.RingReplicas)}
+	return ring.New(cfg, st.Members) // 0s: ring's defaults, 271 and 2
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -287,7 +292,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--sockets names no socket")
 	}
 
-	rep := statusReport{Partitions: f.partitions, Replicas: f.replicas, Peers: []peerStatus{}, Members: []memberStatus{}}
+	rep := statusReport{Peers: []peerStatus{}, Members: []memberStatus{}}
 	members := map[string]*memberStatus{}
 	var failed []error
 	for _, sock := range sockets {
@@ -300,6 +305,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		r, err := f.ringOf(st)
 		if err != nil {
 			return fmt.Errorf("%s: ring of %v: %w", sock, st.Members, err)
+		}
+		if rep.Partitions == 0 { // the first peer that answers names the shape
+			rep.Partitions, rep.Replicas = r.Config().Partitions, r.Config().Replicas
 		}
 		load := r.Load()
 		rep.Peers = append(rep.Peers, newPeerStatus(sock, st, load[st.Node]))
@@ -537,12 +545,13 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ring of %v: %w", st.Members, err)
 	}
 	load := r.Load()
-	rep := membersReport{Node: st.Node, Leader: st.Leader, Term: st.Term, Partitions: f.partitions, Replicas: f.replicas, Members: []memberEntry{},
+	parts, reps := r.Config().Partitions, r.Config().Replicas
+	rep := membersReport{Node: st.Node, Leader: st.Leader, Term: st.Term, Partitions: parts, Replicas: reps, Members: []memberEntry{},
 		boundedLoad: boundedLoadOf(r)}
 	for _, m := range r.Members() {
 		rep.Members = append(rep.Members, memberEntry{
 			Name: m, State: "alive", Leader: m == st.Leader,
-			Partitions: load[m], Share: float64(load[m]) / float64(f.partitions),
+			Partitions: load[m], Share: float64(load[m]) / float64(parts),
 		})
 	}
 	if f.json {
@@ -552,14 +561,14 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	if leader == "" {
 		leader = "(none: no majority)"
 	}
-	fmt.Fprintf(stdout, "as seen by %s; leader %s, term %d; %d partitions, R=%d\n", st.Node, leader, st.Term, f.partitions, f.replicas)
+	fmt.Fprintf(stdout, "as seen by %s; leader %s, term %d; %d partitions, R=%d\n", st.Node, leader, st.Term, parts, reps)
 	fmt.Fprintf(stdout, "bounded load: a member may be primary of at most %d partitions, and %d are; one more member makes it %d, one fewer %d\n",
 		rep.Cap, rep.AtCap, rep.CapJoin, rep.CapLeave)
 	if rep.CapJoin != rep.Cap || rep.CapLeave != rep.Cap {
 		fmt.Fprintln(stdout, "(a change of it moves about a partition for each member at it, besides the change's share)")
 	}
 	if rep.Few {
-		fmt.Fprintln(stdout, fewNote(f.partitions, len(rep.Members), rep.Advised))
+		fmt.Fprintln(stdout, fewNote(parts, len(rep.Members), rep.Advised))
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -569,7 +578,7 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		if m.Leader {
 			role = "leader"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, m.State, role, share(m.Partitions, f.partitions))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, m.State, role, share(m.Partitions, parts))
 	}
 	return tw.Flush()
 }
@@ -619,7 +628,7 @@ func runRing(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("ring of %v: %w", st.Members, err)
 	}
-	rep := ringReport{Node: st.Node, Members: r.Members(), Partitions: f.partitions, Replicas: f.replicas}
+	rep := ringReport{Node: st.Node, Members: r.Members(), Partitions: r.Config().Partitions, Replicas: r.Config().Replicas}
 	for _, k := range keys {
 		owners := r.Owners([]byte(k))
 		if owners == nil {

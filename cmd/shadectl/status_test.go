@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh"
 	"github.com/shade-mesh/shade/mesh/meshtest"
 	"github.com/shade-mesh/shade/mesh/ring"
 )
@@ -163,8 +164,8 @@ func TestMembersAndRingOfAStandaloneNode(t *testing.T) {
 	if _, _, err := runCmd(t, runRing, "--socket", p.Socket); err == nil {
 		t.Error("ring without a key succeeded")
 	}
-	if _, _, err := runCmd(t, runRing, "--socket", p.Socket, "--replicas", "0", "k"); err == nil {
-		t.Error("--replicas 0 accepted")
+	if _, _, err := runCmd(t, runRing, "--socket", p.Socket, "--replicas", "-1", "k"); err == nil {
+		t.Error("--replicas -1 accepted")
 	}
 	if _, _, err := runCmd(t, runMembers, "--socket", filepath.Join(t.TempDir(), "none.sock")); err == nil {
 		t.Error("members of a missing socket succeeded")
@@ -258,8 +259,9 @@ func TestRingMatchesTheMeshsRouting(t *testing.T) {
 		}
 		owned += p.OwnedPartitions
 	}
-	if owned != 271 {
-		t.Errorf("ring shares sum to %d partitions, want 271", owned)
+	// The peers took a new mesh's count, and shadectl theirs.
+	if owned != mesh.NewMeshPartitions || rep.Partitions != mesh.NewMeshPartitions || rep.Replicas != 2 {
+		t.Errorf("ring shares sum to %d partitions, report of %d x %d, want %d x 2", owned, rep.Partitions, rep.Replicas, mesh.NewMeshPartitions)
 	}
 	for _, m := range rep.Members {
 		if len(m.AliveIn) != 3 {

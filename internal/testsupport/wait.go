@@ -74,6 +74,37 @@ func SameView[M Member](nodes []M) bool {
 	return true
 }
 
+// Sharer is what SameSharing needs of an in-process node.
+type Sharer interface {
+	Name() string
+	Sharing(dataset string) []string // sorted names it shares dataset with, itself included
+}
+
+// SameSharing reports whether the nodes agree on who shares dataset with
+// whom: each shares it with itself, and A with B exactly where B with A.
+// A node that has heard of a member but not yet of the datasets it
+// serves leaves it out where the member does not, so a mesh whose nodes
+// see each other (SameView) may not agree here yet; nodes that do not
+// share a dataset (another version, another ring) leave each other out
+// both ways.
+func SameSharing[S Sharer](nodes []S, dataset string) bool {
+	sharing := make(map[string][]string, len(nodes))
+	for _, n := range nodes {
+		sharing[n.Name()] = n.Sharing(dataset)
+		if !slices.Contains(sharing[n.Name()], n.Name()) {
+			return false
+		}
+	}
+	for a, with := range sharing {
+		for b, other := range sharing {
+			if slices.Contains(with, b) != slices.Contains(other, a) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Parallel runs f(0) .. f(n-1), each in its own goroutine, waits for them
 // all and returns their errors joined (nil if none failed). f must not
 // call the testing.TB's Fatal methods.

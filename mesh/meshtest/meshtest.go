@@ -172,16 +172,27 @@ func start(tb testing.TB, cfg mesh.Config, sc transport.SocketConfig, dataset st
 }
 
 // Converged reports whether the given peers all serve, see exactly each
-// other and name one leader.
+// other, name one leader, and agree on who shares their datasets with
+// whom (testsupport.SameSharing).
 func Converged(ps []*Peer) bool {
 	nodes := make([]*mesh.Node, len(ps))
+	serving := map[string][]*mesh.Node{}
 	for i, p := range ps {
 		if !p.Node.Ready() {
 			return false
 		}
 		nodes[i] = p.Node
+		serving[p.Dataset] = append(serving[p.Dataset], p.Node)
 	}
-	return testsupport.SameView(nodes)
+	if !testsupport.SameView(nodes) {
+		return false
+	}
+	for ds, nodes := range serving {
+		if !testsupport.SameSharing(nodes, ds) {
+			return false
+		}
+	}
+	return true
 }
 
 // WaitConverged waits (at most d) until Converged(ps), and returns how

@@ -39,6 +39,12 @@ type Node struct {
 	FreeKeys     FreeKeys  `json:"free_keys"`
 	ReadAhead    ReadAhead `json:"read_ahead"`
 	Datasets     []Dataset `json:"datasets"` // sorted by name
+
+	// RingPartitions and RingReplicas are the shape of the node's
+	// datasets' rings, the same on every peer of a mesh; 0 for a node
+	// outside one (and in the document of an earlier build).
+	RingPartitions int `json:"ring_partitions,omitempty"`
+	RingReplicas   int `json:"ring_replicas,omitempty"`
 }
 
 // ReadAhead describes the samples the node reads ahead of its local ranks.

@@ -6,8 +6,9 @@
 # epoch of SAMPLES samples beside the epoch's time and link budget, with a
 # CPU profile of that epoch. Usage:
 #   test/bench/scale.sh [peers] [samples]
-# Three runs: the node's configuration with an 8-rank job; the leader with
-# one rank per peer; the ring with 16381 partitions instead of the node's 271.
+# Three runs: shadectl scale's defaults (271 partitions, a mesh of earlier
+# builds) with an 8-rank job; the leader with one rank per peer; the ring
+# with 16381 partitions, what a new mesh takes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PEERS=${1:-1000}
@@ -18,7 +19,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 common=(--peers "$PEERS" --samples "$SAMPLES" --replicas 2 --trials 5 --seed 1)
 
-echo "### 1. the node's ring (271 partitions) and the leader of an 8-rank job"
+echo "### 1. the ring of 271 partitions (a mesh of earlier builds) and the leader of an 8-rank job"
 echo "\$ shadectl scale ${common[*]} --world 8 --cpuprofile leader.prof"
 "$BIN/shadectl" scale "${common[@]}" --world 8 --cpuprofile "$dir/leader.prof" 2>/dev/null
 echo
@@ -26,7 +27,7 @@ echo "### 2. the leader with one rank on every peer"
 echo "\$ shadectl scale ${common[*]} --world $PEERS --only leader"
 "$BIN/shadectl" scale "${common[@]}" --world "$PEERS" --only leader 2>/dev/null
 echo
-echo "### 3. the ring with 16381 partitions (a node has 271)"
+echo "### 3. the ring with 16381 partitions (a new mesh's)"
 echo "\$ shadectl scale ${common[*]} --partitions 16381 --only ring"
 "$BIN/shadectl" scale "${common[@]}" --partitions 16381 --only ring 2>/dev/null
 echo

@@ -1,0 +1,107 @@
+package mesh
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/member"
+	"github.com/shade-mesh/shade/mesh/ring"
+)
+
+// TestRingShapeOfTheMesh: a node configured with no partition count takes
+// the one most of the peers it joins advertise: a mesh of 1031 and a peer
+// of 271 (advertising the version alone, as earlier builds do), the two
+// nodes without a count join the 1031s and share the dataset with them,
+// the second saying that the peers disagree; every node serves every
+// sample intact, and the node's STATS tell the shape.
+func TestRingShapeOfTheMesh(t *testing.T) {
+	var logs testsupport.Buffer
+	m := startMesh(t, 4, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		switch i {
+		case 0:
+			c.Cluster.Partitions = 1031
+		case 2:
+			c.Cluster.Partitions = 271
+		case 3:
+			c.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
+		}
+	}})
+	p := m.peers
+	ringOf := func(tp *testPeer) *ring.Ring { return tp.node.ordered[0].ring.Load() }
+	names := func(tps ...*testPeer) []string {
+		var out []string
+		for _, tp := range tps {
+			out = append(out, tp.node.Name())
+		}
+		return out
+	}
+	for _, tp := range []*testPeer{p[0], p[1], p[3]} {
+		r := ringOf(tp)
+		if r.Config().Partitions != 1031 || !slices.Equal(r.Members(), names(p[0], p[1], p[3])) {
+			t.Errorf("%s: ring of %d partitions over %v, want 1031 over %v", tp.node.Name(), r.Config().Partitions, r.Members(), names(p[0], p[1], p[3]))
+		}
+	}
+	if r := ringOf(p[2]); r.Config().Partitions != 271 || !slices.Equal(r.Members(), names(p[2])) {
+		t.Errorf("the peer of 271: ring of %d over %v, want itself alone", r.Config().Partitions, r.Members())
+	}
+	line := logs.String()
+	if !strings.Contains(line, `"advertised":[{"partitions":1031,"peers":2},{"partitions":271,"peers":1}]`) ||
+		!strings.Contains(line, `"level":"warn"`) || !strings.Contains(line, "ring partitions: the count the mesh's peers advertise") {
+		t.Errorf("the node that found two counts did not say so:\n%s", line)
+	}
+	for _, tp := range p {
+		m.readAll(t, tp.client(t)) // every byte checked against the files
+	}
+	st, err := p[1].node.snapshot("")
+	if err != nil || st.RingPartitions != 1031 || st.RingReplicas != 2 {
+		t.Errorf("STATS ring %d x %d (%v), want 1031 x 2", st.RingPartitions, st.RingReplicas, err)
+	}
+}
+
+// TestNewMeshPartitions: nodes configured with no count that find no peer
+// advertising one take NewMeshPartitions, the advice for up to 256 peers,
+// and share the dataset.
+func TestNewMeshPartitions(t *testing.T) {
+	if NewMeshPartitions != ring.Advised(256) {
+		t.Fatalf("NewMeshPartitions %d, advised %d", NewMeshPartitions, ring.Advised(256))
+	}
+	m := startMesh(t, 2, meshOpts{samples: 100})
+	for _, tp := range m.peers {
+		if r := tp.node.ordered[0].ring.Load(); r.Config().Partitions != NewMeshPartitions || len(r.Members()) != 2 {
+			t.Errorf("%s: ring of %d partitions over %v", tp.node.Name(), r.Config().Partitions, r.Members())
+		}
+	}
+}
+
+func TestMeshShape(t *testing.T) {
+	mem := func(name string, state member.State, sets ...string) member.Member {
+		return member.Member{Name: name, State: state, Meta: member.Meta{Datasets: sets}}
+	}
+	all := []member.Member{
+		mem("self", member.Alive, "ds=v@99x2"),
+		mem("a", member.Alive, "ds=v@1031x2", "other=w@1031x2"),
+		mem("b", member.Alive, "ds=v"), // an earlier build: 271 x 2
+		mem("c", member.Alive, "ds=v@4099x2"),
+		mem("d", member.Alive, "ds=v@4099x2"),
+		mem("e", member.Alive, "ds=v@1031x2"),
+		mem("f", member.Alive),                      // choosing its own
+		mem("g", member.Dead, "ds=v@8191x2"),        // gone
+		mem("h", member.Alive, "ds=v@8191x3"),       // other replicas
+		mem("i", member.Alive, "ds=v@junk", "ds=v"), // unreadable: tells nothing
+		mem("j", member.Alive, "ds=v@0x2"),
+	}
+	got := meshShape(all, "self", 2)
+	want := []shapeCount{{4099, 2}, {1031, 2}, {271, 1}} // a tie goes to the larger count
+	if !slices.Equal(got, want) {
+		t.Errorf("meshShape = %v, want %v", got, want)
+	}
+	if got := meshShape(all, "self", 3); !slices.Equal(got, []shapeCount{{8191, 1}}) {
+		t.Errorf("meshShape of 3 replicas = %v", got)
+	}
+	if got := meshShape(all[:1], "self", 2); len(got) != 0 {
+		t.Errorf("meshShape of itself alone = %v, want none", got)
+	}
+}
