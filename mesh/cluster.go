@@ -1126,10 +1126,10 @@ func (n *Node) Leader() string { return n.lead.leader() }
 // Peers of two shapes would compute two owner tables for one dataset and
 // ask each other for samples the other does not hold, each reading
 // through what it thinks it owns; a peer of another shape is left out of
-// the dataset's ring, as one of another version is. 271x2 adds nothing, so that a peer of it
-// shares with peers of earlier builds, which advertise the version alone
-// for it (a peer of an earlier build with another shape cannot be told
-// apart).
+// the dataset's ring, as one of another version is. 271x2 adds nothing,
+// so that a peer of it shares with peers of earlier builds, which
+// advertise the version alone for it (a peer of an earlier build with
+// another shape cannot be told apart).
 func sharedVersion(version string, cc ClusterConfig) string {
 	if cc.Partitions == ring.DefaultPartitions && cc.Replicas == ring.DefaultReplicas {
 		return version
