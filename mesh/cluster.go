@@ -1253,9 +1253,9 @@ func logCapChange(log zerolog.Logger, dataset string, was, now *ring.Ring) {
 // logFewPartitions warns, once each time a dataset's ring grows into it,
 // where the ring has too few partitions for its peers (ring.FewPartitions:
 // from 8 peers, under a quarter of ring.Advised). A dead peer's data then
-// goes unevenly to the survivors (with the default 271, up to 2.5x the
-// average share to one of 10, 3.9x of 16) and a join can move several
-// times its share; the line names the count to set on every peer.
+// goes unevenly to the survivors (with 271, a mesh of earlier builds, up
+// to 2.5x the average share to one of 10, 3.9x of 16) and a join can move
+// several times its share; the line names the count to set on every peer.
 func logFewPartitions(log zerolog.Logger, dataset string, was, now *ring.Ring) {
 	if now == nil {
 		return
