@@ -129,15 +129,15 @@ func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
 		t.Errorf("no line says why the peers are not shared:\n%s", logs.String())
 	}
 	for _, v := range []struct {
-		cc   ClusterConfig
-		want string
+		partitions, replicas int
+		want                 string
 	}{
-		{ClusterConfig{Partitions: 271, Replicas: 2}, "v1"},
-		{ClusterConfig{Partitions: 1031, Replicas: 2}, "v1@1031x2"},
-		{ClusterConfig{Partitions: 271, Replicas: 1}, "v1@271x1"},
+		{271, 2, "v1"},
+		{1031, 2, "v1@1031x2"},
+		{271, 1, "v1@271x1"},
 	} {
-		if got := sharedVersion("v1", v.cc); got != v.want {
-			t.Errorf("sharedVersion(%+v) = %q, want %q", v.cc, got, v.want)
+		if got := sharedVersion("v1", v.partitions, v.replicas); got != v.want {
+			t.Errorf("sharedVersion(%d x %d) = %q, want %q", v.partitions, v.replicas, got, v.want)
 		}
 	}
 }

@@ -49,7 +49,9 @@ type ClusterConfig struct {
 	// Partitions of the ring, the same on every peer; 0 means the mesh's:
 	// the count most of the peers the node joins advertise with its
 	// Replicas (a peer of an earlier build advertises none and uses 271),
-	// or NewMeshPartitions where none advertises one (meshShape).
+	// or NewMeshPartitions where none advertises one (meshShape); and
+	// later the count of a larger group of peers, where one appears
+	// (Node.followMeshShape).
 	Partitions int
 	// Expect is the cluster's expected size; a leader acts only while it
 	// sees a majority of it. 0 means 1.
@@ -202,6 +204,10 @@ type cluster struct {
 	cfg  ClusterConfig
 	list *member.List
 	wire *peer.Node
+	// partitions is the ring partition count in use: cfg.Partitions, or
+	// where that is 0 the mesh's (takeMeshShape, followMeshShape). Only
+	// followMembers changes it.
+	partitions atomic.Int64
 
 	// serving holds the sample bytes of the fetch replies being built for
 	// other peers, within ClusterConfig.MaxPeerMemory.
@@ -430,7 +436,8 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 	// and advertises them once it has.
 	meta := member.Meta{PeerAddr: pn.Addr(), Capacity: n.cfg.CacheSize, Build: cc.Build}
 	if cc.Partitions > 0 {
-		meta.Datasets = n.datasetsMeta(cc)
+		c.partitions.Store(int64(cc.Partitions))
+		meta.Datasets = n.datasetsMeta(cc.Partitions)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
 	defer cancel()
@@ -443,9 +450,9 @@ func (n *Node) startCluster(cc ClusterConfig) error {
 		return fmt.Errorf("mesh: gossip: %w", err)
 	}
 	if cc.Partitions == 0 {
-		// Nothing reads c.cfg.Partitions before followMembers starts.
-		c.cfg.Partitions = n.takeMeshShape(list.Members(), cc.Replicas)
-		meta.Datasets = n.datasetsMeta(c.cfg)
+		parts := n.takeMeshShape(list.Members(), cc.Replicas)
+		c.partitions.Store(int64(parts))
+		meta.Datasets = n.datasetsMeta(parts)
 		// ErrBroadcast: the meta is in force here, and gossip carries it on.
 		if err := list.UpdateMeta(meta); err != nil && !errors.Is(err, member.ErrBroadcast) {
 			_ = list.Close()
@@ -550,9 +557,21 @@ func (n *Node) refreshMembers() {
 	}
 	c.mu.RUnlock()
 
+	if c.cfg.Partitions == 0 {
+		n.followMeshShape(members)
+	}
+	parts := int(c.partitions.Load())
+	if p, ok := alive[n.cfg.Name]; ok {
+		// This node's own datasets as it serves them now: its gossip meta
+		// lags a move to another count until UpdateMeta has run.
+		for _, d := range n.datasetsMeta(parts) {
+			name, version, _ := strings.Cut(d, "=")
+			p.datasets[name] = version
+		}
+	}
 	for _, ds := range n.ordered {
 		var names []string
-		want := sharedVersion(ds.manifest.Version, c.cfg)
+		want := sharedVersion(ds.manifest.Version, parts, c.cfg.Replicas)
 		_, ours, _ := strings.Cut(want, "@")
 		for _, p := range alive {
 			v, ok := p.datasets[ds.name]
@@ -570,16 +589,17 @@ func (n *Node) refreshMembers() {
 			}
 		}
 		cur := ds.ring.Load()
-		if cur != nil && slices.Equal(cur.Members(), sortedCopy(names)) {
+		same := cur != nil && cur.Config().Partitions == parts
+		if same && slices.Equal(cur.Members(), sortedCopy(names)) {
 			continue // this dataset's members did not change
 		}
 		var r *ring.Ring
 		var err error
-		if cur != nil {
+		if same {
 			r, err = cur.Update(names) // O(changes x members), not New's O(members x log)
 		} else {
-			r, err = ring.New(ring.Config{Partitions: c.cfg.Partitions, Replicas: c.cfg.Replicas}, names)
-			n.hashSamples(ds, c.cfg.Partitions)
+			r, err = ring.New(ring.Config{Partitions: parts, Replicas: c.cfg.Replicas}, names)
+			n.hashSamples(ds, parts)
 		}
 		if err != nil {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("ring")
@@ -1130,19 +1150,19 @@ func (n *Node) Leader() string { return n.lead.leader() }
 // so that a peer of it shares with peers of earlier builds, which
 // advertise the version alone for it (a peer of an earlier build with
 // another shape cannot be told apart).
-func sharedVersion(version string, cc ClusterConfig) string {
-	if cc.Partitions == ring.DefaultPartitions && cc.Replicas == ring.DefaultReplicas {
+func sharedVersion(version string, partitions, replicas int) string {
+	if partitions == ring.DefaultPartitions && replicas == ring.DefaultReplicas {
 		return version
 	}
-	return fmt.Sprintf("%s@%dx%d", version, cc.Partitions, cc.Replicas)
+	return fmt.Sprintf("%s@%dx%d", version, partitions, replicas)
 }
 
-// datasetsMeta lists the node's datasets as its gossip meta carries them:
-// name=sharedVersion.
-func (n *Node) datasetsMeta(cc ClusterConfig) []string {
+// datasetsMeta lists the node's datasets as its gossip meta carries them
+// for rings of partitions: name=sharedVersion.
+func (n *Node) datasetsMeta(partitions int) []string {
 	sets := make([]string, 0, len(n.ordered))
 	for _, ds := range n.ordered {
-		sets = append(sets, ds.name+"="+sharedVersion(ds.manifest.Version, cc))
+		sets = append(sets, ds.name+"="+sharedVersion(ds.manifest.Version, partitions, n.cluster.cfg.Replicas))
 	}
 	return sets
 }
@@ -1170,6 +1190,46 @@ func (n *Node) takeMeshShape(members []member.Member, replicas int) int {
 	ev.Int("partitions", best.Partitions).Int("peers", best.Peers).Int("replicas", replicas).
 		Msg("ring partitions: the count the mesh's peers advertise (peers of another count are left out of the datasets' rings; --ring-partitions sets one)")
 	return best.Partitions
+}
+
+// followMeshShape moves a node configured with no partition count to the
+// count of a larger group of peers than its own, where members advertise
+// one: peers started together that reached none of the running ones as
+// they joined take a new mesh's count beside them, and the smaller group
+// moves. Of two groups as large, the smaller count moves (as meshShape
+// orders them), so every node of a count configured by none ends in one
+// group; peers given a count keep theirs. The move rebuilds the datasets'
+// rings at the new count (refreshMembers, called from it) and advertises
+// it. Called from refreshMembers only.
+func (n *Node) followMeshShape(members []member.Member) {
+	c := n.cluster
+	ours := int(c.partitions.Load())
+	counts := meshShape(members, n.cfg.Name, c.cfg.Replicas)
+	if len(counts) == 0 {
+		return
+	}
+	with := 1 // this node
+	for _, sc := range counts {
+		if sc.Partitions == ours {
+			with += sc.Peers
+		}
+	}
+	best := counts[0]
+	if best.Partitions == ours || best.Peers < with || best.Peers == with && best.Partitions < ours {
+		return
+	}
+	n.cfg.Logger.Warn().Int("partitions", best.Partitions).Int("peers", best.Peers).Int("was", ours).Int("with", with).
+		Msg("ring partitions: a larger group of the mesh's peers uses another count; taking theirs (--ring-partitions sets one)")
+	c.partitions.Store(int64(best.Partitions))
+	meta := c.list.Local().Meta
+	meta.Datasets = n.datasetsMeta(best.Partitions)
+	n.goBackground(func(context.Context) {
+		// ErrBroadcast: the meta is in force here, and gossip carries it
+		// on; ErrClosed: the node is closing.
+		if err := c.list.UpdateMeta(meta); err != nil && !errors.Is(err, member.ErrBroadcast) && !errors.Is(err, member.ErrClosed) {
+			n.cfg.Logger.Error().Err(err).Msg("advertising the ring's new partition count")
+		}
+	})
 }
 
 // shapeCount is a partition count and how many peers advertise it.

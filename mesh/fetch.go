@@ -86,7 +86,7 @@ func (n *Node) ownsSample(ds *datasetState) func(ids []uint32, masks []uint64) {
 // the membership update that builds a dataset's first ring does not wait
 // for it, and lookups hash each key until it is done.
 func (n *Node) hashSamples(ds *datasetState, partitions int) {
-	if ds.samples.Load() != nil {
+	if s := ds.samples.Load(); s != nil && s.Partitions() == partitions {
 		return
 	}
 	n.goBackground(func(context.Context) {
@@ -95,7 +95,12 @@ func (n *Node) hashSamples(ds *datasetState, partitions int) {
 			n.cfg.Logger.Error().Err(err).Str("dataset", ds.name).Msg("hashing the samples into partitions")
 			return
 		}
-		ds.samples.CompareAndSwap(nil, s)
+		// A table of a count the node has moved from meanwhile
+		// (followMeshShape) is not kept; one of another count than the
+		// ring's is never read (Samples.Fits).
+		if n.cluster == nil || int(n.cluster.partitions.Load()) == partitions {
+			ds.samples.Store(s)
+		}
 	})
 }
 

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -61,6 +62,47 @@ func TestRingShapeOfTheMesh(t *testing.T) {
 	st, err := p[1].node.snapshot("")
 	if err != nil || st.RingPartitions != 1031 || st.RingReplicas != 2 {
 		t.Errorf("STATS ring %d x %d (%v), want 1031 x 2", st.RingPartitions, st.RingReplicas, err)
+	}
+}
+
+// TestRingShapeFollowsTheLargerGroup: two nodes without a count start a
+// mesh (16,381 partitions), and three given 271 join them, as peers
+// restarted together beside running ones would; the two move to 271,
+// each saying so and never leaving itself out of its own ring, and all
+// five share the dataset, every byte read from every node intact.
+func TestRingShapeFollowsTheLargerGroup(t *testing.T) {
+	var logs [2]testsupport.Buffer
+	m := startMesh(t, 5, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		if i < 2 {
+			c.Logger = zerolog.New(&logs[i]).Level(zerolog.InfoLevel)
+			return
+		}
+		c.Cluster.Partitions = 271
+	}})
+	for _, tp := range m.peers {
+		if r := tp.node.ordered[0].ring.Load(); r.Config().Partitions != 271 || len(r.Members()) != 5 {
+			t.Errorf("%s: ring of %d partitions over %v, want 271 over all five", tp.node.Name(), r.Config().Partitions, r.Members())
+		}
+	}
+	for i := range logs {
+		line := logs[i].String()
+		if !strings.Contains(line, "a larger group of the mesh's peers uses another count") ||
+			!strings.Contains(line, `"partitions":271,`) || !strings.Contains(line, `"was":16381`) {
+			t.Errorf("n%d did not say it moved:\n%s", i, line)
+		}
+		if strings.Contains(line, fmt.Sprintf(`"peer":"n%d"`, i)) {
+			t.Errorf("n%d left itself out of its ring while its gossip still named the count it left:\n%s", i, line)
+		}
+	}
+	for _, tp := range m.peers {
+		m.readAll(t, tp.client(t)) // every byte checked against the files
+	}
+	st, err := m.peers[0].node.snapshot("")
+	if err != nil || st.RingPartitions != 271 {
+		t.Errorf("STATS ring of %d partitions (%v), want 271", st.RingPartitions, err)
+	}
+	if s := m.peers[0].node.ordered[0].samples.Load(); s == nil || s.Partitions() != 271 {
+		t.Errorf("samples hashed into %v, want 271 partitions", s)
 	}
 }
 

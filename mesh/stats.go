@@ -71,7 +71,7 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 		for _, p := range n.cluster.alive() {
 			out.Members = append(out.Members, p.name)
 		}
-		out.RingPartitions, out.RingReplicas = n.cluster.cfg.Partitions, n.cluster.cfg.Replicas
+		out.RingPartitions, out.RingReplicas = int(n.cluster.partitions.Load()), n.cluster.cfg.Replicas
 	} else {
 		out.Members = []string{n.cfg.Name}
 	}
