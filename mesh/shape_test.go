@@ -12,6 +12,54 @@ import (
 	"github.com/shade-mesh/shade/mesh/ring"
 )
 
+// TestPeerOfAnotherRingShapeIsNotShared: a peer whose ring has another
+// partition count computes other owners for the dataset; the peers of
+// 271 partitions (what peers of earlier builds advertise with the version
+// alone) leave it out of their ring and it leaves them out of its own
+// (each logging why), every node still serves every sample intact, and
+// the membership and the leader stay one.
+func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
+	var logs testsupport.Buffer
+	m := startMesh(t, 3, meshOpts{samples: 300, configure: func(i int, c *Config) {
+		c.Cluster.Partitions = 271
+		if i == 2 {
+			c.Cluster.Partitions = 1031
+			c.Logger = zerolog.New(&logs).Level(zerolog.ErrorLevel)
+		}
+	}})
+	ringOf := func(p *testPeer) []string { return p.node.ordered[0].ring.Load().Members() }
+	a, b, other := m.peers[0], m.peers[1], m.peers[2]
+	if got := ringOf(other); !slices.Equal(got, []string{other.node.Name()}) {
+		t.Errorf("the peer of 1031 partitions shares the dataset with %v, want itself alone", got)
+	}
+	for _, p := range []*testPeer{a, b} {
+		if got, want := ringOf(p), []string{a.node.Name(), b.node.Name()}; !slices.Equal(got, want) {
+			t.Errorf("%s shares the dataset with %v, want %v", p.node.Name(), got, want)
+		}
+	}
+	if got := other.node.ordered[0].ring.Load().Config().Partitions; got != 1031 {
+		t.Errorf("its ring has %d partitions", got)
+	}
+	for _, p := range m.peers {
+		m.readAll(t, p.client(t)) // every byte checked against the files
+	}
+	if !strings.Contains(logs.String(), `"theirs":"271x2","ours":"1031x2"`) || !strings.Contains(logs.String(), "ring differs") {
+		t.Errorf("no line says why the peers are not shared:\n%s", logs.String())
+	}
+	for _, v := range []struct {
+		partitions, replicas int
+		want                 string
+	}{
+		{271, 2, "v1"},
+		{1031, 2, "v1@1031x2"},
+		{271, 1, "v1@271x1"},
+	} {
+		if got := sharedVersion("v1", v.partitions, v.replicas); got != v.want {
+			t.Errorf("sharedVersion(%d x %d) = %q, want %q", v.partitions, v.replicas, got, v.want)
+		}
+	}
+}
+
 // TestRingShapeOfTheMesh: a node configured with no partition count takes
 // the one most of the peers it joins advertise: a mesh of 1031 and a peer
 // of 271 (advertising the version alone, as earlier builds do), the two
