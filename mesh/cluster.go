@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -561,14 +562,6 @@ func (n *Node) refreshMembers() {
 		n.followMeshShape(members)
 	}
 	parts := int(c.partitions.Load())
-	if p, ok := alive[n.cfg.Name]; ok {
-		// This node's own datasets as it serves them now: its gossip meta
-		// lags a move to another count until UpdateMeta has run.
-		for _, d := range n.datasetsMeta(parts) {
-			name, version, _ := strings.Cut(d, "=")
-			p.datasets[name] = version
-		}
-	}
 	for _, ds := range n.ordered {
 		var names []string
 		want := sharedVersion(ds.manifest.Version, parts, c.cfg.Replicas)
@@ -576,6 +569,10 @@ func (n *Node) refreshMembers() {
 		for _, p := range alive {
 			v, ok := p.datasets[ds.name]
 			switch version, theirs, _ := strings.Cut(v, "@"); {
+			case p.name == n.cfg.Name:
+				// Its own datasets, at the count it serves now: its gossip
+				// meta lags a move to another until UpdateMeta has run.
+				names = append(names, p.name)
 			case !ok:
 			case v == want:
 				names = append(names, p.name)
@@ -1252,13 +1249,7 @@ func meshShape(members []member.Member, self string, replicas int) []shapeCount 
 			continue
 		}
 		_, v, _ := strings.Cut(m.Meta.Datasets[0], "=")
-		parts, reps := ring.DefaultPartitions, ring.DefaultReplicas
-		if _, shape, ok := strings.Cut(v, "@"); ok {
-			if _, err := fmt.Sscanf(shape, "%dx%d", &parts, &reps); err != nil || parts < 1 {
-				continue
-			}
-		}
-		if reps == replicas {
+		if parts, reps, ok := parseShape(v); ok && reps == replicas {
 			by[parts]++
 		}
 	}
@@ -1273,6 +1264,20 @@ func meshShape(members []member.Member, self string, replicas int) []shapeCount 
 		return b.Partitions - a.Partitions
 	})
 	return out
+}
+
+// parseShape reads the ring shape after a version that sharedVersion
+// wrote: 271 x 2 for a version alone; ok is false for a shape it cannot
+// read.
+func parseShape(v string) (partitions, replicas int, ok bool) {
+	_, shape, found := strings.Cut(v, "@")
+	if !found {
+		return ring.DefaultPartitions, ring.DefaultReplicas, true
+	}
+	p, r, _ := strings.Cut(shape, "x")
+	partitions, err1 := strconv.Atoi(p)
+	replicas, err2 := strconv.Atoi(r)
+	return partitions, replicas, err1 == nil && err2 == nil && partitions > 0 && replicas > 0
 }
 
 // ringShape names a ring's shape as sharedVersion writes it, the default

@@ -57,6 +57,9 @@ func TestPeerOfAnotherRingShapeIsNotShared(t *testing.T) {
 		if got := sharedVersion("v1", v.partitions, v.replicas); got != v.want {
 			t.Errorf("sharedVersion(%d x %d) = %q, want %q", v.partitions, v.replicas, got, v.want)
 		}
+		if p, r, ok := parseShape(v.want); !ok || p != v.partitions || r != v.replicas {
+			t.Errorf("parseShape(%q) = %d x %d, %v", v.want, p, r, ok)
+		}
 	}
 }
 
