@@ -82,14 +82,9 @@ func (n *Node) setScores(js *jobState, ids []uint32, scores []float32, mean floa
 	if n.scorer == nil {
 		return
 	}
-	if js.owned == nil {
-		js.owned = make([]float32, ds.len)
-		for i := range js.owned {
-			js.owned[i] = float32(math.NaN())
-		}
-	}
+	owned := js.ownedScores()
 	for i, id := range ids {
-		js.owned[id] = scores[i]
+		owned[id] = scores[i]
 	}
 	for _, id := range ids {
 		s := unionScore(jobs, id)

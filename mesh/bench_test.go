@@ -80,7 +80,7 @@ func BenchmarkNodeSet(b *testing.B) {
 // each read's owners looked up by the sample (ownersView) against its
 // partition's looked up once (ownsSample). ns/op is per order.
 func BenchmarkOwnedReads(b *testing.B) {
-	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: 5000, MinSize: 10, MaxSize: 20, Seed: 1}, 2, func(int, *Config) {})
+	_, peers, _ := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: 5000, MinSize: 10, MaxSize: 20, Seed: 1}, 2, func(int, *Config) {})
 	n := peers[0].Node
 	ds := n.ordered[0]
 	// The samples are hashed in the background once the ring forms.
@@ -176,7 +176,7 @@ func BenchmarkAnswerFetch(b *testing.B) {
 // warmedNode starts a node with a cache of 256 MiB serving dataset "ds"
 // of samples values of size bytes, and loads every one into its cache.
 func warmedNode(b *testing.B, samples, size int) *Node {
-	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
+	_, peers, _ := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: size, MaxSize: size, Seed: 1}, 1,
 		func(_ int, c *Config) { c.CacheSize = 256 << 20 })
 	n := peers[0].Node
 	if held, err := n.Warm(context.Background(), "ds"); err != nil || held != samples {
@@ -359,7 +359,7 @@ func BenchmarkSlowSourceReads(b *testing.B) {
 // them.
 func BenchmarkRemoteHits(b *testing.B) {
 	const samples = 5000
-	_, peers := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: samples, MinSize: 50, MaxSize: 800, Seed: 1}, 2,
+	_, peers, _ := StartMeshForTest(b, 3, testsupport.DatasetSpec{Samples: samples, MinSize: 50, MaxSize: 800, Seed: 1}, 2,
 		func(_ int, c *Config) { c.CacheSize = 64 << 20 })
 	ctx := context.Background()
 	others := make([][]uint32, len(peers)) // per node, the samples it does not own
@@ -466,7 +466,7 @@ func readRandomSamples(b *testing.B, n *Node, seed uint64, pick func(*rand.Rand)
 // all in this process, spent a read, p50-us and p99-us percentiles of a
 // read's latency.
 func benchPeerReads(b *testing.B, name string, spec testsupport.DatasetSpec, configure func(c *Config)) {
-	_, peers := StartMeshForTest(b, 3, spec, 2, func(_ int, c *Config) { configure(c) })
+	_, peers, _ := StartMeshForTest(b, 3, spec, 2, func(_ int, c *Config) { configure(c) })
 	b.Run(name, func(b *testing.B) {
 		hedged := func() (n int64) {
 			for _, p := range peers {
@@ -645,7 +645,7 @@ const admitSamples, admitSize = 64, 100 << 10
 // BenchmarkAdmitOffered and returns its dataset's samples, each read
 // from the source once.
 func admitBench(b *testing.B) (*Node, *datasetState, [][]byte) {
-	_, peers := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: admitSamples, MinSize: admitSize, MaxSize: admitSize, Seed: 1}, 1,
+	_, peers, _ := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: admitSamples, MinSize: admitSize, MaxSize: admitSize, Seed: 1}, 1,
 		func(_ int, c *Config) { c.CacheSize = 2 << 20 })
 	n := peers[0].Node
 	ds := n.ordered[0]

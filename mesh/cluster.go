@@ -562,6 +562,7 @@ func (n *Node) refreshMembers() {
 		n.followMeshShape(members)
 	}
 	parts := int(c.partitions.Load())
+	var sharing []func() // on the leader, for members new to a dataset's ring
 	for _, ds := range n.ordered {
 		var names []string
 		want := sharedVersion(ds.manifest.Version, parts, c.cfg.Replicas)
@@ -605,6 +606,10 @@ func (n *Node) refreshMembers() {
 		logCapChange(n.cfg.Logger, ds.name, cur, r)
 		logFewPartitions(n.cfg.Logger, ds.name, cur, r)
 		ds.ring.Store(r)
+		n.followRingScoresSoon(ds)
+		if cur != nil {
+			sharing = append(sharing, func() { n.sendOwnedScores(ds, r, newMembers(cur, r)) })
+		}
 	}
 	// The members are published after the rings, so that whoever sees a
 	// member (Members, callName) finds it in the rings too.
@@ -615,6 +620,9 @@ func (n *Node) refreshMembers() {
 		// A member that joins (or comes back) may have missed orders.
 		for _, name := range joined {
 			n.sendNewestOrders(name)
+		}
+		for _, send := range sharing {
+			send()
 		}
 	}
 

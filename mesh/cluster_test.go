@@ -29,6 +29,7 @@ type testMesh struct {
 	peers []*testPeer
 	files [][]byte
 	dir   string
+	add   func(tb testing.TB, configure func(c *Config)) HarnessPeer
 }
 
 type meshOpts struct {
@@ -47,9 +48,11 @@ type HarnessPeer struct {
 
 // StartMeshForTest is meshtest.StartMesh for this package's own tests:
 // meshtest imports mesh, so they cannot import it, and
-// meshtest_hook_test.go (package mesh_test) sets this variable.
+// meshtest_hook_test.go (package mesh_test) sets this variable. It
+// returns the dataset, the nodes, and the mesh's meshtest.Mesh.Add.
 var StartMeshForTest func(tb testing.TB, k int, data testsupport.DatasetSpec, replicas int,
-	configure func(i int, c *Config)) (*testsupport.Dataset, []HarnessPeer)
+	configure func(i int, c *Config)) (*testsupport.Dataset, []HarnessPeer,
+	func(tb testing.TB, configure func(c *Config)) HarnessPeer)
 
 // startMesh starts k nodes named n0, n1, ... seeded from the first, serving
 // dataset "ds", and waits until every node sees all k and they agree on a
@@ -59,7 +62,7 @@ func startMesh(t testing.TB, k int, o meshOpts) *testMesh {
 	if o.samples == 0 {
 		o.samples, o.minSize, o.maxSize = 600, 50, 800
 	}
-	data, peers := StartMeshForTest(t, k, testsupport.DatasetSpec{Samples: o.samples, MinSize: o.minSize, MaxSize: o.maxSize, Seed: 1},
+	data, peers, add := StartMeshForTest(t, k, testsupport.DatasetSpec{Samples: o.samples, MinSize: o.minSize, MaxSize: o.maxSize, Seed: 1},
 		o.replicas, func(i int, c *Config) {
 			if o.cacheSize != 0 {
 				c.CacheSize = o.cacheSize
@@ -68,11 +71,22 @@ func startMesh(t testing.TB, k int, o meshOpts) *testMesh {
 				o.configure(i, c)
 			}
 		})
-	m := &testMesh{files: data.Files, dir: data.Dir}
+	m := &testMesh{files: data.Files, dir: data.Dir, add: add}
 	for _, p := range peers {
 		m.peers = append(m.peers, &testPeer{node: p.Node, sock: p.Server, path: p.Socket})
 	}
 	return m
+}
+
+// addPeer starts one more node as startMesh starts node len(m.peers)
+// (meshOpts.configure applies), then configure, when set; it returns once
+// the node serves, without waiting for the mesh to converge.
+func (m *testMesh) addPeer(t testing.TB, configure func(c *Config)) *testPeer {
+	t.Helper()
+	p := m.add(t, configure)
+	tp := &testPeer{node: p.Node, sock: p.Server, path: p.Socket}
+	m.peers = append(m.peers, tp)
+	return tp
 }
 
 func (m *testMesh) alive() []*testPeer {
@@ -618,9 +632,75 @@ func TestMergedScoresReachEveryOwner(t *testing.T) {
 	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
 	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return 0.1 + float64(id%13) })
+	waitScoresOwned(t, m, ownedCheck{})
+}
+
+// TestScoresFollowTheRing: once the merged scores have reached their
+// owners, a member dies and then one joins; after each, every member
+// holds, for every sample it owns by the new ring, the leader's score of
+// it, and none of the samples it no longer owns: the survivors take the
+// dead member's samples' scores from their copies of the leader's table,
+// and the leader sends the joining member those of its samples.
+func TestScoresFollowTheRing(t *testing.T) {
+	const world = 4
+	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
+	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
+		func(id int64) float64 { return 0.1 + float64(id%13) })
+	waitScoresOwned(t, m, ownedCheck{})
 	lead := m.leader(t)
-	want := lead.node.ordered[0].def.scores.All(len(m.files))
+	waitFor(t, 10*time.Second, "every member's copy of the leader's table", func() bool {
+		want := fmt.Sprint(lead.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files))))
+		for _, p := range m.peers {
+			if fmt.Sprint(p.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files)))) != want {
+				return false
+			}
+		}
+		return true
+	})
+	var victim *testPeer
+	for _, p := range m.peers {
+		if p != lead {
+			victim = p
+		}
+	}
+	victim.node.kill()
+	waitFor(t, 10*time.Second, "the survivors' rings without the dead member", func() bool { return m.converged(m.alive()) })
+	waitScoresOwned(t, m, ownedCheck{})
+	m.addPeer(t, nil)
+	waitFor(t, 10*time.Second, "the rings with the joining member", func() bool { return m.converged(m.alive()) })
+	waitScoresOwned(t, m, ownedCheck{})
+}
+
+func allIDs(n int) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	return ids
+}
+
+// ownedCheck relaxes waitScoresOwned where merges cross ring changes
+// (see Node.followRingScores).
+type ownedCheck struct {
+	leftovers bool // a node may hold scores of samples it does not own
+	anyScore  bool // an owned sample's score may be an earlier merge's
+}
+
+// waitScoresOwned waits until every live node holds, for every sample it
+// owns, the leader's merged score of it (none where the leader has none),
+// and none of any other sample, unless check relaxes it.
+func waitScoresOwned(t *testing.T, m *testMesh, check ownedCheck) {
+	t.Helper()
+	lead := m.leader(t)
 	mismatch := func(p *testPeer) string {
+		want := make([]float64, len(m.files))
+		for i := range want {
+			want[i] = math.NaN()
+		}
+		ids, scores, _ := lead.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files)))
+		for i, id := range ids {
+			want[id] = float64(scores[i])
+		}
 		n := p.node
 		ds := n.ordered[0]
 		n.polMu.Lock()
@@ -631,16 +711,24 @@ func TestMergedScoresReachEveryOwner(t *testing.T) {
 			switch {
 			case owned == nil:
 				return "no scores"
-			case !mine && !math.IsNaN(float64(owned[id])):
+			case !mine && !check.leftovers && !math.IsNaN(float64(owned[id])):
 				return fmt.Sprintf("a score of sample %d, which it does not own", id)
-			case mine && owned[id] != float32(want[id]):
+			case mine && check.anyScore && math.IsNaN(want[id]) != math.IsNaN(float64(owned[id])):
+				return fmt.Sprintf("score %v of sample %d, the leader's is %v", owned[id], id, want[id])
+			case mine && !check.anyScore && !(owned[id] == float32(want[id]) || math.IsNaN(want[id]) && math.IsNaN(float64(owned[id]))):
 				return fmt.Sprintf("score %v of sample %d, the leader's is %v", owned[id], id, want[id])
 			}
 		}
 		return ""
 	}
-	for _, p := range m.peers {
-		waitFor(t, 10*time.Second, p.node.Name()+" to hold the merged scores of its samples", func() bool { return mismatch(p) == "" })
+	for _, p := range m.alive() {
+		var why string
+		if _, err := testsupport.Poll(context.Background(), 10*time.Second, func() bool {
+			why = mismatch(p)
+			return why == ""
+		}); err != nil {
+			t.Fatalf("%s does not hold the merged scores of its samples: %s", p.node.Name(), why)
+		}
 	}
 }
 

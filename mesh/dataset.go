@@ -28,6 +28,12 @@ type datasetState struct {
 	// the dataset's first ring is built (nil before, and on a standalone
 	// node): see ownersView.
 	samples atomic.Pointer[ring.Samples]
+	// ownedRing is the ring the jobs' scores of the samples this node
+	// owns (jobState.owned) were last brought to (followRingScores),
+	// under ownedMu; ownedDue is set while a pass is due to start.
+	ownedMu   sync.Mutex
+	ownedRing *ring.Ring
+	ownedDue  atomic.Bool
 	// first is the dataset's epoch 0 as its jobs draw it, prepared while
 	// this node leads (prepareFirstOrders); nil before and elsewhere.
 	first atomic.Pointer[firstOrder]

@@ -52,7 +52,11 @@ func (n *Node) ownersView(ds *datasetState, id uint32) []string {
 // once it is ready (a run of them in one loop, GroupEach; its key hashed
 // until then).
 func (n *Node) placement(ds *datasetState) sampling.Placement {
-	r := ds.ring.Load()
+	return n.placementOf(ds, ds.ring.Load())
+}
+
+// placementOf is placement by ring r (nil: no ring yet).
+func (n *Node) placementOf(ds *datasetState, r *ring.Ring) sampling.Placement {
 	if n.cluster == nil || r == nil {
 		self := []string{n.cfg.Name}
 		return sampling.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return self }}

@@ -50,8 +50,9 @@ type jobState struct {
 	lookReads int
 
 	// owned holds the job's newest scores of the samples this node owns,
-	// by sample (NaN: none yet), while the dataset has other jobs: the
-	// policy weighs a sample by the sum over the jobs. Under Node.polMu.
+	// by sample (NaN: none), as the ring stands (Node.followRingScores):
+	// the policy weighs a sample by the sum over the jobs. Under
+	// Node.polMu.
 	owned []float32
 	mean  float64 // the job's running mean score, under Node.polMu
 

@@ -137,7 +137,7 @@ func TestRepliesSentBeforeThePolicyHears(t *testing.T) {
 // peer's fetch reach the policy by the time the answer is made, since no
 // socket settles them.
 func TestThePolicyHearsOfFetchesAtOnce(t *testing.T) {
-	_, peers := StartMeshForTest(t, 1, testsupport.DatasetSpec{Samples: 40, MinSize: 1000, MaxSize: 1000, Seed: 1}, 1, func(int, *Config) {})
+	_, peers, _ := StartMeshForTest(t, 1, testsupport.DatasetSpec{Samples: 40, MinSize: 1000, MaxSize: 1000, Seed: 1}, 1, func(int, *Config) {})
 	n := peers[0].Node
 	if held, err := n.Warm(context.Background(), "ds"); err != nil || held != 40 {
 		t.Fatalf("warmed %d of 40: %v", held, err)

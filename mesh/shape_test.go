@@ -1,11 +1,14 @@
 package mesh
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/shade-mesh/shade/internal/testsupport"
 	"github.com/shade-mesh/shade/mesh/member"
@@ -154,6 +157,80 @@ func TestRingShapeFollowsTheLargerGroup(t *testing.T) {
 	}
 	if s := m.peers[0].node.ordered[0].samples.Load(); s == nil || s.Partitions() != 271 {
 		t.Errorf("samples hashed into %v, want 271 partitions", s)
+	}
+}
+
+// TestTrainingAcrossARingMove: a job trains with a rank on each of two
+// nodes of a new mesh (16,381 partitions) while three nodes given 271 join
+// one after another; once they outnumber the two, the two move to 271
+// under the job. The job trains on through the move, every byte it reads
+// checked; after it all five nodes hold the same orders of the job's last
+// epochs, every node holds the merged scores of the samples it owns under
+// the new ring and of no other, and every node serves every sample intact.
+func TestTrainingAcrossARingMove(t *testing.T) {
+	var logs [2]testsupport.Buffer
+	m := startMesh(t, 2, meshOpts{samples: 600, replicas: 2, configure: func(i int, c *Config) {
+		if i < 2 {
+			c.Logger = zerolog.New(&logs[i]).Level(zerolog.InfoLevel)
+		}
+	}})
+	clients := []*redis.Client{m.peers[0].client(t), m.peers[1].client(t)}
+	epoch := func() int {
+		_, e, _ := m.peers[0].node.ordered[0].def.book.Head()
+		return e
+	}
+	var (
+		digests []string
+		err     error
+	)
+	stop, trained := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(trained)
+		digests, err = trainJobUntil(context.Background(), m.files, "", 2, func(r int) *redis.Client { return clients[r] },
+			func(id int64) float64 { return 0.5 + float64(id%7) }, 1, stop)
+	}()
+	// Each wait ends early where training failed: the failure is the news.
+	training := func(cond func() bool) func() bool {
+		return func() bool {
+			select {
+			case <-trained:
+				return true
+			default:
+				return cond()
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "the job's second epoch", training(func() bool { return epoch() >= 1 }))
+	if m.peers[0].node.ordered[0].ring.Load().Config().Partitions != NewMeshPartitions {
+		t.Fatalf("the two nodes did not start a new mesh's ring")
+	}
+	for range 3 {
+		m.addPeer(t, func(c *Config) { c.Cluster.Partitions = 271 })
+	}
+	waitFor(t, 30*time.Second, "all five sharing the dataset at 271 partitions", training(func() bool {
+		for _, p := range m.peers {
+			if r := p.node.ordered[0].ring.Load(); r.Config().Partitions != 271 || len(r.Members()) != 5 {
+				return false
+			}
+		}
+		return m.converged(m.peers)
+	}))
+	moved := epoch()
+	waitFor(t, 30*time.Second, "two epochs after the move", training(func() bool { return epoch() >= moved+2 }))
+	close(stop)
+	<-trained
+	if err != nil {
+		t.Fatalf("training across the move: %v (after %d epochs)", err, len(digests))
+	}
+	for i := range logs {
+		if !strings.Contains(logs[i].String(), "a larger group of the mesh's peers uses another count") {
+			t.Errorf("n%d did not say it moved:\n%s", i, logs[i].String())
+		}
+	}
+	jobOrdersAgree(t, m.peers, "", len(digests)-2, len(digests), 2)
+	waitScoresOwned(t, m, ownedCheck{leftovers: true, anyScore: true})
+	for _, tp := range m.peers {
+		m.readAll(t, tp.client(t)) // every byte checked against the files
 	}
 }
 

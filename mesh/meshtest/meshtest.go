@@ -79,6 +79,8 @@ type Peer struct {
 type Mesh struct {
 	Peers []*Peer
 	Data  *testsupport.Dataset
+
+	opts Options // as StartMesh was given them, with defaults
 }
 
 // Start serves a new dataset from one standalone node.
@@ -109,37 +111,53 @@ func StartMesh(tb testing.TB, k int, o Options) *Mesh {
 	if o.TLSDir == "" {
 		o.TLSDir = tb.TempDir()
 	}
-	m := &Mesh{Data: testsupport.WriteDataset(tb, o.Data)}
-	for i := range k {
-		name := fmt.Sprintf("%s%d", o.Node, i)
-		tlsCfg, err := peer.DevTLS(o.TLSDir, name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cfg := mesh.Config{
-			Name: name, CacheSize: o.CacheSize, Seed: 7,
-			Datasets: []mesh.DatasetConfig{{Name: o.Dataset, Dir: m.Data.Dir}},
-			// Orders run ahead where a test asks for it, never because
-			// a draw was slowed by the busy machine the tests run on.
-			OrderAheadAt: -1,
-			Cluster: mesh.ClusterConfig{
-				GossipAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", TLS: tlsCfg, Profile: "local",
-				Replicas: o.Replicas, Expect: o.Expect, JoinWait: time.Second,
-				RetryEvery: 100 * time.Millisecond, FetchTimeout: time.Second, ReplicateEvery: 200 * time.Millisecond,
-				DrainTimeout: 2 * time.Second, // bounds the hand-over at each test's cleanup
-			},
-		}
-		if i > 0 {
-			cfg.Cluster.Seeds = []string{m.Peers[0].Node.GossipAddr()}
-		}
-		sc := transport.SocketConfig{RequirePass: o.RequirePass, MaxOrderWait: time.Minute}
-		if o.Configure != nil {
-			o.Configure(i, &cfg, &sc)
-		}
-		m.Peers = append(m.Peers, start(tb, cfg, sc, o.Dataset, m.Data))
+	m := &Mesh{Data: testsupport.WriteDataset(tb, o.Data), opts: o}
+	for range k {
+		m.Add(tb, nil)
 	}
 	m.WaitConverged(tb, m.Peers, 20*time.Second)
 	return m
+}
+
+// Add starts one more node, named and configured as StartMesh names and
+// configures node len(m.Peers) (Options.Configure applies), then
+// configure, when set. It is seeded from the first node and returns as
+// soon as it serves; the caller waits for whatever it needs (see
+// WaitConverged).
+func (m *Mesh) Add(tb testing.TB, configure func(c *mesh.Config, sc *transport.SocketConfig)) *Peer {
+	tb.Helper()
+	o, i := m.opts, len(m.Peers)
+	name := fmt.Sprintf("%s%d", o.Node, i)
+	tlsCfg, err := peer.DevTLS(o.TLSDir, name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := mesh.Config{
+		Name: name, CacheSize: o.CacheSize, Seed: 7,
+		Datasets: []mesh.DatasetConfig{{Name: o.Dataset, Dir: m.Data.Dir}},
+		// Orders run ahead where a test asks for it, never because
+		// a draw was slowed by the busy machine the tests run on.
+		OrderAheadAt: -1,
+		Cluster: mesh.ClusterConfig{
+			GossipAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", TLS: tlsCfg, Profile: "local",
+			Replicas: o.Replicas, Expect: o.Expect, JoinWait: time.Second,
+			RetryEvery: 100 * time.Millisecond, FetchTimeout: time.Second, ReplicateEvery: 200 * time.Millisecond,
+			DrainTimeout: 2 * time.Second, // bounds the hand-over at each test's cleanup
+		},
+	}
+	if i > 0 {
+		cfg.Cluster.Seeds = []string{m.Peers[0].Node.GossipAddr()}
+	}
+	sc := transport.SocketConfig{RequirePass: o.RequirePass, MaxOrderWait: time.Minute}
+	if o.Configure != nil {
+		o.Configure(i, &cfg, &sc)
+	}
+	if configure != nil {
+		configure(&cfg, &sc)
+	}
+	p := start(tb, cfg, sc, o.Dataset, m.Data)
+	m.Peers = append(m.Peers, p)
+	return p
 }
 
 func start(tb testing.TB, cfg mesh.Config, sc transport.SocketConfig, dataset string, data *testsupport.Dataset) *Peer {

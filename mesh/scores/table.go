@@ -162,6 +162,20 @@ func (s *Table) ScoresOf(ids []uint32) (scores []float32, mean float64) {
 	return scores, s.table.Mean()
 }
 
+// ScoredOf returns those of ids that the table has scored, in their
+// order, each with its score, and the running mean.
+func (s *Table) ScoredOf(ids []uint32) (scored []uint32, scores []float32, mean float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if s.table.Scored(id) {
+			scored = append(scored, id)
+			scores = append(scores, float32(s.table.Score(id)))
+		}
+	}
+	return scored, scores, s.table.Mean()
+}
+
 // All returns the scores of the first n samples, indexed by sample.
 func (s *Table) All(n int) []float64 {
 	scores := make([]float64, n)
