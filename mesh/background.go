@@ -79,7 +79,7 @@ func (n *Node) setScores(js *jobState, ids []uint32, scores []float32, mean floa
 	n.lockPolicy()
 	defer n.polMu.Unlock()
 	js.mean = mean // the mean scores passed on go with (flushScores)
-	if n.scorer == nil {
+	if n.scorer == nil || js.forgotten {
 		return
 	}
 	owned := js.ownedScores()
@@ -132,20 +132,20 @@ func (n *Node) forgetJobScores(js *jobState) {
 	const chunk = 4096
 	for start := 0; start < ds.len; start += chunk {
 		n.lockPolicy()
-		if js.owned == nil {
-			n.polMu.Unlock()
-			return
-		}
-		for id := start; id < min(start+chunk, ds.len); id++ {
-			if !math.IsNaN(float64(js.owned[id])) {
+		owned := js.owned
+		for id := start; owned != nil && id < min(start+chunk, ds.len); id++ {
+			if !math.IsNaN(float64(owned[id])) {
 				n.scorer.SetScore(sampleID(ds, id), unionScore(jobs, uint32(id)))
 			}
 		}
 		n.polMu.Unlock()
+		if owned == nil {
+			break
+		}
 	}
 	n.lockPolicy()
 	n.scorer.SetDefaultScore(unionMean(jobs))
-	js.owned = nil
+	js.owned, js.forgotten = nil, true
 	n.polMu.Unlock()
 }
 

@@ -628,11 +628,19 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 // and for no other, the leader's score of it: the leader's own share
 // applied on the leader, the others' sent to them.
 func TestMergedScoresReachEveryOwner(t *testing.T) {
-	const world = 3
+	scoredMesh(t, 3)
+}
+
+// scoredMesh starts a mesh of world nodes, trains an epoch of a rank on
+// each, and waits until every node holds the merged scores of the samples
+// it owns.
+func scoredMesh(t *testing.T, world int) *testMesh {
+	t.Helper()
 	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
 	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return 0.1 + float64(id%13) })
 	waitScoresOwned(t, m, ownedCheck{})
+	return m
 }
 
 // TestScoresFollowTheRing: once the merged scores have reached their
@@ -642,11 +650,7 @@ func TestMergedScoresReachEveryOwner(t *testing.T) {
 // dead member's samples' scores from their copies of the leader's table,
 // and the leader sends the joining member those of its samples.
 func TestScoresFollowTheRing(t *testing.T) {
-	const world = 4
-	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
-	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
-		func(id int64) float64 { return 0.1 + float64(id%13) })
-	waitScoresOwned(t, m, ownedCheck{})
+	m := scoredMesh(t, 4)
 	lead := m.leader(t)
 	waitFor(t, 10*time.Second, "every member's copy of the leader's table", func() bool {
 		want := fmt.Sprint(lead.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files))))

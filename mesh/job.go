@@ -55,6 +55,9 @@ type jobState struct {
 	// Node.polMu.
 	owned []float32
 	mean  float64 // the job's running mean score, under Node.polMu
+	// forgotten is set, under Node.polMu, once the job is dropped and
+	// its scores forgotten (forgetJobScores): none are kept after.
+	forgotten bool
 
 	reports, reported atomic.Int64
 	active            atomic.Int64 // unix nanoseconds of the job's last join, done, report or order here

@@ -80,8 +80,7 @@ func (n *Node) followRingScores(ds *datasetState) {
 			}
 		}
 		for _, js := range jobs {
-			n.takeOwnedScores(js, jobs, gained)
-			n.dropOwnedScores(js, jobs, lost)
+			n.moveOwnedScores(js, jobs, gained, lost)
 		}
 		gains, losses = gains+len(gained), losses+len(lost)
 	}
@@ -190,25 +189,30 @@ func (n *Node) sendScoresOf(ctx context.Context, ds *datasetState, jobs []*jobSt
 	}
 }
 
-// takeOwnedScores gives samples this node has come to own a job's scores
-// from the node's copy of its table, where it holds none yet (see
-// followRingScores). jobs are the dataset's jobs.
-func (n *Node) takeOwnedScores(js *jobState, jobs []*jobState, ids []uint32) {
-	if len(ids) == 0 {
-		return
-	}
-	ids, scores, mean := js.scores.ScoredOf(ids)
-	if len(ids) == 0 {
+// moveOwnedScores takes a job's scores of samples this node has come to
+// own (gained) from the node's copy of its table, where it holds none yet
+// (see followRingScores), and forgets those of samples it no longer owns
+// (lost), weighing each of those by the dataset's jobs as a sample none
+// scored. jobs are the dataset's jobs.
+func (n *Node) moveOwnedScores(js *jobState, jobs []*jobState, gained, lost []uint32) {
+	gained, scores, mean := js.scores.ScoredOf(gained)
+	if len(gained) == 0 && len(lost) == 0 {
 		return
 	}
 	ds := js.ds
 	n.lockPolicy()
 	defer n.polMu.Unlock()
+	if js.forgotten {
+		return // dropped meanwhile
+	}
 	if js.owned == nil {
+		if len(gained) == 0 {
+			return // nothing to forget
+		}
 		js.mean = mean // the leader has sent none yet, nor its mean
 	}
 	owned := js.ownedScores()
-	for i, id := range ids {
+	for i, id := range gained {
 		if !math.IsNaN(float64(owned[id])) {
 			continue // sent by the leader since: newer than the copy
 		}
@@ -217,28 +221,13 @@ func (n *Node) takeOwnedScores(js *jobState, jobs []*jobState, ids []uint32) {
 		n.scorer.SetScore(sampleID(ds, int(id)), s)
 		n.trace.Score(sampleID(ds, int(id)), s)
 	}
-	n.scorer.SetDefaultScore(unionMean(jobs))
-}
-
-// dropOwnedScores forgets a job's scores of samples this node no longer
-// owns, weighing each by the dataset's jobs as a sample none scored.
-func (n *Node) dropOwnedScores(js *jobState, jobs []*jobState, ids []uint32) {
-	if len(ids) == 0 {
-		return
-	}
-	ds := js.ds
-	n.lockPolicy()
-	defer n.polMu.Unlock()
-	if js.owned == nil {
-		return
-	}
-	for _, id := range ids {
-		if math.IsNaN(float64(js.owned[id])) {
-			continue
+	for _, id := range lost {
+		if !math.IsNaN(float64(owned[id])) {
+			owned[id] = float32(math.NaN())
+			n.scorer.SetScore(sampleID(ds, int(id)), unionScore(jobs, id))
 		}
-		js.owned[id] = float32(math.NaN())
-		n.scorer.SetScore(sampleID(ds, int(id)), unionScore(jobs, id))
 	}
+	n.scorer.SetDefaultScore(unionMean(jobs))
 }
 
 // ownedScores returns js.owned, made (every sample without a score) if

@@ -133,3 +133,25 @@ func TestReportsMergeWhileADraws(t *testing.T) {
 		t.Fatal("the report merged during the draw was lost")
 	}
 }
+
+// TestScoredOf: ScoredOf keeps, in their order, the ids the table has
+// scored, each with the score Score gives it, and passes over the others
+// and ids past the table.
+func TestScoredOf(t *testing.T) {
+	s := New(10, 0.5, sampling.ScoreRankLog, rand.New(rand.NewPCG(1, 2)))
+	if err := s.Report([]uint32{7, 2, 5}, []float64{0.1, 0.9, 0.4}, 1); err != nil {
+		t.Fatal(err)
+	}
+	ids, scores, mean := s.ScoredOf([]uint32{9, 5, 0, 2, 12, 7})
+	if want := []uint32{5, 2, 7}; len(ids) != len(want) || ids[0] != 5 || ids[1] != 2 || ids[2] != 7 {
+		t.Fatalf("scored %v, want %v", ids, want)
+	}
+	for i, id := range ids {
+		if scores[i] != float32(s.Sampling().Score(id)) {
+			t.Errorf("sample %d: %v, the table's %v", id, scores[i], s.Sampling().Score(id))
+		}
+	}
+	if mean != s.Sampling().Mean() {
+		t.Errorf("mean %v, the table's %v", mean, s.Sampling().Mean())
+	}
+}
