@@ -108,9 +108,9 @@ func TestLogFewPartitions(t *testing.T) {
 		{3, 4, 271, false},       // few peers
 		{9, 10, 16381, false},    // the advice
 		{9, 10, 4099, false},     // a quarter of it
-		{999, 1000, 16001, true}, // 4 x 16,001 is under the 64,007 of 1,000 peers, not the 63,949 of 999
-		{1000, 1001, 16001, false},
-		{200, 300, 4099, true}, // 300 peers want 19,207
+		{999, 1000, 16111, true}, // 4 x 16,111 is under the 64,513 of 1,000 peers, not the 64,439 of 999
+		{1000, 1001, 16111, false},
+		{200, 300, 4099, true}, // 300 peers want 19,373
 	} {
 		was, now := ringChange(t, tc.from, tc.to, tc.partitions)
 		var logs bytes.Buffer

@@ -50,7 +50,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.peers, "peers", 1000, "peers in the mesh")
 	fs.IntVar(&o.samples, "samples", 1_280_000, "samples in the dataset (1.28 M: ImageNet-1k's training set)")
 	fs.IntVar(&o.replicas, "replicas", ring.DefaultReplicas, "owners of each sample (R), as shade-peer --replicas")
-	fs.IntVar(&o.partitions, "partitions", ring.DefaultPartitions, "ring partitions (the default is what peers of earlier builds use; a new mesh takes 16381, and 64007 are advised for 1,000 peers)")
+	fs.IntVar(&o.partitions, "partitions", ring.DefaultPartitions, "ring partitions (the default is what peers of earlier builds use; a new mesh takes 16381, and 64513 are advised for 1,000 peers)")
 	fs.Float64Var(&o.load, "load", ring.DefaultLoad, "bounded-load factor of the ring (a node uses the default)")
 	fs.IntVar(&o.world, "world", 8, "ranks of the training job")
 	fs.IntVar(&o.batch, "batch", 256, "minibatch size of each report")

@@ -823,18 +823,33 @@ func TestCapChange(t *testing.T) {
 }
 
 // TestAdvised: 16,381 up to 256 members; above, the smallest prime of at
-// least 64 a member, never over 65,521; FewPartitions flags the default
-// from 8 members and not the advised counts.
+// least 64.5 a member, never over 65,521, whose bounded load a join or a
+// leave keeps; FewPartitions flags the default from 8 members and not the
+// advised counts.
 func TestAdvised(t *testing.T) {
 	for _, tc := range []struct{ members, want int }{
-		{0, 16381}, {3, 16381}, {256, 16381}, {257, 16451}, {1000, 64007}, {1023, 65479}, {1024, 65521}, {5000, 65521},
+		{0, 16381}, {3, 16381}, {256, 16381}, {257, 16603}, {300, 19373}, {999, 64439}, {1000, 64513},
+		{1015, 65479}, {1016, 65521}, {5000, 65521},
 	} {
 		got := Advised(tc.members)
 		if got != tc.want {
 			t.Errorf("Advised(%d) = %d, want %d", tc.members, got, tc.want)
 		}
-		if !prime(got) || got > 65521 || (tc.members > 256 && tc.members < 1024 && got < 64*tc.members) {
-			t.Errorf("Advised(%d) = %d: not a prime of at least 64 a member, at most 65521", tc.members, got)
+		if !prime(got) || got > 65521 || (tc.members > 256 && tc.members < 1016 && 2*got < 129*tc.members) {
+			t.Errorf("Advised(%d) = %d: not a prime of at least 64.5 a member, at most 65521", tc.members, got)
+		}
+		// A peer more or fewer (at 1,000, five) keeps the bounded load:
+		// no such join or leave moves a partition for each member at the
+		// cap.
+		if tc.members > 256 && tc.members < 1016 {
+			cfg := Config{Partitions: got}
+			at, _ := CapFor(cfg, tc.members)
+			d := max(1, tc.members/200)
+			for _, m := range []int{tc.members - d, tc.members - 1, tc.members + 1, tc.members + d} {
+				if c, err := CapFor(cfg, m); err != nil || c != at {
+					t.Errorf("Advised(%d) = %d: Cap %d at %d members, %d (%v) at %d", tc.members, got, at, tc.members, c, err, m)
+				}
+			}
 		}
 	}
 	for _, tc := range []struct {

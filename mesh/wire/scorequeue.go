@@ -29,7 +29,7 @@ type Placement = sampling.Placement
 // placement's Key stays, kept for the takes after), and the samples are
 // then dealt to their owners' messages in one pass over the lists.
 // (A list per group cost a cache miss or more a sample where the groups
-// are many: 16,381 to 64,007 partitions for 1,000 peers.) The zero value is empty
+// are many: 16,381 to 64,513 partitions for 1,000 peers.) The zero value is empty
 // and ready. A ScoreQueue is not safe for concurrent use: its owner guards
 // it.
 type ScoreQueue struct {
