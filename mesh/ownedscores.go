@@ -31,13 +31,14 @@ const ownedChunk = 4096
 // the node holds no score of them yet: a score the leader sent since is
 // newer than any copy. Samples it no longer owns lose theirs. It runs in
 // the background after each change of ds's ring, one pass at a time,
-// each from the ring the last one brought the scores to, to the newest.
+// each from the ring the last one brought the scores to, to the newest,
+// until ctx ends (the node closes).
 //
 // A merge the leader made while its ring and this node's differed may
 // still reach a node that no longer owns the sample, or miss one that
 // does, and scores a former first owner passed on (wire.ScoresReq.Pass)
 // may arrive after a newer merge's: the sample's next merge mends it.
-func (n *Node) followRingScores(ds *datasetState) {
+func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 	if n.scorer == nil {
 		return // the policy weighs no scores: none are kept
 	}
@@ -57,13 +58,13 @@ func (n *Node) followRingScores(ds *datasetState) {
 	if was != nil {
 		mineWas = n.placementOf(ds, was).OwnedBy(self)
 	}
-	start := time.Now()
+	began := time.Now()
 	jobs := ds.jobList()
 	ids := make([]uint32, ownedChunk)
 	inNow, inWas := make([]uint64, ownedChunk), make([]uint64, ownedChunk)
 	var gained, lost []uint32
 	var gains, losses int
-	for start := 0; start < ds.len; start += ownedChunk {
+	for start := 0; start < ds.len && ctx.Err() == nil; start += ownedChunk { // until the node closes
 		k := min(ownedChunk, ds.len-start)
 		for i := range k {
 			ids[i] = uint32(start + i)
@@ -85,7 +86,7 @@ func (n *Node) followRingScores(ds *datasetState) {
 		gains, losses = gains+len(gained), losses+len(lost)
 	}
 	n.cfg.Logger.Debug().Str("dataset", ds.name).Int("gained", gains).Int("lost", losses).
-		Dur("took", time.Since(start)).Msg("scores of the samples this node owns follow the ring")
+		Dur("took", time.Since(began)).Msg("scores of the samples this node owns follow the ring")
 }
 
 // followRingScoresSoon starts a followRingScores of ds in the background
@@ -96,11 +97,11 @@ func (n *Node) followRingScoresSoon(ds *datasetState) {
 	if n.scorer == nil || !ds.ownedDue.CompareAndSwap(false, true) {
 		return
 	}
-	n.goBackground(func(context.Context) {
+	n.goBackground(func(ctx context.Context) {
 		ds.ownedMu.Lock() // after the pass running now, if any
 		ds.ownedDue.Store(false)
 		ds.ownedMu.Unlock()
-		n.followRingScores(ds)
+		n.followRingScores(ctx, ds)
 	})
 }
 
