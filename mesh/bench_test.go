@@ -15,6 +15,7 @@ import (
 	"github.com/shade-mesh/shade/internal/cputime"
 	"github.com/shade-mesh/shade/internal/redcon"
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/mesh/ring"
 	"github.com/shade-mesh/shade/mesh/wire"
 	"github.com/shade-mesh/shade/protocol/shm"
 	"github.com/shade-mesh/shade/transport"
@@ -891,4 +892,50 @@ func BenchmarkEpochEnd(b *testing.B) {
 			b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/float64(b.N), "cpu-us/epoch")
 		})
 	}
+}
+
+// BenchmarkFollowRingScores times a node's pass that brings its scores of
+// a dataset's samples to a new ring (Node.followRingScores): the ring of
+// ten members loses one, or, the next time, gets it back, and the node
+// takes the scores of the samples it came to own from its table, or
+// forgets those it no longer owns. 100,000 samples, every one scored, at
+// the partition count of a new mesh: a pass costs a lookup of each
+// partition's owners (16,381, the same for any dataset) and a test of
+// each sample. (Writing the dataset's 100,000 files takes most of the
+// benchmark's time.)
+func BenchmarkFollowRingScores(b *testing.B) {
+	const samples = 100_000
+	_, peers, _ := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: 8, MaxSize: 8, Seed: 1}, 2,
+		func(int, *Config) {})
+	n := peers[0].Node
+	ds := n.ordered[0]
+	if n.scorer == nil {
+		b.Fatal("the default policy weighs no scores")
+	}
+	ids, losses := make([]uint32, samples), make([]float64, samples)
+	for i := range ids {
+		ids[i], losses[i] = uint32(i), float64(i%13)+0.1
+	}
+	if err := ds.def.scores.Report(ids, losses, 1); err != nil {
+		b.Fatal(err)
+	}
+	names := []string{n.Name()}
+	for i := range 9 {
+		names = append(names, "m"+strconv.Itoa(i))
+	}
+	cfg := ring.Config{Partitions: ds.ring.Load().Config().Partitions, Replicas: 2}
+	full, err := ring.New(cfg, names)
+	if err != nil {
+		b.Fatal(err)
+	}
+	less, err := full.Update(slices.Delete(slices.Clone(names), 5, 6))
+	if err != nil {
+		b.Fatal(err)
+	}
+	testsupport.WaitFor(b, 10*time.Second, "the samples hashed", func() bool { return ds.samples.Load().Fits(full) })
+	for i := 0; b.Loop(); i++ {
+		ds.ring.Store([]*ring.Ring{full, less}[i%2])
+		n.followRingScores(context.Background(), ds)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/samples, "ns/sample")
 }
