@@ -675,6 +675,29 @@ func TestScoresFollowTheRing(t *testing.T) {
 	waitScoresOwned(t, m, ownedCheck{})
 }
 
+// TestSavedScoresFollowTheRing: a member started with scores saved by
+// another (--state-dir: a peer restarted under another name, or its
+// folder moved) loads them for every sample, and once it has a ring keeps
+// those of the samples it owns and forgets the others.
+func TestSavedScoresFollowTheRing(t *testing.T) {
+	const world = 3
+	state := t.TempDir()
+	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2, configure: func(i int, c *Config) {
+		if i == world-1 {
+			c.StateDir = state
+		}
+	}})
+	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
+		func(id int64) float64 { return 0.1 + float64(id%13) })
+	waitScoresOwned(t, m, ownedCheck{})
+	if err := m.peers[world-1].node.Close(); err != nil { // saves its copy of the table
+		t.Fatal(err)
+	}
+	m.addPeer(t, func(c *Config) { c.StateDir = state })
+	waitFor(t, 10*time.Second, "the rings with the new member", func() bool { return m.converged(m.alive()) })
+	waitScoresOwned(t, m, ownedCheck{})
+}
+
 func allIDs(n int) []uint32 {
 	ids := make([]uint32, n)
 	for i := range ids {

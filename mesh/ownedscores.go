@@ -54,7 +54,10 @@ func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 	}
 	self := []string{n.cfg.Name}
 	mineNow := n.placementOf(ds, now).OwnedBy(self)
-	mineWas := func(ids []uint32, masks []uint64) { clear(masks) }
+	// On a first ring (was nil) every sample it owns counts as gained and
+	// every other as lost: scores saved (--state-dir) or sent before it
+	// had a ring are of samples of any owner.
+	var mineWas func(ids []uint32, masks []uint64)
 	if was != nil {
 		mineWas = n.placementOf(ds, was).OwnedBy(self)
 	}
@@ -70,7 +73,13 @@ func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 			ids[i] = uint32(start + i)
 		}
 		mineNow(ids[:k], inNow[:k])
-		mineWas(ids[:k], inWas[:k])
+		if mineWas != nil {
+			mineWas(ids[:k], inWas[:k])
+		} else {
+			for i := range k {
+				inWas[i] = ^inNow[i]
+			}
+		}
 		gained, lost = gained[:0], lost[:0]
 		for i, id := range ids[:k] {
 			switch {
