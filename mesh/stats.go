@@ -77,7 +77,7 @@ func (n *Node) snapshot(name string) (stats.Node, error) {
 	}
 	now := time.Now()
 	for _, ds := range sel {
-		d := stats.Dataset{DatasetCounters: ds.stats()}
+		d := stats.Dataset{DatasetCounters: ds.stats(), Sharing: n.Sharing(ds.name)}
 		for _, js := range ds.jobList() {
 			d.Jobs = append(d.Jobs, n.jobStats(js, now))
 		}

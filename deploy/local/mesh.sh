@@ -30,13 +30,15 @@ start() {
 			>"$dir/n$i.log" 2>&1 &
 		echo $! >"$dir/n$i.pid"
 	done
-	# Ready when every peer answers PING and sees all n members.
+	# Ready when every peer answers PING, sees all n members and shares
+	# its datasets with all of them (a joining peer advertises its datasets
+	# a moment after it joins).
 	for _ in $(seq 300); do
 		local ready=0
 		for i in $(seq 0 $((n - 1))); do
 			local members
 			members=$(redis-cli -s "$dir/n$i.sock" SHADE.STATS 2>/dev/null |
-				/usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["members"]))' 2>/dev/null || echo 0)
+				/usr/bin/python3 -c 'import json,sys; st=json.load(sys.stdin); print(min([len(st["members"])] + [len(d.get("sharing", st["members"])) for d in st["datasets"]]))' 2>/dev/null || echo 0)
 			[ "$members" = "$n" ] && ready=$((ready + 1))
 		done
 		if [ "$ready" = "$n" ]; then

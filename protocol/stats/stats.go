@@ -70,6 +70,13 @@ type Dataset struct {
 	// job train in); Jobs is every job, the default first, then by name.
 	Job  Job   `json:"job"`
 	Jobs []Job `json:"jobs"`
+	// Sharing names the members that share the dataset with this node,
+	// sorted, this node among them: its ring's members, whose owners of
+	// the samples are this node's. A peer that has just joined is
+	// among the members before it shares (it advertises its datasets
+	// once it has its ring's shape). Absent in an earlier build's
+	// document.
+	Sharing []string `json:"sharing,omitempty"`
 }
 
 // DatasetCounters is a snapshot of one dataset's counters on a node.

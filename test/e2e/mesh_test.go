@@ -61,8 +61,9 @@ func peerStats(sock string) (stats.Node, error) {
 	return st, json.Unmarshal([]byte(js), &st)
 }
 
-// waitMembers waits (at most d) until every given peer sees exactly them,
-// and returns how long that took.
+// waitMembers waits (at most d) until every given peer sees exactly them
+// and shares its datasets with exactly them (a joining peer advertises
+// its datasets a moment after it joins), and returns how long that took.
 func (m *procMesh) waitMembers(t testing.TB, ps []*testsupport.Peer, d time.Duration) time.Duration {
 	t.Helper()
 	var want []string
@@ -75,6 +76,11 @@ func (m *procMesh) waitMembers(t testing.TB, ps []*testsupport.Peer, d time.Dura
 			st, err := peerStats(p.Socket)
 			if err != nil || !slices.Equal(st.Members, want) {
 				return false
+			}
+			for _, d := range st.Datasets {
+				if !slices.Equal(d.Sharing, want) {
+					return false
+				}
 			}
 		}
 		return true
