@@ -25,6 +25,7 @@ import (
 	"github.com/shade-mesh/shade/dataset/s3source"
 	"github.com/shade-mesh/shade/internal/s3test"
 	"github.com/shade-mesh/shade/internal/testsupport"
+	"github.com/shade-mesh/shade/protocol/stats"
 )
 
 var bins *testsupport.Binaries
@@ -50,6 +51,9 @@ func client(sock string) *redis.Client {
 	return redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, MaxRetries: -1})
 }
 
+// members returns the members the peer sees, or nil until it shares each
+// of its datasets with all of them (a joining peer advertises its
+// datasets a moment after it joins).
 func members(sock string) []string {
 	c := client(sock)
 	defer c.Close()
@@ -59,10 +63,15 @@ func members(sock string) []string {
 	if err != nil {
 		return nil
 	}
-	var st struct {
-		Members []string `json:"members"`
+	var st stats.Node
+	if json.Unmarshal([]byte(js), &st) != nil {
+		return nil
 	}
-	json.Unmarshal([]byte(js), &st)
+	for _, d := range st.Datasets {
+		if !slices.Equal(d.Sharing, st.Members) {
+			return nil
+		}
+	}
 	return st.Members
 }
 
