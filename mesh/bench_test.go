@@ -912,9 +912,9 @@ func BenchmarkFollowRingScores(b *testing.B) {
 	if n.scorer == nil {
 		b.Fatal("the default policy weighs no scores")
 	}
-	ids, losses := make([]uint32, samples), make([]float64, samples)
-	for i := range ids {
-		ids[i], losses[i] = uint32(i), float64(i%13)+0.1
+	ids, losses := allIDs(samples), make([]float64, samples)
+	for i := range losses {
+		losses[i] = float64(i%13) + 0.1
 	}
 	if err := ds.def.scores.Report(ids, losses, 1); err != nil {
 		b.Fatal(err)

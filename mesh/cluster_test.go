@@ -628,15 +628,15 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 // and for no other, the leader's score of it: the leader's own share
 // applied on the leader, the others' sent to them.
 func TestMergedScoresReachEveryOwner(t *testing.T) {
-	scoredMesh(t, 3)
+	scoredMesh(t, 3, nil)
 }
 
-// scoredMesh starts a mesh of world nodes, trains an epoch of a rank on
-// each, and waits until every node holds the merged scores of the samples
-// it owns.
-func scoredMesh(t *testing.T, world int) *testMesh {
+// scoredMesh starts a mesh of world nodes (configure as meshOpts's),
+// trains an epoch of a rank on each, and waits until every node holds the
+// merged scores of the samples it owns.
+func scoredMesh(t *testing.T, world int, configure func(i int, c *Config)) *testMesh {
 	t.Helper()
-	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2})
+	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2, configure: configure})
 	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return 0.1 + float64(id%13) })
 	waitScoresOwned(t, m, ownedCheck{})
@@ -650,12 +650,13 @@ func scoredMesh(t *testing.T, world int) *testMesh {
 // dead member's samples' scores from their copies of the leader's table,
 // and the leader sends the joining member those of its samples.
 func TestScoresFollowTheRing(t *testing.T) {
-	m := scoredMesh(t, 4)
+	m := scoredMesh(t, 4, nil)
 	lead := m.leader(t)
+	all := allIDs(len(m.files))
 	waitFor(t, 10*time.Second, "every member's copy of the leader's table", func() bool {
-		want := fmt.Sprint(lead.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files))))
+		want := fmt.Sprint(lead.node.ordered[0].def.scores.ScoredOf(all))
 		for _, p := range m.peers {
-			if fmt.Sprint(p.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files)))) != want {
+			if fmt.Sprint(p.node.ordered[0].def.scores.ScoredOf(all)) != want {
 				return false
 			}
 		}
@@ -682,14 +683,11 @@ func TestScoresFollowTheRing(t *testing.T) {
 func TestSavedScoresFollowTheRing(t *testing.T) {
 	const world = 3
 	state := t.TempDir()
-	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2, configure: func(i int, c *Config) {
+	m := scoredMesh(t, world, func(i int, c *Config) {
 		if i == world-1 {
 			c.StateDir = state
 		}
-	}})
-	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
-		func(id int64) float64 { return 0.1 + float64(id%13) })
-	waitScoresOwned(t, m, ownedCheck{})
+	})
 	if err := m.peers[world-1].node.Close(); err != nil { // saves its copy of the table
 		t.Fatal(err)
 	}
@@ -711,6 +709,15 @@ func allIDs(n int) []uint32 {
 type ownedCheck struct {
 	leftovers bool // a node may hold scores of samples it does not own
 	anyScore  bool // an owned sample's score may be an earlier merge's
+}
+
+// sameScore reports whether a node's score of a sample matches the
+// leader's: both none or, where any, both some; else the same value.
+func sameScore(got float32, want float64, anyScore bool) bool {
+	if math.IsNaN(float64(got)) || math.IsNaN(want) || anyScore {
+		return math.IsNaN(float64(got)) == math.IsNaN(want)
+	}
+	return got == float32(want)
 }
 
 // waitScoresOwned waits until every live node holds, for every sample it
@@ -740,9 +747,7 @@ func waitScoresOwned(t *testing.T, m *testMesh, check ownedCheck) {
 				return "no scores"
 			case !mine && !check.leftovers && !math.IsNaN(float64(owned[id])):
 				return fmt.Sprintf("a score of sample %d, which it does not own", id)
-			case mine && check.anyScore && math.IsNaN(want[id]) != math.IsNaN(float64(owned[id])):
-				return fmt.Sprintf("score %v of sample %d, the leader's is %v", owned[id], id, want[id])
-			case mine && !check.anyScore && !(owned[id] == float32(want[id]) || math.IsNaN(want[id]) && math.IsNaN(float64(owned[id]))):
+			case mine && !sameScore(owned[id], want[id], check.anyScore):
 				return fmt.Sprintf("score %v of sample %d, the leader's is %v", owned[id], id, want[id])
 			}
 		}

@@ -15,6 +15,19 @@ import (
 // chunk under the policy's lock once per job.
 const ownedChunk = 4096
 
+// sampleRuns calls fn with the ids of samples 0..n-1, ownedChunk at a
+// time in one reused slice, until ctx ends.
+func sampleRuns(ctx context.Context, n int, fn func(ids []uint32)) {
+	ids := make([]uint32, ownedChunk)
+	for start := 0; start < n && ctx.Err() == nil; start += ownedChunk {
+		k := min(ownedChunk, n-start)
+		for i := range k {
+			ids[i] = uint32(start + i)
+		}
+		fn(ids[:k])
+	}
+}
+
 // followRingScores brings this node's scores of ds's samples
 // (jobState.owned, and the policy's weights of them) to the ring that
 // ds serves now. The leader sends a sample's merged scores to the owners
@@ -32,7 +45,8 @@ const ownedChunk = 4096
 // newer than any copy. Samples it no longer owns lose theirs. It runs in
 // the background after each change of ds's ring, one pass at a time,
 // each from the ring the last one brought the scores to, to the newest,
-// until ctx ends (the node closes).
+// until ctx ends (the node closes). sendOwnedScores does the leader's
+// part.
 //
 // A merge the leader made while its ring and this node's differed may
 // still reach a node that no longer owns the sample, or miss one that
@@ -63,25 +77,20 @@ func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 	}
 	began := time.Now()
 	jobs := ds.jobList()
-	ids := make([]uint32, ownedChunk)
 	inNow, inWas := make([]uint64, ownedChunk), make([]uint64, ownedChunk)
 	var gained, lost []uint32
 	var gains, losses int
-	for start := 0; start < ds.len && ctx.Err() == nil; start += ownedChunk { // until the node closes
-		k := min(ownedChunk, ds.len-start)
-		for i := range k {
-			ids[i] = uint32(start + i)
-		}
-		mineNow(ids[:k], inNow[:k])
+	sampleRuns(ctx, ds.len, func(ids []uint32) {
+		mineNow(ids, inNow[:len(ids)])
 		if mineWas != nil {
-			mineWas(ids[:k], inWas[:k])
+			mineWas(ids, inWas[:len(ids)])
 		} else {
-			for i := range k {
+			for i := range ids {
 				inWas[i] = ^inNow[i]
 			}
 		}
 		gained, lost = gained[:0], lost[:0]
-		for i, id := range ids[:k] {
+		for i, id := range ids {
 			switch {
 			case inNow[i] != 0 && inWas[i] == 0:
 				gained = append(gained, id)
@@ -93,7 +102,7 @@ func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 			n.moveOwnedScores(js, jobs, gained, lost)
 		}
 		gains, losses = gains+len(gained), losses+len(lost)
-	}
+	})
 	n.cfg.Logger.Debug().Str("dataset", ds.name).Int("gained", gains).Int("lost", losses).
 		Dur("took", time.Since(began)).Msg("scores of the samples this node owns follow the ring")
 }
@@ -148,28 +157,24 @@ func (n *Node) sendOwnedScores(ds *datasetState, r *ring.Ring, names []string) {
 	if len(names) == 0 {
 		return
 	}
-	jobs := ds.jobList()
-	if !n.anyScores(ds) {
-		return // nothing merged yet
-	}
 	n.goBackground(func(ctx context.Context) {
+		if !n.anyScores(ds) {
+			return // nothing merged yet
+		}
+		jobs := ds.jobList()
+		masks := make([]uint64, ownedChunk)
 		for batch := range slices.Chunk(names, 64) { // a bit each in one pass
 			owned := make([][]uint32, len(batch))
 			theirs := n.placementOf(ds, r).OwnedBy(batch)
-			ids, masks := make([]uint32, ownedChunk), make([]uint64, ownedChunk)
-			for start := 0; start < ds.len; start += ownedChunk {
-				k := min(ownedChunk, ds.len-start)
-				for i := range k {
-					ids[i] = uint32(start + i)
-				}
-				theirs(ids[:k], masks[:k])
-				for i, id := range ids[:k] {
+			sampleRuns(ctx, ds.len, func(ids []uint32) {
+				theirs(ids, masks[:len(ids)])
+				for i, id := range ids {
 					for m := masks[i]; m != 0; m &= m - 1 {
 						b := bits.TrailingZeros64(m)
 						owned[b] = append(owned[b], id)
 					}
 				}
-			}
+			})
 			for b, name := range batch {
 				n.sendScoresOf(ctx, ds, jobs, name, owned[b])
 			}
