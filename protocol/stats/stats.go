@@ -7,6 +7,8 @@
 // document ignores the fields it does not know.
 package stats
 
+import "slices"
+
 // Node is the SHADE.STATS document: the node, its cache, and its datasets.
 type Node struct {
 	Node           string   `json:"node"`
@@ -180,4 +182,16 @@ type Job struct {
 	OrderParts int64 `json:"order_parts"`
 	// Name is the job's name, "default" for the dataset's default job.
 	Name string `json:"name"`
+}
+
+// SharesWith reports whether the node shares each of its datasets with
+// exactly members, sorted (Dataset.Sharing). A peer that has just joined
+// is among the members before it is among the sharing.
+func (n Node) SharesWith(members []string) bool {
+	for _, d := range n.Datasets {
+		if !slices.Equal(d.Sharing, members) {
+			return false
+		}
+	}
+	return true
 }

@@ -39,3 +39,21 @@ func TestDocumentShape(t *testing.T) {
 		t.Fatalf("document with unknown fields: %+v, %v", out, err)
 	}
 }
+
+// TestSharesWith: a node shares with the members only where every
+// dataset names exactly them; a dataset of an earlier build's document
+// (no sharing) does not count as shared.
+func TestSharesWith(t *testing.T) {
+	members := []string{"n0", "n1"}
+	st := Node{Datasets: []Dataset{{Sharing: []string{"n0", "n1"}}, {Sharing: []string{"n0"}}}}
+	if st.SharesWith(members) {
+		t.Error("a dataset shared with n0 alone counts as shared with both")
+	}
+	st.Datasets[1].Sharing = []string{"n0", "n1"}
+	if !st.SharesWith(members) {
+		t.Error("datasets shared with both do not count")
+	}
+	if (Node{Datasets: []Dataset{{}}}).SharesWith(members) {
+		t.Error("a dataset without sharing counts as shared")
+	}
+}

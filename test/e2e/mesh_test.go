@@ -74,13 +74,8 @@ func (m *procMesh) waitMembers(t testing.TB, ps []*testsupport.Peer, d time.Dura
 	return testsupport.WaitFor(t, d, fmt.Sprintf("the peers see exactly the members %v", want), func() bool {
 		for _, p := range ps {
 			st, err := peerStats(p.Socket)
-			if err != nil || !slices.Equal(st.Members, want) {
+			if err != nil || !slices.Equal(st.Members, want) || !st.SharesWith(want) {
 				return false
-			}
-			for _, d := range st.Datasets {
-				if !slices.Equal(d.Sharing, want) {
-					return false
-				}
 			}
 		}
 		return true

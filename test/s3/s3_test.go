@@ -64,13 +64,8 @@ func members(sock string) []string {
 		return nil
 	}
 	var st stats.Node
-	if json.Unmarshal([]byte(js), &st) != nil {
+	if json.Unmarshal([]byte(js), &st) != nil || !st.SharesWith(st.Members) {
 		return nil
-	}
-	for _, d := range st.Datasets {
-		if !slices.Equal(d.Sharing, st.Members) {
-			return nil
-		}
 	}
 	return st.Members
 }
