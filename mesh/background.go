@@ -52,8 +52,8 @@ func (n *Node) queueScores(js *jobState, ids []uint32) {
 		n.applyLocalScores(js, ids) // every sample is this node's
 		return
 	}
-	scores, _ := js.scores.ScoresOf(ids)
-	local := n.out.QueueScores(n.placement(js.ds), n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, ids, scores)
+	m, _ := js.scores.ScoresOf(ids, n.lead.ownTerm())
+	local := n.out.QueueScores(n.placement(js.ds), n.cfg.Name, wire.JobKey{Dataset: js.ds.name, Job: js.name}, m)
 	n.applyLocalScores(js, local)
 }
 
@@ -63,35 +63,38 @@ func (n *Node) applyLocalScores(js *jobState, ids []uint32) {
 	if n.scorer == nil || len(ids) == 0 {
 		return
 	}
-	scores, mean := js.scores.ScoresOf(ids)
-	n.setScores(js, ids, scores, mean)
+	m, mean := js.scores.ScoresOf(ids, n.lead.ownTerm())
+	n.setScores(js, m, mean)
 }
 
 // setScores takes a job's new scores of samples this node owns and its
-// running mean. The policy weighs each sample by the sum of its scores
-// over the dataset's jobs (a job without a score of it counts its mean):
-// the number of reads a sample can expect adds up over the jobs that
-// draw it, so a sample that several jobs need is kept over one that
-// only one does.
-func (n *Node) setScores(js *jobState, ids []uint32, scores []float32, mean float64) {
+// running mean, and returns the scores it took: those at least as new
+// as the ones it holds of their samples (scores.Stamps). The policy
+// weighs each sample by the sum of its scores over the dataset's jobs (a
+// job without a score of it counts its mean): the number of reads a
+// sample can expect adds up over the jobs that draw it, so a sample that
+// several jobs need is kept over one that only one does.
+func (n *Node) setScores(js *jobState, m wire.Merged, mean float64) wire.Merged {
 	ds := js.ds
 	jobs := ds.jobList()
 	n.lockPolicy()
 	defer n.polMu.Unlock()
 	js.mean = mean // the mean scores passed on go with (flushScores)
+	m = js.stamps.Admit(m, ds.len)
 	if n.scorer == nil || js.forgotten {
-		return
+		return m
 	}
 	owned := js.ownedScores()
-	for i, id := range ids {
-		owned[id] = scores[i]
+	for i, id := range m.IDs {
+		owned[id] = m.Scores[i]
 	}
-	for _, id := range ids {
+	for _, id := range m.IDs {
 		s := unionScore(jobs, id)
 		n.scorer.SetScore(sampleID(ds, int(id)), s)
 		n.trace.Score(sampleID(ds, int(id)), s)
 	}
 	n.scorer.SetDefaultScore(unionMean(jobs))
+	return m
 }
 
 // unionScore is the policy's score of sample id: the sum over jobs of
@@ -164,17 +167,28 @@ func (n *Node) applyScores(req *wire.ScoresReq) error {
 	if len(req.IDs) != len(scores) {
 		return fmt.Errorf("%w: %d ids, %d scores", ErrBadReport, len(req.IDs), len(scores))
 	}
+	if len(req.Seqs) != 0 && len(req.Seqs) != len(req.IDs) {
+		return fmt.Errorf("%w: %d ids, %d stamps", ErrBadReport, len(req.IDs), len(req.Seqs))
+	}
 	for i, id := range req.IDs {
 		if int(id) >= ds.len || !(scores[i] >= 0 && scores[i] < 1e6) {
 			return fmt.Errorf("%w: score %v for sample %d", ErrBadReport, scores[i], id)
 		}
 	}
-	n.setScores(js, req.IDs, scores, req.Mean)
-	if pass := req.Pass; pass > 0 && pass <= len(req.IDs) && n.cluster != nil {
-		// Their first owner passes them on to the others (not back to
-		// this node, and not passed on again: see flushScores).
-		n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, req.IDs[:pass], scores[:pass])
+	m := wire.Merged{Term: req.Term, IDs: req.IDs, Scores: scores}
+	if len(req.Seqs) > 0 {
+		m.Seqs = req.Seqs
 	}
+	pass := req.Pass
+	if pass <= 0 || pass > len(req.IDs) || n.cluster == nil {
+		n.setScores(js, m, req.Mean)
+		return nil
+	}
+	// Their first owner passes them on to the others (not back to this
+	// node, and not passed on again: see flushScores), those it took.
+	passed := n.setScores(js, m.Slice(0, pass), req.Mean)
+	n.setScores(js, m.Slice(pass, len(m.IDs)), req.Mean)
+	n.out.QueueScores(n.placement(ds), n.cfg.Name, wire.JobKey{Dataset: ds.name, Job: js.name}, passed)
 	return nil
 }
 

@@ -652,11 +652,10 @@ func scoredMesh(t *testing.T, world int, configure func(i int, c *Config)) *test
 func TestScoresFollowTheRing(t *testing.T) {
 	m := scoredMesh(t, 4, nil)
 	lead := m.leader(t)
-	all := allIDs(len(m.files))
 	waitFor(t, 10*time.Second, "every member's copy of the leader's table", func() bool {
-		want := fmt.Sprint(lead.node.ordered[0].def.scores.ScoredOf(all))
+		want := tableScores(lead)
 		for _, p := range m.peers {
-			if fmt.Sprint(p.node.ordered[0].def.scores.ScoredOf(all)) != want {
+			if tableScores(p) != want {
 				return false
 			}
 		}
@@ -674,6 +673,50 @@ func TestScoresFollowTheRing(t *testing.T) {
 	m.addPeer(t, nil)
 	waitFor(t, 10*time.Second, "the rings with the joining member", func() bool { return m.converged(m.alive()) })
 	waitScoresOwned(t, m, ownedCheck{})
+}
+
+// TestScoresOutOfOrder: a member keeps the newer of two scores of a
+// sample that reach it out of order (by their stamps, wire.Merged), and
+// refuses a message whose stamps do not match its samples.
+func TestScoresOutOfOrder(t *testing.T) {
+	m := scoredMesh(t, 3, nil)
+	p := m.follower(t)
+	ds := p.node.ordered[0]
+	var id uint32
+	for !contains(p.node.owners(ds, id), p.node.Name()) {
+		id++
+	}
+	term := m.leader(t).node.lead.ownTerm() + 100
+	held := func() float32 {
+		p.node.polMu.Lock()
+		defer p.node.polMu.Unlock()
+		return ds.def.owned[id]
+	}
+	for _, c := range []struct {
+		term uint64
+		seq  uint32
+		give float32
+		want float32
+	}{
+		{term, 50, 5, 5},
+		{term, 40, 6, 5},    // older: dropped
+		{term, 50, 7, 7},    // the same merge: taken
+		{term + 1, 1, 8, 8}, // a later leader's
+		{term, 1000, 9, 8},  // an earlier leader's: dropped
+		{term + 1, 2, 10, 10},
+	} {
+		req := &wire.ScoresReq{Dataset: "ds", IDs: wire.U32s{id}, Scores: wire.F32s{c.give}, Term: c.term, Seqs: wire.U32s{c.seq}}
+		if err := p.node.applyScores(req); err != nil {
+			t.Fatal(err)
+		}
+		if got := held(); got != c.want {
+			t.Fatalf("after score %v of term %d seq %d: holds %v, want %v", c.give, c.term, c.seq, got, c.want)
+		}
+	}
+	bad := &wire.ScoresReq{Dataset: "ds", IDs: wire.U32s{id, id + 1}, Scores: wire.F32s{1, 2}, Term: term + 1, Seqs: wire.U32s{3}}
+	if err := p.node.applyScores(bad); !errors.Is(err, ErrBadReport) || held() != 10 {
+		t.Fatalf("two scores with one stamp: %v, holds %v; want ErrBadReport and 10", err, held())
+	}
 }
 
 // TestSavedScoresFollowTheRing: a member started with scores saved by
@@ -694,6 +737,14 @@ func TestSavedScoresFollowTheRing(t *testing.T) {
 	m.addPeer(t, func(c *Config) { c.StateDir = state })
 	waitFor(t, 10*time.Second, "the rings with the new member", func() bool { return m.converged(m.alive()) })
 	waitScoresOwned(t, m, ownedCheck{})
+}
+
+// tableScores is p's copy of the table of "ds"'s default job: the
+// samples it has scored and their scores.
+func tableScores(p *testPeer) string {
+	ds := p.node.ordered[0]
+	m, _ := ds.def.scores.ScoredOf(allIDs(ds.len), 0)
+	return fmt.Sprint(m.IDs, m.Scores)
 }
 
 func allIDs(n int) []uint32 {
@@ -731,9 +782,9 @@ func waitScoresOwned(t *testing.T, m *testMesh, check ownedCheck) {
 		for i := range want {
 			want[i] = math.NaN()
 		}
-		ids, scores, _ := lead.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files)))
-		for i, id := range ids {
-			want[id] = float64(scores[i])
+		scored, _ := lead.node.ordered[0].def.scores.ScoredOf(allIDs(len(m.files)), 0)
+		for i, id := range scored.IDs {
+			want[id] = float64(scored.Scores[i])
 		}
 		n := p.node
 		ds := n.ordered[0]

@@ -54,7 +54,11 @@ type jobState struct {
 	// the policy weighs a sample by the sum over the jobs. Under
 	// Node.polMu.
 	owned []float32
-	mean  float64 // the job's running mean score, under Node.polMu
+	// stamps are those of the scores in owned, so that a score that
+	// arrives after a newer one of its sample is dropped. Under
+	// Node.polMu.
+	stamps scores.Stamps
+	mean   float64 // the job's running mean score, under Node.polMu
 	// forgotten is set, under Node.polMu, once the job is dropped and
 	// its scores forgotten (forgetJobScores): none are kept after.
 	forgotten bool

@@ -50,8 +50,9 @@ func sampleRuns(ctx context.Context, n int, fn func(ids []uint32)) {
 //
 // A merge the leader made while its ring and this node's differed may
 // still reach a node that no longer owns the sample, or miss one that
-// does, and scores a former first owner passed on (wire.ScoresReq.Pass)
-// may arrive after a newer merge's: the sample's next merge mends it.
+// does: the sample's next merge mends it. Scores that merely arrive out
+// of order are not an issue: of two, the node keeps the newer
+// (scores.Stamps).
 func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 	if n.scorer == nil {
 		return // the policy weighs no scores: none are kept
@@ -188,11 +189,11 @@ func (n *Node) sendOwnedScores(ds *datasetState, r *ring.Ring, names []string) {
 func (n *Node) sendScoresOf(ctx context.Context, ds *datasetState, jobs []*jobState, name string, ids []uint32) {
 	for _, js := range jobs {
 		for part := range slices.Chunk(ids, ownedScoresMsg) {
-			scored, scores, mean := js.scores.ScoredOf(part)
-			if len(scored) == 0 {
+			m, mean := js.scores.ScoredOf(part, n.lead.ownTerm())
+			if len(m.IDs) == 0 {
 				continue
 			}
-			req := &wire.ScoresReq{Dataset: ds.name, Job: js.name, IDs: scored, Scores: scores, Mean: mean}
+			req := &wire.ScoresReq{Dataset: ds.name, Job: js.name, IDs: m.IDs, Scores: m.Scores, Mean: mean, Term: m.Term, Seqs: m.Stamps()}
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			err := n.cluster.callName(cctx, name, wire.MethodScores, req, nil)
 			cancel()
@@ -210,7 +211,8 @@ func (n *Node) sendScoresOf(ctx context.Context, ds *datasetState, jobs []*jobSt
 // (lost), weighing each of those by the dataset's jobs as a sample none
 // scored. jobs are the dataset's jobs.
 func (n *Node) moveOwnedScores(js *jobState, jobs []*jobState, gained, lost []uint32) {
-	gained, scores, mean := js.scores.ScoredOf(gained)
+	copied, mean := js.scores.ScoredOf(gained, 0) // not stamped: a copy
+	gained, scores := copied.IDs, copied.Scores
 	if len(gained) == 0 && len(lost) == 0 {
 		return
 	}

@@ -41,7 +41,7 @@ func (n *Node) loadScores(js *jobState) error {
 		return nil
 	}
 	// The policy judges admissions by these scores from the start.
-	n.setScores(js, ids, wire.Narrow(sc), mean)
+	n.setScores(js, wire.Merged{IDs: ids, Scores: wire.Narrow(sc)}, mean)
 	n.cfg.Logger.Info().Str("dataset", ds.name).Str("job", displayJob(js.name)).Int("scored", len(ids)).Msg("warm start: saved scores loaded")
 	return nil
 }

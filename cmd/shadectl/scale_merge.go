@@ -799,6 +799,7 @@ type scoreQueue struct {
 	o               outbox.Outbox
 	local           []uint32 // the leader's own share
 	frame           []byte
+	seq             uint32 // the minibatches merged: each one's stamp
 }
 
 func newScoreQueue(where wire.Placement, leader string, peers, replicas int) *scoreQueue {
@@ -806,9 +807,11 @@ func newScoreQueue(where wire.Placement, leader string, peers, replicas int) *sc
 }
 
 // add queues the samples of one merged minibatch for their owners, with
-// their new scores, as mesh.queueScores does.
+// their new scores and stamps, as mesh.queueScores does.
 func (q *scoreQueue) add(dataset string, ids []uint32, scores []float32) {
-	q.local = append(q.local, q.o.QueueScores(q.where, q.leader, wire.JobKey{Dataset: dataset}, ids, scores)...)
+	q.seq++
+	m := wire.Stamped(1, q.seq, ids, scores)
+	q.local = append(q.local, q.o.QueueScores(q.where, q.leader, wire.JobKey{Dataset: dataset}, m)...)
 }
 
 // flush encodes one scores message per owner and dataset, as the leader

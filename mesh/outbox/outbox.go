@@ -285,16 +285,16 @@ func (o *Outbox) QueuedReports() int {
 	return len(o.reports)
 }
 
-// QueueScores queues samples of a job with their merged scores
-// (scores[i] is ids[i]'s) for their owners (as where places them), and
-// returns those that self owns.
-func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, ids []uint32, scores []float32) (local []uint32) {
+// QueueScores queues samples of a job with their merged scores and
+// stamps for their owners (as where places them; see
+// wire.ScoreQueue.Add), and returns those that self owns.
+func (o *Outbox) QueueScores(where wire.Placement, self string, job wire.JobKey, m wire.Merged) (local []uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(ids) > 0 {
+	if len(m.IDs) > 0 {
 		o.signalLocked()
 	}
-	return o.scores.Add(where, self, job, ids, scores, nil)
+	return o.scores.Add(where, self, job, m, nil)
 }
 
 // TakeScoresDue takes the score queue as TakeScores does once it is due

@@ -283,7 +283,7 @@ func TestQueuedSaysWhenThereIsSomethingToTake(t *testing.T) {
 	}
 
 	where := wire.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return []string{"a"} }}
-	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, []uint32{3}, []float32{1.5})
+	o.QueueScores(where, "me", wire.JobKey{Dataset: "ds"}, wire.Merged{IDs: []uint32{3}, Scores: []float32{1.5}})
 	if !ready(&o) || !o.Pending() {
 		t.Fatal("scores queued: not ready, or not pending")
 	}
@@ -329,7 +329,7 @@ func TestTakeScoresDue(t *testing.T) {
 	ds := wire.JobKey{Dataset: "ds"}
 	queue := func(n int) {
 		ids, scores := make([]uint32, n), make([]float32, n)
-		o.QueueScores(where, "me", ds, ids, scores)
+		o.QueueScores(where, "me", ds, wire.Merged{IDs: ids, Scores: scores})
 	}
 	start := time.Unix(1000, 0)
 	queue(1)

@@ -28,6 +28,7 @@ type Table struct {
 	spread  time.Duration // the wait before the next round to every member
 	unsaved bool          // changed since the last save to StateDir
 	term    uint64        // term of the leader whose merges the table holds
+	seq     uint32        // the table's changes, counted (wire.Merged)
 
 	// drawMu guards drawn, the copy of table a draw reads: a draw holds
 	// mu only while it copies the scores (a millisecond at a million
@@ -56,8 +57,17 @@ func (s *Table) Report(ids []uint32, losses []float64, term uint64) error {
 	err := s.table.Report(ids, losses, s.rng)
 	if err == nil {
 		s.dirty, s.behind, s.unsaved, s.term = true, true, true, term
+		s.changed()
 	}
 	return err
+}
+
+// changed counts a change of the table: its seq, 1 after 2^32-1.
+// Called with mu held.
+func (s *Table) changed() {
+	if s.seq++; s.seq == 0 {
+		s.seq = 1
+	}
 }
 
 // Replace takes a replica the leader of term sent.
@@ -69,6 +79,7 @@ func (s *Table) Replace(b []byte, term uint64) error {
 	}
 	s.unsaved = true
 	s.term = term
+	s.changed()
 	return nil
 }
 
@@ -80,6 +91,7 @@ func (s *Table) Adopt(b []byte, term uint64) error {
 	err := s.table.UnmarshalBinary(b)
 	if err == nil {
 		s.dirty, s.behind, s.unsaved, s.term = true, true, true, term
+		s.changed()
 	}
 	return err
 }
@@ -92,6 +104,7 @@ func (s *Table) LoadSaved(b []byte, n int) (ids []uint32, scores []float64, mean
 	if err := s.table.UnmarshalBinary(b); err != nil {
 		return nil, nil, 0, err
 	}
+	s.changed()
 	for i := 0; i < n; i++ {
 		if s.table.Scored(uint32(i)) {
 			ids = append(ids, uint32(i))
@@ -151,20 +164,25 @@ func (s *Table) Info(dataset string) wire.TableInfo {
 }
 
 // ScoresOf returns the scores of ids, as singles (as the table keeps a
-// scored sample's, and as its owners keep them), and the running mean.
-func (s *Table) ScoresOf(ids []uint32) (scores []float32, mean float64) {
-	scores = make([]float32, len(ids))
+// scored sample's, and as its owners keep them), stamped as the leader of
+// term reads them now (wire.Merged: the table's changes so far), and the
+// running mean.
+func (s *Table) ScoresOf(ids []uint32, term uint64) (m wire.Merged, mean float64) {
+	scores := make([]float32, len(ids))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, id := range ids {
 		scores[i] = float32(s.table.Score(id))
 	}
-	return scores, s.table.Mean()
+	return wire.Stamped(term, s.seq, ids, scores), s.table.Mean()
 }
 
 // ScoredOf returns those of ids that the table has scored, in their
-// order, each with its score, and the running mean.
-func (s *Table) ScoredOf(ids []uint32) (scored []uint32, scores []float32, mean float64) {
+// order, each with its score, stamped as ScoresOf's, and the running
+// mean.
+func (s *Table) ScoredOf(ids []uint32, term uint64) (m wire.Merged, mean float64) {
+	var scored []uint32
+	var scores []float32
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
@@ -173,7 +191,7 @@ func (s *Table) ScoredOf(ids []uint32) (scored []uint32, scores []float32, mean 
 			scores = append(scores, float32(s.table.Score(id)))
 		}
 	}
-	return scored, scores, s.table.Mean()
+	return wire.Stamped(term, s.seq, scored, scores), s.table.Mean()
 }
 
 // All returns the scores of the first n samples, indexed by sample.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -142,7 +143,8 @@ func TestScoredOf(t *testing.T) {
 	if err := s.Report([]uint32{7, 2, 5}, []float64{0.1, 0.9, 0.4}, 1); err != nil {
 		t.Fatal(err)
 	}
-	ids, scores, mean := s.ScoredOf([]uint32{9, 5, 0, 2, 12, 7})
+	m, mean := s.ScoredOf([]uint32{9, 5, 0, 2, 12, 7}, 4)
+	ids, scores := m.IDs, m.Scores
 	if want := []uint32{5, 2, 7}; len(ids) != len(want) || ids[0] != 5 || ids[1] != 2 || ids[2] != 7 {
 		t.Fatalf("scored %v, want %v", ids, want)
 	}
@@ -153,5 +155,15 @@ func TestScoredOf(t *testing.T) {
 	}
 	if mean != s.Sampling().Mean() {
 		t.Errorf("mean %v, the table's %v", mean, s.Sampling().Mean())
+	}
+	// Stamped by the term given and the table's changes: one so far.
+	if m.Term != 4 || !slices.Equal(m.Stamps(), []uint32{1, 1, 1}) {
+		t.Errorf("stamped term %d, seqs %v; want 4, [1 1 1]", m.Term, m.Stamps())
+	}
+	if err := s.Report([]uint32{2}, []float64{0.3}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := s.ScoresOf([]uint32{2, 3}, 4); !slices.Equal(m.Stamps(), []uint32{2, 2}) || m.Scores[0] != float32(s.Sampling().Score(2)) {
+		t.Errorf("after a second report: %+v, want seqs [2 2] and sample 2's new score", m)
 	}
 }

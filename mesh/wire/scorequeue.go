@@ -42,6 +42,8 @@ type jobScores struct {
 	self   string
 	ids    []uint32  // queued, in the order merged
 	scores []float32 // the score queued with each id, as the table keeps it
+	seqs   []uint32  // the seq of each (Merged), 0 where it has none
+	term   uint64    // the term of the stamped scores queued (Merged)
 	groups []int32   // each id's group
 	used   []int32   // the groups with ids queued, in the order of their first
 	queued []int32   // by group, its ids queued
@@ -67,28 +69,43 @@ func (js *jobScores) forget() {
 }
 
 // Add queues the samples of one merged minibatch of a job for their
-// owners, as where places them, each with its merged score (scores[i]
-// is ids[i]'s; it panics where scores is shorter than ids), and returns
-// the ids that self owns (its own share, which never crosses the wire;
-// appended to local). The owners of each group are those of where's
-// Owners when the queue is taken; whether self is among them is looked
-// up once per group until then, or, while where's Key stays, once for
-// as long. A sample whose group is out of where's range is dropped.
-func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32, scores []float32, local []uint32) []uint32 {
-	scores = scores[:len(ids)]
+// owners, as where places them, each with its merged score and stamp (it
+// panics where m.Scores, or m.Seqs if not nil, is shorter than m.IDs),
+// and returns the ids that self owns (its own share, which never crosses
+// the wire; appended to local). The owners of each group are those of
+// where's Owners when the queue is taken; whether self is among them is
+// looked up once per group until then, or, while where's Key stays, once
+// for as long. A sample whose group is out of where's range is dropped.
+// Stamped scores of an earlier term than the job's queued ones are
+// dropped, and those queued are dropped for scores of a later term: a
+// leader that takes over sends every owner its scores.
+func (q *ScoreQueue) Add(where Placement, self string, job JobKey, m Merged, local []uint32) []uint32 {
+	ids, scores := m.IDs, m.Scores[:len(m.IDs)]
+	if m.Seqs != nil {
+		m.Seqs = m.Seqs[:len(ids)]
+	}
+	stamped := m.Seqs != nil || m.Seq != 0
 	js := q.q[job]
+	if js != nil && stamped && m.Term != js.term {
+		if m.Term < js.term {
+			return local
+		}
+		js.drop()
+		js.term = m.Term
+	}
 	if js == nil || len(js.mine) != where.Groups {
 		if q.q == nil {
 			q.q = make(map[JobKey]*jobScores)
 		}
 		old := js
 		n := where.Groups
-		js = &jobScores{queued: make([]int32, n), mine: make([]int8, n), at: make([]int32, n), count: make([]int32, n), key: where.Key}
+		js = &jobScores{queued: make([]int32, n), mine: make([]int8, n), at: make([]int32, n), count: make([]int32, n), key: where.Key, term: m.Term}
 		q.q[job] = js
 		if old != nil {
 			// The placement's groups changed: what is queued is queued
 			// again by the new ones (self's share was returned already).
-			q.Add(where, self, job, old.ids, old.scores, nil)
+			js.term = old.term
+			q.Add(where, self, job, Merged{Term: old.term, IDs: old.ids, Scores: old.scores, Seqs: old.seqs}, nil)
 		}
 	}
 	if where.Key != js.key || self != js.self {
@@ -106,6 +123,7 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 	js.groups = slices.Grow(js.groups, len(ids))[:start+len(ids)]
 	where.GroupsOf(ids, js.groups[start:])
 	kept := start
+	seqs, seq := m.Seqs, m.Seq
 	for i, id := range ids {
 		g := int(js.groups[start+i])
 		if uint(g) >= uint(len(js.mine)) {
@@ -126,6 +144,10 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, ids []uint32,
 		js.queued[g]++
 		js.ids = append(js.ids, id)
 		js.scores = append(js.scores, scores[i])
+		if seqs != nil {
+			seq = seqs[i]
+		}
+		js.seqs = append(js.seqs, seq)
 		js.groups[kept] = int32(g)
 		kept++
 	}
@@ -230,28 +252,34 @@ func (js *jobScores) take(job JobKey, pass bool) map[string]*ScoresReq {
 		next[s+1] += next[s]
 	}
 	byOwner := make(map[string]*ScoresReq)
-	ids, scores := make(U32s, next[slots]), make(F32s, next[slots])
+	ids, scores, seqs := make(U32s, next[slots]), make(F32s, next[slots]), make(U32s, next[slots])
 	for k, owner := range js.names {
 		if lo, hi := next[2*k], next[2*k+2]; hi > lo {
-			byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi], Pass: next[2*k+1] - lo}
+			byOwner[owner] = &ScoresReq{Dataset: job.Dataset, Job: job.Job, IDs: ids[lo:hi:hi], Scores: scores[lo:hi:hi],
+				Pass: next[2*k+1] - lo, Term: js.term, Seqs: seqs[lo:hi:hi]}
 		}
 	}
 	for i, g := range js.groups {
-		id, score := js.ids[i], js.scores[i]
+		id, score, seq := js.ids[i], js.scores[i], js.seqs[i]
 		for _, s := range js.slotsOf(g) {
 			p := next[s]
-			ids[p], scores[p] = id, score
+			ids[p], scores[p], seqs[p] = id, score, seq
 			next[s] = p + 1
 		}
 	}
-	for _, g := range js.used {
-		js.queued[g] = 0
-	}
-	js.ids, js.scores, js.groups, js.used = js.ids[:0], js.scores[:0], js.groups[:0], js.used[:0]
+	js.drop()
 	if js.key == nil {
 		js.forget()
 	}
 	return byOwner
+}
+
+// drop empties the job's queue.
+func (js *jobScores) drop() {
+	for _, g := range js.used {
+		js.queued[g] = 0
+	}
+	js.ids, js.scores, js.seqs, js.groups, js.used = js.ids[:0], js.scores[:0], js.seqs[:0], js.groups[:0], js.used[:0]
 }
 
 // slotsOf is group g's slots, once take has looked its owners up.

@@ -52,7 +52,7 @@ func benchScoreQueue(b *testing.B, peers, parts int) {
 	for b.Loop() {
 		pending := 0
 		for start := 0; start < samples; start += batch {
-			q.Add(where, "peer-0000", job, ids[start:start+batch], scores, nil)
+			q.Add(where, "peer-0000", job, Stamped(1, uint32(start/batch+1), ids[start:start+batch], scores), nil)
 			if pending += batch; pending >= flush {
 				q.Take(true)
 				pending = 0

@@ -524,11 +524,71 @@ type ScoresReq struct {
 	// messages of its own, without Pass): the leader sends the scores of
 	// a sample it does not own once, not once per owner.
 	Pass int `msgpack:"p,omitempty"`
+	// Term and Seqs stamp the scores (see Merged): Seqs, where not
+	// empty, has one for each of IDs. Builds before them send neither,
+	// and their scores are taken as they come.
+	Term uint64 `msgpack:"t,omitempty"`
+	Seqs U32s   `msgpack:"q,omitempty"`
 }
 
 // Singles returns the scores: Scores, or those of a build that sent them
 // as Doubles, narrowed to what the owner keeps.
 func (r *ScoresReq) Singles() []float32 { return singles(r.Scores, r.Doubles) }
+
+// Merged is a run of one job's merged scores on their way to the
+// samples' owners, each stamped with how new it is: read from the table
+// of the leader of Term after the table's seq-th change (counted from 1
+// and around again past 2^32, never 0). Of two scores of a sample the
+// one of the greater term is newer, and of one term the one of the
+// greater seq; a seq of 0 is a score without a stamp, from a build
+// before them. The leader's messages cross on the network, two merges
+// may read the table in one order and queue their scores in the other,
+// and a sample's first owner passes scores on: the stamps keep the
+// newest (scores.Stamps).
+type Merged struct {
+	Term   uint64
+	IDs    []uint32
+	Scores []float32 // Scores[i] is IDs[i]'s
+	// Seqs, where not nil, has each score's seq; where nil, Seq is every
+	// score's (a minibatch read from the table at once).
+	Seqs []uint32
+	Seq  uint32
+}
+
+// Stamped returns the merged scores of ids, all read after the seq-th
+// change of the table of the leader of term.
+func Stamped(term uint64, seq uint32, ids []uint32, scores []float32) Merged {
+	return Merged{Term: term, IDs: ids, Scores: scores, Seq: seq}
+}
+
+// SeqOf returns the seq of m's i-th score.
+func (m Merged) SeqOf(i int) uint32 {
+	if m.Seqs != nil {
+		return m.Seqs[i]
+	}
+	return m.Seq
+}
+
+// Stamps returns each score's seq: Seqs, or Seq for each.
+func (m Merged) Stamps() []uint32 {
+	if m.Seqs != nil {
+		return m.Seqs
+	}
+	seqs := make([]uint32, len(m.IDs))
+	for i := range seqs {
+		seqs[i] = m.Seq
+	}
+	return seqs
+}
+
+// Slice returns m's scores from i to j.
+func (m Merged) Slice(i, j int) Merged {
+	out := Merged{Term: m.Term, IDs: m.IDs[i:j:j], Scores: m.Scores[i:j:j], Seq: m.Seq}
+	if m.Seqs != nil {
+		out.Seqs = m.Seqs[i:j:j]
+	}
+	return out
+}
 
 // ReplicateReq carries a whole score table (sampling.Table.MarshalBinary)
 // as the leader of Term wrote it.

@@ -30,8 +30,8 @@ func TestScoreQueue(t *testing.T) {
 	where := Placement{Groups: 3, Group: func(id uint32) int { return int(id % 3) }, Owners: func(g int) []string { asked++; return owners[g] }}
 	var q ScoreQueue
 	ds := JobKey{Dataset: "ds"}
-	local := q.Add(where, "me", ds, []uint32{3, 4, 5, 3}, []float32{30, 40, 50, 31}, nil)
-	local = q.Add(where, "me", ds, []uint32{6, 8, 5}, []float32{60, 80, 51}, local)
+	local := q.Add(where, "me", ds, Merged{IDs: []uint32{3, 4, 5, 3}, Scores: []float32{30, 40, 50, 31}}, nil)
+	local = q.Add(where, "me", ds, Merged{IDs: []uint32{6, 8, 5}, Scores: []float32{60, 80, 51}}, local)
 	if !slices.Equal(local, []uint32{3, 3, 6}) {
 		t.Fatalf("local share %v, want [3 3 6]", local)
 	}
@@ -73,7 +73,7 @@ func TestScoreQueue(t *testing.T) {
 		req.IDs, req.Scores = req.IDs[:len(req.IDs)-1], req.Scores[:len(req.Scores)-1]
 	}
 	// The queue's lists are used again: what was taken stays as it was.
-	q.Add(where, "me", ds, []uint32{5, 2}, []float32{52, 20}, nil)
+	q.Add(where, "me", ds, Merged{IDs: []uint32{5, 2}, Scores: []float32{52, 20}}, nil)
 	check(got, map[string][]float32{"a": {30, 50, 31, 60, 80, 51}, "b": {50, 80, 51}, "c": {40}})
 	check(q.Take(false), map[string][]float32{"a": {52, 20}, "b": {52, 20}})
 	// A sample of a group out of range amid a batch is dropped, and the
@@ -84,23 +84,23 @@ func TestScoreQueue(t *testing.T) {
 		}
 		return int(id % 3)
 	}, Owners: where.Owners}
-	q.Add(mixed, "me", ds, []uint32{4, 9, 5, 9}, []float32{41, 90, 53, 91}, nil)
+	q.Add(mixed, "me", ds, Merged{IDs: []uint32{4, 9, 5, 9}, Scores: []float32{41, 90, 53, 91}}, nil)
 	if q.Queued() != 2 {
 		t.Fatalf("%d samples queued of a batch with two out of range, want 2", q.Queued())
 	}
 	check(q.Take(false), map[string][]float32{"c": {41}, "a": {53}, "b": {53}})
 	// A group out of range is dropped; a placement of another size
 	// queues again what was queued.
-	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, []uint32{1}, []float32{10}, nil)
-	q.Add(where, "me", ds, []uint32{4}, []float32{40}, nil)
+	q.Add(Placement{Groups: 3, Group: func(uint32) int { return 7 }, Owners: where.Owners}, "me", ds, Merged{IDs: []uint32{1}, Scores: []float32{10}}, nil)
+	q.Add(where, "me", ds, Merged{IDs: []uint32{4}, Scores: []float32{40}}, nil)
 	two := Placement{Groups: 2, Group: func(id uint32) int { return int(id % 2) }, Owners: func(g int) []string { return owners[g+1] }}
-	if l := q.Add(two, "me", ds, []uint32{7}, []float32{70}, nil); len(l) != 0 || q.Queued() != 2 {
+	if l := q.Add(two, "me", ds, Merged{IDs: []uint32{7}, Scores: []float32{70}}, nil); len(l) != 0 || q.Queued() != 2 {
 		t.Fatalf("after a change of groups: local %v, %d queued; want none local, 2 queued", l, q.Queued())
 	}
 	check(q.Take(false), map[string][]float32{"c": {40}, "a": {70}, "b": {70}})
 	// Samples that self alone owns: nothing to take.
 	alone := Placement{Groups: 3, Group: where.Group, Owners: func(int) []string { return []string{"me"} }}
-	if l := q.Add(alone, "me", ds, []uint32{0, 1}, []float32{0, 10}, nil); len(l) != 2 {
+	if l := q.Add(alone, "me", ds, Merged{IDs: []uint32{0, 1}, Scores: []float32{0, 10}}, nil); len(l) != 2 {
 		t.Fatalf("self's share %v, want [0 1]", l)
 	}
 	if got := q.Take(false); got != nil {
@@ -121,7 +121,7 @@ func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
 	ds := JobKey{Dataset: "ds"}
 	one, two := new(int), new(int)
 	for round := range 3 {
-		local := q.Add(placement(one), "me", ds, []uint32{3, 4, 5}, []float32{30, 40, 50}, nil)
+		local := q.Add(placement(one), "me", ds, Merged{IDs: []uint32{3, 4, 5}, Scores: []float32{30, 40, 50}}, nil)
 		got := q.Take(false)[ds]
 		if !slices.Equal(local, []uint32{3}) || len(got) != 2 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{4, 5}) {
 			t.Fatalf("round %d: local %v, taken %+v", round, local, got)
@@ -133,7 +133,7 @@ func TestScoreQueueKeepsOwnersWhileKeyStays(t *testing.T) {
 		}
 	}
 	owners[1] = []string{"c", "me"}
-	local := q.Add(placement(two), "me", ds, []uint32{3, 4, 5}, []float32{30, 40, 50}, nil)
+	local := q.Add(placement(two), "me", ds, Merged{IDs: []uint32{3, 4, 5}, Scores: []float32{30, 40, 50}}, nil)
 	got := q.Take(false)[ds]
 	if !slices.Equal(local, []uint32{3, 4}) || len(got) != 3 || !slices.Equal(got["a"].IDs, U32s{3, 5}) || !slices.Equal(got["b"].IDs, U32s{5}) || !slices.Equal(got["c"].IDs, U32s{4}) || asked != 12 {
 		t.Fatalf("a new key: local %v, taken %v, owners asked %d times; want [3 4], a [3 5], b [5], c [4], 12", local, got, asked)
@@ -153,7 +153,7 @@ func TestScoreQueuePassesOn(t *testing.T) {
 	ds := JobKey{Dataset: "ds"}
 	add := func() {
 		// Sample 10*g+k is in group g (ids below 40, id%4 = g for these).
-		q.Add(where, "me", ds, []uint32{0, 1, 2, 3, 4, 6, 7}, []float32{0, 10, 20, 30, 40, 60, 70}, nil)
+		q.Add(where, "me", ds, Merged{IDs: []uint32{0, 1, 2, 3, 4, 6, 7}, Scores: []float32{0, 10, 20, 30, 40, 60, 70}}, nil)
 	}
 	add()
 	got := q.Take(true)[ds]
@@ -245,13 +245,14 @@ func TestPackedListsRoundTrip(t *testing.T) {
 	if err := msgpack.Unmarshal(b, &old); err != nil || !slices.Equal(old.IDs, U32s{4, 5}) || len(old.Singles()) != 2 || old.Singles()[0] != 0.25 || !math.IsNaN(float64(old.Singles()[1])) {
 		t.Fatalf("doubles came back as %+v, singles %v (%v)", old, old.Singles(), err)
 	}
-	scores := &ScoresReq{Dataset: "ds", IDs: U32s{7, 9}, Scores: F32s{1.5, 2.5}, Mean: 2}
+	scores := &ScoresReq{Dataset: "ds", IDs: U32s{7, 9}, Scores: F32s{1.5, 2.5}, Mean: 2, Term: 3, Seqs: U32s{12, math.MaxUint32}}
 	b, err = msgpack.Marshal(scores)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var back ScoresReq
-	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Singles(), scores.Scores) || back.Mean != 2 || back.Doubles != nil {
+	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Singles(), scores.Scores) || back.Mean != 2 || back.Doubles != nil ||
+		back.Term != 3 || !slices.Equal(back.Seqs, scores.Seqs) {
 		t.Fatalf("scores %+v came back as %+v (%v)", scores, back, err)
 	}
 	// Scores as a build before singles sent them: doubles, tag "S".
@@ -260,7 +261,8 @@ func TestPackedListsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	back = ScoresReq{}
-	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Singles(), scores.Scores) || back.Mean != 2 {
+	if err := msgpack.Unmarshal(b, &back); err != nil || !slices.Equal(back.IDs, scores.IDs) || !slices.Equal(back.Singles(), scores.Scores) || back.Mean != 2 ||
+		back.Term != 0 || back.Seqs != nil {
 		t.Fatalf("doubles came back as %+v, singles %v (%v)", back, back.Singles(), err)
 	}
 
@@ -632,5 +634,32 @@ func TestPeekOrder(t *testing.T) {
 		if _, _, ok := PeekOrder(body[:12]); ok {
 			t.Fatalf("PeekOrder of 12 bytes: ok, before the epoch")
 		}
+	}
+}
+
+// TestScoreQueueStamps: each owner's message carries the stamps of its
+// scores, in its order, and the queue's term; scores of an earlier term
+// than those queued are dropped, and those queued go for scores of a
+// later one (a leader that took over); unstamped ones go with seq 0.
+func TestScoreQueueStamps(t *testing.T) {
+	where := Placement{Groups: 2, Group: func(id uint32) int { return int(id % 2) }, Owners: func(g int) []string { return [][]string{{"a"}, {"b", "a"}}[g] }}
+	var q ScoreQueue
+	ds := JobKey{Dataset: "ds"}
+	q.Add(where, "me", ds, Stamped(5, 7, []uint32{2, 3}, []float32{20, 30}), nil)
+	q.Add(where, "me", ds, Merged{Term: 5, IDs: []uint32{4, 5}, Scores: []float32{40, 50}, Seqs: []uint32{9, 8}}, nil)
+	q.Add(where, "me", ds, Stamped(4, 99, []uint32{6}, []float32{60}), nil) // an earlier term: dropped
+	q.Add(where, "me", ds, Merged{IDs: []uint32{7}, Scores: []float32{70}}, nil)
+	got := q.Take(true)[ds]
+	if a := got["a"]; a == nil || !slices.Equal(a.IDs, []uint32{2, 4}) || !slices.Equal(a.Seqs, []uint32{7, 9}) || a.Term != 5 {
+		t.Fatalf("a's message %+v, want ids [2 4], seqs [7 9], term 5", a)
+	}
+	if b := got["b"]; b == nil || !slices.Equal(b.IDs, []uint32{3, 5, 7}) || !slices.Equal(b.Seqs, []uint32{7, 8, 0}) || b.Term != 5 || b.Pass != 3 {
+		t.Fatalf("b's message %+v, want ids [3 5 7] to pass on, seqs [7 8 0], term 5", b)
+	}
+	q.Add(where, "me", ds, Stamped(5, 10, []uint32{2}, []float32{21}), nil)
+	q.Add(where, "me", ds, Stamped(6, 1, []uint32{4}, []float32{41}), nil) // a later term: what is queued goes
+	got = q.Take(true)[ds]
+	if a := got["a"]; len(got) != 1 || a == nil || !slices.Equal(a.IDs, []uint32{4}) || !slices.Equal(a.Seqs, []uint32{1}) || a.Term != 6 {
+		t.Fatalf("after a later term: %v, want a's [4] of term 6 alone", got)
 	}
 }
