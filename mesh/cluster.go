@@ -562,7 +562,7 @@ func (n *Node) refreshMembers() {
 		n.followMeshShape(members)
 	}
 	parts := int(c.partitions.Load())
-	var sharing []func() // on the leader, for members new to a dataset's ring
+	var moved []*datasetState // datasets whose rings changed
 	for _, ds := range n.ordered {
 		var names []string
 		want := sharedVersion(ds.manifest.Version, parts, c.cfg.Replicas)
@@ -607,9 +607,7 @@ func (n *Node) refreshMembers() {
 		logFewPartitions(n.cfg.Logger, ds.name, cur, r)
 		ds.ring.Store(r)
 		n.followRingScoresSoon(ds)
-		if cur != nil {
-			sharing = append(sharing, func() { n.sendOwnedScores(ds, r, newMembers(cur, r)) })
-		}
+		moved = append(moved, ds)
 	}
 	// The members are published after the rings, so that whoever sees a
 	// member (Members, callName) finds it in the rings too.
@@ -621,8 +619,8 @@ func (n *Node) refreshMembers() {
 		for _, name := range joined {
 			n.sendNewestOrders(name)
 		}
-		for _, send := range sharing {
-			send()
+		for _, ds := range moved {
+			n.sendRingScoresSoon(ds, false)
 		}
 	}
 
@@ -660,6 +658,9 @@ func (n *Node) refreshMembers() {
 			n.lead.turn.Unlock()
 			if lead {
 				n.prepareFirstOrders()
+				for _, ds := range n.ordered {
+					n.sendRingScoresSoon(ds, true)
+				}
 			}
 		})
 	case leader != n.cfg.Name && n.lead.leading():

@@ -118,7 +118,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // leader); it fails the test if none does.
 func (m *testMesh) leader(tb testing.TB) *testPeer {
 	tb.Helper()
-	for _, p := range m.peers {
+	for _, p := range m.alive() {
 		if p.node.lead.leader() == p.node.Name() {
 			return p
 		}
@@ -672,6 +672,49 @@ func TestScoresFollowTheRing(t *testing.T) {
 	waitScoresOwned(t, m, ownedCheck{})
 	m.addPeer(t, nil)
 	waitFor(t, 10*time.Second, "the rings with the joining member", func() bool { return m.converged(m.alive()) })
+	waitScoresOwned(t, m, ownedCheck{})
+}
+
+// TestNewOwnersGetFreshScores: in a mesh whose copies of the leader's
+// table reach members other than the standbys (the two next in line to
+// lead) rarely, as --replicate-budget allows in a large mesh (here a
+// byte a second: once), a member that comes to own samples holds the
+// leader's newest scores of them, not its copy's older ones: when a
+// member dies, the leader sends each member that gains samples their
+// scores; when the leader dies, the new one sends every member those of
+// all its samples once it leads.
+func TestNewOwnersGetFreshScores(t *testing.T) {
+	const world = 5
+	m := scoredMesh(t, world, func(_ int, c *Config) { c.Cluster.ReplicateBudget = 1 })
+	// Other losses: every merged score changes, and the copies of the
+	// members that do not stand by keep the scores of before.
+	if err := testsupport.Parallel(world, func(r int) error {
+		c := m.peers[r].client(t)
+		if _, err := trainEpoch(context.Background(), c, m.files, "", 1, r, world, func(id int64) float64 { return 30 - float64(id%7) }); err != nil {
+			return err
+		}
+		return c.Do(context.Background(), "SHADE.DONE", "ds", 1, r).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitScoresOwned(t, m, ownedCheck{})
+	lead := m.leader(t)
+	var stale []*testPeer // sorted by name: n3, n4
+	waitFor(t, 10*time.Second, "the standbys' copies of the leader's table", func() bool {
+		want := tableScores(lead)
+		stale = stale[:0]
+		for _, p := range m.peers {
+			if tableScores(p) != want {
+				stale = append(stale, p)
+			}
+		}
+		return len(stale) == world-1-wire.TableStandbys
+	})
+	stale[0].node.kill() // n3: n4, with its old copy, takes some of its samples
+	waitFor(t, 10*time.Second, "the survivors' rings without the dead member", func() bool { return m.converged(m.alive()) })
+	waitScoresOwned(t, m, ownedCheck{})
+	lead.node.kill() // n0: n4 takes some of its samples, and n1 leads
+	waitFor(t, 10*time.Second, "the survivors' rings without the leader", func() bool { return m.converged(m.alive()) })
 	waitScoresOwned(t, m, ownedCheck{})
 }
 

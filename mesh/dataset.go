@@ -34,6 +34,13 @@ type datasetState struct {
 	ownedMu   sync.Mutex
 	ownedRing *ring.Ring
 	ownedDue  atomic.Bool
+	// sentRing is, on the leader, the ring by whose owners it last sent
+	// members the scores of their samples (sendRingScores), under sentMu:
+	// nil before it leads, and again when it takes over. sentDue is set
+	// while a pass is due to start.
+	sentMu   sync.Mutex
+	sentRing *ring.Ring
+	sentDue  atomic.Bool
 	// first is the dataset's epoch 0 as its jobs draw it, prepared while
 	// this node leads (prepareFirstOrders); nil before and elsewhere.
 	first atomic.Pointer[firstOrder]

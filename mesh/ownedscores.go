@@ -2,9 +2,11 @@ package mesh
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/ring"
@@ -45,14 +47,19 @@ func sampleRuns(ctx context.Context, n int, fn func(ids []uint32)) {
 // newer than any copy. Samples it no longer owns lose theirs. It runs in
 // the background after each change of ds's ring, one pass at a time,
 // each from the ring the last one brought the scores to, to the newest,
-// until ctx ends (the node closes). sendOwnedScores does the leader's
-// part.
+// until ctx ends (the node closes). sendRingScores does the leader's
+// part: it sends members that gain samples the newest scores of them,
+// which replace the copy's (a copy on a member that does not stand by
+// to lead can be minutes old in a large mesh).
 //
-// A merge the leader made while its ring and this node's differed may
-// still reach a node that no longer owns the sample, or miss one that
-// does: the sample's next merge mends it. Scores that merely arrive out
-// of order are not an issue: of two, the node keeps the newer
-// (scores.Stamps).
+// While members' rings differ, a merge may still reach a node that no
+// longer owns the sample (it keeps the score until its ring drops it),
+// and a first owner whose ring is behind the leader's passes scores on
+// (wire.ScoresReq.Pass) to the owners it knows; a node whose ring drops
+// a sample and takes it back before the leader's scores of it arrive
+// holds its copy's. The sample's next merge mends either. Scores that
+// merely arrive out of order are not an issue: of two, the node keeps
+// the newer (scores.Stamps).
 func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 	if n.scorer == nil {
 		return // the policy weighs no scores: none are kept
@@ -144,43 +151,117 @@ func (n *Node) anyScores(ds *datasetState) bool {
 }
 
 // ownedScoresMsg is how many samples' scores one message of
-// sendOwnedScores carries: 128 KiB of ids and scores.
+// sendRingScores carries: 128 KiB of ids and scores.
 const ownedScoresMsg = 16384
 
-// sendOwnedScores sends members that came to share ds (a join, a return,
-// a move to this ring's count) every job's merged scores of the samples
-// they own by ring r, from the leader's tables, in the background. The
-// leader sends a sample's scores to its owners as it merges it, and a
-// member that joins holds no copy of the tables yet (followRingScores
-// finds none there), so without this it held no score of its samples
-// until their next merges.
-func (n *Node) sendOwnedScores(ds *datasetState, r *ring.Ring, names []string) {
-	if len(names) == 0 {
+// sendRingScoresSoon starts a sendRingScores of ds in the background
+// unless one is due to start already. resend makes the pass send every
+// member the scores of all its samples, as on taking over: this node
+// cannot know what the leader before it sent.
+func (n *Node) sendRingScoresSoon(ds *datasetState, resend bool) {
+	if resend {
+		ds.sentMu.Lock() // after the pass running now, if any
+		ds.sentRing = nil
+		ds.sentMu.Unlock()
+	}
+	if !ds.sentDue.CompareAndSwap(false, true) {
 		return
 	}
 	n.goBackground(func(ctx context.Context) {
-		if !n.anyScores(ds) {
-			return // nothing merged yet
+		ds.sentMu.Lock()
+		ds.sentDue.Store(false)
+		ds.sentMu.Unlock()
+		n.sendRingScores(ctx, ds)
+	})
+}
+
+// sendRingScores sends, while this node leads, each member of ds's ring
+// every job's merged scores of the samples it has come to own since the
+// ring of the last pass (ds.sentRing; all it owns where there was none),
+// from the leader's tables, which hold the newest scores. The leader
+// sends a sample's scores to its owners as it merges it, and a member
+// that comes to own a sample otherwise takes its score from its copy of
+// the table (followRingScores): a member that joins holds no copy, and a
+// member that is not a standby holds one as old as --replicate-budget
+// makes it, minutes in a mesh of a thousand peers. Each pass brings the
+// members from the ring of the one before to the newest, one pass at a
+// time, until ctx ends.
+//
+// Where both rings have one partition count, only members that own a
+// partition they did not are looked at: after a member fails in a mesh of
+// a thousand, about a hundred and thirty take its copies, and each is
+// sent the scores of the samples of those.
+func (n *Node) sendRingScores(ctx context.Context, ds *datasetState) {
+	ds.sentMu.Lock()
+	defer ds.sentMu.Unlock()
+	now, was := ds.ring.Load(), ds.sentRing
+	if now == nil || now == was || !n.lead.leading() {
+		return
+	}
+	ds.sentRing = now
+	if !n.anyScores(ds) {
+		return // nothing merged yet
+	}
+	names := gainers(was, now, n.cfg.Name)
+	jobs := ds.jobList()
+	masks, before := make([]uint64, ownedChunk), make([]uint64, ownedChunk)
+	for batch := range slices.Chunk(names, 64) { // a bit each in one pass
+		owned := make([][]uint32, len(batch))
+		theirs := n.placementOf(ds, now).OwnedBy(batch)
+		var theirsWas func(ids []uint32, masks []uint64)
+		if was != nil {
+			theirsWas = n.placementOf(ds, was).OwnedBy(batch)
 		}
-		jobs := ds.jobList()
-		masks := make([]uint64, ownedChunk)
-		for batch := range slices.Chunk(names, 64) { // a bit each in one pass
-			owned := make([][]uint32, len(batch))
-			theirs := n.placementOf(ds, r).OwnedBy(batch)
-			sampleRuns(ctx, ds.len, func(ids []uint32) {
-				theirs(ids, masks[:len(ids)])
-				for i, id := range ids {
-					for m := masks[i]; m != 0; m &= m - 1 {
-						b := bits.TrailingZeros64(m)
-						owned[b] = append(owned[b], id)
-					}
+		sampleRuns(ctx, ds.len, func(ids []uint32) {
+			theirs(ids, masks[:len(ids)])
+			if theirsWas != nil {
+				theirsWas(ids, before[:len(ids)])
+			}
+			for i, id := range ids {
+				gained := masks[i]
+				if theirsWas != nil {
+					gained &^= before[i]
 				}
-			})
-			for b, name := range batch {
-				n.sendScoresOf(ctx, ds, jobs, name, owned[b])
+				for m := gained; m != 0; m &= m - 1 {
+					b := bits.TrailingZeros64(m)
+					owned[b] = append(owned[b], id)
+				}
+			}
+		})
+		var wg sync.WaitGroup
+		for b, name := range batch {
+			if len(owned[b]) > 0 {
+				wg.Go(func() { n.sendScoresOf(ctx, ds, jobs, name, owned[b]) })
 			}
 		}
-	})
+		wg.Wait()
+	}
+}
+
+// gainers returns the members of ring now, but self, that own a
+// partition by now that they did not by was: every member but self where
+// was is nil or has another partition count (the samples' partitions
+// differ then).
+func gainers(was, now *ring.Ring, self string) []string {
+	var out []string
+	if was == nil || was.Config().Partitions != now.Config().Partitions {
+		for _, m := range now.Members() {
+			if m != self {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	gain := make(map[string]bool)
+	for p := range now.Config().Partitions {
+		before := was.PartitionOwners(p)
+		for _, o := range now.PartitionOwners(p) {
+			if o != self && !slices.Contains(before, o) {
+				gain[o] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(gain))
 }
 
 // sendScoresOf sends member name the jobs' merged scores of samples ids,
@@ -257,16 +338,4 @@ func (js *jobState) ownedScores() []float32 {
 		}
 	}
 	return js.owned
-}
-
-// newMembers returns the members of ring now that ring was lacks.
-func newMembers(was, now *ring.Ring) []string {
-	old := was.Members()
-	var out []string
-	for _, m := range now.Members() {
-		if _, found := slices.BinarySearch(old, m); !found {
-			out = append(out, m)
-		}
-	}
-	return out
 }

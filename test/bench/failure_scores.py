@@ -18,13 +18,16 @@ ended), "(back)" the one it came back in.
 
     test/bench/failure_scores.py --a <dir> --b <dir> [--config pads+app]
         [--subset 0.25] [--fraction 0.2] [--epochs 7] [--kill-after 2]
-        [--return-after 4] [--seeds 0,1] [--replicas 2]
+        [--return-after 4] [--seeds 0,1] [--replicas 2] [--peer-flags "..."]
 
 --a and --b are folders holding shade-peer (the base first); without --a
 the current tree's bin/ is both. --config is a configuration of
 test/train/compare.py (its sampling flags, policy and trainer weights);
 --fraction the mesh's cache as a share of the training bytes, split over
-the peers.
+the peers; --peer-flags more flags for every peer of both builds (for
+instance "--replicate-budget 1", so that the members that do not stand by
+to lead keep the copy of the score table the leader first sent them, as
+a mesh of a thousand peers keeps them minutes old).
 """
 
 import argparse
@@ -58,6 +61,7 @@ def parse_args():
     p.add_argument("--return-after", type=int, default=4, help="start it again after this epoch")
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--replicas", type=int, default=2, help="copies of each sample in the mesh (R)")
+    p.add_argument("--peer-flags", default="", help="more shade-peer flags for every peer of both builds")
     args = p.parse_args()
     if args.world >= args.peers:
         p.error("--world must leave a peer without ranks to kill")
@@ -83,7 +87,7 @@ def one_run(build, label, seed, train_dir, cache_bytes, args, tmp):
     script = str(REPO / "deploy" / "local" / "mesh.sh")
     env = dict(os.environ, SHADE_BIN=str(build))
     flags = ["--dataset", f"fmnist-train={train_dir}"] + cfg.peer_flags(cache_bytes // args.peers) + [
-        "--replicas", str(args.replicas), "--prefetch", "0", "--seed", str(seed), "--log-level", "warn"]
+        "--replicas", str(args.replicas), "--prefetch", "0", "--seed", str(seed), "--log-level", "warn"] + args.peer_flags.split()
     subprocess.run([script, "start", str(args.peers), str(mesh_dir)] + flags, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     last = args.peers - 1
@@ -139,7 +143,7 @@ def main():
                 rows[label].append(one_run(builds[label], label, seed, train_dir, cache_bytes, args, Path(tmp)))
     print(f"\n{args.config}, {args.peers} peers (ranks on {args.world}), R = {args.replicas}, cache {args.fraction:.0%} of "
           f"{train_dir}; the last peer killed after epoch {args.kill_after}, back after epoch "
-          f"{args.return_after}; mean of seeds {args.seeds}")
+          f"{args.return_after}; mean of seeds {args.seeds}" + (f"; peers given {args.peer_flags}" if args.peer_flags else ""))
     print(f"{'epoch':>5}  {'hit A':>7}  {'hit B':>7}  {'B/A':>5}  {'source MiB A':>12}  {'source MiB B':>12}  {'B/A':>5}")
     for e in range(args.epochs):
         def mean(label, col):
