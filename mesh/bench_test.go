@@ -939,3 +939,39 @@ func BenchmarkFollowRingScores(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/samples, "ns/sample")
 }
+
+// BenchmarkLeaderSendsGainedScores is the leader's part when a member of
+// a mesh of 1,000 dies (sendRingScores without its messages): the samples
+// each member gained (gains). 100,000 samples at the advised 64,513
+// partitions; the pass over the samples grows with them, the look at the
+// partitions' owners does not.
+func BenchmarkLeaderSendsGainedScores(b *testing.B) {
+	const samples, members = 100_000, 1000
+	_, peers, _ := StartMeshForTest(b, 1, testsupport.DatasetSpec{Samples: samples, MinSize: 8, MaxSize: 8, Seed: 1}, 2,
+		func(_ int, c *Config) { c.Cluster.Partitions = ring.Advised(members) })
+	n := peers[0].Node
+	ds := n.ordered[0]
+	names := []string{n.Name()}
+	for i := range members - 1 {
+		names = append(names, "peer-"+strconv.Itoa(1000+i))
+	}
+	full, err := ring.New(ring.Config{Partitions: ring.Advised(members), Replicas: 2}, names)
+	if err != nil {
+		b.Fatal(err)
+	}
+	less, err := full.Update(slices.Delete(slices.Clone(names), 500, 501))
+	if err != nil {
+		b.Fatal(err)
+	}
+	testsupport.WaitFor(b, 10*time.Second, "the samples hashed", func() bool { return ds.samples.Load().Fits(full) })
+	var took, sent int
+	for b.Loop() {
+		gainers, gained := n.gains(context.Background(), ds, full, less)
+		took, sent = len(gainers), 0
+		for _, ids := range gained {
+			sent += len(ids)
+		}
+	}
+	b.ReportMetric(float64(took), "members")
+	b.ReportMetric(float64(sent), "samples")
+}

@@ -699,17 +699,12 @@ func TestNewOwnersGetFreshScores(t *testing.T) {
 	}
 	waitScoresOwned(t, m, ownedCheck{})
 	lead := m.leader(t)
-	var stale []*testPeer // sorted by name: n3, n4
-	waitFor(t, 10*time.Second, "the standbys' copies of the leader's table", func() bool {
-		want := tableScores(lead)
-		stale = stale[:0]
-		for _, p := range m.peers {
-			if tableScores(p) != want {
-				stale = append(stale, p)
-			}
+	stale := m.peers[1+wire.TableStandbys:] // n3, n4: not next in line to lead
+	for _, p := range stale {
+		if tableScores(p) == tableScores(lead) {
+			t.Fatalf("%s holds the leader's newest table", p.node.Name())
 		}
-		return len(stale) == world-1-wire.TableStandbys
-	})
+	}
 	stale[0].node.kill() // n3: n4, with its old copy, takes some of its samples
 	waitFor(t, 10*time.Second, "the survivors' rings without the dead member", func() bool { return m.converged(m.alive()) })
 	waitScoresOwned(t, m, ownedCheck{})

@@ -187,10 +187,11 @@ func (n *Node) sendRingScoresSoon(ds *datasetState, resend bool) {
 // members from the ring of the one before to the newest, one pass at a
 // time, until ctx ends.
 //
-// Where both rings have one partition count, only members that own a
-// partition they did not are looked at: after a member fails in a mesh of
-// a thousand, about a hundred and thirty take its copies, and each is
-// sent the scores of the samples of those.
+// Where both rings have one partition count, the partitions whose owners
+// changed are found first, and one pass over the samples picks out
+// theirs: after a member fails in a mesh of a thousand, about a hundred
+// members take its copies, and each is sent the scores of the samples of
+// those.
 func (n *Node) sendRingScores(ctx context.Context, ds *datasetState) {
 	ds.sentMu.Lock()
 	defer ds.sentMu.Unlock()
@@ -202,11 +203,63 @@ func (n *Node) sendRingScores(ctx context.Context, ds *datasetState) {
 	if !n.anyScores(ds) {
 		return // nothing merged yet
 	}
-	names := gainers(was, now, n.cfg.Name)
 	jobs := ds.jobList()
+	names, gained := n.gains(ctx, ds, was, now)
+	for batch := range slices.Chunk(names, 64) {
+		var wg sync.WaitGroup
+		for _, name := range batch {
+			if ids := gained[name]; len(ids) > 0 {
+				wg.Go(func() { n.sendScoresOf(ctx, ds, jobs, name, ids) })
+			}
+		}
+		wg.Wait()
+	}
+}
+
+// gains returns the members of ring now, but this node, that own samples
+// of ds by now that they did not by ring was, and those samples: every
+// sample each owns where was is nil.
+func (n *Node) gains(ctx context.Context, ds *datasetState, was, now *ring.Ring) ([]string, map[string][]uint32) {
+	gained := make(map[string][]uint32)
+	if s := ds.samples.Load(); was != nil && s.Fits(was) && s.Fits(now) {
+		// One count: each partition whose owners changed, and who gained
+		// it (a run of gainers, 1 + its index in runs; 0 where none).
+		slot := make([]int32, now.Config().Partitions)
+		var runs [][]string
+		for p := range slot {
+			before := was.PartitionOwners(p)
+			var got []string
+			for _, o := range now.PartitionOwners(p) {
+				if o != n.cfg.Name && !slices.Contains(before, o) {
+					got = append(got, o)
+				}
+			}
+			if got != nil {
+				runs = append(runs, got)
+				slot[p] = int32(len(runs))
+			}
+		}
+		parts := make([]int32, ownedChunk)
+		sampleRuns(ctx, ds.len, func(ids []uint32) {
+			s.PartitionsOf(ids, parts[:len(ids)])
+			for k, id := range ids {
+				if r := slot[parts[k]]; r != 0 {
+					for _, name := range runs[r-1] {
+						gained[name] = append(gained[name], id)
+					}
+				}
+			}
+		})
+		return slices.Sorted(maps.Keys(gained)), gained
+	}
+	var names []string
+	for _, m := range now.Members() {
+		if m != n.cfg.Name {
+			names = append(names, m)
+		}
+	}
 	masks, before := make([]uint64, ownedChunk), make([]uint64, ownedChunk)
 	for batch := range slices.Chunk(names, 64) { // a bit each in one pass
-		owned := make([][]uint32, len(batch))
 		theirs := n.placementOf(ds, now).OwnedBy(batch)
 		var theirsWas func(ids []uint32, masks []uint64)
 		if was != nil {
@@ -218,50 +271,18 @@ func (n *Node) sendRingScores(ctx context.Context, ds *datasetState) {
 				theirsWas(ids, before[:len(ids)])
 			}
 			for i, id := range ids {
-				gained := masks[i]
+				m := masks[i]
 				if theirsWas != nil {
-					gained &^= before[i]
+					m &^= before[i]
 				}
-				for m := gained; m != 0; m &= m - 1 {
-					b := bits.TrailingZeros64(m)
-					owned[b] = append(owned[b], id)
+				for ; m != 0; m &= m - 1 {
+					name := batch[bits.TrailingZeros64(m)]
+					gained[name] = append(gained[name], id)
 				}
 			}
 		})
-		var wg sync.WaitGroup
-		for b, name := range batch {
-			if len(owned[b]) > 0 {
-				wg.Go(func() { n.sendScoresOf(ctx, ds, jobs, name, owned[b]) })
-			}
-		}
-		wg.Wait()
 	}
-}
-
-// gainers returns the members of ring now, but self, that own a
-// partition by now that they did not by was: every member but self where
-// was is nil or has another partition count (the samples' partitions
-// differ then).
-func gainers(was, now *ring.Ring, self string) []string {
-	var out []string
-	if was == nil || was.Config().Partitions != now.Config().Partitions {
-		for _, m := range now.Members() {
-			if m != self {
-				out = append(out, m)
-			}
-		}
-		return out
-	}
-	gain := make(map[string]bool)
-	for p := range now.Config().Partitions {
-		before := was.PartitionOwners(p)
-		for _, o := range now.PartitionOwners(p) {
-			if o != self && !slices.Contains(before, o) {
-				gain[o] = true
-			}
-		}
-	}
-	return slices.Sorted(maps.Keys(gain))
+	return names, gained
 }
 
 // sendScoresOf sends member name the jobs' merged scores of samples ids,
