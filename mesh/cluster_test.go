@@ -757,6 +757,27 @@ func TestScoresOutOfOrder(t *testing.T) {
 	}
 }
 
+// TestScoresFollowACountMove: two members of a new mesh hold scores
+// when three given 271 partitions join, and the two move to 271 (every
+// sample's owners change): then every member holds the leader's score of
+// each sample it owns, the three joining ones too, and none of the
+// others.
+func TestScoresFollowACountMove(t *testing.T) {
+	m := scoredMesh(t, 2, nil)
+	for range 3 {
+		m.addPeer(t, func(c *Config) { c.Cluster.Partitions = 271 })
+	}
+	waitFor(t, 30*time.Second, "all five sharing the dataset at 271 partitions", func() bool {
+		for _, p := range m.peers {
+			if r := p.node.ordered[0].ring.Load(); r.Config().Partitions != 271 || len(r.Members()) != 5 {
+				return false
+			}
+		}
+		return m.converged(m.peers)
+	})
+	waitScoresOwned(t, m, ownedCheck{})
+}
+
 // TestSavedScoresFollowTheRing: a member started with scores saved by
 // another (--state-dir: a peer restarted under another name, or its
 // folder moved) loads them for every sample, and once it has a ring keeps

@@ -218,16 +218,22 @@ func (n *Node) sendRingScores(ctx context.Context, ds *datasetState) {
 
 // gains returns the members of ring now, but this node, that own samples
 // of ds by now that they did not by ring was, and those samples: every
-// sample each owns where was is nil.
+// sample each owns where was is nil. Where ds's samples are hashed for
+// both rings' partition count, it looks at each partition's owners and
+// then passes over the samples once; else (a move to another count) it
+// tests each sample's owners by both rings, for 64 members a pass.
 func (n *Node) gains(ctx context.Context, ds *datasetState, was, now *ring.Ring) ([]string, map[string][]uint32) {
 	gained := make(map[string][]uint32)
-	if s := ds.samples.Load(); was != nil && s.Fits(was) && s.Fits(now) {
+	if s := ds.samples.Load(); s.Fits(now) && (was == nil || s.Fits(was)) {
 		// One count: each partition whose owners changed, and who gained
 		// it (a run of gainers, 1 + its index in runs; 0 where none).
 		slot := make([]int32, now.Config().Partitions)
 		var runs [][]string
 		for p := range slot {
-			before := was.PartitionOwners(p)
+			var before []string
+			if was != nil {
+				before = was.PartitionOwners(p)
+			}
 			var got []string
 			for _, o := range now.PartitionOwners(p) {
 				if o != n.cfg.Name && !slices.Contains(before, o) {
