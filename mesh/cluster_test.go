@@ -686,6 +686,14 @@ func TestScoresFollowTheRing(t *testing.T) {
 func TestNewOwnersGetFreshScores(t *testing.T) {
 	const world = 5
 	m := scoredMesh(t, world, func(_ int, c *Config) { c.Cluster.ReplicateBudget = 1 })
+	waitFor(t, 10*time.Second, "every member's first copy of the table", func() bool {
+		for _, p := range m.peers {
+			if sc, _ := p.node.ordered[0].def.scores.Summary(); sc == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	// Other losses: every merged score changes, and the copies of the
 	// members that do not stand by keep the scores of before.
 	if err := testsupport.Parallel(world, func(r int) error {
