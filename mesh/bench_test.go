@@ -919,20 +919,7 @@ func BenchmarkFollowRingScores(b *testing.B) {
 	if err := ds.def.scores.Report(ids, losses, 1); err != nil {
 		b.Fatal(err)
 	}
-	names := []string{n.Name()}
-	for i := range 9 {
-		names = append(names, "m"+strconv.Itoa(i))
-	}
-	cfg := ring.Config{Partitions: ds.ring.Load().Config().Partitions, Replicas: 2}
-	full, err := ring.New(cfg, names)
-	if err != nil {
-		b.Fatal(err)
-	}
-	less, err := full.Update(slices.Delete(slices.Clone(names), 5, 6))
-	if err != nil {
-		b.Fatal(err)
-	}
-	testsupport.WaitFor(b, 10*time.Second, "the samples hashed", func() bool { return ds.samples.Load().Fits(full) })
+	full, less := ringLessOne(b, n, ds, 10)
 	for i := 0; b.Loop(); i++ {
 		ds.ring.Store([]*ring.Ring{full, less}[i%2])
 		n.followRingScores(context.Background(), ds)
@@ -951,19 +938,7 @@ func BenchmarkLeaderSendsGainedScores(b *testing.B) {
 		func(_ int, c *Config) { c.Cluster.Partitions = ring.Advised(members) })
 	n := peers[0].Node
 	ds := n.ordered[0]
-	names := []string{n.Name()}
-	for i := range members - 1 {
-		names = append(names, "peer-"+strconv.Itoa(1000+i))
-	}
-	full, err := ring.New(ring.Config{Partitions: ring.Advised(members), Replicas: 2}, names)
-	if err != nil {
-		b.Fatal(err)
-	}
-	less, err := full.Update(slices.Delete(slices.Clone(names), 500, 501))
-	if err != nil {
-		b.Fatal(err)
-	}
-	testsupport.WaitFor(b, 10*time.Second, "the samples hashed", func() bool { return ds.samples.Load().Fits(full) })
+	full, less := ringLessOne(b, n, ds, members)
 	var took, sent int
 	for b.Loop() {
 		gainers, gained := n.gains(context.Background(), ds, full, less)
@@ -974,4 +949,23 @@ func BenchmarkLeaderSendsGainedScores(b *testing.B) {
 	}
 	b.ReportMetric(float64(took), "members")
 	b.ReportMetric(float64(sent), "samples")
+}
+
+// ringLessOne returns a ring of ds's partition count, two replicas, of
+// node n and members-1 others, and the same ring less one of the others,
+// once ds's samples are hashed for that count.
+func ringLessOne(b *testing.B, n *Node, ds *datasetState, members int) (full, less *ring.Ring) {
+	names := []string{n.Name()}
+	for i := range members - 1 {
+		names = append(names, "m"+strconv.Itoa(i))
+	}
+	full, err := ring.New(ring.Config{Partitions: ds.ring.Load().Config().Partitions, Replicas: 2}, names)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if less, err = full.Update(slices.Delete(slices.Clone(names), members/2, members/2+1)); err != nil {
+		b.Fatal(err)
+	}
+	testsupport.WaitFor(b, 10*time.Second, "the samples hashed", func() bool { return ds.samples.Load().Fits(full) })
+	return full, less
 }
