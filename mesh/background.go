@@ -511,19 +511,32 @@ func (n *Node) reportResident(ctx context.Context) {
 
 // reconcile repeats to the leader what it may have missed: local ranks
 // that finished the newest epoch (also on the leader's own node, where a
-// DONE may have arrived while it was taking over). Waiting ranks announce
-// themselves from their own loop.
+// DONE may have arrived while it was taking over), unless the done
+// reached this leader since it last took over (jobState.doneCounted):
+// ranks that wait for the others to finish would otherwise be repeated
+// every pass, a request into the leader from every peer every two
+// seconds. Waiting ranks announce themselves from their own loop. One
+// pass runs at a time.
 func (n *Node) reconcile(ctx context.Context) {
+	n.reconcileMu.Lock()
+	defer n.reconcileMu.Unlock()
 	for _, js := range n.allJobs() {
 		p, epoch, done := js.book.Finished()
 		if p == nil || epoch < 0 {
 			continue
 		}
 		for _, r := range done {
+			leader, term := n.lead.leader(), n.lead.highest()
+			if js.doneCounted(r, p.Gen, epoch, leader, term) {
+				continue
+			}
 			cctx, cancel := context.WithTimeout(ctx, n.cfg.Cluster.FetchTimeout)
 			// Without the cache's bitmap: reportResident repeats that.
-			_ = n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: js.ds.name, Job: js.name, Gen: p.Gen, Epoch: epoch, Rank: r, Node: n.cfg.Name})
+			err := n.toLeader(cctx, wire.MethodDone, &wire.DoneReq{Dataset: js.ds.name, Job: js.name, Gen: p.Gen, Epoch: epoch, Rank: r, Node: n.cfg.Name})
 			cancel()
+			if err == nil {
+				js.noteDoneReached(r, p.Gen, epoch, leader, term)
+			}
 		}
 	}
 }

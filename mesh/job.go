@@ -480,24 +480,39 @@ func (n *Node) dropStale() {
 }
 
 // doneMark is a rank's done that reached the leader: its job's
-// generation and epoch, and the leader's name.
+// generation and epoch, the leader's name, and the highest term this node
+// had seen then (leadership.highest).
 type doneMark struct {
 	gen    uint64
 	epoch  int
 	leader string
+	term   uint64
 }
 
 // noteDoneReached records that rank's done of epoch of generation gen
-// reached leader, which counted it (Node.Done).
-func (js *jobState) noteDoneReached(rank int, gen uint64, epoch int, leader string) {
+// reached leader, which counted it (Node.Done, the reconciler), while term
+// was the highest this node had seen.
+func (js *jobState) noteDoneReached(rank int, gen uint64, epoch int, leader string, term uint64) {
 	js.reachedMu.Lock()
 	defer js.reachedMu.Unlock()
 	if js.reached == nil {
 		js.reached = make(map[int]doneMark)
 	}
-	if m, ok := js.reached[rank]; !ok || m.gen != gen || m.epoch < epoch {
-		js.reached[rank] = doneMark{gen: gen, epoch: epoch, leader: leader}
+	if m, ok := js.reached[rank]; !ok || m.gen != gen || m.epoch <= epoch {
+		js.reached[rank] = doneMark{gen: gen, epoch: epoch, leader: leader, term: term}
 	}
+}
+
+// doneCounted reports whether rank's done of epoch of generation gen, or
+// of a later epoch, reached leader while term was the highest this node
+// had seen: the reconciler has nothing to repeat to it. A leader of
+// another name, or one that took over again since (a restart under its
+// name, a step down and back), is told again.
+func (js *jobState) doneCounted(rank int, gen uint64, epoch int, leader string, term uint64) bool {
+	js.reachedMu.Lock()
+	defer js.reachedMu.Unlock()
+	m, ok := js.reached[rank]
+	return ok && leader != "" && m.leader == leader && m.term == term && m.gen == gen && m.epoch >= epoch
 }
 
 // doneReached reports whether rank's done of epoch of generation gen,

@@ -104,6 +104,8 @@ type Node struct {
 	cluster *cluster
 	lead    leadership
 	kick    chan struct{}
+	// reconcileMu keeps to one pass of the reconciler at a time.
+	reconcileMu sync.Mutex
 
 	out        outbox.Outbox               // reports, scores and offers yet to send
 	older      atomic.Pointer[olderLeader] // a leader that does not know MethodReportDone (reportDone)

@@ -101,8 +101,11 @@ func (n *Node) Order(ctx context.Context, name, job string, epoch, rank, world i
 				// With orders ahead the rank has also finished the epoch
 				// before: its done may have been lost with a leader. The
 				// node's queued reports go with the first (reportDone).
+				term := n.lead.highest()
 				for e := max(0, have-ahead); e <= have && err == nil; e++ {
-					_, err = n.reportDone(ctx, n.doneReq(js, gen, e, rank), nil)
+					if _, err = n.reportDone(ctx, n.doneReq(js, gen, e, rank), nil); err == nil {
+						js.noteDoneReached(rank, gen, e, leader, term)
+					}
 				}
 			}
 			switch {
@@ -184,8 +187,9 @@ func (n *Node) Done(ctx context.Context, name, job string, epoch, rank int) erro
 	// The node's queued reports go with the done, or first (reportDone).
 	// A failed send is repeated by the reconciler; the trainer goes on.
 	var resp wire.DoneResp
+	term := n.lead.highest()
 	if leader, err := n.reportDone(ctx, n.doneReq(js, p.Gen, epoch, rank), &resp); err == nil {
-		js.noteDoneReached(rank, p.Gen, epoch, leader)
+		js.noteDoneReached(rank, p.Gen, epoch, leader, term)
 		js.holdStart(p.Gen, epoch, &resp)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/shade-mesh/shade/mesh/wire"
@@ -391,5 +392,55 @@ func TestDoneWaitsOnlyForItsJob(t *testing.T) {
 	}
 	if q := n1.node.out.QueuedReports(); q != 0 {
 		t.Errorf("n1 still holds %d minibatches for the leader", q)
+	}
+}
+
+// TestReconcilerRepeatsOnlyUncountedDones: rank 0 on n1 finishes epoch 0
+// while rank 1 on n2 has not; the reconciler on n1 does not repeat the
+// done that reached the leader n0, however often it runs, until n1 sees a
+// later term (a leader that took over again under its name): then once.
+func TestReconcilerRepeatsOnlyUncountedDones(t *testing.T) {
+	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
+	m := startMesh(t, 3, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
+		c.Cluster.handlers = log.handlers()
+	}})
+	if lead := m.leader(t); lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	ctx := context.Background()
+	n1, n2 := m.byName("n1"), m.byName("n2")
+	c1, c2 := n1.client(t), n2.client(t)
+	var wg sync.WaitGroup
+	for rank, c := range []*redis.Client{c1, c2} {
+		wg.Go(func() {
+			if err := c.Do(ctx, "SHADE.ORDER", "ds", 0, rank, 2).Err(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := c1.Do(ctx, "SHADE.DONE", "ds", 0, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dones := func() int {
+		plain, _ := log.count(wire.MethodDone)
+		carried, _ := log.count(wire.MethodReportDone)
+		return plain + carried
+	}
+	if got := dones(); got != 1 {
+		t.Fatalf("the leader took %d dones, want rank 0's", got)
+	}
+	for range 3 {
+		n1.node.reconcile(ctx)
+	}
+	if got := dones(); got != 1 {
+		t.Fatalf("after three passes of n1's reconciler the leader took %d dones, want 1: it repeated a counted one", got)
+	}
+	n1.node.lead.observe(n1.node.lead.highest() + 1)
+	for range 3 {
+		n1.node.reconcile(ctx)
+	}
+	if got := dones(); got != 2 {
+		t.Fatalf("after a later term and three passes the leader took %d dones, want 2: rank 0's, repeated once", got)
 	}
 }
