@@ -237,6 +237,20 @@ func TestDoneCarriesItsNodesReports(t *testing.T) {
 	}
 }
 
+// doneLoggedMesh starts three nodes whose leader n0 counts the reports,
+// dones and joins that reach it (doneLog).
+func doneLoggedMesh(t *testing.T) (*testMesh, *doneLog) {
+	t.Helper()
+	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
+	m := startMesh(t, 3, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
+		c.Cluster.handlers = log.handlers()
+	}})
+	if lead := m.leader(t); lead.node.Name() != "n0" {
+		t.Fatalf("leader %s, want n0", lead.node.Name())
+	}
+	return m, log
+}
+
 // TestWaitingRankDoesNotRepeatItsDone: two ranks, on n1 and n2, train six
 // epochs, each reporting a minibatch and sending SHADE.DONE before it
 // asks for the next epoch's order, which the rank that finishes first
@@ -246,13 +260,7 @@ func TestDoneCarriesItsNodesReports(t *testing.T) {
 // for epoch 0, and every done reaches it.
 func TestWaitingRankDoesNotRepeatItsDone(t *testing.T) {
 	const epochs = 6
-	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
-	m := startMesh(t, 3, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
-		c.Cluster.handlers = log.handlers()
-	}})
-	if lead := m.leader(t); lead.node.Name() != "n0" {
-		t.Fatalf("leader %s, want n0", lead.node.Name())
-	}
+	m, log := doneLoggedMesh(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for rank, name := range []string{"n1", "n2"} {
@@ -400,13 +408,7 @@ func TestDoneWaitsOnlyForItsJob(t *testing.T) {
 // done that reached the leader n0, however often it runs, until n1 sees a
 // later term (a leader that took over again under its name): then once.
 func TestReconcilerRepeatsOnlyUncountedDones(t *testing.T) {
-	log := &doneLog{calls: map[peer.Method]int{}, pairs: map[peer.Method]int{}}
-	m := startMesh(t, 3, meshOpts{samples: 400, minSize: 1, maxSize: 8, configure: func(_ int, c *Config) {
-		c.Cluster.handlers = log.handlers()
-	}})
-	if lead := m.leader(t); lead.node.Name() != "n0" {
-		t.Fatalf("leader %s, want n0", lead.node.Name())
-	}
+	m, log := doneLoggedMesh(t)
 	ctx := context.Background()
 	n1, n2 := m.byName("n1"), m.byName("n2")
 	c1, c2 := n1.client(t), n2.client(t)
