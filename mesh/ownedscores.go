@@ -52,8 +52,9 @@ func sampleRuns(ctx context.Context, n int, fn func(ids []uint32)) {
 // which replace the copy's (a copy on a member that does not stand by
 // to lead can be minutes old in a large mesh).
 //
-// While members' rings differ, a merge may still reach a node that no
-// longer owns the sample (it keeps the score until its ring drops it),
+// While members' rings differ, a merge, or the scores the leader sends
+// by a ring this node never held, may still reach a node that does not
+// own the sample (it keeps the score until its ring drops it),
 // and a first owner whose ring is behind the leader's passes scores on
 // (wire.ScoresReq.Pass) to the owners it knows; a node whose ring drops
 // a sample and takes it back before the leader's scores of it arrive
