@@ -628,18 +628,18 @@ func TestNodeWithoutRanksReportsItsCache(t *testing.T) {
 // and for no other, the leader's score of it: the leader's own share
 // applied on the leader, the others' sent to them.
 func TestMergedScoresReachEveryOwner(t *testing.T) {
-	scoredMesh(t, 3, nil)
+	scoredMesh(t, 3, nil, ownedCheck{})
 }
 
 // scoredMesh starts a mesh of world nodes (configure as meshOpts's),
 // trains an epoch of a rank on each, and waits until every node holds the
 // merged scores of the samples it owns.
-func scoredMesh(t *testing.T, world int, configure func(i int, c *Config)) *testMesh {
+func scoredMesh(t *testing.T, world int, configure func(i int, c *Config), check ownedCheck) *testMesh {
 	t.Helper()
 	m := startMesh(t, world, meshOpts{samples: 600, minSize: 20, maxSize: 100, replicas: 2, configure: configure})
 	trainEpochs(t, 1, world, m.files, func(r int) *redis.Client { return m.peers[r].client(t) },
 		func(id int64) float64 { return 0.1 + float64(id%13) })
-	waitScoresOwned(t, m, ownedCheck{})
+	waitScoresOwned(t, m, check)
 	return m
 }
 
@@ -650,7 +650,7 @@ func scoredMesh(t *testing.T, world int, configure func(i int, c *Config)) *test
 // dead member's samples' scores from their copies of the leader's table,
 // and the leader sends the joining member those of its samples.
 func TestScoresFollowTheRing(t *testing.T) {
-	m := scoredMesh(t, 4, nil)
+	m := scoredMesh(t, 4, nil, ownedCheck{})
 	lead := m.leader(t)
 	waitFor(t, 10*time.Second, "every member's copy of the leader's table", func() bool {
 		want := tableScores(lead)
@@ -685,7 +685,11 @@ func TestScoresFollowTheRing(t *testing.T) {
 // all its samples once it leads.
 func TestNewOwnersGetFreshScores(t *testing.T) {
 	const world = 5
-	m := scoredMesh(t, world, func(_ int, c *Config) { c.Cluster.ReplicateBudget = 1 })
+	// Five members under load: one may flap, and merges made while rings
+	// differ can leave scores of samples a member does not own (see
+	// Node.followRingScores); the check is of the samples each owns.
+	lax := ownedCheck{leftovers: true}
+	m := scoredMesh(t, world, func(_ int, c *Config) { c.Cluster.ReplicateBudget = 1 }, lax)
 	waitFor(t, 10*time.Second, "every member's first copy of the table", func() bool {
 		for _, p := range m.peers {
 			if sc, _ := p.node.ordered[0].def.scores.Summary(); sc == 0 {
@@ -705,7 +709,7 @@ func TestNewOwnersGetFreshScores(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitScoresOwned(t, m, ownedCheck{})
+	waitScoresOwned(t, m, lax)
 	lead := m.leader(t)
 	stale := m.peers[1+wire.TableStandbys:] // n3, n4: not next in line to lead
 	for _, p := range stale {
@@ -715,17 +719,17 @@ func TestNewOwnersGetFreshScores(t *testing.T) {
 	}
 	stale[0].node.kill() // n3: n4, with its old copy, takes some of its samples
 	waitFor(t, 10*time.Second, "the survivors' rings without the dead member", func() bool { return m.converged(m.alive()) })
-	waitScoresOwned(t, m, ownedCheck{})
+	waitScoresOwned(t, m, lax)
 	lead.node.kill() // n0: n4 takes some of its samples, and n1 leads
 	waitFor(t, 10*time.Second, "the survivors' rings without the leader", func() bool { return m.converged(m.alive()) })
-	waitScoresOwned(t, m, ownedCheck{})
+	waitScoresOwned(t, m, lax)
 }
 
 // TestScoresOutOfOrder: a member keeps the newer of two scores of a
 // sample that reach it out of order (by their stamps, wire.Merged), and
 // refuses a message whose stamps do not match its samples.
 func TestScoresOutOfOrder(t *testing.T) {
-	m := scoredMesh(t, 3, nil)
+	m := scoredMesh(t, 3, nil, ownedCheck{})
 	p := m.follower(t)
 	ds := p.node.ordered[0]
 	var id uint32
@@ -773,7 +777,7 @@ func TestScoresOutOfOrder(t *testing.T) {
 // members seen one at a time, and what it sent a member by a ring that
 // member never held is not dropped (see Node.followRingScores).
 func TestScoresFollowACountMove(t *testing.T) {
-	m := scoredMesh(t, 2, nil)
+	m := scoredMesh(t, 2, nil, ownedCheck{})
 	for range 3 {
 		m.addPeer(t, func(c *Config) { c.Cluster.Partitions = 271 })
 	}
@@ -799,7 +803,7 @@ func TestSavedScoresFollowTheRing(t *testing.T) {
 		if i == world-1 {
 			c.StateDir = state
 		}
-	})
+	}, ownedCheck{})
 	if err := m.peers[world-1].node.Close(); err != nil { // saves its copy of the table
 		t.Fatal(err)
 	}
