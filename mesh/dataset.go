@@ -30,17 +30,14 @@ type datasetState struct {
 	samples atomic.Pointer[ring.Samples]
 	// ownedRing is the ring the jobs' scores of the samples this node
 	// owns (jobState.owned) were last brought to (followRingScores),
-	// under ownedMu; ownedDue is set while a pass is due to start.
-	ownedMu   sync.Mutex
+	// under ownedPass.mu.
+	ownedPass ringPass
 	ownedRing *ring.Ring
-	ownedDue  atomic.Bool
 	// sentRing is, on the leader, the ring by whose owners it last sent
-	// members the scores of their samples (sendRingScores), under sentMu:
-	// nil before it leads, and again when it takes over. sentDue is set
-	// while a pass is due to start.
-	sentMu   sync.Mutex
+	// members the scores of their samples (sendRingScores), under
+	// sentPass.mu: nil before it leads, and again when it takes over.
+	sentPass ringPass
 	sentRing *ring.Ring
-	sentDue  atomic.Bool
 	// first is the dataset's epoch 0 as its jobs draw it, prepared while
 	// this node leads (prepareFirstOrders); nil before and elsewhere.
 	first atomic.Pointer[firstOrder]

@@ -512,7 +512,7 @@ func (js *jobState) doneCounted(rank int, gen uint64, epoch int, leader string, 
 	js.reachedMu.Lock()
 	defer js.reachedMu.Unlock()
 	m, ok := js.reached[rank]
-	return ok && leader != "" && m.leader == leader && m.term == term && m.gen == gen && m.epoch >= epoch
+	return ok && m.covers(gen, epoch, leader) && m.term == term
 }
 
 // doneReached reports whether rank's done of epoch of generation gen,
@@ -525,5 +525,11 @@ func (js *jobState) doneReached(rank int, gen uint64, epoch int, leader string) 
 	js.reachedMu.Lock()
 	defer js.reachedMu.Unlock()
 	m, ok := js.reached[rank]
-	return ok && leader != "" && m.leader == leader && m.gen == gen && m.epoch >= epoch
+	return ok && m.covers(gen, epoch, leader)
+}
+
+// covers reports whether the done of m is of epoch of generation gen, or
+// of a later epoch, and reached leader.
+func (m doneMark) covers(gen uint64, epoch int, leader string) bool {
+	return leader != "" && m.leader == leader && m.gen == gen && m.epoch >= epoch
 }

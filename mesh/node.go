@@ -104,7 +104,9 @@ type Node struct {
 	cluster *cluster
 	lead    leadership
 	kick    chan struct{}
-	// reconcileMu keeps to one pass of the reconciler at a time.
+	// reconcileMu keeps to one pass of the reconciler at a time: runLoops
+	// runs it, and a pass started elsewhere (a test's) waits for the
+	// loop's, so that a done is not repeated by both.
 	reconcileMu sync.Mutex
 
 	out        outbox.Outbox               // reports, scores and offers yet to send

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shade-mesh/shade/mesh/ring"
@@ -65,8 +66,8 @@ func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 	if n.scorer == nil {
 		return // the policy weighs no scores: none are kept
 	}
-	ds.ownedMu.Lock()
-	defer ds.ownedMu.Unlock()
+	ds.ownedPass.mu.Lock()
+	defer ds.ownedPass.mu.Unlock()
 	now, was := ds.ring.Load(), ds.ownedRing
 	if now == nil || now == was {
 		return
@@ -117,18 +118,33 @@ func (n *Node) followRingScores(ctx context.Context, ds *datasetState) {
 }
 
 // followRingScoresSoon starts a followRingScores of ds in the background
-// unless one is due to start already: ring changes that come together
-// (a mesh forming, many members failing at once) take one pass or two,
-// not one each.
+// (ringPass.soon): ring changes that come together (a mesh forming, many
+// members failing at once) take one pass or two, not one each.
 func (n *Node) followRingScoresSoon(ds *datasetState) {
-	if n.scorer == nil || !ds.ownedDue.CompareAndSwap(false, true) {
+	if n.scorer != nil {
+		ds.ownedPass.soon(n, func(ctx context.Context) { n.followRingScores(ctx, ds) })
+	}
+}
+
+// ringPass runs a pass over a dataset's samples that follows its ring,
+// one at a time: the pass holds mu, and ring changes that come while one
+// is due to start share it.
+type ringPass struct {
+	mu  sync.Mutex
+	due atomic.Bool // a pass is due to start
+}
+
+// soon starts pass in the background, once the pass running now (if any)
+// has ended, unless one is due to start already.
+func (p *ringPass) soon(n *Node, pass func(ctx context.Context)) {
+	if !p.due.CompareAndSwap(false, true) {
 		return
 	}
 	n.goBackground(func(ctx context.Context) {
-		ds.ownedMu.Lock() // after the pass running now, if any
-		ds.ownedDue.Store(false)
-		ds.ownedMu.Unlock()
-		n.followRingScores(ctx, ds)
+		p.mu.Lock() // after the pass running now, if any
+		p.due.Store(false)
+		p.mu.Unlock()
+		pass(ctx)
 	})
 }
 
@@ -156,24 +172,16 @@ func (n *Node) anyScores(ds *datasetState) bool {
 const ownedScoresMsg = 16384
 
 // sendRingScoresSoon starts a sendRingScores of ds in the background
-// unless one is due to start already. resend makes the pass send every
-// member the scores of all its samples, as on taking over: this node
-// cannot know what the leader before it sent.
+// (ringPass.soon). resend makes the pass send every member the scores of
+// all its samples, as on taking over: this node cannot know what the
+// leader before it sent.
 func (n *Node) sendRingScoresSoon(ds *datasetState, resend bool) {
 	if resend {
-		ds.sentMu.Lock() // after the pass running now, if any
+		ds.sentPass.mu.Lock() // after the pass running now, if any
 		ds.sentRing = nil
-		ds.sentMu.Unlock()
+		ds.sentPass.mu.Unlock()
 	}
-	if !ds.sentDue.CompareAndSwap(false, true) {
-		return
-	}
-	n.goBackground(func(ctx context.Context) {
-		ds.sentMu.Lock()
-		ds.sentDue.Store(false)
-		ds.sentMu.Unlock()
-		n.sendRingScores(ctx, ds)
-	})
+	ds.sentPass.soon(n, func(ctx context.Context) { n.sendRingScores(ctx, ds) })
 }
 
 // sendRingScores sends, while this node leads, each member of ds's ring
@@ -194,8 +202,8 @@ func (n *Node) sendRingScoresSoon(ds *datasetState, resend bool) {
 // members take its copies, and each is sent the scores of the samples of
 // those.
 func (n *Node) sendRingScores(ctx context.Context, ds *datasetState) {
-	ds.sentMu.Lock()
-	defer ds.sentMu.Unlock()
+	ds.sentPass.mu.Lock()
+	defer ds.sentPass.mu.Unlock()
 	now, was := ds.ring.Load(), ds.sentRing
 	if now == nil || now == was || !n.lead.leading() {
 		return

@@ -26,7 +26,7 @@ type Stamps struct {
 // leader merges less than 2^31 times while a message is on its way). The
 // stamped scores of an earlier term than the stamps held are dropped.
 func (s *Stamps) Admit(m wire.Merged, n int) wire.Merged {
-	if m.Seqs == nil && m.Seq == 0 {
+	if !m.HasStamps() {
 		return m
 	}
 	if m.Term > s.term {

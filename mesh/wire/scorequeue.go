@@ -84,9 +84,8 @@ func (q *ScoreQueue) Add(where Placement, self string, job JobKey, m Merged, loc
 	if m.Seqs != nil {
 		m.Seqs = m.Seqs[:len(ids)]
 	}
-	stamped := m.Seqs != nil || m.Seq != 0
 	js := q.q[job]
-	if js != nil && stamped && m.Term != js.term {
+	if js != nil && m.HasStamps() && m.Term != js.term {
 		if m.Term < js.term {
 			return local
 		}

@@ -561,6 +561,10 @@ func Stamped(term uint64, seq uint32, ids []uint32, scores []float32) Merged {
 	return Merged{Term: term, IDs: ids, Scores: scores, Seq: seq}
 }
 
+// HasStamps reports whether m's scores carry stamps: those of a build
+// before them do not.
+func (m Merged) HasStamps() bool { return m.Seqs != nil || m.Seq != 0 }
+
 // SeqOf returns the seq of m's i-th score.
 func (m Merged) SeqOf(i int) uint32 {
 	if m.Seqs != nil {
