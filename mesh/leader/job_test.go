@@ -1345,3 +1345,48 @@ func TestEpochZeroDrawnAsRanksJoin(t *testing.T) {
 		t.Fatalf("the draw of the generation before, once drawn, published %v; want nothing more", got)
 	}
 }
+
+// TestCheckScans: the scans Check makes of ids and weights find the
+// first value that fails, wherever it sits in a list (the four lanes and
+// the tail), as a plain test of each value does.
+func TestCheckScans(t *testing.T) {
+	const samples = 1000
+	for n := range 11 {
+		for at := range n {
+			for _, id := range []uint32{samples, samples + 1, math.MaxUint32} {
+				ids := make([]uint32, n)
+				for i := range ids {
+					ids[i] = uint32(samples - 1 - i)
+				}
+				ids[at] = id
+				if got := firstOutOfRange(ids, samples); got != at {
+					t.Errorf("%d ids, %d at %d: found at %d", n, id, at, got)
+				}
+				ids[at] = samples - 1
+				if got := firstOutOfRange(ids, samples); got != -1 {
+					t.Errorf("%d ids in range: found %d at %d", n, ids[max(got, 0)], got)
+				}
+			}
+			bad := []float32{0, float32(math.Copysign(0, -1)), -1, -math.SmallestNonzeroFloat32, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.Float32frombits(0xffffffff)}
+			for _, v := range bad {
+				w := make([]float32, n)
+				for i := range w {
+					w[i] = []float32{1, math.SmallestNonzeroFloat32, math.MaxFloat32, 0.5}[i%4]
+				}
+				if got := firstNotPositive(w); got != -1 {
+					t.Errorf("%d weights, all positive: found %v at %d", n, w[max(got, 0)], got)
+				}
+				w[at] = v
+				if got := firstNotPositive(w); got != at {
+					t.Errorf("%d weights, %v at %d: found at %d", n, v, at, got)
+				}
+			}
+		}
+	}
+	if got := firstOutOfRange([]uint32{math.MaxUint32}, math.MaxUint32+1); got != -1 {
+		t.Errorf("an id below a count past 2^32: found at %d", got)
+	}
+	if firstOutOfRange(nil, 0) != -1 || firstNotPositive(nil) != -1 {
+		t.Errorf("empty lists: a value found")
+	}
+}
