@@ -61,7 +61,7 @@ func (n *Node) placementOf(ds *datasetState, r *ring.Ring) sampling.Placement {
 		self := []string{n.cfg.Name}
 		return sampling.Placement{Groups: 1, Group: func(uint32) int { return 0 }, Owners: func(int) []string { return self }}
 	}
-	where := sampling.Placement{Groups: r.Config().Partitions, Owners: r.PartitionOwners, Key: r}
+	where := sampling.Placement{Groups: r.Config().Partitions, Owners: r.PartitionOwners, Masks: r.OwnerMasks, Key: r}
 	if s := ds.samples.Load(); s.Fits(r) {
 		where.Group = func(id uint32) int {
 			if int(id) >= s.Len() {

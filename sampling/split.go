@@ -81,6 +81,13 @@ type Placement struct {
 	// against 11-15).
 	GroupEach func(ids []uint32, groups []int32)
 	Owners    func(group int) []string
+	// Masks, where not nil, sets masks[g] for every group g (masks is
+	// Groups long) to the OR of bits[name] over g's owners, as Owners
+	// gives them (ring.Ring.OwnerMasks). The tests OwnedBy and
+	// OwnedByAny then find every group's owners at once, in one pass by
+	// the owners' indexes; without it each group's, by name, as a pass
+	// first meets it. It must be safe for concurrent use.
+	Masks func(bits map[string]uint64, masks []uint64)
 	// Key, where not nil, names the owners: placements with equal Keys
 	// have the same Groups, and each group the same Owners, so a user
 	// may keep what it found of a group's owners while the Key stays
@@ -111,10 +118,11 @@ func (w Placement) GroupsOf(ids []uint32, groups []int32) {
 
 // OwnedBy returns, for passes over many samples, a test of which of
 // names (at most 64) own each of a run of samples: it sets bit i of
-// masks[k] where names[i] owns ids[k] (masks is as long as ids). Each
-// group's owners are looked at once, at its first sample (or once by
-// each of the goroutines that meet it first together); a sample of a
-// group outside 0..Groups-1 is owned by none. The test is safe for
+// masks[k] where names[i] owns ids[k] (masks is as long as ids). Every
+// group's owners are found as the test is made, where w has Masks;
+// otherwise each group's are looked at once, at its first sample (or
+// once by each of the goroutines that meet it first together). A sample
+// of a group outside 0..Groups-1 is owned by none. The test is safe for
 // concurrent use, and then calls Owners from several goroutines at once.
 func (w Placement) OwnedBy(names []string) func(ids []uint32, masks []uint64) {
 	if len(names) > 64 {
@@ -144,19 +152,24 @@ func (w Placement) OwnedByAny(sets [][]string) func(ids []uint32, masks []uint64
 
 // ownedBy is OwnedBy with each owner's bits in bit (read only).
 func (w Placement) ownedBy(bit map[string]uint64) func(ids []uint32, masks []uint64) {
-	owners := make([]atomic.Uint64, w.Groups)
-	known := make([]atomic.Bool, w.Groups) // owners[g] is set
-	var runs sync.Pool                     // of *[groupRun]int32: a run's groups
-	return func(ids []uint32, masks []uint64) {
-		groups, _ := runs.Get().(*[groupRun]int32)
-		if groups == nil {
-			groups = new([groupRun]int32)
+	var of func(groups []int32, masks []uint64) // masks[k] for groups[k]
+	if w.Masks != nil {
+		owners := make([]uint64, w.Groups)
+		w.Masks(bit, owners)
+		of = func(groups []int32, masks []uint64) {
+			for k, g := range groups {
+				if uint(g) < uint(len(owners)) {
+					masks[k] = owners[g]
+				} else {
+					masks[k] = 0
+				}
+			}
 		}
-		defer runs.Put(groups)
-		for len(ids) > 0 {
-			n := min(len(ids), len(groups))
-			w.GroupsOf(ids[:n], groups[:n])
-			for k, g := range groups[:n] {
+	} else {
+		owners := make([]atomic.Uint64, w.Groups)
+		known := make([]atomic.Bool, w.Groups) // owners[g] is set
+		of = func(groups []int32, masks []uint64) {
+			for k, g := range groups {
 				if uint(g) >= uint(len(owners)) {
 					masks[k] = 0
 					continue
@@ -171,6 +184,19 @@ func (w Placement) ownedBy(bit map[string]uint64) func(ids []uint32, masks []uin
 				}
 				masks[k] = owners[g].Load()
 			}
+		}
+	}
+	var runs sync.Pool // of *[groupRun]int32: a run's groups
+	return func(ids []uint32, masks []uint64) {
+		groups, _ := runs.Get().(*[groupRun]int32)
+		if groups == nil {
+			groups = new([groupRun]int32)
+		}
+		defer runs.Put(groups)
+		for len(ids) > 0 {
+			n := min(len(ids), len(groups))
+			w.GroupsOf(ids[:n], groups[:n])
+			of(groups[:n], masks[:n])
 			ids, masks = ids[n:], masks[n:]
 		}
 	}

@@ -594,7 +594,8 @@ func TestPlacementOwnedBy(t *testing.T) {
 	for i := range ids {
 		ids[i] = uint32(i*7) % 700
 	}
-	check := func(what string, test func(ids []uint32, masks []uint64), want func(id uint32) uint64) {
+	once := map[int]int{0: 1, 1: 1, 2: 1} // each group's owners asked once
+	check := func(what string, test func(ids []uint32, masks []uint64), want func(id uint32) uint64, wantAsked map[int]int) {
 		t.Helper()
 		clear(asked)
 		masks := make([]uint64, len(ids))
@@ -611,21 +612,22 @@ func TestPlacementOwnedBy(t *testing.T) {
 				t.Fatalf("%s: sample %d's mask alone %b, in a run %b", what, id, one[0], masks[k])
 			}
 		}
-		if want := map[int]int{0: 1, 1: 1, 2: 1}; !maps.Equal(asked, want) {
-			t.Fatalf("%s: owners asked %v, want each group once: %v", what, asked, want)
+		if !maps.Equal(asked, wantAsked) {
+			t.Fatalf("%s: owners asked %v, want %v", what, asked, wantAsked)
 		}
 	}
 	names := []string{"c", "d", "a"} // "d" owns none
-	check("OwnedBy", where.OwnedBy(names), func(id uint32) (m uint64) {
+	ofNames := func(id uint32) (m uint64) {
 		for i, name := range names {
 			if owns(name, id) {
 				m |= 1 << i
 			}
 		}
 		return m
-	})
+	}
+	check("OwnedBy", where.OwnedBy(names), ofNames, once)
 	sets := [][]string{{"d"}, {"c", "a"}, {"b", "d"}, {"a"}}
-	check("OwnedByAny", where.OwnedByAny(sets), func(id uint32) (m uint64) {
+	ofSets := func(id uint32) (m uint64) {
 		for i, set := range sets {
 			for _, name := range set {
 				if owns(name, id) {
@@ -634,7 +636,25 @@ func TestPlacementOwnedBy(t *testing.T) {
 			}
 		}
 		return m
-	})
+	}
+	check("OwnedByAny", where.OwnedByAny(sets), ofSets, once)
+	// With Masks, a test finds every group's owners from it, once, as it
+	// is made, and asks Owners for none.
+	masked, made := where, 0
+	masked.Masks = func(bits map[string]uint64, masks []uint64) {
+		made++
+		for g := range masks {
+			masks[g] = 0
+			for _, name := range owners[g] {
+				masks[g] |= bits[name]
+			}
+		}
+	}
+	check("OwnedBy with Masks", masked.OwnedBy(names), ofNames, map[int]int{})
+	check("OwnedByAny with Masks", masked.OwnedByAny(sets), ofSets, map[int]int{})
+	if made != 2 {
+		t.Fatalf("Masks called %d times for two tests, want once each", made)
+	}
 	// With GroupEach the test reads runs of groups from it, not Group.
 	each := 0
 	where.Group = func(uint32) int { t.Fatal("Group called with GroupEach set"); return 0 }
@@ -649,7 +669,7 @@ func TestPlacementOwnedBy(t *testing.T) {
 			return 1
 		}
 		return 0
-	})
+	}, once)
 	if each == 0 {
 		t.Fatal("GroupEach never called")
 	}

@@ -201,6 +201,7 @@ func simulateMerge(job scaleJob, r *ring.Ring, progress func(string, ...any)) (*
 		Group:     func(id uint32) int { return samples.Partition(id) },
 		GroupEach: samples.PartitionsOf,
 		Owners:    r.PartitionOwners,
+		Masks:     r.OwnerMasks,
 		Key:       r,
 	}
 	// The job's table and sampler as shade-peer makes them by default

@@ -96,8 +96,10 @@ type Ring struct {
 	// 16,381 partitions 384 KiB less a ring than a slice each); nil when
 	// the ring is empty.
 	owners []string
-	k      int
-	b      *builder // shared with the rings Update derives; nil when empty
+	// at[i] is the index in members of owners[i]: OwnerMasks reads it.
+	at []int32
+	k  int
+	b  *builder // shared with the rings Update derives; nil when empty
 	// top[p*k:(p+1)*k] are the indexes in members of the k = min(R, M)
 	// members of highest rendezvous score for partition p, highest first
 	// (fillOwners): the replicas are the first R-1 of them but p's
@@ -392,6 +394,7 @@ func (r *Ring) fillOwners(c *consistent.Consistent, prev *Ring) (err error) {
 	// Every partition gets n owners: its primary and the n-1 best ranked
 	// of the n ranked but the primary.
 	flat := make([]string, 0, r.cfg.Partitions*n)
+	at := make([]int32, 0, r.cfg.Partitions*n)
 	for p := range r.cfg.Partitions {
 		primary, ok := c.GetPartitionOwner(p).(member)
 		if !ok {
@@ -404,17 +407,17 @@ func (r *Ring) fillOwners(c *consistent.Consistent, prev *Ring) (err error) {
 		// The replicas: the n-1 best ranked but the primary (n are
 		// ranked, the primary among them or not).
 		start := len(flat)
-		flat = append(flat, primary.name)
+		flat, at = append(flat, primary.name), append(at, int32(pi))
 		for _, i := range r.top[p*n : (p+1)*n] {
 			if len(flat)-start == n {
 				break
 			}
 			if int(i) != pi {
-				flat = append(flat, r.members[i])
+				flat, at = append(flat, r.members[i]), append(at, i)
 			}
 		}
 	}
-	r.owners, r.k = flat, n
+	r.owners, r.at, r.k = flat, at, n
 	return nil
 }
 
@@ -593,6 +596,33 @@ func (r *Ring) PartitionOwners(p int) []string {
 		return nil
 	}
 	return r.of(p)
+}
+
+// OwnerMasks sets masks[p], for every partition p (masks is at least
+// Partitions long), to the OR of bits[name] over p's owners; 0 where
+// none of them is in bits, and everywhere in an empty ring. With the bits
+// of a few members, it is the test of which of them own each partition,
+// for the passes over every read of an order (sampling.Placement.Masks):
+// a map lookup a member, then one pass over the owners by their indexes,
+// where a lookup of each partition's owners by name would take a map
+// lookup each (64,513 partitions of 2 owners: 2.6-3.0 ms).
+func (r *Ring) OwnerMasks(bits map[string]uint64, masks []uint64) {
+	masks = masks[:r.cfg.Partitions]
+	if r.k == 0 {
+		clear(masks)
+		return
+	}
+	of := make([]uint64, len(r.members))
+	for i, name := range r.members {
+		of[i] = bits[name]
+	}
+	for p := range masks {
+		var m uint64
+		for _, i := range r.at[p*r.k : (p+1)*r.k] {
+			m |= of[i]
+		}
+		masks[p] = m
+	}
 }
 
 // of returns partition p's owners, in range, as the ring's slice (its

@@ -165,7 +165,38 @@ func updateMatchesNew(t *testing.T, r *Ring, members []string, step string) *Rin
 				next.OwnersOfPartition(p), want.OwnersOfPartition(p))
 		}
 	}
+	checkOwnerMasks(t, next, step)
 	return next
+}
+
+// checkOwnerMasks checks that r.OwnerMasks gives every partition the OR
+// of the bits of its owners (PartitionOwners): bits for every third
+// member, some sharing a bit, and for a name that is no member.
+func checkOwnerMasks(t *testing.T, r *Ring, step string) {
+	t.Helper()
+	bits := map[string]uint64{"not-a-member": 1 << 63}
+	for i, name := range r.Members() {
+		if i%3 == 0 {
+			bits[name] |= 1 << (i % 5)
+		}
+	}
+	masks := make([]uint64, r.Config().Partitions+1)
+	for p := range masks {
+		masks[p] = 1 << 62 // to be overwritten
+	}
+	r.OwnerMasks(bits, masks)
+	for p := range r.Config().Partitions {
+		var want uint64
+		for _, name := range r.PartitionOwners(p) {
+			want |= bits[name]
+		}
+		if masks[p] != want {
+			t.Fatalf("%s: partition %d (owners %v): mask %b, want %b", step, p, r.PartitionOwners(p), masks[p], want)
+		}
+	}
+	if masks[len(masks)-1] != 1<<62 {
+		t.Fatalf("%s: OwnerMasks wrote past the partitions", step)
+	}
 }
 
 // TestRandomUpdatesMatchNew: lineages of random joins and leaves (one at a
@@ -295,6 +326,7 @@ func TestEmptyRing(t *testing.T) {
 		if len(r.Members()) != 0 || len(r.Load()) != 0 {
 			t.Fatalf("empty ring has members %v load %v", r.Members(), r.Load())
 		}
+		checkOwnerMasks(t, r, "empty ring")
 	}
 }
 
