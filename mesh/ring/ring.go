@@ -616,6 +616,13 @@ func (r *Ring) OwnerMasks(bits map[string]uint64, masks []uint64) {
 	for i, name := range r.members {
 		of[i] = bits[name]
 	}
+	if r.k == 2 { // R=2, the default: the loop unrolled
+		at := r.at[:2*len(masks)]
+		for p := range masks {
+			masks[p] = of[at[2*p]] | of[at[2*p+1]]
+		}
+		return
+	}
 	for p := range masks {
 		var m uint64
 		for _, i := range r.at[p*r.k : (p+1)*r.k] {

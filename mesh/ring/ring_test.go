@@ -732,6 +732,30 @@ func BenchmarkOwners(b *testing.B) {
 	}
 }
 
+// BenchmarkOwnerMasks: every partition's owners as the mask of one
+// member (a member's test of the samples it owns) and of 4 groups of 17
+// (a relay's of its groups' parts), at 1,000 members and the count
+// advised for them, R=2.
+func BenchmarkOwnerMasks(b *testing.B) {
+	r := mustNew(b, Config{Partitions: 64513, Replicas: 2}, names(1000))
+	masks := make([]uint64, r.Config().Partitions)
+	one := map[string]uint64{r.Members()[0]: 1}
+	groups := map[string]uint64{}
+	for i, name := range r.Members()[:4*17] {
+		groups[name] = 1 << (i / 17)
+	}
+	for _, c := range []struct {
+		name string
+		bits map[string]uint64
+	}{{"member", one}, {"groups=4x17", groups}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				r.OwnerMasks(c.bits, masks)
+			}
+		})
+	}
+}
+
 // BenchmarkUpdate: one member joins, then leaves, a ring of m members; at
 // 1,000 members also with 16,381 partitions (16 a member) and 65,521 (about
 // 64 a member, as the README advises).
