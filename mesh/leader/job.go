@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 
@@ -1057,14 +1058,11 @@ func Check(p *wire.PublishMsg, version string, samples, maxWorld int) error {
 // samples, or -1 where all are. Every member checks every id of each
 // order it takes whole (1.28 M at 1,000 peers, a relay before it cuts
 // the parts below it), so the common case, all in range, is one pass
-// without a branch on each value (the largest, four at a time, as
-// conditional moves); only a list that fails is looked at again.
+// without a branch on each value (largestLess); only a list that fails
+// is looked at again.
 func firstOutOfRange(ids []uint32, samples int) int {
-	if uint64(samples) > math.MaxUint32 {
-		return -1 // every uint32 is below it
-	}
-	if len(ids) == 0 || int(largest(ids)) < samples {
-		return -1
+	if len(ids) == 0 || uint64(samples) > math.MaxUint32 || int(largestLess(ids, 0)) < samples {
+		return -1 // every uint32 is below a count past 2^32
 	}
 	return slices.IndexFunc(ids, func(id uint32) bool { return int(id) >= samples })
 }
@@ -1077,34 +1075,25 @@ func firstOutOfRange(ids []uint32, samples int) int {
 // bits are all at or above it.
 func firstNotPositive(w []float32) int {
 	const inf = 0x7f800000
-	var m0, m1, m2, m3 uint32
-	rest := w
-	for len(rest) >= 4 {
-		m0 = max(m0, math.Float32bits(rest[0])-1)
-		m1 = max(m1, math.Float32bits(rest[1])-1)
-		m2 = max(m2, math.Float32bits(rest[2])-1)
-		m3 = max(m3, math.Float32bits(rest[3])-1)
-		rest = rest[4:]
-	}
-	for _, v := range rest {
-		m0 = max(m0, math.Float32bits(v)-1)
-	}
-	if max(m0, m1, m2, m3) < inf-1 {
+	bits := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
+	if len(w) == 0 || largestLess(bits, 1) < inf-1 {
 		return -1
 	}
 	return slices.IndexFunc(w, func(v float32) bool { return !(v > 0) || math.IsInf(float64(v), 0) })
 }
 
-// largest returns the largest of ids (not empty).
-func largest(ids []uint32) uint32 {
+// largestLess returns the largest of v-sub over vals (not empty),
+// unsigned, wrapping below zero: four lanes of conditional moves
+// (BenchmarkCheck 1.4-1.6 ms; with slices.Max's one lane, 2.8).
+func largestLess(vals []uint32, sub uint32) uint32 {
 	var m0, m1, m2, m3 uint32
-	rest := ids
+	rest := vals
 	for len(rest) >= 4 {
-		m0, m1, m2, m3 = max(m0, rest[0]), max(m1, rest[1]), max(m2, rest[2]), max(m3, rest[3])
+		m0, m1, m2, m3 = max(m0, rest[0]-sub), max(m1, rest[1]-sub), max(m2, rest[2]-sub), max(m3, rest[3]-sub)
 		rest = rest[4:]
 	}
 	for _, v := range rest {
-		m0 = max(m0, v)
+		m0 = max(m0, v-sub)
 	}
 	return max(m0, m1, m2, m3)
 }

@@ -96,7 +96,8 @@ type Ring struct {
 	// 16,381 partitions 384 KiB less a ring than a slice each); nil when
 	// the ring is empty.
 	owners []string
-	// at[i] is the index in members of owners[i]: OwnerMasks reads it.
+	// at[i] is the index in members of owners[i], for OwnerMasks: owners
+	// stays, as PartitionOwners hands out its slices without a copy.
 	at []int32
 	k  int
 	b  *builder // shared with the rings Update derives; nil when empty
